@@ -1,0 +1,52 @@
+# fa: build the programs, set up the Python environment, run the main job and the tests.
+#
+#   make            every program this machine can build (cpu always; cuda with nvcc; hip with hipcc)
+#   make run        environment + build + judge test case t01 with the best program here
+#   make test       environment + CPU build + the test suite (GPU tests skip without a GPU)
+#   make cpu | cuda | hw4 | hip | hw4-amd | hip-cuda
+#
+# CUDA_ARCH: space-separated sm_XX list; default: the local GPU if one is present, else
+# sm_75 sm_80 sm_90, plus sm_61 (the course's GTX 1080) when this nvcc still lists it.
+# HIP_ARCH: gfx targets; default: the local AMD GPU if present, else gfx908 gfx90a, plus
+# gfx942 where this hipcc accepts it.
+
+PYTHON ?= python3
+VENV   ?= .venv
+CXX    ?= g++
+NVCC   ?= nvcc
+HIPCC  ?= hipcc
+
+CXXFLAGS  ?= -O3 -std=c++17 -Wall -Wextra
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
+HIPFLAGS  ?= -O3 -std=c++17
+
+HAVE_NVCC  := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo yes)
+HAVE_HIPCC := $(shell command -v $(HIPCC) >/dev/null 2>&1 && echo yes)
+
+BIN := bin
+COMMON := src_common/fa_host.h
+
+.PHONY: all cpu cuda hip hip-cuda env run test clean
+all: cpu $(if $(HAVE_NVCC),cuda) $(if $(HAVE_HIPCC),hip)
+
+cpu: $(BIN)/fa-cpu
+$(BIN)/fa-cpu: src_cpu/fa_cpu.cpp $(COMMON)
+	@mkdir -p $(BIN)
+	$(CXX) $(CXXFLAGS) -fopenmp -o $@ $<
+
+# ---------------------------------------------------------------- environment, main job, tests
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[test]'
+	@touch $@
+env: $(VENV)/.installed
+
+run: env all
+	$(VENV)/bin/fa run t01 --program best
+
+test: env cpu
+	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(BIN) hw4 hw4-amd

@@ -1,0 +1,130 @@
+"""fa: the command line. Each command parses its options and calls the module that does the work."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import generate, judge, programs, report, suite, verify
+from .devices import describe_first
+from .errors import FaError
+from .format import AttentionInput, Shape, check_shape, open_output
+
+
+class FaGroup(click.Group):
+    """Turns FaError and OSError into one line on stderr and an exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except FaError as e:
+            click.echo(f"fa: error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"fa: error: {where}{e.strerror}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=FaGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Generate, run, verify and compare FlashAttention homework programs."""
+
+
+@main.command()
+@click.option("-B", "batches", type=int, help="Batch size.")
+@click.option("-N", "seq_len", type=int, help="Sequence length.")
+@click.option("-d", "head_dim", type=int, help="Head dimension (32 or 64).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--dist", type=click.Choice(list(generate.DISTRIBUTIONS)), default="uniform", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Input file to write.")
+@click.option("--expected", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the float64 reference output (rounded to float32) here.")
+@click.option("--suite", "case_name", help="Generate a suite case (t01..t30) instead, checked against its sha256.")
+@click.option("--strict", is_flag=True, help="Refuse shapes outside the course's ranges.")
+def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, strict) -> None:
+    """Write a seeded random input (byte-identical for the same arguments)."""
+    if case_name:
+        c = suite.case(case_name)
+        with report.progress(f"generating {c.name}", c.shape.B) as advance:
+            path = suite.ensure_input(c, advance)
+        click.echo(f"{path}: {c.shape}, {c.dist}, seed {c.seed}, sha256 matches the manifest")
+        return
+    if None in (batches, seq_len, head_dim) or output is None:
+        raise click.UsageError("give -B, -N, -d and -o (or --suite NAME)")
+    shape = check_shape(batches, seq_len, head_dim, "gen")
+    if strict:
+        suite.check_course_ranges(shape)
+    with report.progress(f"writing {output}", shape.B) as advance:
+        generate.write_input(output, shape, seed, dist, advance)
+    click.echo(f"{output}: {shape}, {dist}, seed {seed}, {shape.input_bytes} bytes")
+    if expected:
+        with report.progress(f"reference {expected}", shape.B) as advance:
+            generate.write_expected(AttentionInput(output), expected, advance)
+        click.echo(f"{expected}: float64 reference, {shape.output_bytes} bytes")
+
+
+@main.command(name="verify")
+@click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The input: the output is checked against float64 attention of it.")
+@click.option("--expected", type=click.Path(dir_okay=False, path_type=Path),
+              help="An expected output to compare with instead.")
+@click.option("--tol", type=float, default=verify.COURSE_TOL, show_default=True, help="Largest allowed abs error.")
+@click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Check this many random rows per batch.")
+@click.option("--full", is_flag=True, help="Check every row (the default for small inputs).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled rows.")
+def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> None:
+    """Check OUTPUT: max abs error, where it is, how many values exceed --tol. Exit 0 pass, 1 fail."""
+    if (input_path is None) == (expected is None):
+        raise click.UsageError("give exactly one of --input or --expected")
+    if sample_rows and full:
+        raise click.UsageError("--sample and --full exclude each other")
+    if input_path is not None:
+        inp = AttentionInput(input_path)
+        out = open_output(output, inp.shape)
+        rows = verify.default_mode(inp.shape, sample_rows, full)
+        with report.progress("verifying", inp.shape.B) as advance:
+            result = verify.against_reference(inp, out, tol, rows, seed, advance)
+    else:
+        size = expected.stat().st_size
+        flat = Shape(1, size // 4, 1) if size % 4 == 0 else None
+        if flat is None:
+            raise FaError(f"{expected}: {size} bytes is not a whole number of float32 values")
+        exp = open_output(expected, flat, "expected output")
+        out = open_output(output, flat)
+        result = verify.against_expected(out.reshape(-1), exp.reshape(-1), tol)
+    click.echo(report.verify_summary(result))
+    sys.exit(0 if result.passed else 1)
+
+
+@main.command()
+@click.argument("cases", nargs=-1)
+@click.option("--all", "all_cases", is_flag=True, help="Every suite case t01..t30.")
+@click.option("--program", default="best", show_default=True, help="cpu, cuda, hip, hip-cuda, best, or a path.")
+@click.option("--tol", type=float, default=verify.COURSE_TOL, show_default=True)
+@click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Verify this many random rows per batch.")
+@click.option("--full", is_flag=True, help="Verify every row against the float64 reference.")
+@click.option("--no-time-limit", is_flag=True, help="Ignore the course's per-case time limits.")
+def run(cases, all_cases, program, tol, sample_rows, full, no_time_limit) -> None:
+    """Judge PROGRAM on test cases (t01..t30 or input files): time, verify, print a table."""
+    names = list(suite.cases()) if all_cases else list(cases)
+    if not names:
+        raise click.UsageError("name test cases (t01..t30 or input files), or give --all")
+    prog = programs.ensure_built(programs.resolve(program))
+    targets = [judge.target_for(n) for n in names]
+    results = []
+    with report.progress("judging", len(targets), enabled=len(targets) > 1) as advance:
+        for t in targets:
+            results.append(judge.judge(prog, t, tol, sample_rows, full, not no_time_limit))
+            advance()
+    report.console.print(report.judge_table(results, describe_first()))
+    for r in results:
+        if r.error:
+            click.echo(f"{r.target.name}: {r.error}", err=True)
+    sys.exit(0 if all(r.ok for r in results) else 1)
+
+
+if __name__ == "__main__":
+    main()

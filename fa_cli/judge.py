@@ -1,0 +1,90 @@
+"""A judge like the course's: run a program on a test case, apply its time limit, verify.
+
+Verdicts: PASS; WRONG (a value off by more than the tolerance, or non-finite); TLE (correct,
+but the whole process took longer than the case's limit); ERROR (non-zero exit, no output).
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import suite, verify
+from .format import AttentionInput, FormatError, Shape, open_output, read_header
+from .programs import Launcher, Program, RunResult, run
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to run: a suite case or any input file."""
+
+    name: str
+    input_path: Path
+    shape: Shape
+    time_limit: float | None
+    expected_path: Path | None = None
+
+
+def target_for(text: str, progress: Callable[[int], None] | None = None) -> Target:
+    """A suite name (t01..t30, generated if missing) or a path to an input file."""
+    if suite.is_case_name(text) and not Path(text).exists():
+        c = suite.case(text)
+        path = suite.ensure_input(c, progress)
+        return Target(c.name, path, c.shape, c.time_limit, c.expected_path)
+    path = Path(text)
+    return Target(path.name, path, read_header(path), None)
+
+
+@dataclass
+class CaseResult:
+    target: Target
+    program: Program
+    run: RunResult
+    check: verify.VerifyResult | None
+    time_limit: float | None
+    output_problem: str | None = None  # an output file of the wrong size, say
+
+    @property
+    def error(self) -> str | None:
+        return self.run.error or self.output_problem
+
+    @property
+    def verdict(self) -> str:
+        if self.error or self.check is None:
+            return "ERROR"
+        if not self.check.passed:
+            return "WRONG"
+        if self.time_limit is not None and self.run.wall_s > self.time_limit:
+            return "TLE"
+        return "PASS"
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == "PASS"
+
+
+def judge(
+    program: Program, target: Target, tol: float = verify.COURSE_TOL, sample_rows: int | None = None,
+    full: bool = False, time_limit: bool = True, launcher: Launcher | None = None,
+    output_dir: Path | None = None, env: dict[str, str] | None = None,
+) -> CaseResult:
+    """Run one case and verify it: against the expected file when one ships, else the reference."""
+    limit = target.time_limit if time_limit else None
+    with tempfile.TemporaryDirectory(prefix="fa-run-", dir=output_dir) as tmp:
+        out_path = Path(tmp) / f"{target.name}.out"
+        result = run(program, target.input_path, out_path, launcher, env=env)
+        check = None
+        if result.error is None:
+            try:
+                out = open_output(out_path, target.shape)
+            except FormatError as e:
+                return CaseResult(target, program, result, None, limit, str(e))
+            if target.expected_path is not None and sample_rows is None and not full:
+                expected = open_output(target.expected_path, target.shape, "expected output")
+                check = verify.against_expected(out, expected, tol, target.shape)
+            else:
+                rows = verify.default_mode(target.shape, sample_rows, full)
+                check = verify.against_reference(AttentionInput(target.input_path), out, tol, rows)
+            del out
+    return CaseResult(target, program, result, check, limit)

@@ -1,0 +1,146 @@
+"""One way to find, build and run a program `PROGRAM INPUT OUTPUT`, directly or through a launcher.
+
+Programs by name: cpu (bin/fa-cpu), cuda (bin/fa-cuda), hip (bin/fa-hip, AMD), hip-cuda
+(bin/fa-hip-cuda: the HIP source compiled by nvcc), or any path. A missing named program is
+built with make. With FA_TIMING=1 a program prints one line on stderr,
+    fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S
+in seconds, which is parsed into RunResult.timing.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ROOT
+from .errors import FaError
+
+BIN = ROOT / "bin"
+TIMING_LINE = re.compile(r"^fa-timing:(.*)$", re.MULTILINE)
+TIMING_STAGES = ("init", "read", "h2d", "kernel", "d2h", "write", "total")
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    path: Path
+    make_target: str | None = None  # None: a user's own binary, never built here
+
+
+NAMED = {
+    "cpu": Program("cpu", BIN / "fa-cpu", "cpu"),
+    "cuda": Program("cuda", BIN / "fa-cuda", "cuda"),
+    "hip": Program("hip", BIN / "fa-hip", "hip"),
+    "hip-cuda": Program("hip-cuda", BIN / "fa-hip-cuda", "hip-cuda"),
+}
+
+
+def best_name() -> str:
+    """The fastest program this machine can run: cuda with an NVIDIA GPU, hip with an AMD one."""
+    from .devices import list_devices  # local: device probing spawns tools
+
+    vendors = {dev.vendor for dev in list_devices()}
+    if "nvidia" in vendors and shutil.which("nvcc"):
+        return "cuda"
+    if "amd" in vendors and shutil.which("hipcc"):
+        return "hip"
+    return "cpu"
+
+
+def resolve(name_or_path: str) -> Program:
+    if name_or_path == "best":
+        name_or_path = best_name()
+    if name_or_path in NAMED:
+        return NAMED[name_or_path]
+    path = Path(name_or_path)
+    if not path.exists():
+        raise FaError(f"no program {name_or_path!r}: give one of {', '.join(NAMED)}, best, or a path")
+    return Program(path.name, path.resolve())
+
+
+def ensure_built(program: Program) -> Program:
+    """Build a named program with make when its binary is missing."""
+    if program.path.exists() or program.make_target is None:
+        return program
+    proc = subprocess.run(["make", "-C", str(ROOT), program.make_target], capture_output=True, text=True)
+    if proc.returncode != 0 or not program.path.exists():
+        lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
+        why = lines[-1] if lines else f"exit code {proc.returncode}"
+        raise FaError(f"program {program.name!r} is not available here: `make {program.make_target}` failed: {why}",
+                      exit_code=1)
+    return program
+
+
+class Launcher:
+    """Runs a command on this machine."""
+
+    name = "direct"
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return argv
+
+    def explain_failure(self, returncode: int, stderr: str) -> str | None:
+        return None
+
+
+@dataclass
+class RunResult:
+    argv: list[str]
+    returncode: int
+    wall_s: float
+    stderr: str
+    timing: dict[str, float] = field(default_factory=dict)
+    timed_out: bool = False
+
+    @property
+    def error(self) -> str | None:
+        """The program's own one-line complaint, or None if it succeeded."""
+        if self.timed_out:
+            return "killed at the timeout"
+        if self.returncode == 0:
+            return None
+        lines = [l for l in self.stderr.splitlines() if l.strip() and not l.startswith("fa-timing:")]
+        return lines[-1] if lines else f"exit code {self.returncode}"
+
+
+def parse_timing(stderr: str) -> dict[str, float]:
+    match = TIMING_LINE.search(stderr)
+    if not match:
+        return {}
+    timing = {}
+    for item in match.group(1).split():
+        key, _, value = item.partition("=")
+        try:
+            timing[key] = float(value)
+        except ValueError:
+            continue
+    return timing
+
+
+def run(
+    program: Program, input_path: Path, output_path: Path, launcher: Launcher | None = None,
+    timeout: float | None = None, env: dict[str, str] | None = None,
+) -> RunResult:
+    """Run PROGRAM INPUT OUTPUT once, timing the whole process from outside."""
+    launcher = launcher or Launcher()
+    argv = launcher.wrap([str(program.path), str(input_path), str(output_path)])
+    full_env = {**os.environ, "FA_TIMING": "1", **(env or {})}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env)
+    except subprocess.TimeoutExpired as e:
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        return RunResult(argv, -9, time.perf_counter() - start, stderr, timed_out=True)
+    except OSError as e:
+        raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=1) from None
+    wall = time.perf_counter() - start
+    result = RunResult(argv, proc.returncode, wall, proc.stderr, parse_timing(proc.stderr))
+    if proc.returncode != 0:
+        why = launcher.explain_failure(proc.returncode, proc.stderr)
+        if why:
+            result.stderr += f"\n{why}"
+    return result

@@ -1,0 +1,61 @@
+"""Everything fa prints for people: rich tables, progress bars, verification summaries."""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from .judge import CaseResult
+from .verify import VerifyResult
+
+# Wide enough for the tables when output goes to a file or a pipe (CI logs, reports).
+console = Console(width=None if sys.stdout.isatty() else 132)
+err_console = Console(stderr=True)
+VERDICT_STYLE = {"PASS": "green", "WRONG": "red", "TLE": "yellow", "ERROR": "red"}
+
+
+@contextlib.contextmanager
+def progress(description: str, total: int, enabled: bool = True) -> Iterator:
+    """A progress bar on stderr; yields a callback that advances it by n."""
+    if not enabled or not err_console.is_terminal:
+        yield lambda n=1: None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err_console, transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n=1: bar.advance(task, n)
+
+
+def fmt_err(x: float) -> str:
+    return f"{x:.2e}"
+
+
+def verify_summary(result: VerifyResult) -> str:
+    verdict = "PASS" if result.passed else "FAIL"
+    lines = [
+        f"{verdict}: max abs error {fmt_err(result.max_err)} at {result.describe_where()} "
+        f"(tolerance {result.tol:g}, {result.mode})",
+        f"checked {result.checked} values, {result.bad} over tolerance",
+    ]
+    if result.nonfinite:
+        lines.append(f"{result.nonfinite} values are NaN or infinite")
+    return "\n".join(lines)
+
+
+def judge_table(results: list[CaseResult], device: str) -> Table:
+    table = Table(title=f"fa run on {device}", title_justify="left")
+    for column in ("case", "B×N×d", "program", "time s", "limit s", "max err", "checked", "verdict"):
+        table.add_column(column, no_wrap=True, justify="right" if column in ("time s", "limit s", "max err") else "left")
+    for r in results:
+        s = r.target.shape
+        verdict = r.verdict
+        limit = f"{r.time_limit:g}" if r.time_limit else "-"
+        err = fmt_err(r.check.max_err) if r.check else "-"
+        check = r.check.mode if r.check else "-"
+        table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", r.program.name, f"{r.run.wall_s:.3f}", limit, err,
+                      check, f"[{VERDICT_STYLE[verdict]}]{verdict}[/]")
+    return table

@@ -1,0 +1,105 @@
+"""The test-case suite t01..t30: a manifest, shipped small cases, the rest generated on demand.
+
+testcases/manifest.json names each case's shape, distribution, seed, time limit (the course's
+classes: t01-t10 2 s, t11-t20 6 s, t21-t30 10 s) and the sha256 of its input, so a generated
+file is proven byte-identical to everyone else's. Shipped cases live in testcases/ with their
+expected output; generated ones in testcases/cache/ (ignored by git).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from . import ROOT, generate
+from .errors import FaError
+from .format import Shape, check_shape
+
+SUITE_DIR = ROOT / "testcases"
+MANIFEST = SUITE_DIR / "manifest.json"
+CACHE_DIR = Path(os.environ.get("FA_CACHE", SUITE_DIR / "cache"))
+NAME = re.compile(r"^t\d\d$")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    shape: Shape
+    dist: str
+    seed: int
+    time_limit: float
+    shipped: bool
+    sha256: str
+
+    @property
+    def input_path(self) -> Path:
+        return (SUITE_DIR if self.shipped else CACHE_DIR) / f"{self.name}.in"
+
+    @property
+    def expected_path(self) -> Path | None:
+        return SUITE_DIR / f"{self.name}.out" if self.shipped else None
+
+
+@lru_cache(maxsize=1)
+def cases() -> dict[str, Case]:
+    data = json.loads(MANIFEST.read_text())
+    return {
+        c["name"]: Case(c["name"], check_shape(c["B"], c["N"], c["d"], c["name"]), c["dist"], c["seed"],
+                        c["time_limit"], c["shipped"], c["sha256"])
+        for c in data["cases"]
+    }
+
+
+def is_case_name(text: str) -> bool:
+    return bool(NAME.match(text))
+
+
+def case(name: str) -> Case:
+    try:
+        return cases()[name]
+    except KeyError:
+        raise FaError(f"no test case named {name} (the suite has t01..t{len(cases()):02d})") from None
+
+
+def sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def ensure_input(c: Case, progress: Callable[[int], None] | None = None) -> Path:
+    """The case's input file, generated and checked against the manifest's sha256 if missing."""
+    path = c.input_path
+    if path.exists() and path.stat().st_size == c.shape.input_bytes:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    generate.write_input(path, c.shape, c.seed, c.dist, progress)
+    digest = sha256_of(path)
+    if digest != c.sha256:
+        path.unlink()
+        raise FaError(f"{c.name}: generated input has sha256 {digest[:16]}..., the manifest says "
+                      f"{c.sha256[:16]}...: this numpy draws different random numbers", exit_code=1)
+    return path
+
+
+COURSE_N = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def check_course_ranges(shape: Shape) -> None:
+    """The official test cases' ranges (fa gen --strict)."""
+    problems = []
+    if not 2 <= shape.B <= 14000:
+        problems.append(f"B = {shape.B} is outside 2..14000")
+    if shape.N not in COURSE_N:
+        problems.append(f"N = {shape.N} is not one of {', '.join(map(str, COURSE_N))}")
+    if shape.elements >= 56_000_000:
+        problems.append(f"B*N*d = {shape.elements} is not below 56,000,000")
+    if problems:
+        raise FaError("outside the course's ranges: " + "; ".join(problems))

@@ -1,0 +1,130 @@
+"""Compare an output with the float64 reference (full or sampled rows) or with an expected file.
+
+A value counts as wrong when |out - ref| > tol; NaN and infinity are always wrong.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from . import reference
+from .format import AttentionInput, Shape
+
+COURSE_TOL = 5e-3
+# Inputs with B*N*N*d up to this are checked in full by default (about 4 GFLOP of float64).
+FULL_CHECK_LIMIT = 4 * 4096 * 4096 * 64
+DEFAULT_SAMPLE_ROWS = 32
+# Bytes of float64 K and V converted at once when batches are grouped (small N, large B).
+GROUP_BUDGET = 64 << 20
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class VerifyResult:
+    mode: str  # "full", "R rows/batch" (sampled) or "expected" (an expected output file)
+    tol: float
+    checked: int = 0  # values compared
+    bad: int = 0  # values over tol (non-finite included)
+    nonfinite: int = 0
+    max_err: float = 0.0
+    where: tuple = field(default_factory=tuple)  # (batch, row, column), or (index,) when shapeless
+
+    @property
+    def passed(self) -> bool:
+        return self.bad == 0 and self.checked > 0
+
+    def add(self, out: np.ndarray, ref: np.ndarray, locate: Callable[[int], tuple]) -> None:
+        """Fold in one block of values; locate maps a flat index in the block to `where`."""
+        err = np.abs(out.astype(np.float64) - ref)
+        finite = np.isfinite(err)
+        nonfinite = err.size - int(np.count_nonzero(finite))
+        if nonfinite:
+            err = np.where(finite, err, np.inf)
+        self.checked += err.size
+        self.nonfinite += nonfinite
+        self.bad += int(np.count_nonzero(err > self.tol))
+        i = int(np.argmax(err))
+        if err.flat[i] > self.max_err or not self.where:
+            self.max_err = float(err.flat[i])
+            self.where = locate(i)
+
+    def describe_where(self) -> str:
+        if len(self.where) == 3:
+            return "batch {}, row {}, column {}".format(*self.where)
+        return f"value #{self.where[0]}" if self.where else "-"
+
+
+def default_mode(shape: Shape, sample_rows: int | None, full: bool) -> int | None:
+    """Rows per batch to sample, or None for a full check."""
+    if full:
+        return None
+    if sample_rows is not None:
+        return sample_rows if sample_rows < shape.N else None
+    if shape.B * shape.N * shape.N * shape.d <= FULL_CHECK_LIMIT:
+        return None
+    return min(DEFAULT_SAMPLE_ROWS, shape.N) if DEFAULT_SAMPLE_ROWS < shape.N else None
+
+
+def sampled_rows(rng: np.random.Generator, groups: int, N: int, R: int) -> np.ndarray:
+    """R distinct rows per batch, always including the first and the last (partial tiles)."""
+    rows = np.argsort(rng.random((groups, N)), axis=1)[:, :R]
+    rows[:, 0] = 0
+    if R > 1:
+        rows[:, 1] = N - 1
+    return np.sort(rows, axis=1)
+
+
+def against_reference(
+    inp: AttentionInput,
+    out: np.ndarray,
+    tol: float = COURSE_TOL,
+    sample_rows: int | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> VerifyResult:
+    """Check out (B, N, d) against float64 attention of inp; sample_rows=None checks every row."""
+    B, N, d = inp.shape.B, inp.shape.N, inp.shape.d
+    mode = "full" if sample_rows is None else f"{sample_rows} rows/batch"
+    result = VerifyResult(mode=mode, tol=tol)
+    group = max(1, GROUP_BUDGET // (16 * N * d))
+    for b0 in range(0, B, group):
+        b1 = min(B, b0 + group)
+        q, k, v = inp.qkv(b0, b1)
+        if sample_rows is None:
+            rows = np.broadcast_to(np.arange(N), (b1 - b0, N))
+        else:
+            rows = sampled_rows(np.random.default_rng([seed, b0]), b1 - b0, N, sample_rows)
+        ref = reference.attention(q, k, v, None if sample_rows is None else rows)
+        got = out[b0:b1][np.arange(b1 - b0)[:, None], rows]
+
+        def locate(i: int, rows=rows, b0=b0) -> tuple:
+            g, r, c = np.unravel_index(i, ref.shape)
+            return (b0 + int(g), int(rows[g, r]), int(c))
+
+        result.add(got, ref, locate)
+        if progress:
+            progress(b1 - b0)
+    return result
+
+
+def against_expected(
+    out: np.ndarray, expected: np.ndarray, tol: float = COURSE_TOL, shape: Shape | None = None,
+    progress: Progress | None = None,
+) -> VerifyResult:
+    """Check out against an expected output of the same size, block by block."""
+    result = VerifyResult(mode="expected", tol=tol)
+    flat_out, flat_exp = out.reshape(-1), expected.reshape(-1)
+    block = 1 << 22
+    for i0 in range(0, flat_out.size, block):
+        def locate(i: int, i0=i0) -> tuple:
+            if shape is None:
+                return (i0 + i,)
+            return tuple(int(x) for x in np.unravel_index(i0 + i, (shape.B, shape.N, shape.d)))
+
+        result.add(flat_out[i0 : i0 + block], flat_exp[i0 : i0 + block].astype(np.float64), locate)
+        if progress:
+            progress(min(block, flat_out.size - i0))
+    return result

@@ -1,0 +1,170 @@
+// fa_host.h: the host side every program shares (fa-cpu, fa-cuda, fa-hip).
+//
+//   - the course's input format, validated before anything is allocated:
+//       int32 B, N, d, then per batch Q_b, K_b, V_b (N x d float32 each); output B*N*d float32;
+//   - one-line errors "PROGRAM: error: ..." with exit code 2 for unusable input or output
+//     paths and 1 for failures while running;
+//   - the output written to a temporary file beside the target and renamed at the end, so a
+//     failed run leaves no output file;
+//   - the FA_TIMING=1 line "fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S".
+// Sizes are 64-bit throughout: B*N*d reaches 56e6 in the course and more elsewhere.
+#pragma once
+
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fa {
+
+constexpr int kExitUsage = 2;    // bad arguments, bad input file, unwritable output
+constexpr int kExitFailure = 1;  // something failed while running (device, I/O)
+
+inline const char*& program_name() {
+  static const char* name = "fa";
+  return name;
+}
+
+// The temporary output of this run, removed when the program fails.
+inline std::string& pending_output() {
+  static std::string path;
+  return path;
+}
+
+[[noreturn]] inline void fail(int exit_code, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::fprintf(stderr, "%s: error: ", program_name());
+  std::vfprintf(stderr, fmt, args);
+  std::fputc('\n', stderr);
+  va_end(args);
+  if (!pending_output().empty()) unlink(pending_output().c_str());
+  std::exit(exit_code);
+}
+
+inline double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+struct Shape {
+  int64_t B, N, d;
+  int64_t elements() const { return B * N * d; }  // values in each of Q, K, V, O
+  int64_t batch_elements() const { return N * d; }
+  int64_t input_bytes() const { return 12 + 12 * elements(); }
+};
+
+struct InputFile {
+  int fd;
+  Shape shape;
+};
+
+// Opens and validates an input: header present, B, N, d positive, d supported, sizes that fit
+// in 64 bits, and a file size of exactly 12 + 12*B*N*d bytes.
+inline InputFile open_input(const char* path) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) fail(kExitUsage, "%s: cannot open input: %s", path, std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) fail(kExitUsage, "%s: cannot stat input: %s", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail(kExitUsage, "%s: input is not a regular file", path);
+  int32_t header[3];
+  ssize_t got = pread(fd, header, sizeof header, 0);
+  if (got == 0) fail(kExitUsage, "%s: empty file, expected a 12-byte header B, N, d", path);
+  if (got != (ssize_t)sizeof header)
+    fail(kExitUsage, "%s: short header (%zd bytes), expected a 12-byte header B, N, d", path, got);
+  const char* names[3] = {"B", "N", "d"};
+  for (int i = 0; i < 3; ++i)
+    if (header[i] <= 0) fail(kExitUsage, "%s: %s = %d, must be positive", path, names[i], header[i]);
+  Shape s{header[0], header[1], header[2]};
+  if (s.d != 32 && s.d != 64)
+    fail(kExitUsage, "%s: d = %lld is not supported (the programs support d = 32 and 64)", path, (long long)s.d);
+  // 12 + 12*B*N*d must fit in int64 (B*N fits: both are below 2^31).
+  const int64_t max_elements = (INT64_MAX - 12) / 12;
+  if (s.B * s.N > max_elements / s.d)
+    fail(kExitUsage, "%s: B*N*d = %lld*%lld*%lld overflows 64-bit file sizes", path, (long long)s.B,
+         (long long)s.N, (long long)s.d);
+  if ((int64_t)st.st_size != s.input_bytes())
+    fail(kExitUsage, "%s: file has %lld bytes, expected 12 + 12*B*N*d = %lld for B=%lld, N=%lld, d=%lld", path,
+         (long long)st.st_size, (long long)s.input_bytes(), (long long)s.B, (long long)s.N, (long long)s.d);
+  return {fd, s};
+}
+
+// Byte offset of batch b's Q (K and V follow, N*d floats each).
+inline int64_t batch_offset(const Shape& s, int64_t b) { return 12 + b * 3 * s.batch_elements() * 4; }
+
+inline void read_exact(int fd, void* dst, int64_t bytes, int64_t offset, const char* path) {
+  char* p = static_cast<char*>(dst);
+  while (bytes > 0) {
+    ssize_t got = pread(fd, p, (size_t)(bytes < (1 << 30) ? bytes : (1 << 30)), offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) fail(kExitFailure, "%s: read failed: %s", path, got < 0 ? std::strerror(errno) : "unexpected end");
+    p += got, bytes -= got, offset += got;
+  }
+}
+
+// The output, written to "<dir>/.<name>.XXXXXX.tmp" and renamed onto the target by commit().
+class OutputFile {
+ public:
+  explicit OutputFile(const char* path) : path_(path) {
+    std::string dir = ".", name = path;
+    size_t slash = name.rfind('/');
+    if (slash != std::string::npos) dir = name.substr(0, slash + (slash == 0)), name = name.substr(slash + 1);
+    if (name.empty()) fail(kExitUsage, "%s: output path names a directory", path);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) fail(kExitUsage, "%s: output path is a directory", path);
+    tmp_ = dir + "/." + name + ".XXXXXX";
+    fd_ = mkstemp(&tmp_[0]);
+    if (fd_ < 0) fail(kExitUsage, "%s: cannot write output: %s", path, std::strerror(errno));
+    fchmod(fd_, 0644);
+    pending_output() = tmp_;
+  }
+  void write(const void* src, int64_t bytes) {
+    const char* p = static_cast<const char*>(src);
+    while (bytes > 0) {
+      ssize_t put = ::write(fd_, p, (size_t)(bytes < (1 << 30) ? bytes : (1 << 30)));
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) fail(kExitFailure, "%s: write failed: %s", path_.c_str(), std::strerror(errno));
+      p += put, bytes -= put;
+    }
+  }
+  void commit() {
+    if (close(fd_) != 0) fail(kExitFailure, "%s: write failed: %s", path_.c_str(), std::strerror(errno));
+    if (rename(tmp_.c_str(), path_.c_str()) != 0)
+      fail(kExitFailure, "%s: cannot rename output into place: %s", path_.c_str(), std::strerror(errno));
+    pending_output().clear();
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+// Seconds spent per stage; stages that overlap (streamed pipelines) are summed per stage.
+struct Timing {
+  double init = 0, read = 0, h2d = 0, kernel = 0, d2h = 0, write = 0, total = 0;
+  void print_if_asked() const {
+    const char* flag = std::getenv("FA_TIMING");
+    if (!flag || !*flag || std::strcmp(flag, "0") == 0) return;
+    std::fprintf(stderr, "fa-timing: init=%.6f read=%.6f h2d=%.6f kernel=%.6f d2h=%.6f write=%.6f total=%.6f\n",
+                 init, read, h2d, kernel, d2h, write, total);
+  }
+};
+
+// Checks for "PROGRAM INPUT OUTPUT" and names the program in its error messages.
+inline void parse_args(int argc, const char* name) {
+  program_name() = name;
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s INPUT OUTPUT\n", name);
+    std::exit(kExitUsage);
+  }
+}
+
+}  // namespace fa

@@ -1,0 +1,103 @@
+"""Every bad input through fa-cpu and fa: exit code 2, one line naming the problem, no output file."""
+import subprocess
+
+import numpy as np
+import pytest
+
+from fa_cli import generate
+from fa_cli.format import Shape
+
+GOOD = Shape(2, 16, 32)
+
+
+def bad_file(path, kind):
+    header = {"zero_B": [0, 16, 32], "negative_N": [2, -16, 32], "zero_d": [2, 16, 0], "d48": [2, 16, 48],
+              "overflow": [2**31 - 1, 2**31 - 1, 64], "truncated": [2, 16, 32], "too_long": [2, 16, 32]}
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "short_header":
+        path.write_bytes(b"\2\0\0\0\20\0\0\0")
+    else:
+        floats = {"truncated": GOOD.elements * 3 - 1, "too_long": GOOD.elements * 3 + 1}.get(kind, 0)
+        path.write_bytes(np.array(header[kind], "<i4").tobytes() + np.zeros(floats, "<f4").tobytes())
+    return path
+
+
+CASES = {
+    "empty": "empty file",
+    "short_header": "short header (8 bytes)",
+    "zero_B": "B = 0, must be positive",
+    "negative_N": "N = -16, must be positive",
+    "zero_d": "d = 0, must be positive",
+    "d48": "d = 48 is not supported (the programs support d = 32 and 64)",
+    "overflow": "overflows 64-bit file sizes",
+    "truncated": "file has 12296 bytes, expected 12 + 12*B*N*d = 12300",
+    "too_long": "file has 12304 bytes, expected 12 + 12*B*N*d = 12300",
+}
+
+
+def one_line(stderr: str) -> str:
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_program_rejects(cpu_program, tmp_path, kind):
+    inp, out = bad_file(tmp_path / "bad.in", kind), tmp_path / "bad.out"
+    proc = subprocess.run([str(cpu_program), str(inp), str(out)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    line = one_line(proc.stderr)
+    assert line.startswith("fa-cpu: error: ") and CASES[kind] in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.in"]
+
+
+@pytest.mark.parametrize("kind", list(CASES))
+def test_fa_verify_rejects(tmp_path, kind):
+    inp = bad_file(tmp_path / "bad.in", kind)
+    out = tmp_path / "o.out"
+    out.write_bytes(b"\0" * 4)
+    proc = subprocess.run(["fa", "verify", str(out), "--input", str(inp)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    line = one_line(proc.stderr)
+    assert line.startswith("fa: error: ") and CASES[kind] in line and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["d48", "truncated"])
+def test_fa_run_rejects(cpu_program, tmp_path, kind):
+    inp = bad_file(tmp_path / "bad.in", kind)
+    proc = subprocess.run(["fa", "run", str(inp), "--program", "cpu"], capture_output=True, text=True)
+    assert proc.returncode == 2 and CASES[kind] in one_line(proc.stderr)
+
+
+def test_missing_input(cpu_program, tmp_path):
+    proc = subprocess.run([str(cpu_program), str(tmp_path / "nope.in"), str(tmp_path / "o")], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2 and "cannot open input: No such file" in one_line(proc.stderr)
+
+
+@pytest.mark.parametrize("where", ["missing_dir", "is_dir", "read_only_dir"])
+def test_unwritable_output(cpu_program, tmp_path, where):
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, GOOD, 1)
+    target = {"missing_dir": tmp_path / "no" / "o.out", "is_dir": tmp_path, "read_only_dir": tmp_path / "ro" / "o"}
+    if where == "read_only_dir":
+        (tmp_path / "ro").mkdir(mode=0o555)
+        if subprocess.run(["test", "-w", str(tmp_path / "ro")]).returncode == 0:
+            pytest.skip("running as root: permissions do not stop writes")
+    proc = subprocess.run([str(cpu_program), str(inp), str(target[where])], capture_output=True, text=True)
+    assert proc.returncode == 2 and "fa-cpu: error: " in one_line(proc.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["x.in"]
+
+
+def test_fa_gen_unwritable(tmp_path):
+    proc = subprocess.run(["fa", "gen", "-B", "2", "-N", "4", "-d", "32", "-o", str(tmp_path / "no" / "x.in")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "cannot write" in one_line(proc.stderr)
+
+
+def test_fa_gen_rejects_bad_shape(tmp_path):
+    proc = subprocess.run(["fa", "gen", "-B", "0", "-N", "4", "-d", "32", "-o", str(tmp_path / "x.in")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "B = 0, must be positive" in one_line(proc.stderr)
+    assert not (tmp_path / "x.in").exists()

@@ -1,0 +1,112 @@
+"""fa end to end, as a user types it."""
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fa_cli import generate, suite
+from fa_cli.format import Shape
+
+
+def fa(*args, **kw):
+    return subprocess.run(["fa", *map(str, args)], capture_output=True, text=True, **kw)
+
+
+def test_gen_then_verify_with_cpu_program(cpu_program, tmp_path):
+    inp, exp, out = tmp_path / "x.in", tmp_path / "x.exp", tmp_path / "x.out"
+    proc = fa("gen", "-B", 3, "-N", 70, "-d", 64, "--seed", 7, "--dist", "normal", "-o", inp, "--expected", exp)
+    assert proc.returncode == 0, proc.stderr
+    subprocess.run([cpu_program, inp, out], check=True)
+    for how in (["--input", inp], ["--expected", exp], ["--input", inp, "--sample", 5]):
+        proc = fa("verify", out, *how, "--tol", "1e-4")
+        assert proc.returncode == 0 and proc.stdout.startswith("PASS"), proc.stdout + proc.stderr
+
+
+def test_verify_fails_with_location(cpu_program, tmp_path):
+    inp, out = tmp_path / "x.in", tmp_path / "x.out"
+    generate.write_input(inp, Shape(2, 50, 32), 1)
+    subprocess.run([cpu_program, inp, out], check=True)
+    values = np.fromfile(out, dtype="<f4")
+    values[(1 * 50 + 49) * 32 + 31] += 0.5
+    values.tofile(out)
+    proc = fa("verify", out, "--input", inp)
+    assert proc.returncode == 1
+    assert "FAIL" in proc.stdout and "batch 1, row 49, column 31" in proc.stdout and "1 over tolerance" in proc.stdout
+
+
+def test_gen_is_byte_identical(tmp_path):
+    for name in ("a", "b"):
+        assert fa("gen", "-B", 2, "-N", 9, "-d", 32, "--seed", 3, "-o", tmp_path / name).returncode == 0
+    assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+
+
+def test_gen_strict(tmp_path):
+    proc = fa("gen", "-B", 2, "-N", 100, "-d", 32, "-o", tmp_path / "x", "--strict")
+    assert proc.returncode == 2 and "outside the course's ranges" in proc.stderr
+    assert fa("gen", "-B", 2, "-N", 100, "-d", 32, "-o", tmp_path / "x").returncode == 0
+
+
+def test_gen_suite_case(tmp_path):
+    env = {**os.environ, "FA_CACHE": str(tmp_path)}
+    proc = fa("gen", "--suite", "t13", env=env)
+    assert proc.returncode == 0 and "sha256 matches" in proc.stdout
+    assert suite.sha256_of(tmp_path / "t13.in") == suite.case("t13").sha256
+
+
+def test_run_suite_cases_with_cpu(cpu_program):
+    proc = fa("run", "t01", "t04", "t07", "--program", "cpu")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("t01", "t04", "t07"):
+        assert name in proc.stdout
+    assert proc.stdout.count("PASS") == 3
+
+
+def test_run_input_path_full_check(cpu_program, tmp_path):
+    inp = tmp_path / "odd.in"
+    generate.write_input(inp, Shape(2, 45, 64), 1, "extreme")
+    proc = fa("run", inp, "--program", cpu_program, "--tol", "1e-4")
+    assert proc.returncode == 0 and "full" in proc.stdout and "PASS" in proc.stdout
+
+
+def fake_program(tmp_path, body):
+    path = tmp_path / "fake"
+    path.write_text(f"#!{sys.executable}\nimport sys\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_run_reports_wrong_answer(tmp_path):
+    zeros = fake_program(tmp_path, "import numpy as np, os\n"
+                         "B, N, d = np.fromfile(sys.argv[1], '<i4', 3)\n"
+                         "np.zeros(B * N * d, '<f4').tofile(sys.argv[2])")
+    proc = fa("run", "t01", "--program", zeros)
+    assert proc.returncode == 1 and "WRONG" in proc.stdout
+
+
+def test_run_reports_program_error(tmp_path):
+    broken = fake_program(tmp_path, "print('fake: error: out of luck', file=sys.stderr); sys.exit(3)")
+    proc = fa("run", "t01", "--program", broken)
+    assert proc.returncode == 1 and "ERROR" in proc.stdout and "out of luck" in proc.stderr
+
+
+def test_run_reports_wrong_size_output(tmp_path):
+    short = fake_program(tmp_path, "open(sys.argv[2], 'wb').write(b'1234')")
+    proc = fa("run", "t01", "--program", short)
+    assert proc.returncode == 1 and "ERROR" in proc.stdout and "output has 4 bytes" in proc.stderr
+
+
+def test_run_time_limit(tmp_path):
+    slow = fake_program(tmp_path, "import time, shutil; time.sleep(2.3); shutil.copy(sys.argv[1][:-3] + '.out', sys.argv[2])")
+    assert "TLE" in fa("run", "t01", "--program", slow).stdout
+    assert fa("run", "t01", "--program", slow, "--no-time-limit").returncode == 0
+
+
+def test_run_unknown_program_and_case():
+    proc = fa("run", "t01", "--program", "no-such-thing")
+    assert proc.returncode == 2 and "no program 'no-such-thing'" in proc.stderr
+    proc = fa("run", "t99", "--program", "cpu")
+    assert proc.returncode == 2 and "no test case named t99" in proc.stderr

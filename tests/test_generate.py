@@ -1,0 +1,94 @@
+import json
+
+import numpy as np
+import pytest
+
+from fa_cli import generate, reference, suite
+from fa_cli.format import AttentionInput, Shape
+
+
+def test_same_arguments_same_bytes(tmp_path):
+    shape = Shape(2, 33, 64)
+    for name in ("a.in", "b.in"):
+        generate.write_input(tmp_path / name, shape, seed=11, dist="normal")
+    assert (tmp_path / "a.in").read_bytes() == (tmp_path / "b.in").read_bytes()
+    generate.write_input(tmp_path / "c.in", shape, seed=12, dist="normal")
+    assert (tmp_path / "a.in").read_bytes() != (tmp_path / "c.in").read_bytes()
+
+
+@pytest.mark.parametrize("dist", list(generate.DISTRIBUTIONS))
+def test_values_stay_in_course_range(dist):
+    for x in generate.batch(Shape(1, 64, 32), 3, dist, 0):
+        assert x.dtype == np.float32 and x.shape == (64, 32)
+        assert np.abs(x).max() <= 3.0
+
+
+def test_extreme_is_all_plus_minus_three():
+    for x in generate.batch(Shape(1, 64, 64), 1, "extreme", 0):
+        assert set(np.unique(x)) == {-3.0, 3.0}
+
+
+def test_onehot_rows_have_one_dominant_key():
+    q, k, v = generate.batch(Shape(1, 256, 64), 1, "onehot", 0)
+    s = q.astype(np.float64) @ k.T / 8.0
+    top2 = np.sort(s, axis=1)[:, -2:]
+    assert (top2[:, 1] - top2[:, 0] > 20).all()  # the winner's weight exceeds 1 - N*e^-20
+
+
+def test_constant_logits_give_mean_of_v():
+    q, k, v = generate.batch(Shape(1, 100, 32), 1, "constant", 0)
+    out = reference.attention(q[None], k[None], v[None])[0]
+    np.testing.assert_allclose(out, np.broadcast_to(v.astype(np.float64).mean(axis=0), out.shape), atol=1e-12)
+
+
+def test_manifest_mirrors_course_classes():
+    cases = list(suite.cases().values())
+    assert [c.name for c in cases] == [f"t{i:02d}" for i in range(1, 31)]
+    assert [c.time_limit for c in cases] == [2] * 10 + [6] * 10 + [10] * 10
+    assert {c.shape.N for c in cases} == set(suite.COURSE_N)
+    assert {c.shape.d for c in cases} == {32, 64}
+    assert max(c.shape.B for c in cases) == 13000
+    assert max(c.shape.elements for c in cases) > 54_000_000
+    for c in cases:
+        suite.check_course_ranges(c.shape)
+
+
+def test_shipped_files_match_manifest_and_regenerate(tmp_path):
+    total = 0
+    for c in suite.cases().values():
+        if not c.shipped:
+            continue
+        assert suite.sha256_of(c.input_path) == c.sha256
+        regenerated = tmp_path / f"{c.name}.in"
+        generate.write_input(regenerated, c.shape, c.seed, c.dist)
+        assert suite.sha256_of(regenerated) == c.sha256
+        # The shipped expected output is the float64 reference rounded to float32.
+        inp = AttentionInput(c.input_path)
+        exp = np.fromfile(c.expected_path, dtype="<f4").reshape(c.shape.B, c.shape.N, c.shape.d)
+        ref = np.concatenate([reference.attention(*inp.qkv(b)) for b in range(c.shape.B)])
+        assert np.abs(exp - ref).max() < 1e-6
+        total += c.input_path.stat().st_size + c.expected_path.stat().st_size
+    assert total < 20 << 20
+
+
+def test_ensure_input_generates_into_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "CACHE_DIR", tmp_path)
+    c = suite.case("t13")  # 4 x 4096 x 32: small enough to generate here
+    path = suite.ensure_input(c)
+    assert path == tmp_path / "t13.in" and suite.sha256_of(path) == c.sha256
+
+
+def test_ensure_input_refuses_different_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "CACHE_DIR", tmp_path)
+    c = suite.case("t13")
+    forged = suite.Case(c.name, c.shape, c.dist, c.seed + 1, c.time_limit, False, c.sha256)
+    with pytest.raises(suite.FaError, match="sha256"):
+        suite.ensure_input(forged)
+    assert not (tmp_path / "t13.in").exists()
+
+
+def test_strict_ranges():
+    with pytest.raises(suite.FaError, match="N = 100 is not one of"):
+        suite.check_course_ranges(Shape(2, 100, 32))
+    with pytest.raises(suite.FaError, match="B = 1 is outside"):
+        suite.check_course_ranges(Shape(1, 128, 32))
