@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from . import generate, judge, programs, report, suite, verify
+from . import bench, compare, generate, judge, programs, report, suite, verify
 from .devices import describe_first
 from .errors import FaError
 from .format import AttentionInput, Shape, check_shape, open_output
@@ -124,6 +124,64 @@ def run(cases, all_cases, program, tol, sample_rows, full, no_time_limit) -> Non
         if r.error:
             click.echo(f"{r.target.name}: {r.error}", err=True)
     sys.exit(0 if all(r.ok for r in results) else 1)
+
+
+def parse_shape(text: str) -> Shape:
+    try:
+        B, N, d = (int(x) for x in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected B,N,d such as 26,32768,64") from None
+    return check_shape(B, N, d, f"--shape {text}")
+
+
+@main.command(name="bench")
+@click.option("--program", "program_names", multiple=True, default=["best"], show_default=True,
+              help="cpu, cuda, hip, hip-cuda, torch, best or a path; repeat to compare.")
+@click.option("--suite", "suite_cases", is_flag=False, flag_value="all", default=None,
+              help="Suite cases: --suite for all, or --suite t01,t21.")
+@click.option("--shape", "shapes", multiple=True, help="B,N,d of a seeded uniform input; repeatable.")
+@click.option("--repeat", "repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--against", type=click.Choice(["torch"]), help="Add PyTorch SDPA fp32 on the same inputs.")
+@click.option("--label", help="Name these runs in comparisons (default: the program's name).")
+@click.option("-o", "--output", "results", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Results file (JSON); extended if it exists.")
+def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, results) -> None:
+    """Time programs on inputs: whole process (median of repeats), stages, TFLOP/s, error."""
+    names = list(program_names) + (["torch"] if against == "torch" else [])
+    progs = [programs.ensure_built(programs.resolve(n)) for n in names]
+    targets = []
+    if suite_cases:
+        wanted = list(suite.cases()) if suite_cases == "all" else suite_cases.split(",")
+        targets += [judge.target_for(n) for n in wanted]
+    for text in shapes:
+        targets.append(judge.shape_target(parse_shape(text)))
+    if not targets:
+        raise click.UsageError("give --suite or --shape")
+    plan = bench.BenchPlan(progs, targets, repeats, label=label)
+    with report.progress("benchmarking", len(progs) * len(targets)) as advance:
+        records = bench.run_bench(plan, results, advance)
+    report.console.print(report.bench_table(records))
+    click.echo(f"{len(records)} records added to {results}")
+    sys.exit(0 if all(not r.get("error") and r.get("passed") for r in records) else 1)
+
+
+@main.command(name="compare")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write charts: PLOT-breakdown.png (stages) and PLOT-by-n.png (time against N).")
+def compare_cmd(files, as_markdown, plot) -> None:
+    """Runs from one or more bench results files, side by side."""
+    records = [r for f in files for r in bench.load_records(f)]
+    if not records:
+        raise FaError("no records in " + ", ".join(map(str, files)))
+    if as_markdown:
+        click.echo(compare.markdown(records), nl=False)
+    else:
+        report.console.print(report.compare_table(*compare.rows(records)))
+    if plot:
+        for path in compare.plot(records, plot):
+            click.echo(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import suite, verify
+from . import generate, suite, verify
 from .format import AttentionInput, FormatError, Shape, open_output, read_header
 from .programs import Launcher, Program, RunResult, run
 
@@ -34,6 +34,15 @@ def target_for(text: str, progress: Callable[[int], None] | None = None) -> Targ
         return Target(c.name, path, c.shape, c.time_limit, c.expected_path)
     path = Path(text)
     return Target(path.name, path, read_header(path), None)
+
+
+def shape_target(shape: Shape, seed: int = 0) -> Target:
+    """A seeded uniform input of the given shape, generated once into the suite's cache."""
+    path = suite.CACHE_DIR / f"uniform-B{shape.B}-N{shape.N}-d{shape.d}-s{seed}.in"
+    if not (path.exists() and path.stat().st_size == shape.input_bytes):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        generate.write_input(path, shape, seed)
+    return Target(f"{shape.B}x{shape.N}x{shape.d}", path, shape, None)
 
 
 @dataclass

@@ -3,8 +3,8 @@
 Programs by name: cpu (bin/fa-cpu), cuda (bin/fa-cuda), hip (bin/fa-hip, AMD), hip-cuda
 (bin/fa-hip-cuda: the HIP source compiled by nvcc), or any path. A missing named program is
 built with make. With FA_TIMING=1 a program prints one line on stderr,
-    fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S
-in seconds, which is parsed into RunResult.timing.
+    fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S impl=NAME arch=ARCH
+(seconds; impl is the kernel that ran, arch the device), parsed into RunResult.timing and .build.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,11 @@ class Program:
     name: str
     path: Path
     make_target: str | None = None  # None: a user's own binary, never built here
+    interpreter: tuple[str, ...] = ()  # run as INTERPRETER... PATH (the torch program)
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.interpreter, str(self.path)]
 
 
 NAMED = {
@@ -36,6 +42,9 @@ NAMED = {
     "cuda": Program("cuda", BIN / "fa-cuda", "cuda"),
     "hip": Program("hip", BIN / "fa-hip", "hip"),
     "hip-cuda": Program("hip-cuda", BIN / "fa-hip-cuda", "hip-cuda"),
+    # PyTorch SDPA fp32 with the same contract, for side-by-side runs (needs torch and a GPU).
+    "torch": Program("torch", Path(__file__).with_name("torch_program.py"), None,
+                     (sys.executable,)),
 }
 
 
@@ -94,6 +103,7 @@ class RunResult:
     wall_s: float
     stderr: str
     timing: dict[str, float] = field(default_factory=dict)
+    build: dict[str, str] = field(default_factory=dict)  # impl and arch from the timing line
     timed_out: bool = False
 
     @property
@@ -107,18 +117,17 @@ class RunResult:
         return lines[-1] if lines else f"exit code {self.returncode}"
 
 
-def parse_timing(stderr: str) -> dict[str, float]:
+def parse_timing(stderr: str) -> tuple[dict[str, float], dict[str, str]]:
+    """The stage times (seconds) and the build facts (impl, arch) of a fa-timing line."""
     match = TIMING_LINE.search(stderr)
-    if not match:
-        return {}
-    timing = {}
-    for item in match.group(1).split():
+    timing, build = {}, {}
+    for item in match.group(1).split() if match else ():
         key, _, value = item.partition("=")
         try:
             timing[key] = float(value)
         except ValueError:
-            continue
-    return timing
+            build[key] = value
+    return timing, build
 
 
 def run(
@@ -127,7 +136,7 @@ def run(
 ) -> RunResult:
     """Run PROGRAM INPUT OUTPUT once, timing the whole process from outside."""
     launcher = launcher or Launcher()
-    argv = launcher.wrap([str(program.path), str(input_path), str(output_path)])
+    argv = launcher.wrap([*program.argv, str(input_path), str(output_path)])
     full_env = {**os.environ, "FA_TIMING": "1", **(env or {})}
     start = time.perf_counter()
     try:
@@ -138,7 +147,7 @@ def run(
     except OSError as e:
         raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=1) from None
     wall = time.perf_counter() - start
-    result = RunResult(argv, proc.returncode, wall, proc.stderr, parse_timing(proc.stderr))
+    result = RunResult(argv, proc.returncode, wall, proc.stderr, *parse_timing(proc.stderr))
     if proc.returncode != 0:
         why = launcher.explain_failure(proc.returncode, proc.stderr)
         if why:

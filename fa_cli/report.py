@@ -59,3 +59,29 @@ def judge_table(results: list[CaseResult], device: str) -> Table:
         table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", r.program.name, f"{r.run.wall_s:.3f}", limit, err,
                       check, f"[{VERDICT_STYLE[verdict]}]{verdict}[/]")
     return table
+
+
+def bench_table(records: list[dict]) -> Table:
+    table = Table(title="fa bench (medians; TFLOP/s counts 4*B*N*N*d)", title_justify="left")
+    for column in ("input", "program", "device", "kernel impl", "process s", "spread s", "kernel ms",
+                   "kernel TFLOP/s", "max err"):
+        table.add_column(column, no_wrap=True)
+    for r in records:
+        if r.get("error"):
+            table.add_row(r["input"], r["program"], r["device"], "-", "[red]error[/]", "-", "-", "-", r["error"][:40])
+            continue
+        w = r["wall_s"]
+        kernel = r["timing"].get("kernel")
+        table.add_row(r["input"], r["program"], r["device"], r["build"].get("impl", "-"), f"{w['median']:.3f}",
+                      f"{w['min']:.3f}-{w['max']:.3f}", f"{kernel * 1e3:.2f}" if kernel else "-",
+                      f"{r['tflops_kernel']:.3g}" if r.get("tflops_kernel") else "-", fmt_err(r["max_err"]))
+    return table
+
+
+def compare_table(header: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title="fa compare (whole-process medians)", title_justify="left")
+    for column in header:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    return table

@@ -47,7 +47,9 @@ inline std::string& pending_output() {
   std::fputc('\n', stderr);
   va_end(args);
   if (!pending_output().empty()) unlink(pending_output().c_str());
-  std::exit(exit_code);
+  // _Exit: the GPU programs may fail from a worker thread while others still run.
+  std::fflush(nullptr);
+  std::_Exit(exit_code);
 }
 
 inline double now_seconds() {
@@ -148,13 +150,24 @@ class OutputFile {
 };
 
 // Seconds spent per stage; stages that overlap (streamed pipelines) are summed per stage.
+inline std::string no_spaces(std::string text) {
+  for (char& c : text)
+    if (c == ' ') c = '_';
+  return text;
+}
+
+// `impl` names the kernel that ran, `arch` and `device` the device it ran on (result records;
+// spaces in the device name become '_' to keep the line key=value).
 struct Timing {
   double init = 0, read = 0, h2d = 0, kernel = 0, d2h = 0, write = 0, total = 0;
+  std::string impl = "cpu", arch = "cpu", device = "cpu";
   void print_if_asked() const {
     const char* flag = std::getenv("FA_TIMING");
     if (!flag || !*flag || std::strcmp(flag, "0") == 0) return;
-    std::fprintf(stderr, "fa-timing: init=%.6f read=%.6f h2d=%.6f kernel=%.6f d2h=%.6f write=%.6f total=%.6f\n",
-                 init, read, h2d, kernel, d2h, write, total);
+    std::fprintf(stderr,
+                 "fa-timing: init=%.6f read=%.6f h2d=%.6f kernel=%.6f d2h=%.6f write=%.6f total=%.6f impl=%s arch=%s "
+                 "device=%s\n",
+                 init, read, h2d, kernel, d2h, write, total, impl.c_str(), arch.c_str(), no_spaces(device).c_str());
   }
 };
 

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   fa::parse_args(argc, "fa-cpu");
   const double start = fa::now_seconds();
   fa::Timing timing;
+  timing.device = "host CPU";
   const fa::InputFile in = fa::open_input(argv[1]);
   const fa::Shape s = in.shape;
   fa::OutputFile out(argv[2]);

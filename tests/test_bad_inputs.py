@@ -1,9 +1,11 @@
 """Every bad input through fa-cpu and fa: exit code 2, one line naming the problem, no output file."""
+import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
+from conftest import build, have_nvidia_gpu
 from fa_cli import generate
 from fa_cli.format import Shape
 
@@ -42,14 +44,35 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
+# Every program validates its input on the host, before the device starts: the GPU programs'
+# checks run wherever their compiler is installed, GPU or not.
+PROGRAMS = [("cpu", "fa-cpu")] + ([("cuda", "fa-cuda")] if shutil.which("nvcc") else [])
+
+
+@pytest.fixture(scope="module", params=PROGRAMS, ids=lambda p: p[1])
+def any_program(request):
+    return build(*request.param)
+
+
 @pytest.mark.parametrize("kind", list(CASES))
-def test_program_rejects(cpu_program, tmp_path, kind):
+def test_program_rejects(any_program, tmp_path, kind):
     inp, out = bad_file(tmp_path / "bad.in", kind), tmp_path / "bad.out"
-    proc = subprocess.run([str(cpu_program), str(inp), str(out)], capture_output=True, text=True)
+    proc = subprocess.run([str(any_program), str(inp), str(out)], capture_output=True, text=True)
     assert proc.returncode == 2
     line = one_line(proc.stderr)
-    assert line.startswith("fa-cpu: error: ") and CASES[kind] in line
+    assert line.startswith(f"{any_program.name}: error: ") and CASES[kind] in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.in"]
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") or have_nvidia_gpu(), reason="needs nvcc and no NVIDIA GPU")
+def test_gpu_program_without_gpu(tmp_path):
+    """With no device, a valid input gets one line and exit 1, and no output file."""
+    program = build("cuda", "fa-cuda")
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, GOOD, 1)
+    proc = subprocess.run([str(program), str(inp), str(tmp_path / "o.out")], capture_output=True, text=True)
+    assert proc.returncode == 1 and "no CUDA device available" in one_line(proc.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.in"]
 
 
 @pytest.mark.parametrize("kind", list(CASES))
@@ -70,14 +93,14 @@ def test_fa_run_rejects(cpu_program, tmp_path, kind):
     assert proc.returncode == 2 and CASES[kind] in one_line(proc.stderr)
 
 
-def test_missing_input(cpu_program, tmp_path):
-    proc = subprocess.run([str(cpu_program), str(tmp_path / "nope.in"), str(tmp_path / "o")], capture_output=True,
+def test_missing_input(any_program, tmp_path):
+    proc = subprocess.run([str(any_program), str(tmp_path / "nope.in"), str(tmp_path / "o")], capture_output=True,
                           text=True)
     assert proc.returncode == 2 and "cannot open input: No such file" in one_line(proc.stderr)
 
 
 @pytest.mark.parametrize("where", ["missing_dir", "is_dir", "read_only_dir"])
-def test_unwritable_output(cpu_program, tmp_path, where):
+def test_unwritable_output(any_program, tmp_path, where):
     inp = tmp_path / "x.in"
     generate.write_input(inp, GOOD, 1)
     target = {"missing_dir": tmp_path / "no" / "o.out", "is_dir": tmp_path, "read_only_dir": tmp_path / "ro" / "o"}
@@ -85,8 +108,8 @@ def test_unwritable_output(cpu_program, tmp_path, where):
         (tmp_path / "ro").mkdir(mode=0o555)
         if subprocess.run(["test", "-w", str(tmp_path / "ro")]).returncode == 0:
             pytest.skip("running as root: permissions do not stop writes")
-    proc = subprocess.run([str(cpu_program), str(inp), str(target[where])], capture_output=True, text=True)
-    assert proc.returncode == 2 and "fa-cpu: error: " in one_line(proc.stderr)
+    proc = subprocess.run([str(any_program), str(inp), str(target[where])], capture_output=True, text=True)
+    assert proc.returncode == 2 and f"{any_program.name}: error: " in one_line(proc.stderr)
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["x.in"]
 
 

@@ -1,0 +1,76 @@
+// cuda_api.cuh: every CUDA call checked, and the CUDA side of the streamed pipeline.
+#pragma once
+
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "../src_common/gpu_pipeline.h"
+
+// Any failed CUDA call ends the program with one line naming the call and the reason.
+#define CUDA_CHECK(call) fa::cuda_check((call), #call, __FILE__, __LINE__)
+// Kernel launches report configuration errors only through cudaGetLastError.
+#define CUDA_CHECK_LAUNCH(name) fa::cuda_check(cudaGetLastError(), name, __FILE__, __LINE__)
+
+namespace fa {
+
+inline void cuda_check(cudaError_t err, const char* what, const char* file, int line) {
+  if (err != cudaSuccess)
+    fail(kExitFailure, "CUDA error: %s (%s, at %s:%d)", cudaGetErrorString(err), what, file, line);
+}
+
+// The API traits that gpu_pipeline.h is written against.
+struct CudaApi {
+  using Stream = cudaStream_t;
+  using Event = cudaEvent_t;
+
+  static DeviceInfo init() {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0)
+      fail(kExitFailure, "no CUDA device available (%s)", err == cudaSuccess ? "none found" : cudaGetErrorString(err));
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaFree(nullptr));  // creates the context now, while the reader thread reads
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    return {"sm_" + std::to_string(prop.major) + std::to_string(prop.minor), prop.name};
+  }
+  static void* device_alloc(size_t bytes) {
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess)
+      fail(kExitFailure, "cannot allocate %zu bytes of GPU memory (one chunk of batches)", bytes);
+    return p;
+  }
+  static void* pinned_alloc(size_t bytes) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMallocHost(&p, bytes));
+    return p;
+  }
+  static void host_register(void* p, size_t bytes) { CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterDefault)); }
+  static Stream stream() {
+    Stream s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }
+  static Event event() {
+    Event e;
+    CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  static void record(Event e, Stream s) { CUDA_CHECK(cudaEventRecord(e, s)); }
+  static void wait(Stream s, Event e) { CUDA_CHECK(cudaStreamWaitEvent(s, e, 0)); }
+  static void sync(Event e) { CUDA_CHECK(cudaEventSynchronize(e)); }
+  static float elapsed_ms(Event a, Event b) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    return ms;
+  }
+  static void h2d(void* dst, const void* src, size_t bytes, Stream s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+  }
+  static void d2h(void* dst, const void* src, size_t bytes, Stream s) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s));
+  }
+};
+
+}  // namespace fa

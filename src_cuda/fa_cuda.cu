@@ -1,0 +1,106 @@
+// fa-cuda (also built as the course's hw4): FlashAttention forward on an NVIDIA GPU.
+//
+//   fa-cuda INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
+//
+// Kernels (FA_KERNEL=tiled|tensorcore forces one; the default is the fastest accurate one):
+//   tiled       kernel_tiled.cuh: the homework design in fp32 (Br = 16, Bc = 32, padded K),
+//               every GPU (sm_61 and later);
+//   tensorcore  kernel_tensorcore.cuh: 3xFP16 mma.sync, fp32-class accuracy, sm_80 and later;
+//               a chunk with values it cannot represent (|x| > 64, NaN, inf) runs tiled.
+// Host side: src_common/gpu_pipeline.h (streamed chunks, device start-up overlapped with the
+// read) and src_common/fa_host.h (format checks, atomic output, FA_TIMING=1 breakdown).
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "../src_common/gpu_pipeline.h"
+#include "cuda_api.cuh"
+#include "kernel_tensorcore.cuh"
+#include "kernel_tiled.cuh"
+
+namespace fa {
+
+class CudaKernels {
+ public:
+  CudaKernels(const Shape& s, const DeviceInfo& device) : shape_(s) {
+    const std::string& arch = device.arch;
+    const int cc = std::atoi(arch.c_str() + 3);  // "sm_90" -> 90
+    const char* forced = std::getenv("FA_KERNEL");
+    if (forced && *forced) {
+      if (std::strcmp(forced, "tiled") == 0) {
+        tensorcore_ = false;
+      } else if (std::strcmp(forced, "tensorcore") == 0) {
+        if (cc < 80) fail(kExitUsage, "FA_KERNEL=tensorcore needs sm_80 or later; this GPU is %s", arch.c_str());
+        tensorcore_ = true;
+      } else {
+        fail(kExitUsage, "FA_KERNEL=%s: expected tiled or tensorcore", forced);
+      }
+    } else {
+      tensorcore_ = cc >= 80;
+    }
+    if (tensorcore_) {
+      CUDA_CHECK(cudaFuncSetAttribute(attention_tensorcore<32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      tc_smem_bytes<32>()));
+      CUDA_CHECK(cudaFuncSetAttribute(attention_tensorcore<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      tc_smem_bytes<64>()));
+      // Mapped host flag: set by the split pass if any chunk had to run on the tiled kernel.
+      int* flag = nullptr;
+      CUDA_CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
+      *flag = 0;
+      declined_host_ = flag;
+      CUDA_CHECK(cudaHostGetDevicePointer(&declined_device_, flag, 0));
+      int sms = 0;
+      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+      split_blocks_ = 8 * sms;
+    }
+  }
+
+  size_t scratch_bytes(int64_t batches) const {
+    // Split K and V (4 fp16 arrays of N x d per batch), then the chunk's decline flag.
+    return tensorcore_ ? (size_t)(batches * shape_.batch_elements() * 8) + 256 : 0;
+  }
+
+  void launch(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
+    if (shape_.d == 32)
+      launch_d<32>(qkv, out, scratch, batches, stream);
+    else
+      launch_d<64>(qkv, out, scratch, batches, stream);
+  }
+
+  std::string name() const {
+    if (!tensorcore_) return "tiled";
+    return *declined_host_ ? "tensorcore+tiled" : "tensorcore";
+  }
+
+ private:
+  template <int D>
+  void launch_d(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
+    const int64_t N = shape_.N;
+    if (!tensorcore_) {
+      launch_tiled<D>(qkv, out, batches, N, nullptr, stream);
+      CUDA_CHECK_LAUNCH("attention_tiled");
+      return;
+    }
+    __half* kv = static_cast<__half*>(scratch);
+    int* decline = reinterpret_cast<int*>(static_cast<char*>(scratch) + batches * shape_.batch_elements() * 8);
+    CUDA_CHECK(cudaMemsetAsync(decline, 0, sizeof(int), stream));
+    split_kv<<<split_blocks_, 256, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
+    CUDA_CHECK_LAUNCH("split_kv");
+    const int64_t row_tiles = (N + kTcBr - 1) / kTcBr;
+    attention_tensorcore<D><<<(unsigned)(batches * row_tiles), kTcWarps * 32, tc_smem_bytes<D>(), stream>>>(
+        qkv, kv, out, N, row_tiles, decline);
+    CUDA_CHECK_LAUNCH("attention_tensorcore");
+    launch_tiled<D>(qkv, out, batches, N, decline, stream);  // returns at once unless declined
+    CUDA_CHECK_LAUNCH("attention_tiled (fallback)");
+  }
+
+  Shape shape_;
+  bool tensorcore_ = false;
+  int split_blocks_ = 0;
+  volatile int* declined_host_ = nullptr;
+  int* declined_device_ = nullptr;
+};
+
+}  // namespace fa
+
+int main(int argc, char** argv) { return fa::run_pipeline<fa::CudaApi, fa::CudaKernels>(argc, argv, "fa-cuda"); }

@@ -1,0 +1,291 @@
+// kernel_tensorcore.cuh: fp32-accurate attention on tensor cores (sm_80 and later).
+//
+// Precision: error-compensated fp16 ("3xFP16"). Each fp32 operand x is split into two fp16
+// values, x ~ hi + lo with hi = fp16(x) and lo = fp16(x - hi), which together carry 22 bits of
+// significand; a product becomes a*b ~ a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, each term one
+// mma.sync.m16n8k16 with fp32 accumulation (the dropped a_lo*b_lo is below 2^-22 |a b|).
+// fp16 has the same 11-bit significand as TF32 and twice its tensor-core rate, and the score
+// accumulator's register layout is exactly the A-operand layout of the P V product, so P never
+// leaves registers. fp16's narrow exponent is handled by exact power-of-two scales that keep
+// the low parts normal numbers: Q by 2^6 (folded with log2(e)/sqrt(d)), K by 2^6, V by 2^6 and
+// P (in [0, 1]) by 2^12; the scales are undone exactly at the end.
+// Both products are compensated: with plain fp16 (or TF32) for P the error was over 1e-4,
+// see the error budget measured in scripts/device_check.sh's log and README.md.
+// Range: the split needs |x| <= 64 for every Q, K, V value (fp16 overflows past 65504 after
+// scaling); the split pass flags any chunk that has a larger or non-finite value, and the
+// fp32 tiled kernel computes that chunk instead.
+//
+// Two kernels per chunk:
+//   split_kv             K and V -> fp16 hi and lo (scaled), once per chunk, so the main kernel
+//                        streams ready operands with cp.async and loads them with ldmatrix.
+//                        Per batch: [K_hi | K_lo | V_hi | V_lo], each N x D halves.
+//   attention_tensorcore one block per (batch, kBr = 64 query rows), 4 warps of 16 rows each.
+//     Q:  each warp loads its 16 x D rows once, splits them into A fragments in registers.
+//     K/V tiles of kBc = 64 keys, double-buffered in shared memory by cp.async (zero-filled past
+//     N): stage = [K_hi | K_lo | V_hi | V_lo], each kBc rows of D + 8 halves; the 16-byte pad
+//     makes the 8 rows an ldmatrix reads fall in 8 distinct 4-bank groups.
+//     Per tile: S = Q K^T (16 x 64 per warp, 3 mma per fragment pair), masked past N;
+//     online softmax on the quad of lanes that shares a row (running max m, per-lane sums l);
+//     O += P V with P split in registers and V fragments from ldmatrix.trans.
+//     O is written once at the end.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fa {
+
+constexpr int kTcBr = 64;                      // query rows per block
+constexpr int kTcBc = 64;                      // keys per tile
+constexpr int kTcWarps = kTcBr / 16;           // one warp per 16 query rows
+constexpr float kLimit = 64.f;                 // largest |x| the split represents safely
+constexpr float kQKScale = 64.f;               // 2^6 on Q and on K
+constexpr float kVScale = 64.f;                // 2^6 on V
+constexpr float kPScale = 4096.f;              // 2^12 on P
+constexpr float kUnscaleS = 1.f / (kQKScale * kQKScale);
+constexpr float kUnscaleO = 1.f / (kPScale * kVScale);
+
+template <int D>
+__host__ __device__ constexpr int tc_pitch() { return D + 8; }  // halves per shared-memory row
+template <int D>
+__host__ __device__ constexpr int tc_stage_halves() { return 4 * kTcBc * tc_pitch<D>(); }
+template <int D>
+__host__ __device__ constexpr int tc_smem_bytes() { return 2 * tc_stage_halves<D>() * 2; }
+
+// x, y -> fp16 pairs hi and lo with x ~ hi + lo (packed as the 32-bit registers mma takes).
+__device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint32_t& lo) {
+  const __half2 h = __floats2half2_rn(x, y);
+  const float2 back = __half22float2(h);
+  const __half2 l = __floats2half2_rn(x - back.x, y - back.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+// ------------------------------------------------------------------------- the split pass
+__global__ void split_kv(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t ND,
+                         int* __restrict__ decline, volatile int* declined_ever) {
+  const int64_t quads = batches * ND / 4;  // float4 groups of one of Q, K, V
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t b = (4 * i) / ND, e = 4 * i - b * ND;
+    const float* base = qkv + b * 3 * ND + e;
+    const float4 q = *reinterpret_cast<const float4*>(base);
+    const float4 k = *reinterpret_cast<const float4*>(base + ND);
+    const float4 v = *reinterpret_cast<const float4*>(base + 2 * ND);
+    float m = fmaxf(fmaxf(fmaxf(fabsf(q.x), fabsf(q.y)), fmaxf(fabsf(q.z), fabsf(q.w))),
+                    fmaxf(fmaxf(fabsf(k.x), fabsf(k.y)), fmaxf(fabsf(k.z), fabsf(k.w))));
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+    const bool finite = isfinite(q.x + q.y + q.z + q.w + k.x + k.y + k.z + k.w + v.x + v.y + v.z + v.w);
+    if (!(m <= kLimit) || !finite) {
+      *decline = 1;
+      *declined_ever = 1;
+    }
+    uint2 kh, kl, vh, vl;
+    split_pair(k.x * kQKScale, k.y * kQKScale, kh.x, kl.x);
+    split_pair(k.z * kQKScale, k.w * kQKScale, kh.y, kl.y);
+    split_pair(v.x * kVScale, v.y * kVScale, vh.x, vl.x);
+    split_pair(v.z * kVScale, v.w * kVScale, vh.y, vl.y);
+    __half* dst = kv + b * 4 * ND + e;
+    *reinterpret_cast<uint2*>(dst) = kh;
+    *reinterpret_cast<uint2*>(dst + ND) = kl;
+    *reinterpret_cast<uint2*>(dst + 2 * ND) = vh;
+    *reinterpret_cast<uint2*>(dst + 3 * ND) = vl;
+  }
+}
+
+// ------------------------------------------------------------------------- PTX wrappers
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; src_bytes = 0 fills zeros (keys past N).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int Pending>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// c += a * b for one 16x8x16 tile: a = 4 registers of fp16 pairs, b = 2, c = 4 fp32.
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += (a_hi + a_lo) (b_hi + b_lo), dropping a_lo b_lo.
+__device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                     uint32_t bh0, uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+  mma16816(c, a_lo, bh0, bh1);  // small terms first
+  mma16816(c, a_hi, bl0, bl1);
+  mma16816(c, a_hi, bh0, bh1);
+}
+
+// ------------------------------------------------------------------------- the main kernel
+template <int D>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    attention_tensorcore(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
+                         int64_t N, int64_t row_tiles, const int* __restrict__ decline) {
+#if __CUDA_ARCH__ >= 800
+  if (*decline) return;  // this chunk has values the split cannot take: the tiled kernel runs
+  constexpr int P = tc_pitch<D>();
+  constexpr int kTileHalves = kTcBc * P;  // one of K_hi, K_lo, V_hi, V_lo in shared memory
+  extern __shared__ __align__(16) __half smem[];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group and column pair
+  const int64_t b = blockIdx.x / row_tiles;
+  const int64_t row0 = (blockIdx.x % row_tiles) * kTcBr + warp * 16;
+  const int64_t ND = N * D;
+  const float* Q = qkv + b * 3 * ND;
+  const __half* KV = kv + b * 4 * ND;  // [K_hi | K_lo | V_hi | V_lo]
+
+  // --- K/V tile load: 4 arrays x kBc rows x D/8 chunks of 16 bytes, spread over the block.
+  auto load_tile = [&](int stage, int64_t key0) {
+    constexpr int kChunksPerRow = D / 8, kChunks = 4 * kTcBc * kChunksPerRow;
+    __half* dst0 = smem + stage * tc_stage_halves<D>();
+#pragma unroll
+    for (int c = tid; c < kChunks; c += kTcWarps * 32) {
+      const int array = c / (kTcBc * kChunksPerRow), r = (c / kChunksPerRow) % kTcBc, col = (c % kChunksPerRow) * 8;
+      const bool valid = key0 + r < N;
+      const __half* src = valid ? KV + array * ND + (key0 + r) * D + col : KV;
+      cp_async16(dst0 + array * kTileHalves + r * P + col, src, valid ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+  const int64_t tiles = (N + kTcBc - 1) / kTcBc;
+  load_tile(0, 0);
+
+  // --- Q fragments: rows row0 + g and row0 + g + 8, pre-scaled, split into hi and lo.
+  const float q_scale = kQKScale * 1.4426950408889634f / sqrtf((float)D);
+  uint32_t q_hi[D / 16][4], q_lo[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int64_t row = row0 + g + (r & 1) * 8;
+      const int col = ks * 16 + 2 * t + (r >> 1) * 8;
+      const float2 x = row < N ? *reinterpret_cast<const float2*>(Q + row * D + col) : make_float2(0.f, 0.f);
+      split_pair(x.x * q_scale, x.y * q_scale, q_hi[ks][r], q_lo[ks][r]);
+    }
+  }
+
+  float o[D / 8][4] = {};                      // O fragments: 16 rows x D, fp32
+  float m[2] = {-INFINITY, -INFINITY};         // running max (base 2) of rows g and g + 8
+  float l[2] = {0.f, 0.f};                     // this lane's share of the running sums
+
+  for (int64_t j = 0; j < tiles; ++j) {
+    if (j + 1 < tiles) {
+      load_tile((j + 1) & 1, (j + 1) * kTcBc);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const __half* Kh = smem + (j & 1) * tc_stage_halves<D>();
+    const __half* Kl = Kh + kTileHalves;
+    const __half* Vh = Kl + kTileHalves;
+    const __half* Vl = Vh + kTileHalves;
+
+    // --- Scores S = Q K^T: 8 n-tiles of 8 keys, fragments for two n-tiles per ldmatrix.x4.
+    float s[kTcBc / 8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int np = 0; np < kTcBc / 16; ++np) {
+        const int key = np * 16 + (lane & 7) + (lane >> 4) * 8, dim = ks * 16 + ((lane >> 3) & 1) * 8;
+        uint32_t kh[4], kl[4];
+        ldmatrix_x4(kh, Kh + key * P + dim);
+        ldmatrix_x4(kl, Kl + key * P + dim);
+        mma3(s[2 * np], q_hi[ks], q_lo[ks], kh[0], kh[1], kl[0], kl[1]);
+        mma3(s[2 * np + 1], q_hi[ks], q_lo[ks], kh[2], kh[3], kl[2], kl[3]);
+      }
+    }
+
+    // --- Online softmax: unscale, mask keys past N, new row max over the quad of lanes.
+    const int64_t key0 = j * kTcBc;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kTcBc / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const bool valid = key0 + nt * 8 + 2 * t + (c & 1) < N;
+        s[nt][c] = valid ? s[nt][c] * kUnscaleS : -INFINITY;
+        tile_max[c >> 1] = fmaxf(tile_max[c >> 1], s[nt][c]);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+      const float m_new = fmaxf(m[h], tile_max[h]);
+      alpha[h] = exp2f(m[h] - m_new);
+      m[h] = m_new;
+      l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int nt = 0; nt < kTcBc / 8; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        s[nt][c] = exp2f(s[nt][c] - m[c >> 1]);
+        l[c >> 1] += s[nt][c];
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+      o[nt][0] *= alpha[0], o[nt][1] *= alpha[0], o[nt][2] *= alpha[1], o[nt][3] *= alpha[1];
+    }
+
+    // --- Output: O += P V. P's A fragments for keys 16kk..16kk+15 are score n-tiles 2kk, 2kk+1.
+#pragma unroll
+    for (int kk = 0; kk < kTcBc / 16; ++kk) {
+      uint32_t p_hi[4], p_lo[4];
+      split_pair(s[2 * kk][0] * kPScale, s[2 * kk][1] * kPScale, p_hi[0], p_lo[0]);
+      split_pair(s[2 * kk][2] * kPScale, s[2 * kk][3] * kPScale, p_hi[1], p_lo[1]);
+      split_pair(s[2 * kk + 1][0] * kPScale, s[2 * kk + 1][1] * kPScale, p_hi[2], p_lo[2]);
+      split_pair(s[2 * kk + 1][2] * kPScale, s[2 * kk + 1][3] * kPScale, p_hi[3], p_lo[3]);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dim = dp * 16 + (lane >> 4) * 8;
+        uint32_t vh[4], vl[4];
+        ldmatrix_x4_trans(vh, Vh + key * P + dim);
+        ldmatrix_x4_trans(vl, Vl + key * P + dim);
+        mma3(o[2 * dp], p_hi, p_lo, vh[0], vh[1], vl[0], vl[1]);
+        mma3(o[2 * dp + 1], p_hi, p_lo, vh[2], vh[3], vl[2], vl[3]);
+      }
+    }
+    __syncthreads();  // this stage is refilled by the next iteration's load
+  }
+
+  // --- O written once: sum the quad's shares of l, unscale, store rows below N.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+  float* O = out + b * ND;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t row = row0 + g + h * 8;
+    if (row >= N) continue;
+    const float inv = kUnscaleO / l[h];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+      *reinterpret_cast<float2*>(O + row * D + nt * 8 + 2 * t) = make_float2(o[nt][2 * h] * inv, o[nt][2 * h + 1] * inv);
+  }
+#endif
+}
+
+}  // namespace fa

@@ -1,0 +1,107 @@
+"""The GPU programs against the float64 reference (marked gpu: skipped where there is no
+NVIDIA GPU). Every kernel of every program: odd shapes, stress distributions, the shipped suite,
+values outside the tensor-core range, and agreement between programs."""
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import build, run_and_check
+from fa_cli import generate, suite, verify
+from fa_cli.format import AttentionInput, Shape, open_output
+
+TOL = 1e-4
+pytestmark = pytest.mark.gpu
+
+# (program binary's make target and file, FA_KERNEL)
+VARIANTS = [("cuda", "fa-cuda", "tiled"), ("cuda", "fa-cuda", "tensorcore")]
+
+
+@pytest.fixture(scope="module", params=VARIANTS, ids=lambda v: f"{v[1]}-{v[2]}")
+def variant(request):
+    target, binary, kernel = request.param
+    return build(target, binary), {**os.environ, "FA_KERNEL": kernel}
+
+
+@pytest.mark.parametrize("d", [32, 64])
+@pytest.mark.parametrize("N", [1, 7, 33, 129, 1000, 2047])
+def test_odd_shapes(variant, tmp_path, N, d):
+    program, env = variant
+    assert run_and_check(program, tmp_path, Shape(2 if N < 1000 else 1, N, d), seed=N, env=env) <= TOL
+
+
+@pytest.mark.parametrize("d", [32, 64])
+def test_many_batches(variant, tmp_path, d):
+    program, env = variant
+    assert run_and_check(program, tmp_path, Shape(13000, 128, 32) if d == 32 else Shape(3000, 128, 64),
+                         env=env) <= TOL
+
+
+@pytest.mark.parametrize("dist", ["extreme", "onehot", "constant", "normal"])
+@pytest.mark.parametrize("d", [32, 64])
+def test_stress_distributions(variant, tmp_path, dist, d):
+    program, env = variant
+    assert run_and_check(program, tmp_path, Shape(3, 1500, d), dist, env=env) <= TOL
+
+
+def test_long_sequence(variant, tmp_path):
+    program, env = variant
+    assert run_and_check(program, tmp_path, Shape(1, 16384 + 5, 64), env=env) <= TOL
+
+
+@pytest.mark.parametrize("name", [f"t{i:02d}" for i in range(1, 11)])
+def test_shipped_suite(variant, tmp_path, name):
+    program, env = variant
+    c = suite.case(name)
+    out = tmp_path / "o.out"
+    subprocess.run([str(program), str(c.input_path), str(out)], check=True, env=env)
+    result = verify.against_reference(AttentionInput(c.input_path), open_output(out, c.shape), TOL)
+    assert result.passed, result
+
+
+def timing_line(program, inp, out, env):
+    proc = subprocess.run([str(program), str(inp), str(out)], capture_output=True, text=True, check=True,
+                          env={**env, "FA_TIMING": "1"})
+    return dict(item.split("=", 1) for item in proc.stderr.split("fa-timing:")[1].split())
+
+
+def test_values_past_the_split_range_fall_back_to_fp32(tmp_path):
+    """|x| > 64 would overflow the tensor-core split: such a chunk runs on the tiled kernel."""
+    program = build("cuda", "fa-cuda")
+    shape = Shape(2, 200, 64)
+    inp, out = tmp_path / "big.in", tmp_path / "o.out"
+    q, k, v = (np.stack(x) for x in zip(*(generate.batch(shape, 3, "uniform", b) for b in range(2))))
+    with open(inp, "wb") as f:
+        f.write(np.array([2, 200, 64], "<i4").tobytes())
+        for b in range(2):
+            for x in (q[b] * 40, k[b] / 10, v[b] * 40):  # |q| up to 120, |v| up to 120
+                f.write(x.astype("<f4").tobytes())
+    info = timing_line(program, inp, out, dict(os.environ))
+    assert info["impl"] == "tensorcore+tiled"
+    result = verify.against_reference(AttentionInput(inp), open_output(out, shape), 1e-3)
+    assert result.passed, result
+    # In-range inputs stay on the tensor cores.
+    generate.write_input(inp, shape, 1)
+    assert timing_line(program, inp, out, dict(os.environ))["impl"] == "tensorcore"
+
+
+def test_kernels_agree(tmp_path):
+    program = build("cuda", "fa-cuda")
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, Shape(4, 777, 64), 5)
+    outs = {}
+    for kernel in ("tiled", "tensorcore"):
+        out = tmp_path / f"{kernel}.out"
+        subprocess.run([str(program), str(inp), str(out)], check=True, env={**os.environ, "FA_KERNEL": kernel})
+        outs[kernel] = np.fromfile(out, dtype="<f4")
+    assert np.abs(outs["tiled"] - outs["tensorcore"]).max() <= 2e-5
+
+
+def test_bad_kernel_name(tmp_path):
+    program = build("cuda", "fa-cuda")
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, Shape(1, 8, 32), 1)
+    proc = subprocess.run([str(program), str(inp), str(tmp_path / "o")], capture_output=True, text=True,
+                          env={**os.environ, "FA_KERNEL": "magic"})
+    assert proc.returncode == 2 and "FA_KERNEL=magic" in proc.stderr and not (tmp_path / "o").exists()
