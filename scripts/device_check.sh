@@ -2,13 +2,16 @@
 # Everything the GPU programs must show on a GPU machine, in one call:
 #   build -> GPU tests -> the suite t01..t30 through fa run -> compute-sanitizer -> benchmark.
 # Usage: scripts/device_check.sh [build tests suite sanitize bench ...]   (default: all)
-# Logs and results go to $OUT (default /tmp/fa-device); the last lines printed are a summary.
+# Logs go to /tmp/fa-logs, packed at the end into $LOG/logs.tgz beside the benchmark's results,
+# markdown table and charts (at most 8 files come back from the device tool); the last lines
+# printed are a summary.
 # No package registry is needed: the machine's python3 must already have numpy, click, rich,
 # matplotlib, pytest (and torch for the comparison).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fa-device}
-mkdir -p "$OUT"
+LOG=/tmp/fa-logs
+mkdir -p "$OUT" "$LOG"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FA_CACHE=${FA_CACHE:-/tmp/fa-cache}
 fa() { python3 -m fa_cli.cli "$@"; }
 steps=${*:-build tests suite sanitize bench}
@@ -18,18 +21,18 @@ note() { summary+=("$1"); echo "== $1"; }
 for step in $steps; do
   case $step in
   build)
-    nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
-    make -s cpu cuda $(command -v hipcc >/dev/null || echo hip-cuda) 2>&1 | tee "$OUT/build.log"
+    nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$LOG/gpu.txt"
+    make -s cpu cuda ${EXTRA_TARGETS:-} 2>&1 | tee "$LOG/build.log"
     note "build: $(ls bin | tr '\n' ' ')"
     ;;
   tests)
-    python3 -m pytest -q -m gpu tests 2>&1 | tee "$OUT/pytest-gpu.log"
-    note "gpu tests: $(tail -1 "$OUT/pytest-gpu.log")"
+    python3 -m pytest -q -m gpu tests 2>&1 | tee "$LOG/pytest-gpu.log"
+    note "gpu tests: $(tail -1 "$LOG/pytest-gpu.log")"
     ;;
   suite)
     for prog in ${SUITE_PROGRAMS:-cuda}; do
-      fa run --all --program "$prog" --tol 1e-4 2>&1 | tee "$OUT/suite-$prog.log"
-      note "suite $prog: $(grep -c PASS "$OUT/suite-$prog.log") of 30 PASS at 1e-4"
+      fa run --all --program "$prog" --tol 1e-4 2>&1 | tee "$LOG/suite-$prog.log"
+      note "suite $prog: $(grep -c PASS "$LOG/suite-$prog.log") of 30 PASS at 1e-4"
     done
     ;;
   sanitize)
@@ -40,9 +43,9 @@ for step in $steps; do
         for tool in memcheck racecheck; do
           for f in /tmp/san64.in /tmp/san32.in; do
             FA_KERNEL=$kernel compute-sanitizer --tool $tool --error-exitcode 9 "bin/$prog" $f /tmp/san.out \
-              >"$OUT/sanitize-$prog-$kernel-$tool-$(basename $f .in).log" 2>&1
+              >"$LOG/sanitize-$prog-$kernel-$tool-$(basename $f .in).log" 2>&1
             rc=$?
-            note "sanitizer $tool $prog $kernel $(basename $f): rc=$rc $(grep -h 'ERROR SUMMARY' "$OUT/sanitize-$prog-$kernel-$tool-$(basename $f .in).log")"
+            note "sanitizer $tool $prog $kernel $(basename $f): rc=$rc $(grep -h 'ERROR SUMMARY' "$LOG/sanitize-$prog-$kernel-$tool-$(basename $f .in).log")"
           done
         done
       done
@@ -50,16 +53,19 @@ for step in $steps; do
     ;;
   bench)
     shapes=(--shape 26,32768,64 --shape 52,32768,32 --shape 64,4096,64 --shape 512,1024,32 --shape 13000,128,32)
-    rm -f "$OUT/bench.json"
+    rm -f "$LOG/bench.json"
     for kernel in ${BENCH_KERNELS:-tensorcore tiled}; do
       FA_KERNEL=$kernel fa bench --program cuda --label "cuda-$kernel" "${shapes[@]}" --repeat ${REPEAT:-3} \
-        -o "$OUT/bench.json" 2>&1 | tee -a "$OUT/bench.log"
+        -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     done
-    fa bench --program torch --label torch-sdpa-fp32 "${shapes[@]}" --repeat ${REPEAT:-3} -o "$OUT/bench.json" 2>&1 | tee -a "$OUT/bench.log"
-    fa compare "$OUT/bench.json" --markdown --plot "$OUT/bench.png" | tee "$OUT/compare.md"
+    fa bench --program torch --label torch-sdpa-fp32 "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
+    fa compare "$LOG/bench.json" --markdown --plot "$LOG/bench.png" | tee "$LOG/compare.md"
     note "bench: see compare.md"
     ;;
   *) echo "unknown step $step"; exit 2 ;;
   esac
 done
-echo; echo "==== summary"; printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" >"$LOG/summary.txt"
+tar czf "$OUT/logs.tgz" -C /tmp fa-logs
+cp "$LOG"/bench*.png "$LOG/bench.json" "$LOG/compare.md" "$OUT/" 2>/dev/null
+echo; echo "==== summary"; cat "$LOG/summary.txt"
