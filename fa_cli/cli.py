@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from . import bench, compare, generate, judge, programs, report, suite, verify
-from .devices import describe_first
+from .devices import describe_first, list_devices
 from .errors import FaError
 from .format import AttentionInput, Shape, check_shape, open_output
 
@@ -124,6 +124,16 @@ def run(cases, all_cases, program, tol, sample_rows, full, no_time_limit) -> Non
         if r.error:
             click.echo(f"{r.target.name}: {r.error}", err=True)
     sys.exit(0 if all(r.ok for r in results) else 1)
+
+
+@main.command(name="devices")
+def devices_cmd() -> None:
+    """List GPUs: NVIDIA through the CUDA driver, AMD through hip-python (pip install .[amd])."""
+    found = list_devices()
+    if not found:
+        click.echo("no GPU found (no NVIDIA driver, and no AMD GPU visible to hip-python); the cpu program runs here")
+        return
+    report.console.print(report.devices_table(found))
 
 
 def parse_shape(text: str) -> Shape:

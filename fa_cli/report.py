@@ -85,3 +85,12 @@ def compare_table(header: list[str], rows: list[list[str]]) -> Table:
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def devices_table(devices) -> Table:
+    table = Table(title="GPUs", title_justify="left")
+    for column in ("#", "vendor", "name", "arch", "compute units", "memory GiB"):
+        table.add_column(column)
+    for d in devices:
+        table.add_row(str(d.index), d.vendor, d.name, d.arch, str(d.compute_units), f"{d.memory_bytes / 2**30:.1f}")
+    return table

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU programs must show on a GPU machine, in one call:
 #   build -> GPU tests -> the suite t01..t30 through fa run -> compute-sanitizer -> benchmark.
-# Usage: scripts/device_check.sh [build tests suite sanitize bench ...]   (default: all)
+# Usage: scripts/device_check.sh [build tests suite sanitize bench trace ...]   (default: all)
 # Logs go to /tmp/fa-logs, packed at the end into $LOG/logs.tgz beside the benchmark's results,
 # markdown table and charts (at most 8 files come back from the device tool); the last lines
 # printed are a summary.
@@ -14,7 +14,7 @@ LOG=/tmp/fa-logs
 mkdir -p "$OUT" "$LOG"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FA_CACHE=${FA_CACHE:-/tmp/fa-cache}
 fa() { python3 -m fa_cli.cli "$@"; }
-steps=${*:-build tests suite sanitize bench}
+steps=${*:-build tests suite sanitize bench trace}
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
@@ -22,7 +22,8 @@ for step in $steps; do
   case $step in
   build)
     nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader | tee "$LOG/gpu.txt"
-    make -s cpu cuda ${EXTRA_TARGETS:-} 2>&1 | tee "$LOG/build.log"
+    make -s cpu cuda hip-cuda 2>&1 | tee "$LOG/build.log"
+    fa devices | tee "$LOG/devices.txt"
     note "build: $(ls bin | tr '\n' ' ')"
     ;;
   tests)
@@ -30,7 +31,7 @@ for step in $steps; do
     note "gpu tests: $(tail -1 "$LOG/pytest-gpu.log")"
     ;;
   suite)
-    for prog in ${SUITE_PROGRAMS:-cuda}; do
+    for prog in ${SUITE_PROGRAMS:-cuda hip-cuda}; do
       fa run --all --program "$prog" --tol 1e-4 2>&1 | tee "$LOG/suite-$prog.log"
       note "suite $prog: $(grep -c PASS "$LOG/suite-$prog.log") of 30 PASS at 1e-4"
     done
@@ -38,15 +39,14 @@ for step in $steps; do
   sanitize)
     fa gen -B 2 -N 257 -d 64 --seed 3 -o /tmp/san64.in >/dev/null
     fa gen -B 3 -N 100 -d 32 --seed 4 -o /tmp/san32.in >/dev/null
-    for prog in ${SANITIZE_PROGRAMS:-fa-cuda}; do
-      for kernel in tiled tensorcore; do
-        for tool in memcheck racecheck; do
-          for f in /tmp/san64.in /tmp/san32.in; do
-            FA_KERNEL=$kernel compute-sanitizer --tool $tool --error-exitcode 9 "bin/$prog" $f /tmp/san.out \
-              >"$LOG/sanitize-$prog-$kernel-$tool-$(basename $f .in).log" 2>&1
-            rc=$?
-            note "sanitizer $tool $prog $kernel $(basename $f): rc=$rc $(grep -h 'ERROR SUMMARY' "$LOG/sanitize-$prog-$kernel-$tool-$(basename $f .in).log")"
-          done
+    # program:VARIABLE=value, every kernel and tile shape
+    for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_KERNEL=tensorcore fa-hip-cuda:FA_HIP_BC=32 fa-hip-cuda:FA_HIP_BC=64; do
+      prog=${run%%:*} setting=${run#*:}
+      for tool in memcheck racecheck; do
+        for f in /tmp/san64.in /tmp/san32.in; do
+          log="$LOG/sanitize-$prog-${setting#*=}-$tool-$(basename $f .in).log"
+          env "$setting" compute-sanitizer --tool $tool --error-exitcode 9 "bin/$prog" $f /tmp/san.out >"$log" 2>&1
+          note "sanitizer $tool $prog $setting $(basename $f): rc=$? $(grep -h 'ERROR SUMMARY' "$log")"
         done
       done
     done
@@ -58,9 +58,25 @@ for step in $steps; do
       FA_KERNEL=$kernel fa bench --program cuda --label "cuda-$kernel" "${shapes[@]}" --repeat ${REPEAT:-3} \
         -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     done
+    FA_HIP_BC=32 fa bench --program hip-cuda --label hip-on-cuda "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     fa bench --program torch --label torch-sdpa-fp32 "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     fa compare "$LOG/bench.json" --markdown --plot "$LOG/bench.png" | tee "$LOG/compare.md"
     note "bench: see compare.md"
+    ;;
+  trace)
+    # Per-chunk trace (FA_TIMING=2) and wall time of the whole process, page-cached input.
+    for shape in 26,32768,64 13000,128,32; do
+      IFS=, read -r B N d <<<"$shape"
+      f=$FA_CACHE/uniform-B$B-N$N-d$d-s0.in
+      [ -f "$f" ] || fa gen -B $B -N $N -d $d -o "$f" >/dev/null
+      cat "$f" >/dev/null
+      for i in 1 2; do
+        start=$(date +%s.%N)
+        FA_TIMING=2 bin/fa-cuda "$f" /tmp/trace.out 2>"$LOG/trace-$shape.log"
+        end=$(date +%s.%N)
+      done
+      note "trace $shape: wall $(echo "$end - $start" | bc) s; $(grep fa-timing "$LOG/trace-$shape.log")"
+    done
     ;;
   *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -171,11 +171,12 @@ struct Timing {
   }
 };
 
-// Checks for "PROGRAM INPUT OUTPUT" and names the program in its error messages.
-inline void parse_args(int argc, const char* name) {
-  program_name() = name;
+// Checks for "PROGRAM INPUT OUTPUT"; errors name the program as it was invoked (hw4, fa-cuda, ...).
+inline void parse_args(int argc, char** argv) {
+  const char* slash = argv[0] ? std::strrchr(argv[0], '/') : nullptr;
+  program_name() = slash ? slash + 1 : (argv[0] ? argv[0] : "fa");
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s INPUT OUTPUT\n", name);
+    std::fprintf(stderr, "usage: %s INPUT OUTPUT\n", program_name());
     std::exit(kExitUsage);
   }
 }

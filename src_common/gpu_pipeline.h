@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -95,10 +96,10 @@ inline void read_parallel(int fd, char* dst, int64_t bytes, int64_t offset, cons
 }
 
 template <class Gpu, class Kernels>
-int run_pipeline(int argc, char** argv, const char* program) {
+int run_pipeline(int argc, char** argv) {
   using Stream = typename Gpu::Stream;
   using Event = typename Gpu::Event;
-  parse_args(argc, program);
+  parse_args(argc, argv);
   const double start = now_seconds();
   Timing timing;
   const InputFile in = open_input(argv[1]);
@@ -151,6 +152,9 @@ int run_pipeline(int argc, char** argv, const char* program) {
 
   // Reader thread: fills slots in order; a reused slot waits until its last copy finished.
   Progress read_done, init_done, submitted, written;
+  // FA_TIMING=2 adds one trace line per chunk: when it was read, submitted and written.
+  std::vector<double> t_read(chunks), t_submit(chunks), t_written(chunks);
+  double t_init = 0;
   std::thread reader([&] {
     for (int64_t i = 0; i < chunks; ++i) {
       if (i >= slots) {
@@ -161,11 +165,13 @@ int run_pipeline(int argc, char** argv, const char* program) {
       const double t = now_seconds();
       read_parallel(in.fd, host_in[i % slots], batches_in(i) * batch_in, batch_offset(s, i * per_chunk), argv[1]);
       timing.read += now_seconds() - t;
+      t_read[i] = now_seconds() - start;
       read_done.advance();
     }
   });
 
   init.join();
+  t_init = now_seconds() - start;
   init_done.advance();
   timing.arch = device.arch;
   timing.device = device.name;
@@ -178,6 +184,7 @@ int run_pipeline(int argc, char** argv, const char* program) {
       const double t = now_seconds();
       out.write(host_out[i % kOutputSlots], batches_in(i) * batch_out);
       timing.write += now_seconds() - t;
+      t_written[i] = now_seconds() - start;
       written.advance();
     }
   });
@@ -211,6 +218,7 @@ int run_pipeline(int argc, char** argv, const char* program) {
     Gpu::record(d2h_start[i], d2h_stream);
     Gpu::d2h(host_out[i % kOutputSlots], dev_out[buf], (size_t)(n * batch_out), d2h_stream);
     Gpu::record(d2h_end[i], d2h_stream);
+    t_submit[i] = now_seconds() - start;
     submitted.advance();
   }
   reader.join();
@@ -226,6 +234,14 @@ int run_pipeline(int argc, char** argv, const char* program) {
   timing.impl = kernels->name();   // after the run: a kernel may have handed chunks to another
   timing.total = now_seconds() - start;
   timing.print_if_asked();
+  const char* level = std::getenv("FA_TIMING");
+  if (level && std::strcmp(level, "2") == 0) {
+    std::fprintf(stderr, "fa-trace: init done at %.4f s, %lld chunks of %lld batches\n", t_init, (long long)chunks,
+                 (long long)per_chunk);
+    for (int64_t i = 0; i < chunks; ++i)
+      std::fprintf(stderr, "fa-trace: chunk %lld read %.4f submitted %.4f written %.4f kernel %.2f ms\n", (long long)i,
+                   t_read[i], t_submit[i], t_written[i], Gpu::elapsed_ms(k_start[i], k_end[i]));
+  }
   // Leave without the runtime's teardown: unpinning and freeing about a gigabyte took the
   // driver 0.1 s or more; the operating system reclaims all of it at exit anyway.
   std::fflush(nullptr);

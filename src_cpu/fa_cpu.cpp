@@ -80,7 +80,7 @@ void attention_chunk(const float* qkv, float* out, int64_t batches, int64_t N) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fa::parse_args(argc, "fa-cpu");
+  fa::parse_args(argc, argv);
   const double start = fa::now_seconds();
   fa::Timing timing;
   timing.device = "host CPU";

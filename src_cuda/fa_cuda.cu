@@ -3,7 +3,8 @@
 //   fa-cuda INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
 //
 // Kernels (FA_KERNEL=tiled|tensorcore forces one; the default is the fastest accurate one):
-//   tiled       kernel_tiled.cuh: the homework design in fp32 (Br = 16, Bc = 32, padded K),
+//   tiled       src_common/attention_tiled.h: the homework design in fp32 (Br = 16, Bc = 32,
+//               padded K),
 //               every GPU (sm_61 and later);
 //   tensorcore  kernel_tensorcore.cuh: 3xFP16 mma.sync, fp32-class accuracy, sm_80 and later;
 //               a chunk with values it cannot represent (|x| > 64, NaN, inf) runs tiled.
@@ -15,10 +16,12 @@
 
 #include "../src_common/gpu_pipeline.h"
 #include "cuda_api.cuh"
+#include "../src_common/attention_tiled.h"
 #include "kernel_tensorcore.cuh"
-#include "kernel_tiled.cuh"
 
 namespace fa {
+
+constexpr int kWarp = 32;  // the homework kernel's Bc: one key per lane of a warp
 
 class CudaKernels {
  public:
@@ -53,6 +56,11 @@ class CudaKernels {
       CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
       split_blocks_ = 8 * sms;
     }
+    // Load every kernel's code now, in the init thread, rather than at its first launch.
+    cudaFuncAttributes attr;
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<32, kWarp>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<64, kWarp>));
+    if (tensorcore_) CUDA_CHECK(cudaFuncGetAttributes(&attr, split_kv));
   }
 
   size_t scratch_bytes(int64_t batches) const {
@@ -77,7 +85,7 @@ class CudaKernels {
   void launch_d(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
     const int64_t N = shape_.N;
     if (!tensorcore_) {
-      launch_tiled<D>(qkv, out, batches, N, nullptr, stream);
+      launch_tiled<D, kWarp>(qkv, out, batches, N, nullptr, stream);
       CUDA_CHECK_LAUNCH("attention_tiled");
       return;
     }
@@ -90,7 +98,7 @@ class CudaKernels {
     attention_tensorcore<D><<<(unsigned)(batches * row_tiles), kTcWarps * 32, tc_smem_bytes<D>(), stream>>>(
         qkv, kv, out, N, row_tiles, decline);
     CUDA_CHECK_LAUNCH("attention_tensorcore");
-    launch_tiled<D>(qkv, out, batches, N, decline, stream);  // returns at once unless declined
+    launch_tiled<D, kWarp>(qkv, out, batches, N, decline, stream);  // returns at once unless declined
     CUDA_CHECK_LAUNCH("attention_tiled (fallback)");
   }
 
@@ -103,4 +111,4 @@ class CudaKernels {
 
 }  // namespace fa
 
-int main(int argc, char** argv) { return fa::run_pipeline<fa::CudaApi, fa::CudaKernels>(argc, argv, "fa-cuda"); }
+int main(int argc, char** argv) { return fa::run_pipeline<fa::CudaApi, fa::CudaKernels>(argc, argv); }

@@ -121,6 +121,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
 }
 
+// 2^x on the special-function unit; results below 2^-126 flush to zero (harmless for P).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // c += a * b for one 16x8x16 tile: a = 4 registers of fp16 pairs, b = 2, c = 4 fp32.
 __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
@@ -218,25 +225,30 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
       }
     }
 
-    // --- Online softmax: unscale, mask keys past N, new row max over the quad of lanes.
+    // --- Online softmax on raw (2^12-scaled) scores; keys past N masked in the last tile only.
     const int64_t key0 = j * kTcBc;
+    if (key0 + kTcBc > N) {
+      const int valid_keys = (int)(N - key0);
+#pragma unroll
+      for (int nt = 0; nt < kTcBc / 8; ++nt) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          if (nt * 8 + 2 * t + (c & 1) >= valid_keys) s[nt][c] = -INFINITY;
+      }
+    }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kTcBc / 8; ++nt) {
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const bool valid = key0 + nt * 8 + 2 * t + (c & 1) < N;
-        s[nt][c] = valid ? s[nt][c] * kUnscaleS : -INFINITY;
-        tile_max[c >> 1] = fmaxf(tile_max[c >> 1], s[nt][c]);
-      }
+      for (int c = 0; c < 4; ++c) tile_max[c >> 1] = fmaxf(tile_max[c >> 1], s[nt][c]);
     }
     float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      const float m_new = fmaxf(m[h], tile_max[h]);
-      alpha[h] = exp2f(m[h] - m_new);
+      const float m_new = fmaxf(m[h], tile_max[h] * kUnscaleS);
+      alpha[h] = fast_exp2(m[h] - m_new);
       m[h] = m_new;
       l[h] *= alpha[h];
     }
@@ -244,7 +256,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
     for (int nt = 0; nt < kTcBc / 8; ++nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        s[nt][c] = exp2f(s[nt][c] - m[c >> 1]);
+        s[nt][c] = fast_exp2(fmaf(s[nt][c], kUnscaleS, -m[c >> 1]));  // unscale and subtract in one FMA
         l[c >> 1] += s[nt][c];
       }
     }

@@ -46,7 +46,11 @@ def one_line(stderr: str) -> str:
 
 # Every program validates its input on the host, before the device starts: the GPU programs'
 # checks run wherever their compiler is installed, GPU or not.
-PROGRAMS = [("cpu", "fa-cpu")] + ([("cuda", "fa-cuda")] if shutil.which("nvcc") else [])
+PROGRAMS = [("cpu", "fa-cpu")]
+if shutil.which("nvcc"):
+    PROGRAMS += [("cuda", "fa-cuda"), ("hip-cuda", "fa-hip-cuda")]
+if shutil.which("hipcc"):
+    PROGRAMS += [("hip", "fa-hip")]
 
 
 @pytest.fixture(scope="module", params=PROGRAMS, ids=lambda p: p[1])
@@ -64,14 +68,20 @@ def test_program_rejects(any_program, tmp_path, kind):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.in"]
 
 
-@pytest.mark.skipif(not shutil.which("nvcc") or have_nvidia_gpu(), reason="needs nvcc and no NVIDIA GPU")
-def test_gpu_program_without_gpu(tmp_path):
+@pytest.mark.parametrize("target,binary,compiler,message", [
+    ("cuda", "fa-cuda", "nvcc", "no CUDA device available"),
+    ("hip-cuda", "fa-hip-cuda", "nvcc", "no HIP device available"),
+    ("hip", "fa-hip", "hipcc", "no HIP device available"),
+])
+def test_gpu_program_without_gpu(tmp_path, target, binary, compiler, message):
     """With no device, a valid input gets one line and exit 1, and no output file."""
-    program = build("cuda", "fa-cuda")
+    if not shutil.which(compiler) or have_nvidia_gpu():
+        pytest.skip(f"needs {compiler} and a machine without a GPU")
+    program = build(target, binary)
     inp = tmp_path / "x.in"
     generate.write_input(inp, GOOD, 1)
     proc = subprocess.run([str(program), str(inp), str(tmp_path / "o.out")], capture_output=True, text=True)
-    assert proc.returncode == 1 and "no CUDA device available" in one_line(proc.stderr)
+    assert proc.returncode == 1 and message in one_line(proc.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.in"]
 
 

@@ -14,14 +14,17 @@ from fa_cli.format import AttentionInput, Shape, open_output
 TOL = 1e-4
 pytestmark = pytest.mark.gpu
 
-# (program binary's make target and file, FA_KERNEL)
-VARIANTS = [("cuda", "fa-cuda", "tiled"), ("cuda", "fa-cuda", "tensorcore")]
+# (make target, binary, environment): every kernel of the CUDA program, and the HIP port built by
+# nvcc with its NVIDIA tile (Bc = 32) and with the AMD CDNA tile (Bc = 64: each row then spans
+# two warps, the reductions combining them through shared memory).
+VARIANTS = [("cuda", "fa-cuda", {"FA_KERNEL": "tiled"}), ("cuda", "fa-cuda", {"FA_KERNEL": "tensorcore"}),
+            ("hip-cuda", "fa-hip-cuda", {"FA_HIP_BC": "32"}), ("hip-cuda", "fa-hip-cuda", {"FA_HIP_BC": "64"})]
 
 
-@pytest.fixture(scope="module", params=VARIANTS, ids=lambda v: f"{v[1]}-{v[2]}")
+@pytest.fixture(scope="module", params=VARIANTS, ids=lambda v: f"{v[1]}-{'-'.join(v[2].values())}")
 def variant(request):
-    target, binary, kernel = request.param
-    return build(target, binary), {**os.environ, "FA_KERNEL": kernel}
+    target, binary, env = request.param
+    return build(target, binary), {**os.environ, **env}
 
 
 @pytest.mark.parametrize("d", [32, 64])
@@ -105,3 +108,19 @@ def test_bad_kernel_name(tmp_path):
     proc = subprocess.run([str(program), str(inp), str(tmp_path / "o")], capture_output=True, text=True,
                           env={**os.environ, "FA_KERNEL": "magic"})
     assert proc.returncode == 2 and "FA_KERNEL=magic" in proc.stderr and not (tmp_path / "o").exists()
+
+
+def test_hip_port_matches_cuda_program(tmp_path):
+    """The HIP source run through CUDA and the CUDA program agree to 1e-5, whatever tile each uses."""
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, Shape(3, 1025, 64), 8)
+    runs = {"cuda": (build("cuda", "fa-cuda"), {}), "hip32": (build("hip-cuda", "fa-hip-cuda"), {"FA_HIP_BC": "32"}),
+            "hip64": (build("hip-cuda", "fa-hip-cuda"), {"FA_HIP_BC": "64"})}
+    outs = {}
+    for name, (program, env) in runs.items():
+        out = tmp_path / f"{name}.out"
+        info = timing_line(program, inp, out, {**os.environ, **env})
+        assert info["arch"].startswith("sm_")
+        outs[name] = np.fromfile(out, dtype="<f4")
+    for name in ("hip32", "hip64"):
+        assert np.abs(outs[name] - outs["cuda"]).max() <= 1e-5

@@ -1,0 +1,205 @@
+// attention_tiled.h: the homework kernel, in plain fp32, for CUDA and HIP alike.
+//
+// The includer first defines its platform's primitives (src_cuda/cuda_api.cuh, src_hip/hip_api.h):
+//   FA_SHFL_XOR(v, mask, width)  butterfly exchange within groups of `width` lanes
+//   FA_SYNC_WAVE()               orders shared-memory traffic among the lanes of one warp/wavefront
+//   FA_WAVE                      the warp/wavefront width the device code is compiled for
+//   FA_LAUNCH_BOUNDS(threads, blocks_per_sm)
+//
+// Launch geometry: one block per (batch, tile of kBr = 16 query rows), blockDim = (BC, 16).
+//   threadIdx.y = query row of the tile; threadIdx.x = key of the current K/V tile (one score
+//   per thread per tile). BC follows the hardware: 32 on NVIDIA (a warp per row), 64 on AMD
+//   CDNA (a wavefront per row), so every row reduction stays inside one warp/wavefront. If BC
+//   is wider than the warp the code runs on (BC = 64 on an NVIDIA GPU, used to test the AMD
+//   tile shape there), a row spans BC / FA_WAVE warps and the reductions combine the warps'
+//   partial results through shared memory.
+// Shared memory, two buffers so that one barrier per tile suffices (one buffer and two barriers
+// where two would pass 40 KB: BC = 64 with d = 64, since AMD's LDS holds 64 KB per workgroup):
+//   Ks[S][BC][D + 1]   K tile; the +1 pitch puts the lanes' reads Ks[j][k] in distinct banks
+//   Vs[S][BC][D]       V tile; lanes read consecutive columns of one row (no conflicts)
+//   Ps[16][BC]         the tile's probabilities, one row per warp, read back as float4 broadcasts
+// Per tile: scores s = q . k_j (q held in registers, pre-scaled by log2(e)/sqrt(d), so that
+// exp2 gives e^x); row max by an xor butterfly; online softmax (running max m, running per-lane
+// sum l, accumulator rescaled by 2^(m_old - m_new)); O row += P V with lane x owning columns
+// x, x + BC, ... (BC >= D: lanes past D own none). The next tile's K and V are loaded from
+// global memory into registers (float4) before the current tile is computed, stored after it.
+// O is written once, at the end. Keys past N score -inf; rows past N compute but never store.
+#pragma once
+
+#include <cstdint>
+
+namespace fa {
+
+constexpr int kTiledBr = 16;  // query rows per block
+
+// Row reductions over BC lanes: butterfly inside each warp, then across the row's warps.
+template <int BC>
+struct RowReduce {
+  static constexpr int kLanes = BC < FA_WAVE ? BC : FA_WAVE;  // lanes of one warp in a row
+  static constexpr int kParts = BC / kLanes;                  // warps a row spans
+
+  template <class Op>
+  __device__ static float all(float x, Op op, float* parts /* [kTiledBr][kParts] */, int row, int lane) {
+#pragma unroll
+    for (int offset = kLanes / 2; offset > 0; offset >>= 1) x = op(x, FA_SHFL_XOR(x, offset, kLanes));
+    if (kParts == 1) return x;
+    __syncthreads();  // `parts` may still be read from the last reduction
+    if (lane % kLanes == 0) parts[row * kParts + lane / kLanes] = x;
+    __syncthreads();
+    x = parts[row * kParts];
+#pragma unroll
+    for (int p = 1; p < kParts; ++p) x = op(x, parts[row * kParts + p]);
+    return x;
+  }
+  // Orders the Ps row between its writers and readers.
+  __device__ static void sync_row() {
+    if (kParts == 1) {
+      FA_SYNC_WAVE();
+    } else {
+      __syncthreads();
+    }
+  }
+};
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// `decline`: nullptr to always run; otherwise the kernel runs only where the tensor-core
+// path declined this chunk (*decline != 0: values it cannot represent exactly enough).
+template <int D, int BC>
+__global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
+    attention_tiled(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles,
+                    const int* __restrict__ decline) {
+  if (decline != nullptr && *decline == 0) return;
+  using Reduce = RowReduce<BC>;
+  constexpr int kPitch = D + 1;
+  constexpr int kVec = D / 4;              // float4 per K/V row
+  constexpr int kLoaders = BC * kVec;      // threads that load one float4 of K and V per tile
+  constexpr int kThreads = BC * kTiledBr;
+  constexpr int kLoadRounds = (kLoaders + kThreads - 1) / kThreads;  // 1 for every shape used
+  constexpr int kCols = (D + BC - 1) / BC;  // output columns per lane
+  constexpr int kStages = 2 * BC * (kPitch + D) * 4 <= 40 * 1024 ? 2 : 1;
+  __shared__ float Ks[kStages][BC][kPitch];
+  __shared__ float Vs[kStages][BC][D];
+  __shared__ __align__(16) float Ps[kTiledBr][BC];
+  __shared__ float parts[kTiledBr * Reduce::kParts];
+  static_assert(kLoadRounds == 1, "one float4 of K and V per thread and tile");
+
+  const int lane = threadIdx.x, row_in_tile = threadIdx.y;
+  const int tid = row_in_tile * BC + lane;
+  const int64_t b = blockIdx.x / row_tiles;
+  const int64_t row = (blockIdx.x % row_tiles) * kTiledBr + row_in_tile;
+  const float* Q = qkv + b * 3 * N * D;
+  const float* K = Q + N * D;
+  const float* V = K + N * D;
+
+  // --- Q row into registers (all lanes load the same row: broadcast reads).
+  const float q_scale = 1.4426950408889634f / sqrtf((float)D);
+  float q[D];
+#pragma unroll
+  for (int k = 0; k < D; k += 4) {
+    float4 v = row < N ? *reinterpret_cast<const float4*>(Q + row * D + k) : make_float4(0, 0, 0, 0);
+    q[k] = v.x * q_scale, q[k + 1] = v.y * q_scale, q[k + 2] = v.z * q_scale, q[k + 3] = v.w * q_scale;
+  }
+
+  // --- K/V tile loads: thread tid < kLoaders moves one float4 of K and one of V.
+  const int load_row = tid / kVec, load_col = (tid % kVec) * 4;
+  float4 k_next = make_float4(0, 0, 0, 0), v_next = k_next;
+  auto fetch = [&](int64_t key0) {
+    const int64_t key = key0 + load_row;
+    if (tid < kLoaders && key < N) {
+      k_next = *reinterpret_cast<const float4*>(K + key * D + load_col);
+      v_next = *reinterpret_cast<const float4*>(V + key * D + load_col);
+    } else {
+      k_next = v_next = make_float4(0, 0, 0, 0);  // keys past N: zeros, never NaN from garbage
+    }
+  };
+  auto stash = [&](int buf) {
+    if (tid < kLoaders) {
+      float* k = &Ks[buf][load_row][load_col];
+      k[0] = k_next.x, k[1] = k_next.y, k[2] = k_next.z, k[3] = k_next.w;
+      *reinterpret_cast<float4*>(&Vs[buf][load_row][load_col]) = v_next;
+    }
+  };
+
+  float m = -INFINITY, l = 0.f;  // running max (base 2) and this lane's share of the running sum
+  float acc[kCols] = {};         // O row: lane owns columns lane + BC * c
+  fetch(0);
+  stash(0);
+  __syncthreads();
+  int buf = 0;
+  for (int64_t key0 = 0; key0 < N; key0 += BC) {
+    const bool more = key0 + BC < N;
+    if (more) fetch(key0 + BC);  // in flight while this tile is computed
+
+    // --- Scores: one per lane, four partial sums for instruction-level parallelism.
+    const float* k_row = Ks[buf][lane];
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+    for (int k = 0; k < D; k += 4) {
+      s0 = fmaf(q[k], k_row[k], s0);
+      s1 = fmaf(q[k + 1], k_row[k + 1], s1);
+      s2 = fmaf(q[k + 2], k_row[k + 2], s2);
+      s3 = fmaf(q[k + 3], k_row[k + 3], s3);
+    }
+    const float s = key0 + lane < N ? (s0 + s1) + (s2 + s3) : -INFINITY;
+
+    // --- Online softmax.
+    const float m_new = fmaxf(m, Reduce::all(s, MaxOp{}, parts, row_in_tile, lane));
+    const float alpha = exp2f(m - m_new);
+    const float p = exp2f(s - m_new);
+    l = l * alpha + p;
+    m = m_new;
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) acc[c] *= alpha;
+
+    // --- Output: O row += P V over the tile's BC keys.
+    Ps[row_in_tile][lane] = p;
+    Reduce::sync_row();
+#pragma unroll 8
+    for (int j = 0; j < BC; j += 4) {
+      const float4 pj = *reinterpret_cast<const float4*>(&Ps[row_in_tile][j]);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) {
+        const int x = lane + BC * c;
+        if (x < D) {
+          acc[c] = fmaf(pj.x, Vs[buf][j][x], acc[c]);
+          acc[c] = fmaf(pj.y, Vs[buf][j + 1][x], acc[c]);
+          acc[c] = fmaf(pj.z, Vs[buf][j + 2][x], acc[c]);
+          acc[c] = fmaf(pj.w, Vs[buf][j + 3][x], acc[c]);
+        }
+      }
+    }
+    Reduce::sync_row();  // Ps is rewritten by the next tile
+
+    if (more) {
+      if (kStages == 1) __syncthreads();  // one buffer: every warp must be done with it first
+      stash(kStages - 1 - buf);           // two: the other one, which all finished before the last barrier
+    }
+    __syncthreads();
+    buf = kStages - 1 - buf;
+  }
+
+  // --- O written once.
+  const float inv_l = 1.f / Reduce::all(l, SumOp{}, parts, row_in_tile, lane);
+  if (row < N) {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      const int x = lane + BC * c;
+      if (x < D) out[b * N * D + row * D + x] = acc[c] * inv_l;
+    }
+  }
+}
+
+template <int D, int BC, class Stream>
+void launch_tiled(const float* qkv, float* out, int64_t batches, int64_t N, const int* decline, Stream stream) {
+  const int64_t row_tiles = (N + kTiledBr - 1) / kTiledBr;
+  attention_tiled<D, BC><<<(unsigned)(batches * row_tiles), dim3(BC, kTiledBr), 0, stream>>>(qkv, out, N, row_tiles,
+                                                                                              decline);
+}
+
+}  // namespace fa

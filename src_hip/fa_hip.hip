@@ -1,0 +1,56 @@
+// fa-hip (also built as the course's hw4-amd): FlashAttention forward on an AMD GPU with HIP.
+//
+//   fa-hip INPUT OUTPUT        O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
+//
+// The homework kernel (src_common/attention_tiled.h, shared with the CUDA program) with its
+// tile width Bc following the wavefront: 64 on CDNA GPUs (MI100 gfx908, MI210 gfx90a, MI300
+// gfx94x), 32 on RDNA and NVIDIA. FA_HIP_BC=32|64 forces one (FA_HIP_BC=64 on an NVIDIA GPU
+// runs the AMD tile shape there, its rows spanning two warps). See src_hip/README.md for what
+// is AMD-specific and why.
+//
+// Built two ways from this one file: hipcc for AMD targets (make hip -> bin/fa-hip), and nvcc
+// through hip_on_cuda.h (make hip-cuda -> bin/fa-hip-cuda) to run it on an NVIDIA GPU.
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "hip_api.h"
+#include "../src_common/attention_tiled.h"
+
+namespace fa {
+
+class HipKernels {
+ public:
+  HipKernels(const Shape& s, const DeviceInfo& device) : shape_(s) {
+    hipDeviceProp_t prop;
+    HIP_CHECK(hipGetDeviceProperties(&prop, 0));
+    bc_ = prop.warpSize >= 64 ? 64 : 32;
+    if (const char* forced = std::getenv("FA_HIP_BC"); forced && *forced) {
+      if (std::strcmp(forced, "32") != 0 && std::strcmp(forced, "64") != 0)
+        fail(kExitUsage, "FA_HIP_BC=%s: expected 32 or 64", forced);
+      bc_ = std::atoi(forced);
+    }
+    (void)device;
+  }
+
+  size_t scratch_bytes(int64_t) const { return 0; }
+
+  void launch(const float* qkv, float* out, void*, int64_t batches, hipStream_t stream) {
+    const int64_t N = shape_.N;
+    if (shape_.d == 32 && bc_ == 32) launch_tiled<32, 32>(qkv, out, batches, N, nullptr, stream);
+    if (shape_.d == 32 && bc_ == 64) launch_tiled<32, 64>(qkv, out, batches, N, nullptr, stream);
+    if (shape_.d == 64 && bc_ == 32) launch_tiled<64, 32>(qkv, out, batches, N, nullptr, stream);
+    if (shape_.d == 64 && bc_ == 64) launch_tiled<64, 64>(qkv, out, batches, N, nullptr, stream);
+    HIP_CHECK_LAUNCH("attention_tiled");
+  }
+
+  std::string name() const { return "tiled-bc" + std::to_string(bc_); }
+
+ private:
+  Shape shape_;
+  int bc_ = 32;
+};
+
+}  // namespace fa
+
+int main(int argc, char** argv) { return fa::run_pipeline<fa::HipApi, fa::HipKernels>(argc, argv); }

@@ -1,0 +1,105 @@
+// hip_api.h: every HIP call checked, the HIP side of the streamed pipeline, and the primitives
+// of the shared homework kernel. Built by hipcc for AMD GPUs, or by nvcc through hip_on_cuda.h.
+#pragma once
+
+#include <string>
+
+#ifdef __NVCC__
+#include "hip_on_cuda.h"
+#else
+#include <hip/hip_runtime.h>
+inline std::string hip_device_arch(const hipDeviceProp_t& p) {
+  std::string arch = p.gcnArchName;  // "gfx90a:sramecc+:xnack-" -> "gfx90a"
+  return arch.substr(0, arch.find(':'));
+}
+#endif
+
+#include "../src_common/gpu_pipeline.h"
+
+// The primitives src_common/attention_tiled.h is written against (for nvcc: hip_on_cuda.h).
+// HIP's __shfl_xor takes the width explicitly; the wavefront is 64 lanes on CDNA (gfx9) and 32
+// on RDNA.
+#ifndef __NVCC__
+#define FA_SHFL_XOR(v, mask, width) __shfl_xor((v), (mask), (width))
+// A wavefront runs in lockstep; the fences keep the compiler from moving shared-memory traffic
+// across the point where another lane's writes must be visible.
+#define FA_SYNC_WAVE()                                       \
+  do {                                                       \
+    __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");   \
+    __builtin_amdgcn_wave_barrier();                         \
+    __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");   \
+  } while (0)
+#ifdef __AMDGCN_WAVEFRONT_SIZE
+#define FA_WAVE __AMDGCN_WAVEFRONT_SIZE
+#else
+#define FA_WAVE 64  // host pass: no device code is generated there
+#endif
+// HIP's second launch bound means something else (waves per execution unit): give only the first.
+#define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads)
+#endif
+
+#define HIP_CHECK(call) fa::hip_check((call), #call, __FILE__, __LINE__)
+#define HIP_CHECK_LAUNCH(name) fa::hip_check(hipGetLastError(), name, __FILE__, __LINE__)
+
+namespace fa {
+
+inline void hip_check(hipError_t err, const char* what, const char* file, int line) {
+  if (err != hipSuccess)
+    fail(kExitFailure, "HIP error: %s (%s, at %s:%d)", hipGetErrorString(err), what, file, line);
+}
+
+// The API traits that gpu_pipeline.h is written against.
+struct HipApi {
+  using Stream = hipStream_t;
+  using Event = hipEvent_t;
+
+  static DeviceInfo init() {
+    int count = 0;
+    hipError_t err = hipGetDeviceCount(&count);
+    if (err != hipSuccess || count == 0)
+      fail(kExitFailure, "no HIP device available (%s)", err == hipSuccess ? "none found" : hipGetErrorString(err));
+    HIP_CHECK(hipSetDevice(0));
+    HIP_CHECK(hipFree(nullptr));  // creates the context now, while the reader thread reads
+    hipDeviceProp_t prop;
+    HIP_CHECK(hipGetDeviceProperties(&prop, 0));
+    return {hip_device_arch(prop), prop.name};
+  }
+  static void* device_alloc(size_t bytes) {
+    void* p = nullptr;
+    if (hipMalloc(&p, bytes) != hipSuccess)
+      fail(kExitFailure, "cannot allocate %zu bytes of GPU memory (one chunk of batches)", bytes);
+    return p;
+  }
+  static void* pinned_alloc(size_t bytes) {
+    void* p = nullptr;
+    HIP_CHECK(hipHostMalloc(&p, bytes, hipHostMallocDefault));
+    return p;
+  }
+  static void host_register(void* p, size_t bytes) { HIP_CHECK(hipHostRegister(p, bytes, hipHostRegisterDefault)); }
+  static Stream stream() {
+    Stream s;
+    HIP_CHECK(hipStreamCreateWithFlags(&s, hipStreamNonBlocking));
+    return s;
+  }
+  static Event event() {
+    Event e;
+    HIP_CHECK(hipEventCreate(&e));
+    return e;
+  }
+  static void record(Event e, Stream s) { HIP_CHECK(hipEventRecord(e, s)); }
+  static void wait(Stream s, Event e) { HIP_CHECK(hipStreamWaitEvent(s, e, 0)); }
+  static void sync(Event e) { HIP_CHECK(hipEventSynchronize(e)); }
+  static float elapsed_ms(Event a, Event b) {
+    float ms = 0;
+    HIP_CHECK(hipEventElapsedTime(&ms, a, b));
+    return ms;
+  }
+  static void h2d(void* dst, const void* src, size_t bytes, Stream s) {
+    HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyHostToDevice, s));
+  }
+  static void d2h(void* dst, const void* src, size_t bytes, Stream s) {
+    HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyDeviceToHost, s));
+  }
+};
+
+}  // namespace fa

@@ -1,0 +1,58 @@
+// hip_on_cuda.h: exactly the HIP API that src_hip uses, mapped onto CUDA, so that nvcc can
+// compile the HIP port unchanged (make hip-cuda -> bin/fa-hip-cuda) and it can run on an NVIDIA
+// GPU. Debian's HIP 5.2 headers for the NVIDIA platform do not compile against CUDA 13 (their
+// inline wrappers call APIs whose signatures changed), hence this small header of our own.
+// Used only when the .hip file is compiled by nvcc; hipcc builds for AMD never see it.
+#pragma once
+
+#include <string>
+
+#include <cuda_runtime.h>
+
+#define FA_HIP_ON_CUDA 1
+
+using hipError_t = cudaError_t;
+using hipStream_t = cudaStream_t;
+using hipEvent_t = cudaEvent_t;
+using hipDeviceProp_t = cudaDeviceProp;
+using hipFuncAttributes = cudaFuncAttributes;
+
+constexpr hipError_t hipSuccess = cudaSuccess;
+constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
+constexpr unsigned hipHostRegisterDefault = cudaHostRegisterDefault;
+constexpr unsigned hipHostMallocDefault = cudaHostAllocDefault;
+constexpr cudaMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
+constexpr cudaMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
+
+inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }
+inline hipError_t hipGetLastError() { return cudaGetLastError(); }
+inline hipError_t hipGetDeviceCount(int* n) { return cudaGetDeviceCount(n); }
+inline hipError_t hipSetDevice(int d) { return cudaSetDevice(d); }
+inline hipError_t hipFree(void* p) { return cudaFree(p); }
+inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* p, int d) { return cudaGetDeviceProperties(p, d); }
+inline hipError_t hipMalloc(void** p, size_t n) { return cudaMalloc(p, n); }
+inline hipError_t hipHostMalloc(void** p, size_t n, unsigned flags) { return cudaHostAlloc(p, n, flags); }
+inline hipError_t hipHostRegister(void* p, size_t n, unsigned flags) { return cudaHostRegister(p, n, flags); }
+inline hipError_t hipStreamCreateWithFlags(hipStream_t* s, unsigned flags) { return cudaStreamCreateWithFlags(s, flags); }
+inline hipError_t hipEventCreate(hipEvent_t* e) { return cudaEventCreate(e); }
+inline hipError_t hipEventRecord(hipEvent_t e, hipStream_t s) { return cudaEventRecord(e, s); }
+inline hipError_t hipStreamWaitEvent(hipStream_t s, hipEvent_t e, unsigned flags) { return cudaStreamWaitEvent(s, e, flags); }
+inline hipError_t hipEventSynchronize(hipEvent_t e) { return cudaEventSynchronize(e); }
+inline hipError_t hipEventElapsedTime(float* ms, hipEvent_t a, hipEvent_t b) { return cudaEventElapsedTime(ms, a, b); }
+inline hipError_t hipMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, hipStream_t s) {
+  return cudaMemcpyAsync(dst, src, n, kind, s);
+}
+template <class F>
+inline hipError_t hipFuncGetAttributes(hipFuncAttributes* a, F f) { return cudaFuncGetAttributes(a, f); }
+
+// The shared kernel's primitives, as hip_api.h defines them for AMD. HIP's __shfl_xor takes no
+// lane mask; CUDA still declares a legacy __shfl_xor of its own, so the mapping is a macro.
+#define FA_SHFL_XOR(v, mask, width) __shfl_xor_sync(0xffffffffu, (v), (mask), (width))
+#define FA_SYNC_WAVE() __syncwarp()
+#define FA_WAVE 32
+#define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads, blocks_per_sm)
+
+// The device's architecture as HIP names it on AMD (gcnArchName); here the CUDA sm_XY name.
+inline std::string hip_device_arch(const hipDeviceProp_t& p) {
+  return "sm_" + std::to_string(p.major) + std::to_string(p.minor);
+}
