@@ -139,6 +139,9 @@ class OutputFile {
   }
   void commit() {
     if (close(fd_) != 0) fail(kExitFailure, "%s: write failed: %s", path_.c_str(), std::strerror(errno));
+    // Remove an old output first: ext4 writes back the whole new file before a rename that
+    // replaces another one (0.1 s for a 218 MB output); a rename to a free name costs nothing.
+    unlink(path_.c_str());
     if (rename(tmp_.c_str(), path_.c_str()) != 0)
       fail(kExitFailure, "%s: cannot rename output into place: %s", path_.c_str(), std::strerror(errno));
     pending_output().clear();
