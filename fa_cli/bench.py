@@ -102,10 +102,13 @@ def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) ->
     return record
 
 
-def run_bench(plan: BenchPlan, results: Path, progress: Callable[[int], None] | None = None) -> list[dict]:
+def run_bench(plan: BenchPlan, results: Path, progress: Callable[[int], None] | None = None,
+              workdir: Path | None = None) -> list[dict]:
+    """Measure every (input, program) in turn; outputs go to workdir (shared with compute nodes
+    when a launcher runs the programs elsewhere) or to a temporary directory."""
     records = load_records(results)
     new = []
-    with tempfile.TemporaryDirectory(prefix="fa-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fa-bench-", dir=workdir) as tmp:
         for target in plan.targets:
             for program in plan.programs:
                 record = measure(plan, program, target, Path(tmp))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from . import bench, compare, generate, judge, programs, report, suite, verify
+from . import bench, compare, generate, judge, programs, report, slurm, suite, verify
 from .devices import describe_first, list_devices
 from .errors import FaError
 from .format import AttentionInput, Shape, check_shape, open_output
@@ -99,6 +99,30 @@ def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> No
     sys.exit(0 if result.passed else 1)
 
 
+def launcher_options(f):
+    """--launcher direct|slurm and the options of srun, shared by run and bench."""
+    for option in reversed([
+        click.option("--launcher", type=click.Choice(["direct", "slurm"]), default="direct", show_default=True,
+                     help="Run programs here, or on the cluster through srun."),
+        click.option("--partition", help="Slurm partition (with --launcher slurm), e.g. nvidia or amd."),
+        click.option("--gres", help="Slurm generic resources, e.g. gpu:1."),
+        click.option("--srun-arg", "srun_args", multiple=True, help="Extra srun/sbatch option; repeatable."),
+    ]):
+        f = option(f)
+    return f
+
+
+def make_launcher(launcher: str, partition: str | None, gres: str | None, srun_args: tuple[str, ...]):
+    """(launcher, work directory for outputs): a shared directory when programs run on nodes."""
+    if launcher == "direct":
+        if partition or gres or srun_args:
+            raise click.UsageError("--partition, --gres and --srun-arg need --launcher slurm")
+        return None, None
+    if not partition:
+        raise click.UsageError("--launcher slurm needs --partition")
+    return slurm.SlurmLauncher(partition, gres, srun_args), slurm.new_workdir()
+
+
 @main.command()
 @click.argument("cases", nargs=-1)
 @click.option("--all", "all_cases", is_flag=True, help="Every suite case t01..t30.")
@@ -107,18 +131,22 @@ def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> No
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Verify this many random rows per batch.")
 @click.option("--full", is_flag=True, help="Verify every row against the float64 reference.")
 @click.option("--no-time-limit", is_flag=True, help="Ignore the course's per-case time limits.")
-def run(cases, all_cases, program, tol, sample_rows, full, no_time_limit) -> None:
+@launcher_options
+def run(cases, all_cases, program, tol, sample_rows, full, no_time_limit, launcher, partition, gres, srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30 or input files): time, verify, print a table."""
     names = list(suite.cases()) if all_cases else list(cases)
     if not names:
         raise click.UsageError("name test cases (t01..t30 or input files), or give --all")
+    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
     prog = programs.ensure_built(programs.resolve(program))
     targets = [judge.target_for(n) for n in names]
     results = []
     with report.progress("judging", len(targets), enabled=len(targets) > 1) as advance:
         for t in targets:
-            results.append(judge.judge(prog, t, tol, sample_rows, full, not no_time_limit))
+            results.append(judge.judge(prog, t, tol, sample_rows, full, not no_time_limit, runner, workdir))
             advance()
+    if workdir is not None:
+        workdir.rmdir()  # each case's outputs were removed after verification
     report.console.print(report.judge_table(results, describe_first()))
     for r in results:
         if r.error:
@@ -155,8 +183,13 @@ def parse_shape(text: str) -> Shape:
 @click.option("--label", help="Name these runs in comparisons (default: the program's name).")
 @click.option("-o", "--output", "results", type=click.Path(dir_okay=False, path_type=Path), required=True,
               help="Results file (JSON); extended if it exists.")
-def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, results) -> None:
+@launcher_options
+@click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
+def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, results, launcher, partition, gres,
+              srun_args, slurm_array) -> None:
     """Time programs on inputs: whole process (median of repeats), stages, TFLOP/s, error."""
+    if slurm_array and launcher != "slurm":
+        raise click.UsageError("--slurm-array needs --launcher slurm --partition NAME")
     names = list(program_names) + (["torch"] if against == "torch" else [])
     progs = [programs.ensure_built(programs.resolve(n)) for n in names]
     targets = []
@@ -167,9 +200,15 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
         targets.append(judge.shape_target(parse_shape(text)))
     if not targets:
         raise click.UsageError("give --suite or --shape")
-    plan = bench.BenchPlan(progs, targets, repeats, label=label)
+    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    plan = bench.BenchPlan(progs, targets, repeats, launcher=None if slurm_array else runner, label=label)
     with report.progress("benchmarking", len(progs) * len(targets)) as advance:
-        records = bench.run_bench(plan, results, advance)
+        if slurm_array:
+            records = slurm.bench_array(plan, runner, results, advance)
+        else:
+            records = bench.run_bench(plan, results, advance, workdir)
+            if workdir is not None:
+                workdir.rmdir()
     report.console.print(report.bench_table(records))
     click.echo(f"{len(records)} records added to {results}")
     sys.exit(0 if all(not r.get("error") and r.get("passed") for r in records) else 1)

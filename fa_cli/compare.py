@@ -34,7 +34,9 @@ def arrange(records: list[dict]) -> tuple[list[RunKey], "OrderedDict[str, dict[R
         if key not in runs:
             runs.append(key)
         s = r["shape"]
-        table.setdefault(f"{r['input']} ({s['B']}×{s['N']}×{s['d']})", {})[key] = r
+        shape = f"{s['B']}x{s['N']}x{s['d']}"
+        name = r["input"] if r["input"] == shape else f"{r['input']} ({shape})"
+        table.setdefault(name, {})[key] = r
     return runs, table
 
 
@@ -90,25 +92,30 @@ def plot(records: list[dict], path: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     runs, table = arrange(records)
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(table) * len(runs)), 4.5))
-    width = 0.8 / max(1, len(runs))
     colors = plt.cm.tab10.colors
-    for i, k in enumerate(runs):
-        bottoms = [0.0] * len(table)
+    cols = min(5, len(table))
+    rows_ = (len(table) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_, cols, figsize=(2.6 * cols + 1.5, 3.4 * rows_ + 0.8), squeeze=False)
+    for ax, (name, by_run) in zip(axes.flat, table.items()):
+        bottoms = [0.0] * len(runs)
         for j, stage in enumerate(STAGES):
-            values = [by_run.get(k, {}).get("timing", {}).get(stage, 0.0) for by_run in table.values()]
-            xs = [x + i * width for x in range(len(table))]
-            ax.bar(xs, values, width, bottom=bottoms, color=colors[j], label=stage if i == 0 else None,
-                   edgecolor="black", linewidth=0.3)
+            values = [by_run.get(k, {}).get("timing", {}).get(stage, 0.0) for k in runs]
+            ax.bar(range(len(runs)), values, 0.7, bottom=bottoms, color=colors[j], label=stage, edgecolor="black",
+                   linewidth=0.3)
             bottoms = [b + v for b, v in zip(bottoms, values)]
-        for x, total in zip(range(len(table)), bottoms):
-            ax.text(x + i * width, total, k.name, ha="center", va="bottom", fontsize=7, rotation=90)
-    ax.set_xticks([x + width * (len(runs) - 1) / 2 for x in range(len(table))])
-    ax.set_xticklabels(list(table), rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("seconds (each stage's own time; stages overlap in streamed programs)")
-    ax.set_title("Time per stage: " + ", ".join(str(k) for k in runs), fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks(range(len(runs)))
+        ax.set_xticklabels([k.name for k in runs], rotation=35, ha="right", fontsize=8)
+        ax.tick_params(axis="y", labelsize=8)
+    for ax in axes.flat[len(table):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("seconds")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", fontsize=8, ncol=len(STAGES))
+    devices = sorted({k.device for k in runs})
+    fig.suptitle("Time per stage (each stage's own time; the GPU programs overlap them) on " + ", ".join(devices),
+                 fontsize=9, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     breakdown = path.with_name(path.stem + "-breakdown" + path.suffix)
     fig.savefig(breakdown, dpi=120)
     plt.close(fig)

@@ -63,8 +63,10 @@ def main(argv: list[str]) -> int:
     write = time.perf_counter() - t
     if os.environ.get("FA_TIMING", "0") not in ("", "0"):
         arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
+        device = torch.cuda.get_device_name().replace(" ", "_")
         print(f"fa-timing: init={init:.6f} read={read:.6f} h2d={h2d:.6f} kernel={kernel:.6f} d2h={d2h:.6f} "
-              f"write={write:.6f} total={time.perf_counter() - t0:.6f} impl=torch-sdpa-fp32-efficient arch={arch}",
+              f"write={write:.6f} total={time.perf_counter() - t0:.6f} impl=torch-sdpa-fp32-efficient arch={arch} "
+              f"device={device}",
               file=sys.stderr)
     return 0
 

@@ -11,8 +11,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fa-device}
 LOG=/tmp/fa-logs
-mkdir -p "$OUT" "$LOG"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FA_CACHE=${FA_CACHE:-/tmp/fa-cache}
+mkdir -p "$OUT" "$LOG" "$FA_CACHE"
 fa() { python3 -m fa_cli.cli "$@"; }
 steps=${*:-build tests suite sanitize bench trace}
 summary=()

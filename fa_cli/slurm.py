@@ -1,0 +1,173 @@
+"""Slurm, the course cluster's launcher: one program run per `srun`, or a whole benchmark as one
+`sbatch` job array.
+
+Programs, inputs and outputs must be on a filesystem the compute nodes share with the machine
+that runs fa (the usual home or project directory): outputs go to a work directory under the
+current directory (.fa-slurm/), never to a node-local /tmp.
+
+Wall times measured through srun include its scheduling and launch (tens of milliseconds); the
+programs' own FA_TIMING totals do not.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from . import ROOT
+from .errors import FaError
+from .format import Shape, atomic_file
+from .judge import Target
+from .programs import Launcher, Program
+
+WORK_ROOT = Path(".fa-slurm")
+
+
+def slurm_error(stderr: str) -> str | None:
+    """The one line that says why Slurm refused or ended a job, if stderr has one."""
+    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
+    for line in reversed(lines):
+        if "DUE TO TIME LIMIT" in line:
+            return "slurm: the job was cancelled at its time limit"
+        if "CANCELLED" in line:
+            return "slurm: the job was cancelled"
+    for line in reversed(lines):
+        if line.startswith(("srun: error:", "sbatch: error:", "slurmstepd: error:")):
+            return "slurm: " + line.split("error:", 1)[1].strip()
+    return None
+
+
+def require(command: str) -> None:
+    if not shutil.which(command):
+        raise FaError(f"--launcher slurm: `{command}` is not installed on this machine")
+
+
+def check_partition(partition: str) -> None:
+    """Fail early, with the partitions that exist, rather than once per test case."""
+    require("sinfo")
+    proc = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FaError(f"slurm: cannot reach the cluster: {slurm_error(proc.stderr) or proc.stderr.strip()}")
+    names = sorted(set(proc.stdout.split()))
+    if partition not in names:
+        raise FaError(f"slurm: no partition named {partition!r} (this cluster has: {', '.join(names) or 'none'})")
+
+
+class SlurmLauncher(Launcher):
+    """Runs each program as `srun -p PARTITION -N1 -n1 [--gres=...] [extra] PROGRAM IN OUT`."""
+
+    name = "slurm"
+
+    def __init__(self, partition: str, gres: str | None = None, srun_args: tuple[str, ...] = ()):
+        require("srun")
+        check_partition(partition)
+        self.partition, self.gres, self.srun_args = partition, gres, tuple(srun_args)
+
+    def options(self) -> list[str]:
+        """The resource options srun and sbatch share."""
+        return ["-p", self.partition, "-N1", "-n1", *([f"--gres={self.gres}"] if self.gres else []), *self.srun_args]
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return ["srun", *self.options(), *argv]
+
+    def explain_failure(self, returncode: int, stderr: str) -> str | None:
+        return slurm_error(stderr)
+
+
+def new_workdir() -> Path:
+    """A fresh directory under the current (shared) directory for outputs and job files."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    path = (WORK_ROOT / stamp).resolve()
+    path.mkdir(parents=True)
+    return path
+
+
+# ----------------------------------------------------------------------------- job arrays
+def _program_dict(p: Program) -> dict:
+    return {"name": p.name, "path": str(p.path), "make_target": p.make_target, "interpreter": list(p.interpreter)}
+
+
+def _target_dict(t: Target) -> dict:
+    return {"name": t.name, "input_path": str(t.input_path), "shape": asdict(t.shape), "time_limit": t.time_limit,
+            "expected_path": str(t.expected_path) if t.expected_path else None}
+
+
+def program_from(d: dict) -> Program:
+    return Program(d["name"], Path(d["path"]), d["make_target"], tuple(d["interpreter"]))
+
+
+def target_from(d: dict) -> Target:
+    return Target(d["name"], Path(d["input_path"]), Shape(**d["shape"]), d["time_limit"],
+                  Path(d["expected_path"]) if d["expected_path"] else None)
+
+
+def bench_array(plan, launcher: SlurmLauncher, results: Path, progress: Callable[[int], None] | None = None) -> list[dict]:
+    """Submit one array task per (input, program), wait for the array, collect the records.
+
+    Each task measures on its compute node exactly as `fa bench` does directly (bench.measure)
+    and writes its record to the work directory; the records join the results file in order.
+    """
+    from . import bench
+
+    require("sbatch")
+    work = new_workdir()
+    tasks = [(t, p) for t in plan.targets for p in plan.programs]
+    plan_file = work / "plan.json"
+    plan_file.write_text(json.dumps({
+        "tasks": [{"program": _program_dict(p), "target": _target_dict(t)} for t, p in tasks],
+        "repeats": plan.repeats, "sample_rows": plan.sample_rows, "label": plan.label, "env": plan.env,
+        "command": " ".join(sys.argv),
+    }, indent=1))
+    script = work / "task.sh"
+    script.write_text("#!/bin/sh\n"
+                      f"export PYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                      f"exec {sys.executable} -m fa_cli.slurm_task {plan_file} \"$SLURM_ARRAY_TASK_ID\"\n")
+    script.chmod(0o755)
+    argv = ["sbatch", "--parsable", "--wait", f"--array=0-{len(tasks) - 1}", "--job-name=fa-bench",
+            "-o", str(work / "task-%a.log"), *launcher.options(), str(script)]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0 and not any(work.glob("record-*.json")):
+        raise FaError(slurm_error(proc.stderr) or f"slurm: sbatch failed: {proc.stderr.strip()}", exit_code=1)
+    records = bench.load_records(results)
+    new = []
+    for i, (target, program) in enumerate(tasks):
+        record_file = work / f"record-{i}.json"
+        if record_file.exists():
+            record = json.loads(record_file.read_text())
+        else:
+            log = work / f"task-{i}.log"
+            why = slurm_error(log.read_text()) if log.exists() else None
+            record = {"program": program.name, "input": target.name, "shape": asdict(target.shape),
+                      "label": plan.label, "device": "unknown", "error": why or f"array task {i} wrote no record"}
+        record["slurm"] = {"job": proc.stdout.strip().split(";")[0], "task": i, "partition": launcher.partition}
+        records.append(record)
+        new.append(record)
+        if progress:
+            progress(1)
+    bench.save_records(results, records)
+    return new
+
+
+def run_task(plan_file: Path, index: int) -> None:
+    """One array task, on a compute node: measure one (program, input), write its record."""
+    from . import bench
+
+    data = json.loads(plan_file.read_text())
+    task = data["tasks"][index]
+    program, target = program_from(task["program"]), target_from(task["target"])
+    plan = bench.BenchPlan([program], [target], data["repeats"], data["sample_rows"], env=data["env"],
+                           label=data["label"])
+    out_dir = plan_file.parent / f"task-{index}"
+    out_dir.mkdir(exist_ok=True)
+    record = bench.measure(plan, program, target, out_dir)
+    record["command"] = data["command"]
+    record["host"] = os.uname().nodename
+    with atomic_file(plan_file.parent / f"record-{index}.json") as f:
+        f.write(json.dumps(record).encode())
+    shutil.rmtree(out_dir)  # outputs are verified by now; they can be hundreds of megabytes

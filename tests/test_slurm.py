@@ -1,0 +1,95 @@
+"""fa through a real Slurm: a single-node cluster started on this machine (scripts/slurm_local.sh),
+partitions `nvidia` and `amd`, the CPU program as the workload. Skipped where the cluster cannot
+start (no slurm-wlm/munge, or not root)."""
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from fa_cli import ROOT
+from fa_cli.slurm import slurm_error
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "FA_SLURM_DIR": str(state)}
+    script = ROOT / "scripts" / "slurm_local.sh"
+    proc = subprocess.run([str(script), "start"], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        pytest.skip(f"no local Slurm cluster here: {proc.stderr.strip().splitlines()[-1] if proc.stderr else ''}")
+    yield {**env, "SLURM_CONF": str(state / "slurm.conf")}
+    subprocess.run([str(script), "stop"], env=env)
+
+
+def fa(env, cwd, *args):
+    return subprocess.run(["fa", *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd)
+
+
+def test_run_through_srun(cluster, cpu_program, tmp_path):
+    proc = fa(cluster, tmp_path, "run", "t01", "t06", "--program", "cpu", "--launcher", "slurm", "--partition", "amd")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("PASS") == 2
+    assert list((tmp_path / ".fa-slurm").iterdir()) == []  # outputs cleaned up
+
+
+def test_unknown_partition(cluster, cpu_program, tmp_path):
+    proc = fa(cluster, tmp_path, "run", "t01", "--program", "cpu", "--launcher", "slurm", "--partition", "gpus")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "fa: error: slurm: no partition named 'gpus' (this cluster has: amd, nvidia)"
+
+
+def test_slurm_refusal_comes_back_as_one_line(cluster, cpu_program, tmp_path):
+    """srun's own refusal (here: a GPU asked of a cluster that has none) is reported, not a traceback."""
+    proc = fa(cluster, tmp_path, "run", "t01", "--program", "cpu", "--launcher", "slurm", "--partition", "amd",
+              "--gres", "gpu:1")
+    assert proc.returncode == 1 and "ERROR" in proc.stdout
+    assert proc.stderr.strip() == "t01: slurm: Invalid generic resource (gres) specification"
+
+
+def test_bench_array_and_compare(cluster, cpu_program, tmp_path):
+    results = {}
+    for partition in ("nvidia", "amd"):
+        results[partition] = tmp_path / f"{partition}.json"
+        proc = fa(cluster, tmp_path, "bench", "--program", "cpu", "--suite", "t01,t04,t07", "--repeat", 2,
+                  "--launcher", "slurm", "--partition", partition, "--slurm-array", "--label", partition,
+                  "-o", results[partition])
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        records = json.loads(results[partition].read_text())["records"]
+        assert [r["input"] for r in records] == ["t01", "t04", "t07"]
+        for r in records:
+            assert r["passed"] and r["max_err"] < 1e-4 and r["repeats"] == 2
+            assert r["slurm"]["partition"] == partition and r["label"] == partition
+            assert set(r["timing"]) >= {"read", "kernel", "write", "total"}
+    proc = fa(cluster, tmp_path, "compare", results["nvidia"], results["amd"], "--markdown", "--plot",
+              tmp_path / "cmp.png")
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stdout.splitlines()
+    assert table[0].startswith("| input | nvidia on host CPU time s") and "speedup amd vs nvidia" in table[0]
+    assert len([l for l in table if l.startswith("|")]) == 2 + 3
+    for png in ("cmp-breakdown.png", "cmp-by-n.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_array_task_failure_is_recorded(cluster, tmp_path):
+    broken = tmp_path / "broken"
+    broken.write_text(f"#!{sys.executable}\nimport sys\nprint('broken: error: no luck', file=sys.stderr)\nsys.exit(3)\n")
+    broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "r.json"
+    proc = fa(cluster, tmp_path, "bench", "--program", broken, "--suite", "t01", "--repeat", 1, "--launcher", "slurm",
+              "--partition", "amd", "--slurm-array", "-o", out)
+    assert proc.returncode == 1
+    record = json.loads(out.read_text())["records"][0]
+    assert record["error"] == "broken: error: no luck"
+
+
+def test_time_limit_message():
+    line = "slurmstepd: error: *** STEP 12.0 ON node1 CANCELLED AT 2026-11-22T10:00:00 DUE TO TIME LIMIT ***"
+    assert slurm_error("output\n" + line) == "slurm: the job was cancelled at its time limit"
+    assert slurm_error("srun: error: Unable to allocate resources: Invalid partition name specified") == \
+        "slurm: Unable to allocate resources: Invalid partition name specified"
