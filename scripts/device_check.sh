@@ -40,7 +40,8 @@ for step in $steps; do
     fa gen -B 2 -N 257 -d 64 --seed 3 -o /tmp/san64.in >/dev/null
     fa gen -B 3 -N 100 -d 32 --seed 4 -o /tmp/san32.in >/dev/null
     # program:VARIABLE=value, every kernel and tile shape
-    for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_KERNEL=tensorcore fa-hip-cuda:FA_HIP_BC=32 fa-hip-cuda:FA_HIP_BC=64; do
+    for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-hip-cuda:FA_HIP_BC=32 \
+        fa-hip-cuda:FA_HIP_BC=64; do
       prog=${run%%:*} setting=${run#*:}
       for tool in memcheck racecheck; do
         for f in /tmp/san64.in /tmp/san32.in; do

@@ -42,10 +42,18 @@ class CudaKernels {
       tensorcore_ = cc >= 80;
     }
     if (tensorcore_) {
-      CUDA_CHECK(cudaFuncSetAttribute(attention_tensorcore<32>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      tc_smem_bytes<32>()));
-      CUDA_CHECK(cudaFuncSetAttribute(attention_tensorcore<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      tc_smem_bytes<64>()));
+      allow_smem(attention_tensorcore<32, false>, tc_smem_bytes<32>());
+      allow_smem(attention_tensorcore<32, true>, tc_smem_bytes<32>());
+      allow_smem(attention_tensorcore<64, false>, tc_smem_bytes<64>());
+      allow_smem(attention_tensorcore<64, true>, tc_smem_bytes<64>());
+      // Short sequences split K and V inside the main kernel (see kernel_tensorcore.cuh);
+      // FA_TC_SPLIT=fused|prepass forces one way, for measurements.
+      fused_ = s.N <= kFusedMaxN;
+      if (const char* split = std::getenv("FA_TC_SPLIT"); split && *split) {
+        if (std::strcmp(split, "fused") != 0 && std::strcmp(split, "prepass") != 0)
+          fail(kExitUsage, "FA_TC_SPLIT=%s: expected fused or prepass", split);
+        fused_ = std::strcmp(split, "fused") == 0;
+      }
       // Mapped host flag: set by the split pass if any chunk had to run on the tiled kernel.
       int* flag = nullptr;
       CUDA_CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
@@ -64,8 +72,8 @@ class CudaKernels {
   }
 
   size_t scratch_bytes(int64_t batches) const {
-    // Split K and V (4 fp16 arrays of N x d per batch), then the chunk's decline flag.
-    return tensorcore_ ? (size_t)(batches * shape_.batch_elements() * 8) + 256 : 0;
+    // Split K and V (4 fp16 arrays of N x d per batch; not when fused), then the chunk's decline flag.
+    return tensorcore_ ? split_bytes(batches) + 256 : 0;
   }
 
   void launch(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
@@ -77,10 +85,18 @@ class CudaKernels {
 
   std::string name() const {
     if (!tensorcore_) return "tiled";
-    return *declined_host_ ? "tensorcore+tiled" : "tensorcore";
+    return std::string(fused_ ? "tensorcore-fused" : "tensorcore") + (*declined_host_ ? "+tiled" : "");
   }
 
  private:
+  static constexpr int64_t kFusedMaxN = 256;
+
+  template <class Kernel>
+  static void allow_smem(Kernel kernel, int bytes) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  }
+  size_t split_bytes(int64_t batches) const { return fused_ ? 0 : (size_t)(batches * shape_.batch_elements() * 8); }
+
   template <int D>
   void launch_d(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
     const int64_t N = shape_.N;
@@ -90,13 +106,19 @@ class CudaKernels {
       return;
     }
     __half* kv = static_cast<__half*>(scratch);
-    int* decline = reinterpret_cast<int*>(static_cast<char*>(scratch) + batches * shape_.batch_elements() * 8);
+    int* decline = reinterpret_cast<int*>(static_cast<char*>(scratch) + split_bytes(batches));
     CUDA_CHECK(cudaMemsetAsync(decline, 0, sizeof(int), stream));
-    split_kv<<<split_blocks_, 256, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
-    CUDA_CHECK_LAUNCH("split_kv");
     const int64_t row_tiles = (N + kTcBr - 1) / kTcBr;
-    attention_tensorcore<D><<<(unsigned)(batches * row_tiles), kTcWarps * 32, tc_smem_bytes<D>(), stream>>>(
-        qkv, kv, out, N, row_tiles, decline);
+    const unsigned blocks = (unsigned)(batches * row_tiles);
+    if (fused_) {
+      attention_tensorcore<D, true><<<blocks, kTcWarps * 32, tc_smem_bytes<D>(), stream>>>(
+          qkv, kv, out, N, row_tiles, decline, declined_device_);
+    } else {
+      split_kv<<<split_blocks_, 256, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
+      CUDA_CHECK_LAUNCH("split_kv");
+      attention_tensorcore<D, false><<<blocks, kTcWarps * 32, tc_smem_bytes<D>(), stream>>>(
+          qkv, kv, out, N, row_tiles, decline, declined_device_);
+    }
     CUDA_CHECK_LAUNCH("attention_tensorcore");
     launch_tiled<D, kWarp>(qkv, out, batches, N, decline, stream);  // returns at once unless declined
     CUDA_CHECK_LAUNCH("attention_tiled (fallback)");
@@ -104,6 +126,7 @@ class CudaKernels {
 
   Shape shape_;
   bool tensorcore_ = false;
+  bool fused_ = false;
   int split_blocks_ = 0;
   volatile int* declined_host_ = nullptr;
   int* declined_device_ = nullptr;

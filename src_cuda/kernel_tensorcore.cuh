@@ -15,7 +15,7 @@
 // scaling); the split pass flags any chunk that has a larger or non-finite value, and the
 // fp32 tiled kernel computes that chunk instead.
 //
-// Two kernels per chunk:
+// Two kernels per chunk (one for short sequences, see kFused below):
 //   split_kv             K and V -> fp16 hi and lo (scaled), once per chunk, so the main kernel
 //                        streams ready operands with cp.async and loads them with ldmatrix.
 //                        Per batch: [K_hi | K_lo | V_hi | V_lo], each N x D halves.
@@ -145,12 +145,16 @@ __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&a_hi)[4], c
 }
 
 // ------------------------------------------------------------------------- the main kernel
-template <int D>
+// kFused = false: K and V come split by split_kv, streamed by cp.async two tiles deep.
+// kFused = true (short sequences): the block reads fp32 K and V itself and splits them while
+// filling shared memory, checking the range as split_kv would; this saves split_kv's round trip
+// through device memory, which dominates when each K/V tile serves only N / kBr blocks.
+template <int D, bool kFused>
 __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
     attention_tensorcore(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
-                         int64_t N, int64_t row_tiles, const int* __restrict__ decline) {
+                         int64_t N, int64_t row_tiles, int* __restrict__ decline, volatile int* declined_ever) {
 #if __CUDA_ARCH__ >= 800
-  if (*decline) return;  // this chunk has values the split cannot take: the tiled kernel runs
+  if (!kFused && *decline) return;  // this chunk has values the split cannot take: the tiled kernel runs
   constexpr int P = tc_pitch<D>();
   constexpr int kTileHalves = kTcBc * P;  // one of K_hi, K_lo, V_hi, V_lo in shared memory
   extern __shared__ __align__(16) __half smem[];
@@ -176,8 +180,31 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
     }
     cp_async_commit();
   };
+  // Fused: fp32 K and V of a tile -> scaled hi and lo halves in shared memory, range checked.
+  bool out_of_range = false;
+  auto split_tile = [&](int stage, int64_t key0) {
+    constexpr int kQuads = kTcBc * D / 4;  // float4 per tile of K (and of V)
+    const float* K = Q + ND;
+    __half* dst0 = smem + stage * tc_stage_halves<D>();
+#pragma unroll 4
+    for (int c = tid; c < 2 * kQuads; c += kTcWarps * 32) {
+      const int is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
+      const int64_t key = key0 + r;
+      const float4 x = key < N ? *reinterpret_cast<const float4*>(K + is_v * ND + key * D + col)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float m = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
+      out_of_range |= !(m <= kLimit);  // NaN fails too
+      const float scale = is_v ? kVScale : kQKScale;
+      uint2 hi, lo;
+      split_pair(x.x * scale, x.y * scale, hi.x, lo.x);
+      split_pair(x.z * scale, x.w * scale, hi.y, lo.y);
+      __half* dst = dst0 + 2 * is_v * kTileHalves + r * P + col;
+      *reinterpret_cast<uint2*>(dst) = hi;
+      *reinterpret_cast<uint2*>(dst + kTileHalves) = lo;
+    }
+  };
   const int64_t tiles = (N + kTcBc - 1) / kTcBc;
-  load_tile(0, 0);
+  if (!kFused) load_tile(0, 0);
 
   // --- Q fragments: rows row0 + g and row0 + g + 8, pre-scaled, split into hi and lo.
   const float q_scale = kQKScale * 1.4426950408889634f / sqrtf((float)D);
@@ -189,6 +216,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
       const int64_t row = row0 + g + (r & 1) * 8;
       const int col = ks * 16 + 2 * t + (r >> 1) * 8;
       const float2 x = row < N ? *reinterpret_cast<const float2*>(Q + row * D + col) : make_float2(0.f, 0.f);
+      if (kFused) out_of_range |= !(fmaxf(fabsf(x.x), fabsf(x.y)) <= kLimit);
       split_pair(x.x * q_scale, x.y * q_scale, q_hi[ks][r], q_lo[ks][r]);
     }
   }
@@ -198,7 +226,9 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
   float l[2] = {0.f, 0.f};                     // this lane's share of the running sums
 
   for (int64_t j = 0; j < tiles; ++j) {
-    if (j + 1 < tiles) {
+    if (kFused) {
+      split_tile(j & 1, j * kTcBc);
+    } else if (j + 1 < tiles) {
       load_tile((j + 1) & 1, (j + 1) * kTcBc);
       cp_async_wait<1>();
     } else {
@@ -289,6 +319,11 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
       for (int c = 0; c < 4; ++c) o[nt][c] = fmaf(o[nt][c], alpha[c >> 1], pv[nt][c]);
     }
     __syncthreads();  // this stage is refilled by the next iteration's load
+  }
+
+  if (kFused && out_of_range) {  // the tiled kernel recomputes this chunk after us
+    *decline = 1;
+    *declined_ever = 1;
   }
 
   // --- O written once: sum the quad's shares of l, unscale, store rows below N.

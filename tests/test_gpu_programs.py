@@ -18,6 +18,7 @@ pytestmark = pytest.mark.gpu
 # nvcc with its NVIDIA tile (Bc = 32) and with the AMD CDNA tile (Bc = 64: each row then spans
 # two warps, the reductions combining them through shared memory).
 VARIANTS = [("cuda", "fa-cuda", {"FA_KERNEL": "tiled"}), ("cuda", "fa-cuda", {"FA_KERNEL": "tensorcore"}),
+            ("cuda", "fa-cuda", {"FA_KERNEL": "tensorcore", "FA_TC_SPLIT": "fused"}),
             ("hip-cuda", "fa-hip-cuda", {"FA_HIP_BC": "32"}), ("hip-cuda", "fa-hip-cuda", {"FA_HIP_BC": "64"})]
 
 
@@ -69,9 +70,12 @@ def timing_line(program, inp, out, env):
     return dict(item.split("=", 1) for item in proc.stderr.split("fa-timing:")[1].split())
 
 
-def test_values_past_the_split_range_fall_back_to_fp32(tmp_path):
+@pytest.mark.parametrize("split", ["prepass", "fused"])
+def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
     """|x| > 64 would overflow the tensor-core split: such a chunk runs on the tiled kernel."""
     program = build("cuda", "fa-cuda")
+    env = {**os.environ, "FA_TC_SPLIT": split}
+    impl = "tensorcore" if split == "prepass" else "tensorcore-fused"
     shape = Shape(2, 200, 64)
     inp, out = tmp_path / "big.in", tmp_path / "o.out"
     q, k, v = (np.stack(x) for x in zip(*(generate.batch(shape, 3, "uniform", b) for b in range(2))))
@@ -80,13 +84,13 @@ def test_values_past_the_split_range_fall_back_to_fp32(tmp_path):
         for b in range(2):
             for x in (q[b] * 40, k[b] / 10, v[b] * 40):  # |q| up to 120, |v| up to 120
                 f.write(x.astype("<f4").tobytes())
-    info = timing_line(program, inp, out, dict(os.environ))
-    assert info["impl"] == "tensorcore+tiled"
+    info = timing_line(program, inp, out, env)
+    assert info["impl"] == impl + "+tiled"
     result = verify.against_reference(AttentionInput(inp), open_output(out, shape), 1e-3)
     assert result.passed, result
     # In-range inputs stay on the tensor cores.
     generate.write_input(inp, shape, 1)
-    assert timing_line(program, inp, out, dict(os.environ))["impl"] == "tensorcore"
+    assert timing_line(program, inp, out, env)["impl"] == impl
 
 
 def test_kernels_agree(tmp_path):
