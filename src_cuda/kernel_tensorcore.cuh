@@ -136,11 +136,21 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// c += (a_hi + a_lo) (b_hi + b_lo), dropping a_lo b_lo.
+// Terms of each compensated product (error budget measurements build with fewer):
+// 3 = a_hi b_hi + a_hi b_lo + a_lo b_hi, 2 = a_hi (b_hi + b_lo), 1 = a_hi b_hi (plain fp16).
+#ifndef FA_TC_QK_TERMS
+#define FA_TC_QK_TERMS 3
+#endif
+#ifndef FA_TC_PV_TERMS
+#define FA_TC_PV_TERMS 3
+#endif
+
+// c += (a_hi + a_lo) (b_hi + b_lo) to `Terms` terms, dropping a_lo b_lo at most.
+template <int Terms>
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
                                      uint32_t bh0, uint32_t bh1, uint32_t bl0, uint32_t bl1) {
-  mma16816(c, a_lo, bh0, bh1);  // small terms first
-  mma16816(c, a_hi, bl0, bl1);
+  if (Terms >= 3) mma16816(c, a_lo, bh0, bh1);  // small terms first
+  if (Terms >= 2) mma16816(c, a_hi, bl0, bl1);
   mma16816(c, a_hi, bh0, bh1);
 }
 
@@ -250,8 +260,8 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
         uint32_t kh[4], kl[4];
         ldmatrix_x4(kh, Kh + key * P + dim);
         ldmatrix_x4(kl, Kl + key * P + dim);
-        mma3(s[2 * np], q_hi[ks], q_lo[ks], kh[0], kh[1], kl[0], kl[1]);
-        mma3(s[2 * np + 1], q_hi[ks], q_lo[ks], kh[2], kh[3], kl[2], kl[3]);
+        mma3<FA_TC_QK_TERMS>(s[2 * np], q_hi[ks], q_lo[ks], kh[0], kh[1], kl[0], kl[1]);
+        mma3<FA_TC_QK_TERMS>(s[2 * np + 1], q_hi[ks], q_lo[ks], kh[2], kh[3], kl[2], kl[3]);
       }
     }
 
@@ -309,8 +319,8 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
         uint32_t vh[4], vl[4];
         ldmatrix_x4_trans(vh, Vh + key * P + dim);
         ldmatrix_x4_trans(vl, Vl + key * P + dim);
-        mma3(pv[2 * dp], p_hi, p_lo, vh[0], vh[1], vl[0], vl[1]);
-        mma3(pv[2 * dp + 1], p_hi, p_lo, vh[2], vh[3], vl[2], vl[3]);
+        mma3<FA_TC_PV_TERMS>(pv[2 * dp], p_hi, p_lo, vh[0], vh[1], vl[0], vl[1]);
+        mma3<FA_TC_PV_TERMS>(pv[2 * dp + 1], p_hi, p_lo, vh[2], vh[3], vl[2], vl[3]);
       }
     }
 #pragma unroll

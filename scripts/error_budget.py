@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Error budget of the tensor-core kernel: which products need compensation, measured.
+
+Builds fa-cuda with 1, 2 or 3 terms per product (FA_TC_QK_TERMS, FA_TC_PV_TERMS; see
+src_cuda/kernel_tensorcore.cuh), runs each on the shapes and value distributions below, and
+prints the max abs error against the float64 reference (every row for the smaller inputs,
+1024 seeded rows per batch for the larger). Needs an NVIDIA GPU (sm_80 or later) and nvcc.
+    python3 scripts/error_budget.py
+"""
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from fa_cli import generate, verify  # noqa: E402
+from fa_cli.format import AttentionInput, Shape, open_output  # noqa: E402
+
+VARIANTS = [(1, 1), (3, 1), (3, 2), (1, 3), (3, 3)]  # (QK terms, PV terms); 3, 3 is the product
+INPUTS = [(Shape(64, 1024, 32), "uniform"), (Shape(16, 1024, 64), "uniform"), (Shape(8, 4096, 64), "uniform"),
+          (Shape(16, 1024, 64), "extreme"), (Shape(4, 32768, 32), "uniform")]
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="fa-budget-"))
+    binaries = {}
+    for qk, pv in VARIANTS:
+        out = work / f"qk{qk}-pv{pv}"
+        subprocess.run(["make", "-s", "-B", "-C", str(ROOT), "cuda", f"BIN={out}",
+                        f"NVCCFLAGS=-O3 -std=c++17 -DFA_TC_QK_TERMS={qk} -DFA_TC_PV_TERMS={pv}"], check=True)
+        binaries[(qk, pv)] = out / "fa-cuda"
+    header = "B, N, d, values".ljust(26) + "".join(f"QK {qk} PV {pv}".rjust(14) for qk, pv in VARIANTS)
+    print("max abs error against float64 (terms per product: 1 = plain fp16, 2 = a_hi (b_hi + b_lo), 3 = 3xFP16)")
+    print(header)
+    for shape, dist in INPUTS:
+        inp = work / f"{shape.B}-{shape.N}-{shape.d}-{dist}.in"
+        generate.write_input(inp, shape, 11, dist)
+        rows = verify.default_mode(shape, 1024 if shape.B * shape.N * shape.N * shape.d > verify.FULL_CHECK_LIMIT
+                                   else None, False)
+        cells = []
+        for key in VARIANTS:
+            out = work / "o.out"
+            subprocess.run([str(binaries[key]), str(inp), str(out)], check=True,
+                           env={**os.environ, "FA_KERNEL": "tensorcore", "FA_TC_SPLIT": "prepass"})
+            result = verify.against_reference(AttentionInput(inp), open_output(out, shape), 1e-4, rows)
+            cells.append(f"{result.max_err:.2e}".rjust(14))
+        print(f"{shape.B}, {shape.N}, {shape.d}, {dist}".ljust(26) + "".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
