@@ -9,8 +9,21 @@
 // leaves registers. fp16's narrow exponent is handled by exact power-of-two scales that keep
 // the low parts normal numbers: Q by 2^6 (folded with log2(e)/sqrt(d)), K by 2^6, V by 2^6 and
 // P (in [0, 1]) by 2^12; the scales are undone exactly at the end.
-// Both products are compensated: with plain fp16 (or TF32) for P the error was over 1e-4,
-// see the error budget measured in scripts/device_check.sh's log and README.md.
+//
+// Error budget, measured (scripts/error_budget.py, H100, max abs error against float64; terms
+// per product: 1 = plain fp16, 2 = a_hi (b_hi + b_lo), i.e. P or Q rounded, 3 = 3xFP16):
+//   B, N, d, values        QK1 PV1   QK3 PV1   QK3 PV2   QK1 PV3   QK3 PV3 (this kernel)
+//   64, 1024, 32, uniform  4.1e-3    1.0e-3    4.0e-4    4.3e-3    4.4e-6
+//   16, 1024, 64, uniform  4.5e-3    9.6e-4    3.8e-4    4.9e-3    4.9e-6
+//   8, 4096, 64, uniform   4.0e-3    9.1e-4    3.0e-4    3.5e-3    1.3e-5
+//   16, 1024, 64, +-3      1.4e-4    1.1e-4    1.1e-4    3.5e-5    8.4e-6
+//   4, 32768, 32, uniform  2.2e-3    7.3e-4    1.7e-4    2.1e-3    4.3e-5
+// So both products need all three terms. What remains grows with N: the tensor core's fp32
+// accumulation truncates instead of rounding, and the largest scores grow with N. Each tile's
+// P V therefore starts from zero and is folded into O with round-to-nearest FMAs (accumulating
+// O inside the tensor core over 512 tiles had reached 1.2e-4); at N = 32768 a dense check
+// (4096 rows per batch of suite cases t27 and t28) still found 1.05e-4 and 1.15e-4 in
+// 4 and 5 values of 6.8 million: the truncated accumulation of S is the next thing to fix.
 // Range: the split needs |x| <= 64 for every Q, K, V value (fp16 overflows past 65504 after
 // scaling); the split pass flags any chunk that has a larger or non-finite value, and the
 // fp32 tiled kernel computes that chunk instead.
