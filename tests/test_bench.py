@@ -1,0 +1,86 @@
+"""fa bench and fa compare run directly (no launcher): records, safety of the results file, charts."""
+import json
+import stat
+import subprocess
+import sys
+
+from fa_cli import bench, compare
+
+
+def fa(cwd, *args):
+    return subprocess.run(["fa", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def test_bench_records_and_extends(cpu_program, tmp_path):
+    out = tmp_path / "r.json"
+    proc = fa(tmp_path, "bench", "--program", "cpu", "--suite", "t01,t02", "--shape", "3,70,64", "--repeat", 2,
+              "-o", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads(out.read_text())["records"]
+    assert [r["input"] for r in records] == ["t01", "t02", "3x70x64"]
+    for r in records:
+        assert r["passed"] and r["max_err"] < 1e-4 and r["repeats"] == 2 and len(r["wall_s"]["all"]) == 2
+        assert r["wall_s"]["min"] <= r["wall_s"]["median"] <= r["wall_s"]["max"]
+        assert r["build"] == {"impl": "cpu", "arch": "cpu", "device": "host_CPU"} and r["device"] == "host CPU"
+        assert r["flops"] == 4 * r["shape"]["B"] * r["shape"]["N"] ** 2 * r["shape"]["d"]
+        assert r["tflops_kernel"] > 0 and "bench" in r["command"] and r["date"]
+    # A second run extends the file instead of replacing it.
+    assert fa(tmp_path, "bench", "--program", "cpu", "--suite", "t03", "--repeat", 1, "-o", out).returncode == 0
+    assert [r["input"] for r in json.loads(out.read_text())["records"]][-1] == "t03"
+
+
+def test_failing_program_is_recorded_not_fatal(tmp_path):
+    broken = tmp_path / "broken"
+    broken.write_text(f"#!{sys.executable}\nimport sys\nprint('broken: error: nope', file=sys.stderr)\nsys.exit(1)\n")
+    broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
+    out = tmp_path / "r.json"
+    proc = fa(tmp_path, "bench", "--program", broken, "--program", "cpu", "--suite", "t01", "--repeat", 1, "-o", out)
+    assert proc.returncode == 1
+    records = json.loads(out.read_text())["records"]
+    assert records[0]["error"] == "broken: error: nope" and records[1]["passed"]
+
+
+def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
+    """A crash after the first measurement leaves that measurement in the file."""
+    from fa_cli import judge, programs
+
+    calls = []
+    real = bench.measure
+
+    def measure_then_crash(plan, program, target, workdir):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(target.name)
+        return real(plan, program, target, workdir)
+
+    monkeypatch.setattr(bench, "measure", measure_then_crash)
+    plan = bench.BenchPlan([programs.NAMED["cpu"]], [judge.target_for("t01"), judge.target_for("t02")], repeats=1)
+    out = tmp_path / "r.json"
+    try:
+        bench.run_bench(plan, out)
+    except KeyboardInterrupt:
+        pass
+    assert [r["input"] for r in bench.load_records(out)] == ["t01"]
+
+
+def test_not_a_results_file(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("[1, 2]")
+    proc = fa(tmp_path, "compare", bad)
+    assert proc.returncode == 2 and "not a fa bench results file" in proc.stderr
+
+
+def test_compare_markdown_and_charts(cpu_program, tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    for path, label in ((a, "first"), (b, "second")):
+        assert fa(tmp_path, "bench", "--program", "cpu", "--shape", "2,128,32", "--shape", "2,256,64", "--repeat", 1,
+                  "--label", label, "-o", path).returncode == 0
+    records = bench.load_records(a) + bench.load_records(b)
+    header, rows = compare.rows(records)
+    assert header[1] == "first on host CPU time s" and header[-1] == "speedup second vs first"
+    base, other = records[0]["wall_s"]["median"], records[2]["wall_s"]["median"]
+    assert rows[0][-1] == f"{base / other:.2f}x"
+    proc = fa(tmp_path, "compare", a, b, "--markdown", "--plot", tmp_path / "c.png")
+    assert proc.returncode == 0 and proc.stdout.startswith("| input |")
+    for png in ("c-breakdown.png", "c-by-n.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
