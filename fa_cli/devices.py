@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 
 
@@ -18,9 +18,6 @@ class Device:
     arch: str  # sm_90, gfx90a, ...
     compute_units: int  # SMs on NVIDIA, CUs on AMD
     memory_bytes: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.arch})"

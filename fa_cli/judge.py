@@ -8,7 +8,6 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from . import generate, suite, verify
 from .format import AttentionInput, FormatError, Shape, open_output, read_header
@@ -26,11 +25,11 @@ class Target:
     expected_path: Path | None = None
 
 
-def target_for(text: str, progress: Callable[[int], None] | None = None) -> Target:
+def target_for(text: str) -> Target:
     """A suite name (t01..t30, generated if missing) or a path to an input file."""
     if suite.is_case_name(text) and not Path(text).exists():
         c = suite.case(text)
-        path = suite.ensure_input(c, progress)
+        path = suite.ensure_input(c)
         return Target(c.name, path, c.shape, c.time_limit, c.expected_path)
     path = Path(text)
     return Target(path.name, path, read_header(path), None)

@@ -87,8 +87,6 @@ def ensure_built(program: Program) -> Program:
 class Launcher:
     """Runs a command on this machine."""
 
-    name = "direct"
-
     def wrap(self, argv: list[str]) -> list[str]:
         return argv
 

@@ -62,8 +62,6 @@ def check_partition(partition: str) -> None:
 class SlurmLauncher(Launcher):
     """Runs each program as `srun -p PARTITION -N1 -n1 [--gres=...] [extra] PROGRAM IN OUT`."""
 
-    name = "slurm"
-
     def __init__(self, partition: str, gres: str | None = None, srun_args: tuple[str, ...] = ()):
         require("srun")
         check_partition(partition)

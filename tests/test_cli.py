@@ -1,12 +1,10 @@
 """fa end to end, as a user types it."""
-import json
 import os
 import stat
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from fa_cli import generate, suite
 from fa_cli.format import Shape
