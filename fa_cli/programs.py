@@ -3,8 +3,9 @@
 Programs by name: cpu (bin/fa-cpu), cuda (bin/fa-cuda), hip (bin/fa-hip, AMD), hip-cuda
 (bin/fa-hip-cuda: the HIP source compiled by nvcc), or any path. A missing named program is
 built with make. With FA_TIMING=1 a program prints one line on stderr,
-    fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S impl=NAME arch=ARCH
-(seconds; impl is the kernel that ran, arch the device), parsed into RunResult.timing and .build.
+    fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S impl=NAME arch=ARCH device=NAME
+(seconds; impl is the kernel that ran, arch and device where it ran, spaces in the device name
+written as '_'), parsed into RunResult.timing and .build.
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ class RunResult:
     wall_s: float
     stderr: str
     timing: dict[str, float] = field(default_factory=dict)
-    build: dict[str, str] = field(default_factory=dict)  # impl and arch from the timing line
+    build: dict[str, str] = field(default_factory=dict)  # impl, arch and device from the timing line
     timed_out: bool = False
 
     @property
@@ -116,7 +117,7 @@ class RunResult:
 
 
 def parse_timing(stderr: str) -> tuple[dict[str, float], dict[str, str]]:
-    """The stage times (seconds) and the build facts (impl, arch) of a fa-timing line."""
+    """The stage times (seconds) and the build facts (impl, arch, device) of a fa-timing line."""
     match = TIMING_LINE.search(stderr)
     timing, build = {}, {}
     for item in match.group(1).split() if match else ():

@@ -81,6 +81,14 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint3
   lo = *reinterpret_cast<const uint32_t*>(&l);
 }
 
+// True when the split represents these values safely: |x| <= kLimit (false for NaN and inf too;
+// an fmaxf-based maximum would skip a NaN).
+__device__ __forceinline__ bool splittable(float x) { return fabsf(x) <= kLimit; }
+__device__ __forceinline__ bool splittable(float2 x) { return splittable(x.x) && splittable(x.y); }
+__device__ __forceinline__ bool splittable(float4 x) {
+  return splittable(x.x) && splittable(x.y) && splittable(x.z) && splittable(x.w);
+}
+
 // ------------------------------------------------------------------------- the split pass
 __global__ void split_kv(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t ND,
                          int* __restrict__ decline, volatile int* declined_ever) {
@@ -91,11 +99,7 @@ __global__ void split_kv(const float* __restrict__ qkv, __half* __restrict__ kv,
     const float4 q = *reinterpret_cast<const float4*>(base);
     const float4 k = *reinterpret_cast<const float4*>(base + ND);
     const float4 v = *reinterpret_cast<const float4*>(base + 2 * ND);
-    float m = fmaxf(fmaxf(fmaxf(fabsf(q.x), fabsf(q.y)), fmaxf(fabsf(q.z), fabsf(q.w))),
-                    fmaxf(fmaxf(fabsf(k.x), fabsf(k.y)), fmaxf(fabsf(k.z), fabsf(k.w))));
-    m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-    const bool finite = isfinite(q.x + q.y + q.z + q.w + k.x + k.y + k.z + k.w + v.x + v.y + v.z + v.w);
-    if (!(m <= kLimit) || !finite) {
+    if (!splittable(q) || !splittable(k) || !splittable(v)) {
       *decline = 1;
       *declined_ever = 1;
     }
@@ -215,8 +219,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
       const int64_t key = key0 + r;
       const float4 x = key < N ? *reinterpret_cast<const float4*>(K + is_v * ND + key * D + col)
                                : make_float4(0.f, 0.f, 0.f, 0.f);
-      const float m = fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w)));
-      out_of_range |= !(m <= kLimit);  // NaN fails too
+      out_of_range |= !splittable(x);
       const float scale = is_v ? kVScale : kQKScale;
       uint2 hi, lo;
       split_pair(x.x * scale, x.y * scale, hi.x, lo.x);
@@ -239,7 +242,7 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
       const int64_t row = row0 + g + (r & 1) * 8;
       const int col = ks * 16 + 2 * t + (r >> 1) * 8;
       const float2 x = row < N ? *reinterpret_cast<const float2*>(Q + row * D + col) : make_float2(0.f, 0.f);
-      if (kFused) out_of_range |= !(fmaxf(fabsf(x.x), fabsf(x.y)) <= kLimit);
+      if (kFused) out_of_range |= !splittable(x);
       split_pair(x.x * q_scale, x.y * q_scale, q_hi[ks][r], q_lo[ks][r]);
     }
   }

@@ -93,6 +93,25 @@ def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
     assert timing_line(program, inp, out, env)["impl"] == impl
 
 
+@pytest.mark.parametrize("split", ["prepass", "fused"])
+def test_nan_input_falls_back_to_fp32(tmp_path, split):
+    """A NaN cannot be split either: the chunk runs on the tiled kernel, and only the rows that
+    see the NaN (all of them, through its key) come out NaN, as in the reference."""
+    program = build("cuda", "fa-cuda")
+    shape = Shape(2, 100, 32)
+    inp, out = tmp_path / "nan.in", tmp_path / "o.out"
+    generate.write_input(inp, shape, 4)
+    data = np.fromfile(inp, dtype="<f4", offset=12)
+    data[shape.N * shape.d + 5 * shape.d + 3] = np.nan  # batch 0, K row 5
+    with open(inp, "r+b") as f:
+        f.seek(12)
+        f.write(data.tobytes())
+    impl = "tensorcore" if split == "prepass" else "tensorcore-fused"
+    assert timing_line(program, inp, out, {**os.environ, "FA_TC_SPLIT": split})["impl"] == impl + "+tiled"
+    got = np.fromfile(out, dtype="<f4").reshape(2, shape.N, shape.d)
+    assert np.isnan(got[0]).all() and np.isfinite(got[1]).all()
+
+
 def test_kernels_agree(tmp_path):
     program = build("cuda", "fa-cuda")
     inp = tmp_path / "x.in"
