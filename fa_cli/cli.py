@@ -41,14 +41,14 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Input file to write.")
 @click.option("--expected", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the float64 reference output (rounded to float32) here.")
-@click.option("--suite", "case_name", help="Generate a suite case (t01..t30) instead, checked against its sha256.")
+@click.option("--suite", "case_name", help="Generate a suite case (t01..t30) instead, checked against its sha256; to -o if given, else to the suite's place.")
 @click.option("--strict", is_flag=True, help="Refuse shapes outside the course's ranges.")
 def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, strict) -> None:
     """Write a seeded random input (byte-identical for the same arguments)."""
     if case_name:
         c = suite.case(case_name)
         with report.progress(f"generating {c.name}", c.shape.B) as advance:
-            path = suite.ensure_input(c, advance)
+            path = suite.write_case(c, output, advance) if output else suite.ensure_input(c, advance)
         click.echo(f"{path}: {c.shape}, {c.dist}, seed {c.seed}, sha256 matches the manifest")
         return
     if None in (batches, seq_len, head_dim) or output is None:

@@ -80,6 +80,11 @@ def ensure_input(c: Case, progress: Callable[[int], None] | None = None) -> Path
     if path.exists() and path.stat().st_size == c.shape.input_bytes:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    return write_case(c, path, progress)
+
+
+def write_case(c: Case, path: Path, progress: Callable[[int], None] | None = None) -> Path:
+    """Generate the case's input at `path` and check it against the manifest's sha256."""
     generate.write_input(path, c.shape, c.seed, c.dist, progress)
     digest = sha256_of(path)
     if digest != c.sha256:

@@ -3,7 +3,7 @@
 #   build -> GPU tests -> the suite t01..t30 through fa run -> compute-sanitizer -> benchmark.
 # Usage: scripts/device_check.sh [build tests suite sanitize bench trace ...]   (default: all)
 # Logs go to /tmp/fa-logs, packed at the end into $LOG/logs.tgz beside the benchmark's results,
-# markdown table and charts (at most 8 files come back from the device tool); the last lines
+# markdown table and charts (few files, for machines that return only a handful); the last lines
 # printed are a summary.
 # No package registry is needed: the machine's python3 must already have numpy, click, rich,
 # matplotlib, pytest (and torch for the comparison).
@@ -47,7 +47,7 @@ for step in $steps; do
         for f in /tmp/san64.in /tmp/san32.in; do
           log="$LOG/sanitize-$prog-${setting#*=}-$tool-$(basename $f .in).log"
           env "$setting" compute-sanitizer --tool $tool --error-exitcode 9 "bin/$prog" $f /tmp/san.out >"$log" 2>&1
-          note "sanitizer $tool $prog $setting $(basename $f): rc=$? $(grep -h 'ERROR SUMMARY' "$log")"
+          note "sanitizer $tool $prog $setting $(basename $f): rc=$? $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log")"
         done
       done
     done

@@ -20,13 +20,15 @@
 //   Ps[16][BC]         the tile's probabilities, one row per warp, read back as float4 broadcasts
 // Per tile: scores s = q . k_j (q held in registers, pre-scaled by log2(e)/sqrt(d), so that
 // exp2 gives e^x); row max by an xor butterfly; online softmax (running max m, running per-lane
-// sum l, accumulator rescaled by 2^(m_old - m_new)); O row += P V with lane x owning columns
+// sum l, compensated, accumulator rescaled by 2^(m_old - m_new)); O row += P V with lane x owning columns
 // x, x + BC, ... (BC >= D: lanes past D own none). The next tile's K and V are loaded from
 // global memory into registers (float4) before the current tile is computed, stored after it.
 // O is written once, at the end. Keys past N score -inf; rows past N compute but never store.
 #pragma once
 
 #include <cstdint>
+
+#include "compensated_sum.h"
 
 namespace fa {
 
@@ -126,7 +128,8 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
     }
   };
 
-  float m = -INFINITY, l = 0.f;  // running max (base 2) and this lane's share of the running sum
+  float m = -INFINITY;           // running max (base 2)
+  CompensatedSum l;              // this lane's share of the running sum
   float acc[kCols] = {};         // O row: lane owns columns lane + BC * c
   fetch(0);
   stash(0);
@@ -152,7 +155,8 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
     const float m_new = fmaxf(m, Reduce::all(s, MaxOp{}, parts, row_in_tile, lane));
     const float alpha = exp2f(m - m_new);
     const float p = exp2f(s - m_new);
-    l = l * alpha + p;
+    l.scale(alpha);
+    l.add(p);
     m = m_new;
 #pragma unroll
     for (int c = 0; c < kCols; ++c) acc[c] *= alpha;
@@ -185,7 +189,7 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
   }
 
   // --- O written once.
-  const float inv_l = 1.f / Reduce::all(l, SumOp{}, parts, row_in_tile, lane);
+  const float inv_l = 1.f / Reduce::all(l.value(), SumOp{}, parts, row_in_tile, lane);
   if (row < N) {
 #pragma unroll
     for (int c = 0; c < kCols; ++c) {

@@ -108,20 +108,25 @@ class CudaKernels {
     __half* kv = static_cast<__half*>(scratch);
     int* decline = reinterpret_cast<int*>(static_cast<char*>(scratch) + split_bytes(batches));
     CUDA_CHECK(cudaMemsetAsync(decline, 0, sizeof(int), stream));
-    const int64_t row_tiles = (N + kTcBr - 1) / kTcBr;
-    const unsigned blocks = (unsigned)(batches * row_tiles);
     if (fused_) {
-      attention_tensorcore<D, true><<<blocks, kTcWarps * 32, tc_smem_bytes<D>(), stream>>>(
-          qkv, kv, out, N, row_tiles, decline, declined_device_);
+      launch_tensorcore<D, true>(qkv, kv, out, batches, decline, stream);
     } else {
       split_kv<<<split_blocks_, 256, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
       CUDA_CHECK_LAUNCH("split_kv");
-      attention_tensorcore<D, false><<<blocks, kTcWarps * 32, tc_smem_bytes<D>(), stream>>>(
-          qkv, kv, out, N, row_tiles, decline, declined_device_);
+      launch_tensorcore<D, false>(qkv, kv, out, batches, decline, stream);
     }
     CUDA_CHECK_LAUNCH("attention_tensorcore");
     launch_tiled<D, kWarp>(qkv, out, batches, N, decline, stream);  // returns at once unless declined
     CUDA_CHECK_LAUNCH("attention_tiled (fallback)");
+  }
+
+  template <int D, bool kFused>
+  void launch_tensorcore(const float* qkv, const __half* kv, float* out, int64_t batches, int* decline,
+                         cudaStream_t stream) {
+    constexpr int rows = tc_rows<D, kFused>();
+    const int64_t row_tiles = (shape_.N + rows - 1) / rows;
+    attention_tensorcore<D, kFused><<<(unsigned)(batches * row_tiles), tc_warps<D, kFused>() * 32, tc_smem_bytes<D>(),
+                                      stream>>>(qkv, kv, out, shape_.N, row_tiles, decline, declined_device_);
   }
 
   Shape shape_;

@@ -8,22 +8,26 @@
 // accumulator's register layout is exactly the A-operand layout of the P V product, so P never
 // leaves registers. fp16's narrow exponent is handled by exact power-of-two scales that keep
 // the low parts normal numbers: Q by 2^6 (folded with log2(e)/sqrt(d)), K by 2^6, V by 2^6 and
-// P (in [0, 1]) by 2^12; the scales are undone exactly at the end.
+// P (in [0, 1]) by 2^12; the scales are undone exactly at the end. P's hi is its top 11 bits
+// by a mask (split_pair_masked: no fp16 round trip), its lo the next 11 rounded.
 //
 // Error budget, measured (scripts/error_budget.py, H100, max abs error against float64; terms
 // per product: 1 = plain fp16, 2 = a_hi (b_hi + b_lo), i.e. P or Q rounded, 3 = 3xFP16):
 //   B, N, d, values        QK1 PV1   QK3 PV1   QK3 PV2   QK1 PV3   QK3 PV3 (this kernel)
-//   64, 1024, 32, uniform  4.1e-3    1.0e-3    4.0e-4    4.3e-3    4.4e-6
-//   16, 1024, 64, uniform  4.5e-3    9.6e-4    3.8e-4    4.9e-3    4.9e-6
-//   8, 4096, 64, uniform   4.0e-3    9.1e-4    3.0e-4    3.5e-3    1.3e-5
-//   16, 1024, 64, +-3      1.4e-4    1.1e-4    1.1e-4    3.5e-5    8.4e-6
-//   4, 32768, 32, uniform  2.2e-3    7.3e-4    1.7e-4    2.1e-3    4.3e-5
-// So both products need all three terms. What remains grows with N: the tensor core's fp32
-// accumulation truncates instead of rounding, and the largest scores grow with N. Each tile's
-// P V therefore starts from zero and is folded into O with round-to-nearest FMAs (accumulating
-// O inside the tensor core over 512 tiles had reached 1.2e-4); at N = 32768 a dense check
-// (4096 rows per batch of suite cases t27 and t28) still found 1.05e-4 and 1.15e-4 in
-// 4 and 5 values of 6.8 million: the truncated accumulation of S is the next thing to fix.
+//   64, 1024, 32, uniform  4.1e-3    1.3e-3    8.1e-4    4.3e-3    3.6e-6
+//   16, 1024, 64, uniform  5.1e-3    1.1e-3    7.0e-4    4.9e-3    5.0e-6
+//   8, 4096, 64, uniform   4.1e-3    9.0e-4    5.8e-4    3.5e-3    4.6e-6
+//   16, 1024, 64, +-3      6.3e-4    1.3e-3    1.3e-3    3.4e-5    8.3e-6
+//   4, 32768, 32, uniform  2.2e-3    7.1e-4    3.8e-4    2.1e-3    3.0e-6
+// So both products need all three terms. The tensor core's accumulation is not the limit: a
+// probe of mma.sync f16 -> f32 on the H100 keeps 24 bits, truncated (2^20 + 2^-3 survives,
+// 2^20 + 2^-4 does not), and adding the main terms a_hi b_hi of S and of P V outside it (each
+// 16-term step from zero, then a round-to-nearest FADD) changed no error. What had limited N = 32768 (1.05e-4 in suite case
+// t27, 1.15e-4 in t28) was the row sum l: one dominant key, 32767 probabilities each below
+// half an ulp of l, added one by one and rounded away together. The tile's 16 probabilities
+// per lane are now summed first and added to l with compensation (compensated_sum.h); every
+// row of t27 and t28 (scripts/dense_error.py) is then within 8.6e-6 and 5.0e-6.
+// Each tile's P V still starts from zero and is folded into O with round-to-nearest FMAs.
 // Range: the split needs |x| <= 64 for every Q, K, V value (fp16 overflows past 65504 after
 // scaling); the split pass flags any chunk that has a larger or non-finite value, and the
 // fp32 tiled kernel computes that chunk instead.
@@ -32,21 +36,31 @@
 //   split_kv             K and V -> fp16 hi and lo (scaled), once per chunk, so the main kernel
 //                        streams ready operands with cp.async and loads them with ldmatrix.
 //                        Per batch: [K_hi | K_lo | V_hi | V_lo], each N x D halves.
-//   attention_tensorcore one block per (batch, kBr = 64 query rows), 4 warps of 16 rows each.
+//   attention_tensorcore one block per (batch, 16 x tc_warps query rows), a warp per 16 rows:
+//                        4 warps, or 8 for the fused kernel at d = 32 (see tc_warps below).
 //     Q:  each warp loads its 16 x D rows once, splits them into A fragments in registers.
-//     K/V tiles of kBc = 64 keys, double-buffered in shared memory by cp.async (zero-filled past
-//     N): stage = [K_hi | K_lo | V_hi | V_lo], each kBc rows of D + 8 halves; the 16-byte pad
-//     makes the 8 rows an ldmatrix reads fall in 8 distinct 4-bank groups.
+//     K/V tiles of kBc = 64 keys, double-buffered in shared memory by cp.async (only a tile
+//     reaching past N checks keys and zero-fills; full tiles load unchecked, which freed
+//     registers and measured 10% faster): stage = [K_hi | K_lo | V_hi | V_lo], each kBc rows of
+//     D + 8 halves; the 16-byte pad makes the 8 rows an ldmatrix reads fall in 8 distinct
+//     4-bank groups.
 //     Per tile: S = Q K^T (16 x 64 per warp, 3 mma per fragment pair), masked past N;
 //     online softmax on the quad of lanes that shares a row (running max m, per-lane sums l);
 //     O = O * alpha + P V with P split in registers and V fragments from ldmatrix.trans.
 //     O is written once at the end.
+// Where the time goes (ncu, H100, 26 x 32768 x 64): 231 registers -> 2 blocks = 8 warps per SM,
+// 2 per scheduler; a warp issues every 4.1 cycles and no warp is eligible in 51% of cycles,
+// the tensor pipe far from busy (SM throughput 47%). The kernel is latency-bound at that
+// occupancy; 3 blocks per SM (168 registers) spill and measured no faster.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "../src_common/compensated_sum.h"
 
 namespace fa {
 
@@ -54,10 +68,28 @@ namespace fa {
 #ifndef FA_TC_MIN_BLOCKS
 #define FA_TC_MIN_BLOCKS 2
 #endif
+// The fused kernel at d = 32 (short sequences, many batches) is latency-bound: it runs
+// FA_TC_FUSED32_WARPS warps per block, one block per batch at N = 128 (K and V split once), and
+// 16 warps per SM, i.e. 128 registers, a few spilled: 13000 x 128 x 32 measured 0.72 ms
+// against 0.85 ms with 8 warps per SM and every register (24 warps per SM spill more: 0.87).
+#ifndef FA_TC_FUSED32_WARPS
+#define FA_TC_FUSED32_WARPS 8
+#endif
+#ifndef FA_TC_FUSED32_WARPS_PER_SM
+#define FA_TC_FUSED32_WARPS_PER_SM 16
+#endif
 
-constexpr int kTcBr = 64;                      // query rows per block
+// Warps per block (one per 16 query rows) and blocks per SM the registers must allow.
+template <int D, bool kFused>
+__host__ __device__ constexpr int tc_warps() { return kFused && D == 32 ? FA_TC_FUSED32_WARPS : 4; }
+template <int D, bool kFused>
+__host__ __device__ constexpr int tc_rows() { return 16 * tc_warps<D, kFused>(); }  // query rows per block
+template <int D, bool kFused>
+__host__ __device__ constexpr int tc_min_blocks() {
+  return kFused && D == 32 ? FA_TC_FUSED32_WARPS_PER_SM / FA_TC_FUSED32_WARPS : FA_TC_MIN_BLOCKS;
+}
+
 constexpr int kTcBc = 64;                      // keys per tile
-constexpr int kTcWarps = kTcBr / 16;           // one warp per 16 query rows
 constexpr float kLimit = 64.f;                 // largest |x| the split represents safely
 constexpr float kQKScale = 64.f;               // 2^6 on Q and on K
 constexpr float kVScale = 64.f;                // 2^6 on V
@@ -77,6 +109,17 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint3
   const __half2 h = __floats2half2_rn(x, y);
   const float2 back = __half22float2(h);
   const __half2 l = __floats2half2_rn(x - back.x, y - back.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+// The same split with hi = x truncated to fp16's 11 significant bits by a mask instead of a
+// round trip through fp16 (for normal fp16 values; lo then carries the next 11 bits).
+__device__ __forceinline__ void split_pair_masked(float x, float y, uint32_t& hi, uint32_t& lo) {
+  const float xh = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
+  const float yh = __uint_as_float(__float_as_uint(y) & 0xffffe000u);
+  const __half2 h = __floats2half2_rn(xh, yh);
+  const __half2 l = __floats2half2_rn(x - xh, y - yh);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = *reinterpret_cast<const uint32_t*>(&l);
 }
@@ -175,13 +218,14 @@ __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&a_hi)[4], c
 // kFused = false: K and V come split by split_kv, streamed by cp.async two tiles deep.
 // kFused = true (short sequences): the block reads fp32 K and V itself and splits them while
 // filling shared memory, checking the range as split_kv would; this saves split_kv's round trip
-// through device memory, which dominates when each K/V tile serves only N / kBr blocks.
+// through device memory, which dominates when each K/V tile serves only a few blocks.
 template <int D, bool kFused>
-__global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
+__global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, kFused>())
     attention_tensorcore(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
                          int64_t N, int64_t row_tiles, int* __restrict__ decline, volatile int* declined_ever) {
 #if __CUDA_ARCH__ >= 800
   if (!kFused && *decline) return;  // this chunk has values the split cannot take: the tiled kernel runs
+  constexpr int kWarps = tc_warps<D, kFused>();
   constexpr int P = tc_pitch<D>();
   constexpr int kTileHalves = kTcBc * P;  // one of K_hi, K_lo, V_hi, V_lo in shared memory
   extern __shared__ __align__(16) __half smem[];
@@ -189,48 +233,91 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group and column pair
   const int64_t b = blockIdx.x / row_tiles;
-  const int64_t row0 = (blockIdx.x % row_tiles) * kTcBr + warp * 16;
+  const int64_t row0 = (blockIdx.x % row_tiles) * tc_rows<D, kFused>() + warp * 16;
   const int64_t ND = N * D;
   const float* Q = qkv + b * 3 * ND;
   const __half* KV = kv + b * 4 * ND;  // [K_hi | K_lo | V_hi | V_lo]
 
-  // --- K/V tile load: 4 arrays x kBc rows x D/8 chunks of 16 bytes, spread over the block.
+  // --- K/V tile load: 4 arrays x kBc rows x D/8 chunks of 16 bytes, spread over the block;
+  // only a tile that reaches past N checks its rows (and zero-fills those past N).
   auto load_tile = [&](int stage, int64_t key0) {
     constexpr int kChunksPerRow = D / 8, kChunks = 4 * kTcBc * kChunksPerRow;
     __half* dst0 = smem + stage * tc_stage_halves<D>();
+    const __half* src0 = KV + key0 * D;
+    auto chunk = [&](int c, int& array, int& r, int& col) {
+      array = c / (kTcBc * kChunksPerRow), r = (c / kChunksPerRow) % kTcBc, col = (c % kChunksPerRow) * 8;
+    };
+    if (key0 + kTcBc <= N) {
 #pragma unroll
-    for (int c = tid; c < kChunks; c += kTcWarps * 32) {
-      const int array = c / (kTcBc * kChunksPerRow), r = (c / kChunksPerRow) % kTcBc, col = (c % kChunksPerRow) * 8;
-      const bool valid = key0 + r < N;
-      const __half* src = valid ? KV + array * ND + (key0 + r) * D + col : KV;
-      cp_async16(dst0 + array * kTileHalves + r * P + col, src, valid ? 16 : 0);
+      for (int c = tid; c < kChunks; c += kWarps * 32) {
+        int array, r, col;
+        chunk(c, array, r, col);
+        cp_async16(dst0 + array * kTileHalves + r * P + col, src0 + array * ND + r * D + col, 16);
+      }
+    } else {
+#pragma unroll
+      for (int c = tid; c < kChunks; c += kWarps * 32) {
+        int array, r, col;
+        chunk(c, array, r, col);
+        const bool valid = key0 + r < N;
+        cp_async16(dst0 + array * kTileHalves + r * P + col, valid ? src0 + array * ND + r * D + col : KV,
+                   valid ? 16 : 0);
+      }
     }
     cp_async_commit();
   };
-  // Fused: fp32 K and V of a tile -> scaled hi and lo halves in shared memory, range checked.
+  // Fused: fp32 K and V of `kTiles` consecutive tiles -> scaled hi and lo halves in shared
+  // memory (consecutive stages), range checked. Loads are issued kGroup float4 at a time
+  // before any of them is split, so a short sequence pays the global-memory latency once.
   bool out_of_range = false;
-  auto split_tile = [&](int stage, int64_t key0) {
-    constexpr int kQuads = kTcBc * D / 4;  // float4 per tile of K (and of V)
+  auto split_tiles = [&](auto tiles_tag, auto group_tag, int stage, int64_t key0) {
+    constexpr int kQuads = kTcBc * D / 4;                // float4 per tile of K (and of V)
+    constexpr int kPerThread = 2 * kQuads / (kWarps * 32);
+    constexpr int kTiles = decltype(tiles_tag)::value, kAll = kTiles * kPerThread;
+    constexpr int kGroup = decltype(group_tag)::value < kAll ? decltype(group_tag)::value : kAll;
+    static_assert(kAll % kGroup == 0, "loads come in whole groups");
     const float* K = Q + ND;
-    __half* dst0 = smem + stage * tc_stage_halves<D>();
-#pragma unroll 4
-    for (int c = tid; c < 2 * kQuads; c += kTcWarps * 32) {
-      const int is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
-      const int64_t key = key0 + r;
-      const float4 x = key < N ? *reinterpret_cast<const float4*>(K + is_v * ND + key * D + col)
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-      out_of_range |= !splittable(x);
-      const float scale = is_v ? kVScale : kQKScale;
-      uint2 hi, lo;
-      split_pair(x.x * scale, x.y * scale, hi.x, lo.x);
-      split_pair(x.z * scale, x.w * scale, hi.y, lo.y);
-      __half* dst = dst0 + 2 * is_v * kTileHalves + r * P + col;
-      *reinterpret_cast<uint2*>(dst) = hi;
-      *reinterpret_cast<uint2*>(dst + kTileHalves) = lo;
+#pragma unroll
+    for (int first = 0; first < kTiles * kPerThread; first += kGroup) {
+      float4 x[kGroup];
+      auto load = [&](int i, bool check) {
+        const int tile = (first + i) / kPerThread, c = tid + ((first + i) % kPerThread) * kWarps * 32;
+        const int is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
+        const int64_t key = key0 + tile * kTcBc + r;
+        x[i] = !check || key < N ? *reinterpret_cast<const float4*>(K + is_v * ND + key * D + col)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+      };
+      if (key0 + kTiles * kTcBc <= N) {  // as in load_tile: only tiles reaching past N check keys
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) load(i, false);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kGroup; ++i) load(i, true);
+      }
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) {
+        const int tile = (first + i) / kPerThread, c = tid + ((first + i) % kPerThread) * kWarps * 32;
+        const int is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
+        out_of_range |= !splittable(x[i]);
+        const float scale = is_v ? kVScale : kQKScale;
+        uint2 hi, lo;
+        split_pair(x[i].x * scale, x[i].y * scale, hi.x, lo.x);
+        split_pair(x[i].z * scale, x[i].w * scale, hi.y, lo.y);
+        __half* dst = smem + ((stage + tile) & 1) * tc_stage_halves<D>() + 2 * is_v * kTileHalves + r * P + col;
+        *reinterpret_cast<uint2*>(dst) = hi;
+        *reinterpret_cast<uint2*>(dst + kTileHalves) = lo;
+      }
     }
   };
+  using Two = std::integral_constant<int, 2>;
+  using One = std::integral_constant<int, 1>;
+  using Group = std::integral_constant<int, 4>;
+  using GroupUpFront = std::integral_constant<int, 16>;
   const int64_t tiles = (N + kTcBc - 1) / kTcBc;
-  if (!kFused) load_tile(0, 0);
+  if (kFused)
+    split_tiles(Two(), GroupUpFront(), 0, 0);  // tiles 0 and 1 (all of N <= 128) before Q
+  else
+    load_tile(0, 0);
 
   // --- Q fragments: rows row0 + g and row0 + g + 8, pre-scaled, split into hi and lo.
   const float q_scale = kQKScale * 1.4426950408889634f / sqrtf((float)D);
@@ -249,11 +336,11 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
 
   float o[D / 8][4] = {};                      // O fragments: 16 rows x D, fp32
   float m[2] = {-INFINITY, -INFINITY};         // running max (base 2) of rows g and g + 8
-  float l[2] = {0.f, 0.f};                     // this lane's share of the running sums
+  CompensatedSum l[2];                         // this lane's share of the running sums
 
   for (int64_t j = 0; j < tiles; ++j) {
     if (kFused) {
-      split_tile(j & 1, j * kTcBc);
+      if (j >= 2) split_tiles(One(), Group(), j & 1, j * kTcBc);
     } else if (j + 1 < tiles) {
       load_tile((j + 1) & 1, (j + 1) * kTcBc);
       cp_async_wait<1>();
@@ -306,16 +393,20 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
       const float m_new = fmaxf(m[h], tile_max[h] * kUnscaleS);
       alpha[h] = fast_exp2(m[h] - m_new);
       m[h] = m_new;
-      l[h] *= alpha[h];
+      l[h].scale(alpha[h]);
     }
+    // The row sums: the tile's 16 probabilities per lane first, then one compensated add.
+    float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int nt = 0; nt < kTcBc / 8; ++nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         s[nt][c] = fast_exp2(fmaf(s[nt][c], kUnscaleS, -m[c >> 1]));  // unscale and subtract in one FMA
-        l[c >> 1] += s[nt][c];
+        tile_sum[c >> 1] += s[nt][c];
       }
     }
+    l[0].add(tile_sum[0]);
+    l[1].add(tile_sum[1]);
 
     // --- Output: O = O * alpha + P V. The tile's P V is accumulated in fresh registers and
     // folded into O with round-to-nearest FMAs: the tensor core's fp32 accumulation truncates,
@@ -325,10 +416,10 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
 #pragma unroll
     for (int kk = 0; kk < kTcBc / 16; ++kk) {
       uint32_t p_hi[4], p_lo[4];
-      split_pair(s[2 * kk][0] * kPScale, s[2 * kk][1] * kPScale, p_hi[0], p_lo[0]);
-      split_pair(s[2 * kk][2] * kPScale, s[2 * kk][3] * kPScale, p_hi[1], p_lo[1]);
-      split_pair(s[2 * kk + 1][0] * kPScale, s[2 * kk + 1][1] * kPScale, p_hi[2], p_lo[2]);
-      split_pair(s[2 * kk + 1][2] * kPScale, s[2 * kk + 1][3] * kPScale, p_hi[3], p_lo[3]);
+      split_pair_masked(s[2 * kk][0] * kPScale, s[2 * kk][1] * kPScale, p_hi[0], p_lo[0]);
+      split_pair_masked(s[2 * kk][2] * kPScale, s[2 * kk][3] * kPScale, p_hi[1], p_lo[1]);
+      split_pair_masked(s[2 * kk + 1][0] * kPScale, s[2 * kk + 1][1] * kPScale, p_hi[2], p_lo[2]);
+      split_pair_masked(s[2 * kk + 1][2] * kPScale, s[2 * kk + 1][3] * kPScale, p_hi[3], p_lo[3]);
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dim = dp * 16 + (lane >> 4) * 8;
@@ -353,17 +444,19 @@ __global__ void __launch_bounds__(kTcWarps * 32, FA_TC_MIN_BLOCKS)
   }
 
   // --- O written once: sum the quad's shares of l, unscale, store rows below N.
+  float row_sum[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    row_sum[h] = l[h].value();
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
+    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
   }
   float* O = out + b * ND;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t row = row0 + g + h * 8;
     if (row >= N) continue;
-    const float inv = kUnscaleO / l[h];
+    const float inv = kUnscaleO / row_sum[h];
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt)
       *reinterpret_cast<float2*>(O + row * D + nt * 8 + 2 * t) = make_float2(o[nt][2 * h] * inv, o[nt][2 * h + 1] * inv);

@@ -55,6 +55,14 @@ def test_gen_suite_case(tmp_path):
     assert suite.sha256_of(tmp_path / "t13.in") == suite.case("t13").sha256
 
 
+def test_gen_suite_case_to_chosen_file(tmp_path):
+    env = {**os.environ, "FA_CACHE": str(tmp_path / "cache")}
+    proc = fa("gen", "--suite", "t13", "-o", tmp_path / "mine.in", env=env)
+    assert proc.returncode == 0 and "sha256 matches" in proc.stdout
+    assert suite.sha256_of(tmp_path / "mine.in") == suite.case("t13").sha256
+    assert not (tmp_path / "cache" / "t13.in").exists()
+
+
 def test_run_suite_cases_with_cpu(cpu_program):
     proc = fa("run", "t01", "t04", "t07", "--program", "cpu")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Max abs error of an output against float64 attention over EVERY row, on an NVIDIA GPU.
+
+`fa verify` checks every row on the CPU only up to a size limit and samples rows beyond it;
+the error tail of a kernel at N = 32768 (a few values in millions) needs all of them. This
+computes the float64 reference with torch on the GPU, a block of query rows at a time, and
+prints the max abs error, where it is, and how many values exceed each threshold.
+    python3 scripts/dense_error.py INPUT OUTPUT [--block-rows 4096]
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from fa_cli.format import AttentionInput, open_output  # noqa: E402
+
+THRESHOLDS = (5e-5, 1e-4, 5e-3)
+
+
+def main() -> None:
+    import torch
+
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("input")
+    args.add_argument("output")
+    args.add_argument("--block-rows", type=int, default=4096)
+    a = args.parse_args()
+    inp = AttentionInput(a.input)
+    shape = inp.shape
+    out = open_output(a.output, shape)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    worst, where = 0.0, None
+    over = dict.fromkeys(THRESHOLDS, 0)
+    rows = min(shape.N, a.block_rows)
+    group = max(1, (1 << 27) // (rows * shape.N))  # batches per step: S blocks of ~1 GB in float64
+    for b0 in range(0, shape.B, group):
+        b1 = min(shape.B, b0 + group)
+        q, k, v = (torch.from_numpy(np.array(x)).to(dev, torch.float64) for x in inp.qkv(b0, b1))
+        got = torch.from_numpy(np.array(out[b0:b1])).to(dev, torch.float64)
+        for r0 in range(0, shape.N, rows):
+            s = q[:, r0:r0 + rows] @ k.transpose(1, 2) / np.sqrt(shape.d)
+            ref = torch.softmax(s, dim=2) @ v
+            err = (got[:, r0:r0 + rows] - ref).abs()
+            err = torch.where(torch.isnan(err), torch.inf, err)  # a NaN output is an infinite error
+            m = err.max().item()
+            for t in THRESHOLDS:
+                over[t] += int((err > t).sum().item())
+            if m > worst:
+                i = int(err.argmax().item())
+                bb, rest = divmod(i, err.shape[1] * shape.d)
+                worst, where = m, (b0 + bb, r0 + rest // shape.d, rest % shape.d)
+    counts = " ".join(f">{t:g}: {n}" for t, n in over.items())
+    print(f"{shape}: max abs error {worst:.3e} at (b, row, col) = {where}; values {counts} "
+          f"of {shape.B * shape.N * shape.d}")
+
+
+if __name__ == "__main__":
+    main()
