@@ -48,10 +48,15 @@
 //     online softmax on the quad of lanes that shares a row (running max m, per-lane sums l);
 //     O = O * alpha + P V with P split in registers and V fragments from ldmatrix.trans.
 //     O is written once at the end.
-// Where the time goes (ncu, H100, 26 x 32768 x 64): 231 registers -> 2 blocks = 8 warps per SM,
-// 2 per scheduler; a warp issues every 4.1 cycles and no warp is eligible in 51% of cycles,
-// the tensor pipe far from busy (SM throughput 47%). The kernel is latency-bound at that
-// occupancy; 3 blocks per SM (168 registers) spill and measured no faster.
+// Where the time goes (ncu, H100): at 26 x 32768 x 64 (and 64 x 4096 x 64 alike), 231
+// registers -> 2 blocks = 8 warps per SM, 2 per scheduler; the tensor pipe is active 48% of
+// cycles, an instruction issues in 48%; per issued instruction a warp waits 1.4 cycles on
+// fixed-latency dependencies, 0.4 on the busy math pipe, 0.4 on dispatch. Latency-bound at that
+// occupancy: 3 blocks per SM (168 registers) spill and measured no faster, and issuing the
+// three mma of a product term by term across accumulators changed nothing (ptxas
+// already interleaves them). At 13000 x 128 x 32 (fused) the tensor pipe is 29% active and the
+// top stall is global-memory latency (2.0 cycles per issue): each block loads, splits, then
+// computes only 2 tiles.
 #pragma once
 
 #include <cuda_fp16.h>
