@@ -41,7 +41,9 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Input file to write.")
 @click.option("--expected", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the float64 reference output (rounded to float32) here.")
-@click.option("--suite", "case_name", help="Generate a suite case (t01..t30) instead, checked against its sha256; to -o if given, else to the suite's place.")
+@click.option("--suite", "case_name",
+              help="Generate a suite case (t01..t30) instead, checked against its sha256; "
+                   "to -o if given, else to the suite's place.")
 @click.option("--strict", is_flag=True, help="Refuse shapes outside the course's ranges.")
 def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, strict) -> None:
     """Write a seeded random input (byte-identical for the same arguments)."""

@@ -20,9 +20,10 @@
 //   Ps[16][BC]         the tile's probabilities, one row per warp, read back as float4 broadcasts
 // Per tile: scores s = q . k_j (q held in registers, pre-scaled by log2(e)/sqrt(d), so that
 // exp2 gives e^x); row max by an xor butterfly; online softmax (running max m, running per-lane
-// sum l, compensated, accumulator rescaled by 2^(m_old - m_new)); O row += P V with lane x owning columns
-// x, x + BC, ... (BC >= D: lanes past D own none). The next tile's K and V are loaded from
-// global memory into registers (float4) before the current tile is computed, stored after it.
+// sum l, compensated, accumulator rescaled by 2^(m_old - m_new)); O row += P V with lane x
+// owning columns x, x + BC, ... (BC >= D: lanes past D own none). The next tile's K and V are
+// loaded from global memory into registers (float4) before the current tile is computed, stored
+// after it.
 // O is written once, at the end. Keys past N score -inf; rows past N compute but never store.
 #pragma once
 
