@@ -55,8 +55,8 @@
 // occupancy: 3 blocks per SM (168 registers) spill and measured no faster, and issuing the
 // three mma of a product term by term across accumulators changed nothing (ptxas
 // already interleaves them). At 13000 x 128 x 32 (fused) the tensor pipe is 29% active and the
-// top stall is global-memory latency (2.0 cycles per issue): each block loads, splits, then
-// computes only 2 tiles.
+// top stall is global-memory latency (2.0 cycles per issue; measured before Q's loads moved
+// ahead of K's and V's): each block loads, splits, then computes only 2 tiles.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -319,23 +319,39 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
   using Group = std::integral_constant<int, 4>;
   using GroupUpFront = std::integral_constant<int, 16>;
   const int64_t tiles = (N + kTcBc - 1) / kTcBc;
-  if (kFused)
-    split_tiles(Two(), GroupUpFront(), 0, 0);  // tiles 0 and 1 (all of N <= 128) before Q
-  else
-    load_tile(0, 0);
 
-  // --- Q fragments: rows row0 + g and row0 + g + 8, pre-scaled, split into hi and lo.
+  // --- Q fragments: rows row0 + g and row0 + g + 8, loaded while the first K/V tiles are on
+  // their way, then pre-scaled and split. The fused kernel at d = 32 issues Q's loads before
+  // K's and V's (13000 x 128 x 32: 0.67 against 0.69 ms); at d = 64 it has no registers to
+  // spare across the split (it spilled more and measured 2-6% slower).
+  float2 q_raw[D / 16][4];
+  auto load_q = [&] {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t row = row0 + g + (r & 1) * 8;
+        const int col = ks * 16 + 2 * t + (r >> 1) * 8;
+        q_raw[ks][r] = row < N ? *reinterpret_cast<const float2*>(Q + row * D + col) : make_float2(0.f, 0.f);
+      }
+    }
+  };
+  if (kFused) {  // tiles 0 and 1: all of N <= 128
+    if (D == 32) load_q();
+    split_tiles(Two(), GroupUpFront(), 0, 0);
+    if (D != 32) load_q();
+  } else {
+    load_tile(0, 0);
+    load_q();
+  }
   const float q_scale = kQKScale * 1.4426950408889634f / sqrtf((float)D);
   uint32_t q_hi[D / 16][4], q_lo[D / 16][4];
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int64_t row = row0 + g + (r & 1) * 8;
-      const int col = ks * 16 + 2 * t + (r >> 1) * 8;
-      const float2 x = row < N ? *reinterpret_cast<const float2*>(Q + row * D + col) : make_float2(0.f, 0.f);
-      if (kFused) out_of_range |= !splittable(x);
-      split_pair(x.x * q_scale, x.y * q_scale, q_hi[ks][r], q_lo[ks][r]);
+      if (kFused) out_of_range |= !splittable(q_raw[ks][r]);
+      split_pair(q_raw[ks][r].x * q_scale, q_raw[ks][r].y * q_scale, q_hi[ks][r], q_lo[ks][r]);
     }
   }
 
