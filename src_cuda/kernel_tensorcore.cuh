@@ -285,9 +285,14 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
 #pragma unroll
     for (int first = 0; first < kTiles * kPerThread; first += kGroup) {
       float4 x[kGroup];
+      // the i-th float4 of this group: which tile, K or V, row in the tile, column
+      auto locate = [&](int i, int& tile, int& is_v, int& r, int& col) {
+        const int c = tid + ((first + i) % kPerThread) * kWarps * 32;
+        tile = (first + i) / kPerThread, is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
+      };
       auto load = [&](int i, bool check) {
-        const int tile = (first + i) / kPerThread, c = tid + ((first + i) % kPerThread) * kWarps * 32;
-        const int is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
+        int tile, is_v, r, col;
+        locate(i, tile, is_v, r, col);
         const int64_t key = key0 + tile * kTcBc + r;
         x[i] = !check || key < N ? *reinterpret_cast<const float4*>(K + is_v * ND + key * D + col)
                                  : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -301,8 +306,8 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
       }
 #pragma unroll
       for (int i = 0; i < kGroup; ++i) {
-        const int tile = (first + i) / kPerThread, c = tid + ((first + i) % kPerThread) * kWarps * 32;
-        const int is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
+        int tile, is_v, r, col;
+        locate(i, tile, is_v, r, col);
         out_of_range |= !splittable(x[i]);
         const float scale = is_v ? kVScale : kQKScale;
         uint2 hi, lo;
