@@ -4,6 +4,7 @@
 #   make run        environment + build + judge test case t01 with the best program here
 #   make test       environment + CPU build + the test suite (GPU tests skip without a GPU)
 #   make cpu | cuda | hw4 | hip | hw4-amd | hip-cuda
+#   make submission submission/hw4.cu, hw4.hip and Makefile: the course's single files
 #
 # CUDA_ARCH: space-separated sm_XX list; default: the local GPU if one is present, else
 # sm_75 sm_80 sm_90, plus sm_61 (the course's GTX 1080) when this nvcc still lists it.
@@ -26,7 +27,7 @@ HAVE_HIPCC := $(shell command -v $(HIPCC) >/dev/null 2>&1 && echo yes)
 BIN := bin
 COMMON := src_common/fa_host.h
 
-.PHONY: all cpu cuda hip hip-cuda env run test clean hw4 hw4-amd
+.PHONY: all cpu cuda hip hip-cuda env run test clean hw4 hw4-amd submission
 all: cpu $(if $(HAVE_NVCC),cuda) $(if $(HAVE_HIPCC),hip)
 
 # ---------------------------------------------------------------- CUDA
@@ -75,6 +76,13 @@ $(BIN)/fa-cpu: src_cpu/fa_cpu.cpp $(COMMON)
 	@mkdir -p $(BIN)
 	$(CXX) $(CXXFLAGS) -fopenmp -o $@ $<
 
+# ---------------------------------------------------------------- the course submission
+# One self-contained hw4.cu and hw4.hip (each main source with our headers inlined) and the
+# course's Makefile for them, generated from the sources above: never edit them by hand.
+SUBMISSION ?= submission
+submission:
+	$(PYTHON) scripts/bundle_submission.py $(SUBMISSION)
+
 # ---------------------------------------------------------------- environment, main job, tests
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,4 +98,4 @@ test: env cpu
 	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(BIN) hw4 hw4-amd
+	rm -rf $(BIN) hw4 hw4-amd submission

@@ -1,5 +1,7 @@
 """fa: generate, run, verify and compare FlashAttention homework programs."""
-from pathlib import Path
+from importlib import metadata
 
-# The project checkout: programs are built here with make and suite files live here.
-ROOT = Path(__file__).resolve().parent.parent
+try:
+    __version__ = metadata.version("fa-toolkit")
+except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+    __version__ = "unknown (not installed)"

@@ -1,23 +1,41 @@
 """fa: the command line. Each command parses its options and calls the module that does the work."""
 from __future__ import annotations
 
+import dataclasses
+import signal
 import sys
 from pathlib import Path
 
 import click
 
-from . import bench, compare, generate, judge, programs, report, slurm, suite, verify
+from . import __version__, bench, compare, generate, judge, programs, report, slurm, suite, verify
 from .devices import describe_first, list_devices
 from .errors import FaError
 from .format import AttentionInput, Shape, check_shape, open_output
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where fa is, so that it unwinds like Ctrl-C: running programs are
+    stopped and temporary files removed on the way out."""
+
+
+def raise_terminated(signum, frame):
+    raise Terminated()
 
 
 class FaGroup(click.Group):
     """Turns FaError and OSError into one line on stderr and an exit code, never a traceback."""
 
     def invoke(self, ctx: click.Context):
+        signal.signal(signal.SIGTERM, raise_terminated)
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("fa: interrupted", err=True)
+            sys.exit(128 + signal.SIGINT)
+        except Terminated:
+            click.echo("fa: stopped by SIGTERM", err=True)
+            sys.exit(128 + signal.SIGTERM)
         except FaError as e:
             click.echo(f"fa: error: {e}", err=True)
             sys.exit(e.exit_code)
@@ -28,8 +46,36 @@ class FaGroup(click.Group):
 
 
 @click.group(cls=FaGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="fa")
 def main() -> None:
-    """Generate, run, verify and compare FlashAttention homework programs."""
+    """Generate, run, verify and compare FlashAttention homework programs.
+
+    Generated inputs and programs built from an installed fa's sources go to the cache
+    directory: FA_CACHE, else the user cache directory (~/.cache/fa on Linux).
+    """
+
+
+def note(text: str) -> None:
+    """A line on stderr about something fa did on the user's behalf."""
+    click.echo(f"fa: {text}", err=True)
+
+
+def program_for(name: str) -> programs.Program:
+    return programs.ensure_built(programs.resolve(name), note)
+
+
+def targets_for(names, shapes=()) -> list[judge.Target]:
+    """Suite cases, input files and bench shapes; says which inputs it had to generate."""
+    found = []
+    for item in [*names, *shapes]:
+        # A bar only shows while an input is being generated (batches written, total unknown here).
+        with report.progress(f"input {item}", None) as advance:
+            make = judge.shape_target if isinstance(item, Shape) else judge.target_for
+            target = make(item, progress=advance)
+        if target.generated:
+            note(f"generated {target.name} ({target.shape}) into {target.input_path}")
+        found.append(target)
+    return found
 
 
 @main.command()
@@ -132,26 +178,38 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None, srun_a
 @click.option("--tol", type=float, default=verify.COURSE_TOL, show_default=True)
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Verify this many random rows per batch.")
 @click.option("--full", is_flag=True, help="Verify every row against the float64 reference.")
-@click.option("--no-time-limit", is_flag=True, help="Ignore the course's per-case time limits.")
+@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds allowed per case, input files included (default: the course's, suite cases only).")
+@click.option("--no-time-limit", is_flag=True, help="Let every program finish, however long it takes.")
 @launcher_options
-def run(cases, all_cases, program, tol, sample_rows, full, no_time_limit, launcher, partition, gres, srun_args) -> None:
+def run(cases, all_cases, program, tol, sample_rows, full, time_limit, no_time_limit, launcher, partition, gres,
+        srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30 or input files): time, verify, print a table."""
     names = list(suite.cases()) if all_cases else list(cases)
     if not names:
         raise click.UsageError("name test cases (t01..t30 or input files), or give --all")
+    if time_limit and no_time_limit:
+        raise click.UsageError("--time-limit and --no-time-limit exclude each other")
+    prog = program_for(program)
+    targets = targets_for(names)
+    if time_limit:
+        targets = [dataclasses.replace(t, time_limit=time_limit) for t in targets]
     runner, workdir = make_launcher(launcher, partition, gres, srun_args)
-    prog = programs.ensure_built(programs.resolve(program))
-    targets = [judge.target_for(n) for n in names]
     results = []
-    with report.progress("judging", len(targets), enabled=len(targets) > 1) as advance:
-        for t in targets:
-            results.append(judge.judge(prog, t, tol, sample_rows, full, not no_time_limit, runner, workdir))
-            advance()
-    if workdir is not None:
-        workdir.rmdir()  # each case's outputs were removed after verification
+    try:
+        with report.progress("judging", len(targets), enabled=len(targets) > 1) as advance:
+            for t in targets:
+                results.append(judge.judge(prog, t, tol, sample_rows, full, not no_time_limit, runner, workdir))
+                advance()
+    finally:
+        if workdir is not None:
+            slurm.remove_workdir(workdir)  # each case's outputs were removed after verification
     report.console.print(report.judge_table(results, describe_first()))
     for r in results:
-        if r.error:
+        if r.verdict == "TLE":
+            click.echo(f"{r.target.name}: stopped at its {r.time_limit:g} s time limit "
+                       "(--no-time-limit lets it finish)", err=True)
+        elif r.error:
             click.echo(f"{r.target.name}: {r.error}", err=True)
     sys.exit(0 if all(r.ok for r in results) else 1)
 
@@ -193,24 +251,23 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
     if slurm_array and launcher != "slurm":
         raise click.UsageError("--slurm-array needs --launcher slurm --partition NAME")
     names = list(program_names) + (["torch"] if against == "torch" else [])
-    progs = [programs.ensure_built(programs.resolve(n)) for n in names]
-    targets = []
-    if suite_cases:
-        wanted = list(suite.cases()) if suite_cases == "all" else suite_cases.split(",")
-        targets += [judge.target_for(n) for n in wanted]
-    for text in shapes:
-        targets.append(judge.shape_target(parse_shape(text)))
-    if not targets:
+    wanted = [] if not suite_cases else list(suite.cases()) if suite_cases == "all" else suite_cases.split(",")
+    if not wanted and not shapes:
         raise click.UsageError("give --suite or --shape")
+    sizes = [parse_shape(text) for text in shapes]
+    progs = [program_for(n) for n in names]
+    targets = targets_for(wanted, sizes)
     runner, workdir = make_launcher(launcher, partition, gres, srun_args)
     plan = bench.BenchPlan(progs, targets, repeats, launcher=None if slurm_array else runner, label=label)
-    with report.progress("benchmarking", len(progs) * len(targets)) as advance:
-        if slurm_array:
-            records = slurm.bench_array(plan, runner, results, advance)
-        else:
-            records = bench.run_bench(plan, results, advance, workdir)
-            if workdir is not None:
-                workdir.rmdir()
+    try:
+        with report.progress("benchmarking", len(progs) * len(targets)) as advance:
+            if slurm_array:
+                records = slurm.bench_array(plan, runner, results, advance)
+            else:
+                records = bench.run_bench(plan, results, advance, workdir)
+    finally:
+        if workdir is not None:
+            slurm.remove_workdir(workdir)
     report.console.print(report.bench_table(records))
     click.echo(f"{len(records)} records added to {results}")
     sys.exit(0 if all(not r.get("error") and r.get("passed") for r in records) else 1)

@@ -1,7 +1,8 @@
 """A judge like the course's: run a program on a test case, apply its time limit, verify.
 
-Verdicts: PASS; WRONG (a value off by more than the tolerance, or non-finite); TLE (correct,
-but the whole process took longer than the case's limit); ERROR (non-zero exit, no output).
+Verdicts: PASS; WRONG (a value off by more than the tolerance, or non-finite); TLE (the whole
+process reached the case's limit: it is stopped there, as the course's judge stops it, and its
+output is not checked); ERROR (non-zero exit, no output or an output of the wrong size).
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import generate, suite, verify
+from . import generate, locations, suite, verify
 from .format import AttentionInput, FormatError, Shape, open_output, read_header
 from .programs import Launcher, Program, RunResult, run
 
@@ -23,25 +24,28 @@ class Target:
     shape: Shape
     time_limit: float | None
     expected_path: Path | None = None
+    generated: bool = False  # its input was written into the cache directory just now
 
 
-def target_for(text: str) -> Target:
+def target_for(text: str, progress=None) -> Target:
     """A suite name (t01..t30, generated if missing) or a path to an input file."""
     if suite.is_case_name(text) and not Path(text).exists():
         c = suite.case(text)
-        path = suite.ensure_input(c)
-        return Target(c.name, path, c.shape, c.time_limit, c.expected_path)
+        missing = not suite.has_input(c)
+        path = suite.ensure_input(c, progress)
+        return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=missing)
     path = Path(text)
     return Target(path.name, path, read_header(path), None)
 
 
-def shape_target(shape: Shape, seed: int = 0) -> Target:
-    """A seeded uniform input of the given shape, generated once into the suite's cache."""
-    path = suite.CACHE_DIR / f"uniform-B{shape.B}-N{shape.N}-d{shape.d}-s{seed}.in"
-    if not (path.exists() and path.stat().st_size == shape.input_bytes):
+def shape_target(shape: Shape, seed: int = 0, progress=None) -> Target:
+    """A seeded uniform input of the given shape, generated once into the cache directory."""
+    path = locations.cache_dir() / f"uniform-B{shape.B}-N{shape.N}-d{shape.d}-s{seed}.in"
+    missing = not (path.exists() and path.stat().st_size == shape.input_bytes)
+    if missing:
         path.parent.mkdir(parents=True, exist_ok=True)
-        generate.write_input(path, shape, seed)
-    return Target(f"{shape.B}x{shape.N}x{shape.d}", path, shape, None)
+        generate.write_input(path, shape, seed, progress=progress)
+    return Target(f"{shape.B}x{shape.N}x{shape.d}", path, shape, None, generated=missing)
 
 
 @dataclass
@@ -59,6 +63,8 @@ class CaseResult:
 
     @property
     def verdict(self) -> str:
+        if self.run.timed_out:
+            return "TLE"
         if self.error or self.check is None:
             return "ERROR"
         if not self.check.passed:
@@ -81,7 +87,7 @@ def judge(
     limit = target.time_limit if time_limit else None
     with tempfile.TemporaryDirectory(prefix="fa-run-", dir=output_dir) as tmp:
         out_path = Path(tmp) / f"{target.name}.out"
-        result = run(program, target.input_path, out_path, launcher, env=env)
+        result = run(program, target.input_path, out_path, launcher, timeout=limit, env=env)
         check = None
         if result.error is None:
             try:

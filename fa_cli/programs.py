@@ -1,8 +1,10 @@
 """One way to find, build and run a program `PROGRAM INPUT OUTPUT`, directly or through a launcher.
 
 Programs by name: cpu (bin/fa-cpu), cuda (bin/fa-cuda), hip (bin/fa-hip, AMD), hip-cuda
-(bin/fa-hip-cuda: the HIP source compiled by nvcc), or any path. A missing named program is
-built with make. With FA_TIMING=1 a program prints one line on stderr,
+(bin/fa-hip-cuda: the HIP source compiled by nvcc), torch (PyTorch SDPA), or any path. A
+missing named program is built with make in locations.source_tree(): the checkout, or for an
+installed fa a copy of its shipped sources in the cache directory. With FA_TIMING=1 a program
+prints one line on stderr,
     fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S impl=NAME arch=ARCH device=NAME
 (seconds; impl is the kernel that ran, arch and device where it ran, spaces in the device name
 written as '_'), parsed into RunResult.timing and .build.
@@ -12,18 +14,20 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ROOT
+from . import locations
 from .errors import FaError
 
-BIN = ROOT / "bin"
 TIMING_LINE = re.compile(r"^fa-timing:(.*)$", re.MULTILINE)
 TIMING_STAGES = ("init", "read", "h2d", "kernel", "d2h", "write", "total")
+# A program past its time limit gets SIGTERM, then SIGKILL after this many seconds.
+KILL_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -38,15 +42,17 @@ class Program:
         return [*self.interpreter, str(self.path)]
 
 
-NAMED = {
-    "cpu": Program("cpu", BIN / "fa-cpu", "cpu"),
-    "cuda": Program("cuda", BIN / "fa-cuda", "cuda"),
-    "hip": Program("hip", BIN / "fa-hip", "hip"),
-    "hip-cuda": Program("hip-cuda", BIN / "fa-hip-cuda", "hip-cuda"),
-    # PyTorch SDPA fp32 with the same contract, for side-by-side runs (needs torch and a GPU).
-    "torch": Program("torch", Path(__file__).with_name("torch_program.py"), None,
-                     (sys.executable,)),
-}
+# Named programs built by make: the make target and the binary it writes under bin/.
+BUILT = {"cpu": "fa-cpu", "cuda": "fa-cuda", "hip": "fa-hip", "hip-cuda": "fa-hip-cuda"}
+# PyTorch SDPA fp32 with the same contract, for side-by-side runs (needs torch and a GPU).
+TORCH = Program("torch", Path(__file__).with_name("torch_program.py"), None, (sys.executable,))
+NAMES = (*BUILT, "torch")
+
+
+def named(name: str) -> Program:
+    if name == "torch":
+        return TORCH
+    return Program(name, locations.source_tree() / "bin" / BUILT[name], name)
 
 
 def best_name() -> str:
@@ -64,19 +70,26 @@ def best_name() -> str:
 def resolve(name_or_path: str) -> Program:
     if name_or_path == "best":
         name_or_path = best_name()
-    if name_or_path in NAMED:
-        return NAMED[name_or_path]
+    if name_or_path in NAMES:
+        return named(name_or_path)
     path = Path(name_or_path)
     if not path.exists():
-        raise FaError(f"no program {name_or_path!r}: give one of {', '.join(NAMED)}, best, or a path")
+        raise FaError(f"no program {name_or_path!r}: give one of {', '.join(NAMES)}, best, or a path")
+    if path.is_dir() or not os.access(path, os.X_OK):
+        raise FaError(f"{name_or_path}: not an executable program")
     return Program(path.name, path.resolve())
 
 
-def ensure_built(program: Program) -> Program:
-    """Build a named program with make when its binary is missing."""
+def ensure_built(program: Program, announce=None) -> Program:
+    """Build a named program with make when its binary is missing; announce(text) says so first."""
     if program.path.exists() or program.make_target is None:
         return program
-    proc = subprocess.run(["make", "-C", str(ROOT), program.make_target], capture_output=True, text=True)
+    tree = program.path.parent.parent
+    if not shutil.which("make"):
+        raise FaError(f"program {program.name!r} needs building, and `make` is not installed", exit_code=1)
+    if announce:
+        announce(f"building {program.name} in {tree} (make {program.make_target}; once)")
+    proc = subprocess.run(["make", "-C", str(tree), program.make_target], capture_output=True, text=True)
     if proc.returncode != 0 or not program.path.exists():
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
         why = lines[-1] if lines else f"exit code {proc.returncode}"
@@ -109,7 +122,7 @@ class RunResult:
     def error(self) -> str | None:
         """The program's own one-line complaint, or None if it succeeded."""
         if self.timed_out:
-            return "killed at the timeout"
+            return "stopped at the time limit"
         if self.returncode == 0:
             return None
         lines = [l for l in self.stderr.splitlines() if l.strip() and not l.startswith("fa-timing:")]
@@ -133,22 +146,48 @@ def run(
     program: Program, input_path: Path, output_path: Path, launcher: Launcher | None = None,
     timeout: float | None = None, env: dict[str, str] | None = None,
 ) -> RunResult:
-    """Run PROGRAM INPUT OUTPUT once, timing the whole process from outside."""
+    """Run PROGRAM INPUT OUTPUT once, timing the whole process from outside.
+
+    Past `timeout` seconds the program is stopped as a judge would (RunResult.timed_out). The
+    program runs in its own process group, so that stopping it reaches whatever it started;
+    if fa itself is interrupted (Ctrl-C, SIGTERM), the program is stopped before fa goes.
+    """
     launcher = launcher or Launcher()
     argv = launcher.wrap([*program.argv, str(input_path), str(output_path)])
     full_env = {**os.environ, "FA_TIMING": "1", **(env or {})}
     start = time.perf_counter()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=full_env)
-    except subprocess.TimeoutExpired as e:
-        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
-        return RunResult(argv, -9, time.perf_counter() - start, stderr, timed_out=True)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env,
+                                start_new_session=True)
     except OSError as e:
         raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=1) from None
+    try:
+        _, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stderr = stop(proc)
+        return RunResult(argv, proc.returncode, time.perf_counter() - start, stderr, timed_out=True)
+    except BaseException:
+        stop(proc)
+        raise
     wall = time.perf_counter() - start
-    result = RunResult(argv, proc.returncode, wall, proc.stderr, *parse_timing(proc.stderr))
+    result = RunResult(argv, proc.returncode, wall, stderr, *parse_timing(stderr))
     if proc.returncode != 0:
-        why = launcher.explain_failure(proc.returncode, proc.stderr)
+        why = launcher.explain_failure(proc.returncode, stderr)
         if why:
             result.stderr += f"\n{why}"
     return result
+
+
+def stop(proc: subprocess.Popen) -> str:
+    """SIGTERM to the program's process group, SIGKILL if it is still there after the grace
+    period; returns what it wrote to stderr."""
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.communicate(timeout=wait)[1] or ""
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.communicate()[1] or ""

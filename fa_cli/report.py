@@ -19,8 +19,8 @@ VERDICT_STYLE = {"PASS": "green", "WRONG": "red", "TLE": "yellow", "ERROR": "red
 
 
 @contextlib.contextmanager
-def progress(description: str, total: int, enabled: bool = True) -> Iterator:
-    """A progress bar on stderr; yields a callback that advances it by n."""
+def progress(description: str, total: int | None, enabled: bool = True) -> Iterator:
+    """A progress bar on stderr (total None: unknown); yields a callback that advances it by n."""
     if not enabled or not err_console.is_terminal:
         yield lambda n=1: None
         return

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from . import ROOT
+from . import locations
 from .errors import FaError
 from .format import Shape, atomic_file
 from .judge import Target
@@ -86,6 +86,15 @@ def new_workdir() -> Path:
     return path
 
 
+def remove_workdir(path: Path) -> None:
+    """Remove a work directory, and .fa-slurm/ with it once no other run uses it."""
+    shutil.rmtree(path, ignore_errors=True)
+    try:
+        path.parent.rmdir()
+    except OSError:
+        pass  # another run's directory is still there
+
+
 # ----------------------------------------------------------------------------- job arrays
 def _program_dict(p: Program) -> dict:
     return {"name": p.name, "path": str(p.path), "make_target": p.make_target, "interpreter": list(p.interpreter)}
@@ -111,10 +120,17 @@ def bench_array(plan, launcher: SlurmLauncher, results: Path, progress: Callable
     Each task measures on its compute node exactly as `fa bench` does directly (bench.measure)
     and writes its record to the work directory; the records join the results file in order.
     """
-    from . import bench
-
     require("sbatch")
     work = new_workdir()
+    try:
+        return _run_array(plan, launcher, results, work, progress)
+    finally:
+        remove_workdir(work)  # job files and task logs: what they said is in the records
+
+
+def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progress) -> list[dict]:
+    from . import bench
+
     tasks = [(t, p) for t in plan.targets for p in plan.programs]
     plan_file = work / "plan.json"
     plan_file.write_text(json.dumps({
@@ -124,7 +140,7 @@ def bench_array(plan, launcher: SlurmLauncher, results: Path, progress: Callable
     }, indent=1))
     script = work / "task.sh"
     script.write_text("#!/bin/sh\n"
-                      f"export PYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                      f"export PYTHONPATH={locations.PACKAGE.parent}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                       f"exec {sys.executable} -m fa_cli.slurm_task {plan_file} \"$SLURM_ARRAY_TASK_ID\"\n")
     script.chmod(0o755)
     argv = ["sbatch", "--parsable", "--wait", f"--array=0-{len(tasks) - 1}", "--job-name=fa-bench",

@@ -1,28 +1,24 @@
 """The test-case suite t01..t30: a manifest, shipped small cases, the rest generated on demand.
 
-testcases/manifest.json names each case's shape, distribution, seed, time limit (the course's
-classes: t01-t10 2 s, t11-t20 6 s, t21-t30 10 s) and the sha256 of its input, so a generated
-file is proven byte-identical to everyone else's. Shipped cases live in testcases/ with their
-expected output; generated ones in testcases/cache/ (ignored by git).
+manifest.json names each case's shape, distribution, seed, time limit (the course's classes:
+t01-t10 2 s, t11-t20 6 s, t21-t30 10 s) and the sha256 of its input, so a generated file is
+proven byte-identical to everyone else's. The manifest and the shipped cases (with their
+expected outputs) are in locations.testcases(); generated cases in locations.cache_dir().
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from . import ROOT, generate
+from . import generate, locations
 from .errors import FaError
 from .format import Shape, check_shape
 
-SUITE_DIR = ROOT / "testcases"
-MANIFEST = SUITE_DIR / "manifest.json"
-CACHE_DIR = Path(os.environ.get("FA_CACHE", SUITE_DIR / "cache"))
 NAME = re.compile(r"^t\d\d$")
 
 
@@ -38,16 +34,16 @@ class Case:
 
     @property
     def input_path(self) -> Path:
-        return (SUITE_DIR if self.shipped else CACHE_DIR) / f"{self.name}.in"
+        return (locations.testcases() if self.shipped else locations.cache_dir()) / f"{self.name}.in"
 
     @property
     def expected_path(self) -> Path | None:
-        return SUITE_DIR / f"{self.name}.out" if self.shipped else None
+        return locations.testcases() / f"{self.name}.out" if self.shipped else None
 
 
 @lru_cache(maxsize=1)
 def cases() -> dict[str, Case]:
-    data = json.loads(MANIFEST.read_text())
+    data = json.loads((locations.testcases() / "manifest.json").read_text())
     return {
         c["name"]: Case(c["name"], check_shape(c["B"], c["N"], c["d"], c["name"]), c["dist"], c["seed"],
                         c["time_limit"], c["shipped"], c["sha256"])
@@ -74,10 +70,15 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def has_input(c: Case) -> bool:
+    path = c.input_path
+    return path.exists() and path.stat().st_size == c.shape.input_bytes
+
+
 def ensure_input(c: Case, progress: Callable[[int], None] | None = None) -> Path:
     """The case's input file, generated and checked against the manifest's sha256 if missing."""
     path = c.input_path
-    if path.exists() and path.stat().st_size == c.shape.input_bytes:
+    if has_input(c):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_case(c, path, progress)

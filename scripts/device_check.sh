@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Everything the GPU programs must show on a GPU machine, in one call:
-#   build -> GPU tests -> the suite t01..t30 through fa run -> compute-sanitizer -> benchmark.
-# Usage: scripts/device_check.sh [build tests suite sanitize bench trace ...]   (default: all)
+#   build -> GPU tests -> the suite t01..t30 through fa run -> the course submission ->
+#   compute-sanitizer -> benchmark.
+# Usage: scripts/device_check.sh [build tests suite submission sanitize bench trace ...]   (default: all)
+# BENCH_AGAINST=PATH adds another build of fa-cuda (an older commit, say) to the benchmark,
+# measured side by side with this one.
 # Logs go to /tmp/fa-logs, packed at the end into $LOG/logs.tgz beside the benchmark's results,
 # markdown table and charts (few files, for machines that return only a handful); the last lines
 # printed are a summary.
@@ -11,10 +14,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fa-device}
 LOG=/tmp/fa-logs
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 FA_CACHE=${FA_CACHE:-/tmp/fa-cache}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 FA_CACHE=${FA_CACHE:-/tmp/fa-cache}
 mkdir -p "$OUT" "$LOG" "$FA_CACHE"
-fa() { python3 -m fa_cli.cli "$@"; }
-steps=${*:-build tests suite sanitize bench trace}
+fa() { python3 -m fa_cli "$@"; }
+steps=${*:-build tests suite submission sanitize bench trace}
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
@@ -36,17 +39,33 @@ for step in $steps; do
       note "suite $prog: $(grep -c PASS "$LOG/suite-$prog.log") of 30 PASS at 1e-4"
     done
     ;;
+  submission)
+    # The single files the course takes, built by their own Makefile for this GPU; judged on the
+    # whole suite and compared byte for byte with bin/fa-cuda on every case.
+    sm=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+    make -s submission && make -s -C submission hw4 CUDA_ARCH=$sm 2>&1 | tee "$LOG/submission-build.log"
+    fa run --all --program submission/hw4 --tol 1e-4 2>&1 | tee "$LOG/suite-submission.log"
+    note "suite submission/hw4 ($sm): $(grep -c PASS "$LOG/suite-submission.log") of 30 PASS at 1e-4"
+    same=0
+    for c in $(seq -f 't%02g' 1 30); do
+      f=testcases/$c.in; [ -f "$f" ] || f=$FA_CACHE/$c.in
+      submission/hw4 "$f" /tmp/sub.out && bin/fa-cuda "$f" /tmp/cuda.out && cmp -s /tmp/sub.out /tmp/cuda.out &&
+        same=$((same + 1))
+    done
+    note "submission/hw4 and bin/fa-cuda byte-identical on $same of 30 cases"
+    ;;
   sanitize)
     fa gen -B 2 -N 257 -d 64 --seed 3 -o /tmp/san64.in >/dev/null
     fa gen -B 3 -N 100 -d 32 --seed 4 -o /tmp/san32.in >/dev/null
-    # program:VARIABLE=value, every kernel and tile shape
+    # program:VARIABLE=value, every kernel and tile shape (SANITIZE_EXTRA adds more, paths too)
     for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-hip-cuda:FA_HIP_BC=32 \
-        fa-hip-cuda:FA_HIP_BC=64; do
+        fa-hip-cuda:FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
       prog=${run%%:*} setting=${run#*:}
       for tool in memcheck racecheck; do
         for f in /tmp/san64.in /tmp/san32.in; do
-          log="$LOG/sanitize-$prog-${setting#*=}-$tool-$(basename $f .in).log"
-          env "$setting" compute-sanitizer --tool $tool --error-exitcode 9 "bin/$prog" $f /tmp/san.out >"$log" 2>&1
+          case $prog in */*) path=$prog ;; *) path=bin/$prog ;; esac
+          log="$LOG/sanitize-${prog//\//-}-${setting#*=}-$tool-$(basename $f .in).log"
+          env "$setting" compute-sanitizer --tool $tool --error-exitcode 9 "$path" $f /tmp/san.out >"$log" 2>&1
           note "sanitizer $tool $prog $setting $(basename $f): rc=$? $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log")"
         done
       done
@@ -55,6 +74,10 @@ for step in $steps; do
   bench)
     shapes=(--shape 26,32768,64 --shape 52,32768,32 --shape 64,4096,64 --shape 512,1024,32 --shape 13000,128,32)
     rm -f "$LOG/bench.json"
+    if [ -n "${BENCH_AGAINST:-}" ]; then
+      fa bench --program cuda --program "$BENCH_AGAINST" "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" \
+        2>&1 | tee -a "$LOG/bench.log"
+    fi
     for kernel in ${BENCH_KERNELS:-tensorcore tiled}; do
       FA_KERNEL=$kernel fa bench --program cuda --label "cuda-$kernel" "${shapes[@]}" --repeat ${REPEAT:-3} \
         -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fa_cli import generate, suite  # noqa: E402
+from fa_cli import generate, locations, suite  # noqa: E402
 from fa_cli.format import AttentionInput, check_shape  # noqa: E402
 
 # name: (B, N, d, distribution). Classes as the course's: t01-t10 small (2 s), t11-t20 medium
@@ -41,16 +41,16 @@ def main() -> None:
         seed = 1000 + i
         shipped = name in SHIPPED
         with tempfile.TemporaryDirectory() as tmp:
-            path = suite.SUITE_DIR / f"{name}.in" if shipped else Path(tmp) / f"{name}.in"
+            path = locations.testcases() / f"{name}.in" if shipped else Path(tmp) / f"{name}.in"
             generate.write_input(path, shape, seed, dist)
             digest = suite.sha256_of(path)
             if shipped:
-                generate.write_expected(AttentionInput(path), suite.SUITE_DIR / f"{name}.out")
+                generate.write_expected(AttentionInput(path), locations.testcases() / f"{name}.out")
         limit = 2 if i < 10 else 6 if i < 20 else 10
         cases.append(dict(name=name, B=B, N=N, d=d, dist=dist, seed=seed, time_limit=limit, shipped=shipped,
                           sha256=digest))
         print(name, shape, dist, digest[:12], flush=True)
-    suite.MANIFEST.write_text(json.dumps({"cases": cases}, indent=1) + "\n")
+    (locations.testcases() / "manifest.json").write_text(json.dumps({"cases": cases}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -34,12 +34,15 @@ class CudaKernels {
         tensorcore_ = false;
       } else if (std::strcmp(forced, "tensorcore") == 0) {
         if (cc < 80) fail(kExitUsage, "FA_KERNEL=tensorcore needs sm_80 or later; this GPU is %s", arch.c_str());
+        if (!tensorcore_compiled())
+          fail(kExitUsage, "FA_KERNEL=tensorcore: this program was built without sm_80+ code; rebuild it for %s",
+               arch.c_str());
         tensorcore_ = true;
       } else {
         fail(kExitUsage, "FA_KERNEL=%s: expected tiled or tensorcore", forced);
       }
     } else {
-      tensorcore_ = cc >= 80;
+      tensorcore_ = cc >= 80 && tensorcore_compiled();
     }
     if (tensorcore_) {
       allow_smem(attention_tensorcore<32, false>, tc_smem_bytes<32>());
@@ -90,6 +93,14 @@ class CudaKernels {
 
  private:
   static constexpr int64_t kFusedMaxN = 256;
+
+  // A program built only for targets below sm_80 (the course's sm_61, say) runs here from its
+  // PTX, JIT-compiled: its tensor-core kernel was compiled empty (#if __CUDA_ARCH__ >= 800).
+  static bool tensorcore_compiled() {
+    cudaFuncAttributes attr;
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tensorcore<64, false>));
+    return attr.ptxVersion >= 80;
+  }
 
   template <class Kernel>
   static void allow_smem(Kernel kernel, int bytes) {

@@ -99,8 +99,8 @@ constexpr float kLimit = 64.f;                 // largest |x| the split represen
 constexpr float kQKScale = 64.f;               // 2^6 on Q and on K
 constexpr float kVScale = 64.f;                // 2^6 on V
 constexpr float kPScale = 4096.f;              // 2^12 on P
-constexpr float kUnscaleS = 1.f / (kQKScale * kQKScale);
-constexpr float kUnscaleO = 1.f / (kPScale * kVScale);
+[[maybe_unused]] constexpr float kUnscaleS = 1.f / (kQKScale * kQKScale);
+[[maybe_unused]] constexpr float kUnscaleO = 1.f / (kPScale * kVScale);
 
 template <int D>
 __host__ __device__ constexpr int tc_pitch() { return D + 8; }  // halves per shared-memory row

@@ -1,17 +1,36 @@
-"""Shared fixtures: programs under test and a one-call check of a program against float64."""
+"""Shared fixtures: the fa command, programs under test and a one-call check of a program
+against float64."""
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fa_cli import ROOT, generate, reference
+from fa_cli import generate, locations, reference
 from fa_cli.devices import list_devices
 from fa_cli.format import AttentionInput, Shape, open_output
 
+ROOT = locations.checkout()
 BIN = ROOT / "bin"
+
+
+def fa(*args, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The fa command as a user types it, started through the interpreter running the tests
+    (never a `fa` found on PATH)."""
+    return subprocess.run([sys.executable, "-m", "fa_cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory):
+    """Generated inputs go to a cache of the test session's own, never the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FA_CACHE", str(tmp_path_factory.mktemp("fa-cache")))
+        yield
 
 
 def have_nvidia_gpu() -> bool:

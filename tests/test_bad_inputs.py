@@ -5,7 +5,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import build, have_nvidia_gpu
+from conftest import build, fa, have_nvidia_gpu
 from fa_cli import generate
 from fa_cli.format import Shape
 
@@ -90,7 +90,7 @@ def test_fa_verify_rejects(tmp_path, kind):
     inp = bad_file(tmp_path / "bad.in", kind)
     out = tmp_path / "o.out"
     out.write_bytes(b"\0" * 4)
-    proc = subprocess.run(["fa", "verify", str(out), "--input", str(inp)], capture_output=True, text=True)
+    proc = fa("verify", out, "--input", inp)
     assert proc.returncode == 2
     line = one_line(proc.stderr)
     assert line.startswith("fa: error: ") and CASES[kind] in line and "Traceback" not in proc.stderr
@@ -99,7 +99,7 @@ def test_fa_verify_rejects(tmp_path, kind):
 @pytest.mark.parametrize("kind", ["d48", "truncated"])
 def test_fa_run_rejects(cpu_program, tmp_path, kind):
     inp = bad_file(tmp_path / "bad.in", kind)
-    proc = subprocess.run(["fa", "run", str(inp), "--program", "cpu"], capture_output=True, text=True)
+    proc = fa("run", inp, "--program", "cpu")
     assert proc.returncode == 2 and CASES[kind] in one_line(proc.stderr)
 
 
@@ -124,13 +124,11 @@ def test_unwritable_output(any_program, tmp_path, where):
 
 
 def test_fa_gen_unwritable(tmp_path):
-    proc = subprocess.run(["fa", "gen", "-B", "2", "-N", "4", "-d", "32", "-o", str(tmp_path / "no" / "x.in")],
-                          capture_output=True, text=True)
+    proc = fa("gen", "-B", 2, "-N", 4, "-d", 32, "-o", tmp_path / "no" / "x.in")
     assert proc.returncode == 2 and "cannot write" in one_line(proc.stderr)
 
 
 def test_fa_gen_rejects_bad_shape(tmp_path):
-    proc = subprocess.run(["fa", "gen", "-B", "0", "-N", "4", "-d", "32", "-o", str(tmp_path / "x.in")],
-                          capture_output=True, text=True)
+    proc = fa("gen", "-B", 0, "-N", 4, "-d", 32, "-o", tmp_path / "x.in")
     assert proc.returncode == 2 and "B = 0, must be positive" in one_line(proc.stderr)
     assert not (tmp_path / "x.in").exists()

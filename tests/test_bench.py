@@ -4,17 +4,14 @@ import stat
 import subprocess
 import sys
 
+from conftest import fa
 from fa_cli import bench, compare
-
-
-def fa(cwd, *args):
-    return subprocess.run(["fa", *map(str, args)], capture_output=True, text=True, cwd=cwd)
 
 
 def test_bench_records_and_extends(cpu_program, tmp_path):
     out = tmp_path / "r.json"
-    proc = fa(tmp_path, "bench", "--program", "cpu", "--suite", "t01,t02", "--shape", "3,70,64", "--repeat", 2,
-              "-o", out)
+    proc = fa("bench", "--program", "cpu", "--suite", "t01,t02", "--shape", "3,70,64", "--repeat", 2,
+              "-o", out, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = json.loads(out.read_text())["records"]
     assert [r["input"] for r in records] == ["t01", "t02", "3x70x64"]
@@ -25,7 +22,7 @@ def test_bench_records_and_extends(cpu_program, tmp_path):
         assert r["flops"] == 4 * r["shape"]["B"] * r["shape"]["N"] ** 2 * r["shape"]["d"]
         assert r["tflops_kernel"] > 0 and "bench" in r["command"] and r["date"]
     # A second run extends the file instead of replacing it.
-    assert fa(tmp_path, "bench", "--program", "cpu", "--suite", "t03", "--repeat", 1, "-o", out).returncode == 0
+    assert fa("bench", "--program", "cpu", "--suite", "t03", "--repeat", 1, "-o", out, cwd=tmp_path).returncode == 0
     assert [r["input"] for r in json.loads(out.read_text())["records"]][-1] == "t03"
 
 
@@ -34,7 +31,7 @@ def test_failing_program_is_recorded_not_fatal(tmp_path):
     broken.write_text(f"#!{sys.executable}\nimport sys\nprint('broken: error: nope', file=sys.stderr)\nsys.exit(1)\n")
     broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
     out = tmp_path / "r.json"
-    proc = fa(tmp_path, "bench", "--program", broken, "--program", "cpu", "--suite", "t01", "--repeat", 1, "-o", out)
+    proc = fa("bench", "--program", broken, "--program", "cpu", "--suite", "t01", "--repeat", 1, "-o", out, cwd=tmp_path)
     assert proc.returncode == 1
     records = json.loads(out.read_text())["records"]
     assert records[0]["error"] == "broken: error: nope" and records[1]["passed"]
@@ -54,7 +51,7 @@ def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
         return real(plan, program, target, workdir)
 
     monkeypatch.setattr(bench, "measure", measure_then_crash)
-    plan = bench.BenchPlan([programs.NAMED["cpu"]], [judge.target_for("t01"), judge.target_for("t02")], repeats=1)
+    plan = bench.BenchPlan([programs.named("cpu")], [judge.target_for("t01"), judge.target_for("t02")], repeats=1)
     out = tmp_path / "r.json"
     try:
         bench.run_bench(plan, out)
@@ -66,21 +63,21 @@ def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
 def test_not_a_results_file(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("[1, 2]")
-    proc = fa(tmp_path, "compare", bad)
+    proc = fa("compare", bad, cwd=tmp_path)
     assert proc.returncode == 2 and "not a fa bench results file" in proc.stderr
 
 
 def test_compare_markdown_and_charts(cpu_program, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     for path, label in ((a, "first"), (b, "second")):
-        assert fa(tmp_path, "bench", "--program", "cpu", "--shape", "2,128,32", "--shape", "2,256,64", "--repeat", 1,
-                  "--label", label, "-o", path).returncode == 0
+        assert fa("bench", "--program", "cpu", "--shape", "2,128,32", "--shape", "2,256,64", "--repeat", 1,
+                  "--label", label, "-o", path, cwd=tmp_path).returncode == 0
     records = bench.load_records(a) + bench.load_records(b)
     header, rows = compare.rows(records)
     assert header[1] == "first on host CPU time s" and header[-1] == "speedup second vs first"
     base, other = records[0]["wall_s"]["median"], records[2]["wall_s"]["median"]
     assert rows[0][-1] == f"{base / other:.2f}x"
-    proc = fa(tmp_path, "compare", a, b, "--markdown", "--plot", tmp_path / "c.png")
+    proc = fa("compare", a, b, "--markdown", "--plot", tmp_path / "c.png", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("| input |")
     for png in ("c-breakdown.png", "c-by-n.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,12 +6,9 @@ import sys
 
 import numpy as np
 
+from conftest import fa
 from fa_cli import generate, suite
 from fa_cli.format import Shape
-
-
-def fa(*args, **kw):
-    return subprocess.run(["fa", *map(str, args)], capture_output=True, text=True, **kw)
 
 
 def test_gen_then_verify_with_cpu_program(cpu_program, tmp_path):

@@ -71,14 +71,14 @@ def test_shipped_files_match_manifest_and_regenerate(tmp_path):
 
 
 def test_ensure_input_generates_into_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(suite, "CACHE_DIR", tmp_path)
+    monkeypatch.setenv("FA_CACHE", str(tmp_path))
     c = suite.case("t13")  # 4 x 4096 x 32: small enough to generate here
     path = suite.ensure_input(c)
     assert path == tmp_path / "t13.in" and suite.sha256_of(path) == c.sha256
 
 
 def test_ensure_input_refuses_different_bytes(tmp_path, monkeypatch):
-    monkeypatch.setattr(suite, "CACHE_DIR", tmp_path)
+    monkeypatch.setenv("FA_CACHE", str(tmp_path))
     c = suite.case("t13")
     forged = suite.Case(c.name, c.shape, c.dist, c.seed + 1, c.time_limit, False, c.sha256)
     with pytest.raises(suite.FaError, match="sha256"):

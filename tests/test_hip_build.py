@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from fa_cli import ROOT
+from conftest import ROOT
 
 pytestmark = pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fa_cli import ROOT
+from conftest import ROOT, fa
 from fa_cli.slurm import slurm_error
 
 pytestmark = pytest.mark.slurm
@@ -27,26 +27,26 @@ def cluster(tmp_path_factory):
     subprocess.run([str(script), "stop"], env=env)
 
 
-def fa(env, cwd, *args):
-    return subprocess.run(["fa", *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd)
+def fa_on(cluster, cwd, *args):
+    return fa(*args, env=cluster, cwd=cwd)
 
 
 def test_run_through_srun(cluster, cpu_program, tmp_path):
-    proc = fa(cluster, tmp_path, "run", "t01", "t06", "--program", "cpu", "--launcher", "slurm", "--partition", "amd")
+    proc = fa_on(cluster, tmp_path, "run", "t01", "t06", "--program", "cpu", "--launcher", "slurm", "--partition", "amd")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("PASS") == 2
-    assert list((tmp_path / ".fa-slurm").iterdir()) == []  # outputs cleaned up
+    assert not (tmp_path / ".fa-slurm").exists()  # outputs and the work directory removed
 
 
 def test_unknown_partition(cluster, cpu_program, tmp_path):
-    proc = fa(cluster, tmp_path, "run", "t01", "--program", "cpu", "--launcher", "slurm", "--partition", "gpus")
+    proc = fa_on(cluster, tmp_path, "run", "t01", "--program", "cpu", "--launcher", "slurm", "--partition", "gpus")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "fa: error: slurm: no partition named 'gpus' (this cluster has: amd, nvidia)"
 
 
 def test_slurm_refusal_comes_back_as_one_line(cluster, cpu_program, tmp_path):
     """srun's own refusal (here: a GPU asked of a cluster that has none) is reported, not a traceback."""
-    proc = fa(cluster, tmp_path, "run", "t01", "--program", "cpu", "--launcher", "slurm", "--partition", "amd",
+    proc = fa_on(cluster, tmp_path, "run", "t01", "--program", "cpu", "--launcher", "slurm", "--partition", "amd",
               "--gres", "gpu:1")
     assert proc.returncode == 1 and "ERROR" in proc.stdout
     assert proc.stderr.strip() == "t01: slurm: Invalid generic resource (gres) specification"
@@ -56,7 +56,7 @@ def test_bench_array_and_compare(cluster, cpu_program, tmp_path):
     results = {}
     for partition in ("nvidia", "amd"):
         results[partition] = tmp_path / f"{partition}.json"
-        proc = fa(cluster, tmp_path, "bench", "--program", "cpu", "--suite", "t01,t04,t07", "--repeat", 2,
+        proc = fa_on(cluster, tmp_path, "bench", "--program", "cpu", "--suite", "t01,t04,t07", "--repeat", 2,
                   "--launcher", "slurm", "--partition", partition, "--slurm-array", "--label", partition,
                   "-o", results[partition])
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -66,7 +66,7 @@ def test_bench_array_and_compare(cluster, cpu_program, tmp_path):
             assert r["passed"] and r["max_err"] < 1e-4 and r["repeats"] == 2
             assert r["slurm"]["partition"] == partition and r["label"] == partition
             assert set(r["timing"]) >= {"read", "kernel", "write", "total"}
-    proc = fa(cluster, tmp_path, "compare", results["nvidia"], results["amd"], "--markdown", "--plot",
+    proc = fa_on(cluster, tmp_path, "compare", results["nvidia"], results["amd"], "--markdown", "--plot",
               tmp_path / "cmp.png")
     assert proc.returncode == 0, proc.stderr
     table = proc.stdout.splitlines()
@@ -81,7 +81,7 @@ def test_bench_array_task_failure_is_recorded(cluster, tmp_path):
     broken.write_text(f"#!{sys.executable}\nimport sys\nprint('broken: error: no luck', file=sys.stderr)\nsys.exit(3)\n")
     broken.chmod(broken.stat().st_mode | stat.S_IEXEC)
     out = tmp_path / "r.json"
-    proc = fa(cluster, tmp_path, "bench", "--program", broken, "--suite", "t01", "--repeat", 1, "--launcher", "slurm",
+    proc = fa_on(cluster, tmp_path, "bench", "--program", broken, "--suite", "t01", "--repeat", 1, "--launcher", "slurm",
               "--partition", "amd", "--slurm-array", "-o", out)
     assert proc.returncode == 1
     record = json.loads(out.read_text())["records"][0]

@@ -1,0 +1,4 @@
+"""python -m fa_cli: the fa command, through whichever interpreter runs it."""
+from .cli import main
+
+main(prog_name="fa")

@@ -1,0 +1,74 @@
+"""Where fa finds its files, and where it writes the ones it makes.
+
+Two ways to have fa, one set of answers:
+  a checkout     the repository itself: testcases/, the sources and their Makefile, and bin/
+                 for the programs it builds;
+  an installed   a wheel (pip install .): the manifest, the shipped cases t01..t10 and the
+  package        programs' sources are package data (fa_cli/testcases, fa_cli/sources; see
+                 pyproject.toml); named programs are built from a copy of those sources in the
+                 cache directory, since site-packages is no place to build in.
+Generated inputs (suite cases t11..t30, bench shapes) and those builds go to the cache
+directory: FA_CACHE if set, else the platform's user cache directory (~/.cache/fa on Linux).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import platformdirs
+
+PACKAGE = Path(__file__).resolve().parent
+SOURCE_DIRS = ("src_common", "src_cpu", "src_cuda", "src_hip")
+
+
+def checkout() -> Path | None:
+    """The repository this fa runs from, or None for an installed package."""
+    root = PACKAGE.parent
+    if (root / "Makefile").is_file() and (root / "testcases" / "manifest.json").is_file():
+        return root
+    return None
+
+
+def package_data(name: str) -> Path:
+    """A folder shipped inside the installed package (wheels install as plain files)."""
+    return Path(str(resources.files("fa_cli").joinpath(name)))
+
+
+def testcases() -> Path:
+    """The folder holding manifest.json and the shipped cases with their expected outputs."""
+    root = checkout()
+    return root / "testcases" if root else package_data("testcases")
+
+
+def cache_dir() -> Path:
+    """Generated inputs and builds from an installed package's sources (not created here)."""
+    return Path(os.environ.get("FA_CACHE") or platformdirs.user_cache_dir("fa", appauthor=False))
+
+
+def source_tree() -> Path:
+    """A folder with the Makefile and the sources, where `make cpu|cuda|hip|hip-cuda` may run."""
+    root = checkout()
+    if root:
+        return root
+    shipped = package_data("sources")
+    files = sorted(p for p in shipped.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    digest = hashlib.sha256()
+    for p in files:
+        digest.update(str(p.relative_to(shipped)).encode() + b"\0" + p.read_bytes())
+    # One build folder per version of the sources: an upgrade of fa never runs stale programs.
+    tree = cache_dir() / "build" / digest.hexdigest()[:12]
+    if not (tree / "Makefile").is_file():
+        staging = tree.with_name(tree.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        for p in files:
+            target = staging / p.relative_to(shipped)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, target)
+        try:
+            staging.rename(tree)
+        except OSError:  # another fa got there first: its copy is the same
+            shutil.rmtree(staging, ignore_errors=True)
+    return tree

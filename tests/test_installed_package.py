@@ -1,0 +1,119 @@
+"""fa as a student has it: the wheel installed into a fresh virtual environment and used from a
+directory of their own, far from the checkout, with a home (and so a cache) of its own.
+Marked `wheel`: it builds the wheel and installs it and its dependencies from PyPI."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from fa_cli import suite
+
+pytestmark = pytest.mark.wheel
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory, cpu_program):
+    """The installed fa, a home, a working directory and the student's own hw4 (our CPU program)."""
+    base = tmp_path_factory.mktemp("student")
+    dist, venv, home, work = base / "dist", base / "venv", base / "home", base / "work"
+    for d in (home, work):
+        d.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)], check=True,
+                   capture_output=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    (wheel,) = dist.glob("fa_toolkit-*.whl")
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True, capture_output=True)
+    hw4 = work / "hw4"
+    shutil.copy(cpu_program, hw4)
+    env = {"PATH": f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(base)}
+    return {"venv": venv, "home": home, "work": work, "hw4": hw4, "env": env,
+            "cache": home / ".cache" / "fa"}
+
+
+def fa(student, *args, check_rc: int | None = 0) -> subprocess.CompletedProcess:
+    """The installed `fa` on the student's PATH, run in their working directory."""
+    proc = subprocess.run(["fa", *map(str, args)], capture_output=True, text=True, env=student["env"],
+                          cwd=student["work"])
+    if check_rc is not None:
+        assert proc.returncode == check_rc, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc
+
+
+def test_runs_from_the_installed_package(student):
+    where = subprocess.run([str(student["venv"] / "bin" / "python"), "-c",
+                            "import fa_cli.locations as l; print(l.checkout(), l.PACKAGE)"],
+                           capture_output=True, text=True, env=student["env"], cwd=student["work"], check=True)
+    checkout, package = where.stdout.split()
+    assert checkout == "None" and "site-packages" in package
+    assert fa(student, "--version").stdout.strip() == "fa, version 0.2.0"
+
+
+def test_gen_shipped_and_generated_cases(student):
+    proc = fa(student, "gen", "--suite", "t03")
+    assert "t03.in: B=4, N=256, d=32" in proc.stdout and "site-packages" in proc.stdout
+    proc = fa(student, "gen", "--suite", "t13")
+    path = student["cache"] / "t13.in"
+    assert f"{path}:" in proc.stdout and suite.sha256_of(path) == suite.case("t13").sha256
+
+
+def test_judge_own_program(student):
+    """A shipped case (against its expected output) and one generated on demand (against float64)."""
+    proc = fa(student, "run", "t03", "t12", "--program", student["hw4"])
+    assert proc.stdout.count("PASS") == 2
+    assert f"generated t12 (B=8, N=2048, d=64) into {student['cache'] / 't12.in'}" in proc.stderr
+    assert sorted(p.name for p in student["work"].iterdir()) == ["hw4"]
+
+
+def test_named_program_built_from_shipped_sources(student):
+    proc = fa(student, "run", "t01", "--program", "cpu")
+    assert "PASS" in proc.stdout and "building cpu in " in proc.stderr
+    (binary,) = student["cache"].glob("build/*/bin/fa-cpu")
+    assert (binary.parent.parent / "src_cpu" / "fa_cpu.cpp").is_file()
+    again = fa(student, "run", "t02", "--program", "cpu")  # built once
+    assert "PASS" in again.stdout and "building" not in again.stderr
+
+
+def test_verify_bench_compare(student):
+    work = student["work"]
+    fa(student, "gen", "-B", 3, "-N", 200, "-d", 64, "--seed", 4, "-o", "x.in")
+    subprocess.run([str(student["hw4"]), "x.in", "x.out"], cwd=work, check=True)
+    assert fa(student, "verify", "x.out", "--input", "x.in", "--tol", "1e-4").stdout.startswith("PASS")
+    fa(student, "bench", "--program", student["hw4"], "--suite", "t01,t03", "--shape", "2,128,64", "--repeat", 1,
+       "-o", "r.json")
+    records = json.loads((work / "r.json").read_text())["records"]
+    assert [r["input"] for r in records] == ["t01", "t03", "2x128x64"] and all(r["passed"] for r in records)
+    proc = fa(student, "compare", "r.json", "--markdown", "--plot", "c.png")
+    assert proc.stdout.startswith("| input |")
+    assert sorted(p.name for p in work.iterdir()) == ["c-breakdown.png", "c-by-n.png", "hw4", "r.json", "x.in", "x.out"]
+
+
+def test_run_all_generates_every_case(student, tmp_path):
+    """fa run --all from the installed package: every case t11..t30 generated on demand (7.3 GB)
+    and checked against the manifest's sha256. The program answers zeros at once (a real one
+    would take hours on this CPU): every case is then judged WRONG, which is what this checks."""
+    free = shutil.disk_usage(student["home"]).free
+    if free < 12 << 30:
+        pytest.skip(f"needs 12 GB of free disk for the whole suite, {free >> 30} GB here")
+    zeros = tmp_path / "zeros"
+    zeros.write_text(f"#!{student['venv'] / 'bin' / 'python'}\nimport sys, numpy as np\n"
+                     "B, N, d = np.fromfile(sys.argv[1], '<i4', 3)\n"
+                     "np.zeros(int(B) * int(N) * int(d), '<f4').tofile(sys.argv[2])\n")
+    zeros.chmod(0o755)
+    try:
+        proc = fa(student, "run", "--all", "--program", zeros, check_rc=1)
+        rows = [l for l in proc.stdout.splitlines() if l.startswith("│ t")]
+        assert len(rows) == 30 and all("WRONG" in row for row in rows), proc.stdout
+        for c in suite.cases().values():
+            if not c.shipped:
+                path = student["cache"] / f"{c.name}.in"
+                assert path.stat().st_size == c.shape.input_bytes, c.name
+                assert f"generated {c.name} " in proc.stderr
+    finally:
+        for path in student["cache"].glob("t*.in"):
+            path.unlink()
