@@ -145,9 +145,9 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
     script.chmod(0o755)
     argv = ["sbatch", "--parsable", "--wait", f"--array=0-{len(tasks) - 1}", "--job-name=fa-bench",
             "-o", str(work / "task-%a.log"), *launcher.options(), str(script)]
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0 and not any(work.glob("record-*.json")):
-        raise FaError(slurm_error(proc.stderr) or f"slurm: sbatch failed: {proc.stderr.strip()}", exit_code=1)
+    job, returncode, stderr = submit_and_wait(argv)
+    if returncode != 0 and not any(work.glob("record-*.json")):
+        raise FaError(slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}", exit_code=1)
     records = bench.load_records(results)
     new = []
     for i, (target, program) in enumerate(tasks):
@@ -159,13 +159,31 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
             why = slurm_error(log.read_text()) if log.exists() else None
             record = {"program": program.name, "input": target.name, "shape": asdict(target.shape),
                       "label": plan.label, "device": "unknown", "error": why or f"array task {i} wrote no record"}
-        record["slurm"] = {"job": proc.stdout.strip().split(";")[0], "task": i, "partition": launcher.partition}
+        record["slurm"] = {"job": job, "task": i, "partition": launcher.partition}
         records.append(record)
         new.append(record)
         if progress:
             progress(1)
     bench.save_records(results, records)
     return new
+
+
+def submit_and_wait(argv: list[str]) -> tuple[str, int, str]:
+    """Run `sbatch --parsable --wait ...`: (job id, exit code, stderr). sbatch prints the id as
+    soon as the job is queued; if fa is interrupted while it waits, the job is cancelled, so
+    that no task runs on into a work directory that is about to be removed."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = ""
+    try:
+        job = proc.stdout.readline().strip().split(";")[0]
+        _, stderr = proc.communicate()
+    except BaseException:
+        if job:
+            subprocess.run(["scancel", job], capture_output=True)
+        proc.kill()
+        proc.communicate()
+        raise
+    return job, proc.returncode, stderr
 
 
 def run_task(plan_file: Path, index: int) -> None:

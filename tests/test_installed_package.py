@@ -23,8 +23,12 @@ def student(tmp_path_factory, cpu_program):
     dist, venv, home, work = base / "dist", base / "venv", base / "home", base / "work"
     for d in (home, work):
         d.mkdir()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)], check=True,
-                   capture_output=True)
+    # The wheel is built from a copy: building in place would leave build/ in the checkout.
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "bin", "build", "submission",
+                                                                  "*.egg-info", "__pycache__", ".*"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)],
+                   check=True, capture_output=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     (wheel,) = dist.glob("fa_toolkit-*.whl")
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], check=True, capture_output=True)

@@ -3,9 +3,11 @@ partitions `nvidia` and `amd`, the CPU program as the workload. Skipped where th
 start (no slurm-wlm/munge, or not root)."""
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -93,3 +95,33 @@ def test_time_limit_message():
     assert slurm_error("output\n" + line) == "slurm: the job was cancelled at its time limit"
     assert slurm_error("srun: error: Unable to allocate resources: Invalid partition name specified") == \
         "slurm: Unable to allocate resources: Invalid partition name specified"
+
+
+def test_interrupted_bench_array_cancels_its_job(cluster, tmp_path):
+    """SIGTERM to fa while its job array runs: the job is cancelled and the work directory
+    removed, rather than tasks running on into a directory that no longer exists."""
+    slow = tmp_path / "slow"
+    slow.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(60)\n")
+    slow.chmod(slow.stat().st_mode | stat.S_IEXEC)
+    proc = subprocess.Popen([sys.executable, "-m", "fa_cli", "bench", "--program", str(slow), "--suite", "t01",
+                             "--repeat", "1", "--launcher", "slurm", "--partition", "amd", "--slurm-array",
+                             "-o", str(tmp_path / "r.json")], env=cluster, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+    def jobs():
+        out = subprocess.run(["squeue", "-h", "-n", "fa-bench", "-o", "%i %T"], capture_output=True, text=True,
+                             env=cluster).stdout
+        return out.split()
+
+    deadline = time.monotonic() + 30
+    while "RUNNING" not in jobs() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "RUNNING" in jobs(), "the array never started"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM and err.strip() == "fa: stopped by SIGTERM", out + err
+    deadline = time.monotonic() + 30
+    while jobs() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert jobs() == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slow"]
