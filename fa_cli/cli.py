@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import sys
 from pathlib import Path
 
 import click
 
-from . import __version__, bench, compare, generate, judge, programs, report, slurm, suite, verify
+from . import __version__, bench, compare, generate, judge, locations, programs, report, resources, slurm, suite, verify
 from .devices import describe_first, list_devices
 from .errors import FaError
 from .format import AttentionInput, Shape, check_shape, open_output
@@ -271,6 +272,47 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
     report.console.print(report.bench_table(records))
     click.echo(f"{len(records)} records added to {results}")
     sys.exit(0 if all(not r.get("error") and r.get("passed") for r in records) else 1)
+
+
+@main.command(name="resources")
+@click.option("--program", default="cuda", show_default=True,
+              help="cuda, hip-cuda, hip, or a source file of your own (hw4.cu, hw4.hip).")
+@click.option("--arch", "archs", help="Targets, comma-separated, from: " + ", ".join(resources.TARGETS)
+              + " (default: sm_75,sm_80,sm_90 for CUDA, gfx908,gfx90a for HIP).")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+def resources_cmd(program, archs, as_json) -> None:
+    """Registers, spills, shared memory, threads and theoretical occupancy of every kernel on
+    every target, from nvcc's and hipcc's own reports (no GPU needed)."""
+    if program in resources.SOURCES:
+        source, hip_source, ours = locations.source_tree() / resources.SOURCES[program], program != "cuda", True
+        default = resources.DEFAULT_ARCHS[program]
+    else:
+        source, hip_source, ours = Path(program), program.endswith(".hip"), False
+        if not source.is_file():
+            raise FaError(f"{program}: no such source (give cuda, hip-cuda, hip, or a .cu or .hip file)")
+        default = resources.DEFAULT_ARCHS["hip" if hip_source else "cuda"]
+    targets = archs.split(",") if archs else list(default)
+    for t in targets:
+        if t not in resources.TARGETS:
+            raise click.BadParameter(f"{t}: not one of {', '.join(resources.TARGETS)}", param_hint="--arch")
+        if hip_source and not ours and t.startswith("sm_"):
+            raise click.BadParameter(f"{t}: a .hip source of your own is built for AMD targets", param_hint="--arch")
+        if program in ("cuda", "hip-cuda") and t.startswith("gfx") or program == "hip" and t.startswith("sm_"):
+            raise click.BadParameter(f"{t}: not a target of {program}", param_hint="--arch")
+    kernels, commands = [], []
+    with report.progress("compiling", len(targets)) as advance:
+        for t in targets:
+            found, argv = resources.report(source, t, hip_source, ours)
+            kernels += found
+            commands.append(" ".join(argv))
+            advance()
+    if as_json:
+        click.echo(json.dumps({"records": resources.as_records(kernels), "commands": commands,
+                               "targets": {t: dataclasses.asdict(resources.TARGETS[t]) for t in targets}}, indent=1))
+    else:
+        report.console.print(report.resources_table(kernels))
+        for line in report.resources_notes(kernels):
+            click.echo(line)
 
 
 @main.command(name="compare")

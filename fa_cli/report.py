@@ -94,3 +94,24 @@ def devices_table(devices) -> Table:
     for d in devices:
         table.add_row(str(d.index), d.vendor, d.name, d.arch, str(d.compute_units), f"{d.memory_bytes / 2**30:.1f}")
     return table
+
+
+def resources_table(kernels) -> Table:
+    table = Table(title="fa resources: theoretical occupancy from the compilers' reports, no GPU used (blocks and "
+                        "warps per SM; on AMD workgroups per CU and waves per SIMD)", title_justify="left")
+    for column in ("target", "kernel", "threads", "regs", "spill B", "smem B", "dyn smem B", "blocks", "warps",
+                   "occupancy", "limited by"):
+        table.add_column(column, no_wrap=True)
+    blank = lambda x: "-" if x is None else str(x)  # noqa: E731
+    for u in kernels:
+        regs = str(u.registers) if u.target.startswith("sm_") else f"{u.registers}V {u.agprs}A {u.sgprs}S"
+        why = ", ".join(u.limited_by) + (" *" if u.note else "")
+        table.add_row(u.target, u.kernel, blank(u.threads), regs, str(u.spill_bytes), str(u.static_smem),
+                      str(u.dynamic_smem), blank(u.blocks), blank(u.warps),
+                      "-" if u.occupancy is None else f"{u.occupancy:.0%}", why)
+    return table
+
+
+def resources_notes(kernels) -> list[str]:
+    """The footnotes of resources_table: one line per kernel marked *."""
+    return [f"* {u.target} {u.kernel}: {u.note}" for u in kernels if u.note]

@@ -59,6 +59,22 @@ constexpr int kReadThreads = 8;                  // a chunk is read by this many
 //   size_t scratch_bytes(int64_t batches) const;
 //   void launch(const float* qkv, float* out, void* scratch, int64_t batches, Stream);
 //   std::string name() const;                                 // asked once the run is done
+//   static std::vector<Launch> launches();                    // every kernel it may launch
+//
+// `PROGRAM --launches` prints those, one kernel a line, and starts no device: threads per
+// block and dynamic shared memory are launch-time values that no compiler report holds, and
+// `fa resources` needs them for the occupancy.
+
+struct Launch {
+  std::string kernel;  // as the compiler names it, without namespace and parameters: "split_kv"
+  int threads;         // per block
+  int dynamic_smem;    // bytes per block
+};
+
+inline void print_launches(const std::vector<Launch>& launches) {
+  std::printf("kernel\tthreads\tdynamic_smem_bytes\n");
+  for (const Launch& l : launches) std::printf("%s\t%d\t%d\n", l.kernel.c_str(), l.threads, l.dynamic_smem);
+}
 
 struct DeviceInfo {
   std::string arch;  // sm_90, gfx90a, ...
@@ -99,6 +115,10 @@ template <class Gpu, class Kernels>
 int run_pipeline(int argc, char** argv) {
   using Stream = typename Gpu::Stream;
   using Event = typename Gpu::Event;
+  if (argc == 2 && std::strcmp(argv[1], "--launches") == 0) {
+    print_launches(Kernels::launches());
+    return 0;
+  }
   parse_args(argc, argv);
   const double start = now_seconds();
   Timing timing;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "../src_common/gpu_pipeline.h"
 #include "cuda_api.cuh"
@@ -86,6 +87,17 @@ class CudaKernels {
       launch_d<64>(qkv, out, scratch, batches, stream);
   }
 
+  static std::vector<Launch> launches() {
+    constexpr int tiled_threads = kWarp * kTiledBr;
+    return {{"attention_tiled<32, 32>", tiled_threads, 0},
+            {"attention_tiled<64, 32>", tiled_threads, 0},
+            {"split_kv", kSplitThreads, 0},
+            {"attention_tensorcore<32, false>", tc_warps<32, false>() * 32, tc_smem_bytes<32>()},
+            {"attention_tensorcore<32, true>", tc_warps<32, true>() * 32, tc_smem_bytes<32>()},
+            {"attention_tensorcore<64, false>", tc_warps<64, false>() * 32, tc_smem_bytes<64>()},
+            {"attention_tensorcore<64, true>", tc_warps<64, true>() * 32, tc_smem_bytes<64>()}};
+  }
+
   std::string name() const {
     if (!tensorcore_) return "tiled";
     return std::string(fused_ ? "tensorcore-fused" : "tensorcore") + (*declined_host_ ? "+tiled" : "");
@@ -122,7 +134,7 @@ class CudaKernels {
     if (fused_) {
       launch_tensorcore<D, true>(qkv, kv, out, batches, decline, stream);
     } else {
-      split_kv<<<split_blocks_, 256, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
+      split_kv<<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
       CUDA_CHECK_LAUNCH("split_kv");
       launch_tensorcore<D, false>(qkv, kv, out, batches, decline, stream);
     }

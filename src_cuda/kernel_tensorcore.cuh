@@ -138,7 +138,9 @@ __device__ __forceinline__ bool splittable(float4 x) {
 }
 
 // ------------------------------------------------------------------------- the split pass
-__global__ void split_kv(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t ND,
+constexpr int kSplitThreads = 256;
+
+__global__ void __launch_bounds__(kSplitThreads) split_kv(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t ND,
                          int* __restrict__ decline, volatile int* declined_ever) {
   const int64_t quads = batches * ND / 4;  // float4 groups of one of Q, K, V
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "hip_api.h"
 #include "../src_common/attention_tiled.h"
@@ -45,6 +46,11 @@ class HipKernels {
   }
 
   std::string name() const { return "tiled-bc" + std::to_string(bc_); }
+
+  static std::vector<Launch> launches() {
+    return {{"attention_tiled<32, 32>", 32 * kTiledBr, 0}, {"attention_tiled<32, 64>", 64 * kTiledBr, 0},
+            {"attention_tiled<64, 32>", 32 * kTiledBr, 0}, {"attention_tiled<64, 64>", 64 * kTiledBr, 0}};
+  }
 
  private:
   Shape shape_;
