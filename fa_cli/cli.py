@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from . import __version__, bench, compare, generate, judge, locations, programs, report, resources, slurm, suite, verify
+from . import (__version__, bench, compare, generate, judge, locations, profile, programs, report, resources, slurm,
+               suite, verify)
 from .devices import describe_first, list_devices
 from .errors import FaError
 from .format import AttentionInput, Shape, check_shape, open_output
@@ -272,6 +273,45 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
     report.console.print(report.bench_table(records))
     click.echo(f"{len(records)} records added to {results}")
     sys.exit(0 if all(not r.get("error") and r.get("passed") for r in records) else 1)
+
+
+@main.command(name="profile", help="Profile PROGRAM's kernels on test cases or inputs: time, TFLOP/s and the "
+              "course's metrics (ncu on sm_70+, nvprof on Pascal, rocprof on AMD), per kernel over its launches."
+              "\n\n" + profile.help_tables())
+@click.argument("cases", nargs=-1, required=True)
+@click.option("--program", default="best", show_default=True, help="cpu, cuda, hip, hip-cuda, best, or a path.")
+@click.option("--kernel", help="Only kernels whose name contains this (e.g. attention_tiled).")
+@click.option("--set", "metric_set", type=click.Choice(["course", "full"]), default="course", show_default=True,
+              help="course: the report's metrics; full: also ncu's full set of sections.")
+@click.option("--profiler", type=click.Choice(["auto", *profile.PROFILERS]), default="auto", show_default=True,
+              help="auto: rocprof for hip, else ncu (the GTX 1080, Pascal, needs nvprof).")
+@click.option("--flops-kernel", help="The kernel that does the 4*B*N*N*d work (default: the one taking most time).")
+@click.option("-o", "--output", "results", type=click.Path(dir_okay=False, path_type=Path),
+              help="Results file (JSON); extended if it exists.")
+@click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
+@launcher_options
+def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, results, as_markdown, launcher, partition,
+                gres, srun_args) -> None:
+    prog = program_for(program)
+    tool = profile.choose(profiler, prog.name)
+    targets = targets_for(cases)
+    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    records = []
+    try:
+        for t in targets:
+            kernels, argv = profile.profile(prog, t, tool, kernel, metric_set == "full", runner, workdir, flops_kernel)
+            records += [profile.as_record(k, prog, t, tool, argv) for k in kernels]
+    finally:
+        if workdir is not None:
+            slurm.remove_workdir(workdir)
+    if results:
+        bench.save_records(results, bench.load_records(results) + records)
+    if as_markdown:
+        click.echo(report.profile_markdown(records), nl=False)
+    else:
+        report.console.print(report.profile_table(records))
+    if results:
+        click.echo(f"{len(records)} records added to {results}")
 
 
 @main.command(name="resources")

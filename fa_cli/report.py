@@ -115,3 +115,49 @@ def resources_table(kernels) -> Table:
 def resources_notes(kernels) -> list[str]:
     """The footnotes of resources_table: one line per kernel marked *."""
     return [f"* {u.target} {u.kernel}: {u.note}" for u in kernels if u.note]
+
+
+# Columns of fa profile, in the course's order; a column shows where some kernel has the figure.
+PROFILE_COLUMNS = [
+    ("achieved occupancy", "occupancy %", "{:.1f}"), ("SM efficiency", "SM eff. %", "{:.1f}"),
+    ("shared load", "shared ld /s", "{:.3g}"), ("shared store", "shared st /s", "{:.3g}"),
+    ("global load", "global ld B/s", "{:.3g}"), ("global store", "global st B/s", "{:.3g}"),
+    ("shared ld conflicts", "ld conflicts", "{:.0f}"), ("shared st conflicts", "st conflicts", "{:.0f}"),
+    ("registers", "regs", "{:.0f}"), ("VALU instructions/s", "VALU inst/s", "{:.3g}"),
+    ("LDS bytes/s", "LDS B/s", "{:.3g}"), ("global read bytes/s", "global rd B/s", "{:.3g}"),
+    ("global write bytes/s", "global wr B/s", "{:.3g}"),
+    ("bank conflict cycles per LDS instruction", "conflict cyc/LDS inst", "{:.3f}"),
+    ("SQ busy %", "SQ busy %", "{:.1f}"), ("SQ_WAVES", "waves", "{:.0f}"),
+]
+
+
+def profile_rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of fa profile's table: one row per (input, kernel)."""
+    present = [c for c in PROFILE_COLUMNS if any(c[0] in r["metrics"] for r in records)]
+    header = ["input", "program", "kernel", "launches", "time ms", "TFLOP/s", *(title for _, title, _ in present)]
+    rows = []
+    for r in records:
+        cells = [r["input"], r["program"], r["kernel"], str(r["launches"]), f"{r['time_s'] * 1e3:.3f}",
+                 f"{r['tflops']:.1f}" if r.get("tflops") else "-"]
+        cells += [fmt.format(r["metrics"][key]) if key in r["metrics"] else "-" for key, _, fmt in present]
+        rows.append(cells)
+    return header, rows
+
+
+def profile_table(records: list[dict]) -> Table:
+    header, rows = profile_rows(records)
+    device = records[0].get("device", "") if records else ""
+    table = Table(title=f"fa profile with {records[0]['profiler'] if records else '-'} on {device} (per kernel, "
+                        "over its launches)", title_justify="left")
+    for column in header:
+        table.add_column(column, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def profile_markdown(records: list[dict]) -> str:
+    header, rows = profile_rows(records)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"

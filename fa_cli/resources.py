@@ -121,7 +121,7 @@ def nvidia_occupancy(u: KernelUsage, t: NvidiaTarget) -> None:
                if regs_per_warp else t.max_blocks)
     smem = math.ceil((u.static_smem + u.dynamic_smem + t.reserved_smem) / t.smem_unit) * t.smem_unit
     by_smem = 0 if smem > t.smem_per_block + t.reserved_smem else t.smem_per_sm // smem if smem else t.max_blocks
-    limits = {"registers": by_regs, "shared memory": by_smem, "warps": t.max_warps // warps_per_block,
+    limits = {"registers": by_regs, "shared memory": by_smem, "threads": t.max_warps // warps_per_block,
               "blocks": t.max_blocks}
     u.blocks = min(limits.values())
     u.warps = u.blocks * warps_per_block

@@ -16,6 +16,7 @@ from fa_cli.format import AttentionInput, Shape, open_output
 
 ROOT = locations.checkout()
 BIN = ROOT / "bin"
+DATA = Path(__file__).with_name("data")
 
 
 def fa(*args, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -79,3 +80,18 @@ def run_and_check(program: Path, tmp_path: Path, shape: Shape, dist: str = "unif
         assert np.isfinite(err).all()
         worst = max(worst, float(err.max()))
     return worst
+
+
+@pytest.fixture
+def stand_in_ncu(tmp_path):
+    """An `ncu` on PATH that runs the program and writes, as its results, a real ncu log of
+    fa-cuda captured on the H100 (tests/data/ncu-raw-h100.csv): fa profile's whole path with no GPU."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "ncu"
+    script.write_text(f"#!{sys.executable}\nimport shutil, subprocess, sys\n"
+                      "args = sys.argv[1:]\nlog = args[args.index('--log-file') + 1]\n"
+                      f"shutil.copy({str(DATA / 'ncu-raw-h100.csv')!r}, log)\n"
+                      "sys.exit(subprocess.run(args[-3:]).returncode)\n")
+    script.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}

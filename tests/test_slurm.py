@@ -40,6 +40,16 @@ def test_run_through_srun(cluster, cpu_program, tmp_path):
     assert not (tmp_path / ".fa-slurm").exists()  # outputs and the work directory removed
 
 
+def test_profile_through_srun(cluster, cpu_program, stand_in_ncu, tmp_path):
+    """fa profile wraps the profiler and the program in srun, its files in the shared work dir."""
+    env = {**cluster, "PATH": stand_in_ncu["PATH"]}
+    proc = fa("profile", "t01", "--program", "cpu", "--profiler", "ncu", "--launcher", "slurm", "--partition",
+              "nvidia", "--markdown", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "| t01 | cpu | attention_tensorcore<64, 0> |" in proc.stdout
+    assert not (tmp_path / ".fa-slurm").exists()
+
+
 def test_unknown_partition(cluster, cpu_program, tmp_path):
     proc = fa_on(cluster, tmp_path, "run", "t01", "--program", "cpu", "--launcher", "slurm", "--partition", "gpus")
     assert proc.returncode == 2
