@@ -276,38 +276,29 @@ def launch_table(program: Path) -> dict[str, tuple[int, int]]:
 def report(source: Path, target: str, hip_source: bool, ours: bool) -> tuple[list[KernelUsage], list[str]]:
     """Every kernel of source on target, with its theoretical occupancy; and the command used."""
     limits = TARGETS[target]
+    nvidia = isinstance(limits, NvidiaTarget)
     text, work, argv = compile_report(source, target, hip_source)
     try:
         launches = launch_table(work / "program") if ours else {}
-        if isinstance(limits, NvidiaTarget):
-            usage = parse_ptxas(text, target)
-            threads = {}
-            for ptx in work.glob("*.ptx"):
-                threads.update(parse_ptx_threads(ptx.read_text()))
-            names = demangle(list(usage))
-            for mangled, u in usage.items():
-                u.kernel = names[mangled]
-                u.threads = threads.get(mangled) or launches.get(u.kernel, (None, 0))[0]
-                u.dynamic_smem = launches.get(u.kernel, (0, 0))[1]
-                nvidia_occupancy(u, limits)
-            kernels = list(usage.values())
-        else:
-            usage = parse_amd_remarks(text, target)
-            threads = {}
-            for asm in work.glob("*.s"):
-                threads.update(parse_amd_threads(asm.read_text()))
-            names = demangle(list(usage))
-            for mangled, u in usage.items():
-                u.kernel = names[mangled]
-                u.threads = threads.get(mangled) or launches.get(u.kernel, (None, 0))[0]
-                u.dynamic_smem = launches.get(u.kernel, (0, 0))[1]
-                amd_occupancy(u, limits)
-            kernels = list(usage.values())
+        # Each vendor's report, and where its compile left each kernel's threads per block.
+        usage = parse_ptxas(text, target) if nvidia else parse_amd_remarks(text, target)
+        threads = {}
+        for listing in work.glob("*.ptx" if nvidia else "*.s"):
+            threads.update((parse_ptx_threads if nvidia else parse_amd_threads)(listing.read_text()))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if not kernels:
+    if not usage:
         raise FaError(f"fa resources {target}: the compiler reported no kernels in {source}", exit_code=1)
-    return sorted(kernels, key=lambda u: u.kernel), argv
+    names = demangle(list(usage))
+    for mangled, u in usage.items():
+        u.kernel = names[mangled]
+        launch_threads, u.dynamic_smem = launches.get(u.kernel, (None, 0))
+        u.threads = threads.get(mangled) or launch_threads
+        if nvidia:
+            nvidia_occupancy(u, limits)
+        else:
+            amd_occupancy(u, limits)
+    return sorted(usage.values(), key=lambda u: u.kernel), argv
 
 
 def as_records(kernels: list[KernelUsage]) -> list[dict]:
