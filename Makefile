@@ -33,10 +33,11 @@ all: cpu $(if $(HAVE_NVCC),cuda) $(if $(HAVE_HIPCC),hip)
 # ---------------------------------------------------------------- CUDA
 # The local GPU's arch when one is present, else a portable list; sm_61 (the course's GTX 1080)
 # only where this nvcc still lists it (CUDA 13 dropped Pascal).
-LOCAL_SM := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
-NVCC_ARCHS := $(shell $(NVCC) --list-gpu-arch 2>/dev/null)
+# Probes are recursive variables: they run only when a CUDA or HIP target expands them.
+LOCAL_SM = $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+NVCC_ARCHS = $(shell $(NVCC) --list-gpu-arch 2>/dev/null)
 CUDA_ARCH ?= $(if $(LOCAL_SM),sm_$(LOCAL_SM),$(if $(filter compute_61,$(NVCC_ARCHS)),sm_61) sm_75 sm_80 sm_90)
-CUDA_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(subst sm_,,$(a)),code=$(a))
+CUDA_GENCODE = $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(subst sm_,,$(a)),code=$(a))
 CUDA_SRC := src_cuda/fa_cuda.cu $(wildcard src_cuda/*.cuh) $(wildcard src_common/*.h)
 
 cuda: $(BIN)/fa-cuda
@@ -51,11 +52,11 @@ hw4: $(BIN)/fa-cuda
 # hipcc picks the NVIDIA platform when nvcc is installed: the AMD build names its platform.
 # Targets: the local AMD GPU if present, else the course's gfx908 and MI210's gfx90a, plus
 # gfx942 (MI300) where this hipcc accepts it (ROCm 5.2's clang 15 does not).
-LOCAL_GFX := $(shell rocminfo 2>/dev/null | grep -o -m1 'gfx[0-9a-f]*')
+LOCAL_GFX = $(shell rocminfo 2>/dev/null | grep -o -m1 'gfx[0-9a-f]*')
 HIP_ARCH_OK = $(shell f=$$(mktemp --suffix=.hip) && printf '#include <hip/hip_runtime.h>\n__global__ void k(){}\n' >$$f && \
   HIP_PLATFORM=amd $(HIPCC) --offload-arch=$(1) -c -o /dev/null $$f >/dev/null 2>&1 && echo $(1); rm -f $$f)
 HIP_ARCH ?= $(if $(LOCAL_GFX),$(LOCAL_GFX),gfx908 gfx90a $(if $(HAVE_HIPCC),$(call HIP_ARCH_OK,gfx942)))
-HIP_SRC := src_hip/fa_hip.hip $(wildcard src_hip/*.h) $(wildcard src_common/*.h)
+HIP_SRC := src_hip/fa_hip.hip $(wildcard src_hip/*.h) $(wildcard src_common/*.h) src_cuda/kernel_primitives.cuh
 
 hip: $(BIN)/fa-hip
 $(BIN)/fa-hip: $(HIP_SRC)

@@ -1,6 +1,7 @@
 // attention_tiled.h: the homework kernel, in plain fp32, for CUDA and HIP alike.
 //
-// The includer first defines its platform's primitives (src_cuda/cuda_api.cuh, src_hip/hip_api.h):
+// The includer first defines its platform's primitives (src_cuda/kernel_primitives.cuh for nvcc,
+// src_hip/hip_api.h for hipcc):
 //   FA_SHFL_XOR(v, mask, width)  butterfly exchange within groups of `width` lanes
 //   FA_SYNC_WAVE()               orders shared-memory traffic among the lanes of one warp/wavefront
 //   FA_WAVE                      the warp/wavefront width the device code is compiled for
@@ -30,6 +31,10 @@
 #include <cstdint>
 
 #include "compensated_sum.h"
+
+#if !defined(FA_SHFL_XOR) || !defined(FA_SYNC_WAVE) || !defined(FA_WAVE) || !defined(FA_LAUNCH_BOUNDS)
+#error "attention_tiled.h needs FA_SHFL_XOR, FA_SYNC_WAVE, FA_WAVE and FA_LAUNCH_BOUNDS: include src_cuda/kernel_primitives.cuh (nvcc) or src_hip/hip_api.h (hipcc) first"
+#endif
 
 namespace fa {
 

@@ -7,11 +7,7 @@
 
 #include "../src_common/gpu_pipeline.h"
 
-// The primitives src_common/attention_tiled.h is written against.
-#define FA_SHFL_XOR(v, mask, width) __shfl_xor_sync(0xffffffffu, (v), (mask), (width))
-#define FA_SYNC_WAVE() __syncwarp()
-#define FA_WAVE 32
-#define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads, blocks_per_sm)
+#include "kernel_primitives.cuh"
 
 // Any failed CUDA call ends the program with one line naming the call and the reason.
 #define CUDA_CHECK(call) fa::cuda_check((call), #call, __FILE__, __LINE__)

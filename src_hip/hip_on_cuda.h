@@ -9,8 +9,6 @@
 
 #include <cuda_runtime.h>
 
-#define FA_HIP_ON_CUDA 1
-
 using hipError_t = cudaError_t;
 using hipStream_t = cudaStream_t;
 using hipEvent_t = cudaEvent_t;
@@ -45,12 +43,9 @@ inline hipError_t hipMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcp
 template <class F>
 inline hipError_t hipFuncGetAttributes(hipFuncAttributes* a, F f) { return cudaFuncGetAttributes(a, f); }
 
-// The shared kernel's primitives, as hip_api.h defines them for AMD. HIP's __shfl_xor takes no
-// lane mask; CUDA still declares a legacy __shfl_xor of its own, so the mapping is a macro.
-#define FA_SHFL_XOR(v, mask, width) __shfl_xor_sync(0xffffffffu, (v), (mask), (width))
-#define FA_SYNC_WAVE() __syncwarp()
-#define FA_WAVE 32
-#define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads, blocks_per_sm)
+// The shared kernel's primitives, as hip_api.h defines them for AMD: nvcc's, as the CUDA
+// program has them.
+#include "../src_cuda/kernel_primitives.cuh"
 
 // The device's architecture as HIP names it on AMD (gcnArchName); here the CUDA sm_XY name.
 inline std::string hip_device_arch(const hipDeviceProp_t& p) {

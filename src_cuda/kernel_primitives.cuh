@@ -1,0 +1,11 @@
+// kernel_primitives.cuh: what src_common/attention_tiled.h is written against, for nvcc. Both
+// programs nvcc builds take them from here: the CUDA program (cuda_api.cuh) and the HIP source
+// compiled for NVIDIA (src_hip/hip_on_cuda.h). hipcc's for AMD are in src_hip/hip_api.h.
+#pragma once
+
+// HIP's __shfl_xor takes no lane mask, and CUDA still declares a legacy __shfl_xor of its own:
+// the shared kernel calls this macro instead of either.
+#define FA_SHFL_XOR(v, mask, width) __shfl_xor_sync(0xffffffffu, (v), (mask), (width))
+#define FA_SYNC_WAVE() __syncwarp()
+#define FA_WAVE 32
+#define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads, blocks_per_sm)
