@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import click
 from . import (__version__, bench, compare, generate, judge, locations, profile, programs, report, resources, slurm,
                suite, verify)
 from .devices import describe_first, list_devices
-from .errors import FaError
+from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output
 
 
@@ -26,7 +27,8 @@ def raise_terminated(signum, frame):
 
 
 class FaGroup(click.Group):
-    """Turns FaError and OSError into one line on stderr and an exit code, never a traceback."""
+    """Turns FaError and OSError into one line on stderr and an exit status, never a traceback
+    (unless --traceback or FA_DEBUG=1 asks for one); Ctrl-C and SIGTERM into one line too."""
 
     def invoke(self, ctx: click.Context):
         signal.signal(signal.SIGTERM, raise_terminated)
@@ -34,26 +36,33 @@ class FaGroup(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo("fa: interrupted", err=True)
-            sys.exit(128 + signal.SIGINT)
+            sys.exit(ExitStatus.INTERRUPTED)
         except Terminated:
             click.echo("fa: stopped by SIGTERM", err=True)
-            sys.exit(128 + signal.SIGTERM)
-        except FaError as e:
-            click.echo(f"fa: error: {e}", err=True)
-            sys.exit(e.exit_code)
-        except OSError as e:
-            where = f"{e.filename}: " if e.filename else ""
-            click.echo(f"fa: error: {where}{e.strerror}", err=True)
-            sys.exit(2)
+            sys.exit(ExitStatus.TERMINATED)
+        except (FaError, OSError) as e:
+            if ctx.params.get("traceback") or os.environ.get("FA_DEBUG") == "1":
+                raise
+            click.echo(f"fa: error: {one_line(e)}", err=True)
+            sys.exit(e.exit_code if isinstance(e, FaError) else ExitStatus.BAD_INPUT)
+
+
+def one_line(e: Exception) -> str:
+    if isinstance(e, OSError):
+        return f"{e.filename}: {e.strerror}" if e.filename else str(e.strerror or e)
+    return str(e)
 
 
 @click.group(cls=FaGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="fa")
-def main() -> None:
+@click.option("--traceback", is_flag=True, help="Show the traceback of an error (as FA_DEBUG=1 does).")
+def main(traceback: bool) -> None:
     """Generate, run, verify and compare FlashAttention homework programs.
 
     Generated inputs and programs built from an installed fa's sources go to the cache
-    directory: FA_CACHE, else the user cache directory (~/.cache/fa on Linux).
+    directory: FA_CACHE, else the user cache directory (~/.cache/fa on Linux). Exit status:
+    0 ok, 1 something did not pass or a tool failed, 2 unusable input or arguments, 130 and
+    143 interrupted (Ctrl-C, SIGTERM).
     """
 
 
@@ -146,7 +155,7 @@ def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> No
         out = open_output(output, flat)
         result = verify.against_expected(out.reshape(-1), exp.reshape(-1), tol)
     click.echo(report.verify_summary(result))
-    sys.exit(0 if result.passed else 1)
+    sys.exit(ExitStatus.OK if result.passed else ExitStatus.FAILED)
 
 
 def launcher_options(f):
@@ -213,7 +222,15 @@ def run(cases, all_cases, program, tol, sample_rows, full, time_limit, no_time_l
                        "(--no-time-limit lets it finish)", err=True)
         elif r.error:
             click.echo(f"{r.target.name}: {r.error}", err=True)
-    sys.exit(0 if all(r.ok for r in results) else 1)
+    sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
+
+
+@main.command(name="slurm-task", hidden=True)
+@click.argument("plan", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("index", type=int)
+def slurm_task_cmd(plan, index) -> None:
+    """One task of `fa bench --slurm-array`, on a compute node: measure one (program, input)."""
+    slurm.run_task(plan, index)
 
 
 @main.command(name="devices")
@@ -272,7 +289,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
             slurm.remove_workdir(workdir)
     report.console.print(report.bench_table(records))
     click.echo(f"{len(records)} records added to {results}")
-    sys.exit(0 if all(not r.get("error") and r.get("passed") for r in records) else 1)
+    sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
 
 
 @main.command(name="profile", help="Profile PROGRAM's kernels on test cases or inputs: time, TFLOP/s and the "

@@ -1,9 +1,21 @@
-"""User-facing errors: one line of text and an exit code, never a traceback."""
+"""User-facing errors: one line of text and an exit status, never a traceback (unless asked)."""
+import enum
+import signal
+
+
+class ExitStatus(enum.IntEnum):
+    """What fa's exit code means, for every command."""
+
+    OK = 0
+    FAILED = 1  # a check, a case or a run did not pass, or a tool it ran failed
+    BAD_INPUT = 2  # unusable input, arguments or setup: fix it and run again (also click's usage errors)
+    INTERRUPTED = 128 + signal.SIGINT  # Ctrl-C
+    TERMINATED = 128 + signal.SIGTERM
 
 
 class FaError(Exception):
-    """An error the user can act on. exit_code 2: unusable input; 1: a run failed."""
+    """An error the user can act on."""
 
-    def __init__(self, message: str, exit_code: int = 2):
+    def __init__(self, message: str, exit_code: ExitStatus = ExitStatus.BAD_INPUT):
         super().__init__(message)
         self.exit_code = exit_code

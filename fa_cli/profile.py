@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import FaError
+from .errors import ExitStatus, FaError
 from .resources import demangle, short_name
 
 # (course figure, ncu metric, nvprof metric, unit as fa prints it)
@@ -328,12 +328,14 @@ def profile(program, target, profiler: str, kernel: str | None = None, full: boo
         profiled = Program(program.name, program.path, None, (*prefix, *program.interpreter))
         result = run(profiled, target.input_path, work / "out", launcher)
         if result.error:
-            raise FaError(f"{program.name} under {profiler} on {target.name}: {result.error}", exit_code=1)
+            raise FaError(f"{program.name} under {profiler} on {target.name}: {result.error}",
+                          exit_code=ExitStatus.FAILED)
         launches = read_results(profiler, work)
     if not launches and kernel:
         raise FaError(f"--kernel {kernel}: no kernel of that name ran in {program.name} on {target.name}")
     if not launches:
-        raise FaError(f"{profiler} reported no kernel launches of {program.name} on {target.name}", exit_code=1)
+        raise FaError(f"{profiler} reported no kernel launches of {program.name} on {target.name}",
+                      exit_code=ExitStatus.FAILED)
     kernels = aggregate(launches, kernel, target.shape.flops, flops_kernel)
     if not kernels:
         seen = ", ".join(sorted({l.kernel for l in launches}))

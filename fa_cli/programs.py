@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import locations
-from .errors import FaError
+from .errors import ExitStatus, FaError
 
 TIMING_LINE = re.compile(r"^fa-timing:(.*)$", re.MULTILINE)
-TIMING_STAGES = ("init", "read", "h2d", "kernel", "d2h", "write", "total")
 # A program past its time limit gets SIGTERM, then SIGKILL after this many seconds.
 KILL_GRACE_S = 1.0
 
@@ -86,7 +85,8 @@ def ensure_built(program: Program, announce=None) -> Program:
         return program
     tree = program.path.parent.parent
     if not shutil.which("make"):
-        raise FaError(f"program {program.name!r} needs building, and `make` is not installed", exit_code=1)
+        raise FaError(f"program {program.name!r} needs building, and `make` is not installed",
+                      exit_code=ExitStatus.FAILED)
     if announce:
         announce(f"building {program.name} in {tree} (make {program.make_target}; once)")
     proc = subprocess.run(["make", "-C", str(tree), program.make_target], capture_output=True, text=True)
@@ -94,7 +94,7 @@ def ensure_built(program: Program, announce=None) -> Program:
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
         why = lines[-1] if lines else f"exit code {proc.returncode}"
         raise FaError(f"program {program.name!r} is not available here: `make {program.make_target}` failed: {why}",
-                      exit_code=1)
+                      exit_code=ExitStatus.FAILED)
     return program
 
 
@@ -160,7 +160,7 @@ def run(
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env,
                                 start_new_session=True)
     except OSError as e:
-        raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=1) from None
+        raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=ExitStatus.FAILED) from None
     try:
         _, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:

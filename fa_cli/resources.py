@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import FaError
+from .errors import ExitStatus, FaError
 
 
 @dataclass(frozen=True)
@@ -259,7 +259,7 @@ def compile_report(source: Path, target: str, hip_source: bool) -> tuple[str, Pa
     if proc.returncode != 0:
         shutil.rmtree(work)
         lines = [l for l in proc.stderr.splitlines() if "error" in l.lower()] or proc.stderr.splitlines() or ["?"]
-        raise FaError(f"fa resources {target}: {argv[0]} failed: {lines[0].strip()}", exit_code=1)
+        raise FaError(f"fa resources {target}: {argv[0]} failed: {lines[0].strip()}", exit_code=ExitStatus.FAILED)
     return proc.stdout + proc.stderr, work, argv
 
 
@@ -288,7 +288,8 @@ def report(source: Path, target: str, hip_source: bool, ours: bool) -> tuple[lis
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not usage:
-        raise FaError(f"fa resources {target}: the compiler reported no kernels in {source}", exit_code=1)
+        raise FaError(f"fa resources {target}: the compiler reported no kernels in {source}",
+                      exit_code=ExitStatus.FAILED)
     names = demangle(list(usage))
     for mangled, u in usage.items():
         u.kernel = names[mangled]

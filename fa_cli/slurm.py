@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import locations
-from .errors import FaError
+from .errors import ExitStatus, FaError
 from .format import Shape, atomic_file
 from .judge import Target
 from .programs import Launcher, Program
@@ -141,13 +141,14 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
     script = work / "task.sh"
     script.write_text("#!/bin/sh\n"
                       f"export PYTHONPATH={locations.PACKAGE.parent}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-                      f"exec {sys.executable} -m fa_cli.slurm_task {plan_file} \"$SLURM_ARRAY_TASK_ID\"\n")
+                      f"exec {sys.executable} -m fa_cli slurm-task {plan_file} \"$SLURM_ARRAY_TASK_ID\"\n")
     script.chmod(0o755)
     argv = ["sbatch", "--parsable", "--wait", f"--array=0-{len(tasks) - 1}", "--job-name=fa-bench",
             "-o", str(work / "task-%a.log"), *launcher.options(), str(script)]
     job, returncode, stderr = submit_and_wait(argv)
     if returncode != 0 and not any(work.glob("record-*.json")):
-        raise FaError(slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}", exit_code=1)
+        raise FaError(slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
+                      exit_code=ExitStatus.FAILED)
     records = bench.load_records(results)
     new = []
     for i, (target, program) in enumerate(tasks):

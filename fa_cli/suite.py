@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import generate, locations
-from .errors import FaError
+from .errors import ExitStatus, FaError
 from .format import Shape, check_shape
 
 NAME = re.compile(r"^t\d\d$")
@@ -91,7 +91,8 @@ def write_case(c: Case, path: Path, progress: Callable[[int], None] | None = Non
     if digest != c.sha256:
         path.unlink()
         raise FaError(f"{c.name}: generated input has sha256 {digest[:16]}..., the manifest says "
-                      f"{c.sha256[:16]}...: this numpy draws different random numbers", exit_code=1)
+                      f"{c.sha256[:16]}...: this numpy draws different random numbers",
+                      exit_code=ExitStatus.FAILED)
     return path
 
 

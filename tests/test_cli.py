@@ -113,3 +113,13 @@ def test_run_unknown_program_and_case():
     assert proc.returncode == 2 and "no program 'no-such-thing'" in proc.stderr
     proc = fa("run", "t99", "--program", "cpu")
     assert proc.returncode == 2 and "no test case named t99" in proc.stderr
+
+
+def test_traceback_on_request(tmp_path):
+    """One line by default; --traceback (or FA_DEBUG=1) shows where an error came from."""
+    missing = tmp_path / "nope.in"
+    plain = fa("verify", tmp_path / "o", "--input", missing)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr and len(plain.stderr.splitlines()) == 1
+    for proc in (fa("--traceback", "verify", tmp_path / "o", "--input", missing),
+                 fa("verify", tmp_path / "o", "--input", missing, env={**os.environ, "FA_DEBUG": "1"})):
+        assert proc.returncode == 1 and "Traceback" in proc.stderr and "FormatError" in proc.stderr
