@@ -45,12 +45,27 @@ def save_records(path: Path, records: list[dict]) -> None:
         f.write(json.dumps({"records": records}, indent=1).encode() + b"\n")
 
 
+def new_record(program: Program, target: Target, label: str | None, error: str | None, **fields) -> dict:
+    """A results record, the one place they are made: what ran on what, where and when; a
+    measured record adds wall_s, timing, tflops_process, tflops_kernel, max_err, verify_mode and
+    passed (measure), a failed one keeps `error`."""
+    record = {
+        "program": program.name, "program_path": str(program.path), "input": target.name,
+        "shape": {"B": target.shape.B, "N": target.shape.N, "d": target.shape.d}, "flops": target.shape.flops,
+        "label": label, "device": "unknown", "host": platform.node(), "build": {},
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
+        "error": error,
+    }
+    record.update(fields)
+    return record
+
+
 @dataclass
 class BenchPlan:
     programs: list[Program]
     targets: list[Target]
     repeats: int = 5
-    sample_rows: int = verify.DEFAULT_SAMPLE_ROWS
+    check: verify.RowCheck = verify.RowCheck(sample=verify.DEFAULT_SAMPLE_ROWS)
     launcher: Launcher | None = None
     env: dict[str, str] | None = None
     label: str | None = None  # names this set of runs (e.g. the partition) in comparisons
@@ -71,21 +86,9 @@ def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) ->
         build = result.build
         for key, value in result.timing.items():
             stages.setdefault(key, []).append(value)
-    record = {
-        "program": program.name,
-        "program_path": str(program.path),
-        "input": target.name,
-        "shape": {"B": target.shape.B, "N": target.shape.N, "d": target.shape.d},
-        "flops": target.shape.flops,
-        "repeats": len(walls),
-        "label": plan.label,
-        "device": build["device"].replace("_", " ") if build.get("device") else describe_first(),
-        "host": platform.node(),
-        "build": build,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
-        "error": error,
-    }
+    record = new_record(program, target, plan.label, error,
+                        device=build["device"].replace("_", " ") if build.get("device") else describe_first(),
+                        repeats=len(walls), build=build)
     if error:
         return record
     timing = {k: statistics.median(v) for k, v in stages.items()}
@@ -97,7 +100,7 @@ def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) ->
         tflops_kernel=target.shape.flops / timing["kernel"] / 1e12 if timing.get("kernel") else None,
     )
     check = verify.against_reference(AttentionInput(target.input_path), open_output(out_path, target.shape),
-                                     sample_rows=verify.default_mode(target.shape, plan.sample_rows, False))
+                                     check=plan.check)
     record.update(max_err=check.max_err, verify_mode=check.mode, passed=check.passed)
     return record
 

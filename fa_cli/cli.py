@@ -143,9 +143,9 @@ def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> No
     if input_path is not None:
         inp = AttentionInput(input_path)
         out = open_output(output, inp.shape)
-        rows = verify.default_mode(inp.shape, sample_rows, full)
+        check = verify.RowCheck(sample_rows, full, seed)
         with report.progress("verifying", inp.shape.B) as advance:
-            result = verify.against_reference(inp, out, tol, rows, seed, advance)
+            result = verify.against_reference(inp, out, tol, check, advance)
     else:
         size = expected.stat().st_size
         flat = Shape(1, size // 4, 1) if size % 4 == 0 else None
@@ -206,11 +206,12 @@ def run(cases, all_cases, program, tol, sample_rows, full, time_limit, no_time_l
     if time_limit:
         targets = [dataclasses.replace(t, time_limit=time_limit) for t in targets]
     runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    options = judge.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
     results = []
     try:
         with report.progress("judging", len(targets), enabled=len(targets) > 1) as advance:
             for t in targets:
-                results.append(judge.judge(prog, t, tol, sample_rows, full, not no_time_limit, runner, workdir))
+                results.append(judge.judge(prog, t, options))
                 advance()
     finally:
         if workdir is not None:

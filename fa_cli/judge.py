@@ -78,27 +78,35 @@ class CaseResult:
         return self.verdict == "PASS"
 
 
-def judge(
-    program: Program, target: Target, tol: float = verify.COURSE_TOL, sample_rows: int | None = None,
-    full: bool = False, time_limit: bool = True, launcher: Launcher | None = None,
-    output_dir: Path | None = None, env: dict[str, str] | None = None,
-) -> CaseResult:
+@dataclass(frozen=True)
+class JudgeOptions:
+    """How fa run judges: the tolerance, the rows it checks (by default the expected output where
+    a case ships one), the time limit, and where and how programs run."""
+
+    tol: float = verify.COURSE_TOL
+    check: verify.RowCheck = verify.RowCheck()
+    time_limit: bool = True
+    launcher: Launcher | None = None
+    output_dir: Path | None = None  # for outputs: shared with compute nodes under Slurm
+    env: dict[str, str] | None = None
+
+
+def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions()) -> CaseResult:
     """Run one case and verify it: against the expected file when one ships, else the reference."""
-    limit = target.time_limit if time_limit else None
-    with tempfile.TemporaryDirectory(prefix="fa-run-", dir=output_dir) as tmp:
+    limit = target.time_limit if options.time_limit else None
+    with tempfile.TemporaryDirectory(prefix="fa-run-", dir=options.output_dir) as tmp:
         out_path = Path(tmp) / f"{target.name}.out"
-        result = run(program, target.input_path, out_path, launcher, timeout=limit, env=env)
+        result = run(program, target.input_path, out_path, options.launcher, timeout=limit, env=options.env)
         check = None
         if result.error is None:
             try:
                 out = open_output(out_path, target.shape)
             except FormatError as e:
                 return CaseResult(target, program, result, None, limit, str(e))
-            if target.expected_path is not None and sample_rows is None and not full:
+            if target.expected_path is not None and options.check.is_default:
                 expected = open_output(target.expected_path, target.shape, "expected output")
-                check = verify.against_expected(out, expected, tol, target.shape)
+                check = verify.against_expected(out, expected, options.tol, target.shape)
             else:
-                rows = verify.default_mode(target.shape, sample_rows, full)
-                check = verify.against_reference(AttentionInput(target.input_path), out, tol, rows)
+                check = verify.against_reference(AttentionInput(target.input_path), out, options.tol, options.check)
             del out
     return CaseResult(target, program, result, check, limit)

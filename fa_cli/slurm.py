@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from . import locations
+from . import locations, verify
 from .errors import ExitStatus, FaError
 from .format import Shape, atomic_file
 from .judge import Target
@@ -135,7 +135,7 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
     plan_file = work / "plan.json"
     plan_file.write_text(json.dumps({
         "tasks": [{"program": _program_dict(p), "target": _target_dict(t)} for t, p in tasks],
-        "repeats": plan.repeats, "sample_rows": plan.sample_rows, "label": plan.label, "env": plan.env,
+        "repeats": plan.repeats, "check": asdict(plan.check), "label": plan.label, "env": plan.env,
         "command": " ".join(sys.argv),
     }, indent=1))
     script = work / "task.sh"
@@ -158,8 +158,7 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
         else:
             log = work / f"task-{i}.log"
             why = slurm_error(log.read_text()) if log.exists() else None
-            record = {"program": program.name, "input": target.name, "shape": asdict(target.shape),
-                      "label": plan.label, "device": "unknown", "error": why or f"array task {i} wrote no record"}
+            record = bench.new_record(program, target, plan.label, why or f"array task {i} wrote no record")
         record["slurm"] = {"job": job, "task": i, "partition": launcher.partition}
         records.append(record)
         new.append(record)
@@ -194,7 +193,7 @@ def run_task(plan_file: Path, index: int) -> None:
     data = json.loads(plan_file.read_text())
     task = data["tasks"][index]
     program, target = program_from(task["program"]), target_from(task["target"])
-    plan = bench.BenchPlan([program], [target], data["repeats"], data["sample_rows"], env=data["env"],
+    plan = bench.BenchPlan([program], [target], data["repeats"], verify.RowCheck(**data["check"]), env=data["env"],
                            label=data["label"])
     out_dir = plan_file.parent / f"task-{index}"
     out_dir.mkdir(exist_ok=True)

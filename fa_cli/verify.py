@@ -57,15 +57,33 @@ class VerifyResult:
         return f"value #{self.where[0]}" if self.where else "-"
 
 
-def default_mode(shape: Shape, sample_rows: int | None, full: bool) -> int | None:
-    """Rows per batch to sample, or None for a full check."""
-    if full:
-        return None
-    if sample_rows is not None:
-        return sample_rows if sample_rows < shape.N else None
-    if shape.B * shape.N * shape.N * shape.d <= FULL_CHECK_LIMIT:
-        return None
-    return min(DEFAULT_SAMPLE_ROWS, shape.N) if DEFAULT_SAMPLE_ROWS < shape.N else None
+@dataclass(frozen=True)
+class RowCheck:
+    """Which rows of each batch are checked against float64, as asked on the command line:
+    `sample` seeded random rows per batch (always the first and the last, where partial tiles
+    live), every row (`full`), or by default (neither) every row of inputs up to
+    FULL_CHECK_LIMIT and DEFAULT_SAMPLE_ROWS rows of larger ones."""
+
+    sample: int | None = None
+    full: bool = False
+    seed: int = 0
+
+    @property
+    def is_default(self) -> bool:
+        return self.sample is None and not self.full
+
+    def rows(self, shape: Shape) -> int | None:
+        """Rows per batch to sample for this shape; None: every row."""
+        if self.full:
+            return None
+        if self.sample is not None:
+            return self.sample if self.sample < shape.N else None
+        if shape.B * shape.N * shape.N * shape.d <= FULL_CHECK_LIMIT:
+            return None
+        return DEFAULT_SAMPLE_ROWS if DEFAULT_SAMPLE_ROWS < shape.N else None
+
+
+EVERY_ROW = RowCheck(full=True)
 
 
 def sampled_rows(rng: np.random.Generator, groups: int, N: int, R: int) -> np.ndarray:
@@ -81,12 +99,12 @@ def against_reference(
     inp: AttentionInput,
     out: np.ndarray,
     tol: float = COURSE_TOL,
-    sample_rows: int | None = None,
-    seed: int = 0,
+    check: RowCheck = EVERY_ROW,
     progress: Progress | None = None,
 ) -> VerifyResult:
-    """Check out (B, N, d) against float64 attention of inp; sample_rows=None checks every row."""
+    """Check out (B, N, d) against float64 attention of inp, on the rows `check` picks."""
     B, N, d = inp.shape.B, inp.shape.N, inp.shape.d
+    sample_rows, seed = check.rows(inp.shape), check.seed
     mode = "full" if sample_rows is None else f"{sample_rows} rows/batch"
     result = VerifyResult(mode=mode, tol=tol)
     group = max(1, GROUP_BUDGET // (16 * N * d))

@@ -37,8 +37,8 @@ def main() -> None:
     for shape, dist in INPUTS:
         inp = work / f"{shape.B}-{shape.N}-{shape.d}-{dist}.in"
         generate.write_input(inp, shape, 11, dist)
-        rows = verify.default_mode(shape, 1024 if shape.B * shape.N * shape.N * shape.d > verify.FULL_CHECK_LIMIT
-                                   else None, False)
+        rows = verify.RowCheck(sample=1024) if shape.B * shape.N * shape.N * shape.d > verify.FULL_CHECK_LIMIT \
+            else verify.EVERY_ROW
         cells = []
         for key in VARIANTS:
             out = work / "o.out"

@@ -44,7 +44,7 @@ def test_sampled_rows_include_first_and_last(case):
     inp, exact = case
     wrong = exact.copy()
     wrong[1, 39, 7] = 5.0  # the last row: the partial tile of every kernel
-    result = verify.against_reference(inp, wrong, sample_rows=4, seed=9)
+    result = verify.against_reference(inp, wrong, check=verify.RowCheck(sample=4, seed=9))
     assert not result.passed and result.where == (1, 39, 7)
     assert result.checked == 3 * 4 * 32
 
@@ -56,11 +56,12 @@ def test_sampling_is_seeded():
     assert all(len(set(r)) == 8 for r in rng_rows[0])
 
 
-def test_default_mode():
-    assert verify.default_mode(Shape(4, 1024, 64), None, False) is None  # small: full
-    assert verify.default_mode(Shape(26, 32768, 64), None, False) == verify.DEFAULT_SAMPLE_ROWS
-    assert verify.default_mode(Shape(26, 32768, 64), None, True) is None
-    assert verify.default_mode(Shape(2, 16, 32), 100, False) is None  # more rows asked than exist
+def test_row_check():
+    assert verify.RowCheck().rows(Shape(4, 1024, 64)) is None  # small: full
+    assert verify.RowCheck().rows(Shape(26, 32768, 64)) == verify.DEFAULT_SAMPLE_ROWS
+    assert verify.RowCheck(full=True).rows(Shape(26, 32768, 64)) is None
+    assert verify.RowCheck(sample=100).rows(Shape(2, 16, 32)) is None  # more rows asked than exist
+    assert verify.RowCheck().is_default and not verify.RowCheck(sample=3).is_default
 
 
 def test_against_expected_locates_in_shape(case):
