@@ -5,8 +5,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import build, fa, have_nvidia_gpu
-from fa_cli import generate
+from helpers import build, fa, have_nvidia_gpu
+from fa_cli import generate, programs
 from fa_cli.format import Shape
 
 GOOD = Shape(2, 16, 32)
@@ -46,16 +46,12 @@ def one_line(stderr: str) -> str:
 
 # Every program validates its input on the host, before the device starts: the GPU programs'
 # checks run wherever their compiler is installed, GPU or not.
-PROGRAMS = [("cpu", "fa-cpu")]
-if shutil.which("nvcc"):
-    PROGRAMS += [("cuda", "fa-cuda"), ("hip-cuda", "fa-hip-cuda")]
-if shutil.which("hipcc"):
-    PROGRAMS += [("hip", "fa-hip")]
+PROGRAMS = ["cpu"] + (["cuda", "hip-cuda"] if shutil.which("nvcc") else []) + (["hip"] if shutil.which("hipcc") else [])
 
 
-@pytest.fixture(scope="module", params=PROGRAMS, ids=lambda p: p[1])
+@pytest.fixture(scope="module", params=PROGRAMS, ids=lambda target: programs.BUILT[target])
 def any_program(request):
-    return build(*request.param)
+    return build(request.param)
 
 
 @pytest.mark.parametrize("kind", list(CASES))
@@ -68,16 +64,16 @@ def test_program_rejects(any_program, tmp_path, kind):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.in"]
 
 
-@pytest.mark.parametrize("target,binary,compiler,message", [
-    ("cuda", "fa-cuda", "nvcc", "no CUDA device available"),
-    ("hip-cuda", "fa-hip-cuda", "nvcc", "no HIP device available"),
-    ("hip", "fa-hip", "hipcc", "no HIP device available"),
+@pytest.mark.parametrize("target,compiler,message", [
+    ("cuda", "nvcc", "no CUDA device available"),
+    ("hip-cuda", "nvcc", "no HIP device available"),
+    ("hip", "hipcc", "no HIP device available"),
 ])
-def test_gpu_program_without_gpu(tmp_path, target, binary, compiler, message):
+def test_gpu_program_without_gpu(tmp_path, target, compiler, message):
     """With no device, a valid input gets one line and exit 1, and no output file."""
     if not shutil.which(compiler) or have_nvidia_gpu():
         pytest.skip(f"needs {compiler} and a machine without a GPU")
-    program = build(target, binary)
+    program = build(target)
     inp = tmp_path / "x.in"
     generate.write_input(inp, GOOD, 1)
     proc = subprocess.run([str(program), str(inp), str(tmp_path / "o.out")], capture_output=True, text=True)

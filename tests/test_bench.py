@@ -4,7 +4,7 @@ import stat
 import subprocess
 import sys
 
-from conftest import fa
+from helpers import fa
 from fa_cli import bench, compare
 
 

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from conftest import fa
+from helpers import fa
 from fa_cli import generate, suite
 from fa_cli.format import Shape
 

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 pytestmark = pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 from fa_cli import suite
 
 pytestmark = pytest.mark.wheel

@@ -3,7 +3,7 @@ that need them: `make clean`, `make cpu` or `make submission` start no GPU tool.
 import os
 import subprocess
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def probes_run(tmp_path, *targets):

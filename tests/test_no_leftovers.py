@@ -12,18 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import build, fa
+from helpers import build, fa
 from fa_cli import generate, programs
 from fa_cli.format import Shape
 
-# (make target, binary, environment, input shape): an input each program works on long enough
+# (program, environment, input shape): an input each program works on long enough
 # to be caught mid-run, its output written in several pieces (fa-cpu: 64 MB chunks of input,
 # the GPU programs: 48 MB; the GPU programs run the fp32 tiled kernel, about a second there).
 PROGRAMS = [
-    pytest.param(("cpu", "fa-cpu", {}, Shape(64, 2048, 64)), id="fa-cpu"),
-    pytest.param(("cuda", "fa-cuda", {"FA_KERNEL": "tiled"}, Shape(26, 32768, 64)), id="fa-cuda",
-                 marks=pytest.mark.gpu),
-    pytest.param(("hip-cuda", "fa-hip-cuda", {}, Shape(26, 32768, 64)), id="fa-hip-cuda", marks=pytest.mark.gpu),
+    pytest.param(("cpu", {}, Shape(64, 2048, 64)), id="fa-cpu"),
+    pytest.param(("cuda", {"FA_KERNEL": "tiled"}, Shape(26, 32768, 64)), id="fa-cuda", marks=pytest.mark.gpu),
+    pytest.param(("hip-cuda", {}, Shape(26, 32768, 64)), id="fa-hip-cuda", marks=pytest.mark.gpu),
 ]
 # "unnamed": the default on Linux file systems (O_TMPFILE); "named": the fallback for the others.
 TEMPS = ["unnamed", "named"]
@@ -31,10 +30,10 @@ TEMPS = ["unnamed", "named"]
 
 @pytest.fixture(scope="module", params=PROGRAMS)
 def long_run(request, tmp_path_factory):
-    target, binary, env, shape = request.param
+    target, env, shape = request.param
     inp = tmp_path_factory.mktemp("input") / "long.in"
     generate.write_input(inp, shape, 1)
-    return build(target, binary), inp, env
+    return build(target), inp, env
 
 
 def output_fds(pid: int, directory: Path) -> list[Path]:

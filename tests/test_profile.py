@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import DATA, fa
+from helpers import DATA, fa
 from fa_cli import profile
 
 

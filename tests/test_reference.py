@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from conftest import direct_attention
+from helpers import direct_attention
 from fa_cli import reference
 
 

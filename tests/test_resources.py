@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fa
+from helpers import fa
 from fa_cli import resources
 from fa_cli.resources import KernelUsage
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, fa
+from helpers import ROOT, fa
 from fa_cli.slurm import slurm_error
 
 pytestmark = pytest.mark.slurm

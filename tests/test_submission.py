@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import ROOT, build, run_and_check
+from helpers import ROOT, build, run_and_check
 from fa_cli import generate, suite
 from fa_cli.format import Shape
 
@@ -110,7 +110,7 @@ def local_sm():
 def test_hw4_matches_fa_cuda_byte_for_byte(submission, tmp_path):
     folder = alone(submission, tmp_path, "hw4.cu")
     subprocess.run(["make", "-s", "-C", str(folder), "hw4", f"CUDA_ARCH={local_sm()}"], check=True)
-    fa_cuda = build("cuda", "fa-cuda")
+    fa_cuda = build("cuda")
     for name in [f"t{i:02d}" for i in range(1, 11)]:
         inp = suite.case(name).input_path
         outs = []

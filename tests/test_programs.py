@@ -1,31 +1,39 @@
-"""The GPU programs against the float64 reference (marked gpu: skipped where there is no
-NVIDIA GPU). Every kernel of every program: odd shapes, stress distributions, the shipped suite,
-values outside the tensor-core range, and agreement between programs."""
+"""Every program against the float64 reference, the CPU program and each kernel of the GPU
+programs alike (those marked gpu skip where there is no NVIDIA GPU): odd shapes, many batches,
+stress distributions, a long sequence, inputs spanning several chunks, the shipped suite, the
+timing line and the softmax sum at N = 32768; then what only the GPU programs have: the
+tensor-core range fallback, kernels and ports agreeing."""
 import os
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import build, run_and_check
+from helpers import build, run_and_check
 from fa_cli import generate, reference, suite, verify
 from fa_cli.format import AttentionInput, Shape, as_f32_bytes, header_bytes, open_output
 
 TOL = 1e-4
-pytestmark = pytest.mark.gpu
 
-# (make target, binary, environment): every kernel of the CUDA program, and the HIP port built by
-# nvcc with its NVIDIA tile (Bc = 32) and with the AMD CDNA tile (Bc = 64: each row then spans
-# two warps, the reductions combining them through shared memory).
-VARIANTS = [("cuda", "fa-cuda", {"FA_KERNEL": "tiled"}), ("cuda", "fa-cuda", {"FA_KERNEL": "tensorcore"}),
-            ("cuda", "fa-cuda", {"FA_KERNEL": "tensorcore", "FA_TC_SPLIT": "fused"}),
-            ("hip-cuda", "fa-hip-cuda", {"FA_HIP_BC": "32"}), ("hip-cuda", "fa-hip-cuda", {"FA_HIP_BC": "64"})]
+# (program, environment): the CPU program; every kernel of the CUDA program; the HIP port built
+# by nvcc with its NVIDIA tile (Bc = 32) and with the AMD CDNA tile (Bc = 64: each row then
+# spans two warps, the reductions combining them through shared memory).
+GPU = pytest.mark.gpu
+VARIANTS = [
+    pytest.param(("cpu", {}), id="fa-cpu"),
+    pytest.param(("cuda", {"FA_KERNEL": "tiled"}), id="fa-cuda-tiled", marks=GPU),
+    pytest.param(("cuda", {"FA_KERNEL": "tensorcore"}), id="fa-cuda-tensorcore", marks=GPU),
+    pytest.param(("cuda", {"FA_KERNEL": "tensorcore", "FA_TC_SPLIT": "fused"}), id="fa-cuda-tensorcore-fused",
+                 marks=GPU),
+    pytest.param(("hip-cuda", {"FA_HIP_BC": "32"}), id="fa-hip-cuda-32", marks=GPU),
+    pytest.param(("hip-cuda", {"FA_HIP_BC": "64"}), id="fa-hip-cuda-64", marks=GPU),
+]
 
 
-@pytest.fixture(scope="module", params=VARIANTS, ids=lambda v: f"{v[1]}-{'-'.join(v[2].values())}")
+@pytest.fixture(scope="module", params=VARIANTS)
 def variant(request):
-    target, binary, env = request.param
-    return build(target, binary), {**os.environ, **env}
+    target, env = request.param
+    return build(target), {**os.environ, **env}
 
 
 @pytest.mark.parametrize("d", [32, 64])
@@ -54,10 +62,42 @@ def test_long_sequence(variant, tmp_path):
     assert run_and_check(program, tmp_path, Shape(1, 16384 + 5, 64), env=env) <= TOL
 
 
+def test_several_chunks(variant, tmp_path):
+    """A 79 MB input spans two chunks of every program (64 MB of input on the CPU, 48 MB on the
+    GPUs): the boundary must not shift batches."""
+    program, env = variant
+    assert run_and_check(program, tmp_path, Shape(800, 128, 64), env=env) <= TOL
+
+
+@pytest.mark.parametrize("name", [f"t{i:02d}" for i in range(1, 11)])
+def test_shipped_suite(variant, tmp_path, name):
+    program, env = variant
+    c = suite.case(name)
+    out = tmp_path / "o.out"
+    subprocess.run([str(program), str(c.input_path), str(out)], check=True, env=env)
+    result = verify.against_reference(AttentionInput(c.input_path), open_output(out, c.shape), TOL)
+    assert result.passed and result.checked == c.shape.elements, result
+
+
+def test_timing_line_only_when_asked(variant, tmp_path):
+    program, env = variant
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, Shape(2, 64, 32), 1)
+    quiet_env = {k: v for k, v in env.items() if k != "FA_TIMING"}
+    proc = subprocess.run([str(program), str(inp), str(tmp_path / "o")], capture_output=True, text=True,
+                          env={**quiet_env, "FA_TIMING": "1"}, check=True)
+    line = proc.stderr.strip()
+    assert line.startswith("fa-timing: init=") and "total=" in line and " impl=" in line
+    quiet = subprocess.run([str(program), str(inp), str(tmp_path / "o")], capture_output=True, text=True,
+                           env=quiet_env, check=True)
+    assert quiet.stderr == ""
+
+
 def test_softmax_sum_keeps_tiny_terms(variant, tmp_path):
     """Batch 21 of suite case t27 (N = 32768): its row 18623 has one dominant key and 32767
     probabilities far below the running sum's ulp. Adding those one by one into a float lost
-    4e-5 of the sum (1.05e-4 in O); the compensated sum keeps the error at fp32 level."""
+    4e-5 of the sum (1.05e-4 in O); the compensated sum keeps the error at fp32 level (the CPU
+    program adds each 64-key tile's sum at once: 1.2e-5 there)."""
     c = suite.case("t27")
     shape = Shape(1, c.shape.N, c.shape.d)
     inp, out = tmp_path / "t27-b21.in", tmp_path / "o.out"
@@ -73,14 +113,7 @@ def test_softmax_sum_keeps_tiny_terms(variant, tmp_path):
     assert err <= 5e-5, f"{program.name}: {err:.2e}"  # fp32 kernels: 3e-5 at most over all of t27
 
 
-@pytest.mark.parametrize("name", [f"t{i:02d}" for i in range(1, 11)])
-def test_shipped_suite(variant, tmp_path, name):
-    program, env = variant
-    c = suite.case(name)
-    out = tmp_path / "o.out"
-    subprocess.run([str(program), str(c.input_path), str(out)], check=True, env=env)
-    result = verify.against_reference(AttentionInput(c.input_path), open_output(out, c.shape), TOL)
-    assert result.passed, result
+# ----------------------------------------------------------------------------- the GPU programs only
 
 
 def timing_line(program, inp, out, env):
@@ -89,10 +122,11 @@ def timing_line(program, inp, out, env):
     return dict(item.split("=", 1) for item in proc.stderr.split("fa-timing:")[1].split())
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("split", ["prepass", "fused"])
 def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
     """|x| > 64 would overflow the tensor-core split: such a chunk runs on the tiled kernel."""
-    program = build("cuda", "fa-cuda")
+    program = build("cuda")
     env = {**os.environ, "FA_TC_SPLIT": split}
     impl = "tensorcore" if split == "prepass" else "tensorcore-fused"
     shape = Shape(2, 200, 64)
@@ -112,11 +146,12 @@ def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
     assert timing_line(program, inp, out, env)["impl"] == impl
 
 
+@pytest.mark.gpu
 @pytest.mark.parametrize("split", ["prepass", "fused"])
 def test_nan_input_falls_back_to_fp32(tmp_path, split):
     """A NaN cannot be split either: the chunk runs on the tiled kernel, and only the rows that
     see the NaN (all of them, through its key) come out NaN, as in the reference."""
-    program = build("cuda", "fa-cuda")
+    program = build("cuda")
     shape = Shape(2, 100, 32)
     inp, out = tmp_path / "nan.in", tmp_path / "o.out"
     generate.write_input(inp, shape, 4)
@@ -131,8 +166,9 @@ def test_nan_input_falls_back_to_fp32(tmp_path, split):
     assert np.isnan(got[0]).all() and np.isfinite(got[1]).all()
 
 
+@pytest.mark.gpu
 def test_kernels_agree(tmp_path):
-    program = build("cuda", "fa-cuda")
+    program = build("cuda")
     inp = tmp_path / "x.in"
     generate.write_input(inp, Shape(4, 777, 64), 5)
     outs = {}
@@ -143,8 +179,9 @@ def test_kernels_agree(tmp_path):
     assert np.abs(outs["tiled"] - outs["tensorcore"]).max() <= 2e-5
 
 
+@pytest.mark.gpu
 def test_bad_kernel_name(tmp_path):
-    program = build("cuda", "fa-cuda")
+    program = build("cuda")
     inp = tmp_path / "x.in"
     generate.write_input(inp, Shape(1, 8, 32), 1)
     proc = subprocess.run([str(program), str(inp), str(tmp_path / "o")], capture_output=True, text=True,
@@ -152,12 +189,13 @@ def test_bad_kernel_name(tmp_path):
     assert proc.returncode == 2 and "FA_KERNEL=magic" in proc.stderr and not (tmp_path / "o").exists()
 
 
+@pytest.mark.gpu
 def test_hip_port_matches_cuda_program(tmp_path):
     """The HIP source run through CUDA and the CUDA program agree to 1e-5, whatever tile each uses."""
     inp = tmp_path / "x.in"
     generate.write_input(inp, Shape(3, 1025, 64), 8)
-    runs = {"cuda": (build("cuda", "fa-cuda"), {}), "hip32": (build("hip-cuda", "fa-hip-cuda"), {"FA_HIP_BC": "32"}),
-            "hip64": (build("hip-cuda", "fa-hip-cuda"), {"FA_HIP_BC": "64"})}
+    runs = {"cuda": (build("cuda"), {}), "hip32": (build("hip-cuda"), {"FA_HIP_BC": "32"}),
+            "hip64": (build("hip-cuda"), {"FA_HIP_BC": "64"})}
     outs = {}
     for name, (program, env) in runs.items():
         out = tmp_path / f"{name}.out"

@@ -1,0 +1,58 @@
+"""Helpers the tests share: the fa command, the programs under test, and a one-call check of a
+program against float64. (Fixtures live in conftest.py.)"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from fa_cli import generate, locations, programs, reference
+from fa_cli.devices import list_devices
+from fa_cli.format import AttentionInput, Shape, open_output
+
+ROOT = locations.checkout()
+BIN = ROOT / "bin"
+DATA = Path(__file__).with_name("data")
+
+
+def fa(*args, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The fa command as a user types it, started through the interpreter running the tests
+    (never a `fa` found on PATH)."""
+    return subprocess.run([sys.executable, "-m", "fa_cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd)
+
+
+def have_nvidia_gpu() -> bool:
+    return any(d.vendor == "nvidia" for d in list_devices())
+
+
+def build(target: str) -> Path:
+    """Build a named program (cpu, cuda, hip, hip-cuda) with make and return its path."""
+    subprocess.run(["make", "-s", "-C", str(ROOT), target], check=True)
+    return BIN / programs.BUILT[target]
+
+
+def direct_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Textbook float64 attention of one batch, the whole score matrix at once (small N only)."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    s = q @ k.T / np.sqrt(q.shape[1])
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v
+
+
+def run_and_check(program: Path, tmp_path: Path, shape: Shape, dist: str = "uniform", seed: int = 1,
+                  env: dict | None = None) -> float:
+    """Run program on a generated input; return the max abs error against float64 attention."""
+    inp, out = tmp_path / f"{shape.B}_{shape.N}_{shape.d}_{dist}.in", tmp_path / "o.out"
+    generate.write_input(inp, shape, seed, dist)
+    subprocess.run([str(program), str(inp), str(out)], check=True, env=env)
+    data, got = AttentionInput(inp), open_output(out, shape)
+    worst = 0.0
+    for b in range(shape.B):
+        ref = reference.attention(*data.qkv(b))[0]
+        err = np.abs(got[b].astype(np.float64) - ref)
+        assert np.isfinite(err).all()
+        worst = max(worst, float(err.max()))
+    return worst
