@@ -21,7 +21,6 @@ from pathlib import Path
 import platformdirs
 
 PACKAGE = Path(__file__).resolve().parent
-SOURCE_DIRS = ("src_common", "src_cpu", "src_cuda", "src_hip")
 
 
 def checkout() -> Path | None:

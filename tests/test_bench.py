@@ -1,7 +1,6 @@
 """fa bench and fa compare run directly (no launcher): records, safety of the results file, charts."""
 import json
 import stat
-import subprocess
 import sys
 
 from helpers import fa

@@ -2,11 +2,9 @@
 directory of their own, far from the checkout, with a home (and so a cache) of its own.
 Marked `wheel`: it builds the wheel and installs it and its dependencies from PyPI."""
 import json
-import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

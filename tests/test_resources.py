@@ -1,6 +1,5 @@
 """fa resources: compiler reports parsed, occupancy checked against CUDA's own calculator, and the
 command run for the course's targets (nvcc and hipcc; no GPU)."""
-import itertools
 import json
 import os
 import random
