@@ -6,6 +6,8 @@
 #   scripts/slurm_local.sh start   # prints the line to export SLURM_CONF
 #   scripts/slurm_local.sh stop
 set -euo pipefail
+# The daemons (slurmctld, slurmd, munged) live in sbin, which a plain user's PATH leaves out.
+PATH=$PATH:/usr/sbin:/sbin
 D=${FA_SLURM_DIR:-/tmp/fa-slurm}
 CONF=$D/slurm.conf
 HOST=$(hostname -s)
