@@ -341,22 +341,7 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
 def resources_cmd(program, archs, as_json) -> None:
     """Registers, spills, shared memory, threads and theoretical occupancy of every kernel on
     every target, from nvcc's and hipcc's own reports (no GPU needed)."""
-    if program in resources.SOURCES:
-        source, hip_source, ours = locations.source_tree() / resources.SOURCES[program], program != "cuda", True
-        default = resources.DEFAULT_ARCHS[program]
-    else:
-        source, hip_source, ours = Path(program), program.endswith(".hip"), False
-        if not source.is_file():
-            raise FaError(f"{program}: no such source (give cuda, hip-cuda, hip, or a .cu or .hip file)")
-        default = resources.DEFAULT_ARCHS["hip" if hip_source else "cuda"]
-    targets = archs.split(",") if archs else list(default)
-    for t in targets:
-        if t not in resources.TARGETS:
-            raise click.BadParameter(f"{t}: not one of {', '.join(resources.TARGETS)}", param_hint="--arch")
-        if hip_source and not ours and t.startswith("sm_"):
-            raise click.BadParameter(f"{t}: a .hip source of your own is built for AMD targets", param_hint="--arch")
-        if program in ("cuda", "hip-cuda") and t.startswith("gfx") or program == "hip" and t.startswith("sm_"):
-            raise click.BadParameter(f"{t}: not a target of {program}", param_hint="--arch")
+    source, hip_source, ours, targets = resources.what_to_compile(program, archs.split(",") if archs else None)
     kernels, commands = [], []
     with report.progress("compiling", len(targets)) as advance:
         for t in targets:

@@ -4,8 +4,8 @@ The course asks for four figures per kernel (section 2, NVIDIA): achieved occupa
 efficiency, shared-memory load/store throughput and global load/store throughput; fa adds
 the kernel's time, shared-memory bank conflicts, registers per thread and, for the kernel
 that does the attention (by default the one that takes the most time), its TFLOP/s
-(4*B*N*N*d over its time). NVIDIA_METRICS maps each course figure to the tools' metrics; the
-README and `fa profile --help` print that table.
+(4*B*N*N*d over its time). NVIDIA_METRICS maps each course figure to the tools' metrics;
+`fa profile --help` prints that table.
 (ncu counts shared-memory throughput in wavefronts per second, nvprof in bytes per second.)
 
 AMD (section 4): rocprof's counters (AMD_COUNTERS) and the figures derived from them by
@@ -20,28 +20,28 @@ from __future__ import annotations
 import csv
 import io
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .bench import new_record
+from .devices import describe_first
 from .errors import ExitStatus, FaError
-from .resources import demangle, short_name
+from .programs import Program, run
+from .resources import demangle
 
-# (course figure, ncu metric, nvprof metric, unit as fa prints it)
+# (course figure, ncu metric, nvprof metric)
 NVIDIA_METRICS = [
-    ("time", "gpu__time_duration.sum", None, "ms"),
-    ("achieved occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active", "achieved_occupancy", "%"),
-    ("SM efficiency", "smsp__cycles_active.avg.pct_of_peak_sustained_elapsed", "sm_efficiency", "%"),
-    ("shared load", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum.per_second", "shared_load_throughput",
-     "per s"),
-    ("shared store", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum.per_second", "shared_store_throughput",
-     "per s"),
-    ("global load", "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum.per_second", "gld_throughput", "B/s"),
-    ("global store", "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum.per_second", "gst_throughput", "B/s"),
-    ("shared ld conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "shared_ld_bank_conflict",
-     "count"),
-    ("shared st conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "shared_st_bank_conflict",
-     "count"),
-    ("registers", "launch__registers_per_thread", None, "count"),
+    ("time", "gpu__time_duration.sum", None),
+    ("achieved occupancy", "sm__warps_active.avg.pct_of_peak_sustained_active", "achieved_occupancy"),
+    ("SM efficiency", "smsp__cycles_active.avg.pct_of_peak_sustained_elapsed", "sm_efficiency"),
+    ("shared load", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum.per_second", "shared_load_throughput"),
+    ("shared store", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum.per_second", "shared_store_throughput"),
+    ("global load", "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum.per_second", "gld_throughput"),
+    ("global store", "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum.per_second", "gst_throughput"),
+    ("shared ld conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "shared_ld_bank_conflict"),
+    ("shared st conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "shared_st_bank_conflict"),
+    ("registers", "launch__registers_per_thread", None),
 ]
 AMD_COUNTERS = ["SQ_WAVES", "SQ_INSTS_VALU", "SQ_INSTS_LDS", "SQ_INSTS_VMEM_RD", "SQ_INSTS_VMEM_WR",
                 "SQ_LDS_BANK_CONFLICT", "SQ_BUSY_CYCLES", "GRBM_GUI_ACTIVE"]
@@ -71,7 +71,7 @@ class Launch:
 def command(profiler: str, work: Path, kernel: str | None, full: bool) -> list[str]:
     """What goes before `PROGRAM INPUT OUTPUT`: the profiler and its options; results go to work."""
     if profiler == "ncu":
-        metrics = ",".join(m for _, m, _, _ in NVIDIA_METRICS)
+        metrics = ",".join(m for _, m, _ in NVIDIA_METRICS)
         # Clocks as the program runs them (ncu locks them at base by default): kernel times and
         # TFLOP/s comparable with fa bench's. Mangled names, demangled as fa resources does.
         return ["ncu", "--csv", "--page", "raw", "--print-units", "base", "--clock-control", "none",
@@ -79,7 +79,7 @@ def command(profiler: str, work: Path, kernel: str | None, full: bool) -> list[s
                 *(["--set", "full"] if full else []), *(["--kernel-name", f"regex:{kernel}"] if kernel else []),
                 "--log-file", str(work / "ncu.csv")]
     if profiler == "nvprof":
-        metrics = ",".join(m for _, _, m, _ in NVIDIA_METRICS if m)
+        metrics = ",".join(m for _, _, m in NVIDIA_METRICS if m)
         return ["nvprof", "--csv", "--print-gpu-trace", "--metrics", metrics, "--normalized-time-unit", "s",
                 *(["--kernels", kernel] if kernel else []), "--log-file", str(work / "nvprof.csv")]
     if profiler == "rocprof":
@@ -130,7 +130,7 @@ def parse_ncu(text: str) -> list[Launch]:
         return []  # no kernel was profiled (a --kernel that matched nothing, say)
     header, units = rows[0], rows[1]
     col = {name: i for i, name in enumerate(header)}
-    by_ncu = {m: figure for figure, m, _, _ in NVIDIA_METRICS}
+    by_ncu = {m: figure for figure, m, _ in NVIDIA_METRICS}
     launches = []
     for row in rows[2:]:
         values = {}
@@ -144,10 +144,11 @@ def parse_ncu(text: str) -> list[Launch]:
 
 
 def named(launches: list[Launch]) -> list[Launch]:
-    """Kernel names as fa resources shows them: demangled, without namespace and parameters."""
+    """Kernel names as fa resources shows them (demangled, without namespace and parameters),
+    whether a profiler wrote them mangled or demangled."""
     names = demangle(sorted({l.kernel for l in launches}))
     for l in launches:
-        l.kernel = names[l.kernel] if names[l.kernel] != l.kernel else short_name(l.kernel)
+        l.kernel = names[l.kernel]
     return launches
 
 
@@ -173,7 +174,7 @@ def parse_nvprof(text: str) -> list[Launch]:
     header = rows[0]
     col = {name: i for i, name in enumerate(header)}
     name_col = col.get("Name", col.get("Kernel"))
-    by_nvprof = {m: figure for figure, _, m, _ in NVIDIA_METRICS if m}
+    by_nvprof = {m: figure for figure, _, m in NVIDIA_METRICS if m}
     unit_row = rows[1] if all(number(x) is None for x in rows[1]) else None
     launches = []
     for row in rows[2 if unit_row else 1:]:
@@ -186,8 +187,8 @@ def parse_nvprof(text: str) -> list[Launch]:
         seconds = 0.0
         if "Duration" in col and (d := number(row[col["Duration"]])) is not None:
             seconds = d * TIME_UNITS.get(unit_row[col["Duration"]] if unit_row else "s", 1.0)
-        launches.append(Launch(short_name(row[name_col]), seconds, values))
-    return launches
+        launches.append(Launch(row[name_col], seconds, values))
+    return named(launches)
 
 
 def parse_rocprof(text: str) -> list[Launch]:
@@ -200,8 +201,8 @@ def parse_rocprof(text: str) -> list[Launch]:
     for row in rows[1:]:
         values = {c: v for c in AMD_COUNTERS if c in col and (v := number(row[col[c]])) is not None}
         seconds = (number(row[col["EndNs"]]) - number(row[col["BeginNs"]])) * 1e-9 if "EndNs" in col else 0.0
-        launches.append(Launch(short_name(row[col["KernelName"]]), seconds, values))
-    return launches
+        launches.append(Launch(row[col["KernelName"]], seconds, values))
+    return named(launches)
 
 
 def parse_rocprofv3(counters: str, trace: str) -> list[Launch]:
@@ -220,10 +221,10 @@ def parse_rocprofv3(counters: str, trace: str) -> list[Launch]:
         col = {name: i for i, name in enumerate(rows[0])}
         for row in rows[1:]:
             d = row[col["Dispatch_Id"]]
-            launch = dispatches.setdefault(d, Launch(short_name(row[col["Kernel_Name"]]), times.get(d, 0.0), {}))
+            launch = dispatches.setdefault(d, Launch(row[col["Kernel_Name"]], times.get(d, 0.0), {}))
             if (v := number(row[col["Counter_Value"]])) is not None:
                 launch.values[row[col["Counter_Name"]]] = launch.values.get(row[col["Counter_Name"]], 0.0) + v
-    return list(dispatches.values())
+    return named(list(dispatches.values()))
 
 
 def read_results(profiler: str, work: Path) -> list[Launch]:
@@ -305,7 +306,7 @@ def help_tables() -> str:
     """The metric table and the AMD formulas, for `fa profile --help` (click keeps \\b blocks as written)."""
     lines = ["\b", "course figure -> ncu metric (sm_70+) -> nvprof metric (Pascal):"]
     instead = {"time": "Duration (--print-gpu-trace)", "registers": "fa resources"}
-    lines += [f"  {figure}: {ncu} -> {nv or instead[figure]}" for figure, ncu, nv, _ in NVIDIA_METRICS]
+    lines += [f"  {figure}: {ncu} -> {nv or instead[figure]}" for figure, ncu, nv in NVIDIA_METRICS]
     lines += ["", "\b", "AMD (rocprof counters; t = kernel time):"]
     lines += [f"  {figure} = {formula}" for figure, formula in AMD_FORMULAS]
     return "\n".join(lines)
@@ -315,10 +316,6 @@ def help_tables() -> str:
 def profile(program, target, profiler: str, kernel: str | None = None, full: bool = False, launcher=None,
             workdir: Path | None = None, flops_kernel: str | None = None) -> tuple[list[KernelProfile], list[str]]:
     """Run program on target under the profiler; its kernels' figures and the command line."""
-    import tempfile
-
-    from .programs import Program, run
-
     if launcher is None and not shutil.which(profiler):
         hint = " (Pascal GPUs such as the GTX 1080: --profiler nvprof)" if profiler == "ncu" else ""
         raise FaError(f"{profiler} is not installed here{hint}")
@@ -344,17 +341,9 @@ def profile(program, target, profiler: str, kernel: str | None = None, full: boo
 
 
 def as_record(k: KernelProfile, program, target, profiler: str, argv: list[str]) -> dict:
-    """One results-file record: a kernel of a program on an input, and where it was measured."""
-    import datetime as dt
-    import platform
-
-    from .devices import describe_first
-
-    names = {figure: (ncu if profiler == "ncu" else nv) for figure, ncu, nv, _ in NVIDIA_METRICS} \
+    """One results-file record (bench.new_record): a kernel of a program on an input."""
+    names = {figure: (ncu if profiler == "ncu" else nv) for figure, ncu, nv in NVIDIA_METRICS} \
         if profiler in ("ncu", "nvprof") else {c: c for c in AMD_COUNTERS}
-    return {"kind": "profile", "program": program.name, "input": target.name,
-            "shape": {"B": target.shape.B, "N": target.shape.N, "d": target.shape.d}, "profiler": profiler,
-            "kernel": k.kernel, "launches": k.launches, "time_s": k.time_s, "tflops": k.tflops,
-            "metrics": k.metrics, "metric_names": {f: n for f, n in names.items() if n},
-            "device": describe_first(), "host": platform.node(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": " ".join(argv)}
+    return new_record(program, target, None, None, kind="profile", device=describe_first(), profiler=profiler,
+                      kernel=k.kernel, launches=k.launches, time_s=k.time_s, tflops=k.tflops, metrics=k.metrics,
+                      metric_names={f: n for f, n in names.items() if n}, command=" ".join(argv))

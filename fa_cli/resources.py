@@ -28,6 +28,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import locations
 from .errors import ExitStatus, FaError
 
 
@@ -86,6 +87,27 @@ DEFAULT_ARCHS = {"cuda": ("sm_75", "sm_80", "sm_90"), "hip-cuda": ("sm_75", "sm_
                  "hip": ("gfx908", "gfx90a")}
 # Our programs' main sources, by name (relative to locations.source_tree()).
 SOURCES = {"cuda": "src_cuda/fa_cuda.cu", "hip-cuda": "src_hip/fa_hip.hip", "hip": "src_hip/fa_hip.hip"}
+
+
+def what_to_compile(program: str, archs: list[str] | None) -> tuple[Path, bool, bool, list[str]]:
+    """For `fa resources --program P --arch ...`: (source, is it HIP, is it ours, targets)."""
+    if program in SOURCES:
+        source, hip_source, ours = locations.source_tree() / SOURCES[program], program != "cuda", True
+        default = DEFAULT_ARCHS[program]
+    else:
+        source, hip_source, ours = Path(program), program.endswith(".hip"), False
+        if not source.is_file():
+            raise FaError(f"{program}: no such source (give cuda, hip-cuda, hip, or a .cu or .hip file)")
+        default = DEFAULT_ARCHS["hip" if hip_source else "cuda"]
+    targets = archs or list(default)
+    for t in targets:
+        if t not in TARGETS:
+            raise FaError(f"--arch {t}: not one of {', '.join(TARGETS)}")
+        if hip_source and not ours and t.startswith("sm_"):
+            raise FaError(f"--arch {t}: a .hip source of your own is built for AMD targets")
+        if program in ("cuda", "hip-cuda") and t.startswith("gfx") or program == "hip" and t.startswith("sm_"):
+            raise FaError(f"--arch {t}: not a target of {program}")
+    return source, hip_source, ours, targets
 
 
 @dataclass
@@ -170,9 +192,10 @@ def short_name(demangled: str) -> str:
 
 
 def demangle(names: list[str]) -> dict[str, str]:
-    if not names or not shutil.which("c++filt"):
-        return {n: n for n in names}
-    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
+    """Each name (mangled or not) -> its short_name; mangled ones through c++filt where present."""
+    out = names
+    if names and shutil.which("c++filt"):
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.splitlines()
     return {n: short_name(d) for n, d in zip(names, out)}
 
 

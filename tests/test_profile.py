@@ -127,7 +127,7 @@ def test_profile_errors(cpu_program, stand_in_ncu, tmp_path):
 
 def test_help_has_the_metric_table_and_the_formulas():
     text = fa("profile", "--help").stdout
-    for figure, ncu, nvprof, _ in profile.NVIDIA_METRICS:
+    for figure, ncu, nvprof in profile.NVIDIA_METRICS:
         assert f"  {figure}: {ncu} -> " in text and (nvprof is None or nvprof in text)
     for figure, formula in profile.AMD_FORMULAS:
         assert f"  {figure} = {formula}" in text
