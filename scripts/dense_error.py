@@ -4,8 +4,9 @@
 `fa verify` checks every row on the CPU only up to a size limit and samples rows beyond it;
 the error tail of a kernel at N = 32768 (a few values in millions) needs all of them. This
 computes the float64 reference with torch on the GPU, a block of query rows at a time, and
-prints the max abs error, where it is, and how many values exceed each threshold.
-    python3 scripts/dense_error.py INPUT OUTPUT [--block-rows 4096]
+prints the max abs error, where it is, and how many values exceed each threshold, for each
+INPUT OUTPUT pair. With --docs the lines are also written to docs/kernels.md.
+    python3 scripts/dense_error.py INPUT OUTPUT [INPUT OUTPUT ...] [--block-rows 4096] [--docs]
 """
 import argparse
 import sys
@@ -14,26 +15,41 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kernel_docs  # noqa: E402
 from fa_cli.format import AttentionInput, open_output  # noqa: E402
 
 THRESHOLDS = (5e-5, 1e-4, 5e-3)
 
 
 def main() -> None:
+    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args.add_argument("files", nargs="+", metavar="INPUT OUTPUT")
+    args.add_argument("--block-rows", type=int, default=4096)
+    args.add_argument("--docs", action="store_true", help="also write the lines to docs/kernels.md")
+    a = args.parse_args()
+    if len(a.files) % 2:
+        args.error("give INPUT OUTPUT pairs")
+    lines = []
+    for inp, out in zip(a.files[::2], a.files[1::2]):
+        lines.append(f"{Path(inp).name}: {dense_error(inp, out, a.block_rows)}")
+        print(lines[-1], flush=True)
+    if a.docs:
+        kernel_docs.write_section("dense-error", "Max abs error against float64 over every row:\n\n"
+                                  + "\n".join(f"- {line}" for line in lines), kernel_docs.nvidia_device())
+
+
+def dense_error(input_path: str, output_path: str, block_rows: int) -> str:
+    """One line: the max abs error over every value, where it is, and counts past THRESHOLDS."""
     import torch
 
-    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    args.add_argument("input")
-    args.add_argument("output")
-    args.add_argument("--block-rows", type=int, default=4096)
-    a = args.parse_args()
-    inp = AttentionInput(a.input)
+    inp = AttentionInput(input_path)
     shape = inp.shape
-    out = open_output(a.output, shape)
+    out = open_output(output_path, shape)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     worst, where = 0.0, None
     over = dict.fromkeys(THRESHOLDS, 0)
-    rows = min(shape.N, a.block_rows)
+    rows = min(shape.N, block_rows)
     group = max(1, (1 << 27) // (rows * shape.N))  # batches per step: S blocks of ~1 GB in float64
     for b0 in range(0, shape.B, group):
         b1 = min(shape.B, b0 + group)
@@ -52,8 +68,8 @@ def main() -> None:
                 bb, rest = divmod(i, err.shape[1] * shape.d)
                 worst, where = m, (b0 + bb, r0 + rest // shape.d, rest % shape.d)
     counts = " ".join(f">{t:g}: {n}" for t, n in over.items())
-    print(f"{shape}: max abs error {worst:.3e} at (b, row, col) = {where}; values {counts} "
-          f"of {shape.B * shape.N * shape.d}")
+    return (f"{shape}: max abs error {worst:.3e} at (b, row, col) = {where}; values {counts} "
+            f"of {shape.B * shape.N * shape.d}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the GPU programs must show on a GPU machine, in one call:
 #   build -> GPU tests -> the suite t01..t30 through fa run -> the course submission ->
-#   compute-sanitizer -> benchmark.
+#   compute-sanitizer (memcheck, racecheck, synccheck; SANITIZE_TOOLS) -> benchmark.
 # Usage: scripts/device_check.sh [build tests suite submission sanitize bench trace ...]   (default: all)
 # BENCH_AGAINST=PATH adds another build of fa-cuda (an older commit, say) to the benchmark,
 # measured side by side with this one.
@@ -61,7 +61,7 @@ for step in $steps; do
     for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-hip-cuda:FA_HIP_BC=32 \
         fa-hip-cuda:FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
       prog=${run%%:*} setting=${run#*:}
-      for tool in memcheck racecheck; do
+      for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
         for f in /tmp/san64.in /tmp/san32.in; do
           case $prog in */*) path=$prog ;; *) path=bin/$prog ;; esac
           log="$LOG/sanitize-${prog//\//-}-${setting#*=}-$tool-$(basename $f .in).log"

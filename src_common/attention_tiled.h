@@ -1,31 +1,17 @@
-// attention_tiled.h: the homework kernel, in plain fp32, for CUDA and HIP alike.
+// attention_tiled.h: the homework kernel in plain fp32, one source for CUDA and HIP.
 //
-// The includer first defines its platform's primitives (src_cuda/kernel_primitives.cuh for nvcc,
-// src_hip/hip_api.h for hipcc):
-//   FA_SHFL_XOR(v, mask, width)  butterfly exchange within groups of `width` lanes
-//   FA_SYNC_WAVE()               orders shared-memory traffic among the lanes of one warp/wavefront
-//   FA_WAVE                      the warp/wavefront width the device code is compiled for
-//   FA_LAUNCH_BOUNDS(threads, blocks_per_sm)
-//
-// Launch geometry: one block per (batch, tile of kBr = 16 query rows), blockDim = (BC, 16).
-//   threadIdx.y = query row of the tile; threadIdx.x = key of the current K/V tile (one score
-//   per thread per tile). BC follows the hardware: 32 on NVIDIA (a warp per row), 64 on AMD
-//   CDNA (a wavefront per row), so every row reduction stays inside one warp/wavefront. If BC
-//   is wider than the warp the code runs on (BC = 64 on an NVIDIA GPU, used to test the AMD
-//   tile shape there), a row spans BC / FA_WAVE warps and the reductions combine the warps'
-//   partial results through shared memory.
-// Shared memory, two buffers so that one barrier per tile suffices (one buffer and two barriers
-// where two would pass 40 KB: BC = 64 with d = 64, since AMD's LDS holds 64 KB per workgroup):
-//   Ks[S][BC][D + 1]   K tile; the +1 pitch puts the lanes' reads Ks[j][k] in distinct banks
-//   Vs[S][BC][D]       V tile; lanes read consecutive columns of one row (no conflicts)
-//   Ps[16][BC]         the tile's probabilities, one row per warp, read back as float4 broadcasts
-// Per tile: scores s = q . k_j (q held in registers, pre-scaled by log2(e)/sqrt(d), so that
-// exp2 gives e^x); row max by an xor butterfly; online softmax (running max m, running per-lane
-// sum l, compensated, accumulator rescaled by 2^(m_old - m_new)); O row += P V with lane x
-// owning columns x, x + BC, ... (BC >= D: lanes past D own none). The next tile's K and V are
-// loaded from global memory into registers (float4) before the current tile is computed, stored
-// after it.
-// O is written once, at the end. Keys past N score -inf; rows past N compute but never store.
+// The includer first defines its platform's primitives FA_SHFL_XOR(v, mask, width),
+// FA_SYNC_WAVE(), FA_WAVE and FA_LAUNCH_BOUNDS (src_cuda/kernel_primitives.cuh for nvcc,
+// src_hip/hip_api.h for hipcc); the guard below names what is missing.
+// Algorithm (FlashAttention forward): a block holds kTiledBr = 16 query rows in registers and streams
+// K/V tiles of BC keys through shared memory, one score per thread and tile; the online softmax
+// keeps each row's running max and compensated running sum and rescales the output accumulator
+// by 2^(m_old - m_new); O is written once, at the end. Q is pre-scaled by log2(e)/sqrt(d), so
+// exp2 gives e^x. Keys past N score -inf; rows past N compute but never store.
+// BC follows the hardware: 32 on NVIDIA (a warp per row), 64 on AMD CDNA (a wavefront per row),
+// so row reductions stay inside one warp; a BC wider than the warp (the AMD tile run on an
+// NVIDIA GPU) combines the warps' partial results through shared memory.
+// Measurements (profiles, bank conflicts): docs/kernels.md.
 #pragma once
 
 #include <cstdint>
@@ -90,6 +76,14 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
   constexpr int kThreads = BC * kTiledBr;
   constexpr int kLoadRounds = (kLoaders + kThreads - 1) / kThreads;  // 1 for every shape used
   constexpr int kCols = (D + BC - 1) / BC;  // output columns per lane
+  // Launch geometry: one block per (batch, kTiledBr query rows), blockDim = (BC, kTiledBr):
+  // threadIdx.y = the query row, threadIdx.x = a key of the current tile (and, for P V, output
+  // columns x, x + BC, ...). Shared memory, two stages so that one barrier per tile suffices (one
+  // stage and two barriers where two would pass 40 KB: BC = 64 with d = 64, as AMD's LDS holds
+  // 64 KB per workgroup):
+  //   Ks[S][BC][D + 1]  K tile; the +1 pitch puts the lanes' reads Ks[j][k] in distinct banks
+  //   Vs[S][BC][D]      V tile; lanes read consecutive columns of one row
+  //   Ps[kTiledBr][BC]  the tile's probabilities, a row per warp, read back as float4 broadcasts
   constexpr int kStages = 2 * BC * (kPitch + D) * 4 <= 40 * 1024 ? 2 : 1;
   __shared__ float Ks[kStages][BC][kPitch];
   __shared__ float Vs[kStages][BC][D];
@@ -114,7 +108,8 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
     q[k] = v.x * q_scale, q[k + 1] = v.y * q_scale, q[k + 2] = v.z * q_scale, q[k + 3] = v.w * q_scale;
   }
 
-  // --- K/V tile loads: thread tid < kLoaders moves one float4 of K and one of V.
+  // --- K/V tile loads: thread tid < kLoaders moves one float4 of K and one of V; the next tile
+  // is loaded into registers before the current one is computed, stored after it.
   const int load_row = tid / kVec, load_col = (tid % kVec) * 4;
   float4 k_next = make_float4(0, 0, 0, 0), v_next = k_next;
   auto fetch = [&](int64_t key0) {

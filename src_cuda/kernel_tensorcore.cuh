@@ -1,94 +1,55 @@
 // kernel_tensorcore.cuh: fp32-accurate attention on tensor cores (sm_80 and later).
 //
-// Precision: error-compensated fp16 ("3xFP16"). Each fp32 operand x is split into two fp16
-// values, x ~ hi + lo with hi = fp16(x) and lo = fp16(x - hi), which together carry 22 bits of
-// significand; a product becomes a*b ~ a_hi*b_hi + a_hi*b_lo + a_lo*b_hi, each term one
-// mma.sync.m16n8k16 with fp32 accumulation (the dropped a_lo*b_lo is below 2^-22 |a b|).
-// fp16 has the same 11-bit significand as TF32 and twice its tensor-core rate, and the score
-// accumulator's register layout is exactly the A-operand layout of the P V product, so P never
-// leaves registers. fp16's narrow exponent is handled by exact power-of-two scales that keep
-// the low parts normal numbers: Q by 2^6 (folded with log2(e)/sqrt(d)), K by 2^6, V by 2^6 and
-// P (in [0, 1]) by 2^12; the scales are undone exactly at the end. P's hi is its top 11 bits
-// by a mask (split_pair_masked: no fp16 round trip), its lo the next 11 rounded.
-//
-// Error budget, measured (scripts/error_budget.py, H100, max abs error against float64; terms
-// per product: 1 = plain fp16, 2 = a_hi (b_hi + b_lo), i.e. P or Q rounded, 3 = 3xFP16):
-//   B, N, d, values        QK1 PV1   QK3 PV1   QK3 PV2   QK1 PV3   QK3 PV3 (this kernel)
-//   64, 1024, 32, uniform  4.1e-3    1.3e-3    8.1e-4    4.3e-3    3.6e-6
-//   16, 1024, 64, uniform  5.1e-3    1.1e-3    7.0e-4    4.9e-3    5.0e-6
-//   8, 4096, 64, uniform   4.1e-3    9.0e-4    5.8e-4    3.5e-3    4.6e-6
-//   16, 1024, 64, +-3      6.3e-4    1.3e-3    1.3e-3    3.4e-5    8.3e-6
-//   4, 32768, 32, uniform  2.2e-3    7.1e-4    3.8e-4    2.1e-3    3.0e-6
-// So both products need all three terms. The tensor core's accumulation is not the limit: a
-// probe of mma.sync f16 -> f32 on the H100 keeps 24 bits, truncated (2^20 + 2^-3 survives,
-// 2^20 + 2^-4 does not), and adding the main terms a_hi b_hi of S and of P V outside it (each
-// 16-term step from zero, then a round-to-nearest FADD) changed no error. What had limited N = 32768 (1.05e-4 in suite case
-// t27, 1.15e-4 in t28) was the row sum l: one dominant key, 32767 probabilities each below
-// half an ulp of l, added one by one and rounded away together. The tile's 16 probabilities
-// per lane are now summed first and added to l with compensation (compensated_sum.h); every
-// row of t27 and t28 (scripts/dense_error.py) is then within 8.6e-6 and 5.0e-6.
-// Each tile's P V still starts from zero and is folded into O with round-to-nearest FMAs.
-// Range: the split needs |x| <= 64 for every Q, K, V value (fp16 overflows past 65504 after
-// scaling); the split pass flags any chunk that has a larger or non-finite value, and the
-// fp32 tiled kernel computes that chunk instead.
-//
-// Two kernels per chunk (one for short sequences, see kFused below):
-//   split_kv             K and V -> fp16 hi and lo (scaled), once per chunk, so the main kernel
-//                        streams ready operands with cp.async and loads them with ldmatrix.
-//                        Per batch: [K_hi | K_lo | V_hi | V_lo], each N x D halves.
-//   attention_tensorcore one block per (batch, 16 x tc_warps query rows), a warp per 16 rows:
-//                        4 warps, or 8 for the fused kernel at d = 32 (see tc_warps below).
-//     Q:  each warp loads its 16 x D rows once, splits them into A fragments in registers.
-//     K/V tiles of kBc = 64 keys, double-buffered in shared memory by cp.async (only a tile
-//     reaching past N checks keys and zero-fills; full tiles load unchecked, which freed
-//     registers and measured 10% faster): stage = [K_hi | K_lo | V_hi | V_lo], each kBc rows of
-//     D + 8 halves; the 16-byte pad makes the 8 rows an ldmatrix reads fall in 8 distinct
-//     4-bank groups.
-//     Per tile: S = Q K^T (16 x 64 per warp, 3 mma per fragment pair), masked past N;
-//     online softmax on the quad of lanes that shares a row (running max m, per-lane sums l);
-//     O = O * alpha + P V with P split in registers and V fragments from ldmatrix.trans.
-//     O is written once at the end.
-// Where the time goes (ncu, H100): at 26 x 32768 x 64 (and 64 x 4096 x 64 alike), 231
-// registers -> 2 blocks = 8 warps per SM, 2 per scheduler; the tensor pipe is active 48% of
-// cycles, an instruction issues in 48%; per issued instruction a warp waits 1.4 cycles on
-// fixed-latency dependencies, 0.4 on the busy math pipe, 0.4 on dispatch. Latency-bound at that
-// occupancy: 3 blocks per SM (168 registers) spill and measured no faster, and issuing the
-// three mma of a product term by term across accumulators changed nothing (ptxas
-// already interleaves them). At 13000 x 128 x 32 (fused) the tensor pipe is 29% active and the
-// top stall is global-memory latency (2.0 cycles per issue; measured before Q's loads moved
-// ahead of K's and V's): each block loads, splits, then computes only 2 tiles.
+// Precision ("3xFP16"): each fp32 operand x is split into fp16 hi = fp16(x) and lo = fp16(x - hi),
+// 22 significant bits together; a product is a_hi b_hi + a_hi b_lo + a_lo b_hi, three
+// mma.sync.m16n8k16 with fp32 accumulation (the dropped a_lo b_lo is below 2^-22 |a b|). Exact
+// power-of-two scales keep the low parts normal in fp16: Q, K and V by 2^6, P by 2^12.
+// Range: the split needs |x| <= 64; a chunk holding a larger or non-finite value is flagged and
+// the fp32 tiled kernel (attention_tiled.h) computes that chunk instead.
+// Layout: split_kv splits K and V once per chunk; attention_tensorcore gives each warp 16 query
+// rows, keeps Q's fragments in registers and streams K/V tiles of 64 keys through shared memory.
+// The score accumulator has the A-operand layout of P V, so P never leaves registers. For short
+// sequences (kFused) the block splits fp32 K and V itself, saving split_kv's round trip.
+// Measurements behind these choices (error budget, profiles, what was tried): docs/kernels.md.
 #pragma once
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "../src_common/compensated_sum.h"
 
 namespace fa {
 
+// ------------------------------------------------------------------------- build settings
 // Blocks per SM the register allocation must allow: 2 lets d = 64 keep all its registers.
 #ifndef FA_TC_MIN_BLOCKS
 #define FA_TC_MIN_BLOCKS 2
 #endif
-// The fused kernel at d = 32 (short sequences, many batches) is latency-bound: it runs
-// FA_TC_FUSED32_WARPS warps per block, one block per batch at N = 128 (K and V split once), and
-// 16 warps per SM, i.e. 128 registers, a few spilled: 13000 x 128 x 32 measured 0.72 ms
-// against 0.85 ms with 8 warps per SM and every register (24 warps per SM spill more: 0.87).
+// The fused d = 32 kernel is latency-bound: more warps per SM at a few spilled registers pay.
 #ifndef FA_TC_FUSED32_WARPS
 #define FA_TC_FUSED32_WARPS 8
 #endif
 #ifndef FA_TC_FUSED32_WARPS_PER_SM
 #define FA_TC_FUSED32_WARPS_PER_SM 16
 #endif
+// Terms of each compensated product: 3 = a_hi b_hi + a_hi b_lo + a_lo b_hi, 2 = a_hi (b_hi + b_lo),
+// 1 = a_hi b_hi (plain fp16). Only the error budget (scripts/error_budget.py) builds with fewer.
+#ifndef FA_TC_QK_TERMS
+#define FA_TC_QK_TERMS 3
+#endif
+#ifndef FA_TC_PV_TERMS
+#define FA_TC_PV_TERMS 3
+#endif
 
-// Warps per block (one per 16 query rows) and blocks per SM the registers must allow.
+// ------------------------------------------------------------------------- launch geometry
+// One block per (batch, tc_rows query rows), one warp per 16 rows: 4 warps, or
+// FA_TC_FUSED32_WARPS for the fused kernel at d = 32 (one block per batch at N = 128).
 template <int D, bool kFused>
 __host__ __device__ constexpr int tc_warps() { return kFused && D == 32 ? FA_TC_FUSED32_WARPS : 4; }
 template <int D, bool kFused>
-__host__ __device__ constexpr int tc_rows() { return 16 * tc_warps<D, kFused>(); }  // query rows per block
+__host__ __device__ constexpr int tc_rows() { return 16 * tc_warps<D, kFused>(); }
 template <int D, bool kFused>
 __host__ __device__ constexpr int tc_min_blocks() {
   return kFused && D == 32 ? FA_TC_FUSED32_WARPS_PER_SM / FA_TC_FUSED32_WARPS : FA_TC_MIN_BLOCKS;
@@ -102,6 +63,8 @@ constexpr float kPScale = 4096.f;              // 2^12 on P
 [[maybe_unused]] constexpr float kUnscaleS = 1.f / (kQKScale * kQKScale);
 [[maybe_unused]] constexpr float kUnscaleO = 1.f / (kPScale * kVScale);
 
+// Shared memory: two stages (double buffering), each [K_hi | K_lo | V_hi | V_lo] of kTcBc rows
+// of D + 8 halves. The 16-byte pad puts the 8 rows one ldmatrix reads in 8 distinct 4-bank groups.
 template <int D>
 __host__ __device__ constexpr int tc_pitch() { return D + 8; }  // halves per shared-memory row
 template <int D>
@@ -109,6 +72,18 @@ __host__ __device__ constexpr int tc_stage_halves() { return 4 * kTcBc * tc_pitc
 template <int D>
 __host__ __device__ constexpr int tc_smem_bytes() { return 2 * tc_stage_halves<D>() * 2; }
 
+template <int D>
+struct KVStage {
+  static constexpr int kArrayHalves = kTcBc * tc_pitch<D>();  // one of K_hi, K_lo, V_hi, V_lo
+  __half* k_hi;
+  __device__ __forceinline__ KVStage(__half* smem, int stage) : k_hi(smem + stage * tc_stage_halves<D>()) {}
+  __device__ __forceinline__ __half* array(int a) const { return k_hi + a * kArrayHalves; }  // 0..3 as above
+  __device__ __forceinline__ const __half* k_lo() const { return array(1); }
+  __device__ __forceinline__ const __half* v_hi() const { return array(2); }
+  __device__ __forceinline__ const __half* v_lo() const { return array(3); }
+};
+
+// ------------------------------------------------------------------------- the split
 // x, y -> fp16 pairs hi and lo with x ~ hi + lo (packed as the 32-bit registers mma takes).
 __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint32_t& lo) {
   const __half2 h = __floats2half2_rn(x, y);
@@ -119,7 +94,7 @@ __device__ __forceinline__ void split_pair(float x, float y, uint32_t& hi, uint3
 }
 
 // The same split with hi = x truncated to fp16's 11 significant bits by a mask instead of a
-// round trip through fp16 (for normal fp16 values; lo then carries the next 11 bits).
+// round trip through fp16 (for P, whose scaled values are normal in fp16).
 __device__ __forceinline__ void split_pair_masked(float x, float y, uint32_t& hi, uint32_t& lo) {
   const float xh = __uint_as_float(__float_as_uint(x) & 0xffffe000u);
   const float yh = __uint_as_float(__float_as_uint(y) & 0xffffe000u);
@@ -127,6 +102,12 @@ __device__ __forceinline__ void split_pair_masked(float x, float y, uint32_t& hi
   const __half2 l = __floats2half2_rn(x - xh, y - yh);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+// float4 of scaled values -> hi and lo halves.
+__device__ __forceinline__ void split_float4(float4 x, float scale, uint2& hi, uint2& lo) {
+  split_pair(x.x * scale, x.y * scale, hi.x, lo.x);
+  split_pair(x.z * scale, x.w * scale, hi.y, lo.y);
 }
 
 // True when the split represents these values safely: |x| <= kLimit (false for NaN and inf too;
@@ -138,10 +119,13 @@ __device__ __forceinline__ bool splittable(float4 x) {
 }
 
 // ------------------------------------------------------------------------- the split pass
+// K and V -> scaled hi and lo halves, per batch [K_hi | K_lo | V_hi | V_lo], each N x D; Q, K and
+// V range-checked. One float4 of each per thread and step (grid-stride).
 constexpr int kSplitThreads = 256;
 
-__global__ void __launch_bounds__(kSplitThreads) split_kv(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t ND,
-                         int* __restrict__ decline, volatile int* declined_ever) {
+__global__ void __launch_bounds__(kSplitThreads)
+    split_kv(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t ND,
+             int* __restrict__ decline, volatile int* declined_ever) {
   const int64_t quads = batches * ND / 4;  // float4 groups of one of Q, K, V
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t b = (4 * i) / ND, e = 4 * i - b * ND;
@@ -154,10 +138,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_kv(const float* __restric
       *declined_ever = 1;
     }
     uint2 kh, kl, vh, vl;
-    split_pair(k.x * kQKScale, k.y * kQKScale, kh.x, kl.x);
-    split_pair(k.z * kQKScale, k.w * kQKScale, kh.y, kl.y);
-    split_pair(v.x * kVScale, v.y * kVScale, vh.x, vl.x);
-    split_pair(v.z * kVScale, v.w * kVScale, vh.y, vl.y);
+    split_float4(k, kQKScale, kh, kl);
+    split_float4(v, kVScale, vh, vl);
     __half* dst = kv + b * 4 * ND + e;
     *reinterpret_cast<uint2*>(dst) = kh;
     *reinterpret_cast<uint2*>(dst + ND) = kl;
@@ -203,15 +185,6 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Terms of each compensated product (error budget measurements build with fewer):
-// 3 = a_hi b_hi + a_hi b_lo + a_lo b_hi, 2 = a_hi (b_hi + b_lo), 1 = a_hi b_hi (plain fp16).
-#ifndef FA_TC_QK_TERMS
-#define FA_TC_QK_TERMS 3
-#endif
-#ifndef FA_TC_PV_TERMS
-#define FA_TC_PV_TERMS 3
-#endif
-
 // c += (a_hi + a_lo) (b_hi + b_lo) to `Terms` terms, dropping a_lo b_lo at most.
 template <int Terms>
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
@@ -221,199 +194,173 @@ __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&a_hi)[4], c
   mma16816(c, a_hi, bh0, bh1);
 }
 
-// ------------------------------------------------------------------------- the main kernel
-// kFused = false: K and V come split by split_kv, streamed by cp.async two tiles deep.
-// kFused = true (short sequences): the block reads fp32 K and V itself and splits them while
-// filling shared memory, checking the range as split_kv would; this saves split_kv's round trip
-// through device memory, which dominates when each K/V tile serves only a few blocks.
-template <int D, bool kFused>
-__global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, kFused>())
-    attention_tensorcore(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
-                         int64_t N, int64_t row_tiles, int* __restrict__ decline, volatile int* declined_ever) {
-#if __CUDA_ARCH__ >= 800
-  if (!kFused && *decline) return;  // this chunk has values the split cannot take: the tiled kernel runs
-  constexpr int kWarps = tc_warps<D, kFused>();
-  constexpr int P = tc_pitch<D>();
-  constexpr int kTileHalves = kTcBc * P;  // one of K_hi, K_lo, V_hi, V_lo in shared memory
-  extern __shared__ __align__(16) __half smem[];
+// ------------------------------------------------------------------------- the main kernel's steps
+// Fragment coordinates of a lane in mma.m16n8k16: g = lane / 4 (row group: rows g and g + 8),
+// t = lane % 4 (column pair 2t, 2t + 1).
+using ScoreTile = float[kTcBc / 8][4];  // 16 x 64 scores of a warp: 8 n-tiles of 8 keys
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group and column pair
-  const int64_t b = blockIdx.x / row_tiles;
-  const int64_t row0 = (blockIdx.x % row_tiles) * tc_rows<D, kFused>() + warp * 16;
+// K/V tile load (split K and V): 4 arrays x kTcBc rows x D / 8 chunks of 16 bytes spread over
+// the block's threads, by cp.async. Only a tile reaching past N checks its keys and zero-fills
+// the rest (full tiles load unchecked: fewer registers).
+template <int D, int kThreads>
+__device__ __forceinline__ void load_kv_tile(KVStage<D> stage, const __half* KV, int64_t key0, int64_t N, int tid) {
+  constexpr int kChunksPerRow = D / 8, kChunks = 4 * kTcBc * kChunksPerRow;
   const int64_t ND = N * D;
-  const float* Q = qkv + b * 3 * ND;
-  const __half* KV = kv + b * 4 * ND;  // [K_hi | K_lo | V_hi | V_lo]
-
-  // --- K/V tile load: 4 arrays x kBc rows x D/8 chunks of 16 bytes, spread over the block;
-  // only a tile that reaches past N checks its rows (and zero-fills those past N).
-  auto load_tile = [&](int stage, int64_t key0) {
-    constexpr int kChunksPerRow = D / 8, kChunks = 4 * kTcBc * kChunksPerRow;
-    __half* dst0 = smem + stage * tc_stage_halves<D>();
-    const __half* src0 = KV + key0 * D;
-    auto chunk = [&](int c, int& array, int& r, int& col) {
-      array = c / (kTcBc * kChunksPerRow), r = (c / kChunksPerRow) % kTcBc, col = (c % kChunksPerRow) * 8;
-    };
-    if (key0 + kTcBc <= N) {
+  const __half* src0 = KV + key0 * D;
+  auto locate = [&](int c, int& array, int& r, int& col) {
+    array = c / (kTcBc * kChunksPerRow), r = (c / kChunksPerRow) % kTcBc, col = (c % kChunksPerRow) * 8;
+  };
+  if (key0 + kTcBc <= N) {
 #pragma unroll
-      for (int c = tid; c < kChunks; c += kWarps * 32) {
-        int array, r, col;
-        chunk(c, array, r, col);
-        cp_async16(dst0 + array * kTileHalves + r * P + col, src0 + array * ND + r * D + col, 16);
-      }
+    for (int c = tid; c < kChunks; c += kThreads) {
+      int array, r, col;
+      locate(c, array, r, col);
+      cp_async16(stage.array(array) + r * tc_pitch<D>() + col, src0 + array * ND + r * D + col, 16);
+    }
+  } else {
+#pragma unroll
+    for (int c = tid; c < kChunks; c += kThreads) {
+      int array, r, col;
+      locate(c, array, r, col);
+      const bool valid = key0 + r < N;
+      cp_async16(stage.array(array) + r * tc_pitch<D>() + col, valid ? src0 + array * ND + r * D + col : KV,
+                 valid ? 16 : 0);
+    }
+  }
+  cp_async_commit();
+}
+
+// Fused K/V tile load: fp32 K and V of kTiles consecutive tiles -> scaled hi and lo halves in
+// consecutive stages from `first_stage`, as split_kv would write them. Loads are issued kGroup
+// float4 at a time before any of them is split, so a short sequence pays the global-memory
+// latency once. Returns false when a value is outside the split's range.
+template <int D, int kThreads, int kTiles, int kGroupWanted>
+__device__ __forceinline__ bool split_kv_tiles(__half* smem, int first_stage, const float* K, int64_t key0, int64_t N,
+                                               int tid) {
+  constexpr int kQuads = kTcBc * D / 4;              // float4 per tile of K (and of V)
+  constexpr int kPerThread = 2 * kQuads / kThreads;  // float4 of one tile's K and V per thread
+  constexpr int kAll = kTiles * kPerThread;
+  constexpr int kGroup = kGroupWanted < kAll ? kGroupWanted : kAll;
+  static_assert(kAll % kGroup == 0, "loads come in whole groups");
+  const int64_t ND = N * D;
+  bool in_range = true;
+#pragma unroll
+  for (int first = 0; first < kAll; first += kGroup) {
+    // the i-th float4 of this group: which tile, K or V, row in the tile, column
+    auto locate = [&](int i, int& tile, int& is_v, int& r, int& col) {
+      const int c = tid + ((first + i) % kPerThread) * kThreads;
+      tile = (first + i) / kPerThread, is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
+    };
+    float4 x[kGroup];
+    auto load = [&](int i, bool check) {
+      int tile, is_v, r, col;
+      locate(i, tile, is_v, r, col);
+      const int64_t key = key0 + tile * kTcBc + r;
+      x[i] = !check || key < N ? *reinterpret_cast<const float4*>(K + is_v * ND + key * D + col)
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+    };
+    if (key0 + kTiles * kTcBc <= N) {  // as in load_kv_tile: only tiles reaching past N check keys
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) load(i, false);
     } else {
 #pragma unroll
-      for (int c = tid; c < kChunks; c += kWarps * 32) {
-        int array, r, col;
-        chunk(c, array, r, col);
-        const bool valid = key0 + r < N;
-        cp_async16(dst0 + array * kTileHalves + r * P + col, valid ? src0 + array * ND + r * D + col : KV,
-                   valid ? 16 : 0);
-      }
+      for (int i = 0; i < kGroup; ++i) load(i, true);
     }
-    cp_async_commit();
-  };
-  // Fused: fp32 K and V of `kTiles` consecutive tiles -> scaled hi and lo halves in shared
-  // memory (consecutive stages), range checked. Loads are issued kGroup float4 at a time
-  // before any of them is split, so a short sequence pays the global-memory latency once.
-  bool out_of_range = false;
-  auto split_tiles = [&](auto tiles_tag, auto group_tag, int stage, int64_t key0) {
-    constexpr int kQuads = kTcBc * D / 4;                // float4 per tile of K (and of V)
-    constexpr int kPerThread = 2 * kQuads / (kWarps * 32);
-    constexpr int kTiles = decltype(tiles_tag)::value, kAll = kTiles * kPerThread;
-    constexpr int kGroup = decltype(group_tag)::value < kAll ? decltype(group_tag)::value : kAll;
-    static_assert(kAll % kGroup == 0, "loads come in whole groups");
-    const float* K = Q + ND;
 #pragma unroll
-    for (int first = 0; first < kTiles * kPerThread; first += kGroup) {
-      float4 x[kGroup];
-      // the i-th float4 of this group: which tile, K or V, row in the tile, column
-      auto locate = [&](int i, int& tile, int& is_v, int& r, int& col) {
-        const int c = tid + ((first + i) % kPerThread) * kWarps * 32;
-        tile = (first + i) / kPerThread, is_v = c / kQuads, r = (c % kQuads) / (D / 4), col = (c % (D / 4)) * 4;
-      };
-      auto load = [&](int i, bool check) {
-        int tile, is_v, r, col;
-        locate(i, tile, is_v, r, col);
-        const int64_t key = key0 + tile * kTcBc + r;
-        x[i] = !check || key < N ? *reinterpret_cast<const float4*>(K + is_v * ND + key * D + col)
-                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-      };
-      if (key0 + kTiles * kTcBc <= N) {  // as in load_tile: only tiles reaching past N check keys
-#pragma unroll
-        for (int i = 0; i < kGroup; ++i) load(i, false);
-      } else {
-#pragma unroll
-        for (int i = 0; i < kGroup; ++i) load(i, true);
-      }
-#pragma unroll
-      for (int i = 0; i < kGroup; ++i) {
-        int tile, is_v, r, col;
-        locate(i, tile, is_v, r, col);
-        out_of_range |= !splittable(x[i]);
-        const float scale = is_v ? kVScale : kQKScale;
-        uint2 hi, lo;
-        split_pair(x[i].x * scale, x[i].y * scale, hi.x, lo.x);
-        split_pair(x[i].z * scale, x[i].w * scale, hi.y, lo.y);
-        __half* dst = smem + ((stage + tile) & 1) * tc_stage_halves<D>() + 2 * is_v * kTileHalves + r * P + col;
-        *reinterpret_cast<uint2*>(dst) = hi;
-        *reinterpret_cast<uint2*>(dst + kTileHalves) = lo;
-      }
+    for (int i = 0; i < kGroup; ++i) {
+      int tile, is_v, r, col;
+      locate(i, tile, is_v, r, col);
+      in_range &= splittable(x[i]);
+      uint2 hi, lo;
+      split_float4(x[i], is_v ? kVScale : kQKScale, hi, lo);
+      __half* dst = KVStage<D>(smem, (first_stage + tile) & 1).array(2 * is_v) + r * tc_pitch<D>() + col;
+      *reinterpret_cast<uint2*>(dst) = hi;
+      *reinterpret_cast<uint2*>(dst + KVStage<D>::kArrayHalves) = lo;
     }
-  };
-  using Two = std::integral_constant<int, 2>;
-  using One = std::integral_constant<int, 1>;
-  using Group = std::integral_constant<int, 4>;
-  using GroupUpFront = std::integral_constant<int, 16>;
-  const int64_t tiles = (N + kTcBc - 1) / kTcBc;
+  }
+  return in_range;
+}
 
-  // --- Q fragments: rows row0 + g and row0 + g + 8, loaded while the first K/V tiles are on
-  // their way, then pre-scaled and split. The fused kernel at d = 32 issues Q's loads before
-  // K's and V's (13000 x 128 x 32: 0.67 against 0.69 ms); at d = 64 it has no registers to
-  // spare across the split (it spilled more and measured 2-6% slower).
-  float2 q_raw[D / 16][4];
-  auto load_q = [&] {
+// Q as A fragments of this warp's 16 rows (rows row0 + g and row0 + g + 8 in each lane), split
+// into hi and lo after scaling by 2^6 log2(e) / sqrt(d), so that scores come out in base 2.
+template <int D>
+struct QFragments {
+  float2 raw[D / 16][4];
+  uint32_t hi[D / 16][4], lo[D / 16][4];
+
+  __device__ __forceinline__ void load(const float* Q, int64_t row0, int64_t N, int lane) {
+    const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int64_t row = row0 + g + (r & 1) * 8;
         const int col = ks * 16 + 2 * t + (r >> 1) * 8;
-        q_raw[ks][r] = row < N ? *reinterpret_cast<const float2*>(Q + row * D + col) : make_float2(0.f, 0.f);
+        raw[ks][r] = row < N ? *reinterpret_cast<const float2*>(Q + row * D + col) : make_float2(0.f, 0.f);
       }
     }
-  };
-  if (kFused) {  // tiles 0 and 1: all of N <= 128
-    if (D == 32) load_q();
-    split_tiles(Two(), GroupUpFront(), 0, 0);
-    if (D != 32) load_q();
-  } else {
-    load_tile(0, 0);
-    load_q();
   }
-  const float q_scale = kQKScale * 1.4426950408889634f / sqrtf((float)D);
-  uint32_t q_hi[D / 16][4], q_lo[D / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      if (kFused) out_of_range |= !splittable(q_raw[ks][r]);
-      split_pair(q_raw[ks][r].x * q_scale, q_raw[ks][r].y * q_scale, q_hi[ks][r], q_lo[ks][r]);
-    }
-  }
-
-  float o[D / 8][4] = {};                      // O fragments: 16 rows x D, fp32
-  float m[2] = {-INFINITY, -INFINITY};         // running max (base 2) of rows g and g + 8
-  CompensatedSum l[2];                         // this lane's share of the running sums
-
-  for (int64_t j = 0; j < tiles; ++j) {
-    if (kFused) {
-      if (j >= 2) split_tiles(One(), Group(), j & 1, j * kTcBc);
-    } else if (j + 1 < tiles) {
-      load_tile((j + 1) & 1, (j + 1) * kTcBc);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const __half* Kh = smem + (j & 1) * tc_stage_halves<D>();
-    const __half* Kl = Kh + kTileHalves;
-    const __half* Vh = Kl + kTileHalves;
-    const __half* Vl = Vh + kTileHalves;
-
-    // --- Scores S = Q K^T: 8 n-tiles of 8 keys, fragments for two n-tiles per ldmatrix.x4.
-    float s[kTcBc / 8][4] = {};
+  // Returns false when a value is outside the split's range.
+  __device__ __forceinline__ bool split() {
+    const float scale = kQKScale * 1.4426950408889634f / sqrtf((float)D);
+    bool in_range = true;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
 #pragma unroll
-      for (int np = 0; np < kTcBc / 16; ++np) {
-        const int key = np * 16 + (lane & 7) + (lane >> 4) * 8, dim = ks * 16 + ((lane >> 3) & 1) * 8;
-        uint32_t kh[4], kl[4];
-        ldmatrix_x4(kh, Kh + key * P + dim);
-        ldmatrix_x4(kl, Kl + key * P + dim);
-        mma3<FA_TC_QK_TERMS>(s[2 * np], q_hi[ks], q_lo[ks], kh[0], kh[1], kl[0], kl[1]);
-        mma3<FA_TC_QK_TERMS>(s[2 * np + 1], q_hi[ks], q_lo[ks], kh[2], kh[3], kl[2], kl[3]);
+      for (int r = 0; r < 4; ++r) {
+        in_range &= splittable(raw[ks][r]);
+        split_pair(raw[ks][r].x * scale, raw[ks][r].y * scale, hi[ks][r], lo[ks][r]);
       }
     }
+    return in_range;
+  }
+};
 
-    // --- Online softmax on raw (2^12-scaled) scores; keys past N masked in the last tile only.
-    const int64_t key0 = j * kTcBc;
-    if (key0 + kTcBc > N) {
-      const int valid_keys = (int)(N - key0);
+// S = Q K^T for the warp's 16 rows and the tile's 64 keys (2^12-scaled, base 2); ldmatrix.x4
+// gives the B fragments of two n-tiles at once.
+template <int D>
+__device__ __forceinline__ void tile_scores(ScoreTile& s, const QFragments<D>& q, const KVStage<D>& stage, int lane) {
 #pragma unroll
-      for (int nt = 0; nt < kTcBc / 8; ++nt) {
+  for (int nt = 0; nt < kTcBc / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
 #pragma unroll
-        for (int c = 0; c < 4; ++c)
-          if (nt * 8 + 2 * t + (c & 1) >= valid_keys) s[nt][c] = -INFINITY;
-      }
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int np = 0; np < kTcBc / 16; ++np) {
+      const int key = np * 16 + (lane & 7) + (lane >> 4) * 8, dim = ks * 16 + ((lane >> 3) & 1) * 8;
+      uint32_t kh[4], kl[4];
+      ldmatrix_x4(kh, stage.array(0) + key * tc_pitch<D>() + dim);
+      ldmatrix_x4(kl, stage.k_lo() + key * tc_pitch<D>() + dim);
+      mma3<FA_TC_QK_TERMS>(s[2 * np], q.hi[ks], q.lo[ks], kh[0], kh[1], kl[0], kl[1]);
+      mma3<FA_TC_QK_TERMS>(s[2 * np + 1], q.hi[ks], q.lo[ks], kh[2], kh[3], kl[2], kl[3]);
     }
+  }
+}
+
+// Keys at or past `valid_keys` of the tile score -inf (the last tile only).
+__device__ __forceinline__ void mask_keys_past(ScoreTile& s, int valid_keys, int lane) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < kTcBc / 8; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      if (nt * 8 + 2 * t + (c & 1) >= valid_keys) s[nt][c] = -INFINITY;
+  }
+}
+
+// Online softmax of a lane's two rows (g and g + 8: h = 0, 1); the quad of lanes sharing a row
+// exchanges maxima by shuffles, and each lane keeps its own share of the row's sum.
+struct OnlineSoftmax {
+  float m[2] = {-INFINITY, -INFINITY};  // running max (base 2, unscaled)
+  CompensatedSum l[2];                  // this lane's share of the running sums
+
+  // Scores -> probabilities in place; alpha[h] = the factor by which row h of O shrinks.
+  __device__ __forceinline__ void update(ScoreTile& s, float (&alpha)[2]) {
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < kTcBc / 8; ++nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) tile_max[c >> 1] = fmaxf(tile_max[c >> 1], s[nt][c]);
     }
-    float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
@@ -423,7 +370,8 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
       m[h] = m_new;
       l[h].scale(alpha[h]);
     }
-    // The row sums: the tile's 16 probabilities per lane first, then one compensated add.
+    // The tile's 16 probabilities per lane are summed first, then added to l with compensation:
+    // one by one, probabilities far below l would be rounded away together (N = 32768).
     float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int nt = 0; nt < kTcBc / 8; ++nt) {
@@ -435,51 +383,55 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
     }
     l[0].add(tile_sum[0]);
     l[1].add(tile_sum[1]);
+  }
 
-    // --- Output: O = O * alpha + P V. The tile's P V is accumulated in fresh registers and
-    // folded into O with round-to-nearest FMAs: the tensor core's fp32 accumulation truncates,
-    // and accumulating O inside it over all key tiles drifted to 1.2e-4 at N = 32768.
-    // P's A fragments for keys 16kk..16kk+15 are the score n-tiles 2kk and 2kk+1.
-    float pv[D / 8][4] = {};
+  // Row h's whole sum: the quad's shares added.
+  __device__ __forceinline__ float row_sum(int h) const {
+    float sum = l[h].value();
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    return sum;
+  }
+};
+
+// O = O * alpha + P V. The tile's P V accumulates from zero in fresh registers and is folded
+// into O with round-to-nearest FMAs: the tensor core's fp32 accumulation truncates, and O
+// accumulated inside it over every tile drifts at N = 32768. P's A fragments for keys
+// 16kk..16kk+15 are the score n-tiles 2kk and 2kk+1, split in registers.
+template <int D>
+__device__ __forceinline__ void accumulate_pv(float (&o)[D / 8][4], const ScoreTile& p, const float (&alpha)[2],
+                                              const KVStage<D>& stage, int lane) {
+  float pv[D / 8][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < kTcBc / 16; ++kk) {
-      uint32_t p_hi[4], p_lo[4];
-      split_pair_masked(s[2 * kk][0] * kPScale, s[2 * kk][1] * kPScale, p_hi[0], p_lo[0]);
-      split_pair_masked(s[2 * kk][2] * kPScale, s[2 * kk][3] * kPScale, p_hi[1], p_lo[1]);
-      split_pair_masked(s[2 * kk + 1][0] * kPScale, s[2 * kk + 1][1] * kPScale, p_hi[2], p_lo[2]);
-      split_pair_masked(s[2 * kk + 1][2] * kPScale, s[2 * kk + 1][3] * kPScale, p_hi[3], p_lo[3]);
+  for (int kk = 0; kk < kTcBc / 16; ++kk) {
+    uint32_t p_hi[4], p_lo[4];
+    split_pair_masked(p[2 * kk][0] * kPScale, p[2 * kk][1] * kPScale, p_hi[0], p_lo[0]);
+    split_pair_masked(p[2 * kk][2] * kPScale, p[2 * kk][3] * kPScale, p_hi[1], p_lo[1]);
+    split_pair_masked(p[2 * kk + 1][0] * kPScale, p[2 * kk + 1][1] * kPScale, p_hi[2], p_lo[2]);
+    split_pair_masked(p[2 * kk + 1][2] * kPScale, p[2 * kk + 1][3] * kPScale, p_hi[3], p_lo[3]);
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dim = dp * 16 + (lane >> 4) * 8;
-        uint32_t vh[4], vl[4];
-        ldmatrix_x4_trans(vh, Vh + key * P + dim);
-        ldmatrix_x4_trans(vl, Vl + key * P + dim);
-        mma3<FA_TC_PV_TERMS>(pv[2 * dp], p_hi, p_lo, vh[0], vh[1], vl[0], vl[1]);
-        mma3<FA_TC_PV_TERMS>(pv[2 * dp + 1], p_hi, p_lo, vh[2], vh[3], vl[2], vl[3]);
-      }
+    for (int dp = 0; dp < D / 16; ++dp) {
+      const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dim = dp * 16 + (lane >> 4) * 8;
+      uint32_t vh[4], vl[4];
+      ldmatrix_x4_trans(vh, stage.v_hi() + key * tc_pitch<D>() + dim);
+      ldmatrix_x4_trans(vl, stage.v_lo() + key * tc_pitch<D>() + dim);
+      mma3<FA_TC_PV_TERMS>(pv[2 * dp], p_hi, p_lo, vh[0], vh[1], vl[0], vl[1]);
+      mma3<FA_TC_PV_TERMS>(pv[2 * dp + 1], p_hi, p_lo, vh[2], vh[3], vl[2], vl[3]);
     }
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) o[nt][c] = fmaf(o[nt][c], alpha[c >> 1], pv[nt][c]);
-    }
-    __syncthreads();  // this stage is refilled by the next iteration's load
   }
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[nt][c] = fmaf(o[nt][c], alpha[c >> 1], pv[nt][c]);
+  }
+}
 
-  if (kFused && out_of_range) {  // the tiled kernel recomputes this chunk after us
-    *decline = 1;
-    *declined_ever = 1;
-  }
-
-  // --- O written once: sum the quad's shares of l, unscale, store rows below N.
-  float row_sum[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    row_sum[h] = l[h].value();
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 1);
-    row_sum[h] += __shfl_xor_sync(0xffffffffu, row_sum[h], 2);
-  }
-  float* O = out + b * ND;
+// O's rows below N, normalized by the row sums and unscaled, written once.
+template <int D>
+__device__ __forceinline__ void store_o(float* O, const float (&o)[D / 8][4], const OnlineSoftmax& softmax,
+                                        int64_t row0, int64_t N, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  const float row_sum[2] = {softmax.row_sum(0), softmax.row_sum(1)};  // every lane shuffles
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t row = row0 + g + h * 8;
@@ -489,6 +441,73 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
     for (int nt = 0; nt < D / 8; ++nt)
       *reinterpret_cast<float2*>(O + row * D + nt * 8 + 2 * t) = make_float2(o[nt][2 * h] * inv, o[nt][2 * h + 1] * inv);
   }
+}
+
+// ------------------------------------------------------------------------- the main kernel
+// Per K/V tile: wait for it in shared memory, scores, online softmax, P V; the next tile's
+// load is in flight meanwhile (cp.async, two stages). kFused: the block splits fp32 K and V
+// itself (all of N <= 128 up front, later tiles one at a time) and range-checks what it reads.
+template <int D, bool kFused>
+__global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, kFused>())
+    attention_tensorcore(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
+                         int64_t N, int64_t row_tiles, int* __restrict__ decline, volatile int* declined_ever) {
+#if __CUDA_ARCH__ >= 800
+  if (!kFused && *decline) return;  // values the split cannot take: the tiled kernel runs this chunk
+  constexpr int kThreads = tc_warps<D, kFused>() * 32;
+  extern __shared__ __align__(16) __half smem[];
+  const int tid = threadIdx.x, lane = tid % 32;
+  const int64_t b = blockIdx.x / row_tiles;
+  const int64_t row0 = (blockIdx.x % row_tiles) * tc_rows<D, kFused>() + tid / 32 * 16;  // this warp's rows
+  const int64_t ND = N * D;
+  const float* Q = qkv + b * 3 * ND;
+  const float* K = Q + ND;             // fp32 K, then V (kFused)
+  const __half* KV = kv + b * 4 * ND;  // split K and V from split_kv
+  const int64_t tiles = (N + kTcBc - 1) / kTcBc;
+
+  // Q is loaded while the first K/V tiles are on their way (after them where the fused d = 64
+  // kernel has no registers to hold Q across its split).
+  QFragments<D> q;
+  bool in_range = true;
+  if (kFused) {
+    if (D == 32) q.load(Q, row0, N, lane);
+    in_range = split_kv_tiles<D, kThreads, 2, 16>(smem, 0, K, 0, N, tid);
+    if (D != 32) q.load(Q, row0, N, lane);
+  } else {
+    load_kv_tile<D, kThreads>(KVStage<D>(smem, 0), KV, 0, N, tid);
+    q.load(Q, row0, N, lane);
+  }
+  const bool q_in_range = q.split();
+  if (kFused) in_range &= q_in_range;  // otherwise split_kv checked Q
+
+  float o[D / 8][4] = {};  // O fragments: 16 rows x D, fp32, not yet normalized
+  OnlineSoftmax softmax;
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int64_t key0 = j * kTcBc;
+    if (kFused) {
+      if (j >= 2) in_range &= split_kv_tiles<D, kThreads, 1, 4>(smem, j & 1, K, key0, N, tid);
+    } else if (j + 1 < tiles) {
+      load_kv_tile<D, kThreads>(KVStage<D>(smem, (j + 1) & 1), KV, key0 + kTcBc, N, tid);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const KVStage<D> stage(smem, j & 1);
+
+    ScoreTile s;
+    tile_scores(s, q, stage, lane);
+    if (key0 + kTcBc > N) mask_keys_past(s, (int)(N - key0), lane);
+    float alpha[2];
+    softmax.update(s, alpha);  // s now holds P
+    accumulate_pv(o, s, alpha, stage, lane);
+    __syncthreads();  // this stage is refilled by the next iteration's load
+  }
+
+  if (kFused && !in_range) {  // the tiled kernel recomputes this chunk after us
+    *decline = 1;
+    *declined_ever = 1;
+  }
+  store_o<D>(out + b * ND, o, softmax, row0, N, lane);
 #endif
 }
 

@@ -1,0 +1,62 @@
+"""The measurement scripts' own logic (no GPU): docs/kernels.md sections and SASS counting, on a
+real cuobjdump listing of the split pass captured from an sm_90 build."""
+import re
+import sys
+
+from helpers import DATA, ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import kernel_docs  # noqa: E402
+import sass_stats  # noqa: E402
+
+
+def test_a_section_is_replaced_in_place_and_the_rest_kept():
+    text = "# T\nbefore\n<!-- measured: a -->\nold\n<!-- end: a -->\nafter\n"
+    new = kernel_docs.replace_section(text, "a", "new\nlines")
+    assert new == "# T\nbefore\n<!-- measured: a -->\nnew\nlines\n<!-- end: a -->\nafter\n"
+    assert kernel_docs.replace_section(new, "a", "new\nlines") == new  # rewriting is idempotent
+
+
+def test_a_missing_section_is_appended_and_backslashes_survive():
+    new = kernel_docs.replace_section("# T\n", "b", r"a \1 b")
+    assert new == "# T\n\n<!-- measured: b -->\na \\1 b\n<!-- end: b -->\n"
+
+
+def test_a_written_section_names_date_device_and_command(tmp_path, monkeypatch):
+    doc = tmp_path / "kernels.md"
+    doc.write_text("# K\n<!-- measured: sass -->\n<!-- end: sass -->\ntail\n")
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "scripts" / "sass_stats.py"), "x=bin/fa-cuda", "--docs"])
+    kernel_docs.write_section("sass", "| table |", "Some GPU, driver 1", doc)
+    text = doc.read_text()
+    stamp = re.search(r"_Measured (\d{4}-\d\d-\d\d) on Some GPU, driver 1: `(.*)`_", text)
+    assert stamp and stamp.group(2) == "python3 scripts/sass_stats.py x=bin/fa-cuda --docs"
+    assert "| table |\n<!-- end: sass -->\ntail\n" in text and not list(tmp_path.glob("*.tmp"))
+
+
+def test_instructions_are_counted_by_class_predicates_and_padding_aside():
+    sass = """
+        Function : _Z1kv
+        /*0000*/                   HMMA.16816.F32 R4, R8, R12, R4 ;     /* 0x0 */
+        /*0010*/              @!P0 BRA 0x40 ;                           /* 0x0 */
+        /*0020*/                   LDSM.16.M88.4 R8, [R2] ;            /* 0x0 */
+        /*0030*/                   NOP;                                 /* 0x0 */
+        /*0040*/                   EXIT ;                               /* 0x0 */
+        Function : _Z1jv
+        /*0000*/                   MUFU.EX2 R0, R1 ;                    /* 0x0 */
+    """
+    stats = sass_stats.count_instructions(sass)
+    assert stats["_Z1kv"] == {"all": 4, "mma": 1, "branch": 2, "ldmatrix": 1}
+    assert stats["_Z1jv"] == {"all": 1, "mufu": 1}
+
+
+def test_a_real_listing_counts_every_instruction_line():
+    text = (DATA / "cuobjdump-sass-split-kv-sm90.txt").read_text()
+    stats = sass_stats.count_instructions(text)
+    [(kernel, counts)] = stats.items()
+    assert kernel == "_ZN2fa8split_kvEPKfP6__halfllPiPVi"
+    addresses = re.findall(r"/\*([0-9a-f]{4})\*/\s+(\S+)", text)
+    assert counts["all"] == sum(1 for _, op in addresses if not op.startswith("NOP"))
+    assert counts["mma"] == 0 and counts["global"] >= 7  # 3 float4 loads, 4 stores (and the flags)
+    usage = sass_stats.resource_usage((DATA / "cuobjdump-res-usage-sm90.txt").read_text())
+    assert usage["_ZN2fa8split_kvEPKfP6__halfllPiPVi"] == {"REG": 28, "STACK": 0}
+    assert len(usage) == 7
