@@ -31,9 +31,12 @@ FIGURES = {
     "tensor pipe active %": ["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
                              "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
                              "sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active"],
-    "issue active %": ["sm__inst_issued.avg.pct_of_peak_sustained_active"],
+    "issue active %": ["sm__inst_issued.avg.pct_of_peak_sustained_active",
+                       "smsp__issue_active.avg.pct_of_peak_sustained_active",
+                       "sm__instruction_throughput.avg.pct_of_peak_sustained_active"],
 }
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
+NOT_STALLS = {"selected"}  # a warp issuing is counted as "selected": one cycle per issue, always
 TOP_STALLS = 4
 
 
@@ -44,7 +47,7 @@ def ncu() -> str:
     sys.exit("kernel_limiters: ncu not found")
 
 
-def limiters(program: Path, inp: Path, kernel: str) -> dict[str, str]:
+def limiters(program: Path, inp: Path, kernel: str, keep: Path | None = None) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="fa-limiters-") as work:
         log = Path(work) / "ncu.csv"
         cmd = [ncu(), "--csv", "--page", "raw", "--print-units", "base", "--set", "full", "--clock-control", "none",
@@ -54,16 +57,20 @@ def limiters(program: Path, inp: Path, kernel: str) -> dict[str, str]:
         if proc.returncode or not log.exists():
             sys.exit(f"kernel_limiters: ncu failed on {inp}: {(proc.stderr or proc.stdout).strip()[-400:]}")
         rows = csv_rows(log.read_text())
+        if keep:
+            shutil.copy(log, keep / f"ncu-{Path(inp).stem}.csv")
     if len(rows) < 3:
         sys.exit(f"kernel_limiters: no launch of {kernel!r} in {program} on {inp}")
     header, values = rows[0], rows[2]
     col = {name: i for i, name in enumerate(header)}
-    found = {"kernel": re.sub(r"\(.*", "", values[col["Kernel Name"]]) if "Kernel Name" in col else kernel}
+    name = values[col["Kernel Name"]] if "Kernel Name" in col else kernel
+    found = {"kernel": re.sub(r"\(.*", "", name).removeprefix("void ")}
     for figure, metrics in FIGURES.items():
         present = [m for m in metrics if m in col and number(values[col[m]]) is not None]
         found[figure] = f"{number(values[col[present[0]]]):.3g}" if present else "-"
     stalls = sorted(((number(values[i]) or 0.0, STALL.match(name).group(1)) for name, i in col.items()
-                     if STALL.match(name) and not name.endswith("_not_issued_per_issue_active.ratio")),
+                     if STALL.match(name) and STALL.match(name).group(1) not in NOT_STALLS
+                     and not name.endswith("_not_issued_per_issue_active.ratio")),
                     reverse=True)
     found["top stalls (cycles per issue)"] = ", ".join(f"{reason} {v:.2f}" for v, reason in stalls[:TOP_STALLS])
     return found
@@ -75,12 +82,13 @@ def main() -> None:
     args.add_argument("--program", type=Path, default=ROOT / "bin" / "fa-cuda")
     args.add_argument("--kernel", default="attention_tensorcore")
     args.add_argument("--docs", action="store_true", help="also write the table to docs/kernels.md")
+    args.add_argument("--keep", type=Path, metavar="DIR", help="keep ncu's raw CSV of each input here")
     a = args.parse_args()
     columns = ["input", "kernel", *FIGURES, "top stalls (cycles per issue)"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for inp in a.inputs:
         s = AttentionInput(inp).shape
-        row = {"input": f"{s.B} x {s.N} x {s.d}", **limiters(a.program, inp, a.kernel)}
+        row = {"input": f"{s.B} x {s.N} x {s.d}", **limiters(a.program, inp, a.kernel, a.keep)}
         lines.append("| " + " | ".join(row[c] for c in columns) + " |")
         print(lines[-1], flush=True)
     if a.docs:
