@@ -20,6 +20,9 @@ HIPCC  ?= hipcc
 CXXFLAGS  ?= -O3 -std=c++17 -Wall -Wextra
 NVCCFLAGS ?= -O3 -std=c++17 -lineinfo
 HIPFLAGS  ?= -O3 -std=c++17
+# Added to nvcc's and hipcc's flags: fa sweep builds tile-size variants with it (-DFA_TILED_BR=8
+# -DFA_TILED_BC=64 and the compiler's resource report) into bin/variants/.
+EXTRA_FLAGS ?=
 
 HAVE_NVCC  := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo yes)
 HAVE_HIPCC := $(shell command -v $(HIPCC) >/dev/null 2>&1 && echo yes)
@@ -43,7 +46,7 @@ CUDA_SRC := src_cuda/fa_cuda.cu $(wildcard src_cuda/*.cuh) $(wildcard src_common
 cuda: $(BIN)/fa-cuda
 $(BIN)/fa-cuda: $(CUDA_SRC)
 	@mkdir -p $(BIN)
-	$(NVCC) $(NVCCFLAGS) $(CUDA_GENCODE) -Xcompiler -pthread -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(EXTRA_FLAGS) $(CUDA_GENCODE) -Xcompiler -pthread -o $@ $<
 
 hw4: $(BIN)/fa-cuda
 	cp $< $@
@@ -61,7 +64,7 @@ HIP_SRC := src_hip/fa_hip.hip $(wildcard src_hip/*.h) $(wildcard src_common/*.h)
 hip: $(BIN)/fa-hip
 $(BIN)/fa-hip: $(HIP_SRC)
 	@mkdir -p $(BIN)
-	HIP_PLATFORM=amd $(HIPCC) $(HIPFLAGS) $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -pthread -o $@ $<
+	HIP_PLATFORM=amd $(HIPCC) $(HIPFLAGS) $(EXTRA_FLAGS) $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -pthread -o $@ $<
 
 hw4-amd: $(BIN)/fa-hip
 	cp $< $@
@@ -70,7 +73,7 @@ hw4-amd: $(BIN)/fa-hip
 hip-cuda: $(BIN)/fa-hip-cuda
 $(BIN)/fa-hip-cuda: $(HIP_SRC)
 	@mkdir -p $(BIN)
-	$(NVCC) $(NVCCFLAGS) $(CUDA_GENCODE) -x cu -Xcompiler -pthread -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(EXTRA_FLAGS) $(CUDA_GENCODE) -x cu -Xcompiler -pthread -o $@ $<
 
 cpu: $(BIN)/fa-cpu
 $(BIN)/fa-cpu: src_cpu/fa_cpu.cpp $(COMMON)

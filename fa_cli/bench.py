@@ -18,11 +18,11 @@ import platform
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import verify
+from . import system, verify
 from .devices import describe_first
 from .errors import FaError
 from .format import AttentionInput, atomic_file, open_output
@@ -45,16 +45,24 @@ def save_records(path: Path, records: list[dict]) -> None:
         f.write(json.dumps({"records": records}, indent=1).encode() + b"\n")
 
 
-def new_record(program: Program, target: Target, label: str | None, error: str | None, **fields) -> dict:
-    """A results record, the one place they are made: what ran on what, where and when; a
-    measured record adds wall_s, timing, tflops_process, tflops_kernel, max_err, verify_mode and
-    passed (measure), a failed one keeps `error`."""
+def command_line() -> str:
+    """The command that is running, as the user typed it (`fa ...`, however Python started it)."""
+    first = "fa" if Path(sys.argv[0]).name in ("fa", "__main__.py") else sys.argv[0]
+    return " ".join([first, *sys.argv[1:]])
+
+
+def new_record(program: Program, target: Target, label: str | None, error: str | None, kind: str = "bench",
+               launcher: Launcher | None = None, **fields) -> dict:
+    """A results record, the one place they are made: what ran on what, where and when, and
+    the machine it ran on (system.describe_where). `kind` says which command made it: bench,
+    run, profile, ladder or sweep. A measured record adds wall_s, timing, tflops_process,
+    tflops_kernel, max_err, verify_mode and passed (measure); a failed one keeps `error`."""
     record = {
-        "program": program.name, "program_path": str(program.path), "input": target.name,
+        "kind": kind, "program": program.name, "program_path": str(program.path), "input": target.name,
         "shape": {"B": target.shape.B, "N": target.shape.N, "d": target.shape.d}, "flops": target.shape.flops,
         "label": label, "device": "unknown", "host": platform.node(), "build": {},
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
-        "error": error,
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": command_line(),
+        "error": error, "system": system.describe_where(launcher),
     }
     record.update(fields)
     return record
@@ -66,9 +74,12 @@ class BenchPlan:
     targets: list[Target]
     repeats: int = 5
     check: verify.RowCheck = verify.RowCheck(sample=verify.DEFAULT_SAMPLE_ROWS)
+    tol: float = verify.COURSE_TOL  # `passed` means every checked value within this
     launcher: Launcher | None = None
     env: dict[str, str] | None = None
     label: str | None = None  # names this set of runs (e.g. the partition) in comparisons
+    kind: str = "bench"  # the command whose records these are (fa ladder and fa sweep measure too)
+    fields: dict = field(default_factory=dict)  # added to every record (a ladder step, a sweep's Br and Bc)
 
 
 def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) -> dict:
@@ -86,9 +97,9 @@ def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) ->
         build = result.build
         for key, value in result.timing.items():
             stages.setdefault(key, []).append(value)
-    record = new_record(program, target, plan.label, error,
+    record = new_record(program, target, plan.label, error, plan.kind, plan.launcher,
                         device=build["device"].replace("_", " ") if build.get("device") else describe_first(),
-                        repeats=len(walls), build=build)
+                        repeats=len(walls), build=build, **plan.fields)
     if error:
         return record
     timing = {k: statistics.median(v) for k, v in stages.items()}
@@ -100,7 +111,7 @@ def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) ->
         tflops_kernel=target.shape.flops / timing["kernel"] / 1e12 if timing.get("kernel") else None,
     )
     check = verify.against_reference(AttentionInput(target.input_path), open_output(out_path, target.shape),
-                                     check=plan.check)
+                                     plan.tol, plan.check)
     record.update(max_err=check.max_err, verify_mode=check.mode, passed=check.passed)
     return record
 

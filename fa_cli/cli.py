@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from . import (__version__, bench, compare, generate, judge, locations, profile, programs, report, resources, slurm,
-               suite, verify)
+from . import (__version__, bench, compare, generate, judge, ladder, locations, profile, programs, report, resources,
+               slurm, suite, sweep, system, verify, writeup)
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output
@@ -192,9 +192,11 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None, srun_a
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True),
               help="Seconds allowed per case, input files included (default: the course's, suite cases only).")
 @click.option("--no-time-limit", is_flag=True, help="Let every program finish, however long it takes.")
+@click.option("-o", "--output", "results_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also add the results to this file (JSON, for fa report); extended if it exists.")
 @launcher_options
-def run(cases, all_cases, program, tol, sample_rows, full, time_limit, no_time_limit, launcher, partition, gres,
-        srun_args) -> None:
+def run(cases, all_cases, program, tol, sample_rows, full, time_limit, no_time_limit, results_file, launcher,
+        partition, gres, srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30 or input files): time, verify, print a table."""
     names = list(suite.cases()) if all_cases else list(cases)
     if not names:
@@ -217,6 +219,10 @@ def run(cases, all_cases, program, tol, sample_rows, full, time_limit, no_time_l
         if workdir is not None:
             slurm.remove_workdir(workdir)  # each case's outputs were removed after verification
     report.console.print(report.judge_table(results, describe_first()))
+    if results_file:
+        bench.save_records(results_file, bench.load_records(results_file)
+                           + [judge.as_record(r, options) for r in results])
+        click.echo(f"{len(results)} records added to {results_file}")
     for r in results:
         if r.verdict == "TLE":
             click.echo(f"{r.target.name}: stopped at its {r.time_limit:g} s time limit "
@@ -362,7 +368,7 @@ def resources_cmd(program, archs, as_json) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write charts: PLOT-breakdown.png (stages) and PLOT-by-n.png (time against N).")
+              help="Write a chart (PNG) here: stage times per input and run, and time against N.")
 def compare_cmd(files, as_markdown, plot) -> None:
     """Runs from one or more bench results files, side by side."""
     records = [r for f in files for r in bench.load_records(f)]
@@ -373,8 +379,133 @@ def compare_cmd(files, as_markdown, plot) -> None:
     else:
         report.console.print(report.compare_table(*compare.rows(records)))
     if plot:
-        for path in compare.plot(records, plot):
-            click.echo(f"wrote {path}")
+        click.echo(f"wrote {compare.plot(records, plot)}")
+
+
+def measure_options(f):
+    """Repeats and tolerance, shared by ladder and sweep."""
+    for option in reversed([
+        click.option("--repeat", "repeats", type=click.IntRange(min=1), default=3, show_default=True,
+                     help="Timed runs per step, after one warm-up run; the median counts."),
+        click.option("--tol", type=float, default=1e-4, show_default=True,
+                     help="Largest abs error a PASS allows (the course's is 5e-3)."),
+        click.option("--profile", "with_profile", is_flag=True,
+                     help="Also profile each run (fa profile's course metrics; ncu, or --profiler)."),
+        click.option("--profiler", type=click.Choice(profile.PROFILERS), default="ncu", show_default=True),
+        click.option("-o", "--output", "results", type=click.Path(dir_okay=False, path_type=Path),
+                     help="Add the records to this results file (JSON, for fa report); extended if it exists."),
+        click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a chart (PNG) here."),
+        click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report."),
+    ]):
+        f = option(f)
+    return f
+
+
+def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str) -> None:
+    if as_markdown:
+        click.echo(writeup.table(header, body), nl=False)
+    else:
+        report.console.print(report.compare_table(header, body, title))
+
+
+def save_and_plot(records: list[dict], results: Path | None, plot: Path | None, chart) -> None:
+    if results:
+        bench.save_records(results, bench.load_records(results) + records)
+        click.echo(f"{len(records)} records added to {results}")
+    if plot:
+        click.echo(f"wrote {chart(records, plot)}")
+
+
+@main.command(name="ladder")
+@click.argument("case")
+@click.option("--program", default="cuda", show_default=True, help="cuda, hip-cuda or hip.")
+@measure_options
+@launcher_options
+def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plot, as_markdown, launcher, partition,
+               gres, srun_args) -> None:
+    """Run the homework kernel's optimization steps on CASE, one by one: each verified, with its
+    kernel time, TFLOP/s and speed-up over the step before (and the course's metrics with --profile)."""
+    prog = program_for(program)
+    steps = ladder.steps_for(prog)
+    [target] = targets_for([case])
+    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
+    try:
+        with report.progress("ladder", len(steps)) as advance:
+            records = ladder.run_ladder(prog, target, plan_args, steps, with_profile, profiler, workdir, advance)
+    finally:
+        if workdir is not None:
+            slurm.remove_workdir(workdir)
+    show(*ladder.rows(records), as_markdown, f"fa ladder: {prog.name} on {records[0]['device']}, {target.name}")
+    from . import charts
+
+    save_and_plot(records, results, plot, charts.ladder_chart)
+    sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
+
+
+@main.command(name="sweep")
+@click.argument("case")
+@click.option("--param", "params", multiple=True, metavar="NAME=V1,V2,...",
+              help="Br (query rows per block) or Bc (keys per tile) and its values; repeatable. "
+                   "Default: the homework's Br=16, Bc=32.")
+@click.option("--program", default="cuda", show_default=True, help="cuda, hip-cuda or hip.")
+@click.option("--arch", help="The GPU target the variants are built for (default: this machine's GPU).")
+@click.option("--no-run", is_flag=True, help="Only build the variants and report their resources (no GPU needed).")
+@measure_options
+@launcher_options
+def sweep_cmd(case, params, program, arch, no_run, repeats, tol, with_profile, profiler, results, plot, as_markdown,
+              launcher, partition, gres, srun_args) -> None:
+    """Build the homework kernel with each combination of tile sizes (bin/variants/, reused while
+    up to date), run each on CASE and verify it: kernel TFLOP/s and theoretical occupancy (achieved
+    with --profile) against Br, one line per Bc. Combinations that cannot be built are listed as
+    skipped, with the compiler's reason."""
+    for text in params:
+        sweep.parse_param(text)  # every bad --param is refused before anything is built
+    if no_run and with_profile:
+        raise click.UsageError("--no-run and --profile exclude each other")
+    if program not in sweep.PROGRAMS:
+        raise click.UsageError(f"--program {program}: fa sweep builds {', '.join(sweep.PROGRAMS)}")
+    [target] = targets_for([case])
+    arch = arch or sweep.local_arch(program)
+    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
+    try:
+        with report.progress("sweep", None) as advance:
+            records = sweep.run_sweep(program, target, list(params), arch, plan_args, not no_run, with_profile,
+                                      profiler, workdir, note, advance)
+    finally:
+        if workdir is not None:
+            slurm.remove_workdir(workdir)
+    show(*sweep.rows(records), as_markdown, f"fa sweep: {program} for {arch}, {target.name}")
+    from . import charts
+
+    save_and_plot(records, results, plot, charts.sweep_chart)
+    ran = [r for r in records if not r.get("skipped")]
+    sys.exit(ExitStatus.OK if no_run or all(not r.get("error") and r.get("passed") for r in ran) else ExitStatus.FAILED)
+
+
+@main.command(name="report")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for report.md and its charts (created if missing).")
+def report_cmd(files, out_dir) -> None:
+    """One markdown report (and its PNG charts) from results files of fa run, bench, profile,
+    resources (--json), ladder and sweep, in the course report's order, opening with the spec of
+    every machine the results came from."""
+    click.echo(f"wrote {writeup.write(list(files), out_dir)}")
+
+
+@main.command(name="system")
+@click.option("--json", "as_json", is_flag=True, help="Print it as JSON.")
+def system_cmd(as_json) -> None:
+    """This machine as the course's report asks for it (section 3a): CPU, cores, memory, disk,
+    GPUs, driver, CUDA or ROCm version."""
+    spec = system.describe()
+    if as_json:
+        click.echo(json.dumps(spec, indent=1))
+        return
+    for key, value in spec.items():
+        click.echo(f"{key}: {json.dumps(value) if isinstance(value, (dict, list)) else value}")
 
 
 if __name__ == "__main__":

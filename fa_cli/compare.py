@@ -1,4 +1,4 @@
-"""fa compare: bench records side by side, as a rich or markdown table and as PNG charts.
+"""fa compare: bench records side by side, as a rich or markdown table and as a PNG chart.
 
 Runs are the (label or program, device) pairs found in the records; the first run is the
 baseline of the speedup column. Rows are inputs, in the order first seen.
@@ -8,9 +8,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-
-STAGES = ("init", "read", "h2d", "kernel", "d2h", "write")
-
 
 @dataclass(frozen=True)
 class RunKey:
@@ -83,60 +80,8 @@ def markdown(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(records: list[dict], path: Path) -> list[Path]:
-    """Two PNG charts: the stage breakdown per input and run (stacked bars), and whole-process
-    time against N for each d (one line per run). Returns the files written."""
-    import matplotlib
+def plot(records: list[dict], path: Path) -> Path:
+    """One PNG at `path`: stage breakdown per input and run, and time against N (charts.bench_chart)."""
+    from . import charts  # matplotlib: only when a chart is asked for
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs, table = arrange(records)
-    colors = plt.cm.tab10.colors
-    cols = min(5, len(table))
-    rows_ = (len(table) + cols - 1) // cols
-    fig, axes = plt.subplots(rows_, cols, figsize=(2.6 * cols + 1.5, 3.4 * rows_ + 0.8), squeeze=False)
-    for ax, (name, by_run) in zip(axes.flat, table.items()):
-        bottoms = [0.0] * len(runs)
-        for j, stage in enumerate(STAGES):
-            values = [by_run.get(k, {}).get("timing", {}).get(stage, 0.0) for k in runs]
-            ax.bar(range(len(runs)), values, 0.7, bottom=bottoms, color=colors[j], label=stage, edgecolor="black",
-                   linewidth=0.3)
-            bottoms = [b + v for b, v in zip(bottoms, values)]
-        ax.set_title(name, fontsize=9)
-        ax.set_xticks(range(len(runs)))
-        ax.set_xticklabels([k.name for k in runs], rotation=35, ha="right", fontsize=8)
-        ax.tick_params(axis="y", labelsize=8)
-    for ax in axes.flat[len(table):]:
-        ax.axis("off")
-    axes[0][0].set_ylabel("seconds")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper right", fontsize=8, ncol=len(STAGES))
-    devices = sorted({k.device for k in runs})
-    fig.suptitle("Time per stage (each stage's own time; the GPU programs overlap them) on " + ", ".join(devices),
-                 fontsize=9, x=0.01, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
-    breakdown = path.with_name(path.stem + "-breakdown" + path.suffix)
-    fig.savefig(breakdown, dpi=120)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=False)
-    for ax, d in zip(axes, (32, 64)):
-        for k in runs:
-            points = sorted((r["shape"]["N"], r["wall_s"]["median"]) for by_run in table.values()
-                            if (r := by_run.get(k)) and r["shape"]["d"] == d and not r.get("error"))
-            if points:
-                ax.plot(*zip(*points), marker="o", label=str(k))
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("N (sequence length)")
-        ax.set_ylabel("whole process, seconds (median)")
-        ax.set_title(f"d = {d}")
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    by_n = path.with_name(path.stem + "-by-n" + path.suffix)
-    fig.savefig(by_n, dpi=120)
-    plt.close(fig)
-    return [breakdown, by_n]
+    return charts.bench_chart(*arrange(records), path)

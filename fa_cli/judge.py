@@ -110,3 +110,18 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
                 check = verify.against_reference(AttentionInput(target.input_path), out, options.tol, options.check)
             del out
     return CaseResult(target, program, result, check, limit)
+
+
+def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dict:
+    """One results-file record (bench.new_record, kind "run") of a judged case, for fa report."""
+    from .bench import new_record  # bench builds on judge's Target
+
+    run_ = result.run
+    device = run_.build.get("device", "").replace("_", " ") or None
+    fields = dict(verdict=result.verdict, wall_s=run_.wall_s, time_limit=result.time_limit, tol=options.tol,
+                  timing=run_.timing,
+                  build=run_.build, max_err=result.check.max_err if result.check else None,
+                  verify_mode=result.check.mode if result.check else None, passed=result.ok)
+    if device:
+        fields["device"] = device
+    return new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)

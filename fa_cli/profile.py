@@ -314,8 +314,10 @@ def help_tables() -> str:
 
 # ----------------------------------------------------------------------------- one profiled run
 def profile(program, target, profiler: str, kernel: str | None = None, full: bool = False, launcher=None,
-            workdir: Path | None = None, flops_kernel: str | None = None) -> tuple[list[KernelProfile], list[str]]:
-    """Run program on target under the profiler; its kernels' figures and the command line."""
+            workdir: Path | None = None, flops_kernel: str | None = None,
+            env: dict[str, str] | None = None) -> tuple[list[KernelProfile], list[str]]:
+    """Run program on target under the profiler (with `env` added to the environment); its
+    kernels' figures and the command line."""
     if launcher is None and not shutil.which(profiler):
         hint = " (Pascal GPUs such as the GTX 1080: --profiler nvprof)" if profiler == "ncu" else ""
         raise FaError(f"{profiler} is not installed here{hint}")
@@ -323,7 +325,7 @@ def profile(program, target, profiler: str, kernel: str | None = None, full: boo
         work = Path(tmp)
         prefix = command(profiler, work, kernel, full)
         profiled = Program(program.name, program.path, None, (*prefix, *program.interpreter))
-        result = run(profiled, target.input_path, work / "out", launcher)
+        result = run(profiled, target.input_path, work / "out", launcher, env=env)
         if result.error:
             raise FaError(f"{program.name} under {profiler} on {target.name}: {result.error}",
                           exit_code=ExitStatus.FAILED)

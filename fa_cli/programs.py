@@ -101,6 +101,8 @@ def ensure_built(program: Program, announce=None) -> Program:
 class Launcher:
     """Runs a command on this machine."""
 
+    remote = False  # True where commands run on another machine (a cluster node)
+
     def wrap(self, argv: list[str]) -> list[str]:
         return argv
 

@@ -78,8 +78,8 @@ def bench_table(records: list[dict]) -> Table:
     return table
 
 
-def compare_table(header: list[str], rows: list[list[str]]) -> Table:
-    table = Table(title="fa compare (whole-process medians)", title_justify="left")
+def compare_table(header: list[str], rows: list[list[str]], title: str = "fa compare (whole-process medians)") -> Table:
+    table = Table(title=title, title_justify="left")
     for column in header:
         table.add_column(column)
     for row in rows:

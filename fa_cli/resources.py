@@ -298,32 +298,38 @@ def launch_table(program: Path) -> dict[str, tuple[int, int]]:
 
 def report(source: Path, target: str, hip_source: bool, ours: bool) -> tuple[list[KernelUsage], list[str]]:
     """Every kernel of source on target, with its theoretical occupancy; and the command used."""
-    limits = TARGETS[target]
-    nvidia = isinstance(limits, NvidiaTarget)
     text, work, argv = compile_report(source, target, hip_source)
     try:
         launches = launch_table(work / "program") if ours else {}
-        # Each vendor's report, and where its compile left each kernel's threads per block.
-        usage = parse_ptxas(text, target) if nvidia else parse_amd_remarks(text, target)
         threads = {}
-        for listing in work.glob("*.ptx" if nvidia else "*.s"):
-            threads.update((parse_ptx_threads if nvidia else parse_amd_threads)(listing.read_text()))
+        for listing in work.glob("*.ptx" if target.startswith("sm_") else "*.s"):
+            threads.update((parse_ptx_threads if target.startswith("sm_") else parse_amd_threads)(listing.read_text()))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    return usage_from(text, target, launches, threads, str(source)), argv
+
+
+def usage_from(text: str, target: str, launches: dict[str, tuple[int, int]], threads: dict[str, int] | None = None,
+               what: str = "the build") -> list[KernelUsage]:
+    """The kernels a compiler's report (`text`: ptxas -v, or hipcc's resource remarks) lists for
+    target, with threads per block from the listings (`threads`, by mangled name) or from the
+    program's launches, and the theoretical occupancy they allow."""
+    limits = TARGETS[target]
+    nvidia = isinstance(limits, NvidiaTarget)
+    usage = parse_ptxas(text, target) if nvidia else parse_amd_remarks(text, target)
     if not usage:
-        raise FaError(f"fa resources {target}: the compiler reported no kernels in {source}",
-                      exit_code=ExitStatus.FAILED)
+        raise FaError(f"fa resources {target}: the compiler reported no kernels in {what}", exit_code=ExitStatus.FAILED)
     names = demangle(list(usage))
     for mangled, u in usage.items():
         u.kernel = names[mangled]
         launch_threads, u.dynamic_smem = launches.get(u.kernel, (None, 0))
-        u.threads = threads.get(mangled) or launch_threads
+        u.threads = (threads or {}).get(mangled) or launch_threads
         if nvidia:
             nvidia_occupancy(u, limits)
         else:
             amd_occupancy(u, limits)
-    return sorted(usage.values(), key=lambda u: u.kernel), argv
+    return sorted(usage.values(), key=lambda u: u.kernel)
 
 
 def as_records(kernels: list[KernelUsage]) -> list[dict]:
-    return [asdict(u) for u in kernels]
+    return [{"kind": "resources", **asdict(u)} for u in kernels]

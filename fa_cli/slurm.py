@@ -62,6 +62,8 @@ def check_partition(partition: str) -> None:
 class SlurmLauncher(Launcher):
     """Runs each program as `srun -p PARTITION -N1 -n1 [--gres=...] [extra] PROGRAM IN OUT`."""
 
+    remote = True
+
     def __init__(self, partition: str, gres: str | None = None, srun_args: tuple[str, ...] = ()):
         require("srun")
         check_partition(partition)
@@ -136,7 +138,7 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
     plan_file.write_text(json.dumps({
         "tasks": [{"program": _program_dict(p), "target": _target_dict(t)} for t, p in tasks],
         "repeats": plan.repeats, "check": asdict(plan.check), "label": plan.label, "env": plan.env,
-        "command": " ".join(sys.argv),
+        "kind": plan.kind, "fields": plan.fields, "command": bench.command_line(),
     }, indent=1))
     script = work / "task.sh"
     script.write_text("#!/bin/sh\n"
@@ -158,7 +160,8 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
         else:
             log = work / f"task-{i}.log"
             why = slurm_error(log.read_text()) if log.exists() else None
-            record = bench.new_record(program, target, plan.label, why or f"array task {i} wrote no record")
+            record = bench.new_record(program, target, plan.label, why or f"array task {i} wrote no record",
+                                      plan.kind, **plan.fields)
         record["slurm"] = {"job": job, "task": i, "partition": launcher.partition}
         records.append(record)
         new.append(record)
@@ -194,7 +197,7 @@ def run_task(plan_file: Path, index: int) -> None:
     task = data["tasks"][index]
     program, target = program_from(task["program"]), target_from(task["target"])
     plan = bench.BenchPlan([program], [target], data["repeats"], verify.RowCheck(**data["check"]), env=data["env"],
-                           label=data["label"])
+                           label=data["label"], kind=data.get("kind", "bench"), fields=data.get("fields", {}))
     out_dir = plan_file.parent / f"task-{index}"
     out_dir.mkdir(exist_ok=True)
     record = bench.measure(plan, program, target, out_dir)

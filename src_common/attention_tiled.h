@@ -24,7 +24,11 @@
 
 namespace fa {
 
-constexpr int kTiledBr = 16;  // query rows per block
+// Query rows per block (Br); FA_TILED_BR=N builds another (the block-size sweep, `fa sweep`).
+#ifndef FA_TILED_BR
+#define FA_TILED_BR 16
+#endif
+constexpr int kTiledBr = FA_TILED_BR;
 
 // Row reductions over BC lanes: butterfly inside each warp, then across the row's warps.
 template <int BC>
@@ -65,16 +69,16 @@ struct SumOp {
 // `decline`: nullptr to always run; otherwise the kernel runs only where the tensor-core
 // path declined this chunk (*decline != 0: values it cannot represent exactly enough).
 template <int D, int BC>
-__global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
+__global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && kTiledBr * BC <= 512 ? 1024 / (kTiledBr * BC) : 1)
     attention_tiled(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles,
                     const int* __restrict__ decline) {
   if (decline != nullptr && *decline == 0) return;
   using Reduce = RowReduce<BC>;
   constexpr int kPitch = D + 1;
   constexpr int kVec = D / 4;              // float4 per K/V row
-  constexpr int kLoaders = BC * kVec;      // threads that load one float4 of K and V per tile
+  constexpr int kLoads = BC * kVec;        // float4 of K (and of V) per tile
   constexpr int kThreads = BC * kTiledBr;
-  constexpr int kLoadRounds = (kLoaders + kThreads - 1) / kThreads;  // 1 for every shape used
+  constexpr int kLoadRounds = (kLoads + kThreads - 1) / kThreads;  // per thread: 1 for Br >= d / 4
   constexpr int kCols = (D + BC - 1) / BC;  // output columns per lane
   // Launch geometry: one block per (batch, kTiledBr query rows), blockDim = (BC, kTiledBr):
   // threadIdx.y = the query row, threadIdx.x = a key of the current tile (and, for P V, output
@@ -89,7 +93,9 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
   __shared__ float Vs[kStages][BC][D];
   __shared__ __align__(16) float Ps[kTiledBr][BC];
   __shared__ float parts[kTiledBr * Reduce::kParts];
-  static_assert(kLoadRounds == 1, "one float4 of K and V per thread and tile");
+  static_assert(kThreads <= 1024, "Br x Bc threads: a block holds at most 1024");
+  static_assert(sizeof(Ks) + sizeof(Vs) + sizeof(Ps) + sizeof(parts) <= 48 * 1024,
+                "Br x Bc tiles need more than 48 KB of static shared memory");
 
   const int lane = threadIdx.x, row_in_tile = threadIdx.y;
   const int tid = row_in_tile * BC + lane;
@@ -108,24 +114,36 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && BC == 32 ? 2 : 1)
     q[k] = v.x * q_scale, q[k + 1] = v.y * q_scale, q[k + 2] = v.z * q_scale, q[k + 3] = v.w * q_scale;
   }
 
-  // --- K/V tile loads: thread tid < kLoaders moves one float4 of K and one of V; the next tile
-  // is loaded into registers before the current one is computed, stored after it.
-  const int load_row = tid / kVec, load_col = (tid % kVec) * 4;
-  float4 k_next = make_float4(0, 0, 0, 0), v_next = k_next;
+  // --- K/V tile loads: load i of a tile (i < kLoads) moves one float4 of K and one of V; thread
+  // tid does loads tid, tid + kThreads, ... The next tile is loaded into registers before the
+  // current one is computed, stored after it.
+  int load_row[kLoadRounds], load_col[kLoadRounds];
+#pragma unroll
+  for (int r = 0; r < kLoadRounds; ++r) {
+    const int i = tid + r * kThreads;
+    load_row[r] = i / kVec, load_col[r] = (i % kVec) * 4;
+  }
+  float4 k_next[kLoadRounds], v_next[kLoadRounds];
   auto fetch = [&](int64_t key0) {
-    const int64_t key = key0 + load_row;
-    if (tid < kLoaders && key < N) {
-      k_next = *reinterpret_cast<const float4*>(K + key * D + load_col);
-      v_next = *reinterpret_cast<const float4*>(V + key * D + load_col);
-    } else {
-      k_next = v_next = make_float4(0, 0, 0, 0);  // keys past N: zeros, never NaN from garbage
+#pragma unroll
+    for (int r = 0; r < kLoadRounds; ++r) {
+      const int64_t key = key0 + load_row[r];
+      if ((tid + r * kThreads < kLoads) && key < N) {
+        k_next[r] = *reinterpret_cast<const float4*>(K + key * D + load_col[r]);
+        v_next[r] = *reinterpret_cast<const float4*>(V + key * D + load_col[r]);
+      } else {
+        k_next[r] = v_next[r] = make_float4(0, 0, 0, 0);  // keys past N: zeros, never NaN from garbage
+      }
     }
   };
   auto stash = [&](int buf) {
-    if (tid < kLoaders) {
-      float* k = &Ks[buf][load_row][load_col];
-      k[0] = k_next.x, k[1] = k_next.y, k[2] = k_next.z, k[3] = k_next.w;
-      *reinterpret_cast<float4*>(&Vs[buf][load_row][load_col]) = v_next;
+#pragma unroll
+    for (int r = 0; r < kLoadRounds; ++r) {
+      if (tid + r * kThreads < kLoads) {
+        float* k = &Ks[buf][load_row[r]][load_col[r]];
+        k[0] = k_next[r].x, k[1] = k_next[r].y, k[2] = k_next[r].z, k[3] = k_next[r].w;
+        *reinterpret_cast<float4*>(&Vs[buf][load_row[r]][load_col[r]]) = v_next[r];
+      }
     }
   };
 

@@ -2,12 +2,13 @@
 //
 //   fa-cuda INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
 //
-// Kernels (FA_KERNEL=tiled|tensorcore forces one; the default is the fastest accurate one):
+// Kernels (FA_KERNEL=tiled|tensorcore|ladder-N forces one; the default is the fastest accurate one):
 //   tiled       src_common/attention_tiled.h: the homework design in fp32 (Br = 16, Bc = 32,
 //               padded K),
 //               every GPU (sm_61 and later);
 //   tensorcore  kernel_tensorcore.cuh: 3xFP16 mma.sync, fp32-class accuracy, sm_80 and later;
-//               a chunk with values it cannot represent (|x| > 64, NaN, inf) runs tiled.
+//               a chunk with values it cannot represent (|x| > 64, NaN, inf) runs tiled;
+//   ladder-1..5 src_common/ladder.h: the optimization steps that lead to the tiled kernel.
 // Host side: src_common/gpu_pipeline.h (streamed chunks, device start-up overlapped with the
 // read) and src_common/fa_host.h (format checks, atomic output, FA_TIMING=1 breakdown).
 #include <cstdlib>
@@ -18,11 +19,16 @@
 #include "../src_common/gpu_pipeline.h"
 #include "cuda_api.cuh"
 #include "../src_common/attention_tiled.h"
+#include "../src_common/ladder.h"
 #include "kernel_tensorcore.cuh"
 
 namespace fa {
 
-constexpr int kWarp = 32;  // the homework kernel's Bc: one key per lane of a warp
+// The homework kernel's Bc: one key per lane of a warp; FA_TILED_BC=N builds another (fa sweep).
+#ifndef FA_TILED_BC
+#define FA_TILED_BC 32
+#endif
+constexpr int kTiledBc = FA_TILED_BC;
 
 class CudaKernels {
  public:
@@ -33,6 +39,10 @@ class CudaKernels {
     if (forced && *forced) {
       if (std::strcmp(forced, "tiled") == 0) {
         tensorcore_ = false;
+      } else if (const int step = ladder::parse_step(forced); step != 0) {
+        if (step < 0) fail(kExitUsage, "FA_KERNEL=%s: the ladder's steps are ladder-1 to ladder-%d", forced, ladder::kSteps);
+        ladder_step_ = step;
+        tensorcore_ = false;
       } else if (std::strcmp(forced, "tensorcore") == 0) {
         if (cc < 80) fail(kExitUsage, "FA_KERNEL=tensorcore needs sm_80 or later; this GPU is %s", arch.c_str());
         if (!tensorcore_compiled())
@@ -40,7 +50,7 @@ class CudaKernels {
                arch.c_str());
         tensorcore_ = true;
       } else {
-        fail(kExitUsage, "FA_KERNEL=%s: expected tiled or tensorcore", forced);
+        fail(kExitUsage, "FA_KERNEL=%s: expected tiled, tensorcore or ladder-1..%d", forced, ladder::kSteps);
       }
     } else {
       tensorcore_ = cc >= 80 && tensorcore_compiled();
@@ -70,8 +80,8 @@ class CudaKernels {
     }
     // Load every kernel's code now, in the init thread, rather than at its first launch.
     cudaFuncAttributes attr;
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<32, kWarp>));
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<64, kWarp>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<32, kTiledBc>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<64, kTiledBc>));
     if (tensorcore_) CUDA_CHECK(cudaFuncGetAttributes(&attr, split_kv));
   }
 
@@ -88,17 +98,22 @@ class CudaKernels {
   }
 
   static std::vector<Launch> launches() {
-    constexpr int tiled_threads = kWarp * kTiledBr;
-    return {{"attention_tiled<32, 32>", tiled_threads, 0},
-            {"attention_tiled<64, 32>", tiled_threads, 0},
-            {"split_kv", kSplitThreads, 0},
-            {"attention_tensorcore<32, false>", tc_warps<32, false>() * 32, tc_smem_bytes<32>()},
-            {"attention_tensorcore<32, true>", tc_warps<32, true>() * 32, tc_smem_bytes<32>()},
-            {"attention_tensorcore<64, false>", tc_warps<64, false>() * 32, tc_smem_bytes<64>()},
-            {"attention_tensorcore<64, true>", tc_warps<64, true>() * 32, tc_smem_bytes<64>()}};
+    constexpr int tiled_threads = kTiledBc * kTiledBr;
+    const std::string bc = std::to_string(kTiledBc);
+    std::vector<Launch> all = {
+        {"attention_tiled<32, " + bc + ">", tiled_threads, 0},
+        {"attention_tiled<64, " + bc + ">", tiled_threads, 0},
+        {"split_kv", kSplitThreads, 0},
+        {"attention_tensorcore<32, false>", tc_warps<32, false>() * 32, tc_smem_bytes<32>()},
+        {"attention_tensorcore<32, true>", tc_warps<32, true>() * 32, tc_smem_bytes<32>()},
+        {"attention_tensorcore<64, false>", tc_warps<64, false>() * 32, tc_smem_bytes<64>()},
+        {"attention_tensorcore<64, true>", tc_warps<64, true>() * 32, tc_smem_bytes<64>()}};
+    for (const auto& l : ladder::kLaunches) all.push_back({l.kernel, l.threads, 0});
+    return all;
   }
 
   std::string name() const {
+    if (ladder_step_) return "ladder-" + std::to_string(ladder_step_);
     if (!tensorcore_) return "tiled";
     return std::string(fused_ ? "tensorcore-fused" : "tensorcore") + (*declined_host_ ? "+tiled" : "");
   }
@@ -123,8 +138,12 @@ class CudaKernels {
   template <int D>
   void launch_d(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
     const int64_t N = shape_.N;
+    if (ladder_step_) {
+      CUDA_CHECK_LAUNCH(ladder::launch<D>(ladder_step_, qkv, out, batches, N, stream));
+      return;
+    }
     if (!tensorcore_) {
-      launch_tiled<D, kWarp>(qkv, out, batches, N, nullptr, stream);
+      launch_tiled<D, kTiledBc>(qkv, out, batches, N, nullptr, stream);
       CUDA_CHECK_LAUNCH("attention_tiled");
       return;
     }
@@ -139,7 +158,7 @@ class CudaKernels {
       launch_tensorcore<D, false>(qkv, kv, out, batches, decline, stream);
     }
     CUDA_CHECK_LAUNCH("attention_tensorcore");
-    launch_tiled<D, kWarp>(qkv, out, batches, N, decline, stream);  // returns at once unless declined
+    launch_tiled<D, kTiledBc>(qkv, out, batches, N, decline, stream);  // returns at once unless declined
     CUDA_CHECK_LAUNCH("attention_tiled (fallback)");
   }
 
@@ -154,6 +173,7 @@ class CudaKernels {
 
   Shape shape_;
   bool tensorcore_ = false;
+  int ladder_step_ = 0;  // FA_KERNEL=ladder-N
   bool fused_ = false;
   int split_blocks_ = 0;
   volatile int* declined_host_ = nullptr;

@@ -5,8 +5,9 @@
 // The homework kernel (src_common/attention_tiled.h, shared with the CUDA program) with its
 // tile width Bc following the wavefront: 64 on CDNA GPUs (MI100 gfx908, MI210 gfx90a, MI300
 // gfx94x), 32 on RDNA and NVIDIA. FA_HIP_BC=32|64 forces one (FA_HIP_BC=64 on an NVIDIA GPU
-// runs the AMD tile shape there, its rows spanning two warps). See src_hip/README.md for what
-// is AMD-specific and why.
+// runs the AMD tile shape there, its rows spanning two warps). FA_KERNEL=ladder-N runs a step
+// of the optimization ladder (src_common/ladder.h) instead. See src_hip/README.md for what is
+// AMD-specific and why.
 //
 // Built two ways from this one file: hipcc for AMD targets (make hip -> bin/fa-hip), and nvcc
 // through hip_on_cuda.h (make hip-cuda -> bin/fa-hip-cuda) to run it on an NVIDIA GPU.
@@ -17,6 +18,7 @@
 
 #include "hip_api.h"
 #include "../src_common/attention_tiled.h"
+#include "../src_common/ladder.h"
 
 namespace fa {
 
@@ -31,6 +33,14 @@ class HipKernels {
         fail(kExitUsage, "FA_HIP_BC=%s: expected 32 or 64", forced);
       bc_ = std::atoi(forced);
     }
+#ifdef FA_TILED_BC
+    bc_ = FA_TILED_BC;  // a block-size sweep's build: one tile width, whatever the wavefront
+#endif
+    if (const char* forced = std::getenv("FA_KERNEL"); forced && *forced && std::strcmp(forced, "tiled") != 0) {
+      ladder_step_ = ladder::parse_step(forced);
+      if (ladder_step_ <= 0)
+        fail(kExitUsage, "FA_KERNEL=%s: expected tiled or ladder-1..%d", forced, ladder::kSteps);
+    }
     (void)device;
   }
 
@@ -38,23 +48,45 @@ class HipKernels {
 
   void launch(const float* qkv, float* out, void*, int64_t batches, hipStream_t stream) {
     const int64_t N = shape_.N;
+    if (ladder_step_) {
+      const char* kernel = shape_.d == 32 ? ladder::launch<32>(ladder_step_, qkv, out, batches, N, stream)
+                                          : ladder::launch<64>(ladder_step_, qkv, out, batches, N, stream);
+      HIP_CHECK_LAUNCH(kernel);
+      return;
+    }
+#ifdef FA_TILED_BC
+    if (shape_.d == 32) launch_tiled<32, FA_TILED_BC>(qkv, out, batches, N, nullptr, stream);
+    if (shape_.d == 64) launch_tiled<64, FA_TILED_BC>(qkv, out, batches, N, nullptr, stream);
+#else
     if (shape_.d == 32 && bc_ == 32) launch_tiled<32, 32>(qkv, out, batches, N, nullptr, stream);
     if (shape_.d == 32 && bc_ == 64) launch_tiled<32, 64>(qkv, out, batches, N, nullptr, stream);
     if (shape_.d == 64 && bc_ == 32) launch_tiled<64, 32>(qkv, out, batches, N, nullptr, stream);
     if (shape_.d == 64 && bc_ == 64) launch_tiled<64, 64>(qkv, out, batches, N, nullptr, stream);
+#endif
     HIP_CHECK_LAUNCH("attention_tiled");
   }
 
-  std::string name() const { return "tiled-bc" + std::to_string(bc_); }
+  std::string name() const {
+    return ladder_step_ ? "ladder-" + std::to_string(ladder_step_) : "tiled-bc" + std::to_string(bc_);
+  }
 
   static std::vector<Launch> launches() {
-    return {{"attention_tiled<32, 32>", 32 * kTiledBr, 0}, {"attention_tiled<32, 64>", 64 * kTiledBr, 0},
-            {"attention_tiled<64, 32>", 32 * kTiledBr, 0}, {"attention_tiled<64, 64>", 64 * kTiledBr, 0}};
+#ifdef FA_TILED_BC
+    const std::string bc = std::to_string(FA_TILED_BC);
+    std::vector<Launch> all = {{"attention_tiled<32, " + bc + ">", FA_TILED_BC * kTiledBr, 0},
+                               {"attention_tiled<64, " + bc + ">", FA_TILED_BC * kTiledBr, 0}};
+#else
+    std::vector<Launch> all = {{"attention_tiled<32, 32>", 32 * kTiledBr, 0}, {"attention_tiled<32, 64>", 64 * kTiledBr, 0},
+                               {"attention_tiled<64, 32>", 32 * kTiledBr, 0}, {"attention_tiled<64, 64>", 64 * kTiledBr, 0}};
+#endif
+    for (const auto& l : ladder::kLaunches) all.push_back({l.kernel, l.threads, 0});
+    return all;
   }
 
  private:
   Shape shape_;
   int bc_ = 32;
+  int ladder_step_ = 0;  // FA_KERNEL=ladder-N
 };
 
 }  // namespace fa

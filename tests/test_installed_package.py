@@ -92,7 +92,7 @@ def test_verify_bench_compare(student):
     assert [r["input"] for r in records] == ["t01", "t03", "2x128x64"] and all(r["passed"] for r in records)
     proc = fa(student, "compare", "r.json", "--markdown", "--plot", "c.png")
     assert proc.stdout.startswith("| input |")
-    assert sorted(p.name for p in work.iterdir()) == ["c-breakdown.png", "c-by-n.png", "hw4", "r.json", "x.in", "x.out"]
+    assert sorted(p.name for p in work.iterdir()) == ["c.png", "hw4", "r.json", "x.in", "x.out"]
 
 
 def test_run_all_generates_every_case(student, tmp_path):

@@ -118,10 +118,16 @@ def test_cuda_program_on_course_targets():
 def test_hip_program_on_course_targets():
     data = run_resources("--program", "hip", "--arch", "gfx908,gfx90a")
     kernels = {(r["target"], r["kernel"]) for r in data["records"]}
-    assert kernels == {(t, f"attention_tiled<{d}, {bc}>") for t in ("gfx908", "gfx90a") for d in (32, 64)
-                       for bc in (32, 64)}
+    ladder = [f"naive<{d}>" for d in (32, 64)] + [f"warp_per_row<{d}>" for d in (32, 64)] + \
+        [f"smem_tiles<{d}, {br}, {pad}>" for d in (32, 64) for br, pad in ((4, "false"), (4, "true"), (16, "true"))]
+    assert kernels == {(t, k) for t in ("gfx908", "gfx90a")
+                       for k in [f"attention_tiled<{d}, {bc}>" for d in (32, 64) for bc in (32, 64)] + ladder}
+    threads = {"naive": 128, "warp_per_row": 128}  # the ladder's (src_common/ladder.h)
     for r in data["records"]:
-        assert r["threads"] == 16 * int(r["kernel"].split(", ")[1].rstrip(">"))
+        name, args = r["kernel"].rstrip(">").split("<")
+        args = args.split(", ")
+        expected = 16 * int(args[1]) if name == "attention_tiled" else threads.get(name) or 32 * int(args[1])
+        assert r["threads"] == expected, r["kernel"]
         assert r["registers"] > 0 and r["sgprs"] > 0 and r["compiler_waves"] and r["limited_by"]
         assert r["warps"] <= resources.TARGETS[r["target"]].max_waves_per_simd
 

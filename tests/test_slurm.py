@@ -37,10 +37,15 @@ def fa_on(cluster, cwd, *args):
 
 
 def test_run_through_srun(cluster, cpu_program, tmp_path):
-    proc = fa_on(cluster, tmp_path, "run", "t01", "t06", "--program", "cpu", "--launcher", "slurm", "--partition", "amd")
+    proc = fa_on(cluster, tmp_path, "run", "t01", "t06", "--program", "cpu", "--launcher", "slurm", "--partition", "amd",
+                 "-o", "run.json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("PASS") == 2
     assert not (tmp_path / ".fa-slurm").exists()  # outputs and the work directory removed
+    records = json.loads((tmp_path / "run.json").read_text())["records"]
+    assert [(r["kind"], r["input"], r["verdict"]) for r in records] == [("run", "t01", "PASS"), ("run", "t06", "PASS")]
+    node = records[0]["system"]  # asked of the node through srun: it answered (no fallback note)
+    assert "note" not in node and node["cores"] >= 1 and node["cpu"]
 
 
 def test_profile_through_srun(cluster, cpu_program, stand_in_ncu, tmp_path):
@@ -87,8 +92,7 @@ def test_bench_array_and_compare(cluster, cpu_program, tmp_path):
     table = proc.stdout.splitlines()
     assert table[0].startswith("| input | nvidia on host CPU time s") and "speedup amd vs nvidia" in table[0]
     assert len([l for l in table if l.startswith("|")]) == 2 + 3
-    for png in ("cmp-breakdown.png", "cmp-by-n.png"):
-        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "cmp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_bench_array_task_failure_is_recorded(cluster, tmp_path):

@@ -1,0 +1,124 @@
+"""fa ladder: the homework kernel's optimizations one step at a time, each run, verified and timed.
+
+The steps are kernels of the programs themselves (src_common/ladder.h, chosen by FA_KERNEL),
+so every step runs through the same pipeline, on the same input, and is judged the same way:
+kernel time (the program's FA_TIMING kernel stage, median of the repeats), TFLOP/s, the
+speed-up over the step before, and the max error against float64. With profiling, each step
+also gets the course's metrics from `fa profile` (its kernel that takes most time).
+
+NVIDIA (cuda): naive -> warp per row -> shared-memory tiles -> padded K -> Br = 16 -> the tiled
+homework kernel -> tensor cores. HIP (hip, hip-cuda): the same first six steps, then the AMD
+step: the tile's Bc widened to the 64-lane wavefront (on an NVIDIA GPU its rows span two warps,
+so there it measures the AMD shape, not an AMD GPU).
+"""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import bench, profile
+from .errors import FaError
+from .judge import Target
+from .programs import Program
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    idea: str  # what it changes from the step before
+    env: dict[str, str]
+
+
+COMMON = [
+    Step("naive", "one thread per query row; K and V read from global memory", {"FA_KERNEL": "ladder-1"}),
+    Step("warp per row", "a warp per row, lanes across d: coalesced loads", {"FA_KERNEL": "ladder-2"}),
+    Step("smem tiles", "K/V tiles in shared memory for 4 rows (K unpadded: bank conflicts)",
+         {"FA_KERNEL": "ladder-3"}),
+    Step("padded K", "K tile rows padded to d + 1: conflict-free reads", {"FA_KERNEL": "ladder-4"}),
+    Step("Br 16", "16 rows per block: each tile serves 4x the rows", {"FA_KERNEL": "ladder-5"}),
+]
+NVIDIA = COMMON + [
+    Step("tiled", "Q and O in registers, float4 loads, next tile prefetched (the homework kernel)",
+         {"FA_KERNEL": "tiled"}),
+    Step("tensor cores", "3xFP16 mma.sync, fp32-accurate (sm_80 and later)", {"FA_KERNEL": "tensorcore"}),
+]
+HIP = COMMON + [
+    Step("tiled Bc 32", "the homework kernel with Bc = 32 (NVIDIA's warp)", {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}),
+    Step("tiled Bc 64", "Bc = 64, a row per 64-lane wavefront (the AMD step)", {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}),
+]
+
+
+def steps_for(program: Program) -> list[Step]:
+    """The ladder of a named GPU program (cuda, hip, hip-cuda)."""
+    if program.name == "cuda":
+        return NVIDIA
+    if program.name in ("hip", "hip-cuda"):
+        return HIP
+    raise FaError(f"fa ladder runs the steps built into our GPU programs: --program cuda, hip or hip-cuda "
+                  f"(not {program.name})")
+
+
+def run_ladder(program: Program, target: Target, plan_args: dict, steps: list[Step], with_profile: bool = False,
+               profiler: str = "ncu", workdir: Path | None = None, progress=None) -> list[dict]:
+    """One record per step (kind "ladder"): bench's figures plus step, name, idea, speedup and,
+    with profiling, the course's metrics of the step's main kernel."""
+    records = []
+    for i, step in enumerate(steps, 1):
+        plan = bench.BenchPlan([program], [target], env=step.env, kind="ladder",
+                               fields={"step": i, "step_name": step.name, "idea": step.idea, "env": step.env},
+                               **plan_args)
+        with tempfile.TemporaryDirectory(prefix="fa-ladder-", dir=workdir) as work:
+            record = bench.measure(plan, program, target, Path(work))
+        if with_profile and not record.get("error"):
+            kernels, _ = profile.profile(program, target, profiler, launcher=plan.launcher, workdir=workdir,
+                                         env=step.env)
+            main = max(kernels, key=lambda k: k.time_s)
+            record["profile"] = {"kernel": main.kernel, "time_s": main.time_s, "metrics": main.metrics,
+                                 "profiler": profiler}
+        records.append(record)
+        if progress:
+            progress(1)
+    add_speedups(records)
+    return records
+
+
+def add_speedups(records: list[dict]) -> None:
+    """Each step's kernel speed-up over the step before it (None where either has no kernel time)."""
+    previous = None
+    for r in records:
+        kernel = (r.get("timing") or {}).get("kernel")
+        r["speedup"] = previous / kernel if previous and kernel else None
+        r["speedup_total"] = None
+        previous = kernel if kernel else previous
+    first = next(((r.get("timing") or {}).get("kernel") for r in records if (r.get("timing") or {}).get("kernel")),
+                 None)
+    for r in records:
+        kernel = (r.get("timing") or {}).get("kernel")
+        r["speedup_total"] = first / kernel if first and kernel else None
+
+
+def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of a ladder table: one row per step."""
+    header = ["step", "what changes", "kernel ms", "TFLOP/s", "speed-up", "vs step 1", "max err", "verdict"]
+    with_profile = any("profile" in r for r in records)
+    if with_profile:
+        header += ["occupancy %", "shared ld conflicts", "global load GB/s"]
+    body = []
+    for r in records:
+        kernel = (r.get("timing") or {}).get("kernel")
+        ok = not r.get("error")
+        row = [f"{r['step']} {r['step_name']}", r["idea"],
+               f"{kernel * 1e3:.3g}" if ok and kernel else "-",
+               f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-",
+               f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
+               f"{r['speedup_total']:.1f}x" if r.get("speedup_total") else "-",
+               f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-",
+               ("PASS" if r.get("passed") else "WRONG") if ok else "ERROR"]
+        if with_profile:
+            m = r.get("profile", {}).get("metrics", {})
+            row += [f"{m['achieved occupancy']:.1f}" if "achieved occupancy" in m else "-",
+                    f"{m['shared ld conflicts']:.3g}" if "shared ld conflicts" in m else "-",
+                    f"{m['global load'] / 1e9:.0f}" if "global load" in m else "-"]
+        body.append(row)
+    return header, body

@@ -1,0 +1,80 @@
+"""fa sweep: parameters, skipped combinations with the compiler's reason, variants built with
+nvcc and hipcc here (no GPU needed with --no-run), and a run on a GPU."""
+import json
+import shutil
+
+import pytest
+
+from helpers import fa
+from fa_cli import sweep
+from fa_cli.errors import FaError
+
+
+def test_parameters_and_their_grid():
+    assert sweep.parse_param("Br=32,8,16,8") == ("Br", [8, 16, 32])
+    assert sweep.grid(["Bc=16,64"]) == [{"Br": 16, "Bc": 16}, {"Br": 16, "Bc": 64}]
+    assert sweep.grid([]) == [{"Br": 16, "Bc": 32}]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("Bk=8", "expected NAME=V1,V2,... with NAME one of Br, Bc"),
+    ("Br", "expected NAME=V1,V2,... with NAME one of Br, Bc"),
+    ("Br=8,x", "values must be whole numbers"),
+    ("Bc=24", "values must be powers of two"),
+    ("Bc=", "values must be powers of two"),
+])
+def test_bad_parameters_are_refused(text, why):
+    with pytest.raises(FaError, match=why):
+        sweep.parse_param(text)
+
+
+def test_skip_reason_is_the_static_assert_message():
+    nvcc = ('src_common/attention_tiled.h(96): error: static assertion failed with "Br x Bc threads: a block '
+            'holds at most 1024"\n1 error detected')
+    clang = "attention_tiled.h:96:3: error: static assertion failed: Br x Bc tiles need more than 48 KB\n"
+    assert sweep.skip_reason(nvcc) == "Br x Bc threads: a block holds at most 1024"
+    assert sweep.skip_reason(clang) == "Br x Bc tiles need more than 48 KB"
+    assert sweep.skip_reason("make: *** [Makefile:49] Error 2") == "make: *** [Makefile:49] Error 2"
+
+
+def test_an_unknown_parameter_is_one_line(cpu_program, tmp_path):
+    proc = fa("sweep", "t01", "--param", "Bq=4", "--arch", "sm_90", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip() == ("fa: error: --param 'Bq=4': expected NAME=V1,V2,... with NAME one of Br, Bc")
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_nvcc_variants_build_and_an_impossible_one_is_skipped(tmp_path):
+    """Br = 8 with Bc = 64 builds (its resources read from ptxas); Br = 32 with Bc = 64 would be
+    2048 threads: skipped with the kernel's own static_assert message."""
+    proc = fa("sweep", "t01", "--param", "Br=8,32", "--param", "Bc=64", "--arch", "sm_90", "--no-run",
+              "-o", "s.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    built, skipped = json.loads((tmp_path / "s.json").read_text())["records"]
+    assert (built["Br"], built["Bc"], built["skipped"], built["kind"]) == (8, 64, None, "sweep")
+    res = built["resources"]
+    assert res["kernel"] == "attention_tiled<32, 64>" and res["threads"] == 512 and 0 < res["registers"] <= 255
+    assert 0 < res["occupancy"] <= 1 and res["static_smem"] > 2 * 64 * 33 * 4  # two K tiles of pitch d + 1
+    assert skipped["skipped"] == "Br x Bc threads: a block holds at most 1024" and skipped["resources"] is None
+
+
+@pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc")
+def test_hip_variant_builds_for_an_amd_target(tmp_path):
+    proc = fa("sweep", "t01", "--program", "hip", "--param", "Br=8", "--param", "Bc=64", "--arch", "gfx90a",
+              "--no-run", "-o", "s.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [record] = json.loads((tmp_path / "s.json").read_text())["records"]
+    res = record["resources"]
+    assert res["kernel"] == "attention_tiled<32, 64>" and res["threads"] == 512 and res["registers"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("program", ["cuda", "hip-cuda"])
+def test_sweep_runs_and_verifies_every_variant(tmp_path, program):
+    proc = fa("sweep", "t03", "--program", program, "--param", "Br=8,16", "--param", "Bc=32,64", "--repeat", 1,
+              "-o", "s.json", "--plot", "s.png", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads((tmp_path / "s.json").read_text())["records"]
+    assert [(r["Br"], r["Bc"]) for r in records] == [(8, 32), (8, 64), (16, 32), (16, 64)]
+    assert all(r["passed"] and r["max_err"] < 1e-4 and r["tflops_kernel"] > 0 for r in records)
+    assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,0 +1,54 @@
+"""fa report: one markdown report from CPU-only results (fa run, fa bench), laid out in the
+course's order with the machine's spec; and every bad input is one line."""
+import json
+
+from helpers import fa
+
+
+def test_report_from_cpu_results(cpu_program, tmp_path):
+    assert fa("run", "t01", "t02", "--program", "cpu", "-o", "run.json", cwd=tmp_path).returncode == 0
+    assert fa("bench", "--program", "cpu", "--shape", "2,128,32", "--shape", "2,256,64", "--repeat", 1,
+              "-o", "bench.json", cwd=tmp_path).returncode == 0
+    # A ladder file as the GPU writes one, made here from the CPU bench records (the report
+    # only lays records out; their figures are real CPU measurements).
+    bench_records = json.loads((tmp_path / "bench.json").read_text())["records"]
+    steps = [{**r, "kind": "ladder", "step": i, "step_name": f"s{i}", "idea": "why", "speedup": None,
+              "speedup_total": None} for i, r in enumerate(bench_records[:1] * 2, 1)]
+    (tmp_path / "ladder.json").write_text(json.dumps({"records": steps}))
+    proc = fa("report", "run.json", "bench.json", "ladder.json", "-o", "rep", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "rep" / "report.md").read_text()
+    order = ["## System (3a)", "## 1. Correctness", "## 2. Profiling", "## 3. Optimizations", "### 3.1",
+             "### 3.2", "### 3.3", "## 4. NVIDIA and AMD", "## Commands"]
+    assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
+    system = json.loads((tmp_path / "run.json").read_text())["records"][0]["system"]
+    assert f"| {system['host']} | {system['cpu']} | {system['cores']} |" in text
+    judged = text[text.index("## 1."):text.index("## 2.")]
+    assert "2 of 2 runs PASS" in judged and "| t01 | 2x128x32 | cpu | host CPU |" in judged
+    assert judged.count("| 0.005 | PASS |") == 2
+    assert "No results: `fa profile" in text and "No results: `fa sweep" in text
+    pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
+    assert "bench.png" in pngs and any(p.startswith("ladder-") for p in pngs)
+    for png in pngs:
+        assert f"]({png})" in text and (tmp_path / "rep" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_inputs_are_one_line(tmp_path):
+    (tmp_path / "empty.json").write_text('{"records": []}')
+    (tmp_path / "notes.txt").write_text("hello")
+    (tmp_path / "odd.json").write_text('{"records": [{"x": 1}]}')
+    (tmp_path / "taken").write_text("a file")
+    cases = [
+        (["report", "empty.json", "-o", "o"], "fa: error: no records in empty.json"),
+        (["report", "notes.txt", "-o", "o"], "fa: error: notes.txt: not a results file of fa (JSON with a list of records)"),
+        (["report", "odd.json", "-o", "o"], "fa: error: odd.json: a record fa does not know ({'x': 1})"),
+    ]
+    for args, line in cases:
+        proc = fa(*args, cwd=tmp_path)
+        assert (proc.returncode, proc.stderr.strip(), proc.stdout) == (2, line, ""), args
+    assert not (tmp_path / "o").exists()
+    proc = fa("report", "missing.json", "-o", "o", cwd=tmp_path)
+    assert proc.returncode == 2 and "'missing.json' does not exist" in proc.stderr
+    (tmp_path / "run.json").write_text(json.dumps({"records": [{"kind": "run", "program": "cpu", "input": "t01"}]}))
+    proc = fa("report", "run.json", "-o", "taken", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("taken' is a file.") or "taken" in proc.stderr
