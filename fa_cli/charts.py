@@ -25,7 +25,9 @@ def _save(fig, path: Path) -> Path:
 
 
 def _devices(records: list[dict]) -> str:
-    return ", ".join(sorted({r.get("device", "?") for r in records}))
+    """The devices the records ran on (records that never ran, such as skipped variants, left out)."""
+    ran = {r["device"] for r in records if r.get("device") and r["device"] != "unknown" and not r.get("error")}
+    return ", ".join(sorted(ran)) or "no device (nothing ran)"
 
 
 def bench_chart(runs, table, path: Path) -> Path:
@@ -126,8 +128,11 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
                 left.annotate("skipped", (r["Br"], 0), fontsize=7, color=color, rotation=90, va="bottom",
                               xycoords=("data", "axes fraction"))
     first = records[0]
+    brs = sorted({r["Br"] for r in records})
     for ax, ylabel in ((left, "kernel TFLOP/s"), (right, "occupancy, % of the SM's warps")):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(brs, [str(b) for b in brs])
+        ax.minorticks_off()
         ax.set_xlabel("Br (query rows per block)")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)

@@ -324,7 +324,7 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     try:
         for t in targets:
             kernels, argv = profile.profile(prog, t, tool, kernel, metric_set == "full", runner, workdir, flops_kernel)
-            records += [profile.as_record(k, prog, t, tool, argv) for k in kernels]
+            records += [profile.as_record(k, prog, t, tool, argv, runner) for k in kernels]
     finally:
         if workdir is not None:
             slurm.remove_workdir(workdir)
@@ -425,9 +425,9 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
                gres, srun_args) -> None:
     """Run the homework kernel's optimization steps on CASE, one by one: each verified, with its
     kernel time, TFLOP/s and speed-up over the step before (and the course's metrics with --profile)."""
-    prog = program_for(program)
-    steps = ladder.steps_for(prog)
+    steps = ladder.steps_for(programs.resolve(program))  # refused before anything is built or generated
     [target] = targets_for([case])
+    prog = program_for(program)
     runner, workdir = make_launcher(launcher, partition, gres, srun_args)
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
     try:
@@ -462,9 +462,9 @@ def sweep_cmd(case, params, program, arch, no_run, repeats, tol, with_profile, p
     for text in params:
         sweep.parse_param(text)  # every bad --param is refused before anything is built
     if no_run and with_profile:
-        raise click.UsageError("--no-run and --profile exclude each other")
+        raise FaError("--no-run and --profile exclude each other")
     if program not in sweep.PROGRAMS:
-        raise click.UsageError(f"--program {program}: fa sweep builds {', '.join(sweep.PROGRAMS)}")
+        raise FaError(f"--program {program}: fa sweep builds {', '.join(sweep.PROGRAMS)}")
     [target] = targets_for([case])
     arch = arch or sweep.local_arch(program)
     runner, workdir = make_launcher(launcher, partition, gres, srun_args)

@@ -109,7 +109,7 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
         kernel = (r.get("timing") or {}).get("kernel")
         ok = not r.get("error")
         row = [f"{r['step']} {r['step_name']}", r["idea"],
-               f"{kernel * 1e3:.3g}" if ok and kernel else "-",
+               f"{kernel * 1e3:.4g}" if ok and kernel else "-",
                f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-",
                f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
                f"{r['speedup_total']:.1f}x" if r.get("speedup_total") else "-",

@@ -342,10 +342,11 @@ def profile(program, target, profiler: str, kernel: str | None = None, full: boo
     return kernels, [*prefix, *program.argv, str(target.input_path), "OUTPUT"]
 
 
-def as_record(k: KernelProfile, program, target, profiler: str, argv: list[str]) -> dict:
-    """One results-file record (bench.new_record): a kernel of a program on an input."""
+def as_record(k: KernelProfile, program, target, profiler: str, argv: list[str], launcher=None) -> dict:
+    """One results-file record (bench.new_record): a kernel of a program on an input (run
+    through `launcher`, whose machine the record describes)."""
     names = {figure: (ncu if profiler == "ncu" else nv) for figure, ncu, nv in NVIDIA_METRICS} \
         if profiler in ("ncu", "nvprof") else {c: c for c in AMD_COUNTERS}
-    return new_record(program, target, None, None, kind="profile", device=describe_first(), profiler=profiler,
+    return new_record(program, target, None, None, "profile", launcher, device=describe_first(), profiler=profiler,
                       kernel=k.kernel, launches=k.launches, time_s=k.time_s, tflops=k.tflops, metrics=k.metrics,
-                      metric_names={f: n for f, n in names.items() if n}, command=" ".join(argv))
+                      metric_names={f: n for f, n in names.items() if n}, profiler_command=" ".join(argv))

@@ -170,7 +170,7 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
                      f"{res['static_smem'] / 1024:.1f}" if res.get("static_smem") else "-",
                      f"{100 * res['occupancy']:.0f}" if res.get("occupancy") is not None else "-",
                      f"{achieved:.1f}" if achieved is not None else "-",
-                     f"{kernel * 1e3:.3g}" if ok and kernel else "-",
+                     f"{kernel * 1e3:.4g}" if ok and kernel else "-",
                      f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-",
                      f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-", result])
     return header, body

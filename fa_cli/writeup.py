@@ -218,7 +218,7 @@ def write(paths: list[Path], out_dir: Path) -> Path:
         sweep_section(found["sweep"], out_dir),
         resources_section(found["resources"]),
         bench_section(found["bench"], out_dir),
-        "## Commands\n",
+        "\n## Commands\n",
         "\n".join(f"- `{c}`" for c in dict.fromkeys(r.get("command", "") for v in found.values() for r in v if r.get("command"))) + "\n",
     ])
     report = out_dir / "report.md"

@@ -36,6 +36,7 @@ FIGURES = {
                        "sm__instruction_throughput.avg.pct_of_peak_sustained_active"],
 }
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
+USED: dict[str, str] = {}  # figure -> the metric that gave it, for the notes under the table
 NOT_STALLS = {"selected"}  # a warp issuing is counted as "selected": one cycle per issue, always
 TOP_STALLS = 4
 
@@ -68,6 +69,8 @@ def limiters(program: Path, inp: Path, kernel: str, keep: Path | None = None) ->
     for figure, metrics in FIGURES.items():
         present = [m for m in metrics if m in col and number(values[col[m]]) is not None]
         found[figure] = f"{number(values[col[present[0]]]):.3g}" if present else "-"
+        if present:
+            USED.setdefault(figure, present[0])
     stalls = sorted(((number(values[i]) or 0.0, STALL.match(name).group(1)) for name, i in col.items()
                      if STALL.match(name) and STALL.match(name).group(1) not in NOT_STALLS
                      and not name.endswith("_not_issued_per_issue_active.ratio")),
@@ -95,7 +98,9 @@ def main() -> None:
         text = (f"ncu `--set full`, first launch of `{a.kernel}` in {a.program.name}, clocks as the program runs "
                 "them. Stall reasons: ncu's names (wait = fixed-latency dependency, math_pipe_throttle = the pipe "
                 "is busy, long_scoreboard = global memory, short_scoreboard = shared memory or MUFU).\n\n")
-        kernel_docs.write_section("limiters", text + "\n".join(lines), kernel_docs.nvidia_device())
+        used = "; ".join(f"{figure}: `{metric}`" for figure, metric in USED.items())
+        kernel_docs.write_section("limiters", text + "\n".join(lines) + f"\n\nMetrics: {used}.",
+                                  kernel_docs.nvidia_device())
 
 
 if __name__ == "__main__":

@@ -128,3 +128,19 @@ def test_fa_gen_rejects_bad_shape(tmp_path):
     proc = fa("gen", "-B", 0, "-N", 4, "-d", 32, "-o", tmp_path / "x.in")
     assert proc.returncode == 2 and "B = 0, must be positive" in one_line(proc.stderr)
     assert not (tmp_path / "x.in").exists()
+
+
+@pytest.mark.parametrize("args, line", [
+    (["ladder", "t01", "--program", "cpu"], "fa: error: fa ladder runs the steps built into our GPU programs: "
+                                           "--program cuda, hip or hip-cuda (not cpu)"),
+    (["ladder", "nope.in", "--program", "cuda"], "fa: error: nope.in: cannot read input: No such file or directory"),
+    (["sweep", "t01", "--program", "cpu", "--arch", "sm_90"], "fa: error: --program cpu: fa sweep builds cuda, hip-cuda, hip"),
+    (["sweep", "t01", "--param", "Br=6", "--arch", "sm_90"], "fa: error: --param 'Br=6': values must be powers of two "
+                                                             "(1, 2, 4, ...)"),
+    (["sweep", "t01", "--arch", "sm_99", "--no-run"], "fa: error: --arch sm_99: give one of "),
+    (["sweep", "t01", "--no-run", "--profile", "--arch", "sm_90"], "fa: error: --no-run and --profile exclude each other"),
+])
+def test_ladder_and_sweep_refuse_in_one_line(cpu_program, tmp_path, args, line):
+    proc = fa(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and line in one_line(proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []
