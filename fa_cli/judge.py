@@ -119,8 +119,7 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
     run_ = result.run
     device = run_.build.get("device", "").replace("_", " ") or None
     fields = dict(verdict=result.verdict, wall_s=run_.wall_s, time_limit=result.time_limit, tol=options.tol,
-                  timing=run_.timing,
-                  build=run_.build, max_err=result.check.max_err if result.check else None,
+                  timing=run_.timing, build=run_.build, max_err=result.check.max_err if result.check else None,
                   verify_mode=result.check.mode if result.check else None, passed=result.ok)
     if device:
         fields["device"] = device

@@ -103,7 +103,7 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     header = ["step", "what changes", "kernel ms", "TFLOP/s", "speed-up", "vs step 1", "max err", "verdict"]
     with_profile = any("profile" in r for r in records)
     if with_profile:
-        header += ["occupancy %", "shared ld conflicts", "global load GB/s"]
+        header += ["occupancy %", "SM eff. %", "shared ld conflicts", "global load GB/s"]
     body = []
     for r in records:
         kernel = (r.get("timing") or {}).get("kernel")
@@ -118,6 +118,7 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
         if with_profile:
             m = r.get("profile", {}).get("metrics", {})
             row += [f"{m['achieved occupancy']:.1f}" if "achieved occupancy" in m else "-",
+                    f"{m['SM efficiency']:.1f}" if "SM efficiency" in m else "-",
                     f"{m['shared ld conflicts']:.3g}" if "shared ld conflicts" in m else "-",
                     f"{m['global load'] / 1e9:.0f}" if "global load" in m else "-"]
         body.append(row)

@@ -52,3 +52,11 @@ def test_bad_inputs_are_one_line(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"records": [{"kind": "run", "program": "cpu", "input": "t01"}]}))
     proc = fa("report", "run.json", "-o", "taken", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip().endswith("taken' is a file.") or "taken" in proc.stderr
+
+
+def test_nvidia_and_amd_results_are_told_apart():
+    from fa_cli import writeup
+
+    nvidia = {"device": "NVIDIA H100 80GB HBM3 (sm_90)"}
+    amd = {"device": "unknown", "system": {"gpus": [{"vendor": "amd", "name": "AMD Instinct MI210"}]}}
+    assert [writeup._vendor(r) for r in (nvidia, amd, {"device": "host CPU"})] == ["nvidia", "amd", None]
