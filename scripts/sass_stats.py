@@ -6,7 +6,7 @@ disassembles the kernels with cuobjdump and prints, per kernel, the registers, s
 traffic, and the static count of each instruction class (all, tensor-core mma, ldmatrix,
 shared/global/local memory, fp32 math, special functions, shuffles, branches).
 With --docs the table is also written to docs/kernels.md.
-    python3 scripts/sass_stats.py before=PATH after=bin/fa-cuda [--arch sm_90] [--docs]
+    python3 scripts/sass_stats.py before=PATH after=bin/fa-cuda [--arch sm_90] [--kernels REGEX] [--docs]
 """
 import argparse
 import collections
@@ -45,7 +45,7 @@ def cuobjdump() -> str:
 def demangle(names: list[str]) -> dict[str, str]:
     try:
         out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
-        return {m: re.sub(r"\(.*\)$", "", d).removeprefix("void ").removeprefix("fa::")
+        return {m: re.sub(r"^(\w+::)+", "", re.sub(r"\(.*\)$", "", d).removeprefix("void "))
                 for m, d in zip(names, out.splitlines())}
     except (OSError, subprocess.CalledProcessError):
         return {m: m for m in names}
@@ -108,6 +108,7 @@ def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("programs", nargs="+", metavar="LABEL=PATH")
     args.add_argument("--arch", default="sm_90")
+    args.add_argument("--kernels", metavar="REGEX", help="only kernels whose name matches (re.search)")
     args.add_argument("--docs", action="store_true", help="also write the table to docs/kernels.md")
     a = args.parse_args()
     programs = {}
@@ -117,7 +118,8 @@ def main() -> None:
             label, path = Path(spec).name, spec
         if not Path(path).is_file():
             sys.exit(f"sass_stats: {path}: no such program")
-        programs[label] = kernel_stats(Path(path), a.arch)
+        stats = kernel_stats(Path(path), a.arch)
+        programs[label] = {k: v for k, v in stats.items() if not a.kernels or re.search(a.kernels, k)}
     text = (f"Static SASS instruction counts per kernel ({a.arch}); REG = registers per thread, STACK = "
             "bytes of stack (spills); classes as in scripts/sass_stats.py.\n\n" + table(programs))
     print(text)

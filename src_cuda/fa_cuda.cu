@@ -21,6 +21,7 @@
 #include "../src_common/attention_tiled.h"
 #include "../src_common/ladder.h"
 #include "kernel_tensorcore.cuh"
+#include "kernel_wgmma.cuh"
 
 namespace fa {
 
@@ -39,6 +40,11 @@ class CudaKernels {
     if (forced && *forced) {
       if (std::strcmp(forced, "tiled") == 0) {
         tensorcore_ = false;
+      } else if (std::strcmp(forced, "wgmma") == 0) {  // experimental (kernel_wgmma.cuh)
+        if (cc != 90) fail(kExitUsage, "FA_KERNEL=wgmma needs an sm_90 GPU (Hopper); this GPU is %s", arch.c_str());
+        if (!wgmma_compiled_here())
+          fail(kExitUsage, "FA_KERNEL=wgmma: this program has no sm_90a code; rebuild it with CUDA_ARCH=sm_90a");
+        tensorcore_ = wgmma_ = true;
       } else if (const int step = ladder::parse_step(forced); step != 0) {
         if (step < 0) fail(kExitUsage, "FA_KERNEL=%s: the ladder's steps are ladder-1 to ladder-%d", forced, ladder::kSteps);
         ladder_step_ = step;
@@ -60,9 +66,11 @@ class CudaKernels {
       allow_smem(attention_tensorcore<32, true>, tc_smem_bytes<32>());
       allow_smem(attention_tensorcore<64, false>, tc_smem_bytes<64>());
       allow_smem(attention_tensorcore<64, true>, tc_smem_bytes<64>());
+      allow_smem(attention_wgmma<32>, wg_smem_bytes<32>());
+      allow_smem(attention_wgmma<64>, wg_smem_bytes<64>());
       // Short sequences split K and V inside the main kernel (see kernel_tensorcore.cuh);
       // FA_TC_SPLIT=fused|prepass forces one way, for measurements.
-      fused_ = s.N <= kFusedMaxN;
+      fused_ = s.N <= kFusedMaxN && !wgmma_;
       if (const char* split = std::getenv("FA_TC_SPLIT"); split && *split) {
         if (std::strcmp(split, "fused") != 0 && std::strcmp(split, "prepass") != 0)
           fail(kExitUsage, "FA_TC_SPLIT=%s: expected fused or prepass", split);
@@ -107,7 +115,9 @@ class CudaKernels {
         {"attention_tensorcore<32, false>", tc_warps<32, false>() * 32, tc_smem_bytes<32>()},
         {"attention_tensorcore<32, true>", tc_warps<32, true>() * 32, tc_smem_bytes<32>()},
         {"attention_tensorcore<64, false>", tc_warps<64, false>() * 32, tc_smem_bytes<64>()},
-        {"attention_tensorcore<64, true>", tc_warps<64, true>() * 32, tc_smem_bytes<64>()}};
+        {"attention_tensorcore<64, true>", tc_warps<64, true>() * 32, tc_smem_bytes<64>()},
+        {"attention_wgmma<32>", 128, wg_smem_bytes<32>()},
+        {"attention_wgmma<64>", 128, wg_smem_bytes<64>()}};
     for (const auto& l : ladder::kLaunches) all.push_back({l.kernel, l.threads, 0});
     return all;
   }
@@ -115,6 +125,7 @@ class CudaKernels {
   std::string name() const {
     if (ladder_step_) return "ladder-" + std::to_string(ladder_step_);
     if (!tensorcore_) return "tiled";
+    if (wgmma_) return std::string("wgmma") + (*declined_host_ ? "+tiled" : "");
     return std::string(fused_ ? "tensorcore-fused" : "tensorcore") + (*declined_host_ ? "+tiled" : "");
   }
 
@@ -127,6 +138,19 @@ class CudaKernels {
     cudaFuncAttributes attr;
     CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tensorcore<64, false>));
     return attr.ptxVersion >= 80;
+  }
+
+  // Whether the loaded code is sm_90a's (only there does wgmma exist): asked of the GPU once.
+  static bool wgmma_compiled_here() {
+    int* yes = nullptr;
+    CUDA_CHECK(cudaMallocManaged(&yes, sizeof(int)));
+    *yes = 0;
+    wgmma_compiled<<<1, 1>>>(yes);
+    CUDA_CHECK_LAUNCH("wgmma_compiled");
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const bool found = *yes == 1;
+    CUDA_CHECK(cudaFree(yes));
+    return found;
   }
 
   template <class Kernel>
@@ -150,7 +174,13 @@ class CudaKernels {
     __half* kv = static_cast<__half*>(scratch);
     int* decline = reinterpret_cast<int*>(static_cast<char*>(scratch) + split_bytes(batches));
     CUDA_CHECK(cudaMemsetAsync(decline, 0, sizeof(int), stream));
-    if (fused_) {
+    if (wgmma_) {
+      split_kv<<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
+      CUDA_CHECK_LAUNCH("split_kv");
+      const int64_t row_tiles = (N + 63) / 64;
+      attention_wgmma<D><<<(unsigned)(batches * row_tiles), 128, wg_smem_bytes<D>(), stream>>>(
+          qkv, kv, out, N, row_tiles, decline, declined_device_);
+    } else if (fused_) {
       launch_tensorcore<D, true>(qkv, kv, out, batches, decline, stream);
     } else {
       split_kv<<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
@@ -173,6 +203,7 @@ class CudaKernels {
 
   Shape shape_;
   bool tensorcore_ = false;
+  bool wgmma_ = false;  // FA_KERNEL=wgmma
   int ladder_step_ = 0;  // FA_KERNEL=ladder-N
   bool fused_ = false;
   int split_blocks_ = 0;

@@ -394,14 +394,14 @@ struct OnlineSoftmax {
   }
 };
 
-// O = O * alpha + P V. The tile's P V accumulates from zero in fresh registers and is folded
-// into O with round-to-nearest FMAs: the tensor core's fp32 accumulation truncates, and O
-// accumulated inside it over every tile drifts at N = 32768. P's A fragments for keys
-// 16kk..16kk+15 are the score n-tiles 2kk and 2kk+1, split in registers.
+// pv = P V for the tile, accumulated from zero in fresh registers (the kernel folds it into O
+// with round-to-nearest FMAs: the tensor core's fp32 accumulation truncates, and O accumulated
+// inside it over every tile drifts at N = 32768). P's A fragments for keys 16kk..16kk+15 are
+// the score n-tiles 2kk and 2kk+1, split in registers.
 template <int D>
-__device__ __forceinline__ void accumulate_pv(float (&o)[D / 8][4], const ScoreTile& p, const float (&alpha)[2],
-                                              const KVStage<D>& stage, int lane) {
-  float pv[D / 8][4] = {};
+__device__ __forceinline__ void tile_pv(float (&pv)[D / 8][4], const ScoreTile& p, const KVStage<D>& stage, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) pv[nt][0] = pv[nt][1] = pv[nt][2] = pv[nt][3] = 0.f;
 #pragma unroll
   for (int kk = 0; kk < kTcBc / 16; ++kk) {
     uint32_t p_hi[4], p_lo[4];
@@ -418,11 +418,6 @@ __device__ __forceinline__ void accumulate_pv(float (&o)[D / 8][4], const ScoreT
       mma3<FA_TC_PV_TERMS>(pv[2 * dp], p_hi, p_lo, vh[0], vh[1], vl[0], vl[1]);
       mma3<FA_TC_PV_TERMS>(pv[2 * dp + 1], p_hi, p_lo, vh[2], vh[3], vl[2], vl[3]);
     }
-  }
-#pragma unroll
-  for (int nt = 0; nt < D / 8; ++nt) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) o[nt][c] = fmaf(o[nt][c], alpha[c >> 1], pv[nt][c]);
   }
 }
 
@@ -499,7 +494,13 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
     if (key0 + kTcBc > N) mask_keys_past(s, (int)(N - key0), lane);
     float alpha[2];
     softmax.update(s, alpha);  // s now holds P
-    accumulate_pv(o, s, alpha, stage, lane);
+    float pv[D / 8][4];
+    tile_pv<D>(pv, s, stage, lane);
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {  // O = O * alpha + P V
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[nt][c] = fmaf(o[nt][c], alpha[c >> 1], pv[nt][c]);
+    }
     __syncthreads();  // this stage is refilled by the next iteration's load
   }
 

@@ -5,11 +5,13 @@ timing line and the softmax sum at N = 32768; then what only the GPU programs ha
 tensor-core range fallback, kernels and ports agreeing."""
 import os
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import build, run_and_check
+from helpers import ROOT, build, run_and_check
+from fa_cli.devices import list_devices
 from fa_cli import generate, reference, suite, verify
 from fa_cli.format import AttentionInput, Shape, as_f32_bytes, header_bytes, open_output
 
@@ -136,13 +138,40 @@ def timing_line(program, inp, out, env):
     return dict(item.split("=", 1) for item in proc.stderr.split("fa-timing:")[1].split())
 
 
+def hopper_build() -> Path:
+    """fa-cuda built for sm_90a (bin/sm_90a/), which carries the experimental wgmma kernel; the
+    test skips on GPUs other than Hopper."""
+    if not any(d.arch == "sm_90" for d in list_devices()):
+        pytest.skip("the wgmma kernel needs a Hopper GPU (sm_90)")
+    subprocess.run(["make", "-s", "-C", str(ROOT), "BIN=bin/sm_90a", "CUDA_ARCH=sm_90a", "cuda"], check=True)
+    return ROOT / "bin" / "sm_90a" / "fa-cuda"
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", ["prepass", "fused"])
+@pytest.mark.parametrize("d", [32, 64])
+@pytest.mark.parametrize("N", [1, 33, 129, 1000])
+def test_wgmma_kernel_on_odd_shapes(tmp_path, N, d):
+    env = {**os.environ, "FA_KERNEL": "wgmma"}
+    assert run_and_check(hopper_build(), tmp_path, Shape(3, N, d), seed=N, env=env) <= TOL
+
+
+@pytest.mark.gpu
+def test_wgmma_needs_sm90a_code(tmp_path):
+    program, inp = build("cuda"), tmp_path / "x.in"
+    generate.write_input(inp, Shape(1, 8, 32), 0)
+    proc = subprocess.run([str(program), str(inp), str(tmp_path / "o.out")], capture_output=True, text=True,
+                          env={**os.environ, "FA_KERNEL": "wgmma"})
+    assert proc.returncode == 2 and not (tmp_path / "o.out").exists()
+    assert proc.stderr.strip().endswith("rebuild it with CUDA_ARCH=sm_90a") or "needs an sm_90 GPU" in proc.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split", ["prepass", "fused", "wgmma"])
 def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
     """|x| > 64 would overflow the tensor-core split: such a chunk runs on the tiled kernel."""
-    program = build("cuda")
-    env = {**os.environ, "FA_TC_SPLIT": split}
-    impl = "tensorcore" if split == "prepass" else "tensorcore-fused"
+    program = hopper_build() if split == "wgmma" else build("cuda")
+    env = {**os.environ, "FA_TC_SPLIT": split} if split != "wgmma" else {**os.environ, "FA_KERNEL": "wgmma"}
+    impl = {"prepass": "tensorcore", "fused": "tensorcore-fused", "wgmma": "wgmma"}[split]
     shape = Shape(2, 200, 64)
     inp, out = tmp_path / "big.in", tmp_path / "o.out"
     q, k, v = (np.stack(x) for x in zip(*(generate.batch(shape, 3, "uniform", b) for b in range(2))))
