@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from . import (__version__, bench, compare, generate, judge, ladder, locations, profile, programs, report, resources,
+from . import (__version__, bench, charts, compare, generate, judge, ladder, profile, programs, report, resources,
                slurm, suite, sweep, system, verify, writeup)
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
@@ -437,8 +437,6 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
         if workdir is not None:
             slurm.remove_workdir(workdir)
     show(*ladder.rows(records), as_markdown, f"fa ladder: {prog.name} on {records[0]['device']}, {target.name}")
-    from . import charts
-
     save_and_plot(records, results, plot, charts.ladder_chart)
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
 
@@ -477,8 +475,6 @@ def sweep_cmd(case, params, program, arch, no_run, repeats, tol, with_profile, p
         if workdir is not None:
             slurm.remove_workdir(workdir)
     show(*sweep.rows(records), as_markdown, f"fa sweep: {program} for {arch}, {target.name}")
-    from . import charts
-
     save_and_plot(records, results, plot, charts.sweep_chart)
     ran = [r for r in records if not r.get("skipped")]
     sys.exit(ExitStatus.OK if no_run or all(not r.get("error") and r.get("passed") for r in ran) else ExitStatus.FAILED)

@@ -9,6 +9,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import charts
+
+
 @dataclass(frozen=True)
 class RunKey:
     name: str  # the record's label, else its program
@@ -82,6 +85,4 @@ def markdown(records: list[dict]) -> str:
 
 def plot(records: list[dict], path: Path) -> Path:
     """One PNG at `path`: stage breakdown per input and run, and time against N (charts.bench_chart)."""
-    from . import charts  # matplotlib: only when a chart is asked for
-
     return charts.bench_chart(*arrange(records), path)

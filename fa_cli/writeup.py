@@ -16,7 +16,7 @@ import json
 from collections import OrderedDict
 from pathlib import Path
 
-from . import compare, ladder, sweep
+from . import charts, compare, ladder, sweep
 from .errors import FaError
 from .format import atomic_file
 
@@ -123,8 +123,6 @@ def ladder_section(records: list[dict], out_dir: Path) -> str:
     parts = [head]
     for key, group in _groups(records, lambda r: (r["program"], r.get("device"), r["input"])).items():
         png = _png(out_dir, "ladder", key)
-        from . import charts
-
         charts.ladder_chart(group, out_dir / png)
         parts.append(f"\n{group[0]['program']} on {group[0].get('device')}, input {group[0]['input']}:\n\n"
                      + table(*ladder.rows(group)) + f"\n![ladder]({png})\n")
@@ -138,8 +136,6 @@ def sweep_section(records: list[dict], out_dir: Path) -> str:
     parts = [head]
     for key, group in _groups(records, lambda r: (r["program"].split("-br")[0], r.get("arch"), r["input"])).items():
         png = _png(out_dir, "sweep", key)
-        from . import charts
-
         charts.sweep_chart(group, out_dir / png)
         parts.append(f"\n{key[0]} built for {key[1]}, input {key[2]}:\n\n" + table(*sweep.rows(group))
                      + f"\n![sweep]({png})\n")
@@ -163,8 +159,6 @@ def bench_section(records: list[dict], out_dir: Path) -> str:
     if not records:
         return head + "\nNo results: `fa bench --suite --program cuda -o bench.json` (and the same on the AMD " \
                       "partition with --program hip) gives them.\n"
-    from . import charts
-
     png = "bench.png"
     charts.bench_chart(*compare.arrange(records), out_dir / png)
     vendors = {_vendor(r) for r in records}
