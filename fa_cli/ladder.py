@@ -84,18 +84,15 @@ def run_ladder(program: Program, target: Target, plan_args: dict, steps: list[St
 
 
 def add_speedups(records: list[dict]) -> None:
-    """Each step's kernel speed-up over the step before it (None where either has no kernel time)."""
+    """Each step's kernel speed-up over the last step before it with a kernel time, and over the
+    first such step (None for a step with no kernel time: it failed)."""
+    times = [(r.get("timing") or {}).get("kernel") for r in records]
+    first = next((t for t in times if t), None)
     previous = None
-    for r in records:
-        kernel = (r.get("timing") or {}).get("kernel")
-        r["speedup"] = previous / kernel if previous and kernel else None
-        r["speedup_total"] = None
-        previous = kernel if kernel else previous
-    first = next(((r.get("timing") or {}).get("kernel") for r in records if (r.get("timing") or {}).get("kernel")),
-                 None)
-    for r in records:
-        kernel = (r.get("timing") or {}).get("kernel")
-        r["speedup_total"] = first / kernel if first and kernel else None
+    for r, t in zip(records, times):
+        r["speedup"] = previous / t if previous and t else None
+        r["speedup_total"] = first / t if first and t else None
+        previous = t or previous
 
 
 def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:

@@ -127,7 +127,7 @@ def run_sweep(program_name: str, target: Target, params: list[str], arch: str, p
     for combo, variant in zip(combos, variants):
         kernel = tiled_kernel(variant, target.shape.d)
         fields = {**combo, "arch": arch, "skipped": variant.skipped,
-                  "resources": bench_resources(kernel)}
+                  "resources": resource_summary(kernel)}
         program = variant.program or Program(variant_name(program_name, combo), Path("-"))
         plan = bench.BenchPlan([program], [target], env=env, kind="sweep", fields=fields, **plan_args)
         if variant.skipped or not run:
@@ -146,7 +146,7 @@ def run_sweep(program_name: str, target: Target, params: list[str], arch: str, p
     return records
 
 
-def bench_resources(kernel: resources.KernelUsage | None) -> dict | None:
+def resource_summary(kernel: resources.KernelUsage | None) -> dict | None:
     if kernel is None:
         return None
     return {"kernel": kernel.kernel, "registers": kernel.registers, "spill_bytes": kernel.spill_bytes,
