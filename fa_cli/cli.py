@@ -403,7 +403,7 @@ def measure_options(f):
 
 def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str) -> None:
     if as_markdown:
-        click.echo(writeup.table(header, body), nl=False)
+        click.echo(report.markdown_table(header, body), nl=False)
     else:
         report.console.print(report.compare_table(header, body, title))
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import charts
+from .report import markdown_table
 
 
 @dataclass(frozen=True)
@@ -77,10 +78,7 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def markdown(records: list[dict]) -> str:
-    header, body = rows(records)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in body]
-    return "\n".join(lines) + "\n"
+    return markdown_table(*rows(records))
 
 
 def plot(records: list[dict], path: Path) -> Path:

@@ -156,8 +156,13 @@ def profile_table(records: list[dict]) -> Table:
     return table
 
 
-def profile_markdown(records: list[dict]) -> str:
-    header, rows = profile_rows(records)
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table for a report (a '|' inside a cell escaped)."""
+    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def profile_markdown(records: list[dict]) -> str:
+    return markdown_table(*profile_rows(records))

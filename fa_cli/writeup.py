@@ -19,6 +19,7 @@ from pathlib import Path
 from . import charts, compare, ladder, sweep
 from .errors import FaError
 from .format import atomic_file
+from .report import markdown_table, profile_rows
 
 KINDS = ("run", "bench", "profile", "ladder", "sweep", "resources")
 
@@ -58,20 +59,14 @@ def load(paths: list[Path]) -> dict[str, list[dict]]:
     return found
 
 
-def table(header: list[str], body: list[list[str]]) -> str:
-    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in body]
-    return "\n".join(lines) + "\n"
-
-
 def systems_section(found: dict[str, list[dict]]) -> str:
     machines: OrderedDict[str, dict] = OrderedDict()
     for records in found.values():
         for r in records:
             spec = r.get("system")
             if spec:
-                gpus = ", ".join(f"{g['name']} ({g['arch']}, {g.get('memory_gib', '?')} GiB)" for g in spec.get("gpus", []))
+                gpus = ", ".join(f"{g['name']} ({g['arch']}, {g.get('memory_gib', '?')} GiB)"
+                                 for g in spec.get("gpus", []))
                 machines.setdefault(f"{spec.get('host')}|{gpus}", spec)
     out = ["## System (3a)\n"]
     if not machines:
@@ -87,7 +82,7 @@ def systems_section(found: dict[str, list[dict]]) -> str:
                      sw.get("driver", "-"),
                      ", ".join(f"{k} {v}" for k, v in sw.items() if k != "driver") or "-",
                      spec.get("os", "-")])
-    out.append(table(["host", "CPU", "cores", "memory", "disk", "GPUs", "driver", "CUDA / ROCm", "OS"], body))
+    out.append(markdown_table(["host", "CPU", "cores", "memory", "disk", "GPUs", "driver", "CUDA / ROCm", "OS"], body))
     out.append("As recorded by the commands that measured (`fa system` prints the same for this machine).\n")
     return "\n".join(out)
 
@@ -103,17 +98,15 @@ def judge_section(records: list[dict]) -> str:
              r.get("verdict", "?")] for r in records]
     passed = sum(r.get("verdict") == "PASS" for r in records)
     return (head + f"\n{passed} of {len(records)} runs PASS (the course's tolerance is 5e-3).\n\n"
-            + table(["case", "B x N x d", "program", "device", "time s", "limit s", "max err", "tolerance", "verdict"],
-                    body))
+            + markdown_table(["case", "B x N x d", "program", "device", "time s", "limit s", "max err", "tolerance",
+                              "verdict"], body))
 
 
 def profile_section(records: list[dict]) -> str:
-    from .report import profile_rows
-
     head = "## 2. Profiling (`fa profile`)\n"
     if not records:
         return head + "\nNo results: `fa profile t17 t27 --program cuda -o profile.json` gives them.\n"
-    return head + "\n" + table(*profile_rows(records))
+    return head + "\n" + markdown_table(*profile_rows(records))
 
 
 def ladder_section(records: list[dict], out_dir: Path) -> str:
@@ -125,7 +118,7 @@ def ladder_section(records: list[dict], out_dir: Path) -> str:
         png = _png(out_dir, "ladder", key)
         charts.ladder_chart(group, out_dir / png)
         parts.append(f"\n{group[0]['program']} on {group[0].get('device')}, input {group[0]['input']}:\n\n"
-                     + table(*ladder.rows(group)) + f"\n![ladder]({png})\n")
+                     + markdown_table(*ladder.rows(group)) + f"\n![ladder]({png})\n")
     return "".join(parts)
 
 
@@ -137,7 +130,7 @@ def sweep_section(records: list[dict], out_dir: Path) -> str:
     for key, group in _groups(records, lambda r: (r["program"].split("-br")[0], r.get("arch"), r["input"])).items():
         png = _png(out_dir, "sweep", key)
         charts.sweep_chart(group, out_dir / png)
-        parts.append(f"\n{key[0]} built for {key[1]}, input {key[2]}:\n\n" + table(*sweep.rows(group))
+        parts.append(f"\n{key[0]} built for {key[1]}, input {key[2]}:\n\n" + markdown_table(*sweep.rows(group))
                      + f"\n![sweep]({png})\n")
     return "".join(parts)
 
@@ -150,7 +143,7 @@ def resources_section(records: list[dict]) -> str:
              str(r.get("static_smem", 0) + r.get("dynamic_smem", 0)),
              f"{100 * r['occupancy']:.0f}%" if r.get("occupancy") is not None else "-",
              ", ".join(r.get("limited_by", []))] for r in records]
-    return head + "\n" + table(["target", "kernel", "threads", "registers", "spill bytes", "shared bytes",
+    return head + "\n" + markdown_table(["target", "kernel", "threads", "registers", "spill bytes", "shared bytes",
                                 "theoretical occupancy", "limited by"], body)
 
 
@@ -199,6 +192,7 @@ def write(paths: list[Path], out_dir: Path) -> Path:
         raise FaError(f"{out_dir}: exists and is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     sources = ", ".join(f"`{p.name}`" for p in paths)
+    commands = dict.fromkeys(r["command"] for records in found.values() for r in records if r.get("command"))
     counts = ", ".join(f"{len(v)} {k}" for k, v in found.items() if v)
     text = "\n".join([
         "# FlashAttention homework: results\n",
@@ -213,7 +207,7 @@ def write(paths: list[Path], out_dir: Path) -> Path:
         resources_section(found["resources"]),
         bench_section(found["bench"], out_dir),
         "\n## Commands\n",
-        "\n".join(f"- `{c}`" for c in dict.fromkeys(r.get("command", "") for v in found.values() for r in v if r.get("command"))) + "\n",
+        "\n".join(f"- `{c}`" for c in commands) + "\n",
     ])
     report = out_dir / "report.md"
     with atomic_file(report) as f:
