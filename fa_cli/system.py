@@ -63,9 +63,10 @@ def disk(path: Path) -> dict:
 def nvidia_software() -> dict:
     """Driver and the CUDA version it supports (nvidia-smi), and the compiler's (nvcc)."""
     found = {}
-    if smi := _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]):
-        found["driver"] = smi.splitlines()[0].strip()
-    if m := re.search(r"CUDA Version:\s*([\d.]+)", _run(["nvidia-smi"])):
+    smi = _run(["nvidia-smi"])  # its banner: "Driver Version: 580.159.04   CUDA Version: 13.0"
+    if m := re.search(r"Driver Version:\s*([\d.]+)", smi):
+        found["driver"] = m.group(1)
+    if m := re.search(r"CUDA Version:\s*([\d.]+)", smi):
         found["cuda_driver"] = m.group(1)
     if m := re.search(r"release ([\d.]+)", _run(["nvcc", "--version"])):
         found["nvcc"] = m.group(1)

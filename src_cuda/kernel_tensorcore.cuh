@@ -394,10 +394,18 @@ struct OnlineSoftmax {
   }
 };
 
+// P's A fragments for keys 16kk..16kk+15 (the score n-tiles 2kk and 2kk+1), scaled by 2^12
+// and split into hi and lo.
+__device__ __forceinline__ void split_p(const ScoreTile& p, int kk, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+  split_pair_masked(p[2 * kk][0] * kPScale, p[2 * kk][1] * kPScale, hi[0], lo[0]);
+  split_pair_masked(p[2 * kk][2] * kPScale, p[2 * kk][3] * kPScale, hi[1], lo[1]);
+  split_pair_masked(p[2 * kk + 1][0] * kPScale, p[2 * kk + 1][1] * kPScale, hi[2], lo[2]);
+  split_pair_masked(p[2 * kk + 1][2] * kPScale, p[2 * kk + 1][3] * kPScale, hi[3], lo[3]);
+}
+
 // pv = P V for the tile, accumulated from zero in fresh registers (the kernel folds it into O
 // with round-to-nearest FMAs: the tensor core's fp32 accumulation truncates, and O accumulated
-// inside it over every tile drifts at N = 32768). P's A fragments for keys 16kk..16kk+15 are
-// the score n-tiles 2kk and 2kk+1, split in registers.
+// inside it over every tile drifts at N = 32768). P never leaves registers (split_p).
 template <int D>
 __device__ __forceinline__ void tile_pv(float (&pv)[D / 8][4], const ScoreTile& p, const KVStage<D>& stage, int lane) {
 #pragma unroll
@@ -405,10 +413,7 @@ __device__ __forceinline__ void tile_pv(float (&pv)[D / 8][4], const ScoreTile& 
 #pragma unroll
   for (int kk = 0; kk < kTcBc / 16; ++kk) {
     uint32_t p_hi[4], p_lo[4];
-    split_pair_masked(p[2 * kk][0] * kPScale, p[2 * kk][1] * kPScale, p_hi[0], p_lo[0]);
-    split_pair_masked(p[2 * kk][2] * kPScale, p[2 * kk][3] * kPScale, p_hi[1], p_lo[1]);
-    split_pair_masked(p[2 * kk + 1][0] * kPScale, p[2 * kk + 1][1] * kPScale, p_hi[2], p_lo[2]);
-    split_pair_masked(p[2 * kk + 1][2] * kPScale, p[2 * kk + 1][3] * kPScale, p_hi[3], p_lo[3]);
+    split_p(p, kk, p_hi, p_lo);
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, dim = dp * 16 + (lane >> 4) * 8;

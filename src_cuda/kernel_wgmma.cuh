@@ -170,12 +170,7 @@ __global__ void __launch_bounds__(128, FA_TC_MIN_BLOCKS)
     // rewritten before the wait.
     uint32_t p_hi[kTcBc / 16][4], p_lo[kTcBc / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < kTcBc / 16; ++kk) {
-      split_pair_masked(s[2 * kk][0] * kPScale, s[2 * kk][1] * kPScale, p_hi[kk][0], p_lo[kk][0]);
-      split_pair_masked(s[2 * kk][2] * kPScale, s[2 * kk][3] * kPScale, p_hi[kk][1], p_lo[kk][1]);
-      split_pair_masked(s[2 * kk + 1][0] * kPScale, s[2 * kk + 1][1] * kPScale, p_hi[kk][2], p_lo[kk][2]);
-      split_pair_masked(s[2 * kk + 1][2] * kPScale, s[2 * kk + 1][3] * kPScale, p_hi[kk][3], p_lo[kk][3]);
-    }
+    for (int kk = 0; kk < kTcBc / 16; ++kk) split_p(s, kk, p_hi[kk], p_lo[kk]);
     float pv[D / 8][4];
     wg_keep(pv);
     wg_fence();
