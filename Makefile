@@ -7,7 +7,7 @@
 #   make submission submission/hw4.cu, hw4.hip and Makefile: the course's single files
 #
 # CUDA_ARCH: space-separated sm_XX list; default: the local GPU if one is present, else
-# sm_75 sm_80 sm_90, plus sm_61 (the course's GTX 1080) when this nvcc still lists it.
+# sm_75 sm_80 sm_90a, plus sm_61 (the course's GTX 1080) when this nvcc still lists it.
 # HIP_ARCH: gfx targets; default: the local AMD GPU if present, else gfx908 gfx90a, plus
 # gfx942 where this hipcc accepts it.
 
@@ -39,7 +39,8 @@ all: cpu $(if $(HAVE_NVCC),cuda) $(if $(HAVE_HIPCC),hip)
 # Probes are recursive variables: they run only when a CUDA or HIP target expands them.
 LOCAL_SM = $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
 NVCC_ARCHS = $(shell $(NVCC) --list-gpu-arch 2>/dev/null)
-CUDA_ARCH ?= $(if $(LOCAL_SM),sm_$(LOCAL_SM),$(if $(filter compute_61,$(NVCC_ARCHS)),sm_61) sm_75 sm_80 sm_90)
+# Hopper (sm_90) is built as sm_90a, the target that has its warpgroup MMA (the wgmma kernel).
+CUDA_ARCH ?= $(if $(LOCAL_SM),$(patsubst sm_90,sm_90a,sm_$(LOCAL_SM)),$(if $(filter compute_61,$(NVCC_ARCHS)),sm_61) sm_75 sm_80 sm_90a)
 CUDA_GENCODE = $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(subst sm_,,$(a)),code=$(a))
 CUDA_SRC := src_cuda/fa_cuda.cu $(wildcard src_cuda/*.cuh) $(wildcard src_common/*.h)
 

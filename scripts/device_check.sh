@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Everything the GPU programs must show on a GPU machine, in one call:
 #   build -> GPU tests -> the suite t01..t30 through fa run -> the course submission ->
-#   compute-sanitizer (memcheck, racecheck, synccheck; SANITIZE_TOOLS) -> benchmark.
-# Usage: scripts/device_check.sh [build tests suite submission sanitize bench trace ...]   (default: all)
+#   compute-sanitizer (memcheck, racecheck, synccheck; SANITIZE_TOOLS) -> every row of t27 and
+#   t28 (dense) -> benchmark -> per-chunk trace.
+# Usage: scripts/device_check.sh [build tests suite submission sanitize dense bench trace ...]   (default: all)
 # BENCH_AGAINST=PATH adds another build of fa-cuda (an older commit, say) to the benchmark,
 # measured side by side with this one.
 # Logs go to /tmp/fa-logs, packed at the end into $LOG/logs.tgz beside the benchmark's results,
@@ -17,7 +18,7 @@ LOG=/tmp/fa-logs
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 FA_CACHE=${FA_CACHE:-/tmp/fa-cache}
 mkdir -p "$OUT" "$LOG" "$FA_CACHE"
 fa() { python3 -m fa_cli "$@"; }
-steps=${*:-build tests suite submission sanitize bench trace}
+steps=${*:-build tests suite submission sanitize dense bench trace}
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
@@ -43,6 +44,7 @@ for step in $steps; do
     # The single files the course takes, built by their own Makefile for this GPU; judged on the
     # whole suite and compared byte for byte with bin/fa-cuda on every case.
     sm=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+    [ "$sm" = sm_90 ] && sm=sm_90a  # as the Makefile builds Hopper: with its wgmma kernel
     make -s submission && make -s -C submission hw4 CUDA_ARCH=$sm 2>&1 | tee "$LOG/submission-build.log"
     fa run --all --program submission/hw4 --tol 1e-4 2>&1 | tee "$LOG/suite-submission.log"
     note "suite submission/hw4 ($sm): $(grep -c PASS "$LOG/suite-submission.log") of 30 PASS at 1e-4"
@@ -58,7 +60,8 @@ for step in $steps; do
     fa gen -B 2 -N 257 -d 64 --seed 3 -o /tmp/san64.in >/dev/null
     fa gen -B 3 -N 100 -d 32 --seed 4 -o /tmp/san32.in >/dev/null
     # program:VARIABLE=value, every kernel and tile shape (SANITIZE_EXTRA adds more, paths too)
-    for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-hip-cuda:FA_HIP_BC=32 \
+    for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-cuda:FA_KERNEL=wgmma \
+        fa-hip-cuda:FA_HIP_BC=32 \
         fa-hip-cuda:FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
       prog=${run%%:*} setting=${run#*:}
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
@@ -74,10 +77,9 @@ for step in $steps; do
   bench)
     shapes=(--shape 26,32768,64 --shape 52,32768,32 --shape 64,4096,64 --shape 512,1024,32 --shape 13000,128,32)
     rm -f "$LOG/bench.json"
-    if [ -n "${BENCH_AGAINST:-}" ]; then
-      fa bench --program cuda --program "$BENCH_AGAINST" "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" \
-        2>&1 | tee -a "$LOG/bench.log"
-    fi
+    # the program as built (its default kernel), beside BENCH_AGAINST if given
+    fa bench --program cuda ${BENCH_AGAINST:+--program "$BENCH_AGAINST"} "${shapes[@]}" --repeat ${REPEAT:-3} \
+      -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     for kernel in ${BENCH_KERNELS:-tensorcore tiled}; do
       FA_KERNEL=$kernel fa bench --program cuda --label "cuda-$kernel" "${shapes[@]}" --repeat ${REPEAT:-3} \
         -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
@@ -86,6 +88,19 @@ for step in $steps; do
     fa bench --program torch --label torch-sdpa-fp32 "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     fa compare "$LOG/bench.json" --markdown --plot "$LOG/bench.png" | tee "$LOG/compare.md"
     note "bench: see compare.md"
+    ;;
+  dense)
+    # Every row of t27 and t28 against float64 (torch on the GPU), the default kernel's output;
+    # the lines also go into docs/kernels.md (copied to the logs).
+    files=()
+    for c in t27 t28; do
+      f=testcases/$c.in; [ -f "$f" ] || f=$FA_CACHE/$c.in
+      [ -f "$f" ] || fa run $c --program cuda >/dev/null  # puts the case in the cache
+      bin/fa-cuda "$f" /tmp/dense-$c.out && files+=("$f" /tmp/dense-$c.out)
+    done
+    python3 scripts/dense_error.py "${files[@]}" --docs 2>&1 | tee "$LOG/dense.log"
+    cp docs/kernels.md "$LOG/"
+    note "dense error: $(grep -c . "$LOG/dense.log") lines; $(tr '\n' ' ' <"$LOG/dense.log" | cut -c1-300)"
     ;;
   trace)
     # Per-chunk trace (FA_TIMING=2) and wall time of the whole process, page-cached input.

@@ -5,8 +5,8 @@
 # CUDA_ARCH: the GPU to compile for. Default: sm_61 (the course's GTX 1080) where this nvcc
 # still lists it, else the oldest architecture it lists (sm_75 for CUDA 13, which dropped
 # Pascal). The program runs on that GPU and every newer one; its tensor-core kernel needs the
-# code built for sm_80 or later (e.g. `make hw4 CUDA_ARCH=sm_90` for an H100), and without it
-# the program runs its fp32 tiled kernel.
+# code built for sm_80 or later, and without it the program runs its fp32 tiled kernel; on an
+# H100, `make hw4 CUDA_ARCH=sm_90a` adds the faster Hopper (wgmma) kernel.
 # HIP_ARCH: AMD targets, space-separated. Default gfx908 (the course's example); an MI210 is
 # gfx90a. HIP_PLATFORM=amd makes hipcc build for AMD even where nvcc is installed too.
 

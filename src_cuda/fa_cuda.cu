@@ -2,12 +2,16 @@
 //
 //   fa-cuda INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
 //
-// Kernels (FA_KERNEL=tiled|tensorcore|ladder-N forces one; the default is the fastest accurate one):
+// Kernels (FA_KERNEL=tiled|tensorcore|wgmma|ladder-N forces one; the default is the fastest
+// accurate one: wgmma on Hopper where N > 256 and the program has sm_90a code, else tensorcore
+// on sm_80 and later, else tiled):
 //   tiled       src_common/attention_tiled.h: the homework design in fp32 (Br = 16, Bc = 32,
-//               padded K),
-//               every GPU (sm_61 and later);
+//               padded K), every GPU (sm_61 and later);
 //   tensorcore  kernel_tensorcore.cuh: 3xFP16 mma.sync, fp32-class accuracy, sm_80 and later;
-//               a chunk with values it cannot represent (|x| > 64, NaN, inf) runs tiled;
+//   wgmma       kernel_wgmma.cuh: the same algorithm and precision on Hopper's warpgroup MMA
+//               (sm_90a code only);
+//               tensorcore and wgmma run a chunk with values they cannot represent (|x| > 64,
+//               NaN, inf) on the tiled kernel;
 //   ladder-1..5 src_common/ladder.h: the optimization steps that lead to the tiled kernel.
 // Host side: src_common/gpu_pipeline.h (streamed chunks, device start-up overlapped with the
 // read) and src_common/fa_host.h (format checks, atomic output, FA_TIMING=1 breakdown).
@@ -40,7 +44,7 @@ class CudaKernels {
     if (forced && *forced) {
       if (std::strcmp(forced, "tiled") == 0) {
         tensorcore_ = false;
-      } else if (std::strcmp(forced, "wgmma") == 0) {  // experimental (kernel_wgmma.cuh)
+      } else if (std::strcmp(forced, "wgmma") == 0) {
         if (cc != 90) fail(kExitUsage, "FA_KERNEL=wgmma needs an sm_90 GPU (Hopper); this GPU is %s", arch.c_str());
         if (!wgmma_compiled_here())
           fail(kExitUsage, "FA_KERNEL=wgmma: this program has no sm_90a code; rebuild it with CUDA_ARCH=sm_90a");
@@ -56,10 +60,12 @@ class CudaKernels {
                arch.c_str());
         tensorcore_ = true;
       } else {
-        fail(kExitUsage, "FA_KERNEL=%s: expected tiled, tensorcore or ladder-1..%d", forced, ladder::kSteps);
+        fail(kExitUsage, "FA_KERNEL=%s: expected tiled, tensorcore, wgmma or ladder-1..%d", forced, ladder::kSteps);
       }
     } else {
       tensorcore_ = cc >= 80 && tensorcore_compiled();
+      // Short sequences stay on mma.sync, whose fused split saves the split pass's round trip.
+      wgmma_ = cc == 90 && s.N > kFusedMaxN && wgmma_compiled_here();
     }
     if (tensorcore_) {
       allow_smem(attention_tensorcore<32, false>, tc_smem_bytes<32>());
@@ -69,12 +75,14 @@ class CudaKernels {
       allow_smem(attention_wgmma<32>, wg_smem_bytes<32>());
       allow_smem(attention_wgmma<64>, wg_smem_bytes<64>());
       // Short sequences split K and V inside the main kernel (see kernel_tensorcore.cuh);
-      // FA_TC_SPLIT=fused|prepass forces one way, for measurements.
+      // FA_TC_SPLIT=fused|prepass forces one way, for measurements (on the mma.sync kernel).
       fused_ = s.N <= kFusedMaxN && !wgmma_;
       if (const char* split = std::getenv("FA_TC_SPLIT"); split && *split) {
         if (std::strcmp(split, "fused") != 0 && std::strcmp(split, "prepass") != 0)
           fail(kExitUsage, "FA_TC_SPLIT=%s: expected fused or prepass", split);
+        if (wgmma_ && forced && *forced) fail(kExitUsage, "FA_TC_SPLIT=%s applies to the mma.sync kernel, not wgmma", split);
         fused_ = std::strcmp(split, "fused") == 0;
+        wgmma_ = false;
       }
       // Mapped host flag: set by the split pass if any chunk had to run on the tiled kernel.
       int* flag = nullptr;
@@ -116,8 +124,10 @@ class CudaKernels {
         {"attention_tensorcore<32, true>", tc_warps<32, true>() * 32, tc_smem_bytes<32>()},
         {"attention_tensorcore<64, false>", tc_warps<64, false>() * 32, tc_smem_bytes<64>()},
         {"attention_tensorcore<64, true>", tc_warps<64, true>() * 32, tc_smem_bytes<64>()},
-        {"attention_wgmma<32>", 128, wg_smem_bytes<32>()},
-        {"attention_wgmma<64>", 128, wg_smem_bytes<64>()}};
+        {"split_kv_blocked<32>", kSplitThreads, 0},
+        {"split_kv_blocked<64>", kSplitThreads, 0},
+        {"attention_wgmma<32>", wg_threads<32>(), wg_smem_bytes<32>()},
+        {"attention_wgmma<64>", wg_threads<64>(), wg_smem_bytes<64>()}};
     for (const auto& l : ladder::kLaunches) all.push_back({l.kernel, l.threads, 0});
     return all;
   }
@@ -142,22 +152,25 @@ class CudaKernels {
 
   // Whether the loaded code is sm_90a's (only there does wgmma exist): asked of the GPU once.
   static bool wgmma_compiled_here() {
-    int* yes = nullptr;
-    CUDA_CHECK(cudaMallocManaged(&yes, sizeof(int)));
-    *yes = 0;
-    wgmma_compiled<<<1, 1>>>(yes);
+    int* flag = nullptr;
+    int found = 0;
+    CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+    wgmma_compiled<<<1, 1>>>(flag);
     CUDA_CHECK_LAUNCH("wgmma_compiled");
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const bool found = *yes == 1;
-    CUDA_CHECK(cudaFree(yes));
-    return found;
+    CUDA_CHECK(cudaMemcpy(&found, flag, sizeof(int), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(flag));
+    return found == 1;
   }
 
   template <class Kernel>
   static void allow_smem(Kernel kernel, int bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   }
-  size_t split_bytes(int64_t batches) const { return fused_ ? 0 : (size_t)(batches * shape_.batch_elements() * 8); }
+  size_t split_bytes(int64_t batches) const {  // 4 fp16 arrays of N x d per batch (wgmma: N padded to tiles)
+    if (fused_) return 0;
+    const int64_t keys = wgmma_ ? wg_tiles(shape_.N) * kTcBc : shape_.N;
+    return (size_t)(batches * keys * shape_.d * 8);
+  }
 
   template <int D>
   void launch_d(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
@@ -175,10 +188,10 @@ class CudaKernels {
     int* decline = reinterpret_cast<int*>(static_cast<char*>(scratch) + split_bytes(batches));
     CUDA_CHECK(cudaMemsetAsync(decline, 0, sizeof(int), stream));
     if (wgmma_) {
-      split_kv<<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
-      CUDA_CHECK_LAUNCH("split_kv");
-      const int64_t row_tiles = (N + 63) / 64;
-      attention_wgmma<D><<<(unsigned)(batches * row_tiles), 128, wg_smem_bytes<D>(), stream>>>(
+      split_kv_blocked<D><<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N, decline, declined_device_);
+      CUDA_CHECK_LAUNCH("split_kv_blocked");
+      const int64_t row_tiles = (N + wg_rows<D>() - 1) / wg_rows<D>();
+      attention_wgmma<D><<<(unsigned)(batches * row_tiles), wg_threads<D>(), wg_smem_bytes<D>(), stream>>>(
           qkv, kv, out, N, row_tiles, decline, declined_device_);
     } else if (fused_) {
       launch_tensorcore<D, true>(qkv, kv, out, batches, decline, stream);
@@ -203,7 +216,7 @@ class CudaKernels {
 
   Shape shape_;
   bool tensorcore_ = false;
-  bool wgmma_ = false;  // FA_KERNEL=wgmma
+  bool wgmma_ = false;  // Hopper's kernel (kernel_wgmma.cuh)
   int ladder_step_ = 0;  // FA_KERNEL=ladder-N
   bool fused_ = false;
   int split_blocks_ = 0;

@@ -59,9 +59,9 @@ constexpr int kTcBc = 64;                      // keys per tile
 constexpr float kLimit = 64.f;                 // largest |x| the split represents safely
 constexpr float kQKScale = 64.f;               // 2^6 on Q and on K
 constexpr float kVScale = 64.f;                // 2^6 on V
-constexpr float kPScale = 4096.f;              // 2^12 on P
+constexpr float kLog2PScale = 12.f;            // 2^12 on P, applied by the exponential itself
 [[maybe_unused]] constexpr float kUnscaleS = 1.f / (kQKScale * kQKScale);
-[[maybe_unused]] constexpr float kUnscaleO = 1.f / (kPScale * kVScale);
+[[maybe_unused]] constexpr float kUnscaleO = 1.f / kVScale;  // P's scale cancels in O / l
 
 // Shared memory: two stages (double buffering), each [K_hi | K_lo | V_hi | V_lo] of kTcBc rows
 // of D + 8 halves. The 16-byte pad puts the 8 rows one ldmatrix reads in 8 distinct 4-bank groups.
@@ -353,7 +353,7 @@ struct OnlineSoftmax {
   float m[2] = {-INFINITY, -INFINITY};  // running max (base 2, unscaled)
   CompensatedSum l[2];                  // this lane's share of the running sums
 
-  // Scores -> probabilities in place; alpha[h] = the factor by which row h of O shrinks.
+  // Scores -> probabilities (times 2^12) in place; alpha[h] = the factor by which row h of O shrinks.
   __device__ __forceinline__ void update(ScoreTile& s, float (&alpha)[2]) {
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -373,11 +373,13 @@ struct OnlineSoftmax {
     // The tile's 16 probabilities per lane are summed first, then added to l with compensation:
     // one by one, probabilities far below l would be rounded away together (N = 32768).
     float tile_sum[2] = {0.f, 0.f};
+    // P = 2^(s - m) 2^12: unscale S, subtract the max and scale P in one FMA.
+    const float shift[2] = {kLog2PScale - m[0], kLog2PScale - m[1]};
 #pragma unroll
     for (int nt = 0; nt < kTcBc / 8; ++nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        s[nt][c] = fast_exp2(fmaf(s[nt][c], kUnscaleS, -m[c >> 1]));  // unscale and subtract in one FMA
+        s[nt][c] = fast_exp2(fmaf(s[nt][c], kUnscaleS, shift[c >> 1]));
         tile_sum[c >> 1] += s[nt][c];
       }
     }
@@ -394,13 +396,13 @@ struct OnlineSoftmax {
   }
 };
 
-// P's A fragments for keys 16kk..16kk+15 (the score n-tiles 2kk and 2kk+1), scaled by 2^12
-// and split into hi and lo.
+// P's A fragments for keys 16kk..16kk+15 (the score n-tiles 2kk and 2kk+1), split into hi and lo
+// (P is already scaled by 2^12).
 __device__ __forceinline__ void split_p(const ScoreTile& p, int kk, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
-  split_pair_masked(p[2 * kk][0] * kPScale, p[2 * kk][1] * kPScale, hi[0], lo[0]);
-  split_pair_masked(p[2 * kk][2] * kPScale, p[2 * kk][3] * kPScale, hi[1], lo[1]);
-  split_pair_masked(p[2 * kk + 1][0] * kPScale, p[2 * kk + 1][1] * kPScale, hi[2], lo[2]);
-  split_pair_masked(p[2 * kk + 1][2] * kPScale, p[2 * kk + 1][3] * kPScale, hi[3], lo[3]);
+  split_pair_masked(p[2 * kk][0], p[2 * kk][1], hi[0], lo[0]);
+  split_pair_masked(p[2 * kk][2], p[2 * kk][3], hi[1], lo[1]);
+  split_pair_masked(p[2 * kk + 1][0], p[2 * kk + 1][1], hi[2], lo[2]);
+  split_pair_masked(p[2 * kk + 1][2], p[2 * kk + 1][3], hi[3], lo[3]);
 }
 
 // pv = P V for the tile, accumulated from zero in fresh registers (the kernel folds it into O

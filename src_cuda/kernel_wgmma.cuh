@@ -1,17 +1,15 @@
-// kernel_wgmma.cuh: the tensor-core kernel's products on Hopper's warpgroup MMA (sm_90a).
-// Experimental (FA_KERNEL=wgmma, programs built with CUDA_ARCH=sm_90a): correct, but slower
-// than attention_tensorcore as it stands, since each product waits for its wgmma before the
-// softmax runs (docs/kernels.md); overlapping them is the next step.
+// kernel_wgmma.cuh: the tensor-core kernel on Hopper's warpgroup MMA (sm_90a only).
 //
-// The same algorithm and precision as attention_tensorcore (kernel_tensorcore.cuh: 3xFP16 split,
-// online softmax, P kept in registers, per-tile P V folded into O with round-to-nearest FMAs),
-// with each product issued as wgmma by the block's one warpgroup (4 warps, 64 query rows):
-// S = Q K^T as m64n64k16 with Q's hi/lo fragments from registers and K's from shared memory,
-// P V as m64nDk16 with P's from registers and V's from shared memory (transposed operand).
-// wgmma's register fragments are mma.sync's, so Q, S and P keep their layout and code.
-// Shared memory holds K and V tiles in the operands' canonical no-swizzle layout: 8 x 8 core
-// matrices of 8 keys x 8 dimensions, 128 contiguous bytes each, dimension blocks innermost.
+// The algorithm and precision of attention_tensorcore (3xFP16 split, online softmax, P in
+// registers, each tile's P V folded into O with round-to-nearest FMAs; kernel_tensorcore.cuh),
+// with each product issued as wgmma by a warpgroup (4 warps, 64 query rows) and the K/V tiles
+// shared by kGroups warpgroups (64 kGroups rows per block: K and V are read from L2 once per
+// block, not once per 64 rows). One producer thread streams the tiles with bulk copies; each
+// consumer warpgroup issues the next tile's S before it runs the softmax of the last, so the
+// tensor cores work while it computes (docs/kernels.md has the measurements).
 #pragma once
+
+#include <type_traits>
 
 #include "kernel_tensorcore.cuh"
 
@@ -26,15 +24,117 @@ __global__ void wgmma_compiled(int* yes) {
 #endif
 }
 
+// ------------------------------------------------------------------------- launch geometry
+// Block: kGroups consumer warpgroups (warps 0 .. 4 kGroups - 1, 64 query rows each), then one
+// producer warpgroup (one thread of it copies). Grid: one block per (batch, 64 kGroups rows).
+#ifndef FA_WG_GROUPS32
+#define FA_WG_GROUPS32 2
+#endif
 template <int D>
-__host__ __device__ constexpr int wg_stage_halves() { return 4 * kTcBc * D; }
+__host__ __device__ constexpr int wg_groups() { return D == 32 ? FA_WG_GROUPS32 : 2; }
 template <int D>
-__host__ __device__ constexpr int wg_smem_bytes() { return 2 * wg_stage_halves<D>() * 2; }
+__host__ __device__ constexpr int wg_threads() { return 128 * (wg_groups<D>() + 1); }
+// Registers per thread after the producer hands its share over: 24 for the producer, the rest
+// of the SM's 64 K split among the consumers (a multiple of 8).
+constexpr int kWgProducerRegs = 24;
+template <int D>
+__host__ __device__ constexpr int wg_consumer_regs() {
+  return (65536 / 128 - kWgProducerRegs) / wg_groups<D>() / 8 * 8;
+}
+template <int D>
+__host__ __device__ constexpr int wg_rows() { return 64 * wg_groups<D>(); }
 
-// Offset (halves) of element (key, dim) of one K or V array in the blocked layout.
+// ------------------------------------------------------------------------- memory layout
+// Split K and V in global memory (written by split_kv_blocked) and in shared memory alike: per
+// batch, tiles of kTcBc keys (the last zero-padded), each [K_hi | K_lo | V_hi | V_lo], each
+// array in wgmma's canonical no-swizzle layout: 8 x 8 core matrices (8 keys x 8 dimensions,
+// 128 contiguous bytes), dimension blocks innermost. A tile is one contiguous copy.
+// Shared memory: kWgStages such tiles in a ring, then the ring's barriers.
+#ifndef FA_WG_STAGES
+#define FA_WG_STAGES 4
+#endif
+constexpr int kWgStages = FA_WG_STAGES;
 template <int D>
-__device__ __forceinline__ int wg_offset(int key, int dim) {
+__host__ __device__ constexpr int wg_tile_halves() { return 4 * kTcBc * D; }
+template <int D>
+__host__ __device__ constexpr int wg_smem_bytes() { return kWgStages * wg_tile_halves<D>() * 2 + 2 * kWgStages * 8; }
+__host__ __device__ constexpr int64_t wg_tiles(int64_t N) { return (N + kTcBc - 1) / kTcBc; }
+
+// Offset (halves) of element (key, dim) of one array of a tile.
+template <int D>
+__host__ __device__ __forceinline__ int wg_offset(int key, int dim) {
   return ((key / 8) * (D / 8) + dim / 8) * 64 + (key % 8) * 8 + dim % 8;
+}
+
+// ------------------------------------------------------------------------- the split pass
+// K and V -> scaled hi and lo halves in the tiled layout above; Q, K and V range-checked.
+// One thread per 8 dimensions of one key (one core-matrix row), in destination order.
+template <int D>
+__global__ void __launch_bounds__(kSplitThreads)
+    split_kv_blocked(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t N,
+                     int* __restrict__ decline, volatile int* declined_ever) {
+  const int64_t tiles = wg_tiles(N), ND = N * D;
+  const int64_t rows = batches * tiles * kTcBc;  // padded keys of every batch
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < rows * (D / 8);
+       c += (int64_t)gridDim.x * blockDim.x) {
+    const int r8 = c % 8, dim = (c / 8) % (D / 8) * 8;
+    const int64_t key_block = c / (8 * (D / 8)), padded_key = key_block * 8 + r8;
+    const int64_t b = padded_key / (tiles * kTcBc), tile = padded_key / kTcBc % tiles;
+    const int64_t key = padded_key % (tiles * kTcBc);
+    float4 x[3][2] = {};  // Q, K, V: 8 dimensions each
+    if (key < N) {
+      const float* src = qkv + b * 3 * ND + key * D + dim;
+#pragma unroll
+      for (int m = 0; m < 3; ++m) {
+        x[m][0] = *reinterpret_cast<const float4*>(src + m * ND);
+        x[m][1] = *reinterpret_cast<const float4*>(src + m * ND + 4);
+      }
+    }
+    bool in_range = true;
+#pragma unroll
+    for (int m = 0; m < 3; ++m) in_range &= splittable(x[m][0]) && splittable(x[m][1]);
+    if (!in_range) {
+      *decline = 1;
+      *declined_ever = 1;
+    }
+    __half* dst = kv + (b * tiles + tile) * wg_tile_halves<D>() + wg_offset<D>((int)(key % kTcBc), dim);
+#pragma unroll
+    for (int m = 1; m < 3; ++m) {  // K -> arrays 0 and 1, V -> 2 and 3
+      const float scale = m == 1 ? kQKScale : kVScale;
+      uint2 hi0, lo0, hi1, lo1;
+      split_float4(x[m][0], scale, hi0, lo0);
+      split_float4(x[m][1], scale, hi1, lo1);
+      *reinterpret_cast<uint4*>(dst + (2 * m - 2) * kTcBc * D) = make_uint4(hi0.x, hi0.y, hi1.x, hi1.y);
+      *reinterpret_cast<uint4*>(dst + (2 * m - 1) * kTcBc * D) = make_uint4(lo0.x, lo0.y, lo1.x, lo1.y);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------- PTX wrappers
+// mbarriers (shared-memory arrival counters with a phase bit) and the bulk copy that completes on one.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// Returns once the barrier's phase of this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_addr(dst)),
+               "l"(src), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
 }
 
 // Shared-memory matrix descriptor: start address, leading and stride byte offsets, no swizzle.
@@ -47,11 +147,18 @@ __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.alig
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Register fences: wgmma reads and writes its registers after the instruction has issued, so
+// accumulators are pinned across the wait and A fragments kept alive until it.
 template <int R>
-__device__ __forceinline__ void wg_keep(float (&d)[R][4]) {  // no compiler moves across issue and wait
+__device__ __forceinline__ void wg_keep(float (&d)[R][4]) {
 #pragma unroll
   for (int i = 0; i < R; ++i)
     asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])::"memory");
+}
+template <int R>
+__device__ __forceinline__ void wg_keep(uint32_t (&a)[R][4]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
 }
 
 // d (+)= a b: m64n64k16 (d: 8 n-tiles x 4) or m64n32k16 (4 n-tiles x 4), A from registers.
@@ -86,112 +193,202 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[R][4], const uint32_t (&a)[4
   else wgmma_n32<kTransB>(d, a, b, accumulate);
 }
 
-// The split K and V tile (4 arrays of kTcBc keys x D) into one stage, by cp.async: 16-byte
-// chunks, eight consecutive threads filling one 128-byte core matrix.
+// ------------------------------------------------------------------------- the kernel's steps
+// Descriptors' byte offsets between core matrices: the leading offset runs along the product's
+// reduction, the stride offset along N. K as B (K-major, reducing over dims): 128 B to the next
+// dimension block, D / 8 * 128 B to the next key block. V as B (transposed, reducing over
+// keys): the other way round. (Measured: the swapped pairs give wrong results.)
 template <int D>
-__device__ __forceinline__ void wg_load_tile(__half* stage, const __half* KV, int64_t key0, int64_t N, int tid) {
-  constexpr int kBlocks = D / 8, kChunks = 4 * kTcBc * kBlocks;
-  const int64_t ND = N * D;
-  const __half* src0 = KV + key0 * D;
-  const bool full = key0 + kTcBc <= N;
-#pragma unroll
-  for (int c = tid; c < kChunks; c += 128) {
-    const int r8 = c % 8, db = (c / 8) % kBlocks, kb = (c / (8 * kBlocks)) % (kTcBc / 8),
-              array = c / (kTcBc * kBlocks);
-    const int key = kb * 8 + r8, dim = db * 8;
-    __half* dst = stage + array * kTcBc * D + wg_offset<D>(key, dim);
-    const bool valid = full || key0 + key < N;
-    cp_async16(dst, valid ? src0 + array * ND + key * D + dim : KV, valid ? 16 : 0);
+struct WgTile {
+  static constexpr int kArray = kTcBc * D;  // halves of one of K_hi, K_lo, V_hi, V_lo
+  static constexpr uint32_t kNearDim = 128, kNearKey = D / 8 * 128;
+  const __half* k_hi;
+  __device__ __forceinline__ uint64_t k(int array, int ks) const {  // dims 16 ks.. of K_hi (0) or K_lo (1)
+    return wg_desc(k_hi + array * kArray + ks * 2 * 64, kNearDim, kNearKey);
   }
-  cp_async_commit();
+  __device__ __forceinline__ uint64_t v(int array, int kk) const {  // keys 16 kk.. of V_hi (0) or V_lo (1)
+    return wg_desc(k_hi + (2 + array) * kArray + kk * 2 * (D / 8) * 64, kNearKey, kNearDim);
+  }
+};
+
+// Issues S = Q K^T for the warpgroup's 64 rows and the tile's keys (3 products per k16 step,
+// small terms first), as one wgmma group.
+template <int D>
+__device__ __forceinline__ void wg_issue_scores(ScoreTile& s, const QFragments<D>& q, WgTile<D> tile) {
+  wg_fence();
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    wgmma_rs<0>(s, q.lo[ks], tile.k(0, ks), ks > 0);
+    wgmma_rs<0>(s, q.hi[ks], tile.k(1, ks), 1);
+    wgmma_rs<0>(s, q.hi[ks], tile.k(0, ks), 1);
+  }
+  wg_commit();
 }
 
+// Issues pv = P V for the tile from P's split fragments, as one wgmma group; pv starts from zero.
 template <int D>
-__global__ void __launch_bounds__(128, FA_TC_MIN_BLOCKS)
+__device__ __forceinline__ void wg_issue_pv(float (&pv)[D / 8][4], const uint32_t (&p_hi)[kTcBc / 16][4],
+                                            const uint32_t (&p_lo)[kTcBc / 16][4], WgTile<D> tile) {
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < kTcBc / 16; ++kk) {
+    wgmma_rs<1>(pv, p_lo[kk], tile.v(0, kk), kk > 0);
+    wgmma_rs<1>(pv, p_hi[kk], tile.v(1, kk), 1);
+    wgmma_rs<1>(pv, p_hi[kk], tile.v(0, kk), 1);
+  }
+  wg_commit();
+}
+
+// P's split fragments for the whole tile: wgmma reads its A registers after issuing, so all
+// four k16 steps' fragments must exist before the first is issued.
+__device__ __forceinline__ void wg_split_p(const ScoreTile& p, uint32_t (&hi)[kTcBc / 16][4],
+                                           uint32_t (&lo)[kTcBc / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kTcBc / 16; ++kk) split_p(p, kk, hi[kk], lo[kk]);
+}
+
+// O = O * alpha + P V, with round-to-nearest FMAs.
+template <int D>
+__device__ __forceinline__ void fold_pv(float (&o)[D / 8][4], const float (&pv)[D / 8][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < D / 8; ++nt) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) o[nt][c] = fmaf(o[nt][c], alpha[c >> 1], pv[nt][c]);
+  }
+}
+
+// Turns at the tensor cores, round robin over the consumer warpgroups: a group issues its
+// products only after the previous one has issued its own, so one group's softmax runs while
+// the other's products run instead of all of them waiting together. Named barrier 1 + g is
+// group g's turn (256 threads: g's own 128 wait, the previous group's 128 arrive).
+template <int kGroups>
+struct TensorTurns {
+  int group;
+  __device__ __forceinline__ void start() const {  // group 0 goes first
+    if (group == kGroups - 1) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+  }
+  __device__ __forceinline__ void wait() const { asm volatile("bar.sync %0, 256;\n" ::"r"(1 + group) : "memory"); }
+  __device__ __forceinline__ void pass(bool last) const {  // last: no one waits for this turn
+    if (!(last && group == kGroups - 1))
+      asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (group + 1) % kGroups) : "memory");
+  }
+};
+
+// ------------------------------------------------------------------------- the kernel
+// Producer warpgroup (its first thread): tile j into ring slot j % kWgStages once the consumers
+// released it, arriving on full[slot] with the copy's byte count; it gives up registers
+// (setmaxnreg) to the consumers. Each consumer warpgroup, per tile j: wait for full[slot], issue
+// S of tile j, then P V of tile j - 1; softmax of tile j while P V runs; fold tile j - 1 into O
+// and release its slot (one arrival per consumer warp on empty[slot]).
+template <int D>
+__global__ void __launch_bounds__(wg_threads<D>(), 1)
     attention_wgmma(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
                     int64_t N, int64_t row_tiles, int* __restrict__ decline, volatile int* declined_ever) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if (*decline) return;
-  extern __shared__ __align__(16) __half smem[];
-  const int tid = threadIdx.x, lane = tid % 32;
-  const int64_t b = blockIdx.x / row_tiles;
-  const int64_t row0 = (blockIdx.x % row_tiles) * 64 + tid / 32 * 16;
-  const int64_t ND = N * D;
-  const float* Q = qkv + b * 3 * ND;
-  const __half* KV = kv + b * 4 * ND;
-  const int64_t tiles = (N + kTcBc - 1) / kTcBc;
-  constexpr int kArray = kTcBc * D;  // halves of one of K_hi, K_lo, V_hi, V_lo
-  // Descriptors' byte offsets between core matrices: the leading offset runs along the
-  // product's reduction, the stride offset along N. K as B (K-major, reducing over dims): 128 B
-  // to the next dimension block, D / 8 * 128 B to the next key block. V as B (transposed,
-  // reducing over keys): the other way round. (Measured: the swapped pairs give wrong results.)
-  constexpr uint32_t kNearDim = 128, kNearKey = D / 8 * 128;
-  constexpr uint32_t kLboK = kNearDim, kSboK = kNearKey, kLboV = kNearKey, kSboV = kNearDim;
-
-  wg_load_tile<D>(smem, KV, 0, N, tid);
-  QFragments<D> q;
-  q.load(Q, row0, N, lane);
-  q.split();
-
-  float o[D / 8][4] = {};
-  OnlineSoftmax softmax;
-  for (int64_t j = 0; j < tiles; ++j) {
-    const int64_t key0 = j * kTcBc;
-    if (j + 1 < tiles) {
-      wg_load_tile<D>(smem + ((j + 1) & 1) * wg_stage_halves<D>(), KV, key0 + kTcBc, N, tid);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+  if (*decline) return;  // values the split cannot take: the tiled kernel runs this chunk
+  constexpr int kConsumerWarps = 4 * wg_groups<D>();
+  constexpr uint32_t kTileBytes = wg_tile_halves<D>() * 2;
+  extern __shared__ __align__(128) __half wg_smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(wg_smem + kWgStages * wg_tile_halves<D>());
+  uint64_t* empty = full + kWgStages;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t b = blockIdx.x / row_tiles, tiles = wg_tiles(N);
+  if (tid == 0) {
+    for (int s = 0; s < kWgStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerWarps);
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async's writes, read by wgmma
-    __syncthreads();
-    const __half* Kh = smem + (j & 1) * wg_stage_halves<D>();
-    const __half *Kl = Kh + kArray, *Vh = Kl + kArray, *Vl = Vh + kArray;
-
-    ScoreTile s;
-    wg_keep(s);
-    wg_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const int dim_off = ks * 2 * 64;  // two dimension blocks per k16 step
-      wgmma_rs<0>(s, q.lo[ks], wg_desc(Kh + dim_off, kLboK, kSboK), ks > 0);
-      wgmma_rs<0>(s, q.hi[ks], wg_desc(Kl + dim_off, kLboK, kSboK), 1);
-      wgmma_rs<0>(s, q.hi[ks], wg_desc(Kh + dim_off, kLboK, kSboK), 1);
-    }
-    wg_commit();
-    wg_wait<0>();
-    wg_keep(s);
-
-    if (key0 + kTcBc > N) mask_keys_past(s, (int)(N - key0), lane);
-    float alpha[2];
-    softmax.update(s, alpha);
-
-    // P split for all 64 keys first: wgmma reads its A registers asynchronously, so none may be
-    // rewritten before the wait.
-    uint32_t p_hi[kTcBc / 16][4], p_lo[kTcBc / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kTcBc / 16; ++kk) split_p(s, kk, p_hi[kk], p_lo[kk]);
-    float pv[D / 8][4];
-    wg_keep(pv);
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTcBc / 16; ++kk) {
-      const int key_off = kk * 2 * (D / 8) * 64;  // two key blocks per k16 step
-      wgmma_rs<1>(pv, p_lo[kk], wg_desc(Vh + key_off, kLboV, kSboV), kk > 0);
-      wgmma_rs<1>(pv, p_hi[kk], wg_desc(Vl + key_off, kLboV, kSboV), 1);
-      wgmma_rs<1>(pv, p_hi[kk], wg_desc(Vh + key_off, kLboV, kSboV), 1);
-    }
-    wg_commit();
-    wg_wait<0>();
-    wg_keep(pv);
-#pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) o[nt][c] = fmaf(o[nt][c], alpha[c >> 1], pv[nt][c]);
-    }
-    __syncthreads();  // this stage is refilled by the next iteration's load
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  store_o<D>(out + b * ND, o, softmax, row0, N, lane);
+  __syncthreads();
+  auto tile_at = [&](int64_t j) { return WgTile<D>{wg_smem + (j % kWgStages) * wg_tile_halves<D>()}; };
+
+  if (warp >= kConsumerWarps) {  // producer
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWgProducerRegs));
+    if (tid == kConsumerWarps * 32) {
+      const __half* src = kv + b * tiles * wg_tile_halves<D>();
+      for (int64_t j = 0; j < tiles; ++j) {
+        const int slot = j % kWgStages;
+        if (j >= kWgStages) mbar_wait(&empty[slot], (j / kWgStages - 1) & 1);
+        mbar_arrive_expect_tx(&full[slot], kTileBytes);
+        bulk_copy(wg_smem + slot * wg_tile_halves<D>(), src + j * wg_tile_halves<D>(), kTileBytes, &full[slot]);
+      }
+    }
+  } else {  // consumers
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(wg_consumer_regs<D>()));
+    const int64_t row0 = (blockIdx.x % row_tiles) * wg_rows<D>() + warp * 16;  // this warp's 16 rows
+    QFragments<D> q;
+    q.load(qkv + b * 3 * N * D, row0, N, lane);
+    q.split();
+
+    float o[D / 8][4] = {};  // O: 16 rows x D per warp, fp32, not yet normalized
+    OnlineSoftmax softmax;
+    ScoreTile even, odd;                                // S of the even and odd tiles, then their P
+    uint32_t p_hi[kTcBc / 16][4], p_lo[kTcBc / 16][4];  // P of the tile last through the softmax, split
+    float pv[D / 8][4];                                 // that tile's P V
+    float alpha_prev[2];                                // and its rescaling of O
+    const TensorTurns<wg_groups<D>()> turns{warp / 4};
+    turns.start();
+
+    // Tile j, whose S is in flight in s: issue P V of tile j - 1 and S of tile j + 1 (where they
+    // exist), then the softmax of tile j while they run; fold tile j - 1 into O; split P of tile j.
+    auto step = [&](auto has_pv, auto has_next, int64_t j, ScoreTile& s, ScoreTile& s_next) {
+      constexpr bool kPv = decltype(has_pv)::value, kNext = decltype(has_next)::value;
+      if constexpr (kNext) mbar_wait(&full[(j + 1) % kWgStages], ((j + 1) / kWgStages) & 1);
+      turns.wait();
+      if constexpr (kPv) wg_issue_pv<D>(pv, p_hi, p_lo, tile_at(j - 1));
+      if constexpr (kNext) wg_issue_scores<D>(s_next, q, tile_at(j + 1));
+      turns.pass(false);
+      wg_wait<kPv + kNext>();  // S of tile j
+      wg_keep(s);
+      if (j * kTcBc + kTcBc > N) mask_keys_past(s, (int)(N - j * kTcBc), lane);
+      float alpha[2];
+      softmax.update(s, alpha);
+      if constexpr (kPv) {
+        wg_wait<kNext>();  // P V of tile j - 1
+        wg_keep(pv);
+        wg_keep(p_hi);
+        wg_keep(p_lo);
+        if (lane == 0) mbar_arrive(&empty[(j - 1) % kWgStages]);
+        fold_pv<D>(o, pv, alpha_prev);
+      }
+      alpha_prev[0] = alpha[0];
+      alpha_prev[1] = alpha[1];
+      wg_split_p(s, p_hi, p_lo);
+    };
+    const std::true_type yes;
+    const std::false_type no;
+
+    mbar_wait(&full[0], 0);
+    turns.wait();
+    wg_issue_scores<D>(even, q, tile_at(0));
+    turns.pass(false);
+    if (tiles == 1) {
+      step(no, no, 0, even, odd);
+    } else {  // tile j's S is in `odd` for odd j (registers are named, not indexed: unrolled by two)
+      step(no, yes, 0, even, odd);
+      int64_t j = 1;
+      for (; j + 2 < tiles; j += 2) {
+        step(yes, yes, j, odd, even);
+        step(yes, yes, j + 1, even, odd);
+      }
+      if (j + 1 < tiles) {
+        step(yes, yes, j, odd, even);
+        step(yes, no, j + 1, even, odd);
+      } else {
+        step(yes, no, j, odd, even);
+      }
+    }
+    turns.wait();  // the last tile's P V
+    wg_issue_pv<D>(pv, p_hi, p_lo, tile_at(tiles - 1));
+    turns.pass(true);
+    wg_wait<0>();
+    wg_keep(pv);
+    wg_keep(p_hi);
+    wg_keep(p_lo);
+    fold_pv<D>(o, pv, alpha_prev);
+    store_o<D>(out + b * N * D, o, softmax, row0, N, lane);
+  }
   (void)declined_ever;
 #endif
 }

@@ -138,38 +138,51 @@ def timing_line(program, inp, out, env):
     return dict(item.split("=", 1) for item in proc.stderr.split("fa-timing:")[1].split())
 
 
-def hopper_build() -> Path:
-    """fa-cuda built for sm_90a (bin/sm_90a/), which carries the experimental wgmma kernel; the
-    test skips on GPUs other than Hopper."""
+def hopper_program() -> Path:
+    """fa-cuda as make builds it on a Hopper GPU (sm_90a code: the wgmma kernel); the test skips
+    on other GPUs."""
     if not any(d.arch == "sm_90" for d in list_devices()):
         pytest.skip("the wgmma kernel needs a Hopper GPU (sm_90)")
-    subprocess.run(["make", "-s", "-C", str(ROOT), "BIN=bin/sm_90a", "CUDA_ARCH=sm_90a", "cuda"], check=True)
-    return ROOT / "bin" / "sm_90a" / "fa-cuda"
+    return build("cuda")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [32, 64])
-@pytest.mark.parametrize("N", [1, 33, 129, 1000])
+@pytest.mark.parametrize("N", [1, 33, 129, 257, 1000, 4097])
 def test_wgmma_kernel_on_odd_shapes(tmp_path, N, d):
+    """Tile counts odd and even, a last tile of 1 to 63 keys, rows past N in the last block."""
     env = {**os.environ, "FA_KERNEL": "wgmma"}
-    assert run_and_check(hopper_build(), tmp_path, Shape(3, N, d), seed=N, env=env) <= TOL
+    assert run_and_check(hopper_program(), tmp_path, Shape(3, N, d), seed=N, env=env) <= TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N, kernel", [(256, "tensorcore-fused"), (257, "wgmma")])
+def test_hopper_default_kernel(tmp_path, N, kernel):
+    """On Hopper the default is wgmma, except for short sequences (the fused mma.sync kernel)."""
+    program, inp = hopper_program(), tmp_path / "x.in"
+    generate.write_input(inp, Shape(2, N, 64), 0)
+    assert timing_line(program, inp, tmp_path / "o.out", dict(os.environ))["impl"] == kernel
 
 
 @pytest.mark.gpu
 def test_wgmma_needs_sm90a_code(tmp_path):
-    program, inp = build("cuda"), tmp_path / "x.in"
-    generate.write_input(inp, Shape(1, 8, 32), 0)
+    """A build for plain sm_90 has no wgmma: FA_KERNEL=wgmma is refused, the default is mma.sync."""
+    hopper_program()
+    subprocess.run(["make", "-s", "-C", str(ROOT), "BIN=bin/sm_90", "CUDA_ARCH=sm_90", "cuda"], check=True)
+    program, inp = ROOT / "bin" / "sm_90" / "fa-cuda", tmp_path / "x.in"
+    generate.write_input(inp, Shape(1, 300, 32), 0)
     proc = subprocess.run([str(program), str(inp), str(tmp_path / "o.out")], capture_output=True, text=True,
                           env={**os.environ, "FA_KERNEL": "wgmma"})
     assert proc.returncode == 2 and not (tmp_path / "o.out").exists()
-    assert proc.stderr.strip().endswith("rebuild it with CUDA_ARCH=sm_90a") or "needs an sm_90 GPU" in proc.stderr
+    assert proc.stderr.strip().endswith("rebuild it with CUDA_ARCH=sm_90a")
+    assert timing_line(program, inp, tmp_path / "o.out", dict(os.environ))["impl"] == "tensorcore"
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("split", ["prepass", "fused", "wgmma"])
 def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
     """|x| > 64 would overflow the tensor-core split: such a chunk runs on the tiled kernel."""
-    program = hopper_build() if split == "wgmma" else build("cuda")
+    program = hopper_program() if split == "wgmma" else build("cuda")
     env = {**os.environ, "FA_TC_SPLIT": split} if split != "wgmma" else {**os.environ, "FA_KERNEL": "wgmma"}
     impl = {"prepass": "tensorcore", "fused": "tensorcore-fused", "wgmma": "wgmma"}[split]
     shape = Shape(2, 200, 64)
@@ -190,11 +203,12 @@ def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", ["prepass", "fused"])
+@pytest.mark.parametrize("split", ["prepass", "fused", "wgmma"])
 def test_nan_input_falls_back_to_fp32(tmp_path, split):
     """A NaN cannot be split either: the chunk runs on the tiled kernel, and only the rows that
     see the NaN (all of them, through its key) come out NaN, as in the reference."""
-    program = build("cuda")
+    program = hopper_program() if split == "wgmma" else build("cuda")
+    env = {**os.environ, "FA_TC_SPLIT": split} if split != "wgmma" else {**os.environ, "FA_KERNEL": "wgmma"}
     shape = Shape(2, 100, 32)
     inp, out = tmp_path / "nan.in", tmp_path / "o.out"
     generate.write_input(inp, shape, 4)
@@ -203,8 +217,8 @@ def test_nan_input_falls_back_to_fp32(tmp_path, split):
     with open(inp, "r+b") as f:
         f.seek(12)
         f.write(data.tobytes())
-    impl = "tensorcore" if split == "prepass" else "tensorcore-fused"
-    assert timing_line(program, inp, out, {**os.environ, "FA_TC_SPLIT": split})["impl"] == impl + "+tiled"
+    impl = {"prepass": "tensorcore", "fused": "tensorcore-fused", "wgmma": "wgmma"}[split]
+    assert timing_line(program, inp, out, env)["impl"] == impl + "+tiled"
     got = np.fromfile(out, dtype="<f4").reshape(2, shape.N, shape.d)
     assert np.isnan(got[0]).all() and np.isfinite(got[1]).all()
 
@@ -215,11 +229,13 @@ def test_kernels_agree(tmp_path):
     inp = tmp_path / "x.in"
     generate.write_input(inp, Shape(4, 777, 64), 5)
     outs = {}
-    for kernel in ("tiled", "tensorcore"):
+    hopper = any(d.arch == "sm_90" for d in list_devices())
+    for kernel in ("tiled", "tensorcore") + (("wgmma",) if hopper else ()):
         out = tmp_path / f"{kernel}.out"
         subprocess.run([str(program), str(inp), str(out)], check=True, env={**os.environ, "FA_KERNEL": kernel})
         outs[kernel] = np.fromfile(out, dtype="<f4")
-    assert np.abs(outs["tiled"] - outs["tensorcore"]).max() <= 2e-5
+    for kernel in outs:
+        assert np.abs(outs["tiled"] - outs[kernel]).max() <= 2e-5, kernel
 
 
 @pytest.mark.gpu
