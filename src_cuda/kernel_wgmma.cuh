@@ -2,11 +2,12 @@
 //
 // The algorithm and precision of attention_tensorcore (3xFP16 split, online softmax, P in
 // registers, each tile's P V folded into O with round-to-nearest FMAs; kernel_tensorcore.cuh),
-// with each product issued as wgmma by a warpgroup (4 warps, 64 query rows) and the K/V tiles
-// shared by kGroups warpgroups (64 kGroups rows per block: K and V are read from L2 once per
-// block, not once per 64 rows). One producer thread streams the tiles with bulk copies; each
-// consumer warpgroup issues the next tile's S before it runs the softmax of the last, so the
-// tensor cores work while it computes (docs/kernels.md has the measurements).
+// with each product issued as wgmma by a warpgroup (4 warps, 64 query rows) and each K/V tile
+// shared by the block's kGroups = wg_groups<D>() consumer warpgroups (L2 serves K and V once per
+// 64 kGroups rows). A producer thread streams the tiles with bulk copies. A consumer issues the
+// next tile's S and the previous tile's P V before it runs the current tile's softmax, and the
+// consumers take turns at the tensor cores, so that products and softmax overlap
+// (docs/kernels.md has the measurements).
 #pragma once
 
 #include <type_traits>
