@@ -278,9 +278,10 @@ struct TensorTurns {
 // ------------------------------------------------------------------------- the kernel
 // Producer warpgroup (its first thread): tile j into ring slot j % kWgStages once the consumers
 // released it, arriving on full[slot] with the copy's byte count; it gives up registers
-// (setmaxnreg) to the consumers. Each consumer warpgroup, per tile j: wait for full[slot], issue
-// S of tile j, then P V of tile j - 1; softmax of tile j while P V runs; fold tile j - 1 into O
-// and release its slot (one arrival per consumer warp on empty[slot]).
+// (setmaxnreg) to the consumers. Each consumer warpgroup, per tile j (S of tile j already in
+// flight): in its turn, issue P V of tile j - 1 and S of tile j + 1 (once full[slot] says that
+// tile arrived); softmax of tile j while they run; fold tile j - 1 into O, release its slot (one
+// arrival per consumer warp on empty[slot]) and split P of tile j.
 template <int D>
 __global__ void __launch_bounds__(wg_threads<D>(), 1)
     attention_wgmma(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
