@@ -68,8 +68,9 @@ __host__ __device__ __forceinline__ int wg_offset(int key, int dim) {
 }
 
 // ------------------------------------------------------------------------- the split pass
-// K and V -> scaled hi and lo halves in the tiled layout above; Q, K and V range-checked.
-// One thread per 8 dimensions of one key (one core-matrix row), in destination order.
+// K and V -> scaled hi and lo halves in the tiled layout above, range-checked (Q is checked by
+// the kernel, which loads it anyway). One thread per 8 dimensions of one key (one core-matrix
+// row), in destination order.
 template <int D>
 __global__ void __launch_bounds__(kSplitThreads)
     split_kv_blocked(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t N,
@@ -82,31 +83,28 @@ __global__ void __launch_bounds__(kSplitThreads)
     const int64_t key_block = c / (8 * (D / 8)), padded_key = key_block * 8 + r8;
     const int64_t b = padded_key / (tiles * kTcBc), tile = padded_key / kTcBc % tiles;
     const int64_t key = padded_key % (tiles * kTcBc);
-    float4 x[3][2] = {};  // Q, K, V: 8 dimensions each
+    float4 x[2][2] = {};  // K, V: 8 dimensions each (zeros past N)
     if (key < N) {
-      const float* src = qkv + b * 3 * ND + key * D + dim;
+      const float* src = qkv + (b * 3 + 1) * ND + key * D + dim;
 #pragma unroll
-      for (int m = 0; m < 3; ++m) {
+      for (int m = 0; m < 2; ++m) {
         x[m][0] = *reinterpret_cast<const float4*>(src + m * ND);
         x[m][1] = *reinterpret_cast<const float4*>(src + m * ND + 4);
       }
     }
-    bool in_range = true;
-#pragma unroll
-    for (int m = 0; m < 3; ++m) in_range &= splittable(x[m][0]) && splittable(x[m][1]);
-    if (!in_range) {
+    if (!(splittable(x[0][0]) && splittable(x[0][1]) && splittable(x[1][0]) && splittable(x[1][1]))) {
       *decline = 1;
       *declined_ever = 1;
     }
     __half* dst = kv + (b * tiles + tile) * wg_tile_halves<D>() + wg_offset<D>((int)(key % kTcBc), dim);
 #pragma unroll
-    for (int m = 1; m < 3; ++m) {  // K -> arrays 0 and 1, V -> 2 and 3
-      const float scale = m == 1 ? kQKScale : kVScale;
+    for (int m = 0; m < 2; ++m) {  // K -> arrays 0 and 1, V -> 2 and 3
+      const float scale = m == 0 ? kQKScale : kVScale;
       uint2 hi0, lo0, hi1, lo1;
       split_float4(x[m][0], scale, hi0, lo0);
       split_float4(x[m][1], scale, hi1, lo1);
-      *reinterpret_cast<uint4*>(dst + (2 * m - 2) * kTcBc * D) = make_uint4(hi0.x, hi0.y, hi1.x, hi1.y);
-      *reinterpret_cast<uint4*>(dst + (2 * m - 1) * kTcBc * D) = make_uint4(lo0.x, lo0.y, lo1.x, lo1.y);
+      *reinterpret_cast<uint4*>(dst + 2 * m * kTcBc * D) = make_uint4(hi0.x, hi0.y, hi1.x, hi1.y);
+      *reinterpret_cast<uint4*>(dst + (2 * m + 1) * kTcBc * D) = make_uint4(lo0.x, lo0.y, lo1.x, lo1.y);
     }
   }
 }
@@ -321,7 +319,10 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
     const int64_t row0 = (blockIdx.x % row_tiles) * wg_rows<D>() + warp * 16;  // this warp's 16 rows
     QFragments<D> q;
     q.load(qkv + b * 3 * N * D, row0, N, lane);
-    q.split();
+    if (!q.split()) {  // the tiled kernel recomputes this chunk after us
+      *decline = 1;
+      *declined_ever = 1;
+    }
 
     float o[D / 8][4] = {};  // O: 16 rows x D per warp, fp32, not yet normalized
     OnlineSoftmax softmax;
@@ -391,7 +392,6 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
     fold_pv<D>(o, pv, alpha_prev);
     store_o<D>(out + b * N * D, o, softmax, row0, N, lane);
   }
-  (void)declined_ever;
 #endif
 }
 
