@@ -110,6 +110,13 @@ __device__ __forceinline__ void split_float4(float4 x, float scale, uint2& hi, u
   split_pair(x.z * scale, x.w * scale, hi.y, lo.y);
 }
 
+// A chunk holds values the split cannot represent: the tiled kernel recomputes it (decline), and
+// the host learns that some chunk did (declined_ever, mapped host memory).
+__device__ __forceinline__ void decline_chunk(int* decline, volatile int* declined_ever) {
+  *decline = 1;
+  *declined_ever = 1;
+}
+
 // True when the split represents these values safely: |x| <= kLimit (false for NaN and inf too;
 // an fmaxf-based maximum would skip a NaN).
 __device__ __forceinline__ bool splittable(float x) { return fabsf(x) <= kLimit; }
@@ -133,10 +140,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     const float4 q = *reinterpret_cast<const float4*>(base);
     const float4 k = *reinterpret_cast<const float4*>(base + ND);
     const float4 v = *reinterpret_cast<const float4*>(base + 2 * ND);
-    if (!splittable(q) || !splittable(k) || !splittable(v)) {
-      *decline = 1;
-      *declined_ever = 1;
-    }
+    if (!splittable(q) || !splittable(k) || !splittable(v)) decline_chunk(decline, declined_ever);
     uint2 kh, kl, vh, vl;
     split_float4(k, kQKScale, kh, kl);
     split_float4(v, kVScale, vh, vl);
@@ -511,10 +515,7 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
     __syncthreads();  // this stage is refilled by the next iteration's load
   }
 
-  if (kFused && !in_range) {  // the tiled kernel recomputes this chunk after us
-    *decline = 1;
-    *declined_ever = 1;
-  }
+  if (kFused && !in_range) decline_chunk(decline, declined_ever);
   store_o<D>(out + b * ND, o, softmax, row0, N, lane);
 #endif
 }

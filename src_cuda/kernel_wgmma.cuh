@@ -92,10 +92,8 @@ __global__ void __launch_bounds__(kSplitThreads)
         x[m][1] = *reinterpret_cast<const float4*>(src + m * ND + 4);
       }
     }
-    if (!(splittable(x[0][0]) && splittable(x[0][1]) && splittable(x[1][0]) && splittable(x[1][1]))) {
-      *decline = 1;
-      *declined_ever = 1;
-    }
+    if (!(splittable(x[0][0]) && splittable(x[0][1]) && splittable(x[1][0]) && splittable(x[1][1])))
+      decline_chunk(decline, declined_ever);
     __half* dst = kv + (b * tiles + tile) * wg_tile_halves<D>() + wg_offset<D>((int)(key % kTcBc), dim);
 #pragma unroll
     for (int m = 0; m < 2; ++m) {  // K -> arrays 0 and 1, V -> 2 and 3
@@ -319,10 +317,7 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
     const int64_t row0 = (blockIdx.x % row_tiles) * wg_rows<D>() + warp * 16;  // this warp's 16 rows
     QFragments<D> q;
     q.load(qkv + b * 3 * N * D, row0, N, lane);
-    if (!q.split()) {  // the tiled kernel recomputes this chunk after us
-      *decline = 1;
-      *declined_ever = 1;
-    }
+    if (!q.split()) decline_chunk(decline, declined_ever);
 
     float o[D / 8][4] = {};  // O: 16 rows x D per warp, fp32, not yet normalized
     OnlineSoftmax softmax;
