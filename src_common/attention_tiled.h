@@ -66,13 +66,16 @@ struct SumOp {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 
-// `decline`: nullptr to always run; otherwise the kernel runs only where the tensor-core
-// path declined this chunk (*decline != 0: values it cannot represent exactly enough).
+// Blocks per SM the compiler is asked to fit (__launch_bounds__): two 512-thread blocks at d = 32.
 template <int D, int BC>
-__global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && kTiledBr * BC <= 512 ? 1024 / (kTiledBr * BC) : 1)
-    attention_tiled(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles,
-                    const int* __restrict__ decline) {
-  if (decline != nullptr && *decline == 0) return;
+constexpr int tiled_min_blocks() {
+  return D == 32 && kTiledBr * BC <= 512 ? 1024 / (kTiledBr * BC) : 1;
+}
+
+// One block's work: the kTiledBr query rows of row tile `tile` (batch tile / row_tiles).
+template <int D, int BC>
+__device__ __forceinline__ void tiled_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
+                                           int64_t row_tiles, int64_t tile) {
   using Reduce = RowReduce<BC>;
   constexpr int kPitch = D + 1;
   constexpr int kVec = D / 4;              // float4 per K/V row
@@ -99,8 +102,8 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && kTiledBr * BC <= 512 ?
 
   const int lane = threadIdx.x, row_in_tile = threadIdx.y;
   const int tid = row_in_tile * BC + lane;
-  const int64_t b = blockIdx.x / row_tiles;
-  const int64_t row = (blockIdx.x % row_tiles) * kTiledBr + row_in_tile;
+  const int64_t b = tile / row_tiles;
+  const int64_t row = (tile % row_tiles) * kTiledBr + row_in_tile;
   const float* Q = qkv + b * 3 * N * D;
   const float* K = Q + N * D;
   const float* V = K + N * D;
@@ -218,11 +221,16 @@ __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, D == 32 && kTiledBr * BC <= 512 ?
   }
 }
 
+template <int D, int BC>
+__global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, (tiled_min_blocks<D, BC>()))
+    attention_tiled(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles) {
+  tiled_rows<D, BC>(qkv, out, N, row_tiles, blockIdx.x);
+}
+
 template <int D, int BC, class Stream>
-void launch_tiled(const float* qkv, float* out, int64_t batches, int64_t N, const int* decline, Stream stream) {
+void launch_tiled(const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
   const int64_t row_tiles = (N + kTiledBr - 1) / kTiledBr;
-  attention_tiled<D, BC><<<(unsigned)(batches * row_tiles), dim3(BC, kTiledBr), 0, stream>>>(qkv, out, N, row_tiles,
-                                                                                              decline);
+  attention_tiled<D, BC><<<(unsigned)(batches * row_tiles), dim3(BC, kTiledBr), 0, stream>>>(qkv, out, N, row_tiles);
 }
 
 }  // namespace fa

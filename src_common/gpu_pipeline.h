@@ -152,10 +152,13 @@ int run_pipeline(int argc, char** argv) {
   std::vector<Event> h2d_start(chunks), h2d_end(chunks), k_start(chunks), k_end(chunks), d2h_start(chunks),
       d2h_end(chunks);
   Kernels* kernels = nullptr;
+  double t_device = 0, t_kernels = 0;  // init's steps, for FA_TIMING=2
   std::thread init([&] {
     const double t = now_seconds();
     device = Gpu::init();
+    t_device = now_seconds() - start;
     kernels = new Kernels(s, device);
+    t_kernels = now_seconds() - start;
     for (int i = 0; i < 2; ++i) {
       dev_in[i] = Gpu::device_alloc(slot_bytes);
       dev_out[i] = Gpu::device_alloc(out_slot_bytes);
@@ -256,11 +259,14 @@ int run_pipeline(int argc, char** argv) {
   timing.print_if_asked();
   const char* level = std::getenv("FA_TIMING");
   if (level && std::strcmp(level, "2") == 0) {
-    std::fprintf(stderr, "fa-trace: init done at %.4f s, %lld chunks of %lld batches\n", t_init, (long long)chunks,
-                 (long long)per_chunk);
+    std::fprintf(stderr, "fa-trace: started at %.4f s of the monotonic clock\n", start);
+    std::fprintf(stderr, "fa-trace: device up at %.4f s, kernels chosen at %.4f s, buffers ready at %.4f s\n", t_device,
+                 t_kernels, t_init);
+    std::fprintf(stderr, "fa-trace: %lld chunks of %lld batches\n", (long long)chunks, (long long)per_chunk);
     for (int64_t i = 0; i < chunks; ++i)
       std::fprintf(stderr, "fa-trace: chunk %lld read %.4f submitted %.4f written %.4f kernel %.2f ms\n", (long long)i,
                    t_read[i], t_submit[i], t_written[i], Gpu::elapsed_ms(k_start[i], k_end[i]));
+    std::fprintf(stderr, "fa-trace: exiting at %.4f s\n", now_seconds() - start);
   }
   // Leave without the runtime's teardown: unpinning and freeing about a gigabyte took the
   // driver 0.1 s or more; the operating system reclaims all of it at exit anyway.

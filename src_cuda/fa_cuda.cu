@@ -93,6 +93,8 @@ class CudaKernels {
       int sms = 0;
       CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
       split_blocks_ = 8 * sms;
+      declined_blocks_[0] = sms * resident_blocks(attention_tiled_declined<32, kTiledBc>);
+      declined_blocks_[1] = sms * resident_blocks(attention_tiled_declined<64, kTiledBc>);
     }
     // Load every kernel's code now, in the init thread, rather than at its first launch.
     cudaFuncAttributes attr;
@@ -119,6 +121,8 @@ class CudaKernels {
     std::vector<Launch> all = {
         {"attention_tiled<32, " + bc + ">", tiled_threads, 0},
         {"attention_tiled<64, " + bc + ">", tiled_threads, 0},
+        {"attention_tiled_declined<32, " + bc + ">", tiled_threads, 0},
+        {"attention_tiled_declined<64, " + bc + ">", tiled_threads, 0},
         {"split_kv", kSplitThreads, 0},
         {"attention_tensorcore<32, false>", tc_warps<32, false>() * 32, tc_smem_bytes<32>()},
         {"attention_tensorcore<32, true>", tc_warps<32, true>() * 32, tc_smem_bytes<32>()},
@@ -162,6 +166,14 @@ class CudaKernels {
     return found == 1;
   }
 
+  // Blocks of `kernel` (the tiled kernel's shape) that one SM holds at once.
+  template <class Kernel>
+  static int resident_blocks(Kernel kernel) {
+    int blocks = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kTiledBc * kTiledBr, 0));
+    return std::max(blocks, 1);
+  }
+
   template <class Kernel>
   static void allow_smem(Kernel kernel, int bytes) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
@@ -180,7 +192,7 @@ class CudaKernels {
       return;
     }
     if (!tensorcore_) {
-      launch_tiled<D, kTiledBc>(qkv, out, batches, N, nullptr, stream);
+      launch_tiled<D, kTiledBc>(qkv, out, batches, N, stream);
       CUDA_CHECK_LAUNCH("attention_tiled");
       return;
     }
@@ -201,8 +213,10 @@ class CudaKernels {
       launch_tensorcore<D, false>(qkv, kv, out, batches, decline, stream);
     }
     CUDA_CHECK_LAUNCH("attention_tensorcore");
-    launch_tiled<D, kTiledBc>(qkv, out, batches, N, decline, stream);  // returns at once unless declined
-    CUDA_CHECK_LAUNCH("attention_tiled (fallback)");
+    const int64_t row_tiles = (N + kTiledBr - 1) / kTiledBr;  // returns at once unless declined:
+    attention_tiled_declined<D, kTiledBc><<<declined_blocks_[D == 64], dim3(kTiledBc, kTiledBr), 0, stream>>>(
+        qkv, out, N, row_tiles, batches * row_tiles, decline);
+    CUDA_CHECK_LAUNCH("attention_tiled_declined");
   }
 
   template <int D, bool kFused>
@@ -220,6 +234,7 @@ class CudaKernels {
   int ladder_step_ = 0;  // FA_KERNEL=ladder-N
   bool fused_ = false;
   int split_blocks_ = 0;
+  int declined_blocks_[2] = {};  // attention_tiled_declined's grid, d = 32 and 64
   volatile int* declined_host_ = nullptr;
   int* declined_device_ = nullptr;
 };

@@ -55,13 +55,13 @@ class HipKernels {
       return;
     }
 #ifdef FA_TILED_BC
-    if (shape_.d == 32) launch_tiled<32, FA_TILED_BC>(qkv, out, batches, N, nullptr, stream);
-    if (shape_.d == 64) launch_tiled<64, FA_TILED_BC>(qkv, out, batches, N, nullptr, stream);
+    if (shape_.d == 32) launch_tiled<32, FA_TILED_BC>(qkv, out, batches, N, stream);
+    if (shape_.d == 64) launch_tiled<64, FA_TILED_BC>(qkv, out, batches, N, stream);
 #else
-    if (shape_.d == 32 && bc_ == 32) launch_tiled<32, 32>(qkv, out, batches, N, nullptr, stream);
-    if (shape_.d == 32 && bc_ == 64) launch_tiled<32, 64>(qkv, out, batches, N, nullptr, stream);
-    if (shape_.d == 64 && bc_ == 32) launch_tiled<64, 32>(qkv, out, batches, N, nullptr, stream);
-    if (shape_.d == 64 && bc_ == 64) launch_tiled<64, 64>(qkv, out, batches, N, nullptr, stream);
+    if (shape_.d == 32 && bc_ == 32) launch_tiled<32, 32>(qkv, out, batches, N, stream);
+    if (shape_.d == 32 && bc_ == 64) launch_tiled<32, 64>(qkv, out, batches, N, stream);
+    if (shape_.d == 64 && bc_ == 32) launch_tiled<64, 32>(qkv, out, batches, N, stream);
+    if (shape_.d == 64 && bc_ == 64) launch_tiled<64, 64>(qkv, out, batches, N, stream);
 #endif
     HIP_CHECK_LAUNCH("attention_tiled");
   }

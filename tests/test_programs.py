@@ -203,6 +203,23 @@ def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
 
 
 @pytest.mark.gpu
+def test_a_declined_chunk_larger_than_the_fallback_grid(tmp_path):
+    """The fallback's blocks stride over the row tiles (a grid of only what fits the GPU at once):
+    a declined chunk of 24 x 63 row tiles, several strides on any GPU, comes out right in every row."""
+    shape = Shape(24, 1000, 32)
+    inp, out = tmp_path / "big.in", tmp_path / "o.out"
+    generate.write_input(inp, shape, 6)
+    data = np.fromfile(inp, dtype="<f4", offset=12)
+    data[-1] = 100.0  # one value past the split's range (the last batch's V) declines the chunk
+    with open(inp, "r+b") as f:
+        f.seek(12)
+        f.write(data.tobytes())
+    assert timing_line(build("cuda"), inp, out, dict(os.environ))["impl"].endswith("+tiled")
+    result = verify.against_reference(AttentionInput(inp), open_output(out, shape), 1e-4)
+    assert result.passed, result
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("split", ["prepass", "fused", "wgmma"])
 def test_nan_input_falls_back_to_fp32(tmp_path, split):
     """A NaN cannot be split either: the chunk runs on the tiled kernel, and only the rows that
