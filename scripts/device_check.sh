@@ -59,13 +59,16 @@ for step in $steps; do
   sanitize)
     fa gen -B 2 -N 257 -d 64 --seed 3 -o /tmp/san64.in >/dev/null
     fa gen -B 3 -N 100 -d 32 --seed 4 -o /tmp/san32.in >/dev/null
+    fa gen -B 3 -N 77 -d 64 --seed 5 -o /tmp/san64-short.in >/dev/null  # wgmma's fused-split variant at d = 64
     # program:VARIABLE=value, every kernel and tile shape (SANITIZE_EXTRA adds more, paths too)
     for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-cuda:FA_KERNEL=wgmma \
         fa-hip-cuda:FA_HIP_BC=32 \
         fa-hip-cuda:FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
       prog=${run%%:*} setting=${run#*:}
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
-        for f in /tmp/san64.in /tmp/san32.in; do
+        files="/tmp/san64.in /tmp/san32.in"
+        [ "$setting" = FA_KERNEL=wgmma ] && files+=" /tmp/san64-short.in"
+        for f in $files; do
           case $prog in */*) path=$prog ;; *) path=bin/$prog ;; esac
           log="$LOG/sanitize-${prog//\//-}-${setting#*=}-$tool-$(basename $f .in).log"
           env "$setting" compute-sanitizer --tool $tool --error-exitcode 9 "$path" $f /tmp/san.out >"$log" 2>&1

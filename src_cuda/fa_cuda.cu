@@ -3,13 +3,13 @@
 //   fa-cuda INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
 //
 // Kernels (FA_KERNEL=tiled|tensorcore|wgmma|ladder-N forces one; the default is the fastest
-// accurate one: wgmma on Hopper where N > 256 and the program has sm_90a code, else tensorcore
-// on sm_80 and later, else tiled):
+// accurate one: wgmma on Hopper where N <= 128 or N > 256 and the program has sm_90a code, else
+// tensorcore on sm_80 and later, else tiled):
 //   tiled       src_common/attention_tiled.h: the homework design in fp32 (Br = 16, Bc = 32,
 //               padded K), every GPU (sm_61 and later);
 //   tensorcore  kernel_tensorcore.cuh: 3xFP16 mma.sync, fp32-class accuracy, sm_80 and later;
 //   wgmma       kernel_wgmma.cuh: the same algorithm and precision on Hopper's warpgroup MMA
-//               (sm_90a code only);
+//               (sm_90a code only), with K and V split in the kernel up to N = 128 (wgmma-fused);
 //               tensorcore and wgmma run a chunk with values they cannot represent (|x| > 64,
 //               NaN, inf) on the tiled kernel;
 //   ladder-1..5 src_common/ladder.h: the optimization steps that lead to the tiled kernel.
@@ -49,6 +49,7 @@ class CudaKernels {
         if (!wgmma_compiled_here())
           fail(kExitUsage, "FA_KERNEL=wgmma: this program has no sm_90a code; rebuild it with CUDA_ARCH=sm_90a");
         tensorcore_ = wgmma_ = true;
+        wgmma_short_ = s.N <= kWgShortMaxN;
       } else if (const int step = ladder::parse_step(forced); step != 0) {
         if (step < 0) fail(kExitUsage, "FA_KERNEL=%s: the ladder's steps are ladder-1 to ladder-%d", forced, ladder::kSteps);
         ladder_step_ = step;
@@ -64,8 +65,10 @@ class CudaKernels {
       }
     } else {
       tensorcore_ = cc >= 80 && tensorcore_compiled();
-      // Short sequences stay on mma.sync, whose fused split saves the split pass's round trip.
-      wgmma_ = cc == 90 && s.N > kFusedMaxN && wgmma_compiled_here();
+      // Hopper: the long-sequence wgmma kernel past N = 256, its short fused-split variant up to
+      // N = 128; in between (and before Hopper) mma.sync, whose fused split saves the split pass.
+      wgmma_ = cc == 90 && (s.N > kFusedMaxN || s.N <= kWgShortMaxN) && wgmma_compiled_here();
+      wgmma_short_ = wgmma_ && s.N <= kWgShortMaxN;
     }
     if (tensorcore_) {
       allow_smem(attention_tensorcore<32, false>, tc_smem_bytes<32>());
@@ -74,6 +77,8 @@ class CudaKernels {
       allow_smem(attention_tensorcore<64, true>, tc_smem_bytes<64>());
       allow_smem(attention_wgmma<32>, wg_smem_bytes<32>());
       allow_smem(attention_wgmma<64>, wg_smem_bytes<64>());
+      allow_smem(attention_wgmma_short<32>, wg_short_smem_bytes<32>());
+      allow_smem(attention_wgmma_short<64>, wg_short_smem_bytes<64>());
       // Short sequences split K and V inside the main kernel (see kernel_tensorcore.cuh);
       // FA_TC_SPLIT=fused|prepass forces one way, for measurements (on the mma.sync kernel).
       fused_ = s.N <= kFusedMaxN && !wgmma_;
@@ -82,7 +87,7 @@ class CudaKernels {
           fail(kExitUsage, "FA_TC_SPLIT=%s: expected fused or prepass", split);
         if (wgmma_ && forced && *forced) fail(kExitUsage, "FA_TC_SPLIT=%s applies to the mma.sync kernel, not wgmma", split);
         fused_ = std::strcmp(split, "fused") == 0;
-        wgmma_ = false;
+        wgmma_ = wgmma_short_ = false;
       }
       // Mapped host flag: set by the split pass if any chunk had to run on the tiled kernel.
       int* flag = nullptr;
@@ -93,6 +98,8 @@ class CudaKernels {
       int sms = 0;
       CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
       split_blocks_ = 8 * sms;
+      sms_ = sms;
+      pdl_ = cc >= 90;
       declined_blocks_[0] = sms * resident_blocks(attention_tiled_declined<32, kTiledBc>);
       declined_blocks_[1] = sms * resident_blocks(attention_tiled_declined<64, kTiledBc>);
     }
@@ -104,8 +111,8 @@ class CudaKernels {
   }
 
   size_t scratch_bytes(int64_t batches) const {
-    // Split K and V (4 fp16 arrays of N x d per batch; not when fused), then the chunk's decline flag.
-    return tensorcore_ ? split_bytes(batches) + 256 : 0;
+    // The chunks' decline flags, then split K and V (4 fp16 arrays of N x d per batch; not when fused).
+    return tensorcore_ ? kFlagBytes + split_bytes(batches) : 0;
   }
 
   void launch(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
@@ -131,7 +138,9 @@ class CudaKernels {
         {"split_kv_blocked<32>", kSplitThreads, 0},
         {"split_kv_blocked<64>", kSplitThreads, 0},
         {"attention_wgmma<32>", wg_threads<32>(), wg_smem_bytes<32>()},
-        {"attention_wgmma<64>", wg_threads<64>(), wg_smem_bytes<64>()}};
+        {"attention_wgmma<64>", wg_threads<64>(), wg_smem_bytes<64>()},
+        {"attention_wgmma_short<32>", wg_threads<32>(), wg_short_smem_bytes<32>()},
+        {"attention_wgmma_short<64>", wg_threads<64>(), wg_short_smem_bytes<64>()}};
     for (const auto& l : ladder::kLaunches) all.push_back({l.kernel, l.threads, 0});
     return all;
   }
@@ -139,12 +148,13 @@ class CudaKernels {
   std::string name() const {
     if (ladder_step_) return "ladder-" + std::to_string(ladder_step_);
     if (!tensorcore_) return "tiled";
-    if (wgmma_) return std::string("wgmma") + (*declined_host_ ? "+tiled" : "");
+    if (wgmma_) return std::string(wgmma_short_ ? "wgmma-fused" : "wgmma") + (*declined_host_ ? "+tiled" : "");
     return std::string(fused_ ? "tensorcore-fused" : "tensorcore") + (*declined_host_ ? "+tiled" : "");
   }
 
  private:
   static constexpr int64_t kFusedMaxN = 256;
+  static constexpr size_t kFlagBytes = 256;  // keeps split K and V aligned
 
   // A program built only for targets below sm_80 (the course's sm_61, say) runs here from its
   // PTX, JIT-compiled: its tensor-core kernel was compiled empty (#if __CUDA_ARCH__ >= 800).
@@ -179,7 +189,7 @@ class CudaKernels {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   }
   size_t split_bytes(int64_t batches) const {  // 4 fp16 arrays of N x d per batch (wgmma: N padded to tiles)
-    if (fused_) return 0;
+    if (fused_ || wgmma_short_) return 0;
     const int64_t keys = wgmma_ ? wg_tiles(shape_.N) * kTcBc : shape_.N;
     return (size_t)(batches * keys * shape_.d * 8);
   }
@@ -196,10 +206,19 @@ class CudaKernels {
       CUDA_CHECK_LAUNCH("attention_tiled");
       return;
     }
-    __half* kv = static_cast<__half*>(scratch);
-    int* decline = reinterpret_cast<int*>(static_cast<char*>(scratch) + split_bytes(batches));
-    CUDA_CHECK(cudaMemsetAsync(decline, 0, sizeof(int), stream));
-    if (wgmma_) {
+    // Scratch: the decline flags of even and odd chunks, then split K and V. A chunk's fallback
+    // clears the next chunk's flag (the previous chunk, its last reader, has finished), which
+    // saves a memset launch per chunk.
+    int* flags = static_cast<int*>(scratch);
+    __half* kv = reinterpret_cast<__half*>(static_cast<char*>(scratch) + kFlagBytes);
+    if (chunks_ == 0) CUDA_CHECK(cudaMemsetAsync(flags, 0, 2 * sizeof(int), stream));
+    int* decline = flags + chunks_ % 2;
+    int* decline_next = flags + (chunks_ + 1) % 2;
+    ++chunks_;
+    if (wgmma_short_) {
+      attention_wgmma_short<D><<<(unsigned)std::min<int64_t>(batches, sms_), wg_threads<D>(), wg_short_smem_bytes<D>(),
+                                 stream>>>(qkv, out, N, batches, decline, declined_device_);
+    } else if (wgmma_) {
       split_kv_blocked<D><<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N, decline, declined_device_);
       CUDA_CHECK_LAUNCH("split_kv_blocked");
       const int64_t row_tiles = (N + wg_rows<D>() - 1) / wg_rows<D>();
@@ -213,10 +232,20 @@ class CudaKernels {
       launch_tensorcore<D, false>(qkv, kv, out, batches, decline, stream);
     }
     CUDA_CHECK_LAUNCH("attention_tensorcore");
-    const int64_t row_tiles = (N + kTiledBr - 1) / kTiledBr;  // returns at once unless declined:
-    attention_tiled_declined<D, kTiledBc><<<declined_blocks_[D == 64], dim3(kTiledBc, kTiledBr), 0, stream>>>(
-        qkv, out, N, row_tiles, batches * row_tiles, decline);
-    CUDA_CHECK_LAUNCH("attention_tiled_declined");
+    // Returns at once unless declined. On Hopper it is launched programmatically dependent on the
+    // kernel before it (PDL): its launch is prepared while that kernel runs.
+    const int64_t row_tiles = (N + kTiledBr - 1) / kTiledBr;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(declined_blocks_[D == 64]);
+    config.blockDim = dim3(kTiledBc, kTiledBr);
+    config.stream = stream;
+    cudaLaunchAttribute after;
+    after.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    after.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &after;
+    config.numAttrs = pdl_ ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&config, attention_tiled_declined<D, kTiledBc>, qkv, out, N, row_tiles,
+                                  batches * row_tiles, (const int*)decline, decline_next));
   }
 
   template <int D, bool kFused>
@@ -230,10 +259,14 @@ class CudaKernels {
 
   Shape shape_;
   bool tensorcore_ = false;
-  bool wgmma_ = false;  // Hopper's kernel (kernel_wgmma.cuh)
+  bool wgmma_ = false;        // Hopper's kernels (kernel_wgmma.cuh)
+  bool wgmma_short_ = false;  // its fused-split variant for N <= 128
   int ladder_step_ = 0;  // FA_KERNEL=ladder-N
   bool fused_ = false;
   int split_blocks_ = 0;
+  int sms_ = 0;
+  int64_t chunks_ = 0;  // chunks launched so far
+  bool pdl_ = false;    // programmatic dependent launch (sm_90 and later)
   int declined_blocks_[2] = {};  // attention_tiled_declined's grid, d = 32 and 64
   volatile int* declined_host_ = nullptr;
   int* declined_device_ = nullptr;

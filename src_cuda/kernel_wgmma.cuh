@@ -68,6 +68,25 @@ __host__ __device__ __forceinline__ int wg_offset(int key, int dim) {
 }
 
 // ------------------------------------------------------------------------- the split pass
+// Dimensions dim .. dim + 7 of one key of K (x[0]) and V (x[1]), scaled and split into the
+// tile's four arrays at `tile` (K -> arrays 0 and 1, V -> 2 and 3). False when a value is
+// outside the split's range.
+template <int D>
+__device__ __forceinline__ bool wg_store_split(__half* tile, int key, int dim, const float4 (&x)[2][2]) {
+  const bool in_range = splittable(x[0][0]) && splittable(x[0][1]) && splittable(x[1][0]) && splittable(x[1][1]);
+  __half* dst = tile + wg_offset<D>(key, dim);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const float scale = m == 0 ? kQKScale : kVScale;
+    uint2 hi0, lo0, hi1, lo1;
+    split_float4(x[m][0], scale, hi0, lo0);
+    split_float4(x[m][1], scale, hi1, lo1);
+    *reinterpret_cast<uint4*>(dst + 2 * m * kTcBc * D) = make_uint4(hi0.x, hi0.y, hi1.x, hi1.y);
+    *reinterpret_cast<uint4*>(dst + (2 * m + 1) * kTcBc * D) = make_uint4(lo0.x, lo0.y, lo1.x, lo1.y);
+  }
+  return in_range;
+}
+
 // K and V -> scaled hi and lo halves in the tiled layout above, range-checked (Q is checked by
 // the kernel, which loads it anyway). One thread per 8 dimensions of one key (one core-matrix
 // row), in destination order.
@@ -92,18 +111,8 @@ __global__ void __launch_bounds__(kSplitThreads)
         x[m][1] = *reinterpret_cast<const float4*>(src + m * ND + 4);
       }
     }
-    if (!(splittable(x[0][0]) && splittable(x[0][1]) && splittable(x[1][0]) && splittable(x[1][1])))
+    if (!wg_store_split<D>(kv + (b * tiles + tile) * wg_tile_halves<D>(), (int)(key % kTcBc), dim, x))
       decline_chunk(decline, declined_ever);
-    __half* dst = kv + (b * tiles + tile) * wg_tile_halves<D>() + wg_offset<D>((int)(key % kTcBc), dim);
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {  // K -> arrays 0 and 1, V -> 2 and 3
-      const float scale = m == 0 ? kQKScale : kVScale;
-      uint2 hi0, lo0, hi1, lo1;
-      split_float4(x[m][0], scale, hi0, lo0);
-      split_float4(x[m][1], scale, hi1, lo1);
-      *reinterpret_cast<uint4*>(dst + 2 * m * kTcBc * D) = make_uint4(hi0.x, hi0.y, hi1.x, hi1.y);
-      *reinterpret_cast<uint4*>(dst + (2 * m + 1) * kTcBc * D) = make_uint4(lo0.x, lo0.y, lo1.x, lo1.y);
-    }
   }
 }
 
@@ -271,13 +280,163 @@ struct TensorTurns {
   }
 };
 
-// ------------------------------------------------------------------------- the kernel
-// Producer warpgroup (its first thread): tile j into ring slot j % kWgStages once the consumers
-// released it, arriving on full[slot] with the copy's byte count; it gives up registers
-// (setmaxnreg) to the consumers. Each consumer warpgroup, per tile j (S of tile j already in
-// flight): in its turn, issue P V of tile j - 1 and S of tile j + 1 (once full[slot] says that
-// tile arrived); softmax of tile j while they run; fold tile j - 1 into O, release its slot (one
-// arrival per consumer warp on empty[slot]) and split P of tile j.
+// ------------------------------------------------------------------------- one warpgroup's pass
+// A work item's K/V tiles as a consumer sees them: ring slots that a producer fills (WgRing, the
+// long-sequence kernel) or split tiles already in shared memory (WgSplitTiles, the short one).
+template <int D>
+struct WgRing {
+  __half* smem;
+  uint64_t* full;
+  uint64_t* empty;
+  __device__ __forceinline__ WgTile<D> tile(int64_t j) const { return {smem + (j % kWgStages) * wg_tile_halves<D>()}; }
+  __device__ __forceinline__ void wait(int64_t j) const { mbar_wait(&full[j % kWgStages], (j / kWgStages) & 1); }
+  __device__ __forceinline__ void release(int64_t j, int lane) const {  // one arrival per consumer warp
+    if (lane == 0) mbar_arrive(&empty[j % kWgStages]);
+  }
+};
+template <int D>
+struct WgSplitTiles {
+  __half* smem;
+  __device__ __forceinline__ WgTile<D> tile(int64_t j) const { return {smem + j * wg_tile_halves<D>()}; }
+  __device__ __forceinline__ void wait(int64_t) const {}
+  __device__ __forceinline__ void release(int64_t, int) const {}
+};
+
+// One consumer warpgroup over the N keys of a work item: O (not yet normalized) and the softmax
+// state of its 64 rows. Per tile j (S of tile j already in flight): in its turn, issue P V of
+// tile j - 1 and S of tile j + 1 (once `tiles` says that tile is there); softmax of tile j while
+// they run; fold tile j - 1 into O, release it, split P of tile j. `last_turn`: this is the
+// block's last item (no one waits for the last group's last turn).
+template <int D, int kGroups, class Tiles>
+__device__ __forceinline__ void wg_attend(float (&o)[D / 8][4], OnlineSoftmax& softmax, const QFragments<D>& q,
+                                          const Tiles& tiles_at, int64_t N, TensorTurns<kGroups> turns,
+                                          bool last_turn, int lane) {
+  const int64_t tiles = wg_tiles(N);
+  ScoreTile even, odd;                                // S of the even and odd tiles, then their P
+  uint32_t p_hi[kTcBc / 16][4], p_lo[kTcBc / 16][4];  // P of the tile last through the softmax, split
+  float pv[D / 8][4];                                 // that tile's P V
+  float alpha_prev[2];                                // and its rescaling of O
+
+  auto step = [&](auto has_pv, auto has_next, int64_t j, ScoreTile& s, ScoreTile& s_next) {
+    constexpr bool kPv = decltype(has_pv)::value, kNext = decltype(has_next)::value;
+    if constexpr (kNext) tiles_at.wait(j + 1);
+    turns.wait();
+    if constexpr (kPv) wg_issue_pv<D>(pv, p_hi, p_lo, tiles_at.tile(j - 1));
+    if constexpr (kNext) wg_issue_scores<D>(s_next, q, tiles_at.tile(j + 1));
+    turns.pass(false);
+    wg_wait<kPv + kNext>();  // S of tile j
+    wg_keep(s);
+    if (j * kTcBc + kTcBc > N) mask_keys_past(s, (int)(N - j * kTcBc), lane);
+    float alpha[2];
+    softmax.update(s, alpha);
+    if constexpr (kPv) {
+      wg_wait<kNext>();  // P V of tile j - 1
+      wg_keep(pv);
+      wg_keep(p_hi);
+      wg_keep(p_lo);
+      tiles_at.release(j - 1, lane);
+      fold_pv<D>(o, pv, alpha_prev);
+    }
+    alpha_prev[0] = alpha[0];
+    alpha_prev[1] = alpha[1];
+    wg_split_p(s, p_hi, p_lo);
+  };
+  const std::true_type yes;
+  const std::false_type no;
+
+  tiles_at.wait(0);
+  turns.wait();
+  wg_issue_scores<D>(even, q, tiles_at.tile(0));
+  turns.pass(false);
+  if (tiles == 1) {
+    step(no, no, 0, even, odd);
+  } else {  // tile j's S is in `odd` for odd j (registers are named, not indexed: unrolled by two)
+    step(no, yes, 0, even, odd);
+    int64_t j = 1;
+    for (; j + 2 < tiles; j += 2) {
+      step(yes, yes, j, odd, even);
+      step(yes, yes, j + 1, even, odd);
+    }
+    if (j + 1 < tiles) {
+      step(yes, yes, j, odd, even);
+      step(yes, no, j + 1, even, odd);
+    } else {
+      step(yes, no, j, odd, even);
+    }
+  }
+  turns.wait();  // the last tile's P V
+  wg_issue_pv<D>(pv, p_hi, p_lo, tiles_at.tile(tiles - 1));
+  turns.pass(last_turn);
+  wg_wait<0>();
+  wg_keep(pv);
+  wg_keep(p_hi);
+  wg_keep(p_lo);
+  fold_pv<D>(o, pv, alpha_prev);
+}
+
+// One consumer warpgroup over a short work item's keys (one or two tiles, kTwo), all products
+// of a kind at once: S of both tiles as one issue, both softmax updates, P V of both tiles as
+// the next. Two waits per item instead of wg_attend's four: with two tiles there is nothing for
+// its pipeline to overlap, and each wait exposed a product's latency.
+template <int D, int kGroups, bool kTwo>
+__device__ __forceinline__ void wg_attend_short(float (&o)[D / 8][4], OnlineSoftmax& softmax, const QFragments<D>& q,
+                                                WgSplitTiles<D> tiles, int64_t N, TensorTurns<kGroups> turns,
+                                                bool last_turn, int lane) {
+  ScoreTile s0, s1;
+  turns.wait();
+  wg_issue_scores<D>(s0, q, tiles.tile(0));
+  if constexpr (kTwo) wg_issue_scores<D>(s1, q, tiles.tile(1));
+  turns.pass(false);
+  wg_wait<0>();
+  wg_keep(s0);
+  if constexpr (kTwo) wg_keep(s1);
+  const int64_t last_keys = N - (kTwo ? kTcBc : 0);  // keys of the last tile
+  float alpha0[2], alpha1[2];
+  if constexpr (kTwo) {
+    softmax.update(s0, alpha0);
+    if (last_keys < kTcBc) mask_keys_past(s1, (int)last_keys, lane);
+    softmax.update(s1, alpha1);
+  } else {
+    if (last_keys < kTcBc) mask_keys_past(s0, (int)last_keys, lane);
+    softmax.update(s0, alpha0);
+  }
+  uint32_t p0_hi[kTcBc / 16][4], p0_lo[kTcBc / 16][4], p1_hi[kTcBc / 16][4], p1_lo[kTcBc / 16][4];
+  wg_split_p(s0, p0_hi, p0_lo);
+  if constexpr (kTwo) wg_split_p(s1, p1_hi, p1_lo);
+  float pv1[D / 8][4];
+  turns.wait();
+  wg_issue_pv<D>(o, p0_hi, p0_lo, tiles.tile(0));  // O starts as tile 0's P V
+  if constexpr (kTwo) wg_issue_pv<D>(pv1, p1_hi, p1_lo, tiles.tile(1));
+  turns.pass(last_turn);
+  wg_wait<0>();
+  wg_keep(o);
+  wg_keep(p0_hi);
+  wg_keep(p0_lo);
+  if constexpr (kTwo) {
+    wg_keep(pv1);
+    wg_keep(p1_hi);
+    wg_keep(p1_lo);
+    fold_pv<D>(o, pv1, alpha1);
+  }
+}
+
+// Barriers of a block: mbarrier pairs full/empty, initialized by thread 0 for the whole block.
+__device__ __forceinline__ void wg_init_barriers(uint64_t* full, uint64_t* empty, int stages, int consumer_warps) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], consumer_warps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+}
+
+// ------------------------------------------------------------------------- the kernels
+// Long sequences (split K/V from split_kv_blocked). Producer warpgroup (its first thread): tile
+// j into ring slot j % kWgStages once the consumers released it, arriving on full[slot] with the
+// copy's byte count; it gives up registers (setmaxnreg) to the consumers. Each consumer
+// warpgroup: wg_attend over the batch's tiles for its 64 rows.
 template <int D>
 __global__ void __launch_bounds__(wg_threads<D>(), 1)
     attention_wgmma(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
@@ -291,15 +450,7 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
   uint64_t* empty = full + kWgStages;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t b = blockIdx.x / row_tiles, tiles = wg_tiles(N);
-  if (tid == 0) {
-    for (int s = 0; s < kWgStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-  auto tile_at = [&](int64_t j) { return WgTile<D>{wg_smem + (j % kWgStages) * wg_tile_halves<D>()}; };
+  wg_init_barriers(full, empty, kWgStages, kConsumerWarps);
 
   if (warp >= kConsumerWarps) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWgProducerRegs));
@@ -318,75 +469,152 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
     QFragments<D> q;
     q.load(qkv + b * 3 * N * D, row0, N, lane);
     if (!q.split()) decline_chunk(decline, declined_ever);
-
-    float o[D / 8][4] = {};  // O: 16 rows x D per warp, fp32, not yet normalized
-    OnlineSoftmax softmax;
-    ScoreTile even, odd;                                // S of the even and odd tiles, then their P
-    uint32_t p_hi[kTcBc / 16][4], p_lo[kTcBc / 16][4];  // P of the tile last through the softmax, split
-    float pv[D / 8][4];                                 // that tile's P V
-    float alpha_prev[2];                                // and its rescaling of O
     const TensorTurns<wg_groups<D>()> turns{warp / 4};
     turns.start();
-
-    // Tile j, whose S is in flight in s: issue P V of tile j - 1 and S of tile j + 1 (where they
-    // exist), then the softmax of tile j while they run; fold tile j - 1 into O; split P of tile j.
-    auto step = [&](auto has_pv, auto has_next, int64_t j, ScoreTile& s, ScoreTile& s_next) {
-      constexpr bool kPv = decltype(has_pv)::value, kNext = decltype(has_next)::value;
-      if constexpr (kNext) mbar_wait(&full[(j + 1) % kWgStages], ((j + 1) / kWgStages) & 1);
-      turns.wait();
-      if constexpr (kPv) wg_issue_pv<D>(pv, p_hi, p_lo, tile_at(j - 1));
-      if constexpr (kNext) wg_issue_scores<D>(s_next, q, tile_at(j + 1));
-      turns.pass(false);
-      wg_wait<kPv + kNext>();  // S of tile j
-      wg_keep(s);
-      if (j * kTcBc + kTcBc > N) mask_keys_past(s, (int)(N - j * kTcBc), lane);
-      float alpha[2];
-      softmax.update(s, alpha);
-      if constexpr (kPv) {
-        wg_wait<kNext>();  // P V of tile j - 1
-        wg_keep(pv);
-        wg_keep(p_hi);
-        wg_keep(p_lo);
-        if (lane == 0) mbar_arrive(&empty[(j - 1) % kWgStages]);
-        fold_pv<D>(o, pv, alpha_prev);
-      }
-      alpha_prev[0] = alpha[0];
-      alpha_prev[1] = alpha[1];
-      wg_split_p(s, p_hi, p_lo);
-    };
-    const std::true_type yes;
-    const std::false_type no;
-
-    mbar_wait(&full[0], 0);
-    turns.wait();
-    wg_issue_scores<D>(even, q, tile_at(0));
-    turns.pass(false);
-    if (tiles == 1) {
-      step(no, no, 0, even, odd);
-    } else {  // tile j's S is in `odd` for odd j (registers are named, not indexed: unrolled by two)
-      step(no, yes, 0, even, odd);
-      int64_t j = 1;
-      for (; j + 2 < tiles; j += 2) {
-        step(yes, yes, j, odd, even);
-        step(yes, yes, j + 1, even, odd);
-      }
-      if (j + 1 < tiles) {
-        step(yes, yes, j, odd, even);
-        step(yes, no, j + 1, even, odd);
-      } else {
-        step(yes, no, j, odd, even);
-      }
-    }
-    turns.wait();  // the last tile's P V
-    wg_issue_pv<D>(pv, p_hi, p_lo, tile_at(tiles - 1));
-    turns.pass(true);
-    wg_wait<0>();
-    wg_keep(pv);
-    wg_keep(p_hi);
-    wg_keep(p_lo);
-    fold_pv<D>(o, pv, alpha_prev);
+    float o[D / 8][4] = {};  // O: 16 rows x D per warp, fp32, not yet normalized
+    OnlineSoftmax softmax;
+    wg_attend<D>(o, softmax, q, WgRing<D>{wg_smem, full, empty}, N, turns, true, lane);
     store_o<D>(out + b * N * D, o, softmax, row0, N, lane);
   }
+#endif
+}
+
+// Short sequences (N <= kWgShortMaxN: one block holds a batch's rows and keys), K and V split
+// in the kernel: a persistent block takes batches b = blockIdx.x, + gridDim.x, ... Three stages
+// run at once on different batches:
+//   copy     the producer's first thread copies a batch's fp32 Q, K and V (contiguous in the
+//            input) into a staging slot with one bulk copy (full[slot]);
+//   split    the producer warpgroup splits K and V from the slot into split tiles (two buffers,
+//            alternating per batch; split_full[buf]) and range-checks them;
+//   attend   the consumers load and split their Q rows from the slot, release it (empty[slot],
+//            one arrival per warp of both kinds), run wg_attend on the split tiles and release
+//            them (split_empty[buf]).
+// One block per batch that loaded, split and computed in turn left DRAM and the tensor cores
+// idle in turn (docs/kernels.md).
+constexpr int64_t kWgShortMaxN = 2 * kTcBc;
+constexpr int kWgShortProducerRegs = 56;  // the split's registers
+template <int D>
+__host__ __device__ constexpr int wg_short_consumer_regs() {
+  return (65536 / 128 - kWgShortProducerRegs) / wg_groups<D>() / 8 * 8;
+}
+// Staging slots: as many batches as shared memory holds beside the split tiles (48 KB each at
+// d = 32, 96 KB at d = 64).
+#ifndef FA_WG_SHORT_STAGES32
+#define FA_WG_SHORT_STAGES32 3
+#endif
+template <int D>
+__host__ __device__ constexpr int wg_short_stages() { return D == 32 ? FA_WG_SHORT_STAGES32 : 1; }
+template <int D>
+__host__ __device__ constexpr int wg_short_stage_floats() { return 3 * kWgShortMaxN * D; }
+template <int D>
+__host__ __device__ constexpr int wg_short_split_halves() { return 2 * wg_tile_halves<D>(); }  // both tiles
+template <int D>
+__host__ __device__ constexpr int wg_short_smem_bytes() {
+  return wg_short_stages<D>() * wg_short_stage_floats<D>() * 4 + 2 * wg_short_split_halves<D>() * 2 +
+         (2 * wg_short_stages<D>() + 4) * 8;
+}
+
+template <int D>
+__global__ void __launch_bounds__(wg_threads<D>(), 1)
+    attention_wgmma_short(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t batches,
+                          int* __restrict__ decline, volatile int* declined_ever) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kStages = wg_short_stages<D>(), kConsumerWarps = 4 * wg_groups<D>();
+  constexpr int kConsumers = 32 * kConsumerWarps;
+  // Shared memory: staging [kStages][Q | K | V] (fp32, N <= 128), split tiles [2][2 tiles], barriers.
+  extern __shared__ __align__(128) float wg_staging[];
+  __half* split = reinterpret_cast<__half*>(wg_staging + kStages * wg_short_stage_floats<D>());
+  uint64_t* full = reinterpret_cast<uint64_t*>(split + 2 * wg_short_split_halves<D>());
+  uint64_t* empty = full + kStages;
+  uint64_t* split_full = empty + kStages;
+  uint64_t* split_empty = split_full + 2;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int64_t ND = N * D;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerWarps + 4);
+    }
+    for (int s = 0; s < 2; ++s) {
+      mbar_init(&split_full[s], 4);
+      mbar_init(&split_empty[s], kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  auto staged = [&](int64_t k) { return wg_staging + k % kStages * wg_short_stage_floats<D>(); };
+  auto tiles_of = [&](int64_t k) { return split + (k & 1) * wg_short_split_halves<D>(); };
+  bool in_range = true;
+
+  if (warp >= kConsumerWarps) {  // producer warpgroup: copy and split
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWgShortProducerRegs));
+    const int ptid = tid - kConsumers;
+    auto copy = [&](int64_t k) {  // batch k of this block into its slot, once the slot is free
+      const int64_t b = blockIdx.x + k * gridDim.x;
+      if (b >= batches) return;
+      const int slot = k % kStages;
+      if (k >= kStages) mbar_wait(&empty[slot], (k / kStages - 1) & 1);
+      mbar_arrive_expect_tx(&full[slot], (uint32_t)(3 * ND * 4));
+      bulk_copy(wg_staging + slot * wg_short_stage_floats<D>(), qkv + b * 3 * ND, (uint32_t)(3 * ND * 4), &full[slot]);
+    };
+    if (ptid == 0)
+      for (int64_t k = 0; k + 1 < kStages; ++k) copy(k);
+    int64_t k = 0;
+    for (int64_t b = blockIdx.x; b < batches; b += gridDim.x, ++k) {
+      if (ptid == 0) copy(k + kStages - 1);
+      mbar_wait(&full[k % kStages], (k / kStages) & 1);
+      if (k >= 2) mbar_wait(&split_empty[k & 1], (k / 2 - 1) & 1);
+      const float* stage = staged(k);
+      __half* tiles = tiles_of(k);
+      // One key's 8 dimensions of K and V per step, keys past N as zeros.
+      for (int c = ptid; c < (int)wg_tiles(N) * kTcBc * (D / 8); c += 128) {
+        const int key = c / (D / 8), dim = c % (D / 8) * 8;
+        float4 x[2][2] = {};
+        if (key < N) {
+#pragma unroll
+          for (int m = 0; m < 2; ++m) {
+            const float* src = stage + (1 + m) * ND + key * D + dim;
+            x[m][0] = *reinterpret_cast<const float4*>(src);
+            x[m][1] = *reinterpret_cast<const float4*>(src + 4);
+          }
+        }
+        in_range &= wg_store_split<D>(tiles + key / kTcBc * wg_tile_halves<D>(), key % kTcBc, dim, x);
+      }
+      // The split tiles are written by the generic proxy and read by wgmma (the async proxy).
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(&split_full[k & 1]);
+        mbar_arrive(&empty[k % kStages]);
+      }
+    }
+  } else {  // consumers: attend
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(wg_short_consumer_regs<D>()));
+    const TensorTurns<wg_groups<D>()> turns{warp / 4};
+    turns.start();
+    const int64_t row0 = warp * 16;  // this warp's 16 rows of the batch
+    int64_t k = 0;
+    for (int64_t b = blockIdx.x; b < batches; b += gridDim.x, ++k) {
+      mbar_wait(&full[k % kStages], (k / kStages) & 1);
+      QFragments<D> q;
+      q.load(staged(k), row0, N, lane);
+      in_range &= q.split();
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[k % kStages]);  // this warp is done with the slot
+      mbar_wait(&split_full[k & 1], (k / 2) & 1);
+      float o[D / 8][4];
+      OnlineSoftmax softmax;
+      const WgSplitTiles<D> tiles{tiles_of(k)};
+      if (N > kTcBc)
+        wg_attend_short<D, wg_groups<D>(), true>(o, softmax, q, tiles, N, turns, b + gridDim.x >= batches, lane);
+      else
+        wg_attend_short<D, wg_groups<D>(), false>(o, softmax, q, tiles, N, turns, b + gridDim.x >= batches, lane);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&split_empty[k & 1]);  // its products are done (waited for)
+      store_o<D>(out + b * ND, o, softmax, row0, N, lane);
+    }
+  }
+  if (!in_range) decline_chunk(decline, declined_ever);
 #endif
 }
 

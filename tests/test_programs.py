@@ -148,17 +148,30 @@ def hopper_program() -> Path:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [32, 64])
-@pytest.mark.parametrize("N", [1, 33, 129, 257, 1000, 4097])
+@pytest.mark.parametrize("N", [1, 33, 64, 65, 100, 128, 129, 257, 1000, 4097])
 def test_wgmma_kernel_on_odd_shapes(tmp_path, N, d):
-    """Tile counts odd and even, a last tile of 1 to 63 keys, rows past N in the last block."""
+    """Tile counts odd and even, a last tile of 1 to 63 keys, rows past N in the last block; up
+    to N = 128 the fused-split variant."""
     env = {**os.environ, "FA_KERNEL": "wgmma"}
     assert run_and_check(hopper_program(), tmp_path, Shape(3, N, d), seed=N, env=env) <= TOL
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("N, kernel", [(256, "tensorcore-fused"), (257, "wgmma")])
+@pytest.mark.parametrize("shape", [Shape(13000, 128, 32), Shape(3000, 128, 64), Shape(1000, 100, 32),
+                                   Shape(500, 65, 64)], ids=str)
+def test_wgmma_fused_over_many_batches(tmp_path, shape):
+    """The fused-split variant's blocks take batch after batch (more batches than SMs, several
+    chunks at 13000 x 128 x 32): the staging slots and split tiles are reused many times."""
+    env = {**os.environ, "FA_KERNEL": "wgmma"}
+    assert run_and_check(hopper_program(), tmp_path, shape, seed=shape.N, env=env) <= TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("N, kernel", [(128, "wgmma-fused"), (129, "tensorcore-fused"), (256, "tensorcore-fused"),
+                                       (257, "wgmma")])
 def test_hopper_default_kernel(tmp_path, N, kernel):
-    """On Hopper the default is wgmma, except for short sequences (the fused mma.sync kernel)."""
+    """On Hopper the default is wgmma: its fused-split variant up to N = 128, the fused mma.sync
+    kernel from 129 to 256, the wgmma kernel with its split pass beyond."""
     program, inp = hopper_program(), tmp_path / "x.in"
     generate.write_input(inp, Shape(2, N, 64), 0)
     assert timing_line(program, inp, tmp_path / "o.out", dict(os.environ))["impl"] == kernel
@@ -179,17 +192,18 @@ def test_wgmma_needs_sm90a_code(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", ["prepass", "fused", "wgmma"])
+@pytest.mark.parametrize("split", ["prepass", "fused", "wgmma", "wgmma-fused"])
 def test_values_past_the_split_range_fall_back_to_fp32(tmp_path, split):
     """|x| > 64 would overflow the tensor-core split: such a chunk runs on the tiled kernel."""
-    program = hopper_program() if split == "wgmma" else build("cuda")
-    env = {**os.environ, "FA_TC_SPLIT": split} if split != "wgmma" else {**os.environ, "FA_KERNEL": "wgmma"}
-    impl = {"prepass": "tensorcore", "fused": "tensorcore-fused", "wgmma": "wgmma"}[split]
-    shape = Shape(2, 200, 64)
+    program = hopper_program() if split.startswith("wgmma") else build("cuda")
+    env = {**os.environ, "FA_KERNEL": "wgmma"} if split.startswith("wgmma") else {**os.environ, "FA_TC_SPLIT": split}
+    impl = {"prepass": "tensorcore", "fused": "tensorcore-fused"}.get(split, split)
+    N = 100 if split == "wgmma-fused" else 200
+    shape = Shape(2, N, 64)
     inp, out = tmp_path / "big.in", tmp_path / "o.out"
     q, k, v = (np.stack(x) for x in zip(*(generate.batch(shape, 3, "uniform", b) for b in range(2))))
     with open(inp, "wb") as f:
-        f.write(np.array([2, 200, 64], "<i4").tobytes())
+        f.write(np.array([2, N, 64], "<i4").tobytes())
         for b in range(2):
             for x in (q[b] * 40, k[b] / 10, v[b] * 40):  # |q| up to 120, |v| up to 120
                 f.write(x.astype("<f4").tobytes())
@@ -220,13 +234,13 @@ def test_a_declined_chunk_larger_than_the_fallback_grid(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split", ["prepass", "fused", "wgmma"])
+@pytest.mark.parametrize("split", ["prepass", "fused", "wgmma", "wgmma-fused"])
 def test_nan_input_falls_back_to_fp32(tmp_path, split):
     """A NaN cannot be split either: the chunk runs on the tiled kernel, and only the rows that
     see the NaN (all of them, through its key) come out NaN, as in the reference."""
-    program = hopper_program() if split == "wgmma" else build("cuda")
-    env = {**os.environ, "FA_TC_SPLIT": split} if split != "wgmma" else {**os.environ, "FA_KERNEL": "wgmma"}
-    shape = Shape(2, 100, 32)
+    program = hopper_program() if split.startswith("wgmma") else build("cuda")
+    env = {**os.environ, "FA_KERNEL": "wgmma"} if split.startswith("wgmma") else {**os.environ, "FA_TC_SPLIT": split}
+    shape = Shape(2, 200 if split == "wgmma" else 100, 32)
     inp, out = tmp_path / "nan.in", tmp_path / "o.out"
     generate.write_input(inp, shape, 4)
     data = np.fromfile(inp, dtype="<f4", offset=12)
@@ -234,7 +248,7 @@ def test_nan_input_falls_back_to_fp32(tmp_path, split):
     with open(inp, "r+b") as f:
         f.seek(12)
         f.write(data.tobytes())
-    impl = {"prepass": "tensorcore", "fused": "tensorcore-fused", "wgmma": "wgmma"}[split]
+    impl = {"prepass": "tensorcore", "fused": "tensorcore-fused"}.get(split, split)
     assert timing_line(program, inp, out, env)["impl"] == impl + "+tiled"
     got = np.fromfile(out, dtype="<f4").reshape(2, shape.N, shape.d)
     assert np.isnan(got[0]).all() and np.isfinite(got[1]).all()
