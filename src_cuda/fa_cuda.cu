@@ -221,9 +221,9 @@ class CudaKernels {
     } else if (wgmma_) {
       split_kv_blocked<D><<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N, decline, declined_device_);
       CUDA_CHECK_LAUNCH("split_kv_blocked");
-      const int64_t row_tiles = (N + wg_rows<D>() - 1) / wg_rows<D>();
-      attention_wgmma<D><<<(unsigned)(batches * row_tiles), wg_threads<D>(), wg_smem_bytes<D>(), stream>>>(
-          qkv, kv, out, N, row_tiles, decline, declined_device_);
+      const int64_t row_tiles = (N + wg_rows<D>() - 1) / wg_rows<D>(), items = batches * row_tiles;
+      attention_wgmma<D><<<(unsigned)std::min<int64_t>(items, sms_), wg_threads<D>(), wg_smem_bytes<D>(), stream>>>(
+          qkv, kv, out, N, row_tiles, items, decline, declined_device_);
     } else if (fused_) {
       launch_tensorcore<D, true>(qkv, kv, out, batches, decline, stream);
     } else {

@@ -50,7 +50,8 @@ __host__ __device__ constexpr int wg_rows() { return 64 * wg_groups<D>(); }
 // batch, tiles of kTcBc keys (the last zero-padded), each [K_hi | K_lo | V_hi | V_lo], each
 // array in wgmma's canonical no-swizzle layout: 8 x 8 core matrices (8 keys x 8 dimensions,
 // 128 contiguous bytes), dimension blocks innermost. A tile is one contiguous copy.
-// Shared memory: kWgStages such tiles in a ring, then the ring's barriers.
+// Shared memory of the long-sequence kernel: kWgStages such tiles in a ring, two slots of Q
+// (fp32, a work item's wg_rows rows), then the barriers (the ring's full and empty, Q's).
 #ifndef FA_WG_STAGES
 #define FA_WG_STAGES 4
 #endif
@@ -58,7 +59,11 @@ constexpr int kWgStages = FA_WG_STAGES;
 template <int D>
 __host__ __device__ constexpr int wg_tile_halves() { return 4 * kTcBc * D; }
 template <int D>
-__host__ __device__ constexpr int wg_smem_bytes() { return kWgStages * wg_tile_halves<D>() * 2 + 2 * kWgStages * 8; }
+__host__ __device__ constexpr int wg_q_floats() { return wg_rows<D>() * D; }
+template <int D>
+__host__ __device__ constexpr int wg_smem_bytes() {
+  return kWgStages * wg_tile_halves<D>() * 2 + 2 * wg_q_floats<D>() * 4 + (2 * kWgStages + 4) * 8;
+}
 __host__ __device__ constexpr int64_t wg_tiles(int64_t N) { return (N + kTcBc - 1) / kTcBc; }
 
 // Offset (halves) of element (key, dim) of one array of a tile.
@@ -281,25 +286,29 @@ struct TensorTurns {
 };
 
 // ------------------------------------------------------------------------- one warpgroup's pass
-// A work item's K/V tiles as a consumer sees them: ring slots that a producer fills (WgRing, the
-// long-sequence kernel) or split tiles already in shared memory (WgSplitTiles, the short one).
+// A work item's K/V tiles as a consumer sees them: ring slots that the producer fills (WgRing,
+// the long-sequence kernel; the ring runs on across the block's items, `base` is the ring index
+// of this item's first tile) or split tiles already in shared memory (WgSplitTiles, the short one).
 template <int D>
 struct WgRing {
   __half* smem;
   uint64_t* full;
   uint64_t* empty;
-  __device__ __forceinline__ WgTile<D> tile(int64_t j) const { return {smem + (j % kWgStages) * wg_tile_halves<D>()}; }
-  __device__ __forceinline__ void wait(int64_t j) const { mbar_wait(&full[j % kWgStages], (j / kWgStages) & 1); }
+  int64_t base;
+  __device__ __forceinline__ WgTile<D> tile(int64_t j) const {
+    return {smem + (base + j) % kWgStages * wg_tile_halves<D>()};
+  }
+  __device__ __forceinline__ void wait(int64_t j) const {
+    mbar_wait(&full[(base + j) % kWgStages], ((base + j) / kWgStages) & 1);
+  }
   __device__ __forceinline__ void release(int64_t j, int lane) const {  // one arrival per consumer warp
-    if (lane == 0) mbar_arrive(&empty[j % kWgStages]);
+    if (lane == 0) mbar_arrive(&empty[(base + j) % kWgStages]);
   }
 };
 template <int D>
 struct WgSplitTiles {
   __half* smem;
   __device__ __forceinline__ WgTile<D> tile(int64_t j) const { return {smem + j * wg_tile_halves<D>()}; }
-  __device__ __forceinline__ void wait(int64_t) const {}
-  __device__ __forceinline__ void release(int64_t, int) const {}
 };
 
 // One consumer warpgroup over the N keys of a work item: O (not yet normalized) and the softmax
@@ -307,9 +316,9 @@ struct WgSplitTiles {
 // tile j - 1 and S of tile j + 1 (once `tiles` says that tile is there); softmax of tile j while
 // they run; fold tile j - 1 into O, release it, split P of tile j. `last_turn`: this is the
 // block's last item (no one waits for the last group's last turn).
-template <int D, int kGroups, class Tiles>
+template <int D, int kGroups>
 __device__ __forceinline__ void wg_attend(float (&o)[D / 8][4], OnlineSoftmax& softmax, const QFragments<D>& q,
-                                          const Tiles& tiles_at, int64_t N, TensorTurns<kGroups> turns,
+                                          const WgRing<D>& tiles_at, int64_t N, TensorTurns<kGroups> turns,
                                           bool last_turn, int lane) {
   const int64_t tiles = wg_tiles(N);
   ScoreTile even, odd;                                // S of the even and odd tiles, then their P
@@ -371,6 +380,7 @@ __device__ __forceinline__ void wg_attend(float (&o)[D / 8][4], OnlineSoftmax& s
   wg_keep(pv);
   wg_keep(p_hi);
   wg_keep(p_lo);
+  tiles_at.release(tiles - 1, lane);  // the ring runs on into the block's next item
   fold_pv<D>(o, pv, alpha_prev);
 }
 
@@ -420,61 +430,96 @@ __device__ __forceinline__ void wg_attend_short(float (&o)[D / 8][4], OnlineSoft
   }
 }
 
-// Barriers of a block: mbarrier pairs full/empty, initialized by thread 0 for the whole block.
-__device__ __forceinline__ void wg_init_barriers(uint64_t* full, uint64_t* empty, int stages, int consumer_warps) {
+// A block's barriers: pairs full[s] / empty[s] with their arrival counts, initialized by thread 0
+// (wg_init_pairs, once per set), then published to the block (wg_barriers_ready).
+__device__ __forceinline__ void wg_init_pairs(uint64_t* full, uint64_t* empty, int n, int full_count, int empty_count) {
   if (threadIdx.x == 0) {
-    for (int s = 0; s < stages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], consumer_warps);
+    for (int s = 0; s < n; ++s) {
+      mbar_init(&full[s], full_count);
+      mbar_init(&empty[s], empty_count);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+}
+__device__ __forceinline__ void wg_barriers_ready() {
+  if (threadIdx.x == 0) asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   __syncthreads();
 }
 
 // ------------------------------------------------------------------------- the kernels
-// Long sequences (split K/V from split_kv_blocked). Producer warpgroup (its first thread): tile
-// j into ring slot j % kWgStages once the consumers released it, arriving on full[slot] with the
-// copy's byte count; it gives up registers (setmaxnreg) to the consumers. Each consumer
-// warpgroup: wg_attend over the batch's tiles for its 64 rows.
+// Long sequences (split K/V from split_kv_blocked). A persistent block takes work items (a
+// batch's wg_rows query rows) item = blockIdx.x, + gridDim.x, ... The producer warpgroup's first
+// thread copies each item's Q rows into a Q slot (q_full / q_empty, two slots) and its K/V tiles
+// into the ring (tile t of the block's stream into slot t % kWgStages once the consumers released
+// it), each with one bulk copy completing on the slot's barrier; it gives up registers
+// (setmaxnreg) to the consumers. Each consumer warpgroup, per item: its Q rows from the slot,
+// then wg_attend over the item's tiles for its 64 rows. The ring runs on from one item to the
+// next, so the next item's first tiles and Q arrive while this one finishes (one block per item
+// waited for them at every start: 10% at 512 x 1024 x 32, 16 tiles per item).
 template <int D>
 __global__ void __launch_bounds__(wg_threads<D>(), 1)
     attention_wgmma(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
-                    int64_t N, int64_t row_tiles, int* __restrict__ decline, volatile int* declined_ever) {
+                    int64_t N, int64_t row_tiles, int64_t items, int* __restrict__ decline,
+                    volatile int* declined_ever) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if (*decline) return;  // values the split cannot take: the tiled kernel runs this chunk
-  constexpr int kConsumerWarps = 4 * wg_groups<D>();
+  constexpr int kConsumerWarps = 4 * wg_groups<D>(), kRows = wg_rows<D>();
   constexpr uint32_t kTileBytes = wg_tile_halves<D>() * 2;
   extern __shared__ __align__(128) __half wg_smem[];
-  uint64_t* full = reinterpret_cast<uint64_t*>(wg_smem + kWgStages * wg_tile_halves<D>());
+  float* q_slots = reinterpret_cast<float*>(wg_smem + kWgStages * wg_tile_halves<D>());
+  uint64_t* full = reinterpret_cast<uint64_t*>(q_slots + 2 * wg_q_floats<D>());
   uint64_t* empty = full + kWgStages;
+  uint64_t* q_full = empty + kWgStages;
+  uint64_t* q_empty = q_full + 2;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int64_t b = blockIdx.x / row_tiles, tiles = wg_tiles(N);
-  wg_init_barriers(full, empty, kWgStages, kConsumerWarps);
+  const int64_t tiles = wg_tiles(N);
+  wg_init_pairs(full, empty, kWgStages, 1, kConsumerWarps);
+  wg_init_pairs(q_full, q_empty, 2, 1, kConsumerWarps);
+  wg_barriers_ready();
+  auto item_rows = [&](int64_t item) {  // query rows of an item (the last of a batch may be short)
+    const int64_t left = N - item % row_tiles * kRows;
+    return (int)(left < kRows ? left : kRows);
+  };
 
   if (warp >= kConsumerWarps) {  // producer
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWgProducerRegs));
     if (tid == kConsumerWarps * 32) {
-      const __half* src = kv + b * tiles * wg_tile_halves<D>();
-      for (int64_t j = 0; j < tiles; ++j) {
-        const int slot = j % kWgStages;
-        if (j >= kWgStages) mbar_wait(&empty[slot], (j / kWgStages - 1) & 1);
-        mbar_arrive_expect_tx(&full[slot], kTileBytes);
-        bulk_copy(wg_smem + slot * wg_tile_halves<D>(), src + j * wg_tile_halves<D>(), kTileBytes, &full[slot]);
+      int64_t k = 0, t = 0;  // the block's item and tile counts so far
+      for (int64_t item = blockIdx.x; item < items; item += gridDim.x, ++k) {
+        const int64_t b = item / row_tiles, row0 = item % row_tiles * kRows;
+        const int qs = k & 1;
+        if (k >= 2) mbar_wait(&q_empty[qs], (k / 2 - 1) & 1);
+        const uint32_t q_bytes = item_rows(item) * D * 4;
+        mbar_arrive_expect_tx(&q_full[qs], q_bytes);
+        bulk_copy(q_slots + qs * wg_q_floats<D>(), qkv + (b * 3 * N + row0) * D, q_bytes, &q_full[qs]);
+        const __half* src = kv + b * tiles * wg_tile_halves<D>();
+        for (int64_t j = 0; j < tiles; ++j, ++t) {
+          const int slot = t % kWgStages;
+          if (t >= kWgStages) mbar_wait(&empty[slot], (t / kWgStages - 1) & 1);
+          mbar_arrive_expect_tx(&full[slot], kTileBytes);
+          bulk_copy(wg_smem + slot * wg_tile_halves<D>(), src + j * wg_tile_halves<D>(), kTileBytes, &full[slot]);
+        }
       }
     }
   } else {  // consumers
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(wg_consumer_regs<D>()));
-    const int64_t row0 = (blockIdx.x % row_tiles) * wg_rows<D>() + warp * 16;  // this warp's 16 rows
-    QFragments<D> q;
-    q.load(qkv + b * 3 * N * D, row0, N, lane);
-    if (!q.split()) decline_chunk(decline, declined_ever);
     const TensorTurns<wg_groups<D>()> turns{warp / 4};
     turns.start();
-    float o[D / 8][4] = {};  // O: 16 rows x D per warp, fp32, not yet normalized
-    OnlineSoftmax softmax;
-    wg_attend<D>(o, softmax, q, WgRing<D>{wg_smem, full, empty}, N, turns, true, lane);
-    store_o<D>(out + b * N * D, o, softmax, row0, N, lane);
+    int64_t k = 0;
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x, ++k) {
+      const int64_t b = item / row_tiles, row0 = item % row_tiles * kRows;
+      const int qs = k & 1;
+      mbar_wait(&q_full[qs], (k / 2) & 1);
+      QFragments<D> q;
+      q.load(q_slots + qs * wg_q_floats<D>(), warp * 16, item_rows(item), lane);  // this warp's 16 rows
+      if (!q.split()) decline_chunk(decline, declined_ever);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&q_empty[qs]);
+      float o[D / 8][4] = {};  // O: 16 rows x D per warp, fp32, not yet normalized
+      OnlineSoftmax softmax;
+      wg_attend<D>(o, softmax, q, WgRing<D>{wg_smem, full, empty, k * tiles}, N, turns, item + gridDim.x >= items,
+                   lane);
+      store_o<D>(out + b * N * D, o, softmax, row0 + warp * 16, N, lane);
+    }
   }
 #endif
 }
@@ -487,8 +532,8 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
 //   split    the producer warpgroup splits K and V from the slot into split tiles (two buffers,
 //            alternating per batch; split_full[buf]) and range-checks them;
 //   attend   the consumers load and split their Q rows from the slot, release it (empty[slot],
-//            one arrival per warp of both kinds), run wg_attend on the split tiles and release
-//            them (split_empty[buf]).
+//            one arrival per warp of both kinds), run wg_attend_short on the split tiles and
+//            release them (split_empty[buf]).
 // One block per batch that loaded, split and computed in turn left DRAM and the tensor cores
 // idle in turn (docs/kernels.md).
 constexpr int64_t kWgShortMaxN = 2 * kTcBc;
@@ -530,18 +575,9 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
   uint64_t* split_empty = split_full + 2;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int64_t ND = N * D;
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWarps + 4);
-    }
-    for (int s = 0; s < 2; ++s) {
-      mbar_init(&split_full[s], 4);
-      mbar_init(&split_empty[s], kConsumerWarps);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
+  wg_init_pairs(full, empty, kStages, 1, kConsumerWarps + 4);
+  wg_init_pairs(split_full, split_empty, 2, 4, kConsumerWarps);
+  wg_barriers_ready();
   auto staged = [&](int64_t k) { return wg_staging + k % kStages * wg_short_stage_floats<D>(); };
   auto tiles_of = [&](int64_t k) { return split + (k & 1) * wg_short_split_halves<D>(); };
   bool in_range = true;
