@@ -593,12 +593,17 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
       mbar_arrive_expect_tx(&full[slot], (uint32_t)(3 * ND * 4));
       bulk_copy(wg_staging + slot * wg_short_stage_floats<D>(), qkv + b * 3 * ND, (uint32_t)(3 * ND * 4), &full[slot]);
     };
-    if (ptid == 0)
-      for (int64_t k = 0; k + 1 < kStages; ++k) copy(k);
+    // The batches ahead are asked for once this one has arrived: all slots of every block asked
+    // for at once made the first batch of each block (and of each chunk) arrive later.
+    int64_t issued = 0;
+    auto copy_upto = [&](int64_t last) {
+      for (; issued <= last; ++issued) copy(issued);
+    };
     int64_t k = 0;
     for (int64_t b = blockIdx.x; b < batches; b += gridDim.x, ++k) {
-      if (ptid == 0) copy(k + kStages - 1);
+      if (ptid == 0) copy_upto(k);  // not yet asked for at the start, or with a single slot
       mbar_wait(&full[k % kStages], (k / kStages) & 1);
+      if (ptid == 0) copy_upto(k + kStages - 1);
       if (k >= 2) mbar_wait(&split_empty[k & 1], (k / 2 - 1) & 1);
       const float* stage = staged(k);
       __half* tiles = tiles_of(k);
