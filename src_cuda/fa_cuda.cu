@@ -75,10 +75,12 @@ class CudaKernels {
       allow_smem(attention_tensorcore<32, true>, tc_smem_bytes<32>());
       allow_smem(attention_tensorcore<64, false>, tc_smem_bytes<64>());
       allow_smem(attention_tensorcore<64, true>, tc_smem_bytes<64>());
-      allow_smem(attention_wgmma<32>, wg_smem_bytes<32>());
-      allow_smem(attention_wgmma<64>, wg_smem_bytes<64>());
-      allow_smem(attention_wgmma_short<32>, wg_short_smem_bytes<32>());
-      allow_smem(attention_wgmma_short<64>, wg_short_smem_bytes<64>());
+      if (wgmma_) {  // up to 224 KB: more than any GPU before Hopper can give a block
+        allow_smem(attention_wgmma<32>, wg_smem_bytes<32>());
+        allow_smem(attention_wgmma<64>, wg_smem_bytes<64>());
+        allow_smem(attention_wgmma_short<32>, wg_short_smem_bytes<32>());
+        allow_smem(attention_wgmma_short<64>, wg_short_smem_bytes<64>());
+      }
       // Short sequences split K and V inside the main kernel (see kernel_tensorcore.cuh);
       // FA_TC_SPLIT=fused|prepass forces one way, for measurements (on the mma.sync kernel).
       fused_ = s.N <= kFusedMaxN && !wgmma_;

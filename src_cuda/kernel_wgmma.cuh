@@ -6,8 +6,11 @@
 // shared by the block's kGroups = wg_groups<D>() consumer warpgroups (L2 serves K and V once per
 // 64 kGroups rows). A producer thread streams the tiles with bulk copies. A consumer issues the
 // next tile's S and the previous tile's P V before it runs the current tile's softmax, and the
-// consumers take turns at the tensor cores, so that products and softmax overlap
-// (docs/kernels.md has the measurements).
+// consumers take turns at the tensor cores, so that products and softmax overlap. Blocks are
+// persistent (one per SM) and take work items in turn. Two kernels: attention_wgmma for long
+// sequences, on K and V split beforehand by split_kv_blocked, and attention_wgmma_short for
+// N <= 128, whose producer warpgroup splits each batch's K and V itself (docs/kernels.md has
+// the measurements).
 #pragma once
 
 #include <type_traits>
@@ -27,7 +30,8 @@ __global__ void wgmma_compiled(int* yes) {
 
 // ------------------------------------------------------------------------- launch geometry
 // Block: kGroups consumer warpgroups (warps 0 .. 4 kGroups - 1, 64 query rows each), then one
-// producer warpgroup (one thread of it copies). Grid: one block per (batch, 64 kGroups rows).
+// producer warpgroup. Grid: one block per SM (fewer where there is less work), each taking the
+// work items blockIdx.x, + gridDim.x, ...: a batch's 64 kGroups rows (long), a batch (short).
 #ifndef FA_WG_GROUPS32
 #define FA_WG_GROUPS32 2
 #endif
