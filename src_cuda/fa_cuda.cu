@@ -99,11 +99,10 @@ class CudaKernels {
       CUDA_CHECK(cudaHostGetDevicePointer(&declined_device_, flag, 0));
       int sms = 0;
       CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-      split_blocks_ = 8 * sms;
       sms_ = sms;
       pdl_ = cc >= 90;
-      declined_blocks_[0] = sms * resident_blocks(attention_tiled_declined<32, kTiledBc>);
-      declined_blocks_[1] = sms * resident_blocks(attention_tiled_declined<64, kTiledBc>);
+      declined_blocks_ = sms * (s.d == 32 ? resident_blocks(attention_tiled_declined<32, kTiledBc>)
+                                          : resident_blocks(attention_tiled_declined<64, kTiledBc>));
     }
     // Load every kernel's code now, in the init thread, rather than at its first launch.
     cudaFuncAttributes attr;
@@ -221,7 +220,7 @@ class CudaKernels {
       attention_wgmma_short<D><<<(unsigned)std::min<int64_t>(batches, sms_), wg_threads<D>(), wg_short_smem_bytes<D>(),
                                  stream>>>(qkv, out, N, batches, decline, declined_device_);
     } else if (wgmma_) {
-      split_kv_blocked<D><<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N, decline, declined_device_);
+      split_kv_blocked<D><<<8 * sms_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N, decline, declined_device_);
       CUDA_CHECK_LAUNCH("split_kv_blocked");
       const int64_t row_tiles = (N + wg_rows<D>() - 1) / wg_rows<D>(), items = batches * row_tiles;
       attention_wgmma<D><<<(unsigned)std::min<int64_t>(items, sms_), wg_threads<D>(), wg_smem_bytes<D>(), stream>>>(
@@ -229,7 +228,7 @@ class CudaKernels {
     } else if (fused_) {
       launch_tensorcore<D, true>(qkv, kv, out, batches, decline, stream);
     } else {
-      split_kv<<<split_blocks_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
+      split_kv<<<8 * sms_, kSplitThreads, 0, stream>>>(qkv, kv, batches, N * D, decline, declined_device_);
       CUDA_CHECK_LAUNCH("split_kv");
       launch_tensorcore<D, false>(qkv, kv, out, batches, decline, stream);
     }
@@ -238,7 +237,7 @@ class CudaKernels {
     // kernel before it (PDL): its launch is prepared while that kernel runs.
     const int64_t row_tiles = (N + kTiledBr - 1) / kTiledBr;
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(declined_blocks_[D == 64]);
+    config.gridDim = dim3(declined_blocks_);
     config.blockDim = dim3(kTiledBc, kTiledBr);
     config.stream = stream;
     cudaLaunchAttribute after;
@@ -265,11 +264,10 @@ class CudaKernels {
   bool wgmma_short_ = false;  // its fused-split variant for N <= 128
   int ladder_step_ = 0;  // FA_KERNEL=ladder-N
   bool fused_ = false;
-  int split_blocks_ = 0;
-  int sms_ = 0;
+  int sms_ = 0;  // multiprocessors: grids of one block each (persistent kernels) or 8 (split passes)
   int64_t chunks_ = 0;  // chunks launched so far
   bool pdl_ = false;    // programmatic dependent launch (sm_90 and later)
-  int declined_blocks_[2] = {};  // attention_tiled_declined's grid, d = 32 and 64
+  int declined_blocks_ = 0;  // attention_tiled_declined's grid, for this input's d
   volatile int* declined_host_ = nullptr;
   int* declined_device_ = nullptr;
 };

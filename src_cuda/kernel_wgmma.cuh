@@ -317,7 +317,7 @@ struct WgSplitTiles {
 
 // One consumer warpgroup over the N keys of a work item: O (not yet normalized) and the softmax
 // state of its 64 rows. Per tile j (S of tile j already in flight): in its turn, issue P V of
-// tile j - 1 and S of tile j + 1 (once `tiles` says that tile is there); softmax of tile j while
+// tile j - 1 and S of tile j + 1 (once the ring says that tile is there); softmax of tile j while
 // they run; fold tile j - 1 into O, release it, split P of tile j. `last_turn`: this is the
 // block's last item (no one waits for the last group's last turn).
 template <int D, int kGroups>
