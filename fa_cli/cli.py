@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from . import (__version__, bench, charts, compare, generate, judge, ladder, profile, programs, report, resources,
-               slurm, suite, sweep, system, verify, writeup)
+from . import (__version__, bench, charts, compare, diagnose, generate, judge, ladder, mistakes, profile, programs,
+               report, resources, slurm, suite, sweep, system, verify, writeup)
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output
@@ -99,7 +99,7 @@ def targets_for(names, shapes=()) -> list[judge.Target]:
 @click.option("--expected", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the float64 reference output (rounded to float32) here.")
 @click.option("--suite", "case_name",
-              help="Generate a suite case (t01..t30) instead, checked against its sha256; "
+              help="Generate a suite case (t01..t30, c01..c30) instead, checked against its sha256; "
                    "to -o if given, else to the suite's place.")
 @click.option("--strict", is_flag=True, help="Refuse shapes outside the course's ranges.")
 def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, strict) -> None:
@@ -124,7 +124,13 @@ def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, str
         click.echo(f"{expected}: float64 reference, {shape.output_bytes} bytes")
 
 
-@main.command(name="verify")
+VERIFY_HELP = ("Check OUTPUT: max abs error, where it is, how many values exceed --tol; for a failed check "
+               "with --input, where the wrong values are and which usual mistake explains them, if one "
+               "does. Exit 0 pass, 1 fail.\n\nThe mistakes fa recognises:\n\n\b\n"
+               + "\n".join(f"- {m.name}" for m in mistakes.MISTAKES))
+
+
+@main.command(name="verify", help=VERIFY_HELP)
 @click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
               help="The input: the output is checked against float64 attention of it.")
@@ -135,7 +141,6 @@ def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, str
 @click.option("--full", is_flag=True, help="Check every row (the default for small inputs).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled rows.")
 def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> None:
-    """Check OUTPUT: max abs error, where it is, how many values exceed --tol. Exit 0 pass, 1 fail."""
     if (input_path is None) == (expected is None):
         raise click.UsageError("give exactly one of --input or --expected")
     if sample_rows and full:
@@ -146,6 +151,10 @@ def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> No
         check = verify.RowCheck(sample_rows, full, seed)
         with report.progress("verifying", inp.shape.B) as advance:
             result = verify.against_reference(inp, out, tol, check, advance)
+        if not result.passed and result.checked:
+            click.echo(report.verify_summary(result))
+            click.echo(report.verify_details(result, diagnose.of_wrong(result, inp.shape, inp, out)))
+            sys.exit(ExitStatus.FAILED)
     else:
         size = expected.stat().st_size
         flat = Shape(1, size // 4, 1) if size % 4 == 0 else None
@@ -184,7 +193,10 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None, srun_a
 
 @main.command()
 @click.argument("cases", nargs=-1)
-@click.option("--all", "all_cases", is_flag=True, help="Every suite case t01..t30.")
+@click.option("--all", "all_cases", is_flag=True,
+              help="Every case of a suite: t01..t30, or c01..c30 with --suite c.")
+@click.option("--suite", "suite_name", type=click.Choice(suite.SUITES), default=suite.DEFAULT_SUITE, show_default=True,
+              help="The suite --all runs: t (fa's own cases) or c (the course's 30 test shapes).")
 @click.option("--program", default="best", show_default=True, help="cpu, cuda, hip, hip-cuda, best, or a path.")
 @click.option("--tol", type=float, default=verify.COURSE_TOL, show_default=True)
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Verify this many random rows per batch.")
@@ -195,12 +207,19 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None, srun_a
 @click.option("-o", "--output", "results_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Also add the results to this file (JSON, for fa report); extended if it exists.")
 @launcher_options
-def run(cases, all_cases, program, tol, sample_rows, full, time_limit, no_time_limit, results_file, launcher,
-        partition, gres, srun_args) -> None:
-    """Judge PROGRAM on test cases (t01..t30 or input files): time, verify, print a table."""
-    names = list(suite.cases()) if all_cases else list(cases)
+def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, results_file,
+        launcher, partition, gres, srun_args) -> None:
+    """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
+    table, and for each case that did not pass, why: where the wrong values are and which usual
+    mistake explains them, the signal that ended a program, how far a short output got.
+
+    \b
+    fa run t01 t17 --program ./hw4        two of fa's cases
+    fa run c01 c30 --program ./hw4        two of the course's
+    fa run --all --suite c --program ./hw4  all 30 course shapes"""
+    names = list(suite.cases(suite_name)) if all_cases else list(cases)
     if not names:
-        raise click.UsageError("name test cases (t01..t30 or input files), or give --all")
+        raise click.UsageError("name test cases (t01..t30, c01..c30 or input files), or give --all [--suite c]")
     if time_limit and no_time_limit:
         raise click.UsageError("--time-limit and --no-time-limit exclude each other")
     prog = program_for(program)
@@ -219,16 +238,12 @@ def run(cases, all_cases, program, tol, sample_rows, full, time_limit, no_time_l
         if workdir is not None:
             slurm.remove_workdir(workdir)  # each case's outputs were removed after verification
     report.console.print(report.judge_table(results, describe_first()))
+    if any(not r.ok for r in results):
+        click.echo(report.diagnoses(results) + "\n")
     if results_file:
         bench.save_records(results_file, bench.load_records(results_file)
                            + [judge.as_record(r, options) for r in results])
         click.echo(f"{len(results)} records added to {results_file}")
-    for r in results:
-        if r.verdict == "TLE":
-            click.echo(f"{r.target.name}: stopped at its {r.time_limit:g} s time limit "
-                       "(--no-time-limit lets it finish)", err=True)
-        elif r.error:
-            click.echo(f"{r.target.name}: {r.error}", err=True)
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
 
 
@@ -262,7 +277,8 @@ def parse_shape(text: str) -> Shape:
 @click.option("--program", "program_names", multiple=True, default=["best"], show_default=True,
               help="cpu, cuda, hip, hip-cuda, torch, best or a path; repeat to compare.")
 @click.option("--suite", "suite_cases", is_flag=False, flag_value="all", default=None,
-              help="Suite cases: --suite for all, or --suite t01,t21.")
+              help="Suite cases: --suite for all of t01..t30, --suite c for the course's c01..c30, "
+                   "or a list such as --suite t01,c21.")
 @click.option("--shape", "shapes", multiple=True, help="B,N,d of a seeded uniform input; repeatable.")
 @click.option("--repeat", "repeats", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--against", type=click.Choice(["torch"]), help="Add PyTorch SDPA fp32 on the same inputs.")
@@ -277,7 +293,8 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
     if slurm_array and launcher != "slurm":
         raise click.UsageError("--slurm-array needs --launcher slurm --partition NAME")
     names = list(program_names) + (["torch"] if against == "torch" else [])
-    wanted = [] if not suite_cases else list(suite.cases()) if suite_cases == "all" else suite_cases.split(",")
+    wanted = ([] if not suite_cases else list(suite.cases()) if suite_cases == "all"
+              else list(suite.cases(suite_cases)) if suite_cases in suite.SUITES else suite_cases.split(","))
     if not wanted and not shapes:
         raise click.UsageError("give --suite or --shape")
     sizes = [parse_shape(text) for text in shapes]

@@ -2,7 +2,8 @@
 
 Verdicts: PASS; WRONG (a value off by more than the tolerance, or non-finite); TLE (the whole
 process reached the case's limit: it is stopped there, as the course's judge stops it, and its
-output is not checked); ERROR (non-zero exit, no output or an output of the wrong size).
+output is not checked); ERROR (non-zero exit, no output or an output of the wrong size). Every
+verdict but PASS comes with a diagnosis (diagnose.py): where and why, in a few lines.
 """
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import generate, locations, suite, verify
-from .format import AttentionInput, FormatError, Shape, open_output, read_header
+from . import diagnose, generate, locations, suite, verify
+from .format import AttentionInput, Shape, open_output, read_header
 from .programs import Launcher, Program, RunResult, run
 
 
@@ -56,6 +57,7 @@ class CaseResult:
     check: verify.VerifyResult | None
     time_limit: float | None
     output_problem: str | None = None  # an output file of the wrong size, say
+    diagnosis: diagnose.Diagnosis | None = None  # why it did not pass
 
     @property
     def error(self) -> str | None:
@@ -92,24 +94,33 @@ class JudgeOptions:
 
 
 def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions()) -> CaseResult:
-    """Run one case and verify it: against the expected file when one ships, else the reference."""
+    """Run one case and verify it: against the expected file when one ships, else the reference;
+    diagnose it if it did not pass."""
     limit = target.time_limit if options.time_limit else None
+    shape = target.shape
     with tempfile.TemporaryDirectory(prefix="fa-run-", dir=options.output_dir) as tmp:
         out_path = Path(tmp) / f"{target.name}.out"
         result = run(program, target.input_path, out_path, options.launcher, timeout=limit, env=options.env)
-        check = None
-        if result.error is None:
-            try:
-                out = open_output(out_path, target.shape)
-            except FormatError as e:
-                return CaseResult(target, program, result, None, limit, str(e))
-            if target.expected_path is not None and options.check.is_default:
-                expected = open_output(target.expected_path, target.shape, "expected output")
-                check = verify.against_expected(out, expected, options.tol, target.shape)
-            else:
-                check = verify.against_reference(AttentionInput(target.input_path), out, options.tol, options.check)
-            del out
-    return CaseResult(target, program, result, check, limit)
+        if result.timed_out:
+            return CaseResult(target, program, result, None, limit, diagnosis=diagnose.of_tle(limit, result.wall_s))
+        size = out_path.stat().st_size if out_path.exists() else None
+        if result.error is not None or size != shape.output_bytes:
+            why = diagnose.of_error(result.returncode, result.stderr, shape, size)
+            problem = None if result.error else "no output file" if size is None else diagnose.short_output(size, shape)
+            return CaseResult(target, program, result, None, limit, problem, why)
+        out = open_output(out_path, shape)
+        inp = AttentionInput(target.input_path)
+        if target.expected_path is not None and options.check.is_default:
+            expected = open_output(target.expected_path, shape, "expected output")
+            check = verify.against_expected(out, expected, options.tol, shape)
+        else:
+            check = verify.against_reference(inp, out, options.tol, options.check)
+        why = None if check.passed else diagnose.of_wrong(check, shape, inp, out)
+        del out
+    case = CaseResult(target, program, result, check, limit, diagnosis=why)
+    if case.verdict == "TLE":  # finished, correct, but past its limit
+        case.diagnosis = diagnose.of_tle(limit, result.wall_s)
+    return case
 
 
 def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dict:
@@ -120,7 +131,9 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
     device = run_.build.get("device", "").replace("_", " ") or None
     fields = dict(verdict=result.verdict, wall_s=run_.wall_s, time_limit=result.time_limit, tol=options.tol,
                   timing=run_.timing, build=run_.build, max_err=result.check.max_err if result.check else None,
-                  verify_mode=result.check.mode if result.check else None, passed=result.ok)
+                  verify_mode=result.check.mode if result.check else None, passed=result.ok,
+                  diagnosis=result.diagnosis.fields if result.diagnosis else None,
+                  diagnosis_text=result.diagnosis.lines if result.diagnosis else None)
     if device:
         fields["device"] = device
     return new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)

@@ -128,6 +128,11 @@ class RunResult:
         if self.returncode == 0:
             return None
         lines = [l for l in self.stderr.splitlines() if l.strip() and not l.startswith("fa-timing:")]
+        if self.returncode < 0:  # ended by a signal: name it (SIGSEGV, SIGABRT, ...)
+            try:
+                return f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"killed by signal {-self.returncode}"
         return lines[-1] if lines else f"exit code {self.returncode}"
 
 

@@ -46,6 +46,23 @@ def verify_summary(result: VerifyResult) -> str:
     return "\n".join(lines)
 
 
+def verify_details(result: VerifyResult, diagnosis) -> str:
+    """The diagnosis of a failed fa verify, below its summary (which has the counts and the worst place)."""
+    there = [f"wrote {result.got:.6g} there, expected {result.expected:.6g}"] if result.got is not None else []
+    return "\n".join(there + diagnosis.lines[2:])
+
+
+def diagnoses(results: list[CaseResult]) -> str:
+    """One short paragraph per case that did not pass: its verdict and why (diagnose.py)."""
+    paragraphs = []
+    for r in results:
+        if r.ok or r.diagnosis is None:
+            continue
+        lines = r.diagnosis.lines
+        paragraphs.append(f"{r.target.name} {r.verdict}: {lines[0]}" + "".join(f"\n  {l}" for l in lines[1:]))
+    return "\n\n".join(paragraphs)
+
+
 def judge_table(results: list[CaseResult], device: str) -> Table:
     table = Table(title=f"fa run on {device}", title_justify="left")
     for column in ("case", "B×N×d", "program", "time s", "limit s", "max err", "checked", "verdict"):

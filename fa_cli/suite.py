@@ -1,9 +1,14 @@
-"""The test-case suite t01..t30: a manifest, shipped small cases, the rest generated on demand.
+"""The test-case suites: a manifest, shipped small cases, the rest generated on demand.
 
-manifest.json names each case's shape, distribution, seed, time limit (the course's classes:
-t01-t10 2 s, t11-t20 6 s, t21-t30 10 s) and the sha256 of its input, so a generated file is
-proven byte-identical to everyone else's. The manifest and the shipped cases (with their
-expected outputs) are in locations.testcases(); generated cases in locations.cache_dir().
+Two suites of 30 cases each:
+  t01..t30  fa's own: every N and d of the course, five value distributions (fa gen --dist);
+  c01..c30  the course's own test shapes (2024 offering, as published in a student's report),
+            values uniform in [-3, 3].
+manifest.json names each case's shape, distribution, seed, time limit (the course's classes by
+thirds: 01-10 2 s, 11-20 6 s, 21-30 10 s) and the sha256 of its input, so a generated file is
+proven byte-identical to everyone else's; it also says where each suite comes from. The
+manifest and the shipped cases (t01..t10, with their expected outputs) are in
+locations.testcases(); generated cases in locations.cache_dir().
 """
 from __future__ import annotations
 
@@ -19,7 +24,9 @@ from . import generate, locations
 from .errors import ExitStatus, FaError
 from .format import Shape, check_shape
 
-NAME = re.compile(r"^t\d\d$")
+NAME = re.compile(r"^[tc]\d\d$")
+SUITES = ("t", "c")  # fa's own, the course's
+DEFAULT_SUITE = "t"
 
 
 @dataclass(frozen=True)
@@ -41,14 +48,30 @@ class Case:
         return locations.testcases() / f"{self.name}.out" if self.shipped else None
 
 
+def time_limit_of(index: int) -> float:
+    """The course's time limit of a suite's case by its position (0-based): 2, 6, 10 s by thirds."""
+    return 2 if index < 10 else 6 if index < 20 else 10
+
+
 @lru_cache(maxsize=1)
-def cases() -> dict[str, Case]:
-    data = json.loads((locations.testcases() / "manifest.json").read_text())
+def manifest() -> dict:
+    return json.loads((locations.testcases() / "manifest.json").read_text())
+
+
+@lru_cache(maxsize=len(SUITES) + 1)
+def cases(suite: str | None = DEFAULT_SUITE) -> dict[str, Case]:
+    """The cases of one suite (t or c) by name, in order; suite=None: every suite's."""
     return {
         c["name"]: Case(c["name"], check_shape(c["B"], c["N"], c["d"], c["name"]), c["dist"], c["seed"],
                         c["time_limit"], c["shipped"], c["sha256"])
-        for c in data["cases"]
+        for c in manifest()["cases"]
+        if suite is None or c["name"][0] == suite
     }
+
+
+def source(suite: str) -> str:
+    """Where a suite's cases come from, as the manifest says."""
+    return manifest().get("suites", {}).get(suite, "")
 
 
 def is_case_name(text: str) -> bool:
@@ -57,9 +80,10 @@ def is_case_name(text: str) -> bool:
 
 def case(name: str) -> Case:
     try:
-        return cases()[name]
+        return cases(None)[name]
     except KeyError:
-        raise FaError(f"no test case named {name} (the suite has t01..t{len(cases()):02d})") from None
+        ranges = ", ".join(f"{s}01..{s}{len(cases(s)):02d}" for s in SUITES)
+        raise FaError(f"no test case named {name} (the suites have {ranges})") from None
 
 
 def sha256_of(path: Path) -> str:

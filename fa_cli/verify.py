@@ -23,6 +23,33 @@ Progress = Callable[[int], None]
 
 
 @dataclass
+class WrongMap:
+    """Where the values over tolerance are: for every checked row its batch, its row and how many
+    of its values are over; for every column how many are over. What a diagnosis reads."""
+
+    d: int
+    batch_ids: list[np.ndarray] = field(default_factory=list)
+    row_ids: list[np.ndarray] = field(default_factory=list)
+    bad_counts: list[np.ndarray] = field(default_factory=list)
+    column_bad: np.ndarray | None = None
+
+    def add(self, batches: np.ndarray, rows: np.ndarray, over: np.ndarray) -> None:
+        """over: (rows, d) booleans of one block of checked rows."""
+        self.batch_ids.append(np.asarray(batches, dtype=np.int64))
+        self.row_ids.append(np.asarray(rows, dtype=np.int64))
+        self.bad_counts.append(np.count_nonzero(over, axis=1).astype(np.int32))
+        column = np.count_nonzero(over, axis=0)
+        self.column_bad = column if self.column_bad is None else self.column_bad + column
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(batch, row, values over tolerance) of every checked row, as three flat arrays."""
+        if not self.batch_ids:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        return np.concatenate(self.batch_ids), np.concatenate(self.row_ids), np.concatenate(self.bad_counts)
+
+
+@dataclass
 class VerifyResult:
     mode: str  # "full", "R rows/batch" (sampled) or "expected" (an expected output file)
     tol: float
@@ -31,6 +58,9 @@ class VerifyResult:
     nonfinite: int = 0
     max_err: float = 0.0
     where: tuple = field(default_factory=tuple)  # (batch, row, column), or (index,) when shapeless
+    got: float | None = None  # the output's value and the correct one at `where`
+    expected: float | None = None
+    wrong: WrongMap | None = None  # where the wrong values are, when the shape is known
 
     @property
     def passed(self) -> bool:
@@ -38,6 +68,27 @@ class VerifyResult:
 
     def add(self, out: np.ndarray, ref: np.ndarray, locate: Callable[[int], tuple]) -> None:
         """Fold in one block of values; locate maps a flat index in the block to `where`."""
+        err = self._fold(out, ref)
+        i = int(np.argmax(err))
+        if err.flat[i] > self.max_err or not self.where:
+            self.max_err = float(err.flat[i])
+            self.where = locate(i)
+            self.got, self.expected = float(out.flat[i]), float(ref.flat[i])
+
+    def add_rows(self, out: np.ndarray, ref: np.ndarray, batches: np.ndarray, rows: np.ndarray) -> None:
+        """Fold in whole rows: out and ref shaped (rows, d), with each row's batch and row index."""
+        err = self._fold(out, ref)
+        if self.wrong is None:
+            self.wrong = WrongMap(out.shape[1])
+        self.wrong.add(batches, rows, err > self.tol)
+        r, c = np.unravel_index(int(np.argmax(err)), err.shape)
+        if err[r, c] > self.max_err or not self.where:
+            self.max_err = float(err[r, c])
+            self.where = (int(batches[r]), int(rows[r]), int(c))
+            self.got, self.expected = float(out[r, c]), float(ref[r, c])
+
+    def _fold(self, out: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        """|out - ref| with non-finite values as infinity; counts folded into the totals."""
         err = np.abs(out.astype(np.float64) - ref)
         finite = np.isfinite(err)
         nonfinite = err.size - int(np.count_nonzero(finite))
@@ -46,10 +97,7 @@ class VerifyResult:
         self.checked += err.size
         self.nonfinite += nonfinite
         self.bad += int(np.count_nonzero(err > self.tol))
-        i = int(np.argmax(err))
-        if err.flat[i] > self.max_err or not self.where:
-            self.max_err = float(err.flat[i])
-            self.where = locate(i)
+        return err
 
     def describe_where(self) -> str:
         if len(self.where) == 3:
@@ -117,12 +165,8 @@ def against_reference(
             rows = sampled_rows(np.random.default_rng([seed, b0]), b1 - b0, N, sample_rows)
         ref = reference.attention(q, k, v, None if sample_rows is None else rows)
         got = out[b0:b1][np.arange(b1 - b0)[:, None], rows]
-
-        def locate(i: int, rows=rows, b0=b0) -> tuple:
-            g, r, c = np.unravel_index(i, ref.shape)
-            return (b0 + int(g), int(rows[g, r]), int(c))
-
-        result.add(got, ref, locate)
+        batches = np.repeat(np.arange(b0, b1), rows.shape[1])
+        result.add_rows(got.reshape(-1, d), ref.reshape(-1, d), batches, np.asarray(rows).reshape(-1))
         if progress:
             progress(b1 - b0)
     return result
@@ -136,13 +180,15 @@ def against_expected(
     result = VerifyResult(mode="expected", tol=tol)
     flat_out, flat_exp = out.reshape(-1), expected.reshape(-1)
     block = 1 << 22
+    if shape is not None:
+        block -= block % shape.d  # whole rows: the wrong values are mapped by row
     for i0 in range(0, flat_out.size, block):
-        def locate(i: int, i0=i0) -> tuple:
-            if shape is None:
-                return (i0 + i,)
-            return tuple(int(x) for x in np.unravel_index(i0 + i, (shape.B, shape.N, shape.d)))
-
-        result.add(flat_out[i0 : i0 + block], flat_exp[i0 : i0 + block].astype(np.float64), locate)
+        got, exp = flat_out[i0 : i0 + block], flat_exp[i0 : i0 + block].astype(np.float64)
+        if shape is None:
+            result.add(got, exp, lambda i, i0=i0: (i0 + i,))
+        else:
+            row = np.arange(i0 // shape.d, (i0 + got.size) // shape.d)
+            result.add_rows(got.reshape(-1, shape.d), exp.reshape(-1, shape.d), row // shape.N, row % shape.N)
         if progress:
             progress(min(block, flat_out.size - i0))
     return result

@@ -236,7 +236,7 @@ struct KernelLaunch {
   const char* kernel;
   int threads;
 };
-inline constexpr KernelLaunch kLaunches[] = {
+constexpr KernelLaunch kLaunches[] = {  // one translation unit: internal linkage is enough
     {"naive<32>", kNaiveThreads},          {"naive<64>", kNaiveThreads},
     {"warp_per_row<32>", kRowThreads},     {"warp_per_row<64>", kRowThreads},
     {"smem_tiles<32, 4, false>", 4 * kTileBc},  {"smem_tiles<64, 4, false>", 4 * kTileBc},

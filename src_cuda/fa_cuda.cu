@@ -24,8 +24,16 @@
 #include "cuda_api.cuh"
 #include "../src_common/attention_tiled.h"
 #include "../src_common/ladder.h"
+// The tensor-core kernels are written in C++17. A build as C++11 or C++14, such as the course's
+// example Makefile makes (nvcc -std=c++11 ... hw4.cu), leaves them out and runs the tiled kernel,
+// the only kind the course's GTX 1080 (sm_61) can run anyway. Everything else here is C++11.
+#if __cplusplus >= 201703L
+#define FA_TENSOR_CORES 1
 #include "kernel_tensorcore.cuh"
 #include "kernel_wgmma.cuh"
+#else
+#define FA_TENSOR_CORES 0
+#endif
 
 namespace fa {
 
@@ -41,79 +49,33 @@ class CudaKernels {
     const std::string& arch = device.arch;
     const int cc = std::atoi(arch.c_str() + 3);  // "sm_90" -> 90
     const char* forced = std::getenv("FA_KERNEL");
-    if (forced && *forced) {
-      if (std::strcmp(forced, "tiled") == 0) {
-        tensorcore_ = false;
-      } else if (std::strcmp(forced, "wgmma") == 0) {
-        if (cc != 90) fail(kExitUsage, "FA_KERNEL=wgmma needs an sm_90 GPU (Hopper); this GPU is %s", arch.c_str());
-        if (!wgmma_compiled_here())
-          fail(kExitUsage, "FA_KERNEL=wgmma: this program has no sm_90a code; rebuild it with CUDA_ARCH=sm_90a");
-        tensorcore_ = wgmma_ = true;
-        wgmma_short_ = s.N <= kWgShortMaxN;
-      } else if (const int step = ladder::parse_step(forced); step != 0) {
-        if (step < 0) fail(kExitUsage, "FA_KERNEL=%s: the ladder's steps are ladder-1 to ladder-%d", forced, ladder::kSteps);
-        ladder_step_ = step;
-        tensorcore_ = false;
-      } else if (std::strcmp(forced, "tensorcore") == 0) {
-        if (cc < 80) fail(kExitUsage, "FA_KERNEL=tensorcore needs sm_80 or later; this GPU is %s", arch.c_str());
-        if (!tensorcore_compiled())
-          fail(kExitUsage, "FA_KERNEL=tensorcore: this program was built without sm_80+ code; rebuild it for %s",
-               arch.c_str());
-        tensorcore_ = true;
-      } else {
-        fail(kExitUsage, "FA_KERNEL=%s: expected tiled, tensorcore, wgmma or ladder-1..%d", forced, ladder::kSteps);
-      }
-    } else {
-      tensorcore_ = cc >= 80 && tensorcore_compiled();
-      // Hopper: the long-sequence wgmma kernel past N = 256, its short fused-split variant up to
-      // N = 128; in between (and before Hopper) mma.sync, whose fused split saves the split pass.
-      wgmma_ = cc == 90 && (s.N > kFusedMaxN || s.N <= kWgShortMaxN) && wgmma_compiled_here();
-      wgmma_short_ = wgmma_ && s.N <= kWgShortMaxN;
-    }
-    if (tensorcore_) {
-      allow_smem(attention_tensorcore<32, false>, tc_smem_bytes<32>());
-      allow_smem(attention_tensorcore<32, true>, tc_smem_bytes<32>());
-      allow_smem(attention_tensorcore<64, false>, tc_smem_bytes<64>());
-      allow_smem(attention_tensorcore<64, true>, tc_smem_bytes<64>());
-      if (wgmma_) {  // up to 224 KB: more than any GPU before Hopper can give a block
-        allow_smem(attention_wgmma<32>, wg_smem_bytes<32>());
-        allow_smem(attention_wgmma<64>, wg_smem_bytes<64>());
-        allow_smem(attention_wgmma_short<32>, wg_short_smem_bytes<32>());
-        allow_smem(attention_wgmma_short<64>, wg_short_smem_bytes<64>());
-      }
-      // Short sequences split K and V inside the main kernel (see kernel_tensorcore.cuh);
-      // FA_TC_SPLIT=fused|prepass forces one way, for measurements (on the mma.sync kernel).
-      fused_ = s.N <= kFusedMaxN && !wgmma_;
-      if (const char* split = std::getenv("FA_TC_SPLIT"); split && *split) {
-        if (std::strcmp(split, "fused") != 0 && std::strcmp(split, "prepass") != 0)
-          fail(kExitUsage, "FA_TC_SPLIT=%s: expected fused or prepass", split);
-        if (wgmma_ && forced && *forced) fail(kExitUsage, "FA_TC_SPLIT=%s applies to the mma.sync kernel, not wgmma", split);
-        fused_ = std::strcmp(split, "fused") == 0;
-        wgmma_ = wgmma_short_ = false;
-      }
-      // Mapped host flag: set by the split pass if any chunk had to run on the tiled kernel.
-      int* flag = nullptr;
-      CUDA_CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
-      *flag = 0;
-      declined_host_ = flag;
-      CUDA_CHECK(cudaHostGetDevicePointer(&declined_device_, flag, 0));
-      int sms = 0;
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-      sms_ = sms;
-      pdl_ = cc >= 90;
-      declined_blocks_ = sms * (s.d == 32 ? resident_blocks(attention_tiled_declined<32, kTiledBc>)
-                                          : resident_blocks(attention_tiled_declined<64, kTiledBc>));
+    if (forced && !*forced) forced = nullptr;
+    const int step = forced ? ladder::parse_step(forced) : 0;
+    if (step < 0) fail(kExitUsage, "FA_KERNEL=%s: the ladder's steps are ladder-1 to ladder-%d", forced, ladder::kSteps);
+    if (step > 0) {
+      ladder_step_ = step;
+    } else if (forced && std::strcmp(forced, "tiled") != 0 && std::strcmp(forced, "tensorcore") != 0 &&
+               std::strcmp(forced, "wgmma") != 0) {
+      fail(kExitUsage, "FA_KERNEL=%s: expected tiled, tensorcore, wgmma or ladder-1..%d", forced, ladder::kSteps);
+    } else if (!forced || std::strcmp(forced, "tiled") != 0) {
+      choose_tensor_kernels(forced, cc, arch);
     }
     // Load every kernel's code now, in the init thread, rather than at its first launch.
     cudaFuncAttributes attr;
     CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<32, kTiledBc>));
     CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<64, kTiledBc>));
+#if FA_TENSOR_CORES
     if (tensorcore_) CUDA_CHECK(cudaFuncGetAttributes(&attr, split_kv));
+#endif
   }
 
   size_t scratch_bytes(int64_t batches) const {
+#if FA_TENSOR_CORES
     // The chunks' decline flags, then split K and V (4 fp16 arrays of N x d per batch; not when fused).
-    return tensorcore_ ? kFlagBytes + split_bytes(batches) : 0;
+    if (tensorcore_) return kFlagBytes + split_bytes(batches);
+#endif
+    (void)batches;
+    return 0;
   }
 
   void launch(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
@@ -128,7 +90,11 @@ class CudaKernels {
     const std::string bc = std::to_string(kTiledBc);
     std::vector<Launch> all = {
         {"attention_tiled<32, " + bc + ">", tiled_threads, 0},
-        {"attention_tiled<64, " + bc + ">", tiled_threads, 0},
+        {"attention_tiled<64, " + bc + ">", tiled_threads, 0}};
+    for (size_t i = 0; i < sizeof ladder::kLaunches / sizeof ladder::kLaunches[0]; ++i)
+      all.push_back({ladder::kLaunches[i].kernel, ladder::kLaunches[i].threads, 0});
+#if FA_TENSOR_CORES
+    const std::vector<Launch> tensor = {
         {"attention_tiled_declined<32, " + bc + ">", tiled_threads, 0},
         {"attention_tiled_declined<64, " + bc + ">", tiled_threads, 0},
         {"split_kv", kSplitThreads, 0},
@@ -142,7 +108,8 @@ class CudaKernels {
         {"attention_wgmma<64>", wg_threads<64>(), wg_smem_bytes<64>()},
         {"attention_wgmma_short<32>", wg_threads<32>(), wg_short_smem_bytes<32>()},
         {"attention_wgmma_short<64>", wg_threads<64>(), wg_short_smem_bytes<64>()}};
-    for (const auto& l : ladder::kLaunches) all.push_back({l.kernel, l.threads, 0});
+    all.insert(all.end(), tensor.begin(), tensor.end());
+#endif
     return all;
   }
 
@@ -154,8 +121,87 @@ class CudaKernels {
   }
 
  private:
+  template <int D>
+  void launch_d(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
+    const int64_t N = shape_.N;
+    if (ladder_step_) {
+      CUDA_CHECK_LAUNCH(ladder::launch<D>(ladder_step_, qkv, out, batches, N, stream));
+      return;
+    }
+    if (!tensorcore_) {
+      launch_tiled<D, kTiledBc>(qkv, out, batches, N, stream);
+      CUDA_CHECK_LAUNCH("attention_tiled");
+      return;
+    }
+#if FA_TENSOR_CORES
+    launch_tensor<D>(qkv, out, scratch, batches, stream);
+#else
+    (void)scratch;
+#endif
+  }
+
+#if FA_TENSOR_CORES
   static constexpr int64_t kFusedMaxN = 256;
   static constexpr size_t kFlagBytes = 256;  // keeps split K and V aligned
+
+  // The default: tensor cores from sm_80 on where the program has their code; FA_KERNEL=tensorcore
+  // or wgmma forces one (forced is null for the default).
+  void choose_tensor_kernels(const char* forced, int cc, const std::string& arch) {
+    const Shape& s = shape_;
+    if (forced && std::strcmp(forced, "wgmma") == 0) {
+      if (cc != 90) fail(kExitUsage, "FA_KERNEL=wgmma needs an sm_90 GPU (Hopper); this GPU is %s", arch.c_str());
+      if (!wgmma_compiled_here())
+        fail(kExitUsage, "FA_KERNEL=wgmma: this program has no sm_90a code; rebuild it with CUDA_ARCH=sm_90a");
+      tensorcore_ = wgmma_ = true;
+      wgmma_short_ = s.N <= kWgShortMaxN;
+    } else if (forced) {
+      if (cc < 80) fail(kExitUsage, "FA_KERNEL=tensorcore needs sm_80 or later; this GPU is %s", arch.c_str());
+      if (!tensorcore_compiled())
+        fail(kExitUsage, "FA_KERNEL=tensorcore: this program was built without sm_80+ code; rebuild it for %s",
+             arch.c_str());
+      tensorcore_ = true;
+    } else {
+      tensorcore_ = cc >= 80 && tensorcore_compiled();
+      // Hopper: the long-sequence wgmma kernel past N = 256, its short fused-split variant up to
+      // N = 128; in between (and before Hopper) mma.sync, whose fused split saves the split pass.
+      wgmma_ = cc == 90 && (s.N > kFusedMaxN || s.N <= kWgShortMaxN) && wgmma_compiled_here();
+      wgmma_short_ = wgmma_ && s.N <= kWgShortMaxN;
+    }
+    if (!tensorcore_) return;
+    allow_smem(attention_tensorcore<32, false>, tc_smem_bytes<32>());
+    allow_smem(attention_tensorcore<32, true>, tc_smem_bytes<32>());
+    allow_smem(attention_tensorcore<64, false>, tc_smem_bytes<64>());
+    allow_smem(attention_tensorcore<64, true>, tc_smem_bytes<64>());
+    if (wgmma_) {  // up to 224 KB: more than any GPU before Hopper can give a block
+      allow_smem(attention_wgmma<32>, wg_smem_bytes<32>());
+      allow_smem(attention_wgmma<64>, wg_smem_bytes<64>());
+      allow_smem(attention_wgmma_short<32>, wg_short_smem_bytes<32>());
+      allow_smem(attention_wgmma_short<64>, wg_short_smem_bytes<64>());
+    }
+    // Short sequences split K and V inside the main kernel (see kernel_tensorcore.cuh);
+    // FA_TC_SPLIT=fused|prepass forces one way, for measurements (on the mma.sync kernel).
+    fused_ = s.N <= kFusedMaxN && !wgmma_;
+    const char* split = std::getenv("FA_TC_SPLIT");
+    if (split && *split) {
+      if (std::strcmp(split, "fused") != 0 && std::strcmp(split, "prepass") != 0)
+        fail(kExitUsage, "FA_TC_SPLIT=%s: expected fused or prepass", split);
+      if (wgmma_ && forced) fail(kExitUsage, "FA_TC_SPLIT=%s applies to the mma.sync kernel, not wgmma", split);
+      fused_ = std::strcmp(split, "fused") == 0;
+      wgmma_ = wgmma_short_ = false;
+    }
+    // Mapped host flag: set by the split pass if any chunk had to run on the tiled kernel.
+    int* flag = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped));
+    *flag = 0;
+    declined_host_ = flag;
+    CUDA_CHECK(cudaHostGetDevicePointer(&declined_device_, flag, 0));
+    int sms = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    sms_ = sms;
+    pdl_ = cc >= 90;
+    declined_blocks_ = sms * (s.d == 32 ? resident_blocks(attention_tiled_declined<32, kTiledBc>)
+                                        : resident_blocks(attention_tiled_declined<64, kTiledBc>));
+  }
 
   // A program built only for targets below sm_80 (the course's sm_61, say) runs here from its
   // PTX, JIT-compiled: its tensor-core kernel was compiled empty (#if __CUDA_ARCH__ >= 800).
@@ -196,17 +242,8 @@ class CudaKernels {
   }
 
   template <int D>
-  void launch_d(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
+  void launch_tensor(const float* qkv, float* out, void* scratch, int64_t batches, cudaStream_t stream) {
     const int64_t N = shape_.N;
-    if (ladder_step_) {
-      CUDA_CHECK_LAUNCH(ladder::launch<D>(ladder_step_, qkv, out, batches, N, stream));
-      return;
-    }
-    if (!tensorcore_) {
-      launch_tiled<D, kTiledBc>(qkv, out, batches, N, stream);
-      CUDA_CHECK_LAUNCH("attention_tiled");
-      return;
-    }
     // Scratch: the decline flags of even and odd chunks, then split K and V. A chunk's fallback
     // clears the next chunk's flag (the previous chunk, its last reader, has finished), which
     // saves a memset launch per chunk.
@@ -257,6 +294,13 @@ class CudaKernels {
     attention_tensorcore<D, kFused><<<(unsigned)(batches * row_tiles), tc_warps<D, kFused>() * 32, tc_smem_bytes<D>(),
                                       stream>>>(qkv, kv, out, shape_.N, row_tiles, decline, declined_device_);
   }
+#else
+  void choose_tensor_kernels(const char* forced, int, const std::string&) {
+    if (forced)
+      fail(kExitUsage, "FA_KERNEL=%s: this program was compiled as C++%ld, without the tensor-core kernels (they "
+           "need -std=c++17)", forced, (long)(__cplusplus / 100 % 100));
+  }
+#endif
 
   Shape shape_;
   bool tensorcore_ = false;

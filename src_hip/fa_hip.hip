@@ -28,15 +28,17 @@ class HipKernels {
     hipDeviceProp_t prop;
     HIP_CHECK(hipGetDeviceProperties(&prop, 0));
     bc_ = prop.warpSize >= 64 ? 64 : 32;
-    if (const char* forced = std::getenv("FA_HIP_BC"); forced && *forced) {
-      if (std::strcmp(forced, "32") != 0 && std::strcmp(forced, "64") != 0)
-        fail(kExitUsage, "FA_HIP_BC=%s: expected 32 or 64", forced);
-      bc_ = std::atoi(forced);
+    const char* forced_bc = std::getenv("FA_HIP_BC");
+    if (forced_bc && *forced_bc) {
+      if (std::strcmp(forced_bc, "32") != 0 && std::strcmp(forced_bc, "64") != 0)
+        fail(kExitUsage, "FA_HIP_BC=%s: expected 32 or 64", forced_bc);
+      bc_ = std::atoi(forced_bc);
     }
 #ifdef FA_TILED_BC
     bc_ = FA_TILED_BC;  // a block-size sweep's build: one tile width, whatever the wavefront
 #endif
-    if (const char* forced = std::getenv("FA_KERNEL"); forced && *forced && std::strcmp(forced, "tiled") != 0) {
+    const char* forced = std::getenv("FA_KERNEL");
+    if (forced && *forced && std::strcmp(forced, "tiled") != 0) {
       ladder_step_ = ladder::parse_step(forced);
       if (ladder_step_ <= 0)
         fail(kExitUsage, "FA_KERNEL=%s: expected tiled or ladder-1..%d", forced, ladder::kSteps);

@@ -68,6 +68,27 @@ def test_run_suite_cases_with_cpu(cpu_program):
     assert proc.stdout.count("PASS") == 3
 
 
+def test_gen_course_case(tmp_path):
+    """The acceptance check of the course suite: c11 (13600 x 128 x 32, 214 MB) as the manifest says."""
+    env = {**os.environ, "FA_CACHE": str(tmp_path)}
+    proc = fa("gen", "--suite", "c11", env=env)
+    assert proc.returncode == 0 and "B=13600, N=128, d=32" in proc.stdout and "sha256 matches" in proc.stdout
+    assert suite.sha256_of(tmp_path / "c11.in") == suite.case("c11").sha256
+
+
+def test_run_course_cases_with_cpu(cpu_program):
+    proc = fa("run", "c01", "c02", "--program", "cpu")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("PASS") == 2 and "320×128×32" in proc.stdout and "160×128×64" in proc.stdout
+
+
+def test_run_help_shows_the_course_suite():
+    text = fa("run", "--help").stdout
+    assert "fa run --all --suite c" in text and "c01..c30" in text
+    proc = fa("run", "c31", "--program", "cpu")
+    assert proc.returncode == 2 and "t01..t30, c01..c30" in proc.stderr
+
+
 def test_run_input_path_full_check(cpu_program, tmp_path):
     inp = tmp_path / "odd.in"
     generate.write_input(inp, Shape(2, 45, 64), 1, "extreme")
@@ -93,13 +114,14 @@ def test_run_reports_wrong_answer(tmp_path):
 def test_run_reports_program_error(tmp_path):
     broken = fake_program(tmp_path, "print('fake: error: out of luck', file=sys.stderr); sys.exit(3)")
     proc = fa("run", "t01", "--program", broken)
-    assert proc.returncode == 1 and "ERROR" in proc.stdout and "out of luck" in proc.stderr
+    assert proc.returncode == 1 and "t01 ERROR: exit code 3" in proc.stdout
+    assert "stderr: fake: error: out of luck" in proc.stdout
 
 
 def test_run_reports_wrong_size_output(tmp_path):
     short = fake_program(tmp_path, "open(sys.argv[2], 'wb').write(b'1234')")
     proc = fa("run", "t01", "--program", short)
-    assert proc.returncode == 1 and "ERROR" in proc.stdout and "output has 4 bytes" in proc.stderr
+    assert proc.returncode == 1 and "t01 ERROR: output has 4 of the 32768 bytes expected" in proc.stdout
 
 
 def test_run_time_limit(tmp_path):

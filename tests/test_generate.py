@@ -52,6 +52,31 @@ def test_manifest_mirrors_course_classes():
         suite.check_course_ranges(c.shape)
 
 
+# The course's 30 test shapes (2024 offering, as published in a student's report), by hand from
+# that list: the c suite must be exactly these.
+COURSE_SHAPES = """320,128,32 160,128,64 160,256,32 80,256,64 80,512,32 40,512,64 40,1024,32 20,1024,64
+20,2048,32 10,2048,64 13600,128,32 9600,128,64 6400,256,32 2000,256,64 2000,512,32 800,512,64 800,1024,32
+300,1024,64 300,2048,32 100,2048,64 500,2048,32 500,2048,64 100,4096,32 100,4096,64 30,8192,32 10,8192,64
+10,16384,32 4,16384,64 4,32768,32 2,32768,64"""
+
+
+def test_course_suite_is_the_course_shapes():
+    cases = list(suite.cases("c").values())
+    assert [c.name for c in cases] == [f"c{i:02d}" for i in range(1, 31)]
+    assert [f"{c.shape.B},{c.shape.N},{c.shape.d}" for c in cases] == COURSE_SHAPES.split()
+    assert [c.time_limit for c in cases] == [2] * 10 + [6] * 10 + [10] * 10
+    assert {c.dist for c in cases} == {"uniform"} and not any(c.shipped for c in cases)
+    assert len({c.seed for c in suite.cases(None).values()}) == 60  # every case its own stream
+    assert "student's report" in suite.source("c") and suite.source("t")
+
+
+def test_course_case_generates_to_its_sha256(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_CACHE", str(tmp_path))
+    c = suite.case("c01")
+    assert suite.sha256_of(suite.ensure_input(c)) == c.sha256
+    assert suite.case("c30").shape == Shape(2, 32768, 64)
+
+
 def test_shipped_files_match_manifest_and_regenerate(tmp_path):
     total = 0
     for c in suite.cases().values():

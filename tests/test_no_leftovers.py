@@ -107,7 +107,7 @@ def test_fa_run_time_limit(cpu_program, tmp_path):
     generate.write_input(inp, Shape(64, 2048, 64), 1)
     proc = fa("run", inp, "--program", "cpu", "--time-limit", 0.3, env=env, cwd=cwd)
     assert proc.returncode == 1 and "TLE" in proc.stdout, proc.stdout + proc.stderr
-    assert "stopped at its 0.3 s time limit" in proc.stderr
+    assert "TLE: stopped at its 0.3 s time limit after" in proc.stdout
     assert list(cwd.iterdir()) == [] and list(tmp.iterdir()) == []
 
 

@@ -100,6 +100,53 @@ def test_hw4_amd_builds_alone_for_the_course_targets(submission, tmp_path):
     assert {"gfx908", "gfx90a"} <= {w.split("--")[1] for w in text.split() if w.startswith("amdgcn-amd-amdhsa--gfx")}
 
 
+def oldest_nvcc_arch() -> str:
+    """The course's sm_61 where this nvcc still lists it, else its oldest target (sm_75 for CUDA 13)."""
+    listed = subprocess.run(["nvcc", "--list-gpu-arch"], capture_output=True, text=True, check=True).stdout.split()
+    return "sm_61" if "compute_61" in listed else "sm_" + min((a.split("_")[1] for a in listed), key=int)
+
+
+def course_nvcc_line(arch: str) -> list[str]:
+    """The course's example Makefile's line for hw4, word for word but the arch."""
+    return ["nvcc", "-std=c++11", "-O3", "-Xptxas=-v", f"-arch={arch}", "-o", "hw4", "hw4.cu", "-lm"]
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_hw4_builds_with_the_course_nvcc_line(submission, tmp_path):
+    """A student who uploads hw4.cu without a Makefile gets the course's example flags: C++11.
+    Such a build leaves the C++17 tensor-core kernels out and says so when one is asked for."""
+    folder = alone(submission, tmp_path, "hw4.cu")
+    proc = subprocess.run(course_nvcc_line(oldest_nvcc_arch()), cwd=folder, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warning" not in proc.stderr.replace("ptxas", "")
+    # Kernels are registered with the runtime by name: the host code holds every kernel's name.
+    binary = (folder / "hw4").read_bytes()
+    assert b"attention_tiled" in binary and b"attention_tensorcore" not in binary and b"attention_wgmma" not in binary
+
+
+@pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
+def test_hw4_amd_builds_with_the_course_hipcc_line(submission, tmp_path):
+    folder = alone(submission, tmp_path, "hw4.hip")
+    proc = subprocess.run(["hipcc", "-std=c++14", "-O3", "--offload-arch=gfx908", "-o", "hw4-amd", "hw4.hip", "-lm"],
+                          cwd=folder, capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "warning" not in proc.stderr
+
+
+@pytest.mark.gpu
+def test_hw4_built_with_the_course_nvcc_line_is_correct(submission, tmp_path):
+    """The course's line, with this GPU's arch in place of sm_61: the tiled kernel, correct."""
+    folder = alone(submission, tmp_path, "hw4.cu")
+    subprocess.run(course_nvcc_line(local_sm().replace("sm_90a", "sm_90")), cwd=folder, check=True, capture_output=True)
+    proc = subprocess.run([str(folder / "hw4"), str(suite.case("t03").input_path), str(tmp_path / "o")],
+                          capture_output=True, text=True, env={**os.environ, "FA_TIMING": "1"}, check=True)
+    assert " impl=tiled " in proc.stderr
+    assert run_and_check(folder / "hw4", tmp_path, Shape(3, 1000, 64), seed=6) <= 1e-4
+    forced = subprocess.run([str(folder / "hw4"), str(suite.case("t03").input_path), str(tmp_path / "o")],
+                            capture_output=True, text=True, env={**os.environ, "FA_KERNEL": "tensorcore"})
+    assert forced.returncode == 2 and "compiled as C++11, without the tensor-core kernels" in forced.stderr
+
+
 def local_sm():
     out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
                          text=True).stdout

@@ -1,0 +1,182 @@
+"""fa run tells a student why: a deliberately wrong hw4 (tests/data/student_hw4.cpp, built with
+g++ -DMISTAKE=...) for every mistake fa knows, judged as a student would run it."""
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from helpers import DATA, fa
+from fa_cli import diagnose, generate, mistakes
+from fa_cli.format import AttentionInput, Shape, header_bytes, open_output
+
+# The student program's switch -> the mistake fa must name (None: it must name none).
+NAMED = {
+    "NO_SCALE": "no 1/sqrt(d) scale",
+    "ONE_OVER_D": "scaled by 1/d instead of 1/sqrt(d)",
+    "NO_MAX": "no row max subtracted",
+    "NOT_NORMALIZED": "not normalized",
+    "LAST_TILE_SUM": "normalized by the last key tile's sum only, key tiles of 16 or 32",  # N = 100: both end at 96
+    "FIRST_TILE_ONLY": "only the first key tile attended, the first 32 keys",
+    "GRID_TOO_SMALL": "rows not written, rows from 96 on",
+    "PREVIOUS_BATCH": "batch b holds batch b-1's output",
+    "TRANSPOSED": "O written transposed (d x N per batch)",
+    "QK_SWAPPED": "Q and K swapped (softmax(K Q^T) V)",
+    "V_AS_O": "V returned as O",
+    "ZEROS": "all zeros",
+}
+OTHER = ["NONE", "NOISE", "SEGFAULT", "SHORT_OUTPUT"]
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory):
+    """Every variant of the student's program, built once."""
+    folder = tmp_path_factory.mktemp("student")
+
+    def build(mistake):
+        path = folder / f"hw4_{mistake.lower()}"
+        subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", str(path), str(DATA / "student_hw4.cpp")],
+                       check=True)
+        return mistake, path
+
+    with ThreadPoolExecutor(4) as pool:
+        return dict(pool.map(build, [*NAMED, *OTHER]))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A uniform input with a partial last tile (N = 100), and one whose logits pass float32's
+    exp range (values of 4.5, beyond the course's 3: only there does a missing row max show)."""
+    folder = tmp_path_factory.mktemp("inputs")
+    uniform = folder / "uniform.in"
+    generate.write_input(uniform, Shape(3, 100, 32), 3)
+    large = folder / "large.in"
+    rng = np.random.default_rng(1)
+    with open(large, "wb") as f:
+        f.write(header_bytes(Shape(2, 96, 64)))
+        for _ in range(2):
+            q, k, v = rng.uniform(-3, 3, size=(3, 96, 64))
+            k = 4.5 * np.sign(k)
+            q[:48] = 4.5 * np.sign(k[rng.integers(0, 96, size=48)])  # half the rows: one logit of 162
+            f.write(np.stack([q, k, v]).astype("<f4").tobytes())
+    return {"uniform": uniform, "large": large}
+
+
+def judged(program, inp, *extra):
+    proc = fa("run", inp, "--program", program, *extra)
+    return proc, proc.stdout
+
+
+@pytest.mark.parametrize("mistake", list(NAMED))
+def test_fa_run_names_the_mistake(student, inputs, mistake, tmp_path):
+    inp = inputs["large" if mistake == "NO_MAX" else "uniform"]
+    results = tmp_path / "run.json"
+    proc, out = judged(student[mistake], inp, "-o", results)
+    assert proc.returncode == 1 and "WRONG" in out, out + proc.stderr
+    named = [l.split("looks like: ", 1)[1].split("; check:")[0] for l in out.splitlines() if "looks like: " in l]
+    assert named == [NAMED[mistake]], out
+    [record] = json.loads(results.read_text())["records"]
+    assert record["diagnosis"]["looks_like"] == [NAMED[mistake]]
+    assert record["diagnosis"]["over_tolerance"] > 0 and "pattern" in record["diagnosis"]
+
+
+def test_every_known_mistake_is_tested():
+    assert {name.split(",")[0] for name in NAMED.values()} == {m.name for m in mistakes.MISTAKES}
+
+
+def test_a_correct_program_passes_with_no_diagnosis(student, inputs):
+    for inp in inputs.values():
+        proc, out = judged(student["NONE"], inp, "--tol", "1e-4")
+        assert proc.returncode == 0 and "PASS" in out and "looks like" not in out, out
+
+
+def test_a_correct_output_matches_no_mistake(student, inputs, tmp_path):
+    out_path = tmp_path / "o"
+    for inp in inputs.values():
+        subprocess.run([student["NONE"], inp, out_path], check=True)
+        data = AttentionInput(inp)
+        assert diagnose.looks_like(data, open_output(out_path, data.shape), 5e-3) == []
+
+
+def test_a_wrong_answer_that_matches_nothing_gets_no_name(student, inputs):
+    proc, out = judged(student["NOISE"], inputs["uniform"])
+    assert proc.returncode == 1 and "WRONG" in out
+    assert "wrong in: every batch; every 7th row (rows 3, 10, 17, ...); every column" in out
+    assert "looks like: none of the" in out
+
+
+def test_wrong_answer_says_where_and_how_much(student, inputs):
+    _, out = judged(student["GRID_TOO_SMALL"], inputs["uniform"])
+    assert "384 of 9600 values checked (4.0%) are over 0.005; none is NaN or infinite" in out
+    assert "only the last partial tile: rows 96..99" in out and "(wrote 0, expected" in out
+    _, out = judged(student["NO_MAX"], inputs["large"])
+    assert "6144 are NaN or infinite" in out and "rows below 48" in out
+
+
+def test_crash_is_named_by_its_signal(student, inputs):
+    proc, out = judged(student["SEGFAULT"], inputs["uniform"])
+    assert proc.returncode == 1 and "ERROR: killed by SIGSEGV (Segmentation fault)" in out
+
+
+def test_short_output_says_how_far_it_got(student, inputs):
+    _, out = judged(student["SHORT_OUTPUT"], inputs["uniform"])
+    assert "ERROR: output has 19600 of the 38400 bytes expected" in out
+    assert "it stops in batch 1, row 53" in out and "fa-run-" not in out
+
+
+def test_time_limit_says_limit_and_time(tmp_path, inputs):
+    slow = tmp_path / "slow"
+    slow.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(30)\n")
+    slow.chmod(0o755)
+    proc, out = judged(slow, inputs["uniform"], "--time-limit", "0.5")
+    assert proc.returncode == 1 and "TLE: stopped at its 0.5 s time limit after" in out
+
+
+def test_stderr_of_a_failed_program_is_shown(tmp_path, inputs):
+    failing = tmp_path / "failing"
+    failing.write_text(f"#!{sys.executable}\nimport sys\nprint('cudaMalloc failed: out of memory', file=sys.stderr)\n"
+                       "sys.exit(3)\n")
+    failing.chmod(0o755)
+    _, out = judged(failing, inputs["uniform"])
+    assert "ERROR: exit code 3" in out and "stderr: cudaMalloc failed: out of memory" in out
+
+
+def test_verify_diagnoses_too(student, inputs, tmp_path):
+    out_path = tmp_path / "o"
+    subprocess.run([student["QK_SWAPPED"], inputs["uniform"], out_path], check=True)
+    proc = fa("verify", out_path, "--input", inputs["uniform"])
+    assert proc.returncode == 1 and proc.stdout.startswith("FAIL")
+    assert "looks like: Q and K swapped (softmax(K Q^T) V)" in proc.stdout and "wrote " in proc.stdout
+    assert "transposed" in fa("verify", "--help").stdout  # the help lists what fa recognises
+
+
+@pytest.mark.parametrize("bad,checked,N,expected", [
+    ([0, 1, 2], [0, 1, 2], 3, "every row"),
+    ([96, 97, 98, 99], list(range(100)), 100, "only the last partial tile: rows 96..99"),
+    ([50, 60, 99], [0, 10, 50, 60, 99], 100, "rows from 50 on (rows were sampled: about)"),
+    ([0, 1], list(range(10)), 10, "rows below 2"),
+    ([1, 5, 9], list(range(12)), 12, "every 4th row (rows 1, 5, 9, ...)"),
+    ([2, 7], list(range(10)), 10, "every 5th row (rows 2, 7, 12, ...)"),
+    ([3, 4, 8], list(range(10)), 10, "rows 3, 4, 8"),
+])
+def test_describe_rows(bad, checked, N, expected):
+    assert diagnose.describe_rows(np.array(bad), np.array(checked), N).startswith(expected)
+
+
+def test_describe_batches_and_columns():
+    every = np.arange(5)
+    assert diagnose.describe_batches(every, every, 5) == "every batch"
+    assert diagnose.describe_batches(np.array([3]), every, 5) == "batch 3 only"
+    assert diagnose.describe_batches(np.array([0, 1]), every, 5) == "the first 2 batches (0..1)"
+    assert diagnose.describe_batches(np.array([3, 4]), every, 5) == "the last 2 batches (3..4)"
+    assert diagnose.describe_batches(np.array([1, 3]), every, 5) == "batches 1, 3"
+    assert diagnose.describe_columns(np.array([0, 0, 2, 1])) == "columns 2..3"
+    assert diagnose.describe_columns(np.array([1, 0, 0, 0])) == "column 0 only"
+    assert diagnose.describe_columns(np.ones(4)) == "every column"
+
+
+def test_signal_names():
+    assert diagnose.signal_name(-11) == "SIGSEGV" and diagnose.signal_name(134) == "SIGABRT"
+    assert diagnose.signal_name(1) is None and diagnose.signal_name(0) is None
