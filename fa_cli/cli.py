@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from . import (__version__, bench, charts, compare, diagnose, generate, judge, ladder, mistakes, profile, programs,
-               report, resources, slurm, suite, sweep, system, verify, writeup)
+               report, resources, slurm, starter, suite, sweep, system, verify, writeup)
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output
@@ -245,6 +245,17 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
                            + [judge.as_record(r, options) for r in results])
         click.echo(f"{len(results)} records added to {results_file}")
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
+
+
+@main.command(name="init")
+@click.argument("folder", type=click.Path(path_type=Path))
+def init_cmd(folder) -> None:
+    """Start a homework in FOLDER: hw4.cu and hw4.hip with the course's input and output done and
+    a plain, correct kernel to make fast (marked TODO(tiles)), the course's example Makefile and a
+    short README. Overwrites nothing."""
+    for path in starter.create(folder):
+        click.echo(f"wrote {path}")
+    click.echo(f"next: cd {folder} && make hw4 && fa run t01 --program ./hw4")
 
 
 @main.command(name="slurm-task", hidden=True)

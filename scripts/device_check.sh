@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU programs must show on a GPU machine, in one call:
 #   build -> GPU tests -> the suite t01..t30 through fa run -> the course submission ->
+#   the submission as the course builds it (nvcc -std=c++11, this GPU's arch for sm_61) on both
+#   suites and fa init's starter on t01 (course) ->
 #   compute-sanitizer (memcheck, racecheck, synccheck; SANITIZE_TOOLS) -> every row of t27 and
 #   t28 (dense) -> benchmark -> per-chunk trace.
 # Usage: scripts/device_check.sh [build tests suite submission sanitize dense bench trace ...]   (default: all)
@@ -18,7 +20,7 @@ LOG=/tmp/fa-logs
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 FA_CACHE=${FA_CACHE:-/tmp/fa-cache}
 mkdir -p "$OUT" "$LOG" "$FA_CACHE"
 fa() { python3 -m fa_cli "$@"; }
-steps=${*:-build tests suite submission sanitize dense bench trace}
+steps=${*:-build tests suite submission course sanitize dense bench trace}
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
@@ -55,6 +57,27 @@ for step in $steps; do
         same=$((same + 1))
     done
     note "submission/hw4 and bin/fa-cuda byte-identical on $same of 30 cases"
+    ;;
+  course)
+    # hw4.cu as a student uploads it without a Makefile: the course's example line, word for word
+    # but the arch (this GPU's in place of the GTX 1080's sm_61); judged on fa's 30 cases and the
+    # course's 30 shapes. Then fa init's starter, built by its Makefile, on t01.
+    sm=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d .)
+    rm -rf /tmp/course && mkdir -p /tmp/course && make -s submission SUBMISSION=/tmp/course/sub
+    (cd /tmp/course/sub && nvcc -std=c++11 -O3 -Xptxas="-v" -arch=$sm -o hw4 hw4.cu -lm) >"$LOG/course-build.log" 2>&1
+    note "course line (-std=c++11 -arch=$sm): rc=$? $(grep -c 'error' "$LOG/course-build.log") errors"
+    for s in t c; do
+      fa run --all --suite $s --program /tmp/course/sub/hw4 -o "$LOG/course-$s.json" 2>&1 | tee "$LOG/course-$s.log"
+      times=$(python3 - "$LOG/course-$s.json" <<'PY'
+import json, sys
+print(" ".join(f"{r['input']}={r['wall_s']:.2f}" for r in json.load(open(sys.argv[1]))["records"]))
+PY
+)
+      note "course-line hw4, suite $s: $(grep -c PASS "$LOG/course-$s.log") of 30 PASS; whole process (s): $times"
+    done
+    fa init /tmp/course/starter >/dev/null && make -s -C /tmp/course/starter hw4 CUDA_ARCH=$sm >/dev/null 2>&1
+    fa run t01 c01 --program /tmp/course/starter/hw4 2>&1 | tee "$LOG/course-starter.log"
+    note "fa init starter ($sm): $(grep -c PASS "$LOG/course-starter.log") of 2 PASS (t01 c01)"
     ;;
   sanitize)
     fa gen -B 2 -N 257 -d 64 --seed 3 -o /tmp/san64.in >/dev/null

@@ -1,0 +1,72 @@
+"""fa init: a student's starting folder that builds with the course's lines and is correct."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from helpers import fa
+from fa_cli import starter
+
+
+def test_init_writes_the_starter_and_overwrites_nothing(tmp_path):
+    folder = tmp_path / "hw"
+    proc = fa("init", folder)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in folder.iterdir()) == sorted(starter.FILES)
+    assert "make hw4 && fa run t01 --program ./hw4" in proc.stdout
+    (folder / "hw4.cu").write_text("// mine\n")
+    again = fa("init", folder)
+    assert again.returncode == 2 and "already there" in again.stderr and len(again.stderr.splitlines()) == 1
+    assert (folder / "hw4.cu").read_text() == "// mine\n"
+
+
+def test_init_refuses_a_file_as_folder(tmp_path):
+    (tmp_path / "f").write_text("")
+    proc = fa("init", tmp_path / "f")
+    assert proc.returncode == 2 and "not a folder" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["hw4.cu", "hw4.hip"])
+def test_starter_is_self_contained_with_the_todo_marked(name):
+    text = (starter.resources.files("fa_cli") / "starter" / name).read_text()
+    assert not re.search(r'^\s*#\s*include\s*"', text, re.MULTILINE)
+    assert "TODO(tiles)" in text and "1.0f / sqrtf((float)D)" in text
+
+
+def test_makefile_has_the_course_lines(tmp_path):
+    fa("init", tmp_path)
+    dry = subprocess.run(["make", "-n", "-B", "-C", str(tmp_path), "hw4", "hw4-amd", "CUDA_ARCH=sm_61"],
+                         capture_output=True, text=True, check=True).stdout
+    assert 'nvcc -std=c++11 -O3 -Xptxas="-v" -arch=sm_61 -o hw4 hw4.cu -lm' in dry
+    assert "hipcc -std=c++14 -O3 --offload-arch=gfx908 -o hw4-amd hw4.hip -lm" in dry
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_starter_builds_with_nvcc(tmp_path):
+    fa("init", tmp_path)
+    proc = subprocess.run(["make", "-C", str(tmp_path), "hw4"], capture_output=True, text=True)
+    assert proc.returncode == 0 and (tmp_path / "hw4").exists(), proc.stderr[-2000:]
+    assert "warning" not in proc.stderr
+
+
+@pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
+def test_starter_builds_with_hipcc(tmp_path):
+    fa("init", tmp_path)
+    proc = subprocess.run(["make", "-C", str(tmp_path), "hw4-amd"], capture_output=True, text=True)
+    assert proc.returncode == 0 and (tmp_path / "hw4-amd").exists(), proc.stderr[-2000:]
+    assert "warning" not in proc.stderr
+
+
+def local_sm() -> str:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"], capture_output=True,
+                         text=True).stdout
+    return "sm_" + out.split()[0].replace(".", "")
+
+
+@pytest.mark.gpu
+def test_starter_passes_the_small_cases(tmp_path):
+    fa("init", tmp_path)
+    subprocess.run(["make", "-C", str(tmp_path), "hw4", f"CUDA_ARCH={local_sm()}"], check=True, capture_output=True)
+    proc = fa("run", "t01", "t04", "t07", "c01", "--program", tmp_path / "hw4", "--tol", "1e-4")
+    assert proc.returncode == 0 and proc.stdout.count("PASS") == 4, proc.stdout + proc.stderr
