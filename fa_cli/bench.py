@@ -31,7 +31,9 @@ from .programs import Launcher, Program, run
 
 
 def load_records(path: Path) -> list[dict]:
-    if not path.exists():
+    """The records already in a results file; none where it is missing or not a regular file
+    (a device such as /dev/null, or a FIFO, is written in place and never read)."""
+    if not path.is_file():
         return []
     try:
         data = json.loads(path.read_text())

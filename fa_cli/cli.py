@@ -12,18 +12,23 @@ import click
 
 from . import (__version__, bench, charts, compare, diagnose, generate, judge, ladder, mistakes, profile, programs,
                report, resources, slurm, starter, suite, sweep, system, verify, writeup)
+from .options import SEED, TOLERANCE, OutputPath, Size
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
-from .format import AttentionInput, Shape, check_shape, open_output
+from .format import AttentionInput, Shape, check_shape, open_output, regular_size
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised where fa is, so that it unwinds like Ctrl-C: running programs are
-    stopped and temporary files removed on the way out."""
+    """SIGTERM or SIGHUP, raised where fa is, so that it unwinds like Ctrl-C: running programs
+    are stopped and temporary files removed on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 def raise_terminated(signum, frame):
-    raise Terminated()
+    raise Terminated(signum)
 
 
 class FaGroup(click.Group):
@@ -32,14 +37,19 @@ class FaGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         signal.signal(signal.SIGTERM, raise_terminated)
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(signal.SIGHUP, raise_terminated)
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
             click.echo("fa: interrupted", err=True)
             sys.exit(ExitStatus.INTERRUPTED)
-        except Terminated:
-            click.echo("fa: stopped by SIGTERM", err=True)
-            sys.exit(ExitStatus.TERMINATED)
+        except Terminated as e:
+            click.echo(f"fa: stopped by {signal.Signals(e.signum).name}", err=True)
+            sys.exit(128 + e.signum)
+        except click.BadParameter as e:  # an option's value refused by its type: one line, as any error
+            click.echo(f"fa: error: {e.format_message()}", err=True)
+            sys.exit(ExitStatus.BAD_INPUT)
         except (FaError, OSError) as e:
             if ctx.params.get("traceback") or os.environ.get("FA_DEBUG") == "1":
                 raise
@@ -90,13 +100,13 @@ def targets_for(names, shapes=()) -> list[judge.Target]:
 
 
 @main.command()
-@click.option("-B", "batches", type=int, help="Batch size.")
-@click.option("-N", "seq_len", type=int, help="Sequence length.")
+@click.option("-B", "batches", type=Size("B"), help="Batch size.")
+@click.option("-N", "seq_len", type=Size("N"), help="Sequence length.")
 @click.option("-d", "head_dim", type=int, help="Head dimension (32 or 64).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--dist", type=click.Choice(list(generate.DISTRIBUTIONS)), default="uniform", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Input file to write.")
-@click.option("--expected", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", type=OutputPath(), help="Input file to write.")
+@click.option("--expected", type=OutputPath(),
               help="Also write the float64 reference output (rounded to float32) here.")
 @click.option("--suite", "case_name",
               help="Generate a suite case (t01..t30, c01..c30) instead, checked against its sha256; "
@@ -115,6 +125,7 @@ def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, str
     shape = check_shape(batches, seq_len, head_dim, "gen")
     if strict:
         suite.check_course_ranges(shape)
+    generate.check_outputs(output, expected, shape)
     with report.progress(f"writing {output}", shape.B) as advance:
         generate.write_input(output, shape, seed, dist, advance)
     click.echo(f"{output}: {shape}, {dist}, seed {seed}, {shape.input_bytes} bytes")
@@ -136,10 +147,10 @@ VERIFY_HELP = ("Check OUTPUT: max abs error, where it is, how many values exceed
               help="The input: the output is checked against float64 attention of it.")
 @click.option("--expected", type=click.Path(dir_okay=False, path_type=Path),
               help="An expected output to compare with instead.")
-@click.option("--tol", type=float, default=verify.COURSE_TOL, show_default=True, help="Largest allowed abs error.")
+@click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True, help="Largest allowed abs error.")
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Check this many random rows per batch.")
 @click.option("--full", is_flag=True, help="Check every row (the default for small inputs).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampled rows.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the sampled rows.")
 def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> None:
     if (input_path is None) == (expected is None):
         raise click.UsageError("give exactly one of --input or --expected")
@@ -156,7 +167,7 @@ def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> No
             click.echo(report.verify_details(result, diagnose.of_wrong(result, inp.shape, inp, out)))
             sys.exit(ExitStatus.FAILED)
     else:
-        size = expected.stat().st_size
+        size = regular_size(expected, "expected output")
         flat = Shape(1, size // 4, 1) if size % 4 == 0 else None
         if flat is None:
             raise FaError(f"{expected}: {size} bytes is not a whole number of float32 values")
@@ -198,7 +209,7 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None, srun_a
 @click.option("--suite", "suite_name", type=click.Choice(suite.SUITES), default=suite.DEFAULT_SUITE, show_default=True,
               help="The suite --all runs: t (fa's own cases) or c (the course's 30 test shapes).")
 @click.option("--program", default="best", show_default=True, help="cpu, cuda, hip, hip-cuda, best, or a path.")
-@click.option("--tol", type=float, default=verify.COURSE_TOL, show_default=True)
+@click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True)
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Verify this many random rows per batch.")
 @click.option("--full", is_flag=True, help="Verify every row against the float64 reference.")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True),
@@ -294,7 +305,7 @@ def parse_shape(text: str) -> Shape:
 @click.option("--repeat", "repeats", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--against", type=click.Choice(["torch"]), help="Add PyTorch SDPA fp32 on the same inputs.")
 @click.option("--label", help="Name these runs in comparisons (default: the program's name).")
-@click.option("-o", "--output", "results", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("-o", "--output", "results", type=OutputPath(), required=True,
               help="Results file (JSON); extended if it exists.")
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
@@ -338,7 +349,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
 @click.option("--profiler", type=click.Choice(["auto", *profile.PROFILERS]), default="auto", show_default=True,
               help="auto: rocprof for hip, else ncu (the GTX 1080, Pascal, needs nvprof).")
 @click.option("--flops-kernel", help="The kernel that does the 4*B*N*N*d work (default: the one taking most time).")
-@click.option("-o", "--output", "results", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", "results", type=OutputPath(),
               help="Results file (JSON); extended if it exists.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
 @launcher_options
@@ -395,13 +406,11 @@ def resources_cmd(program, archs, as_json) -> None:
 @main.command(name="compare")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--plot", type=OutputPath(),
               help="Write a chart (PNG) here: stage times per input and run, and time against N.")
 def compare_cmd(files, as_markdown, plot) -> None:
     """Runs from one or more bench results files, side by side."""
-    records = [r for f in files for r in bench.load_records(f)]
-    if not records:
-        raise FaError("no records in " + ", ".join(map(str, files)))
+    records = compare.timed_records(writeup.load(list(files)))
     if as_markdown:
         click.echo(compare.markdown(records), nl=False)
     else:
@@ -415,14 +424,14 @@ def measure_options(f):
     for option in reversed([
         click.option("--repeat", "repeats", type=click.IntRange(min=1), default=3, show_default=True,
                      help="Timed runs per step, after one warm-up run; the median counts."),
-        click.option("--tol", type=float, default=1e-4, show_default=True,
+        click.option("--tol", type=TOLERANCE, default=1e-4, show_default=True,
                      help="Largest abs error a PASS allows (the course's is 5e-3)."),
         click.option("--profile", "with_profile", is_flag=True,
                      help="Also profile each run (fa profile's course metrics; ncu, or --profiler)."),
         click.option("--profiler", type=click.Choice(profile.PROFILERS), default="ncu", show_default=True),
-        click.option("-o", "--output", "results", type=click.Path(dir_okay=False, path_type=Path),
+        click.option("-o", "--output", "results", type=OutputPath(),
                      help="Add the records to this results file (JSON, for fa report); extended if it exists."),
-        click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Write a chart (PNG) here."),
+        click.option("--plot", type=OutputPath(), help="Write a chart (PNG) here."),
         click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report."),
     ]):
         f = option(f)

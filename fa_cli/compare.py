@@ -1,7 +1,9 @@
-"""fa compare: bench records side by side, as a rich or markdown table and as a PNG chart.
+"""fa compare: timed records side by side, as a rich or markdown table and as a PNG chart.
 
-Runs are the (label or program, device) pairs found in the records; the first run is the
-baseline of the speedup column. Rows are inputs, in the order first seen.
+Records of every command that times whole runs are compared: fa bench, fa run (-o), fa ladder
+and fa sweep; a fa run record's one wall time counts as its median. Runs are the (label or
+program, device) pairs found in the records; the first run is the baseline of the speedup
+column. Rows are inputs, in the order first seen.
 """
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import charts
+from .errors import FaError
 from .report import markdown_table
+
+TIMED_KINDS = ("bench", "run", "ladder", "sweep")
 
 
 @dataclass(frozen=True)
@@ -22,8 +27,27 @@ class RunKey:
         return f"{self.name} on {self.device}"
 
 
+def timed_records(found: dict[str, list[dict]]) -> list[dict]:
+    """The records fa compare can put side by side, from writeup.load's records by kind, each
+    with wall_s as {median, min, max, all}; a file set with none is refused in one line."""
+    timed = []
+    for kind in TIMED_KINDS:
+        for r in found.get(kind, []):
+            if r.get("skipped"):
+                continue  # a sweep variant that was never built: nothing ran
+            wall = r.get("wall_s")
+            if isinstance(wall, (int, float)):
+                r = {**r, "wall_s": {"median": wall, "min": wall, "max": wall, "all": [wall]}}
+            timed.append(r)
+    if not timed:
+        kinds = ", ".join(k for k, v in found.items() if v)
+        raise FaError(f"nothing to compare: fa compare takes results of fa bench, run, ladder and sweep "
+                      f"(these files hold {kinds} records; fa report shows those)")
+    return timed
+
+
 def run_key(record: dict) -> RunKey:
-    return RunKey(record.get("label") or record["program"], record["device"])
+    return RunKey(record.get("label") or record["program"], record.get("device") or "unknown")
 
 
 def arrange(records: list[dict]) -> tuple[list[RunKey], "OrderedDict[str, dict[RunKey, dict]]"]:

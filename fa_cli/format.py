@@ -9,7 +9,10 @@ Q, K and V are views into the page cache.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,12 +20,13 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import FaError
+from .errors import ExitStatus, FaError
 
 HEADER_BYTES = 12
 SUPPORTED_D = (32, 64)
 # 12 + 12*B*N*d must fit in a signed 64-bit size; anything near that is absurd anyway.
 MAX_ELEMENTS = (2**63 - 1 - HEADER_BYTES) // 12
+MAX_INT32 = 2**31 - 1  # B, N and d are int32 in the header
 
 
 class FormatError(FaError):
@@ -62,6 +66,8 @@ def check_shape(B: int, N: int, d: int, what: str = "input") -> Shape:
     for name, value in (("B", B), ("N", N), ("d", d)):
         if value <= 0:
             raise FormatError(f"{what}: {name} = {value}, must be positive")
+        if value > MAX_INT32:
+            raise FormatError(f"{what}: {name} = {value}, must be at most {MAX_INT32} (an int32 in the header)")
     if d not in SUPPORTED_D:
         supported = " and ".join(str(x) for x in SUPPORTED_D)
         raise FormatError(f"{what}: d = {d} is not supported (the programs support d = {supported})")
@@ -70,15 +76,45 @@ def check_shape(B: int, N: int, d: int, what: str = "input") -> Shape:
     return Shape(B, N, d)
 
 
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for errors ("input is a FIFO")."""
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def open_regular(path: Path, what: str = "input") -> int:
+    """A file descriptor of a regular file, opened for reading without blocking: a FIFO with no
+    writer would wait forever in open(), and a device is no file of the format."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):  # a socket cannot be opened (ENXIO)
+                raise FormatError(f"{path}: {what} is {file_kind(mode)}, not a regular file") from None
+        raise FormatError(f"{path}: cannot read {what}: {e.strerror}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise FormatError(f"{path}: {what} is {file_kind(mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
 def read_header(path: str | os.PathLike) -> Shape:
     """Read and validate an input file's header against the file's size."""
     path = Path(path)
+    fd = open_regular(path)
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            raw = f.read(HEADER_BYTES)
+        size = os.fstat(fd).st_size
+        raw = os.pread(fd, HEADER_BYTES, 0)
     except OSError as e:
         raise FormatError(f"{path}: cannot read input: {e.strerror}") from None
+    finally:
+        os.close(fd)
     if len(raw) < HEADER_BYTES:
         what = "empty file" if not raw else f"short header ({len(raw)} bytes)"
         raise FormatError(f"{path}: {what}, expected a 12-byte header B, N, d")
@@ -106,13 +142,19 @@ class AttentionInput:
         return block[:, 0], block[:, 1], block[:, 2]
 
 
+def regular_size(path: str | os.PathLike, what: str = "output") -> int:
+    """The size of a regular file to read; anything else is refused in one line, unread."""
+    fd = open_regular(Path(path), what)
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+
+
 def open_output(path: str | os.PathLike, shape: Shape, what: str = "output") -> np.ndarray:
     """An output file as a (B, N, d) float32 memmap, after checking its size."""
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise FormatError(f"{path}: cannot read {what}: {e.strerror}") from None
+    size = regular_size(path, what)
     if size != shape.output_bytes:
         raise FormatError(
             f"{path}: {what} has {size} bytes, expected 4*B*N*d = {shape.output_bytes} for {shape}"
@@ -120,23 +162,145 @@ def open_output(path: str | os.PathLike, shape: Shape, what: str = "output") -> 
     return np.memmap(path, dtype="<f4", mode="r", shape=(shape.B, shape.N, shape.d))
 
 
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike) -> Iterator:
-    """A binary file that appears at `path` only if the block completes (temporary + rename)."""
+# ----------------------------------------------------------------------------- writing outputs
+# Every file fa writes goes through atomic_file, with the programs' rule (fa_host.h OutputFile):
+# a new name or a regular file is replaced atomically (a temporary beside it, renamed); a
+# symbolic link writes its target that way and stays a link; a device or a FIFO (/dev/null,
+# /dev/stdout) is written in place, as cp and dd write it; a directory, an input of the same
+# command, a missing or unwritable directory and a name too long are refused before any work.
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    path: Path      # as the user gave it, for messages
+    target: Path    # the file written: path with its symbolic links followed
+    in_place: bool  # an existing device or FIFO: written as it is, never replaced
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Two names of one file: the same inode where both exist, else the same resolved path."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def check_output_path(path: str | os.PathLike, inputs: tuple = ()) -> OutputPlan:
+    """Where an output goes and how, checked before any work (FormatError, exit 2, otherwise)."""
+    if str(path) == "":
+        raise FormatError("output path is empty")
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
+    target = Path(os.path.realpath(path))  # follows every link, dangling ones too
+    for other in inputs:
+        if other is not None and same_file(path, Path(other)):
+            raise FormatError(f"{path}: output is the input file {other}")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode) or str(path).endswith("/"):
+        raise FormatError(f"{path}: output path is a directory")
+    if mode is not None and not stat.S_ISREG(mode):
+        if stat.S_ISSOCK(mode):
+            raise FormatError(f"{path}: output is a socket")
+        return OutputPlan(path, target, True)
+    directory = target.parent
+    if not directory.is_dir():
+        raise FormatError(f"{path}: cannot write: {directory} is not a directory" if directory.exists()
+                          else f"{path}: cannot write: {directory}: No such file or directory")
+    limit = _name_max(directory)
+    if len(os.fsencode(target.name)) > limit:
+        raise FormatError(f"{path}: output name is too long ({len(os.fsencode(target.name))} bytes; "
+                          f"this file system allows {limit})")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise FormatError(f"{path}: cannot write: {os.strerror(errno.EACCES)}")
+    return OutputPlan(path, target, False)
+
+
+def gigabytes(n: int) -> str:
+    return f"{n / 1e9:.3g} GB" if n >= 1e8 else f"{n / 1e6:.3g} MB"
+
+
+def check_space(plan: OutputPlan, size: int) -> None:
+    """Refuse a file larger than the free space of its file system, before writing any of it."""
+    if plan.in_place:
+        return
+    free = shutil.disk_usage(plan.target.parent).free  # an old file there is replaced only at the end
+    if size > free:
+        raise FormatError(f"{plan.path}: needs {gigabytes(size)} ({size} bytes), only {gigabytes(free)} free "
+                          f"in {plan.target.parent}")
+
+
+class OutputWriter:
+    """write(data) in full to a descriptor; a failed write is one line naming the output, exit 1."""
+
+    def __init__(self, fd: int, path: Path):
+        self.fd, self.path = fd, path
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        total = len(view)
+        while view:
+            try:
+                view = view[os.write(self.fd, view):]
+            except OSError as e:
+                raise FaError(f"{self.path}: write failed: {e.strerror}", exit_code=ExitStatus.FAILED) from None
+        return total
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, inputs: tuple = (), size: int | None = None) -> Iterator[OutputWriter]:
+    """An output that appears at `path` only if the block completes (see the rule above). `inputs`:
+    files of the same command it must not be; `size`: bytes it will have, checked against the
+    free space first."""
+    plan = check_output_path(path, inputs)
+    if size is not None:
+        check_space(plan, size)
+    if plan.in_place:
+        yield from _write_in_place(plan)
+        return
+    # ".NAME.XXXXXXXX.tmp" beside the target, or a shorter name where that would not fit.
+    name = plan.target.name if len(os.fsencode(plan.target.name)) + 16 <= _name_max(plan.target.parent) else "fa"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=plan.target.parent)
     except OSError as e:
-        raise FormatError(f"{path}: cannot write: {e.strerror}") from None
+        raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        os.replace(tmp, path)
+        try:
+            yield OutputWriter(fd, plan.path)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, plan.target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _write_in_place(plan: OutputPlan) -> Iterator[OutputWriter]:
+    try:
+        fd = os.open(plan.target, os.O_WRONLY | os.O_CLOEXEC)  # a FIFO waits here for its reader, as with cp
+    except OSError as e:
+        raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
+    try:
+        yield OutputWriter(fd, plan.path)
+    finally:
+        os.close(fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def header_bytes(shape: Shape) -> bytes:

@@ -1,7 +1,12 @@
 """Seeded inputs in the course format, written batch by batch.
 
 Each batch draws from its own stream, numpy.random.default_rng([seed, b]), so a file is
-byte-identical for the same arguments on every machine and never needs to fit in memory.
+byte-identical for the same arguments on every machine. Neither the file nor a batch needs to
+fit in memory: a batch is drawn and written in blocks of rows (BLOCK_VALUES values at most),
+in the order the stream yields them, so the bytes are those of drawing the batch at once
+(tests/test_generate.py checks this for every distribution). onehot keeps its keys' signs
+(N*d bits) to build its queries; constant draws its key row ahead from a copy of the
+stream, advanced past V.
 Distributions (every value within the course's [-3, 3]):
   uniform   U(-3, 3) for Q, K, V: the course's range.
   normal    N(0, 1) clipped to [-3, 3].
@@ -13,72 +18,123 @@ Distributions (every value within the course's [-3, 3]):
 from __future__ import annotations
 
 import os
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
-from .format import Shape, as_f32_bytes, atomic_file, header_bytes
+from .format import FormatError, Shape, as_f32_bytes, atomic_file, check_output_path, check_space, header_bytes, same_file
 
 LIMIT = 3.0
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _uniform(rng: np.random.Generator, N: int, d: int) -> Batch:
-    q, k, v = rng.uniform(-LIMIT, LIMIT, size=(3, N, d))
-    return q, k, v
+BLOCK_VALUES = 1 << 22  # values drawn at once (32 MB as float64), whatever N and d
+Blocks = Iterator[np.ndarray]
 
 
-def _normal(rng: np.random.Generator, N: int, d: int) -> Batch:
-    q, k, v = np.clip(rng.standard_normal(size=(3, N, d)), -LIMIT, LIMIT)
-    return q, k, v
+def _rows(N: int, d: int, block_values: int) -> Iterator[int]:
+    """Row counts of the blocks that make up N rows."""
+    step = max(1, block_values // d)
+    for r0 in range(0, N, step):
+        yield min(step, N - r0)
 
 
-def _extreme(rng: np.random.Generator, N: int, d: int) -> Batch:
-    q, k, v = np.where(rng.random(size=(3, N, d)) < 0.5, -LIMIT, LIMIT)
-    return q, k, v
+def _stream_uniform(rng, N, d, bv) -> Blocks:
+    for _ in range(3):  # Q, K, V follow each other in the stream as in the file
+        for n in _rows(N, d, bv):
+            yield rng.uniform(-LIMIT, LIMIT, size=(n, d))
 
 
-def _onehot(rng: np.random.Generator, N: int, d: int) -> Batch:
-    k = np.where(rng.random(size=(N, d)) < 0.5, -LIMIT, LIMIT)
-    chosen = rng.integers(0, N, size=N)
-    q = LIMIT * np.sign(k[chosen])
-    v = rng.uniform(-LIMIT, LIMIT, size=(N, d))
-    return q, k, v
+def _stream_normal(rng, N, d, bv) -> Blocks:
+    for _ in range(3):
+        for n in _rows(N, d, bv):
+            yield np.clip(rng.standard_normal(size=(n, d)), -LIMIT, LIMIT)
 
 
-def _constant(rng: np.random.Generator, N: int, d: int) -> Batch:
-    q, v = rng.uniform(-LIMIT, LIMIT, size=(2, N, d))
-    k = np.broadcast_to(rng.uniform(-LIMIT, LIMIT, size=(1, d)), (N, d))
-    return q, k, v
+def _stream_extreme(rng, N, d, bv) -> Blocks:
+    for _ in range(3):
+        for n in _rows(N, d, bv):
+            yield np.where(rng.random(size=(n, d)) < 0.5, -LIMIT, LIMIT)
 
 
-DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, int, int], Batch]] = {
-    "uniform": _uniform,
-    "normal": _normal,
-    "extreme": _extreme,
-    "onehot": _onehot,
-    "constant": _constant,
+def _stream_onehot(rng, N, d, bv) -> Blocks:
+    # The stream holds K's draws, then the chosen keys, then V; the file wants Q (built from
+    # K's signs at the chosen rows) first: K's signs are kept as bits meanwhile.
+    negative = np.concatenate([np.packbits(rng.random(size=(n, d)) < 0.5, axis=1) for n in _rows(N, d, bv)])
+
+    def signs(bits: np.ndarray) -> np.ndarray:
+        return np.where(np.unpackbits(bits, axis=1, count=d).astype(bool), -LIMIT, LIMIT)
+
+    for n in _rows(N, d, bv):
+        yield LIMIT * np.sign(signs(negative[rng.integers(0, N, size=n)]))
+    r0 = 0
+    for n in _rows(N, d, bv):
+        yield signs(negative[r0 : r0 + n])
+        r0 += n
+    for n in _rows(N, d, bv):
+        yield rng.uniform(-LIMIT, LIMIT, size=(n, d))
+
+
+def _stream_constant(rng, N, d, bv) -> Blocks:
+    # The stream holds Q, V, then the one key row; the file wants Q, K, V: the key row is drawn
+    # from a copy of the stream advanced past V (one 64-bit step per uniform value).
+    ahead = np.random.Generator(type(rng.bit_generator)())
+    ahead.bit_generator.state = rng.bit_generator.state
+    ahead.bit_generator.advance(2 * N * d)
+    for n in _rows(N, d, bv):
+        yield rng.uniform(-LIMIT, LIMIT, size=(n, d))
+    key = ahead.uniform(-LIMIT, LIMIT, size=(1, d))
+    for n in _rows(N, d, bv):
+        yield np.broadcast_to(key, (n, d))
+    for n in _rows(N, d, bv):
+        yield rng.uniform(-LIMIT, LIMIT, size=(n, d))
+
+
+DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, int, int, int], Blocks]] = {
+    "uniform": _stream_uniform,
+    "normal": _stream_normal,
+    "extreme": _stream_extreme,
+    "onehot": _stream_onehot,
+    "constant": _stream_constant,
 }
 
 
+def batch_blocks(shape: Shape, seed: int, dist: str, b: int, block_values: int = BLOCK_VALUES) -> Blocks:
+    """Batch b's Q, K, V rows in file order, as float32 blocks of at most block_values values."""
+    for block in DISTRIBUTIONS[dist](np.random.default_rng([seed, b]), shape.N, shape.d, block_values):
+        yield np.asarray(block, dtype=np.float32)
+
+
 def batch(shape: Shape, seed: int, dist: str, b: int) -> Batch:
-    """Q, K, V of batch b as float32 arrays."""
-    q, k, v = DISTRIBUTIONS[dist](np.random.default_rng([seed, b]), shape.N, shape.d)
-    return tuple(np.asarray(x, dtype=np.float32) for x in (q, k, v))  # type: ignore[return-value]
+    """Q, K, V of batch b as float32 arrays (held at once: for tests and small shapes)."""
+    whole = np.concatenate(list(batch_blocks(shape, seed, dist, b)))
+    q, k, v = np.split(whole, 3)
+    return q, k, v
 
 
 def write_input(
     path: str | os.PathLike, shape: Shape, seed: int, dist: str = "uniform",
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, block_values: int = BLOCK_VALUES,
 ) -> None:
-    """Write a whole input file atomically, batch by batch."""
-    with atomic_file(path) as f:
+    """Write a whole input file atomically, in bounded blocks; refused up front where the file
+    system has not the room for it."""
+    with atomic_file(path, size=shape.input_bytes) as f:
         f.write(header_bytes(shape))
         for b in range(shape.B):
-            for x in batch(shape, seed, dist, b):
-                f.write(as_f32_bytes(x))
+            for block in batch_blocks(shape, seed, dist, b, block_values):
+                f.write(as_f32_bytes(block))
             if progress:
                 progress(1)
+
+
+def check_outputs(output: Path, expected: Path | None, shape: Shape) -> None:
+    """fa gen's files, before any is written: usable paths, two different files, and room for them."""
+    if expected is not None and same_file(output, expected):
+        raise FormatError(f"{expected}: --expected names the input file -o writes")
+    check_space(check_output_path(output), shape.input_bytes)
+    if expected is not None:
+        check_space(check_output_path(expected), shape.output_bytes)
 
 
 def write_expected(inp, path: str | os.PathLike, progress: Callable[[int], None] | None = None) -> None:
@@ -86,7 +142,7 @@ def write_expected(inp, path: str | os.PathLike, progress: Callable[[int], None]
     from . import reference  # local: generation alone needs no reference
 
     group = max(1, (16 << 20) // (12 * inp.shape.N * inp.shape.d))
-    with atomic_file(path) as f:
+    with atomic_file(path, inputs=(inp.path,), size=inp.shape.output_bytes) as f:
         for b0 in range(0, inp.shape.B, group):
             b1 = min(inp.shape.B, b0 + group)
             f.write(as_f32_bytes(reference.attention(*inp.qkv(b0, b1))))

@@ -11,6 +11,9 @@ written as '_'), parsed into RunResult.timing and .build.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
 import os
 import re
 import shutil
@@ -24,9 +27,47 @@ from pathlib import Path
 from . import locations
 from .errors import ExitStatus, FaError
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 TIMING_LINE = re.compile(r"^fa-timing:(.*)$", re.MULTILINE)
 # A program past its time limit gets SIGTERM, then SIGKILL after this many seconds.
 KILL_GRACE_S = 1.0
+
+
+@functools.cache
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with(parent: int) -> None:
+    """In a child of fa's, before exec: SIGKILL from the kernel when fa ends, however it ends.
+    A program runs in a session of its own, so that a time limit can stop all it started: a
+    SIGKILLed fa, which can stop nothing, would leave it running on otherwise."""
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # fa ended before the line above
+        os._exit(128 + signal.SIGKILL)
+
+
+def die_with_fa():
+    """preexec_fn for Popen: the child dies with fa (Linux; elsewhere None, nothing to do)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    _libc()  # loaded here, not in the forked child
+    return functools.partial(_die_with, os.getpid())
+
+
+def run_tool(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run for a tool fa waits on (a compiler, say): in a session of its own that dies
+    with fa, and stopped with everything it started if fa is interrupted."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=die_with_fa(), **kwargs)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 @dataclass(frozen=True)
@@ -157,7 +198,8 @@ def run(
 
     Past `timeout` seconds the program is stopped as a judge would (RunResult.timed_out). The
     program runs in its own process group, so that stopping it reaches whatever it started;
-    if fa itself is interrupted (Ctrl-C, SIGTERM), the program is stopped before fa goes.
+    if fa itself is interrupted (Ctrl-C, SIGTERM, SIGHUP), the program is stopped before fa
+    goes, and if fa is killed (SIGKILL) the kernel kills the program (die_with_fa).
     """
     launcher = launcher or Launcher()
     argv = launcher.wrap([*program.argv, str(input_path), str(output_path)])
@@ -165,7 +207,7 @@ def run(
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=die_with_fa())
     except OSError as e:
         raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=ExitStatus.FAILED) from None
     try:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from . import locations
 from .errors import ExitStatus, FaError
+from .programs import run_tool
 
 
 @dataclass(frozen=True)
@@ -262,33 +263,32 @@ def parse_amd_threads(assembly: str) -> dict[str, int]:
 
 
 # ----------------------------------------------------------------------------- running the compilers
-def compile_report(source: Path, target: str, hip_source: bool) -> tuple[str, Path, list[str]]:
-    """Compile source for target in a temporary folder; (compiler output, folder, command)."""
-    work = Path(tempfile.mkdtemp(prefix="fa-resources-"))
+def compile_report(source: Path, target: str, hip_source: bool, work: Path) -> tuple[str, list[str]]:
+    """Compile source for target in the folder `work`; (compiler output, command). The
+    compiler's own temporary files (nvcc's tmpxft_*) go there too (TMPDIR), so that removing
+    the folder, however fa ends, removes them."""
     if target.startswith("sm_"):
         nvcc = os.environ.get("NVCC", "nvcc")
         argv = [nvcc, "-std=c++17", "-O3", f"-arch={target}", "-Xptxas", "-v", "--keep", "--keep-dir", str(work),
                 "-Xcompiler", "-pthread", *(["-x", "cu"] if hip_source else []), "-o", str(work / "program"),
                 str(source)]
-        env = None
+        env = {**os.environ, "TMPDIR": str(work)}
     else:
         argv = [os.environ.get("HIPCC", "hipcc"), "-std=c++17", "-O3", f"--offload-arch={target}", "-save-temps",
                 "-Rpass-analysis=kernel-resource-usage", "-pthread", "-o", str(work / "program"), str(source)]
-        env = {**os.environ, "HIP_PLATFORM": "amd"}
+        env = {**os.environ, "HIP_PLATFORM": "amd", "TMPDIR": str(work)}
     if not shutil.which(argv[0]):
-        shutil.rmtree(work)
         raise FaError(f"fa resources {target}: `{argv[0]}` is not installed here")
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=work, env=env)
+    proc = run_tool(argv, cwd=work, env=env)
     if proc.returncode != 0:
-        shutil.rmtree(work)
         lines = [l for l in proc.stderr.splitlines() if "error" in l.lower()] or proc.stderr.splitlines() or ["?"]
         raise FaError(f"fa resources {target}: {argv[0]} failed: {lines[0].strip()}", exit_code=ExitStatus.FAILED)
-    return proc.stdout + proc.stderr, work, argv
+    return proc.stdout + proc.stderr, argv
 
 
 def launch_table(program: Path) -> dict[str, tuple[int, int]]:
     """`PROGRAM --launches` of our programs: kernel -> (threads, dynamic shared memory bytes)."""
-    proc = subprocess.run([str(program), "--launches"], capture_output=True, text=True)
+    proc = run_tool([str(program), "--launches"])
     table = {}
     for line in proc.stdout.splitlines()[1:] if proc.returncode == 0 else []:
         kernel, threads, dynamic = line.split("\t")
@@ -298,8 +298,9 @@ def launch_table(program: Path) -> dict[str, tuple[int, int]]:
 
 def report(source: Path, target: str, hip_source: bool, ours: bool) -> tuple[list[KernelUsage], list[str]]:
     """Every kernel of source on target, with its theoretical occupancy; and the command used."""
-    text, work, argv = compile_report(source, target, hip_source)
-    try:
+    work = Path(tempfile.mkdtemp(prefix="fa-resources-"))
+    try:  # removed however this ends: an error, Ctrl-C, SIGTERM or SIGHUP (raised by the CLI)
+        text, argv = compile_report(source, target, hip_source, work)
         launches = launch_table(work / "program") if ours else {}
         threads = {}
         for listing in work.glob("*.ptx" if target.startswith("sm_") else "*.s"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -141,12 +142,10 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
         "kind": plan.kind, "fields": plan.fields, "command": bench.command_line(),
     }, indent=1))
     script = work / "task.sh"
-    script.write_text("#!/bin/sh\n"
-                      f"export PYTHONPATH={locations.PACKAGE.parent}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-                      f"exec {sys.executable} -m fa_cli slurm-task {plan_file} \"$SLURM_ARRAY_TASK_ID\"\n")
+    script.write_text(task_script(plan_file))
     script.chmod(0o755)
     argv = ["sbatch", "--parsable", "--wait", f"--array=0-{len(tasks) - 1}", "--job-name=fa-bench",
-            "-o", str(work / "task-%a.log"), *launcher.options(), str(script)]
+            "-o", str(work).replace("%", "%%") + "/task-%a.log", *launcher.options(), str(script)]
     job, returncode, stderr = submit_and_wait(argv)
     if returncode != 0 and not any(work.glob("record-*.json")):
         raise FaError(slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
@@ -169,6 +168,15 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
             progress(1)
     bench.save_records(results, records)
     return new
+
+
+def task_script(plan_file: Path) -> str:
+    """The job script of an array task. Every path in it is quoted (shlex.quote): a work
+    directory named `$(...)`, with spaces or quotes is text to the shell, never a command."""
+    package, python, plan = (shlex.quote(str(p)) for p in (locations.PACKAGE.parent, sys.executable, plan_file))
+    return ("#!/bin/sh\n"
+            f"export PYTHONPATH={package}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            f"exec {python} -m fa_cli slurm-task {plan} \"$SLURM_ARRAY_TASK_ID\"\n")
 
 
 def submit_and_wait(argv: list[str]) -> tuple[str, int, str]:

@@ -124,7 +124,7 @@ int run_pipeline(int argc, char** argv) {
   Timing timing;
   const InputFile in = open_input(argv[1]);
   const Shape s = in.shape;
-  OutputFile out(argv[2]);
+  OutputFile out(argv[2], in);
 
   // Chunks of whole batches.
   const int64_t batch_in = 12 * s.batch_elements(), batch_out = 4 * s.batch_elements();

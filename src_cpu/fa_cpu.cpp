@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   timing.device = "host CPU";
   const fa::InputFile in = fa::open_input(argv[1]);
   const fa::Shape s = in.shape;
-  fa::OutputFile out(argv[2]);
+  fa::OutputFile out(argv[2], in);
 
   const int64_t batch_bytes = 12 * s.batch_elements();
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(s.B, kChunkBytes / batch_bytes));

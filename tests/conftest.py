@@ -46,3 +46,10 @@ def stand_in_ncu(tmp_path):
                       "sys.exit(subprocess.run(args[-3:]).returncode)\n")
     script.chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The fuzz test's counts (tests/test_fuzz.py), in the summary CI shows."""
+    counts = sys.modules.get("test_fuzz")
+    for program, c in (counts.COUNTS.items() if counts else ()):
+        terminalreporter.write_line(f"fuzz {program}: " + ", ".join(f"{v} {k}" for k, v in c.items()))

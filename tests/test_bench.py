@@ -63,7 +63,7 @@ def test_not_a_results_file(tmp_path):
     bad = tmp_path / "x.json"
     bad.write_text("[1, 2]")
     proc = fa("compare", bad, cwd=tmp_path)
-    assert proc.returncode == 2 and "not a fa bench results file" in proc.stderr
+    assert proc.returncode == 2 and "not a results file of fa" in proc.stderr
 
 
 def test_compare_markdown_and_charts(cpu_program, tmp_path):

@@ -116,3 +116,47 @@ def test_strict_ranges():
         suite.check_course_ranges(Shape(2, 100, 32))
     with pytest.raises(suite.FaError, match="B = 1 is outside"):
         suite.check_course_ranges(Shape(1, 128, 32))
+
+
+# The distributions as first written: each batch drawn at once. The streamed generator must
+# give these bytes for every shape and block size.
+def _at_once(rng, dist, N, d):
+    L = generate.LIMIT
+    if dist == "uniform":
+        return rng.uniform(-L, L, size=(3, N, d))
+    if dist == "normal":
+        return np.clip(rng.standard_normal(size=(3, N, d)), -L, L)
+    if dist == "extreme":
+        return np.where(rng.random(size=(3, N, d)) < 0.5, -L, L)
+    if dist == "onehot":
+        k = np.where(rng.random(size=(N, d)) < 0.5, -L, L)
+        q = L * np.sign(k[rng.integers(0, N, size=N)])
+        return q, k, rng.uniform(-L, L, size=(N, d))
+    q, v = rng.uniform(-L, L, size=(2, N, d))
+    return q, np.broadcast_to(rng.uniform(-L, L, size=(1, d)), (N, d)), v
+
+
+@pytest.mark.parametrize("dist", list(generate.DISTRIBUTIONS))
+def test_streamed_batches_equal_batches_drawn_at_once(dist):
+    for shape in (Shape(2, 1, 32), Shape(1, 7, 64), Shape(2, 100, 64), Shape(1, 1000, 32)):
+        for block_values in (1, 32, 100, 3 * 64, generate.BLOCK_VALUES):
+            for b in range(shape.B):
+                want = b"".join(np.asarray(x, "<f4").tobytes()
+                                for x in _at_once(np.random.default_rng([9, b]), dist, shape.N, shape.d))
+                got = b"".join(x.tobytes() for x in generate.batch_blocks(shape, 9, dist, b, block_values))
+                assert got == want, (dist, shape, block_values, b)
+
+
+@pytest.mark.parametrize("dist", ["uniform", "onehot"])
+def test_generation_memory_is_bounded_by_the_block(tmp_path, dist):
+    """A batch of 16 MB (as float32; 32 MB drawn as float64) written with 64 KB blocks holds
+    little more than a block at a time (onehot: plus its keys' signs, N*d bits)."""
+    import tracemalloc
+
+    shape = Shape(1, 1 << 17, 32)
+    tracemalloc.start()
+    generate.write_input(tmp_path / "x.in", shape, 1, dist, block_values=1 << 13)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < (1 << 20) + shape.N * shape.d // 8, peak
+    assert (tmp_path / "x.in").stat().st_size == shape.input_bytes

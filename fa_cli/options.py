@@ -1,0 +1,60 @@
+"""Click types for fa's options: every number and output path is checked where it is parsed,
+before any work, so that a bad one is a usage error (exit 2), never a traceback later."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+
+from .format import MAX_INT32, check_output_path
+
+SEED = click.IntRange(min=0)  # numpy's seeds are non-negative
+
+
+class Size(click.ParamType):
+    """B or N: a positive int32 (the course's header), said as format.check_shape says it."""
+
+    name = "integer"
+
+    def __init__(self, letter: str):
+        self.letter = letter
+
+    def convert(self, value, param, ctx):
+        number = click.INT.convert(value, param, ctx)
+        if number <= 0:
+            self.fail(f"{self.letter} = {number}, must be positive", param, ctx)
+        if number > MAX_INT32:
+            self.fail(f"{self.letter} = {number}, must be at most {MAX_INT32} (an int32 in the header)", param, ctx)
+        return number
+
+
+class Tolerance(click.ParamType):
+    """A tolerance: a finite number above 0 (a NaN one would pass every NaN output)."""
+
+    name = "float"
+
+    def convert(self, value, param, ctx):
+        try:
+            tol = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(tol) or tol <= 0:
+            self.fail(f"{value!r}: a tolerance must be a finite number above 0", param, ctx)
+        return tol
+
+
+TOLERANCE = Tolerance()
+
+
+class OutputPath(click.Path):
+    """A file fa will write: where it goes is checked now (format.check_output_path: not a
+    directory, its directory there and writable, its name not too long), in one line."""
+
+    def __init__(self):
+        super().__init__(dir_okay=True, path_type=Path)
+
+    def convert(self, value, param, ctx):
+        check_output_path(value)  # before click's Path turns '' into '.'
+        path = super().convert(value, param, ctx)
+        return path
