@@ -3,6 +3,7 @@ screen needed): benchmark stages and time against N (fa compare), the optimizati
 ladder) and tile-size sweeps (fa sweep). Each chart names its device in its title."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 STAGES = ("init", "read", "h2d", "kernel", "d2h", "write")
@@ -18,9 +19,15 @@ def _pyplot():
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    """The chart as a PNG at path, written as every output of fa is (format.atomic_file)."""
+    from .format import atomic_file
+
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=120)
     _pyplot().close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path) as f:
+        f.write(image.getvalue())
     return path
 
 

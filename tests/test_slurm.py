@@ -69,7 +69,8 @@ def test_slurm_refusal_comes_back_as_one_line(cluster, cpu_program, tmp_path):
     proc = fa_on(cluster, tmp_path, "run", "t01", "--program", "cpu", "--launcher", "slurm", "--partition", "amd",
               "--gres", "gpu:1")
     assert proc.returncode == 1 and "ERROR" in proc.stdout
-    assert proc.stderr.strip() == "t01: slurm: Invalid generic resource (gres) specification"
+    assert "t01 ERROR: " in proc.stdout and "slurm: Invalid generic resource (gres) specification" in proc.stdout
+    assert "Traceback" not in proc.stderr
 
 
 def test_bench_array_and_compare(cluster, cpu_program, tmp_path):

@@ -1,0 +1,43 @@
+"""fa compare and fa report take every results file fa writes (real ones, from the H100 runs in
+docs/results/h100) or refuse a file in one line; never a traceback."""
+import json
+
+import pytest
+
+from helpers import ROOT, fa
+
+H100 = ROOT / "docs" / "results" / "h100"
+KINDS = ["run", "bench", "profile", "resources", "ladder", "sweep"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_report_takes_every_kind(kind, tmp_path):
+    proc = fa("report", H100 / f"{kind}.json", "-o", tmp_path / "r")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "r" / "report.md").stat().st_size > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_compare_takes_or_refuses_every_kind_in_one_line(kind):
+    proc = fa("compare", H100 / f"{kind}.json")
+    assert "Traceback" not in proc.stderr
+    if proc.returncode != 0:
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    else:
+        assert proc.stdout.strip()
+
+
+@pytest.mark.parametrize("text", ["{}", "[1, 2]", '{"records": 5}', "not json", ""])
+def test_files_that_are_not_results_are_refused_in_one_line(text, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    for args in (["compare", bad], ["report", bad, "-o", tmp_path / "r"]):
+        proc = fa(*args)
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr, \
+            (args, proc.stderr)
+
+
+def test_compare_of_a_run_file_uses_its_wall_times():
+    proc = fa("compare", H100 / "run.json")
+    records = json.loads((H100 / "run.json").read_text())["records"]
+    assert proc.returncode == 0 and records[0]["input"] in proc.stdout
