@@ -42,7 +42,7 @@ NVCC_ARCHS = $(shell $(NVCC) --list-gpu-arch 2>/dev/null)
 # Hopper (sm_90) is built as sm_90a, the target that has its warpgroup MMA (the wgmma kernel).
 CUDA_ARCH ?= $(if $(LOCAL_SM),$(patsubst sm_90,sm_90a,sm_$(LOCAL_SM)),$(if $(filter compute_61,$(NVCC_ARCHS)),sm_61) sm_75 sm_80 sm_90a)
 CUDA_GENCODE = $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(subst sm_,,$(a)),code=$(a))
-CUDA_SRC := src_cuda/fa_cuda.cu $(wildcard src_cuda/*.cuh) $(wildcard src_common/*.h)
+CUDA_SRC := src_cuda/fa_cuda.cu $(wildcard src_cuda/*.cuh src_cuda/*/*.cuh) $(wildcard src_common/*.h)
 
 cuda: $(BIN)/fa-cuda
 $(BIN)/fa-cuda: $(CUDA_SRC)

@@ -2,7 +2,7 @@
 """Error budget of the tensor-core kernel: which products need compensation, measured.
 
 Builds fa-cuda with 1, 2 or 3 terms per product (FA_TC_QK_TERMS, FA_TC_PV_TERMS; see
-src_cuda/kernel_tensorcore.cuh), runs each on the shapes and value distributions below, and
+src_cuda/split3xfp16.cuh), runs each on the shapes and value distributions below, and
 prints the max abs error against the float64 reference (every row for the smaller inputs,
 1024 seeded rows per batch for the larger). Needs an NVIDIA GPU (sm_80 or later) and nvcc.
 With --docs the table is also written to docs/kernels.md.

@@ -111,163 +111,217 @@ inline void read_parallel(int fd, char* dst, int64_t bytes, int64_t offset, cons
   for (auto& t : threads) t.join();
 }
 
+// ------------------------------------------------------------------------- the pieces
+// The chunking of one input: whole batches, about kChunkBytes of input each; inputs up to
+// kPrefetchBytes get a host slot per chunk, larger ones a ring of kRingSlots.
+struct ChunkPlan {
+  int64_t B, batch_in, batch_out, per_chunk, chunks, slots;
+  size_t slot_bytes, out_slot_bytes;
+  explicit ChunkPlan(const Shape& s)
+      : B(s.B), batch_in(12 * s.batch_elements()), batch_out(4 * s.batch_elements()),
+        per_chunk(std::max<int64_t>(1, std::min<int64_t>(s.B, kChunkBytes / batch_in))),
+        chunks((s.B + per_chunk - 1) / per_chunk),
+        slots(chunks * per_chunk * batch_in <= kPrefetchBytes ? chunks : std::min<int64_t>(chunks, kRingSlots)),
+        slot_bytes((size_t)(per_chunk * batch_in)), out_slot_bytes((size_t)(per_chunk * batch_out)) {}
+  int64_t batches_in(int64_t i) const { return std::min(per_chunk, B - i * per_chunk); }
+};
+
+// Host input slots: plain anonymous memory, so the reader can fill them before the device is
+// up; huge pages, because faulting in 4 KB pages one by one made the read the slowest stage.
+inline std::vector<char*> map_input_slots(const ChunkPlan& plan) {
+  std::vector<char*> slots(plan.slots);
+  for (auto& p : slots) {
+    void* m = mmap(nullptr, plan.slot_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) fail(kExitFailure, "cannot allocate %zu bytes of host memory", plan.slot_bytes);
+    madvise(m, plan.slot_bytes, MADV_HUGEPAGE);
+    p = static_cast<char*>(m);
+  }
+  return slots;
+}
+
+// What the init thread makes: the device, the chosen kernels, device buffers (2 input, 2
+// output, scratch), pinned output slots, the three streams and each chunk's events.
 template <class Gpu, class Kernels>
-int run_pipeline(int argc, char** argv) {
+struct DeviceSide {
   using Stream = typename Gpu::Stream;
   using Event = typename Gpu::Event;
+  DeviceInfo device;
+  Kernels* kernels = nullptr;
+  void* dev_in[2] = {};
+  void* dev_out[2] = {};
+  void* scratch = nullptr;
+  std::vector<char*> host_out;
+  Stream h2d_stream{}, compute_stream{}, d2h_stream{};
+  std::vector<Event> h2d_start, h2d_end, k_start, k_end, d2h_start, d2h_end;
+  double t_device = 0, t_kernels = 0;  // since start: device up, kernels chosen (FA_TIMING=2)
+
+  void start(const Shape& s, const ChunkPlan& plan, double started, Timing& timing) {
+    const double t = now_seconds();
+    device = Gpu::init();
+    t_device = now_seconds() - started;
+    kernels = new Kernels(s, device);
+    t_kernels = now_seconds() - started;
+    for (int i = 0; i < 2; ++i) {
+      dev_in[i] = Gpu::device_alloc(plan.slot_bytes);
+      dev_out[i] = Gpu::device_alloc(plan.out_slot_bytes);
+    }
+    if (size_t bytes = kernels->scratch_bytes(plan.per_chunk)) scratch = Gpu::device_alloc(bytes);
+    host_out.resize(kOutputSlots);
+    for (auto& p : host_out) p = static_cast<char*>(Gpu::pinned_alloc(plan.out_slot_bytes));
+    h2d_stream = Gpu::stream(), compute_stream = Gpu::stream(), d2h_stream = Gpu::stream();
+    for (auto* events : {&h2d_start, &h2d_end, &k_start, &k_end, &d2h_start, &d2h_end}) {
+      events->resize(plan.chunks);
+      for (auto& e : *events) e = Gpu::event();
+    }
+    timing.init = now_seconds() - t;
+  }
+};
+
+// The threads' progress: each counter is advanced by one piece and waited on by others.
+struct PipelineProgress {
+  Progress read_done, init_done, submitted, written;
+};
+
+// Reader thread: fills slots in order; a reused slot waits until its last copy finished.
+template <class Gpu, class Kernels>
+void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, const std::vector<char*>& host_in,
+                 const DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress, Timing& timing,
+                 std::vector<double>& t_read, double started) {
+  const Shape& s = in.shape;
+  for (int64_t i = 0; i < plan.chunks; ++i) {
+    if (i >= plan.slots) {
+      progress.init_done.wait_for(1);
+      progress.submitted.wait_for(i - plan.slots + 1);
+      Gpu::sync(dev.h2d_end[i - plan.slots]);
+    }
+    const double t = now_seconds();
+    read_parallel(in.fd, host_in[i % plan.slots], plan.batches_in(i) * plan.batch_in,
+                  batch_offset(s, i * plan.per_chunk), path);
+    timing.read += now_seconds() - t;
+    t_read[i] = now_seconds() - started;
+    progress.read_done.advance();
+  }
+}
+
+// Main thread: each chunk to the three streams, in order. Input slots are page-locked lazily,
+// at their first use, once the device is up.
+template <class Gpu, class Kernels>
+void submit_chunks(const ChunkPlan& plan, const std::vector<char*>& host_in, DeviceSide<Gpu, Kernels>& dev,
+                   PipelineProgress& progress, Timing& timing, std::vector<double>& t_submit, double started) {
+  std::vector<bool> registered(plan.slots, false);
+  for (int64_t i = 0; i < plan.chunks; ++i) {
+    const int64_t n = plan.batches_in(i), slot = i % plan.slots, buf = i % 2;
+    progress.read_done.wait_for(i + 1);
+    if (!registered[slot]) {
+      const double t = now_seconds();
+      Gpu::host_register(host_in[slot], plan.slot_bytes);
+      timing.h2d += now_seconds() - t;  // page-locking the input is part of getting it to the device
+      registered[slot] = true;
+    }
+    if (i >= 2) Gpu::wait(dev.h2d_stream, dev.k_end[i - 2]);  // dev_in[buf] is free once kernel i-2 ran
+    Gpu::record(dev.h2d_start[i], dev.h2d_stream);
+    Gpu::h2d(dev.dev_in[buf], host_in[slot], (size_t)(n * plan.batch_in), dev.h2d_stream);
+    Gpu::record(dev.h2d_end[i], dev.h2d_stream);
+
+    Gpu::wait(dev.compute_stream, dev.h2d_end[i]);
+    if (i >= 2) Gpu::wait(dev.compute_stream, dev.d2h_end[i - 2]);  // dev_out[buf] is free once copied back
+    Gpu::record(dev.k_start[i], dev.compute_stream);
+    dev.kernels->launch(static_cast<const float*>(dev.dev_in[buf]), static_cast<float*>(dev.dev_out[buf]), dev.scratch,
+                        n, dev.compute_stream);
+    Gpu::record(dev.k_end[i], dev.compute_stream);
+
+    if (i >= kOutputSlots) progress.written.wait_for(i - kOutputSlots + 1);  // pinned slot written out
+    Gpu::wait(dev.d2h_stream, dev.k_end[i]);
+    Gpu::record(dev.d2h_start[i], dev.d2h_stream);
+    Gpu::d2h(dev.host_out[i % kOutputSlots], dev.dev_out[buf], (size_t)(n * plan.batch_out), dev.d2h_stream);
+    Gpu::record(dev.d2h_end[i], dev.d2h_stream);
+    t_submit[i] = now_seconds() - started;
+    progress.submitted.advance();
+  }
+}
+
+// Writer thread: writes chunks in order once their copy back has finished.
+template <class Gpu, class Kernels>
+void write_chunks(OutputFile& out, const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev,
+                  PipelineProgress& progress, Timing& timing, std::vector<double>& t_written, double started) {
+  for (int64_t i = 0; i < plan.chunks; ++i) {
+    progress.submitted.wait_for(i + 1);
+    Gpu::sync(dev.d2h_end[i]);
+    const double t = now_seconds();
+    out.write(dev.host_out[i % kOutputSlots], plan.batches_in(i) * plan.batch_out);
+    timing.write += now_seconds() - t;
+    t_written[i] = now_seconds() - started;
+    progress.written.advance();
+  }
+}
+
+// The device stages' times from the events, and FA_TIMING=2's trace: one line per chunk, when
+// it was read, submitted and written.
+struct Trace {
+  std::vector<double> read, submit, written;
+  double init_done = 0;
+  explicit Trace(int64_t chunks) : read(chunks), submit(chunks), written(chunks) {}
+};
+
+template <class Gpu, class Kernels>
+void add_device_times(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, Timing& timing) {
+  for (int64_t i = 0; i < plan.chunks; ++i) {
+    timing.h2d += Gpu::elapsed_ms(dev.h2d_start[i], dev.h2d_end[i]) / 1e3;
+    timing.kernel += Gpu::elapsed_ms(dev.k_start[i], dev.k_end[i]) / 1e3;
+    timing.d2h += Gpu::elapsed_ms(dev.d2h_start[i], dev.d2h_end[i]) / 1e3;
+  }
+}
+
+template <class Gpu, class Kernels>
+void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, const Trace& trace, double started) {
+  const char* level = std::getenv("FA_TIMING");
+  if (!level || std::strcmp(level, "2") != 0) return;
+  std::fprintf(stderr, "fa-trace: started at %.4f s of the monotonic clock\n", started);
+  std::fprintf(stderr, "fa-trace: device up at %.4f s, kernels chosen at %.4f s, buffers ready at %.4f s\n",
+               dev.t_device, dev.t_kernels, trace.init_done);
+  std::fprintf(stderr, "fa-trace: %lld chunks of %lld batches\n", (long long)plan.chunks, (long long)plan.per_chunk);
+  for (int64_t i = 0; i < plan.chunks; ++i)
+    std::fprintf(stderr, "fa-trace: chunk %lld read %.4f submitted %.4f written %.4f kernel %.2f ms\n", (long long)i,
+                 trace.read[i], trace.submit[i], trace.written[i], Gpu::elapsed_ms(dev.k_start[i], dev.k_end[i]));
+  std::fprintf(stderr, "fa-trace: exiting at %.4f s\n", now_seconds() - started);
+}
+
+// ------------------------------------------------------------------------- the pipeline
+template <class Gpu, class Kernels>
+int run_pipeline(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--launches") == 0) {
     print_launches(Kernels::launches());
     return 0;
   }
   parse_args(argc, argv);
-  const double start = now_seconds();
+  const double started = now_seconds();
   Timing timing;
   const InputFile in = open_input(argv[1]);
-  const Shape s = in.shape;
   OutputFile out(argv[2], in);
+  const ChunkPlan plan(in.shape);
+  const std::vector<char*> host_in = map_input_slots(plan);
+  DeviceSide<Gpu, Kernels> dev;
+  PipelineProgress progress;
+  Trace trace(plan.chunks);
 
-  // Chunks of whole batches.
-  const int64_t batch_in = 12 * s.batch_elements(), batch_out = 4 * s.batch_elements();
-  const int64_t per_chunk = std::max<int64_t>(1, std::min<int64_t>(s.B, kChunkBytes / batch_in));
-  const int64_t chunks = (s.B + per_chunk - 1) / per_chunk;
-  auto batches_in = [&](int64_t i) { return std::min(per_chunk, s.B - i * per_chunk); };
-  const int64_t slots = chunks * per_chunk * batch_in <= kPrefetchBytes ? chunks : std::min<int64_t>(chunks, kRingSlots);
-  const size_t slot_bytes = (size_t)(per_chunk * batch_in), out_slot_bytes = (size_t)(per_chunk * batch_out);
-
-  // Host input slots: plain anonymous memory, so the reader can fill them before the device is
-  // up; huge pages, because faulting in 4 KB pages one by one made the read the slowest stage.
-  std::vector<char*> host_in(slots);
-  for (auto& p : host_in) {
-    void* m = mmap(nullptr, slot_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) fail(kExitFailure, "cannot allocate %zu bytes of host memory", slot_bytes);
-    madvise(m, slot_bytes, MADV_HUGEPAGE);
-    p = static_cast<char*>(m);
-  }
-
-  // Init thread: device, buffers, streams, events.
-  DeviceInfo device;
-  void* dev_in[2]; void* dev_out[2]; void* scratch = nullptr;
-  std::vector<char*> host_out(kOutputSlots);
-  Stream h2d_stream{}, compute_stream{}, d2h_stream{};
-  std::vector<Event> h2d_start(chunks), h2d_end(chunks), k_start(chunks), k_end(chunks), d2h_start(chunks),
-      d2h_end(chunks);
-  Kernels* kernels = nullptr;
-  double t_device = 0, t_kernels = 0;  // init's steps, for FA_TIMING=2
-  std::thread init([&] {
-    const double t = now_seconds();
-    device = Gpu::init();
-    t_device = now_seconds() - start;
-    kernels = new Kernels(s, device);
-    t_kernels = now_seconds() - start;
-    for (int i = 0; i < 2; ++i) {
-      dev_in[i] = Gpu::device_alloc(slot_bytes);
-      dev_out[i] = Gpu::device_alloc(out_slot_bytes);
-    }
-    if (size_t bytes = kernels->scratch_bytes(per_chunk)) scratch = Gpu::device_alloc(bytes);
-    for (auto& p : host_out) p = static_cast<char*>(Gpu::pinned_alloc(out_slot_bytes));
-    h2d_stream = Gpu::stream(), compute_stream = Gpu::stream(), d2h_stream = Gpu::stream();
-    for (int64_t i = 0; i < chunks; ++i) {
-      h2d_start[i] = Gpu::event(), h2d_end[i] = Gpu::event(), k_start[i] = Gpu::event();
-      k_end[i] = Gpu::event(), d2h_start[i] = Gpu::event(), d2h_end[i] = Gpu::event();
-    }
-    timing.init = now_seconds() - t;
-  });
-
-  // Reader thread: fills slots in order; a reused slot waits until its last copy finished.
-  Progress read_done, init_done, submitted, written;
-  // FA_TIMING=2 adds one trace line per chunk: when it was read, submitted and written.
-  std::vector<double> t_read(chunks), t_submit(chunks), t_written(chunks);
-  double t_init = 0;
-  std::thread reader([&] {
-    for (int64_t i = 0; i < chunks; ++i) {
-      if (i >= slots) {
-        init_done.wait_for(1);
-        submitted.wait_for(i - slots + 1);
-        Gpu::sync(h2d_end[i - slots]);
-      }
-      const double t = now_seconds();
-      read_parallel(in.fd, host_in[i % slots], batches_in(i) * batch_in, batch_offset(s, i * per_chunk), argv[1]);
-      timing.read += now_seconds() - t;
-      t_read[i] = now_seconds() - start;
-      read_done.advance();
-    }
-  });
-
+  std::thread init([&] { dev.start(in.shape, plan, started, timing); });
+  std::thread reader([&] { read_chunks(in, argv[1], plan, host_in, dev, progress, timing, trace.read, started); });
   init.join();
-  t_init = now_seconds() - start;
-  init_done.advance();
-  timing.arch = device.arch;
-  timing.device = device.name;
-
-  // Writer thread: writes chunks in order once their copy back has finished.
-  std::thread writer([&] {
-    for (int64_t i = 0; i < chunks; ++i) {
-      submitted.wait_for(i + 1);
-      Gpu::sync(d2h_end[i]);
-      const double t = now_seconds();
-      out.write(host_out[i % kOutputSlots], batches_in(i) * batch_out);
-      timing.write += now_seconds() - t;
-      t_written[i] = now_seconds() - start;
-      written.advance();
-    }
-  });
-
-  // Main thread: submit every chunk to the three streams.
-  std::vector<bool> registered(slots, false);
-  double register_seconds = 0;
-  for (int64_t i = 0; i < chunks; ++i) {
-    const int64_t n = batches_in(i), slot = i % slots, buf = i % 2;
-    read_done.wait_for(i + 1);
-    if (!registered[slot]) {
-      const double t = now_seconds();
-      Gpu::host_register(host_in[slot], slot_bytes);
-      register_seconds += now_seconds() - t;
-      registered[slot] = true;
-    }
-    if (i >= 2) Gpu::wait(h2d_stream, k_end[i - 2]);  // dev_in[buf] is free once kernel i-2 ran
-    Gpu::record(h2d_start[i], h2d_stream);
-    Gpu::h2d(dev_in[buf], host_in[slot], (size_t)(n * batch_in), h2d_stream);
-    Gpu::record(h2d_end[i], h2d_stream);
-
-    Gpu::wait(compute_stream, h2d_end[i]);
-    if (i >= 2) Gpu::wait(compute_stream, d2h_end[i - 2]);  // dev_out[buf] is free once copied back
-    Gpu::record(k_start[i], compute_stream);
-    kernels->launch(static_cast<const float*>(dev_in[buf]), static_cast<float*>(dev_out[buf]), scratch, n,
-                    compute_stream);
-    Gpu::record(k_end[i], compute_stream);
-
-    if (i >= kOutputSlots) written.wait_for(i - kOutputSlots + 1);  // pinned slot written out
-    Gpu::wait(d2h_stream, k_end[i]);
-    Gpu::record(d2h_start[i], d2h_stream);
-    Gpu::d2h(host_out[i % kOutputSlots], dev_out[buf], (size_t)(n * batch_out), d2h_stream);
-    Gpu::record(d2h_end[i], d2h_stream);
-    t_submit[i] = now_seconds() - start;
-    submitted.advance();
-  }
+  trace.init_done = now_seconds() - started;
+  progress.init_done.advance();
+  timing.arch = dev.device.arch;
+  timing.device = dev.device.name;
+  std::thread writer([&] { write_chunks(out, plan, dev, progress, timing, trace.written, started); });
+  submit_chunks(plan, host_in, dev, progress, timing, trace.submit, started);
   reader.join();
   writer.join();
   out.commit();
 
-  for (int64_t i = 0; i < chunks; ++i) {
-    timing.h2d += Gpu::elapsed_ms(h2d_start[i], h2d_end[i]) / 1e3;
-    timing.kernel += Gpu::elapsed_ms(k_start[i], k_end[i]) / 1e3;
-    timing.d2h += Gpu::elapsed_ms(d2h_start[i], d2h_end[i]) / 1e3;
-  }
-  timing.h2d += register_seconds;  // page-locking the input is part of getting it to the device
-  timing.impl = kernels->name();   // after the run: a kernel may have handed chunks to another
-  timing.total = now_seconds() - start;
+  add_device_times(plan, dev, timing);
+  timing.impl = dev.kernels->name();  // after the run: a kernel may have handed chunks to another
+  timing.total = now_seconds() - started;
   timing.print_if_asked();
-  const char* level = std::getenv("FA_TIMING");
-  if (level && std::strcmp(level, "2") == 0) {
-    std::fprintf(stderr, "fa-trace: started at %.4f s of the monotonic clock\n", start);
-    std::fprintf(stderr, "fa-trace: device up at %.4f s, kernels chosen at %.4f s, buffers ready at %.4f s\n", t_device,
-                 t_kernels, t_init);
-    std::fprintf(stderr, "fa-trace: %lld chunks of %lld batches\n", (long long)chunks, (long long)per_chunk);
-    for (int64_t i = 0; i < chunks; ++i)
-      std::fprintf(stderr, "fa-trace: chunk %lld read %.4f submitted %.4f written %.4f kernel %.2f ms\n", (long long)i,
-                   t_read[i], t_submit[i], t_written[i], Gpu::elapsed_ms(k_start[i], k_end[i]));
-    std::fprintf(stderr, "fa-trace: exiting at %.4f s\n", now_seconds() - start);
-  }
+  print_trace(plan, dev, trace, started);
   // Leave without the runtime's teardown: unpinning and freeing about a gigabyte took the
   // driver 0.1 s or more; the operating system reclaims all of it at exit anyway.
   std::fflush(nullptr);

@@ -3,7 +3,8 @@ import pytest
 
 from helpers import ROOT
 
-KERNEL_FILES = ["src_cuda/kernel_tensorcore.cuh", "src_common/attention_tiled.h"]
+KERNEL_FILES = ["src_cuda/split3xfp16.cuh", "src_cuda/tensorcore/kernel.cuh", "src_cuda/wgmma/kernel_long.cuh",
+                "src_cuda/wgmma/kernel_short.cuh", "src_common/attention_tiled.h"]
 HEADER_LINES = 16
 
 
