@@ -86,7 +86,7 @@ def program_for(name: str) -> programs.Program:
     return programs.ensure_built(programs.resolve(name), note)
 
 
-def targets_for(names, shapes=()) -> list[judge.Target]:
+def targets_for(names, shapes=()) -> list[suite.Target]:
     """Suite cases, input files and bench shapes; says which inputs it had to generate."""
     found = []
     for item in [*names, *shapes]:

@@ -121,4 +121,5 @@ def test_the_checks_catch_a_wrong_layout():
     assert not mentioned("kernel_wgmma_v2.cuh", "src_cuda/kernel_wgmma.cuh", "src_cuda")
     assert FILE_NAME.findall("x (kernels.md, a/b.py) and python -m fa_cli") == ["kernels.md", "a/b.py"]
     assert files_in(["fa_cli/a.py", "fa_cli/starter/hw4.cu", "fa_cli/b.txt"], "fa_cli", "*.py") == ["fa_cli/a.py"]
-    assert files_in(["src_cuda/ptx/k.ptx", "src_cuda/a.cu"], "src_cuda", "**") == ["src_cuda/ptx/k.ptx", "src_cuda/a.cu"]
+    nested = ["src_cuda/ptx/k.ptx", "src_cuda/a.cu"]
+    assert files_in(nested, "src_cuda", "**") == nested
