@@ -26,6 +26,7 @@ from .format import Shape, atomic_file
 from .programs import Launcher, Program
 from .suite import Target
 
+
 def slurm_error(stderr: str) -> str | None:
     """The one line that says why Slurm refused or ended a job, if stderr has one."""
     lines = [l.strip() for l in stderr.splitlines() if l.strip()]
