@@ -6,68 +6,22 @@ stages, TFLOP/s (4*B*N*N*d) over the kernel time and over the whole process, the
 the last run's output (sampled verification), and where it ran: device, host, program build
 (kernel and arch), date and command line.
 
-The results file is one JSON document {"records": [...]}; it is rewritten atomically after
-each record, so a crash mid-run loses nothing already measured, and an existing file is
-extended, not replaced.
+The results file (records.py) is rewritten atomically after each record, so a crash mid-run
+loses nothing already measured, and an existing file is extended, not replaced.
 """
 from __future__ import annotations
 
-import datetime as dt
-import json
-import platform
 import statistics
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import system, verify
+from . import records, verify
 from .devices import describe_first
-from .errors import FaError
-from .format import AttentionInput, atomic_file, open_output
-from .judge import Target
+from .format import AttentionInput, open_output
 from .programs import Launcher, Program, run
-
-
-def load_records(path: Path) -> list[dict]:
-    """The records already in a results file; none where it is missing or not a regular file
-    (a device such as /dev/null, or a FIFO, is written in place and never read)."""
-    if not path.is_file():
-        return []
-    try:
-        data = json.loads(path.read_text())
-        return list(data["records"])
-    except (ValueError, KeyError, TypeError):
-        raise FaError(f"{path}: not a fa bench results file") from None
-
-
-def save_records(path: Path, records: list[dict]) -> None:
-    with atomic_file(path) as f:
-        f.write(json.dumps({"records": records}, indent=1).encode() + b"\n")
-
-
-def command_line() -> str:
-    """The command that is running, as the user typed it (`fa ...`, however Python started it)."""
-    first = "fa" if Path(sys.argv[0]).name in ("fa", "__main__.py") else sys.argv[0]
-    return " ".join([first, *sys.argv[1:]])
-
-
-def new_record(program: Program, target: Target, label: str | None, error: str | None, kind: str = "bench",
-               launcher: Launcher | None = None, **fields) -> dict:
-    """A results record, the one place they are made: what ran on what, where and when, and
-    the machine it ran on (system.describe_where). `kind` says which command made it: bench,
-    run, profile, ladder or sweep. A measured record adds wall_s, timing, tflops_process,
-    tflops_kernel, max_err, verify_mode and passed (measure); a failed one keeps `error`."""
-    record = {
-        "kind": kind, "program": program.name, "program_path": str(program.path), "input": target.name,
-        "shape": {"B": target.shape.B, "N": target.shape.N, "d": target.shape.d}, "flops": target.shape.flops,
-        "label": label, "device": "unknown", "host": platform.node(), "build": {},
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": command_line(),
-        "error": error, "system": system.describe_where(launcher),
-    }
-    record.update(fields)
-    return record
+from .suite import Target
 
 
 @dataclass
@@ -99,7 +53,7 @@ def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) ->
         build = result.build
         for key, value in result.timing.items():
             stages.setdefault(key, []).append(value)
-    record = new_record(program, target, plan.label, error, plan.kind, plan.launcher,
+    record = records.new_record(program, target, plan.label, error, plan.kind, plan.launcher,
                         device=build["device"].replace("_", " ") if build.get("device") else describe_first(),
                         repeats=len(walls), build=build, **plan.fields)
     if error:
@@ -122,15 +76,14 @@ def run_bench(plan: BenchPlan, results: Path, progress: Callable[[int], None] | 
               workdir: Path | None = None) -> list[dict]:
     """Measure every (input, program) in turn; outputs go to workdir (shared with compute nodes
     when a launcher runs the programs elsewhere) or to a temporary directory."""
-    records = load_records(results)
+    kept = records.load(results)
     new = []
     with tempfile.TemporaryDirectory(prefix="fa-bench-", dir=workdir) as tmp:
         for target in plan.targets:
             for program in plan.programs:
                 record = measure(plan, program, target, Path(tmp))
-                records.append(record)
                 new.append(record)
-                save_records(results, records)
+                records.save(results, kept + new)
                 if progress:
                     progress(1)
     return new

@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from .format import atomic_file
+
 STAGES = ("init", "read", "h2d", "kernel", "d2h", "write")
 
 
@@ -20,8 +22,6 @@ def _pyplot():
 
 def _save(fig, path: Path) -> Path:
     """The chart as a PNG at path, written as every output of fa is (format.atomic_file)."""
-    from .format import atomic_file
-
     image = io.BytesIO()
     fig.savefig(image, format="png", dpi=120)
     _pyplot().close(fig)

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import click
 
-from . import (__version__, bench, charts, compare, diagnose, generate, judge, ladder, mistakes, profile, programs,
-               report, resources, slurm, starter, suite, sweep, system, verify, writeup)
+from . import (__version__, bench, charts, compare, diagnose, generate, judge, ladder, locations, mistakes, profile,
+               programs, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
 from .options import SEED, TOLERANCE, OutputPath, Size
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output, regular_size
+from .records import append, by_kind
 
 
 class Terminated(BaseException):
@@ -85,7 +86,7 @@ def program_for(name: str) -> programs.Program:
     return programs.ensure_built(programs.resolve(name), note)
 
 
-def targets_for(names, shapes=()) -> list[judge.Target]:
+def targets_for(names, shapes=()) -> list[suite.Target]:
     """Suite cases, input files and bench shapes; says which inputs it had to generate."""
     found = []
     for item in [*names, *shapes]:
@@ -191,15 +192,17 @@ def launcher_options(f):
     return f
 
 
-def make_launcher(launcher: str, partition: str | None, gres: str | None, srun_args: tuple[str, ...]):
-    """(launcher, work directory for outputs): a shared directory when programs run on nodes."""
+def make_launcher(launcher: str, partition: str | None, gres: str | None,
+                  srun_args: tuple[str, ...]) -> slurm.SlurmLauncher | None:
+    """The launcher programs run through: None to run them here. Where it is one, outputs go to
+    a work directory the nodes share (locations.shared_workdir)."""
     if launcher == "direct":
         if partition or gres or srun_args:
             raise click.UsageError("--partition, --gres and --srun-arg need --launcher slurm")
-        return None, None
+        return None
     if not partition:
         raise click.UsageError("--launcher slurm needs --partition")
-    return slurm.SlurmLauncher(partition, gres, srun_args), slurm.new_workdir()
+    return slurm.SlurmLauncher(partition, gres, srun_args)
 
 
 @main.command()
@@ -237,23 +240,19 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     targets = targets_for(names)
     if time_limit:
         targets = [dataclasses.replace(t, time_limit=time_limit) for t in targets]
-    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
-    options = judge.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
+    runner = make_launcher(launcher, partition, gres, srun_args)
     results = []
-    try:
+    with locations.shared_workdir(runner is not None) as workdir:
+        options = judge.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
         with report.progress("judging", len(targets), enabled=len(targets) > 1) as advance:
             for t in targets:
                 results.append(judge.judge(prog, t, options))
                 advance()
-    finally:
-        if workdir is not None:
-            slurm.remove_workdir(workdir)  # each case's outputs were removed after verification
     report.console.print(report.judge_table(results, describe_first()))
     if any(not r.ok for r in results):
         click.echo(report.diagnoses(results) + "\n")
     if results_file:
-        bench.save_records(results_file, bench.load_records(results_file)
-                           + [judge.as_record(r, options) for r in results])
+        append(results_file, [judge.as_record(r, options) for r in results])
         click.echo(f"{len(results)} records added to {results_file}")
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
 
@@ -322,17 +321,14 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
     sizes = [parse_shape(text) for text in shapes]
     progs = [program_for(n) for n in names]
     targets = targets_for(wanted, sizes)
-    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    runner = make_launcher(launcher, partition, gres, srun_args)
     plan = bench.BenchPlan(progs, targets, repeats, launcher=None if slurm_array else runner, label=label)
-    try:
-        with report.progress("benchmarking", len(progs) * len(targets)) as advance:
-            if slurm_array:
-                records = slurm.bench_array(plan, runner, results, advance)
-            else:
-                records = bench.run_bench(plan, results, advance, workdir)
-    finally:
-        if workdir is not None:
-            slurm.remove_workdir(workdir)
+    with locations.shared_workdir(runner is not None) as workdir, \
+            report.progress("benchmarking", len(progs) * len(targets)) as advance:
+        if slurm_array:
+            records = slurm.bench_array(plan, runner, results, advance)
+        else:
+            records = bench.run_bench(plan, results, advance, workdir)
     report.console.print(report.bench_table(records))
     click.echo(f"{len(records)} records added to {results}")
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
@@ -358,17 +354,14 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     prog = program_for(program)
     tool = profile.choose(profiler, prog.name)
     targets = targets_for(cases)
-    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    runner = make_launcher(launcher, partition, gres, srun_args)
     records = []
-    try:
+    with locations.shared_workdir(runner is not None) as workdir:
         for t in targets:
             kernels, argv = profile.profile(prog, t, tool, kernel, metric_set == "full", runner, workdir, flops_kernel)
             records += [profile.as_record(k, prog, t, tool, argv, runner) for k in kernels]
-    finally:
-        if workdir is not None:
-            slurm.remove_workdir(workdir)
     if results:
-        bench.save_records(results, bench.load_records(results) + records)
+        append(results, records)
     if as_markdown:
         click.echo(report.profile_markdown(records), nl=False)
     else:
@@ -410,7 +403,7 @@ def resources_cmd(program, archs, as_json) -> None:
               help="Write a chart (PNG) here: stage times per input and run, and time against N.")
 def compare_cmd(files, as_markdown, plot) -> None:
     """Runs from one or more bench results files, side by side."""
-    records = compare.timed_records(writeup.load(list(files)))
+    records = compare.timed_records(by_kind(list(files)))
     if as_markdown:
         click.echo(compare.markdown(records), nl=False)
     else:
@@ -447,7 +440,7 @@ def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str
 
 def save_and_plot(records: list[dict], results: Path | None, plot: Path | None, chart) -> None:
     if results:
-        bench.save_records(results, bench.load_records(results) + records)
+        append(results, records)
         click.echo(f"{len(records)} records added to {results}")
     if plot:
         click.echo(f"wrote {chart(records, plot)}")
@@ -465,14 +458,10 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
     steps = ladder.steps_for(programs.resolve(program))  # refused before anything is built or generated
     [target] = targets_for([case])
     prog = program_for(program)
-    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    runner = make_launcher(launcher, partition, gres, srun_args)
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
-    try:
-        with report.progress("ladder", len(steps)) as advance:
-            records = ladder.run_ladder(prog, target, plan_args, steps, with_profile, profiler, workdir, advance)
-    finally:
-        if workdir is not None:
-            slurm.remove_workdir(workdir)
+    with locations.shared_workdir(runner is not None) as workdir, report.progress("ladder", len(steps)) as advance:
+        records = ladder.run_ladder(prog, target, plan_args, steps, with_profile, profiler, workdir, advance)
     show(*ladder.rows(records), as_markdown, f"fa ladder: {prog.name} on {records[0]['device']}, {target.name}")
     save_and_plot(records, results, plot, charts.ladder_chart)
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
@@ -502,15 +491,11 @@ def sweep_cmd(case, params, program, arch, no_run, repeats, tol, with_profile, p
         raise FaError(f"--program {program}: fa sweep builds {', '.join(sweep.PROGRAMS)}")
     [target] = targets_for([case])
     arch = arch or sweep.local_arch(program)
-    runner, workdir = make_launcher(launcher, partition, gres, srun_args)
+    runner = make_launcher(launcher, partition, gres, srun_args)
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
-    try:
-        with report.progress("sweep", None) as advance:
-            records = sweep.run_sweep(program, target, list(params), arch, plan_args, not no_run, with_profile,
-                                      profiler, workdir, note, advance)
-    finally:
-        if workdir is not None:
-            slurm.remove_workdir(workdir)
+    with locations.shared_workdir(runner is not None) as workdir, report.progress("sweep", None) as advance:
+        records = sweep.run_sweep(program, target, list(params), arch, plan_args, not no_run, with_profile,
+                                  profiler, workdir, note, advance)
     show(*sweep.rows(records), as_markdown, f"fa sweep: {program} for {arch}, {target.name}")
     save_and_plot(records, results, plot, charts.sweep_chart)
     ran = [r for r in records if not r.get("skipped")]

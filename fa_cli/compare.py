@@ -28,7 +28,7 @@ class RunKey:
 
 
 def timed_records(found: dict[str, list[dict]]) -> list[dict]:
-    """The records fa compare can put side by side, from writeup.load's records by kind, each
+    """The records fa compare can put side by side, from records.by_kind's records by kind, each
     with wall_s as {median, min, max, all}; a file set with none is refused in one line."""
     timed = []
     for kind in TIMED_KINDS:

@@ -23,6 +23,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from . import reference
 from .format import FormatError, Shape, as_f32_bytes, atomic_file, check_output_path, check_space, header_bytes, same_file
 
 LIMIT = 3.0
@@ -139,8 +140,6 @@ def check_outputs(output: Path, expected: Path | None, shape: Shape) -> None:
 
 def write_expected(inp, path: str | os.PathLike, progress: Callable[[int], None] | None = None) -> None:
     """Write the float64 reference of an input, rounded once to float32 (the output format)."""
-    from . import reference  # local: generation alone needs no reference
-
     group = max(1, (16 << 20) // (12 * inp.shape.N * inp.shape.d))
     with atomic_file(path, inputs=(inp.path,), size=inp.shape.output_bytes) as f:
         for b0 in range(0, inp.shape.B, group):

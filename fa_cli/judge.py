@@ -11,21 +11,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import diagnose, generate, locations, suite, verify
+from . import diagnose, generate, locations, records, suite, verify
 from .format import AttentionInput, Shape, open_output, read_header
 from .programs import Launcher, Program, RunResult, run
-
-
-@dataclass(frozen=True)
-class Target:
-    """What to run: a suite case or any input file."""
-
-    name: str
-    input_path: Path
-    shape: Shape
-    time_limit: float | None
-    expected_path: Path | None = None
-    generated: bool = False  # its input was written into the cache directory just now
+from .suite import Target
 
 
 def target_for(text: str, progress=None) -> Target:
@@ -124,9 +113,7 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
 
 
 def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dict:
-    """One results-file record (bench.new_record, kind "run") of a judged case, for fa report."""
-    from .bench import new_record  # bench builds on judge's Target
-
+    """One results-file record (records.new_record, kind "run") of a judged case, for fa report."""
     run_ = result.run
     device = run_.build.get("device", "").replace("_", " ") or None
     fields = dict(verdict=result.verdict, wall_s=run_.wall_s, time_limit=result.time_limit, tol=options.tol,
@@ -136,4 +123,4 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
                   diagnosis_text=result.diagnosis.lines if result.diagnosis else None)
     if device:
         fields["device"] = device
-    return new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)
+    return records.new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)

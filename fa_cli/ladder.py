@@ -19,8 +19,8 @@ from pathlib import Path
 
 from . import bench, profile
 from .errors import FaError
-from .judge import Target
 from .programs import Program
+from .suite import Target
 
 
 @dataclass(frozen=True)

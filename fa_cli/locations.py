@@ -9,18 +9,24 @@ Two ways to have fa, one set of answers:
                  cache directory, since site-packages is no place to build in.
 Generated inputs (suite cases t11..t30, bench shapes) and those builds go to the cache
 directory: FA_CACHE if set, else the platform's user cache directory (~/.cache/fa on Linux).
+Outputs of programs that run on other machines (--launcher slurm) go to a work directory under
+the current directory, .fa-slurm/, which the cluster's nodes share (shared_workdir).
 """
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import hashlib
 import os
 import shutil
 from importlib import resources
 from pathlib import Path
+from typing import Iterator
 
 import platformdirs
 
 PACKAGE = Path(__file__).resolve().parent
+SHARED_WORK = Path(".fa-slurm")  # under the current directory, which compute nodes share
 
 
 def checkout() -> Path | None:
@@ -71,3 +77,26 @@ def source_tree() -> Path:
         except OSError:  # another fa got there first: its copy is the same
             shutil.rmtree(staging, ignore_errors=True)
     return tree
+
+
+@contextlib.contextmanager
+def shared_workdir(needed: bool = True) -> Iterator[Path | None]:
+    """A fresh directory for outputs and job files that programs on other machines (cluster
+    nodes) must reach: .fa-slurm/<date-time>/ under the current directory, never a node-local
+    /tmp. It is removed on the way out however that comes (done, an error, Ctrl-C, or SIGTERM
+    and SIGHUP, which fa raises as exceptions), and .fa-slurm/ with it once no other run uses it.
+    Not `needed` (programs run here, each command writing to a temporary directory): None."""
+    if not needed:
+        yield None
+        return
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    path = (SHARED_WORK / stamp).resolve()
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            path.parent.rmdir()
+        except OSError:
+            pass  # another run's directory is still there

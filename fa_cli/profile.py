@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .bench import new_record
+from .records import new_record
 from .devices import describe_first
 from .errors import ExitStatus, FaError
 from .programs import Program, run
@@ -343,7 +343,7 @@ def profile(program, target, profiler: str, kernel: str | None = None, full: boo
 
 
 def as_record(k: KernelProfile, program, target, profiler: str, argv: list[str], launcher=None) -> dict:
-    """One results-file record (bench.new_record): a kernel of a program on an input (run
+    """One results-file record (records.new_record): a kernel of a program on an input (run
     through `launcher`, whose machine the record describes)."""
     names = {figure: (ncu if profiler == "ncu" else nv) for figure, ncu, nv in NVIDIA_METRICS} \
         if profiler in ("ncu", "nvprof") else {c: c for c in AMD_COUNTERS}

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import locations
+from .devices import list_devices
 from .errors import ExitStatus, FaError
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -97,8 +98,6 @@ def named(name: str) -> Program:
 
 def best_name() -> str:
     """The fastest program this machine can run: cuda with an NVIDIA GPU, hip with an AMD one."""
-    from .devices import list_devices  # local: device probing spawns tools
-
     vendors = {dev.vendor for dev in list_devices()}
     if "nvidia" in vendors and shutil.which("nvcc"):
         return "cuda"

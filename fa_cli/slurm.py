@@ -10,7 +10,6 @@ programs' own FA_TIMING totals do not.
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import shlex
@@ -21,13 +20,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from . import locations, verify
+from . import bench, locations, records, verify
 from .errors import ExitStatus, FaError
 from .format import Shape, atomic_file
-from .judge import Target
 from .programs import Launcher, Program
-
-WORK_ROOT = Path(".fa-slurm")
+from .suite import Target
 
 
 def slurm_error(stderr: str) -> str | None:
@@ -81,23 +78,6 @@ class SlurmLauncher(Launcher):
         return slurm_error(stderr)
 
 
-def new_workdir() -> Path:
-    """A fresh directory under the current (shared) directory for outputs and job files."""
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    path = (WORK_ROOT / stamp).resolve()
-    path.mkdir(parents=True)
-    return path
-
-
-def remove_workdir(path: Path) -> None:
-    """Remove a work directory, and .fa-slurm/ with it once no other run uses it."""
-    shutil.rmtree(path, ignore_errors=True)
-    try:
-        path.parent.rmdir()
-    except OSError:
-        pass  # another run's directory is still there
-
-
 # ----------------------------------------------------------------------------- job arrays
 def _program_dict(p: Program) -> dict:
     return {"name": p.name, "path": str(p.path), "make_target": p.make_target, "interpreter": list(p.interpreter)}
@@ -117,29 +97,25 @@ def target_from(d: dict) -> Target:
                   Path(d["expected_path"]) if d["expected_path"] else None)
 
 
-def bench_array(plan, launcher: SlurmLauncher, results: Path, progress: Callable[[int], None] | None = None) -> list[dict]:
+def bench_array(plan: bench.BenchPlan, launcher: SlurmLauncher, results: Path,
+                progress: Callable[[int], None] | None = None) -> list[dict]:
     """Submit one array task per (input, program), wait for the array, collect the records.
 
     Each task measures on its compute node exactly as `fa bench` does directly (bench.measure)
     and writes its record to the work directory; the records join the results file in order.
     """
     require("sbatch")
-    work = new_workdir()
-    try:
+    with locations.shared_workdir() as work:  # job files and task logs: what they said is in the records
         return _run_array(plan, launcher, results, work, progress)
-    finally:
-        remove_workdir(work)  # job files and task logs: what they said is in the records
 
 
-def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progress) -> list[dict]:
-    from . import bench
-
+def _run_array(plan: bench.BenchPlan, launcher: SlurmLauncher, results: Path, work: Path, progress) -> list[dict]:
     tasks = [(t, p) for t in plan.targets for p in plan.programs]
     plan_file = work / "plan.json"
     plan_file.write_text(json.dumps({
         "tasks": [{"program": _program_dict(p), "target": _target_dict(t)} for t, p in tasks],
         "repeats": plan.repeats, "check": asdict(plan.check), "label": plan.label, "env": plan.env,
-        "kind": plan.kind, "fields": plan.fields, "command": bench.command_line(),
+        "kind": plan.kind, "fields": plan.fields, "command": records.command_line(),
     }, indent=1))
     script = work / "task.sh"
     script.write_text(task_script(plan_file))
@@ -150,7 +126,6 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
     if returncode != 0 and not any(work.glob("record-*.json")):
         raise FaError(slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
                       exit_code=ExitStatus.FAILED)
-    records = bench.load_records(results)
     new = []
     for i, (target, program) in enumerate(tasks):
         record_file = work / f"record-{i}.json"
@@ -159,14 +134,13 @@ def _run_array(plan, launcher: SlurmLauncher, results: Path, work: Path, progres
         else:
             log = work / f"task-{i}.log"
             why = slurm_error(log.read_text()) if log.exists() else None
-            record = bench.new_record(program, target, plan.label, why or f"array task {i} wrote no record",
-                                      plan.kind, **plan.fields)
+            record = records.new_record(program, target, plan.label, why or f"array task {i} wrote no record",
+                                        plan.kind, **plan.fields)
         record["slurm"] = {"job": job, "task": i, "partition": launcher.partition}
-        records.append(record)
         new.append(record)
         if progress:
             progress(1)
-    bench.save_records(results, records)
+    records.append(results, new)
     return new
 
 
@@ -199,8 +173,6 @@ def submit_and_wait(argv: list[str]) -> tuple[str, int, str]:
 
 def run_task(plan_file: Path, index: int) -> None:
     """One array task, on a compute node: measure one (program, input), write its record."""
-    from . import bench
-
     data = json.loads(plan_file.read_text())
     task = data["tasks"][index]
     program, target = program_from(task["program"]), target_from(task["target"])

@@ -48,6 +48,18 @@ class Case:
         return locations.testcases() / f"{self.name}.out" if self.shipped else None
 
 
+@dataclass(frozen=True)
+class Target:
+    """What a program runs on: a suite case or any input file (judge.target_for makes them)."""
+
+    name: str
+    input_path: Path
+    shape: Shape
+    time_limit: float | None
+    expected_path: Path | None = None
+    generated: bool = False  # its input was written into the cache directory just now
+
+
 def time_limit_of(index: int) -> float:
     """The course's time limit of a suite's case by its position (0-based): 2, 6, 10 s by thirds."""
     return 2 if index < 10 else 6 if index < 20 else 10

@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import bench, locations, profile, resources
+from .devices import list_devices
 from .errors import ExitStatus, FaError
-from .judge import Target
 from .programs import BUILT, Program
+from .records import new_record
+from .suite import Target
 
 PARAMS = {"Br": "FA_TILED_BR", "Bc": "FA_TILED_BC"}
 DEFAULTS = {"Br": [16], "Bc": [32]}
@@ -131,8 +133,8 @@ def run_sweep(program_name: str, target: Target, params: list[str], arch: str, p
         program = variant.program or Program(variant_name(program_name, combo), Path("-"))
         plan = bench.BenchPlan([program], [target], env=env, kind="sweep", fields=fields, **plan_args)
         if variant.skipped or not run:
-            record = bench.new_record(program, target, plan.label, variant.skipped and f"skipped: {variant.skipped}",
-                                      "sweep", plan.launcher, **fields)
+            record = new_record(program, target, plan.label, variant.skipped and f"skipped: {variant.skipped}",
+                                "sweep", plan.launcher, **fields)
         else:
             with tempfile.TemporaryDirectory(prefix="fa-sweep-", dir=workdir) as work:
                 record = bench.measure(plan, program, target, Path(work))
@@ -178,8 +180,6 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 def local_arch(program_name: str) -> str:
     """This machine's GPU target for the program's vendor (what the variants are built for)."""
-    from .devices import list_devices
-
     vendor = "amd" if program_name == "hip" else "nvidia"
     found = [d.arch for d in list_devices() if d.vendor == vendor]
     if not found:

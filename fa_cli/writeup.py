@@ -1,7 +1,7 @@
 """fa report: one markdown report, with its PNG charts, from the results files fa wrote.
 
-Records are recognised by their `kind` (run, bench, profile, ladder, sweep, resources; older
-files without one by their fields) and laid out in the course report's order:
+Records are recognised by their `kind` (records.kind_of: run, bench, profile, ladder, sweep,
+resources; older files without one by their fields) and laid out in the course report's order:
   system spec (3a)  every machine the results came from, as the commands recorded it at run time
   1 judge           fa run: every case, its time, error and verdict, per program and device
   2 profiling       fa profile: the course's metrics per kernel
@@ -12,51 +12,14 @@ A section with no results says which command fills it.
 """
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from pathlib import Path
 
 from . import charts, compare, ladder, sweep
 from .errors import FaError
 from .format import atomic_file
+from .records import by_kind
 from .report import markdown_table, profile_rows
-
-KINDS = ("run", "bench", "profile", "ladder", "sweep", "resources")
-
-
-def kind_of(record: dict) -> str | None:
-    if record.get("kind") in KINDS:
-        return record["kind"]
-    if "profiler" in record:
-        return "profile"
-    if "target" in record and "registers" in record:
-        return "resources"
-    if "program" in record and ("wall_s" in record or "error" in record):
-        return "bench"
-    return None
-
-
-def load(paths: list[Path]) -> dict[str, list[dict]]:
-    """Records of every kind from the files, in order; a file fa did not write is an error."""
-    found: dict[str, list[dict]] = {k: [] for k in KINDS}
-    for path in paths:
-        try:
-            data = json.loads(path.read_text())
-            records = data["records"]
-            if not isinstance(records, list):
-                raise TypeError
-        except (ValueError, KeyError, TypeError):
-            raise FaError(f"{path}: not a results file of fa (JSON with a list of records)") from None
-        except UnicodeDecodeError:
-            raise FaError(f"{path}: not a results file of fa (not text)") from None
-        for r in records:
-            kind = kind_of(r) if isinstance(r, dict) else None
-            if kind is None:
-                raise FaError(f"{path}: a record fa does not know ({str(r)[:60]})")
-            found[kind].append(r)
-    if not any(found.values()):
-        raise FaError("no records in " + ", ".join(map(str, paths)))
-    return found
 
 
 def systems_section(found: dict[str, list[dict]]) -> str:
@@ -187,7 +150,7 @@ def _png(out_dir: Path, stem: str, key: tuple) -> str:
 
 def write(paths: list[Path], out_dir: Path) -> Path:
     """report.md and its charts in out_dir, from the results files; returns report.md's path."""
-    found = load(paths)
+    found = by_kind(paths)
     if out_dir.exists() and not out_dir.is_dir():
         raise FaError(f"{out_dir}: exists and is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ import sys
 
 from helpers import fa
 from fa_cli import bench, compare
+from fa_cli.records import load
 
 
 def test_bench_records_and_extends(cpu_program, tmp_path):
@@ -56,7 +57,7 @@ def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
         bench.run_bench(plan, out)
     except KeyboardInterrupt:
         pass
-    assert [r["input"] for r in bench.load_records(out)] == ["t01"]
+    assert [r["input"] for r in load(out)] == ["t01"]
 
 
 def test_not_a_results_file(tmp_path):
@@ -71,7 +72,7 @@ def test_compare_markdown_and_charts(cpu_program, tmp_path):
     for path, label in ((a, "first"), (b, "second")):
         assert fa("bench", "--program", "cpu", "--shape", "2,128,32", "--shape", "2,256,64", "--repeat", 1,
                   "--label", label, "-o", path, cwd=tmp_path).returncode == 0
-    records = bench.load_records(a) + bench.load_records(b)
+    records = load(a) + load(b)
     header, rows = compare.rows(records)
     assert header[1] == "first on host CPU time s" and header[-1] == "speedup second vs first"
     base, other = records[0]["wall_s"]["median"], records[2]["wall_s"]["median"]

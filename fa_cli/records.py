@@ -1,0 +1,109 @@
+"""Results files: the records fa's commands write, and the one place they are made, read and saved.
+
+A results file is one JSON document {"records": [...]}. Every command that measures (run -o,
+bench, profile, ladder, sweep) adds records to one; fa resources --json prints the same shape.
+Each record says which command made it in `kind` (KINDS; files from before fa wrote a kind are
+recognised by their fields, kind_of). Files are written atomically (format.atomic_file), so a
+crash mid-write leaves the file as it was, and an existing file is extended, not replaced.
+
+This module imports nothing that measures, judges or reports: those all import it.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+import sys
+from pathlib import Path
+
+from . import system
+from .errors import FaError
+from .format import atomic_file
+from .programs import Launcher, Program
+from .suite import Target
+
+KINDS = ("run", "bench", "profile", "ladder", "sweep", "resources")
+NOT_RESULTS = "not a results file of fa"
+
+
+def kind_of(record: dict) -> str | None:
+    """The command that made a record (one of KINDS), or None for a record fa does not know."""
+    if record.get("kind") in KINDS:
+        return record["kind"]
+    if "profiler" in record:
+        return "profile"
+    if "target" in record and "registers" in record:
+        return "resources"
+    if "program" in record and ("wall_s" in record or "error" in record):
+        return "bench"
+    return None
+
+
+def _records_in(path: Path) -> list:
+    """The list of records of a results file; anything else is refused in one line."""
+    try:
+        records = json.loads(path.read_text())["records"]
+        if not isinstance(records, list):
+            raise TypeError
+    except UnicodeDecodeError:  # a ValueError too: caught first, as it says something else
+        raise FaError(f"{path}: {NOT_RESULTS} (not text)") from None
+    except (ValueError, KeyError, TypeError):
+        raise FaError(f"{path}: {NOT_RESULTS} (JSON with a list of records)") from None
+    return records
+
+
+def load(path: Path) -> list[dict]:
+    """The records already in a results file, to extend it; none where it is missing or not a
+    regular file (a device such as /dev/null, or a FIFO, is written in place and never read)."""
+    if not path.is_file():
+        return []
+    return _records_in(path)
+
+
+def save(path: Path, records: list[dict]) -> None:
+    """Write the records as the whole results file, atomically."""
+    with atomic_file(path) as f:
+        f.write(json.dumps({"records": records}, indent=1).encode() + b"\n")
+
+
+def append(path: Path, new: list[dict]) -> None:
+    """Add records at the end of a results file (created if missing)."""
+    save(path, load(path) + new)
+
+
+def by_kind(paths: list[Path]) -> dict[str, list[dict]]:
+    """Records of every kind from the files, in order, for fa report and fa compare; a file fa
+    did not write, a record it does not know, or no records at all is an error."""
+    found: dict[str, list[dict]] = {k: [] for k in KINDS}
+    for path in paths:
+        for r in _records_in(path):
+            kind = kind_of(r) if isinstance(r, dict) else None
+            if kind is None:
+                raise FaError(f"{path}: a record fa does not know ({str(r)[:60]})")
+            found[kind].append(r)
+    if not any(found.values()):
+        raise FaError("no records in " + ", ".join(map(str, paths)))
+    return found
+
+
+def command_line() -> str:
+    """The command that is running, as the user typed it (`fa ...`, however Python started it)."""
+    first = "fa" if Path(sys.argv[0]).name in ("fa", "__main__.py") else sys.argv[0]
+    return " ".join([first, *sys.argv[1:]])
+
+
+def new_record(program: Program, target: Target, label: str | None, error: str | None, kind: str = "bench",
+               launcher: Launcher | None = None, **fields) -> dict:
+    """A results record, the one place they are made: what ran on what, where and when, and
+    the machine it ran on (system.describe_where). `kind` says which command made it: bench,
+    run, profile, ladder or sweep. A measured record adds wall_s, timing, tflops_process,
+    tflops_kernel, max_err, verify_mode and passed (bench.measure); a failed one keeps `error`."""
+    record = {
+        "kind": kind, "program": program.name, "program_path": str(program.path), "input": target.name,
+        "shape": {"B": target.shape.B, "N": target.shape.N, "d": target.shape.d}, "flops": target.shape.flops,
+        "label": label, "device": "unknown", "host": platform.node(), "build": {},
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": command_line(),
+        "error": error, "system": system.describe_where(launcher),
+    }
+    record.update(fields)
+    return record
