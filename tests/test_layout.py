@@ -17,11 +17,7 @@ CHECKED = {
     "src_common": "**",
     "src_cpu": "**",
     "src_hip": "**",
-    # The CUDA sources are being rearranged: this expectation reads whatever src_cuda/ holds now
-    # (subfolders such as ptx/ included), so it fails, naming the file, until the Layout's
-    # src_cuda/ entry names the new files. Today it names fa_cuda.cu, cuda_api.cuh,
-    # kernel_primitives.cuh, kernel_tensorcore.cuh and kernel_wgmma.cuh.
-    "src_cuda": "**",
+    "src_cuda": "**",  # subfolders (ptx/, tensorcore/, wgmma/) included
 }
 FILE_NAME = re.compile(r"(?<![\w./-])(\w[\w./-]*\.(?:py|h|cuh|cu|hip|cpp|c|sh|mk|md|json|toml|txt|csv))(?![\w])")
 
