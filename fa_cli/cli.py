@@ -304,16 +304,25 @@ def parse_shape(text: str) -> Shape:
 @click.option("--repeat", "repeats", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option("--against", type=click.Choice(["torch"]), help="Add PyTorch SDPA fp32 on the same inputs.")
 @click.option("--label", help="Name these runs in comparisons (default: the program's name).")
+@click.option("--control", is_flag=True,
+              help="Also run the first program a second time, as one more program: an A/A row whose ratio to "
+                   "the first shows the noise (a program given twice is one too).")
 @click.option("-o", "--output", "results", type=OutputPath(), required=True,
               help="Results file (JSON); extended if it exists.")
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
-def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, results, launcher, partition, gres,
-              srun_args, slurm_array) -> None:
-    """Time programs on inputs: whole process (median of repeats), stages, TFLOP/s, error."""
+def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, control, results, launcher, partition,
+              gres, srun_args, slurm_array) -> None:
+    """Time programs on inputs: whole process (median of repeats), stages, TFLOP/s, error.
+
+    Each input is flushed to disk first; the programs then take turns, one run each per round,
+    each round starting one program later, so the order of --program options cannot change the
+    table."""
     if slurm_array and launcher != "slurm":
         raise click.UsageError("--slurm-array needs --launcher slurm --partition NAME")
     names = list(program_names) + (["torch"] if against == "torch" else [])
+    if control:
+        names.insert(1, names[0])
     wanted = ([] if not suite_cases else list(suite.cases()) if suite_cases == "all"
               else list(suite.cases(suite_cases)) if suite_cases in suite.SUITES else suite_cases.split(","))
     if not wanted and not shapes:
@@ -330,6 +339,8 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, resul
         else:
             records = bench.run_bench(plan, results, advance, workdir)
     report.console.print(report.bench_table(records))
+    for line in bench.control_ratios(records):
+        click.echo(line)
     click.echo(f"{len(records)} records added to {results}")
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
 

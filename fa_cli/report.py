@@ -84,12 +84,13 @@ def bench_table(records: list[dict]) -> Table:
                    "kernel TFLOP/s", "max err"):
         table.add_column(column, no_wrap=True)
     for r in records:
+        program = r["program"] + (" (A/A)" if r.get("control") else "")  # a program given twice
         if r.get("error"):
-            table.add_row(r["input"], r["program"], r["device"], "-", "[red]error[/]", "-", "-", "-", r["error"][:40])
+            table.add_row(r["input"], program, r["device"], "-", "[red]error[/]", "-", "-", "-", r["error"][:40])
             continue
         w = r["wall_s"]
         kernel = r["timing"].get("kernel")
-        table.add_row(r["input"], r["program"], r["device"], r["build"].get("impl", "-"), f"{w['median']:.3f}",
+        table.add_row(r["input"], program, r["device"], r["build"].get("impl", "-"), f"{w['median']:.3f}",
                       f"{w['min']:.3f}-{w['max']:.3f}", f"{kernel * 1e3:.2f}" if kernel else "-",
                       f"{r['tflops_kernel']:.3g}" if r.get("tflops_kernel") else "-", fmt_err(r["max_err"]))
     return table

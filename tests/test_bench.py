@@ -37,20 +37,68 @@ def test_failing_program_is_recorded_not_fatal(tmp_path):
     assert records[0]["error"] == "broken: error: nope" and records[1]["passed"]
 
 
+def test_each_round_starts_one_program_later():
+    assert [bench.order_of(r, 2) for r in range(4)] == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    rounds = [bench.order_of(r, 3) for r in range(3)]
+    assert rounds == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    assert sorted(r[0] for r in rounds) == [0, 1, 2]  # each program first once
+
+
+def logging_program(tmp_path, name, log):
+    """A program that notes its run in `log`, then runs the CPU program (a correct output)."""
+    from fa_cli import programs
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\necho {name} >> {log}\nexec {programs.named('cpu').path} \"$@\"\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+def test_programs_take_turns_and_inputs_are_flushed(cpu_program, tmp_path, monkeypatch):
+    """A B, B A, ... per input (warm-up round included), never A A ... B B; each input fsynced once
+    before its first run."""
+    from fa_cli import judge, programs
+    log = tmp_path / "runs.log"
+    a, b = (logging_program(tmp_path, n, log) for n in ("A", "B"))
+    synced = []
+    real_fsync = bench.os.fsync
+    monkeypatch.setattr(bench.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    plan = bench.BenchPlan([programs.resolve(str(a)), programs.resolve(str(b))],
+                           [judge.target_for("t01"), judge.target_for("t02")], repeats=3)
+    records = bench.run_bench(plan, tmp_path / "r.json")
+    assert log.read_text().split() == ["A", "B", "B", "A", "A", "B", "B", "A"] * 2
+    assert len(synced) == 2
+    assert all(r["passed"] and r["repeats"] == 3 and not r.get("control") for r in records)
+
+
+def test_a_program_given_twice_is_an_a_a_control_row(cpu_program, tmp_path):
+    out = tmp_path / "r.json"
+    proc = fa("bench", "--program", "cpu", "--control", "--suite", "t01", "--repeat", 2, "-o", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first, control = json.loads(out.read_text())["records"]
+    assert first["program"] == control["program"] == "cpu" and control["control"] and not first.get("control")
+    assert "cpu (A/A)" in proc.stdout
+    ratio = control["wall_s"]["median"] / first["wall_s"]["median"]
+    assert f"A/A control cpu on t01: whole process {control['wall_s']['median']:.3f} s" in proc.stdout
+    assert f"ratio {ratio:.3f}" in proc.stdout
+    same = fa("bench", "--program", "cpu", "--program", "cpu", "--suite", "t01", "--repeat", 1, "-o",
+              tmp_path / "s.json", cwd=tmp_path)
+    assert [r.get("control", False) for r in json.loads((tmp_path / "s.json").read_text())["records"]] == [False, True]
+
+
 def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
     """A crash after the first measurement leaves that measurement in the file."""
     from fa_cli import judge, programs
 
     calls = []
-    real = bench.measure
+    real = bench.measure_side_by_side
 
-    def measure_then_crash(plan, program, target, workdir):
+    def measure_then_crash(plan, programs_, target, workdir, controls):
         if calls:
             raise KeyboardInterrupt
         calls.append(target.name)
-        return real(plan, program, target, workdir)
+        return real(plan, programs_, target, workdir, controls)
 
-    monkeypatch.setattr(bench, "measure", measure_then_crash)
+    monkeypatch.setattr(bench, "measure_side_by_side", measure_then_crash)
     plan = bench.BenchPlan([programs.named("cpu")], [judge.target_for("t01"), judge.target_for("t02")], repeats=1)
     out = tmp_path / "r.json"
     try:
