@@ -2,9 +2,11 @@
 //
 //   fa-cuda INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
 //
-// Kernels (FA_KERNEL=tiled|tensorcore|wgmma|ladder-N forces one; the default is the fastest
+// Kernels (FA_KERNEL=simt|tiled|tensorcore|wgmma|ladder-N forces one; the default is the fastest
 // accurate one: wgmma on Hopper where N <= 128 or N > 256 and the program has sm_90a code, else
-// tensorcore on sm_80 and later, else tiled):
+// tensorcore on sm_80 and later, else simt):
+//   simt        src_common/attention_simt.h: fp32 on the CUDA cores, register-blocked like an
+//               SGEMM (micro-tiles of scores and of O per thread), every GPU;
 //   tiled       src_common/attention_tiled.h: the homework design in fp32 (Br = 16, Bc = 32,
 //               padded K), every GPU (sm_61 and later);
 //   tensorcore  kernel_tensorcore.cuh: 3xFP16 mma.sync, fp32-class accuracy, sm_80 and later;
@@ -23,6 +25,7 @@
 #include "../src_common/gpu_pipeline.h"
 #include "cuda_api.cuh"
 #include "../src_common/attention_tiled.h"
+#include "../src_common/attention_simt.h"
 #include "../src_common/ladder.h"
 // The tensor-core kernels are written in C++17. A build as C++11 or C++14, such as the course's
 // example Makefile makes (nvcc -std=c++11 ... hw4.cu), leaves them out and runs the tiled kernel,
@@ -55,11 +58,13 @@ class CudaKernels {
     if (step > 0) {
       ladder_step_ = step;
     } else if (forced && std::strcmp(forced, "tiled") != 0 && std::strcmp(forced, "tensorcore") != 0 &&
-               std::strcmp(forced, "wgmma") != 0) {
-      fail(kExitUsage, "FA_KERNEL=%s: expected tiled, tensorcore, wgmma or ladder-1..%d", forced, ladder::kSteps);
-    } else if (!forced || std::strcmp(forced, "tiled") != 0) {
+               std::strcmp(forced, "wgmma") != 0 && std::strcmp(forced, "simt") != 0) {
+      fail(kExitUsage, "FA_KERNEL=%s: expected simt, tiled, tensorcore, wgmma or ladder-1..%d", forced,
+           ladder::kSteps);
+    } else if (!forced || (std::strcmp(forced, "tiled") != 0 && std::strcmp(forced, "simt") != 0)) {
       choose_tensor_kernels(forced, cc, arch);
     }
+    simt_ = !ladder_step_ && !tensorcore_ && !(forced && std::strcmp(forced, "tiled") == 0);
     // Load every kernel's code now, in the init thread, rather than at its first launch.
     cudaFuncAttributes attr;
     CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<32, kTiledBc>));
@@ -93,6 +98,7 @@ class CudaKernels {
         {"attention_tiled<64, " + bc + ">", tiled_threads, 0}};
     for (size_t i = 0; i < sizeof ladder::kLaunches / sizeof ladder::kLaunches[0]; ++i)
       all.push_back({ladder::kLaunches[i].kernel, ladder::kLaunches[i].threads, 0});
+    for (const SimtLaunch& l : simt_launches()) all.push_back({l.kernel, l.threads, l.smem_bytes});
 #if FA_TENSOR_CORES
     const std::vector<Launch> tensor = {
         {"attention_tiled_declined<32, " + bc + ">", tiled_threads, 0},
@@ -115,7 +121,7 @@ class CudaKernels {
 
   std::string name() const {
     if (ladder_step_) return "ladder-" + std::to_string(ladder_step_);
-    if (!tensorcore_) return "tiled";
+    if (!tensorcore_) return simt_ ? "simt" : "tiled";
     if (wgmma_) return std::string(wgmma_short_ ? "wgmma-fused" : "wgmma") + (*declined_host_ ? "+tiled" : "");
     return std::string(fused_ ? "tensorcore-fused" : "tensorcore") + (*declined_host_ ? "+tiled" : "");
   }
@@ -126,6 +132,11 @@ class CudaKernels {
     const int64_t N = shape_.N;
     if (ladder_step_) {
       CUDA_CHECK_LAUNCH(ladder::launch<D>(ladder_step_, qkv, out, batches, N, stream));
+      return;
+    }
+    if (simt_) {
+      launch_simt<D>(qkv, out, batches, N, stream);
+      CUDA_CHECK_LAUNCH("attention_simt");
       return;
     }
     if (!tensorcore_) {
@@ -304,6 +315,7 @@ class CudaKernels {
 
   Shape shape_;
   bool tensorcore_ = false;
+  bool simt_ = false;         // attention_simt.h: the default where the tensor-core kernels do not run
   bool wgmma_ = false;        // Hopper's kernels (kernel_wgmma.cuh)
   bool wgmma_short_ = false;  // its fused-split variant for N <= 128
   int ladder_step_ = 0;  // FA_KERNEL=ladder-N
