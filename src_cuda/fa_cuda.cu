@@ -65,6 +65,7 @@ class CudaKernels {
       choose_tensor_kernels(forced, cc, arch);
     }
     simt_ = !ladder_step_ && !tensorcore_ && !(forced && std::strcmp(forced, "tiled") == 0);
+    if (simt_) prepare_simt();
     // Load every kernel's code now, in the init thread, rather than at its first launch.
     cudaFuncAttributes attr;
     CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<32, kTiledBc>));

@@ -47,6 +47,7 @@ class HipKernels {
         fail(kExitUsage, "FA_KERNEL=%s: expected simt, tiled or ladder-1..%d", forced, ladder::kSteps);
     }
     simt_ = !ladder_step_ && !(forced && std::strcmp(forced, "tiled") == 0);
+    if (simt_) prepare_simt();  // loads its code now, in the init thread
     (void)device;
   }
 
