@@ -89,13 +89,14 @@ struct SimtTile {
 // Tiles per d, chosen by measurement on an H100 (docs/kernels.md, "SIMT kernel"); the comments
 // give registers, shared bytes per FMA and the blocks an SM holds.
 #if FA_SIMT_AMD
-// CDNA (gfx908/gfx90a), not measured (no AMD GPU here): 64 KB of LDS per CU, so one block per
-// CU, made of two wavefronts of 64 lanes (rows of 8 or 4 lanes stay inside a wavefront).
-//   d = 64: 4 x 4 scores and 4 x 8 O per thread, Br = 64, Bc = 32: 62.5 KB.
-//   d = 32: 4 x 8 scores and 4 x 8 O per thread, Br = 128, Bc = 32: 54 KB.
+// CDNA (gfx908/gfx90a), not measured (no AMD GPU here): the 64 KB of LDS of a CU hold one block,
+// so a block is four wavefronts of 64 lanes, one per SIMD (rows of 8 or 4 lanes stay inside a
+// wavefront), and the micro-tiles are smaller than NVIDIA's:
+//   d = 64: 2 x 4 scores and 2 x 8 O per thread, Br = 64, Bc = 32: 62.5 KB.
+//   d = 32: 2 x 8 scores and 2 x 8 O per thread, Br = 128, Bc = 32: 54 KB.
 template <int D> struct SimtBig;
-template <> struct SimtBig<64> { typedef SimtTile<64, 4, 4, 8, 16, 1> type; };
-template <> struct SimtBig<32> { typedef SimtTile<32, 4, 8, 4, 32, 1> type; };
+template <> struct SimtBig<64> { typedef SimtTile<64, 2, 4, 8, 32, 1> type; };
+template <> struct SimtBig<32> { typedef SimtTile<32, 2, 8, 4, 64, 1> type; };
 template <int D> struct SimtSmall { typedef typename SimtBig<D>::type type; };
 #else
 #ifndef FA_SIMT64
