@@ -47,12 +47,14 @@
 
 // The k loop of S and the key loop of P V: unrolled on NVIDIA; on AMD fully unrolled loops let
 // LLVM's scheduler hoist every shared-memory load of the tile and spill hundreds of registers.
+#ifndef FA_SIMT_UNROLL_K
 #if FA_SIMT_AMD
 #define FA_SIMT_UNROLL_K _Pragma("unroll 1")
 #define FA_SIMT_UNROLL_PV _Pragma("unroll 1")
 #else
 #define FA_SIMT_UNROLL_K _Pragma("unroll")
 #define FA_SIMT_UNROLL_PV _Pragma("unroll 2")
+#endif
 #endif
 
 namespace fa {
