@@ -89,7 +89,9 @@ struct SimtTile {
 };
 
 // Tiles per d, chosen by measurement on an H100 (docs/kernels.md, "SIMT kernel"); the comments
-// give registers, shared bytes per FMA and the blocks an SM holds.
+// give registers, shared-memory loads per FMA and the blocks an SM holds. The big tile runs
+// where a block may have its shared memory (sm_80 and later; sm_75 allows 64 KB: the small tile
+// at d = 64), else the small one.
 #if FA_SIMT_AMD
 // CDNA (gfx908/gfx90a), not measured (no AMD GPU here): the 64 KB of LDS of a CU hold one block,
 // so a block is four wavefronts of 64 lanes, one per SIMD (rows of 8 or 4 lanes stay inside a
@@ -101,15 +103,17 @@ template <> struct SimtBig<64> { typedef SimtTile<64, 2, 4, 8, 32, 1> type; };
 template <> struct SimtBig<32> { typedef SimtTile<32, 2, 8, 4, 64, 1> type; };
 template <int D> struct SimtSmall { typedef typename SimtBig<D>::type type; };
 #else
+// Measured on an H100 against 256-thread tiles of 4 x 4 / 4 x 8 scores (more warps, less reuse:
+// 2 to 6% slower) and against Bc = 16 (d = 64) and 8 lanes a row (d = 32) (3 to 24% slower).
 #ifndef FA_SIMT64
 // d = 64: 128 threads (16 row groups x 8), 8 x 4 scores + 8 x 8 O per thread, Br = 128, Bc = 32:
-// 12 float4 loads per 128 FMA in S, 16 per 256 in P V; 88 KB of shared memory: 2 blocks
-// (8 warps) per SM, so up to 255 registers.
+// 12 float4 loads per 128 FMA in S, 16 per 256 in P V; 87 KB of shared memory: 2 blocks
+// (8 warps) per SM, so up to 255 registers (255, no spills, on sm_90).
 #define FA_SIMT64 64, 8, 4, 8, 16, 2
 #endif
 #ifndef FA_SIMT32
 // d = 32: 64 threads (16 row groups x 4), 8 x 8 scores + 8 x 8 O per thread, Br = 128, Bc = 32:
-// 16 float4 loads per 256 FMA in both products; 54 KB: 4 blocks (8 warps) per SM.
+// 16 float4 loads per 256 FMA in both products; 53 KB: 4 blocks (8 warps) per SM, 255 registers.
 #define FA_SIMT32 32, 8, 8, 4, 16, 4
 #endif
 template <int D> struct SimtBig;
