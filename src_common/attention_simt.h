@@ -14,7 +14,8 @@
 //   online softmax: running max m (base 2: Q carries log2(e) / sqrt(d)), p = exp2(s - m),
 //                the tile's TN probabilities of a row summed, then added to a compensated l
 //   P -> shared  (the warp's own rows: a wave barrier, no block barrier)
-//   O += P V     P as float4 along keys, V as float4 along d: TM + TD 16-byte loads per 4 TM TD FMA
+//   O = alpha O + P V   P as float4 along keys, V as float4 along d: TM + TD 16-byte loads per
+//                4 TM TD FMA, summed per tile in registers before it is added to O (blocked sum)
 // Shared memory (dynamic), pitches in floats:
 //   Qs[Br][D + 4]        Q, pre-scaled, loaded once; pitch/4 odd: the warp's rows in distinct banks
 //   Ks[2][Bc][D + 4]     K tiles, two stages; a thread's keys x + C j: distinct banks for x < 8
