@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda_api.cuh"
+#include "../src_common/attention_simt.h"
 #include "../src_common/attention_tiled.h"
 #include "../src_common/ladder.h"
 // The tensor-core kernels are written in C++17. A build as C++11 or C++14, such as the course's
@@ -88,7 +89,19 @@ inline size_t no_scratch(const Shape&, int64_t) { return 0; }
 inline void nothing_to_prepare() {}
 
 // ------------------------------------------------------------------------- the fp32 kernels
-struct Tiled {
+struct Simt {  // register-blocked (src_common/attention_simt.h): the default without tensor cores
+  template <int D>
+  static void launch_d(KernelState& state, const Chunk& c) {
+    launch_simt<D>(c.qkv, c.out, c.batches, state.shape.N, c.stream);
+    CUDA_CHECK_LAUNCH("attention_simt");
+  }
+  static void prepare() { prepare_simt(); }  // loads its code in the init thread
+  static void kernels(std::vector<Launch>& all) {
+    for (const SimtLaunch& l : simt_launches()) all.push_back({l.kernel, l.threads, l.smem_bytes});
+  }
+};
+
+struct Tiled {  // the homework kernel (src_common/attention_tiled.h)
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
     launch_tiled<D, kTiledBc>(c.qkv, c.out, c.batches, state.shape.N, c.stream);
@@ -248,8 +261,8 @@ struct WgmmaShort {  // attention_wgmma_short: K and V split in the kernel, a ba
 
 // ------------------------------------------------------------------------- the table
 template <class K>
-KernelEntry fp32_entry(const char* name, bool (*takes)(int64_t, bool)) {
-  return {name, name, Needs::kAnyGpu, takes, false, no_scratch, nothing_to_prepare, launch_by_d<K>, K::kernels};
+KernelEntry fp32_entry(const char* name, bool (*takes)(int64_t, bool), void (*prepare)() = nothing_to_prepare) {
+  return {name, name, Needs::kAnyGpu, takes, false, no_scratch, prepare, launch_by_d<K>, K::kernels};
 }
 #if FA_TENSOR_CORES
 template <class K>
@@ -271,7 +284,8 @@ inline const std::vector<KernelEntry>& kernel_table() {
                                   [](int64_t n, bool) { return n <= kFusedMaxN; }),
       tensor_entry<MmaSync<false>>("tensorcore", "tensorcore", Needs::kSm80Code, any_n),
 #endif
-      fp32_entry<Tiled>("tiled", any_n),
+      fp32_entry<Simt>("simt", any_n, Simt::prepare),
+      fp32_entry<Tiled>("tiled", only_asked),
       fp32_entry<LadderStep<1>>("ladder-1", only_asked),
       fp32_entry<LadderStep<2>>("ladder-2", only_asked),
       fp32_entry<LadderStep<3>>("ladder-3", only_asked),

@@ -3,8 +3,11 @@
 //   fa-cuda INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
 //   fa-cuda --launches         every kernel it may launch, with threads and shared memory
 //
-// Kernels (dispatch.cuh's table; FA_KERNEL=tiled|tensorcore|wgmma|ladder-N forces one; the
+// Kernels (dispatch.cuh's table; FA_KERNEL=simt|tiled|tensorcore|wgmma|ladder-N forces one; the
 // default is the fastest accurate one this GPU and program can run):
+//   simt        src_common/attention_simt.h: fp32 on the CUDA cores, register-blocked like an
+//               SGEMM; the default where the tensor-core kernels do not run (sm_61, sm_70,
+//               sm_75, C++11 builds such as the course's);
 //   tiled       src_common/attention_tiled.h: the homework design in fp32 (Br = 16, Bc = 32,
 //               padded K), every GPU (sm_61 and later);
 //   tensorcore  tensorcore/: 3xFP16 mma.sync, fp32-class accuracy, sm_80 and later, with K and
@@ -73,7 +76,8 @@ class CudaKernels {
       named = true;
       if (e.takes(state_.shape.N, true)) return e;
     }
-    fail(kExitUsage, "FA_KERNEL=%s: expected tiled, tensorcore, wgmma or ladder-1..%d", forced, ladder::kSteps);
+    fail(kExitUsage, "FA_KERNEL=%s: expected simt, tiled, tensorcore, wgmma or ladder-1..%d", forced,
+         ladder::kSteps);
   }
 
   // The default, or (wanted != null) the entry of that name: the first this GPU runs that takes N.

@@ -2,7 +2,9 @@
 //
 //   fa-hip INPUT OUTPUT        O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
 //
-// The homework kernel (src_common/attention_tiled.h, shared with the CUDA program) with its
+// Kernels: by default the register-blocked fp32 kernel (src_common/attention_simt.h, shared with
+// the CUDA program, its geometry keeping each row's threads inside one wavefront); FA_KERNEL=tiled
+// runs the homework kernel (src_common/attention_tiled.h, shared likewise) with its
 // tile width Bc following the wavefront: 64 on CDNA GPUs (MI100 gfx908, MI210 gfx90a, MI300
 // gfx94x), 32 on RDNA and NVIDIA. FA_HIP_BC=32|64 forces one (FA_HIP_BC=64 on an NVIDIA GPU
 // runs the AMD tile shape there, its rows spanning two warps). FA_KERNEL=ladder-N runs a step
@@ -18,6 +20,7 @@
 
 #include "hip_api.h"
 #include "../src_common/attention_tiled.h"
+#include "../src_common/attention_simt.h"
 #include "../src_common/ladder.h"
 
 namespace fa {
@@ -38,11 +41,13 @@ class HipKernels {
     bc_ = FA_TILED_BC;  // a block-size sweep's build: one tile width, whatever the wavefront
 #endif
     const char* forced = std::getenv("FA_KERNEL");
-    if (forced && *forced && std::strcmp(forced, "tiled") != 0) {
+    if (forced && *forced && std::strcmp(forced, "tiled") != 0 && std::strcmp(forced, "simt") != 0) {
       ladder_step_ = ladder::parse_step(forced);
       if (ladder_step_ <= 0)
-        fail(kExitUsage, "FA_KERNEL=%s: expected tiled or ladder-1..%d", forced, ladder::kSteps);
+        fail(kExitUsage, "FA_KERNEL=%s: expected simt, tiled or ladder-1..%d", forced, ladder::kSteps);
     }
+    simt_ = !ladder_step_ && !(forced && std::strcmp(forced, "tiled") == 0);
+    if (simt_) prepare_simt();  // loads its code now, in the init thread
     (void)device;
   }
 
@@ -54,6 +59,12 @@ class HipKernels {
       const char* kernel = shape_.d == 32 ? ladder::launch<32>(ladder_step_, qkv, out, batches, N, stream)
                                           : ladder::launch<64>(ladder_step_, qkv, out, batches, N, stream);
       HIP_CHECK_LAUNCH(kernel);
+      return;
+    }
+    if (simt_) {
+      if (shape_.d == 32) launch_simt<32>(qkv, out, batches, N, stream);
+      if (shape_.d == 64) launch_simt<64>(qkv, out, batches, N, stream);
+      HIP_CHECK_LAUNCH("attention_simt");
       return;
     }
 #ifdef FA_TILED_BC
@@ -69,7 +80,8 @@ class HipKernels {
   }
 
   std::string name() const {
-    return ladder_step_ ? "ladder-" + std::to_string(ladder_step_) : "tiled-bc" + std::to_string(bc_);
+    if (ladder_step_) return "ladder-" + std::to_string(ladder_step_);
+    return simt_ ? "simt" : "tiled-bc" + std::to_string(bc_);
   }
 
   static std::vector<Launch> launches() {
@@ -82,6 +94,7 @@ class HipKernels {
                                {"attention_tiled<64, 32>", 32 * kTiledBr, 0}, {"attention_tiled<64, 64>", 64 * kTiledBr, 0}};
 #endif
     for (const auto& l : ladder::kLaunches) all.push_back({l.kernel, l.threads, 0});
+    for (const SimtLaunch& l : simt_launches()) all.push_back({l.kernel, l.threads, l.smem_bytes});
     return all;
   }
 
@@ -89,6 +102,7 @@ class HipKernels {
   Shape shape_;
   int bc_ = 32;
   int ladder_step_ = 0;  // FA_KERNEL=ladder-N
+  bool simt_ = true;     // attention_simt.h, the default; FA_KERNEL=tiled runs the homework kernel
 };
 
 }  // namespace fa

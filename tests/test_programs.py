@@ -18,17 +18,20 @@ from fa_cli.format import AttentionInput, Shape, as_f32_bytes, header_bytes, ope
 TOL = 1e-4
 
 # (program, environment): the CPU program; every kernel of the CUDA program; the HIP port built
-# by nvcc with its NVIDIA tile (Bc = 32) and with the AMD CDNA tile (Bc = 64: each row then
-# spans two warps, the reductions combining them through shared memory).
+# by nvcc with its default (simt) kernel, and its tiled kernel with the NVIDIA tile (Bc = 32) and
+# with the AMD CDNA tile (Bc = 64: each row then spans two warps, the reductions combining them
+# through shared memory).
 GPU = pytest.mark.gpu
 VARIANTS = [
     pytest.param(("cpu", {}), id="fa-cpu"),
     pytest.param(("cuda", {"FA_KERNEL": "tiled"}), id="fa-cuda-tiled", marks=GPU),
+    pytest.param(("cuda", {"FA_KERNEL": "simt"}), id="fa-cuda-simt", marks=GPU),
     pytest.param(("cuda", {"FA_KERNEL": "tensorcore"}), id="fa-cuda-tensorcore", marks=GPU),
     pytest.param(("cuda", {"FA_KERNEL": "tensorcore", "FA_TC_SPLIT": "fused"}), id="fa-cuda-tensorcore-fused",
                  marks=GPU),
-    pytest.param(("hip-cuda", {"FA_HIP_BC": "32"}), id="fa-hip-cuda-32", marks=GPU),
-    pytest.param(("hip-cuda", {"FA_HIP_BC": "64"}), id="fa-hip-cuda-64", marks=GPU),
+    pytest.param(("hip-cuda", {}), id="fa-hip-cuda-simt", marks=GPU),
+    pytest.param(("hip-cuda", {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}), id="fa-hip-cuda-32", marks=GPU),
+    pytest.param(("hip-cuda", {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}), id="fa-hip-cuda-64", marks=GPU),
 ]
 
 
@@ -284,13 +287,13 @@ def test_hip_port_matches_cuda_program(tmp_path):
     """The HIP source run through CUDA and the CUDA program agree to 1e-5, whatever tile each uses."""
     inp = tmp_path / "x.in"
     generate.write_input(inp, Shape(3, 1025, 64), 8)
-    runs = {"cuda": (build("cuda"), {}), "hip32": (build("hip-cuda"), {"FA_HIP_BC": "32"}),
-            "hip64": (build("hip-cuda"), {"FA_HIP_BC": "64"})}
+    runs = {"cuda": (build("cuda"), {}), "hip32": (build("hip-cuda"), {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}),
+            "hip64": (build("hip-cuda"), {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}), "hipsimt": (build("hip-cuda"), {})}
     outs = {}
     for name, (program, env) in runs.items():
         out = tmp_path / f"{name}.out"
         info = timing_line(program, inp, out, {**os.environ, **env})
         assert info["arch"].startswith("sm_")
         outs[name] = np.fromfile(out, dtype="<f4")
-    for name in ("hip32", "hip64"):
+    for name in ("hip32", "hip64", "hipsimt"):
         assert np.abs(outs[name] - outs["cuda"]).max() <= 1e-5
