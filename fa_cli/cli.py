@@ -480,22 +480,26 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
 
 @main.command(name="sweep")
 @click.argument("case")
+@click.option("--kernel", type=click.Choice(list(sweep.FAMILIES)), default="tiled", show_default=True,
+              help="tiled: the homework kernel; simt: the register-blocked kernel, for CASE's d.")
 @click.option("--param", "params", multiple=True, metavar="NAME=V1,V2,...",
-              help="Br (query rows per block) or Bc (keys per tile) and its values; repeatable. "
-                   "Default: the homework's Br=16, Bc=32.")
+              help="A tile parameter and its values; repeatable. tiled: Br (query rows per block), Bc (keys "
+                   "per tile), default Br=16, Bc=32. simt: TM, TN (scores per thread), C (threads per row), R "
+                   "(row groups), MB (blocks per SM), default the program's tile for d.")
 @click.option("--program", default="cuda", show_default=True, help="cuda, hip-cuda or hip.")
 @click.option("--arch", help="The GPU target the variants are built for (default: this machine's GPU).")
 @click.option("--no-run", is_flag=True, help="Only build the variants and report their resources (no GPU needed).")
 @measure_options
 @launcher_options
-def sweep_cmd(case, params, program, arch, no_run, repeats, tol, with_profile, profiler, results, plot, as_markdown,
-              launcher, partition, gres, srun_args) -> None:
-    """Build the homework kernel with each combination of tile sizes (bin/variants/, reused while
-    up to date), run each on CASE and verify it: kernel TFLOP/s and theoretical occupancy (achieved
+def sweep_cmd(case, kernel, params, program, arch, no_run, repeats, tol, with_profile, profiler, results, plot,
+              as_markdown, launcher, partition, gres, srun_args) -> None:
+    """Build a kernel with each combination of tile sizes (bin/variants/, reused while up to
+    date), run each on CASE and verify it: kernel TFLOP/s and theoretical occupancy (achieved
     with --profile) against Br, one line per Bc. Combinations that cannot be built are listed as
     skipped, with the compiler's reason."""
+    family = sweep.FAMILIES[kernel]
     for text in params:
-        sweep.parse_param(text)  # every bad --param is refused before anything is built
+        sweep.parse_param(text, family)  # every bad --param is refused before anything is built
     if no_run and with_profile:
         raise FaError("--no-run and --profile exclude each other")
     if program not in sweep.PROGRAMS:
@@ -506,8 +510,8 @@ def sweep_cmd(case, params, program, arch, no_run, repeats, tol, with_profile, p
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
     with locations.shared_workdir(runner is not None) as workdir, report.progress("sweep", None) as advance:
         records = sweep.run_sweep(program, target, list(params), arch, plan_args, not no_run, with_profile,
-                                  profiler, workdir, note, advance)
-    show(*sweep.rows(records), as_markdown, f"fa sweep: {program} for {arch}, {target.name}")
+                                  profiler, workdir, note, advance, family)
+    show(*sweep.rows(records), as_markdown, f"fa sweep: {program} {kernel} for {arch}, {target.name}")
     save_and_plot(records, results, plot, charts.sweep_chart)
     ran = [r for r in records if not r.get("skipped")]
     sys.exit(ExitStatus.OK if no_run or all(not r.get("error") and r.get("passed") for r in ran) else ExitStatus.FAILED)

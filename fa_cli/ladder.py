@@ -7,9 +7,10 @@ speed-up over the step before, and the max error against float64. With profiling
 also gets the course's metrics from `fa profile` (its kernel that takes most time).
 
 NVIDIA (cuda): naive -> warp per row -> shared-memory tiles -> padded K -> Br = 16 -> the tiled
-homework kernel -> tensor cores. HIP (hip, hip-cuda): the same first six steps, then the AMD
-step: the tile's Bc widened to the 64-lane wavefront (on an NVIDIA GPU its rows span two warps,
-so there it measures the AMD shape, not an AMD GPU).
+homework kernel -> register blocking (simt) -> tensor cores. HIP (hip, hip-cuda): the same first
+six steps, then the AMD step: the tile's Bc widened to the 64-lane wavefront (on an NVIDIA GPU
+its rows span two warps, so there it measures the AMD shape, not an AMD GPU), then register
+blocking.
 """
 from __future__ import annotations
 
@@ -38,14 +39,18 @@ COMMON = [
     Step("padded K", "K tile rows padded to d + 1: conflict-free reads", {"FA_KERNEL": "ladder-4"}),
     Step("Br 16", "16 rows per block: each tile serves 4x the rows", {"FA_KERNEL": "ladder-5"}),
 ]
+SIMT = Step("register blocked", "micro-tiles of S and O per thread (8 x 4 or 8 x 8), Q, K, V read as float4 "
+            "from padded shared memory, K/V double-buffered (SGEMM-style)", {"FA_KERNEL": "simt"})
 NVIDIA = COMMON + [
     Step("tiled", "Q and O in registers, float4 loads, next tile prefetched (the homework kernel)",
          {"FA_KERNEL": "tiled"}),
+    SIMT,
     Step("tensor cores", "3xFP16 mma.sync, fp32-accurate (sm_80 and later)", {"FA_KERNEL": "tensorcore"}),
 ]
 HIP = COMMON + [
     Step("tiled Bc 32", "the homework kernel with Bc = 32 (NVIDIA's warp)", {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}),
     Step("tiled Bc 64", "Bc = 64, a row per 64-lane wavefront (the AMD step)", {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}),
+    SIMT,
 ]
 
 

@@ -1,14 +1,17 @@
-"""fa sweep: the homework kernel built with other tile sizes, each run, verified and timed.
+"""fa sweep: a kernel built with other tile sizes, each run, verified and timed.
 
-Parameters are compile-time: Br (query rows per block, FA_TILED_BR) and Bc (keys per tile,
-FA_TILED_BC). Each combination is built with make into bin/variants/PROGRAM-brX-bcY/ (reused
-while it is up to date), for one GPU target, with the compiler's resource report kept beside
-it (build.log): registers, spills and shared memory per kernel, and the theoretical occupancy
-they allow (as `fa resources` computes it). A combination the kernel cannot take (more than
-1024 threads, more than 48 KB of static shared memory) fails its build on a static_assert that
-says why: it is listed as skipped with that reason. Then each variant runs on the input like a
-`fa bench` run (the homework kernel forced: FA_KERNEL=tiled), and with profiling `fa profile`
-adds the achieved occupancy.
+Parameters are compile-time. The homework kernel (--kernel tiled): Br (query rows per block,
+FA_TILED_BR) and Bc (keys per tile, FA_TILED_BC). The register-blocked kernel (--kernel simt),
+for the input's d (FA_SIMT32 or FA_SIMT64): TM x TN (scores per thread), C (threads per row),
+R (row groups: a block is R x C threads, Br = R TM rows, Bc = C TN keys) and MB (blocks per SM
+its registers are budgeted for). Each combination is built with make into
+bin/variants/PROGRAM-.../ (reused while it is up to date), for one GPU target, with the
+compiler's resource report kept beside it (build.log): registers, spills and shared memory per
+kernel, and the theoretical occupancy they allow (as `fa resources` computes it). A combination
+the kernel cannot take (too many threads, too much static shared memory, a row wider than a
+warp) fails its build on a static_assert that says why: it is listed as skipped with that
+reason. Then each variant runs on the input like a `fa bench` run (its kernel forced with
+FA_KERNEL), and with profiling `fa profile` adds the achieved occupancy.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from . import bench, locations, profile, resources
 from .devices import list_devices
@@ -28,19 +32,43 @@ from .programs import BUILT, Program
 from .records import new_record
 from .suite import Target
 
-PARAMS = {"Br": "FA_TILED_BR", "Bc": "FA_TILED_BC"}
-DEFAULTS = {"Br": [16], "Bc": [32]}
 PROGRAMS = ("cuda", "hip-cuda", "hip")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kernel fa sweep can build variants of: its parameters and their values as built."""
+    kernel: str                                # the FA_KERNEL value that runs it
+    defaults: dict[int, dict[str, int]]        # d -> parameter -> the program's own value
+    flags: Callable[[dict[str, int], int], str]  # the -D flags of a combination, for d
+    kernel_name: Callable[[dict[str, int], int], str]  # its kernel's name in resource reports
+    tile: Callable[[dict[str, int]], tuple[int, int]]  # (Br, Bc) of a combination
+
+
+TILED = Family(
+    "tiled", {32: {"Br": 16, "Bc": 32}, 64: {"Br": 16, "Bc": 32}},
+    lambda p, d: f"-DFA_TILED_BR={p['Br']} -DFA_TILED_BC={p['Bc']}",
+    lambda p, d: f"attention_tiled<{d}, {p['Bc']}>",
+    lambda p: (p["Br"], p["Bc"]))
+# The simt kernel's tiles as src_common/attention_simt.h builds them on NVIDIA (FA_SIMT32/64).
+SIMT = Family(
+    "simt", {32: {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4}, 64: {"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}},
+    lambda p, d: f"-DFA_SIMT{d}={d},{p['TM']},{p['TN']},{p['C']},{p['R']},{p['MB']}",
+    lambda p, d: f"attention_simt<{d}, {p['TM']}, {p['TN']}, {p['C']}, {p['R']}, {p['MB']}>",
+    lambda p: (p["R"] * p["TM"], p["C"] * p["TN"]))
+FAMILIES = {"tiled": TILED, "simt": SIMT}
 # The compiler's resource report, per compiler.
 REPORT_FLAGS = {"nvcc": "-Xptxas -v", "hipcc": "-Rpass-analysis=kernel-resource-usage"}
 
 
-def parse_param(text: str) -> tuple[str, list[int]]:
+def parse_param(text: str, family: Family = TILED) -> tuple[str, list[int]]:
     """'Br=8,16,32' -> ('Br', [8, 16, 32])."""
     name, sep, values = text.partition("=")
     name = name.strip()
-    if not sep or name not in PARAMS:
-        raise FaError(f"--param {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(PARAMS)}")
+    names = list(family.defaults[64])
+    if not sep or name not in names:
+        raise FaError(f"--param {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(names)}"
+                      + ("" if family is TILED else f" (--kernel {family.kernel})"))
     try:
         numbers = [int(v) for v in values.split(",") if v.strip()]
     except ValueError:
@@ -50,11 +78,11 @@ def parse_param(text: str) -> tuple[str, list[int]]:
     return name, sorted(set(numbers))
 
 
-def grid(params: list[str]) -> list[dict[str, int]]:
-    """Every combination of the given parameters, the others at the homework's values."""
-    chosen = dict(DEFAULTS)
+def grid(params: list[str], family: Family = TILED, d: int = 64) -> list[dict[str, int]]:
+    """Every combination of the given parameters, the others at the program's own values for d."""
+    chosen = {name: [value] for name, value in family.defaults[d].items()}
     for text in params:
-        name, values = parse_param(text)
+        name, values = parse_param(text, family)
         chosen[name] = values
     return [dict(zip(chosen, combo)) for combo in itertools.product(*chosen.values())]
 
@@ -68,19 +96,24 @@ class Variant:
     target: str
 
 
-def variant_name(program_name: str, params: dict[str, int]) -> str:
-    return program_name + "".join(f"-{k.lower()}{v}" for k, v in params.items())
+def variant_name(program_name: str, params: dict[str, int], family: Family = TILED, d: int = 64) -> str:
+    kind = "" if family is TILED else f"-{family.kernel}-d{d}"  # a simt variant changes one d's tile
+    return program_name + kind + "".join(f"-{k.lower()}{v}" for k, v in params.items())
 
 
-def build(program_name: str, params: dict[str, int], target: str, announce=None) -> Variant:
+def build(program_name: str, params: dict[str, int], target: str, announce=None, family: Family = TILED,
+          d: int = 64) -> Variant:
     """Build (or reuse) one variant for target (sm_XX or gfxNNN) and read its resource report."""
     if program_name not in PROGRAMS:
-        raise FaError(f"fa sweep builds the homework kernel of {', '.join(PROGRAMS)} (not {program_name})")
+        raise FaError(f"fa sweep builds the kernels of {', '.join(PROGRAMS)} (not {program_name})")
     tree = locations.source_tree()
-    name = variant_name(program_name, params)
+    name = variant_name(program_name, params, family, d)
     folder = Path("bin") / "variants" / name
     compiler = "hipcc" if program_name == "hip" else "nvcc"
-    flags = " ".join(f"-D{PARAMS[k]}={v}" for k, v in params.items()) + " " + REPORT_FLAGS[compiler]
+    flags = family.flags(params, d)
+    if compiler == "nvcc":  # nvcc splits option values at commas unless escaped (\,), and make's shell eats one \
+        flags = flags.replace(",", "\\\\,")
+    flags += " " + REPORT_FLAGS[compiler]
     arch = f"HIP_ARCH={target}" if program_name == "hip" else f"CUDA_ARCH={target}"
     argv = ["make", "-C", str(tree), f"BIN={folder}", arch, f"EXTRA_FLAGS={flags}", program_name]
     binary, log = tree / folder / BUILT[program_name], tree / folder / "build.log"
@@ -109,28 +142,32 @@ def skip_reason(output: str) -> str:
     return lines[0] if lines else "the build failed"
 
 
-def tiled_kernel(variant: Variant, d: int) -> resources.KernelUsage | None:
-    return next((k for k in variant.kernels if k.kernel.startswith(f"attention_tiled<{d},")), None)
+def swept_kernel(variant: Variant, family: Family, d: int) -> resources.KernelUsage | None:
+    """The variant's kernel for d in its resource report."""
+    name = family.kernel_name(variant.params, d)
+    return next((k for k in variant.kernels if k.kernel == name), None)
 
 
 def run_sweep(program_name: str, target: Target, params: list[str], arch: str, plan_args: dict, run: bool = True,
               with_profile: bool = False, profiler: str = "ncu", workdir: Path | None = None, announce=None,
-              progress=None) -> list[dict]:
+              progress=None, family: Family = TILED) -> list[dict]:
     """One record per combination (kind "sweep"): the variant's resources, and unless run is
     False its bench figures (and achieved occupancy with profiling); skipped ones say why."""
     if arch not in resources.TARGETS:
         raise FaError(f"--arch {arch}: give one of {', '.join(resources.TARGETS)}")
     records = []
-    env = {"FA_KERNEL": "tiled"}
-    combos = grid(params)
+    env = {"FA_KERNEL": family.kernel}
+    d = target.shape.d
+    combos = grid(params, family, d)
     # Builds in parallel (each compiler mostly uses one core), runs one at a time.
     with ThreadPoolExecutor(max_workers=max(1, min(len(combos), (os.cpu_count() or 2) // 2))) as pool:
-        variants = list(pool.map(lambda combo: build(program_name, combo, arch, announce), combos))
+        variants = list(pool.map(lambda combo: build(program_name, combo, arch, announce, family, d), combos))
     for combo, variant in zip(combos, variants):
-        kernel = tiled_kernel(variant, target.shape.d)
-        fields = {**combo, "arch": arch, "skipped": variant.skipped,
-                  "resources": resource_summary(kernel)}
-        program = variant.program or Program(variant_name(program_name, combo), Path("-"))
+        kernel = swept_kernel(variant, family, d)
+        br, bc = family.tile(combo)
+        fields = {**combo, "Br": br, "Bc": bc, "sweep_kernel": family.kernel, "arch": arch,
+                  "skipped": variant.skipped, "resources": resource_summary(kernel)}
+        program = variant.program or Program(variant_name(program_name, combo, family, d), Path("-"))
         plan = bench.BenchPlan([program], [target], env=env, kind="sweep", fields=fields, **plan_args)
         if variant.skipped or not run:
             record = new_record(program, target, plan.label, variant.skipped and f"skipped: {variant.skipped}",
@@ -139,7 +176,7 @@ def run_sweep(program_name: str, target: Target, params: list[str], arch: str, p
             with tempfile.TemporaryDirectory(prefix="fa-sweep-", dir=workdir) as work:
                 record = bench.measure(plan, program, target, Path(work))
             if with_profile and not record.get("error"):
-                kernels, _ = profile.profile(program, target, profiler, kernel="attention_tiled",
+                kernels, _ = profile.profile(program, target, profiler, kernel=f"attention_{family.kernel}",
                                              launcher=plan.launcher, workdir=workdir, env=env)
                 record["profile"] = {"kernel": kernels[0].kernel, "metrics": kernels[0].metrics, "profiler": profiler}
         records.append(record)
@@ -152,14 +189,17 @@ def resource_summary(kernel: resources.KernelUsage | None) -> dict | None:
     if kernel is None:
         return None
     return {"kernel": kernel.kernel, "registers": kernel.registers, "spill_bytes": kernel.spill_bytes,
-            "static_smem": kernel.static_smem, "threads": kernel.threads, "occupancy": kernel.occupancy,
+            "static_smem": kernel.static_smem, "dynamic_smem": kernel.dynamic_smem, "threads": kernel.threads, "occupancy": kernel.occupancy,
             "limited_by": kernel.limited_by}
 
 
 def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of a sweep table: one row per (Br, Bc)."""
-    header = ["Br", "Bc", "threads", "registers", "shared KB", "theoretical occ. %", "achieved occ. %",
-              "kernel ms", "TFLOP/s", "max err", "result"]
+    """Header and rows of a sweep table: one row per combination (its parameters, then Br and Bc
+    where they are derived, as for simt)."""
+    family = FAMILIES[records[0].get("sweep_kernel", "tiled")] if records else TILED
+    params = [p for p in family.defaults[64] if p not in ("Br", "Bc")]
+    header = [*params, "Br", "Bc", "threads", "registers", "spill B", "shared KB", "theoretical occ. %",
+              "achieved occ. %", "kernel ms", "TFLOP/s", "max err", "result"]
     body = []
     for r in records:
         res = r.get("resources") or {}
@@ -168,8 +208,11 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
         ok = not r.get("error")
         result = f"skipped: {r['skipped']}" if r.get("skipped") else \
             (r["error"] if r.get("error") else "not run" if "wall_s" not in r else "PASS" if r.get("passed") else "WRONG")
-        body.append([str(r["Br"]), str(r["Bc"]), str(res.get("threads") or "-"), str(res.get("registers") or "-"),
-                     f"{res['static_smem'] / 1024:.1f}" if res.get("static_smem") else "-",
+        body.append([*(str(r.get(p, "-")) for p in params), str(r["Br"]), str(r["Bc"]),
+                     str(res.get("threads") or "-"), str(res.get("registers") or "-"),
+                     str(res["spill_bytes"]) if res.get("spill_bytes") is not None else "-",
+                     f"{(res.get('static_smem') or 0) / 1024 + (res.get('dynamic_smem') or 0) / 1024:.1f}"
+                     if res.get("static_smem") or res.get("dynamic_smem") else "-",
                      f"{100 * res['occupancy']:.0f}" if res.get("occupancy") is not None else "-",
                      f"{achieved:.1f}" if achieved is not None else "-",
                      f"{kernel * 1e3:.4g}" if ok and kernel else "-",

@@ -12,8 +12,9 @@ from fa_cli.programs import Program
 def test_each_gpu_program_has_its_ladder():
     cuda = ladder.steps_for(Program("cuda", "bin/fa-cuda", "cuda"))
     hip = ladder.steps_for(Program("hip-cuda", "bin/fa-hip-cuda", "hip-cuda"))
-    assert [s.env["FA_KERNEL"] for s in cuda] == [f"ladder-{i}" for i in range(1, 6)] + ["tiled", "tensorcore"]
-    assert [s.env.get("FA_HIP_BC") for s in hip][-2:] == ["32", "64"]  # the AMD step: the wavefront-64 tile
+    assert [s.env["FA_KERNEL"] for s in cuda] == [f"ladder-{i}" for i in range(1, 6)] + ["tiled", "simt", "tensorcore"]
+    assert [s.env.get("FA_HIP_BC") for s in hip][-3:-1] == ["32", "64"]  # the AMD step: the wavefront-64 tile
+    assert hip[-1].env == {"FA_KERNEL": "simt"}
     assert cuda[:5] == hip[:5]
 
 
@@ -47,7 +48,8 @@ def test_ladder_end_to_end(tmp_path, program):
     proc = fa("ladder", "t03", "--program", program, "--repeat", 1, "-o", "l.json", "--plot", "l.png", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = json.loads((tmp_path / "l.json").read_text())["records"]
-    assert [r["step"] for r in records] == list(range(1, 8))
+    assert [r["step"] for r in records] == list(range(1, 9))
     assert all(r["kind"] == "ladder" and r["passed"] and r["max_err"] < 1e-4 for r in records)
     assert records[5]["build"]["impl"].startswith("tiled") and records[0]["build"]["impl"] == "ladder-1"
+    assert records[6 if program == "cuda" else 7]["build"]["impl"] == "simt"
     assert (tmp_path / "l.png").read_bytes()[:4] == b"\x89PNG"

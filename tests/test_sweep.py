@@ -28,6 +28,40 @@ def test_bad_parameters_are_refused(text, why):
         sweep.parse_param(text)
 
 
+def test_simt_parameters_start_from_the_programs_tile_for_d():
+    assert sweep.grid([], sweep.SIMT, 64) == [{"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}]
+    assert sweep.grid(["TN=4,8"], sweep.SIMT, 32) == [{"TM": 8, "TN": 4, "C": 4, "R": 16, "MB": 4},
+                                                      {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4}]
+    assert sweep.SIMT.tile({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}) == (128, 32)
+    assert sweep.SIMT.flags({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}, 64) == "-DFA_SIMT64=64,8,4,8,16,2"
+    with pytest.raises(FaError, match="with NAME one of TM, TN, C, R, MB"):
+        sweep.parse_param("Br=8", sweep.SIMT)
+
+
+def test_simt_defaults_are_the_programs_own_tiles():
+    """The table above and src_common/attention_simt.h say the same (its FA_SIMT32/64 defaults)."""
+    from helpers import ROOT
+    text = (ROOT / "src_common" / "attention_simt.h").read_text()
+    for d in (32, 64):
+        p = sweep.SIMT.defaults[d]
+        assert f"#define FA_SIMT{d} {d}, {p['TM']}, {p['TN']}, {p['C']}, {p['R']}, {p['MB']}" in text
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_simt_variants_build_and_report_their_kernel(tmp_path):
+    proc = fa("sweep", "t01", "--kernel", "simt", "--param", "TN=2,4", "--arch", "sm_90", "--no-run",
+              "-o", "s.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads((tmp_path / "s.json").read_text())["records"]
+    d = records[0]["shape"]["d"]
+    C = records[0]["C"]
+    assert [(r["TN"], r["Bc"], r["sweep_kernel"]) for r in records] == [(2, 2 * C, "simt"), (4, 4 * C, "simt")]
+    for r in records:
+        res = r["resources"]
+        assert res["kernel"] == f"attention_simt<{d}, {r['TM']}, {r['TN']}, {r['C']}, {r['R']}, {r['MB']}>"
+        assert res["threads"] == r["C"] * r["R"] and res["dynamic_smem"] > 0 and res["registers"] > 0
+
+
 def test_skip_reason_is_the_static_assert_message():
     nvcc = ('src_common/attention_tiled.h(96): error: static assertion failed with "Br x Bc threads: a block '
             'holds at most 1024"\n1 error detected')
