@@ -41,7 +41,10 @@ LOCAL_SM = $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/d
 NVCC_ARCHS = $(shell $(NVCC) --list-gpu-arch 2>/dev/null)
 # Hopper (sm_90) is built as sm_90a, the target that has its warpgroup MMA (the wgmma kernel).
 CUDA_ARCH ?= $(if $(LOCAL_SM),$(patsubst sm_90,sm_90a,sm_$(LOCAL_SM)),$(if $(filter compute_61,$(NVCC_ARCHS)),sm_61) sm_75 sm_80 sm_90a)
-CUDA_GENCODE = $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(subst sm_,,$(a)),code=$(a))
+# Besides each target's machine code, the PTX of the first (oldest) one: a GPU newer than every
+# target runs the program from it, JIT-compiled, with the kernels that PTX has (fp32 below sm_80).
+CUDA_GENCODE = $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(subst sm_,,$(a)),code=$(a)) \
+  -gencode=arch=compute_$(subst sm_,,$(firstword $(CUDA_ARCH))),code=compute_$(subst sm_,,$(firstword $(CUDA_ARCH)))
 CUDA_SRC := src_cuda/fa_cuda.cu $(wildcard src_cuda/*.cuh src_cuda/*/*.cuh) $(wildcard src_common/*.h)
 
 cuda: $(BIN)/fa-cuda

@@ -84,17 +84,18 @@ PY
     fa gen -B 3 -N 100 -d 32 --seed 4 -o /tmp/san32.in >/dev/null
     fa gen -B 3 -N 77 -d 64 --seed 5 -o /tmp/san64-short.in >/dev/null  # wgmma's fused-split variant at d = 64
     # program:VARIABLE=value, every kernel and tile shape (SANITIZE_EXTRA adds more, paths too)
+    # (several variables: joined by commas)
     for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-cuda:FA_KERNEL=wgmma \
-        fa-hip-cuda:FA_HIP_BC=32 \
-        fa-hip-cuda:FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
+        fa-cuda:FA_KERNEL=simt fa-cuda:FA_SIMT_SMALL=1 fa-hip-cuda:FA_KERNEL=simt \
+        fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=32 fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
       prog=${run%%:*} setting=${run#*:}
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
         files="/tmp/san64.in /tmp/san32.in"
         [ "$setting" = FA_KERNEL=wgmma ] && files+=" /tmp/san64-short.in"
         for f in $files; do
           case $prog in */*) path=$prog ;; *) path=bin/$prog ;; esac
-          log="$LOG/sanitize-${prog//\//-}-${setting#*=}-$tool-$(basename $f .in).log"
-          env "$setting" compute-sanitizer --tool $tool --error-exitcode 9 "$path" $f /tmp/san.out >"$log" 2>&1
+          log="$LOG/sanitize-${prog//\//-}-${setting//[=,]/-}-$tool-$(basename $f .in).log"
+          env ${setting//,/ } compute-sanitizer --tool $tool --error-exitcode 9 "$path" $f /tmp/san.out >"$log" 2>&1
           note "sanitizer $tool $prog $setting $(basename $f): rc=$? $(grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY' "$log")"
         done
       done
@@ -106,11 +107,11 @@ PY
     # the program as built (its default kernel), beside BENCH_AGAINST if given
     fa bench --program cuda ${BENCH_AGAINST:+--program "$BENCH_AGAINST"} "${shapes[@]}" --repeat ${REPEAT:-3} \
       -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
-    for kernel in ${BENCH_KERNELS:-tensorcore tiled}; do
+    for kernel in ${BENCH_KERNELS:-tensorcore simt tiled}; do
       FA_KERNEL=$kernel fa bench --program cuda --label "cuda-$kernel" "${shapes[@]}" --repeat ${REPEAT:-3} \
         -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     done
-    FA_HIP_BC=32 fa bench --program hip-cuda --label hip-on-cuda "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
+    fa bench --program hip-cuda --label hip-on-cuda "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     fa bench --program torch --label torch-sdpa-fp32 "${shapes[@]}" --repeat ${REPEAT:-3} -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     fa compare "$LOG/bench.json" --markdown --plot "$LOG/bench.png" | tee "$LOG/compare.md"
     note "bench: see compare.md"

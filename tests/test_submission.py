@@ -135,12 +135,12 @@ def test_hw4_amd_builds_with_the_course_hipcc_line(submission, tmp_path):
 
 @pytest.mark.gpu
 def test_hw4_built_with_the_course_nvcc_line_is_correct(submission, tmp_path):
-    """The course's line, with this GPU's arch in place of sm_61: the tiled kernel, correct."""
+    """The course's line, with this GPU's arch in place of sm_61: the fp32 simt kernel, correct."""
     folder = alone(submission, tmp_path, "hw4.cu")
     subprocess.run(course_nvcc_line(local_sm().replace("sm_90a", "sm_90")), cwd=folder, check=True, capture_output=True)
     proc = subprocess.run([str(folder / "hw4"), str(suite.case("t03").input_path), str(tmp_path / "o")],
                           capture_output=True, text=True, env={**os.environ, "FA_TIMING": "1"}, check=True)
-    assert " impl=tiled " in proc.stderr
+    assert " impl=simt " in proc.stderr
     assert run_and_check(folder / "hw4", tmp_path, Shape(3, 1000, 64), seed=6) <= 1e-4
     forced = subprocess.run([str(folder / "hw4"), str(suite.case("t03").input_path), str(tmp_path / "o")],
                             capture_output=True, text=True, env={**os.environ, "FA_KERNEL": "tensorcore"})
@@ -172,12 +172,12 @@ def test_hw4_matches_fa_cuda_byte_for_byte(submission, tmp_path):
 def test_hw4_built_for_an_older_arch_runs_its_fp32_kernel(submission, tmp_path):
     """Built with the Makefile's default (sm_61, or the oldest arch nvcc lists), hw4 runs on a
     newer GPU from its PTX; its tensor-core kernel was compiled empty there, so it must pick the
-    tiled kernel, and answer correctly."""
+    fp32 simt kernel, and answer correctly."""
     folder = alone(submission, tmp_path, "hw4.cu")
     subprocess.run(["make", "-s", "-C", str(folder), "hw4"], check=True)
     inp = tmp_path / "x.in"
     generate.write_input(inp, Shape(3, 300, 64), 2)
     proc = subprocess.run([str(folder / "hw4"), str(inp), str(tmp_path / "o")], capture_output=True, text=True,
                           env={**os.environ, "FA_TIMING": "1"}, check=True)
-    assert " impl=tiled " in proc.stderr
+    assert " impl=simt " in proc.stderr
     assert run_and_check(folder / "hw4", tmp_path, Shape(2, 1000, 32), seed=5) <= 1e-4

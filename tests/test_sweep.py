@@ -112,3 +112,13 @@ def test_sweep_runs_and_verifies_every_variant(tmp_path, program):
     assert [(r["Br"], r["Bc"]) for r in records] == [(8, 32), (8, 64), (16, 32), (16, 64)]
     assert all(r["passed"] and r["max_err"] < 1e-4 and r["tflops_kernel"] > 0 for r in records)
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.gpu
+def test_simt_sweep_runs_and_verifies_every_variant(tmp_path):
+    proc = fa("sweep", "t03", "--kernel", "simt", "--param", "TN=2,4", "--repeat", 1, "-o", "s.json", "--plot", "s.png",
+              cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads((tmp_path / "s.json").read_text())["records"]
+    assert [r["TN"] for r in records] == [2, 4] and all(r["build"]["impl"] == "simt" for r in records)
+    assert all(r["passed"] and r["max_err"] < 1e-4 and r["tflops_kernel"] > 0 for r in records)
