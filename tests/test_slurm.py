@@ -14,7 +14,7 @@ import pytest
 from helpers import ROOT, fa
 from fa_cli.slurm import slurm_error
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
