@@ -4,7 +4,8 @@ only where X is here (nvcc, hipcc; `X and Y` for both) and never for anything el
 have (an NVIDIA GPU, Slurm, PyPI, network); a block whose first line is such a comment is one
 unit. Each block runs in bash, `set -e`, from the root of a copy of the checkout, with fa on PATH
 and a HOME and FA_CACHE of its page's own (so `~/hw4` from one block is there for the next).
-`make test` and `make test-all` are this suite itself, and are not run from here."""
+`make test` and `make test-all` are this suite itself, and are not run from here; `make run` runs
+with the environment running the tests."""
 from __future__ import annotations
 
 import os
@@ -23,6 +24,10 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NEEDS = re.compile(r"\(needs ([^)]*)\)")
 TOOLS = {"nvcc", "hipcc"}  # needs a test can meet, where the tool is installed
 SUITE_ITSELF = re.compile(r"^make (test|test-all)\b")
+# make run and make env install into .venv: they run here with the environment running the tests
+# (made by make env, linked as the copy's .venv), never into a new one; elsewhere they are left out.
+MADE_ENV = Path(sys.prefix) / ".installed"
+NEEDS_ENV = re.compile(r"^make (run|env)\b")
 
 
 def blocks(text: str) -> list[list[str]]:
@@ -55,6 +60,9 @@ def runnable(block: list[str]) -> tuple[list[str], list[str]]:
         if unmet(line) or SUITE_ITSELF.match(line.strip()):
             left += unmet(line) or ["the test suite itself"]
             continue
+        if NEEDS_ENV.match(line.strip()) and not MADE_ENV.exists():
+            left.append("an environment made by make env")
+            continue
         run.append(line)
     return run, left
 
@@ -67,6 +75,8 @@ def checkout_copy(tmp_path_factory) -> Path:
         target = copy / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, target)
+    if MADE_ENV.exists():
+        (copy / ".venv").symlink_to(sys.prefix)
     return copy
 
 
@@ -107,3 +117,22 @@ def test_commands_run(page, checkout_copy, tmp_path):
         ran += len(lines)
     if not ran:
         pytest.skip(f"{page.name}: no command runs on this machine")
+
+
+def test_readme_is_a_first_screen():
+    """README: short, a contents line, a picture, the student's steps before any detail of the
+    output promise; no claim the tools contradict."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    first_screen = "\n".join(text.splitlines()[:40])
+    assert "**Contents:**" in first_screen and "![" in first_screen
+    assert "O_TMPFILE" not in text and "SIGKILL" not in text
+    image = re.search(r"!\[[^]]*\]\(([^)]+)\)", text).group(1)
+    assert (ROOT / image).is_file()
+    steps = re.findall(r"^\*\*(\d)\. ([^*]+)\*\*", text, re.M)
+    assert [n for n, _ in steps] == ["1", "2", "3", "4", "5"], steps
+    assert "No AMD GPU was available" in text and "hip_on_cuda.h" in text
+    for link in re.findall(r"\]\((docs/[^)#]+)\)", text):
+        assert (ROOT / link).is_file(), link
+    for page in PAGES:
+        assert "two PNG charts" not in page.read_text(), f"{page.name}: fa compare --plot writes one chart"
