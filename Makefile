@@ -1,8 +1,10 @@
 # fa: build the programs, set up the Python environment, run the main job and the tests.
 #
 #   make            every program this machine can build (cpu always; cuda with nvcc; hip with hipcc)
-#   make run        environment + build + judge test case t01 with the best program here
-#   make test       environment + CPU build + the test suite (GPU tests skip without a GPU)
+#   make run        environment + build what this machine can run + judge test case t01 with the
+#                   best program here (GPU programs are built only where there is a GPU for them)
+#   make test       environment + CPU build + the quick tests (GPU tests skip without a GPU)
+#   make test-all   the same + the slow tests (marked slow: the wheel, Slurm, every build target)
 #   make cpu | cuda | hw4 | hip | hw4-amd | hip-cuda
 #   make submission submission/hw4.cu, hw4.hip and Makefile: the course's single files
 #
@@ -30,7 +32,7 @@ HAVE_HIPCC := $(shell command -v $(HIPCC) >/dev/null 2>&1 && echo yes)
 BIN := bin
 COMMON := src_common/fa_host.h
 
-.PHONY: all cpu cuda hip hip-cuda env run test clean hw4 hw4-amd submission
+.PHONY: all cpu cuda hip hip-cuda env run test test-all clean hw4 hw4-amd submission
 all: cpu $(if $(HAVE_NVCC),cuda) $(if $(HAVE_HIPCC),hip)
 
 # ---------------------------------------------------------------- CUDA
@@ -93,17 +95,28 @@ submission:
 
 # ---------------------------------------------------------------- environment, main job, tests
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[test]'
+	@echo "creating $(VENV) (the Python packages fa needs; about a minute the first time)"
+	@$(PYTHON) -m venv $(VENV)
+	@# pip's and setuptools' notes go to a log, shown only if the install fails
+	@{ $(VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip && \
+	   $(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test]'; } >$(VENV)/install.log 2>&1 || \
+	   { cat $(VENV)/install.log; echo "make: installing into $(VENV) failed (log above: $(VENV)/install.log)"; exit 1; }
 	@touch $@
 env: $(VENV)/.installed
 
-run: env all
+# make run: the programs this machine has a GPU for (make all builds every one its compilers can).
+run: env cpu
+	$(if $(LOCAL_SM),@$(MAKE) --no-print-directory cuda)
+	$(if $(LOCAL_GFX),@$(MAKE) --no-print-directory hip)
 	$(VENV)/bin/fa run t01 --program best
 
+# Progress per test file; skips summarized by reason (tests/conftest.py).
+PYTEST := $(VENV)/bin/python -m pytest -p no:cacheprovider
 test: env cpu
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) -m 'not slow' $(PYTEST_ARGS)
+
+test-all: env cpu
+	$(PYTEST) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(BIN) hw4 hw4-amd submission

@@ -23,7 +23,7 @@ def _pyplot():
 def _save(fig, path: Path) -> Path:
     """The chart as a PNG at path, written as every output of fa is (format.atomic_file)."""
     image = io.BytesIO()
-    fig.savefig(image, format="png", dpi=120)
+    fig.savefig(image, format="png", dpi=120)  # constrained layout: nothing cut or overlapping
     _pyplot().close(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as f:
@@ -37,56 +37,95 @@ def _devices(records: list[dict]) -> str:
     return ", ".join(sorted(ran)) or "no device (nothing ran)"
 
 
+def _plain_log_ticks(ax, axis: str = "y") -> None:
+    """Log-scale tick labels as plain numbers (0.3, 1, 6), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
 def bench_chart(runs, table, path: Path) -> Path:
     """fa compare's chart: per input, each run's stage times stacked (top), and whole-process
-    time against N for d = 32 and d = 64 (bottom). `runs` and `table` as compare.arrange gives them."""
+    time against N for each d that was run (bottom). `runs` and `table` as compare.arrange gives them.
+    A run without stage times (no FA_TIMING line, such as a program of one's own) is marked so
+    in place of its bar."""
     plt = _pyplot()
     colors = plt.cm.tab10.colors
-    cols = max(2, min(5, len(table)))
+    devices = sorted({k.device for k in runs})
+    one_device = len(devices) == 1
+    run_names = [k.name if one_device else str(k) for k in runs]
+    cols = max(1, min(5, len(table)))
     rows_ = (len(table) + cols - 1) // cols
-    fig = plt.figure(figsize=(2.7 * cols + 1.5, 3.4 * rows_ + 4.6))
-    top, bottom = fig.subfigures(2, 1, height_ratios=[3.4 * rows_ + 0.8, 3.8])
+    label_room = 0.09 * max(len(n) for n in run_names)  # inches under the bars for the rotated run names
+    panel_h = 2.6 + label_room
+    ds = sorted({r["shape"]["d"] for by_run in table.values() for r in by_run.values()})
+    width = max(7.5, 3.1 * cols + 1.0)
+    fig = plt.figure(figsize=(width, panel_h * rows_ + 4.4), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[panel_h * rows_ + 0.9, 3.5])
     axes = top.subplots(rows_, cols, squeeze=False)
+    missing = []
     for ax, (name, by_run) in zip(axes.flat, table.items()):
         bottoms = [0.0] * len(runs)
         for j, stage in enumerate(STAGES):
-            values = [by_run.get(k, {}).get("timing", {}).get(stage, 0.0) for k in runs]
+            values = [(by_run.get(k) or {}).get("timing", {}).get(stage, 0.0) for k in runs]
             ax.bar(range(len(runs)), values, 0.7, bottom=bottoms, color=colors[j], label=stage, edgecolor="black",
                    linewidth=0.3)
             bottoms = [b + v for b, v in zip(bottoms, values)]
+        for i, k in enumerate(runs):
+            r = by_run.get(k)
+            if not bottoms[i]:
+                why = "not run" if r is None else "error" if r.get("error") else "no stage times"
+                if why == "no stage times":
+                    missing.append(k.name)
+                ax.text(i, 0.02, why, rotation=90, ha="center", va="bottom", fontsize=7, color="dimgray",
+                        transform=ax.get_xaxis_transform())
         ax.set_title(name, fontsize=9)
         ax.set_xticks(range(len(runs)))
-        ax.set_xticklabels([k.name for k in runs], rotation=35, ha="right", fontsize=8)
+        ax.set_xticklabels(run_names, rotation=35, ha="right", fontsize=8)
         ax.tick_params(axis="y", labelsize=8)
+        ax.set_ylabel("seconds", fontsize=8)
+        ax.set_ylim(top=max(bottoms + [0]) * 1.05 or 1.0)
     for ax in axes.flat[len(table):]:
-        ax.axis("off")
-    axes[0][0].set_ylabel("seconds")
+        ax.remove()
     handles, labels = axes[0][0].get_legend_handles_labels()
-    top.legend(handles, labels, loc="upper right", fontsize=8, ncol=len(STAGES))
-    devices = sorted({k.device for k in runs})
-    top.suptitle("Time per stage (each stage's own time; the GPU programs overlap them) on " + ", ".join(devices),
-                 fontsize=9, x=0.01, ha="left")
-    for ax, d in zip(bottom.subplots(1, 2), (32, 64)):
-        for k in runs:
+    top.legend(handles, labels, loc="outside upper center", fontsize=8, ncol=len(STAGES), frameon=False)
+    title = "Time per stage, each stage's own (the GPU programs overlap them)"
+    if one_device:
+        title += f", on {devices[0]}"
+    if missing:
+        title += f"\nno stage times from {', '.join(sorted(set(missing)))} (its bar is empty)"
+    fig.suptitle(title, fontsize=10)
+    line_axes = bottom.subplots(1, len(ds), squeeze=False)[0] if ds else []
+    for ax, d in zip(line_axes, ds):
+        for k, label in zip(runs, run_names):
             points = sorted((r["shape"]["N"], r["wall_s"]["median"]) for by_run in table.values()
                             if (r := by_run.get(k)) and r["shape"]["d"] == d and not r.get("error"))
             if points:
-                ax.plot(*zip(*points), marker="o", label=str(k))
+                ax.plot(*zip(*points), marker="o", label=label)
+        ns = sorted({r["shape"]["N"] for by_run in table.values() for r in by_run.values() if r["shape"]["d"] == d})
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns], fontsize=8)
+        ax.minorticks_off()
         ax.set_yscale("log")
-        ax.set_xlabel("N (sequence length)")
-        ax.set_ylabel("whole process, s (median)")
-        ax.set_title(f"d = {d}", fontsize=9)
+        _plain_log_ticks(ax)
+        ax.tick_params(axis="y", labelsize=8)
+        ax.set_xlabel("N, sequence length (log scale)", fontsize=8)
+        ax.set_ylabel("whole process, seconds (median)", fontsize=8)
+        ax.set_title(f"Whole-process time against N, d = {d}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+    if ds:
+        handles, labels = line_axes[0].get_legend_handles_labels()
+        bottom.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
     return _save(fig, path)
 
 
 def ladder_chart(records: list[dict], path: Path) -> Path:
     """Kernel TFLOP/s of each step (log scale), labelled with the speed-up over the step before."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * len(records) + 2), 4.6))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * len(records) + 2), 4.6), layout="constrained")
     names = [f"{r['step']}. {r['step_name']}" for r in records]
     values = [r.get("tflops_kernel") or 0.0 for r in records]
     colors = ["tab:green" if r.get("passed") else "tab:red" for r in records]
@@ -97,25 +136,34 @@ def ladder_chart(records: list[dict], path: Path) -> Path:
             label += f"\n{r['speedup']:.1f}x"
         ax.annotate(label, (bar.get_x() + bar.get_width() / 2, max(bar.get_height(), 1e-3)), ha="center",
                     va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
-    ax.set_yscale("log")
-    ax.set_ylim(top=max(values + [1.0]) * 4)
+    if any(values):
+        ax.set_yscale("log")
+        ax.set_ylim(min(v for v in values if v) / 2, max(values) * 4)
+    else:
+        ax.set_ylim(0.1, 10)  # nothing to draw: an empty log scale would warn
+        ax.set_yscale("log")
+    _plain_log_ticks(ax)
     ax.set_xticks(range(len(records)))
     ax.set_xticklabels(names, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("kernel TFLOP/s (4 B N² d / kernel time)")
+    ax.set_xlabel("optimization step (green: passed, red: failed or error)")
+    if not any(values):
+        reason = next((str(r["error"]).strip().splitlines()[-1] for r in records if r.get("error")), "no kernel time")
+        ax.text(0.5, 0.5, f"no step ran: {reason}", ha="center", va="center", transform=ax.transAxes,
+                color="dimgray", fontsize=8, wrap=True)
     first = records[0]
     s = first["shape"]
     ax.set_title(f"Optimization ladder: {first['program']} on {_devices(records)}, "
-                 f"input {first['input']} (B={s['B']}, N={s['N']}, d={s['d']}); label: TFLOP/s, speed-up over the "
-                 "step before", fontsize=8)
+                 f"input {first['input']} (B={s['B']}, N={s['N']}, d={s['d']})\n"
+                 "above each bar: TFLOP/s and the speed-up over the step before", fontsize=9)
     ax.grid(True, axis="y", which="both", alpha=0.3)
-    fig.tight_layout()
     return _save(fig, path)
 
 
 def sweep_chart(records: list[dict], path: Path) -> Path:
     """Kernel TFLOP/s (left) and occupancy (right) against Br, one line per Bc."""
     plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained")
     for i, bc in enumerate(sorted({r["Bc"] for r in records})):
         line = sorted((r for r in records if r["Bc"] == bc), key=lambda r: r["Br"])
         color = plt.cm.tab10.colors[i % 10]
@@ -130,11 +178,9 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
                     if "achieved occupancy" in (r.get("profile") or {}).get("metrics", {})]
         if achieved:
             right.plot(*zip(*achieved), marker="s", color=color, label=f"Bc = {bc}, achieved")
-        for r in line:
-            if r.get("skipped"):
-                left.annotate("skipped", (r["Br"], 0), fontsize=7, color=color, rotation=90, va="bottom",
-                              xycoords=("data", "axes fraction"))
     first = records[0]
+    skipped = [f"Br={r['Br']} Bc={r['Bc']}" for r in records if r.get("skipped")]
+    failed = [f"Br={r['Br']} Bc={r['Bc']}" for r in records if not r.get("skipped") and r.get("error")]
     brs = sorted({r["Br"] for r in records})
     for ax, ylabel in ((left, "kernel TFLOP/s"), (right, "occupancy, % of the SM's warps")):
         ax.set_xscale("log", base=2)
@@ -144,8 +190,17 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.suptitle(f"Tile sizes of the homework kernel: {first['program'].split('-br')[0]} on {_devices(records)}, "
-                 f"input {first['input']}", fontsize=9)
-    fig.tight_layout()
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        else:
+            ax.text(0.5, 0.5, "nothing measured" if ax is left else "no occupancy figures", ha="center",
+                    va="center", transform=ax.transAxes, color="dimgray")
+    left.set_ylim(bottom=0)
+    right.set_ylim(0, 105)
+    title = (f"Tile sizes of the homework kernel: {first['program'].split('-br')[0]} on {_devices(records)}, "
+             f"input {first['input']}")
+    if skipped:
+        title += f"\nnot built (the kernel cannot take them): {', '.join(skipped)}"
+    if failed:
+        title += f"\nfailed to run: {', '.join(failed)}"
+    fig.suptitle(title, fontsize=9)
     return _save(fig, path)

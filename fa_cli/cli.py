@@ -101,12 +101,14 @@ def targets_for(names, shapes=()) -> list[suite.Target]:
 
 
 @main.command()
-@click.option("-B", "batches", type=Size("B"), help="Batch size.")
-@click.option("-N", "seq_len", type=Size("N"), help="Sequence length.")
-@click.option("-d", "head_dim", type=int, help="Head dimension (32 or 64).")
-@click.option("--seed", type=SEED, default=0, show_default=True)
-@click.option("--dist", type=click.Choice(list(generate.DISTRIBUTIONS)), default="uniform", show_default=True)
-@click.option("-o", "--output", type=OutputPath(), help="Input file to write.")
+@click.option("-B", "batches", type=Size("B"), help="Batch size. Required unless --suite.")
+@click.option("-N", "seq_len", type=Size("N"), help="Sequence length. Required unless --suite.")
+@click.option("-d", "head_dim", type=int, help="Head dimension, 32 or 64. Required unless --suite.")
+@click.option("--seed", type=SEED, default=0, show_default=True,
+              help="Seed of the random values: the same arguments give the same bytes on every machine.")
+@click.option("--dist", type=click.Choice(list(generate.DISTRIBUTIONS)), default="uniform", show_default=True,
+              help="Distribution of the values in [-3, 3]; all but uniform stress the softmax.")
+@click.option("-o", "--output", type=OutputPath(), help="Input file to write. Required unless --suite.")
 @click.option("--expected", type=OutputPath(),
               help="Also write the float64 reference output (rounded to float32) here.")
 @click.option("--suite", "case_name",
@@ -173,6 +175,10 @@ def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> No
         if flat is None:
             raise FaError(f"{expected}: {size} bytes is not a whole number of float32 values")
         exp = open_output(expected, flat, "expected output")
+        got = regular_size(output)
+        if got != size:
+            raise FaError(f"{output}: output has {got} bytes, the expected output {expected} has {size} "
+                          f"({size // 4} float32 values)", exit_code=ExitStatus.BAD_INPUT)
         out = open_output(output, flat)
         result = verify.against_expected(out.reshape(-1), exp.reshape(-1), tol)
     click.echo(report.verify_summary(result))
@@ -212,7 +218,8 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
 @click.option("--suite", "suite_name", type=click.Choice(suite.SUITES), default=suite.DEFAULT_SUITE, show_default=True,
               help="The suite --all runs: t (fa's own cases) or c (the course's 30 test shapes).")
 @click.option("--program", default="best", show_default=True, help="cpu, cuda, hip, hip-cuda, best, or a path.")
-@click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True)
+@click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True,
+              help="Largest abs error a PASS allows (the course's).")
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Verify this many random rows per batch.")
 @click.option("--full", is_flag=True, help="Verify every row against the float64 reference.")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True),
@@ -244,7 +251,7 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     results = []
     with locations.shared_workdir(runner is not None) as workdir:
         options = judge.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
-        with report.progress("judging", len(targets), enabled=len(targets) > 1) as advance:
+        with report.progress("judging", len(targets), enabled=len(targets) > 1, steps=True) as advance:
             for t in targets:
                 results.append(judge.judge(prog, t, options))
                 advance()
@@ -301,7 +308,8 @@ def parse_shape(text: str) -> Shape:
               help="Suite cases: --suite for all of t01..t30, --suite c for the course's c01..c30, "
                    "or a list such as --suite t01,c21.")
 @click.option("--shape", "shapes", multiple=True, help="B,N,d of a seeded uniform input; repeatable.")
-@click.option("--repeat", "repeats", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--repeat", "repeats", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed whole-process runs per program and input, after one warm-up; the median counts.")
 @click.option("--against", type=click.Choice(["torch"]), help="Add PyTorch SDPA fp32 on the same inputs.")
 @click.option("--label", help="Name these runs in comparisons (default: the program's name).")
 @click.option("--control", is_flag=True,
@@ -333,7 +341,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, contr
     runner = make_launcher(launcher, partition, gres, srun_args)
     plan = bench.BenchPlan(progs, targets, repeats, launcher=None if slurm_array else runner, label=label)
     with locations.shared_workdir(runner is not None) as workdir, \
-            report.progress("benchmarking", len(progs) * len(targets)) as advance:
+            report.progress("benchmarking", len(progs) * len(targets), steps=True) as advance:
         if slurm_array:
             records = slurm.bench_array(plan, runner, results, advance)
         else:
@@ -392,7 +400,7 @@ def resources_cmd(program, archs, as_json) -> None:
     every target, from nvcc's and hipcc's own reports (no GPU needed)."""
     source, hip_source, ours, targets = resources.what_to_compile(program, archs.split(",") if archs else None)
     kernels, commands = [], []
-    with report.progress("compiling", len(targets)) as advance:
+    with report.progress("compiling", len(targets), steps=True) as advance:
         for t in targets:
             found, argv = resources.report(source, t, hip_source, ours)
             kernels += found
@@ -432,7 +440,8 @@ def measure_options(f):
                      help="Largest abs error a PASS allows (the course's is 5e-3)."),
         click.option("--profile", "with_profile", is_flag=True,
                      help="Also profile each run (fa profile's course metrics; ncu, or --profiler)."),
-        click.option("--profiler", type=click.Choice(profile.PROFILERS), default="ncu", show_default=True),
+        click.option("--profiler", type=click.Choice(profile.PROFILERS), default="ncu", show_default=True,
+                     help="The profiler --profile uses (nvprof on Pascal, rocprof on AMD)."),
         click.option("-o", "--output", "results", type=OutputPath(),
                      help="Add the records to this results file (JSON, for fa report); extended if it exists."),
         click.option("--plot", type=OutputPath(), help="Write a chart (PNG) here."),
@@ -471,7 +480,7 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
     prog = program_for(program)
     runner = make_launcher(launcher, partition, gres, srun_args)
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
-    with locations.shared_workdir(runner is not None) as workdir, report.progress("ladder", len(steps)) as advance:
+    with locations.shared_workdir(runner is not None) as workdir, report.progress("ladder steps", len(steps), steps=True) as advance:
         records = ladder.run_ladder(prog, target, plan_args, steps, with_profile, profiler, workdir, advance)
     show(*ladder.rows(records), as_markdown, f"fa ladder: {prog.name} on {records[0]['device']}, {target.name}")
     save_and_plot(records, results, plot, charts.ladder_chart)
@@ -508,7 +517,7 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, repeats, tol, with_pr
     arch = arch or sweep.local_arch(program)
     runner = make_launcher(launcher, partition, gres, srun_args)
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
-    with locations.shared_workdir(runner is not None) as workdir, report.progress("sweep", None) as advance:
+    with locations.shared_workdir(runner is not None) as workdir, report.progress("sweep variants", None, steps=True) as advance:
         records = sweep.run_sweep(program, target, list(params), arch, plan_args, not no_run, with_profile,
                                   profiler, workdir, note, advance, family)
     show(*sweep.rows(records), as_markdown, f"fa sweep: {program} {kernel} for {arch}, {target.name}")
@@ -537,8 +546,7 @@ def system_cmd(as_json) -> None:
     if as_json:
         click.echo(json.dumps(spec, indent=1))
         return
-    for key, value in spec.items():
-        click.echo(f"{key}: {json.dumps(value) if isinstance(value, (dict, list)) else value}")
+    report.console.print(report.system_table(spec))
 
 
 if __name__ == "__main__":

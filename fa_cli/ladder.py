@@ -100,6 +100,12 @@ def add_speedups(records: list[dict]) -> None:
         previous = t or previous
 
 
+def error_reason(error) -> str:
+    """An ERROR row's reason, one line: the error's last non-empty line (a program's stderr ends with it)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else "failed (no message)"
+
+
 def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a ladder table: one row per step."""
     header = ["step", "what changes", "kernel ms", "TFLOP/s", "speed-up", "vs step 1", "max err", "verdict"]
@@ -116,7 +122,7 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
                f"{r['speedup']:.2f}x" if r.get("speedup") else "-",
                f"{r['speedup_total']:.1f}x" if r.get("speedup_total") else "-",
                f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-",
-               ("PASS" if r.get("passed") else "WRONG") if ok else "ERROR"]
+               ("PASS" if r.get("passed") else "WRONG") if ok else f"ERROR: {error_reason(r['error'])}"]
         if with_profile:
             m = r.get("profile", {}).get("metrics", {})
             row += [f"{m['achieved occupancy']:.1f}" if "achieved occupancy" in m else "-",

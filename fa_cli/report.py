@@ -19,10 +19,25 @@ VERDICT_STYLE = {"PASS": "green", "WRONG": "red", "TLE": "yellow", "ERROR": "red
 
 
 @contextlib.contextmanager
-def progress(description: str, total: int | None, enabled: bool = True) -> Iterator:
-    """A progress bar on stderr (total None: unknown); yields a callback that advances it by n."""
+def progress(description: str, total: int | None, enabled: bool = True, steps: bool = False) -> Iterator:
+    """A progress bar on stderr (total None: unknown); yields a callback that advances it by n.
+    Where stderr is not a terminal (a log, a pipe), `steps` progress (a command's cases, programs,
+    targets) is one line per step instead: `fa: judging 2/30`; other progress shows nothing."""
     if not enabled or not err_console.is_terminal:
-        yield lambda n=1: None
+        if not (enabled and steps):
+            yield lambda n=1: None
+            return
+        done = 0
+
+        def line(n=1):
+            nonlocal done
+            done += n
+            print(f"fa: {description}: {done}{'' if total is None else f' of {total}'} done", file=sys.stderr,
+                  flush=True)
+
+        if total:
+            line(0)  # at once: the command has started
+        yield line
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=err_console, transient=True) as bar:
@@ -102,6 +117,30 @@ def compare_table(header: list[str], rows: list[list[str]], title: str = "fa com
         table.add_column(column)
     for row in rows:
         table.add_row(*row)
+    return table
+
+
+def system_table(spec: dict) -> Table:
+    """fa system: one row per item of the machine's spec, nested values spelled out."""
+    table = Table(title="This machine", title_justify="left")
+    table.add_column("item")
+    table.add_column("value")
+    disk = spec.get("disk") or {}
+    gpus = spec.get("gpus") or []
+    software = spec.get("software") or {}
+    for key, value in spec.items():
+        if key == "disk" and disk:
+            value = f"{disk.get('free_gib', '?')} GiB free of {disk.get('total_gib', '?')} GiB ({disk.get('path', '?')})"
+        elif key == "gpus":
+            value = "; ".join(f"{g.get('name')} ({g.get('vendor')}, {g.get('arch')}, {g.get('compute_units')} compute "
+                              f"units, {g.get('memory_gib')} GiB)" for g in gpus) or "none"
+        elif key == "software":
+            value = ", ".join(f"{k} {v}" for k, v in software.items()) or "none found"
+        elif key == "memory_gib":
+            key, value = "memory", f"{value} GiB"
+        elif isinstance(value, (dict, list)):
+            value = ", ".join(f"{k} {v}" for k, v in value.items()) if isinstance(value, dict) else ", ".join(map(str, value))
+        table.add_row(key, str(value))
     return table
 
 

@@ -96,7 +96,8 @@ def what_to_compile(program: str, archs: list[str] | None) -> tuple[Path, bool, 
         source, hip_source, ours = locations.source_tree() / SOURCES[program], program != "cuda", True
         default = DEFAULT_ARCHS[program]
     else:
-        source, hip_source, ours = Path(program), program.endswith(".hip"), False
+        # absolute: the compilers run in a directory of their own
+        source, hip_source, ours = Path(program).absolute(), program.endswith(".hip"), False
         if not source.is_file():
             raise FaError(f"{program}: no such source (give cuda, hip-cuda, hip, or a .cu or .hip file)")
         default = DEFAULT_ARCHS["hip" if hip_source else "cuda"]

@@ -121,7 +121,9 @@ def bench_section(records: list[dict], out_dir: Path) -> str:
     note = ("Runs on NVIDIA and AMD GPUs are both present: the columns compare them input by input."
             if {"nvidia", "amd"} <= vendors else
             "Only " + " and ".join(sorted(v for v in vendors if v)) + " runs are present: add the other vendor's "
-            "results file for the comparison.")
+            "results file for the comparison." if any(vendors) else
+            "The runs do not say which vendor's GPU they ran on (CPU runs, or records without a device): "
+            "add NVIDIA and AMD results files for the comparison.")
     return head + f"\n{note}\n\n" + compare.markdown(records) + f"\n![bench]({png})\n"
 
 

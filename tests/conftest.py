@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,9 @@ def private_cache(tmp_path_factory):
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.name in getattr(item.module, "SLOW_ON_CPU", ()):
+            item.add_marker(pytest.mark.slow)
     if have_nvidia_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none on this machine)")
@@ -48,8 +52,22 @@ def stand_in_ncu(tmp_path):
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
 
 
+def skip_reasons(reports) -> Counter:
+    """Skipped tests counted by their reason (the reason without pytest's "Skipped: ")."""
+    reasons = Counter()
+    for r in reports:
+        text = r.longrepr[2] if isinstance(r.longrepr, tuple) else str(r.longrepr)
+        reasons[text.removeprefix("Skipped: ")] += 1
+    return reasons
+
+
 def pytest_terminal_summary(terminalreporter):
-    """The fuzz test's counts (tests/test_fuzz.py), in the summary CI shows."""
+    """Skips by reason, one line each; the fuzz test's counts (tests/test_fuzz.py), in the summary CI shows."""
+    reasons = skip_reasons(terminalreporter.stats.get("skipped", []))
+    if reasons:
+        terminalreporter.section("skipped, by reason")
+        for reason, n in reasons.most_common():
+            terminalreporter.write_line(f"{n:5d} skipped: {reason}")
     counts = sys.modules.get("test_fuzz")
     for program, c in (counts.COUNTS.items() if counts else ()):
         terminalreporter.write_line(f"fuzz {program}: " + ", ".join(f"{v} {k}" for k, v in c.items()))

@@ -14,6 +14,7 @@ def code_objects(binary):
     return {w.split("--")[1] for w in text.split() if w.startswith("amdgcn-amd-amdhsa--gfx")}
 
 
+@pytest.mark.slow
 def test_default_targets(tmp_path):
     """The default build holds gfx908 (the course's example) and gfx90a (MI210)."""
     out = tmp_path / "bin"
@@ -27,6 +28,7 @@ def test_hip_arch_override(tmp_path):
     assert code_objects(out / "fa-hip") == {"gfx90a"}
 
 
+@pytest.mark.slow
 def test_course_names(tmp_path):
     """make hw4-amd gives the course's program name."""
     subprocess.run(["make", "-s", "-C", str(ROOT), "hw4-amd", f"BIN={tmp_path}"], check=True)

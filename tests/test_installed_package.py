@@ -11,7 +11,7 @@ import pytest
 from helpers import ROOT
 from fa_cli import suite
 
-pytestmark = pytest.mark.wheel
+pytestmark = [pytest.mark.wheel, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

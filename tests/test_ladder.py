@@ -32,7 +32,7 @@ def test_a_failed_step_shows_as_an_error_row():
     header, rows = ladder.rows(records)
     assert header[:4] == ["step", "what changes", "kernel ms", "TFLOP/s"]
     assert rows[0][2:5] == ["2", "1.5", "-"] and rows[0][-1] == "PASS"
-    assert rows[1][-1] == "ERROR" and rows[1][2] == "-"
+    assert rows[1][-1] == "ERROR: exit code 1" and rows[1][2] == "-"  # each ERROR row carries its reason
 
 
 def test_the_cpu_program_has_no_ladder(cpu_program, tmp_path):

@@ -1,4 +1,4 @@
-"""README.md's Layout section is true: it names every source file of fa_cli/ (its modules,
+"""docs/layout.md's Layout section (README links it) is true: it names every source file of fa_cli/ (its modules,
 __init__.py and __main__.py included), scripts/ and the program folders, every top-level
 folder, and no file that does not exist. Files are those git tracks (a checkout), else those
 on disk."""
@@ -35,7 +35,7 @@ def tracked_files() -> list[str]:
 def layout_entries(readme: str) -> dict[str, str]:
     """The Layout section's entries: folder ('fa_cli') -> its text, continuation lines included."""
     match = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", readme, re.S | re.M)
-    assert match, "README.md has no '## Layout' section"
+    assert match, "docs/layout.md has no '## Layout' section"
     entries: dict[str, str] = {}
     folder = None
     for line in match.group(1).splitlines():
@@ -69,7 +69,7 @@ def mentioned(text: str, path: str, folder: str) -> bool:
 
 @pytest.fixture(scope="module")
 def layout() -> dict[str, str]:
-    return layout_entries((ROOT / "README.md").read_text())
+    return layout_entries((ROOT / "docs" / "layout.md").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -79,16 +79,16 @@ def files() -> list[str]:
 
 @pytest.mark.parametrize("folder", CHECKED)
 def test_layout_names_every_file(folder, layout, files):
-    assert folder in layout, f"README.md's Layout has no {folder}/ entry"
+    assert folder in layout, f"docs/layout.md's Layout has no {folder}/ entry"
     present = files_in(files, folder, CHECKED[folder])
     assert present, f"no files found in {folder}/"
     missing = [f for f in present if not mentioned(layout[folder], f, folder)]
-    assert not missing, f"README.md's Layout does not name: {', '.join(missing)}"
+    assert not missing, f"docs/layout.md's Layout does not name: {', '.join(missing)}"
 
 
 def test_layout_names_every_top_level_folder(layout, files):
     folders = {f.split("/")[0] for f in files if "/" in f}
-    assert not folders - set(layout), f"README.md's Layout does not name: {', '.join(sorted(folders - set(layout)))}"
+    assert not folders - set(layout), f"docs/layout.md's Layout does not name: {', '.join(sorted(folders - set(layout)))}"
 
 
 def test_layout_names_no_file_that_does_not_exist(layout):
@@ -102,7 +102,7 @@ def test_layout_names_no_file_that_does_not_exist(layout):
             if not ((ROOT / name).is_file() or (ROOT / folder / name).is_file()
                     or any(p.is_file() for p in (ROOT / folder).rglob(name.rsplit("/", 1)[-1]))):
                 wrong.append(f"{name} (in the {folder}/ entry)")
-    assert not wrong, f"README.md's Layout names what does not exist: {', '.join(wrong)}"
+    assert not wrong, f"docs/layout.md's Layout names what does not exist: {', '.join(wrong)}"
 
 
 def test_the_checks_catch_a_wrong_layout():

@@ -22,6 +22,10 @@ TOL = 1e-4
 # with the AMD CDNA tile (Bc = 64: each row then spans two warps, the reductions combining them
 # through shared memory).
 GPU = pytest.mark.gpu
+# Seconds each on a GPU, half a minute each for the CPU program on 2 cores: marked slow there
+# (tests/conftest.py), so that make test stays quick; make test-all runs them.
+SLOW_ON_CPU = {"test_softmax_sum_keeps_tiny_terms[fa-cpu]", "test_many_batches[fa-cpu-32]",
+               "test_long_sequence[fa-cpu]", "test_several_chunks[fa-cpu]"}
 VARIANTS = [
     pytest.param(("cpu", {}), id="fa-cpu"),
     pytest.param(("cuda", {"FA_KERNEL": "tiled"}), id="fa-cuda-tiled", marks=GPU),

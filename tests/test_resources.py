@@ -99,6 +99,7 @@ def run_resources(*args):
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.slow
 def test_cuda_program_on_course_targets():
     data = run_resources("--program", "cuda", "--arch", "sm_75,sm_80,sm_90")
     by = {(r["target"], r["kernel"]): r for r in data["records"]}
@@ -115,6 +116,7 @@ def test_cuda_program_on_course_targets():
 
 
 @pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
+@pytest.mark.slow
 def test_hip_program_on_course_targets():
     data = run_resources("--program", "hip", "--arch", "gfx908,gfx90a")
     kernels = {(r["target"], r["kernel"]) for r in data["records"]}

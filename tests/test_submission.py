@@ -82,6 +82,7 @@ def test_makefile_amd_target(submission):
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.slow
 def test_hw4_builds_alone_and_checks_its_input(submission, tmp_path):
     folder = alone(submission, tmp_path, "hw4.cu")
     subprocess.run(["make", "-s", "-C", str(folder), "hw4"], check=True, capture_output=True)
@@ -92,6 +93,7 @@ def test_hw4_builds_alone_and_checks_its_input(submission, tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
+@pytest.mark.slow
 def test_hw4_amd_builds_alone_for_the_course_targets(submission, tmp_path):
     folder = alone(submission, tmp_path, "hw4.hip")
     subprocess.run(["make", "-s", "-C", str(folder), "hw4-amd", "HIP_ARCH=gfx908 gfx90a"], check=True,
@@ -125,6 +127,7 @@ def test_hw4_builds_with_the_course_nvcc_line(submission, tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
+@pytest.mark.slow
 def test_hw4_amd_builds_with_the_course_hipcc_line(submission, tmp_path):
     folder = alone(submission, tmp_path, "hw4.hip")
     proc = subprocess.run(["hipcc", "-std=c++14", "-O3", "--offload-arch=gfx908", "-o", "hw4-amd", "hw4.hip", "-lm"],

@@ -78,6 +78,7 @@ def test_an_unknown_parameter_is_one_line(cpu_program, tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.slow
 def test_nvcc_variants_build_and_an_impossible_one_is_skipped(tmp_path):
     """Br = 8 with Bc = 64 builds (its resources read from ptxas); Br = 32 with Bc = 64 would be
     2048 threads: skipped with the kernel's own static_assert message."""
@@ -93,6 +94,7 @@ def test_nvcc_variants_build_and_an_impossible_one_is_skipped(tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc")
+@pytest.mark.slow
 def test_hip_variant_builds_for_an_amd_target(tmp_path):
     proc = fa("sweep", "t01", "--program", "hip", "--param", "Br=8", "--param", "Bc=64", "--arch", "gfx90a",
               "--no-run", "-o", "s.json", cwd=tmp_path)
