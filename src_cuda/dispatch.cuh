@@ -86,7 +86,6 @@ void launch_by_d(KernelState& state, const Chunk& c) {
 inline bool any_n(int64_t, bool) { return true; }
 inline bool only_asked(int64_t, bool asked) { return asked; }
 inline size_t no_scratch(const Shape&, int64_t) { return 0; }
-inline void nothing_to_prepare() {}
 
 // ------------------------------------------------------------------------- the fp32 kernels
 struct Simt {  // register-blocked (src_common/attention_simt.h): the default without tensor cores
@@ -95,7 +94,7 @@ struct Simt {  // register-blocked (src_common/attention_simt.h): the default wi
     launch_simt<D>(c.qkv, c.out, c.batches, state.shape.N, c.stream);
     CUDA_CHECK_LAUNCH("attention_simt");
   }
-  static void prepare() { prepare_simt(); }  // loads its code in the init thread
+  static void prepare() { prepare_simt(); }
   static void kernels(std::vector<Launch>& all) {
     for (const SimtLaunch& l : simt_launches()) all.push_back({l.kernel, l.threads, l.smem_bytes});
   }
@@ -106,6 +105,11 @@ struct Tiled {  // the homework kernel (src_common/attention_tiled.h)
   static void launch_d(KernelState& state, const Chunk& c) {
     launch_tiled<D, kTiledBc>(c.qkv, c.out, c.batches, state.shape.N, c.stream);
     CUDA_CHECK_LAUNCH("attention_tiled");
+  }
+  static void prepare() {
+    cudaFuncAttributes attr;
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<32, kTiledBc>));
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<64, kTiledBc>));
   }
   static void kernels(std::vector<Launch>& all) {
     const std::string bc = std::to_string(kTiledBc);
@@ -120,6 +124,7 @@ struct LadderStep {
   static void launch_d(KernelState& state, const Chunk& c) {
     CUDA_CHECK_LAUNCH(ladder::launch<D>(kStep, c.qkv, c.out, c.batches, state.shape.N, c.stream));
   }
+  static void prepare() {}  // its kernels load at their first launch
   static void kernels(std::vector<Launch>& all) {  // kLaunches: two per step, d = 32 and 64
     for (int i = 2 * kStep - 2; i < 2 * kStep; ++i) all.push_back({ladder::kLaunches[i].kernel, ladder::kLaunches[i].threads, 0});
   }
@@ -261,8 +266,8 @@ struct WgmmaShort {  // attention_wgmma_short: K and V split in the kernel, a ba
 
 // ------------------------------------------------------------------------- the table
 template <class K>
-KernelEntry fp32_entry(const char* name, bool (*takes)(int64_t, bool), void (*prepare)() = nothing_to_prepare) {
-  return {name, name, Needs::kAnyGpu, takes, false, no_scratch, prepare, launch_by_d<K>, K::kernels};
+KernelEntry fp32_entry(const char* name, bool (*takes)(int64_t, bool)) {
+  return {name, name, Needs::kAnyGpu, takes, false, no_scratch, K::prepare, launch_by_d<K>, K::kernels};
 }
 #if FA_TENSOR_CORES
 template <class K>
@@ -284,7 +289,7 @@ inline const std::vector<KernelEntry>& kernel_table() {
                                   [](int64_t n, bool) { return n <= kFusedMaxN; }),
       tensor_entry<MmaSync<false>>("tensorcore", "tensorcore", Needs::kSm80Code, any_n),
 #endif
-      fp32_entry<Simt>("simt", any_n, Simt::prepare),
+      fp32_entry<Simt>("simt", any_n),
       fp32_entry<Tiled>("tiled", only_asked),
       fp32_entry<LadderStep<1>>("ladder-1", only_asked),
       fp32_entry<LadderStep<2>>("ladder-2", only_asked),

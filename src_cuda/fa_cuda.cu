@@ -39,13 +39,9 @@ class CudaKernels {
     state_.shape = s;
     const char* forced = std::getenv("FA_KERNEL");
     if (forced && !*forced) forced = nullptr;
-    entry_ = forced ? &asked(forced) : &first_that_takes(nullptr);
+    entry_ = forced ? &asked(forced) : &by_default();
     if (entry_->tensor_cores) apply_split_override(forced);
-    // Load every kernel's code now, in the init thread, rather than at its first launch.
-    cudaFuncAttributes attr;
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<32, kTiledBc>));
-    CUDA_CHECK(cudaFuncGetAttributes(&attr, attention_tiled<64, kTiledBc>));
-    entry_->prepare();
+    entry_->prepare();  // loads its kernels' code now, in the init thread, rather than at the first launch
     if (entry_->tensor_cores) prepare_fallback();
   }
 
@@ -80,12 +76,18 @@ class CudaKernels {
          ladder::kSteps);
   }
 
-  // The default, or (wanted != null) the entry of that name: the first this GPU runs that takes N.
-  const KernelEntry& first_that_takes(const char* wanted) {
-    for (const KernelEntry& e : kernel_table()) {
-      if (wanted ? std::strcmp(e.name, wanted) == 0 : e.takes(state_.shape.N, false) && runs_here(e.needs)) return e;
-    }
+  // The default: the first entry this GPU runs that takes N.
+  const KernelEntry& by_default() {
+    for (const KernelEntry& e : kernel_table())
+      if (e.takes(state_.shape.N, false) && runs_here(e.needs)) return e;
     fail(kExitFailure, "no kernel of this program takes N = %lld", (long long)state_.shape.N);
+  }
+
+  // The entry of this name (FA_TC_SPLIT's choice among the mma.sync entries).
+  static const KernelEntry& named(const char* name) {
+    for (const KernelEntry& e : kernel_table())
+      if (std::strcmp(e.name, name) == 0) return e;
+    fail(kExitFailure, "no kernel named %s in this program", name);
   }
 
   // FA_TC_SPLIT=fused|prepass: the mma.sync kernel with that split, for measurements.
@@ -96,7 +98,7 @@ class CudaKernels {
       fail(kExitUsage, "FA_TC_SPLIT=%s: expected fused or prepass", split);
     if (forced && std::strcmp(forced, "wgmma") == 0)
       fail(kExitUsage, "FA_TC_SPLIT=%s applies to the mma.sync kernel, not wgmma", split);
-    entry_ = &first_that_takes(std::strcmp(split, "fused") == 0 ? "tensorcore-fused" : "tensorcore");
+    entry_ = &named(std::strcmp(split, "fused") == 0 ? "tensorcore-fused" : "tensorcore");
   }
 
   bool runs_here(Needs needs) {
