@@ -325,7 +325,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, contr
 
     Each input is flushed to disk first; the programs then take turns, one run each per round,
     each round starting one program later, so the order of --program options cannot change the
-    table."""
+    table; each run starts with no output left by the run before and nothing left to write back."""
     if slurm_array and launcher != "slurm":
         raise click.UsageError("--slurm-array needs --launcher slurm --partition NAME")
     names = list(program_names) + (["torch"] if against == "torch" else [])

@@ -1,21 +1,35 @@
 // gpu_pipeline.h: the streamed host pipeline of the GPU programs (fa-cuda, fa-hip).
 //
-// The judge times the whole process, and on an H100 the device's start-up (about 0.3 s) costs
-// more than reading the largest input from the page cache (about 0.08 s). So:
+// The judge times the whole process, and on an H100 device start-up (about 0.16 to 0.23 s) and
+// the driver's teardown at exit (0.04 to 0.10 s) cost more than reading the largest course
+// input from the page cache (about 0.1 s). So every step that needs no device runs beside
+// those two, and the process's time is start-up + the device's own work + what exit leaves:
 //
-//   init thread     device start-up, device buffers, pinned output slots, streams, events
-//   reader thread   starts at once: reads chunks of whole batches (about kChunkBytes each)
-//                   into host slots while the device starts; inputs up to kPrefetchBytes are
-//                   read whole, larger ones through a ring of kRingSlots slots
-//   main thread     per chunk, on three streams so that copies overlap compute:
-//                     h2d stream:     slot -> device input buffer (2 buffers, alternating)
-//                     compute stream: the kernels of this chunk
-//                     d2h stream:     device output buffer (2, alternating) -> pinned output slot
-//                   events order the streams: a buffer is refilled only once its reader is done
-//   writer thread   writes each finished chunk to the temporary output, in order
+//   main thread      checks the input's header and the output's place, then starts:
+//   init thread      device start-up, the chosen kernels, device buffers, streams, events
+//   reader thread    at once: reads chunks of whole batches (about kChunkBytes each) into host
+//                    slots while the device starts; inputs up to kPrefetchBytes are read whole,
+//                    larger ones through a ring of kRingSlots slots
+//   populate thread  once the device is up: faults in the host output slots ahead of the main
+//                    thread, so that locking them is cheap
+//   main thread      per chunk, on three streams so that copies overlap compute:
+//                      h2d stream:     slot -> device input buffer (2 buffers, alternating)
+//                      compute stream: the kernels of this chunk
+//                      d2h stream:     device output buffer (2, alternating) -> host output slot
+//                    events order the streams: a buffer is refilled only once its reader is done
+//   watcher thread   waits for each chunk's copy back and says so to the writer
+//   writer thread    writes each copied chunk to the temporary output, in order
+//   release thread   once the last chunk is back on the host, releases the device (the
+//                    driver's teardown, which exit would otherwise do) while the writer
+//                    finishes and the output is committed
 //
-// Device memory holds 2 input chunks, 2 output chunks and the kernels' scratch for one
-// chunk, whatever B is. Host slots are registered (page-locked) lazily, once the device is up.
+// Device memory holds 2 input chunks, 2 output chunks and the kernels' scratch for one chunk,
+// whatever B is. Host memory: the input slots, and output slots that hold the whole output
+// up to kHeldOutputBytes (so the device never waits for the file system, and can be released
+// before the last write), a ring of kOutputRingSlots beyond. Host slots are plain anonymous
+// huge-page memory, page-locked (registered) at their first use once the device is up:
+// registering costs about 5 ms per 218 MB on an H100 host, where pinned allocations
+// (cudaMallocHost) cost 19 ms per 48 MB, and registered huge pages add nothing to exit.
 //
 // The pipeline is written once against an API traits type `Gpu` (CUDA or HIP) and a
 // `Kernels` type that launches the kernels of one chunk; both are described below.
@@ -38,15 +52,17 @@ namespace fa {
 constexpr int64_t kChunkBytes = 48ll << 20;      // input bytes per chunk (at least one batch)
 constexpr int64_t kPrefetchBytes = 3ll << 30;    // inputs up to this are read whole during init
 constexpr int kRingSlots = 4;                    // host input slots for larger inputs
-constexpr int kOutputSlots = 3;                  // pinned host output slots
+constexpr int64_t kHeldOutputBytes = 1ll << 30;  // outputs up to this are held whole on the host
+constexpr int kOutputRingSlots = 4;              // host output slots for larger outputs
 constexpr int kReadThreads = 8;                  // a chunk is read by this many threads at once
 
 // Gpu must provide (each call checks its own errors and fails with a one-line message):
 //   struct Gpu {
 //     using Stream = ...; using Event = ...;
+//     static void configure();                           // before any thread: settings read at start-up
 //     static DeviceInfo init();                          // start the device, say what it is
+//     static std::string release();                      // tear the device down; "" or what failed
 //     static void* device_alloc(size_t);
-//     static void* pinned_alloc(size_t);
 //     static void host_register(void*, size_t);
 //     static Stream stream(); static Event event();
 //     static void record(Event, Stream); static void wait(Stream, Event);
@@ -113,34 +129,75 @@ inline void read_parallel(int fd, char* dst, int64_t bytes, int64_t offset, cons
 
 // ------------------------------------------------------------------------- the pieces
 // The chunking of one input: whole batches, about kChunkBytes of input each; inputs up to
-// kPrefetchBytes get a host slot per chunk, larger ones a ring of kRingSlots.
+// kPrefetchBytes get a host slot per chunk, larger ones a ring of kRingSlots; outputs up to
+// kHeldOutputBytes a host slot per chunk, larger ones a ring of kOutputRingSlots.
 struct ChunkPlan {
-  int64_t B, batch_in, batch_out, per_chunk, chunks, slots;
+  int64_t B, batch_in, batch_out, per_chunk, chunks, slots, out_slots;
   size_t slot_bytes, out_slot_bytes;
   explicit ChunkPlan(const Shape& s)
       : B(s.B), batch_in(12 * s.batch_elements()), batch_out(4 * s.batch_elements()),
         per_chunk(std::max<int64_t>(1, std::min<int64_t>(s.B, kChunkBytes / batch_in))),
         chunks((s.B + per_chunk - 1) / per_chunk),
         slots(chunks * per_chunk * batch_in <= kPrefetchBytes ? chunks : std::min<int64_t>(chunks, kRingSlots)),
+        out_slots(chunks * per_chunk * batch_out <= kHeldOutputBytes ? chunks
+                                                                      : std::min<int64_t>(chunks, kOutputRingSlots)),
         slot_bytes((size_t)(per_chunk * batch_in)), out_slot_bytes((size_t)(per_chunk * batch_out)) {}
   int64_t batches_in(int64_t i) const { return std::min(per_chunk, B - i * per_chunk); }
 };
 
-// Host input slots: plain anonymous memory, so the reader can fill them before the device is
-// up; huge pages, because faulting in 4 KB pages one by one made the read the slowest stage.
-inline std::vector<char*> map_input_slots(const ChunkPlan& plan) {
-  std::vector<char*> slots(plan.slots);
+// Host slots: plain anonymous memory, so the reader can fill them before the device is up;
+// huge pages, because faulting in 4 KB pages one by one made the read the slowest stage, and
+// registered 4 KB pages cost the exit 0.07 s per 654 MB where huge pages cost nothing.
+inline std::vector<char*> map_slots(int64_t count, size_t bytes) {
+  std::vector<char*> slots(count);
   for (auto& p : slots) {
-    void* m = mmap(nullptr, plan.slot_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) fail(kExitFailure, "cannot allocate %zu bytes of host memory", plan.slot_bytes);
-    madvise(m, plan.slot_bytes, MADV_HUGEPAGE);
+    void* m = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) fail(kExitFailure, "cannot allocate %zu bytes of host memory", bytes);
+    madvise(m, bytes, MADV_HUGEPAGE);
     p = static_cast<char*>(m);
   }
   return slots;
 }
 
+// Populate thread: once the device is up, faults the output slots in, in order, ahead of the
+// main thread, so that locking them is cheap; the main thread locks slot i only once
+// `populated` says so, so no copy can land in a slot before its zeros. Not during start-up:
+// faulting in fresh memory slows the driver's start-up (at 60 x 32768 x 64, 2 GB faulted in
+// beside it delayed it by 0.03 to 0.06 s on the H100's host; the input must be read then, the
+// output need not be touched). A store per 4 KB page, not madvise's MADV_POPULATE_WRITE, which
+// holds the address space's lock and delayed start-up by 0.04 s by itself.
+inline void populate_slots(const std::vector<char*>& slots, size_t bytes, Progress& populated, Progress& init_done) {
+  init_done.wait_for(1);
+  for (char* slot : slots) {
+    for (size_t at = 0; at < bytes; at += 4096) static_cast<volatile char*>(slot)[at] = 0;
+    populated.advance();
+  }
+}
+
+// Host slots page-locked at their first use, once the device is up: the main thread locks each
+// slot just before its first copy, so that locking overlaps the copies and kernels before it.
+template <class Gpu>
+struct HostSlots {
+  std::vector<char*> slot;
+  std::vector<bool> registered;
+  size_t bytes;
+  HostSlots(int64_t count, size_t slot_bytes) : slot(map_slots(count, slot_bytes)), registered(count), bytes(slot_bytes) {}
+  // The slot of chunk i, locked; the seconds spent locking it are added to `seconds`.
+  char* locked(int64_t i, double& seconds) {
+    const size_t k = (size_t)(i % (int64_t)slot.size());
+    if (!registered[k]) {
+      const double t = now_seconds();
+      Gpu::host_register(slot[k], bytes);
+      seconds += now_seconds() - t;
+      registered[k] = true;
+    }
+    return slot[k];
+  }
+  char* operator[](int64_t i) const { return slot[(size_t)(i % (int64_t)slot.size())]; }
+};
+
 // What the init thread makes: the device, the chosen kernels, device buffers (2 input, 2
-// output, scratch), pinned output slots, the three streams and each chunk's events.
+// output, scratch), the three streams and each chunk's events.
 template <class Gpu, class Kernels>
 struct DeviceSide {
   using Stream = typename Gpu::Stream;
@@ -150,7 +207,6 @@ struct DeviceSide {
   void* dev_in[2] = {};
   void* dev_out[2] = {};
   void* scratch = nullptr;
-  std::vector<char*> host_out;
   Stream h2d_stream{}, compute_stream{}, d2h_stream{};
   std::vector<Event> h2d_start, h2d_end, k_start, k_end, d2h_start, d2h_end;
   double t_device = 0, t_kernels = 0;  // since start: device up, kernels chosen (FA_TIMING=2)
@@ -166,8 +222,6 @@ struct DeviceSide {
       dev_out[i] = Gpu::device_alloc(plan.out_slot_bytes);
     }
     if (size_t bytes = kernels->scratch_bytes(plan.per_chunk)) scratch = Gpu::device_alloc(bytes);
-    host_out.resize(kOutputSlots);
-    for (auto& p : host_out) p = static_cast<char*>(Gpu::pinned_alloc(plan.out_slot_bytes));
     h2d_stream = Gpu::stream(), compute_stream = Gpu::stream(), d2h_stream = Gpu::stream();
     for (auto* events : {&h2d_start, &h2d_end, &k_start, &k_end, &d2h_start, &d2h_end}) {
       events->resize(plan.chunks);
@@ -179,15 +233,24 @@ struct DeviceSide {
 
 // The threads' progress: each counter is advanced by one piece and waited on by others.
 struct PipelineProgress {
-  Progress read_done, init_done, submitted, written;
+  Progress read_done, populated, init_done, submitted, copied, written;
+};
+
+// When each step happened, in seconds since the start (FA_TIMING=2's trace).
+struct Trace {
+  std::vector<double> read, submit, copied, written;
+  double read_start = 0, init_done = 0, first_h2d = 0, released = 0, committed = 0;
+  std::string release_error;
+  explicit Trace(int64_t chunks) : read(chunks), submit(chunks), copied(chunks), written(chunks) {}
 };
 
 // Reader thread: fills slots in order; a reused slot waits until its last copy finished.
 template <class Gpu, class Kernels>
-void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, const std::vector<char*>& host_in,
-                 const DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress, Timing& timing,
-                 std::vector<double>& t_read, double started) {
+void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, const HostSlots<Gpu>& host_in,
+                 const DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress, Timing& timing, Trace& trace,
+                 double started) {
   const Shape& s = in.shape;
+  trace.read_start = now_seconds() - started;
   for (int64_t i = 0; i < plan.chunks; ++i) {
     if (i >= plan.slots) {
       progress.init_done.wait_for(1);
@@ -195,94 +258,107 @@ void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, c
       Gpu::sync(dev.h2d_end[i - plan.slots]);
     }
     const double t = now_seconds();
-    read_parallel(in.fd, host_in[i % plan.slots], plan.batches_in(i) * plan.batch_in,
-                  batch_offset(s, i * plan.per_chunk), path);
+    read_parallel(in.fd, host_in[i], plan.batches_in(i) * plan.batch_in, batch_offset(s, i * plan.per_chunk), path);
     timing.read += now_seconds() - t;
-    t_read[i] = now_seconds() - started;
+    trace.read[i] = now_seconds() - started;
     progress.read_done.advance();
   }
 }
 
-// Main thread: each chunk to the three streams, in order. Input slots are page-locked lazily,
-// at their first use, once the device is up.
+// Main thread: each chunk to the three streams, in order. Host slots are page-locked at their
+// first use (HostSlots::locked).
 template <class Gpu, class Kernels>
-void submit_chunks(const ChunkPlan& plan, const std::vector<char*>& host_in, DeviceSide<Gpu, Kernels>& dev,
-                   PipelineProgress& progress, Timing& timing, std::vector<double>& t_submit, double started) {
-  std::vector<bool> registered(plan.slots, false);
+void submit_chunks(const ChunkPlan& plan, HostSlots<Gpu>& host_in, HostSlots<Gpu>& host_out,
+                   DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress, Timing& timing, Trace& trace,
+                   double started) {
   for (int64_t i = 0; i < plan.chunks; ++i) {
-    const int64_t n = plan.batches_in(i), slot = i % plan.slots, buf = i % 2;
+    const int64_t n = plan.batches_in(i), buf = i % 2;
     progress.read_done.wait_for(i + 1);
-    if (!registered[slot]) {
-      const double t = now_seconds();
-      Gpu::host_register(host_in[slot], plan.slot_bytes);
-      timing.h2d += now_seconds() - t;  // page-locking the input is part of getting it to the device
-      registered[slot] = true;
-    }
+    const char* in = host_in.locked(i, timing.h2d);  // locking the input is part of getting it there
     if (i >= 2) Gpu::wait(dev.h2d_stream, dev.k_end[i - 2]);  // dev_in[buf] is free once kernel i-2 ran
     Gpu::record(dev.h2d_start[i], dev.h2d_stream);
-    Gpu::h2d(dev.dev_in[buf], host_in[slot], (size_t)(n * plan.batch_in), dev.h2d_stream);
+    Gpu::h2d(dev.dev_in[buf], in, (size_t)(n * plan.batch_in), dev.h2d_stream);
     Gpu::record(dev.h2d_end[i], dev.h2d_stream);
+    if (i == 0) trace.first_h2d = now_seconds() - started;
 
     Gpu::wait(dev.compute_stream, dev.h2d_end[i]);
     if (i >= 2) Gpu::wait(dev.compute_stream, dev.d2h_end[i - 2]);  // dev_out[buf] is free once copied back
     Gpu::record(dev.k_start[i], dev.compute_stream);
-    dev.kernels->launch(static_cast<const float*>(dev.dev_in[buf]), static_cast<float*>(dev.dev_out[buf]), dev.scratch,
-                        n, dev.compute_stream);
+    dev.kernels->launch(static_cast<const float*>(dev.dev_in[buf]),
+                        static_cast<float*>(dev.dev_out[buf]), dev.scratch, n, dev.compute_stream);
     Gpu::record(dev.k_end[i], dev.compute_stream);
 
-    if (i >= kOutputSlots) progress.written.wait_for(i - kOutputSlots + 1);  // pinned slot written out
+    if (i >= plan.out_slots) progress.written.wait_for(i - plan.out_slots + 1);  // ring slot written out
+    progress.populated.wait_for(std::min(i + 1, plan.out_slots));
+    char* out = host_out.locked(i, timing.d2h);
     Gpu::wait(dev.d2h_stream, dev.k_end[i]);
     Gpu::record(dev.d2h_start[i], dev.d2h_stream);
-    Gpu::d2h(dev.host_out[i % kOutputSlots], dev.dev_out[buf], (size_t)(n * plan.batch_out), dev.d2h_stream);
+    Gpu::d2h(out, dev.dev_out[buf], (size_t)(n * plan.batch_out), dev.d2h_stream);
     Gpu::record(dev.d2h_end[i], dev.d2h_stream);
-    t_submit[i] = now_seconds() - started;
+    trace.submit[i] = now_seconds() - started;
     progress.submitted.advance();
   }
 }
 
-// Writer thread: writes chunks in order once their copy back has finished.
+// Watcher thread: each chunk's copy back, in order. After the last one nothing waits on the
+// device any more, and the writer never calls it: the device can be released while it writes.
 template <class Gpu, class Kernels>
-void write_chunks(OutputFile& out, const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev,
-                  PipelineProgress& progress, Timing& timing, std::vector<double>& t_written, double started) {
+void watch_copies(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress,
+                  Trace& trace, double started) {
   for (int64_t i = 0; i < plan.chunks; ++i) {
     progress.submitted.wait_for(i + 1);
     Gpu::sync(dev.d2h_end[i]);
+    trace.copied[i] = now_seconds() - started;
+    progress.copied.advance();
+  }
+}
+
+// Writer thread: writes chunks in order once they are back on the host.
+template <class Gpu>
+void write_chunks(OutputFile& out, const ChunkPlan& plan, const HostSlots<Gpu>& host_out, PipelineProgress& progress,
+                  Timing& timing, Trace& trace, double started) {
+  for (int64_t i = 0; i < plan.chunks; ++i) {
+    progress.copied.wait_for(i + 1);
     const double t = now_seconds();
-    out.write(dev.host_out[i % kOutputSlots], plan.batches_in(i) * plan.batch_out);
+    out.write(host_out[i], plan.batches_in(i) * plan.batch_out);
     timing.write += now_seconds() - t;
-    t_written[i] = now_seconds() - started;
+    trace.written[i] = now_seconds() - started;
     progress.written.advance();
   }
 }
 
-// The device stages' times from the events, and FA_TIMING=2's trace: one line per chunk, when
-// it was read, submitted and written.
-struct Trace {
-  std::vector<double> read, submit, written;
-  double init_done = 0;
-  explicit Trace(int64_t chunks) : read(chunks), submit(chunks), written(chunks) {}
-};
-
+// The device stages' times from the events (before the device is released).
 template <class Gpu, class Kernels>
-void add_device_times(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, Timing& timing) {
+void add_device_times(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, Timing& timing,
+                      std::vector<float>& kernel_ms) {
   for (int64_t i = 0; i < plan.chunks; ++i) {
     timing.h2d += Gpu::elapsed_ms(dev.h2d_start[i], dev.h2d_end[i]) / 1e3;
-    timing.kernel += Gpu::elapsed_ms(dev.k_start[i], dev.k_end[i]) / 1e3;
+    kernel_ms[i] = Gpu::elapsed_ms(dev.k_start[i], dev.k_end[i]);
+    timing.kernel += kernel_ms[i] / 1e3;
     timing.d2h += Gpu::elapsed_ms(dev.d2h_start[i], dev.d2h_end[i]) / 1e3;
   }
 }
 
+// FA_TIMING=2: when each step happened, so that the overlaps can be seen.
 template <class Gpu, class Kernels>
-void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, const Trace& trace, double started) {
+void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, const Trace& trace,
+                 const std::vector<float>& kernel_ms, double started) {
   const char* level = std::getenv("FA_TIMING");
   if (!level || std::strcmp(level, "2") != 0) return;
   std::fprintf(stderr, "fa-trace: started at %.4f s of the monotonic clock\n", started);
+  std::fprintf(stderr, "fa-trace: read started at %.4f s, input read at %.4f s\n", trace.read_start,
+               trace.read[plan.chunks - 1]);
   std::fprintf(stderr, "fa-trace: device up at %.4f s, kernels chosen at %.4f s, buffers ready at %.4f s\n",
                dev.t_device, dev.t_kernels, trace.init_done);
-  std::fprintf(stderr, "fa-trace: %lld chunks of %lld batches\n", (long long)plan.chunks, (long long)plan.per_chunk);
+  std::fprintf(stderr, "fa-trace: first h2d at %.4f s, last chunk copied back at %.4f s\n", trace.first_h2d,
+               trace.copied[plan.chunks - 1]);
+  std::fprintf(stderr, "fa-trace: %lld chunks of %lld batches; host output slots %lld\n", (long long)plan.chunks,
+               (long long)plan.per_chunk, (long long)plan.out_slots);
   for (int64_t i = 0; i < plan.chunks; ++i)
-    std::fprintf(stderr, "fa-trace: chunk %lld read %.4f submitted %.4f written %.4f kernel %.2f ms\n", (long long)i,
-                 trace.read[i], trace.submit[i], trace.written[i], Gpu::elapsed_ms(dev.k_start[i], dev.k_end[i]));
+    std::fprintf(stderr, "fa-trace: chunk %lld read %.4f submitted %.4f copied %.4f written %.4f kernel %.2f ms\n",
+                 (long long)i, trace.read[i], trace.submit[i], trace.copied[i], trace.written[i], kernel_ms[i]);
+  std::fprintf(stderr, "fa-trace: output committed at %.4f s, device released at %.4f s%s%s\n", trace.committed,
+               trace.released, trace.release_error.empty() ? "" : ": ", trace.release_error.c_str());
   std::fprintf(stderr, "fa-trace: exiting at %.4f s\n", now_seconds() - started);
 }
 
@@ -295,35 +371,51 @@ int run_pipeline(int argc, char** argv) {
   }
   parse_args(argc, argv);
   const double started = now_seconds();
+  Gpu::configure();
   Timing timing;
-  const InputFile in = open_input(argv[1]);
+  const InputFile in = open_input(argv[1]);  // validated before the device is touched
   OutputFile out(argv[2], in);
   const ChunkPlan plan(in.shape);
-  const std::vector<char*> host_in = map_input_slots(plan);
+  HostSlots<Gpu> host_in(plan.slots, plan.slot_bytes), host_out(plan.out_slots, plan.out_slot_bytes);
   DeviceSide<Gpu, Kernels> dev;
   PipelineProgress progress;
   Trace trace(plan.chunks);
 
   std::thread init([&] { dev.start(in.shape, plan, started, timing); });
-  std::thread reader([&] { read_chunks(in, argv[1], plan, host_in, dev, progress, timing, trace.read, started); });
+  std::thread reader([&] { read_chunks(in, argv[1], plan, host_in, dev, progress, timing, trace, started); });
+  std::thread populate([&] { populate_slots(host_out.slot, host_out.bytes, progress.populated, progress.init_done); });
+  std::thread writer([&] { write_chunks(out, plan, host_out, progress, timing, trace, started); });
   init.join();
   trace.init_done = now_seconds() - started;
   progress.init_done.advance();
   timing.arch = dev.device.arch;
   timing.device = dev.device.name;
-  std::thread writer([&] { write_chunks(out, plan, dev, progress, timing, trace.written, started); });
-  submit_chunks(plan, host_in, dev, progress, timing, trace.submit, started);
+  std::thread watcher([&] { watch_copies(plan, dev, progress, trace, started); });
+  submit_chunks(plan, host_in, host_out, dev, progress, timing, trace, started);
   reader.join();
+  populate.join();
+  watcher.join();  // every chunk is back on the host: the device's part is done
+
+  std::vector<float> kernel_ms(plan.chunks);
+  add_device_times(plan, dev, timing, kernel_ms);
+  timing.impl = dev.kernels->name();  // after the run: a kernel may have handed chunks to another
+  std::thread release([&] {
+    trace.release_error = Gpu::release();
+    trace.released = now_seconds() - started;
+  });
   writer.join();
   out.commit();
-
-  add_device_times(plan, dev, timing);
-  timing.impl = dev.kernels->name();  // after the run: a kernel may have handed chunks to another
+  trace.committed = now_seconds() - started;
+  release.join();
+  // The output is complete and in place: a device that would not come down cleanly changes
+  // nothing in it, so that is a warning, not a failure.
+  if (!trace.release_error.empty())
+    std::fprintf(stderr, "%s: warning: releasing the device: %s\n", program_name(), trace.release_error.c_str());
   timing.total = now_seconds() - started;
   timing.print_if_asked();
-  print_trace(plan, dev, trace, started);
-  // Leave without the runtime's teardown: unpinning and freeing about a gigabyte took the
-  // driver 0.1 s or more; the operating system reclaims all of it at exit anyway.
+  print_trace(plan, dev, trace, kernel_ms, started);
+  // Leave without the runtime's own teardown (the device is released already); the operating
+  // system reclaims the host memory at exit anyway.
   std::fflush(nullptr);
   std::_Exit(0);
 }

@@ -12,6 +12,10 @@ inline std::string hip_device_arch(const hipDeviceProp_t& p) {
   std::string arch = p.gcnArchName;  // "gfx90a:sramecc+:xnack-" -> "gfx90a"
   return arch.substr(0, arch.find(':'));
 }
+// Start-up settings: none on AMD. ROCm's counterpart of CUDA's hardware work queues
+// (GPU_MAX_HW_QUEUES) may shorten its start-up the same way, but no AMD GPU was at hand to
+// measure it, so ROCm's default stays.
+inline void hip_platform_configure() {}
 #endif
 
 #include "../src_common/gpu_pipeline.h"
@@ -53,6 +57,7 @@ struct HipApi {
   using Stream = hipStream_t;
   using Event = hipEvent_t;
 
+  static void configure() { hip_platform_configure(); }
   static DeviceInfo init() {
     int count = 0;
     hipError_t err = hipGetDeviceCount(&count);
@@ -70,10 +75,12 @@ struct HipApi {
       fail(kExitFailure, "cannot allocate %zu bytes of GPU memory (one chunk of batches)", bytes);
     return p;
   }
-  static void* pinned_alloc(size_t bytes) {
-    void* p = nullptr;
-    HIP_CHECK(hipHostMalloc(&p, bytes, hipHostMallocDefault));
-    return p;
+  // The runtime's teardown, done here (on the release thread) rather than at exit. The thread
+  // names its device first, as CUDA needs (cuda_api.cuh).
+  static std::string release() {
+    hipError_t err = hipSetDevice(0);
+    if (err == hipSuccess) err = hipDeviceReset();
+    return err == hipSuccess ? "" : hipGetErrorString(err);
   }
   static void host_register(void* p, size_t bytes) { HIP_CHECK(hipHostRegister(p, bytes, hipHostRegisterDefault)); }
   static Stream stream() {

@@ -5,6 +5,7 @@
 // Used only when the .hip file is compiled by nvcc; hipcc builds for AMD never see it.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 
 #include <cuda_runtime.h>
@@ -18,7 +19,6 @@ using hipFuncAttributes = cudaFuncAttributes;
 constexpr hipError_t hipSuccess = cudaSuccess;
 constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
 constexpr unsigned hipHostRegisterDefault = cudaHostRegisterDefault;
-constexpr unsigned hipHostMallocDefault = cudaHostAllocDefault;
 constexpr cudaMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
 constexpr cudaMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 
@@ -29,7 +29,7 @@ inline hipError_t hipSetDevice(int d) { return cudaSetDevice(d); }
 inline hipError_t hipFree(void* p) { return cudaFree(p); }
 inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* p, int d) { return cudaGetDeviceProperties(p, d); }
 inline hipError_t hipMalloc(void** p, size_t n) { return cudaMalloc(p, n); }
-inline hipError_t hipHostMalloc(void** p, size_t n, unsigned flags) { return cudaHostAlloc(p, n, flags); }
+inline hipError_t hipDeviceReset() { return cudaDeviceReset(); }
 inline hipError_t hipHostRegister(void* p, size_t n, unsigned flags) { return cudaHostRegister(p, n, flags); }
 inline hipError_t hipStreamCreateWithFlags(hipStream_t* s, unsigned flags) { return cudaStreamCreateWithFlags(s, flags); }
 inline hipError_t hipEventCreate(hipEvent_t* e) { return cudaEventCreate(e); }
@@ -46,6 +46,9 @@ inline hipError_t hipFuncGetAttributes(hipFuncAttributes* a, F f) { return cudaF
 // The shared kernel's primitives, as hip_api.h defines them for AMD: nvcc's, as the CUDA
 // program has them.
 #include "../src_cuda/kernel_primitives.cuh"
+
+// Start-up settings: those of fa-cuda (src_cuda/cuda_api.cuh's configure: one hardware work queue).
+inline void hip_platform_configure() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 0); }
 
 // The device's architecture as HIP names it on AMD (gcnArchName); here the CUDA sm_XY name.
 inline std::string hip_device_arch(const hipDeviceProp_t& p) {

@@ -70,6 +70,24 @@ def test_programs_take_turns_and_inputs_are_flushed(cpu_program, tmp_path, monke
     assert all(r["passed"] and r["repeats"] == 3 and not r.get("control") for r in records)
 
 
+def test_every_run_starts_without_an_old_output_and_after_a_sync(cpu_program, tmp_path, monkeypatch):
+    """No run pays for removing the previous run's output or competes with its write-back."""
+    from fa_cli import judge, programs
+    log = tmp_path / "existed.log"
+    program = tmp_path / "P"
+    program.write_text(f"#!/bin/sh\n[ -e \"$2\" ] && echo existed >> {log} || echo fresh >> {log}\n"
+                       f"exec {programs.named('cpu').path} \"$@\"\n")
+    program.chmod(program.stat().st_mode | stat.S_IEXEC)
+    syncs = []
+    real_sync = bench.os.sync
+    monkeypatch.setattr(bench.os, "sync", lambda: (syncs.append(1), real_sync()))
+    plan = bench.BenchPlan([programs.resolve(str(program))], [judge.target_for("t01")], repeats=3)
+    records = bench.run_bench(plan, tmp_path / "r.json")
+    assert log.read_text().split() == ["fresh"] * 4  # warm-up and three timed runs
+    assert len(syncs) == 4
+    assert records[0]["passed"]  # the last run's output is still there to verify
+
+
 def test_a_program_given_twice_is_an_a_a_control_row(cpu_program, tmp_path):
     out = tmp_path / "r.json"
     proc = fa("bench", "--program", "cpu", "--control", "--suite", "t01", "--repeat", 2, "-o", out, cwd=tmp_path)

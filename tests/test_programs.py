@@ -4,6 +4,7 @@ stress distributions, a long sequence, inputs spanning several chunks, the shipp
 timing line and the softmax sum at N = 32768; then what only the GPU programs have: the
 tensor-core range fallback, kernels and ports agreeing."""
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -143,6 +144,45 @@ def timing_line(program, inp, out, env):
     proc = subprocess.run([str(program), str(inp), str(out)], capture_output=True, text=True, check=True,
                           env={**env, "FA_TIMING": "1"})
     return dict(item.split("=", 1) for item in proc.stderr.split("fa-timing:")[1].split())
+
+
+def trace_of(stderr: str) -> dict:
+    """FA_TIMING=2's lines as numbers: the run's marks, and per chunk (read, submitted, copied,
+    written)."""
+    number = r"([\d.]+)"
+    marks = {}
+    for key, pattern in {"read_start": f"read started at {number}", "device_up": f"device up at {number}",
+                         "buffers": f"buffers ready at {number}", "first_h2d": f"first h2d at {number}",
+                         "copied": f"last chunk copied back at {number}", "committed": f"committed at {number}",
+                         "released": f"device released at {number} s$", "exiting": f"exiting at {number}"}.items():
+        found = re.search(pattern, stderr, re.MULTILINE)
+        assert found, f"no '{pattern}' in:\n{stderr}"
+        marks[key] = float(found.group(1))
+    marks["chunks"] = [tuple(map(float, m)) for m in re.findall(
+        rf"chunk \d+ read {number} submitted {number} copied {number} written {number}", stderr)]
+    return marks
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("target", ["cuda", "hip-cuda"])
+def test_trace_shows_the_overlap_and_the_device_released_before_the_end(tmp_path, target):
+    """FA_TIMING=2 on a three-chunk input: the read starts before the device is up, each chunk
+    is read, submitted, copied back and written in that order, the device is released without a
+    warning once the last chunk is back, and the output, committed after the last write, is right."""
+    program = build(target)
+    shape = Shape(600, 256, 64)  # 118 MB of input: three chunks of 48 MB
+    inp, out = tmp_path / "x.in", tmp_path / "o.out"
+    generate.write_input(inp, shape, 5)
+    proc = subprocess.run([str(program), str(inp), str(out)], capture_output=True, text=True, check=True,
+                          env={**os.environ, "FA_TIMING": "2"})
+    assert "warning" not in proc.stderr
+    t = trace_of(proc.stderr)
+    assert t["read_start"] < t["device_up"] <= t["buffers"] <= t["first_h2d"] <= t["copied"]
+    assert len(t["chunks"]) == 3
+    assert all(read <= submitted <= copied <= written for read, submitted, copied, written in t["chunks"])
+    assert t["copied"] == max(c[2] for c in t["chunks"]) <= t["released"] <= t["exiting"]
+    assert max(c[3] for c in t["chunks"]) <= t["committed"] <= t["exiting"]
+    assert verify.against_reference(AttentionInput(inp), open_output(out, shape), TOL).passed
 
 
 def hopper_program() -> Path:

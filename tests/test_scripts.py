@@ -1,13 +1,17 @@
 """The measurement scripts' own logic (no GPU): docs/kernels.md sections and SASS counting, on a
-real cuobjdump listing of the split pass captured from an sm_90 build."""
+real cuobjdump listing of the split pass captured from an sm_90 build; the start-up floor's
+phases from the programs' FA_TIMING=2 lines."""
 import re
 import sys
+
+import pytest
 
 from helpers import DATA, ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import kernel_docs  # noqa: E402
 import sass_stats  # noqa: E402
+import startup_floor  # noqa: E402
 
 
 def test_a_section_is_replaced_in_place_and_the_rest_kept():
@@ -60,3 +64,18 @@ def test_a_real_listing_counts_every_instruction_line():
     usage = sass_stats.resource_usage((DATA / "cuobjdump-res-usage-sm90.txt").read_text())
     assert usage["_ZN2fa8split_kvEPKfP6__halfllPiPVi"] == {"REG": 28, "STACK": 0}
     assert len(usage) == 7
+
+
+def test_floor_phases_are_seconds_since_the_spawn_and_exit_is_what_follows_the_last_line():
+    floor = startup_floor.phases("context-only: started at 100.010000, context at 0.150000 s\n", 100.0, 100.25)
+    assert floor == pytest.approx({"main": 0.01, "device": 0.16, "last": 0.16, "exit": 0.09})
+    trace = ("fa-trace: started at 50.002 s of the monotonic clock\n"
+             "fa-trace: read started at 0.0003 s, input read at 0.0900 s\n"
+             "fa-trace: device up at 0.1600 s, kernels chosen at 0.1650 s, buffers ready at 0.1660 s\n"
+             "fa-trace: first h2d at 0.1670 s, last chunk copied back at 0.2000 s\n"
+             "fa-trace: output committed at 0.2600 s, device released at 0.2500 s\n"
+             "fa-trace: exiting at 0.2610 s\n")
+    fa = startup_floor.phases(trace, 50.0, 50.32)
+    assert fa == pytest.approx({"main": 0.002, "device": 0.162, "copied": 0.202, "committed": 0.262,
+                                "released": 0.252, "last": 0.263, "exit": 0.057})
+    assert startup_floor.phases("no trace here", 0.0, 1.0) == {}
