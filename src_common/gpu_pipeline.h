@@ -40,7 +40,9 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sys/mman.h>
@@ -115,6 +117,17 @@ class Progress {
   int64_t count_ = 0;
 };
 
+// Every thread of the pipeline starts here: a system that will not start one (a process limit)
+// is a one-line error, not std::terminate's abort, which would leave a named temporary output.
+template <class F>
+std::thread start_thread(F&& body) {
+  try {
+    return std::thread(std::forward<F>(body));
+  } catch (const std::system_error& e) {
+    fail(kExitFailure, "cannot start a thread: %s", e.what());
+  }
+}
+
 // Reads [offset, offset + bytes) with kReadThreads threads: copying out of the page cache and
 // faulting in fresh pages both scale with cores.
 inline void read_parallel(int fd, char* dst, int64_t bytes, int64_t offset, const char* path) {
@@ -122,7 +135,7 @@ inline void read_parallel(int fd, char* dst, int64_t bytes, int64_t offset, cons
   std::vector<std::thread> threads;
   for (int64_t start = 0; start < bytes; start += part) {
     const int64_t n = std::min(part, bytes - start);
-    threads.emplace_back([=] { read_exact(fd, dst + start, n, offset + start, path); });
+    threads.push_back(start_thread([=] { read_exact(fd, dst + start, n, offset + start, path); }));
   }
   for (auto& t : threads) t.join();
 }
@@ -381,16 +394,17 @@ int run_pipeline(int argc, char** argv) {
   PipelineProgress progress;
   Trace trace(plan.chunks);
 
-  std::thread init([&] { dev.start(in.shape, plan, started, timing); });
-  std::thread reader([&] { read_chunks(in, argv[1], plan, host_in, dev, progress, timing, trace, started); });
-  std::thread populate([&] { populate_slots(host_out.slot, host_out.bytes, progress.populated, progress.init_done); });
-  std::thread writer([&] { write_chunks(out, plan, host_out, progress, timing, trace, started); });
+  std::thread init = start_thread([&] { dev.start(in.shape, plan, started, timing); });
+  std::thread reader = start_thread([&] { read_chunks(in, argv[1], plan, host_in, dev, progress, timing, trace, started); });
+  std::thread populate = start_thread([&] { populate_slots(host_out.slot, host_out.bytes, progress.populated,
+                                                           progress.init_done); });
+  std::thread writer = start_thread([&] { write_chunks(out, plan, host_out, progress, timing, trace, started); });
   init.join();
   trace.init_done = now_seconds() - started;
   progress.init_done.advance();
   timing.arch = dev.device.arch;
   timing.device = dev.device.name;
-  std::thread watcher([&] { watch_copies(plan, dev, progress, trace, started); });
+  std::thread watcher = start_thread([&] { watch_copies(plan, dev, progress, trace, started); });
   submit_chunks(plan, host_in, host_out, dev, progress, timing, trace, started);
   reader.join();
   populate.join();
@@ -399,7 +413,7 @@ int run_pipeline(int argc, char** argv) {
   std::vector<float> kernel_ms(plan.chunks);
   add_device_times(plan, dev, timing, kernel_ms);
   timing.impl = dev.kernels->name();  // after the run: a kernel may have handed chunks to another
-  std::thread release([&] {
+  std::thread release = start_thread([&] {
     trace.release_error = Gpu::release();
     trace.released = now_seconds() - started;
   });
