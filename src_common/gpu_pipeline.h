@@ -252,9 +252,11 @@ struct PipelineProgress {
 // When each step happened, in seconds since the start (FA_TIMING=2's trace).
 struct Trace {
   std::vector<double> read, submit, copied, written;
+  std::vector<float> kernel_ms;  // each chunk's kernels, from the events (add_device_times)
   double read_start = 0, init_done = 0, first_h2d = 0, released = 0, committed = 0;
   std::string release_error;
-  explicit Trace(int64_t chunks) : read(chunks), submit(chunks), copied(chunks), written(chunks) {}
+  explicit Trace(int64_t chunks)
+      : read(chunks), submit(chunks), copied(chunks), written(chunks), kernel_ms(chunks) {}
 };
 
 // Reader thread: fills slots in order; a reused slot waits until its last copy finished.
@@ -297,8 +299,8 @@ void submit_chunks(const ChunkPlan& plan, HostSlots<Gpu>& host_in, HostSlots<Gpu
     Gpu::wait(dev.compute_stream, dev.h2d_end[i]);
     if (i >= 2) Gpu::wait(dev.compute_stream, dev.d2h_end[i - 2]);  // dev_out[buf] is free once copied back
     Gpu::record(dev.k_start[i], dev.compute_stream);
-    dev.kernels->launch(static_cast<const float*>(dev.dev_in[buf]),
-                        static_cast<float*>(dev.dev_out[buf]), dev.scratch, n, dev.compute_stream);
+    dev.kernels->launch(static_cast<const float*>(dev.dev_in[buf]), static_cast<float*>(dev.dev_out[buf]), dev.scratch,
+                        n, dev.compute_stream);
     Gpu::record(dev.k_end[i], dev.compute_stream);
 
     if (i >= plan.out_slots) progress.written.wait_for(i - plan.out_slots + 1);  // ring slot written out
@@ -342,20 +344,18 @@ void write_chunks(OutputFile& out, const ChunkPlan& plan, const HostSlots<Gpu>& 
 
 // The device stages' times from the events (before the device is released).
 template <class Gpu, class Kernels>
-void add_device_times(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, Timing& timing,
-                      std::vector<float>& kernel_ms) {
+void add_device_times(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, Timing& timing, Trace& trace) {
   for (int64_t i = 0; i < plan.chunks; ++i) {
     timing.h2d += Gpu::elapsed_ms(dev.h2d_start[i], dev.h2d_end[i]) / 1e3;
-    kernel_ms[i] = Gpu::elapsed_ms(dev.k_start[i], dev.k_end[i]);
-    timing.kernel += kernel_ms[i] / 1e3;
+    trace.kernel_ms[i] = Gpu::elapsed_ms(dev.k_start[i], dev.k_end[i]);
+    timing.kernel += trace.kernel_ms[i] / 1e3;
     timing.d2h += Gpu::elapsed_ms(dev.d2h_start[i], dev.d2h_end[i]) / 1e3;
   }
 }
 
 // FA_TIMING=2: when each step happened, so that the overlaps can be seen.
 template <class Gpu, class Kernels>
-void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, const Trace& trace,
-                 const std::vector<float>& kernel_ms, double started) {
+void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, const Trace& trace, double started) {
   const char* level = std::getenv("FA_TIMING");
   if (!level || std::strcmp(level, "2") != 0) return;
   std::fprintf(stderr, "fa-trace: started at %.4f s of the monotonic clock\n", started);
@@ -369,7 +369,7 @@ void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, con
                (long long)plan.per_chunk, (long long)plan.out_slots);
   for (int64_t i = 0; i < plan.chunks; ++i)
     std::fprintf(stderr, "fa-trace: chunk %lld read %.4f submitted %.4f copied %.4f written %.4f kernel %.2f ms\n",
-                 (long long)i, trace.read[i], trace.submit[i], trace.copied[i], trace.written[i], kernel_ms[i]);
+                 (long long)i, trace.read[i], trace.submit[i], trace.copied[i], trace.written[i], trace.kernel_ms[i]);
   std::fprintf(stderr, "fa-trace: output committed at %.4f s, device released at %.4f s%s%s\n", trace.committed,
                trace.released, trace.release_error.empty() ? "" : ": ", trace.release_error.c_str());
   std::fprintf(stderr, "fa-trace: exiting at %.4f s\n", now_seconds() - started);
@@ -410,8 +410,7 @@ int run_pipeline(int argc, char** argv) {
   populate.join();
   watcher.join();  // every chunk is back on the host: the device's part is done
 
-  std::vector<float> kernel_ms(plan.chunks);
-  add_device_times(plan, dev, timing, kernel_ms);
+  add_device_times(plan, dev, timing, trace);
   timing.impl = dev.kernels->name();  // after the run: a kernel may have handed chunks to another
   std::thread release = start_thread([&] {
     trace.release_error = Gpu::release();
@@ -427,7 +426,7 @@ int run_pipeline(int argc, char** argv) {
     std::fprintf(stderr, "%s: warning: releasing the device: %s\n", program_name(), trace.release_error.c_str());
   timing.total = now_seconds() - started;
   timing.print_if_asked();
-  print_trace(plan, dev, trace, kernel_ms, started);
+  print_trace(plan, dev, trace, started);
   // Leave without the runtime's own teardown (the device is released already); the operating
   // system reclaims the host memory at exit anyway.
   std::fflush(nullptr);
