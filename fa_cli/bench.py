@@ -1,13 +1,17 @@
 """fa bench: time programs on inputs, side by side, into a results file that survives a crash.
 
-For each input: it is flushed to disk, then each program runs once to warm up, then `repeats`
-rounds in which every program runs once, in turn, each round starting one program later (A B,
-B A, ...), so that the order of --program options cannot change the table. Every run starts
+For each input: it is flushed to disk, then each program runs once to warm up, then rounds in
+which every program runs once, in turn, each round starting one program later (A B, B A, ...),
+so that the order of --program options cannot change the table. `repeats` rounds if given;
+otherwise as many as it takes (MIN_ROUNDS to MAX_ROUNDS) for every program's whole-process
+median to be known within `precision` (its 95% confidence interval, from order statistics): on
+an H100 single runs spread over about +-10% (the driver's start-up), so five runs leave a median
+uncertain by more than the 3% that two programs may differ by, and about 40 do not. Every run starts
 from the same state (settle): no output left by the run before, whose removal a program would
 pay for (7 ms for 218 MB still in the page cache, 50 ms once written to disk, on the H100's
 host), and nothing left to write back that could compete with it. A program given twice is an
 A/A control row: the spread that ratios between programs must exceed.
-Per (program, input): the median and the spread of the wall time, the medians of the program's
+Per (program, input): the median of the wall time with its 95% interval, the spread, the medians of the program's
 own FA_TIMING stages, TFLOP/s (4*B*N*N*d) over the kernel time and over the whole process, the
 max error of the last run's output (sampled verification), and where it ran: device, host,
 program build (kernel and arch), date and command line.
@@ -17,6 +21,7 @@ loses nothing already measured, and an existing file is extended, not replaced.
 """
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import tempfile
@@ -31,11 +36,17 @@ from .programs import Launcher, Program, run
 from .suite import Target
 
 
+MIN_ROUNDS = 5
+MAX_ROUNDS = 60
+DEFAULT_PRECISION = 0.02  # half the 95% interval of a median, over the median
+
+
 @dataclass
 class BenchPlan:
     programs: list[Program]
     targets: list[Target]
-    repeats: int = 5
+    repeats: int | None = None  # timed rounds; None: until every median is known within `precision`
+    precision: float = DEFAULT_PRECISION
     check: verify.RowCheck = verify.RowCheck(sample=verify.DEFAULT_SAMPLE_ROWS)
     tol: float = verify.COURSE_TOL  # `passed` means every checked value within this
     launcher: Launcher | None = None
@@ -66,6 +77,38 @@ def settle(output: Path) -> None:
     os.sync()
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A confidence interval of the median that assumes no distribution: the order statistics
+    x(k) and x(n+1-k), k the largest with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2, and
+    at least 1 (for n < 6 that is the whole range, and covers less than `confidence`)."""
+    xs = sorted(values)
+    n, k, below = len(xs), 1, 0.0
+    for j in range(n):
+        below += math.comb(n, j) / 2 ** n
+        if below > (1 - confidence) / 2:
+            break
+        k = j + 1
+    return xs[k - 1], xs[n - k]
+
+
+def uncertainty(values: list[float]) -> float:
+    """Half the median's 95% interval, over the median."""
+    lo, hi = median_interval(values)
+    return (hi - lo) / 2 / statistics.median(values)
+
+
+def enough_rounds(plan: BenchPlan, walls: list[list[float]], errors: list[str | None], rounds: int) -> bool:
+    """After `rounds` timed rounds: `repeats` of them, or every median known within `precision`."""
+    timed = [w for w, e in zip(walls, errors) if not e]
+    if not timed:
+        return True  # every program failed
+    if plan.repeats is not None:
+        return rounds >= plan.repeats
+    if rounds < MIN_ROUNDS:
+        return False
+    return rounds >= MAX_ROUNDS or all(uncertainty(w) <= plan.precision for w in timed)
+
+
 def order_of(repeat: int, count: int) -> list[int]:
     """The programs' order in one repeat: each repeat starts one program later (A B, B A, A B
     ...), so no program is always first after the input was read or the GPU idled."""
@@ -74,8 +117,8 @@ def order_of(repeat: int, count: int) -> list[int]:
 
 def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Target, workdir: Path,
                          controls: frozenset[int] = frozenset()) -> list[dict]:
-    """One warm-up run of each program, then `repeats` rounds in which every program runs once,
-    interleaved (order_of); one result record per program. `controls`: the indices of programs
+    """One warm-up run of each program, then rounds in which every program runs once, interleaved
+    (order_of), until enough_rounds; one result record per program. `controls`: the indices of programs
     that repeat an earlier one (an A/A row, marked `control` in its record)."""
     flush_to_disk(target.input_path)
     count = len(programs)
@@ -84,7 +127,8 @@ def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Targe
     stages: list[dict[str, list[float]]] = [{} for _ in programs]
     builds: list[dict] = [{} for _ in programs]
     errors: list[str | None] = [None] * count
-    for repeat in range(plan.repeats + 1):
+    repeat = 0  # round 0 is the warm-up: page cache, driver, JIT
+    while True:
         for i in order_of(repeat, count):
             if errors[i]:
                 continue
@@ -92,11 +136,14 @@ def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Targe
             result = run(programs[i], target.input_path, outs[i], plan.launcher, env=plan.env)
             if result.error:
                 errors[i] = result.error
-            elif repeat > 0:  # repeat 0 is the warm-up: page cache, driver, JIT
+            elif repeat > 0:
                 walls[i].append(result.wall_s)
                 builds[i] = result.build
                 for key, value in result.timing.items():
                     stages[i].setdefault(key, []).append(value)
+        if repeat > 0 and enough_rounds(plan, walls, errors, repeat) or all(errors):
+            break
+        repeat += 1
     return [summarize(plan, programs[i], target, outs[i], walls[i], stages[i], builds[i], errors[i], i in controls)
             for i in range(count)]
 
@@ -113,7 +160,8 @@ def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path,
     timing = {k: statistics.median(v) for k, v in stages.items()}
     wall = statistics.median(walls)
     record.update(
-        wall_s={"median": wall, "min": min(walls), "max": max(walls), "all": walls},
+        wall_s={"median": wall, "ci95": list(median_interval(walls)), "min": min(walls), "max": max(walls),
+                "all": walls},
         timing=timing,
         tflops_process=target.shape.flops / wall / 1e12,
         tflops_kernel=target.shape.flops / timing["kernel"] / 1e12 if timing.get("kernel") else None,
@@ -125,7 +173,7 @@ def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path,
 
 
 def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) -> dict:
-    """Warm-up plus `repeats` runs of one program on one input; one result record."""
+    """Warm-up plus timed runs of one program on one input (enough_rounds); one result record."""
     return measure_side_by_side(plan, [program], target, workdir)[0]
 
 
@@ -151,8 +199,10 @@ def control_ratios(records_: list[dict]) -> list[str]:
                       and not o.get("control") and not o.get("error")), None)
         if first:
             ratio = r["wall_s"]["median"] / first["wall_s"]["median"]
+            known = " and ".join(f"+-{uncertainty(x['wall_s']['all']):.1%}" for x in (r, first))
             lines.append(f"A/A control {r['program']} on {r['input']}: whole process {r['wall_s']['median']:.3f} s "
-                         f"against {first['wall_s']['median']:.3f} s, ratio {ratio:.3f}")
+                         f"against {first['wall_s']['median']:.3f} s, ratio {ratio:.3f} "
+                         f"({r['repeats']} runs each; medians known within {known}, 95%)")
     return lines
 
 

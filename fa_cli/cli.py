@@ -308,8 +308,14 @@ def parse_shape(text: str) -> Shape:
               help="Suite cases: --suite for all of t01..t30, --suite c for the course's c01..c30, "
                    "or a list such as --suite t01,c21.")
 @click.option("--shape", "shapes", multiple=True, help="B,N,d of a seeded uniform input; repeatable.")
-@click.option("--repeat", "repeats", type=click.IntRange(min=1), default=5, show_default=True,
-              help="Timed whole-process runs per program and input, after one warm-up; the median counts.")
+@click.option("--repeat", "repeats", type=click.IntRange(min=1), default=None,
+              help="Timed whole-process runs per program and input, after one warm-up; the median counts. "
+                   f"Default: as many as it takes ({bench.MIN_ROUNDS} to {bench.MAX_ROUNDS}) for every median to "
+                   "be known within --precision.")
+@click.option("--precision", type=click.FloatRange(min=0.001, max=0.5), default=bench.DEFAULT_PRECISION,
+              show_default=True,
+              help="Without --repeat: run until half the 95% interval of every whole-process median is at most "
+                   "this fraction of it.")
 @click.option("--against", type=click.Choice(["torch"]), help="Add PyTorch SDPA fp32 on the same inputs.")
 @click.option("--label", help="Name these runs in comparisons (default: the program's name).")
 @click.option("--control", is_flag=True,
@@ -319,9 +325,9 @@ def parse_shape(text: str) -> Shape:
               help="Results file (JSON); extended if it exists.")
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
-def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, control, results, launcher, partition,
-              gres, srun_args, slurm_array) -> None:
-    """Time programs on inputs: whole process (median of repeats), stages, TFLOP/s, error.
+def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, label, control, results, launcher,
+              partition, gres, srun_args, slurm_array) -> None:
+    """Time programs on inputs: whole process (median of repeats, with its 95% interval), stages, TFLOP/s, error.
 
     Each input is flushed to disk first; the programs then take turns, one run each per round,
     each round starting one program later, so the order of --program options cannot change the
@@ -339,7 +345,8 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, against, label, contr
     progs = [program_for(n) for n in names]
     targets = targets_for(wanted, sizes)
     runner = make_launcher(launcher, partition, gres, srun_args)
-    plan = bench.BenchPlan(progs, targets, repeats, launcher=None if slurm_array else runner, label=label)
+    plan = bench.BenchPlan(progs, targets, repeats, precision=precision, launcher=None if slurm_array else runner,
+                           label=label)
     with locations.shared_workdir(runner is not None) as workdir, \
             report.progress("benchmarking", len(progs) * len(targets), steps=True) as advance:
         if slurm_array:

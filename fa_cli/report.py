@@ -93,20 +93,28 @@ def judge_table(results: list[CaseResult], device: str) -> Table:
     return table
 
 
+def process_cell(wall: dict) -> str:
+    """The whole-process median and, where recorded, half its 95% interval in percent."""
+    if "ci95" not in wall:  # records written before the interval was kept
+        return f"{wall['median']:.3f}"
+    lo, hi = wall["ci95"]
+    return f"{wall['median']:.3f} ±{(hi - lo) / 2 / wall['median']:.1%}"
+
+
 def bench_table(records: list[dict]) -> Table:
     table = Table(title="fa bench (medians; TFLOP/s counts 4*B*N*N*d)", title_justify="left")
-    for column in ("input", "program", "device", "kernel impl", "process s", "spread s", "kernel ms",
+    for column in ("input", "program", "device", "kernel impl", "process s", "runs", "spread s", "kernel ms",
                    "kernel TFLOP/s", "max err"):
         table.add_column(column, no_wrap=True)
     for r in records:
         program = r["program"] + (" (A/A)" if r.get("control") else "")  # a program given twice
         if r.get("error"):
-            table.add_row(r["input"], program, r["device"], "-", "[red]error[/]", "-", "-", "-", r["error"][:40])
+            table.add_row(r["input"], program, r["device"], "-", "[red]error[/]", "-", "-", "-", "-", r["error"][:40])
             continue
         w = r["wall_s"]
         kernel = r["timing"].get("kernel")
-        table.add_row(r["input"], program, r["device"], r["build"].get("impl", "-"), f"{w['median']:.3f}",
-                      f"{w['min']:.3f}-{w['max']:.3f}", f"{kernel * 1e3:.2f}" if kernel else "-",
+        table.add_row(r["input"], program, r["device"], r["build"].get("impl", "-"), process_cell(w),
+                      str(r.get("repeats", len(w["all"]))), f"{w['min']:.3f}-{w['max']:.3f}", f"{kernel * 1e3:.2f}" if kernel else "-",
                       f"{r['tflops_kernel']:.3g}" if r.get("tflops_kernel") else "-", fmt_err(r["max_err"]))
     return table
 

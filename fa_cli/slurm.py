@@ -114,7 +114,7 @@ def _run_array(plan: bench.BenchPlan, launcher: SlurmLauncher, results: Path, wo
     plan_file = work / "plan.json"
     plan_file.write_text(json.dumps({
         "tasks": [{"program": _program_dict(p), "target": _target_dict(t)} for t, p in tasks],
-        "repeats": plan.repeats, "check": asdict(plan.check), "label": plan.label, "env": plan.env,
+        "repeats": plan.repeats, "precision": plan.precision, "check": asdict(plan.check), "label": plan.label, "env": plan.env,
         "kind": plan.kind, "fields": plan.fields, "command": records.command_line(),
     }, indent=1))
     script = work / "task.sh"
@@ -176,7 +176,8 @@ def run_task(plan_file: Path, index: int) -> None:
     data = json.loads(plan_file.read_text())
     task = data["tasks"][index]
     program, target = program_from(task["program"]), target_from(task["target"])
-    plan = bench.BenchPlan([program], [target], data["repeats"], verify.RowCheck(**data["check"]), env=data["env"],
+    plan = bench.BenchPlan([program], [target], data["repeats"], data.get("precision", bench.DEFAULT_PRECISION),
+                           verify.RowCheck(**data["check"]), env=data["env"],
                            label=data["label"], kind=data.get("kind", "bench"), fields=data.get("fields", {}))
     out_dir = plan_file.parent / f"task-{index}"
     out_dir.mkdir(exist_ok=True)

@@ -190,6 +190,9 @@ class OutputFile {
       return;
     }
     const char* dest = target_.c_str();
+#ifdef O_PATH
+    replaced_ = open(dest, O_PATH | O_NOFOLLOW | O_CLOEXEC);  // the output replaced, if any: see drop_replaced
+#endif
     if (unnamed_) {
       // Remove an old output first: linkat does not replace a name, and ext4 writes back the
       // whole new file before a rename that replaces another one (0.1 s for a 218 MB output).
@@ -209,6 +212,14 @@ class OutputFile {
     if (rename(pending_output(), dest) != 0)
       fail(kExitFailure, "%s: cannot rename output into place: %s", path_.c_str(), std::strerror(errno));
     *pending_output() = '\0';
+  }
+  // The output that commit() replaced, held since: replacing it then cost only its name. Its
+  // last reference frees its pages and blocks (0.02 s for 503 MB still in the page cache, 0.15 s
+  // once written back, on the H100's host), which the GPU programs pay on a thread of their
+  // own while the device is released; without this call, exit pays it.
+  void drop_replaced() {
+    if (replaced_ >= 0) close(replaced_);
+    replaced_ = -1;
   }
 
  private:
@@ -298,6 +309,7 @@ class OutputFile {
   std::string path_;    // as the user gave it, for messages
   std::string target_;  // the file written: path_ with its symbolic links followed
   int fd_ = -1;
+  int replaced_ = -1;
   bool unnamed_ = false;
   bool in_place_ = false;
 };

@@ -42,6 +42,9 @@ struct CudaApi {
     CUDA_CHECK(cudaFree(nullptr));  // creates the context now, while the reader thread reads
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+#if CUDART_VERSION >= 11010  // read-only registration came with CUDA 11.1; the course's may be older
+    CUDA_CHECK(cudaDeviceGetAttribute(&read_only_registration(), cudaDevAttrHostRegisterReadOnlySupported, 0));
+#endif
     return {"sm_" + std::to_string(prop.major) + std::to_string(prop.minor), prop.name};
   }
   static void* device_alloc(size_t bytes) {
@@ -57,7 +60,22 @@ struct CudaApi {
     if (err == cudaSuccess) err = cudaDeviceReset();
     return err == cudaSuccess ? "" : cudaGetErrorString(err);
   }
-  static void host_register(void* p, size_t bytes) { CUDA_CHECK(cudaHostRegister(p, bytes, cudaHostRegisterDefault)); }
+  static bool close_files() { return close_device_files("/dev/nvidia"); }
+  // Memory the device only reads is locked read-only where the device allows it: on the H100's
+  // host that registered 12% faster and unregistered twice as fast (100 GB/s against 49).
+  static void host_register(void* p, size_t bytes, bool device_reads_only) {
+    unsigned flags = cudaHostRegisterDefault;
+#if CUDART_VERSION >= 11010
+    if (device_reads_only && read_only_registration()) flags = cudaHostRegisterReadOnly;
+#else
+    (void)device_reads_only;
+#endif
+    CUDA_CHECK(cudaHostRegister(p, bytes, flags));
+  }
+  static int& read_only_registration() {  // set by init()
+    static int supported = 0;
+    return supported;
+  }
   static Stream stream() {
     Stream s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

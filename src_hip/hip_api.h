@@ -16,9 +16,18 @@ inline std::string hip_device_arch(const hipDeviceProp_t& p) {
 // (GPU_MAX_HW_QUEUES) may shorten its start-up the same way, but no AMD GPU was at hand to
 // measure it, so ROCm's default stays.
 inline void hip_platform_configure() {}
+// After the reset: nothing more on AMD, where exit closes the driver's files. ROCm's runtime has
+// threads of its own that use its driver file (/dev/kfd) until exit; whether closing it early,
+// as the CUDA side does, is safe and pays there cannot be checked without an AMD GPU.
+inline bool hip_platform_close_files() { return false; }
 #endif
 
 #include "../src_common/gpu_pipeline.h"
+
+#ifdef __NVCC__
+// After the reset: the CUDA driver's files closed, as fa-cuda does (cuda_api.cuh's release).
+inline bool hip_platform_close_files() { return fa::close_device_files("/dev/nvidia"); }
+#endif
 
 // The primitives src_common/attention_tiled.h is written against (for nvcc: hip_on_cuda.h).
 // HIP's __shfl_xor takes the width explicitly; the wavefront is 64 lanes on CDNA (gfx9) and 32
@@ -82,7 +91,12 @@ struct HipApi {
     if (err == hipSuccess) err = hipDeviceReset();
     return err == hipSuccess ? "" : hipGetErrorString(err);
   }
-  static void host_register(void* p, size_t bytes) { HIP_CHECK(hipHostRegister(p, bytes, hipHostRegisterDefault)); }
+  static bool close_files() { return hip_platform_close_files(); }
+  // HIP 5.2, the oldest HIP the port builds with, has no read-only registration: every slot is
+  // registered as device-writable.
+  static void host_register(void* p, size_t bytes, bool /*device_reads_only*/) {
+    HIP_CHECK(hipHostRegister(p, bytes, hipHostRegisterDefault));
+  }
   static Stream stream() {
     Stream s;
     HIP_CHECK(hipStreamCreateWithFlags(&s, hipStreamNonBlocking));

@@ -44,6 +44,43 @@ def test_each_round_starts_one_program_later():
     assert sorted(r[0] for r in rounds) == [0, 1, 2]  # each program first once
 
 
+def test_median_interval_is_the_order_statistics_of_the_binomial():
+    """n = 10: P(X <= 1) = 11/1024 <= 0.025 < P(X <= 2) = 56/1024, so x(2) and x(9); n = 5: the
+    whole range (k cannot be below 1); n = 60: x(22) and x(39) (P(X <= 21) = 0.0136, P(X <= 22)
+    = 0.0259), as a table of the binomial gives them."""
+    values = [float(v) for v in range(10, 0, -1)]  # 10 .. 1, unsorted on purpose
+    assert bench.median_interval(values) == (2.0, 9.0)
+    assert bench.median_interval([5.0, 1.0, 3.0, 2.0, 4.0]) == (1.0, 5.0)
+    assert bench.median_interval([float(v) for v in range(1, 61)]) == (22.0, 39.0)
+    assert bench.uncertainty([1.0, 2.0, 3.0, 4.0, 5.0]) == (5.0 - 1.0) / 2 / 3.0
+
+
+def test_rounds_go_on_until_every_median_is_known_within_the_precision():
+    plan = bench.BenchPlan([], [], repeats=None, precision=0.02)
+    tight, loose = [1.0, 1.01, 0.99, 1.0, 1.005], [1.0, 1.2, 0.8, 1.1, 0.9]
+    assert not bench.enough_rounds(plan, [tight[:4]], [None], 4)  # fewer than MIN_ROUNDS
+    assert bench.enough_rounds(plan, [tight], [None], 5)
+    assert not bench.enough_rounds(plan, [tight, loose], [None, None], 5)  # every program must be known
+    assert bench.enough_rounds(plan, [tight, loose], [None, "failed"], 5)  # a failed one does not count
+    assert bench.enough_rounds(plan, [loose * 12], [None], bench.MAX_ROUNDS)  # the cap
+    assert bench.enough_rounds(plan, [[], []], ["failed", "failed"], 1)
+    fixed = bench.BenchPlan([], [], repeats=3)
+    assert not bench.enough_rounds(fixed, [tight[:2]], [None], 2) and bench.enough_rounds(fixed, [tight[:3]], [None], 3)
+
+
+def test_without_repeat_the_bench_runs_until_the_median_is_known(cpu_program, tmp_path):
+    out = tmp_path / "r.json"
+    proc = fa("bench", "--program", "cpu", "--suite", "t01", "--precision", "0.05", "-o", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (r,) = json.loads(out.read_text())["records"]
+    walls = r["wall_s"]["all"]
+    assert bench.MIN_ROUNDS <= r["repeats"] == len(walls) <= bench.MAX_ROUNDS
+    assert r["wall_s"]["ci95"] == list(bench.median_interval(walls))
+    assert bench.uncertainty(walls) <= 0.05 or r["repeats"] == bench.MAX_ROUNDS
+    if r["repeats"] > bench.MIN_ROUNDS:  # it stopped at the first round that was enough
+        assert bench.uncertainty(walls[:-1]) > 0.05
+
+
 def logging_program(tmp_path, name, log):
     """A program that notes its run in `log`, then runs the CPU program (a correct output)."""
     from fa_cli import programs
@@ -97,7 +134,7 @@ def test_a_program_given_twice_is_an_a_a_control_row(cpu_program, tmp_path):
     assert "cpu (A/A)" in proc.stdout
     ratio = control["wall_s"]["median"] / first["wall_s"]["median"]
     assert f"A/A control cpu on t01: whole process {control['wall_s']['median']:.3f} s" in proc.stdout
-    assert f"ratio {ratio:.3f}" in proc.stdout
+    assert f"ratio {ratio:.3f} (2 runs each; medians known within" in proc.stdout
     same = fa("bench", "--program", "cpu", "--program", "cpu", "--suite", "t01", "--repeat", 1, "-o",
               tmp_path / "s.json", cwd=tmp_path)
     assert [r.get("control", False) for r in json.loads((tmp_path / "s.json").read_text())["records"]] == [False, True]

@@ -160,6 +160,9 @@ def trace_of(stderr: str) -> dict:
         marks[key] = float(found.group(1))
     marks["chunks"] = [tuple(map(float, m)) for m in re.findall(
         rf"chunk \d+ read {number} submitted {number} copied {number} written {number}", stderr)]
+    closed = re.search(rf"driver's files closed at {number}", stderr)
+    assert closed or "driver's files left to exit" in stderr, stderr
+    marks["files_closed"] = float(closed.group(1)) if closed else None
     return marks
 
 
@@ -167,23 +170,28 @@ def trace_of(stderr: str) -> dict:
 @pytest.mark.parametrize("target", ["cuda", "hip-cuda"])
 def test_trace_shows_the_overlap_and_the_device_released_before_the_end(tmp_path, target):
     """FA_TIMING=2 on a three-chunk input: the whole input is read while the device starts, the
-    trace's marks come in the pipeline's order, the device is released without a warning, and
-    the output is right."""
+    trace's marks come in the pipeline's order, the device is released without a warning (and
+    the driver's files closed after it, or left to exit), and the output is right; the second
+    run replaces the first one's output, which it holds until its drop thread lets it go."""
     program = build(target)
     shape = Shape(600, 256, 64)  # 118 MB of input: three chunks of 48 MB
     inp, out = tmp_path / "x.in", tmp_path / "o.out"
     generate.write_input(inp, shape, 5)
-    proc = subprocess.run([str(program), str(inp), str(out)], capture_output=True, text=True, check=True,
-                          env={**os.environ, "FA_TIMING": "2"})
-    assert "warning" not in proc.stderr
-    t = trace_of(proc.stderr)
-    assert t["read_start"] < t["device_up"] <= t["buffers"] <= t["first_h2d"] <= t["copied"]
-    assert len(t["chunks"]) == 3
-    assert t["chunks"][-1][0] < t["device_up"]  # 118 MB read while the device started, not after
-    assert all(read <= submitted <= copied <= written for read, submitted, copied, written in t["chunks"])
-    assert t["copied"] == max(c[2] for c in t["chunks"]) <= t["released"] <= t["exiting"]
-    assert max(c[3] for c in t["chunks"]) <= t["committed"] <= t["exiting"]
-    assert verify.against_reference(AttentionInput(inp), open_output(out, shape), TOL).passed
+    out.write_bytes(b"an old output of another size")
+    for _ in range(2):
+        proc = subprocess.run([str(program), str(inp), str(out)], capture_output=True, text=True, check=True,
+                              env={**os.environ, "FA_TIMING": "2"})
+        assert "warning" not in proc.stderr
+        t = trace_of(proc.stderr)
+        assert t["read_start"] < t["device_up"] <= t["buffers"] <= t["first_h2d"] <= t["copied"]
+        assert len(t["chunks"]) == 3
+        assert t["chunks"][-1][0] < t["device_up"]  # 118 MB read while the device started, not after
+        assert all(read <= submitted <= copied <= written for read, submitted, copied, written in t["chunks"])
+        assert t["copied"] == max(c[2] for c in t["chunks"]) <= t["released"] <= t["exiting"]
+        assert max(c[3] for c in t["chunks"]) <= t["committed"] <= t["exiting"]
+        assert t["files_closed"] is None or t["released"] <= t["files_closed"] <= t["exiting"]
+        assert verify.against_reference(AttentionInput(inp), open_output(out, shape), TOL).passed
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["o.out", "x.in"]
 
 
 def hopper_program() -> Path:
