@@ -4,15 +4,15 @@ For each input: it is flushed to disk, then each program runs once to warm up, t
 which every program runs once, in turn, each round starting one program later (A B, B A, ...),
 so that the order of --program options cannot change the table. `repeats` rounds if given;
 otherwise as many as it takes (MIN_ROUNDS to MAX_ROUNDS) for every program's whole-process
-median to be known within `precision` (its 95% confidence interval, from order statistics): on
-an H100 single runs spread over about +-10% (the driver's start-up), so five runs leave a median
-uncertain by more than the 3% that two programs may differ by, and about 40 do not. Every run starts
-from the same state (settle): no output left by the run before, whose removal a program would
+median to be known within `precision` (its 95% confidence interval, from order statistics):
+on an H100 single runs spread over about +-10% (the driver's start-up), so five runs leave a
+median uncertain by more than the 3% that two programs may differ by, and about 40 do not.
+Every run starts from the same state (settle): no output left by the run before, whose removal a program would
 pay for (7 ms for 218 MB still in the page cache, 50 ms once written to disk, on the H100's
 host), and nothing left to write back that could compete with it. A program given twice is an
 A/A control row: the spread that ratios between programs must exceed.
-Per (program, input): the median of the wall time with its 95% interval, the spread, the medians of the program's
-own FA_TIMING stages, TFLOP/s (4*B*N*N*d) over the kernel time and over the whole process, the
+Per (program, input): the median of the wall time with its 95% interval and the spread, the
+medians of the program's own FA_TIMING stages, TFLOP/s (4*B*N*N*d) over the kernel time and over the whole process, the
 max error of the last run's output (sampled verification), and where it ran: device, host,
 program build (kernel and arch), date and command line.
 
@@ -98,7 +98,8 @@ def uncertainty(values: list[float]) -> float:
 
 
 def enough_rounds(plan: BenchPlan, walls: list[list[float]], errors: list[str | None], rounds: int) -> bool:
-    """After `rounds` timed rounds: `repeats` of them, or every median known within `precision`."""
+    """After `rounds` timed rounds (0: the warm-up only): `repeats` of them, or every median known
+    within `precision`; at once if every program failed."""
     timed = [w for w, e in zip(walls, errors) if not e]
     if not timed:
         return True  # every program failed
@@ -117,9 +118,9 @@ def order_of(repeat: int, count: int) -> list[int]:
 
 def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Target, workdir: Path,
                          controls: frozenset[int] = frozenset()) -> list[dict]:
-    """One warm-up run of each program, then rounds in which every program runs once, interleaved
-    (order_of), until enough_rounds; one result record per program. `controls`: the indices of programs
-    that repeat an earlier one (an A/A row, marked `control` in its record)."""
+    """One warm-up run of each program, then rounds in which every program runs once,
+    interleaved (order_of), until enough_rounds; one result record per program. `controls`: the
+    indices of programs that repeat an earlier one (an A/A row, marked `control` in its record)."""
     flush_to_disk(target.input_path)
     count = len(programs)
     outs = [workdir / f"{target.name}.{i}.out" for i in range(count)]
@@ -141,7 +142,7 @@ def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Targe
                 builds[i] = result.build
                 for key, value in result.timing.items():
                     stages[i].setdefault(key, []).append(value)
-        if repeat > 0 and enough_rounds(plan, walls, errors, repeat) or all(errors):
+        if enough_rounds(plan, walls, errors, repeat):
             break
         repeat += 1
     return [summarize(plan, programs[i], target, outs[i], walls[i], stages[i], builds[i], errors[i], i in controls)
