@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .bench import uncertainty
 from .judge import CaseResult
 from .verify import VerifyResult
 
@@ -94,11 +95,8 @@ def judge_table(results: list[CaseResult], device: str) -> Table:
 
 
 def process_cell(wall: dict) -> str:
-    """The whole-process median and, where recorded, half its 95% interval in percent."""
-    if "ci95" not in wall:  # records written before the interval was kept
-        return f"{wall['median']:.3f}"
-    lo, hi = wall["ci95"]
-    return f"{wall['median']:.3f} ±{(hi - lo) / 2 / wall['median']:.1%}"
+    """The whole-process median and half its 95% interval, in percent of it."""
+    return f"{wall['median']:.3f} ±{uncertainty(wall['all']):.1%}"
 
 
 def bench_table(records: list[dict]) -> Table:
@@ -114,7 +112,7 @@ def bench_table(records: list[dict]) -> Table:
         w = r["wall_s"]
         kernel = r["timing"].get("kernel")
         table.add_row(r["input"], program, r["device"], r["build"].get("impl", "-"), process_cell(w),
-                      str(r.get("repeats", len(w["all"]))), f"{w['min']:.3f}-{w['max']:.3f}", f"{kernel * 1e3:.2f}" if kernel else "-",
+                      str(len(w["all"])), f"{w['min']:.3f}-{w['max']:.3f}", f"{kernel * 1e3:.2f}" if kernel else "-",
                       f"{r['tflops_kernel']:.3g}" if r.get("tflops_kernel") else "-", fmt_err(r["max_err"]))
     return table
 

@@ -114,8 +114,8 @@ def _run_array(plan: bench.BenchPlan, launcher: SlurmLauncher, results: Path, wo
     plan_file = work / "plan.json"
     plan_file.write_text(json.dumps({
         "tasks": [{"program": _program_dict(p), "target": _target_dict(t)} for t, p in tasks],
-        "repeats": plan.repeats, "precision": plan.precision, "check": asdict(plan.check), "label": plan.label, "env": plan.env,
-        "kind": plan.kind, "fields": plan.fields, "command": records.command_line(),
+        "repeats": plan.repeats, "precision": plan.precision, "check": asdict(plan.check), "label": plan.label,
+        "env": plan.env, "kind": plan.kind, "fields": plan.fields, "command": records.command_line(),
     }, indent=1))
     script = work / "task.sh"
     script.write_text(task_script(plan_file))

@@ -233,7 +233,8 @@ struct HostSlots {
   size_t bytes;
   bool device_reads_only;  // input slots: locked read-only where the device allows it
   HostSlots(int64_t count, size_t slot_bytes, bool device_reads_only)
-      : slot(map_slots(count, slot_bytes)), registered(count), bytes(slot_bytes), device_reads_only(device_reads_only) {}
+      : slot(map_slots(count, slot_bytes)), registered(count), bytes(slot_bytes),
+        device_reads_only(device_reads_only) {}
   // The slot of chunk i, locked; the seconds spent locking it are added to `seconds`.
   char* locked(int64_t i, double& seconds) {
     const size_t k = (size_t)(i % (int64_t)slot.size());
@@ -430,7 +431,8 @@ int run_pipeline(int argc, char** argv) {
   const InputFile in = open_input(argv[1]);  // validated before the device is touched
   OutputFile out(argv[2], in);
   const ChunkPlan plan(in.shape);
-  HostSlots<Gpu> host_in(plan.slots, plan.slot_bytes, true), host_out(plan.out_slots, plan.out_slot_bytes, false);
+  HostSlots<Gpu> host_in(plan.slots, plan.slot_bytes, true);  // the device only reads the input
+  HostSlots<Gpu> host_out(plan.out_slots, plan.out_slot_bytes, false);
   DeviceSide<Gpu, Kernels> dev;
   PipelineProgress progress;
   Trace trace(plan.chunks);

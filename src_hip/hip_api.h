@@ -25,7 +25,7 @@ inline bool hip_platform_close_files() { return false; }
 #include "../src_common/gpu_pipeline.h"
 
 #ifdef __NVCC__
-// After the reset: the CUDA driver's files closed, as fa-cuda does (cuda_api.cuh's release).
+// After the reset: the CUDA driver's files closed, as fa-cuda does (cuda_api.cuh's close_files).
 inline bool hip_platform_close_files() { return fa::close_device_files("/dev/nvidia"); }
 #endif
 
