@@ -83,10 +83,11 @@ PY
     fa gen -B 2 -N 257 -d 64 --seed 3 -o /tmp/san64.in >/dev/null
     fa gen -B 3 -N 100 -d 32 --seed 4 -o /tmp/san32.in >/dev/null
     fa gen -B 3 -N 77 -d 64 --seed 5 -o /tmp/san64-short.in >/dev/null  # wgmma's fused-split variant at d = 64
-    # program:VARIABLE=value, every kernel and tile shape (SANITIZE_EXTRA adds more, paths too)
-    # (several variables: joined by commas)
+    # program:VARIABLE=value, every kernel and tile shape, and the ways in of fa-cuda's input
+    # (SANITIZE_EXTRA adds more, paths too; several variables: joined by commas)
     for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-cuda:FA_KERNEL=wgmma \
-        fa-cuda:FA_KERNEL=simt fa-cuda:FA_SIMT_SMALL=1 fa-hip-cuda:FA_KERNEL=simt \
+        fa-cuda:FA_KERNEL=simt fa-cuda:FA_SIMT_SMALL=1 fa-cuda:FA_INPUT=read fa-cuda:FA_INPUT=refused \
+        fa-hip-cuda:FA_KERNEL=simt \
         fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=32 fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
       prog=${run%%:*} setting=${run#*:}
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do

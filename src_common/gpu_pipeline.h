@@ -7,9 +7,11 @@
 //
 //   main thread      checks the input's header and the output's place, then starts:
 //   init thread      device start-up, the chosen kernels, device buffers, streams, events
-//   reader thread    at once: reads chunks of whole batches (about kChunkBytes each) into host
-//                    slots while the device starts; inputs up to kPrefetchBytes are read whole,
-//                    larger ones through a ring of kRingSlots slots
+//   reader thread    at once, while the device starts: maps the pages of the input file, whose
+//                    chunks of whole batches (about kChunkBytes each) the device then copies in
+//                    place (HostInput); or, where that cannot be, reads the chunks into host
+//                    slots: inputs up to kPrefetchBytes whole, larger ones through a ring of
+//                    kRingSlots slots
 //   populate thread  once the device is up: faults in the host output slots ahead of the main
 //                    thread, so that locking them is cheap
 //   main thread      per chunk, on three streams so that copies overlap compute:
@@ -17,7 +19,8 @@
 //                      compute stream: the kernels of this chunk
 //                      d2h stream:     device output buffer (2, alternating) -> host output slot
 //                    events order the streams: a buffer is refilled only once its reader is done
-//   watcher thread   waits for each chunk's copy back and says so to the writer
+//   watcher thread   waits for each chunk's copy back and says so to the writer; unmaps the
+//                    chunk's input pages
 //   writer thread    writes each copied chunk to the temporary output, in order
 //   release thread   once the last chunk is back on the host, releases the device (the
 //                    driver's teardown, which exit would otherwise do) while the writer
@@ -26,15 +29,16 @@
 //   drop thread      once the output is committed: drops the output it replaced, if any
 //
 // Device memory holds 2 input chunks, 2 output chunks and the kernels' scratch for one chunk,
-// whatever B is. Host memory: the input slots, and output slots that hold the whole output
-// up to kHeldOutputBytes (so the device never waits for the file system, and can be released
-// before the last write), a ring of kOutputRingSlots beyond. Host slots are plain anonymous
-// huge-page memory, page-locked (registered) at their first use once the device is up:
-// registering costs about 5 ms per 218 MB on an H100 host, where pinned allocations
-// (cudaMallocHost) cost 19 ms per 48 MB. The input slots are locked read-only where the device
-// allows it: the device only reads them, and the release then unpins them in half the time.
-// Locking stays on the main thread: a thread that registers memory holds up every other
-// thread's driver calls (on a locker thread of their own, the kernels' launches waited).
+// whatever B is. Host memory: the input file's own pages (or input slots), and output slots
+// that hold the whole output up to kHeldOutputBytes (so the device never waits for the file
+// system, and can be released before the last write), a ring of kOutputRingSlots beyond. Host
+// slots are plain anonymous huge-page memory, page-locked (registered) at their first use once
+// the device is up: registering costs about 5 ms per 218 MB on an H100 host, where pinned
+// allocations (cudaMallocHost) cost 19 ms per 48 MB. Input pages, the file's or the slots', are
+// locked read-only where the device allows it: the device only reads them, and the release
+// then unpins them in half the time. Locking stays on the main thread: a thread that registers
+// memory holds up every other thread's driver calls (on a locker thread of their own, the
+// kernels' launches waited).
 //
 // The pipeline is written once against an API traits type `Gpu` (CUDA or HIP) and a
 // `Kernels` type that launches the kernels of one chunk; both are described below.
@@ -75,6 +79,7 @@ constexpr int kReadThreads = 8;                  // a chunk is read by this many
 //                                                        // where the platform leaves them to exit
 //     static void* device_alloc(size_t);
 //     static void host_register(void*, size_t, bool device_reads_only);
+//     static std::string lock_file_pages(void*, size_t);   // a mapped file's pages, read-only: "" or why not
 //     static Stream stream(); static Event event();
 //     static void record(Event, Stream); static void wait(Stream, Event);
 //     static void sync(Event); static float elapsed_ms(Event, Event);
@@ -247,6 +252,151 @@ struct HostSlots {
     return slot[k];
   }
   char* operator[](int64_t i) const { return slot[(size_t)(i % (int64_t)slot.size())]; }
+  // Once the device is reset (nothing is locked any more): the memory given back.
+  void unmap() {
+    for (char* p : slot) munmap(p, bytes);
+    slot.clear();
+  }
+};
+
+// The input on the host, page-locked for the copies in, in one of two ways:
+//   mapped  the input file's own pages: mapped, and each chunk's pages locked read-only in
+//           place at its first use, so the device copies straight from the page cache. Nothing
+//           is read or copied by the CPU: on the H100's host, reading 1.5 GB beside start-up
+//           delayed the device by 0.03 to 0.05 s, and locking the copy read paced the kernels.
+//           The data starts 12 bytes into the file (the header), so each chunk's last page is
+//           also the next chunk's first, and the driver refuses a page locked twice: chunk i
+//           locks its whole pages [page(start), page(end)), and its last bytes (less than a
+//           page, from page(end) on) go through a small locked tail slot.
+//   read    host slots that the reader thread fills (read_chunks), as described above: where
+//           file pages cannot be locked read-only (HIP 5.2 has no such flag; a device or file
+//           system that refuses them), for inputs over kPrefetchBytes (locking them all would
+//           pin that much page cache), or when FA_INPUT=read asks for it.
+// The choice is made once the device is up (decide), by locking chunk 0's pages; until then
+// the reader thread brings the file into the page cache and maps its pages (prefetch).
+template <class Gpu>
+class HostInput {
+ public:
+  // A chunk's bytes on the host: `body` then `tail`, both locked.
+  struct Chunk {
+    const char* body;
+    size_t body_bytes;
+    const char* tail;
+    size_t tail_bytes;
+  };
+
+  HostInput(const InputFile& in, const char* path, const ChunkPlan& plan)
+      : in_(in), path_(path), plan_(plan), slots_(plan.slots, plan.slot_bytes, true) {
+    const char* forced = std::getenv("FA_INPUT");
+    if (forced && std::strcmp(forced, "read") == 0) how_ = "read: FA_INPUT=read";
+    else if (!Gpu::locks_file_pages()) how_ = "read: this platform cannot lock a file's pages read-only";
+    else if (plan.slots < plan.chunks) how_ = "read: larger than the input kept on the host";
+    else map_file();
+    refuse_ = forced && std::strcmp(forced, "refused") == 0;
+  }
+  bool mapped() const { return map_ != nullptr && !refused_; }
+  const std::string& how() const { return how_; }  // "mapped ..." or "read: why" (FA_TIMING=2)
+
+  // Reader thread, mapped input, while the device starts: the file read ahead into the page
+  // cache (a file not there yet), then its pages mapped by touching one byte of each, so that
+  // locking a chunk later finds them mapped: at 13000 x 128 x 32 on the H100's host, the first
+  // copy in to the last copy back took 0.048 s instead of 0.075. A touch, not MADV_POPULATE_READ,
+  // which holds the address space's lock throughout and would hold up the driver's start-up.
+  void prefetch() const {
+    posix_fadvise(in_.fd, 0, 0, POSIX_FADV_WILLNEED);
+    for (size_t at = 0; at < map_bytes_; at += kPage) (void)static_cast<volatile const char*>(map_)[at];
+  }
+
+  // Watcher thread, once chunk i is copied back (its copy in long done): its pages unmapped,
+  // still locked and in the page cache, so that the unmapping at the end (release) costs
+  // nothing: 0.011 to 0.014 s for 639 MB there, on the critical path after the device's reset.
+  void forget(int64_t i) const {
+    if (!mapped()) return;
+    const size_t first = page_of(start_of(i)), last = page_of(end_of(i));
+    if (last > first) madvise(map_ + first, last - first, MADV_DONTNEED);
+  }
+
+  // Main thread, once the device is up: locks chunk 0's pages. If the device or the file
+  // system refuses them, the input is read instead (the reader thread is waiting to know).
+  void decide(double& seconds) {
+    if (!mapped()) return;
+    const double t = now_seconds();
+    const std::string refused = refuse_ ? "FA_INPUT=refused" : lock_pages(0);
+    seconds += now_seconds() - t;
+    if (refused.empty()) return;
+    refused_ = true;  // unmapped by release(): the reader may still be touching the pages
+    how_ = "read: the file's pages could not be locked (" + refused + ")";
+  }
+
+  // Reader thread: the slot chunk i is read into (read input).
+  char* slot(int64_t i) const { return slots_[i]; }
+
+  // Main thread: chunk i, locked; the seconds spent locking are added to `seconds`.
+  Chunk locked(int64_t i, double& seconds) {
+    if (!mapped()) return {slots_.locked(i, seconds), end_of(i) - start_of(i), nullptr, 0};
+    const size_t start = start_of(i), end = end_of(i), body_end = std::max(start, page_of(end));
+    if (i > 0) {
+      const double t = now_seconds();
+      const std::string refused = lock_pages(i);
+      seconds += now_seconds() - t;
+      if (!refused.empty()) fail_locking(refused);
+    }
+    // The tail's bytes are read by the CPU: past the end of a file cut short while running,
+    // that raises SIGBUS (fail_on_sigbus), as the reader's touches do.
+    char* tail = tails_.locked(0, seconds) + i * kPage;
+    std::memcpy(tail, map_ + body_end, end - body_end);
+    return {map_ + start, body_end - start, tail, end - body_end};
+  }
+
+  // Release thread, after the device is reset (which unlocks every page): the mapping or the
+  // slots given back, while the writer still works, rather than by exit.
+  void release() {
+    if (map_) munmap(map_, map_bytes_);
+    map_ = nullptr;
+    slots_.unmap();
+  }
+
+ private:
+  static constexpr size_t kPage = 4096;
+  static size_t page_of(size_t offset) { return offset / kPage * kPage; }
+  // Chunk i's bytes in the file: [start_of(i), end_of(i)).
+  size_t start_of(int64_t i) const { return (size_t)batch_offset(in_.shape, i * plan_.per_chunk); }
+  size_t end_of(int64_t i) const { return start_of(i) + (size_t)(plan_.batches_in(i) * plan_.batch_in); }
+
+  void map_file() {
+    map_bytes_ = (size_t)in_.shape.input_bytes();
+    void* m = mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, in_.fd, 0);
+    if (m == MAP_FAILED) {
+      how_ = std::string("read: the file cannot be mapped (") + std::strerror(errno) + ")";
+      return;
+    }
+    map_ = static_cast<char*>(m);
+    how_ = "mapped: the file's pages locked read-only in place";
+    tails_ = HostSlots<Gpu>(1, (size_t)plan_.chunks * kPage, true);
+    fail_on_sigbus(path_);
+  }
+  // Chunk i's whole pages, [page(start), page(end)), locked: "" or why not.
+  std::string lock_pages(int64_t i) {
+    const size_t first = page_of(start_of(i)), last = page_of(end_of(i));
+    return last > first ? Gpu::lock_file_pages(map_ + first, last - first) : "";
+  }
+  [[noreturn]] void fail_locking(const std::string& refused) const {
+    struct stat st;
+    if (fstat(in_.fd, &st) == 0 && st.st_size != in_.shape.input_bytes())
+      fail(kExitFailure, "%s: input changed while running (now %lld bytes)", path_, (long long)st.st_size);
+    fail(kExitFailure, "%s: cannot lock the input's pages: %s", path_, refused.c_str());
+  }
+
+  const InputFile& in_;
+  const char* path_;
+  const ChunkPlan& plan_;
+  HostSlots<Gpu> slots_;
+  HostSlots<Gpu> tails_{0, 0, true};
+  char* map_ = nullptr;
+  size_t map_bytes_ = 0;
+  std::string how_;
+  bool refuse_ = false;   // FA_INPUT=refused: the fallback, for tests
+  bool refused_ = false;  // the pages were refused: the input is read
 };
 
 // What the init thread makes: the device, the chosen kernels, device buffers (2 input, 2
@@ -293,19 +443,31 @@ struct PipelineProgress {
 struct Trace {
   std::vector<double> read, submit, copied, written;
   std::vector<float> kernel_ms;  // each chunk's kernels, from the events (add_device_times)
-  double read_start = 0, init_done = 0, first_h2d = 0, released = 0, files_closed = 0, committed = 0;
+  double read_start = 0, init_done = 0, first_h2d = 0, released = 0, files_closed = 0, input_released = 0,
+         committed = 0;
   std::string release_error;
   explicit Trace(int64_t chunks)
       : read(chunks), submit(chunks), copied(chunks), written(chunks), kernel_ms(chunks) {}
 };
 
-// Reader thread: fills slots in order; a reused slot waits until its last copy finished.
+// Reader thread: a mapped input is only read ahead into the page cache; once the main thread
+// has decided (HostInput::decide), every chunk of it is ready. Otherwise (or if the mapping was
+// refused) it fills slots in order; a reused slot waits until its last copy finished.
 template <class Gpu, class Kernels>
-void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, const HostSlots<Gpu>& host_in,
+void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, const HostInput<Gpu>& host_in,
                  const DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress, Timing& timing, Trace& trace,
                  double started) {
   const Shape& s = in.shape;
   trace.read_start = now_seconds() - started;
+  if (host_in.mapped()) {
+    host_in.prefetch();
+    progress.init_done.wait_for(1);
+    for (int64_t i = 0; host_in.mapped() && i < plan.chunks; ++i) {
+      trace.read[i] = now_seconds() - started;
+      progress.read_done.advance();
+    }
+    if (host_in.mapped()) return;
+  }
   for (int64_t i = 0; i < plan.chunks; ++i) {
     if (i >= plan.slots) {
       progress.init_done.wait_for(1);
@@ -313,7 +475,8 @@ void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, c
       Gpu::sync(dev.h2d_end[i - plan.slots]);
     }
     const double t = now_seconds();
-    read_parallel(in.fd, host_in[i], plan.batches_in(i) * plan.batch_in, batch_offset(s, i * plan.per_chunk), path);
+    read_parallel(in.fd, host_in.slot(i), plan.batches_in(i) * plan.batch_in, batch_offset(s, i * plan.per_chunk),
+                  path);
     timing.read += now_seconds() - t;
     trace.read[i] = now_seconds() - started;
     progress.read_done.advance();
@@ -323,16 +486,18 @@ void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, c
 // Main thread: each chunk to the three streams, in order. Host slots are page-locked at their
 // first use (HostSlots::locked).
 template <class Gpu, class Kernels>
-void submit_chunks(const ChunkPlan& plan, HostSlots<Gpu>& host_in, HostSlots<Gpu>& host_out,
+void submit_chunks(const ChunkPlan& plan, HostInput<Gpu>& host_in, HostSlots<Gpu>& host_out,
                    DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress, Timing& timing, Trace& trace,
                    double started) {
   for (int64_t i = 0; i < plan.chunks; ++i) {
     const int64_t n = plan.batches_in(i), buf = i % 2;
     progress.read_done.wait_for(i + 1);
-    const char* in = host_in.locked(i, timing.h2d);  // locking the input is part of getting it there
+    const auto in = host_in.locked(i, timing.h2d);  // locking the input is part of getting it there
     if (i >= 2) Gpu::wait(dev.h2d_stream, dev.k_end[i - 2]);  // dev_in[buf] is free once kernel i-2 ran
     Gpu::record(dev.h2d_start[i], dev.h2d_stream);
-    Gpu::h2d(dev.dev_in[buf], in, (size_t)(n * plan.batch_in), dev.h2d_stream);
+    char* dst = static_cast<char*>(dev.dev_in[buf]);
+    if (in.body_bytes) Gpu::h2d(dst, in.body, in.body_bytes, dev.h2d_stream);
+    if (in.tail_bytes) Gpu::h2d(dst + in.body_bytes, in.tail, in.tail_bytes, dev.h2d_stream);
     Gpu::record(dev.h2d_end[i], dev.h2d_stream);
     if (i == 0) trace.first_h2d = now_seconds() - started;
 
@@ -358,13 +523,14 @@ void submit_chunks(const ChunkPlan& plan, HostSlots<Gpu>& host_in, HostSlots<Gpu
 // Watcher thread: each chunk's copy back, in order. After the last one nothing waits on the
 // device any more, and the writer never calls it: the device can be released while it writes.
 template <class Gpu, class Kernels>
-void watch_copies(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress,
-                  Trace& trace, double started) {
+void watch_copies(const ChunkPlan& plan, const HostInput<Gpu>& host_in, const DeviceSide<Gpu, Kernels>& dev,
+                  PipelineProgress& progress, Trace& trace, double started) {
   for (int64_t i = 0; i < plan.chunks; ++i) {
     progress.submitted.wait_for(i + 1);
     Gpu::sync(dev.d2h_end[i]);
     trace.copied[i] = now_seconds() - started;
     progress.copied.advance();
+    host_in.forget(i);
   }
 }
 
@@ -395,10 +561,12 @@ void add_device_times(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev
 
 // FA_TIMING=2: when each step happened, so that the overlaps can be seen.
 template <class Gpu, class Kernels>
-void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, const Trace& trace, double started) {
+void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, const std::string& input_how,
+                 const Trace& trace, double started) {
   const char* level = std::getenv("FA_TIMING");
   if (!level || std::strcmp(level, "2") != 0) return;
   std::fprintf(stderr, "fa-trace: started at %.4f s of the monotonic clock\n", started);
+  std::fprintf(stderr, "fa-trace: input %s\n", input_how.c_str());
   std::fprintf(stderr, "fa-trace: read started at %.4f s, input read at %.4f s\n", trace.read_start,
                trace.read[plan.chunks - 1]);
   std::fprintf(stderr, "fa-trace: device up at %.4f s, kernels chosen at %.4f s, buffers ready at %.4f s\n",
@@ -414,6 +582,8 @@ void print_trace(const ChunkPlan& plan, const DeviceSide<Gpu, Kernels>& dev, con
                trace.released, trace.release_error.empty() ? "" : ": ", trace.release_error.c_str());
   if (trace.files_closed > 0) std::fprintf(stderr, "fa-trace: driver's files closed at %.4f s\n", trace.files_closed);
   else std::fprintf(stderr, "fa-trace: driver's files left to exit\n");
+  if (trace.input_released > 0)
+    std::fprintf(stderr, "fa-trace: input memory given back at %.4f s\n", trace.input_released);
   std::fprintf(stderr, "fa-trace: exiting at %.4f s\n", now_seconds() - started);
 }
 
@@ -431,7 +601,7 @@ int run_pipeline(int argc, char** argv) {
   const InputFile in = open_input(argv[1]);  // validated before the device is touched
   OutputFile out(argv[2], in);
   const ChunkPlan plan(in.shape);
-  HostSlots<Gpu> host_in(plan.slots, plan.slot_bytes, true);  // the device only reads the input
+  HostInput<Gpu> host_in(in, argv[1], plan);
   HostSlots<Gpu> host_out(plan.out_slots, plan.out_slot_bytes, false);
   DeviceSide<Gpu, Kernels> dev;
   PipelineProgress progress;
@@ -444,10 +614,11 @@ int run_pipeline(int argc, char** argv) {
   std::thread writer = start_thread([&] { write_chunks(out, plan, host_out, progress, timing, trace, started); });
   init.join();
   trace.init_done = now_seconds() - started;
+  host_in.decide(timing.h2d);  // mapped or read: the reader waits for this
   progress.init_done.advance();
   timing.arch = dev.device.arch;
   timing.device = dev.device.name;
-  std::thread watcher = start_thread([&] { watch_copies(plan, dev, progress, trace, started); });
+  std::thread watcher = start_thread([&] { watch_copies(plan, host_in, dev, progress, trace, started); });
   submit_chunks(plan, host_in, host_out, dev, progress, timing, trace, started);
   reader.join();
   populate.join();
@@ -461,6 +632,10 @@ int run_pipeline(int argc, char** argv) {
     trace.released = now_seconds() - started;
     if (trace.release_error.empty() && !committed.load() && Gpu::close_files())
       trace.files_closed = now_seconds() - started;
+    if (trace.release_error.empty()) {  // nothing is locked any more
+      host_in.release();
+      trace.input_released = now_seconds() - started;
+    }
   });
   writer.join();
   out.commit();
@@ -475,7 +650,7 @@ int run_pipeline(int argc, char** argv) {
     std::fprintf(stderr, "%s: warning: releasing the device: %s\n", program_name(), trace.release_error.c_str());
   timing.total = now_seconds() - started;
   timing.print_if_asked();
-  print_trace(plan, dev, trace, started);
+  print_trace(plan, dev, host_in.how(), trace, started);
   // Leave without the runtime's own teardown (the device is released already); the operating
   // system reclaims the host memory at exit anyway.
   std::fflush(nullptr);

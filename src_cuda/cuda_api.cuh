@@ -72,6 +72,21 @@ struct CudaApi {
 #endif
     CUDA_CHECK(cudaHostRegister(p, bytes, flags));
   }
+  // Pages of a mapped file, locked read-only (the mapping is read-only, and a device-writable
+  // lock of file pages is refused by recent kernels): "" or why not; a refusal is not fatal.
+  static bool locks_file_pages() { return CUDART_VERSION >= 11010; }
+  static std::string lock_file_pages(void* p, size_t bytes) {
+#if CUDART_VERSION >= 11010
+    if (!read_only_registration()) return "the device cannot lock pages read-only";
+    const cudaError_t err = cudaHostRegister(p, bytes, cudaHostRegisterReadOnly);
+    if (err == cudaSuccess) return "";
+    cudaGetLastError();  // not sticky: cleared, the run goes on with the input read
+    return cudaGetErrorString(err);
+#else
+    (void)p, (void)bytes;
+    return "CUDA before 11.1 cannot lock pages read-only";
+#endif
+  }
   static int& read_only_registration() {  // set by init()
     static int supported = 0;
     return supported;

@@ -97,6 +97,10 @@ struct HipApi {
   static void host_register(void* p, size_t bytes, bool /*device_reads_only*/) {
     HIP_CHECK(hipHostRegister(p, bytes, hipHostRegisterDefault));
   }
+  // Pages of a mapped file are never locked: without a read-only flag the lock asks for
+  // device-writable pages, which a read-only mapping refuses; the input is read instead.
+  static bool locks_file_pages() { return false; }
+  static std::string lock_file_pages(void*, size_t) { return "HIP 5.2 cannot lock pages read-only"; }
   static Stream stream() {
     Stream s;
     HIP_CHECK(hipStreamCreateWithFlags(&s, hipStreamNonBlocking));

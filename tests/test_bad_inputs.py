@@ -1,6 +1,9 @@
 """Every bad input through fa-cpu and fa: exit code 2, one line naming the problem, no output file."""
+import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -144,3 +147,29 @@ def test_ladder_and_sweep_refuse_in_one_line(cpu_program, tmp_path, args, line):
     proc = fa(*args, cwd=tmp_path)
     assert proc.returncode == 2 and line in one_line(proc.stderr), proc.stderr
     assert "Traceback" not in proc.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cut", ["inside-a-later-chunk", "at-the-first-chunk-tail"])
+def test_mapped_input_cut_short_while_running(tmp_path, cut):
+    """fa-cuda maps its input, touches its pages while the device starts and locks them chunk by
+    chunk once it is up (HostInput in src_common/gpu_pipeline.h). An input cut short after it
+    was checked and mapped, before the device came up: the CPU's touch or read past the new end
+    raises SIGBUS, or a chunk's pages cannot be locked (the error then says what changed),
+    whichever comes first; either way one line naming the input, exit 1, and no output."""
+    program = build("cuda")
+    shape = Shape(8, 16384, 64)  # 12.6 MB per batch: chunks of 4 batches, the first ending 12 bytes into a page
+    inp, out = tmp_path / "x.in", tmp_path / "o.out"
+    generate.write_input(inp, shape, 2)
+    batch = 12 * shape.N * shape.d
+    size = {"inside-a-later-chunk": 12 + 6 * batch, "at-the-first-chunk-tail": (12 + 4 * batch) // 4096 * 4096}[cut]
+    proc = subprocess.Popen([str(program), str(inp), str(out)], stderr=subprocess.PIPE, text=True)
+    maps, deadline = Path(f"/proc/{proc.pid}/maps"), time.monotonic() + 10
+    while str(inp.resolve()) not in maps.read_text() and time.monotonic() < deadline:  # mapped: checked already
+        time.sleep(0.001)
+    os.truncate(inp, size)
+    stderr = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 1, stderr
+    assert one_line(stderr) in {f"{program.name}: error: {inp}: input cut short while running",
+                                f"{program.name}: error: {inp}: input changed while running (now {size} bytes)"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.in"]

@@ -169,8 +169,9 @@ def trace_of(stderr: str) -> dict:
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", ["cuda", "hip-cuda"])
 def test_trace_shows_the_overlap_and_the_device_released_before_the_end(tmp_path, target):
-    """FA_TIMING=2 on a three-chunk input: the whole input is read while the device starts, the
-    trace's marks come in the pipeline's order, the device is released without a warning (and
+    """FA_TIMING=2 on a three-chunk input: fa-cuda locks the input's pages in place once the
+    device is up, fa-hip-cuda reads the whole input while the device starts; the trace's marks
+    come in the pipeline's order, the device is released without a warning (and
     the driver's files closed after it, or left to exit), and the output is right; the second
     run replaces the first one's output, which it holds until its drop thread lets it go."""
     program = build(target)
@@ -185,13 +186,65 @@ def test_trace_shows_the_overlap_and_the_device_released_before_the_end(tmp_path
         t = trace_of(proc.stderr)
         assert t["read_start"] < t["device_up"] <= t["buffers"] <= t["first_h2d"] <= t["copied"]
         assert len(t["chunks"]) == 3
-        assert t["chunks"][-1][0] < t["device_up"]  # 118 MB read while the device started, not after
+        if target == "cuda":  # the file's pages locked in place once the device is up: nothing read
+            assert f"fa-trace: {INPUT_WAYS['']}\n" in proc.stderr and t["chunks"][0][0] >= t["buffers"]
+        else:  # HIP 5.2 cannot lock them read-only: 118 MB read while the device started, not after
+            assert "fa-trace: input read: " in proc.stderr and t["chunks"][-1][0] < t["device_up"]
         assert all(read <= submitted <= copied <= written for read, submitted, copied, written in t["chunks"])
         assert t["copied"] == max(c[2] for c in t["chunks"]) <= t["released"] <= t["exiting"]
         assert max(c[3] for c in t["chunks"]) <= t["committed"] <= t["exiting"]
         assert t["files_closed"] is None or t["released"] <= t["files_closed"] <= t["exiting"]
         assert verify.against_reference(AttentionInput(inp), open_output(out, shape), TOL).passed
         assert sorted(p.name for p in tmp_path.iterdir()) == ["o.out", "x.in"]
+
+
+INPUT_WAYS = {"": "input mapped: the file's pages locked read-only in place",
+              "read": "input read: FA_INPUT=read",
+              "refused": "input read: the file's pages could not be locked (FA_INPUT=refused)"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [Shape(1, 1, 32), Shape(3, 50, 32), Shape(8000, 33, 32), Shape(800, 128, 64)],
+                         ids=["under-a-page", "one-chunk", "chunks-inside-pages", "chunks-on-pages"])
+def test_the_three_ways_in_agree(tmp_path, shape):
+    """fa-cuda takes its input one of three ways (HostInput in src_common/gpu_pipeline.h): the
+    file's own pages locked in place (the default), read into host slots (FA_INPUT=read), or
+    read once the device has refused the pages (FA_INPUT=refused stands in for the refusal). The
+    trace names the way; the three outputs are the same bytes, and right. Inputs: under a page
+    (all of it through the tail slot), one chunk, three chunks whose boundaries fall inside
+    pages (12672-byte batches: each chunk's last bytes through the tail slot), and two chunks
+    whose data ends 12 bytes into a page."""
+    program = build("cuda")
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, shape, 3)
+    outputs = {}
+    for way, line in INPUT_WAYS.items():
+        out = tmp_path / f"{way or 'mapped'}.out"
+        env = {**os.environ, "FA_TIMING": "2", "FA_INPUT": way}
+        proc = subprocess.run([str(program), str(inp), str(out)], capture_output=True, text=True, check=True, env=env)
+        assert f"fa-trace: {line}\n" in proc.stderr
+        outputs[way] = out.read_bytes()
+    assert outputs[""] == outputs["read"] == outputs["refused"]
+    assert verify.against_reference(AttentionInput(inp), open_output(tmp_path / "mapped.out", shape), TOL).passed
+
+
+@pytest.mark.gpu
+def test_input_in_shared_memory(tmp_path):
+    """An input on tmpfs (/dev/shm): its pages are shared memory, locked in place like a file's."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    program = build("cuda")
+    shape = Shape(800, 128, 64)
+    inp = shm / f"fa-test-{os.getpid()}.in"
+    try:
+        generate.write_input(inp, shape, 4)
+        proc = subprocess.run([str(program), str(inp), str(tmp_path / "o.out")], capture_output=True, text=True,
+                              check=True, env={**os.environ, "FA_TIMING": "2"})
+        assert f"fa-trace: {INPUT_WAYS['']}\n" in proc.stderr
+        assert verify.against_reference(AttentionInput(inp), open_output(tmp_path / "o.out", shape), TOL).passed
+    finally:
+        inp.unlink(missing_ok=True)
 
 
 def hopper_program() -> Path:
