@@ -125,23 +125,39 @@ inline InputFile open_input(const char* path) {
 
 // A mapped input cut short while the program runs raises SIGBUS where the CPU reads past its
 // new end: a one-line error naming the input, exit 1 and no output, as a read that comes up
-// short gets. A fixed buffer and async-signal-safe calls only, since the handler runs them.
-inline char* mapped_input_path() {
-  static char path[4096] = "";
-  return path;
+// short gets. A SIGBUS elsewhere (not in the mapping) ends the program as it would have. Fixed
+// storage and async-signal-safe calls only, since the handler runs them.
+struct MappedInput {
+  char path[4096];
+  const char* base;
+  size_t bytes;
+};
+inline MappedInput& mapped_input() {
+  static MappedInput input = {"", nullptr, 0};
+  return input;
 }
-inline void input_cut_short(int) {
-  const char* parts[4] = {program_name(), ": error: ", mapped_input_path(), ": input cut short while running\n"};
+inline void input_cut_short(int sig, siginfo_t* info, void*) {
+  const MappedInput& in = mapped_input();
+  const char* at = static_cast<const char*>(info->si_addr);
+  if (!(at >= in.base && at < in.base + in.bytes)) {
+    signal(sig, SIG_DFL);
+    return;  // the faulting access runs again, and the default action ends the program
+  }
+  const char* parts[4] = {program_name(), ": error: ", in.path, ": input cut short while running\n"};
   for (const char* part : parts)
     if (write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
   if (*pending_output()) unlink(pending_output());
   _exit(kExitFailure);
 }
-inline void fail_on_sigbus(const char* input_path) {
-  std::snprintf(mapped_input_path(), 4096, "%s", input_path);
+inline void fail_on_sigbus(const char* path, const char* base, size_t bytes) {
+  MappedInput& in = mapped_input();
+  std::snprintf(in.path, sizeof in.path, "%s", path);
+  in.base = base;
+  in.bytes = bytes;
   struct sigaction action;
   std::memset(&action, 0, sizeof action);
-  action.sa_handler = input_cut_short;
+  action.sa_sigaction = input_cut_short;
+  action.sa_flags = SA_SIGINFO;
   sigemptyset(&action.sa_mask);
   sigaction(SIGBUS, &action, nullptr);
 }

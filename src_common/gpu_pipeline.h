@@ -19,8 +19,8 @@
 //                      compute stream: the kernels of this chunk
 //                      d2h stream:     device output buffer (2, alternating) -> host output slot
 //                    events order the streams: a buffer is refilled only once its reader is done
-//   watcher thread   waits for each chunk's copy back and says so to the writer; unmaps the
-//                    chunk's input pages
+//   watcher thread   waits for each chunk's copy back and says so to the writer; drops the
+//                    page-table entries of the chunk's input pages
 //   writer thread    writes each copied chunk to the temporary output, in order
 //   release thread   once the last chunk is back on the host, releases the device (the
 //                    driver's teardown, which exit would otherwise do) while the writer
@@ -261,9 +261,10 @@ struct HostSlots {
 
 // The input on the host, page-locked for the copies in, in one of two ways:
 //   mapped  the input file's own pages: mapped, and each chunk's pages locked read-only in
-//           place at its first use, so the device copies straight from the page cache. Nothing
-//           is read or copied by the CPU: on the H100's host, reading 1.5 GB beside start-up
-//           delayed the device by 0.03 to 0.05 s, and locking the copy read paced the kernels.
+//           place at its first use, so the device copies straight from the page cache. The
+//           CPU reads one byte per page and each chunk's tail, nothing more: on the H100's host,
+//           reading 1.5 GB beside start-up delayed the device by 0.03 to 0.05 s, and locking
+//           the copy read paced the kernels.
 //           The data starts 12 bytes into the file (the header), so each chunk's last page is
 //           also the next chunk's first, and the driver refuses a page locked twice: chunk i
 //           locks its whole pages [page(start), page(end)), and its last bytes (less than a
@@ -273,7 +274,8 @@ struct HostSlots {
 //           system that refuses them), for inputs over kPrefetchBytes (locking them all would
 //           pin that much page cache), or when FA_INPUT=read asks for it.
 // The choice is made once the device is up (decide), by locking chunk 0's pages; until then
-// the reader thread brings the file into the page cache and maps its pages (prefetch).
+// the reader thread brings the file into the page cache and maps its pages (prefetch). A later
+// chunk whose pages are refused is read into its slot by the main thread.
 template <class Gpu>
 class HostInput {
  public:
@@ -288,12 +290,19 @@ class HostInput {
   HostInput(const InputFile& in, const char* path, const ChunkPlan& plan)
       : in_(in), path_(path), plan_(plan), slots_(plan.slots, plan.slot_bytes, true) {
     const char* forced = std::getenv("FA_INPUT");
-    if (forced && std::strcmp(forced, "read") == 0) how_ = "read: FA_INPUT=read";
+    const bool force_read = forced && std::strcmp(forced, "read") == 0;
+    refuse_first_ = forced && std::strcmp(forced, "refused") == 0;
+    refuse_later_ = forced && std::strcmp(forced, "refused-later") == 0;
+    if (forced && *forced && !force_read && !refuse_first_ && !refuse_later_)
+      fail(kExitUsage, "FA_INPUT=%s: expected read, refused or refused-later (or unset)", forced);
+    if (force_read) how_ = "read: FA_INPUT=read";
     else if (!Gpu::locks_file_pages()) how_ = "read: this platform cannot lock a file's pages read-only";
     else if (plan.slots < plan.chunks) how_ = "read: larger than the input kept on the host";
     else map_file();
-    refuse_ = forced && std::strcmp(forced, "refused") == 0;
   }
+  // Set when the HostInput is made, before any thread starts: the reader asks it first.
+  bool has_mapping() const { return map_ != nullptr; }
+  // Known once decide() has run (the reader and the watcher ask it after init_done).
   bool mapped() const { return map_ != nullptr && !refused_; }
   const std::string& how() const { return how_; }  // "mapped ..." or "read: why" (FA_TIMING=2)
 
@@ -307,9 +316,10 @@ class HostInput {
     for (size_t at = 0; at < map_bytes_; at += kPage) (void)static_cast<volatile const char*>(map_)[at];
   }
 
-  // Watcher thread, once chunk i is copied back (its copy in long done): its pages unmapped,
-  // still locked and in the page cache, so that the unmapping at the end (release) costs
-  // nothing: 0.011 to 0.014 s for 639 MB there, on the critical path after the device's reset.
+  // Watcher thread, once chunk i is copied back (its copy in long done): its page-table entries
+  // dropped (the pages stay locked and in the page cache), so that unmapping the input at the
+  // end (release) costs nothing: 0.011 to 0.014 s for 639 MB on the H100's host, on the
+  // critical path after the device's reset.
   void forget(int64_t i) const {
     if (!mapped()) return;
     const size_t first = page_of(start_of(i)), last = page_of(end_of(i));
@@ -321,7 +331,7 @@ class HostInput {
   void decide(double& seconds) {
     if (!mapped()) return;
     const double t = now_seconds();
-    const std::string refused = refuse_ ? "FA_INPUT=refused" : lock_pages(0);
+    const std::string refused = refuse_first_ ? "FA_INPUT=refused" : lock_pages(0);
     seconds += now_seconds() - t;
     if (refused.empty()) return;
     refused_ = true;  // unmapped by release(): the reader may still be touching the pages
@@ -337,9 +347,9 @@ class HostInput {
     const size_t start = start_of(i), end = end_of(i), body_end = std::max(start, page_of(end));
     if (i > 0) {
       const double t = now_seconds();
-      const std::string refused = lock_pages(i);
+      const std::string refused = refuse_later_ ? "FA_INPUT=refused-later" : lock_pages(i);
       seconds += now_seconds() - t;
-      if (!refused.empty()) fail_locking(refused);
+      if (!refused.empty()) return read_instead(i, refused, seconds);
     }
     // The tail's bytes are read by the CPU: past the end of a file cut short while running,
     // that raises SIGBUS (fail_on_sigbus), as the reader's touches do.
@@ -354,6 +364,7 @@ class HostInput {
     if (map_) munmap(map_, map_bytes_);
     map_ = nullptr;
     slots_.unmap();
+    tails_.unmap();
   }
 
  private:
@@ -372,19 +383,27 @@ class HostInput {
     }
     map_ = static_cast<char*>(m);
     how_ = "mapped: the file's pages locked read-only in place";
-    tails_ = HostSlots<Gpu>(1, (size_t)plan_.chunks * kPage, true);
-    fail_on_sigbus(path_);
+    // The tails are written by the CPU after the slot is locked: faulted in first, and locked
+    // device-readable and CPU-writable, so that the lock holds the pages the CPU then writes
+    // (a read-only lock of untouched memory may hold the kernel's shared zero page instead).
+    tails_ = HostSlots<Gpu>(1, (size_t)plan_.chunks * kPage, false);
+    for (size_t at = 0; at < tails_.bytes; at += kPage) tails_[0][at] = 0;
+    fail_on_sigbus(path_, map_, map_bytes_);
   }
   // Chunk i's whole pages, [page(start), page(end)), locked: "" or why not.
   std::string lock_pages(int64_t i) {
     const size_t first = page_of(start_of(i)), last = page_of(end_of(i));
     return last > first ? Gpu::lock_file_pages(map_ + first, last - first) : "";
   }
-  [[noreturn]] void fail_locking(const std::string& refused) const {
+  // A later chunk whose pages were refused: read into its slot here, unless the file changed.
+  Chunk read_instead(int64_t i, const std::string& refused, double& seconds) {
     struct stat st;
     if (fstat(in_.fd, &st) == 0 && st.st_size != in_.shape.input_bytes())
       fail(kExitFailure, "%s: input changed while running (now %lld bytes)", path_, (long long)st.st_size);
-    fail(kExitFailure, "%s: cannot lock the input's pages: %s", path_, refused.c_str());
+    if (how_.find("; chunk") == std::string::npos)
+      how_ += "; chunk " + std::to_string(i) + " on read: its pages could not be locked (" + refused + ")";
+    read_parallel(in_.fd, slots_[i], (int64_t)(end_of(i) - start_of(i)), (int64_t)start_of(i), path_);
+    return {slots_.locked(i, seconds), end_of(i) - start_of(i), nullptr, 0};
   }
 
   const InputFile& in_;
@@ -395,8 +414,9 @@ class HostInput {
   char* map_ = nullptr;
   size_t map_bytes_ = 0;
   std::string how_;
-  bool refuse_ = false;   // FA_INPUT=refused: the fallback, for tests
-  bool refused_ = false;  // the pages were refused: the input is read
+  bool refuse_first_ = false;  // FA_INPUT=refused, refused-later: as if the device refused chunk 0's
+  bool refuse_later_ = false;  // pages, or every later chunk's (the two fallbacks, for tests)
+  bool refused_ = false;       // chunk 0's pages were refused: the input is read
 };
 
 // What the init thread makes: the device, the chosen kernels, device buffers (2 input, 2
@@ -450,16 +470,17 @@ struct Trace {
       : read(chunks), submit(chunks), copied(chunks), written(chunks), kernel_ms(chunks) {}
 };
 
-// Reader thread: a mapped input is only read ahead into the page cache; once the main thread
-// has decided (HostInput::decide), every chunk of it is ready. Otherwise (or if the mapping was
-// refused) it fills slots in order; a reused slot waits until its last copy finished.
+// Reader thread: a mapped input is read ahead into the page cache and its pages mapped
+// (HostInput::prefetch); once the main thread has decided (HostInput::decide), every chunk of it
+// is ready. Otherwise (or if its pages were refused) it fills slots in order; a reused slot
+// waits until its last copy finished.
 template <class Gpu, class Kernels>
 void read_chunks(const InputFile& in, const char* path, const ChunkPlan& plan, const HostInput<Gpu>& host_in,
                  const DeviceSide<Gpu, Kernels>& dev, PipelineProgress& progress, Timing& timing, Trace& trace,
                  double started) {
   const Shape& s = in.shape;
   trace.read_start = now_seconds() - started;
-  if (host_in.mapped()) {
+  if (host_in.has_mapping()) {
     host_in.prefetch();
     progress.init_done.wait_for(1);
     for (int64_t i = 0; host_in.mapped() && i < plan.chunks; ++i) {

@@ -73,7 +73,7 @@ struct CudaApi {
     CUDA_CHECK(cudaHostRegister(p, bytes, flags));
   }
   // Pages of a mapped file, locked read-only (the mapping is read-only, and a device-writable
-  // lock of file pages is refused by recent kernels): "" or why not; a refusal is not fatal.
+  // lock of a read-only mapping is refused): "" or why not; a refusal is not fatal.
   static bool locks_file_pages() { return CUDART_VERSION >= 11010; }
   static std::string lock_file_pages(void* p, size_t bytes) {
 #if CUDART_VERSION >= 11010

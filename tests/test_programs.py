@@ -187,7 +187,7 @@ def test_trace_shows_the_overlap_and_the_device_released_before_the_end(tmp_path
         assert t["read_start"] < t["device_up"] <= t["buffers"] <= t["first_h2d"] <= t["copied"]
         assert len(t["chunks"]) == 3
         if target == "cuda":  # the file's pages locked in place once the device is up: nothing read
-            assert f"fa-trace: {INPUT_WAYS['']}\n" in proc.stderr and t["chunks"][0][0] >= t["buffers"]
+            assert f"fa-trace: {MAPPED}\n" in proc.stderr and " read=0.000000 " in proc.stderr
         else:  # HIP 5.2 cannot lock them read-only: 118 MB read while the device started, not after
             assert "fa-trace: input read: " in proc.stderr and t["chunks"][-1][0] < t["device_up"]
         assert all(read <= submitted <= copied <= written for read, submitted, copied, written in t["chunks"])
@@ -198,22 +198,24 @@ def test_trace_shows_the_overlap_and_the_device_released_before_the_end(tmp_path
         assert sorted(p.name for p in tmp_path.iterdir()) == ["o.out", "x.in"]
 
 
-INPUT_WAYS = {"": "input mapped: the file's pages locked read-only in place",
-              "read": "input read: FA_INPUT=read",
-              "refused": "input read: the file's pages could not be locked (FA_INPUT=refused)"}
+MAPPED = "input mapped: the file's pages locked read-only in place"
+INPUT_WAYS = {"": MAPPED, "read": "input read: FA_INPUT=read",
+              "refused": "input read: the file's pages could not be locked (FA_INPUT=refused)",
+              "refused-later": MAPPED + "; chunk 1 on read: its pages could not be locked (FA_INPUT=refused-later)"}
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [Shape(1, 1, 32), Shape(3, 50, 32), Shape(8000, 33, 32), Shape(800, 128, 64)],
                          ids=["under-a-page", "one-chunk", "chunks-inside-pages", "chunks-on-pages"])
-def test_the_three_ways_in_agree(tmp_path, shape):
-    """fa-cuda takes its input one of three ways (HostInput in src_common/gpu_pipeline.h): the
-    file's own pages locked in place (the default), read into host slots (FA_INPUT=read), or
-    read once the device has refused the pages (FA_INPUT=refused stands in for the refusal). The
-    trace names the way; the three outputs are the same bytes, and right. Inputs: under a page
-    (all of it through the tail slot), one chunk, three chunks whose boundaries fall inside
-    pages (12672-byte batches: each chunk's last bytes through the tail slot), and two chunks
-    whose data ends 12 bytes into a page."""
+def test_the_ways_in_agree(tmp_path, shape):
+    """fa-cuda takes its input one of four ways (HostInput in src_common/gpu_pipeline.h): the
+    file's own pages locked in place (the default), read into host slots (FA_INPUT=read), read
+    once the device has refused chunk 0's pages, or each later chunk read on its own once its
+    pages are refused (FA_INPUT=refused and refused-later stand in for the refusals). The trace
+    names the way; the outputs are the same bytes, and right. Inputs: under a page (all of it
+    through the tail slot), one chunk, three chunks whose boundaries fall inside pages
+    (12672-byte batches: each chunk's last bytes through the tail slot), and two chunks whose
+    data ends 12 bytes into a page. (With d = 32 or 64 no chunk ends on a page boundary.)"""
     program = build("cuda")
     inp = tmp_path / "x.in"
     generate.write_input(inp, shape, 3)
@@ -222,9 +224,10 @@ def test_the_three_ways_in_agree(tmp_path, shape):
         out = tmp_path / f"{way or 'mapped'}.out"
         env = {**os.environ, "FA_TIMING": "2", "FA_INPUT": way}
         proc = subprocess.run([str(program), str(inp), str(out)], capture_output=True, text=True, check=True, env=env)
-        assert f"fa-trace: {line}\n" in proc.stderr
+        several_chunks = shape.B * 12 * shape.N * shape.d > 48 << 20
+        assert f"fa-trace: {line if several_chunks or way != 'refused-later' else MAPPED}\n" in proc.stderr
         outputs[way] = out.read_bytes()
-    assert outputs[""] == outputs["read"] == outputs["refused"]
+    assert outputs[""] == outputs["read"] == outputs["refused"] == outputs["refused-later"]
     assert verify.against_reference(AttentionInput(inp), open_output(tmp_path / "mapped.out", shape), TOL).passed
 
 
@@ -241,10 +244,26 @@ def test_input_in_shared_memory(tmp_path):
         generate.write_input(inp, shape, 4)
         proc = subprocess.run([str(program), str(inp), str(tmp_path / "o.out")], capture_output=True, text=True,
                               check=True, env={**os.environ, "FA_TIMING": "2"})
-        assert f"fa-trace: {INPUT_WAYS['']}\n" in proc.stderr
+        assert f"fa-trace: {MAPPED}\n" in proc.stderr
         assert verify.against_reference(AttentionInput(inp), open_output(tmp_path / "o.out", shape), TOL).passed
     finally:
         inp.unlink(missing_ok=True)
+
+
+@pytest.mark.gpu
+def test_two_runs_lock_the_same_input_at_once(tmp_path):
+    """Two fa-cuda processes on one input at the same time (a judge running cases side by side):
+    each locks the same page-cache pages read-only, and both outputs are right and the same."""
+    program = build("cuda")
+    shape = Shape(800, 128, 64)  # two chunks
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, shape, 6)
+    runs = [subprocess.Popen([str(program), str(inp), str(tmp_path / f"{k}.out")], stderr=subprocess.PIPE, text=True)
+            for k in range(2)]
+    for run in runs:
+        assert run.wait(timeout=60) == 0, run.stderr.read()
+    assert (tmp_path / "0.out").read_bytes() == (tmp_path / "1.out").read_bytes()
+    assert verify.against_reference(AttentionInput(inp), open_output(tmp_path / "0.out", shape), TOL).passed
 
 
 def hopper_program() -> Path:
@@ -379,13 +398,15 @@ def test_kernels_agree(tmp_path):
 
 
 @pytest.mark.gpu
-def test_bad_kernel_name(tmp_path):
+@pytest.mark.parametrize("setting", ["FA_KERNEL=magic", "FA_INPUT=mmap"])
+def test_bad_setting(tmp_path, setting):
     program = build("cuda")
     inp = tmp_path / "x.in"
     generate.write_input(inp, Shape(1, 8, 32), 1)
+    name, value = setting.split("=")
     proc = subprocess.run([str(program), str(inp), str(tmp_path / "o")], capture_output=True, text=True,
-                          env={**os.environ, "FA_KERNEL": "magic"})
-    assert proc.returncode == 2 and "FA_KERNEL=magic" in proc.stderr and not (tmp_path / "o").exists()
+                          env={**os.environ, name: value})
+    assert proc.returncode == 2 and f"error: {setting}: expected " in proc.stderr and not (tmp_path / "o").exists()
 
 
 @pytest.mark.gpu
