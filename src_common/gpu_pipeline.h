@@ -343,7 +343,7 @@ class HostInput {
 
   // Main thread: chunk i, locked; the seconds spent locking are added to `seconds`.
   Chunk locked(int64_t i, double& seconds) {
-    if (!mapped()) return {slots_.locked(i, seconds), end_of(i) - start_of(i), nullptr, 0};
+    if (!mapped()) return from_slot(i, seconds);
     const size_t start = start_of(i), end = end_of(i), body_end = std::max(start, page_of(end));
     if (i > 0) {
       const double t = now_seconds();
@@ -403,6 +403,10 @@ class HostInput {
     if (how_.find("; chunk") == std::string::npos)
       how_ += "; chunk " + std::to_string(i) + " on read: its pages could not be locked (" + refused + ")";
     read_parallel(in_.fd, slots_[i], (int64_t)(end_of(i) - start_of(i)), (int64_t)start_of(i), path_);
+    return from_slot(i, seconds);
+  }
+  // Chunk i from its slot (read into it), locked there.
+  Chunk from_slot(int64_t i, double& seconds) {
     return {slots_.locked(i, seconds), end_of(i) - start_of(i), nullptr, 0};
   }
 
