@@ -79,7 +79,8 @@ constexpr int kReadThreads = 8;                  // a chunk is read by this many
 //                                                        // where the platform leaves them to exit
 //     static void* device_alloc(size_t);
 //     static void host_register(void*, size_t, bool device_reads_only);
-//     static std::string lock_file_pages(void*, size_t);   // a mapped file's pages, read-only: "" or why not
+//     static bool locks_file_pages();                    // whether this API locks a file's pages read-only
+//     static std::string lock_file_pages(void*, size_t); // lock them (mapped): "" or why not (not fatal)
 //     static Stream stream(); static Event event();
 //     static void record(Event, Stream); static void wait(Stream, Event);
 //     static void sync(Event); static float elapsed_ms(Event, Event);
