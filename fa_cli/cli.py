@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from . import (__version__, bench, charts, compare, diagnose, generate, judge, ladder, locations, mistakes, profile,
-               programs, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
+from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
+               profile, programs, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
 from .options import SEED, TOLERANCE, OutputPath, Size
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
@@ -148,14 +148,17 @@ VERIFY_HELP = ("Check OUTPUT: max abs error, where it is, how many values exceed
 @click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
               help="The input: the output is checked against float64 attention of it.")
-@click.option("--expected", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--expected", "expected_file", type=click.Path(dir_okay=False, path_type=Path),
               help="An expected output to compare with instead.")
 @click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True, help="Largest allowed abs error.")
-@click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Check this many random rows per batch.")
-@click.option("--full", is_flag=True, help="Check every row (the default for small inputs).")
+@click.option("--sample", "sample_rows", type=click.IntRange(min=1),
+              help="A quick look: this many random rows per batch against float64 (a sampled verdict, not the "
+                   "course's).")
+@click.option("--full", is_flag=True,
+              help="Every row against float64 computed now, instead of the cached expected output.")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the sampled rows.")
-def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> None:
-    if (input_path is None) == (expected is None):
+def verify_cmd(output, input_path, expected_file, tol, sample_rows, full, seed) -> None:
+    if (input_path is None) == (expected_file is None):
         raise click.UsageError("give exactly one of --input or --expected")
     if sample_rows and full:
         raise click.UsageError("--sample and --full exclude each other")
@@ -163,26 +166,37 @@ def verify_cmd(output, input_path, expected, tol, sample_rows, full, seed) -> No
         inp = AttentionInput(input_path)
         out = open_output(output, inp.shape)
         check = verify.RowCheck(sample_rows, full, seed)
-        with report.progress("verifying", inp.shape.B) as advance:
-            result = verify.against_reference(inp, out, tol, check, advance)
+        if check.is_default:  # every value, as the course's judge: against the input's expected output
+            target = suite.Target(input_path.name, input_path, inp.shape, None)
+            ensure_expected([target])
+            with report.progress("verifying", inp.shape.elements) as advance:
+                result = verify.against_expected(out, expected.output_of(target), tol, inp.shape, advance)
+        else:
+            with report.progress("verifying", inp.shape.B) as advance:
+                result = verify.against_reference(inp, out, tol, check, advance)
         if not result.passed and result.checked:
             click.echo(report.verify_summary(result))
             click.echo(report.verify_details(result, diagnose.of_wrong(result, inp.shape, inp, out)))
             sys.exit(ExitStatus.FAILED)
     else:
-        size = regular_size(expected, "expected output")
+        size = regular_size(expected_file, "expected output")
         flat = Shape(1, size // 4, 1) if size % 4 == 0 else None
         if flat is None:
-            raise FaError(f"{expected}: {size} bytes is not a whole number of float32 values")
-        exp = open_output(expected, flat, "expected output")
+            raise FaError(f"{expected_file}: {size} bytes is not a whole number of float32 values")
+        exp = open_output(expected_file, flat, "expected output")
         got = regular_size(output)
         if got != size:
-            raise FaError(f"{output}: output has {got} bytes, the expected output {expected} has {size} "
+            raise FaError(f"{output}: output has {got} bytes, the expected output {expected_file} has {size} "
                           f"({size // 4} float32 values)", exit_code=ExitStatus.BAD_INPUT)
         out = open_output(output, flat)
         result = verify.against_expected(out.reshape(-1), exp.reshape(-1), tol)
     click.echo(report.verify_summary(result))
     sys.exit(ExitStatus.OK if result.passed else ExitStatus.FAILED)
+
+
+def ensure_expected(targets: list[suite.Target]) -> None:
+    """Compute the expected outputs still missing, saying first what that costs where it is long."""
+    expected.ensure(expected.missing(targets), note, report.progress)
 
 
 def launcher_options(f):
@@ -220,16 +234,23 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
 @click.option("--program", default="best", show_default=True, help="cpu, cuda, hip, hip-cuda, best, or a path.")
 @click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True,
               help="Largest abs error a PASS allows (the course's).")
-@click.option("--sample", "sample_rows", type=click.IntRange(min=1), help="Verify this many random rows per batch.")
-@click.option("--full", is_flag=True, help="Verify every row against the float64 reference.")
+@click.option("--sample", "sample_rows", type=click.IntRange(min=1),
+              help="A quick look: verify this many random rows per batch (a sampled verdict, not the course's).")
+@click.option("--full", is_flag=True,
+              help="Verify every row against float64 computed now, instead of the cached expected output.")
 @click.option("--time-limit", type=click.FloatRange(min=0, min_open=True),
               help="Seconds allowed per case, input files included (default: the course's, suite cases only).")
 @click.option("--no-time-limit", is_flag=True, help="Let every program finish, however long it takes.")
+@click.option("--why", "why_case",
+              help="Judge this case and look for the cause with the tools (run twice more, compute-sanitizer, a "
+                   "debugger), whatever its verdict.")
+@click.option("--why-budget", type=click.FloatRange(min=0), default=cause.BUDGET_S, show_default=True,
+              help="Seconds the search for a cause may take (on the smallest failing case); 0: none.")
 @click.option("-o", "--output", "results_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Also add the results to this file (JSON, for fa report); extended if it exists.")
 @launcher_options
-def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, results_file,
-        launcher, partition, gres, srun_args) -> None:
+def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
+        why_budget, results_file, launcher, partition, gres, srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
     table, and for each case that did not pass, why: where the wrong values are and which usual
     mistake explains them, the signal that ended a program, how far a short output got.
@@ -238,13 +259,17 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     fa run t01 t17 --program ./hw4        two of fa's cases
     fa run c01 c30 --program ./hw4        two of the course's
     fa run --all --suite c --program ./hw4  all 30 course shapes"""
-    names = list(suite.cases(suite_name)) if all_cases else list(cases)
+    if why_case and (cases or all_cases):
+        raise click.UsageError("--why takes one case alone: fa run --why CASE --program PROGRAM")
+    names = [why_case] if why_case else list(suite.cases(suite_name)) if all_cases else list(cases)
     if not names:
         raise click.UsageError("name test cases (t01..t30, c01..c30 or input files), or give --all [--suite c]")
     if time_limit and no_time_limit:
         raise click.UsageError("--time-limit and --no-time-limit exclude each other")
     prog = program_for(program)
     targets = targets_for(names)
+    if not (sample_rows or full):
+        ensure_expected(targets)
     if time_limit:
         targets = [dataclasses.replace(t, time_limit=time_limit) for t in targets]
     runner = make_launcher(launcher, partition, gres, srun_args)
@@ -255,9 +280,14 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
             for t in targets:
                 results.append(judge.judge(prog, t, options))
                 advance()
+        across = cause.explain(results, options, note, why_budget, chosen=results[0] if why_case else None)
     report.console.print(report.judge_table(results, describe_first()))
-    if any(not r.ok for r in results):
-        click.echo(report.diagnoses(results) + "\n")
+    if any(r.check and r.check.sampled for r in results):
+        click.echo(report.SAMPLED_NOTE)
+    if any(not r.ok for r in results) or why_case:
+        click.echo(report.diagnoses(results, always=bool(why_case)) + "\n")
+    if across:
+        click.echo("across the cases: " + " ".join(across.lines) + "\n")
     if results_file:
         append(results_file, [judge.as_record(r, options) for r in results])
         click.echo(f"{len(results)} records added to {results_file}")

@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import diagnose, generate, locations, records, suite, verify
+from . import diagnose, expected, generate, locations, records, suite, verify
 from .format import AttentionInput, Shape, open_output, read_header
 from .programs import Launcher, Program, RunResult, run
 from .suite import Target
@@ -23,7 +23,7 @@ def target_for(text: str, progress=None) -> Target:
         c = suite.case(text)
         missing = not suite.has_input(c)
         path = suite.ensure_input(c, progress)
-        return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=missing)
+        return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=missing, sha256=c.sha256)
     path = Path(text)
     return Target(path.name, path, read_header(path), None)
 
@@ -71,8 +71,8 @@ class CaseResult:
 
 @dataclass(frozen=True)
 class JudgeOptions:
-    """How fa run judges: the tolerance, the rows it checks (by default the expected output where
-    a case ships one), the time limit, and where and how programs run."""
+    """How fa run judges: the tolerance, the rows it checks (by default every value, against the
+    input's expected output), the time limit, and where and how programs run."""
 
     tol: float = verify.COURSE_TOL
     check: verify.RowCheck = verify.RowCheck()
@@ -83,8 +83,8 @@ class JudgeOptions:
 
 
 def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions()) -> CaseResult:
-    """Run one case and verify it: against the expected file when one ships, else the reference;
-    diagnose it if it did not pass."""
+    """Run one case and verify it: every value against its expected output (computed first if
+    missing), or the rows options.check asks for against float64; diagnose it if it did not pass."""
     limit = target.time_limit if options.time_limit else None
     shape = target.shape
     with tempfile.TemporaryDirectory(prefix="fa-run-", dir=options.output_dir) as tmp:
@@ -99,9 +99,8 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
             return CaseResult(target, program, result, None, limit, problem, why)
         out = open_output(out_path, shape)
         inp = AttentionInput(target.input_path)
-        if target.expected_path is not None and options.check.is_default:
-            expected = open_output(target.expected_path, shape, "expected output")
-            check = verify.against_expected(out, expected, options.tol, shape)
+        if options.check.is_default:
+            check = verify.against_expected(out, expected.output_of(target), options.tol, shape)
         else:
             check = verify.against_reference(inp, out, options.tol, options.check)
         why = None if check.passed else diagnose.of_wrong(check, shape, inp, out)

@@ -1,7 +1,9 @@
 """One way to find, build and run a program `PROGRAM INPUT OUTPUT`, directly or through a launcher.
 
 Programs by name: cpu (bin/fa-cpu), cuda (bin/fa-cuda), hip (bin/fa-hip, AMD), hip-cuda
-(bin/fa-hip-cuda: the HIP source compiled by nvcc), torch (PyTorch SDPA), or any path. A
+(bin/fa-hip-cuda: the HIP source compiled by nvcc), torch (PyTorch SDPA), any path to a
+program, or a student's source (hw4.cu, hw4.hip; a .cpp for a CPU program), built with the
+course's line into the cache directory and rebuilt when it changes (course_build). A
 missing named program is built with make in locations.source_tree(): the checkout, or for an
 installed fa a copy of its shipped sources in the cache directory. With FA_TIMING=1 a program
 prints one line on stderr,
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -77,6 +80,8 @@ class Program:
     path: Path
     make_target: str | None = None  # None: a user's own binary, never built here
     interpreter: tuple[str, ...] = ()  # run as INTERPRETER... PATH (the torch program)
+    source: Path | None = None  # the student's source it is built from (--program hw4.cu)
+    build_flags: tuple[str, ...] = ()  # added to the course's line (a diagnosis's -g build)
 
     @property
     def argv(self) -> list[str]:
@@ -106,6 +111,44 @@ def best_name() -> str:
     return "cpu"
 
 
+# A student's source by its suffix: the compiler of the course's line for it.
+SOURCE_COMPILERS = {".cu": "nvcc", ".hip": "hipcc", ".cpp": "g++", ".cc": "g++"}
+
+
+def local_target(compiler: str) -> str | None:
+    """The GPU target this machine runs: its own GPU's, else the oldest the compiler builds."""
+    vendor = {"nvcc": "nvidia", "hipcc": "amd"}.get(compiler)
+    for dev in list_devices():
+        if dev.vendor == vendor:
+            return dev.arch
+    if compiler == "nvcc":
+        listed = run_tool([os.environ.get("NVCC", "nvcc"), "--list-gpu-arch"]).stdout.split()
+        archs = sorted(int(a.split("_")[1]) for a in listed if a.startswith("compute_"))
+        return f"sm_{archs[0]}" if archs else "sm_61"
+    return "gfx90a" if compiler == "hipcc" else None
+
+
+def course_build(source: Path, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The course's build line for a source (its example Makefile: nvcc -std=c++11 -O3, hipcc
+    -std=c++14 -O3), for this machine's GPU (the course's sm_61 is no target of CUDA 13)."""
+    compiler = SOURCE_COMPILERS[source.suffix]
+    target = local_target(compiler)
+    if compiler == "nvcc":
+        argv = [os.environ.get("NVCC", "nvcc"), "-std=c++11", "-O3", f"-arch={target}"]
+    elif compiler == "hipcc":
+        argv = [os.environ.get("HIPCC", "hipcc"), "-std=c++14", "-O3", f"--offload-arch={target}"]
+    else:
+        argv = [os.environ.get("CXX", "g++"), "-std=c++11", "-O3"]
+    return [*argv, *extra, "-o", str(output), str(source), "-lm"]
+
+
+def from_source(source: Path, extra: tuple[str, ...] = (), flavour: str = "") -> Program:
+    """The program a source builds to, in a cache folder named by the source's bytes and the line."""
+    digest = hashlib.sha256(source.read_bytes() + "\0".join(extra).encode() + flavour.encode()).hexdigest()[:16]
+    path = locations.cache_dir() / "student" / f"{source.stem}-{digest}" / source.stem
+    return Program(source.name, path, None, source=source.resolve(), build_flags=extra)
+
+
 def resolve(name_or_path: str) -> Program:
     if name_or_path == "best":
         name_or_path = best_name()
@@ -114,14 +157,21 @@ def resolve(name_or_path: str) -> Program:
     path = Path(name_or_path)
     if not path.exists():
         raise FaError(f"no program {name_or_path!r}: give one of {', '.join(NAMES)}, best, or a path")
+    if path.suffix in SOURCE_COMPILERS and path.is_file():
+        return from_source(path)
     if path.is_dir() or not os.access(path, os.X_OK):
         raise FaError(f"{name_or_path}: not an executable program")
     return Program(path.name, path.resolve())
 
 
 def ensure_built(program: Program, announce=None) -> Program:
-    """Build a named program with make when its binary is missing; announce(text) says so first."""
-    if program.path.exists() or program.make_target is None:
+    """Build a named program with make, or a student's source with the course's line, when its
+    binary is missing; announce(text) says so first."""
+    if program.path.exists():
+        return program
+    if program.source is not None:
+        return build_source(program, announce)
+    if program.make_target is None:
         return program
     tree = program.path.parent.parent
     if not shutil.which("make"):
@@ -134,6 +184,23 @@ def ensure_built(program: Program, announce=None) -> Program:
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
         why = lines[-1] if lines else f"exit code {proc.returncode}"
         raise FaError(f"program {program.name!r} is not available here: `make {program.make_target}` failed: {why}",
+                      exit_code=ExitStatus.FAILED)
+    return program
+
+
+def build_source(program: Program, announce=None) -> Program:
+    argv = course_build(program.source, program.path, program.build_flags)
+    if not shutil.which(argv[0]):
+        raise FaError(f"{program.source}: building it needs {argv[0]}, which is not installed here",
+                      exit_code=ExitStatus.FAILED)
+    if announce:
+        announce("building " + " ".join(argv))
+    program.path.parent.mkdir(parents=True, exist_ok=True)
+    proc = run_tool(argv, cwd=program.path.parent)
+    if proc.returncode != 0 or not program.path.exists():
+        lines = [l for l in (proc.stderr + proc.stdout).splitlines() if "error" in l.lower()] or \
+            [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
+        raise FaError(f"{program.source}: does not build: {lines[0] if lines else f'exit code {proc.returncode}'}",
                       exit_code=ExitStatus.FAILED)
     return program
 
@@ -226,16 +293,16 @@ def run(
     return result
 
 
-def stop(proc: subprocess.Popen) -> str:
+def stop(proc: subprocess.Popen, output: int = 1) -> str:
     """SIGTERM to the program's process group, SIGKILL if it is still there after the grace
-    period; returns what it wrote to stderr."""
+    period; returns what it wrote to stderr (output=1) or stdout (output=0)."""
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             break
         try:
-            return proc.communicate(timeout=wait)[1] or ""
+            return proc.communicate(timeout=wait)[output] or ""
         except subprocess.TimeoutExpired:
             continue
-    return proc.communicate()[1] or ""
+    return proc.communicate()[output] or ""

@@ -59,7 +59,13 @@ def verify_summary(result: VerifyResult) -> str:
     ]
     if result.nonfinite:
         lines.append(f"{result.nonfinite} values are NaN or infinite")
+    if result.sampled:
+        lines.append(SAMPLED_NOTE)
     return "\n".join(lines)
+
+
+SAMPLED_NOTE = ("sampled: only some rows were compared, a quick look; the course compares every value "
+                "(leave out --sample)")
 
 
 def verify_details(result: VerifyResult, diagnosis) -> str:
@@ -68,11 +74,12 @@ def verify_details(result: VerifyResult, diagnosis) -> str:
     return "\n".join(there + diagnosis.lines[2:])
 
 
-def diagnoses(results: list[CaseResult]) -> str:
-    """One short paragraph per case that did not pass: its verdict and why (diagnose.py)."""
+def diagnoses(results: list[CaseResult], always: bool = False) -> str:
+    """One short paragraph per case that did not pass (every case, with always): its verdict and
+    why (diagnose.py, cause.py)."""
     paragraphs = []
     for r in results:
-        if r.ok or r.diagnosis is None:
+        if (r.ok and not always) or r.diagnosis is None or not r.diagnosis.lines:
             continue
         lines = r.diagnosis.lines
         paragraphs.append(f"{r.target.name} {r.verdict}: {lines[0]}" + "".join(f"\n  {l}" for l in lines[1:]))
@@ -89,8 +96,9 @@ def judge_table(results: list[CaseResult], device: str) -> Table:
         limit = f"{r.time_limit:g}" if r.time_limit else "-"
         err = fmt_err(r.check.max_err) if r.check else "-"
         check = r.check.mode if r.check else "-"
+        label = f"{verdict}, sampled" if r.check and r.check.sampled else verdict
         table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", r.program.name, f"{r.run.wall_s:.3f}", limit, err,
-                      check, f"[{VERDICT_STYLE[verdict]}]{verdict}[/]")
+                      check, f"[{VERDICT_STYLE[verdict]}]{label}[/]")
     return table
 
 

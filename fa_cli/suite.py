@@ -56,8 +56,9 @@ class Target:
     input_path: Path
     shape: Shape
     time_limit: float | None
-    expected_path: Path | None = None
+    expected_path: Path | None = None  # a shipped expected output (t01..t10)
     generated: bool = False  # its input was written into the cache directory just now
+    sha256: str | None = None  # the input's, where known without reading it (a suite case's)
 
 
 def time_limit_of(index: int) -> float:

@@ -4,8 +4,10 @@
 #   the submission as the course builds it (nvcc -std=c++11, this GPU's arch for sm_61) on both
 #   suites and fa init's starter on t01 (course) ->
 #   compute-sanitizer (memcheck, racecheck, synccheck; SANITIZE_TOOLS) -> every row of t27 and
-#   t28 (dense) -> benchmark -> per-chunk trace.
-# Usage: scripts/device_check.sh [build tests suite submission sanitize dense bench trace ...]   (default: all)
+#   t28 (dense) -> benchmark -> per-chunk trace -> the judge: the planted students' programs and
+#   what checking every value costs on suite c (BEFORE_FA=a folder with an older fa_cli, to time
+#   its fa run beside this one's).
+# Usage: scripts/device_check.sh [build tests suite submission sanitize dense bench trace judge ...]   (default: all)
 # BENCH_AGAINST=PATH adds another build of fa-cuda (an older commit, say) to the benchmark,
 # measured side by side with this one.
 # Logs go to /tmp/fa-logs, packed at the end into $LOG/logs.tgz beside the benchmark's results,
@@ -20,7 +22,7 @@ LOG=/tmp/fa-logs
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 FA_CACHE=${FA_CACHE:-/tmp/fa-cache}
 mkdir -p "$OUT" "$LOG" "$FA_CACHE"
 fa() { python3 -m fa_cli "$@"; }
-steps=${*:-build tests suite submission course sanitize dense bench trace}
+steps=${*:-build tests suite submission course sanitize dense bench trace judge}
 summary=()
 note() { summary+=("$1"); echo "== $1"; }
 
@@ -143,6 +145,24 @@ PY
         note "trace $shape run $i: wall $wall s; $(grep fa-timing "$LOG/trace-$shape.log")"
       done
     done
+    ;;
+  judge)
+    # Each planted class named (tests/test_cause_gpu.py), then suite c: expected outputs computed
+    # the first time and compared once cached (scripts/judge_cost.py), and the whole of
+    # `fa run --all --suite c` with the expected outputs cold, cached, and with BEFORE_FA's fa.
+    python3 -m pytest -q -s tests/test_cause_gpu.py 2>&1 | tee "$LOG/cause-gpu.log"
+    note "planted programs: $(tail -1 "$LOG/cause-gpu.log")"
+    python3 scripts/judge_cost.py --suite c --program cuda -o "$LOG/judge-cost.json" 2>&1 | tee "$LOG/judge-cost.log"
+    note "judge cost: $(grep -E '^expected outputs|^compare of every' "$LOG/judge-cost.log" | tr '\n' ' ')"
+    # timed LOG COMMAND...: the command's output to LOG, its wall time printed
+    timed() { python3 -c 'import subprocess, sys, time; t = time.perf_counter(); r = subprocess.run(sys.argv[2:], stdout=open(sys.argv[1], "w"), stderr=subprocess.STDOUT); print(f"{time.perf_counter() - t:.1f} s, exit {r.returncode}")' "$@"; }
+    rm -rf "$FA_CACHE/expected"
+    note "fa run --all --suite c, expected outputs computed: $(timed "$LOG/run-c-cold.log" python3 -m fa_cli run --all --suite c --program cuda)"
+    note "fa run --all --suite c, cached: $(timed "$LOG/run-c-cached.log" python3 -m fa_cli run --all --suite c --program cuda)"
+    if [ -n "${BEFORE_FA:-}" ]; then
+      here=$PWD  # run from BEFORE_FA's folder, so that python3 -m fa_cli imports its fa_cli
+      note "fa run --all --suite c, fa before ($BEFORE_FA): $(cd "$BEFORE_FA" && PYTHONPATH=.:$PYTHONPATH timed "$LOG/run-c-before.log" python3 -m fa_cli run --all --suite c --program "$here/bin/fa-cuda")"
+    fi
     ;;
   *) echo "unknown step $step"; exit 2 ;;
   esac

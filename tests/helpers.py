@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -56,3 +57,16 @@ def run_and_check(program: Path, tmp_path: Path, shape: Shape, dist: str = "unif
         assert np.isfinite(err).all()
         worst = max(worst, float(err.max()))
     return worst
+
+
+def build_students(folder: Path, mistakes) -> dict[str, Path]:
+    """tests/data/student_hw4.cpp built once per -DMISTAKE=NAME, in parallel: NAME -> program."""
+
+    def one(mistake):
+        path = folder / f"hw4_{mistake.lower()}"
+        subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", str(path), str(DATA / "student_hw4.cpp")],
+                       check=True)
+        return mistake, path
+
+    with ThreadPoolExecutor(4) as pool:
+        return dict(pool.map(one, mistakes))

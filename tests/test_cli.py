@@ -93,6 +93,8 @@ def test_run_input_path_full_check(cpu_program, tmp_path):
     inp = tmp_path / "odd.in"
     generate.write_input(inp, Shape(2, 45, 64), 1, "extreme")
     proc = fa("run", inp, "--program", cpu_program, "--tol", "1e-4")
+    assert proc.returncode == 0 and "every value" in proc.stdout and "PASS" in proc.stdout
+    proc = fa("run", inp, "--program", cpu_program, "--tol", "1e-4", "--full")
     assert proc.returncode == 0 and "full" in proc.stdout and "PASS" in proc.stdout
 
 

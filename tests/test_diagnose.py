@@ -3,12 +3,11 @@ g++ -DMISTAKE=...) for every mistake fa knows, judged as a student would run it.
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from helpers import DATA, fa
+from helpers import build_students, fa
 from fa_cli import diagnose, generate, mistakes
 from fa_cli.format import AttentionInput, Shape, header_bytes, open_output
 
@@ -33,16 +32,7 @@ OTHER = ["NONE", "NOISE", "SEGFAULT", "SHORT_OUTPUT"]
 @pytest.fixture(scope="module")
 def student(tmp_path_factory):
     """Every variant of the student's program, built once."""
-    folder = tmp_path_factory.mktemp("student")
-
-    def build(mistake):
-        path = folder / f"hw4_{mistake.lower()}"
-        subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", str(path), str(DATA / "student_hw4.cpp")],
-                       check=True)
-        return mistake, path
-
-    with ThreadPoolExecutor(4) as pool:
-        return dict(pool.map(build, [*NAMED, *OTHER]))
+    return build_students(tmp_path_factory.mktemp("student"), [*NAMED, *OTHER])
 
 
 @pytest.fixture(scope="module")

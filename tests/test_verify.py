@@ -57,9 +57,10 @@ def test_sampling_is_seeded():
 
 
 def test_row_check():
-    assert verify.RowCheck().rows(Shape(4, 1024, 64)) is None  # small: full
-    assert verify.RowCheck().rows(Shape(26, 32768, 64)) == verify.DEFAULT_SAMPLE_ROWS
+    assert verify.RowCheck().rows(Shape(4, 1024, 64)) is None  # every row, whatever the size
+    assert verify.RowCheck().rows(Shape(26, 32768, 64)) is None
     assert verify.RowCheck(full=True).rows(Shape(26, 32768, 64)) is None
+    assert verify.RowCheck(sample=32).rows(Shape(26, 32768, 64)) == 32
     assert verify.RowCheck(sample=100).rows(Shape(2, 16, 32)) is None  # more rows asked than exist
     assert verify.RowCheck().is_default and not verify.RowCheck(sample=3).is_default
 
@@ -70,3 +71,61 @@ def test_against_expected_locates_in_shape(case):
     wrong[1, 2, 3] = 1.0 + exact[1, 2, 3]
     result = verify.against_expected(wrong, exact, shape=Shape(3, 40, 32))
     assert result.bad == 1 and result.where == (1, 2, 3)
+
+
+def test_sampled_results_say_so(case):
+    inp, exact = case
+    assert verify.against_reference(inp, exact, check=verify.RowCheck(sample=4)).sampled
+    assert not verify.against_reference(inp, exact).sampled
+    assert not verify.against_expected(exact, exact, shape=inp.shape).sampled
+
+
+@pytest.fixture
+def big():
+    """An output of 2 x 1000 x 64 (several comparison blocks, one cut inside a batch) and its expected file."""
+    rng = np.random.default_rng(5)
+    exp = rng.uniform(-3, 3, size=(2, 1000, 64)).astype(np.float32)
+    return exp, Shape(2, 1000, 64)
+
+
+def test_every_scattered_value_is_found(big, monkeypatch):
+    """50 values off by 0.25 anywhere (a race's footprint) are each counted, whichever block they fall in."""
+    exp, shape = big
+    monkeypatch.setattr(verify, "COMPARE_BLOCK", 4096)
+    out = exp.copy()
+    flat = np.random.default_rng(1).choice(out.size, size=50, replace=False)
+    out.reshape(-1)[flat] += 0.25
+    result = verify.against_expected(out, exp, shape=shape)
+    assert result.bad == 50 and result.checked == out.size and not result.passed
+    assert result.max_err == pytest.approx(0.25, rel=1e-5)
+    batches, rows, bad = result.wrong.arrays()
+    assert len(rows) == shape.B * shape.N  # every row accounted for, the clean ones too
+    wrong_rows = {(int(b), int(r)) for b, r, n in zip(batches, rows, bad) if n}
+    assert wrong_rows == {(int(i // 64 // 1000), int(i // 64 % 1000)) for i in flat}
+
+
+def test_values_at_the_tolerance_are_judged_exactly(big):
+    """A difference just over tol is wrong and one just under is right, however float32 rounds."""
+    exp, shape = big
+    out = exp.copy()
+    out[0, 0, 0] = exp[0, 0, 0] + np.float32(0.00501)
+    out[1, 999, 63] = exp[1, 999, 63] + np.float32(0.00499)
+    result = verify.against_expected(out, exp, shape=shape)
+    assert result.bad == 1 and result.where == (0, 0, 0)
+
+
+def test_nan_and_infinity_in_an_output_are_wrong(big):
+    exp, shape = big
+    out = exp.copy()
+    out[1, 500, 3], out[0, 7, 9] = np.nan, np.inf
+    result = verify.against_expected(out, exp, shape=shape)
+    assert result.bad == 2 and result.nonfinite == 2
+
+
+def test_a_passing_output_reports_its_largest_error_and_where(big):
+    exp, shape = big
+    out = exp.copy()
+    out[1, 321, 12] += np.float32(0.002)
+    result = verify.against_expected(out, exp, shape=shape)
+    assert result.passed and result.where == (1, 321, 12)
+    assert result.max_err == pytest.approx(0.002, rel=1e-3)

@@ -7,6 +7,9 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <unistd.h>
 #include <vector>
 
 #define NONE 0
@@ -25,6 +28,11 @@
 #define NOISE 13
 #define SEGFAULT 14
 #define SHORT_OUTPUT 15
+#define SCATTERED 16      // 50 values off by 0.25, the same ones every run
+#define FLAKY 17          // values off by 0.25 at places that change from run to run (a race's footprint)
+#define JITTER 18         // values off by about 1e-6 that change from run to run (atomics' order): right
+#define HOST_OVERRUN 19   // the output staged in a buffer of one batch: a host buffer overrun (SIGSEGV
+                          // where it runs past the heap, as from 64x128x32 on)
 #ifndef MISTAKE
 #define MISTAKE NONE
 #endif
@@ -96,9 +104,21 @@ int main(int argc, char** argv) {
   }
   std::fclose(in);
   if (MISTAKE == SEGFAULT) std::raise(SIGSEGV);
+  const size_t n = out.size();
+  if (MISTAKE == SCATTERED)
+    for (size_t k = 0; k < 50; ++k) out[(k * 7919 + 13) % n] += 0.25f;
+  if (MISTAKE == FLAKY || MISTAKE == JITTER) {
+    std::srand((unsigned)std::time(nullptr) ^ ((unsigned)getpid() << 8));
+    for (size_t k = 0; k < 50; ++k) out[(size_t)std::rand() % n] += MISTAKE == FLAKY ? 0.25f : 1e-6f;
+  }
   FILE* o = std::fopen(argv[2], "wb");
   const size_t values = MISTAKE == SHORT_OUTPUT ? out.size() / 2 + 100 : out.size();
-  std::fwrite(out.data(), 4, values, o);
+  float* staged = out.data();
+  if (MISTAKE == HOST_OVERRUN) {  // sized for one batch, filled with all of them
+    staged = (float*)std::malloc((size_t)N * d * sizeof(float));
+    for (int b = 0; b < B; ++b) std::memcpy(staged + (size_t)b * N * d, out.data() + (size_t)b * N * d, (size_t)N * d * 4);
+  }
+  std::fwrite(staged, 4, values, o);
   std::fclose(o);
   return 0;
 }

@@ -1,0 +1,540 @@
+"""Why a case failed, found as a TA would find it: with the tools, on the smallest failing case.
+
+diagnose.py says what is wrong in the output; this module runs the program again to find out
+why, within a time budget (BUDGET_S, each step said as it starts), and says it in a line or two
+with the evidence:
+
+  rerun       run twice more: values that differ between runs by more than the tolerance are a
+              race (how many, how far); differences far below it (the order of floating-point
+              atomics or reductions) are named harmless, never the cause of a failure.
+  memcheck    compute-sanitizer's first error (misaligned or out-of-bounds access, a launch that
+              could not start) for a GPU program that wrote wrong values or failed.
+  racecheck   compute-sanitizer's first shared-memory hazard, for a wrong answer memcheck
+              does not explain.
+  host crash  a program killed by SIGSEGV, SIGABRT, SIGBUS or SIGFPE: the debugger's backtrace;
+              with the source (--program hw4.cu), a rebuild with -g -lineinfo and
+              AddressSanitizer on the host code, whose report names the line.
+  size        across the cases of one run: verdicts that change at a size where a usual
+              product (N*N*4 bytes, B*N*d, ...) passes 2^31 point at a 32-bit size.
+
+A large case is tried on a copy of its first batches first (same N and d), where the tools
+are fast; where that copy passes, the whole case is used. A tool that is not installed is
+named with what it would tell.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import expected, programs
+from .diagnose import Diagnosis, signal_name
+from .format import HEADER_BYTES, Shape, header_bytes, open_output
+from .programs import Launcher, Program
+from .suite import Target
+
+BUDGET_S = 60.0
+REDUCED_BATCHES = 2  # batches of a large case's copy the tools run on
+REDUCE_ABOVE_BYTES = 16 << 20  # inputs larger than this are tried on such a copy first
+CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
+SANITIZER_LINES = 3  # of a sanitizer's report, quoted after its first line
+BACKTRACE_FRAMES = 4
+
+
+@dataclass
+class Finding:
+    kind: str  # race, harmless, memcheck, racecheck, crash, asan, size, missing-tool, clean
+    lines: list[str]
+    fields: dict = field(default_factory=dict)
+
+    @property
+    def is_cause(self) -> bool:
+        return self.kind in ("race", "memcheck", "racecheck", "crash", "asan", "size")
+
+
+# ---------------------------------------------------------------- the tools
+def find_tool(name: str) -> str | None:
+    """A tool on PATH or where the CUDA toolkit keeps it (beside nvcc, CUDA_HOME, /usr/local/cuda)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    folders = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", "/opt/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        folders.insert(0, str(Path(nvcc).resolve().parent.parent))
+    for folder in filter(None, folders):
+        path = Path(folder) / "bin" / name
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def gpu_kind(program: Program) -> str:
+    """"cuda", "hip" or "cpu": what the program runs its kernels on, from its binary's sections
+    (nvcc puts device code in .nv_fatbin, hipcc in .hip_fatbin)."""
+    if program.name in ("cuda", "hip-cuda"):
+        return "cuda"
+    if program.name == "hip":
+        return "hip"
+    try:
+        data = program.path.read_bytes()
+    except OSError:
+        return "cpu"
+    if b".nv_fatbin" in data or b"__nv_module_id" in data:
+        return "cuda"
+    if b".hip_fatbin" in data or b"__hip_fatbin" in data:
+        return "hip"
+    return "cpu"
+
+
+@dataclass
+class Budget:
+    seconds: float
+    start: float = field(default_factory=time.perf_counter)
+
+    @property
+    def used(self) -> float:
+        return time.perf_counter() - self.start
+
+    @property
+    def left(self) -> float:
+        return max(0.0, self.seconds - self.used)
+
+
+def run_captured(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
+    """A tool's exit code and its output (stdout and stderr together); None past the timeout."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            start_new_session=True, preexec_fn=programs.die_with_fa(),
+                            env={**os.environ, **(env or {})})
+    try:
+        out, _ = proc.communicate(timeout=max(timeout, 0.1))
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        return None, programs.stop(proc, output=0)
+    except BaseException:
+        programs.stop(proc)
+        raise
+
+
+# ---------------------------------------------------------------- what the tools said
+def first_sanitizer_error(log: str) -> list[str]:
+    """compute-sanitizer's first error: its headline and the lines that place it."""
+    lines = [l.removeprefix("=========").rstrip() for l in log.splitlines() if l.startswith("=========")]
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if not text or line.startswith("     ") or text.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY",
+                                                                     "RACECHECK SUMMARY", "Target application")):
+            continue
+        if "Maximum number of" in text or "Environment variable" in text:  # a note on the tool's limits
+            continue
+        detail = []
+        for follow in lines[i + 1:]:
+            if not follow.startswith("     ") or "Saved host backtrace" in follow:
+                break
+            detail.append(follow.strip())
+        return [text, *detail[:SANITIZER_LINES]]
+    return []
+
+
+def sanitizer_lines(first: list[str]) -> list[str]:
+    """A sanitizer's first report in a line or two: what, where (kernel, offset, file:line)."""
+    race = re.match(r"(?:Error: )?Race reported between (\w+) access at (.+)", first[0])
+    if race:
+        other = re.match(r"and (\w+) access at (.+)", first[1]) if len(first) > 1 else None
+        text = f"a shared-memory race: a {race.group(1).lower()} at {short_place(race.group(2))}"
+        if other:
+            text += f" against a {other.group(1).lower()} at {short_place(other.group(2))}"
+        return [text]
+    detail = [short_place(l) if l.startswith("at ") else l for l in first[1:]]
+    return [first[0].removeprefix("Error: ")] + (["; ".join(detail)] if detail else [])
+
+
+def sanitizer_count(log: str) -> int | None:
+    match = re.search(r"(?:ERROR SUMMARY|RACECHECK SUMMARY): (\d+) (?:error|hazard)", log)
+    return int(match.group(1)) if match else None
+
+
+def short_place(line: str) -> str:
+    """"at void attention<64>(const float *, ...)+0x2d0 in /x/hw4.cu:87" -> "attention<64>+0x2d0, hw4.cu:87"."""
+    text = re.sub(r"^(and )?(\w+ access )?at ", "", line.strip())
+    text, _, where = text.partition(" in ") if " in /" not in text else text.rpartition(" in ")
+    name, plus, offset = text.partition("+0x")
+    name = name.removeprefix("void ")
+    if name.endswith(")"):  # drop the argument list: the last balanced (...)
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
+    place = name + (plus + offset if plus else "")
+    if where:
+        file, _, rest = where.partition(" ")
+        place += f", {Path(file).name}" + (f" {rest}" if rest else "")
+    return place
+
+
+def backtrace(log: str) -> tuple[str | None, list[str]]:
+    """The signal a debugger caught and the first frames of its backtrace."""
+    signal = re.search(r"(?:Program|Thread \S+) received signal (\w+)", log)
+    frames = [l.strip() for l in log.splitlines() if re.match(r"#\d+\s", l.strip())]
+    return (signal.group(1) if signal else None), frames
+
+
+def is_own_frame(frame: str) -> bool:
+    """A frame with a file and line in the program's own source, not the C library's or CUDA's."""
+    where = re.search(r" at (\S+):\d+", frame)
+    if not where:
+        return False
+    file = where.group(1)  # the C library's frames name its build tree: ./stdlib/..., ../sysdeps/...
+    return not file.startswith(("./", "../", "/usr/")) and not re.search(r"sysdeps|glibc|libio|nptl", file)
+
+
+def frame_text(frame: str) -> str:
+    """"#1  0x000055 in main () at hw4.cu:87" -> "main () at hw4.cu:87"."""
+    text = re.sub(r"^#\d+\s+(0x[0-9a-f]+ in )?", "", frame)
+    return re.sub(r"\(.*?\)", "()", text, count=1)
+
+
+def asan_report(log: str) -> list[str]:
+    """AddressSanitizer's headline, its access line, and the first frame in the student's code."""
+    head = re.search(r"ERROR: AddressSanitizer: (.+?) on address", log) or re.search(r"ERROR: AddressSanitizer: (.+)", log)
+    if not head:
+        return []
+    access = re.search(r"^(READ|WRITE) of size (\d+)", log, re.MULTILINE)
+    frames = re.findall(r"#\d+ 0x[0-9a-f]+ in (\S+) (\S+:\d+)", log)
+    own = [f"{fn} {Path(where).name}" for fn, where in frames
+           if not re.search(r"(libasan|libc\.|libcuda|libcudart|/usr/|\.\./sysdeps|asan_|sanitizer)", where)
+           and not fn.startswith(("__interceptor", "__asan", "__sanitizer"))]
+    lines = [f"AddressSanitizer: {head.group(1)}" + (f", {access.group(1)} of size {access.group(2)}" if access else "")]
+    if own:
+        lines.append(f"at {own[0]}")
+    return lines
+
+
+# ---------------------------------------------------------------- the case the tools run on
+@dataclass
+class TrialCase:
+    """What the tools run on: the failing case itself or a copy of its first batches."""
+
+    label: str
+    input_path: Path
+    shape: Shape
+    expected: np.ndarray  # (B, N, d) float32
+
+
+def reduced_copy(target: Target, work: Path, correct: np.ndarray) -> TrialCase | None:
+    """The first REDUCED_BATCHES batches of a large case, as an input file of their own."""
+    s = target.shape
+    if s.B <= REDUCED_BATCHES or s.input_bytes <= REDUCE_ABOVE_BYTES:
+        return None
+    shape = Shape(REDUCED_BATCHES, s.N, s.d)
+    path = work / f"{target.name}-first{REDUCED_BATCHES}.in"
+    with open(target.input_path, "rb") as src, open(path, "wb") as dst:
+        src.seek(HEADER_BYTES)
+        dst.write(header_bytes(shape))
+        dst.write(src.read(shape.input_bytes - HEADER_BYTES))
+    label = f"{target.name}'s first {REDUCED_BATCHES} batches ({shape.B}x{shape.N}x{shape.d})"
+    return TrialCase(label, path, shape, correct[:REDUCED_BATCHES])
+
+
+def run_once(program: Program, case: TrialCase, out: Path, launcher: Launcher | None, timeout: float):
+    """Run the program; its output as an array (None if it wrote none of the right size)."""
+    result = programs.run(program, case.input_path, out, launcher, timeout=timeout)
+    if result.timed_out or not out.exists() or out.stat().st_size != case.shape.output_bytes:
+        return result, None
+    return result, np.array(open_output(out, case.shape))
+
+
+def over(a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
+    """Where a and b differ by more than tol (NaN counts)."""
+    return ~(np.abs(a.astype(np.float64) - b) <= tol)
+
+
+# ---------------------------------------------------------------- the steps
+class Investigation:
+    """The steps for one failing case, in the order a TA would take them."""
+
+    def __init__(self, program: Program, target: Target, verdict: str, signal: str | None, correct: np.ndarray,
+                 tol: float, launcher: Launcher | None, say: Callable[[str], None], budget_s: float = BUDGET_S):
+        self.program, self.target, self.verdict = program, target, verdict
+        self.signal, self.tol = signal, tol
+        self.correct, self.launcher, self.say = correct, launcher, say
+        self.budget = Budget(budget_s)
+        self.kind = gpu_kind(program)
+        self.findings: list[Finding] = []
+        self.done: list[str] = []  # the steps that ran to the end and found nothing
+
+    def step(self, what: str) -> bool:
+        """Say the step as it starts; False once the budget is spent."""
+        if self.budget.left < 1:
+            self.say(f"why {self.target.name}: out of time ({self.budget.seconds:g} s) before {what}")
+            return False
+        self.say(f"why {self.target.name}: {what} ({self.budget.used:.0f} s of {self.budget.seconds:g} s)")
+        return True
+
+    def run(self, work: Path) -> list[Finding]:
+        self.steps(work)
+        if not any(f.is_cause or f.kind == "harmless" for f in self.findings) and self.done:
+            self.findings.append(Finding("clean", [f"the tools found no cause: {', '.join(self.done)}"]))
+        return self.findings
+
+    def steps(self, work: Path) -> None:
+        whole = TrialCase(self.target.name, self.target.input_path, self.target.shape, self.correct)
+        if self.signal in CRASH_SIGNALS:
+            self.host_crash(whole, work)
+            return
+        case = reduced_copy(self.target, work, self.correct) or whole
+        case = self.rerun(case, whole, work)
+        if self.kind == "cuda":
+            clean = self.sanitize("memcheck", case, work)
+            if self.verdict == "WRONG" and (clean or any(f.kind == "race" for f in self.findings)):
+                self.sanitize("racecheck", case, work)
+        elif self.kind == "hip":
+            self.findings.append(Finding("missing-tool", [
+                "no sanitizer of AMD's runs here: rocgdb, or a build with -fsanitize=address (xnack+) on the AMD "
+                "node, would name an invalid access"]))
+
+    def rerun(self, case: TrialCase, whole: TrialCase, work: Path) -> TrialCase:
+        """Run twice more; compare the runs with each other and with the correct output."""
+        outputs = []
+        for attempt in (1, 2):
+            if not self.step(f"run {attempt} of 2 on {case.label}"):
+                return case
+            _, got = run_once(self.program, case, work / f"rerun{attempt}.out", self.launcher, self.budget.left)
+            outputs.append(got)
+            if attempt == 1 and case is not whole and got is not None and not over(got, case.expected, self.tol).any():
+                self.say(f"why {self.target.name}: {case.label} passes; the tools run on the whole case")
+                case, outputs = whole, []
+                _, got = run_once(self.program, case, work / "rerun1.out", self.launcher, self.budget.left)
+                outputs.append(got)
+        if len(outputs) < 2 or any(o is None for o in outputs):
+            return case
+        a, b = outputs
+        differ = over(a, b, self.tol)
+        diff = np.abs(a.astype(np.float64) - b)
+        changed = int(np.count_nonzero(a != b))
+        if differ.any():
+            worst = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
+            self.findings.append(Finding("race", [
+                f"race: the output changes between runs: {int(differ.sum())} of {a.size} values differ by more "
+                f"than {self.tol:g} (up to {worst:.3g}) on {case.label}; a result that depends on timing is a "
+                "race (a missing __syncthreads, threads writing one place)"],
+                dict(values_over_tol=int(differ.sum()), max_diff=worst, values_changed=changed, on=case.label)))
+        elif not changed:
+            self.done.append("two more runs gave the same output")
+        else:
+            worst = float(diff.max())
+            self.findings.append(Finding("harmless", [
+                f"harmless: {changed} of {a.size} values differ between runs by at most {worst:.2g} (the order of "
+                "floating-point atomics or reductions); not the cause of a failure"],
+                dict(values_changed=changed, max_diff=worst, on=case.label)))
+        return case
+
+    def sanitize(self, tool: str, case: TrialCase, work: Path) -> bool:
+        """compute-sanitizer's first report; True where it found nothing (or could not run)."""
+        sanitizer = find_tool("compute-sanitizer")
+        if sanitizer is None:
+            self.findings.append(Finding("missing-tool", [
+                f"compute-sanitizer is not installed: `compute-sanitizer --tool {tool} {self.program.path} INPUT "
+                f"OUTPUT` would name {'the first invalid access' if tool == 'memcheck' else 'a shared-memory race'}"]))
+            return True
+        if not self.step(f"compute-sanitizer --tool {tool} on {case.label}"):
+            return True
+        log = work / f"{tool}.log"
+        extra = ["--racecheck-report", "analysis"] if tool == "racecheck" else []
+        argv = (self.launcher or Launcher()).wrap([sanitizer, "--tool", tool, *extra, "--print-limit", "4",
+                                                   "--log-file", str(log), *self.with_lines().argv,
+                                                   str(case.input_path), str(work / f"{tool}.out")])
+        code, output = run_captured(argv, self.budget.left)
+        text = log.read_text(errors="replace") if log.exists() else output
+        first = first_sanitizer_error(text)
+        if code is None and not first:
+            self.findings.append(Finding("missing-tool", [f"{tool}: stopped after the time budget with nothing "
+                                                          f"reported yet (fa run --why {self.target.name})"]))
+            return True
+        if not first:
+            if code is not None:
+                self.done.append(f"{tool} clean")
+            return True
+        count = sanitizer_count(text) if tool == "memcheck" else None  # racecheck counts only what it shows
+        total = f" ({count} errors in all)" if count else ""
+        self.findings.append(Finding(tool, [f"{tool} on {case.label}{total}:", *sanitizer_lines(first)],
+                                     dict(report=first, count=count, on=case.label)))
+        return False
+
+    def with_lines(self) -> Program:
+        """The program, rebuilt with -g -lineinfo where fa has its source, so that the tools name
+        file:line (the course's line has no -lineinfo); as it is otherwise."""
+        if self.program.source is None:
+            return self.program
+        try:
+            return programs.ensure_built(rebuilt(self.program, sanitize=False))
+        except Exception:  # the program as it is still tells kernel and offset
+            return self.program
+
+    def host_crash(self, case: TrialCase, work: Path) -> None:
+        """A debugger's backtrace, then with the source an AddressSanitizer build's report."""
+        debugger = next((d for d in (("rocgdb",) if self.kind == "hip" else ()) + ("gdb", "cuda-gdb") if find_tool(d)),
+                        None)
+        if debugger is None:
+            self.findings.append(Finding("missing-tool", [
+                f"no debugger here (gdb, cuda-gdb, rocgdb): `gdb -batch -ex run -ex bt --args {self.program.path} "
+                "INPUT OUTPUT` would show where it crashed"]))
+        elif self.step(f"{debugger}: where it crashes"):
+            self.debug(find_tool(debugger), self.program, case, work, "crash")
+        if self.program.source is None:
+            if not any(f.kind == "crash" and "line" in f.fields for f in self.findings):
+                self.findings.append(Finding("missing-tool", [
+                    f"with the source, fa rebuilds it with -g and AddressSanitizer to name the line: "
+                    f"fa run {self.target.name} --program hw4.cu"]))
+            return
+        if not self.step(f"rebuilding {self.program.source.name} with -g -lineinfo and AddressSanitizer"):
+            return
+        try:
+            asan = programs.ensure_built(rebuilt(self.program, sanitize=True))
+        except Exception as e:  # a compiler or a machine without the sanitizer's library: say so, go on
+            self.findings.append(Finding("missing-tool", [f"no AddressSanitizer build here: {e}"]))
+        else:
+            if not self.step(f"the AddressSanitizer build on {case.label}"):
+                return
+            code, output = run_captured([*asan.argv, str(case.input_path), str(work / "asan.out")],
+                                        self.budget.left, env=ASAN_ENV)
+            report = asan_report(output)
+            if report:
+                self.findings.append(Finding("asan", report, dict(report=report)))
+                return
+            said = [l for l in output.splitlines() if l.strip()]
+            self.findings.append(Finding("missing-tool", [
+                "the AddressSanitizer build reported nothing" + (f": {said[0][:160]}" if said else "")]))
+        if debugger and self.step(f"{debugger} on a -g build"):
+            try:
+                debug = programs.ensure_built(rebuilt(self.program, sanitize=False))
+            except Exception as e:
+                self.findings.append(Finding("missing-tool", [f"no -g build here: {e}"]))
+                return
+            self.debug(find_tool(debugger), debug, case, work, "crash", build="the -g build")
+
+    def debug(self, debugger: str, program: Program, case: TrialCase, work: Path, kind: str,
+              env: dict | None = None, build: str = "") -> None:
+        argv = [debugger, "-q", "-nx", "-batch", "-ex", "set pagination off", "-ex", "run", "-ex", "bt",
+                "--args", *program.argv, str(case.input_path), str(work / "gdb.out")]
+        code, output = run_captured(argv, self.budget.left, env=env)
+        signal, frames = backtrace(output)
+        if signal is None:
+            if code is not None:
+                self.findings.append(Finding(kind, [
+                    f"under {Path(debugger).name} it did not crash: a crash that depends on memory layout, as a "
+                    "host buffer overrun's does (a copy or loop past the end of a malloc'ed array)"],
+                    dict(reproduced=False)))
+            return
+        shown = [frame_text(f) for f in frames[:BACKTRACE_FRAMES]]
+        own = next((frame_text(f) for f in frames if is_own_frame(f)), None)
+        fields = dict(signal=signal, frames=shown)
+        lines = [f"{Path(debugger).name}{f' on {build}' if build else ''}: {signal} in {shown[0] if shown else '?'}"]
+        if own and own != (shown[0] if shown else None):
+            lines.append(f"called from {own}")
+        if own:
+            fields["line"] = own
+        elif len(shown) > 1:
+            lines.append("called from " + " <- ".join(shown[1:]) + " (no line numbers: built without -g)")
+        self.findings.append(Finding(kind, lines, fields))
+
+
+ASAN_ENV = {"ASAN_OPTIONS": "protect_shadow_gap=0:detect_leaks=0:abort_on_error=0"}  # CUDA maps the shadow gap
+
+
+def rebuilt(program: Program, sanitize: bool) -> Program:
+    """The same source with -g (and -lineinfo for nvcc), and AddressSanitizer on the host code."""
+    cuda = program.source.suffix == ".cu"
+    flags = ("-g", "-lineinfo") if cuda else ("-g",)
+    if sanitize:
+        flags += ("-Xcompiler", "-fsanitize=address,-fno-omit-frame-pointer", "-Xlinker", "-lasan") if cuda else \
+            ("-fsanitize=address", "-fno-omit-frame-pointer")
+    return programs.from_source(program.source, flags, "asan" if sanitize else "debug")
+
+
+# ---------------------------------------------------------------- across cases: a size
+# Products a program computes in int, by name: shape -> value.
+SIZE_PRODUCTS = [
+    ("N*N*4 bytes", lambda s: s.N * s.N * 4, "N"),
+    ("N*N", lambda s: s.N * s.N, "N"),
+    ("B*N*d*4 bytes", lambda s: s.B * s.N * s.d * 4, "B"),
+    ("B*N*d", lambda s: s.B * s.N * s.d, "B"),
+    ("3*B*N*d*4 bytes (the input)", lambda s: 12 * s.B * s.N * s.d, "B"),
+    ("B*N*N*4 bytes", lambda s: s.B * s.N * s.N * 4, "B"),
+    ("B*N*N", lambda s: s.B * s.N * s.N, "B"),
+]
+LIMITS = [(2**31, "2^31"), (2**32, "2^32")]
+
+
+def binary_size(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return str(n)
+
+
+def size_finding(shapes_passed: list[Shape], shapes_failed: list[Shape]) -> Finding | None:
+    """A usual product that is below 2^31 (or 2^32) on every passing case and at or above it on
+    every failing one: the verdict changes where a 32-bit size would overflow."""
+    if not shapes_passed or not shapes_failed:
+        return None
+    for name, product, axis in SIZE_PRODUCTS:
+        for limit, limit_name in LIMITS:
+            if all(product(s) < limit for s in shapes_passed) and all(product(s) >= limit for s in shapes_failed):
+                good = max(shapes_passed, key=product)
+                bad = min(shapes_failed, key=product)
+                value = product(bad)
+                shown = binary_size(value) if "bytes" in name else f"{value:,}"
+                span = (f"passes up to {axis}={getattr(good, axis)}, fails from {axis}={getattr(bad, axis)}"
+                        if all(getattr(s, axis) < getattr(bad, axis) for s in shapes_passed) else
+                        f"passes up to {good.B}x{good.N}x{good.d}, fails from {bad.B}x{bad.N}x{bad.d}")
+                return Finding("size", [f"size: {span}: {name} = {shown} passes {limit_name} there: a 32-bit size? "
+                                        "(an int holding a size or an index: compute it in size_t)"],
+                               dict(product=name, limit=limit_name, passes=str(good), fails=str(bad)))
+    return None
+
+
+def investigate(program: Program, target: Target, verdict: str, signal: str | None, tol: float,
+                launcher: Launcher | None, say: Callable[[str], None], budget_s: float = BUDGET_S,
+                output_dir: Path | None = None) -> list[Finding]:
+    """Every step that applies to this case, within budget_s seconds."""
+    correct = expected.output_of(target)
+    with tempfile.TemporaryDirectory(prefix="fa-why-", dir=output_dir) as tmp:
+        inquiry = Investigation(program, target, verdict, signal, correct, tol, launcher, say, budget_s)
+        return inquiry.run(Path(tmp))
+
+
+# ---------------------------------------------------------------- a run's failures
+def smallest_failure(results: list) -> object | None:
+    """The failing case (WRONG or ERROR) with the least work: where the tools are fastest."""
+    failed = [r for r in results if r.verdict in ("WRONG", "ERROR")]
+    return min(failed, key=lambda r: (r.target.shape.flops, r.target.shape.input_bytes), default=None)
+
+
+def explain(results: list, options, say: Callable[[str], None], budget_s: float = BUDGET_S,
+            chosen: object | None = None) -> Finding | None:
+    """Investigate the smallest failing case (or `chosen`, whatever its verdict) and add what was
+    found to its diagnosis; return the size finding across all cases, if any."""
+    passed = [r.target.shape for r in results if r.verdict == "PASS"]
+    failed = [r.target.shape for r in results if r.verdict in ("WRONG", "ERROR")]
+    across = size_finding(passed, failed)
+    case = chosen or smallest_failure(results)
+    if case is not None and budget_s > 0 and case.verdict != "TLE":
+        findings = investigate(case.program, case.target, case.verdict, signal_name(case.run.returncode),
+                               options.tol, options.launcher, say, budget_s, options.output_dir)
+        if case.diagnosis is None:
+            case.diagnosis = Diagnosis([], {})
+        for f in findings:
+            case.diagnosis.lines += f.lines
+        case.diagnosis.fields["causes"] = [dict(kind=f.kind, lines=f.lines, **f.fields) for f in findings]
+    return across

@@ -1,0 +1,105 @@
+"""On an NVIDIA GPU, each class of real student mistake is named with its evidence: a student's
+hw4.cu (tests/data/planted_hw4.cu, one mistake planted by PLANT) given to fa as its source."""
+import json
+
+import pytest
+
+from helpers import DATA, fa
+from fa_cli import cause, generate
+from fa_cli.format import Shape
+
+pytestmark = pytest.mark.gpu
+
+
+def source(tmp_path, plant: str | None):
+    """hw4.cu as the student has it: the planted program with one mistake switched on."""
+    path = tmp_path / (f"hw4_{plant.lower()}" if plant else "hw4") / "hw4.cu"
+    path.parent.mkdir()
+    path.write_text((f"#define PLANT {plant}\n" if plant else "") + f'#include "{DATA / "planted_hw4.cu"}"\n')
+    return path
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpu-cause")
+    shapes = {"small": Shape(4, 1000, 64), "race": Shape(8, 2048, 64), "n16k": Shape(1, 16384, 32),
+              "n32k": Shape(1, 32768, 32)}
+    paths = {}
+    for name, shape in shapes.items():
+        paths[name] = folder / f"{name}.in"
+        generate.write_input(paths[name], shape, 11)
+    return paths
+
+
+def cause_lines(stdout: str) -> list[str]:
+    kinds = ("race:", "harmless:", "memcheck", "racecheck", "gdb:", "cuda-gdb:", "AddressSanitizer", "at ",
+             "called from", "size:", "the tools found")
+    return [l.strip() for l in stdout.splitlines() if l.strip().startswith(kinds) or "across the cases" in l]
+
+
+def test_the_correct_program_passes(tmp_path, inputs):
+    proc = fa("run", "t01", "t02", inputs["small"], "--program", source(tmp_path, None))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_missing_syncthreads_is_named_a_race(tmp_path, inputs):
+    results = tmp_path / "run.json"
+    proc = fa("run", inputs["race"], "--program", source(tmp_path, "RACE"), "-o", results)
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 1 and "WRONG" in proc.stdout
+    found = cause_lines(proc.stdout)
+    assert any(l.startswith("race: the output changes between runs") for l in found) or \
+        any("a shared-memory race" in l for l in found), proc.stdout
+    assert not any("Maximum number of" in l for l in found)
+    [record] = json.loads(results.read_text())["records"]
+    kinds = {c["kind"] for c in record["diagnosis"]["causes"]}
+    assert kinds & {"race", "racecheck"}
+
+
+def test_a_misaligned_float4_store_is_quoted_from_memcheck(tmp_path, inputs):
+    proc = fa("run", inputs["small"], "--program", source(tmp_path, "MISALIGNED"))
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 1 and "WRONG" in proc.stdout
+    assert "memcheck" in proc.stdout and "misaligned" in proc.stdout.lower(), proc.stdout
+    line = next(i for i, l in enumerate((DATA / "planted_hw4.cu").read_text().splitlines(), 1)
+                if "*(float4*)&Ks[t][x] = kv" in l)
+    assert f"planted_hw4.cu:{line}" in proc.stdout  # rebuilt with -lineinfo from the source: the line
+
+
+def test_a_32bit_size_is_named_where_it_overflows(tmp_path, inputs):
+    proc = fa("run", inputs["n16k"], inputs["n32k"], "--program", source(tmp_path, "INT_SIZE"))
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 1
+    rows = {l.split()[1]: l for l in proc.stdout.splitlines() if l.startswith("│ n")}
+    assert "PASS" in rows["n16k.in"] and "WRONG" in rows["n32k.in"], proc.stdout
+    assert ("across the cases: size: passes up to N=16384, fails from N=32768: N*N*4 bytes = 4 GiB passes 2^31 "
+            "there: a 32-bit size?") in proc.stdout
+    assert "memcheck" in proc.stdout  # the invalid access it leads to, quoted
+
+
+def test_a_host_overrun_is_named_on_its_line(tmp_path, inputs):
+    proc = fa("run", inputs["small"], "--program", source(tmp_path, "HOST_OVERRUN"))
+    print(proc.stdout, proc.stderr)
+    # SIGSEGV, or SIGABRT where glibc's _FORTIFY_SOURCE catches the fread first
+    assert proc.returncode == 1 and ("killed by SIGSEGV" in proc.stdout or "killed by SIGABRT" in proc.stdout)
+    line = next(i for i, l in enumerate((DATA / "planted_hw4.cu").read_text().splitlines(), 1)
+                if "qkv[i] = payload[i]" in l)
+    assert f"at main planted_hw4.cu:{line}" in proc.stdout or f"main () at {DATA / 'planted_hw4.cu'}:{line}" in \
+        proc.stdout, proc.stdout
+
+
+def test_nondeterministic_atomics_pass_and_are_harmless(tmp_path, inputs):
+    proc = fa("run", "--why", inputs["small"], "--program", source(tmp_path, "JITTER"))
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 0 and "PASS" in proc.stdout
+    assert "race:" not in proc.stdout
+    assert "harmless: " in proc.stdout or "the tools found no cause" in proc.stdout
+
+
+def test_fa_cuda_is_clean_under_the_tools():
+    proc = fa("run", "--why", "t05", "--program", "cuda")
+    assert proc.returncode == 0 and "memcheck clean" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_the_sanitizer_is_found():
+    assert cause.find_tool("compute-sanitizer") is not None
