@@ -24,12 +24,11 @@ from __future__ import annotations
 import math
 import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import records, verify
+from . import locations, records, verify
 from .devices import describe_first
 from .format import AttentionInput, open_output
 from .programs import Launcher, Program, run
@@ -214,7 +213,7 @@ def run_bench(plan: BenchPlan, results: Path, progress: Callable[[int], None] | 
     kept = records.load(results)
     new = []
     controls = controls_of(plan.programs)
-    with tempfile.TemporaryDirectory(prefix="fa-bench-", dir=workdir) as tmp:
+    with locations.scratch("bench", workdir) as tmp:
         for target in plan.targets:
             new += measure_side_by_side(plan, plan.programs, target, Path(tmp), controls)
             records.save(results, kept + new)

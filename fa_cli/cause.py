@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import expected, programs
+from . import expected, locations, programs
 from .diagnose import Diagnosis, signal_name
 from .format import HEADER_BYTES, Shape, header_bytes, open_output
 from .programs import Launcher, Program
@@ -509,7 +508,7 @@ def investigate(program: Program, target: Target, verdict: str, signal: str | No
                 output_dir: Path | None = None) -> list[Finding]:
     """Every step that applies to this case, within budget_s seconds."""
     correct = expected.output_of(target)
-    with tempfile.TemporaryDirectory(prefix="fa-why-", dir=output_dir) as tmp:
+    with locations.scratch("why", output_dir) as tmp:
         inquiry = Investigation(program, target, verdict, signal, correct, tol, launcher, say, budget_s)
         return inquiry.run(Path(tmp))
 

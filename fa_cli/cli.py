@@ -1,10 +1,12 @@
 """fa: the command line. Each command parses its options and calls the module that does the work."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 
@@ -12,11 +14,11 @@ import click
 
 from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
                profile, programs, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
-from .options import SEED, TOLERANCE, OutputPath, Size
+from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output, regular_size
-from .records import append, by_kind
+from .records import append, by_kind, check_extendable
 
 
 class Terminated(BaseException):
@@ -51,17 +53,23 @@ class FaGroup(click.Group):
         except click.BadParameter as e:  # an option's value refused by its type: one line, as any error
             click.echo(f"fa: error: {e.format_message()}", err=True)
             sys.exit(ExitStatus.BAD_INPUT)
-        except (FaError, OSError) as e:
+        except (FaError, OSError, MemoryError) as e:
             if ctx.params.get("traceback") or os.environ.get("FA_DEBUG") == "1":
                 raise
             click.echo(f"fa: error: {one_line(e)}", err=True)
-            sys.exit(e.exit_code if isinstance(e, FaError) else ExitStatus.BAD_INPUT)
+            sys.exit(e.exit_code if isinstance(e, FaError) else ExitStatus.FAILED if isinstance(e, MemoryError)
+                     else ExitStatus.BAD_INPUT)
 
 
 def one_line(e: Exception) -> str:
-    if isinstance(e, OSError):
-        return f"{e.filename}: {e.strerror}" if e.filename else str(e.strerror or e)
-    return str(e)
+    """The error in one line: a name holding a newline or another control character is escaped."""
+    if isinstance(e, MemoryError):
+        text = "not enough memory for this command (" + " ".join(sys.argv[1:3]) + ")"
+    elif isinstance(e, OSError):
+        text = f"{e.filename}: {e.strerror}" if e.filename else str(e.strerror or e)
+    else:
+        text = str(e)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 @click.group(cls=FaGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -133,8 +141,14 @@ def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, str
         generate.write_input(output, shape, seed, dist, advance)
     click.echo(f"{output}: {shape}, {dist}, seed {seed}, {shape.input_bytes} bytes")
     if expected:
-        with report.progress(f"reference {expected}", shape.B) as advance:
-            generate.write_expected(AttentionInput(output), expected, advance)
+        try:
+            with report.progress(f"reference {expected}", shape.B) as advance:
+                generate.write_expected(AttentionInput(output), expected, advance)
+        except BaseException:  # both files or neither: the input just written goes too
+            with contextlib.suppress(OSError):
+                if not stat.S_ISCHR(os.stat(output).st_mode) and not stat.S_ISFIFO(os.stat(output).st_mode):
+                    os.unlink(output)
+            raise
         click.echo(f"{expected}: float64 reference, {shape.output_bytes} bytes")
 
 
@@ -163,14 +177,16 @@ def verify_cmd(output, input_path, expected_file, tol, sample_rows, full, seed) 
     if sample_rows and full:
         raise click.UsageError("--sample and --full exclude each other")
     if input_path is not None:
-        inp = AttentionInput(input_path)
-        out = open_output(output, inp.shape)
+        # Read, not mapped: a file cut short while fa reads it is one line, never a SIGBUS.
+        inp = AttentionInput(input_path, in_memory=True)
+        out = open_output(output, inp.shape, in_memory=True)
         check = verify.RowCheck(sample_rows, full, seed)
         if check.is_default:  # every value, as the course's judge: against the input's expected output
             target = suite.Target(input_path.name, input_path, inp.shape, None)
             ensure_expected([target])
             with report.progress("verifying", inp.shape.elements) as advance:
-                result = verify.against_expected(out, expected.output_of(target), tol, inp.shape, advance)
+                result = verify.against_expected(out, expected.output_of(target, in_memory=True), tol, inp.shape,
+                                                 advance)
         else:
             with report.progress("verifying", inp.shape.B) as advance:
                 result = verify.against_reference(inp, out, tol, check, advance)
@@ -183,12 +199,12 @@ def verify_cmd(output, input_path, expected_file, tol, sample_rows, full, seed) 
         flat = Shape(1, size // 4, 1) if size % 4 == 0 else None
         if flat is None:
             raise FaError(f"{expected_file}: {size} bytes is not a whole number of float32 values")
-        exp = open_output(expected_file, flat, "expected output")
+        exp = open_output(expected_file, flat, "expected output", in_memory=True)
         got = regular_size(output)
         if got != size:
             raise FaError(f"{output}: output has {got} bytes, the expected output {expected_file} has {size} "
                           f"({size // 4} float32 values)", exit_code=ExitStatus.BAD_INPUT)
-        out = open_output(output, flat)
+        out = open_output(output, flat, in_memory=True)
         result = verify.against_expected(out.reshape(-1), exp.reshape(-1), tol)
     click.echo(report.verify_summary(result))
     sys.exit(ExitStatus.OK if result.passed else ExitStatus.FAILED)
@@ -238,7 +254,7 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
               help="A quick look: verify this many random rows per batch (a sampled verdict, not the course's).")
 @click.option("--full", is_flag=True,
               help="Verify every row against float64 computed now, instead of the cached expected output.")
-@click.option("--time-limit", type=click.FloatRange(min=0, min_open=True),
+@click.option("--time-limit", type=SECONDS,
               help="Seconds allowed per case, input files included (default: the course's, suite cases only).")
 @click.option("--no-time-limit", is_flag=True, help="Let every program finish, however long it takes.")
 @click.option("--why", "why_case",
@@ -246,7 +262,7 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
                    "debugger), whatever its verdict.")
 @click.option("--why-budget", type=click.FloatRange(min=0), default=cause.BUDGET_S, show_default=True,
               help="Seconds the search for a cause may take (on the smallest failing case); 0: none.")
-@click.option("-o", "--output", "results_file", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", "results_file", type=OutputPath(),
               help="Also add the results to this file (JSON, for fa report); extended if it exists.")
 @launcher_options
 def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
@@ -266,6 +282,7 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         raise click.UsageError("name test cases (t01..t30, c01..c30 or input files), or give --all [--suite c]")
     if time_limit and no_time_limit:
         raise click.UsageError("--time-limit and --no-time-limit exclude each other")
+    check_extendable(results_file)  # a results file that cannot take the records: said before any work
     prog = program_for(program)
     targets = targets_for(names)
     if not (sample_rows or full):
@@ -372,6 +389,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
     if not wanted and not shapes:
         raise click.UsageError("give --suite or --shape")
     sizes = [parse_shape(text) for text in shapes]
+    check_extendable(results)
     progs = [program_for(n) for n in names]
     targets = targets_for(wanted, sizes)
     runner = make_launcher(launcher, partition, gres, srun_args)
@@ -407,6 +425,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
 @launcher_options
 def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, results, as_markdown, launcher, partition,
                 gres, srun_args) -> None:
+    check_extendable(results)
     prog = program_for(program)
     tool = profile.choose(profiler, prog.name)
     targets = targets_for(cases)
@@ -513,6 +532,7 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
     """Run the homework kernel's optimization steps on CASE, one by one: each verified, with its
     kernel time, TFLOP/s and speed-up over the step before (and the course's metrics with --profile)."""
     steps = ladder.steps_for(programs.resolve(program))  # refused before anything is built or generated
+    check_extendable(results)
     [target] = targets_for([case])
     prog = program_for(program)
     runner = make_launcher(launcher, partition, gres, srun_args)
@@ -548,6 +568,7 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, repeats, tol, with_pr
         sweep.parse_param(text, family)  # every bad --param is refused before anything is built
     if no_run and with_profile:
         raise FaError("--no-run and --profile exclude each other")
+    check_extendable(results)
     if program not in sweep.PROGRAMS:
         raise FaError(f"--program {program}: fa sweep builds {', '.join(sweep.PROGRAMS)}")
     [target] = targets_for([case])

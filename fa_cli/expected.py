@@ -94,11 +94,12 @@ def missing(targets: list[Target]) -> list[Need]:
     return list(needs.values())
 
 
-def output_of(target: Target) -> np.ndarray:
-    """A target's expected output as a (B, N, d) memmap, computed here if no command did it before."""
+def output_of(target: Target, in_memory: bool = False) -> np.ndarray:
+    """A target's expected output as a (B, N, d) memmap (or a copy read now), computed here if no
+    command did it before."""
     for need in missing([target]):
         write(need, backend())
-    return open_output(path_of(target), target.shape, "expected output")
+    return open_output(path_of(target), target.shape, "expected output", in_memory)
 
 
 def is_ready(path: Path, shape: Shape) -> bool:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
+import secrets
 import shutil
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -128,13 +129,19 @@ def read_header(path: str | os.PathLike) -> Shape:
 
 
 class AttentionInput:
-    """A validated input file; Q, K, V of a batch (or a range of batches) are memmap views."""
+    """A validated input file; Q, K, V of a batch (or a range of batches) are memmap views, or,
+    with in_memory, views of a copy read now (a file cut short while read is then one line, not
+    the SIGBUS a mapping gives)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, in_memory: bool = False):
         self.path = Path(path)
         self.shape = read_header(self.path)
         s = self.shape
-        self._qkv = np.memmap(self.path, dtype="<f4", mode="r", offset=HEADER_BYTES, shape=(s.B, 3, s.N, s.d))
+        if in_memory:
+            values = read_exactly(self.path, HEADER_BYTES, s.input_bytes - HEADER_BYTES, "input")
+            self._qkv = values.reshape(s.B, 3, s.N, s.d)
+        else:
+            self._qkv = np.memmap(self.path, dtype="<f4", mode="r", offset=HEADER_BYTES, shape=(s.B, 3, s.N, s.d))
 
     def qkv(self, b0: int, b1: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Q, K, V of batches b0..b1-1, each shaped (batches, N, d); b1 defaults to b0+1."""
@@ -151,23 +158,55 @@ def regular_size(path: str | os.PathLike, what: str = "output") -> int:
         os.close(fd)
 
 
-def open_output(path: str | os.PathLike, shape: Shape, what: str = "output") -> np.ndarray:
-    """An output file as a (B, N, d) float32 memmap, after checking its size."""
+def open_output(path: str | os.PathLike, shape: Shape, what: str = "output", in_memory: bool = False) -> np.ndarray:
+    """An output file as a (B, N, d) float32 memmap, after checking its size; with in_memory, a
+    copy read now (see AttentionInput)."""
     path = Path(path)
     size = regular_size(path, what)
     if size != shape.output_bytes:
         raise FormatError(
             f"{path}: {what} has {size} bytes, expected 4*B*N*d = {shape.output_bytes} for {shape}"
         )
+    if in_memory:
+        return read_exactly(path, 0, size, what).reshape(shape.B, shape.N, shape.d)
     return np.memmap(path, dtype="<f4", mode="r", shape=(shape.B, shape.N, shape.d))
+
+
+def read_exactly(path: Path, offset: int, size: int, what: str) -> np.ndarray:
+    """`size` bytes of a regular file from `offset`, as little-endian float32, read in chunks;
+    a file that ends sooner (cut short while fa reads it) is one line."""
+    values = np.empty(size // 4, dtype="<f4")
+    view = memoryview(values).cast("B")
+    fd = open_regular(path, what)
+    try:
+        done = 0
+        while done < size:
+            n = os.preadv(fd, [view[done : done + (64 << 20)]], offset + done)
+            if n == 0:
+                raise FormatError(f"{path}: {what} was cut short while being read: {offset + done} of "
+                                  f"{offset + size} bytes", exit_code=ExitStatus.FAILED)
+            done += n
+    except OSError as e:
+        raise FormatError(f"{path}: cannot read {what}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    return values
 
 
 # ----------------------------------------------------------------------------- writing outputs
 # Every file fa writes goes through atomic_file, with the programs' rule (fa_host.h OutputFile):
-# a new name or a regular file is replaced atomically (a temporary beside it, renamed); a
-# symbolic link writes its target that way and stays a link; a device or a FIFO (/dev/null,
+# a new name or a regular file is replaced atomically: written as an unnamed file in the target's
+# directory (O_TMPFILE), given a temporary name and renamed over the target, so the path is never
+# missing, two writers both succeed (the last one wins) and a kill -9 leaves nothing behind;
+# where the file system has no unnamed files, an exclusive ".NAME.PID.XXXXXXXX.tmp" is used and a
+# later write removes those of this user whose process is gone. A new file's mode follows the
+# umask; a replaced file keeps its mode where the user owns it. A symbolic link writes its target
+# that way and stays a link, but in a sticky world-writable directory (/tmp) only a link of the
+# user's own or of the directory's owner is followed (the kernel's fs.protected_symlinks rule,
+# which fa would bypass by resolving the link itself). A device or a FIFO (/dev/null,
 # /dev/stdout) is written in place, as cp and dd write it; a directory, an input of the same
-# command, a missing or unwritable directory and a name too long are refused before any work.
+# command, a missing or unwritable directory, an existing file the user may not write (as cp
+# says it) and a name too long are refused before any work.
 
 
 @dataclass(frozen=True)
@@ -175,6 +214,7 @@ class OutputPlan:
     path: Path      # as the user gave it, for messages
     target: Path    # the file written: path with its symbolic links followed
     in_place: bool  # an existing device or FIFO: written as it is, never replaced
+    mode: int = 0o644  # of the file put in place
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -193,23 +233,40 @@ def _name_max(directory: Path) -> int:
         return 255
 
 
+def check_link(path: Path) -> None:
+    """A final component that is a symbolic link in a sticky world-writable directory is followed
+    only where the link is the user's own or the directory owner's (fs.protected_symlinks)."""
+    try:
+        link = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISLNK(link.st_mode):
+        return
+    directory = os.stat(os.path.dirname(os.path.abspath(path)) or ".")
+    sticky_shared = directory.st_mode & stat.S_ISVTX and directory.st_mode & stat.S_IWOTH
+    if sticky_shared and link.st_uid not in (os.geteuid(), directory.st_uid):
+        raise FormatError(f"{path}: a symbolic link of another user's in a sticky world-writable directory: "
+                          "not followed (as the kernel's fs.protected_symlinks does)")
+
+
 def check_output_path(path: str | os.PathLike, inputs: tuple = ()) -> OutputPlan:
     """Where an output goes and how, checked before any work (FormatError, exit 2, otherwise)."""
     if str(path) == "":
         raise FormatError("output path is empty")
     path = Path(path)
+    check_link(path)
     target = Path(os.path.realpath(path))  # follows every link, dangling ones too
     for other in inputs:
         if other is not None and same_file(path, Path(other)):
             raise FormatError(f"{path}: output is the input file {other}")
     try:
-        mode = os.stat(target).st_mode
+        st = os.stat(target)
     except OSError:
-        mode = None
-    if mode is not None and stat.S_ISDIR(mode) or str(path).endswith("/"):
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode) or str(path).endswith("/"):
         raise FormatError(f"{path}: output path is a directory")
-    if mode is not None and not stat.S_ISREG(mode):
-        if stat.S_ISSOCK(mode):
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if stat.S_ISSOCK(st.st_mode):
             raise FormatError(f"{path}: output is a socket")
         return OutputPlan(path, target, True)
     directory = target.parent
@@ -220,9 +277,11 @@ def check_output_path(path: str | os.PathLike, inputs: tuple = ()) -> OutputPlan
     if len(os.fsencode(target.name)) > limit:
         raise FormatError(f"{path}: output name is too long ({len(os.fsencode(target.name))} bytes; "
                           f"this file system allows {limit})")
-    if not os.access(directory, os.W_OK | os.X_OK):
+    ids = dict(effective_ids=True) if os.access in os.supports_effective_ids else {}
+    if not os.access(directory, os.W_OK | os.X_OK, **ids) or st is not None and not os.access(target, os.W_OK, **ids):
         raise FormatError(f"{path}: cannot write: {os.strerror(errno.EACCES)}")
-    return OutputPlan(path, target, False)
+    mode = stat.S_IMODE(st.st_mode) if st is not None and st.st_uid == os.geteuid() else 0o666 & ~_umask()
+    return OutputPlan(path, target, False, mode)
 
 
 def gigabytes(n: int) -> str:
@@ -267,23 +326,78 @@ def atomic_file(path: str | os.PathLike, inputs: tuple = (), size: int | None = 
     if plan.in_place:
         yield from _write_in_place(plan)
         return
-    # ".NAME.XXXXXXXX.tmp" beside the target, or a shorter name where that would not fit.
-    name = plan.target.name if len(os.fsencode(plan.target.name)) + 16 <= _name_max(plan.target.parent) else "fa"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=plan.target.parent)
+    directory = plan.target.parent
+    try:  # the directory opened once: every step below is relative to it
+        dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
         raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
+    tmp = None
     try:
+        fd, tmp = _temporary(dir_fd, directory, plan)
         try:
             yield OutputWriter(fd, plan.path)
+            os.fchmod(fd, plan.mode)
+            if tmp is None:  # unnamed until now: named only for the rename's instant
+                tmp = _temporary_name(directory, plan.target.name)
+                os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)  # linkat, AT_SYMLINK_FOLLOW
         finally:
             os.close(fd)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, plan.target)
+        os.replace(tmp, plan.target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
         raise
+    finally:
+        os.close(dir_fd)
+
+
+TEMPORARY = re.compile(r"^\..*\.(\d+)\.[A-Za-z0-9_]{8}\.tmp$")  # .NAME.PID.XXXXXXXX.tmp
+
+
+def _temporary_name(directory: Path, name: str) -> str:
+    """".NAME.PID.XXXXXXXX.tmp" beside the target, or a shorter name where that would not fit."""
+    if len(os.fsencode(name)) + 32 > _name_max(directory):
+        name = "fa"
+    return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _temporary(dir_fd: int, directory: Path, plan: OutputPlan) -> tuple[int, str | None]:
+    """An unnamed file in the directory (None: no name), or where the file system has none an
+    exclusive named one, after removing this user's temporaries whose process is gone."""
+    if os.path.isdir("/proc/self/fd"):
+        try:
+            return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd), None
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
+                raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
+    remove_stale_temporaries(directory)
+    tmp = _temporary_name(directory, plan.target.name)
+    try:
+        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd), tmp
+    except OSError as e:
+        raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Temporaries of this user's fa whose process no longer exists (killed with -9, say)."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            match = TEMPORARY.match(entry.name)
+            if not match or entry.stat(follow_symlinks=False).st_uid != os.geteuid() or alive(int(match.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def _write_in_place(plan: OutputPlan) -> Iterator[OutputWriter]:

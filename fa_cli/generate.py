@@ -17,6 +17,7 @@ Distributions (every value within the course's [-3, 3]):
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Callable, Iterator
@@ -133,9 +134,13 @@ def check_outputs(output: Path, expected: Path | None, shape: Shape) -> None:
     """fa gen's files, before any is written: usable paths, two different files, and room for them."""
     if expected is not None and same_file(output, expected):
         raise FormatError(f"{expected}: --expected names the input file -o writes")
-    check_space(check_output_path(output), shape.input_bytes)
+    plans = [(check_output_path(output), shape.input_bytes)]
     if expected is not None:
-        check_space(check_output_path(expected), shape.output_bytes)
+        plans.append((check_output_path(expected), shape.output_bytes))
+    for plan, size in plans:  # each against its file system, the two together where they share one
+        together = sum(n for p, n in plans if not p.in_place and not plan.in_place and
+                       os.stat(p.target.parent).st_dev == os.stat(plan.target.parent).st_dev)
+        check_space(plan, max(size, together))
 
 
 def write_expected(inp, path: str | os.PathLike, progress: Callable[[int], None] | None = None) -> None:
@@ -147,3 +152,32 @@ def write_expected(inp, path: str | os.PathLike, progress: Callable[[int], None]
             f.write(as_f32_bytes(reference.attention(*inp.qkv(b0, b1))))
             if progress:
                 progress(b1 - b0)
+
+
+# ---------------------------------------------------------------- stamps of cached inputs
+# A generated input kept in the cache carries a stamp beside it (NAME.stamp): the parameters it
+# was made from, its sha256, and the size, inode and mtime it had then. A file whose stamp is
+# missing, names other parameters or no longer matches the file is not used as that input: a
+# file planted under a cache name, or edited since, is made again (or hashed, where its sha256
+# is known, as a suite case's is).
+def stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + ".stamp")
+
+
+def _identity(st: os.stat_result) -> list:
+    return [st.st_size, st.st_ino, st.st_mtime_ns]
+
+
+def write_stamp(path: Path, params: dict, sha256: str) -> None:
+    stamp = dict(params=params, sha256=sha256, identity=_identity(os.stat(path)))
+    with atomic_file(stamp_path(path)) as f:
+        f.write(json.dumps(stamp).encode())
+
+
+def stamp_holds(path: Path, params: dict) -> bool:
+    """The file is the one generated from `params` and unchanged since."""
+    try:
+        stamp = json.loads(stamp_path(path).read_bytes()[:4096])
+        return stamp["params"] == params and stamp["identity"] == _identity(os.stat(path))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

@@ -7,7 +7,6 @@ verdict but PASS comes with a diagnosis (diagnose.py): where and why, in a few l
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,10 +30,12 @@ def target_for(text: str, progress=None) -> Target:
 def shape_target(shape: Shape, seed: int = 0, progress=None) -> Target:
     """A seeded uniform input of the given shape, generated once into the cache directory."""
     path = locations.cache_dir() / f"uniform-B{shape.B}-N{shape.N}-d{shape.d}-s{seed}.in"
-    missing = not (path.exists() and path.stat().st_size == shape.input_bytes)
+    params = dict(B=shape.B, N=shape.N, d=shape.d, seed=seed, dist="uniform")
+    missing = not generate.stamp_holds(path, params)
     if missing:
         path.parent.mkdir(parents=True, exist_ok=True)
         generate.write_input(path, shape, seed, progress=progress)
+        generate.write_stamp(path, params, expected.sha256_of(path))
     return Target(f"{shape.B}x{shape.N}x{shape.d}", path, shape, None, generated=missing)
 
 
@@ -87,7 +88,7 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
     missing), or the rows options.check asks for against float64; diagnose it if it did not pass."""
     limit = target.time_limit if options.time_limit else None
     shape = target.shape
-    with tempfile.TemporaryDirectory(prefix="fa-run-", dir=options.output_dir) as tmp:
+    with locations.scratch("run", options.output_dir) as tmp:
         out_path = Path(tmp) / f"{target.name}.out"
         result = run(program, target.input_path, out_path, options.launcher, timeout=limit, env=options.env)
         if result.timed_out:

@@ -14,11 +14,10 @@ blocking.
 """
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bench, profile
+from . import bench, locations, profile
 from .errors import FaError
 from .programs import Program
 from .suite import Target
@@ -73,7 +72,7 @@ def run_ladder(program: Program, target: Target, plan_args: dict, steps: list[St
         plan = bench.BenchPlan([program], [target], env=step.env, kind="ladder",
                                fields={"step": i, "step_name": step.name, "idea": step.idea, "env": step.env},
                                **plan_args)
-        with tempfile.TemporaryDirectory(prefix="fa-ladder-", dir=workdir) as work:
+        with locations.scratch("ladder", workdir) as work:
             record = bench.measure(plan, program, target, Path(work))
         if with_profile and not record.get("error"):
             kernels, _ = profile.profile(program, target, profiler, launcher=plan.launcher, workdir=workdir,

@@ -18,12 +18,19 @@ import contextlib
 import datetime as dt
 import hashlib
 import os
+import re
+import secrets
 import shutil
+import stat
+import tempfile
 from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
 import platformdirs
+
+from .errors import FaError
+from .format import alive
 
 PACKAGE = Path(__file__).resolve().parent
 SHARED_WORK = Path(".fa-slurm")  # under the current directory, which compute nodes share
@@ -49,8 +56,25 @@ def testcases() -> Path:
 
 
 def cache_dir() -> Path:
-    """Generated inputs and builds from an installed package's sources (not created here)."""
-    return Path(os.environ.get("FA_CACHE") or platformdirs.user_cache_dir("fa", appauthor=False))
+    """Generated inputs and builds from an installed package's sources (not created here). An
+    existing one must be a directory of the user's own: in another user's (a shared FA_CACHE)
+    anyone could plant the inputs, expected outputs and programs fa would trust, unless
+    FA_SHARED_CACHE=1 says that is wanted."""
+    named = os.environ.get("FA_CACHE")
+    path = Path(named or platformdirs.user_cache_dir("fa", appauthor=False))
+    what = f"FA_CACHE={named}" if named else f"the cache directory {path}"
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return path
+    except OSError as e:
+        raise FaError(f"{what}: {e.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise FaError(f"{what} is not a directory")
+    if st.st_uid != os.geteuid() and os.environ.get("FA_SHARED_CACHE") != "1":
+        raise FaError(f"{what} belongs to another user, who could plant the files fa would use: take a cache of "
+                      "your own, or set FA_SHARED_CACHE=1 to trust it")
+    return path
 
 
 def source_tree() -> Path:
@@ -100,3 +124,31 @@ def shared_workdir(needed: bool = True) -> Iterator[Path | None]:
             path.parent.rmdir()
         except OSError:
             pass  # another run's directory is still there
+
+
+SCRATCH = re.compile(r"^fa-[a-z]+-(\d+)-[0-9a-f]{8}$")  # fa-run-PID-XXXXXXXX
+
+
+@contextlib.contextmanager
+def scratch(kind: str, parent: Path | None = None) -> Iterator[Path]:
+    """A private folder for one command's temporary files (fa-KIND-PID-XXXXXXXX in the temporary
+    directory, or in `parent`), removed on the way out; one left by an fa killed with -9 is
+    removed by the next one here, once its process is gone."""
+    parent = Path(parent or tempfile.gettempdir())
+    remove_stale_scratch(parent)
+    path = parent / f"fa-{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+    path.mkdir(mode=0o700)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_stale_scratch(parent: Path) -> None:
+    """Scratch folders of this user's fa processes that no longer exist."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            match = SCRATCH.match(entry.name)
+            if match and entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == \
+                    os.geteuid() and not alive(int(match.group(1))):
+                shutil.rmtree(entry.path, ignore_errors=True)

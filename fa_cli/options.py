@@ -29,22 +29,27 @@ class Size(click.ParamType):
         return number
 
 
-class Tolerance(click.ParamType):
-    """A tolerance: a finite number above 0 (a NaN one would pass every NaN output)."""
+class PositiveFinite(click.ParamType):
+    """A finite number above 0: a tolerance (a NaN one would pass every NaN output), a time
+    limit (an infinite one is --no-time-limit, a NaN one would stop nothing)."""
 
     name = "float"
 
+    def __init__(self, what: str):
+        self.what = what
+
     def convert(self, value, param, ctx):
         try:
-            tol = float(value)
+            number = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(tol) or tol <= 0:
-            self.fail(f"{value!r}: a tolerance must be a finite number above 0", param, ctx)
-        return tol
+        if not math.isfinite(number) or number <= 0:
+            self.fail(f"{value!r}: {self.what} must be a finite number above 0", param, ctx)
+        return number
 
 
-TOLERANCE = Tolerance()
+TOLERANCE = PositiveFinite("a tolerance")
+SECONDS = PositiveFinite("a time limit")
 
 
 class OutputPath(click.Path):

@@ -20,10 +20,10 @@ from __future__ import annotations
 import csv
 import io
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import locations
 from .records import new_record
 from .devices import describe_first
 from .errors import ExitStatus, FaError
@@ -321,7 +321,7 @@ def profile(program, target, profiler: str, kernel: str | None = None, full: boo
     if launcher is None and not shutil.which(profiler):
         hint = " (Pascal GPUs such as the GTX 1080: --profiler nvprof)" if profiler == "ncu" else ""
         raise FaError(f"{profiler} is not installed here{hint}")
-    with tempfile.TemporaryDirectory(prefix="fa-profile-", dir=workdir) as tmp:
+    with locations.scratch("profile", workdir) as tmp:
         work = Path(tmp)
         prefix = command(profiler, work, kernel, full)
         profiled = Program(program.name, program.path, None, (*prefix, *program.interpreter))

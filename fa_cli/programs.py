@@ -17,12 +17,14 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,6 +169,9 @@ def resolve(name_or_path: str) -> Program:
 def ensure_built(program: Program, announce=None) -> Program:
     """Build a named program with make, or a student's source with the course's line, when its
     binary is missing; announce(text) says so first."""
+    if program is TORCH and importlib.util.find_spec("torch") is None:
+        raise FaError("--program torch needs PyTorch (pip install torch), which is not installed for "
+                      f"{sys.executable}")
     if program.path.exists():
         return program
     if program.source is not None:
@@ -276,15 +281,25 @@ def run(
                                 start_new_session=True, preexec_fn=die_with_fa())
     except OSError as e:
         raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=ExitStatus.FAILED) from None
+    # The program's own exit ends the run, not the end of its stderr: a child it leaves behind
+    # holding the pipe is killed with its process group, and never turns a finished run into a TLE.
+    chunks: list[str] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stderr.readline, "")), daemon=True)
+    reader.start()
     try:
-        _, stderr = proc.communicate(timeout=timeout)
+        proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        stderr = stop(proc)
-        return RunResult(argv, proc.returncode, time.perf_counter() - start, stderr, timed_out=True)
+        stop(proc, output=None)
+        reader.join(KILL_GRACE_S)
+        return RunResult(argv, proc.returncode, time.perf_counter() - start, "".join(chunks), timed_out=True)
     except BaseException:
-        stop(proc)
+        stop(proc, output=None)
         raise
     wall = time.perf_counter() - start
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
+    reader.join(KILL_GRACE_S)
+    stderr = "".join(chunks)
     result = RunResult(argv, proc.returncode, wall, stderr, *parse_timing(stderr))
     if proc.returncode != 0:
         why = launcher.explain_failure(proc.returncode, stderr)
@@ -293,16 +308,23 @@ def run(
     return result
 
 
-def stop(proc: subprocess.Popen, output: int = 1) -> str:
+def stop(proc: subprocess.Popen, output: int | None = 1) -> str:
     """SIGTERM to the program's process group, SIGKILL if it is still there after the grace
-    period; returns what it wrote to stderr (output=1) or stdout (output=0)."""
+    period; returns what it wrote to stderr (output=1) or stdout (output=0) where fa had not
+    read it yet (output=None: a reader thread has it)."""
+    def finish(wait):
+        if output is None:
+            proc.wait(timeout=wait)
+            return ""
+        return proc.communicate(timeout=wait)[output] or ""
+
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             break
         try:
-            return proc.communicate(timeout=wait)[output] or ""
+            return finish(wait)
         except subprocess.TimeoutExpired:
             continue
-    return proc.communicate()[output] or ""
+    return finish(None)

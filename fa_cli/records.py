@@ -12,18 +12,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import sys
 from pathlib import Path
 
 from . import system
 from .errors import FaError
-from .format import atomic_file
+from .format import atomic_file, check_output_path, open_regular
 from .programs import Launcher, Program
 from .suite import Target
 
 KINDS = ("run", "bench", "profile", "ladder", "sweep", "resources")
 NOT_RESULTS = "not a results file of fa"
+# A results file is a few MB at most (a whole suite's records: about 100 KB); more is not one.
+MAX_BYTES = 64 << 20
 
 
 def kind_of(record: dict) -> str | None:
@@ -39,10 +42,29 @@ def kind_of(record: dict) -> str | None:
     return None
 
 
+def read_bounded(path: Path, limit: int = MAX_BYTES, what: str = "results file") -> bytes:
+    """A regular file's bytes, up to `limit`: a FIFO, a device (/dev/zero, /dev/urandom) or a
+    larger file is refused in one line, without waiting or reading it (format.open_regular)."""
+    fd = open_regular(path, what)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise FaError(f"{path}: {size} bytes is larger than a {what} can be ({limit >> 20} MB)")
+        data = os.read(fd, limit + 1)
+    except OSError as e:
+        raise FaError(f"{path}: cannot read {what}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grown since
+        raise FaError(f"{path}: larger than a {what} can be ({limit >> 20} MB)")
+    return data
+
+
 def _records_in(path: Path) -> list:
     """The list of records of a results file; anything else is refused in one line."""
+    data = read_bounded(path)
     try:
-        records = json.loads(path.read_text())["records"]
+        records = json.loads(data.decode())["records"]
         if not isinstance(records, list):
             raise TypeError
     except UnicodeDecodeError:  # a ValueError too: caught first, as it says something else
@@ -58,6 +80,13 @@ def load(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     return _records_in(path)
+
+
+def check_extendable(path: Path | None) -> None:
+    """Before any work: the results file can be written, and what it holds is a results file."""
+    if path is not None:
+        check_output_path(path)
+        load(path)
 
 
 def save(path: Path, records: list[dict]) -> None:

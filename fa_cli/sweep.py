@@ -19,7 +19,6 @@ import itertools
 import os
 import re
 import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,7 +172,7 @@ def run_sweep(program_name: str, target: Target, params: list[str], arch: str, p
             record = new_record(program, target, plan.label, variant.skipped and f"skipped: {variant.skipped}",
                                 "sweep", plan.launcher, **fields)
         else:
-            with tempfile.TemporaryDirectory(prefix="fa-sweep-", dir=workdir) as work:
+            with locations.scratch("sweep", workdir) as work:
                 record = bench.measure(plan, program, target, Path(work))
             if with_profile and not record.get("error"):
                 kernels, _ = profile.profile(program, target, profiler, kernel=f"attention_{family.kernel}",

@@ -1,0 +1,305 @@
+"""The output side and the readers, tried as a hostile user of the same machine would: links
+planted in a sticky directory, two writers of one path, kill -9 mid-write, devices and FIFOs as
+results files, a shared cache, a program that leaves a child behind. Tests that need a second
+user run as root, with `nobody` as that user, and are skipped otherwise."""
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, fa
+from fa_cli import format as fmt, generate, locations
+from fa_cli.format import FormatError, Shape
+
+AS_ROOT = os.geteuid() == 0
+NOBODY = pwd.getpwnam("nobody").pw_uid if AS_ROOT else None
+needs_root = pytest.mark.skipif(not AS_ROOT, reason="needs root, to act as a second user (nobody)")
+
+
+def one_line(proc) -> str:
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- links and permissions
+@pytest.fixture
+def sticky(tmp_path):
+    """A sticky world-writable directory, as /tmp is."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    return shared
+
+
+@needs_root
+def test_another_users_link_in_a_sticky_directory_is_not_followed(sticky, tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root's own")
+    secret.chmod(0o600)
+    link = sticky / "out.bin"
+    link.symlink_to(secret)
+    os.lchown(link, NOBODY, NOBODY)
+    for args in (["gen", "-B", 1, "-N", 4, "-d", 32, "-o", link], ["bench", "--shape", "1,4,32", "-o", link]):
+        proc = fa(*args)
+        assert proc.returncode == 2 and "not followed" in one_line(proc)
+    assert secret.read_text() == "root's own" and stat.S_IMODE(secret.stat().st_mode) == 0o600
+
+
+def test_the_users_own_link_is_followed_and_stays_a_link(sticky, tmp_path):
+    target = tmp_path / "real.in"
+    link = sticky / "x.in"
+    link.symlink_to(target)
+    proc = fa("gen", "-B", 1, "-N", 4, "-d", 32, "-o", link)
+    assert proc.returncode == 0 and link.is_symlink() and target.stat().st_size == Shape(1, 4, 32).input_bytes
+
+
+@needs_root
+def test_a_file_the_user_may_not_write_is_refused_as_cp_does():
+    """nobody, in a directory anyone may write, names root's 0644 file as its output: refused
+    (cp says Permission denied), where replacing it would have worked."""
+    folder = Path(tempfile.mkdtemp(prefix="fa-theirs-", dir="/tmp"))
+    try:
+        folder.chmod(0o777)
+        roots = folder / "root-only.in"
+        roots.write_text("keep")
+        roots.chmod(0o644)
+        os.seteuid(NOBODY)
+        try:
+            with pytest.raises(FormatError, match="Permission denied"):
+                fmt.check_output_path(roots)
+            fmt.check_output_path(folder / "new.in")  # a new name there is fine
+        finally:
+            os.seteuid(0)
+        assert roots.read_text() == "keep"
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path):
+    old = tmp_path / "old.in"
+    old.write_text("x")
+    old.chmod(0o600)
+    assert fa("gen", "-B", 1, "-N", 4, "-d", 32, "-o", old).returncode == 0
+    assert stat.S_IMODE(old.stat().st_mode) == 0o600
+    new = tmp_path / "new.in"
+    env = {**os.environ}
+    proc = subprocess.run(["bash", "-c", f"umask 027 && {sys.executable} -m fa_cli gen -B 1 -N 4 -d 32 -o {new}"],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0 and stat.S_IMODE(new.stat().st_mode) == 0o640
+
+
+# ---------------------------------------------------------------- replacing atomically
+def test_two_writers_of_one_path_both_succeed_and_it_is_never_missing(tmp_path):
+    path = tmp_path / "x.in"
+    shape = Shape(16, 256, 64)
+    assert fa("gen", "-B", shape.B, "-N", shape.N, "-d", shape.d, "-o", path).returncode == 0
+    wanted = {seed: None for seed in (1, 2)}
+    for seed in wanted:
+        other = tmp_path / f"s{seed}.in"
+        generate.write_input(other, shape, seed)
+        wanted[seed] = other.read_bytes()
+    missing, stop = [0], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            missing[0] += not path.exists()
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        for _ in range(5):
+            procs = [subprocess.Popen([sys.executable, "-m", "fa_cli", "gen", "-B", str(shape.B), "-N", str(shape.N),
+                                       "-d", str(shape.d), "--seed", str(seed), "-o", str(path)], cwd=ROOT,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for seed in wanted]
+            assert [p.wait() for p in procs] == [0, 0], [p.stderr.read() for p in procs]
+            assert path.read_bytes() in wanted.values()  # one writer's whole output
+    finally:
+        stop.set()
+        poller.join()
+    assert missing[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s1.in", "s2.in", "x.in"]
+
+
+def test_kill_9_mid_write_leaves_nothing(tmp_path):
+    """fa gen writes an unnamed file (O_TMPFILE): once it is killed, nothing is left, not even a
+    temporary (caught writing: its unnamed file shows in /proc/PID/fd as 'DIR/#... (deleted)')."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "fa_cli", "gen", "-B", "256", "-N", "32768", "-d", "64", "-o",
+                             str(folder / "x.in")], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            fds = Path(f"/proc/{proc.pid}/fd")
+            links = [os.readlink(f) for f in fds.iterdir()] if fds.exists() else []
+            if any(l.startswith(str(folder)) for l in links):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("fa gen never started writing")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert list(folder.iterdir()) == []
+
+
+def test_named_temporaries_of_dead_processes_are_removed(tmp_path):
+    """Where a file system has no unnamed files, the temporaries of this user's killed fa are
+    removed by the next write in that directory; a live process's are kept."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".x.in.{dead.pid}.0123abcd.tmp"
+    live = tmp_path / f".x.in.{os.getpid()}.0123abcd.tmp"
+    other = tmp_path / ".notes.tmp"
+    for p in (stale, live, other):
+        p.write_text("")
+    fmt.remove_stale_temporaries(tmp_path)
+    assert not stale.exists() and live.exists() and other.exists()
+
+
+def test_scratch_folders_of_dead_processes_are_removed(tmp_path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f"fa-run-{dead.pid}-0123abcd"
+    stale.mkdir()
+    (stale / "c01.out").write_text("left by kill -9")
+    with locations.scratch("run", tmp_path) as mine:
+        assert mine.is_dir() and stat.S_IMODE(mine.stat().st_mode) == 0o700
+        assert not stale.exists()
+    assert not mine.exists()
+
+
+def test_expected_that_cannot_be_written_takes_the_input_with_it(tmp_path):
+    out = tmp_path / "x.in"
+    proc = fa("gen", "-B", 1, "-N", 4, "-d", 32, "-o", out, "--expected", "/dev/full")
+    assert proc.returncode == 1 and "No space left" in one_line(proc)
+    assert not out.exists()
+
+
+def test_gen_checks_the_room_for_both_files_together(tmp_path, monkeypatch):
+    shape = Shape(1, 1024, 64)
+    free = shape.input_bytes + shape.output_bytes // 2  # room for the input, not for both
+    monkeypatch.setattr(fmt.shutil, "disk_usage", lambda p: type("U", (), {"free": free})())
+    with pytest.raises(FormatError, match="only"):
+        generate.check_outputs(tmp_path / "x.in", tmp_path / "x.out", shape)
+    generate.check_outputs(tmp_path / "x.in", None, shape)  # the input alone fits
+
+
+# ---------------------------------------------------------------- readers
+@pytest.mark.parametrize("name", ["/dev/zero", "/dev/urandom", "fifo", "huge"])
+def test_results_readers_take_only_regular_files_of_a_sane_size(name, tmp_path):
+    path = Path(name)
+    if name == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    elif name == "huge":
+        path = tmp_path / "huge.json"
+        with open(path, "wb") as f:
+            f.truncate(65 << 20)
+    # (fa run -o writes a device or a FIFO in place, as cp does: only a file is read first)
+    runs = [["run", "t01", "--program", "cpu", "-o", path]] if name == "huge" else []
+    for args in (["compare", path], ["report", path, "-o", tmp_path / "r"], *runs):
+        start = time.time()
+        proc = fa(*args)
+        line = one_line(proc)
+        assert proc.returncode == 2 and time.time() - start < 20, line
+        assert ("not a regular file" in line or "64 MB" in line) and "judging" not in proc.stderr, line
+
+
+def test_run_refuses_its_results_file_before_judging(tmp_path):
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"records": 5}')
+    for path in (corrupt, tmp_path / "missing" / "run.json"):
+        proc = fa("run", "t01", "t02", "--program", "cpu", "-o", path)
+        assert proc.returncode == 2 and "judging" not in proc.stderr and "PASS" not in proc.stdout
+        one_line(proc)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_time_limit_must_be_finite_and_positive(value):
+    proc = fa("run", "t01", "--program", "cpu", "--time-limit", value)
+    assert proc.returncode == 2 and "finite number above 0" in one_line(proc)
+
+
+def test_torch_program_without_torch_says_so_up_front():
+    if subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("PyTorch is installed here")
+    proc = fa("run", "t01", "--program", "torch")
+    assert proc.returncode == 2 and "needs PyTorch (pip install torch)" in one_line(proc)
+
+
+def test_verify_reads_a_file_cut_short_as_one_line(tmp_path):
+    path = tmp_path / "x.out"
+    path.write_bytes(b"\0" * 4096)
+    with pytest.raises(FormatError, match="cut short while being read: 4096 of 8192 bytes"):
+        fmt.read_exactly(path, 0, 8192, "output")
+
+
+def test_a_name_with_a_newline_stays_one_line(tmp_path):
+    generate.write_input(tmp_path / "x.in", Shape(1, 4, 32), 0)
+    proc = fa("verify", tmp_path / "a\nb.out", "--input", tmp_path / "x.in")
+    assert proc.returncode == 2 and "\\n" in one_line(proc)
+
+
+# ---------------------------------------------------------------- a program's children
+def test_time_limit_counts_the_programs_own_exit_not_its_children(cpu_program, tmp_path):
+    """A program that exits 0 and leaves a child holding stderr is judged on its own exit; the
+    child is stopped with its process group."""
+    program = tmp_path / "leaves-a-child"
+    marker = tmp_path / "child-pid"
+    program.write_text(f"#!{sys.executable}\nimport subprocess, sys\n"
+                       f"child = subprocess.Popen(['sleep', '30'])\nopen({str(marker)!r}, 'w').write(str(child.pid))\n"
+                       f"sys.exit(subprocess.run([{str(cpu_program)!r}, *sys.argv[1:]]).returncode)\n")
+    program.chmod(0o755)
+    start = time.time()
+    proc = fa("run", "t01", "--program", program, "--time-limit", "5")
+    assert proc.returncode == 0 and "PASS" in proc.stdout and time.time() - start < 5, proc.stdout
+    child = int(marker.read_text())
+    time.sleep(0.2)
+    assert not fmt.alive(child) or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+
+
+# ---------------------------------------------------------------- the cache
+def test_a_cache_that_is_not_a_directory_is_one_line(tmp_path):
+    proc = fa("run", "t11", "--program", "cpu", env={**os.environ, "FA_CACHE": "/etc/passwd"})
+    assert proc.returncode == 2 and one_line(proc).endswith("FA_CACHE=/etc/passwd is not a directory")
+
+
+@needs_root
+def test_another_users_cache_is_refused_unless_asked(tmp_path):
+    cache = tmp_path / "shared-cache"
+    cache.mkdir()
+    os.chown(cache, NOBODY, NOBODY)
+    env = {**os.environ, "FA_CACHE": str(cache)}
+    proc = fa("bench", "--shape", "1,64,32", "--program", "cpu", "--repeat", "1", "-o", tmp_path / "b.json", env=env)
+    assert proc.returncode == 2 and "belongs to another user" in one_line(proc)
+    proc = fa("bench", "--shape", "1,64,32", "--program", "cpu", "--repeat", "1", "-o", tmp_path / "b.json",
+              env={**env, "FA_SHARED_CACHE": "1"})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_planted_file_under_a_cache_name_is_not_used(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**os.environ, "FA_CACHE": str(cache)}
+    args = ("bench", "--shape", "2,64,32", "--program", "cpu", "--repeat", "1", "-o", tmp_path / "b.json")
+    assert fa(*args, env=env).returncode == 0
+    name = cache / "uniform-B2-N64-d32-s0.in"
+    generate.write_input(tmp_path / "seed7.in", Shape(2, 64, 32), 7)
+    os.replace(tmp_path / "seed7.in", name)  # seed 7's bytes under seed 0's name
+    proc = fa(*args, env=env)
+    assert proc.returncode == 0 and "generated 2x64x32" in proc.stderr
+    generate.write_input(tmp_path / "seed0.in", Shape(2, 64, 32), 0)
+    assert name.read_bytes() == (tmp_path / "seed0.in").read_bytes()
+    stamp = json.loads((cache / "uniform-B2-N64-d32-s0.in.stamp").read_text())
+    assert stamp["params"]["seed"] == 0
