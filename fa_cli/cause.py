@@ -350,9 +350,8 @@ class Investigation:
             return True
         log = work / f"{tool}.log"
         extra = ["--racecheck-report", "analysis"] if tool == "racecheck" else []
-        argv = (self.launcher or Launcher()).wrap([sanitizer, "--tool", tool, *extra, "--print-limit", "4",
-                                                   "--log-file", str(log), *self.with_lines().argv,
-                                                   str(case.input_path), str(work / f"{tool}.out")])
+        argv = self.on_node([sanitizer, "--tool", tool, *extra, "--print-limit", "4", "--log-file", str(log),
+                             *self.with_lines().argv, str(case.input_path), str(work / f"{tool}.out")])
         code, output = run_captured(argv, self.budget.left)
         text = log.read_text(errors="replace") if log.exists() else output
         first = first_sanitizer_error(text)
@@ -369,6 +368,10 @@ class Investigation:
         self.findings.append(Finding(tool, [f"{tool} on {case.label}{total}:", *sanitizer_lines(first)],
                                      dict(report=first, count=count, on=case.label)))
         return False
+
+    def on_node(self, argv: list[str]) -> list[str]:
+        """A tool's command where the program runs: here, or on a cluster node through srun."""
+        return (self.launcher or Launcher()).wrap(argv)
 
     def with_lines(self) -> Program:
         """The program, rebuilt with -g -lineinfo where fa has its source, so that the tools name
@@ -405,7 +408,7 @@ class Investigation:
         else:
             if not self.step(f"the AddressSanitizer build on {case.label}"):
                 return
-            code, output = run_captured([*asan.argv, str(case.input_path), str(work / "asan.out")],
+            code, output = run_captured(self.on_node([*asan.argv, str(case.input_path), str(work / "asan.out")]),
                                         self.budget.left, env=ASAN_ENV)
             report = asan_report(output)
             if report:
@@ -424,8 +427,8 @@ class Investigation:
 
     def debug(self, debugger: str, program: Program, case: TrialCase, work: Path, kind: str,
               env: dict | None = None, build: str = "") -> None:
-        argv = [debugger, "-q", "-nx", "-batch", "-ex", "set pagination off", "-ex", "run", "-ex", "bt",
-                "--args", *program.argv, str(case.input_path), str(work / "gdb.out")]
+        argv = self.on_node([debugger, "-q", "-nx", "-batch", "-ex", "set pagination off", "-ex", "run", "-ex", "bt",
+                             "--args", *program.argv, str(case.input_path), str(work / "gdb.out")])
         code, output = run_captured(argv, self.budget.left, env=env)
         signal, frames = backtrace(output)
         if signal is None:

@@ -17,7 +17,6 @@ output file, the float64 result rounded once to float32:
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ from typing import Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from . import locations, reference
+from . import locations, reference, suite
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, as_f32_bytes, atomic_file, gigabytes, open_output
 from .suite import Target
@@ -64,11 +63,7 @@ def sha256_of(path: Path) -> str:
     st = os.stat(path)
     key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _HASHES:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 24):
-                h.update(chunk)
-        _HASHES[key] = h.hexdigest()
+        _HASHES[key] = suite.sha256_of(path)
     return _HASHES[key]
 
 
