@@ -318,8 +318,8 @@ class Investigation:
         if len(outputs) < 2 or any(o is None for o in outputs):
             return case
         a, b = outputs
-        differ = over(a, b, self.tol)
         diff = np.abs(a.astype(np.float64) - b)
+        differ = ~(diff <= self.tol)  # NaN counts
         changed = int(np.count_nonzero(a != b))
         if differ.any():
             worst = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))

@@ -381,22 +381,33 @@ def _temporary(dir_fd: int, directory: Path, plan: OutputPlan) -> tuple[int, str
 
 def remove_stale_temporaries(directory: Path) -> None:
     """Temporaries of this user's fa whose process no longer exists (killed with -9, say)."""
+    remove_leftovers(directory, TEMPORARY)
+
+
+def remove_leftovers(directory: Path, pattern: re.Pattern) -> None:
+    """Entries of `directory` whose name matches `pattern` (its group 1: the pid of the fa that
+    made it), made by this user, whose process is gone: files unlinked, folders removed whole.
+    The one mechanism for whatever a SIGKILLed fa leaves (temporaries, scratch folders)."""
     with contextlib.suppress(OSError):
         for entry in os.scandir(directory):
-            match = TEMPORARY.match(entry.name)
+            match = pattern.match(entry.name)
             if not match or entry.stat(follow_symlinks=False).st_uid != os.geteuid() or alive(int(match.group(1))):
                 continue
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
 
 
 def alive(pid: int) -> bool:
+    """A process with this pid exists (another user's counts: signalling it is refused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's process: alive
-        return True
+    except PermissionError:
+        pass
     return True
 
 

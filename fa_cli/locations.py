@@ -30,7 +30,7 @@ from typing import Iterator
 import platformdirs
 
 from .errors import FaError
-from .format import alive
+from .format import remove_leftovers
 
 PACKAGE = Path(__file__).resolve().parent
 SHARED_WORK = Path(".fa-slurm")  # under the current directory, which compute nodes share
@@ -146,9 +146,4 @@ def scratch(kind: str, parent: Path | None = None) -> Iterator[Path]:
 
 def remove_stale_scratch(parent: Path) -> None:
     """Scratch folders of this user's fa processes that no longer exist."""
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(parent):
-            match = SCRATCH.match(entry.name)
-            if match and entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == \
-                    os.geteuid() and not alive(int(match.group(1))):
-                shutil.rmtree(entry.path, ignore_errors=True)
+    remove_leftovers(parent, SCRATCH)
