@@ -146,8 +146,8 @@ def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, str
                 generate.write_expected(AttentionInput(output), expected, advance)
         except BaseException:  # both files or neither: the input just written goes too
             with contextlib.suppress(OSError):
-                if not stat.S_ISCHR(os.stat(output).st_mode) and not stat.S_ISFIFO(os.stat(output).st_mode):
-                    os.unlink(output)
+                if stat.S_ISREG(os.stat(output).st_mode):  # a device or FIFO was written in place: left alone
+                    os.unlink(os.path.realpath(output))  # the file written (a link's target), not the link
             raise
         click.echo(f"{expected}: float64 reference, {shape.output_bytes} bytes")
 
