@@ -30,7 +30,7 @@ HAVE_NVCC  := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo yes)
 HAVE_HIPCC := $(shell command -v $(HIPCC) >/dev/null 2>&1 && echo yes)
 
 BIN := bin
-COMMON := src_common/fa_host.h
+COMMON := $(wildcard src_common/host/*.h)
 
 .PHONY: all cpu cuda hip hip-cuda env run test test-all clean hw4 hw4-amd submission
 all: cpu $(if $(HAVE_NVCC),cuda) $(if $(HAVE_HIPCC),hip)
@@ -47,7 +47,7 @@ CUDA_ARCH ?= $(if $(LOCAL_SM),$(patsubst sm_90,sm_90a,sm_$(LOCAL_SM)),$(if $(fil
 # target runs the program from it, JIT-compiled, with the kernels that PTX has (fp32 below sm_80).
 CUDA_GENCODE = $(foreach a,$(CUDA_ARCH),-gencode=arch=compute_$(subst sm_,,$(a)),code=$(a)) \
   -gencode=arch=compute_$(subst sm_,,$(firstword $(CUDA_ARCH))),code=compute_$(subst sm_,,$(firstword $(CUDA_ARCH)))
-CUDA_SRC := src_cuda/fa_cuda.cu $(wildcard src_cuda/*.cuh src_cuda/*/*.cuh) $(wildcard src_common/*.h)
+CUDA_SRC := src_cuda/fa_cuda.cu $(wildcard src_cuda/*.cuh src_cuda/*/*.cuh) $(wildcard src_common/*.h src_common/host/*.h)
 
 cuda: $(BIN)/fa-cuda
 $(BIN)/fa-cuda: $(CUDA_SRC)
@@ -65,7 +65,7 @@ LOCAL_GFX = $(shell rocminfo 2>/dev/null | grep -o -m1 'gfx[0-9a-f]*')
 HIP_ARCH_OK = $(shell f=$$(mktemp --suffix=.hip) && printf '#include <hip/hip_runtime.h>\n__global__ void k(){}\n' >$$f && \
   HIP_PLATFORM=amd $(HIPCC) --offload-arch=$(1) -c -o /dev/null $$f >/dev/null 2>&1 && echo $(1); rm -f $$f)
 HIP_ARCH ?= $(if $(LOCAL_GFX),$(LOCAL_GFX),gfx908 gfx90a $(if $(HAVE_HIPCC),$(call HIP_ARCH_OK,gfx942)))
-HIP_SRC := src_hip/fa_hip.hip $(wildcard src_hip/*.h) $(wildcard src_common/*.h) src_cuda/kernel_primitives.cuh
+HIP_SRC := src_hip/fa_hip.hip $(wildcard src_hip/*.h) $(wildcard src_common/*.h src_common/host/*.h) src_cuda/kernel_primitives.cuh
 
 hip: $(BIN)/fa-hip
 $(BIN)/fa-hip: $(HIP_SRC)

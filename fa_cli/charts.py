@@ -6,9 +6,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from . import timing
 from .format import atomic_file
 
-STAGES = ("init", "read", "h2d", "kernel", "d2h", "write")
+STAGES = tuple(s for s in timing.STAGES if s != "total")  # the bars' parts
 
 
 def _pyplot():

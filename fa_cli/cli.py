@@ -523,18 +523,24 @@ def save_and_plot(records: list[dict], results: Path | None, plot: Path | None, 
 
 
 @main.command(name="ladder")
-@click.argument("case")
+@click.argument("case", required=False)
 @click.option("--program", default="cuda", show_default=True, help="cuda, hip-cuda or hip.")
+@click.option("--list", "list_only", is_flag=True, help="Only list the steps (from the program's kernel registry).")
 @measure_options
 @launcher_options
-def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plot, as_markdown, launcher, partition,
-               gres, srun_args) -> None:
+def ladder_cmd(case, program, list_only, repeats, tol, with_profile, profiler, results, plot, as_markdown, launcher,
+               partition, gres, srun_args) -> None:
     """Run the homework kernel's optimization steps on CASE, one by one: each verified, with its
     kernel time, TFLOP/s and speed-up over the step before (and the course's metrics with --profile)."""
-    steps = ladder.steps_for(programs.resolve(program))  # refused before anything is built or generated
+    if not list_only and not case:
+        raise click.UsageError("give a CASE (t27, a file, ...), or --list")
     check_extendable(results)
-    [target] = targets_for([case])
     prog = program_for(program)
+    steps = ladder.steps_for(prog)  # refused before any input is generated
+    if list_only:
+        show(*ladder.listing(steps), as_markdown, f"fa ladder: the steps of {prog.name}")
+        return
+    [target] = targets_for([case])
     runner = make_launcher(launcher, partition, gres, srun_args)
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
     with locations.shared_workdir(runner is not None) as workdir, report.progress("ladder steps", len(steps), steps=True) as advance:
@@ -545,9 +551,10 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
 
 
 @main.command(name="sweep")
-@click.argument("case")
-@click.option("--kernel", type=click.Choice(list(sweep.FAMILIES)), default="tiled", show_default=True,
-              help="tiled: the homework kernel; simt: the register-blocked kernel, for CASE's d.")
+@click.argument("case", required=False)
+@click.option("--kernel", default="tiled", show_default=True,
+              help="The kernel (its FA_KERNEL value): tiled, the homework kernel; simt, the register-blocked "
+                   "kernel, for CASE's d (--list shows each program's).")
 @click.option("--param", "params", multiple=True, metavar="NAME=V1,V2,...",
               help="A tile parameter and its values; repeatable. tiled: Br (query rows per block), Bc (keys "
                    "per tile), default Br=16, Bc=32. simt: TM, TN (scores per thread), C (threads per row), R "
@@ -555,22 +562,32 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
 @click.option("--program", default="cuda", show_default=True, help="cuda, hip-cuda or hip.")
 @click.option("--arch", help="The GPU target the variants are built for (default: this machine's GPU).")
 @click.option("--no-run", is_flag=True, help="Only build the variants and report their resources (no GPU needed).")
+@click.option("--list", "list_only", is_flag=True,
+              help="Only list the kernels and tile parameters the program can be swept over (its kernel registry).")
 @measure_options
 @launcher_options
-def sweep_cmd(case, kernel, params, program, arch, no_run, repeats, tol, with_profile, profiler, results, plot,
-              as_markdown, launcher, partition, gres, srun_args) -> None:
+def sweep_cmd(case, kernel, params, program, arch, no_run, list_only, repeats, tol, with_profile, profiler, results,
+              plot, as_markdown, launcher, partition, gres, srun_args) -> None:
     """Build a kernel with each combination of tile sizes (bin/variants/, reused while up to
     date), run each on CASE and verify it: kernel TFLOP/s and theoretical occupancy (achieved
     with --profile) against Br, one line per Bc. Combinations that cannot be built are listed as
     skipped, with the compiler's reason."""
-    family = sweep.FAMILIES[kernel]
-    for text in params:
-        sweep.parse_param(text, family)  # every bad --param is refused before anything is built
+    if not list_only and not case:
+        raise click.UsageError("give a CASE (t27, a file, ...), or --list")
     if no_run and with_profile:
         raise FaError("--no-run and --profile exclude each other")
     check_extendable(results)
     if program not in sweep.PROGRAMS:
         raise FaError(f"--program {program}: fa sweep builds {', '.join(sweep.PROGRAMS)}")
+    families = sweep.families_of(program_for(program))
+    if list_only:
+        show(*sweep.listing(families), as_markdown, f"fa sweep: what {program} can be swept over")
+        return
+    if kernel not in families:
+        raise FaError(f"--kernel {kernel}: {program} can be swept over {', '.join(families)}")
+    family = families[kernel]
+    for text in params:
+        sweep.parse_param(text, family)  # every bad --param is refused before any variant is built
     [target] = targets_for([case])
     arch = arch or sweep.local_arch(program)
     runner = make_launcher(launcher, partition, gres, srun_args)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import reference
+from . import reference, timing
 from .format import AttentionInput, Shape
 from .mistakes import KEY_TILES, MISTAKES, Candidate, Mistake, Sample
 from .verify import VerifyResult
@@ -217,7 +217,7 @@ def of_error(returncode: int, stderr: str, shape: Shape, output_size: int | None
                                             if hasattr(signal, name) else ""))
     elif returncode:
         lines.append(f"exit code {returncode}")
-    tail = [l for l in stderr.splitlines() if l.strip() and not l.startswith("fa-timing:")][-STDERR_LINES:]
+    tail = [l for l in stderr.splitlines() if l.strip() and not timing.is_timing_line(l)][-STDERR_LINES:]
     if tail:
         fields["stderr_tail"] = tail
         lines.append("stderr: " + " | ".join(tail))

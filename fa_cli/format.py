@@ -9,7 +9,9 @@ Q, K and V are views into the page cache.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import re
 import secrets
@@ -194,19 +196,22 @@ def read_exactly(path: Path, offset: int, size: int, what: str) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- writing outputs
-# Every file fa writes goes through atomic_file, with the programs' rule (fa_host.h OutputFile):
-# a new name or a regular file is replaced atomically: written as an unnamed file in the target's
-# directory (O_TMPFILE), given a temporary name and renamed over the target, so the path is never
-# missing, two writers both succeed (the last one wins) and a kill -9 leaves nothing behind;
-# where the file system has no unnamed files, an exclusive ".NAME.PID.XXXXXXXX.tmp" is used and a
-# later write removes those of this user whose process is gone. A new file's mode follows the
-# umask; a replaced file keeps its mode where the user owns it. A symbolic link writes its target
-# that way and stays a link, but in a sticky world-writable directory (/tmp) only a link of the
-# user's own or of the directory's owner is followed (the kernel's fs.protected_symlinks rule,
-# which fa would bypass by resolving the link itself). A device or a FIFO (/dev/null,
-# /dev/stdout) is written in place, as cp and dd write it; a directory, an input of the same
-# command, a missing or unwritable directory, an existing file the user may not write (as cp
-# says it) and a name too long are refused before any work.
+# Every file fa writes goes through atomic_file, with the programs' rule (src_common/host/output.h):
+# a new name or a regular file is put in place atomically: written as an unnamed file in the
+# target's directory (O_TMPFILE), linked to the name where it is new, else to a temporary name
+# and exchanged with the old file (renameat2 RENAME_EXCHANGE, which unlike a rename over it does
+# not make ext4 write the new file back first), so the path is never missing, two writers both
+# succeed (the last one wins) and a kill -9 leaves nothing behind; where the file system has no
+# unnamed files, an exclusive ".NAME.PID.XXXXXXXX.tmp" is used and a later write removes those
+# of this user whose process is gone. A new file's mode follows the umask; a replaced file keeps
+# its mode where the user owns it. A symbolic link writes its target that way and stays a link,
+# but in a sticky world-writable directory (/tmp) only a link of the user's own or of the
+# directory's owner is followed (the kernel's fs.protected_symlinks rule, applied at each link,
+# since fa follows links itself to find the target's directory). A device or a FIFO
+# (/dev/null, /dev/stdout) is written in place, as cp and dd write it; a directory, an input of
+# the same command, a missing or unwritable directory, an existing file the user may not write
+# (as cp says it), another user's file in a sticky directory and a name too long are refused
+# before any work.
 
 
 @dataclass(frozen=True)
@@ -233,20 +238,28 @@ def _name_max(directory: Path) -> int:
         return 255
 
 
-def check_link(path: Path) -> None:
-    """A final component that is a symbolic link in a sticky world-writable directory is followed
-    only where the link is the user's own or the directory owner's (fs.protected_symlinks)."""
-    try:
-        link = os.lstat(path)
-    except OSError:
-        return
-    if not stat.S_ISLNK(link.st_mode):
-        return
-    directory = os.stat(os.path.dirname(os.path.abspath(path)) or ".")
-    sticky_shared = directory.st_mode & stat.S_ISVTX and directory.st_mode & stat.S_IWOTH
-    if sticky_shared and link.st_uid not in (os.geteuid(), directory.st_uid):
-        raise FormatError(f"{path}: a symbolic link of another user's in a sticky world-writable directory: "
-                          "not followed (as the kernel's fs.protected_symlinks does)")
+def _sticky_shared(directory: os.stat_result) -> bool:
+    return bool(directory.st_mode & stat.S_ISVTX and directory.st_mode & stat.S_IWOTH)
+
+
+def follow_links(path: Path) -> Path:
+    """The file `path` names once its symbolic links are followed (it need not exist), each link
+    checked first: one in a sticky world-writable directory is followed only where it is the
+    user's own or the directory owner's (fs.protected_symlinks)."""
+    current = Path(os.path.abspath(path))
+    for _ in range(40):
+        try:
+            link = os.lstat(current)
+        except OSError:
+            return Path(os.path.realpath(current))
+        if not stat.S_ISLNK(link.st_mode):
+            return Path(os.path.realpath(current))
+        directory = os.stat(current.parent)
+        if _sticky_shared(directory) and link.st_uid not in (os.geteuid(), directory.st_uid):
+            raise FormatError(f"{path}: a symbolic link of another user's in a sticky world-writable directory: "
+                              "not followed (as the kernel's fs.protected_symlinks does)")
+        current = Path(os.path.abspath(current.parent / os.readlink(current)))
+    raise FormatError(f"{path}: too many levels of symbolic links")
 
 
 def check_output_path(path: str | os.PathLike, inputs: tuple = ()) -> OutputPlan:
@@ -254,8 +267,7 @@ def check_output_path(path: str | os.PathLike, inputs: tuple = ()) -> OutputPlan
     if str(path) == "":
         raise FormatError("output path is empty")
     path = Path(path)
-    check_link(path)
-    target = Path(os.path.realpath(path))  # follows every link, dangling ones too
+    target = follow_links(path)
     for other in inputs:
         if other is not None and same_file(path, Path(other)):
             raise FormatError(f"{path}: output is the input file {other}")
@@ -280,6 +292,10 @@ def check_output_path(path: str | os.PathLike, inputs: tuple = ()) -> OutputPlan
     ids = dict(effective_ids=True) if os.access in os.supports_effective_ids else {}
     if not os.access(directory, os.W_OK | os.X_OK, **ids) or st is not None and not os.access(target, os.W_OK, **ids):
         raise FormatError(f"{path}: cannot write: {os.strerror(errno.EACCES)}")
+    where = os.stat(directory)
+    if st is not None and where.st_mode & stat.S_ISVTX and os.geteuid() not in (0, st.st_uid, where.st_uid):
+        raise FormatError(f"{path}: cannot write: another user's file in a sticky directory (only its owner may "
+                          "replace it)")
     mode = stat.S_IMODE(st.st_mode) if st is not None and st.st_uid == os.geteuid() else 0o666 & ~_umask()
     return OutputPlan(path, target, False, mode)
 
@@ -337,12 +353,17 @@ def atomic_file(path: str | os.PathLike, inputs: tuple = (), size: int | None = 
         try:
             yield OutputWriter(fd, plan.path)
             os.fchmod(fd, plan.mode)
-            if tmp is None:  # unnamed until now: named only for the rename's instant
-                tmp = _temporary_name(directory, plan.target.name)
-                os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)  # linkat, AT_SYMLINK_FOLLOW
+            if tmp is None:  # unnamed until now: linked to the name where it is new
+                try:
+                    os.link(f"/proc/self/fd/{fd}", plan.target.name, dst_dir_fd=dir_fd)  # linkat, AT_SYMLINK_FOLLOW
+                    return
+                except FileExistsError:
+                    tmp = _temporary_name(directory, plan.target.name)
+                    os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)
         finally:
             os.close(fd)
-        os.replace(tmp, plan.target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        _put_in_place(dir_fd, tmp, plan.target.name)
+        tmp = None
     except BaseException:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -350,6 +371,37 @@ def atomic_file(path: str | os.PathLike, inputs: tuple = (), size: int | None = 
         raise
     finally:
         os.close(dir_fd)
+
+
+def _put_in_place(dir_fd: int, tmp: str, name: str) -> None:
+    """The temporary onto the name: exchanged with the file there, which is then unlinked from the
+    temporary name; renamed where there is none or the file system cannot exchange names."""
+    if _exchange(dir_fd, tmp, name):
+        os.unlink(tmp, dir_fd=dir_fd)
+    else:
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+RENAME_EXCHANGE = 2
+
+
+def _exchange(dir_fd: int, a: str, b: str) -> bool:
+    """renameat2(RENAME_EXCHANGE) of two names in one directory; False where b does not exist or
+    the system or file system cannot exchange (then a rename does it)."""
+    renameat2 = getattr(_libc(), "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(dir_fd, os.fsencode(a), dir_fd, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOENT, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+@functools.cache
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
 
 
 TEMPORARY = re.compile(r"^\..*\.(\d+)\.[A-Za-z0-9_]{8}\.tmp$")  # .NAME.PID.XXXXXXXX.tmp

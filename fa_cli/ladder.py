@@ -6,18 +6,19 @@ kernel time (the program's FA_TIMING kernel stage, median of the repeats), TFLOP
 speed-up over the step before, and the max error against float64. With profiling, each step
 also gets the course's metrics from `fa profile` (its kernel that takes most time).
 
-NVIDIA (cuda): naive -> warp per row -> shared-memory tiles -> padded K -> Br = 16 -> the tiled
-homework kernel -> register blocking (simt) -> tensor cores. HIP (hip, hip-cuda): the same first
-six steps, then the AMD step: the tile's Bc widened to the 64-lane wavefront (on an NVIDIA GPU
-its rows span two warps, so there it measures the AMD shape, not an AMD GPU), then register
-blocking.
+The steps are the registry's rows that have a step (src_common/registry.h, read with
+`PROGRAM --kernels`): on NVIDIA (cuda) naive -> warp per row -> shared-memory tiles -> padded K
+-> Br = 16 -> the tiled homework kernel -> register blocking (simt) -> tensor cores; on HIP (hip,
+hip-cuda) the same first five, then the tiled kernel with Bc = 32 and the AMD step, Bc widened to
+the 64-lane wavefront (on an NVIDIA GPU its rows span two warps, so there it measures the AMD
+shape, not an AMD GPU), then register blocking.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bench, locations, profile
+from . import bench, locations, profile, registry
 from .errors import FaError
 from .programs import Program
 from .suite import Target
@@ -30,37 +31,18 @@ class Step:
     env: dict[str, str]
 
 
-COMMON = [
-    Step("naive", "one thread per query row; K and V read from global memory", {"FA_KERNEL": "ladder-1"}),
-    Step("warp per row", "a warp per row, lanes across d: coalesced loads", {"FA_KERNEL": "ladder-2"}),
-    Step("smem tiles", "K/V tiles in shared memory for 4 rows (K unpadded: bank conflicts)",
-         {"FA_KERNEL": "ladder-3"}),
-    Step("padded K", "K tile rows padded to d + 1: conflict-free reads", {"FA_KERNEL": "ladder-4"}),
-    Step("Br 16", "16 rows per block: each tile serves 4x the rows", {"FA_KERNEL": "ladder-5"}),
-]
-SIMT = Step("register blocked", "micro-tiles of S and O per thread (8 x 4 or 8 x 8), Q, K, V read as float4 "
-            "from padded shared memory, K/V double-buffered (SGEMM-style)", {"FA_KERNEL": "simt"})
-NVIDIA = COMMON + [
-    Step("tiled", "Q and O in registers, float4 loads, next tile prefetched (the homework kernel)",
-         {"FA_KERNEL": "tiled"}),
-    SIMT,
-    Step("tensor cores", "3xFP16 mma.sync, fp32-accurate (sm_80 and later)", {"FA_KERNEL": "tensorcore"}),
-]
-HIP = COMMON + [
-    Step("tiled Bc 32", "the homework kernel with Bc = 32 (NVIDIA's warp)", {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}),
-    Step("tiled Bc 64", "Bc = 64, a row per 64-lane wavefront (the AMD step)", {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}),
-    SIMT,
-]
-
-
 def steps_for(program: Program) -> list[Step]:
-    """The ladder of a named GPU program (cuda, hip, hip-cuda)."""
-    if program.name == "cuda":
-        return NVIDIA
-    if program.name in ("hip", "hip-cuda"):
-        return HIP
-    raise FaError(f"fa ladder runs the steps built into our GPU programs: --program cuda, hip or hip-cuda "
-                  f"(not {program.name})")
+    """The ladder of a built GPU program of fa's, from its kernel registry."""
+    rows = registry.ladder(registry.require(program.path, program.name))
+    if not rows:
+        raise FaError(f"{program.name}'s kernels have no ladder steps")
+    return [Step(r.rung.label, r.rung.idea, {"FA_KERNEL": r.family, **r.rung.env}) for r in rows]
+
+
+def listing(steps: list[Step]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the steps alone (fa ladder --list)."""
+    return (["step", "name", "settings", "what changes"],
+            [[str(i), s.name, " ".join(f"{k}={v}" for k, v in s.env.items()), s.idea] for i, s in enumerate(steps, 1)])
 
 
 def run_ladder(program: Program, target: Target, plan_args: dict, steps: list[Step], with_profile: bool = False,

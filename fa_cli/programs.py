@@ -6,10 +6,7 @@ program, or a student's source (hw4.cu, hw4.hip; a .cpp for a CPU program), buil
 course's line into the cache directory and rebuilt when it changes (course_build). A
 missing named program is built with make in locations.source_tree(): the checkout, or for an
 installed fa a copy of its shipped sources in the cache directory. With FA_TIMING=1 a program
-prints one line on stderr,
-    fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S impl=NAME arch=ARCH device=NAME
-(seconds; impl is the kernel that ran, arch and device where it ran, spaces in the device name
-written as '_'), parsed into RunResult.timing and .build.
+prints the fa-timing line (fa_cli/timing.py), parsed into RunResult.timing and .build.
 """
 from __future__ import annotations
 
@@ -19,7 +16,6 @@ import functools
 import hashlib
 import importlib.util
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,12 +25,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import locations
+from . import locations, timing
 from .devices import list_devices
 from .errors import ExitStatus, FaError
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-TIMING_LINE = re.compile(r"^fa-timing:(.*)$", re.MULTILINE)
 # A program past its time limit gets SIGTERM, then SIGKILL after this many seconds.
 KILL_GRACE_S = 1.0
 
@@ -239,7 +234,7 @@ class RunResult:
             return "stopped at the time limit"
         if self.returncode == 0:
             return None
-        lines = [l for l in self.stderr.splitlines() if l.strip() and not l.startswith("fa-timing:")]
+        lines = [l for l in self.stderr.splitlines() if l.strip() and not timing.is_timing_line(l)]
         if self.returncode < 0:  # ended by a signal: name it (SIGSEGV, SIGABRT, ...)
             try:
                 return f"killed by {signal.Signals(-self.returncode).name}"
@@ -250,15 +245,8 @@ class RunResult:
 
 def parse_timing(stderr: str) -> tuple[dict[str, float], dict[str, str]]:
     """The stage times (seconds) and the build facts (impl, arch, device) of a fa-timing line."""
-    match = TIMING_LINE.search(stderr)
-    timing, build = {}, {}
-    for item in match.group(1).split() if match else ():
-        key, _, value = item.partition("=")
-        try:
-            timing[key] = float(value)
-        except ValueError:
-            build[key] = value
-    return timing, build
+    line = timing.parse(stderr)
+    return line.seconds, line.facts
 
 
 def run(

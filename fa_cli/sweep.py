@@ -1,10 +1,12 @@
 """fa sweep: a kernel built with other tile sizes, each run, verified and timed.
 
-Parameters are compile-time. The homework kernel (--kernel tiled): Br (query rows per block,
+Parameters are compile-time, and each kernel's are its registry row's (`PROGRAM --kernels`,
+src_common/registry.h: the tiles per d, the -D flags that build others, the kernel's name in
+the resource report). The homework kernel (--kernel tiled): Br (query rows per block,
 FA_TILED_BR) and Bc (keys per tile, FA_TILED_BC). The register-blocked kernel (--kernel simt),
-for the input's d (FA_SIMT32 or FA_SIMT64): TM x TN (scores per thread), C (threads per row),
-R (row groups: a block is R x C threads, Br = R TM rows, Bc = C TN keys) and MB (blocks per SM
-its registers are budgeted for). Each combination is built with make into
+for the input's d (FA_SIMT32 or FA_SIMT64; NVIDIA builds): TM x TN (scores per thread), C
+(threads per row), R (row groups: a block is R x C threads, Br = R TM rows, Bc = C TN keys) and
+MB (blocks per SM its registers are budgeted for). Each combination is built with make into
 bin/variants/PROGRAM-.../ (reused while it is up to date), for one GPU target, with the
 compiler's resource report kept beside it (build.log): registers, spills and shared memory per
 kernel, and the theoretical occupancy they allow (as `fa resources` computes it). A combination
@@ -22,9 +24,8 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from . import bench, locations, profile, resources
+from . import bench, locations, profile, registry, resources
 from .devices import list_devices
 from .errors import ExitStatus, FaError
 from .programs import BUILT, Program
@@ -39,35 +40,58 @@ class Family:
     """A kernel fa sweep can build variants of: its parameters and their values as built."""
     kernel: str                                # the FA_KERNEL value that runs it
     defaults: dict[int, dict[str, int]]        # d -> parameter -> the program's own value
-    flags: Callable[[dict[str, int], int], str]  # the -D flags of a combination, for d
-    kernel_name: Callable[[dict[str, int], int], str]  # its kernel's name in resource reports
-    tile: Callable[[dict[str, int]], tuple[int, int]]  # (Br, Bc) of a combination
+    spec: registry.SweepSpec
+
+    def flags(self, params: dict[str, int], d: int) -> str:
+        """The -D flags of a combination, for d."""
+        return self.spec.flags.format(d=d, **params)
+
+    def kernel_name(self, params: dict[str, int], d: int) -> str:
+        """Its kernel's name in resource reports."""
+        return self.spec.kernel_name.format(d=d, **params)
+
+    def tile(self, params: dict[str, int]) -> tuple[int, int]:
+        """(Br, Bc) of a combination."""
+        return product(self.spec.rows, params), product(self.spec.keys, params)
+
+    @property
+    def params(self) -> list[str]:
+        return list(self.defaults[64])
 
 
-TILED = Family(
-    "tiled", {32: {"Br": 16, "Bc": 32}, 64: {"Br": 16, "Bc": 32}},
-    lambda p, d: f"-DFA_TILED_BR={p['Br']} -DFA_TILED_BC={p['Bc']}",
-    lambda p, d: f"attention_tiled<{d}, {p['Bc']}>",
-    lambda p: (p["Br"], p["Bc"]))
-# The simt kernel's tiles as src_common/attention_simt.h builds them on NVIDIA (FA_SIMT32/64).
-SIMT = Family(
-    "simt", {32: {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4}, 64: {"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}},
-    lambda p, d: f"-DFA_SIMT{d}={d},{p['TM']},{p['TN']},{p['C']},{p['R']},{p['MB']}",
-    lambda p, d: f"attention_simt<{d}, {p['TM']}, {p['TN']}, {p['C']}, {p['R']}, {p['MB']}>",
-    lambda p: (p["R"] * p["TM"], p["C"] * p["TN"]))
-FAMILIES = {"tiled": TILED, "simt": SIMT}
+def listing(families: dict[str, Family]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of what a program can be swept over (fa sweep --list)."""
+    body = [[name, str(d), " ".join(f"{k}={v}" for k, v in params.items()), f.spec.flags.replace("|", " ")]
+            for name, f in families.items() for d, params in sorted(f.defaults.items())]
+    return ["kernel", "d", "parameters as built", "-D flags of a variant"], body
+
+
+def product(expression: str, params: dict[str, int]) -> int:
+    """'R*TM' -> params['R'] * params['TM']."""
+    value = 1
+    for name in expression.split("*"):
+        value *= params[name.strip()]
+    return value
+
+
+def families_of(program: Program) -> dict[str, Family]:
+    """The kernels of a built program that fa sweep can build variants of, by FA_KERNEL value."""
+    rows = registry.sweepable(registry.require(program.path, program.name))
+    return {name: Family(name, row.tiles, row.sweep) for name, row in rows.items()}
+
+
 # The compiler's resource report, per compiler.
 REPORT_FLAGS = {"nvcc": "-Xptxas -v", "hipcc": "-Rpass-analysis=kernel-resource-usage"}
 
 
-def parse_param(text: str, family: Family = TILED) -> tuple[str, list[int]]:
+def parse_param(text: str, family: Family) -> tuple[str, list[int]]:
     """'Br=8,16,32' -> ('Br', [8, 16, 32])."""
     name, sep, values = text.partition("=")
     name = name.strip()
-    names = list(family.defaults[64])
+    names = family.params
     if not sep or name not in names:
-        raise FaError(f"--param {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(names)}"
-                      + ("" if family is TILED else f" (--kernel {family.kernel})"))
+        raise FaError(f"--param {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(names)} "
+                      f"(--kernel {family.kernel})")
     try:
         numbers = [int(v) for v in values.split(",") if v.strip()]
     except ValueError:
@@ -77,7 +101,7 @@ def parse_param(text: str, family: Family = TILED) -> tuple[str, list[int]]:
     return name, sorted(set(numbers))
 
 
-def grid(params: list[str], family: Family = TILED, d: int = 64) -> list[dict[str, int]]:
+def grid(params: list[str], family: Family, d: int = 64) -> list[dict[str, int]]:
     """Every combination of the given parameters, the others at the program's own values for d."""
     chosen = {name: [value] for name, value in family.defaults[d].items()}
     for text in params:
@@ -95,12 +119,13 @@ class Variant:
     target: str
 
 
-def variant_name(program_name: str, params: dict[str, int], family: Family = TILED, d: int = 64) -> str:
-    kind = "" if family is TILED else f"-{family.kernel}-d{d}"  # a simt variant changes one d's tile
+def variant_name(program_name: str, params: dict[str, int], family: Family, d: int = 64) -> str:
+    same_for_every_d = family.defaults.get(32) == family.defaults.get(64)
+    kind = "" if family.kernel == "tiled" and same_for_every_d else f"-{family.kernel}-d{d}"  # one d's tile
     return program_name + kind + "".join(f"-{k.lower()}{v}" for k, v in params.items())
 
 
-def build(program_name: str, params: dict[str, int], target: str, announce=None, family: Family = TILED,
+def build(program_name: str, params: dict[str, int], target: str, family: Family, announce=None,
           d: int = 64) -> Variant:
     """Build (or reuse) one variant for target (sm_XX or gfxNNN) and read its resource report."""
     if program_name not in PROGRAMS:
@@ -149,7 +174,7 @@ def swept_kernel(variant: Variant, family: Family, d: int) -> resources.KernelUs
 
 def run_sweep(program_name: str, target: Target, params: list[str], arch: str, plan_args: dict, run: bool = True,
               with_profile: bool = False, profiler: str = "ncu", workdir: Path | None = None, announce=None,
-              progress=None, family: Family = TILED) -> list[dict]:
+              progress=None, family: Family | None = None) -> list[dict]:
     """One record per combination (kind "sweep"): the variant's resources, and unless run is
     False its bench figures (and achieved occupancy with profiling); skipped ones say why."""
     if arch not in resources.TARGETS:
@@ -160,11 +185,11 @@ def run_sweep(program_name: str, target: Target, params: list[str], arch: str, p
     combos = grid(params, family, d)
     # Builds in parallel (each compiler mostly uses one core), runs one at a time.
     with ThreadPoolExecutor(max_workers=max(1, min(len(combos), (os.cpu_count() or 2) // 2))) as pool:
-        variants = list(pool.map(lambda combo: build(program_name, combo, arch, announce, family, d), combos))
+        variants = list(pool.map(lambda combo: build(program_name, combo, arch, family, announce, d), combos))
     for combo, variant in zip(combos, variants):
         kernel = swept_kernel(variant, family, d)
         br, bc = family.tile(combo)
-        fields = {**combo, "Br": br, "Bc": bc, "sweep_kernel": family.kernel, "arch": arch,
+        fields = {**combo, "Br": br, "Bc": bc, "sweep_kernel": family.kernel, "sweep_params": list(combo), "arch": arch,
                   "skipped": variant.skipped, "resources": resource_summary(kernel)}
         program = variant.program or Program(variant_name(program_name, combo, family, d), Path("-"))
         plan = bench.BenchPlan([program], [target], env=env, kind="sweep", fields=fields, **plan_args)
@@ -195,8 +220,7 @@ def resource_summary(kernel: resources.KernelUsage | None) -> dict | None:
 def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a sweep table: one row per combination (its parameters, then Br and Bc
     where they are derived, as for simt)."""
-    family = FAMILIES[records[0].get("sweep_kernel", "tiled")] if records else TILED
-    params = [p for p in family.defaults[64] if p not in ("Br", "Bc")]
+    params = [p for p in (records[0].get("sweep_params") or ["Br", "Bc"] if records else []) if p not in ("Br", "Bc")]
     header = [*params, "Br", "Bc", "threads", "registers", "spill B", "shared KB", "theoretical occ. %",
               "achieved occ. %", "kernel ms", "TFLOP/s", "max err", "result"]
     body = []

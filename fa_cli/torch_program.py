@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from fa_cli.errors import FaError
+    from fa_cli import timing
     from fa_cli.format import AttentionInput, as_f32_bytes, atomic_file
 
     t_init = time.perf_counter()
@@ -64,10 +65,9 @@ def main(argv: list[str]) -> int:
     if os.environ.get("FA_TIMING", "0") not in ("", "0"):
         arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
         device = torch.cuda.get_device_name().replace(" ", "_")
-        print(f"fa-timing: init={init:.6f} read={read:.6f} h2d={h2d:.6f} kernel={kernel:.6f} d2h={d2h:.6f} "
-              f"write={write:.6f} total={time.perf_counter() - t0:.6f} impl=torch-sdpa-fp32-efficient arch={arch} "
-              f"device={device}",
-              file=sys.stderr)
+        seconds = dict(init=init, read=read, h2d=h2d, kernel=kernel, d2h=d2h, write=write,
+                       total=time.perf_counter() - t0)
+        print(timing.format_line(seconds, "torch-sdpa-fp32-efficient", arch, device), file=sys.stderr)
     return 0
 
 

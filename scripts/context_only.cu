@@ -11,6 +11,8 @@
 
 #include <cuda_runtime.h>
 
+#include "../src_common/host/settings.h"
+
 static double now_seconds() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
@@ -23,8 +25,7 @@ int main() {
     std::fprintf(stderr, "context_only: %s\n", cudaGetErrorString(err));
     return 1;
   }
-  const char* level = std::getenv("FA_TIMING");
-  if (level && std::strcmp(level, "2") == 0)
+  if (fa::settings().timing == 2)
     std::fprintf(stderr, "context-only: started at %.6f, context at %.6f s\n", started, now_seconds() - started);
   return 0;
 }

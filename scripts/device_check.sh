@@ -85,12 +85,17 @@ PY
     fa gen -B 2 -N 257 -d 64 --seed 3 -o /tmp/san64.in >/dev/null
     fa gen -B 3 -N 100 -d 32 --seed 4 -o /tmp/san32.in >/dev/null
     fa gen -B 3 -N 77 -d 64 --seed 5 -o /tmp/san64-short.in >/dev/null  # wgmma's fused-split variant at d = 64
-    # program:VARIABLE=value, every kernel and tile shape, and the ways in of fa-cuda's input
-    # (SANITIZE_EXTRA adds more, paths too; several variables: joined by commas)
-    for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-cuda:FA_KERNEL=wgmma \
-        fa-cuda:FA_KERNEL=simt fa-cuda:FA_SIMT_SMALL=1 \
-        fa-cuda:FA_INPUT=read fa-cuda:FA_INPUT=refused fa-cuda:FA_INPUT=refused-later fa-hip-cuda:FA_KERNEL=simt \
-        fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=32 fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
+    # program:VARIABLE=value: every kernel family of each program's registry (--kernels; with a
+    # ladder step's settings, such as the HIP tile widths), the mma.sync splits, the small simt
+    # tile and the ways in of fa-cuda's input (SANITIZE_EXTRA adds more, paths too; several
+    # variables: joined by commas)
+    families=$(for prog in fa-cuda fa-hip-cuda; do
+      bin/$prog --kernels | awk -F'\t' -v p=$prog 'NR > 1 && $2 !~ /^ladder-/ {
+        split($6, rung, "|"); env = rung[4]; gsub(/ /, ",", env)
+        run = p ":FA_KERNEL=" $2 (env != "" ? "," env : ""); if (!seen[run]++) print run }'
+    done)
+    for run in $families fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-cuda:FA_SIMT_SMALL=1 \
+        fa-cuda:FA_INPUT=read fa-cuda:FA_INPUT=refused fa-cuda:FA_INPUT=refused-later ${SANITIZE_EXTRA:-}; do
       prog=${run%%:*} setting=${run#*:}
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
         files="/tmp/san64.in /tmp/san32.in"

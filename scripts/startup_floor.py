@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from fa_cli import timing  # noqa: E402
 from fa_cli.format import Shape  # noqa: E402
 from fa_cli.generate import write_input  # noqa: E402
 
@@ -89,7 +90,8 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, dict[str, float]
     reaped = time.monotonic()
     if proc.returncode != 0:
         sys.exit(f"startup_floor: {' '.join(argv)} failed: {proc.stderr.strip()}")
-    stages = next((line[len("fa-timing: "):] for line in proc.stderr.splitlines() if line.startswith("fa-timing:")), "")
+    line = timing.parse(proc.stderr)
+    stages = " ".join(f"{k}={v:.6f}" for k, v in line.seconds.items())
     return reaped - spawned, phases(proc.stderr, spawned, reaped), stages
 
 

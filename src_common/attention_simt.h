@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "compensated_sum.h"
+#include "host/settings.h"
 
 #if !defined(FA_SHFL_XOR) || !defined(FA_SYNC_WAVE) || !defined(FA_WAVE) || !defined(FA_LAUNCH_BOUNDS)
 #error "attention_simt.h needs FA_SHFL_XOR, FA_SYNC_WAVE, FA_WAVE and FA_LAUNCH_BOUNDS: include src_cuda/kernel_primitives.cuh (nvcc) or src_hip/hip_api.h (hipcc) first"
@@ -383,8 +384,7 @@ template <int D>
 bool simt_big() {
   typedef typename SimtBig<D>::type Big;
   static const bool big = []() -> bool {
-    const char* small = std::getenv("FA_SIMT_SMALL");
-    if (small && *small && std::strcmp(small, "0") != 0) return false;
+    if (settings().simt_small) return false;
     int device = 0, optin = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)

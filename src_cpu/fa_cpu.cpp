@@ -10,11 +10,16 @@
 // chunks of about kChunkBytes are read, computed and written in turn, so any B fits.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include <omp.h>
 
-#include "../src_common/fa_host.h"
+#include "../src_common/host/input.h"
+#include "../src_common/host/output.h"
+#include "../src_common/host/program.h"
+#include "../src_common/host/settings.h"
+#include "../src_common/host/timing.h"
 
 namespace {
 
@@ -80,8 +85,14 @@ void attention_chunk(const float* qkv, float* out, int64_t batches, int64_t N) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fa::parse_args(argc, argv);
+  fa::name_program(argv);
+  if (argc == 2 && std::strcmp(argv[1], "--settings") == 0) {
+    fa::print_settings();
+    return 0;
+  }
+  fa::check_usage(argc, "--settings");
   const double start = fa::now_seconds();
+  fa::settings();  // read once, at start: a bad value is an error before any work
   fa::Timing timing;
   timing.device = "host CPU";
   const fa::InputFile in = fa::open_input(argv[1]);

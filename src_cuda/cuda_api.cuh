@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "../src_common/gpu_pipeline.h"
+#include "../src_common/host/pipeline.h"
 
 #include "kernel_primitives.cuh"
 
@@ -14,6 +14,15 @@
 #define CUDA_CHECK(call) fa::cuda_check((call), #call, __FILE__, __LINE__)
 // Kernel launches report configuration errors only through cudaGetLastError.
 #define CUDA_CHECK_LAUNCH(name) fa::cuda_check(cudaGetLastError(), name, __FILE__, __LINE__)
+// The names the kernel registry (src_common/registry.h) is written against.
+#define FA_CHECK(call) CUDA_CHECK(call)
+#define FA_CHECK_LAUNCH(name) CUDA_CHECK_LAUNCH(name)
+using GpuStream = cudaStream_t;
+using GpuFuncAttributes = cudaFuncAttributes;
+template <class F>
+cudaError_t gpu_func_attributes(GpuFuncAttributes* attr, F* kernel) {
+  return cudaFuncGetAttributes(attr, kernel);
+}
 
 namespace fa {
 
@@ -22,7 +31,7 @@ inline void cuda_check(cudaError_t err, const char* what, const char* file, int 
     fail(kExitFailure, "CUDA error: %s (%s, at %s:%d)", cudaGetErrorString(err), what, file, line);
 }
 
-// The API traits that gpu_pipeline.h is written against.
+// The API traits that host/pipeline.h is written against.
 struct CudaApi {
   using Stream = cudaStream_t;
   using Event = cudaEvent_t;

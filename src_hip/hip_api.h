@@ -22,7 +22,7 @@ inline void hip_platform_configure() {}
 inline bool hip_platform_close_files() { return false; }
 #endif
 
-#include "../src_common/gpu_pipeline.h"
+#include "../src_common/host/pipeline.h"
 
 #ifdef __NVCC__
 // After the reset: the CUDA driver's files closed, as fa-cuda does (cuda_api.cuh's close_files).
@@ -53,6 +53,16 @@ inline bool hip_platform_close_files() { return fa::close_device_files("/dev/nvi
 
 #define HIP_CHECK(call) fa::hip_check((call), #call, __FILE__, __LINE__)
 #define HIP_CHECK_LAUNCH(name) fa::hip_check(hipGetLastError(), name, __FILE__, __LINE__)
+// The names the kernel registry (src_common/registry.h) is written against.
+#define FA_CHECK(call) HIP_CHECK(call)
+#define FA_CHECK_LAUNCH(name) HIP_CHECK_LAUNCH(name)
+#define FA_HIP_PROGRAM 1
+using GpuStream = hipStream_t;
+using GpuFuncAttributes = hipFuncAttributes;
+template <class F>
+hipError_t gpu_func_attributes(GpuFuncAttributes* attr, F* kernel) {
+  return hipFuncGetAttributes(attr, reinterpret_cast<const void*>(kernel));
+}
 
 namespace fa {
 
@@ -61,7 +71,7 @@ inline void hip_check(hipError_t err, const char* what, const char* file, int li
     fail(kExitFailure, "HIP error: %s (%s, at %s:%d)", hipGetErrorString(err), what, file, line);
 }
 
-// The API traits that gpu_pipeline.h is written against.
+// The API traits that host/pipeline.h is written against.
 struct HipApi {
   using Stream = hipStream_t;
   using Event = hipEvent_t;

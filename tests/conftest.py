@@ -3,13 +3,16 @@ skipped where there is no NVIDIA GPU. Helpers the tests import are in helpers.py
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from helpers import DATA, build, have_nvidia_gpu
+from helpers import DATA, ROOT, build, have_nvidia_gpu
+from fa_cli import programs
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -35,6 +38,20 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def cpu_program() -> Path:
     return build("cpu")
+
+
+@pytest.fixture(scope="session")
+def listing_programs(tmp_path_factory) -> dict[str, Path]:
+    """fa-cuda and fa-hip-cuda (nvcc, sm_90a alone) and fa-hip (hipcc, gfx90a alone), built into a
+    folder of the session's own, for what they answer without a GPU (--kernels, --launches,
+    --settings); only those this machine's compilers build."""
+    folder = tmp_path_factory.mktemp("listing-bin")
+    wanted = [name for name, tool in (("cuda", "nvcc"), ("hip-cuda", "nvcc"), ("hip", "hipcc")) if shutil.which(tool)]
+    if not wanted:
+        pytest.skip("needs nvcc or hipcc")
+    subprocess.run(["make", "-s", "-C", str(ROOT), f"BIN={folder}", "CUDA_ARCH=sm_90a", "HIP_ARCH=gfx90a", *wanted],
+                   check=True, capture_output=True)
+    return {name: folder / programs.BUILT[name] for name in wanted}
 
 
 @pytest.fixture

@@ -8,7 +8,9 @@ unsupported B, N, d; sizes that overflow 64 bits; truncated and overlong files; 
 disagrees with the size; NaN, infinity and extreme values; inputs that are FIFOs, devices,
 directories, sockets, symlinks or missing; outputs that are the input (by name, symlink or
 hard link), /dev/null, /dev/full, a FIFO, a symlink (dangling or not), a directory, a name too
-long, a missing directory.
+long, a missing directory; and the output rule under a hostile neighbour: links in a sticky
+world-writable directory (the user's own, and, as root, another user's), a replaced file's mode,
+a read-only file, a named temporary, another process's temporary beside the output.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class Case:
     output_bytes: int | None = None  # a new regular output of this size is expected (exit 0)
     fifo_output: bool = False  # the output is a FIFO: something must read it
     after: list[Callable[[Path], str | None]] = field(default_factory=list)  # extra checks: a problem, or None
+    env: dict[str, str] = field(default_factory=dict)  # settings the program runs with
 
 
 def header(B: int, N: int, d: int) -> bytes:
@@ -226,8 +229,68 @@ def path_cases() -> list[Case]:
     return cases
 
 
+def mode_is(name: str, mode: int) -> Callable[[Path], str | None]:
+    def check(d: Path) -> str | None:
+        got = (d / name).stat().st_mode & 0o7777
+        return None if got == mode else f"{name} has mode {oct(got)}, expected {oct(mode)}"
+    return check
+
+
+def missing(name: str) -> Callable[[Path], str | None]:
+    return lambda d: f"{name} was created" if (d / name).exists() else None
+
+
+def neighbour_cases() -> list[Case]:
+    """The output rule (src_common/host/output.h) where another user could have been."""
+    B, N, d = VALID
+    out = 4 * B * N * d
+    good = valid_bytes(*VALID)
+
+    def existing(mode: int, name: str = "old.bin") -> Callable[[Path], tuple[str, str]]:
+        def build(dir_: Path) -> tuple[str, str]:
+            (dir_ / "in.bin").write_bytes(good)
+            (dir_ / name).write_bytes(b"old")
+            (dir_ / name).chmod(mode)
+            return "in.bin", name
+        return build
+
+    def sticky_link(owner: int | None) -> Callable[[Path], tuple[str, str]]:
+        def build(dir_: Path) -> tuple[str, str]:
+            (dir_ / "in.bin").write_bytes(good)
+            (dir_ / "shared").mkdir()
+            (dir_ / "shared").chmod(0o1777)
+            os.symlink("../target.bin", dir_ / "shared" / "out.link")
+            if owner is not None:
+                os.lchown(dir_ / "shared" / "out.link", owner, owner)
+            return "in.bin", "shared/out.link"
+        return build
+
+    def beside_a_live_temporary(dir_: Path) -> tuple[str, str]:
+        (dir_ / "in.bin").write_bytes(good)
+        (dir_ / ".out.bin.1.0123abcd.tmp").write_bytes(b"init's")  # pid 1 lives
+        return "in.bin", "out.bin"
+
+    cases = [
+        Case("out-replaced-keeps-mode-0600", existing(0o600), 0, output_bytes=out, after=[mode_is("old.bin", 0o600)]),
+        Case("out-replaced-keeps-mode-0640-named-temp", existing(0o640), 0, output_bytes=out,
+             after=[mode_is("old.bin", 0o640)], env={"FA_OUTPUT_TEMP": "named"}),
+        Case("out-sticky-own-link", sticky_link(None), 0, output_bytes=out,
+             after=[stays("shared/out.link", "symlink")]),
+        Case("out-beside-a-live-temporary", beside_a_live_temporary, 0, output_bytes=out),
+    ]
+    if AS_ROOT:  # root may write a read-only file, as cp does; another user's link needs a second user
+        nobody = 65534
+        cases += [
+            Case("out-read-only-file-as-root", existing(0o444), 0, output_bytes=out, after=[mode_is("old.bin", 0o444)]),
+            Case("out-sticky-others-link", sticky_link(nobody), 2, "not followed", after=[missing("target.bin")]),
+        ]
+    else:
+        cases.append(Case("out-read-only-file", existing(0o444), 2, "cannot write output: Permission denied"))
+    return cases
+
+
 def corpus() -> list[Case]:
-    return header_cases() + size_cases() + value_cases() + path_cases()
+    return header_cases() + size_cases() + value_cases() + path_cases() + neighbour_cases()
 
 
 def drain(fifo: Path) -> threading.Thread:

@@ -25,6 +25,11 @@ def fa(*args, env: dict | None = None, cwd: Path | None = None) -> subprocess.Co
                           env=env, cwd=cwd)
 
 
+def have_torch() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
 def have_nvidia_gpu() -> bool:
     return any(d.vendor == "nvidia" for d in list_devices())
 

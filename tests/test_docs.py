@@ -136,3 +136,17 @@ def test_readme_is_a_first_screen():
         assert (ROOT / link).is_file(), link
     for page in PAGES:
         assert "two PNG charts" not in page.read_text(), f"{page.name}: fa compare --plot writes one chart"
+
+
+def test_the_settings_table_is_the_programs_own(cpu_program):
+    """docs/settings.md's run-time rows for the programs name exactly the settings that
+    `PROGRAM --settings` lists (src_common/host/settings.h, where each is read)."""
+    listed = [line.split("\t")[0] for line in subprocess.run([str(cpu_program), "--settings"], capture_output=True,
+                                                             text=True, check=True).stdout.splitlines()[1:]]
+    documented = set()
+    for line in (ROOT / "docs" / "settings.md").read_text().splitlines():
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line)[1:-1]]  # a cell's own \| is no border
+        if len(cells) > 2 and (name := re.match(r"`(FA_[A-Z0-9_]+)[=`]", cells[0])) and "-D" not in cells[1] \
+                and cells[1] != "fa":
+            documented.add(name.group(1))
+    assert documented == set(listed)

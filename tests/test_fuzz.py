@@ -50,8 +50,8 @@ def run_case(program: Path, case: fuzz_corpus.Case, env: dict) -> list[str]:
         before = set(os.listdir(d))
         reader = fuzz_corpus.drain(d / out) if case.fifo_output else None
         try:
-            proc = subprocess.run([str(program), inp, out], cwd=d, capture_output=True, text=True, env=env,
-                                  timeout=30)
+            proc = subprocess.run([str(program), inp, out], cwd=d, capture_output=True, text=True,
+                                  env={**env, **case.env}, timeout=30)
         except subprocess.TimeoutExpired:
             return ["hung (30 s)"]
         finally:

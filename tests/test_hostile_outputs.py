@@ -86,6 +86,41 @@ def test_a_file_the_user_may_not_write_is_refused_as_cp_does():
         shutil.rmtree(folder)
 
 
+@needs_root
+def test_each_link_on_the_way_is_checked(sticky, tmp_path):
+    """The user's own link leads to another user's link in a sticky directory: the second is not
+    followed either (the kernel checks every link it follows)."""
+    secret = tmp_path / "secret"
+    secret.write_text("root's own")
+    theirs = sticky / "theirs"
+    theirs.symlink_to(secret)
+    os.lchown(theirs, NOBODY, NOBODY)
+    mine = sticky / "mine"
+    mine.symlink_to(theirs)
+    with pytest.raises(FormatError, match="not followed"):
+        fmt.check_output_path(mine)
+    assert secret.read_text() == "root's own"
+
+
+@needs_root
+def test_another_users_file_in_a_sticky_directory_is_refused_before_work():
+    folder = Path(tempfile.mkdtemp(prefix="fa-theirs-", dir="/tmp"))
+    try:
+        folder.chmod(0o1777)
+        roots = folder / "root.in"
+        roots.write_text("keep")
+        roots.chmod(0o666)
+        os.seteuid(NOBODY)
+        try:
+            with pytest.raises(FormatError, match="only its owner may replace it"):
+                fmt.check_output_path(roots)
+        finally:
+            os.seteuid(0)
+        assert roots.read_text() == "keep"
+    finally:
+        shutil.rmtree(folder)
+
+
 def test_a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path):
     old = tmp_path / "old.in"
     old.write_text("x")
@@ -194,6 +229,120 @@ def test_gen_checks_the_room_for_both_files_together(tmp_path, monkeypatch):
     with pytest.raises(FormatError, match="only"):
         generate.check_outputs(tmp_path / "x.in", tmp_path / "x.out", shape)
     generate.check_outputs(tmp_path / "x.in", None, shape)  # the input alone fits
+
+
+# ---------------------------------------------------------------- the programs' output rule
+# fa-cpu, fa-cuda and fa-hip share src_common/host/output.h: fa-cpu stands for all three here
+# (tests/test_no_leftovers.py runs the GPU programs' kill and error paths on a GPU).
+@pytest.fixture(scope="module")
+def small_inputs(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inputs")
+    folder.chmod(0o755)
+    inputs = {}
+    for seed in (1, 2):
+        inputs[seed] = folder / f"s{seed}.in"
+        generate.write_input(inputs[seed], Shape(4, 256, 64), seed)
+        inputs[seed].chmod(0o644)
+    return inputs
+
+
+def program(cpu, inp, out, env=None, user=None):
+    return subprocess.run([str(cpu), str(inp), str(out)], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, user=user)
+
+
+@needs_root
+def test_program_does_not_follow_another_users_link_in_a_sticky_directory(cpu_program, small_inputs, sticky,
+                                                                          tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("root's own")
+    secret.chmod(0o600)
+    link = sticky / "out.bin"
+    link.symlink_to(secret)
+    os.lchown(link, NOBODY, NOBODY)
+    proc = program(cpu_program, small_inputs[1], link)
+    assert proc.returncode == 2 and "not followed" in one_line(proc)
+    assert secret.read_text() == "root's own" and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert sorted(p.name for p in sticky.iterdir()) == ["out.bin"]
+
+
+def test_program_follows_the_users_own_link_which_stays(cpu_program, small_inputs, sticky, tmp_path):
+    target = tmp_path / "real.out"
+    link = sticky / "x.out"
+    link.symlink_to(target)
+    assert program(cpu_program, small_inputs[1], link).returncode == 0
+    assert link.is_symlink() and target.stat().st_size == Shape(4, 256, 64).output_bytes
+
+
+@needs_root
+@pytest.mark.parametrize("mode, sticky_dir, why", [(0o644, False, "Permission denied"),
+                                                   (0o666, True, "only its owner may replace it")])
+def test_program_refuses_what_the_user_may_not_replace(cpu_program, small_inputs, mode, sticky_dir, why):
+    """nobody names root's file in a directory anyone may write: a file it may not write is
+    refused as cp refuses it; in a sticky directory, root's file, even one anyone may write, is
+    refused before any work (the kernel lets only its owner replace it)."""
+    folder = Path(tempfile.mkdtemp(prefix="fa-theirs-", dir="/tmp"))
+    try:
+        folder.chmod(0o1777 if sticky_dir else 0o777)
+        inp = folder / "in.bin"  # where nobody can read it
+        shutil.copy(small_inputs[1], inp)
+        inp.chmod(0o644)
+        roots = folder / "root.out"
+        roots.write_text("keep")
+        roots.chmod(mode)
+        proc = program(cpu_program, inp, roots, user=NOBODY)
+        assert proc.returncode == 2 and one_line(proc).startswith(f"fa-cpu: error: {roots}: cannot write output: ")
+        assert why in one_line(proc)
+        assert roots.read_text() == "keep" and roots.stat().st_uid == 0
+        assert sorted(p.name for p in folder.iterdir()) == ["in.bin", "root.out"]
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_program_keeps_a_replaced_files_mode_and_follows_the_umask(cpu_program, small_inputs, tmp_path):
+    old = tmp_path / "old.out"
+    old.write_text("x")
+    old.chmod(0o600)
+    assert program(cpu_program, small_inputs[1], old).returncode == 0
+    assert stat.S_IMODE(old.stat().st_mode) == 0o600 and old.stat().st_size > 1
+    new = tmp_path / "new.out"
+    proc = subprocess.run(["bash", "-c", f"umask 027 && {cpu_program} {small_inputs[1]} {new}"], capture_output=True)
+    assert proc.returncode == 0 and stat.S_IMODE(new.stat().st_mode) == 0o640
+
+
+@pytest.mark.parametrize("temp", ["unnamed", "named"])
+def test_two_program_runs_writing_one_path_both_succeed(cpu_program, small_inputs, tmp_path, temp):
+    """Two runs replace one output again and again: both exit 0 every time, the file is always
+    one run's whole output, a reader polling the path never finds it missing, and nothing else
+    is left in the directory."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    path = folder / "x.out"
+    wanted = []
+    for seed, inp in small_inputs.items():
+        assert program(cpu_program, inp, path).returncode == 0
+        wanted.append(path.read_bytes())
+    missing, polls, stop = [0], [0], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            polls[0] += 1
+            missing[0] += not path.exists()
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    env = {**os.environ, "FA_OUTPUT_TEMP": temp, "OMP_NUM_THREADS": "1"}
+    try:
+        for _ in range(60):
+            procs = [subprocess.Popen([str(cpu_program), str(inp), str(path)], env=env, stderr=subprocess.PIPE)
+                     for inp in small_inputs.values()]
+            assert [p.wait() for p in procs] == [0, 0], [p.stderr.read() for p in procs]
+            assert path.read_bytes() in wanted
+    finally:
+        stop.set()
+        poller.join()
+    assert polls[0] > 0 and missing[0] == 0
+    assert [p.name for p in folder.iterdir()] == ["x.out"]
 
 
 # ---------------------------------------------------------------- readers

@@ -40,6 +40,21 @@ VARIANTS = [
 ]
 
 
+TESTED_ELSEWHERE = {("cuda", "wgmma")}  # needs sm_90a code on a Hopper GPU: the wgmma tests below
+
+
+def test_every_kernel_of_the_registry_is_a_variant_here(listing_programs):
+    """A kernel added to the registry (src_common/registry.h) is judged here like the others."""
+    from fa_cli import registry
+    covered = {(v.values[0][0], v.values[0][1].get("FA_KERNEL", "simt")) for v in VARIANTS}
+    for target, path in listing_programs.items():
+        if target == "hip":
+            continue  # the AMD build: its kernels are the same source as hip-cuda's
+        for row in registry.kernels_of(path):
+            if not row.family.startswith("ladder-") and (target, row.family) not in TESTED_ELSEWHERE:
+                assert (target, row.family) in covered, f"{target}: {row.name} ({row.family}) has no variant"
+
+
 @pytest.fixture(scope="module", params=VARIANTS)
 def variant(request):
     target, env = request.param
@@ -208,7 +223,7 @@ INPUT_WAYS = {"": MAPPED, "read": "input read: FA_INPUT=read",
 @pytest.mark.parametrize("shape", [Shape(1, 1, 32), Shape(3, 50, 32), Shape(8000, 33, 32), Shape(800, 128, 64)],
                          ids=["under-a-page", "one-chunk", "chunks-inside-pages", "chunks-on-pages"])
 def test_the_ways_in_agree(tmp_path, shape):
-    """fa-cuda takes its input one of four ways (HostInput in src_common/gpu_pipeline.h): the
+    """fa-cuda takes its input one of four ways (HostInput in src_common/host/host_input.h): the
     file's own pages locked in place (the default), read into host slots (FA_INPUT=read), read
     once the device has refused chunk 0's pages, or each later chunk read on its own once its
     pages are refused (FA_INPUT=refused and refused-later stand in for the refusals). The trace

@@ -14,3 +14,23 @@ def test_kernel_file_opens_with_a_short_design_note_pointing_to_the_measurements
     opening = next(i for i, line in enumerate(lines) if not line.startswith("//"))
     assert opening <= HEADER_LINES, f"{path} opens with {opening} comment lines"
     assert "docs/kernels.md" in "\n".join(lines[:opening])
+
+
+def source_files():
+    return [p for part in ("src_common", "src_cuda", "src_hip", "src_cpu") for p in sorted((ROOT / part).rglob("*"))
+            if p.suffix in (".h", ".cuh", ".cu", ".hip", ".cpp")]
+
+
+def test_every_setting_is_read_in_one_place():
+    """Only src_common/host/settings.h reads FA_* variables: each program reads them once, at start."""
+    readers = [str(p.relative_to(ROOT)) for p in source_files() if 'getenv("FA_' in p.read_text()
+               or "setting_text(\"FA_" in p.read_text() and p.name != "settings.h"]
+    assert readers == [], readers
+
+
+def test_the_host_side_is_cut_into_parts():
+    """Each part of the host side is a file of its own under src_common/host/, none of them long."""
+    parts = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "src_common" / "host").glob("*.h")}
+    assert {"input.h", "output.h", "plan.h", "pipeline.h", "settings.h", "timing.h"} <= set(parts)
+    assert max(parts.values()) <= 400, parts
+    assert not (ROOT / "src_common" / "gpu_pipeline.h").exists() and not (ROOT / "src_common" / "fa_host.h").exists()

@@ -5,15 +5,27 @@ import shutil
 
 import pytest
 
-from helpers import fa
+from helpers import ROOT, fa
 from fa_cli import sweep
 from fa_cli.errors import FaError
+from fa_cli.programs import Program
 
 
-def test_parameters_and_their_grid():
-    assert sweep.parse_param("Br=32,8,16,8") == ("Br", [8, 16, 32])
-    assert sweep.grid(["Bc=16,64"]) == [{"Br": 16, "Bc": 16}, {"Br": 16, "Bc": 64}]
-    assert sweep.grid([]) == [{"Br": 16, "Bc": 32}]
+@pytest.fixture(scope="module")
+def families(listing_programs):
+    """What fa-cuda's kernel registry says fa sweep can build."""
+    if "cuda" not in listing_programs:
+        pytest.skip("needs nvcc")
+    return sweep.families_of(Program("cuda", listing_programs["cuda"], "cuda"))
+
+
+def test_parameters_and_their_grid(families):
+    tiled = families["tiled"]
+    assert sweep.parse_param("Br=32,8,16,8", tiled) == ("Br", [8, 16, 32])
+    assert sweep.grid(["Bc=16,64"], tiled) == [{"Br": 16, "Bc": 16}, {"Br": 16, "Bc": 64}]
+    assert sweep.grid([], tiled) == [{"Br": 16, "Bc": 32}]
+    assert tiled.flags({"Br": 8, "Bc": 64}, 32) == "-DFA_TILED_BR=8 -DFA_TILED_BC=64"
+    assert tiled.kernel_name({"Br": 8, "Bc": 64}, 32) == "attention_tiled<32, 64>"
 
 
 @pytest.mark.parametrize("text, why", [
@@ -23,28 +35,36 @@ def test_parameters_and_their_grid():
     ("Bc=24", "values must be powers of two"),
     ("Bc=", "values must be powers of two"),
 ])
-def test_bad_parameters_are_refused(text, why):
+def test_bad_parameters_are_refused(text, why, families):
     with pytest.raises(FaError, match=why):
-        sweep.parse_param(text)
+        sweep.parse_param(text, families["tiled"])
 
 
-def test_simt_parameters_start_from_the_programs_tile_for_d():
-    assert sweep.grid([], sweep.SIMT, 64) == [{"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}]
-    assert sweep.grid(["TN=4,8"], sweep.SIMT, 32) == [{"TM": 8, "TN": 4, "C": 4, "R": 16, "MB": 4},
-                                                      {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4}]
-    assert sweep.SIMT.tile({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}) == (128, 32)
-    assert sweep.SIMT.flags({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}, 64) == "-DFA_SIMT64=64,8,4,8,16,2"
+def test_simt_parameters_start_from_the_programs_tile_for_d(families):
+    simt = families["simt"]
+    assert sweep.grid([], simt, 64) == [{"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}]
+    assert sweep.grid(["TN=4,8"], simt, 32) == [{"TM": 8, "TN": 4, "C": 4, "R": 16, "MB": 4},
+                                                {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4}]
+    assert simt.tile({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}) == (128, 32)
+    assert simt.flags({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}, 64) == "-DFA_SIMT64=64,8,4,8,16,2"
     with pytest.raises(FaError, match="with NAME one of TM, TN, C, R, MB"):
-        sweep.parse_param("Br=8", sweep.SIMT)
+        sweep.parse_param("Br=8", simt)
 
 
-def test_simt_defaults_are_the_programs_own_tiles():
-    """The table above and src_common/attention_simt.h say the same (its FA_SIMT32/64 defaults)."""
-    from helpers import ROOT
+def test_simt_defaults_are_the_programs_own_tiles(families):
+    """What the registry prints and src_common/attention_simt.h's FA_SIMT32/64 defaults say the same."""
     text = (ROOT / "src_common" / "attention_simt.h").read_text()
     for d in (32, 64):
-        p = sweep.SIMT.defaults[d]
+        p = families["simt"].defaults[d]
         assert f"#define FA_SIMT{d} {d}, {p['TM']}, {p['TN']}, {p['C']}, {p['R']}, {p['MB']}" in text
+
+
+def test_the_amd_build_offers_no_simt_sweep(listing_programs):
+    """On AMD the simt tile is not built from FA_SIMT32/64: a sweep of it would build identical
+    variants, so its registry row offers none."""
+    if "hip" not in listing_programs:
+        pytest.skip("needs hipcc")
+    assert list(sweep.families_of(Program("hip", listing_programs["hip"], "hip"))) == ["tiled"]
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
@@ -71,10 +91,12 @@ def test_skip_reason_is_the_static_assert_message():
     assert sweep.skip_reason("make: *** [Makefile:49] Error 2") == "make: *** [Makefile:49] Error 2"
 
 
-def test_an_unknown_parameter_is_one_line(cpu_program, tmp_path):
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (the parameters are fa-cuda's registry's)")
+def test_an_unknown_parameter_is_one_line(tmp_path):
     proc = fa("sweep", "t01", "--param", "Bq=4", "--arch", "sm_90", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip() == ("fa: error: --param 'Bq=4': expected NAME=V1,V2,... with NAME one of Br, Bc")
+    assert proc.stderr.strip() == ("fa: error: --param 'Bq=4': expected NAME=V1,V2,... with NAME one of Br, Bc "
+                                   "(--kernel tiled)")
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")

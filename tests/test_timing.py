@@ -1,0 +1,59 @@
+"""The fa-timing line, one contract: the stages declared in C++ and in Python agree, every
+program that prints the line prints what the one parser (fa_cli/timing.py) reads in full."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+
+from helpers import ROOT, build, have_torch
+from fa_cli import generate, timing
+from fa_cli.format import Shape
+
+
+def test_the_stages_are_declared_alike_in_cpp_and_python():
+    text = (ROOT / "src_common" / "host" / "timing.h").read_text()
+    declared = re.search(r"kStages\[\] = \{([^}]*)\}", text).group(1)
+    assert tuple(re.findall(r'"(\w+)"', declared)) == timing.STAGES
+
+
+def test_the_parser_reads_a_line_and_says_what_breaks_it():
+    line = timing.format_line({s: 0.5 for s in timing.STAGES}, "simt", "sm_90", "NVIDIA H100 80GB HBM3")
+    parsed = timing.parse("something\n" + line + "\n")
+    assert parsed.seconds == {s: 0.5 for s in timing.STAGES} and parsed.problem is None
+    assert parsed.facts == {"impl": "simt", "arch": "sm_90", "device": "NVIDIA_H100_80GB_HBM3"}
+    broken = timing.parse("fa-timing: init=0.1 kernel=fast total=1 colour=blue")
+    assert broken.seconds == {"init": 0.1, "total": 1.0}
+    assert broken.problem == "missing read, h2d, kernel, d2h, write; not understood: kernel=fast colour=blue"
+    assert timing.parse("no line here") == timing.TimingLine()
+
+
+def run_with_timing(argv: list[str], tmp_path) -> timing.TimingLine:
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, Shape(2, 64, 32), 1)
+    proc = subprocess.run([*argv, str(inp), str(tmp_path / "x.out")], capture_output=True, text=True,
+                          env={**os.environ, "FA_TIMING": "1"})
+    assert proc.returncode == 0, proc.stderr
+    return timing.parse(proc.stderr)
+
+
+def test_the_cpu_program_prints_the_whole_line(cpu_program, tmp_path):
+    line = run_with_timing([str(cpu_program)], tmp_path)
+    assert line.problem is None and set(line.seconds) == set(timing.STAGES) and line.facts["impl"] == "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["cuda", "hip-cuda"])
+def test_the_gpu_programs_print_the_whole_line(name, tmp_path):
+    line = run_with_timing([str(build(name))], tmp_path)
+    assert line.problem is None and line.seconds["kernel"] > 0 and line.facts["arch"].startswith("sm_")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not have_torch(), reason="needs PyTorch")
+def test_the_torch_program_prints_the_whole_line(tmp_path):
+    import sys
+    line = run_with_timing([sys.executable, str(ROOT / "fa_cli" / "torch_program.py")], tmp_path)
+    assert line.problem is None and line.facts["impl"].startswith("torch")
