@@ -2,7 +2,9 @@
 //
 //   fa-hip INPUT OUTPUT        O_b = softmax(Q_b K_b^T / sqrt(d)) V_b, course binary format
 //
-// Kernels: by default the register-blocked fp32 kernel (src_common/attention_simt.h, shared with
+// Kernels: on MI100/MI210 (gfx908/gfx90a) by default the matrix-core kernel (attention_mfma.h:
+// both products on fp32 MFMA; FA_KERNEL=mfma runs it on an NVIDIA GPU through the emulation of
+// hip_on_cuda.h). Elsewhere by default the register-blocked fp32 kernel (src_common/attention_simt.h, shared with
 // the CUDA program, its geometry keeping each row's threads inside one wavefront); FA_KERNEL=tiled
 // runs the homework kernel (src_common/attention_tiled.h, shared likewise) with its
 // tile width Bc following the wavefront: 64 on CDNA GPUs (MI100 gfx908, MI210 gfx90a, MI300
@@ -22,6 +24,7 @@
 #include "../src_common/attention_tiled.h"
 #include "../src_common/attention_simt.h"
 #include "../src_common/ladder.h"
+#include "attention_mfma.h"
 
 namespace fa {
 
@@ -41,20 +44,26 @@ class HipKernels {
     bc_ = FA_TILED_BC;  // a block-size sweep's build: one tile width, whatever the wavefront
 #endif
     const char* forced = std::getenv("FA_KERNEL");
-    if (forced && *forced && std::strcmp(forced, "tiled") != 0 && std::strcmp(forced, "simt") != 0) {
+    if (!choose_mfma(forced, device) && forced && *forced && std::strcmp(forced, "tiled") != 0 &&
+        std::strcmp(forced, "simt") != 0) {
       ladder_step_ = ladder::parse_step(forced);
       if (ladder_step_ <= 0)
-        fail(kExitUsage, "FA_KERNEL=%s: expected simt, tiled or ladder-1..%d", forced, ladder::kSteps);
+        fail(kExitUsage, "FA_KERNEL=%s: expected simt, tiled, mfma or ladder-1..%d", forced, ladder::kSteps);
     }
-    simt_ = !ladder_step_ && !(forced && std::strcmp(forced, "tiled") == 0);
+    simt_ = !mfma_ && !ladder_step_ && !(forced && std::strcmp(forced, "tiled") == 0);
     if (simt_) prepare_simt();  // loads its code now, in the init thread
-    (void)device;
   }
 
   size_t scratch_bytes(int64_t) const { return 0; }
 
   void launch(const float* qkv, float* out, void*, int64_t batches, hipStream_t stream) {
     const int64_t N = shape_.N;
+    if (mfma_) {
+      if (shape_.d == 32) launch_mfma<32>(qkv, out, batches, N, stream);
+      if (shape_.d == 64) launch_mfma<64>(qkv, out, batches, N, stream);
+      HIP_CHECK_LAUNCH("attention_mfma");
+      return;
+    }
     if (ladder_step_) {
       const char* kernel = shape_.d == 32 ? ladder::launch<32>(ladder_step_, qkv, out, batches, N, stream)
                                           : ladder::launch<64>(ladder_step_, qkv, out, batches, N, stream);
@@ -80,6 +89,7 @@ class HipKernels {
   }
 
   std::string name() const {
+    if (mfma_) return "mfma";
     if (ladder_step_) return "ladder-" + std::to_string(ladder_step_);
     return simt_ ? "simt" : "tiled-bc" + std::to_string(bc_);
   }
@@ -95,11 +105,29 @@ class HipKernels {
 #endif
     for (const auto& l : ladder::kLaunches) all.push_back({l.kernel, l.threads, 0});
     for (const SimtLaunch& l : simt_launches()) all.push_back({l.kernel, l.threads, l.smem_bytes});
+    all.push_back({"attention_mfma<32>", kMfmaThreads, 0});
+    all.push_back({"attention_mfma<64>", kMfmaThreads, 0});
     return all;
   }
 
  private:
+  // The matrix-core kernel (attention_mfma.h): the default on MI100/MI210 (gfx908/gfx90a, whose
+  // code objects carry its MFMA body); FA_KERNEL=mfma elsewhere runs it only through the NVIDIA
+  // emulation (fa-hip-cuda), other AMD targets having no fp32 MFMA.
+  bool choose_mfma(const char* forced, const DeviceInfo& device) {
+#ifdef __NVCC__
+    const bool can = true;
+#else
+    const bool can = mfma_native(device.arch);
+#endif
+    const bool asked = forced && std::strcmp(forced, "mfma") == 0;
+    if (asked && !can) fail(kExitUsage, "FA_KERNEL=mfma: %s has no fp32 matrix cores (gfx908 or gfx90a needed)", device.arch.c_str());
+    mfma_ = asked || (!(forced && *forced) && mfma_native(device.arch));
+    return asked;
+  }
+
   Shape shape_;
+  bool mfma_ = false;  // FA_KERNEL=mfma, or the default on gfx908/gfx90a
   int bc_ = 32;
   int ladder_step_ = 0;  // FA_KERNEL=ladder-N
   bool simt_ = true;     // attention_simt.h, the default; FA_KERNEL=tiled runs the homework kernel
