@@ -90,7 +90,7 @@ PY
     for run in fa-cuda:FA_KERNEL=tiled fa-cuda:FA_TC_SPLIT=prepass fa-cuda:FA_TC_SPLIT=fused fa-cuda:FA_KERNEL=wgmma \
         fa-cuda:FA_KERNEL=simt fa-cuda:FA_SIMT_SMALL=1 \
         fa-cuda:FA_INPUT=read fa-cuda:FA_INPUT=refused fa-cuda:FA_INPUT=refused-later fa-hip-cuda:FA_KERNEL=simt \
-        fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=32 fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=64 ${SANITIZE_EXTRA:-}; do
+        fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=32 fa-hip-cuda:FA_KERNEL=tiled,FA_HIP_BC=64 fa-hip-cuda:FA_KERNEL=mfma ${SANITIZE_EXTRA:-}; do
       prog=${run%%:*} setting=${run#*:}
       for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
         files="/tmp/san64.in /tmp/san32.in"
