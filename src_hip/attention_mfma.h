@@ -24,16 +24,15 @@
 //   Ks[32][D + 4]  the K tile; lanes j read float4 at row j: the pad puts rows 4 banks apart
 //   Vs[32][D]      the V tile; a half-wavefront reads 32 consecutive floats of one row
 // 8.5 KB (d = 32) or 16.5 KB (d = 64) per block: three blocks (12 wavefronts) fit the 64 KB of a
-// CU at d = 64, so at least two wavefronts per SIMD hide each other's latency. The next tile is
-// fetched from global memory into registers while this one is computed, then stored between
-// two barriers (one buffer: two would cost the third block).
+// CU at d = 64, so at least two wavefronts per SIMD hide each other's latency. One buffer each
+// (two would cost the third block): the next K is fetched into registers during S^T and stored
+// once every wavefront is past it, the next V likewise during P V; two barriers per tile.
 // Keys past N load as zeros and score -inf; rows past N are computed from zero Q and never
 // stored. NaN and inf propagate as in the other kernels (same max/exp2/compensated-sum steps).
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "../src_common/attention_simt.h"  // simt_exp2
 #include "../src_common/compensated_sum.h"
@@ -214,8 +213,6 @@ __global__ void __launch_bounds__(kMfmaThreads) FA_MFMA_OCCUPANCY
   (void)qkv, (void)out, (void)N, (void)row_tiles;  // no fp32 MFMA on this target: never launched
 #endif
 }
-
-inline std::vector<std::string> mfma_kernel_names() { return {"attention_mfma<32>", "attention_mfma<64>"}; }
 
 // Whether a device runs the MFMA kernel: CDNA1/CDNA2 by their gfx names; NVIDIA GPUs through the
 // emulation (nvcc builds).
