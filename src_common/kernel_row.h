@@ -22,6 +22,7 @@ namespace fa {
 struct KernelState {
   Shape shape;
   int tiled_bc = 32;        // the homework kernel's key tile (HIP: the wavefront, or FA_HIP_BC)
+  bool native_mfma = false; // an AMD GPU with fp32 matrix cores (gfx908, gfx90a)
   int sms = 0;              // multiprocessors: grids of one block each (persistent kernels) or 8 (split passes)
   bool pdl = false;         // programmatic dependent launch (sm_90 and later)
   int declined_blocks = 0;  // attention_tiled_declined's grid, for this input's d
@@ -94,8 +95,8 @@ void launch_by_d(KernelState& state, const Chunk& c) {
 
 template <class K>
 KernelEntry fp32_row(const char* name, const char* takes_text, bool (*takes)(const KernelState&, bool),
-                     LadderRung rung = kNoRung, const char* family = nullptr) {
-  KernelEntry e = {name, family ? family : name, Needs::kAnyGpu, takes_text, takes, false, no_scratch, K::prepare,
+                     LadderRung rung = kNoRung, const char* family = nullptr, Needs needs = Needs::kAnyGpu) {
+  KernelEntry e = {name, family ? family : name, needs, takes_text, takes, false, no_scratch, K::prepare,
                    launch_by_d<K>, K::kernels, K::tiles, K::sweep, rung};
   return e;
 }

@@ -11,8 +11,9 @@
 // against it. Adding a kernel: its file, and one row below.
 //
 // The includer first includes its platform's API header (src_cuda/cuda_api.cuh, or
-// src_hip/hip_api.h, which define GpuStream and FA_CHECK_LAUNCH) and, for fa-cuda, the
-// tensor-core rows' launches (src_cuda/tensorcore_launches.cuh: FA_TENSOR_CORES).
+// src_hip/hip_api.h, which define GpuStream and FA_CHECK_LAUNCH) and its own rows' launches:
+// fa-cuda's tensor-core rows (src_cuda/tensorcore_launches.cuh: FA_TENSOR_CORES), fa-hip's
+// matrix-core row (src_hip/mfma_launches.h).
 #pragma once
 
 #include <cstdio>
@@ -38,6 +39,12 @@ inline const std::vector<KernelEntry>& kernel_table() {
                                 [](const KernelState& s, bool) { return s.shape.N <= kFusedMaxN; },
                                 {8, "tensor cores", "3xFP16 mma.sync, fp32-accurate (sm_80 and later)", ""}),
       tensor_row<MmaSync<false>>("tensorcore", "tensorcore", Needs::kSm80Code, "any N", any_n),
+#endif
+#if FA_HIP_PROGRAM
+      // gfx908/gfx90a: both products on the fp32 matrix cores (src_hip/attention_mfma.h).
+      fp32_row<Mfma>("mfma", "any N (on NVIDIA: when asked, emulated)", mfma_taken,
+                     {9, "matrix cores", "S and P V on fp32 MFMA, softmax in the accumulator layout (gfx908/gfx90a; "
+                      "on NVIDIA through the emulation)", ""}, nullptr, Needs::kMfmaCode),
 #endif
       fp32_row<Simt>("simt", "any N", any_n, {FA_HIP_PROGRAM ? 8 : 7, "register blocked", "micro-tiles of S and O per thread, Q, K, V "
                      "read as float4 from padded shared memory, K/V double-buffered (SGEMM-style)", ""}),

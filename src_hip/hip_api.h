@@ -49,6 +49,10 @@ inline bool hip_platform_close_files() { return fa::close_device_files("/dev/nvi
 #endif
 // HIP's second launch bound means something else (waves per execution unit): give only the first.
 #define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads)
+// The MFMA kernel's (attention_mfma.h): the accumulator of v_mfma_f32_32x32x2f32 (16 floats per
+// lane) and a shuffle across the whole 64-lane wavefront (for nvcc: mfma_on_cuda.h).
+typedef float fa_f32x16 __attribute__((ext_vector_type(16)));
+__device__ inline float fa_wave64_shfl_xor(float v, int mask) { return __shfl_xor(v, mask, 64); }
 #endif
 
 #define HIP_CHECK(call) fa::hip_check((call), #call, __FILE__, __LINE__)

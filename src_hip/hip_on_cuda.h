@@ -46,6 +46,8 @@ inline hipError_t hipFuncGetAttributes(hipFuncAttributes* a, F f) { return cudaF
 // The shared kernel's primitives, as hip_api.h defines them for AMD: nvcc's, as the CUDA
 // program has them.
 #include "../src_cuda/kernel_primitives.cuh"
+// The MFMA kernel's: the 64-lane wavefront and its fp32 matrix instruction, in software.
+#include "mfma_on_cuda.h"
 
 // Start-up settings: those of fa-cuda (src_cuda/cuda_api.cuh's configure: one hardware work queue).
 inline void hip_platform_configure() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 0); }

@@ -19,9 +19,10 @@ from fa_cli.format import AttentionInput, Shape, as_f32_bytes, header_bytes, ope
 TOL = 1e-4
 
 # (program, environment): the CPU program; every kernel of the CUDA program; the HIP port built
-# by nvcc with its default (simt) kernel, and its tiled kernel with the NVIDIA tile (Bc = 32) and
+# by nvcc with its default (simt) kernel, its tiled kernel with the NVIDIA tile (Bc = 32) and
 # with the AMD CDNA tile (Bc = 64: each row then spans two warps, the reductions combining them
-# through shared memory).
+# through shared memory), and its MI210 matrix-core kernel (on NVIDIA through the emulated
+# MFMA instruction and 64-lane wavefronts of src_hip/mfma_on_cuda.h).
 GPU = pytest.mark.gpu
 # Seconds each on a GPU, half a minute each for the CPU program on 2 cores: marked slow there
 # (tests/conftest.py), so that make test stays quick; make test-all runs them.
@@ -37,6 +38,7 @@ VARIANTS = [
     pytest.param(("hip-cuda", {}), id="fa-hip-cuda-simt", marks=GPU),
     pytest.param(("hip-cuda", {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}), id="fa-hip-cuda-32", marks=GPU),
     pytest.param(("hip-cuda", {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}), id="fa-hip-cuda-64", marks=GPU),
+    pytest.param(("hip-cuda", {"FA_KERNEL": "mfma"}), id="fa-hip-cuda-mfma", marks=GPU),
 ]
 
 
@@ -430,12 +432,14 @@ def test_hip_port_matches_cuda_program(tmp_path):
     inp = tmp_path / "x.in"
     generate.write_input(inp, Shape(3, 1025, 64), 8)
     runs = {"cuda": (build("cuda"), {}), "hip32": (build("hip-cuda"), {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}),
-            "hip64": (build("hip-cuda"), {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}), "hipsimt": (build("hip-cuda"), {})}
+            "hip64": (build("hip-cuda"), {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}), "hipsimt": (build("hip-cuda"), {}),
+            "hipmfma": (build("hip-cuda"), {"FA_KERNEL": "mfma"})}
     outs = {}
     for name, (program, env) in runs.items():
         out = tmp_path / f"{name}.out"
         info = timing_line(program, inp, out, {**os.environ, **env})
         assert info["arch"].startswith("sm_")
+        assert name != "hipmfma" or info["impl"] == "mfma"
         outs[name] = np.fromfile(out, dtype="<f4")
-    for name in ("hip32", "hip64", "hipsimt"):
+    for name in ("hip32", "hip64", "hipsimt", "hipmfma"):
         assert np.abs(outs[name] - outs["cuda"]).max() <= 1e-5
