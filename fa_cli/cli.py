@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
-               profile, programs, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
+               profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
 from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
@@ -94,6 +95,14 @@ def program_for(name: str) -> programs.Program:
     return programs.ensure_built(programs.resolve(name), note)
 
 
+def runnable(name: str, runner, try_cpu: bool = True) -> programs.Program:
+    """The program NAME, refused in one line where it needs a GPU this machine lacks (before it is
+    built and before any input is generated), then built if it has to be."""
+    prog = programs.resolve(name)
+    ready.check_runs_here(prog, runner, name, try_cpu)
+    return programs.ensure_built(prog, note)
+
+
 def targets_for(names, shapes=()) -> list[suite.Target]:
     """Suite cases, input files and bench shapes; says which inputs it had to generate."""
     found = []
@@ -161,7 +170,8 @@ VERIFY_HELP = ("Check OUTPUT: max abs error, where it is, how many values exceed
 @main.command(name="verify", help=VERIFY_HELP)
 @click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The input: the output is checked against float64 attention of it.")
+              help="The input, a file or a test case (t01, c17): the output is checked against float64 "
+                   "attention of it.")
 @click.option("--expected", "expected_file", type=click.Path(dir_okay=False, path_type=Path),
               help="An expected output to compare with instead.")
 @click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True, help="Largest allowed abs error.")
@@ -177,12 +187,16 @@ def verify_cmd(output, input_path, expected_file, tol, sample_rows, full, seed) 
     if sample_rows and full:
         raise click.UsageError("--sample and --full exclude each other")
     if input_path is not None:
+        # A case name (t01, c17) as fa run takes it: its input, generated if missing.
+        case = targets_for([str(input_path)])[0] if not input_path.exists() and \
+            suite.is_case_name(str(input_path).lower()) else None
+        input_path = case.input_path if case else input_path
         # Read, not mapped: a file cut short while fa reads it is one line, never a SIGBUS.
         inp = AttentionInput(input_path, in_memory=True)
         out = open_output(output, inp.shape, in_memory=True)
         check = verify.RowCheck(sample_rows, full, seed)
         if check.is_default:  # every value, as the course's judge: against the input's expected output
-            target = suite.Target(input_path.name, input_path, inp.shape, None)
+            target = case or suite.Target(input_path.name, input_path, inp.shape, None)
             ensure_expected([target])
             with report.progress("verifying", inp.shape.elements) as advance:
                 result = verify.against_expected(out, expected.output_of(target, in_memory=True), tol, inp.shape,
@@ -277,19 +291,22 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     fa run --all --suite c --program ./hw4  all 30 course shapes"""
     if why_case and (cases or all_cases):
         raise click.UsageError("--why takes one case alone: fa run --why CASE --program PROGRAM")
-    names = [why_case] if why_case else list(suite.cases(suite_name)) if all_cases else list(cases)
+    suite_given = click.get_current_context().get_parameter_source("suite_name") != ParameterSource.DEFAULT
+    names = [why_case] if why_case else list(suite.cases(suite_name)) if all_cases else \
+        suite.named_cases(cases, suite_name if suite_given else None)
     if not names:
         raise click.UsageError("name test cases (t01..t30, c01..c30 or input files), or give --all [--suite c]")
     if time_limit and no_time_limit:
         raise click.UsageError("--time-limit and --no-time-limit exclude each other")
     check_extendable(results_file)  # a results file that cannot take the records: said before any work
-    prog = program_for(program)
+    runner = make_launcher(launcher, partition, gres, srun_args)
+    prog = runnable(program, runner)
+    ready.announce_disk(names, not (sample_rows or full), note)
     targets = targets_for(names)
     if not (sample_rows or full):
         ensure_expected(targets)
     if time_limit:
         targets = [dataclasses.replace(t, time_limit=time_limit) for t in targets]
-    runner = make_launcher(launcher, partition, gres, srun_args)
     results = []
     with locations.shared_workdir(runner is not None) as workdir:
         options = judge.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
@@ -390,9 +407,10 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
         raise click.UsageError("give --suite or --shape")
     sizes = [parse_shape(text) for text in shapes]
     check_extendable(results)
-    progs = [program_for(n) for n in names]
-    targets = targets_for(wanted, sizes)
     runner = make_launcher(launcher, partition, gres, srun_args)
+    progs = [runnable(n, runner) for n in names]
+    ready.announce_disk(wanted, False, note)
+    targets = targets_for(wanted, sizes)
     plan = bench.BenchPlan(progs, targets, repeats, precision=precision, launcher=None if slurm_array else runner,
                            label=label)
     with locations.shared_workdir(runner is not None) as workdir, \
@@ -426,10 +444,13 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
 def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, results, as_markdown, launcher, partition,
                 gres, srun_args) -> None:
     check_extendable(results)
-    prog = program_for(program)
-    tool = profile.choose(profiler, prog.name)
-    targets = targets_for(cases)
     runner = make_launcher(launcher, partition, gres, srun_args)
+    prog = programs.resolve(program)
+    ready.check_runs_here(prog, runner, program, try_cpu=False)
+    tool = profile.choose(profiler, prog.name)
+    ready.check_profiler(tool, runner)  # both said before any input is generated
+    prog = programs.ensure_built(prog, note)
+    targets = targets_for(cases)
     records = []
     with locations.shared_workdir(runner is not None) as workdir:
         for t in targets:
@@ -533,9 +554,9 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
     kernel time, TFLOP/s and speed-up over the step before (and the course's metrics with --profile)."""
     steps = ladder.steps_for(programs.resolve(program))  # refused before anything is built or generated
     check_extendable(results)
-    [target] = targets_for([case])
-    prog = program_for(program)
     runner = make_launcher(launcher, partition, gres, srun_args)
+    prog = runnable(program, runner, try_cpu=False)
+    [target] = targets_for([case])
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
     with locations.shared_workdir(runner is not None) as workdir, report.progress("ladder steps", len(steps), steps=True) as advance:
         records = ladder.run_ladder(prog, target, plan_args, steps, with_profile, profiler, workdir, advance)

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from helpers import fa
+from helpers import ROOT, fa
 from fa_cli import generate, suite
 from fa_cli.format import Shape
 
@@ -147,3 +147,28 @@ def test_traceback_on_request(tmp_path):
     for proc in (fa("--traceback", "verify", tmp_path / "o", "--input", missing),
                  fa("verify", tmp_path / "o", "--input", missing, env={**os.environ, "FA_DEBUG": "1"})):
         assert proc.returncode == 1 and "Traceback" in proc.stderr and "FormatError" in proc.stderr
+
+
+def test_case_names_as_fa_run_takes_them(cpu_program, tmp_path):
+    """A case's name wherever an input is asked for; a near miss gets its suggestion; --suite
+    never ignored."""
+    out = tmp_path / "t01.out"
+    subprocess.run([str(cpu_program), str(ROOT / "testcases" / "t01.in"), str(out)], check=True)
+    proc = fa("verify", out, "--input", "t01")
+    assert proc.returncode == 0 and proc.stdout.startswith("PASS"), proc.stderr
+    proc = fa("run", "T01", "--program", "cpu")
+    assert proc.returncode == 2 and proc.stderr.strip() == "fa: error: no test case or file named T01: did you mean t01?"
+    proc = fa("run", "t01", "--suite", "c", "--program", "cpu")
+    assert proc.returncode == 2 and "t01 is a case of suite t, and --suite c was given" in proc.stderr
+    assert "name c01, or leave out --suite" in proc.stderr
+    proc = fa("run", "1", "--suite", "t", "--program", "cpu")
+    assert proc.returncode == 0 and "│ t01 " in proc.stdout
+
+
+def test_a_program_not_built_yet_beside_its_source(tmp_path):
+    (tmp_path / "hw4.cu").write_text("")
+    proc = fa("run", "t01", "--program", "./hw4", cwd=tmp_path)
+    assert proc.returncode == 2 and "no program './hw4': build it first (with the course's line), or give " \
+        "--program hw4.cu to let fa build it" in proc.stderr
+    (tmp_path / "Makefile").write_text("hw4:\n")
+    assert "build it first (make hw4)" in fa("run", "t01", "--program", "./hw4", cwd=tmp_path).stderr
