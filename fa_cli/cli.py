@@ -95,11 +95,12 @@ def program_for(name: str) -> programs.Program:
     return programs.ensure_built(programs.resolve(name), note)
 
 
-def runnable(name: str, runner, try_cpu: bool = True) -> programs.Program:
+def runnable(name: str, runner, try_cpu: bool = True, check: bool = True) -> programs.Program:
     """The program NAME, refused in one line where it needs a GPU this machine lacks (before it is
     built and before any input is generated), then built if it has to be."""
     prog = programs.resolve(name)
-    ready.check_runs_here(prog, runner, name, try_cpu)
+    if check:
+        ready.check_runs_here(prog, runner, name, try_cpu)
     return programs.ensure_built(prog, note)
 
 
@@ -278,9 +279,12 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
               help="Seconds the search for a cause may take (on the smallest failing case); 0: none.")
 @click.option("-o", "--output", "results_file", type=OutputPath(),
               help="Also add the results to this file (JSON, for fa report); extended if it exists.")
+@click.option("--without-gpu", is_flag=True,
+              help="Run a CUDA or HIP program even where this machine has no GPU for it (to see its host code "
+                   "fail: reading the input, a crash before its first GPU call).")
 @launcher_options
 def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
-        why_budget, results_file, launcher, partition, gres, srun_args) -> None:
+        why_budget, results_file, without_gpu, launcher, partition, gres, srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
     table, and for each case that did not pass, why: where the wrong values are and which usual
     mistake explains them, the signal that ended a program, how far a short output got.
@@ -300,7 +304,7 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         raise click.UsageError("--time-limit and --no-time-limit exclude each other")
     check_extendable(results_file)  # a results file that cannot take the records: said before any work
     runner = make_launcher(launcher, partition, gres, srun_args)
-    prog = runnable(program, runner)
+    prog = runnable(program, runner, check=not without_gpu)
     ready.announce_disk(names, not (sample_rows or full), note)
     targets = targets_for(names)
     if not (sample_rows or full):
@@ -324,7 +328,8 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         click.echo("across the cases: " + " ".join(across.lines) + "\n")
     if results_file:
         append(results_file, [judge.as_record(r, options) for r in results])
-        click.echo(f"{len(results)} records added to {results_file}")
+        click.echo(f"{report.plural(len(results), 'record')} added to {results_file}")
+    click.echo(report.run_summary(results))
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
 
 
@@ -422,7 +427,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
     report.console.print(report.bench_table(records))
     for line in bench.control_ratios(records):
         click.echo(line)
-    click.echo(f"{len(records)} records added to {results}")
+    click.echo(f"{report.plural(len(records), 'record')} added to {results}")
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
 
 
@@ -463,7 +468,7 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     else:
         report.console.print(report.profile_table(records))
     if results:
-        click.echo(f"{len(records)} records added to {results}")
+        click.echo(f"{report.plural(len(records), 'record')} added to {results}")
 
 
 @main.command(name="resources")
@@ -538,7 +543,7 @@ def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str
 def save_and_plot(records: list[dict], results: Path | None, plot: Path | None, chart) -> None:
     if results:
         append(results, records)
-        click.echo(f"{len(records)} records added to {results}")
+        click.echo(f"{report.plural(len(records), 'record')} added to {results}")
     if plot:
         click.echo(f"wrote {chart(records, plot)}")
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from typing import Iterator
 
@@ -9,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from . import suite
 from .bench import uncertainty
 from .judge import CaseResult
 from .verify import VerifyResult
@@ -74,16 +76,78 @@ def verify_details(result: VerifyResult, diagnosis) -> str:
     return "\n".join(there + diagnosis.lines[2:])
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """"1 record", "2 records"."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
+
+
+def alike(result: CaseResult) -> tuple:
+    """What two cases' diagnoses share when they differ only in the figures of their first line
+    (counts, a time), their worst value and their stderr; where the wrong values are and which
+    mistake explains them must be the same."""
+    lines = result.diagnosis.lines
+    return (result.verdict, NUMBER.sub("#", lines[0]),
+            *(NUMBER.sub("#", l) if l.startswith(("worst:", "stderr:")) else l for l in lines[1:]))
+
+
+def case_ranges(names: list[str]) -> str:
+    """t11, t12, ..., t30 -> "t11..t30": runs of consecutive suite cases shortened."""
+    order = {name: i for i, name in enumerate(suite.cases(None))}
+    runs: list[list[str]] = []
+    for name in sorted(names, key=lambda n: order.get(n, len(order))):
+        last = runs[-1][-1] if runs else None
+        if last in order and name in order and order[name] == order[last] + 1 and name[0] == last[0]:
+            runs[-1].append(name)
+        else:
+            runs.append([name])
+    return ", ".join(run[0] if len(run) == 1 else ", ".join(run) if len(run) == 2 else f"{run[0]}..{run[-1]}"
+                     for run in runs)
+
+
 def diagnoses(results: list[CaseResult], always: bool = False) -> str:
     """One short paragraph per case that did not pass (every case, with always): its verdict and
-    why (diagnose.py, cause.py)."""
-    paragraphs = []
+    why (diagnose.py, cause.py). Cases whose diagnoses differ only in their figures share one
+    paragraph, the first case's, headed by all their names."""
+    groups: dict[tuple, list[CaseResult]] = {}
     for r in results:
         if (r.ok and not always) or r.diagnosis is None or not r.diagnosis.lines:
             continue
-        lines = r.diagnosis.lines
-        paragraphs.append(f"{r.target.name} {r.verdict}: {lines[0]}" + "".join(f"\n  {l}" for l in lines[1:]))
+        groups.setdefault(alike(r), []).append(r)
+    paragraphs = []
+    for group in groups.values():
+        first, names = group[0], case_ranges([r.target.name for r in group])
+        lines = list(first.diagnosis.lines)
+        if len(group) > 1 and first.verdict == "TLE":
+            limits = sorted({f"{r.time_limit:g} s" for r in group if r.time_limit}, key=lambda x: float(x[:-2]))
+            at = f"their {limits[0]} time limit" if len(limits) == 1 else "their time limits, " + "/".join(limits)
+            lines = [f"stopped at {at} (whole process); --no-time-limit lets them finish"]
+        elif len(group) > 1 and any(r.diagnosis.lines != lines for r in group):
+            lines[0] += f" (in {first.target.name}; the {plural(len(group) - 1, 'other')} alike)"
+        head = f"{names} {first.verdict}" + (f" ({len(group)} cases)" if len(group) > 1 else "")
+        paragraphs.append(f"{head}: {lines[0]}" + "".join(f"\n  {l}" for l in lines[1:]))
     return "\n\n".join(paragraphs)
+
+
+VERDICTS = ("PASS", "WRONG", "TLE", "ERROR")
+
+
+def run_summary(results: list[CaseResult]) -> str:
+    """fa run's last line: counts by verdict, the time of all runs, the case nearest its limit."""
+    counts = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(r.verdict == v for r in results)))
+    total = sum(r.run.wall_s for r in results)
+    line = f"{plural(len(results), 'case')}: {counts}; {total:.2f} s of runs"
+    limited = [r for r in results if r.time_limit]
+    if limited:
+        r = max(limited, key=lambda r: r.run.wall_s / r.time_limit)
+        line += (f"; nearest its limit: {r.target.name}, {r.run.wall_s:.2f} s of {r.time_limit:g} s "
+                 f"({r.run.wall_s / r.time_limit:.0%})")
+    elif results:
+        r = max(results, key=lambda r: r.run.wall_s)
+        line += f"; slowest: {r.target.name}, {r.run.wall_s:.2f} s (no time limit)"
+    return line
 
 
 def judge_table(results: list[CaseResult], device: str) -> Table:
