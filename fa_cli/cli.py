@@ -319,7 +319,7 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
                 results.append(judge.judge(prog, t, options))
                 advance()
         across = cause.explain(results, options, note, why_budget, chosen=results[0] if why_case else None)
-    report.console.print(report.judge_table(results, describe_first()))
+    report.show(report.judge_table(results, describe_first()))
     if any(r.check and r.check.sampled for r in results):
         click.echo(report.SAMPLED_NOTE)
     if any(not r.ok for r in results) or why_case:
@@ -359,7 +359,7 @@ def devices_cmd() -> None:
     if not found:
         click.echo("no GPU found (no NVIDIA driver, and no AMD GPU visible to hip-python); the cpu program runs here")
         return
-    report.console.print(report.devices_table(found))
+    report.show(report.devices_table(found))
 
 
 def parse_shape(text: str) -> Shape:
@@ -392,10 +392,11 @@ def parse_shape(text: str) -> Shape:
                    "the first shows the noise (a program given twice is one too).")
 @click.option("-o", "--output", "results", type=OutputPath(), required=True,
               help="Results file (JSON); extended if it exists.")
+@click.option("--wide", is_flag=True, help="Also the device, the runs and their spread (wider than 80 columns).")
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
-def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, label, control, results, launcher,
-              partition, gres, srun_args, slurm_array) -> None:
+def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, label, control, results, wide,
+              launcher, partition, gres, srun_args, slurm_array) -> None:
     """Time programs on inputs: whole process (median of repeats, with its 95% interval), stages, TFLOP/s, error.
 
     Each input is flushed to disk first; the programs then take turns, one run each per round,
@@ -424,7 +425,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
             records = slurm.bench_array(plan, runner, results, advance)
         else:
             records = bench.run_bench(plan, results, advance, workdir)
-    report.console.print(report.bench_table(records))
+    report.show(report.bench_table(records, wide))
     for line in bench.control_ratios(records):
         click.echo(line)
     click.echo(f"{report.plural(len(records), 'record')} added to {results}")
@@ -466,7 +467,7 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     if as_markdown:
         click.echo(report.profile_markdown(records), nl=False)
     else:
-        report.console.print(report.profile_table(records))
+        report.show(report.profile_table(records))
     if results:
         click.echo(f"{report.plural(len(records), 'record')} added to {results}")
 
@@ -492,7 +493,7 @@ def resources_cmd(program, archs, as_json) -> None:
         click.echo(json.dumps({"records": resources.as_records(kernels), "commands": commands,
                                "targets": {t: dataclasses.asdict(resources.TARGETS[t]) for t in targets}}, indent=1))
     else:
-        report.console.print(report.resources_table(kernels))
+        report.show(report.resources_table(kernels))
         for line in report.resources_notes(kernels):
             click.echo(line)
 
@@ -502,13 +503,16 @@ def resources_cmd(program, archs, as_json) -> None:
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
 @click.option("--plot", type=OutputPath(),
               help="Write a chart (PNG) here: stage times per input and run, and time against N.")
-def compare_cmd(files, as_markdown, plot) -> None:
+@click.option("--wide", is_flag=True, help="One row per input, the runs side by side (wider than 80 columns).")
+def compare_cmd(files, as_markdown, plot, wide) -> None:
     """Runs from one or more bench results files, side by side."""
     records = compare.timed_records(by_kind(list(files)))
     if as_markdown:
         click.echo(compare.markdown(records), nl=False)
     else:
-        report.console.print(report.compare_table(*compare.rows(records)))
+        header, body, about = compare.long_rows(records) if not wide else \
+            (*compare.rows(records), " (whole-process medians)")
+        report.show(report.compare_table(header, body, f"fa compare{about}"))
     if plot:
         click.echo(f"wrote {compare.plot(records, plot)}")
 
@@ -537,7 +541,7 @@ def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str
     if as_markdown:
         click.echo(report.markdown_table(header, body), nl=False)
     else:
-        report.console.print(report.compare_table(header, body, title))
+        report.show(report.compare_table(header, body, title))
 
 
 def save_and_plot(records: list[dict], results: Path | None, plot: Path | None, chart) -> None:
@@ -630,7 +634,7 @@ def system_cmd(as_json) -> None:
     if as_json:
         click.echo(json.dumps(spec, indent=1))
         return
-    report.console.print(report.system_table(spec))
+    report.show(report.system_table(spec))
 
 
 if __name__ == "__main__":
