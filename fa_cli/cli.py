@@ -95,6 +95,16 @@ def program_for(name: str) -> programs.Program:
     return programs.ensure_built(programs.resolve(name), note)
 
 
+def check_names(names) -> None:
+    """Every case name and input file valid, before anything is built or generated: a name that
+    is wrong is said before what this machine lacks (an input file's header is read, no more)."""
+    for name in names:
+        if suite.is_case_name(name) and not Path(name).exists():
+            suite.case(name)
+        else:
+            judge.target_for(name)
+
+
 def runnable(name: str, runner, try_cpu: bool = True, check: bool = True) -> programs.Program:
     """The program NAME, refused in one line where it needs a GPU this machine lacks (before it is
     built and before any input is generated), then built if it has to be."""
@@ -304,6 +314,7 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         raise click.UsageError("--time-limit and --no-time-limit exclude each other")
     check_extendable(results_file)  # a results file that cannot take the records: said before any work
     runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names(names)
     prog = runnable(program, runner, check=not without_gpu)
     ready.announce_disk(names, not (sample_rows or full), note)
     targets = targets_for(names)
@@ -414,6 +425,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
     sizes = [parse_shape(text) for text in shapes]
     check_extendable(results)
     runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names(wanted)
     progs = [runnable(n, runner) for n in names]
     ready.announce_disk(wanted, False, note)
     targets = targets_for(wanted, sizes)
@@ -451,6 +463,7 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
                 gres, srun_args) -> None:
     check_extendable(results)
     runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names(cases)
     prog = programs.resolve(program)
     ready.check_runs_here(prog, runner, program, try_cpu=False)
     tool = profile.choose(profiler, prog.name)
@@ -564,6 +577,7 @@ def ladder_cmd(case, program, repeats, tol, with_profile, profiler, results, plo
     steps = ladder.steps_for(programs.resolve(program))  # refused before anything is built or generated
     check_extendable(results)
     runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names([case])
     prog = runnable(program, runner, try_cpu=False)
     [target] = targets_for([case])
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
