@@ -503,7 +503,7 @@ def resources_cmd(program, archs, as_json) -> None:
             commands.append(" ".join(argv))
             advance()
     if as_json:
-        click.echo(json.dumps({"records": resources.as_records(kernels), "commands": commands,
+        click.echo(json.dumps({"records": resources.as_records(kernels, program), "commands": commands,
                                "targets": {t: dataclasses.asdict(resources.TARGETS[t]) for t in targets}}, indent=1))
     else:
         report.show(report.resources_table(kernels))
@@ -633,9 +633,10 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, repeats, tol, with_pr
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for report.md and its charts (created if missing).")
 def report_cmd(files, out_dir) -> None:
-    """One markdown report (and its PNG charts) from results files of fa run, bench, profile,
-    resources (--json), ladder and sweep, in the course report's order, opening with the spec of
-    every machine the results came from."""
+    """Your report, in the course's sections, as markdown (and its PNG charts), from results files
+    of fa run, bench, profile, resources (--json), ladder and sweep: your programs' records fill
+    the sections, with a marked place in each for your own words; fa's own programs' records
+    (cpu, cuda, ..., fa ladder) appear only in a last section, labelled as fa's."""
     click.echo(f"wrote {writeup.write(list(files), out_dir)}")
 
 
