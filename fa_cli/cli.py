@@ -365,12 +365,14 @@ def slurm_task_cmd(plan, index) -> None:
 
 @main.command(name="devices")
 def devices_cmd() -> None:
-    """List GPUs: NVIDIA through the CUDA driver, AMD through hip-python (pip install .[amd])."""
+    """List GPUs (NVIDIA through the CUDA driver, AMD through hip-python, pip install .[amd]) and
+    what can run here: CUDA and HIP programs, the compilers, the profilers."""
     found = list_devices()
     if not found:
-        click.echo("no GPU found (no NVIDIA driver, and no AMD GPU visible to hip-python); the cpu program runs here")
-        return
-    report.show(report.devices_table(found))
+        click.echo("no GPU found")
+    else:
+        report.show(report.devices_table(found))
+    click.echo("\nwhat runs here:\n" + "\n".join(f"  {line}" for line in ready.here()))
 
 
 def parse_shape(text: str) -> Shape:

@@ -85,6 +85,20 @@ def check_profiler(tool: str, launcher=None) -> None:
     raise FaError(f"{tool} is not installed here ({where}{hint})")
 
 
+def here() -> list[str]:
+    """What can run on this machine, a line each: the GPUs the drivers see, the compilers and the
+    profilers (fa devices)."""
+    lines = []
+    for vendor, (what, _, problem) in NEEDS.items():
+        why = problem()
+        lines.append(f"{vendor.upper()} programs: " + (f"no, {why}" if why else f"yes, {what} is here"))
+    tools = [("nvcc", "builds CUDA programs"), ("hipcc", "builds HIP programs"), ("ncu", "profiles sm_70 and later"),
+             ("nvprof", "profiles Pascal"), ("rocprof", "profiles AMD GPUs")]
+    lines += [f"{tool}: {shutil.which(tool) or 'not installed'} ({does})" for tool, does in tools]
+    lines.append("the cpu program: yes, everywhere (fa run --program cpu)")
+    return lines
+
+
 # ---------------------------------------------------------------- disk
 def human_bytes(n: int) -> str:
     for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -102,3 +102,12 @@ def test_a_whole_suite_is_announced(tmp_path, monkeypatch):
     from fa_cli import suite
     ready.announce_disk(list(suite.cases("c")), False, said.append)
     assert len(said) == 1 and said[0].startswith("generating 30 inputs, 6.") and "GB in all" in said[0]
+
+
+def test_devices_says_what_runs_here():
+    proc = fa("devices")
+    assert proc.returncode == 0
+    lines = proc.stdout.split("what runs here:\n")[1].splitlines()
+    assert lines[0].startswith("  CUDA programs: " + ("yes" if have_nvidia_gpu() else "no, "))
+    assert lines[1].startswith("  HIP programs: ") and any(l.startswith("  nvcc: ") for l in lines)
+    assert lines[-1] == "  the cpu program: yes, everywhere (fa run --program cpu)"
