@@ -56,7 +56,7 @@ def gpu_problem(program: Program, shown: str | None = None, try_cpu: bool = True
     line = (f"{name} is {KIND_NAMES[kind]}, and this machine has no {what.split()[-2]} GPU to run it ({why}): "
             f"run fa on a GPU node (srun -p {partition} --gres=gpu:1 {this_command()}, or add --launcher slurm "
             f"--partition {partition})")
-    return line + (", or try the judge here with --program cpu" if try_cpu else "")
+    return line + (", or try fa here with our CPU program, --program cpu" if try_cpu else "")
 
 
 def check_runs_here(program: Program, launcher=None, shown: str | None = None, try_cpu: bool = True) -> None:
