@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
-               profile, programs, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
+               profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
 from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
@@ -94,6 +95,25 @@ def program_for(name: str) -> programs.Program:
     return programs.ensure_built(programs.resolve(name), note)
 
 
+def check_names(names) -> None:
+    """Every case name and input file valid, before anything is built or generated: a name that
+    is wrong is said before what this machine lacks (an input file's header is read, no more)."""
+    for name in names:
+        if suite.is_case_name(name) and not Path(name).exists():
+            suite.case(name)
+        else:
+            judge.target_for(name)
+
+
+def runnable(name: str, runner, try_cpu: bool = True, check: bool = True) -> programs.Program:
+    """The program NAME, refused in one line where it needs a GPU this machine lacks (before it is
+    built and before any input is generated), then built if it has to be."""
+    prog = programs.resolve(name)
+    if check:
+        ready.check_runs_here(prog, runner, name, try_cpu)
+    return programs.ensure_built(prog, note)
+
+
 def targets_for(names, shapes=()) -> list[suite.Target]:
     """Suite cases, input files and bench shapes; says which inputs it had to generate."""
     found = []
@@ -161,7 +181,8 @@ VERIFY_HELP = ("Check OUTPUT: max abs error, where it is, how many values exceed
 @main.command(name="verify", help=VERIFY_HELP)
 @click.argument("output", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--input", "input_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="The input: the output is checked against float64 attention of it.")
+              help="The input, a file or a test case (t01, c17): the output is checked against float64 "
+                   "attention of it.")
 @click.option("--expected", "expected_file", type=click.Path(dir_okay=False, path_type=Path),
               help="An expected output to compare with instead.")
 @click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True, help="Largest allowed abs error.")
@@ -177,12 +198,16 @@ def verify_cmd(output, input_path, expected_file, tol, sample_rows, full, seed) 
     if sample_rows and full:
         raise click.UsageError("--sample and --full exclude each other")
     if input_path is not None:
+        # A case name (t01, c17) as fa run takes it: its input, generated if missing.
+        case = targets_for([str(input_path)])[0] if not input_path.exists() and \
+            suite.is_case_name(str(input_path).lower()) else None
+        input_path = case.input_path if case else input_path
         # Read, not mapped: a file cut short while fa reads it is one line, never a SIGBUS.
         inp = AttentionInput(input_path, in_memory=True)
         out = open_output(output, inp.shape, in_memory=True)
         check = verify.RowCheck(sample_rows, full, seed)
         if check.is_default:  # every value, as the course's judge: against the input's expected output
-            target = suite.Target(input_path.name, input_path, inp.shape, None)
+            target = case or suite.Target(input_path.name, input_path, inp.shape, None)
             ensure_expected([target])
             with report.progress("verifying", inp.shape.elements) as advance:
                 result = verify.against_expected(out, expected.output_of(target, in_memory=True), tol, inp.shape,
@@ -264,9 +289,12 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
               help="Seconds the search for a cause may take (on the smallest failing case); 0: none.")
 @click.option("-o", "--output", "results_file", type=OutputPath(),
               help="Also add the results to this file (JSON, for fa report); extended if it exists.")
+@click.option("--without-gpu", is_flag=True,
+              help="Run a CUDA or HIP program even where this machine has no GPU for it (to see its host code "
+                   "fail: reading the input, a crash before its first GPU call).")
 @launcher_options
 def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
-        why_budget, results_file, launcher, partition, gres, srun_args) -> None:
+        why_budget, results_file, without_gpu, launcher, partition, gres, srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
     table, and for each case that did not pass, why: where the wrong values are and which usual
     mistake explains them, the signal that ended a program, how far a short output got.
@@ -277,19 +305,23 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     fa run --all --suite c --program ./hw4  all 30 course shapes"""
     if why_case and (cases or all_cases):
         raise click.UsageError("--why takes one case alone: fa run --why CASE --program PROGRAM")
-    names = [why_case] if why_case else list(suite.cases(suite_name)) if all_cases else list(cases)
+    suite_given = click.get_current_context().get_parameter_source("suite_name") != ParameterSource.DEFAULT
+    names = [why_case] if why_case else list(suite.cases(suite_name)) if all_cases else \
+        suite.named_cases(cases, suite_name if suite_given else None)
     if not names:
         raise click.UsageError("name test cases (t01..t30, c01..c30 or input files), or give --all [--suite c]")
     if time_limit and no_time_limit:
         raise click.UsageError("--time-limit and --no-time-limit exclude each other")
     check_extendable(results_file)  # a results file that cannot take the records: said before any work
-    prog = program_for(program)
+    runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names(names)
+    prog = runnable(program, runner, check=not without_gpu)
+    ready.announce_disk(names, not (sample_rows or full), note)
     targets = targets_for(names)
     if not (sample_rows or full):
         ensure_expected(targets)
     if time_limit:
         targets = [dataclasses.replace(t, time_limit=time_limit) for t in targets]
-    runner = make_launcher(launcher, partition, gres, srun_args)
     results = []
     with locations.shared_workdir(runner is not None) as workdir:
         options = judge.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
@@ -298,7 +330,7 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
                 results.append(judge.judge(prog, t, options))
                 advance()
         across = cause.explain(results, options, note, why_budget, chosen=results[0] if why_case else None)
-    report.console.print(report.judge_table(results, describe_first()))
+    report.show(report.judge_table(results, describe_first()))
     if any(r.check and r.check.sampled for r in results):
         click.echo(report.SAMPLED_NOTE)
     if any(not r.ok for r in results) or why_case:
@@ -307,7 +339,8 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         click.echo("across the cases: " + " ".join(across.lines) + "\n")
     if results_file:
         append(results_file, [judge.as_record(r, options) for r in results])
-        click.echo(f"{len(results)} records added to {results_file}")
+        click.echo(f"{report.plural(len(results), 'record')} added to {results_file}")
+    click.echo(report.run_summary(results))
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
 
 
@@ -332,12 +365,14 @@ def slurm_task_cmd(plan, index) -> None:
 
 @main.command(name="devices")
 def devices_cmd() -> None:
-    """List GPUs: NVIDIA through the CUDA driver, AMD through hip-python (pip install .[amd])."""
+    """List GPUs (NVIDIA through the CUDA driver, AMD through hip-python, pip install .[amd]) and
+    what can run here: CUDA and HIP programs, the compilers, the profilers."""
     found = list_devices()
     if not found:
-        click.echo("no GPU found (no NVIDIA driver, and no AMD GPU visible to hip-python); the cpu program runs here")
-        return
-    report.console.print(report.devices_table(found))
+        click.echo("no GPU found")
+    else:
+        report.show(report.devices_table(found))
+    click.echo("\nwhat runs here:\n" + "\n".join(f"  {line}" for line in ready.here()))
 
 
 def parse_shape(text: str) -> Shape:
@@ -370,10 +405,11 @@ def parse_shape(text: str) -> Shape:
                    "the first shows the noise (a program given twice is one too).")
 @click.option("-o", "--output", "results", type=OutputPath(), required=True,
               help="Results file (JSON); extended if it exists.")
+@click.option("--wide", is_flag=True, help="Also the device, the runs and their spread (wider than 80 columns).")
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
-def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, label, control, results, launcher,
-              partition, gres, srun_args, slurm_array) -> None:
+def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, label, control, results, wide,
+              launcher, partition, gres, srun_args, slurm_array) -> None:
     """Time programs on inputs: whole process (median of repeats, with its 95% interval), stages, TFLOP/s, error.
 
     Each input is flushed to disk first; the programs then take turns, one run each per round,
@@ -390,9 +426,11 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
         raise click.UsageError("give --suite or --shape")
     sizes = [parse_shape(text) for text in shapes]
     check_extendable(results)
-    progs = [program_for(n) for n in names]
-    targets = targets_for(wanted, sizes)
     runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names(wanted)
+    progs = [runnable(n, runner) for n in names]
+    ready.announce_disk(wanted, False, note)
+    targets = targets_for(wanted, sizes)
     plan = bench.BenchPlan(progs, targets, repeats, precision=precision, launcher=None if slurm_array else runner,
                            label=label)
     with locations.shared_workdir(runner is not None) as workdir, \
@@ -401,10 +439,10 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
             records = slurm.bench_array(plan, runner, results, advance)
         else:
             records = bench.run_bench(plan, results, advance, workdir)
-    report.console.print(report.bench_table(records))
+    report.show(report.bench_table(records, wide))
     for line in bench.control_ratios(records):
         click.echo(line)
-    click.echo(f"{len(records)} records added to {results}")
+    click.echo(f"{report.plural(len(records), 'record')} added to {results}")
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
 
 
@@ -426,10 +464,14 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
 def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, results, as_markdown, launcher, partition,
                 gres, srun_args) -> None:
     check_extendable(results)
-    prog = program_for(program)
-    tool = profile.choose(profiler, prog.name)
-    targets = targets_for(cases)
     runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names(cases)
+    prog = programs.resolve(program)
+    ready.check_runs_here(prog, runner, program, try_cpu=False)
+    tool = profile.choose(profiler, prog.name)
+    ready.check_profiler(tool, runner)  # both said before any input is generated
+    prog = programs.ensure_built(prog, note)
+    targets = targets_for(cases)
     records = []
     with locations.shared_workdir(runner is not None) as workdir:
         for t in targets:
@@ -440,9 +482,9 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     if as_markdown:
         click.echo(report.profile_markdown(records), nl=False)
     else:
-        report.console.print(report.profile_table(records))
+        report.show(report.profile_table(records))
     if results:
-        click.echo(f"{len(records)} records added to {results}")
+        click.echo(f"{report.plural(len(records), 'record')} added to {results}")
 
 
 @main.command(name="resources")
@@ -463,10 +505,10 @@ def resources_cmd(program, archs, as_json) -> None:
             commands.append(" ".join(argv))
             advance()
     if as_json:
-        click.echo(json.dumps({"records": resources.as_records(kernels), "commands": commands,
+        click.echo(json.dumps({"records": resources.as_records(kernels, program), "commands": commands,
                                "targets": {t: dataclasses.asdict(resources.TARGETS[t]) for t in targets}}, indent=1))
     else:
-        report.console.print(report.resources_table(kernels))
+        report.show(report.resources_table(kernels))
         for line in report.resources_notes(kernels):
             click.echo(line)
 
@@ -476,13 +518,16 @@ def resources_cmd(program, archs, as_json) -> None:
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
 @click.option("--plot", type=OutputPath(),
               help="Write a chart (PNG) here: stage times per input and run, and time against N.")
-def compare_cmd(files, as_markdown, plot) -> None:
+@click.option("--wide", is_flag=True, help="One row per input, the runs side by side (wider than 80 columns).")
+def compare_cmd(files, as_markdown, plot, wide) -> None:
     """Runs from one or more bench results files, side by side."""
     records = compare.timed_records(by_kind(list(files)))
     if as_markdown:
         click.echo(compare.markdown(records), nl=False)
     else:
-        report.console.print(report.compare_table(*compare.rows(records)))
+        header, body, about = compare.long_rows(records) if not wide else \
+            (*compare.rows(records), " (whole-process medians)")
+        report.show(report.compare_table(header, body, f"fa compare{about}"))
     if plot:
         click.echo(f"wrote {compare.plot(records, plot)}")
 
@@ -511,13 +556,13 @@ def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str
     if as_markdown:
         click.echo(report.markdown_table(header, body), nl=False)
     else:
-        report.console.print(report.compare_table(header, body, title))
+        report.show(report.compare_table(header, body, title))
 
 
 def save_and_plot(records: list[dict], results: Path | None, plot: Path | None, chart) -> None:
     if results:
         append(results, records)
-        click.echo(f"{len(records)} records added to {results}")
+        click.echo(f"{report.plural(len(records), 'record')} added to {results}")
     if plot:
         click.echo(f"wrote {chart(records, plot)}")
 
@@ -535,13 +580,15 @@ def ladder_cmd(case, program, list_only, repeats, tol, with_profile, profiler, r
     if not list_only and not case:
         raise click.UsageError("give a CASE (t27, a file, ...), or --list")
     check_extendable(results)
-    prog = program_for(program)
-    steps = ladder.steps_for(prog)  # refused before any input is generated
-    if list_only:
-        show(*ladder.listing(steps), as_markdown, f"fa ladder: the steps of {prog.name}")
+    if list_only:  # no GPU needed: the program's kernel registry
+        prog = program_for(program)
+        show(*ladder.listing(ladder.steps_for(prog)), as_markdown, f"fa ladder: the steps of {prog.name}")
         return
-    [target] = targets_for([case])
     runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names([case])
+    prog = runnable(program, runner, try_cpu=False)
+    steps = ladder.steps_for(prog)  # refused before any input is generated
+    [target] = targets_for([case])
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
     with locations.shared_workdir(runner is not None) as workdir, report.progress("ladder steps", len(steps), steps=True) as advance:
         records = ladder.run_ladder(prog, target, plan_args, steps, with_profile, profiler, workdir, advance)
@@ -606,9 +653,10 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, list_only, repeats, t
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for report.md and its charts (created if missing).")
 def report_cmd(files, out_dir) -> None:
-    """One markdown report (and its PNG charts) from results files of fa run, bench, profile,
-    resources (--json), ladder and sweep, in the course report's order, opening with the spec of
-    every machine the results came from."""
+    """Your report, in the course's sections, as markdown (and its PNG charts), from results files
+    of fa run, bench, profile, resources (--json), ladder and sweep: your programs' records fill
+    the sections, with a marked place in each for your own words; fa's own programs' records
+    (cpu, cuda, ..., fa ladder) appear only in a last section, labelled as fa's."""
     click.echo(f"wrote {writeup.write(list(files), out_dir)}")
 
 
@@ -621,7 +669,7 @@ def system_cmd(as_json) -> None:
     if as_json:
         click.echo(json.dumps(spec, indent=1))
         return
-    report.console.print(report.system_table(spec))
+    report.show(report.system_table(spec))
 
 
 if __name__ == "__main__":

@@ -101,6 +101,29 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
+    """The same figures one row per (input, run), for a terminal: six columns whatever the number
+    of runs; the device named once in the title where every run has the same one."""
+    runs, table = arrange(records)
+    devices = {k.device for k in runs}
+    label = (lambda k: k.name) if len(devices) == 1 else str
+    header = ["input", "run", "time s", "kernel TFLOP/s", "max err", f"speed-up vs {label(runs[0])}"]
+    body = []
+    for name, by_run in table.items():
+        base = by_run.get(runs[0])
+        for k in runs:
+            r = by_run.get(k)
+            if r is None:
+                continue
+            ok = not r.get("error")
+            fast = (f"{base['wall_s']['median'] / r['wall_s']['median']:.2f}x"
+                    if base and ok and not base.get("error") else "-")
+            body.append([name, label(k), cell_time(r), f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel")
+                         else "-", f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-", fast])
+    where = f" on {devices.pop()}" if len(devices) == 1 else ""
+    return header, body, where + " (whole-process medians)"
+
+
 def markdown(records: list[dict]) -> str:
     return markdown_table(*rows(records))
 

@@ -73,8 +73,16 @@ def describe_rows(bad: np.ndarray, checked: np.ndarray, N: int) -> str:
     for k in range(2, 65):
         residue = int(bad[0]) % k
         if len(bad) >= 2 and np.all(bad % k == residue) and np.array_equal(bad, checked[checked % k == residue]):
-            return f"every {k}th row (rows {residue}, {residue + k}, {residue + 2 * k}, ...)"
-    return f"rows {listing(bad)}" if len(bad) <= 12 else f"{len(bad)} of {len(checked)} rows checked"
+            return f"every {ordinal(k)} row (rows {residue}, {residue + k}, {residue + 2 * k}, ...)"
+    if len(bad) == 1:
+        return f"row {bad[0]} only"
+    return f"rows {listing(bad)}" if len(bad) <= 12 else f"{len(bad)} scattered rows (of {len(checked)} checked)"
+
+
+def ordinal(k: int) -> str:
+    """2nd, 3rd, 4th, 11th, 21st."""
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
 
 
 def describe_columns(column_bad: np.ndarray) -> str:
@@ -102,7 +110,20 @@ def where_wrong(result: VerifyResult, shape: Shape) -> dict:
 
 
 # ---------------------------------------------------------------- which mistake explains it
-def take_sample(inp: AttentionInput, out: np.ndarray, tol: float, seed: int = 0) -> Sample:
+def first_wrong_rows(result: VerifyResult, shape: Shape) -> np.ndarray | None:
+    """(B,) each batch's first row holding a value over the tolerance (N where none does), from
+    the rows the check looked at; None where it did not look at every row."""
+    if result.wrong is None or result.sampled:
+        return None
+    batches, rows, bad = result.wrong.arrays()
+    first = np.full(shape.B, shape.N, dtype=np.int64)
+    wrong = bad > 0
+    np.minimum.at(first, batches[wrong], rows[wrong])
+    return first
+
+
+def take_sample(inp: AttentionInput, out: np.ndarray, tol: float, seed: int = 0,
+                first_wrong: np.ndarray | None = None) -> Sample:
     """A few batches (the first, the second, one in the middle, the last) and rows (the first and
     last 8, and random ones between) of the input and the output: enough to tell the mistakes
     apart, small enough for any N."""
@@ -119,7 +140,8 @@ def take_sample(inp: AttentionInput, out: np.ndarray, tol: float, seed: int = 0)
     got = np.asarray(out[batches][:, rows], dtype=np.float32)
     correct = reference.attention(q, k, v, np.broadcast_to(rows, (len(batches), len(rows))))
     wrong = ~(np.abs(got - correct) <= tol)  # NaN counts as wrong
-    return Sample(batches, rows, q, k, v, got, correct, wrong, lambda b: tuple(x[0] for x in inp.qkv(b)))
+    return Sample(batches, rows, q, k, v, got, correct, wrong, lambda b: tuple(x[0] for x in inp.qkv(b)),
+                  None if first_wrong is None else first_wrong[batches])
 
 
 def explains(candidate: Candidate, s: Sample, tol: float) -> bool:
@@ -138,9 +160,11 @@ def explains(candidate: Candidate, s: Sample, tol: float) -> bool:
     return close[judged].mean() >= MATCH_SHARE and close[wrong].mean() >= MATCH_SHARE
 
 
-def looks_like(inp: AttentionInput, out: np.ndarray, tol: float) -> list[tuple[Mistake, list[str]]]:
-    """Every mistake (with the variants, such as the tile width, that fit) that explains out."""
-    s = take_sample(inp, out, tol)
+def looks_like(inp: AttentionInput, out: np.ndarray, tol: float,
+               first_wrong: np.ndarray | None = None) -> list[tuple[Mistake, list[str]]]:
+    """Every mistake (with the variants, such as the tile width, that fit) that explains out;
+    first_wrong: each batch's first wrong row, where every row was checked."""
+    s = take_sample(inp, out, tol, first_wrong=first_wrong)
     found = []
     for mistake in MISTAKES:
         labels = [c.label for c in mistake.outputs(s) if explains(c, s, tol)]
@@ -175,7 +199,7 @@ def of_wrong(result: VerifyResult, shape: Shape, inp: AttentionInput | None = No
         fields["pattern"] = pattern
         lines.append(f"wrong in: {pattern['batches']}; {pattern['rows']}; {pattern['columns']}")
     if inp is not None and out is not None:
-        found = looks_like(inp, out, result.tol)
+        found = looks_like(inp, out, result.tol, first_wrong_rows(result, shape))
         fields["looks_like"] = [m.name + (f", {variants(labels)}" if any(labels) else "") for m, labels in found]
         if found:
             lines += [f"looks like: {name}; check: {m.hint}" for name, (m, _) in zip(fields["looks_like"], found)]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import diagnose, expected, generate, locations, records, suite, verify
+from .errors import FaError
 from .format import AttentionInput, Shape, open_output, read_header
 from .programs import Launcher, Program, RunResult, run
 from .suite import Target
@@ -24,6 +25,8 @@ def target_for(text: str, progress=None) -> Target:
         path = suite.ensure_input(c, progress)
         return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=missing, sha256=c.sha256)
     path = Path(text)
+    if not path.exists() and suite.is_case_name(text.lower()):
+        raise FaError(f"no test case or file named {text}: did you mean {text.lower()}?")
     return Target(path.name, path, read_header(path), None)
 
 

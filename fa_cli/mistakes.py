@@ -37,6 +37,9 @@ class Sample:
     correct: np.ndarray  # float64 attention on the same rows
     wrong: np.ndarray  # (G, R, d) booleans: got is over the tolerance (or not finite)
     qkv_of: Callable[[int], tuple]  # any batch's q, k, v (float32 views), for neighbours
+    # (G,) each sampled batch's first wrong row in the check of every row (N: none wrong), where
+    # that check was made: a mistake about rows then names the row the location lines name
+    first_wrong: np.ndarray | None = None
 
     @property
     def N(self) -> int:
@@ -108,14 +111,15 @@ def first_tile_only(s: Sample) -> Iterator[Candidate]:
 
 def rows_not_written(s: Sample) -> Iterator[Candidate]:
     """Rows from some R on left as they were (zero or garbage): a grid too small for N."""
-    bad_rows = s.wrong.any(axis=(0, 2))
-    if not bad_rows.any():
+    if s.first_wrong is not None:  # the first wrong row of each batch, from every row checked
+        starts = s.first_wrong
+    else:  # only the sampled rows are known
+        bad_rows = s.wrong.any(axis=2)
+        starts = np.where(bad_rows.any(axis=1), s.rows[np.argmax(bad_rows, axis=1)], s.N)
+    if starts.min() == 0 or starts.min() >= s.N:
         return
-    first = int(np.argmax(bad_rows))
-    if first == 0:
-        return
-    R = int(s.rows[first])
-    unwritten = np.broadcast_to(s.rows >= R, s.got.shape[:2])
+    R = int(starts.min())
+    unwritten = s.rows[None, :] >= starts[:, None]
     yield Candidate(np.where(unwritten[..., None], 0.0, s.correct), f"rows from {R} on", unwritten=unwritten)
 
 

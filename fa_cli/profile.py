@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import locations
+from . import locations, ready
 from .records import new_record
 from .devices import describe_first
 from .errors import ExitStatus, FaError
@@ -318,9 +318,7 @@ def profile(program, target, profiler: str, kernel: str | None = None, full: boo
             env: dict[str, str] | None = None) -> tuple[list[KernelProfile], list[str]]:
     """Run program on target under the profiler (with `env` added to the environment); its
     kernels' figures and the command line."""
-    if launcher is None and not shutil.which(profiler):
-        hint = " (Pascal GPUs such as the GTX 1080: --profiler nvprof)" if profiler == "ncu" else ""
-        raise FaError(f"{profiler} is not installed here{hint}")
+    ready.check_profiler(profiler, launcher)
     with locations.scratch("profile", workdir) as tmp:
         work = Path(tmp)
         prefix = command(profiler, work, kernel, full)

@@ -153,12 +153,24 @@ def resolve(name_or_path: str) -> Program:
         return named(name_or_path)
     path = Path(name_or_path)
     if not path.exists():
-        raise FaError(f"no program {name_or_path!r}: give one of {', '.join(NAMES)}, best, or a path")
+        raise FaError(unbuilt(path, name_or_path) or
+                      f"no program {name_or_path!r}: give one of {', '.join(NAMES)}, best, or a path")
     if path.suffix in SOURCE_COMPILERS and path.is_file():
         return from_source(path)
     if path.is_dir() or not os.access(path, os.X_OK):
         raise FaError(f"{name_or_path}: not an executable program")
     return Program(path.name, path.resolve())
+
+
+def unbuilt(path: Path, shown: str) -> str | None:
+    """For a program not built yet beside its source (./hw4 and hw4.cu): build it first, or let fa."""
+    sources = [path.with_name(path.name + suffix) for suffix in SOURCE_COMPILERS]
+    source = next((s for s in sources if s.is_file()), None)
+    if source is None:
+        return None
+    how = f"make {path.name}" if (path.parent / "Makefile").is_file() else "with the course's line"
+    return (f"no program {shown!r}: build it first ({how}), or give --program {source} to let fa build it "
+            "with the course's line")
 
 
 def ensure_built(program: Program, announce=None) -> Program:

@@ -2,18 +2,21 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 from typing import Iterator
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
+from . import suite
 from .bench import uncertainty
 from .judge import CaseResult
 from .verify import VerifyResult
 
-# Wide enough for the tables when output goes to a file or a pipe (CI logs, reports).
+# Output to a file or a pipe (CI logs, reports) is never cut: show() widens it to each table.
 console = Console(width=None if sys.stdout.isatty() else 132)
 err_console = Console(stderr=True)
 VERDICT_STYLE = {"PASS": "green", "WRONG": "red", "TLE": "yellow", "ERROR": "red"}
@@ -46,6 +49,45 @@ def progress(description: str, total: int | None, enabled: bool = True, steps: b
         yield lambda n=1: bar.advance(task, n)
 
 
+def show(table: Table) -> None:
+    """Print a table on stdout. On a terminal rich fits it to the width: a column of figures is
+    as wide as its widest figure, its header wrapped to it, and only text cells wrap at need (a
+    figure is never cut); in a file or a pipe the table is printed as wide as it needs."""
+    for column in table.columns:
+        column.overflow = "fold"
+    if console.is_terminal:
+        for column in table.columns:
+            cells = [Text.from_markup(str(c)).plain for c in column.cells]
+            if cells and all(NUMERIC.match(c) for c in cells):
+                widest = max(map(len, cells))
+                column.no_wrap = True  # not shrunk by rich: the text columns give way
+                column.header = wrap_words(str(column.header), max(widest, 7))
+        console.print(table)
+        return
+    natural = console.measure(table, options=console.options.update(width=10_000)).maximum
+    width = console.width
+    console.width = max(width, natural)  # console.print's width= may only narrow
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+
+
+def wrap_words(text: str, width: int) -> str:
+    """text on lines of at most width characters, broken at spaces (a longer word stays whole)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+# A cell holding one figure: 0.515, 5.8e-06, 1.01x, 61%, "2.083 ±1.2%", 26x32768x64, or "-" for none.
+NUMERIC = re.compile(r"^(-|[-+]?\d[\d.,]*(e[-+]?\d+)?(x|%| ±[\d.]+%)?|\d+x\d+x\d+)$")
+
+
 def fmt_err(x: float) -> str:
     return f"{x:.2e}"
 
@@ -74,16 +116,78 @@ def verify_details(result: VerifyResult, diagnosis) -> str:
     return "\n".join(there + diagnosis.lines[2:])
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """"1 record", "2 records"."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
+
+
+def alike(result: CaseResult) -> tuple:
+    """What two cases' diagnoses share when they differ only in the figures of their first line
+    (counts, a time), their worst value and their stderr; where the wrong values are and which
+    mistake explains them must be the same."""
+    lines = result.diagnosis.lines
+    return (result.verdict, NUMBER.sub("#", lines[0]),
+            *(NUMBER.sub("#", l) if l.startswith(("worst:", "stderr:")) else l for l in lines[1:]))
+
+
+def case_ranges(names: list[str]) -> str:
+    """t11, t12, ..., t30 -> "t11..t30": runs of consecutive suite cases shortened."""
+    order = {name: i for i, name in enumerate(suite.cases(None))}
+    runs: list[list[str]] = []
+    for name in sorted(names, key=lambda n: order.get(n, len(order))):
+        last = runs[-1][-1] if runs else None
+        if last in order and name in order and order[name] == order[last] + 1 and name[0] == last[0]:
+            runs[-1].append(name)
+        else:
+            runs.append([name])
+    return ", ".join(run[0] if len(run) == 1 else ", ".join(run) if len(run) == 2 else f"{run[0]}..{run[-1]}"
+                     for run in runs)
+
+
 def diagnoses(results: list[CaseResult], always: bool = False) -> str:
     """One short paragraph per case that did not pass (every case, with always): its verdict and
-    why (diagnose.py, cause.py)."""
-    paragraphs = []
+    why (diagnose.py, cause.py). Cases whose diagnoses differ only in their figures share one
+    paragraph, the first case's, headed by all their names."""
+    groups: dict[tuple, list[CaseResult]] = {}
     for r in results:
         if (r.ok and not always) or r.diagnosis is None or not r.diagnosis.lines:
             continue
-        lines = r.diagnosis.lines
-        paragraphs.append(f"{r.target.name} {r.verdict}: {lines[0]}" + "".join(f"\n  {l}" for l in lines[1:]))
+        groups.setdefault(alike(r), []).append(r)
+    paragraphs = []
+    for group in groups.values():
+        first, names = group[0], case_ranges([r.target.name for r in group])
+        lines = list(first.diagnosis.lines)
+        if len(group) > 1 and first.verdict == "TLE":
+            limits = sorted({f"{r.time_limit:g} s" for r in group if r.time_limit}, key=lambda x: float(x[:-2]))
+            at = f"their {limits[0]} time limit" if len(limits) == 1 else "their time limits, " + "/".join(limits)
+            lines = [f"stopped at {at} (whole process); --no-time-limit lets them finish"]
+        elif len(group) > 1 and any(r.diagnosis.lines != lines for r in group):
+            lines[0] += f" (in {first.target.name}; the {plural(len(group) - 1, 'other')} alike)"
+        head = f"{names} {first.verdict}" + (f" ({len(group)} cases)" if len(group) > 1 else "")
+        paragraphs.append(f"{head}: {lines[0]}" + "".join(f"\n  {l}" for l in lines[1:]))
     return "\n\n".join(paragraphs)
+
+
+VERDICTS = ("PASS", "WRONG", "TLE", "ERROR")
+
+
+def run_summary(results: list[CaseResult]) -> str:
+    """fa run's last line: counts by verdict, the time of all runs, the case nearest its limit."""
+    counts = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(r.verdict == v for r in results)))
+    total = sum(r.run.wall_s for r in results)
+    line = f"{plural(len(results), 'case')}: {counts}; {total:.2f} s of runs"
+    limited = [r for r in results if r.time_limit]
+    if limited:
+        r = max(limited, key=lambda r: r.run.wall_s / r.time_limit)
+        line += (f"; nearest its limit: {r.target.name}, {r.run.wall_s:.2f} s of {r.time_limit:g} s "
+                 f"({r.run.wall_s / r.time_limit:.0%})")
+    elif results:
+        r = max(results, key=lambda r: r.run.wall_s)
+        line += f"; slowest: {r.target.name}, {r.run.wall_s:.2f} s (no time limit)"
+    return line
 
 
 def judge_table(results: list[CaseResult], device: str) -> Table:
@@ -107,28 +211,38 @@ def process_cell(wall: dict) -> str:
     return f"{wall['median']:.3f} ±{uncertainty(wall['all']):.1%}"
 
 
-def bench_table(records: list[dict]) -> Table:
-    table = Table(title="fa bench (medians; TFLOP/s counts 4*B*N*N*d)", title_justify="left")
-    for column in ("input", "program", "device", "kernel impl", "process s", "runs", "spread s", "kernel ms",
-                   "kernel TFLOP/s", "max err"):
-        table.add_column(column, no_wrap=True)
+def bench_table(records: list[dict], wide: bool = False) -> Table:
+    """fa bench's table: what fits 80 columns (the device in the title where every run has the
+    same); wide adds the device, the runs and their spread."""
+    devices = {r["device"] for r in records}
+    wide = wide or len(devices) > 1
+    where = "" if wide or not devices else f" on {devices.pop()}"
+    table = Table(title=f"fa bench{where} (medians; TFLOP/s counts 4*B*N*N*d)", title_justify="left")
+    columns = ["input", "program", *(["device"] if wide else []), "kernel impl", "process s",
+               *(["runs", "spread s"] if wide else []), "kernel ms", "kernel TFLOP/s", "max err"]
+    for column in columns:
+        table.add_column(column)
     for r in records:
         program = r["program"] + (" (A/A)" if r.get("control") else "")  # a program given twice
+        device = [r["device"]] if wide else []
         if r.get("error"):
-            table.add_row(r["input"], program, r["device"], "-", "[red]error[/]", "-", "-", "-", "-", r["error"][:40])
+            table.add_row(r["input"], program, *device, "-", "[red]error[/]", *(["-", "-"] if wide else []), "-", "-",
+                          r["error"][:40])
             continue
         w = r["wall_s"]
         kernel = r["timing"].get("kernel")
-        table.add_row(r["input"], program, r["device"], r["build"].get("impl", "-"), process_cell(w),
-                      str(len(w["all"])), f"{w['min']:.3f}-{w['max']:.3f}", f"{kernel * 1e3:.2f}" if kernel else "-",
+        table.add_row(r["input"], program, *device, r["build"].get("impl", "-"), process_cell(w),
+                      *([str(len(w["all"])), f"{w['min']:.3f}-{w['max']:.3f}"] if wide else []),
+                      f"{kernel * 1e3:.2f}" if kernel else "-",
                       f"{r['tflops_kernel']:.3g}" if r.get("tflops_kernel") else "-", fmt_err(r["max_err"]))
     return table
 
 
 def compare_table(header: list[str], rows: list[list[str]], title: str = "fa compare (whole-process medians)") -> Table:
     table = Table(title=title, title_justify="left")
-    for column in header:
-        table.add_column(column)
+    for i, column in enumerate(header):
+        numeric = i > 0 and bool(rows) and all(NUMERIC.match(Text.from_markup(str(row[i])).plain) for row in rows)
+        table.add_column(column, justify="right" if numeric else "left")
     for row in rows:
         table.add_row(*row)
     return table

@@ -333,5 +333,6 @@ def usage_from(text: str, target: str, launches: dict[str, tuple[int, int]], thr
     return sorted(usage.values(), key=lambda u: u.kernel)
 
 
-def as_records(kernels: list[KernelUsage]) -> list[dict]:
-    return [{"kind": "resources", **asdict(u)} for u in kernels]
+def as_records(kernels: list[KernelUsage], program: str | None = None) -> list[dict]:
+    """Results-file records; program: what --program named (cuda, hw4.cu), for fa report."""
+    return [{"kind": "resources", **({"program": program} if program else {}), **asdict(u)} for u in kernels]

@@ -91,6 +91,21 @@ def is_case_name(text: str) -> bool:
     return bool(NAME.match(text))
 
 
+def named_cases(names, suite_name: str | None = None) -> list[str]:
+    """The cases named on the command line. With --suite given, a bare number is that suite's case
+    (7 or 07: c07 with --suite c) and a case of the other suite is refused, never run in its place."""
+    found = []
+    for text in names:
+        if suite_name and not Path(text).exists():
+            if text.isdigit() and 1 <= int(text) <= len(cases(suite_name)):
+                text = f"{suite_name}{int(text):02d}"
+            elif is_case_name(text) and text[0] != suite_name:
+                raise FaError(f"{text} is a case of suite {text[0]}, and --suite {suite_name} was given (it picks the "
+                              f"suite of --all and of bare numbers): name {suite_name}{text[1:]}, or leave out --suite")
+        found.append(text)
+    return found
+
+
 def case(name: str) -> Case:
     try:
         return cases(None)[name]

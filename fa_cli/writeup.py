@@ -1,21 +1,26 @@
-"""fa report: one markdown report, with its PNG charts, from the results files fa wrote.
+"""fa report: the student's report, in the course's sections, from the results files fa wrote.
 
 Records are recognised by their `kind` (records.kind_of: run, bench, profile, ladder, sweep,
-resources; older files without one by their fields) and laid out in the course report's order:
-  system spec (3a)  every machine the results came from, as the commands recorded it at run time
-  1 judge           fa run: every case, its time, error and verdict, per program and device
-  2 profiling       fa profile: the course's metrics per kernel
-  3 optimizations   fa ladder (table, chart), fa sweep (table, chart), fa resources
-  4 NVIDIA and AMD  fa bench: runs side by side (fa compare's table and chart), and every AMD
-                    result next to its NVIDIA counterpart where both are present
-A section with no results says which command fills it.
+resources; older files without one by their fields). Those of the student's own programs (hw4,
+hw4.cu, hw4-amd: any program that is not one of fa's) fill the course's sections; each section
+also has a marked place for the student's own words (YOURS), which fa cannot write:
+  1 implementation       the compilers' report of the kernels (fa resources)
+  2 profiling results    fa profile: the course's metrics per kernel
+  3 experiment, analysis (a) the spec of every machine the results came from, (b) optimization:
+                         the student's sweeps, (c) others: fa run, every case judged
+  4 NVIDIA and AMD       fa bench: runs side by side (fa compare's table and chart), every AMD
+                         result next to its NVIDIA counterpart where both are present
+  5 experience and conclusion
+Records of fa's own programs (cpu, cuda, hip, hip-cuda, torch; fa ladder's steps) are shown
+only at the end, under a heading that says they are fa's, as a yardstick. A section with no
+results says which command fills it, for ./hw4.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
 
-from . import charts, compare, ladder, sweep
+from . import charts, compare, ladder, programs, sweep
 from .errors import FaError
 from .format import atomic_file
 from .records import by_kind
@@ -31,7 +36,7 @@ def systems_section(found: dict[str, list[dict]]) -> str:
                 gpus = ", ".join(f"{g['name']} ({g['arch']}, {g.get('memory_gib', '?')} GiB)"
                                  for g in spec.get("gpus", []))
                 machines.setdefault(f"{spec.get('host')}|{gpus}", spec)
-    out = ["## System (3a)\n"]
+    out = ["### 3a. System spec\n"]
     if not machines:
         return out[0] + "\nThe results carry no system description (files from before fa recorded one).\n"
     body = []
@@ -50,32 +55,34 @@ def systems_section(found: dict[str, list[dict]]) -> str:
     return "\n".join(out)
 
 
-def judge_section(records: list[dict]) -> str:
-    head = "## 1. Correctness and time: the judge (`fa run`)\n"
+def judge_section(records: list[dict], head: str = "### 3c. Others: correctness and time on the test cases "
+                                                    "(`fa run`)\n") -> str:
     if not records:
-        return head + "\nNo results: `fa run --all --program cuda -o run.json` gives them.\n"
+        return head + "\nNo results: `fa run --all --suite c --program ./hw4 -o run.json` gives them.\n"
     body = [[r["input"], f"{r['shape']['B']}x{r['shape']['N']}x{r['shape']['d']}", r["program"], r.get("device", "?"),
              f"{r['wall_s']:.3f}" if isinstance(r.get("wall_s"), (int, float)) else "-",
              f"{r['time_limit']:g}" if r.get("time_limit") else "-",
              f"{r['max_err']:.2e}" if r.get("max_err") is not None else "-", f"{r['tol']:g}" if r.get("tol") else "-",
              r.get("verdict", "?")] for r in records]
+    counts = ", ".join(f"{n} {v}" for v in ("PASS", "WRONG", "TLE", "ERROR")
+                       if (n := sum(r.get("verdict") == v for r in records)))
     passed = sum(r.get("verdict") == "PASS" for r in records)
-    return (head + f"\n{passed} of {len(records)} runs PASS (the course's tolerance is 5e-3).\n\n"
+    return (head + f"\n{passed} of {len(records)} runs PASS ({counts}; the course's tolerance is 5e-3).\n\n"
             + markdown_table(["case", "B x N x d", "program", "device", "time s", "limit s", "max err", "tolerance",
                               "verdict"], body))
 
 
-def profile_section(records: list[dict]) -> str:
-    head = "## 2. Profiling (`fa profile`)\n"
+def profile_section(records: list[dict], head: str = "## 2. Profiling results (`fa profile`)\n") -> str:
     if not records:
-        return head + "\nNo results: `fa profile t17 t27 --program cuda -o profile.json` gives them.\n"
+        return head + "\nNo results: `fa profile t17 --program ./hw4 -o profile.json` gives them (the course " \
+                      "asks for the kernel that takes the longest time).\n"
     return head + "\n" + markdown_table(*profile_rows(records))
 
 
-def ladder_section(records: list[dict], out_dir: Path) -> str:
-    head = "### 3.1 The optimization ladder (`fa ladder`)\n"
+def ladder_section(records: list[dict], out_dir: Path,
+                   head: str = "### fa's optimization ladder of the homework kernel (`fa ladder`)\n") -> str:
     if not records:
-        return head + "\nNo results: `fa ladder t27 --program cuda -o ladder.json` gives them.\n"
+        return ""
     parts = [head]
     for key, group in _groups(records, lambda r: (r["program"], r.get("device"), r["input"])).items():
         png = _png(out_dir, "ladder", key)
@@ -85,10 +92,9 @@ def ladder_section(records: list[dict], out_dir: Path) -> str:
     return "".join(parts)
 
 
-def sweep_section(records: list[dict], out_dir: Path) -> str:
-    head = "### 3.2 Tile sizes (`fa sweep`)\n"
+def sweep_section(records: list[dict], out_dir: Path, head: str = "#### Tile sizes (`fa sweep`)\n") -> str:
     if not records:
-        return head + "\nNo results: `fa sweep t27 --param Br=8,16,32 --param Bc=16,32,64 -o sweep.json` gives them.\n"
+        return ""
     parts = [head]
     for key, group in _groups(records, lambda r: (r["program"].split("-br")[0], r.get("arch"), r["input"])).items():
         png = _png(out_dir, "sweep", key)
@@ -98,10 +104,11 @@ def sweep_section(records: list[dict], out_dir: Path) -> str:
     return "".join(parts)
 
 
-def resources_section(records: list[dict]) -> str:
-    head = "### 3.3 Registers, shared memory and occupancy (`fa resources`)\n"
+def resources_section(records: list[dict],
+                      head: str = "#### Registers, shared memory and occupancy (`fa resources`)\n") -> str:
     if not records:
-        return head + "\nNo results: `fa resources --program cuda --json > resources.json` gives them.\n"
+        return head + "\nNo results: `fa resources --program hw4.cu --json > resources.json` gives them (no GPU " \
+                      "needed).\n"
     body = [[r["target"], r["kernel"], str(r.get("threads") or "-"), str(r["registers"]), str(r.get("spill_bytes", 0)),
              str(r.get("static_smem", 0) + r.get("dynamic_smem", 0)),
              f"{100 * r['occupancy']:.0f}%" if r.get("occupancy") is not None else "-",
@@ -110,12 +117,12 @@ def resources_section(records: list[dict]) -> str:
                                 "theoretical occupancy", "limited by"], body)
 
 
-def bench_section(records: list[dict], out_dir: Path) -> str:
-    head = "## 4. NVIDIA and AMD, side by side (`fa bench`, `fa compare`)\n"
+def bench_section(records: list[dict], out_dir: Path,
+                  head: str = "## 4. NVIDIA and AMD, side by side (`fa bench`, `fa compare`)\n",
+                  png: str = "bench.png") -> str:
     if not records:
-        return head + "\nNo results: `fa bench --suite --program cuda -o bench.json` (and the same on the AMD " \
-                      "partition with --program hip) gives them.\n"
-    png = "bench.png"
+        return head + "\nNo results: `fa bench --suite c --program ./hw4 -o bench.json` (and the same on the AMD " \
+                      "partition with --program ./hw4-amd) gives them.\n"
     charts.bench_chart(*compare.arrange(records), out_dir / png)
     vendors = {_vendor(r) for r in records}
     note = ("Runs on NVIDIA and AMD GPUs are both present: the columns compare them input by input."
@@ -150,27 +157,104 @@ def _png(out_dir: Path, stem: str, key: tuple) -> str:
     return f"{stem}-{safe}.png"
 
 
+# fa's own programs, and for resources records made before they named their program, fa's kernels.
+FA_KERNELS = ("attention_tensorcore", "attention_wgmma", "attention_simt", "attention_tiled", "ladder", "split_kv")
+
+
+def is_reference(record: dict, kind: str) -> bool:
+    """A record of fa's own programs (a yardstick), not of the student's."""
+    if kind == "ladder":
+        return True
+    program = record.get("program")
+    if program is None:
+        return kind == "resources" and str(record.get("kernel", "")).startswith(FA_KERNELS)
+    return program in programs.NAMES or program.split("-br")[0] in programs.NAMES  # a sweep's variants too
+
+
+def yours(what: str) -> str:
+    """A marked place for the student's own words."""
+    return f"\n> {YOURS} {what}\n"
+
+
+YOURS = "**Yours to write (TODO):**"
+
+
+def implementation_section(resources: list[dict]) -> str:
+    return "\n".join([
+        "## 1. Implementation\n",
+        yours("how your kernel computes the forward pass: how Q, K and V are cut into tiles of Br and Bc rows and "
+              "processed in parallel, what lives in shared memory, how m and l (the running max and sum of the "
+              "online softmax) are kept; why you chose your Br and Bc; the launch configuration (threads per "
+              "block, grid, shared memory) and how it follows from the tiles and the shared memory per SM."),
+        resources_section(resources, "What the compilers report of your kernels (`fa resources`), for the "
+                                     "launch configuration:\n"),
+    ])
+
+
+def optimization_section(sweeps: list[dict], out_dir: Path, has_reference: bool) -> str:
+    parts = ["### 3b. Optimization\n",
+             yours("each optimization you made, in order, what it changes and what it gained (keep each version "
+                   "and time them side by side: `fa bench --suite c --program ./hw4-v1 --program ./hw4 -o "
+                   "steps.json`, then `fa compare steps.json --plot steps.png`).")]
+    parts.append(sweep_section(sweeps, out_dir, "Your tile sizes (`fa sweep`):\n"))
+    if not has_reference:
+        parts.append("\nfa's own optimization ladder of the homework kernel, as a yardstick: `fa ladder t27 -o "
+                     "ladder.json` (on a GPU), shown at the end of this report under fa's name.\n")
+    return "\n".join(p for p in parts if p)
+
+
+def reference_section(found: dict[str, list[dict]], out_dir: Path) -> str:
+    """fa's own programs, under a heading that says so; empty where there are none."""
+    if not any(found.values()):
+        return ""
+    parts = ["## For reference: fa's own programs (not your work)\n",
+             "Measured with the same commands on fa's own programs, as a yardstick for yours; every figure "
+             "below is fa's, not yours: leave this section out of the report you hand in, or cite it as fa's.\n",
+             ladder_section(found["ladder"], out_dir),
+             sweep_section(found["sweep"], out_dir, "### fa's tile sizes (`fa sweep`)\n")]
+    if found["run"]:
+        parts.append(judge_section(found["run"], "### fa's programs on the test cases (`fa run`)\n"))
+    if found["profile"]:
+        parts.append(profile_section(found["profile"], "### fa's kernels profiled (`fa profile`)\n"))
+    if found["resources"]:
+        parts.append(resources_section(found["resources"], "### fa's kernels' resources (`fa resources`)\n"))
+    if found["bench"]:
+        parts.append(bench_section(found["bench"], out_dir, "### fa's programs timed (`fa bench`)\n",
+                                   "reference-bench.png"))
+    return "\n".join(p for p in parts if p)
+
+
 def write(paths: list[Path], out_dir: Path) -> Path:
     """report.md and its charts in out_dir, from the results files; returns report.md's path."""
     found = by_kind(paths)
     if out_dir.exists() and not out_dir.is_dir():
         raise FaError(f"{out_dir}: exists and is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
+    mine = {k: [r for r in v if not is_reference(r, k)] for k, v in found.items()}
+    theirs = {k: [r for r in v if is_reference(r, k)] for k, v in found.items()}
     sources = ", ".join(f"`{p.name}`" for p in paths)
     commands = dict.fromkeys(r["command"] for records in found.values() for r in records if r.get("command"))
     counts = ", ".join(f"{len(v)} {k}" for k, v in found.items() if v)
     text = "\n".join([
-        "# FlashAttention homework: results\n",
-        f"Written by `fa report` from {sources} ({counts} records). Figures are as measured; each table names "
-        "the program and device it came from.\n",
+        "# Homework 4: FlashAttention\n",
+        yours("your name and student ID."),
+        f"\nMade by `fa report` from {sources} ({counts} records): the tables and charts are your program's "
+        f"records, as measured; the places marked {YOURS} are for your own words."
+        + (" fa's own programs appear only in the last section, under their name." if any(theirs.values()) else "")
+        + "\n",
+        implementation_section(mine["resources"]),
+        profile_section(mine["profile"]),
+        yours("what the metrics say about your kernel (what limits it: occupancy, shared or global memory)."),
+        "## 3. Experiment and analysis\n",
         systems_section(found),
-        judge_section(found["run"]),
-        profile_section(found["profile"]),
-        "## 3. Optimizations\n",
-        ladder_section(found["ladder"], out_dir),
-        sweep_section(found["sweep"], out_dir),
-        resources_section(found["resources"]),
-        bench_section(found["bench"], out_dir),
+        optimization_section(mine["sweep"], out_dir, any(theirs.values())),
+        judge_section(mine["run"]),
+        yours("anything else you measured (block sizes, input sizes, the time of each stage)."),
+        bench_section(mine["bench"], out_dir),
+        yours("how the NVIDIA and AMD runs differ, and why (warp of 32, wavefront of 64, memory, compilers)."),
+        "## 5. Experience and conclusion\n",
+        yours("what you learned from this homework; feedback (optional)."),
+        reference_section(theirs, out_dir),
         "\n## Commands\n",
         "\n".join(f"- `{c}`" for c in commands) + "\n",
     ])

@@ -75,3 +75,9 @@ def build_students(folder: Path, mistakes) -> dict[str, Path]:
 
     with ThreadPoolExecutor(4) as pool:
         return dict(pool.map(one, mistakes))
+
+
+def verdicts(stdout: str) -> list[str]:
+    """The verdict column of fa run's table, row by row (its summary line and paragraphs left out)."""
+    return [line.strip("│ ").split("│")[-1].strip().split(",")[0] for line in stdout.splitlines()
+            if line.startswith("│")]

@@ -92,7 +92,7 @@ def test_a_cuda_programs_host_overrun_is_named_without_a_gpu(tmp_path):
     source.write_text(f'#define PLANT HOST_OVERRUN\n#include "{DATA / "planted_hw4.cu"}"\n')
     line = next(i for i, l in enumerate((DATA / "planted_hw4.cu").read_text().splitlines(), 1)
                 if "qkv[i] = payload[i]" in l)
-    proc = fa("run", inp, "--program", source)
+    proc = fa("run", inp, "--program", source, "--without-gpu")
     assert proc.returncode == 1 and "killed by SIGSEGV" in proc.stdout, proc.stdout + proc.stderr
     assert "AddressSanitizer: heap-buffer-overflow, READ" in proc.stdout
     assert f"at main planted_hw4.cu:{line}" in proc.stdout, proc.stdout

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from helpers import fa
+from helpers import ROOT, fa, verdicts
 from fa_cli import generate, suite
 from fa_cli.format import Shape
 
@@ -65,7 +65,7 @@ def test_run_suite_cases_with_cpu(cpu_program):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in ("t01", "t04", "t07"):
         assert name in proc.stdout
-    assert proc.stdout.count("PASS") == 3
+    assert verdicts(proc.stdout) == ["PASS"] * 3
 
 
 def test_gen_course_case(tmp_path):
@@ -79,7 +79,7 @@ def test_gen_course_case(tmp_path):
 def test_run_course_cases_with_cpu(cpu_program):
     proc = fa("run", "c01", "c02", "--program", "cpu")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("PASS") == 2 and "320×128×32" in proc.stdout and "160×128×64" in proc.stdout
+    assert verdicts(proc.stdout) == ["PASS"] * 2 and "320×128×32" in proc.stdout and "160×128×64" in proc.stdout
 
 
 def test_run_help_shows_the_course_suite():
@@ -147,3 +147,49 @@ def test_traceback_on_request(tmp_path):
     for proc in (fa("--traceback", "verify", tmp_path / "o", "--input", missing),
                  fa("verify", tmp_path / "o", "--input", missing, env={**os.environ, "FA_DEBUG": "1"})):
         assert proc.returncode == 1 and "Traceback" in proc.stderr and "FormatError" in proc.stderr
+
+
+def test_case_names_as_fa_run_takes_them(cpu_program, tmp_path):
+    """A case's name wherever an input is asked for; a near miss gets its suggestion; --suite
+    never ignored."""
+    out = tmp_path / "t01.out"
+    subprocess.run([str(cpu_program), str(ROOT / "testcases" / "t01.in"), str(out)], check=True)
+    proc = fa("verify", out, "--input", "t01")
+    assert proc.returncode == 0 and proc.stdout.startswith("PASS"), proc.stderr
+    proc = fa("run", "T01", "--program", "cpu")
+    assert proc.returncode == 2 and proc.stderr.strip() == "fa: error: no test case or file named T01: did you mean t01?"
+    proc = fa("run", "t01", "--suite", "c", "--program", "cpu")
+    assert proc.returncode == 2 and "t01 is a case of suite t, and --suite c was given" in proc.stderr
+    assert "name c01, or leave out --suite" in proc.stderr
+    proc = fa("run", "1", "--suite", "t", "--program", "cpu")
+    assert proc.returncode == 0 and "│ t01 " in proc.stdout
+
+
+def test_a_program_not_built_yet_beside_its_source(tmp_path):
+    (tmp_path / "hw4.cu").write_text("")
+    proc = fa("run", "t01", "--program", "./hw4", cwd=tmp_path)
+    assert proc.returncode == 2 and "no program './hw4': build it first (with the course's line), or give " \
+        "--program hw4.cu to let fa build it" in proc.stderr
+    (tmp_path / "Makefile").write_text("hw4:\n")
+    assert "build it first (make hw4)" in fa("run", "t01", "--program", "./hw4", cwd=tmp_path).stderr
+
+
+def test_run_groups_alike_diagnoses_and_ends_with_a_summary(tmp_path):
+    broken = fake_program(tmp_path, "print('fake: error: out of luck', file=sys.stderr); sys.exit(3)")
+    proc = fa("run", "t01", "t02", "t03", "t05", "--program", broken, "--why-budget", "0", "-o", tmp_path / "r.json")
+    assert proc.returncode == 1
+    assert verdicts(proc.stdout) == ["ERROR"] * 4 and proc.stdout.count("exit code 3") == 1, proc.stdout  # one paragraph
+    assert "t01..t03, t05 ERROR (4 cases): exit code 3\n  stderr: fake: error: out of luck" in proc.stdout
+    assert "4 records added to" in proc.stdout
+    last = proc.stdout.splitlines()[-1]
+    assert last.startswith("4 cases: 4 ERROR; ") and " s of runs; nearest its limit: t0" in last and "s of 2 s (" in last
+    proc = fa("run", "t01", "--program", broken, "--why-budget", "0", "-o", tmp_path / "one.json")
+    assert "1 record added to" in proc.stdout and proc.stdout.splitlines()[-1].startswith("1 case: 1 ERROR; ")
+
+
+def test_run_groups_time_limits(tmp_path):
+    slow = fake_program(tmp_path, "import time; time.sleep(30)")
+    proc = fa("run", "t01", "t02", "--program", slow, "--time-limit", "0.5")
+    assert "t01, t02 TLE (2 cases): stopped at their 0.5 s time limit (whole process); --no-time-limit lets them " \
+        "finish" in proc.stdout, proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("2 cases: 2 TLE; ")

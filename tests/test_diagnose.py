@@ -150,9 +150,30 @@ def test_verify_diagnoses_too(student, inputs, tmp_path):
     ([1, 5, 9], list(range(12)), 12, "every 4th row (rows 1, 5, 9, ...)"),
     ([2, 7], list(range(10)), 10, "every 5th row (rows 2, 7, 12, ...)"),
     ([3, 4, 8], list(range(10)), 10, "rows 3, 4, 8"),
+    ([5], list(range(10)), 10, "row 5 only"),
+    ([0, 2, 4], list(range(6)), 6, "every 2nd row (rows 0, 2, 4, ...)"),
+    ([1, 4], list(range(6)), 6, "every 3rd row (rows 1, 4, 7, ...)"),
+    (list(range(0, 128, 7)) + list(range(1, 128, 11)), list(range(128)), 128, "31 scattered rows (of 128 checked)"),
 ])
 def test_describe_rows(bad, checked, N, expected):
     assert diagnose.describe_rows(np.array(bad), np.array(checked), N).startswith(expected)
+
+
+def test_a_mistake_about_rows_names_the_row_the_full_check_found(cpu_program, tmp_path):
+    """Only the first 64 rows written: the mistake's first row is the location lines' first row,
+    from every row checked, not the first of the few rows the mistakes are tried on."""
+    program = tmp_path / "first64"
+    program.write_text(f"#!{sys.executable}\nimport subprocess, sys, numpy as np\n"
+                       f"subprocess.run([{str(cpu_program)!r}, *sys.argv[1:]], check=True)\n"
+                       "B, N, d = np.fromfile(sys.argv[1], '<i4', 3)\n"
+                       "o = np.fromfile(sys.argv[2], '<f4').reshape(B, N, d)\n"
+                       "o[:, 64:] = 0\no.tofile(sys.argv[2])\n")
+    program.chmod(0o755)
+    proc = fa("run", "t05", "t08", "--program", program, "--why-budget", "0")
+    assert proc.returncode == 1
+    assert "t05, t08 WRONG (2 cases): " in proc.stdout, proc.stdout  # one paragraph for both
+    assert "wrong in: every batch; rows from 64 on; every column" in proc.stdout
+    assert "looks like: rows not written, rows from 64 on;" in proc.stdout
 
 
 def test_describe_batches_and_columns():

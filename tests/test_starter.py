@@ -1,12 +1,13 @@
 """fa init: a student's starting folder that builds with the course's lines and is correct."""
+import json
 import re
 import shutil
 import subprocess
 
 import pytest
 
-from helpers import fa
-from fa_cli import starter
+from helpers import fa, verdicts
+from fa_cli import starter, timing
 
 
 def test_init_writes_the_starter_and_overwrites_nothing(tmp_path):
@@ -69,4 +70,31 @@ def test_starter_passes_the_small_cases(tmp_path):
     fa("init", tmp_path)
     subprocess.run(["make", "-C", str(tmp_path), "hw4", f"CUDA_ARCH={local_sm()}"], check=True, capture_output=True)
     proc = fa("run", "t01", "t04", "t07", "c01", "--program", tmp_path / "hw4", "--tol", "1e-4")
-    assert proc.returncode == 0 and proc.stdout.count("PASS") == 4, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and verdicts(proc.stdout) == ["PASS"] * 4, proc.stdout + proc.stderr
+
+
+TIMING_FORMAT = re.compile(r'"(fa-timing: [^"]*)"\s*"([^"]*)"')
+
+
+@pytest.mark.parametrize("name", ["hw4.cu", "hw4.hip"])
+def test_starter_timing_line_is_fa_programs_own(name):
+    """The optional fa-timing line, filled as the starter prints it: the parser of fa's programs
+    (fa_cli/timing.py) reads every stage and fact of it (tests/test_timing.py runs the starter)."""
+    text = (starter.resources.files("fa_cli") / "starter" / name).read_text()
+    [theirs] = ["".join(m.groups()) for m in TIMING_FORMAT.finditer(text)]
+    line = theirs.replace("\\n", "\n").replace("%.6f", "%f") % (0.3, 0.08, 0.1, 1.5, 0.05, 0.02, 2.1, "attention_rows",
+                                                                "sm_90", "NVIDIA_H100_80GB_HBM3")
+    parsed = timing.parse("some output\n" + line)
+    assert parsed.problem is None and list(parsed.seconds) == list(timing.STAGES) and parsed.seconds["kernel"] == 1.5
+    assert parsed.facts == {"impl": "attention_rows", "arch": "sm_90", "device": "NVIDIA_H100_80GB_HBM3"}
+    assert "FA_TIMING" in text and "optional" in text
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_fa_resources_gives_the_starters_occupancy(tmp_path):
+    fa("init", tmp_path)
+    proc = fa("resources", "--program", "hw4.cu", "--arch", "sm_80", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    kernels = json.loads(proc.stdout)["records"]
+    assert {r["kernel"].split("<")[0] for r in kernels} == {"attention_rows"}
+    assert all(r["threads"] == 128 and r["occupancy"] is not None for r in kernels), kernels

@@ -57,3 +57,15 @@ def test_the_torch_program_prints_the_whole_line(tmp_path):
     import sys
     line = run_with_timing([sys.executable, str(ROOT / "fa_cli" / "torch_program.py")], tmp_path)
     assert line.problem is None and line.facts["impl"].startswith("torch")
+
+
+@pytest.mark.gpu
+def test_the_starter_prints_the_whole_line(tmp_path):
+    """fa init's hw4.cu, built with the course's line for this GPU, prints the line fa reads."""
+    from helpers import fa
+    from test_starter import local_sm
+    fa("init", tmp_path / "starter")
+    subprocess.run(["make", "-C", str(tmp_path / "starter"), "hw4", f"CUDA_ARCH={local_sm()}"], check=True,
+                   capture_output=True)
+    line = run_with_timing([str(tmp_path / "starter" / "hw4")], tmp_path)
+    assert line.problem is None and line.seconds["kernel"] > 0

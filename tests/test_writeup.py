@@ -3,10 +3,45 @@ course's order with the machine's spec; and every bad input is one line."""
 import json
 
 from helpers import fa
+from fa_cli import writeup
 
 
-def test_report_from_cpu_results(cpu_program, tmp_path):
-    assert fa("run", "t01", "t02", "--program", "cpu", "-o", "run.json", cwd=tmp_path).returncode == 0
+def student_program(cpu_program, folder):
+    """A student's hw4 (our CPU program under the student's name), as fa run records it."""
+    hw4 = folder / "hw4"
+    hw4.write_text(f"#!/bin/sh\nexec {cpu_program} \"$@\"\n")
+    hw4.chmod(0o755)
+    return hw4
+
+
+SECTIONS = ["## 1. Implementation", "## 2. Profiling results", "## 3. Experiment and analysis", "### 3a. System spec",
+            "### 3b. Optimization", "### 3c. Others", "## 4. NVIDIA and AMD", "## 5. Experience and conclusion"]
+
+
+def test_a_report_from_the_students_hw4_alone_is_theirs(cpu_program, tmp_path):
+    student_program(cpu_program, tmp_path)
+    assert fa("run", "t01", "t02", "--program", "./hw4", "-o", "run.json", cwd=tmp_path).returncode == 0
+    proc = fa("report", "run.json", "-o", "rep", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert [text.index(h) for h in SECTIONS] == sorted(text.index(h) for h in SECTIONS)
+    assert "For reference" not in text and "| cpu |" not in text and "--program cuda" not in text
+    judged = text[text.index("### 3c."):text.index("## 4.")]
+    assert "2 of 2 runs PASS (2 PASS;" in judged and "| t01 | 2x128x32 | hw4 | host CPU |" in judged
+    assert judged.count("| 0.005 | PASS |") == 2
+    # every section the records do not fill names the command that fills it, for ./hw4
+    assert "`fa profile t17 --program ./hw4 -o profile.json`" in text
+    assert "`fa resources --program hw4.cu --json > resources.json`" in text
+    assert "`fa bench --suite c --program ./hw4 -o bench.json`" in text
+    # a marked place for the student's words in every section of the course's
+    places = [text.index(writeup.YOURS, text.index(h)) for h in ["# Homework 4", *SECTIONS[:2], *SECTIONS[4:]]]
+    assert len(set(places)) == len(places) and text.count(writeup.YOURS) >= 8
+
+
+def test_fa_programs_only_as_a_labelled_reference(cpu_program, tmp_path):
+    student_program(cpu_program, tmp_path)
+    assert fa("run", "t01", "--program", "./hw4", "-o", "run.json", cwd=tmp_path).returncode == 0
+    assert fa("run", "t02", "--program", "cpu", "-o", "run.json", cwd=tmp_path).returncode == 0
     assert fa("bench", "--program", "cpu", "--shape", "2,128,32", "--shape", "2,256,64", "--repeat", 1,
               "-o", "bench.json", cwd=tmp_path).returncode == 0
     # A ladder file as the GPU writes one, made here from the CPU bench records (the report
@@ -18,19 +53,18 @@ def test_report_from_cpu_results(cpu_program, tmp_path):
     proc = fa("report", "run.json", "bench.json", "ladder.json", "-o", "rep", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "rep" / "report.md").read_text()
-    order = ["## System (3a)", "## 1. Correctness", "## 2. Profiling", "## 3. Optimizations", "### 3.1",
-             "### 3.2", "### 3.3", "## 4. NVIDIA and AMD", "## Commands"]
-    assert [text.index(h) for h in order] == sorted(text.index(h) for h in order)
     system = json.loads((tmp_path / "run.json").read_text())["records"][0]["system"]
     assert f"| {system['host']} | {system['cpu']} | {system['cores']} |" in text
-    judged = text[text.index("## 1."):text.index("## 2.")]
-    assert "2 of 2 runs PASS" in judged and "| t01 | 2x128x32 | cpu | host CPU |" in judged
-    assert judged.count("| 0.005 | PASS |") == 2
-    assert "No results: `fa profile" in text and "No results: `fa sweep" in text
+    theirs = text.index("## For reference: fa's own programs (not your work)")
+    assert [text.index(h) for h in SECTIONS] == sorted(text.index(h) for h in SECTIONS) and text.index(SECTIONS[-1]) < theirs
+    ours, reference = text[:theirs], text[theirs:]
+    assert "| hw4 |" in ours and "| cpu |" not in ours and "1 of 1 runs PASS" in ours
+    assert "| t02 | 2x128x64 | cpu |" in reference and "### fa's optimization ladder" in reference
+    assert "No results: `fa bench --suite c --program ./hw4" in ours  # fa's bench is not the student's
     pngs = sorted(p.name for p in (tmp_path / "rep").glob("*.png"))
-    assert "bench.png" in pngs and any(p.startswith("ladder-") for p in pngs)
+    assert "reference-bench.png" in pngs and any(p.startswith("ladder-") for p in pngs)
     for png in pngs:
-        assert f"]({png})" in text and (tmp_path / "rep" / png).read_bytes()[:4] == b"\x89PNG"
+        assert f"]({png})" in reference and (tmp_path / "rep" / png).read_bytes()[:4] == b"\x89PNG"
 
 
 def test_bad_inputs_are_one_line(tmp_path):
@@ -55,8 +89,6 @@ def test_bad_inputs_are_one_line(tmp_path):
 
 
 def test_nvidia_and_amd_results_are_told_apart():
-    from fa_cli import writeup
-
     nvidia = {"device": "NVIDIA H100 80GB HBM3 (sm_90)"}
     amd = {"device": "unknown", "system": {"gpus": [{"vendor": "amd", "name": "AMD Instinct MI210"}]}}
     assert [writeup._vendor(r) for r in (nvidia, amd, {"device": "host CPU"})] == ["nvidia", "amd", None]

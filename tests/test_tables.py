@@ -1,0 +1,66 @@
+"""fa's tables in an 80-column terminal and through a pipe: never a number cut."""
+import io
+import json
+import os
+import re
+
+import pytest
+from rich.console import Console
+
+from helpers import ROOT, fa
+from fa_cli import compare, records, report
+
+BENCH = ROOT / "docs" / "results" / "h100-bench.json"
+
+
+def bench_records(n: int = 4) -> list[dict]:
+    return [dict(input="26x32768x64", program=name, device="NVIDIA H100 80GB HBM3", control=False,
+                 build={"impl": "wgmma-fused" if i else "torch-sdpa-fp32-efficient"},
+                 wall_s={"median": 2.083 + i, "all": [2.08, 2.09, 2.07, 2.1, 2.05], "min": 2.05, "max": 2.1},
+                 timing={"kernel": 1.0301 + i}, tflops_kernel=34.8 * (i + 1), max_err=3.13e-6 * (i + 1))
+            for i, name in enumerate(["cuda", "hip-cuda", "torch", "hw4"][:n])]
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    """report's console as an 80-column terminal; returns what it printed."""
+    out = io.StringIO()
+    monkeypatch.setattr(report, "console", Console(file=out, width=80, force_terminal=True, color_system=None))
+    return out
+
+
+def figures(text: str) -> list[str]:
+    return re.findall(r"\d+\.\d+(?:e[-+]\d+)?", text)
+
+
+def test_bench_table_fits_80_columns_and_cuts_no_number(terminal):
+    recs = bench_records()
+    report.show(report.bench_table(recs))
+    text = terminal.getvalue()
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text, text
+    for r in recs:
+        for cell in (f"{r['wall_s']['median']:.3f} ±", report.fmt_err(r["max_err"]), f"{r['timing']['kernel'] * 1e3:.2f}"):
+            assert cell in text, (cell, text)
+    assert "on NVIDIA H100 80GB HBM3" in text.splitlines()[0]  # one device: named in the title
+
+
+def test_compare_table_fits_80_columns(terminal):
+    recs = compare.timed_records(records.by_kind([BENCH]))
+    header, body, about = compare.long_rows(recs)
+    report.show(report.compare_table(header, body, f"fa compare{about}"))
+    text = terminal.getvalue()
+    assert max(map(len, text.splitlines())) <= 80 and "…" not in text, text
+    for row in body:
+        for cell in row[2:]:
+            assert cell in text
+
+
+@pytest.mark.parametrize("args", [(), ("--wide",)])
+def test_piped_tables_cut_nothing(args):
+    """Through a pipe (COLUMNS=80 too) a table is printed as wide as it needs: every figure whole."""
+    proc = fa("compare", BENCH, *args, env={**os.environ, "COLUMNS": "80"})
+    assert proc.returncode == 0 and "…" not in proc.stdout, proc.stdout
+    data = json.loads(BENCH.read_text())["records"]
+    errs = {f"{r['max_err']:.1e}" for r in data if r.get("max_err") is not None}
+    assert errs <= set(figures(proc.stdout)) | set(re.findall(r"\d\.\de-\d\d", proc.stdout))
+    assert all(f"{r['wall_s']['median']:.3f}" in proc.stdout for r in data)
