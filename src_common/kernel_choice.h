@@ -44,15 +44,15 @@ class RegistryKernels {
   }
 
  private:
-  // FA_KERNEL=NAME: the first row of that name, else of that family, that takes this input, on
-  // a GPU and build that run it.
+  // FA_KERNEL=NAME: the first row of that family that takes this input, else the row of that
+  // name (wgmma-fused, say), on a GPU and build that run it.
   const KernelEntry& by_name(const std::string& asked) {
     const std::string missing = Platform::not_built(asked);
     if (!missing.empty()) fail(kExitUsage, "FA_KERNEL=%s: %s", asked.c_str(), missing.c_str());
-    for (int pass = 0; pass < 2; ++pass) {  // the name first, then the family
+    for (int pass = 0; pass < 2; ++pass) {  // the family first, then the name
       bool named = false;
       for (const KernelEntry& e : kernel_table()) {
-        if (asked != (pass == 0 ? e.name : e.asked_as)) continue;
+        if (asked != (pass == 0 ? e.asked_as : e.name)) continue;
         if (!named) {
           const std::string why = Platform::cannot_run(e.needs, device_);
           if (!why.empty()) fail(kExitUsage, "FA_KERNEL=%s: %s", asked.c_str(), why.c_str());

@@ -51,8 +51,9 @@ def test_ladder_end_to_end(tmp_path, program):
     proc = fa("ladder", "t03", "--program", program, "--repeat", 1, "-o", "l.json", "--plot", "l.png", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = json.loads((tmp_path / "l.json").read_text())["records"]
-    assert [r["step"] for r in records] == list(range(1, 9))
+    assert [r["step"] for r in records] == list(range(1, 9 if program == "cuda" else 10))
     assert all(r["kind"] == "ladder" and r["passed"] and r["max_err"] < 1e-4 for r in records)
     assert records[5]["build"]["impl"].startswith("tiled") and records[0]["build"]["impl"] == "ladder-1"
     assert records[6 if program == "cuda" else 7]["build"]["impl"] == "simt"
+    assert records[-1]["build"]["impl"] == ("tensorcore-fused" if program == "cuda" else "mfma")
     assert (tmp_path / "l.png").read_bytes()[:4] == b"\x89PNG"
