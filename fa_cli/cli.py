@@ -528,6 +528,8 @@ def compare_cmd(files, as_markdown, plot, wide) -> None:
         header, body, about = compare.long_rows(records) if not wide else \
             (*compare.rows(records), " (whole-process medians)")
         report.show(report.compare_table(header, body, f"fa compare{about}"))
+        if note := compare.amd_note(records):
+            click.echo(note)
     if plot:
         click.echo(f"wrote {compare.plot(records, plot)}")
 

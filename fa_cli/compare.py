@@ -125,7 +125,30 @@ def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
 
 
 def markdown(records: list[dict]) -> str:
-    return markdown_table(*rows(records))
+    note = amd_note(records)
+    return markdown_table(*rows(records)) + (f"\n{note}\n" if note else "")
+
+
+AMD_WORDS = ("amd", "instinct", "radeon", "gfx")
+
+
+def hip_off_amd(record: dict) -> bool:
+    """A run of a HIP build (fa's hip-cuda, or a program named *hip*) on a GPU that is not AMD's."""
+    names = f"{record.get('program', '')} {record.get('program_path', '')} {record.get('label') or ''}".lower()
+    device = (record.get("device") or "").lower()
+    return ("hip" in names or "amd" in names) and not any(w in device for w in AMD_WORDS)
+
+
+def amd_note(records: list[dict]) -> str | None:
+    """What the AMD side of a comparison is: figures of HIP builds run on NVIDIA are not AMD
+    measurements, and without an AMD GPU the MI210's figures are estimates only."""
+    if any(any(w in (r.get("device") or "").lower() for w in AMD_WORDS) for r in records):
+        return None
+    if not any(hip_off_amd(r) for r in records):
+        return None
+    return ("Note: no AMD GPU ran these. The HIP runs here ran on NVIDIA hardware (src_hip/hip_on_cuda.h): "
+            "they are not AMD measurements; for an MI210 there are estimates only (docs/kernels.md, "
+            "\"MI210 speed: an ESTIMATE\").")
 
 
 def plot(records: list[dict], path: Path) -> Path:

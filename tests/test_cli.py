@@ -193,3 +193,15 @@ def test_run_groups_time_limits(tmp_path):
     assert "t01, t02 TLE (2 cases): stopped at their 0.5 s time limit (whole process); --no-time-limit lets them " \
         "finish" in proc.stdout, proc.stdout
     assert proc.stdout.splitlines()[-1].startswith("2 cases: 2 TLE; ")
+
+
+def test_compare_says_hip_runs_on_nvidia_are_not_amd_figures(tmp_path):
+    """A HIP build run on an NVIDIA GPU is labelled as such, and the MI210 as estimated only;
+    a run on an AMD GPU needs no such note."""
+    from fa_cli import compare
+    base = {"kind": "bench", "input": "t01", "shape": {"B": 1, "N": 4, "d": 32}, "wall_s": 0.2, "flops": 1}
+    nvidia_hip = {**base, "program": "hip-cuda", "device": "NVIDIA H100 80GB HBM3"}
+    cuda = {**base, "program": "cuda", "device": "NVIDIA H100 80GB HBM3"}
+    amd = {**base, "program": "hip", "device": "AMD Instinct MI210"}
+    assert "not AMD measurements" in compare.amd_note([cuda, nvidia_hip]) and "ESTIMATE" in compare.amd_note([nvidia_hip])
+    assert compare.amd_note([cuda]) is None and compare.amd_note([cuda, nvidia_hip, amd]) is None
