@@ -2,6 +2,7 @@
 planted in a sticky directory, two writers of one path, kill -9 mid-write, devices and FIFOs as
 results files, a shared cache, a program that leaves a child behind. Tests that need a second
 user run as root, with `nobody` as that user, and are skipped otherwise."""
+import contextlib
 import json
 import os
 import pwd
@@ -42,14 +43,21 @@ def sticky(tmp_path):
     return shared
 
 
-@needs_root
-def test_another_users_link_in_a_sticky_directory_is_not_followed(sticky, tmp_path):
+@pytest.fixture
+def planted_link(sticky, tmp_path):
+    """nobody's link out.bin in the sticky folder, to root's 0600 file "secret": (link, secret)."""
     secret = tmp_path / "secret"
     secret.write_text("root's own")
     secret.chmod(0o600)
     link = sticky / "out.bin"
     link.symlink_to(secret)
     os.lchown(link, NOBODY, NOBODY)
+    return link, secret
+
+
+@needs_root
+def test_another_users_link_in_a_sticky_directory_is_not_followed(planted_link):
+    link, secret = planted_link
     for args in (["gen", "-B", 1, "-N", 4, "-d", 32, "-o", link], ["bench", "--shape", "1,4,32", "-o", link]):
         proc = fa(*args)
         assert proc.returncode == 2 and "not followed" in one_line(proc)
@@ -64,26 +72,44 @@ def test_the_users_own_link_is_followed_and_stays_a_link(sticky, tmp_path):
     assert proc.returncode == 0 and link.is_symlink() and target.stat().st_size == Shape(1, 4, 32).input_bytes
 
 
-@needs_root
-def test_a_file_the_user_may_not_write_is_refused_as_cp_does():
-    """nobody, in a directory anyone may write, names root's 0644 file as its output: refused
-    (cp says Permission denied), where replacing it would have worked."""
+@contextlib.contextmanager
+def roots_file(dir_mode: int, file_mode: int):
+    """root's file "root.out" (its text: keep) in a folder of /tmp with dir_mode."""
     folder = Path(tempfile.mkdtemp(prefix="fa-theirs-", dir="/tmp"))
     try:
-        folder.chmod(0o777)
-        roots = folder / "root-only.in"
+        folder.chmod(dir_mode)
+        roots = folder / "root.out"
         roots.write_text("keep")
-        roots.chmod(0o644)
-        os.seteuid(NOBODY)
-        try:
-            with pytest.raises(FormatError, match="Permission denied"):
-                fmt.check_output_path(roots)
-            fmt.check_output_path(folder / "new.in")  # a new name there is fine
-        finally:
-            os.seteuid(0)
-        assert roots.read_text() == "keep"
+        roots.chmod(file_mode)
+        yield folder, roots
     finally:
         shutil.rmtree(folder)
+
+
+@contextlib.contextmanager
+def as_nobody():
+    os.seteuid(NOBODY)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+REFUSED = [(0o777, 0o644, "Permission denied"),  # a file the user may not write: as cp refuses it
+           (0o1777, 0o666, "only its owner may replace it")]  # another's file in a sticky folder
+
+
+@needs_root
+@pytest.mark.parametrize("dir_mode, file_mode, why", REFUSED)
+def test_what_the_user_may_not_replace_is_refused_before_work(dir_mode, file_mode, why):
+    """nobody, in a folder anyone may write, names root's file as its output: refused before any
+    work (replacing it would have worked, or failed only at the end); a new name there is fine."""
+    with roots_file(dir_mode, file_mode) as (folder, roots):
+        with as_nobody():
+            with pytest.raises(FormatError, match=why):
+                fmt.check_output_path(roots)
+            fmt.check_output_path(folder / "new.in")
+        assert roots.read_text() == "keep"
 
 
 @needs_root
@@ -100,25 +126,6 @@ def test_each_link_on_the_way_is_checked(sticky, tmp_path):
     with pytest.raises(FormatError, match="not followed"):
         fmt.check_output_path(mine)
     assert secret.read_text() == "root's own"
-
-
-@needs_root
-def test_another_users_file_in_a_sticky_directory_is_refused_before_work():
-    folder = Path(tempfile.mkdtemp(prefix="fa-theirs-", dir="/tmp"))
-    try:
-        folder.chmod(0o1777)
-        roots = folder / "root.in"
-        roots.write_text("keep")
-        roots.chmod(0o666)
-        os.seteuid(NOBODY)
-        try:
-            with pytest.raises(FormatError, match="only its owner may replace it"):
-                fmt.check_output_path(roots)
-        finally:
-            os.seteuid(0)
-        assert roots.read_text() == "keep"
-    finally:
-        shutil.rmtree(folder)
 
 
 def test_a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path):
@@ -252,14 +259,9 @@ def program(cpu, inp, out, env=None, user=None):
 
 
 @needs_root
-def test_program_does_not_follow_another_users_link_in_a_sticky_directory(cpu_program, small_inputs, sticky,
-                                                                          tmp_path):
-    secret = tmp_path / "secret"
-    secret.write_text("root's own")
-    secret.chmod(0o600)
-    link = sticky / "out.bin"
-    link.symlink_to(secret)
-    os.lchown(link, NOBODY, NOBODY)
+def test_program_does_not_follow_another_users_link_in_a_sticky_directory(cpu_program, small_inputs, planted_link,
+                                                                          sticky):
+    link, secret = planted_link
     proc = program(cpu_program, small_inputs[1], link)
     assert proc.returncode == 2 and "not followed" in one_line(proc)
     assert secret.read_text() == "root's own" and stat.S_IMODE(secret.stat().st_mode) == 0o600
@@ -275,28 +277,19 @@ def test_program_follows_the_users_own_link_which_stays(cpu_program, small_input
 
 
 @needs_root
-@pytest.mark.parametrize("mode, sticky_dir, why", [(0o644, False, "Permission denied"),
-                                                   (0o666, True, "only its owner may replace it")])
-def test_program_refuses_what_the_user_may_not_replace(cpu_program, small_inputs, mode, sticky_dir, why):
-    """nobody names root's file in a directory anyone may write: a file it may not write is
-    refused as cp refuses it; in a sticky directory, root's file, even one anyone may write, is
-    refused before any work (the kernel lets only its owner replace it)."""
-    folder = Path(tempfile.mkdtemp(prefix="fa-theirs-", dir="/tmp"))
-    try:
-        folder.chmod(0o1777 if sticky_dir else 0o777)
+@pytest.mark.parametrize("dir_mode, file_mode, why", REFUSED)
+def test_program_refuses_what_the_user_may_not_replace(cpu_program, small_inputs, dir_mode, file_mode, why):
+    """The same as fa's own writers: nobody names root's file as its output, refused before any
+    work with one line naming it, nothing else left in the folder."""
+    with roots_file(dir_mode, file_mode) as (folder, roots):
         inp = folder / "in.bin"  # where nobody can read it
         shutil.copy(small_inputs[1], inp)
         inp.chmod(0o644)
-        roots = folder / "root.out"
-        roots.write_text("keep")
-        roots.chmod(mode)
         proc = program(cpu_program, inp, roots, user=NOBODY)
         assert proc.returncode == 2 and one_line(proc).startswith(f"fa-cpu: error: {roots}: cannot write output: ")
         assert why in one_line(proc)
         assert roots.read_text() == "keep" and roots.stat().st_uid == 0
         assert sorted(p.name for p in folder.iterdir()) == ["in.bin", "root.out"]
-    finally:
-        shutil.rmtree(folder)
 
 
 def test_program_keeps_a_replaced_files_mode_and_follows_the_umask(cpu_program, small_inputs, tmp_path):
