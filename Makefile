@@ -7,6 +7,9 @@
 #   make test-all   the same + the slow tests (marked slow: the wheel, Slurm, every build target)
 #   make cpu | cuda | hw4 | hip | hw4-amd | hip-cuda
 #   make submission submission/hw4.cu, hw4.hip and Makefile: the course's single files
+#   make results    on a machine with an NVIDIA GPU: every file under docs/results/GPU/, the
+#                   README's chart and docs/results.md's measured section, from this build
+#                   (scripts/make_results.py; one part at a time: make results PARTS="bench floor")
 #
 # CUDA_ARCH: space-separated sm_XX list; default: the local GPU if one is present, else
 # sm_75 sm_80 sm_90a, plus sm_61 (the course's GTX 1080) when this nvcc still lists it.
@@ -32,7 +35,7 @@ HAVE_HIPCC := $(shell command -v $(HIPCC) >/dev/null 2>&1 && echo yes)
 BIN := bin
 COMMON := $(wildcard src_common/host/*.h)
 
-.PHONY: all cpu cuda hip hip-cuda env run test test-all clean hw4 hw4-amd submission
+.PHONY: all cpu cuda hip hip-cuda env run test test-all clean hw4 hw4-amd submission results source-revision
 all: cpu $(if $(HAVE_NVCC),cuda) $(if $(HAVE_HIPCC),hip)
 
 # ---------------------------------------------------------------- CUDA
@@ -92,6 +95,22 @@ $(BIN)/fa-cpu: src_cpu/fa_cpu.cpp $(COMMON)
 SUBMISSION ?= submission
 submission:
 	$(PYTHON) scripts/bundle_submission.py $(SUBMISSION)
+
+# ---------------------------------------------------------------- shipped results
+# Parts: bench judge floor report summary (each fits a 10-minute call; all by default). fa's own
+# environment where it has one, else the machine's python3 (a GPU node with numpy, click, rich,
+# matplotlib, platformdirs, threadpoolctl and PyTorch).
+PARTS ?=
+RESULTS_PYTHON = $(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python,$(PYTHON))
+results: cpu cuda hip-cuda
+	$(RESULTS_PYTHON) scripts/make_results.py $(PARTS)
+
+# Records name the commit they were made from (git); a copy of the checkout without its history
+# takes it from this file, written where the history is.
+source-revision:
+	@{ printf '{"commit": "%s", "dirty": ' "$$(git rev-parse HEAD)" && \
+	   if [ -n "$$(git status --porcelain --untracked-files=no)" ]; then echo 'true}'; else echo 'false}'; fi; } \
+	   > .source-revision.tmp && mv .source-revision.tmp .source-revision && cat .source-revision
 
 # ---------------------------------------------------------------- environment, main job, tests
 $(VENV)/.installed: pyproject.toml

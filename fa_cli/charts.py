@@ -1,6 +1,7 @@
 """The charts fa draws for reports, each one PNG file at the path asked for (matplotlib, no
 screen needed): benchmark stages and time against N (fa compare), the optimization ladder (fa
-ladder) and tile-size sweeps (fa sweep). Each chart names its device in its title."""
+ladder) and tile-size sweeps (fa sweep). Each chart names its device in its title, and in its
+lower right corner (and the PNG's metadata) the revision of fa its records were made from."""
 from __future__ import annotations
 
 import io
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from . import timing
 from .format import atomic_file
+from .records import revision_text
 
 STAGES = tuple(s for s in timing.STAGES if s != "total")  # the bars' parts
 
@@ -21,10 +23,14 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path) -> Path:
-    """The chart as a PNG at path, written as every output of fa is (format.atomic_file)."""
+def _save(fig, path: Path, records: list[dict]) -> Path:
+    """The chart as a PNG at path, written as every output of fa is (format.atomic_file), stamped
+    with the revision its records were made from."""
+    made_from = "made from " + revision_text([r.get("source") or {} for r in records])
+    fig.text(0.995, 0.002, made_from, ha="right", va="bottom", fontsize=6, color="gray")
     image = io.BytesIO()
-    fig.savefig(image, format="png", dpi=120)  # constrained layout: nothing cut or overlapping
+    # constrained layout: nothing cut or overlapping
+    fig.savefig(image, format="png", dpi=120, metadata={"Source": made_from})
     _pyplot().close(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as f:
@@ -49,10 +55,11 @@ def _plain_log_ticks(ax, axis: str = "y") -> None:
 
 
 def bench_chart(runs, table, path: Path) -> Path:
-    """fa compare's chart: per input, each run's stage times stacked (top), and whole-process
-    time against N for each d that was run (bottom). `runs` and `table` as compare.arrange gives them.
-    A run without stage times (no FA_TIMING line, such as a program of one's own) is marked so
-    in place of its bar."""
+    """fa compare's chart: per input, each run's stage times stacked (top), with a black mark at
+    its whole-process time, and whole-process time against N for each d that was run (bottom),
+    each point labelled with its B (the inputs differ in B as well as N). `runs` and `table` as
+    compare.arrange gives them. A run without stage times (no FA_TIMING line, such as a program
+    of one's own) is marked so in place of its bar."""
     plt = _pyplot()
     colors = plt.cm.tab10.colors
     devices = sorted({k.device for k in runs})
@@ -75,6 +82,18 @@ def bench_chart(runs, table, path: Path) -> Path:
             ax.bar(range(len(runs)), values, 0.7, bottom=bottoms, color=colors[j], label=stage, edgecolor="black",
                    linewidth=0.3)
             bottoms = [b + v for b, v in zip(bottoms, values)]
+        walls = [(i, r["wall_s"]["median"]) for i, k in enumerate(runs)
+                 if (r := by_run.get(k)) and not r.get("error") and r.get("wall_s")]
+        # The scale is the bars'; a whole process far above them (PyTorch's) is marked at the top
+        # with its figure, so that it does not flatten every bar.
+        top_y = max(bottoms + [w for _, w in walls if w <= 2 * max(bottoms + [0])] + [0]) * 1.15 or 1.0
+        if walls:
+            ax.scatter([i for i, _ in walls], [min(w, top_y * 0.97) for _, w in walls], marker="_", s=260,
+                       linewidths=2.0, color="black", zorder=3, label="whole process")
+            for i, w in walls:
+                if w > top_y:
+                    ax.annotate(f"{w:.2g} s \u2191", (i, top_y * 0.97), xytext=(0, -10), textcoords="offset points",
+                                ha="center", fontsize=7)
         for i, k in enumerate(runs):
             r = by_run.get(k)
             if not bottoms[i]:
@@ -88,12 +107,16 @@ def bench_chart(runs, table, path: Path) -> Path:
         ax.set_xticklabels(run_names, rotation=35, ha="right", fontsize=8)
         ax.tick_params(axis="y", labelsize=8)
         ax.set_ylabel("seconds", fontsize=8)
-        ax.set_ylim(top=max(bottoms + [0]) * 1.05 or 1.0)
+        ax.set_ylim(top=top_y)
     for ax in axes.flat[len(table):]:
         ax.remove()
     handles, labels = axes[0][0].get_legend_handles_labels()
-    top.legend(handles, labels, loc="outside upper center", fontsize=8, ncol=len(STAGES), frameon=False)
-    title = "Time per stage, each stage's own (the GPU programs overlap them)"
+    top.legend(handles, labels, loc="outside upper center", fontsize=8, ncol=len(STAGES) + 1, frameon=False)
+    # A stage is what the program's own fa-timing line reports; the whole process adds what comes
+    # before its first stage and after its last (for a Python program, the interpreter and its
+    # libraries starting: seconds), and the GPU programs run stages side by side.
+    title = ("Time per stage as each program reports it (the GPU programs overlap them); black mark: whole "
+             "process,\nwhich also counts the start-up before the first stage (for PyTorch, Python importing it)")
     if one_device:
         title += f", on {devices[0]}"
     if missing:
@@ -102,10 +125,15 @@ def bench_chart(runs, table, path: Path) -> Path:
     line_axes = bottom.subplots(1, len(ds), squeeze=False)[0] if ds else []
     for ax, d in zip(line_axes, ds):
         for k, label in zip(runs, run_names):
-            points = sorted((r["shape"]["N"], r["wall_s"]["median"]) for by_run in table.values()
+            points = sorted((r["shape"]["N"], r["wall_s"]["median"], r["shape"]["B"]) for by_run in table.values()
                             if (r := by_run.get(k)) and r["shape"]["d"] == d and not r.get("error"))
             if points:
-                ax.plot(*zip(*points), marker="o", label=label)
+                ns_, walls_, bs = zip(*points)
+                line, = ax.plot(ns_, walls_, marker="o", label=label)
+                if k == runs[0]:  # each point's B, once per panel (every run has the same inputs)
+                    for n, w, b in points:
+                        ax.annotate(f"B={b}", (n, w), xytext=(3, 4), textcoords="offset points", fontsize=7,
+                                    color=line.get_color())
         ns = sorted({r["shape"]["N"] for by_run in table.values() for r in by_run.values() if r["shape"]["d"] == d})
         ax.set_xscale("log", base=2)
         ax.set_xticks(ns, [str(n) for n in ns], fontsize=8)
@@ -115,12 +143,12 @@ def bench_chart(runs, table, path: Path) -> Path:
         ax.tick_params(axis="y", labelsize=8)
         ax.set_xlabel("N, sequence length (log scale)", fontsize=8)
         ax.set_ylabel("whole process, seconds (median)", fontsize=8)
-        ax.set_title(f"Whole-process time against N, d = {d}", fontsize=9)
+        ax.set_title(f"Whole-process time of each input, d = {d} (points labelled with B)", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     if ds:
         handles, labels = line_axes[0].get_legend_handles_labels()
         bottom.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
-    return _save(fig, path)
+    return _save(fig, path, [r for by_run in table.values() for r in by_run.values()])
 
 
 def ladder_chart(records: list[dict], path: Path) -> Path:
@@ -158,7 +186,7 @@ def ladder_chart(records: list[dict], path: Path) -> Path:
                  f"input {first['input']} (B={s['B']}, N={s['N']}, d={s['d']})\n"
                  "above each bar: TFLOP/s and the speed-up over the step before", fontsize=9)
     ax.grid(True, axis="y", which="both", alpha=0.3)
-    return _save(fig, path)
+    return _save(fig, path, records)
 
 
 def sweep_chart(records: list[dict], path: Path) -> Path:
@@ -204,4 +232,4 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
     if failed:
         title += f"\nfailed to run: {', '.join(failed)}"
     fig.suptitle(title, fontsize=9)
-    return _save(fig, path)
+    return _save(fig, path, records)

@@ -14,10 +14,12 @@ import datetime as dt
 import json
 import os
 import platform
+import subprocess
 import sys
+from functools import lru_cache
 from pathlib import Path
 
-from . import system
+from . import __version__, locations, system
 from .errors import FaError
 from .format import atomic_file, check_output_path, open_regular
 from .programs import Launcher, Program
@@ -115,6 +117,49 @@ def by_kind(paths: list[Path]) -> dict[str, list[dict]]:
     return found
 
 
+# Where a copy of the checkout has no git history (a GPU node that was sent the files alone),
+# `make source-revision` writes the commit beside the Makefile first, and records take it from there.
+REVISION_FILE = ".source-revision"
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        proc = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+@lru_cache(maxsize=1)
+def source_revision() -> dict:
+    """What fa and its programs were made from, stored in every record: the checkout's commit and
+    whether its tracked files differed from it (dirty), asked of git, else read from the
+    REVISION_FILE that `make source-revision` wrote; an installed fa gives its version."""
+    root = locations.checkout()
+    if root is not None:
+        commit, status = _git(root, "rev-parse", "HEAD"), _git(root, "status", "--porcelain", "--untracked-files=no")
+        if commit and status is not None:
+            return {"commit": commit.strip(), "dirty": bool(status.strip())}
+        try:
+            written = json.loads((root / REVISION_FILE).read_text())
+            if isinstance(written.get("commit"), str) and isinstance(written.get("dirty"), bool):
+                return {"commit": written["commit"], "dirty": written["dirty"], "from": REVISION_FILE}
+        except (OSError, ValueError, AttributeError):
+            pass
+    return {"version": __version__}
+
+
+def revision_text(revisions: list[dict]) -> str:
+    """The revisions of some records in a few words: 'commit 1a2b3c4', '... (dirty)', or several."""
+    names = []
+    for rev in revisions:
+        name = (f"commit {rev['commit'][:7]}" + (" (dirty)" if rev.get("dirty") else "") if rev.get("commit")
+                else f"fa {rev['version']}" if rev.get("version") else "an unrecorded revision")
+        if name not in names:
+            names.append(name)
+    return ", ".join(names) if len(names) <= 3 else f"{len(names)} revisions"
+
+
 def command_line() -> str:
     """The command that is running, as the user typed it (`fa ...`, however Python started it)."""
     first = "fa" if Path(sys.argv[0]).name in ("fa", "__main__.py") else sys.argv[0]
@@ -132,7 +177,7 @@ def new_record(program: Program, target: Target, label: str | None, error: str |
         "shape": {"B": target.shape.B, "N": target.shape.N, "d": target.shape.d}, "flops": target.shape.flops,
         "label": label, "device": "unknown", "host": platform.node(), "build": {},
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": command_line(),
-        "error": error, "system": system.describe_where(launcher),
+        "error": error, "system": system.describe_where(launcher), "source": source_revision(),
     }
     record.update(fields)
     return record

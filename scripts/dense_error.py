@@ -5,11 +5,15 @@
 the error tail of a kernel at N = 32768 (a few values in millions) needs all of them. This
 computes the float64 reference with torch on the GPU, a block of query rows at a time, and
 prints the max abs error, where it is, and how many values exceed each threshold, for each
-INPUT OUTPUT pair. With --docs the lines are also written to docs/kernels.md.
+INPUT OUTPUT pair, or for each suite case that --program is run on (--cases). With --docs the
+lines are also written to docs/kernels.md.
     python3 scripts/dense_error.py INPUT OUTPUT [INPUT OUTPUT ...] [--block-rows 4096] [--docs]
+    python3 scripts/dense_error.py --cases t27 t28 --program bin/fa-cuda [--docs]
 """
 import argparse
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_docs  # noqa: E402
+from fa_cli import suite  # noqa: E402
 from fa_cli.format import AttentionInput, open_output  # noqa: E402
 
 THRESHOLDS = (5e-5, 1e-4, 5e-3)
@@ -24,16 +29,24 @@ THRESHOLDS = (5e-5, 1e-4, 5e-3)
 
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    args.add_argument("files", nargs="+", metavar="INPUT OUTPUT")
+    args.add_argument("files", nargs="*", metavar="INPUT OUTPUT")
+    args.add_argument("--cases", nargs="+", default=[], help="suite cases (generated where missing) to run --program on")
+    args.add_argument("--program", help="the program whose outputs of --cases are checked")
     args.add_argument("--block-rows", type=int, default=4096)
     args.add_argument("--docs", action="store_true", help="also write the lines to docs/kernels.md")
     a = args.parse_args()
-    if len(a.files) % 2:
-        args.error("give INPUT OUTPUT pairs")
+    if len(a.files) % 2 or not (a.files or a.cases) or bool(a.cases) != bool(a.program):
+        args.error("give INPUT OUTPUT pairs, or --cases with --program")
     lines = []
-    for inp, out in zip(a.files[::2], a.files[1::2]):
-        lines.append(f"{Path(inp).name}: {dense_error(inp, out, a.block_rows)}")
-        print(lines[-1], flush=True)
+    with tempfile.TemporaryDirectory(prefix="fa-dense-") as work:
+        pairs = list(zip(a.files[::2], a.files[1::2]))
+        for name in a.cases:
+            inp, out = suite.ensure_input(suite.case(name)), Path(work) / f"{name}.out"
+            subprocess.run([a.program, str(inp), str(out)], check=True)
+            pairs.append((str(inp), str(out)))
+        for inp, out in pairs:
+            lines.append(f"{Path(inp).name}: {dense_error(inp, out, a.block_rows)}")
+            print(lines[-1], flush=True)
     if a.docs:
         kernel_docs.write_section("dense-error", "Max abs error against float64 over every row:\n\n"
                                   + "\n".join(f"- {line}" for line in lines), kernel_docs.nvidia_device())

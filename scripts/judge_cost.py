@@ -1,6 +1,6 @@
 """What judging every value costs: expected outputs computed the first time, then compared once cached.
 
-    python3 scripts/judge_cost.py --suite c --program cuda -o docs/results/h100-judge-cost.json
+    python3 scripts/judge_cost.py --suite c --program cuda -o docs/results/h100/judge-cost.json
 
 For the suite's cases (inputs generated first, not timed), it removes their cached expected
 outputs and times computing them all (fa's own path: PyTorch float64 on a GPU where installed,
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa_cli import expected, judge, programs, suite, system, verify  # noqa: E402
+from fa_cli import expected, judge, programs, records, suite, system, verify  # noqa: E402
 from fa_cli.format import AttentionInput, open_output  # noqa: E402
 
 
@@ -70,7 +70,8 @@ def main() -> None:
           f"median {statistics.median(r['every_value_s'] for r in rows):.3f} s; "
           f"the sampled check: mean {statistics.fmean(r['sampled_s'] for r in rows):.3f} s")
     if args.output:
-        record = dict(command=" ".join(sys.argv), system=system.describe(), backend=compute.where,
+        record = dict(command=" ".join(sys.argv), system=system.describe(), source=records.source_revision(),
+                      date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), backend=compute.where,
                       first_computation_s=first_s, cases_computed=len(needs), compare_mean_s=mean, cases=rows)
         args.output.write_text(json.dumps(record, indent=1) + "\n")
 

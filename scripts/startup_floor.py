@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fa_cli import timing  # noqa: E402
+from fa_cli import records, timing  # noqa: E402
 from fa_cli.format import Shape  # noqa: E402
 from fa_cli.generate import write_input  # noqa: E402
 
@@ -153,8 +153,10 @@ def main() -> None:
             for name in programs:
                 print(f"{'':>14} {'':<24} {summary[name]['stages']}")
     if args.output:
-        args.output.write_text(json.dumps({"device": device_name(), "repeat": args.repeat, "shapes": results},
-                                          indent=1) + "\n")
+        args.output.write_text(json.dumps({"device": device_name(), "repeat": args.repeat, "shapes": results,
+                                           "command": " ".join(["python3", *sys.argv]),
+                                           "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                           "source": records.source_revision()}, indent=1) + "\n")
 
 
 def device_name() -> str:
