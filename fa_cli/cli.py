@@ -529,7 +529,7 @@ def compare_cmd(files, as_markdown, plot, wide) -> None:
             (*compare.rows(records), " (whole-process medians)")
         report.show(report.compare_table(header, body, f"fa compare{about}"))
         if note := compare.amd_note(records):
-            click.echo(note)
+            click.echo(report.wrap_words(note, 80))
     if plot:
         click.echo(f"wrote {compare.plot(records, plot)}")
 

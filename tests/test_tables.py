@@ -10,7 +10,7 @@ from rich.console import Console
 from helpers import ROOT, fa
 from fa_cli import compare, records, report
 
-BENCH = ROOT / "docs" / "results" / "h100-bench.json"
+BENCH = ROOT / "docs" / "history" / "h100-bench.json"  # a fixed record of five programs
 
 
 def bench_records(n: int = 4) -> list[dict]:
@@ -64,3 +64,12 @@ def test_piped_tables_cut_nothing(args):
     errs = {f"{r['max_err']:.1e}" for r in data if r.get("max_err") is not None}
     assert errs <= set(figures(proc.stdout)) | set(re.findall(r"\d\.\de-\d\d", proc.stdout))
     assert all(f"{r['wall_s']['median']:.3f}" in proc.stdout for r in data)
+
+
+def test_the_amd_note_under_a_table_fits_80_columns():
+    """Runs of a HIP build on NVIDIA get a note that they are not AMD measurements, in lines a
+    terminal of 80 columns shows whole."""
+    proc = fa("compare", BENCH, env={**os.environ, "COLUMNS": "80"})
+    note = proc.stdout[proc.stdout.index("Note: no AMD GPU"):]
+    assert proc.returncode == 0 and "not AMD measurements" in " ".join(note.split())
+    assert max(map(len, note.splitlines())) <= 80, note
