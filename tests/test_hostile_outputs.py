@@ -350,7 +350,7 @@ def test_results_readers_take_only_regular_files_of_a_sane_size(name, tmp_path):
         path = tmp_path / "huge.json"
         with open(path, "wb") as f:
             f.truncate(65 << 20)
-    # (fa run -o writes a device or a FIFO in place, as cp does: only a file is read first)
+    # (fa run -o and fa bench -o refuse a device or a FIFO too: test_bench_refuses_its_results_file_before_any_work)
     runs = [["run", "t01", "--program", "cpu", "-o", path]] if name == "huge" else []
     for args in (["compare", path], ["report", path, "-o", tmp_path / "r"], *runs):
         start = time.time()
