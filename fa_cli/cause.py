@@ -318,9 +318,11 @@ class Investigation:
         if len(outputs) < 2 or any(o is None for o in outputs):
             return case
         a, b = outputs
-        diff = np.abs(a.astype(np.float64) - b)
-        differ = ~(diff <= self.tol)  # NaN counts
-        changed = int(np.count_nonzero(a != b))
+        with np.errstate(invalid="ignore"):  # inf - inf where both runs wrote inf
+            diff = np.abs(a.astype(np.float64) - b)
+        same = (a == b) | (np.isnan(a) & np.isnan(b))  # NaN in both runs at one place is no change
+        differ = ~(diff <= self.tol) & ~same  # NaN in one run only counts
+        changed = int(np.count_nonzero(~same))
         if differ.any():
             worst = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
             self.findings.append(Finding("race", [

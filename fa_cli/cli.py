@@ -1,12 +1,10 @@
 """fa: the command line. Each command parses its options and calls the module that does the work."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import signal
-import stat
 import sys
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from . import (__version__, bench, cause, charts, compare, diagnose, expected, g
 from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
-from .format import AttentionInput, Shape, check_shape, open_output, regular_size
+from .format import AttentionInput, Shape, check_shape, open_output, regular_size, remove_placed
 from .records import append, by_kind, check_extendable
 
 
@@ -158,16 +156,14 @@ def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, str
         suite.check_course_ranges(shape)
     generate.check_outputs(output, expected, shape)
     with report.progress(f"writing {output}", shape.B) as advance:
-        generate.write_input(output, shape, seed, dist, advance)
+        written = generate.write_input(output, shape, seed, dist, advance)
     click.echo(f"{output}: {shape}, {dist}, seed {seed}, {shape.input_bytes} bytes")
     if expected:
         try:
             with report.progress(f"reference {expected}", shape.B) as advance:
                 generate.write_expected(AttentionInput(output), expected, advance)
-        except BaseException:  # both files or neither: the input just written goes too
-            with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.stat(output).st_mode):  # a device or FIFO was written in place: left alone
-                    os.unlink(os.path.realpath(output))  # the file written (a link's target), not the link
+        except BaseException:  # both files or neither: the input just written goes too (the file, not a
+            remove_placed(output, written)  # link to it; a device or FIFO written in place stays)
             raise
         click.echo(f"{expected}: float64 reference, {shape.output_bytes} bytes")
 

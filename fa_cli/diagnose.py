@@ -167,7 +167,8 @@ def looks_like(inp: AttentionInput, out: np.ndarray, tol: float,
     s = take_sample(inp, out, tol, first_wrong=first_wrong)
     found = []
     for mistake in MISTAKES:
-        labels = [c.label for c in mistake.outputs(s) if explains(c, s, tol)]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # an input with inf or NaN: NaN candidates
+            labels = [c.label for c in mistake.outputs(s) if explains(c, s, tol)]
         if labels:
             found.append((mistake, labels))
     return found

@@ -143,7 +143,7 @@ class AttentionInput:
             values = read_exactly(self.path, HEADER_BYTES, s.input_bytes - HEADER_BYTES, "input")
             self._qkv = values.reshape(s.B, 3, s.N, s.d)
         else:
-            self._qkv = np.memmap(self.path, dtype="<f4", mode="r", offset=HEADER_BYTES, shape=(s.B, 3, s.N, s.d))
+            self._qkv = mapped(self.path, "input", offset=HEADER_BYTES, shape=(s.B, 3, s.N, s.d))
 
     def qkv(self, b0: int, b1: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Q, K, V of batches b0..b1-1, each shaped (batches, N, d); b1 defaults to b0+1."""
@@ -171,15 +171,30 @@ def open_output(path: str | os.PathLike, shape: Shape, what: str = "output", in_
         )
     if in_memory:
         return read_exactly(path, 0, size, what).reshape(shape.B, shape.N, shape.d)
-    return np.memmap(path, dtype="<f4", mode="r", shape=(shape.B, shape.N, shape.d))
+    return mapped(path, what, offset=0, shape=(shape.B, shape.N, shape.d))
+
+
+def mapped(path: Path, what: str, offset: int, shape: tuple) -> np.ndarray:
+    """A read-only float32 memmap; a mapping refused (ENOMEM under a memory limit, say) is one
+    line naming the file."""
+    try:
+        return np.memmap(path, dtype="<f4", mode="r", offset=offset, shape=shape)
+    except (OSError, MemoryError) as e:
+        why = os.strerror(errno.ENOMEM) if isinstance(e, MemoryError) else e.strerror or str(e)
+        raise FaError(f"{path}: cannot map {what}: {why}", exit_code=ExitStatus.FAILED) from None
 
 
 def read_exactly(path: Path, offset: int, size: int, what: str) -> np.ndarray:
     """`size` bytes of a regular file from `offset`, as little-endian float32, read in chunks;
     a file that ends sooner (cut short while fa reads it) is one line."""
-    values = np.empty(size // 4, dtype="<f4")
-    view = memoryview(values).cast("B")
     fd = open_regular(path, what)
+    try:
+        values = np.empty(size // 4, dtype="<f4")
+    except MemoryError:
+        os.close(fd)
+        raise FaError(f"{path}: not enough memory to read {what} ({gigabytes(size)}): "
+                      f"{os.strerror(errno.ENOMEM)}", exit_code=ExitStatus.FAILED) from None
+    view = memoryview(values).cast("B")
     try:
         done = 0
         while done < size:
@@ -204,100 +219,179 @@ def read_exactly(path: Path, offset: int, size: int, what: str) -> np.ndarray:
 # succeed (the last one wins) and a kill -9 leaves nothing behind; where the file system has no
 # unnamed files, an exclusive ".NAME.PID.XXXXXXXX.tmp" is used and a later write removes those
 # of this user whose process is gone. A new file's mode follows the umask; a replaced file keeps
-# its mode where the user owns it. A symbolic link writes its target that way and stays a link,
-# but in a sticky world-writable directory (/tmp) only a link of the user's own or of the
-# directory's owner is followed (the kernel's fs.protected_symlinks rule, applied at each link,
-# since fa follows links itself to find the target's directory). A device or a FIFO
-# (/dev/null, /dev/stdout) is written in place, as cp and dd write it; a directory, an input of
-# the same command, a missing or unwritable directory, an existing file the user may not write
-# (as cp says it), another user's file in a sticky directory and a name too long are refused
-# before any work.
+# its mode where the user owns it.
+# The path is never resolved by fa: the kernel opens the final directory (following any link on
+# the way under its own rules, fs.protected_symlinks included) and every later step is relative
+# to that directory's descriptor. Only a symbolic link as the final component is followed by fa,
+# to write its target (the link stays): read with readlinkat, its target's directory opened by
+# the kernel again, relative to the link's; in a sticky world-writable directory (/tmp) only a
+# link of the user's own or of the directory's owner is followed (the kernel's rule for a final
+# component), else one line. A device or a FIFO (/dev/null, /dev/stdout) is written in place,
+# as cp and dd write it; a directory, an input of the same command, a missing or unwritable
+# directory, an existing file the user may not write (as cp says it), another user's file in a
+# sticky directory and a name too long are refused before any work.
 
 
 @dataclass(frozen=True)
 class OutputPlan:
     path: Path      # as the user gave it, for messages
-    target: Path    # the file written: path with its symbolic links followed
+    target: Path    # the file written, for messages: path with its final links followed (not resolved further)
     in_place: bool  # an existing device or FIFO: written as it is, never replaced
     mode: int = 0o644  # of the file put in place
+    device: int = 0    # st_dev of the target's directory
+    free: int | None = None  # bytes free in the target's file system, where known
 
 
-def same_file(a: Path, b: Path) -> bool:
-    """Two names of one file: the same inode where both exist, else the same resolved path."""
-    try:
-        sa, sb = os.stat(a), os.stat(b)
-        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-    except OSError:
-        return os.path.realpath(a) == os.path.realpath(b)
+@dataclass
+class _Place:
+    """The target's directory, open, and its name there; `shown`: the target for messages."""
+    dir_fd: int
+    name: str
+    shown: str
+
+    def close(self) -> None:
+        os.close(self.dir_fd)
 
 
-def _name_max(directory: Path) -> int:
-    try:
-        return os.pathconf(directory, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        return 255
+_DIRECTORY = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def _sticky_shared(directory: os.stat_result) -> bool:
     return bool(directory.st_mode & stat.S_ISVTX and directory.st_mode & stat.S_IWOTH)
 
 
-def follow_links(path: Path) -> Path:
-    """The file `path` names once its symbolic links are followed (it need not exist), each link
-    checked first: one in a sticky world-writable directory is followed only where it is the
-    user's own or the directory owner's (fs.protected_symlinks)."""
-    current = Path(os.path.abspath(path))
-    for _ in range(40):
+def _name_max(dir_fd: int) -> int:
+    try:
+        return os.fpathconf(dir_fd, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _open_place(path: str | os.PathLike) -> _Place:
+    """The directory a path's file goes in, opened by the kernel, and the file's name in it; a
+    final symbolic link is followed (checked first, see the rule above), each in turn."""
+    shown = where = os.fspath(path)
+    dir_fd = None  # None: relative to the current directory; else to the last link's directory
+    try:
+        for _ in range(40):
+            head, name = os.path.split(where)
+            try:
+                fd = os.open(head or ".", _DIRECTORY, dir_fd=dir_fd)
+            except OSError as e:
+                shown_dir = os.path.dirname(shown) or "."
+                if e.errno == errno.ENOTDIR:
+                    raise FormatError(f"{path}: cannot write: {shown_dir} is not a directory") from None
+                if e.errno == errno.ELOOP:
+                    raise FormatError(f"{path}: too many levels of symbolic links") from None
+                raise FormatError(f"{path}: cannot write: {shown_dir}: {e.strerror}") from None
+            if dir_fd is not None:
+                os.close(dir_fd)
+            dir_fd = fd
+            if name in ("", ".", ".."):
+                raise FormatError(f"{path}: output path is a directory")
+            limit = _name_max(dir_fd)
+            if len(os.fsencode(name)) > limit:
+                raise FormatError(f"{path}: output name is too long ({len(os.fsencode(name))} bytes; "
+                                  f"this file system allows {limit})")
+            try:
+                link = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                link = None
+            except OSError as e:
+                raise FormatError(f"{path}: cannot write: {e.strerror}") from None
+            if link is None or not stat.S_ISLNK(link.st_mode):
+                place, dir_fd = _Place(dir_fd, name, shown), None
+                return place
+            directory = os.fstat(dir_fd)
+            if _sticky_shared(directory) and link.st_uid not in (os.geteuid(), directory.st_uid):
+                raise FormatError(f"{path}: a symbolic link of another user's in a sticky world-writable directory: "
+                                  "not followed (as the kernel's fs.protected_symlinks does)")
+            try:
+                where = os.fsdecode(os.readlink(name, dir_fd=dir_fd))
+            except OSError as e:
+                raise FormatError(f"{path}: cannot read output link: {e.strerror}") from None
+            shown = where if os.path.isabs(where) else os.path.join(os.path.dirname(shown), where)
+        raise FormatError(f"{path}: too many levels of symbolic links")
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Two names of one file: the same inode where both exist, else the same name in the same
+    directory once final links are followed (two outputs of one command, neither there yet)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+        return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+    except OSError:
+        pass
+    keys = []
+    for p in (a, b):
         try:
-            link = os.lstat(current)
-        except OSError:
-            return Path(os.path.realpath(current))
-        if not stat.S_ISLNK(link.st_mode):
-            return Path(os.path.realpath(current))
-        directory = os.stat(current.parent)
-        if _sticky_shared(directory) and link.st_uid not in (os.geteuid(), directory.st_uid):
-            raise FormatError(f"{path}: a symbolic link of another user's in a sticky world-writable directory: "
-                              "not followed (as the kernel's fs.protected_symlinks does)")
-        current = Path(os.path.abspath(current.parent / os.readlink(current)))
-    raise FormatError(f"{path}: too many levels of symbolic links")
+            place = _open_place(p)
+        except (FormatError, OSError):
+            return False
+        try:
+            d = os.fstat(place.dir_fd)
+            keys.append((d.st_dev, d.st_ino, place.name))
+        finally:
+            place.close()
+    return keys[0] == keys[1]
 
 
 def check_output_path(path: str | os.PathLike, inputs: tuple = ()) -> OutputPlan:
     """Where an output goes and how, checked before any work (FormatError, exit 2, otherwise)."""
+    plan, place = _plan(path, inputs)
+    place.close()
+    return plan
+
+
+def _plan(path: str | os.PathLike, inputs: tuple) -> tuple[OutputPlan, _Place]:
+    """The checks of check_output_path, with the target's directory left open for the writer."""
     if str(path) == "":
         raise FormatError("output path is empty")
-    path = Path(path)
-    target = follow_links(path)
-    for other in inputs:
-        if other is not None and same_file(path, Path(other)):
-            raise FormatError(f"{path}: output is the input file {other}")
+    place = _open_place(path)  # as given: Path() would drop a trailing "/"
     try:
-        st = os.stat(target)
+        plan = _check_place(Path(path), place, inputs)
+    except BaseException:
+        place.close()
+        raise
+    return plan, place
+
+
+def _check_place(path: Path, place: _Place, inputs: tuple) -> OutputPlan:
+    target, dir_fd, name = Path(place.shown), place.dir_fd, place.name
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         st = None
-    if st is not None and stat.S_ISDIR(st.st_mode) or str(path).endswith("/"):
+    for other in inputs:
+        if other is None or st is None:
+            continue
+        with contextlib.suppress(OSError):
+            so = os.stat(other)
+            if (so.st_dev, so.st_ino) == (st.st_dev, st.st_ino):
+                raise FormatError(f"{path}: output is the input file {other}")
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise FormatError(f"{path}: output path is a directory")
+    where = os.fstat(dir_fd)
     if st is not None and not stat.S_ISREG(st.st_mode):
         if stat.S_ISSOCK(st.st_mode):
             raise FormatError(f"{path}: output is a socket")
-        return OutputPlan(path, target, True)
-    directory = target.parent
-    if not directory.is_dir():
-        raise FormatError(f"{path}: cannot write: {directory} is not a directory" if directory.exists()
-                          else f"{path}: cannot write: {directory}: No such file or directory")
-    limit = _name_max(directory)
-    if len(os.fsencode(target.name)) > limit:
-        raise FormatError(f"{path}: output name is too long ({len(os.fsencode(target.name))} bytes; "
-                          f"this file system allows {limit})")
+        return OutputPlan(path, target, True, device=where.st_dev)
     ids = dict(effective_ids=True) if os.access in os.supports_effective_ids else {}
-    if not os.access(directory, os.W_OK | os.X_OK, **ids) or st is not None and not os.access(target, os.W_OK, **ids):
+    if not os.access(".", os.W_OK | os.X_OK, dir_fd=dir_fd, **ids) or \
+            st is not None and not os.access(name, os.W_OK, dir_fd=dir_fd, **ids):
         raise FormatError(f"{path}: cannot write: {os.strerror(errno.EACCES)}")
-    where = os.stat(directory)
     if st is not None and where.st_mode & stat.S_ISVTX and os.geteuid() not in (0, st.st_uid, where.st_uid):
         raise FormatError(f"{path}: cannot write: another user's file in a sticky directory (only its owner may "
                           "replace it)")
     mode = stat.S_IMODE(st.st_mode) if st is not None and st.st_uid == os.geteuid() else 0o666 & ~_umask()
-    return OutputPlan(path, target, False, mode)
+    try:
+        free = shutil.disk_usage(dir_fd).free  # statvfs of the directory's descriptor
+    except OSError:
+        free = None
+    return OutputPlan(path, target, False, mode, where.st_dev, free)
 
 
 def gigabytes(n: int) -> str:
@@ -306,19 +400,20 @@ def gigabytes(n: int) -> str:
 
 def check_space(plan: OutputPlan, size: int) -> None:
     """Refuse a file larger than the free space of its file system, before writing any of it."""
-    if plan.in_place:
+    if plan.in_place or plan.free is None:
         return
-    free = shutil.disk_usage(plan.target.parent).free  # an old file there is replaced only at the end
-    if size > free:
-        raise FormatError(f"{plan.path}: needs {gigabytes(size)} ({size} bytes), only {gigabytes(free)} free "
-                          f"in {plan.target.parent}")
+    if size > plan.free:  # an old file there is replaced only at the end
+        raise FormatError(f"{plan.path}: needs {gigabytes(size)} ({size} bytes), only {gigabytes(plan.free)} free "
+                          f"in {os.path.dirname(plan.target) or '.'}")
 
 
 class OutputWriter:
-    """write(data) in full to a descriptor; a failed write is one line naming the output, exit 1."""
+    """write(data) in full to a descriptor; a failed write is one line naming the output, exit 1.
+    Once the file is in place, `placed` is its (st_dev, st_ino) (None for a device or FIFO)."""
 
     def __init__(self, fd: int, path: Path):
         self.fd, self.path = fd, path
+        self.placed: tuple[int, int] | None = None
 
     def write(self, data) -> int:
         view = memoryview(data).cast("B")
@@ -336,41 +431,57 @@ def atomic_file(path: str | os.PathLike, inputs: tuple = (), size: int | None = 
     """An output that appears at `path` only if the block completes (see the rule above). `inputs`:
     files of the same command it must not be; `size`: bytes it will have, checked against the
     free space first."""
-    plan = check_output_path(path, inputs)
-    if size is not None:
-        check_space(plan, size)
-    if plan.in_place:
-        yield from _write_in_place(plan)
-        return
-    directory = plan.target.parent
-    try:  # the directory opened once: every step below is relative to it
-        dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as e:
-        raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
-    tmp = None
+    plan, place = _plan(path, inputs)
+    dir_fd, name = place.dir_fd, place.name  # every step below is relative to the directory
     try:
-        fd, tmp = _temporary(dir_fd, directory, plan)
-        try:
-            yield OutputWriter(fd, plan.path)
-            os.fchmod(fd, plan.mode)
-            if tmp is None:  # unnamed until now: linked to the name where it is new
-                try:
-                    os.link(f"/proc/self/fd/{fd}", plan.target.name, dst_dir_fd=dir_fd)  # linkat, AT_SYMLINK_FOLLOW
-                    return
-                except FileExistsError:
-                    tmp = _temporary_name(directory, plan.target.name)
-                    os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)
-        finally:
-            os.close(fd)
-        _put_in_place(dir_fd, tmp, plan.target.name)
+        if size is not None:
+            check_space(plan, size)
+        if plan.in_place:
+            yield from _write_in_place(plan, place)
+            return
         tmp = None
-    except BaseException:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-        raise
+        try:
+            fd, tmp = _temporary(dir_fd, plan, name)
+            try:
+                writer = OutputWriter(fd, plan.path)
+                yield writer
+                os.fchmod(fd, plan.mode)
+                st = os.fstat(fd)
+                if tmp is None:  # unnamed until now: linked to the name where it is new
+                    try:
+                        os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd)  # linkat, AT_SYMLINK_FOLLOW
+                        writer.placed = (st.st_dev, st.st_ino)
+                        return
+                    except FileExistsError:
+                        tmp = _temporary_name(dir_fd, name)
+                        os.link(f"/proc/self/fd/{fd}", tmp, dst_dir_fd=dir_fd)
+            finally:
+                os.close(fd)
+            _put_in_place(dir_fd, tmp, name)
+            tmp = None
+            writer.placed = (st.st_dev, st.st_ino)
+        except BaseException:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+            raise
     finally:
-        os.close(dir_fd)
+        place.close()
+
+
+def remove_placed(path: str | os.PathLike, placed: tuple[int, int] | None) -> None:
+    """Take back a file atomic_file put at `path` (its `placed`), found as atomic_file found it,
+    and only while that name is still that file."""
+    if placed is None:
+        return
+    with contextlib.suppress(OSError, FormatError):
+        place = _open_place(path)
+        try:
+            st = os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == placed:
+                os.unlink(place.name, dir_fd=place.dir_fd)
+        finally:
+            place.close()
 
 
 def _put_in_place(dir_fd: int, tmp: str, name: str) -> None:
@@ -407,14 +518,14 @@ def _libc():
 TEMPORARY = re.compile(r"^\..*\.(\d+)\.[A-Za-z0-9_]{8}\.tmp$")  # .NAME.PID.XXXXXXXX.tmp
 
 
-def _temporary_name(directory: Path, name: str) -> str:
+def _temporary_name(dir_fd: int, name: str) -> str:
     """".NAME.PID.XXXXXXXX.tmp" beside the target, or a shorter name where that would not fit."""
-    if len(os.fsencode(name)) + 32 > _name_max(directory):
+    if len(os.fsencode(name)) + 32 > _name_max(dir_fd):
         name = "fa"
     return f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
-def _temporary(dir_fd: int, directory: Path, plan: OutputPlan) -> tuple[int, str | None]:
+def _temporary(dir_fd: int, plan: OutputPlan, name: str) -> tuple[int, str | None]:
     """An unnamed file in the directory (None: no name), or where the file system has none an
     exclusive named one, after removing this user's temporaries whose process is gone."""
     if os.path.isdir("/proc/self/fd"):
@@ -423,8 +534,8 @@ def _temporary(dir_fd: int, directory: Path, plan: OutputPlan) -> tuple[int, str
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
                 raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
-    remove_stale_temporaries(directory)
-    tmp = _temporary_name(directory, plan.target.name)
+    remove_leftovers(".", TEMPORARY, dir_fd=dir_fd)
+    tmp = _temporary_name(dir_fd, name)
     try:
         return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd), tmp
     except OSError as e:
@@ -436,20 +547,27 @@ def remove_stale_temporaries(directory: Path) -> None:
     remove_leftovers(directory, TEMPORARY)
 
 
-def remove_leftovers(directory: Path, pattern: re.Pattern) -> None:
-    """Entries of `directory` whose name matches `pattern` (its group 1: the pid of the fa that
-    made it), made by this user, whose process is gone: files unlinked, folders removed whole.
-    The one mechanism for whatever a SIGKILLed fa leaves (temporaries, scratch folders)."""
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(directory):
+def remove_leftovers(directory: str | os.PathLike, pattern: re.Pattern, dir_fd: int | None = None) -> None:
+    """Entries of `directory` (relative to dir_fd, if given) whose name matches `pattern` (its
+    group 1: the pid of the fa that made it), made by this user, whose process is gone: files
+    unlinked, folders removed whole, each relative to the directory opened once. The one
+    mechanism for whatever a SIGKILLed fa leaves (temporaries, scratch folders)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        for entry in os.scandir(fd):
             match = pattern.match(entry.name)
-            if not match or entry.stat(follow_symlinks=False).st_uid != os.geteuid() or alive(int(match.group(1))):
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+            with contextlib.suppress(OSError):
+                if not match or entry.stat(follow_symlinks=False).st_uid != os.geteuid() or alive(int(match.group(1))):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.name, dir_fd=fd, ignore_errors=True)
+                else:
+                    os.unlink(entry.name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def alive(pid: int) -> bool:
@@ -463,9 +581,9 @@ def alive(pid: int) -> bool:
     return True
 
 
-def _write_in_place(plan: OutputPlan) -> Iterator[OutputWriter]:
-    try:
-        fd = os.open(plan.target, os.O_WRONLY | os.O_CLOEXEC)  # a FIFO waits here for its reader, as with cp
+def _write_in_place(plan: OutputPlan, place: _Place) -> Iterator[OutputWriter]:
+    try:  # a FIFO waits here for its reader, as with cp
+        fd = os.open(place.name, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=place.dir_fd)
     except OSError as e:
         raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
     try:

@@ -118,9 +118,9 @@ def batch(shape: Shape, seed: int, dist: str, b: int) -> Batch:
 def write_input(
     path: str | os.PathLike, shape: Shape, seed: int, dist: str = "uniform",
     progress: Callable[[int], None] | None = None, block_values: int = BLOCK_VALUES,
-) -> None:
+) -> tuple[int, int] | None:
     """Write a whole input file atomically, in bounded blocks; refused up front where the file
-    system has not the room for it."""
+    system has not the room for it. Returns the file put in place (format.OutputWriter.placed)."""
     with atomic_file(path, size=shape.input_bytes) as f:
         f.write(header_bytes(shape))
         for b in range(shape.B):
@@ -128,6 +128,7 @@ def write_input(
                 f.write(as_f32_bytes(block))
             if progress:
                 progress(1)
+    return f.placed
 
 
 def check_outputs(output: Path, expected: Path | None, shape: Shape) -> None:
@@ -138,8 +139,7 @@ def check_outputs(output: Path, expected: Path | None, shape: Shape) -> None:
     if expected is not None:
         plans.append((check_output_path(expected), shape.output_bytes))
     for plan, size in plans:  # each against its file system, the two together where they share one
-        together = sum(n for p, n in plans if not p.in_place and not plan.in_place and
-                       os.stat(p.target.parent).st_dev == os.stat(plan.target.parent).st_dev)
+        together = sum(n for p, n in plans if not p.in_place and not plan.in_place and p.device == plan.device)
         check_space(plan, max(size, together))
 
 

@@ -20,8 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from . import __version__, locations, system
-from .errors import FaError
-from .format import atomic_file, check_output_path, open_regular
+from .errors import ExitStatus, FaError
+from .format import atomic_file, check_output_path, file_kind, open_regular
 from .programs import Launcher, Program
 from .suite import Target
 
@@ -87,7 +87,11 @@ def load(path: Path) -> list[dict]:
 def check_extendable(path: Path | None) -> None:
     """Before any work: the results file can be written, and what it holds is a results file."""
     if path is not None:
-        check_output_path(path)
+        if check_output_path(path).in_place:  # an existing device or FIFO: never read (only /dev/null is taken)
+            st, null = os.stat(path), os.stat(os.devnull)
+            if (st.st_dev, st.st_ino) != (null.st_dev, null.st_ino):
+                raise FaError(f"{path}: results file is {file_kind(st.st_mode)}, not a regular file (fa reads and "
+                              f"extends it; {os.devnull} keeps nothing)", exit_code=ExitStatus.BAD_INPUT)
         load(path)
 
 

@@ -29,8 +29,10 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, rows: np.ndarray | No
     batch_index = np.arange(G)[:, None]
     for r0 in range(0, R, tile):
         q_tile = np.asarray(q[batch_index, rows[:, r0 : r0 + tile]], dtype=np.float64)
-        scores = np.matmul(q_tile, k64.transpose(0, 2, 1)) * scale
-        scores -= scores.max(axis=2, keepdims=True)
-        np.exp(scores, out=scores)
-        out[:, r0 : r0 + tile] = np.matmul(scores, v64) / scores.sum(axis=2, keepdims=True)
+        # An input holding inf or NaN gives inf - inf and 0/0 here: NaN is the exact answer, no warning.
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            scores = np.matmul(q_tile, k64.transpose(0, 2, 1)) * scale
+            scores -= scores.max(axis=2, keepdims=True)
+            np.exp(scores, out=scores)
+            out[:, r0 : r0 + tile] = np.matmul(scores, v64) / scores.sum(axis=2, keepdims=True)
     return out

@@ -11,6 +11,13 @@ hard link), /dev/null, /dev/full, a FIFO, a symlink (dangling or not), a directo
 long, a missing directory; and the output rule under a hostile neighbour: links in a sticky
 world-writable directory (the user's own, and, as root, another user's), a replaced file's mode,
 a read-only file, a named temporary, another process's temporary beside the output.
+
+fa_corpus() holds fa's own probes in the same form: a case with `command` runs fa with those
+arguments ({in} and {out} stand for the files its build made, {dir} for its directory) instead
+of a program, and must give the same outcomes (the exit code, one line `fa: error: ...`,
+nothing left behind): results files that are devices, FIFOs or too large, verify of files cut
+short or empty, gen through a planted link, time limits that are not numbers, a planted or
+unusable cache, a name holding a newline.
 """
 from __future__ import annotations
 
@@ -39,7 +46,9 @@ class Case:
     output_bytes: int | None = None  # a new regular output of this size is expected (exit 0)
     fifo_output: bool = False  # the output is a FIFO: something must read it
     after: list[Callable[[Path], str | None]] = field(default_factory=list)  # extra checks: a problem, or None
-    env: dict[str, str] = field(default_factory=dict)  # settings the program runs with
+    env: dict[str, str] = field(default_factory=dict)  # settings the program runs with ({dir}: the case's)
+    command: tuple[str, ...] | None = None  # fa's arguments ({in}, {out}, {dir}): a case of fa, not the programs
+    creates: tuple[str, ...] = ()  # names a successful fa case may add to its directory
 
 
 def header(B: int, N: int, d: int) -> bytes:
@@ -291,6 +300,106 @@ def neighbour_cases() -> list[Case]:
 
 def corpus() -> list[Case]:
     return header_cases() + size_cases() + value_cases() + path_cases() + neighbour_cases()
+
+
+def same_bytes(name: str, seed: int, shape: tuple[int, int, int]) -> Callable[[Path], str | None]:
+    """A check that `name` holds fa gen's input of this seed and shape."""
+    def check(d: Path) -> str | None:
+        from fa_cli import generate
+        from fa_cli.format import Shape
+        generate.write_input(d / ".wanted", Shape(*shape), seed)
+        wanted = (d / ".wanted").read_bytes()
+        (d / ".wanted").unlink()
+        return None if (d / name).read_bytes() == wanted else f"{name} is not seed {seed}'s input"
+    return check
+
+
+def fa_corpus() -> list[Case]:
+    """fa's own probes (tests/test_fuzz.py runs them through `python -m fa_cli`)."""
+    B, N, d = VALID
+    good = valid_bytes(*VALID)
+    out_bytes = 4 * B * N * d
+
+    def files(inp: bytes | None = good, out: bytes | None = None, extra: dict[str, bytes] | None = None):
+        def build(dir_: Path) -> tuple[str, str]:
+            if inp is not None:
+                (dir_ / "in.bin").write_bytes(inp)
+            if out is not None:
+                (dir_ / "out.bin").write_bytes(out)
+            for name, data in (extra or {}).items():
+                (dir_ / name).write_bytes(data)
+            return "in.bin", "out.bin"
+        return build
+
+    def fifo_named(name: str):
+        def build(dir_: Path) -> tuple[str, str]:
+            os.mkfifo(dir_ / name)
+            return "in.bin", name
+        return build
+
+    def huge(dir_: Path) -> tuple[str, str]:
+        with open(dir_ / "huge.json", "wb") as f:
+            f.truncate(65 << 20)
+        return "in.bin", "huge.json"
+
+    def planted_cache(dir_: Path) -> tuple[str, str]:
+        from fa_cli import generate
+        from fa_cli.format import Shape
+        (dir_ / "cache").mkdir()
+        generate.write_input(dir_ / "cache" / "uniform-B2-N64-d32-s0.in", Shape(2, 64, 32), 7)  # seed 7, seed 0's name
+        return "in.bin", "b.json"
+
+    def sticky_link(owner: int | None):
+        def build(dir_: Path) -> tuple[str, str]:
+            (dir_ / "shared").mkdir()
+            (dir_ / "shared").chmod(0o1777)
+            os.symlink("../target.in", dir_ / "shared" / "out.link")
+            if owner is not None:
+                os.lchown(dir_ / "shared" / "out.link", owner, owner)
+            return "in.bin", "shared/out.link"
+        return build
+
+    not_regular = "not a regular file"
+    bench = ("bench", "--shape", "1,16,32", "--program", "cpu", "--repeat", "1", "-o", "{out}")
+    gen = ("gen", "-B", "1", "-N", "16", "-d", "32", "-o", "{out}")
+    cases = [
+        Case("fa-compare-dev-zero", files(), 2, not_regular, command=("compare", "/dev/zero")),
+        Case("fa-compare-dev-urandom", files(), 2, not_regular, command=("compare", "/dev/urandom")),
+        Case("fa-compare-fifo", fifo_named("r.json"), 2, not_regular, command=("compare", "{out}")),
+        Case("fa-report-dev-zero", files(), 2, not_regular, command=("report", "/dev/zero", "-o", "{dir}/r")),
+        Case("fa-report-dev-urandom", files(), 2, not_regular, command=("report", "/dev/urandom", "-o", "{dir}/r")),
+        Case("fa-report-fifo", fifo_named("r.json"), 2, not_regular, command=("report", "{out}", "-o", "{dir}/r")),
+        Case("fa-compare-65mb", huge, 2, "larger than a results file can be (64 MB)", command=("compare", "{out}")),
+        Case("fa-bench-o-dev-zero", files(), 2, "results file is a character device", command=bench[:-1] + ("/dev/zero",)),
+        Case("fa-bench-o-fifo", fifo_named("b.json"), 2, "results file is a FIFO", command=bench),
+        Case("fa-bench-o-65mb", huge, 2, "larger than a results file can be (64 MB)", command=bench),
+        Case("fa-verify-output-cut-short", files(out=b"\0" * (out_bytes - 4)), 2,
+             f"out.bin: output has {out_bytes - 4} bytes", command=("verify", "{out}", "--input", "{in}")),
+        Case("fa-verify-input-cut-short", files(inp=good[:-4], out=b"\0" * out_bytes), 2,
+             f"in.bin: file has {len(good) - 4} bytes", command=("verify", "{out}", "--input", "{in}")),
+        Case("fa-verify-expected-empty", files(out=b"\0" * out_bytes, extra={"empty": b""}), 2,
+             "empty has 0 (0 float32 values)", command=("verify", "{out}", "--expected", "{dir}/empty")),
+        Case("fa-verify-empty-output", files(out=b"\0" * out_bytes, extra={"empty": b""}), 2,
+             "empty: output has 0 bytes", command=("verify", "{dir}/empty", "--expected", "{out}")),
+        Case("fa-verify-newline-in-name", files(), 2, "a\\nb.out", command=("verify", "{dir}/a\nb.out", "--input", "{in}")),
+        Case("fa-gen-own-sticky-link", sticky_link(None), 0, command=gen, creates=("target.in",),
+             after=[stays("shared/out.link", "symlink")]),
+        Case("fa-gen-expected-dev-full", files(inp=None), 1, "No space left on device",
+             command=gen + ("--expected", "/dev/full"), after=[missing("out.bin")]),
+        Case("fa-run-time-limit-nan", files(), 2, "finite number above 0",
+             command=("run", "{in}", "--program", "cpu", "--time-limit", "nan")),
+        Case("fa-run-time-limit-inf", files(), 2, "finite number above 0",
+             command=("run", "{in}", "--program", "cpu", "--time-limit", "inf")),
+        Case("fa-cache-planted-under-another-seed", planted_cache, 0, creates=("b.json",),
+             command=("bench", "--shape", "2,64,32", "--program", "cpu", "--repeat", "1", "-o", "{out}"),
+             env={"FA_CACHE": "{dir}/cache"}, after=[same_bytes("cache/uniform-B2-N64-d32-s0.in", 0, (2, 64, 32))]),
+        Case("fa-cache-is-a-file", files(), 2, "FA_CACHE=/etc/passwd is not a directory", command=bench,
+             env={"FA_CACHE": "/etc/passwd"}),
+    ]
+    if AS_ROOT:  # another user's link needs a second user
+        cases.append(Case("fa-gen-others-sticky-link", sticky_link(65534), 2, "not followed", command=gen,
+                          after=[missing("target.in")]))
+    return cases
 
 
 def drain(fifo: Path) -> threading.Thread:

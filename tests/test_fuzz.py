@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,16 +43,23 @@ PROGRAMS = [
 ]
 
 
-def run_case(program: Path, case: fuzz_corpus.Case, env: dict) -> list[str]:
-    """Run one case in a fresh directory; the problems found (none: it behaved)."""
+def run_case(program: Path | None, case: fuzz_corpus.Case, env: dict) -> list[str]:
+    """Run one case in a fresh directory, through the program or (program None, a case with a
+    command) through fa; the problems found (none: it behaved)."""
     with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
         d = Path(tmp)
         inp, out = case.build(d)
         before = set(os.listdir(d))
         reader = fuzz_corpus.drain(d / out) if case.fifo_output else None
+        fill = dict(dir=str(d), **{"in": inp, "out": out})
+        if program is None:
+            argv = [sys.executable, "-m", "fa_cli", *(a.format(**fill) for a in case.command)]
+            name = "fa"
+        else:
+            argv, name = [str(program), inp, out], program.name
         try:
-            proc = subprocess.run([str(program), inp, out], cwd=d, capture_output=True, text=True,
-                                  env={**env, **case.env}, timeout=30)
+            proc = subprocess.run(argv, cwd=d, capture_output=True, text=True, timeout=30,
+                                  env={**env, **{k: v.format(**fill) for k, v in case.env.items()}})
         except subprocess.TimeoutExpired:
             return ["hung (30 s)"]
         finally:
@@ -64,13 +72,15 @@ def run_case(program: Path, case: fuzz_corpus.Case, env: dict) -> list[str]:
             problems.append("sanitizer: " + proc.stderr.strip()[:400])
         if proc.returncode != case.exit_code:
             problems.append(f"exit {proc.returncode}, expected {case.exit_code}: {proc.stderr.strip()[:300]}")
+        if "Traceback" in proc.stderr or "Warning" in proc.stderr:
+            problems.append("traceback or warning: " + proc.stderr.strip()[-400:])
         if case.exit_code == 0:
-            if lines:
+            if lines and program is not None:  # (fa says what it does on stderr)
                 problems.append(f"stderr on success: {lines}")
-        elif len(lines) != 1 or not lines[0].startswith(f"{program.name}: error: ") or case.message not in lines[0]:
-            problems.append(f"expected one line '{program.name}: error: ...{case.message}...', got {lines}")
+        elif len(lines) != 1 or not lines[0].startswith(f"{name}: error: ") or case.message not in lines[0]:
+            problems.append(f"expected one line '{name}: error: ...{case.message}...', got {lines}")
         after = set(os.listdir(d))
-        new = after - before
+        new = after - before - (set(case.creates) if proc.returncode == 0 else set())
         if case.output_bytes is not None and proc.returncode == 0:
             written = (d / out).resolve()
             if not written.is_file() or written.stat().st_size != case.output_bytes:
@@ -101,3 +111,21 @@ def test_fuzz_corpus(which, request):
         "failures": len(failures),
     }
     assert not failures, "\n".join(f"{k}: {v}" for k, v in list(failures.items())[:20])
+
+
+def test_fuzz_corpus_of_fa():
+    """fa's own probes (fuzz_corpus.fa_corpus), judged as the programs' cases are."""
+    build("cpu")
+    env = {**os.environ}
+    env.pop("FA_TIMING", None)
+    cases = fuzz_corpus.fa_corpus()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda c: run_case(None, c, env), cases))
+    failures = {c.name: p for c, p in zip(cases, results) if p}
+    COUNTS["fa"] = {
+        "cases": len(cases),
+        "rejections": sum(c.exit_code != 0 for c in cases),
+        "leftovers": sum(any(p.startswith("leftover") for p in ps) for ps in results),
+        "failures": len(failures),
+    }
+    assert not failures, "\n".join(f"{k}: {v}" for k, v in failures.items())

@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import ROOT, fa
@@ -349,7 +350,7 @@ def test_results_readers_take_only_regular_files_of_a_sane_size(name, tmp_path):
         path = tmp_path / "huge.json"
         with open(path, "wb") as f:
             f.truncate(65 << 20)
-    # (fa run -o writes a device or a FIFO in place, as cp does: only a file is read first)
+    # (fa run -o and fa bench -o refuse a device or a FIFO too: test_bench_refuses_its_results_file_before_any_work)
     runs = [["run", "t01", "--program", "cpu", "-o", path]] if name == "huge" else []
     for args in (["compare", path], ["report", path, "-o", tmp_path / "r"], *runs):
         start = time.time()
@@ -445,3 +446,203 @@ def test_a_planted_file_under_a_cache_name_is_not_used(tmp_path):
     assert name.read_bytes() == (tmp_path / "seed0.in").read_bytes()
     stamp = json.loads((cache / "uniform-B2-N64-d32-s0.in.stamp").read_text())
     assert stamp["params"]["seed"] == 0
+
+
+# ---------------------------------------------------------------- no path resolved by fa itself
+def test_writers_resolve_no_path_themselves(tmp_path, monkeypatch):
+    """A directory link on the way is the kernel's to follow; fa follows only a final link,
+    relative to that link's own directory, and never calls realpath: the target is written and
+    both links stay."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "via").symlink_to("real")
+    (tmp_path / "real" / "out.link").symlink_to("../elsewhere/t.bin")
+
+    def no_realpath(*args, **kwargs):
+        raise AssertionError("realpath called")
+
+    monkeypatch.setattr(os.path, "realpath", no_realpath)
+    with fmt.atomic_file(tmp_path / "via" / "out.link") as f:
+        f.write(b"new")
+    assert (tmp_path / "elsewhere" / "t.bin").read_bytes() == b"new"
+    assert (tmp_path / "via").is_symlink() and (tmp_path / "real" / "out.link").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "real").iterdir()) == ["out.link"]
+
+
+@needs_root
+def test_a_directory_link_on_the_way_is_the_kernels_to_follow(sticky, tmp_path):
+    """nobody's link to root's folder in a sticky directory, on the way to the output: fa opens
+    the folder through the kernel, so fa writes there exactly when the kernel lets a program
+    create a file there (fs.protected_symlinks, where set, decides; fa does not bypass it)."""
+    folder = tmp_path / "roots"
+    folder.mkdir()
+    link = sticky / "dir"
+    link.symlink_to(folder)
+    os.lchown(link, NOBODY, NOBODY)
+    try:
+        os.close(os.open(link / "probe", os.O_CREAT | os.O_WRONLY))
+        kernel_allows = True
+        (folder / "probe").unlink()
+    except PermissionError:
+        kernel_allows = False
+    proc = fa("gen", "-B", 1, "-N", 4, "-d", 32, "-o", link / "x.in")
+    if kernel_allows:
+        assert proc.returncode == 0 and (folder / "x.in").stat().st_size == Shape(1, 4, 32).input_bytes
+    else:
+        assert proc.returncode == 2 and "Permission denied" in one_line(proc) and not (folder / "x.in").exists()
+
+
+@needs_root
+def test_a_link_of_the_sticky_directorys_owner_is_followed(tmp_path):
+    """The rule's other side: in nobody's sticky world-writable folder, nobody's link is
+    followed by root (the directory's owner could have replaced the file anyway)."""
+    shared = tmp_path / "theirs"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    os.chown(shared, NOBODY, NOBODY)
+    link = shared / "out.in"
+    link.symlink_to(tmp_path / "target.in")
+    os.lchown(link, NOBODY, NOBODY)
+    proc = fa("gen", "-B", 1, "-N", 4, "-d", 32, "-o", link)
+    assert proc.returncode == 0 and link.is_symlink() and (tmp_path / "target.in").is_file(), proc.stderr
+
+
+def test_gen_takes_back_a_linked_input_not_the_link(tmp_path):
+    """--expected fails after the input was written through the user's link: the input (the
+    link's target) goes, the link stays."""
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "x.in"
+    link.symlink_to("elsewhere/real.in")
+    proc = fa("gen", "-B", 1, "-N", 4, "-d", 32, "-o", link, "--expected", "/dev/full")
+    assert proc.returncode == 1 and "No space left" in one_line(proc)
+    assert link.is_symlink() and list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_taking_back_spares_a_file_put_there_since(tmp_path):
+    path = tmp_path / "x.in"
+    placed = generate.write_input(path, Shape(1, 4, 32), 0)
+    (tmp_path / "other").write_text("another writer's")
+    os.replace(tmp_path / "other", path)
+    fmt.remove_placed(path, placed)
+    assert path.read_text() == "another writer's"
+    placed = generate.write_input(path, Shape(1, 4, 32), 0)
+    fmt.remove_placed(path, placed)
+    assert not path.exists()
+
+
+# ---------------------------------------------------------------- non-finite values
+def test_inf_in_an_input_prints_no_numpy_warnings(cpu_program, tmp_path):
+    """inf in Q and K: fa verify (sampled, full) and fa run judge and diagnose it with no
+    RuntimeWarning, and NaN where both reruns wrote NaN is no race."""
+    inp, out = tmp_path / "x.in", tmp_path / "x.out"
+    generate.write_input(inp, Shape(1, 64, 32), 0)
+    values = np.fromfile(inp, dtype="<f4")
+    values[3 + 5] = values[3 + 64 * 32 + 7] = np.inf
+    values.tofile(inp)
+    assert subprocess.run([str(cpu_program), str(inp), str(out)]).returncode == 0
+    for args in (["verify", out, "--input", inp], ["verify", out, "--input", inp, "--full"],
+                 ["verify", out, "--input", inp, "--sample", 8], ["run", inp, "--program", "cpu"]):
+        proc = fa(*args)
+        assert proc.returncode == 1 and ("WRONG" in proc.stdout or "FAIL" in proc.stdout), proc.stdout
+        assert "RuntimeWarning" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert "race" not in proc.stdout
+
+
+# ---------------------------------------------------------------- readers, cut short and empty
+@pytest.mark.parametrize("order", ["empty-expected", "empty-output"])
+def test_verify_against_an_empty_file_is_one_line(tmp_path, order):
+    empty, out = tmp_path / "empty", tmp_path / "x.out"
+    empty.write_bytes(b"")
+    out.write_bytes(b"\0" * 8192)
+    args = ["verify", out, "--expected", empty] if order == "empty-expected" else ["verify", empty, "--expected", out]
+    proc = fa(*args)
+    assert proc.returncode == 2 and "has 0" in one_line(proc) and "mmap" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["/dev/zero", "fifo", "huge"])
+def test_bench_refuses_its_results_file_before_any_work(name, tmp_path):
+    path = Path(name)
+    if name == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    elif name == "huge":
+        path = tmp_path / "huge.json"
+        with open(path, "wb") as f:
+            f.truncate(65 << 20)
+    start = time.time()
+    proc = subprocess.run([sys.executable, "-m", "fa_cli", "bench", "--shape", "1,64,32", "--program", "cpu",
+                           "--repeat", "1", "-o", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=30)
+    line = one_line(proc)
+    assert proc.returncode == 2 and time.time() - start < 20
+    assert str(path) in line and ("not a regular file" in line or "64 MB" in line), line
+    assert "benchmarking" not in proc.stderr and "generated" not in proc.stderr and proc.stdout == ""
+
+
+def test_verify_of_an_input_shorter_than_its_header_says_names_it(tmp_path):
+    inp, out = tmp_path / "x.in", tmp_path / "x.out"
+    generate.write_input(inp, Shape(1, 64, 32), 0)
+    out.write_bytes(b"\0" * Shape(1, 64, 32).output_bytes)
+    with open(inp, "r+b") as f:
+        f.truncate(Shape(1, 64, 32).input_bytes - 4)
+    proc = fa("verify", out, "--input", inp)
+    assert proc.returncode == 2 and one_line(proc).startswith(f"fa: error: {inp}: file has ")
+
+
+def test_verify_of_a_file_cut_short_while_it_reads_is_one_line(tmp_path):
+    """fa verify reads two 256 MB files; a thread truncates the output as soon as fa has it
+    open. Whether the cut comes before the size check or during the read, the outcome is one
+    line naming the file: never SIGBUS (exit 135 in a shell, -7 here), never a traceback."""
+    out, exp = tmp_path / "x.out", tmp_path / "x.exp"
+    size = 256 << 20
+    for p in (out, exp):
+        with open(p, "wb") as f:
+            f.truncate(size)
+    outcomes = set()
+    for _ in range(3):
+        os.truncate(out, size)
+        proc = subprocess.Popen([sys.executable, "-m", "fa_cli", "verify", str(out), "--expected", str(exp)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                if any(os.readlink(f) == str(out) for f in Path(f"/proc/{proc.pid}/fd").iterdir()):
+                    os.truncate(out, 4096)
+                    break
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode not in (-signal.SIGBUS, 128 + signal.SIGBUS) and "Traceback" not in stderr, stderr
+        if proc.returncode == 0:  # read whole before the cut
+            outcomes.add("read whole")
+            continue
+        line = one_line(subprocess.CompletedProcess([], proc.returncode, stdout, stderr))
+        assert str(out) in line and ("cut short while being read" in line or "has 4096 bytes" in line), line
+        outcomes.add("cut short" if "cut short" in line else "short")
+
+
+def test_not_enough_memory_names_the_file(tmp_path):
+    """Under a memory limit, fa verify cannot hold two 512 MB files: one line naming the file it
+    could not read, exit 1, no traceback; a mapping refused (an input fa maps) names its file too."""
+    a, b = tmp_path / "a.out", tmp_path / "b.out"
+    for p in (a, b):
+        with open(p, "wb") as f:
+            f.truncate(512 << 20)
+    limit = 900 << 20
+
+    def limited():
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "fa_cli", "verify", str(a), "--expected", str(b)], cwd=ROOT,
+                          capture_output=True, text=True, env=env, preexec_fn=limited)
+    line = one_line(proc)
+    assert proc.returncode == 1 and (str(a) in line or str(b) in line) and "Cannot allocate memory" in line, line
+    big = tmp_path / "big.in"
+    with open(big, "wb") as f:
+        f.write(np.array([64, 65536, 64], "<i4").tobytes())
+        f.truncate(Shape(64, 65536, 64).input_bytes)
+    code = (f"from fa_cli.format import AttentionInput\nfrom fa_cli.errors import FaError\n"
+            f"try:\n    AttentionInput({str(big)!r})\nexcept FaError as e:\n    print(e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env,
+                          preexec_fn=limited)
+    assert proc.stdout.startswith(f"{big}: cannot map input: ") and "Cannot allocate memory" in proc.stdout, \
+        proc.stdout + proc.stderr
