@@ -223,8 +223,13 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
     x_label = f"{x_name} (-D{x_name}=...)" if own else "Br (query rows per block)"
     right_label = "whole process, s (median)" if own else "occupancy, % of the SM's warps"
     for ax, ylabel in ((left, "kernel TFLOP/s"), (right, right_label)):
+        low, high = min(where.values()), max(where.values())
         if log2:
             ax.set_xscale("log", base=2)
+            ax.set_xlim(low / 1.4, high * 1.4)  # the same range on both sides, drawn or empty
+        else:
+            pad = (high - low) * 0.1 or 0.5
+            ax.set_xlim(low - pad, high + pad)
         ax.set_xticks([where[x] for x in xs], [str(x) for x in xs])
         ax.minorticks_off()
         ax.set_xlabel(x_label)
