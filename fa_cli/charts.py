@@ -189,47 +189,106 @@ def ladder_chart(records: list[dict], path: Path) -> Path:
     return _save(fig, path, records)
 
 
+def _sweep_axes(records: list[dict]) -> tuple[str, list[str]]:
+    """A sweep chart's x parameter and those each line holds fixed: Br and Bc for fa's kernels,
+    the first swept macro and the others for a student's source."""
+    if records and records[0].get("sweep_source"):
+        params = list(dict.fromkeys(p for r in records for p in r.get("sweep_params") or []))
+        return params[0], params[1:]
+    return "Br", ["Bc"]
+
+
+def _positions(values: list) -> tuple[dict, bool]:
+    """Where each x value goes: the value itself where all are positive numbers (log2 where all
+    are powers of two), else its place in order; and whether the axis is log2."""
+    numbers = {}
+    for v in values:
+        try:
+            numbers[v] = float(str(v))
+        except ValueError:
+            return {v: i for i, v in enumerate(values)}, False
+    if all(n > 0 for n in numbers.values()):
+        return numbers, all(float(n).is_integer() and int(n) & (int(n) - 1) == 0 for n in numbers.values())
+    return {v: i for i, v in enumerate(values)}, False
+
+
 def sweep_chart(records: list[dict], path: Path) -> Path:
-    """Kernel TFLOP/s (left) and occupancy (right) against Br, one line per Bc."""
+    """Kernel TFLOP/s (left) and occupancy (right; for a source of the student's, the whole
+    process's time) against Br, one line per Bc; a student's source: against its first macro,
+    one line per value of the others."""
     plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained")
-    for i, bc in enumerate(sorted({r["Bc"] for r in records})):
-        line = sorted((r for r in records if r["Bc"] == bc), key=lambda r: r["Br"])
+    x_name, others = _sweep_axes(records)
+    own = bool(records and records[0].get("sweep_source"))
+    xs = list(dict.fromkeys(sorted((r.get(x_name) for r in records), key=_order)))
+    where, log2 = _positions(xs)
+    lines = list(dict.fromkeys(tuple(r.get(o) for o in others) for r in records))
+    for i, fixed in enumerate(lines):
+        line = sorted((r for r in records if tuple(r.get(o) for o in others) == fixed), key=lambda r: where[r[x_name]])
         color = plt.cm.tab10.colors[i % 10]
-        ran = [(r["Br"], r["tflops_kernel"]) for r in line if not r.get("error") and r.get("tflops_kernel")]
+        label = ", ".join(f"{o} = {v}" for o, v in zip(others, fixed)) or x_name
+        ran = [(where[r[x_name]], r["tflops_kernel"]) for r in line if not r.get("error") and r.get("tflops_kernel")]
         if ran:
-            left.plot(*zip(*ran), marker="o", color=color, label=f"Bc = {bc}")
-        theory = [(r["Br"], 100 * r["resources"]["occupancy"]) for r in line
+            left.plot(*zip(*ran), marker="o", color=color, label=label)
+        if own:
+            wall = [(where[r[x_name]], r["wall_s"]["median"]) for r in line
+                    if not r.get("error") and isinstance(r.get("wall_s"), dict)]
+            if wall:
+                right.plot(*zip(*wall), marker="o", color=color, label=label)
+            continue
+        theory = [(where[r[x_name]], 100 * r["resources"]["occupancy"]) for r in line
                   if (r.get("resources") or {}).get("occupancy") is not None]
         if theory:
-            right.plot(*zip(*theory), marker="o", linestyle="--", color=color, label=f"Bc = {bc}, theoretical")
-        achieved = [(r["Br"], r["profile"]["metrics"]["achieved occupancy"]) for r in line
+            right.plot(*zip(*theory), marker="o", linestyle="--", color=color, label=f"{label}, theoretical")
+        achieved = [(where[r[x_name]], r["profile"]["metrics"]["achieved occupancy"]) for r in line
                     if "achieved occupancy" in (r.get("profile") or {}).get("metrics", {})]
         if achieved:
-            right.plot(*zip(*achieved), marker="s", color=color, label=f"Bc = {bc}, achieved")
+            right.plot(*zip(*achieved), marker="s", color=color, label=f"{label}, achieved")
     first = records[0]
-    skipped = [f"Br={r['Br']} Bc={r['Bc']}" for r in records if r.get("skipped")]
-    failed = [f"Br={r['Br']} Bc={r['Bc']}" for r in records if not r.get("skipped") and r.get("error")]
-    brs = sorted({r["Br"] for r in records})
-    for ax, ylabel in ((left, "kernel TFLOP/s"), (right, "occupancy, % of the SM's warps")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(brs, [str(b) for b in brs])
+    params = [x_name, *others]
+    skipped = [" ".join(f"{p}={r.get(p)}" for p in params) for r in records if r.get("skipped")]
+    failed = [" ".join(f"{p}={r.get(p)}" for p in params) for r in records if not r.get("skipped") and r.get("error")]
+    x_label = f"{x_name} (-D{x_name}=...)" if own else "Br (query rows per block)"
+    right_label = "whole process, s (median)" if own else "occupancy, % of the SM's warps"
+    for ax, ylabel in ((left, "kernel TFLOP/s"), (right, right_label)):
+        low, high = min(where.values()), max(where.values())
+        if log2:
+            ax.set_xscale("log", base=2)
+            ax.set_xlim(low / 1.4, high * 1.4)  # the same range on both sides, drawn or empty
+        else:
+            pad = (high - low) * 0.1 or 0.5
+            ax.set_xlim(low - pad, high + pad)
+        ax.set_xticks([where[x] for x in xs], [str(x) for x in xs])
         ax.minorticks_off()
-        ax.set_xlabel("Br (query rows per block)")
+        ax.set_xlabel(x_label)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         else:
-            ax.text(0.5, 0.5, "nothing measured" if ax is left else "no occupancy figures", ha="center",
-                    va="center", transform=ax.transAxes, color="dimgray")
+            empty = "no kernel time (no fa-timing line)" if own and not failed else "nothing measured"
+            ax.text(0.5, 0.5, empty if ax is left else "nothing measured" if own else "no occupancy figures",
+                    ha="center", va="center", transform=ax.transAxes, color="dimgray")
     left.set_ylim(bottom=0)
-    right.set_ylim(0, 105)
-    title = (f"Tile sizes of the homework kernel: {first['program'].split('-br')[0]} on {_devices(records)}, "
-             f"input {first['input']}")
+    if own:
+        right.set_ylim(bottom=0)
+    else:
+        right.set_ylim(0, 105)
+    what = f"Your tile sizes: {first['sweep_source']}" if own else \
+        f"Tile sizes of the homework kernel: {first['program'].split('-br')[0]}"
+    title = f"{what} on {_devices(records)}, input {first['input']}"
     if skipped:
-        title += f"\nnot built (the kernel cannot take them): {', '.join(skipped)}"
+        title += f"\nnot built ({'the compiler refused them' if own else 'the kernel cannot take them'}): " \
+                 f"{', '.join(skipped)}"
     if failed:
         title += f"\nfailed to run: {', '.join(failed)}"
     fig.suptitle(title, fontsize=9)
     return _save(fig, path, records)
+
+
+def _order(value):
+    """Numbers in numeric order, before names in name order."""
+    try:
+        return (0, float(str(value)), "")
+    except ValueError:
+        return (1, 0.0, str(value))

@@ -603,8 +603,11 @@ def ladder_cmd(case, program, list_only, repeats, tol, with_profile, profiler, r
 @click.option("--param", "params", multiple=True, metavar="NAME=V1,V2,...",
               help="A tile parameter and its values; repeatable. tiled: Br (query rows per block), Bc (keys "
                    "per tile), default Br=16, Bc=32. simt: TM, TN (scores per thread), C (threads per row), R "
-                   "(row groups), MB (blocks per SM), default the program's tile for d.")
-@click.option("--program", default="cuda", show_default=True, help="cuda, hip-cuda or hip.")
+                   "(row groups), MB (blocks per SM), default the program's tile for d. A source of yours: a "
+                   "macro it tests with #ifndef (BR=16,32 builds it with -DBR=16, then -DBR=32).")
+@click.option("--program", default="cuda", show_default=True,
+              help="cuda, hip-cuda or hip, or a source of yours (hw4.cu, hw4.hip) that takes its tile sizes "
+                   "as -D macros.")
 @click.option("--arch", help="The GPU target the variants are built for (default: this machine's GPU).")
 @click.option("--no-run", is_flag=True, help="Only build the variants and report their resources (no GPU needed).")
 @click.option("--list", "list_only", is_flag=True,
@@ -616,14 +619,21 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, list_only, repeats, t
     """Build a kernel with each combination of tile sizes (bin/variants/, reused while up to
     date), run each on CASE and verify it: kernel TFLOP/s and theoretical occupancy (achieved
     with --profile) against Br, one line per Bc. Combinations that cannot be built are listed as
-    skipped, with the compiler's reason."""
+    skipped, with the compiler's reason.
+
+    \b
+    Your own tile sizes, where your source takes them as -D macros (#ifndef BR / #define BR 32 /
+    #endif), each combination built with the course's line:
+    fa sweep t17 --program hw4.cu --param BR=16,32 --param BC=32,64 -o sweep.json"""
     if not list_only and not case:
         raise click.UsageError("give a CASE (t27, a file, ...), or --list")
     if no_run and with_profile:
         raise FaError("--no-run and --profile exclude each other")
     check_extendable(results)
     if program not in sweep.PROGRAMS:
-        raise FaError(f"--program {program}: fa sweep builds {', '.join(sweep.PROGRAMS)}")
+        own_sweep(case, program, params, no_run, list_only, with_profile, repeats, tol, results, plot, as_markdown,
+                  make_launcher(launcher, partition, gres, srun_args))
+        return
     families = sweep.families_of(program_for(program))
     if list_only:
         show(*sweep.listing(families), as_markdown, f"fa sweep: what {program} can be swept over")
@@ -641,6 +651,38 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, list_only, repeats, t
         records = sweep.run_sweep(program, target, list(params), arch, plan_args, not no_run, with_profile,
                                   profiler, workdir, note, advance, family)
     show(*sweep.rows(records), as_markdown, f"fa sweep: {program} {kernel} for {arch}, {target.name}")
+    save_and_plot(records, results, plot, charts.sweep_chart)
+    ran = [r for r in records if not r.get("skipped")]
+    sys.exit(ExitStatus.OK if no_run or all(not r.get("error") and r.get("passed") for r in ran) else ExitStatus.FAILED)
+
+
+def own_sweep(case, program, params, no_run, list_only, with_profile, repeats, tol, results, plot, as_markdown,
+              runner) -> None:
+    """fa sweep --program hw4.cu --param BR=16,32: the student's source built with each combination
+    of -D values (course's line), each judged and timed; every refusal before any work."""
+    source = sweep.own_source(program)
+    ctx = click.get_current_context()
+    for option in ("kernel", "arch"):
+        if ctx.get_parameter_source(option) != ParameterSource.DEFAULT:
+            raise FaError(f"--{option}: not for a source of yours, which fa builds with the course's line for this "
+                          f"machine's GPU and runs as it is (--param NAME=... names its macros)")
+    if with_profile:
+        raise FaError(f"--profile: not for a source of yours; profile the build you choose with "
+                      f"fa profile {case or 'CASE'} --program ./hw4")
+    if list_only:
+        show(*sweep.own_listing(source), as_markdown, f"fa sweep: the macros {source.name} tests with #ifndef/#ifdef")
+        return
+    sweep.own_grid(list(params), source)  # every bad --param refused before anything is built
+    check_names([case])
+    if not no_run:
+        ready.check_runs_here(programs.from_source(source), runner, program, try_cpu=False)
+    [target] = targets_for([case])
+    plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
+    with locations.shared_workdir(runner is not None) as workdir, \
+            report.progress("sweep variants", None, steps=True) as advance:
+        records = sweep.run_own_sweep(source, target, list(params), plan_args, not no_run, workdir, note, advance)
+    built = "the CPU" if records[0]["arch"] == "cpu" else records[0]["arch"]
+    show(*sweep.rows(records), as_markdown, f"fa sweep: {source.name} built for {built}, {target.name}")
     save_and_plot(records, results, plot, charts.sweep_chart)
     ran = [r for r in records if not r.get("skipped")]
     sys.exit(ExitStatus.OK if no_run or all(not r.get("error") and r.get("passed") for r in ran) else ExitStatus.FAILED)

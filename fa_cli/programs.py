@@ -200,11 +200,24 @@ def ensure_built(program: Program, announce=None) -> Program:
     return program
 
 
-def build_source(program: Program, announce=None) -> Program:
+def compiler_of(source: Path) -> str:
+    """The compiler the course's line for a source runs (NVCC, HIPCC or CXX where set)."""
+    compiler = SOURCE_COMPILERS[source.suffix]
+    return os.environ.get({"nvcc": "NVCC", "hipcc": "HIPCC"}.get(compiler, "CXX"), compiler)
+
+
+def check_compiler(source: Path) -> None:
+    """Stop with one line where the compiler of the source's course line is not installed."""
+    tool = compiler_of(source)
+    if not shutil.which(tool):
+        raise FaError(f"{source}: building it needs {tool}, which is not installed here", exit_code=ExitStatus.FAILED)
+
+
+def build_error(program: Program, announce=None) -> str | None:
+    """Build a student's source with the course's line (and the program's build flags): None where
+    it built, else the compiler's first error line."""
+    check_compiler(program.source)
     argv = course_build(program.source, program.path, program.build_flags)
-    if not shutil.which(argv[0]):
-        raise FaError(f"{program.source}: building it needs {argv[0]}, which is not installed here",
-                      exit_code=ExitStatus.FAILED)
     if announce:
         announce("building " + " ".join(argv))
     program.path.parent.mkdir(parents=True, exist_ok=True)
@@ -212,8 +225,14 @@ def build_source(program: Program, announce=None) -> Program:
     if proc.returncode != 0 or not program.path.exists():
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if "error" in l.lower()] or \
             [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
-        raise FaError(f"{program.source}: does not build: {lines[0] if lines else f'exit code {proc.returncode}'}",
-                      exit_code=ExitStatus.FAILED)
+        return lines[0].strip() if lines else f"exit code {proc.returncode}"
+    return None
+
+
+def build_source(program: Program, announce=None) -> Program:
+    error = build_error(program, announce)
+    if error:
+        raise FaError(f"{program.source}: does not build: {error}", exit_code=ExitStatus.FAILED)
     return program
 
 

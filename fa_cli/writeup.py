@@ -96,10 +96,11 @@ def sweep_section(records: list[dict], out_dir: Path, head: str = "#### Tile siz
     if not records:
         return ""
     parts = [head]
-    for key, group in _groups(records, lambda r: (r["program"].split("-br")[0], r.get("arch"), r["input"])).items():
+    for key, group in _groups(records, lambda r: (sweep.base_program(r), r.get("arch"), r["input"])).items():
         png = _png(out_dir, "sweep", key)
         charts.sweep_chart(group, out_dir / png)
-        parts.append(f"\n{key[0]} built for {key[1]}, input {key[2]}:\n\n" + markdown_table(*sweep.rows(group))
+        built = "the CPU" if key[1] == "cpu" else key[1]
+        parts.append(f"\n{key[0]} built for {built}, input {key[2]}:\n\n" + markdown_table(*sweep.rows(group))
                      + f"\n![sweep]({png})\n")
     return "".join(parts)
 
@@ -191,12 +192,18 @@ def implementation_section(resources: list[dict]) -> str:
     ])
 
 
+OWN_SWEEP_HINT = ("\nYour tile sizes (`fa sweep`): no results. Where hw4.cu takes its tile sizes as -D macros "
+                  "(`#ifndef BR` / `#define BR 32` / `#endif`, as `fa init`'s starter does), `fa sweep t17 --program "
+                  "hw4.cu --param BR=16,32 --param BC=32,64 -o sweep.json` builds it with each combination and times "
+                  "each (on a GPU).\n")
+
+
 def optimization_section(sweeps: list[dict], out_dir: Path, has_reference: bool) -> str:
     parts = ["### 3b. Optimization\n",
              yours("each optimization you made, in order, what it changes and what it gained (keep each version "
                    "and time them side by side: `fa bench --suite c --program ./hw4-v1 --program ./hw4 -o "
                    "steps.json`, then `fa compare steps.json --plot steps.png`).")]
-    parts.append(sweep_section(sweeps, out_dir, "Your tile sizes (`fa sweep`):\n"))
+    parts.append(sweep_section(sweeps, out_dir, "Your tile sizes (`fa sweep`):\n") or OWN_SWEEP_HINT)
     if not has_reference:
         parts.append("\nfa's own optimization ladder of the homework kernel, as a yardstick: `fa ladder t27 -o "
                      "ladder.json` (on a GPU), shown at the end of this report under fa's name.\n")

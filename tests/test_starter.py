@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from helpers import fa, verdicts
-from fa_cli import starter, timing
+from fa_cli import starter, sweep, timing
 
 
 def test_init_writes_the_starter_and_overwrites_nothing(tmp_path):
@@ -98,3 +98,22 @@ def test_fa_resources_gives_the_starters_occupancy(tmp_path):
     kernels = json.loads(proc.stdout)["records"]
     assert {r["kernel"].split("<")[0] for r in kernels} == {"attention_rows"}
     assert all(r["threads"] == 128 and r["occupancy"] is not None for r in kernels), kernels
+
+
+@pytest.mark.parametrize("name", ["hw4.cu", "hw4.hip"])
+def test_starter_takes_its_tile_sizes_as_macros(name, tmp_path):
+    """BR and BC in #ifndef, so that `fa sweep --program hw4.cu --param BR=... --param BC=...` works on it."""
+    fa("init", tmp_path)
+    macros = sweep.tested_macros(tmp_path / name)
+    assert {"BR", "BC"} <= macros.tested and macros.defaults["BR"] == "128" and macros.defaults["BC"] == "32"
+    assert sweep.own_grid(["BR=64,128", "BC=16"], tmp_path / name) == [{"BR": "64", "BC": "16"},
+                                                                      {"BR": "128", "BC": "16"}]
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_starter_builds_with_other_tiles(tmp_path):
+    fa("init", tmp_path)
+    proc = subprocess.run(["make", "-C", str(tmp_path), "hw4", "NVCC=nvcc -DBR=64 -DBC=16"], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr[-2000:]
+    assert "attention_rows" in proc.stderr  # ptxas's report of the kernel

@@ -33,6 +33,7 @@ def test_a_report_from_the_students_hw4_alone_is_theirs(cpu_program, tmp_path):
     assert "`fa profile t17 --program ./hw4 -o profile.json`" in text
     assert "`fa resources --program hw4.cu --json > resources.json`" in text
     assert "`fa bench --suite c --program ./hw4 -o bench.json`" in text
+    assert "`fa sweep t17 --program hw4.cu --param BR=16,32 --param BC=32,64 -o sweep.json`" in text
     # a marked place for the student's words in every section of the course's
     places = [text.index(writeup.YOURS, text.index(h)) for h in ["# Homework 4", *SECTIONS[:2], *SECTIONS[4:]]]
     assert len(set(places)) == len(places) and text.count(writeup.YOURS) >= 8
