@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_params.h"
 #include "compensated_sum.h"
 #include "host/settings.h"
 
@@ -173,6 +174,19 @@ template <> struct SimtSmall<64> { typedef SimtTile<64, 4, 2, 8, 16, 1> type; };
 template <> struct SimtSmall<32> { typedef SimtTile<32, 4, 8, 4, 16, 1> type; };
 #endif
 
+// The block's shared memory (dynamic), carved as laid out above.
+template <class T>
+struct SimtShared {
+  float* q;  // [rows][q_pitch]
+  float* k;  // [2][keys][k_pitch]
+  float* v;  // [2][keys][v_pitch]
+  float* p;  // [rows][p_pitch]
+  __device__ __forceinline__ explicit SimtShared(float* smem)
+      : q(smem), k(q + T::q_floats), v(k + 2 * T::k_floats), p(v + 2 * T::v_floats) {}
+  __device__ __forceinline__ float* k_stage(int stage) const { return k + stage * T::k_floats; }
+  __device__ __forceinline__ float* v_stage(int stage) const { return v + stage * T::v_floats; }
+};
+
 // --- Load Q: the block's rows into shared memory, scaled by log2(e) / sqrt(d) so that exp2
 // gives e^x; rows past N are zeros.
 template <class T>
@@ -214,26 +228,93 @@ __device__ __forceinline__ void simt_stash(const float4 (&next)[T::loads_per_thr
   }
 }
 
+// A thread's micro-tiles: scores of its rows x keys, and O of its rows x columns.
+template <class T>
+struct SimtFragments {
+  typedef float Scores[T::rows_per_thread][T::keys_per_thread];
+  typedef float Out[T::rows_per_thread][T::cols_per_thread];
+  typedef float Rows[T::rows_per_thread];
+};
+
+// Keys past N score -inf (only the last, partial tile has any).
+template <class T>
+__device__ __forceinline__ void simt_mask_keys(typename SimtFragments<T>::Scores& s, int64_t key0, int64_t N, int x) {
+  if (key0 + T::keys > N) {
+#pragma unroll
+    for (int j = 0; j < T::keys_per_thread; ++j)
+      if (key0 + x + T::threads_per_row * j >= N) {
+#pragma unroll
+        for (int i = 0; i < T::rows_per_thread; ++i) s[i][j] = -INFINITY;
+      }
+  }
+}
+
+// --- Online softmax per row: the running max m (the same in the row's C threads: a C-lane
+// butterfly), alpha = 2^(m_old - m_new) to rescale O, p = 2^(s - m) into this warp's rows of Ps,
+// the tile's TN probabilities of a row summed, then added to this thread's compensated share l.
+template <class T>
+__device__ __forceinline__ void simt_online_softmax(const typename SimtFragments<T>::Scores& s,
+                                                    typename SimtFragments<T>::Rows& m, CompensatedSum (&l)[T::rows_per_thread],
+                                                    typename SimtFragments<T>::Rows& alpha, float* Ps, int x, int g) {
+  constexpr int TN = T::keys_per_thread, C = T::threads_per_row, R = T::row_groups;
+#pragma unroll
+  for (int i = 0; i < T::rows_per_thread; ++i) {
+    float mx = s[i][0];
+#pragma unroll
+    for (int j = 1; j < TN; ++j) mx = fmaxf(mx, s[i][j]);
+#pragma unroll
+    for (int off = C / 2; off > 0; off >>= 1) mx = fmaxf(mx, FA_SHFL_XOR(mx, off, C));
+    const float m_new = fmaxf(m[i], mx);
+    alpha[i] = simt_exp2(m[i] - m_new);
+    m[i] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const float p = simt_exp2(s[i][j] - m_new);
+      sum += p;
+      Ps[(g + R * i) * T::p_pitch + x + C * j] = p;
+    }
+    l[i].scale(alpha[i]);
+    l[i].add(sum);
+  }
+  FA_SYNC_WAVE();  // Ps rows are written and read by the same warp: no block barrier
+}
+
+// --- Store O, once: the row sums combined across the row's C threads; rows past N not stored.
+template <class T>
+__device__ __forceinline__ void simt_store_o(float* out, const typename SimtFragments<T>::Out& o,
+                                             const CompensatedSum (&l)[T::rows_per_thread], int64_t b, int64_t row0,
+                                             int64_t N, int x, int g) {
+  constexpr int C = T::threads_per_row;
+#pragma unroll
+  for (int i = 0; i < T::rows_per_thread; ++i) {
+    float sum = l[i].value();
+#pragma unroll
+    for (int off = C / 2; off > 0; off >>= 1) sum += FA_SHFL_XOR(sum, off, C);
+    const float inv_l = 1.f / sum;
+    const int64_t row = row0 + g + T::row_groups * i;
+    if (row < N) {
+      float* dst = out + (b * N + row) * T::d;
+#pragma unroll
+      for (int q = 0; q < T::quads_per_thread; ++q)
+        *reinterpret_cast<float4*>(dst + 4 * (x + C * q)) =
+            make_float4(o[i][4 * q] * inv_l, o[i][4 * q + 1] * inv_l, o[i][4 * q + 2] * inv_l,
+                        o[i][4 * q + 3] * inv_l);
+    }
+  }
+}
+
 // One block: query rows row0 .. row0 + Br - 1 of batch b (blockIdx.x = b * row_tiles + row tile).
-// Top to bottom: load Q; per K/V tile: fetch the next K, scores, stash the next K and fetch its
-// V, mask, online softmax, fold P V, stash the next V, barrier; store O. The next tile's K goes
-// into the other stage after S (that stage was last read before the previous barrier), its V
-// after P V; the one block barrier per tile orders this tile's reads (K, V, each warp's Ps)
-// before the next tile's writes, and the next tile's stores before its reads. Loading Q and the
-// K/V tile are functions; the other phases are written here, because as functions they compiled
-// to other machine code (other registers: ptxas for S and P V, hipcc for all four).
-template <int D_, int TM_, int TN_, int C_, int R_, int MinBlocks_>
-__global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
-    attention_simt(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles) {
-  typedef SimtTile<D_, TM_, TN_, C_, R_, MinBlocks_> T;
+// The next tile's K is stashed into the other stage after S (that stage was last read before the
+// previous barrier), its V after P V; the one block barrier per tile orders this tile's reads (K,
+// V, and each warp's Ps) before the next tile's writes, and the next tile's stores before its reads.
+template <class T>
+__device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
+                                          int64_t row_tiles) {
   constexpr int TM = T::rows_per_thread, TN = T::keys_per_thread, TD = T::cols_per_thread;
   constexpr int C = T::threads_per_row, R = T::row_groups, kQuads = T::quads_per_thread;
-  extern __shared__ float4 simt_smem4[];  // the layout above
-  float* smem = reinterpret_cast<float*>(simt_smem4);
-  float* Qs = smem;
-  float* Ks = Qs + T::q_floats;        // [2][Bc][k_pitch]
-  float* Vs = Ks + 2 * T::k_floats;    // [2][Bc][v_pitch]
-  float* Ps = Vs + 2 * T::v_floats;    // [Br][p_pitch]
+  extern __shared__ float4 simt_smem4[];
+  const SimtShared<T> smem(reinterpret_cast<float*>(simt_smem4));
   const int tid = threadIdx.x;
   const int x = tid % T::threads_per_row, g = tid / T::threads_per_row;  // place in the row, row group
   const int64_t tile = blockIdx.x;
@@ -243,7 +324,7 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
   const float* K = Q + N * T::d;
   const float* V = K + N * T::d;
 
-  simt_load_q<T>(Qs, Q, row0, N, tid);
+  simt_load_q<T>(smem.q, Q, row0, N, tid);
 
   float4 next[T::loads_per_thread];  // the K/V tile in flight
   float m[TM];              // running row max (base 2), the same in the row's C threads
@@ -257,19 +338,22 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
   }
 
   simt_fetch<T>(next, K, 0, N, tid);
-  simt_stash<T>(next, Ks, T::k_pitch, tid);
+  simt_stash<T>(next, smem.k_stage(0), T::k_pitch, tid);
   simt_fetch<T>(next, V, 0, N, tid);
-  simt_stash<T>(next, Vs, T::v_pitch, tid);
+  simt_stash<T>(next, smem.v_stage(0), T::v_pitch, tid);
   __syncthreads();
   int buf = 0;
   for (int64_t key0 = 0; key0 < N; key0 += T::keys) {
     const bool more = key0 + T::keys < N;
     if (more) simt_fetch<T>(next, K, key0 + T::keys, N, tid);
-    const float* Kb = Ks + buf * T::k_floats;
-    const float* Vb = Vs + buf * T::v_floats;
+    const float* Qs = smem.q;
+    const float* Kb = smem.k_stage(buf);
+    const float* Vb = smem.v_stage(buf);
 
     // --- Scores S = Q K^T: rows g + R i, keys x + C j, k four at a time (float4 of Q and K from
-    // shared memory: TM + TN loads per 4 TM TN FMA).
+    // shared memory: TM + TN loads per 4 TM TN FMA). This phase and P V stay in this function:
+    // as functions of their own they compile to the same PTX but register names that ptxas
+    // schedules differently.
     float s[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -293,43 +377,12 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
       }
     }
     if (more) {
-      simt_stash<T>(next, Ks + (buf ^ 1) * T::k_floats, T::k_pitch, tid);
+      simt_stash<T>(next, smem.k_stage(buf ^ 1), T::k_pitch, tid);
       simt_fetch<T>(next, V, key0 + T::keys, N, tid);
     }
-    if (key0 + T::keys > N) {  // the last, partial tile: keys past N score -inf
-#pragma unroll
-      for (int j = 0; j < TN; ++j)
-        if (key0 + x + C * j >= N) {
-#pragma unroll
-          for (int i = 0; i < TM; ++i) s[i][j] = -INFINITY;
-        }
-    }
-
-    // --- Online softmax per row: the running max m (the same in the row's C threads: a C-lane
-    // butterfly), alpha = 2^(m_old - m_new) to rescale O, p = 2^(s - m) into this warp's rows of
-    // Ps, the tile's TN probabilities of a row summed, then added to this thread's share l.
-    float alpha[TM];
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      float mx = s[i][0];
-#pragma unroll
-      for (int j = 1; j < TN; ++j) mx = fmaxf(mx, s[i][j]);
-#pragma unroll
-      for (int off = C / 2; off > 0; off >>= 1) mx = fmaxf(mx, FA_SHFL_XOR(mx, off, C));
-      const float m_new = fmaxf(m[i], mx);
-      alpha[i] = simt_exp2(m[i] - m_new);
-      m[i] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const float p = simt_exp2(s[i][j] - m_new);
-        sum += p;
-        Ps[(g + R * i) * T::p_pitch + x + C * j] = p;
-      }
-      l[i].scale(alpha[i]);
-      l[i].add(sum);
-    }
-    FA_SYNC_WAVE();  // Ps rows are written and read by the same warp: no block barrier
+    simt_mask_keys<T>(s, key0, N, x);
+    float alpha[TM];  // rescaling of the rows' O by 2^(m_old - m_new)
+    simt_online_softmax<T>(s, m, l, alpha, smem.p, x, g);
 
     // --- Fold P V into O: O = alpha O + P V, P as float4 along keys, V as float4 along d (TM + TD
     // loads per 4 TM TD FMA). The tile's P V is summed on its own first (in the registers S held),
@@ -344,7 +397,7 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
     for (int j = 0; j < T::keys; j += 4) {
       float4 pv[TM];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) pv[i] = *reinterpret_cast<const float4*>(Ps + (g + R * i) * T::p_pitch + j);
+      for (int i = 0; i < TM; ++i) pv[i] = *reinterpret_cast<const float4*>(smem.p + (g + R * i) * T::p_pitch + j);
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         float4 vv[kQuads];
@@ -369,28 +422,17 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
 #pragma unroll
       for (int c = 0; c < TD; ++c) o[i][c] = fmaf(o[i][c], alpha[i], t[i][c]);
 
-    if (more) simt_stash<T>(next, Vs + (buf ^ 1) * T::v_floats, T::v_pitch, tid);
+    if (more) simt_stash<T>(next, smem.v_stage(buf ^ 1), T::v_pitch, tid);
     __syncthreads();
     buf ^= 1;
   }
 
-  // --- Store O, once: the row sums combined across the row's C threads; rows past N not stored.
-#pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    float sum = l[i].value();
-#pragma unroll
-    for (int off = C / 2; off > 0; off >>= 1) sum += FA_SHFL_XOR(sum, off, C);
-    const float inv_l = 1.f / sum;
-    const int64_t row = row0 + g + R * i;
-    if (row < N) {
-      float* dst = out + (b * N + row) * T::d;
-#pragma unroll
-      for (int q = 0; q < kQuads; ++q)
-        *reinterpret_cast<float4*>(dst + 4 * (x + C * q)) =
-            make_float4(o[i][4 * q] * inv_l, o[i][4 * q + 1] * inv_l, o[i][4 * q + 2] * inv_l,
-                        o[i][4 * q + 3] * inv_l);
-    }
-  }
+  simt_store_o<T>(out, o, l, b, row0, N, x, g);
+}
+
+template <int D, int TM, int TN, int C, int R, int MinBlocks>
+__global__ void FA_LAUNCH_BOUNDS(R* C, MinBlocks) attention_simt(const AttentionParams p) {
+  simt_rows<SimtTile<D, TM, TN, C, R, MinBlocks> >(p.qkv, p.out, p.N, p.row_tiles);
 }
 
 // The kernel of a tile, and its name as `fa resources` reads the compiler's reports.
@@ -431,9 +473,10 @@ inline std::vector<SimtLaunch> simt_launches() {
 
 template <class T, class Stream>
 void launch_simt_tile(const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-  const int64_t row_tiles = (N + T::rows - 1) / T::rows;
+  AttentionParams p;
+  p.qkv = qkv, p.out = out, p.N = N, p.row_tiles = (N + T::rows - 1) / T::rows;
   attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>
-      <<<(unsigned)(batches * row_tiles), T::threads, T::smem_bytes, stream>>>(qkv, out, N, row_tiles);
+      <<<(unsigned)(batches * p.row_tiles), T::threads, T::smem_bytes, stream>>>(p);
 }
 
 #if FA_SIMT_AMD
