@@ -4,7 +4,7 @@ Parameters are compile-time, and each kernel's are its registry row's (`PROGRAM 
 src_common/registry.h: the tiles per d, the -D flags that build others, the kernel's name in
 the resource report). The homework kernel (--kernel tiled): Br (query rows per block,
 FA_TILED_BR) and Bc (keys per tile, FA_TILED_BC). The register-blocked kernel (--kernel simt),
-for the input's d (FA_SIMT32 or FA_SIMT64; NVIDIA builds): TM x TN (scores per thread), C
+for the input's d (FA_SIMT32_* or FA_SIMT64_*; NVIDIA builds): TM x TN (scores per thread), C
 (threads per row), R (row groups: a block is R x C threads, Br = R TM rows, Bc = C TN keys) and
 MB (blocks per SM its registers are budgeted for). Each combination is built with make into
 bin/variants/PROGRAM-.../ (reused while it is up to date), for one GPU target, with the

@@ -2,8 +2,9 @@
 // SGEMM. One source for nvcc and hipcc, written against the same primitives as
 // attention_tiled.h: FA_SHFL_XOR(v, mask, width), FA_SYNC_WAVE(), FA_WAVE, FA_LAUNCH_BOUNDS.
 //
-// Geometry (SimtTile<D, TM, TN, C, R>): a block of R x C threads owns Br = R * TM query rows and
-// streams K/V tiles of Bc = C * TN keys. Thread (g, x) = (tid / C, tid % C) owns
+// Geometry (SimtTile: rows_per_thread TM, keys_per_thread TN, threads_per_row C, row_groups R):
+// a block of R x C threads owns Br = R * TM query rows and streams K/V tiles of Bc = C * TN keys.
+// Thread (g, x) = (tid / C, tid % C) owns
 //   rows      g + R * i,          i < TM   (interleaved: the warp's row groups hit distinct banks)
 //   keys      x + C * j,          j < TN   (its TM x TN micro-tile of scores S)
 //   O columns 4 (x + C * q) .. +3, q < D / (4 C)   (its TM x D / C micro-tile of O)
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_params.h"
 #include "compensated_sum.h"
 #include "host/settings.h"
 
@@ -74,20 +76,33 @@ __device__ __forceinline__ float simt_exp2(float x) {
 #endif
 }
 
-template <int D_, int TM_, int TN_, int C_, int R_, int MinBlocks_>
+// A tile: its parameters by name (fa sweep's short names after the colons) and what follows
+// from them: block size, the shared-memory layout above, the loads of a K/V tile.
+template <int D, int RowsPerThread, int KeysPerThread, int ThreadsPerRow, int RowGroups, int MinBlocks>
 struct SimtTile {
-  static constexpr int D = D_, TM = TM_, TN = TN_, C = C_, R = R_, kMinBlocks = MinBlocks_;
-  static constexpr int kThreads = R * C, kBr = R * TM, kBc = C * TN, TD = D / C, kQuads = TD / 4;
-  static constexpr int kQPitch = D + 4, kKPitch = D + 4, kVPitch = D, kPPitch = kBc + C;
-  static constexpr int kQFloats = kBr * kQPitch, kKFloats = kBc * kKPitch, kVFloats = kBc * kVPitch;
-  static constexpr int kSmemFloats = kQFloats + 2 * kKFloats + 2 * kVFloats + kBr * kPPitch;
-  static constexpr int kSmemBytes = kSmemFloats * 4;
-  static constexpr int kTileVec = kBc * D / 4;  // float4 of K (and of V) per tile
-  static constexpr int kLoads = kTileVec / kThreads;
-  static_assert(D % (4 * C) == 0, "each thread owns whole float4 of O");
-  static_assert(C <= 32 && 32 % C == 0 && C <= FA_WAVE, "a row's threads stay inside one warp");
-  static_assert(kTileVec % kThreads == 0, "every thread loads the same number of float4 per tile");
-  static_assert(kThreads <= 1024, "at most 1024 threads per block");
+  static constexpr int d = D;
+  static constexpr int rows_per_thread = RowsPerThread;  // TM: rows g + row_groups i of a thread
+  static constexpr int keys_per_thread = KeysPerThread;  // TN: keys x + threads_per_row j of a tile
+  static constexpr int threads_per_row = ThreadsPerRow;  // C: consecutive lanes that share a row
+  static constexpr int row_groups = RowGroups;           // R: rows of threads in a block
+  static constexpr int min_blocks = MinBlocks;           // MB: blocks per SM the registers are budgeted for
+
+  static constexpr int threads = row_groups * threads_per_row;
+  static constexpr int rows = row_groups * rows_per_thread;        // Br: query rows of a block
+  static constexpr int keys = threads_per_row * keys_per_thread;   // Bc: keys of a K/V tile
+  static constexpr int cols_per_thread = d / threads_per_row;      // TD: O columns of a thread
+  static constexpr int quads_per_thread = cols_per_thread / 4;     // ... as float4
+  static constexpr int q_pitch = d + 4, k_pitch = d + 4, v_pitch = d, p_pitch = keys + threads_per_row;
+  static constexpr int q_floats = rows * q_pitch, k_floats = keys * k_pitch, v_floats = keys * v_pitch;
+  static constexpr int smem_floats = q_floats + 2 * k_floats + 2 * v_floats + rows * p_pitch;
+  static constexpr int smem_bytes = smem_floats * 4;
+  static constexpr int tile_quads = keys * d / 4;  // float4 of K (and of V) per tile
+  static constexpr int loads_per_thread = tile_quads / threads;
+  static_assert(d % (4 * threads_per_row) == 0, "each thread owns whole float4 of O");
+  static_assert(threads_per_row <= 32 && 32 % threads_per_row == 0 && threads_per_row <= FA_WAVE,
+                "a row's threads stay inside one warp");
+  static_assert(tile_quads % threads == 0, "every thread loads the same number of float4 per tile");
+  static_assert(threads <= 1024, "at most 1024 threads per block");
 };
 
 // Tiles per d, chosen by measurement on an H100 (docs/kernels.md, "SIMT kernel"); the comments
@@ -107,20 +122,51 @@ template <int D> struct SimtSmall { typedef typename SimtBig<D>::type type; };
 #else
 // Measured on an H100 against 256-thread tiles of 4 x 4 / 4 x 8 scores (more warps, less reuse:
 // 2 to 6% slower) and against Bc = 16 (d = 64) and 8 lanes a row (d = 32) (3 to 24% slower).
-#ifndef FA_SIMT64
+// fa sweep builds other big tiles with -DFA_SIMT<d>_<PARAMETER>=... (registry: Simt::sweep).
 // d = 64: 128 threads (16 row groups x 8), 8 x 4 scores + 8 x 8 O per thread, Br = 128, Bc = 32:
 // 12 float4 loads per 128 FMA in S, 16 per 256 in P V; 87 KB of shared memory: 2 blocks
 // (8 warps) per SM, so up to 255 registers (255, no spills, on sm_90).
-#define FA_SIMT64 64, 8, 4, 8, 16, 2
+#ifndef FA_SIMT64_ROWS_PER_THREAD
+#define FA_SIMT64_ROWS_PER_THREAD 8
 #endif
-#ifndef FA_SIMT32
+#ifndef FA_SIMT64_KEYS_PER_THREAD
+#define FA_SIMT64_KEYS_PER_THREAD 4
+#endif
+#ifndef FA_SIMT64_THREADS_PER_ROW
+#define FA_SIMT64_THREADS_PER_ROW 8
+#endif
+#ifndef FA_SIMT64_ROW_GROUPS
+#define FA_SIMT64_ROW_GROUPS 16
+#endif
+#ifndef FA_SIMT64_MIN_BLOCKS
+#define FA_SIMT64_MIN_BLOCKS 2
+#endif
 // d = 32: 64 threads (16 row groups x 4), 8 x 8 scores + 8 x 8 O per thread, Br = 128, Bc = 32:
 // 16 float4 loads per 256 FMA in both products; 53 KB: 4 blocks (8 warps) per SM, 255 registers.
-#define FA_SIMT32 32, 8, 8, 4, 16, 4
+#ifndef FA_SIMT32_ROWS_PER_THREAD
+#define FA_SIMT32_ROWS_PER_THREAD 8
+#endif
+#ifndef FA_SIMT32_KEYS_PER_THREAD
+#define FA_SIMT32_KEYS_PER_THREAD 8
+#endif
+#ifndef FA_SIMT32_THREADS_PER_ROW
+#define FA_SIMT32_THREADS_PER_ROW 4
+#endif
+#ifndef FA_SIMT32_ROW_GROUPS
+#define FA_SIMT32_ROW_GROUPS 16
+#endif
+#ifndef FA_SIMT32_MIN_BLOCKS
+#define FA_SIMT32_MIN_BLOCKS 4
 #endif
 template <int D> struct SimtBig;
-template <> struct SimtBig<64> { typedef SimtTile<FA_SIMT64> type; };
-template <> struct SimtBig<32> { typedef SimtTile<FA_SIMT32> type; };
+template <> struct SimtBig<64> {
+  typedef SimtTile<64, FA_SIMT64_ROWS_PER_THREAD, FA_SIMT64_KEYS_PER_THREAD, FA_SIMT64_THREADS_PER_ROW,
+                   FA_SIMT64_ROW_GROUPS, FA_SIMT64_MIN_BLOCKS> type;
+};
+template <> struct SimtBig<32> {
+  typedef SimtTile<32, FA_SIMT32_ROWS_PER_THREAD, FA_SIMT32_KEYS_PER_THREAD, FA_SIMT32_THREADS_PER_ROW,
+                   FA_SIMT32_ROW_GROUPS, FA_SIMT32_MIN_BLOCKS> type;
+};
 // GPUs that give a block at most 48 KB (sm_61, the course's GTX 1080): 64 query rows, 128
 // threads of 4 x 2 (d = 64, Bc = 16: 41 KB) or 4 x 8 scores (d = 32, Bc = 32: 37 KB).
 template <int D> struct SimtSmall;
@@ -128,60 +174,159 @@ template <> struct SimtSmall<64> { typedef SimtTile<64, 4, 2, 8, 16, 1> type; };
 template <> struct SimtSmall<32> { typedef SimtTile<32, 4, 8, 4, 16, 1> type; };
 #endif
 
-template <int D_, int TM_, int TN_, int C_, int R_, int MinBlocks_>
-__global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
-    attention_simt(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles) {
-  typedef SimtTile<D_, TM_, TN_, C_, R_, MinBlocks_> T;
-  constexpr int D = T::D, TM = T::TM, TN = T::TN, C = T::C, R = T::R, TD = T::TD, kQuads = T::kQuads;
-  constexpr int kBr = T::kBr, kBc = T::kBc, kThreads = T::kThreads, kLoads = T::kLoads;
-  constexpr int QP = T::kQPitch, KP = T::kKPitch, VP = T::kVPitch, PP = T::kPPitch;
-  extern __shared__ float4 simt_smem4[];
-  float* smem = reinterpret_cast<float*>(simt_smem4);
-  float* Qs = smem;
-  float* Ks = Qs + T::kQFloats;        // [2][Bc][KP]
-  float* Vs = Ks + 2 * T::kKFloats;    // [2][Bc][VP]
-  float* Ps = Vs + 2 * T::kVFloats;    // [Br][PP]
+// The block's shared memory (dynamic), carved as laid out above.
+template <class T>
+struct SimtShared {
+  float* q;  // [rows][q_pitch]
+  float* k;  // [2][keys][k_pitch]
+  float* v;  // [2][keys][v_pitch]
+  float* p;  // [rows][p_pitch]
+  __device__ __forceinline__ explicit SimtShared(float* smem)
+      : q(smem), k(q + T::q_floats), v(k + 2 * T::k_floats), p(v + 2 * T::v_floats) {}
+  __device__ __forceinline__ float* k_stage(int stage) const { return k + stage * T::k_floats; }
+  __device__ __forceinline__ float* v_stage(int stage) const { return v + stage * T::v_floats; }
+};
 
+// --- Load Q: the block's rows into shared memory, scaled by log2(e) / sqrt(d) so that exp2
+// gives e^x; rows past N are zeros.
+template <class T>
+__device__ __forceinline__ void simt_load_q(float* Qs, const float* Q, int64_t row0, int64_t N, int tid) {
+  constexpr int d = T::d;
+  const float q_scale = 1.4426950408889634f / sqrtf((float)d);
+  for (int i = tid; i < T::rows * d / 4; i += T::threads) {
+    const int r = i / (d / 4), c = (i % (d / 4)) * 4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row0 + r < N) v = *reinterpret_cast<const float4*>(Q + (row0 + r) * d + c);
+    v.x *= q_scale, v.y *= q_scale, v.z *= q_scale, v.w *= q_scale;
+    *reinterpret_cast<float4*>(Qs + r * T::q_pitch + c) = v;
+  }
+}
+
+// --- Load a K/V tile: fetch from global memory into registers (next), later stash into a stage
+// of shared memory. Load l of a thread is float4 number tid + l * threads of the tile. K of the
+// next tile is in flight while S is computed, V while P V is: half the staging registers of
+// fetching both at once.
+template <class T>
+__device__ __forceinline__ void simt_fetch(float4 (&next)[T::loads_per_thread], const float* src, int64_t key0,
+                                           int64_t N, int tid) {
+  constexpr int d = T::d;
+#pragma unroll
+  for (int l = 0; l < T::loads_per_thread; ++l) {
+    const int i = tid + l * T::threads;
+    const int64_t key = key0 + i / (d / 4);
+    next[l] = key < N ? *reinterpret_cast<const float4*>(src + key * d + (i % (d / 4)) * 4)
+                      : make_float4(0.f, 0.f, 0.f, 0.f);  // keys past N: zeros, never garbage
+  }
+}
+template <class T>
+__device__ __forceinline__ void simt_stash(const float4 (&next)[T::loads_per_thread], float* dst, int pitch, int tid) {
+  constexpr int d = T::d;
+#pragma unroll
+  for (int l = 0; l < T::loads_per_thread; ++l) {
+    const int i = tid + l * T::threads;
+    *reinterpret_cast<float4*>(dst + (i / (d / 4)) * pitch + (i % (d / 4)) * 4) = next[l];
+  }
+}
+
+// A thread's micro-tiles: scores of its rows x keys, and O of its rows x columns.
+template <class T>
+struct SimtFragments {
+  typedef float Scores[T::rows_per_thread][T::keys_per_thread];
+  typedef float Out[T::rows_per_thread][T::cols_per_thread];
+  typedef float Rows[T::rows_per_thread];
+};
+
+// Keys past N score -inf (only the last, partial tile has any).
+template <class T>
+__device__ __forceinline__ void simt_mask_keys(typename SimtFragments<T>::Scores& s, int64_t key0, int64_t N, int x) {
+  if (key0 + T::keys > N) {
+#pragma unroll
+    for (int j = 0; j < T::keys_per_thread; ++j)
+      if (key0 + x + T::threads_per_row * j >= N) {
+#pragma unroll
+        for (int i = 0; i < T::rows_per_thread; ++i) s[i][j] = -INFINITY;
+      }
+  }
+}
+
+// --- Online softmax per row: the running max m (the same in the row's C threads: a C-lane
+// butterfly), alpha = 2^(m_old - m_new) to rescale O, p = 2^(s - m) into this warp's rows of Ps,
+// the tile's TN probabilities of a row summed, then added to this thread's compensated share l.
+template <class T>
+__device__ __forceinline__ void simt_online_softmax(const typename SimtFragments<T>::Scores& s,
+                                                    typename SimtFragments<T>::Rows& m, CompensatedSum (&l)[T::rows_per_thread],
+                                                    typename SimtFragments<T>::Rows& alpha, float* Ps, int x, int g) {
+  constexpr int TN = T::keys_per_thread, C = T::threads_per_row, R = T::row_groups;
+#pragma unroll
+  for (int i = 0; i < T::rows_per_thread; ++i) {
+    float mx = s[i][0];
+#pragma unroll
+    for (int j = 1; j < TN; ++j) mx = fmaxf(mx, s[i][j]);
+#pragma unroll
+    for (int off = C / 2; off > 0; off >>= 1) mx = fmaxf(mx, FA_SHFL_XOR(mx, off, C));
+    const float m_new = fmaxf(m[i], mx);
+    alpha[i] = simt_exp2(m[i] - m_new);
+    m[i] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const float p = simt_exp2(s[i][j] - m_new);
+      sum += p;
+      Ps[(g + R * i) * T::p_pitch + x + C * j] = p;
+    }
+    l[i].scale(alpha[i]);
+    l[i].add(sum);
+  }
+  FA_SYNC_WAVE();  // Ps rows are written and read by the same warp: no block barrier
+}
+
+// --- Store O, once: the row sums combined across the row's C threads; rows past N not stored.
+template <class T>
+__device__ __forceinline__ void simt_store_o(float* out, const typename SimtFragments<T>::Out& o,
+                                             const CompensatedSum (&l)[T::rows_per_thread], int64_t b, int64_t row0,
+                                             int64_t N, int x, int g) {
+  constexpr int C = T::threads_per_row;
+#pragma unroll
+  for (int i = 0; i < T::rows_per_thread; ++i) {
+    float sum = l[i].value();
+#pragma unroll
+    for (int off = C / 2; off > 0; off >>= 1) sum += FA_SHFL_XOR(sum, off, C);
+    const float inv_l = 1.f / sum;
+    const int64_t row = row0 + g + T::row_groups * i;
+    if (row < N) {
+      float* dst = out + (b * N + row) * T::d;
+#pragma unroll
+      for (int q = 0; q < T::quads_per_thread; ++q)
+        *reinterpret_cast<float4*>(dst + 4 * (x + C * q)) =
+            make_float4(o[i][4 * q] * inv_l, o[i][4 * q + 1] * inv_l, o[i][4 * q + 2] * inv_l,
+                        o[i][4 * q + 3] * inv_l);
+    }
+  }
+}
+
+// One block: query rows row0 .. row0 + Br - 1 of batch b (blockIdx.x = b * row_tiles + row tile).
+// The next tile's K is stashed into the other stage after S (that stage was last read before the
+// previous barrier), its V after P V; the one block barrier per tile orders this tile's reads (K,
+// V, and each warp's Ps) before the next tile's writes, and the next tile's stores before its reads.
+template <class T>
+__device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
+                                          int64_t row_tiles) {
+  constexpr int TM = T::rows_per_thread, TN = T::keys_per_thread, TD = T::cols_per_thread;
+  constexpr int C = T::threads_per_row, R = T::row_groups, kQuads = T::quads_per_thread;
+  extern __shared__ float4 simt_smem4[];
+  const SimtShared<T> smem(reinterpret_cast<float*>(simt_smem4));
   const int tid = threadIdx.x;
-  const int x = tid % C, g = tid / C;
+  const int x = tid % T::threads_per_row, g = tid / T::threads_per_row;  // place in the row, row group
   const int64_t tile = blockIdx.x;
   const int64_t b = tile / row_tiles;
-  const int64_t row0 = (tile % row_tiles) * kBr;
-  const float* Q = qkv + b * 3 * N * D;
-  const float* K = Q + N * D;
-  const float* V = K + N * D;
+  const int64_t row0 = (tile % row_tiles) * T::rows;
+  const float* Q = qkv + b * 3 * N * T::d;
+  const float* K = Q + N * T::d;
+  const float* V = K + N * T::d;
 
-  // --- Q tile, scaled by log2(e) / sqrt(d) so that exp2 gives e^x; rows past N are zeros.
-  const float q_scale = 1.4426950408889634f / sqrtf((float)D);
-  for (int i = tid; i < kBr * D / 4; i += kThreads) {
-    const int r = i / (D / 4), c = (i % (D / 4)) * 4;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row0 + r < N) v = *reinterpret_cast<const float4*>(Q + (row0 + r) * D + c);
-    v.x *= q_scale, v.y *= q_scale, v.z *= q_scale, v.w *= q_scale;
-    *reinterpret_cast<float4*>(Qs + r * QP + c) = v;
-  }
+  simt_load_q<T>(smem.q, Q, row0, N, tid);
 
-  // --- K/V tiles: load l of a thread is float4 number tid + l * kThreads of the tile.
-  // K of the next tile is in flight (in registers) while S is computed, V while P V is: half
-  // the staging registers of fetching both at once.
-  float4 next[kLoads];
-  auto fetch = [&](const float* src, int64_t key0) {
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      const int i = tid + l * kThreads;
-      const int64_t key = key0 + i / (D / 4);
-      next[l] = key < N ? *reinterpret_cast<const float4*>(src + key * D + (i % (D / 4)) * 4)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);  // keys past N: zeros, never garbage
-    }
-  };
-  auto stash = [&](float* dst, int pitch) {
-#pragma unroll
-    for (int l = 0; l < kLoads; ++l) {
-      const int i = tid + l * kThreads;
-      *reinterpret_cast<float4*>(dst + (i / (D / 4)) * pitch + (i % (D / 4)) * 4) = next[l];
-    }
-  };
-
+  float4 next[T::loads_per_thread];  // the K/V tile in flight
   float m[TM];              // running row max (base 2), the same in the row's C threads
   CompensatedSum l[TM];     // this thread's share of the row sums
   float o[TM][TD];          // O micro-tile: rows g + R i, columns 4 (x + C q) + e
@@ -192,32 +337,36 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
     for (int c = 0; c < TD; ++c) o[i][c] = 0.f;
   }
 
-  fetch(K, 0);
-  stash(Ks, KP);
-  fetch(V, 0);
-  stash(Vs, VP);
+  simt_fetch<T>(next, K, 0, N, tid);
+  simt_stash<T>(next, smem.k_stage(0), T::k_pitch, tid);
+  simt_fetch<T>(next, V, 0, N, tid);
+  simt_stash<T>(next, smem.v_stage(0), T::v_pitch, tid);
   __syncthreads();
   int buf = 0;
-  for (int64_t key0 = 0; key0 < N; key0 += kBc) {
-    const bool more = key0 + kBc < N;
-    if (more) fetch(K, key0 + kBc);
-    const float* Kb = Ks + buf * T::kKFloats;
-    const float* Vb = Vs + buf * T::kVFloats;
+  for (int64_t key0 = 0; key0 < N; key0 += T::keys) {
+    const bool more = key0 + T::keys < N;
+    if (more) simt_fetch<T>(next, K, key0 + T::keys, N, tid);
+    const float* Qs = smem.q;
+    const float* Kb = smem.k_stage(buf);
+    const float* Vb = smem.v_stage(buf);
 
-    // --- S = Q K^T: TM x TN scores, k four at a time.
+    // --- Scores S = Q K^T: rows g + R i, keys x + C j, k four at a time (float4 of Q and K from
+    // shared memory: TM + TN loads per 4 TM TN FMA). This phase and P V stay in this function:
+    // as functions of their own they compile to the same PTX but register names that ptxas
+    // schedules differently.
     float s[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < TN; ++j) s[i][j] = 0.f;
     FA_SIMT_UNROLL_K
-    for (int k = 0; k < D; k += 4) {
+    for (int k = 0; k < T::d; k += 4) {
       float4 kv[TN];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) kv[j] = *reinterpret_cast<const float4*>(Kb + (x + C * j) * KP + k);
+      for (int j = 0; j < TN; ++j) kv[j] = *reinterpret_cast<const float4*>(Kb + (x + C * j) * T::k_pitch + k);
 #pragma unroll
       for (int i = 0; i < TM; ++i) {
-        const float4 qv = *reinterpret_cast<const float4*>(Qs + (g + R * i) * QP + k);
+        const float4 qv = *reinterpret_cast<const float4*>(Qs + (g + R * i) * T::q_pitch + k);
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
           s[i][j] = fmaf(qv.x, kv[j].x, s[i][j]);
@@ -227,45 +376,16 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
         }
       }
     }
-    // The other stage was last read before the previous barrier: it takes the next tile.
     if (more) {
-      stash(Ks + (buf ^ 1) * T::kKFloats, KP);
-      fetch(V, key0 + kBc);
+      simt_stash<T>(next, smem.k_stage(buf ^ 1), T::k_pitch, tid);
+      simt_fetch<T>(next, V, key0 + T::keys, N, tid);
     }
-    if (key0 + kBc > N) {  // the last, partial tile: keys past N score -inf
-#pragma unroll
-      for (int j = 0; j < TN; ++j)
-        if (key0 + x + C * j >= N) {
-#pragma unroll
-          for (int i = 0; i < TM; ++i) s[i][j] = -INFINITY;
-        }
-    }
-
-    // --- Online softmax per row; P into this warp's rows of Ps.
+    simt_mask_keys<T>(s, key0, N, x);
     float alpha[TM];  // rescaling of the rows' O by 2^(m_old - m_new)
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      float mx = s[i][0];
-#pragma unroll
-      for (int j = 1; j < TN; ++j) mx = fmaxf(mx, s[i][j]);
-#pragma unroll
-      for (int off = C / 2; off > 0; off >>= 1) mx = fmaxf(mx, FA_SHFL_XOR(mx, off, C));
-      const float m_new = fmaxf(m[i], mx);
-      alpha[i] = simt_exp2(m[i] - m_new);
-      m[i] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < TN; ++j) {
-        const float p = simt_exp2(s[i][j] - m_new);
-        sum += p;
-        Ps[(g + R * i) * PP + x + C * j] = p;
-      }
-      l[i].scale(alpha[i]);
-      l[i].add(sum);
-    }
-    FA_SYNC_WAVE();  // Ps rows are written and read by the same warp
+    simt_online_softmax<T>(s, m, l, alpha, smem.p, x, g);
 
-    // --- O = alpha O + P V. The tile's P V is summed on its own first (in the registers S held),
+    // --- Fold P V into O: O = alpha O + P V, P as float4 along keys, V as float4 along d (TM + TD
+    // loads per 4 TM TD FMA). The tile's P V is summed on its own first (in the registers S held),
     // then added: O's values are sums of N terms, and adding each one to O directly left errors
     // of 1.7e-5 at N = 16389 (sequential rounding); blocked by tile they stay under 1e-5 at 32768.
     float t[TM][TD];
@@ -274,16 +394,16 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
 #pragma unroll
       for (int c = 0; c < TD; ++c) t[i][c] = 0.f;
     FA_SIMT_UNROLL_PV
-    for (int j = 0; j < kBc; j += 4) {
+    for (int j = 0; j < T::keys; j += 4) {
       float4 pv[TM];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) pv[i] = *reinterpret_cast<const float4*>(Ps + (g + R * i) * PP + j);
+      for (int i = 0; i < TM; ++i) pv[i] = *reinterpret_cast<const float4*>(smem.p + (g + R * i) * T::p_pitch + j);
 #pragma unroll
       for (int jj = 0; jj < 4; ++jj) {
         float4 vv[kQuads];
 #pragma unroll
         for (int q = 0; q < kQuads; ++q)
-          vv[q] = *reinterpret_cast<const float4*>(Vb + (j + jj) * VP + 4 * (x + C * q));
+          vv[q] = *reinterpret_cast<const float4*>(Vb + (j + jj) * T::v_pitch + 4 * (x + C * q));
 #pragma unroll
         for (int i = 0; i < TM; ++i) {
           const float p = jj == 0 ? pv[i].x : jj == 1 ? pv[i].y : jj == 2 ? pv[i].z : pv[i].w;
@@ -302,40 +422,27 @@ __global__ void FA_LAUNCH_BOUNDS(R_* C_, MinBlocks_)
 #pragma unroll
       for (int c = 0; c < TD; ++c) o[i][c] = fmaf(o[i][c], alpha[i], t[i][c]);
 
-    // One barrier orders this tile's reads (K, V, and this warp's Ps) before the next tile's
-    // writes, and the next tile's stores before its reads.
-    if (more) stash(Vs + (buf ^ 1) * T::kVFloats, VP);
+    if (more) simt_stash<T>(next, smem.v_stage(buf ^ 1), T::v_pitch, tid);
     __syncthreads();
     buf ^= 1;
   }
 
-  // --- O written once: row sums combined across the row's C threads.
-#pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    float sum = l[i].value();
-#pragma unroll
-    for (int off = C / 2; off > 0; off >>= 1) sum += FA_SHFL_XOR(sum, off, C);
-    const float inv_l = 1.f / sum;
-    const int64_t row = row0 + g + R * i;
-    if (row < N) {
-      float* dst = out + (b * N + row) * D;
-#pragma unroll
-      for (int q = 0; q < kQuads; ++q)
-        *reinterpret_cast<float4*>(dst + 4 * (x + C * q)) =
-            make_float4(o[i][4 * q] * inv_l, o[i][4 * q + 1] * inv_l, o[i][4 * q + 2] * inv_l,
-                        o[i][4 * q + 3] * inv_l);
-    }
-  }
+  simt_store_o<T>(out, o, l, b, row0, N, x, g);
+}
+
+template <int D, int TM, int TN, int C, int R, int MinBlocks>
+__global__ void FA_LAUNCH_BOUNDS(R* C, MinBlocks) attention_simt(const AttentionParams p) {
+  simt_rows<SimtTile<D, TM, TN, C, R, MinBlocks> >(p.qkv, p.out, p.N, p.row_tiles);
 }
 
 // The kernel of a tile, and its name as `fa resources` reads the compiler's reports.
 template <class T>
 struct SimtKernel {
-  static decltype(&attention_simt<T::D, T::TM, T::TN, T::C, T::R, T::kMinBlocks>) get() {
-    return &attention_simt<T::D, T::TM, T::TN, T::C, T::R, T::kMinBlocks>;
+  static decltype(&attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>) get() {
+    return &attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>;
   }
   static std::string name() {
-    const int p[] = {T::D, T::TM, T::TN, T::C, T::R, T::kMinBlocks};
+    const int p[] = {T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks};
     std::string n = "attention_simt<";
     for (int i = 0; i < 6; ++i) n += (i ? ", " : "") + std::to_string(p[i]);
     return n + ">";
@@ -350,7 +457,7 @@ struct SimtLaunch {
 };
 template <class T>
 SimtLaunch simt_launch() {
-  SimtLaunch l = {SimtKernel<T>::name(), T::kThreads, T::kSmemBytes};
+  SimtLaunch l = {SimtKernel<T>::name(), T::threads, T::smem_bytes};
   return l;
 }
 inline std::vector<SimtLaunch> simt_launches() {
@@ -366,9 +473,10 @@ inline std::vector<SimtLaunch> simt_launches() {
 
 template <class T, class Stream>
 void launch_simt_tile(const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-  const int64_t row_tiles = (N + T::kBr - 1) / T::kBr;
-  attention_simt<T::D, T::TM, T::TN, T::C, T::R, T::kMinBlocks>
-      <<<(unsigned)(batches * row_tiles), T::kThreads, T::kSmemBytes, stream>>>(qkv, out, N, row_tiles);
+  AttentionParams p;
+  p.qkv = qkv, p.out = out, p.N = N, p.row_tiles = (N + T::rows - 1) / T::rows;
+  attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>
+      <<<(unsigned)(batches * p.row_tiles), T::threads, T::smem_bytes, stream>>>(p);
 }
 
 #if FA_SIMT_AMD
@@ -389,9 +497,9 @@ bool simt_big() {
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
       return false;
-    if (optin < Big::kSmemBytes) return false;
+    if (optin < Big::smem_bytes) return false;
     return cudaFuncSetAttribute(SimtKernel<Big>::get(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                Big::kSmemBytes) == cudaSuccess;
+                                Big::smem_bytes) == cudaSuccess;
   }();
   return big;
 }

@@ -25,8 +25,9 @@ constexpr int kTiledBc = FA_TILED_BC;
 
 template <class T>
 std::string simt_tile_text() {
-  return "d=" + std::to_string(T::D) + ": TM=" + std::to_string(T::TM) + ",TN=" + std::to_string(T::TN) +
-         ",C=" + std::to_string(T::C) + ",R=" + std::to_string(T::R) + ",MB=" + std::to_string(T::kMinBlocks);
+  return "d=" + std::to_string(T::d) + ": TM=" + std::to_string(T::rows_per_thread) +
+         ",TN=" + std::to_string(T::keys_per_thread) + ",C=" + std::to_string(T::threads_per_row) +
+         ",R=" + std::to_string(T::row_groups) + ",MB=" + std::to_string(T::min_blocks);
 }
 
 struct Simt {  // register-blocked (src_common/attention_simt.h): the default without tensor cores
@@ -44,7 +45,10 @@ struct Simt {  // register-blocked (src_common/attention_simt.h): the default wi
     return simt_tile_text<SimtBig<32>::type>() + ";" + simt_tile_text<SimtBig<64>::type>();
   }
   static std::string sweep() {  // AMD's tile is fixed (attention_simt.h): no variants to build there
-    return FA_SIMT_AMD ? "-" : "-DFA_SIMT{d}={d},{TM},{TN},{C},{R},{MB}|attention_simt<{d}, {TM}, {TN}, {C}, {R}, {MB}>|R*TM|C*TN";
+    return FA_SIMT_AMD ? "-"
+                       : "-DFA_SIMT{d}_ROWS_PER_THREAD={TM} -DFA_SIMT{d}_KEYS_PER_THREAD={TN} -DFA_SIMT{d}_THREADS_PER_ROW={C} "
+                         "-DFA_SIMT{d}_ROW_GROUPS={R} -DFA_SIMT{d}_MIN_BLOCKS={MB}"
+                         "|attention_simt<{d}, {TM}, {TN}, {C}, {R}, {MB}>|R*TM|C*TN";
   }
 };
 

@@ -15,6 +15,7 @@ namespace fa {
 // 512 threads at 64 x 4096 x 64, 2.6% of the chunk); this grid holds only as many blocks as fit
 // the GPU at once, and each strides over the row tiles. It also clears the next chunk's flag
 // (decline_next), whose last reader has finished.
+// Kernel parameters, not AttentionParams: attention_params.h says why.
 template <int D, int BC>
 __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, (tiled_min_blocks<D, BC>()))
     attention_tiled_declined(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles,

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "ptx/sm80.cuh"
+#include "../src_common/attention_params.h"
 
 namespace fa {
 
@@ -95,9 +96,8 @@ __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&a_hi)[4], c
 // V range-checked. One float4 of each per thread and step (grid-stride).
 constexpr int kSplitThreads = 256;
 
-__global__ void __launch_bounds__(kSplitThreads)
-    split_kv(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t ND,
-             int* __restrict__ decline, volatile int* declined_ever) {
+__device__ __forceinline__ void split_kv_pass(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches,
+                                              int64_t ND, int* __restrict__ decline, volatile int* declined_ever) {
   const int64_t quads = batches * ND / 4;  // float4 groups of one of Q, K, V
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < quads; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t b = (4 * i) / ND, e = 4 * i - b * ND;
@@ -115,6 +115,10 @@ __global__ void __launch_bounds__(kSplitThreads)
     *reinterpret_cast<uint2*>(dst + 2 * ND) = vh;
     *reinterpret_cast<uint2*>(dst + 3 * ND) = vl;
   }
+}
+
+__global__ void __launch_bounds__(kSplitThreads) split_kv(const AttentionParams p) {
+  split_kv_pass(p.qkv, p.kv, p.batches, p.nd, p.decline, p.declined_ever);
 }
 
 }  // namespace fa

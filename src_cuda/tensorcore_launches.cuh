@@ -38,16 +38,18 @@ constexpr size_t kFlagBytes = 256;         // the decline flags; keeps split K a
 // Scratch of every tensor-core kernel: the decline flags of even and odd chunks, then split K
 // and V where a split pass makes them. A chunk's fallback clears the next chunk's flag (the
 // previous chunk, its last reader, has finished), which saves a memset launch per chunk.
+// params: what every kernel of the chunk reads (the launches add their grid's row_tiles, items).
 struct TensorChunk {
-  int* decline;
-  int* decline_next;
-  __half* kv;
+  AttentionParams params;
   TensorChunk(KernelState& state, const Chunk& c) {
     int* flags = static_cast<int*>(c.scratch);
-    kv = reinterpret_cast<__half*>(static_cast<char*>(c.scratch) + kFlagBytes);
     if (state.chunks == 0) CUDA_CHECK(cudaMemsetAsync(flags, 0, 2 * sizeof(int), c.stream));
-    decline = flags + state.chunks % 2;
-    decline_next = flags + (state.chunks + 1) % 2;
+    params.qkv = c.qkv, params.out = c.out;
+    params.kv = reinterpret_cast<__half*>(static_cast<char*>(c.scratch) + kFlagBytes);
+    params.N = state.shape.N, params.batches = c.batches;
+    params.decline = flags + state.chunks % 2;
+    params.decline_next = flags + (state.chunks + 1) % 2;
+    params.declined_ever = state.declined_device;
     ++state.chunks;
   }
 };
@@ -67,8 +69,10 @@ void launch_declined(const KernelState& state, const Chunk& c, const TensorChunk
   after.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &after;
   config.numAttrs = state.pdl ? 1 : 0;
-  CUDA_CHECK(cudaLaunchKernelEx(&config, attention_tiled_declined<D, kTiledBc>, c.qkv, c.out, state.shape.N, row_tiles,
-                                c.batches * row_tiles, (const int*)t.decline, t.decline_next));
+  AttentionParams p = t.params;
+  p.row_tiles = row_tiles, p.items = c.batches * row_tiles;
+  CUDA_CHECK(cudaLaunchKernelEx(&config, attention_tiled_declined<D, kTiledBc>, p.qkv, p.out, p.N, p.row_tiles, p.items,
+                                (const int*)p.decline, p.decline_next));
 }
 inline void declined_kernels(std::vector<Launch>& all) {
   const std::string bc = std::to_string(kTiledBc);
@@ -81,17 +85,17 @@ struct MmaSync {
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
     const TensorChunk t(state, c);
-    const int64_t N = state.shape.N;
+    AttentionParams p = t.params;
     if (!kFused) {
-      split_kv<<<8 * state.sms, kSplitThreads, 0, c.stream>>>(c.qkv, t.kv, c.batches, N * D, t.decline,
-                                                              state.declined_device);
+      p.nd = p.N * D;
+      split_kv<<<8 * state.sms, kSplitThreads, 0, c.stream>>>(p);
       CUDA_CHECK_LAUNCH("split_kv");
     }
     constexpr int rows = tc_rows<D, kFused>();
-    const int64_t row_tiles = (N + rows - 1) / rows;
-    attention_tensorcore<D, kFused><<<(unsigned)(c.batches * row_tiles), tc_warps<D, kFused>() * 32,
-                                      tc_smem_bytes<D>(), c.stream>>>(c.qkv, t.kv, c.out, N, row_tiles, t.decline,
-                                                                      state.declined_device);
+    p.row_tiles = (p.N + rows - 1) / rows;
+    attention_tensorcore<D, kFused><<<(unsigned)(c.batches * p.row_tiles), tc_warps<D, kFused>() * 32,
+                                      tc_smem_bytes<D>(), c.stream>>>(p.qkv, p.kv, p.out, p.N, p.row_tiles,
+                                                                      p.decline, p.declined_ever);
     CUDA_CHECK_LAUNCH("attention_tensorcore");
     launch_declined<D>(state, c, t);
   }
@@ -119,13 +123,12 @@ struct WgmmaLong {  // split_kv_blocked, then attention_wgmma (persistent, one b
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
     const TensorChunk t(state, c);
-    const int64_t N = state.shape.N;
-    split_kv_blocked<D><<<8 * state.sms, kSplitThreads, 0, c.stream>>>(c.qkv, t.kv, c.batches, N, t.decline,
-                                                                       state.declined_device);
+    AttentionParams p = t.params;
+    split_kv_blocked<D><<<8 * state.sms, kSplitThreads, 0, c.stream>>>(p);
     CUDA_CHECK_LAUNCH("split_kv_blocked");
-    const int64_t row_tiles = (N + wg_rows<D>() - 1) / wg_rows<D>(), items = c.batches * row_tiles;
-    attention_wgmma<D><<<(unsigned)std::min<int64_t>(items, state.sms), wg_threads<D>(), wg_smem_bytes<D>(),
-                         c.stream>>>(c.qkv, t.kv, c.out, N, row_tiles, items, t.decline, state.declined_device);
+    p.row_tiles = (p.N + wg_rows<D>() - 1) / wg_rows<D>(), p.items = c.batches * p.row_tiles;
+    attention_wgmma<D><<<(unsigned)std::min<int64_t>(p.items, state.sms), wg_threads<D>(), wg_smem_bytes<D>(),
+                         c.stream>>>(p);
     CUDA_CHECK_LAUNCH("attention_wgmma");
     launch_declined<D>(state, c, t);
   }
@@ -155,8 +158,7 @@ struct WgmmaShort {  // attention_wgmma_short: K and V split in the kernel, a ba
   static void launch_d(KernelState& state, const Chunk& c) {
     const TensorChunk t(state, c);
     attention_wgmma_short<D><<<(unsigned)std::min<int64_t>(c.batches, state.sms), wg_threads<D>(),
-                               wg_short_smem_bytes<D>(), c.stream>>>(c.qkv, c.out, state.shape.N, c.batches, t.decline,
-                                                                     state.declined_device);
+                               wg_short_smem_bytes<D>(), c.stream>>>(t.params);
     CUDA_CHECK_LAUNCH("attention_wgmma_short");
     launch_declined<D>(state, c, t);
   }

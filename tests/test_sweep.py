@@ -48,21 +48,25 @@ def test_simt_parameters_start_from_the_programs_tile_for_d(families):
     assert sweep.grid(["TN=4,8"], simt, 32) == [{"TM": 8, "TN": 4, "C": 4, "R": 16, "MB": 4},
                                                 {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4}]
     assert simt.tile({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}) == (128, 32)
-    assert simt.flags({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}, 64) == "-DFA_SIMT64=64,8,4,8,16,2"
+    assert simt.flags({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}, 64) == (
+        "-DFA_SIMT64_ROWS_PER_THREAD=8 -DFA_SIMT64_KEYS_PER_THREAD=4 -DFA_SIMT64_THREADS_PER_ROW=8 "
+        "-DFA_SIMT64_ROW_GROUPS=16 -DFA_SIMT64_MIN_BLOCKS=2")
     with pytest.raises(FaError, match="with NAME one of TM, TN, C, R, MB"):
         sweep.parse_param("Br=8", simt)
 
 
 def test_simt_defaults_are_the_programs_own_tiles(families):
-    """What the registry prints and src_common/attention_simt.h's FA_SIMT32/64 defaults say the same."""
+    """What the registry prints and src_common/attention_simt.h's FA_SIMT32_*/FA_SIMT64_* defaults say the same."""
     text = (ROOT / "src_common" / "attention_simt.h").read_text()
     for d in (32, 64):
         p = families["simt"].defaults[d]
-        assert f"#define FA_SIMT{d} {d}, {p['TM']}, {p['TN']}, {p['C']}, {p['R']}, {p['MB']}" in text
+        for macro, name in (("ROWS_PER_THREAD", "TM"), ("KEYS_PER_THREAD", "TN"), ("THREADS_PER_ROW", "C"),
+                            ("ROW_GROUPS", "R"), ("MIN_BLOCKS", "MB")):
+            assert f"#define FA_SIMT{d}_{macro} {p[name]}\n" in text
 
 
 def test_the_amd_build_offers_no_simt_sweep(listing_programs):
-    """On AMD the simt tile is not built from FA_SIMT32/64: a sweep of it would build identical
+    """On AMD the simt tile is not built from FA_SIMT32_*/FA_SIMT64_*: a sweep of it would build identical
     variants, so its registry row offers none."""
     if "hip" not in listing_programs:
         pytest.skip("needs hipcc")

@@ -39,6 +39,7 @@ __host__ __device__ constexpr int tc_smem_bytes() { return sizeof(TcShared<D>); 
 // Per K/V tile: wait for it in shared memory, attend_tile; the next tile's load is in flight
 // meanwhile (cp.async, two stages). kFused: the block splits fp32 K and V itself (all of
 // N <= 128 up front, later tiles one at a time) and range-checks what it reads.
+// Kernel parameters, not AttentionParams: attention_params.h says why.
 template <int D, bool kFused>
 __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, kFused>())
     attention_tensorcore(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,

@@ -87,10 +87,9 @@ __device__ __forceinline__ void wg_consume(WgShared<D>& shared, float* out, int6
 }
 
 template <int D>
-__global__ void __launch_bounds__(wg_threads<D>(), 1)
-    attention_wgmma(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
-                    int64_t N, int64_t row_tiles, int64_t items, int* __restrict__ decline,
-                    volatile int* declined_ever) {
+__device__ __forceinline__ void wgmma_block(const float* __restrict__ qkv, const __half* __restrict__ kv,
+                                            float* __restrict__ out, int64_t N, int64_t row_tiles, int64_t items,
+                                            int* __restrict__ decline, volatile int* declined_ever) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if (*decline) return;  // values the split cannot take: the tiled kernel runs this chunk
   constexpr int kConsumerWarps = 4 * wg_groups<D>();
@@ -108,6 +107,11 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
     wg_consume<D>(shared, out, N, row_tiles, items, decline, declined_ever, warp, lane);
   }
 #endif
+}
+
+template <int D>
+__global__ void __launch_bounds__(wg_threads<D>(), 1) attention_wgmma(const AttentionParams p) {
+  wgmma_block<D>(p.qkv, p.kv, p.out, p.N, p.row_tiles, p.items, p.decline, p.declined_ever);
 }
 
 }  // namespace fa

@@ -114,9 +114,9 @@ __device__ __forceinline__ bool wg_short_consume(WgShortShared<D>& shared, float
 }
 
 template <int D>
-__global__ void __launch_bounds__(wg_threads<D>(), 1)
-    attention_wgmma_short(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t batches,
-                          int* __restrict__ decline, volatile int* declined_ever) {
+__device__ __forceinline__ void wgmma_short_block(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
+                                                  int64_t batches, int* __restrict__ decline,
+                                                  volatile int* declined_ever) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kConsumerWarps = 4 * wg_groups<D>(), kConsumers = 32 * kConsumerWarps;
   extern __shared__ __align__(128) float wg_staging[];
@@ -135,6 +135,11 @@ __global__ void __launch_bounds__(wg_threads<D>(), 1)
   }
   if (!in_range) decline_chunk(decline, declined_ever);
 #endif
+}
+
+template <int D>
+__global__ void __launch_bounds__(wg_threads<D>(), 1) attention_wgmma_short(const AttentionParams p) {
+  wgmma_short_block<D>(p.qkv, p.out, p.N, p.batches, p.decline, p.declined_ever);
 }
 
 }  // namespace fa

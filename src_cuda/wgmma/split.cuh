@@ -30,9 +30,9 @@ __device__ __forceinline__ bool wg_store_split(__half* tile, int key, int dim, c
 // the kernel, which loads it anyway). One thread per 8 dimensions of one key (one core-matrix
 // row), in destination order.
 template <int D>
-__global__ void __launch_bounds__(kSplitThreads)
-    split_kv_blocked(const float* __restrict__ qkv, __half* __restrict__ kv, int64_t batches, int64_t N,
-                     int* __restrict__ decline, volatile int* declined_ever) {
+__device__ __forceinline__ void split_kv_blocked_pass(const float* __restrict__ qkv, __half* __restrict__ kv,
+                                                      int64_t batches, int64_t N, int* __restrict__ decline,
+                                                      volatile int* declined_ever) {
   const int64_t tiles = wg_tiles(N), ND = N * D;
   const int64_t rows = batches * tiles * kTcBc;  // padded keys of every batch
   for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < rows * (D / 8);
@@ -53,6 +53,11 @@ __global__ void __launch_bounds__(kSplitThreads)
     if (!wg_store_split<D>(kv + (b * tiles + tile) * wg_tile_halves<D>(), (int)(key % kTcBc), dim, x))
       decline_chunk(decline, declined_ever);
   }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kSplitThreads) split_kv_blocked(const AttentionParams p) {
+  split_kv_blocked_pass<D>(p.qkv, p.kv, p.batches, p.N, p.decline, p.declined_ever);
 }
 
 }  // namespace fa
