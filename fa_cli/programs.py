@@ -302,10 +302,11 @@ def run(
         raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=ExitStatus.FAILED) from None
     # The program's own exit ends the run, not the end of its stderr: a child it leaves behind
     # holding the pipe is killed with its process group, and never turns a finished run into a TLE.
+    # From here on, whatever stops fa (Ctrl-C, SIGTERM, SIGHUP, raised here) stops the program first.
     chunks: list[str] = []
-    reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stderr.readline, "")), daemon=True)
-    reader.start()
     try:
+        reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stderr.readline, "")), daemon=True)
+        reader.start()
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         stop(proc, output=None)
