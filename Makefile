@@ -65,15 +65,17 @@ hw4: $(BIN)/fa-cuda
 # Targets: the local AMD GPU if present, else the course's gfx908 and MI210's gfx90a, plus
 # gfx942 (MI300) where this hipcc accepts it (ROCm 5.2's clang 15 does not).
 LOCAL_GFX = $(shell rocminfo 2>/dev/null | grep -o -m1 'gfx[0-9a-f]*')
-HIP_ARCH_OK = $(shell f=$$(mktemp --suffix=.hip) && printf '#include <hip/hip_runtime.h>\n__global__ void k(){}\n' >$$f && \
-  HIP_PLATFORM=amd $(HIPCC) --offload-arch=$(1) -c -o /dev/null $$f >/dev/null 2>&1 && echo $(1); rm -f $$f)
+HIP_ARCH_OK = $(shell t=$$(mktemp -d) && printf '#include <hip/hip_runtime.h>\n__global__ void k(){}\n' >$$t/k.hip && \
+  TMPDIR=$$t HIP_PLATFORM=amd $(HIPCC) --offload-arch=$(1) -c -o /dev/null $$t/k.hip >/dev/null 2>&1 && echo $(1); rm -rf $$t)
 HIP_ARCH ?= $(if $(LOCAL_GFX),$(LOCAL_GFX),gfx908 gfx90a $(if $(HAVE_HIPCC),$(call HIP_ARCH_OK,gfx942)))
 HIP_SRC := src_hip/fa_hip.hip $(wildcard src_hip/*.h) $(wildcard src_common/*.h src_common/host/*.h) src_cuda/kernel_primitives.cuh
 
 hip: $(BIN)/fa-hip
+# hipcc (ROCm 5.2) leaves folders and archives in the temporary directory: it gets one of its own.
 $(BIN)/fa-hip: $(HIP_SRC)
 	@mkdir -p $(BIN)
-	HIP_PLATFORM=amd $(HIPCC) $(HIPFLAGS) $(EXTRA_FLAGS) $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -pthread -o $@ $<
+	t=$$(mktemp -d) && trap 'rm -rf "$$t"' EXIT && \
+	TMPDIR=$$t HIP_PLATFORM=amd $(HIPCC) $(HIPFLAGS) $(EXTRA_FLAGS) $(foreach a,$(HIP_ARCH),--offload-arch=$(a)) -pthread -o $@ $<
 
 hw4-amd: $(BIN)/fa-hip
 	cp $< $@

@@ -283,7 +283,7 @@ class Investigation:
     def run(self, work: Path) -> list[Finding]:
         self.steps(work)
         if not any(f.is_cause or f.kind == "harmless" for f in self.findings) and self.done:
-            self.findings.append(Finding("clean", [f"the tools found no cause: {', '.join(self.done)}"]))
+            self.findings.append(Finding("clean", [f"nothing more found: {'; '.join(self.done)}"]))
         return self.findings
 
     def steps(self, work: Path) -> None:
@@ -331,7 +331,7 @@ class Investigation:
                 "race (a missing __syncthreads, threads writing one place)"],
                 dict(values_over_tol=int(differ.sum()), max_diff=worst, values_changed=changed, on=case.label)))
         elif not changed:
-            self.done.append("two more runs gave the same output")
+            self.done.append("two more runs gave the same output, so no race")
         else:
             worst = float(diff.max())
             self.findings.append(Finding("harmless", [

@@ -465,7 +465,7 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     prog = programs.resolve(program)
     ready.check_runs_here(prog, runner, program, try_cpu=False)
     tool = profile.choose(profiler, prog.name)
-    ready.check_profiler(tool, runner)  # both said before any input is generated
+    ready.check_profiler(tool, runner, prog, program)  # both said before any input is generated
     prog = programs.ensure_built(prog, note)
     targets = targets_for(cases)
     records = []

@@ -221,7 +221,10 @@ def build_error(program: Program, announce=None) -> str | None:
     if announce:
         announce("building " + " ".join(argv))
     program.path.parent.mkdir(parents=True, exist_ok=True)
-    proc = run_tool(argv, cwd=program.path.parent)
+    # The compiler's temporary files in a folder of fa's own, removed after: hipcc (ROCm 5.2)
+    # leaves folders and archives in the temporary directory on every build.
+    with locations.scratch("build") as work:
+        proc = run_tool(argv, cwd=program.path.parent, env={**os.environ, "TMPDIR": str(work)})
     if proc.returncode != 0 or not program.path.exists():
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if "error" in l.lower()] or \
             [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]

@@ -74,10 +74,14 @@ def pascal_here() -> bool:
     return any(d.vendor == "nvidia" and d.arch.startswith("sm_6") for d in list_devices())
 
 
-def check_profiler(tool: str, launcher=None) -> None:
-    """Stop with one line where the profiler is not installed (before any input is generated)."""
+def check_profiler(tool: str, launcher=None, program: Program | None = None, shown: str | None = None) -> None:
+    """Stop with one line where the profiler is not installed (before any input is generated); for
+    a program that runs on the CPU, the line says that this is what stands in the way."""
     if launcher is not None or shutil.which(tool):
         return
+    if program is not None and kind_of(program) in ("cpu", "torch"):
+        raise FaError(f"{shown or program.name} runs on the CPU: fa profile measures a GPU program's kernels "
+                      f"with {tool} (give a CUDA or HIP program, such as ./hw4 built from hw4.cu)")
     hint = "; a Pascal GPU such as this one's is profiled with --profiler nvprof" \
         if tool == "ncu" and pascal_here() else ""
     where = "it comes with ROCm" if tool.startswith("rocprof") else \

@@ -191,8 +191,12 @@ def run_summary(results: list[CaseResult]) -> str:
 
 
 def judge_table(results: list[CaseResult], device: str) -> Table:
-    table = Table(title=f"fa run on {device}", title_justify="left")
-    for column in ("case", "B×N×d", "program", "time s", "limit s", "max err", "checked", "verdict"):
+    """fa run's table, in 80 columns: the program in the title where every case ran the same one."""
+    names = {r.program.name for r in results}
+    one = names.pop() if len(names) == 1 else None
+    table = Table(title=f"fa run of {one} on {device}" if one else f"fa run on {device}", title_justify="left")
+    columns = ["case", "B×N×d", *([] if one else ["program"]), "time s", "limit s", "max err", "checked", "verdict"]
+    for column in columns:
         table.add_column(column, no_wrap=True, justify="right" if column in ("time s", "limit s", "max err") else "left")
     for r in results:
         s = r.target.shape
@@ -201,8 +205,8 @@ def judge_table(results: list[CaseResult], device: str) -> Table:
         err = fmt_err(r.check.max_err) if r.check else "-"
         check = r.check.mode if r.check else "-"
         label = f"{verdict}, sampled" if r.check and r.check.sampled else verdict
-        table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", r.program.name, f"{r.run.wall_s:.3f}", limit, err,
-                      check, f"[{VERDICT_STYLE[verdict]}]{label}[/]")
+        table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", *([] if one else [r.program.name]), f"{r.run.wall_s:.3f}",
+                      limit, err, check, f"[{VERDICT_STYLE[verdict]}]{label}[/]")
     return table
 
 

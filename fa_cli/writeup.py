@@ -23,7 +23,7 @@ from pathlib import Path
 from . import charts, compare, ladder, programs, sweep
 from .errors import FaError
 from .format import atomic_file
-from .records import by_kind
+from .records import by_kind, revision_text
 from .report import markdown_table, profile_rows
 
 
@@ -245,9 +245,14 @@ def write(paths: list[Path], out_dir: Path) -> Path:
     text = "\n".join([
         "# Homework 4: FlashAttention\n",
         yours("your name and student ID."),
-        f"\nMade by `fa report` from {sources} ({counts} records): the tables and charts are your program's "
-        f"records, as measured; the places marked {YOURS} are for your own words."
-        + (" fa's own programs appear only in the last section, under their name." if any(theirs.values()) else "")
+        f"\nMade by `fa report` from {sources} ({counts} records, made from "
+        f"{revision_text([r.get('source') or {} for v in found.values() for r in v])}): "
+        + (f"the tables and charts are your program's records, as measured; the places marked {YOURS} are for "
+           "your own words." if any(mine.values()) else
+           "every record is of fa's own programs, so the course's sections below are empty and fa's figures are "
+           "in the last section; `fa run ... --program ./hw4 -o run.json` gives your program's records.")
+        + (" fa's own programs appear only in the last section, under their name."
+           if any(theirs.values()) and any(mine.values()) else "")
         + "\n",
         implementation_section(mine["resources"]),
         profile_section(mine["profile"]),

@@ -17,9 +17,12 @@ from fa_cli import programs
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
-    """Generated inputs go to a cache of the test session's own, never the user's."""
+    """Generated inputs go to a cache of the test session's own, never the user's; the temporary
+    files of the programs the tests start (hipcc of ROCm 5.2 leaves folders and archives behind
+    on every build) to a folder of its own, never the machine's /tmp."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FA_CACHE", str(tmp_path_factory.mktemp("fa-cache")))
+        mp.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
         yield
 
 

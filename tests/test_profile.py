@@ -9,6 +9,8 @@ import sys
 import pytest
 
 from helpers import DATA, fa
+from fa_cli import ready
+from fa_cli.errors import FaError
 from fa_cli import profile
 
 
@@ -109,9 +111,11 @@ def test_profile_command_end_to_end(cpu_program, stand_in_ncu, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "p.json"]
 
 
-def test_profile_errors(cpu_program, stand_in_ncu, tmp_path):
-    proc = fa("profile", "t01", "--program", "cpu", "--profiler", "nvprof", env={**os.environ, "PATH": "/usr/bin:/bin"})
-    assert proc.returncode == 2 and proc.stderr.startswith("fa: error: nvprof is not installed here (it comes with the CUDA toolkit")
+def test_profile_errors(cpu_program, stand_in_ncu, tmp_path, monkeypatch):
+    with monkeypatch.context() as m, \
+            pytest.raises(FaError, match=r"^nvprof is not installed here \(it comes with the CUDA toolkit"):
+        m.setattr(ready.shutil, "which", lambda tool: None)  # a GPU node without nvprof
+        ready.check_profiler("nvprof")
     proc = fa("profile", "t01", "--program", "cpu", "--profiler", "ncu", "--kernel", "nosuch", env=stand_in_ncu)
     assert proc.returncode == 2 and "--kernel nosuch: matches none of the kernels that ran" in proc.stderr
     bad = tmp_path / "bad.in"
@@ -131,3 +135,11 @@ def test_help_has_the_metric_table_and_the_formulas():
         assert f"  {figure}: {ncu} -> " in text and (nvprof is None or nvprof in text)
     for figure, formula in profile.AMD_FORMULAS:
         assert f"  {figure} = {formula}" in text
+
+
+def test_a_cpu_program_is_not_profiled_and_says_why(cpu_program):
+    """Without a profiler, a CPU program is told that it has no kernels to profile, not that the
+    profiler is missing."""
+    proc = fa("profile", "t17", "--program", "cpu", env={**os.environ, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "runs on the CPU: fa profile measures a GPU program's kernels" in proc.stderr

@@ -73,3 +73,11 @@ def test_the_amd_note_under_a_table_fits_80_columns():
     note = proc.stdout[proc.stdout.index("Note: no AMD GPU"):]
     assert proc.returncode == 0 and "not AMD measurements" in " ".join(note.split())
     assert max(map(len, note.splitlines())) <= 80, note
+
+
+def test_the_run_table_fits_80_columns(cpu_program):
+    """fa run's table names its one program in the title, so that the columns fit 80."""
+    proc = fa("run", "t01", "t02", "--program", "cpu", env={**os.environ, "COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("fa run of cpu on ") and "2 cases: 2 PASS" in proc.stdout
+    assert max(len(line.rstrip()) for line in proc.stdout.splitlines()) <= 80, proc.stdout
