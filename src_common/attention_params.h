@@ -1,20 +1,18 @@
 // attention_params.h: the kernels' arguments as one struct (as FA3's Flash_fwd_params), taken by
-// attention_simt (attention_simt.h) and by attention_wgmma, attention_wgmma_short, split_kv and
-// split_kv_blocked (src_cuda/). The launches fill what their kernel reads (attention_simt.h,
-// src_cuda/tensorcore_launches.cuh); the rest stays zero.
+// every kernel of the programs: attention_tiled (attention_tiled.h), attention_simt
+// (attention_simt.h), the ladder's steps (ladder.h), attention_mfma (src_hip/attention_mfma.h),
+// and in src_cuda/ attention_tensorcore, attention_tiled_declined, attention_wgmma,
+// attention_wgmma_short, split_kv and split_kv_blocked. The launches fill what their kernel reads
+// (the headers above, src_cuda/tensorcore_launches.cuh); the rest stays zero.
 //
 // Such a kernel hands the pointers on to a __device__ function whose parameters are __restrict__:
 // restrict is ignored on struct members (nvcc, clang) and on local variables (clang), and the
 // read-only loads it allows (NVIDIA's LDG.CONSTANT, AMD's scalar loads) would be lost.
-//
-// The others keep their parameters, because read from a struct they compile to other machine
-// code: attention_tiled and ladder-2 to -5 (N and row_tiles become loaded values, not arguments:
-// other compare operand order and registers, 696 instructions instead of 704 for
-// attention_tiled<32, 32> on sm_90a); attention_tensorcore, attention_tiled_declined and
-// attention_mfma on NVIDIA (past inline assembly that may write memory, cp.async,
-// griddepcontrol.wait or attention_mfma's scheduling barrier, nvcc proves Q, K, V read-only only
-// for kernel parameters: their loads lose LDG.CONSTANT); ladder-1 and attention_mfma on AMD
-// (hipcc's registers and kernel-argument loads change).
+// Where the loads follow inline assembly that may write memory (cp.async in
+// attention_tensorcore, griddepcontrol.wait in attention_tiled_declined, the scheduling barrier
+// of attention_mfma built by nvcc), nvcc proves even those parameters read-only no more, and
+// those loads are explicit __ldg (ld.global.nc): tiled_load4, QFragments::load<true>,
+// split_kv_tiles, mfma_load4.
 #pragma once
 
 #include <cstdint>

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "attention_params.h"
 #include "compensated_sum.h"
 
 #if !defined(FA_SHFL_XOR) || !defined(FA_SYNC_WAVE) || !defined(FA_WAVE) || !defined(FA_LAUNCH_BOUNDS)
@@ -51,8 +52,8 @@ struct RowSoftmax {
 //     The starting point: neighbouring threads read Q rows d floats apart (uncoalesced), and
 //     each thread walks all of K and V alone, its whole output row in registers.
 template <int D>
-__global__ void FA_LAUNCH_BOUNDS(kNaiveThreads, 1)
-    naive(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles) {
+__device__ __forceinline__ void naive_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
+                                          int64_t row_tiles) {
   const int64_t b = blockIdx.x / row_tiles;
   const int64_t row = (blockIdx.x % row_tiles) * kNaiveThreads + threadIdx.x;
   if (row >= N) return;
@@ -77,13 +78,17 @@ __global__ void FA_LAUNCH_BOUNDS(kNaiveThreads, 1)
 #pragma unroll
   for (int k = 0; k < D; ++k) out[b * N * D + row * D + k] = acc[k] * inv_l;
 }
+template <int D>
+__global__ void FA_LAUNCH_BOUNDS(kNaiveThreads, 1) naive(const AttentionParams p) {
+  naive_rows<D>(p.qkv, p.out, p.N, p.row_tiles);
+}
 
 // --- 2 warp-per-row: a warp (wavefront) per query row, its lanes across the d columns.
 //     Was: a thread per row. Every read of a Q, K or V row is now one coalesced access; each
 //     score is a butterfly sum over the lanes, and each lane keeps only its own output columns.
 template <int D>
-__global__ void FA_LAUNCH_BOUNDS(kRowThreads, 1)
-    warp_per_row(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles) {
+__device__ __forceinline__ void warp_per_row_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
+                                                 int64_t row_tiles) {
   constexpr int kRows = kRowThreads / FA_WAVE, kCols = (D + FA_WAVE - 1) / FA_WAVE;
   const int lane = threadIdx.x % FA_WAVE;
   const int64_t b = blockIdx.x / row_tiles;
@@ -125,6 +130,10 @@ __global__ void FA_LAUNCH_BOUNDS(kRowThreads, 1)
     if (x < D) out[b * N * D + row * D + x] = acc[c] * inv_l;
   }
 }
+template <int D>
+__global__ void FA_LAUNCH_BOUNDS(kRowThreads, 1) warp_per_row(const AttentionParams p) {
+  warp_per_row_rows<D>(p.qkv, p.out, p.N, p.row_tiles);
+}
 
 // --- 3 smem-tiles: K and V in tiles of kTileBc keys in shared memory, loaded once per block for
 //     its BR rows (was: each row's warp read all of K and V from global memory); Q in shared
@@ -136,8 +145,8 @@ __global__ void FA_LAUNCH_BOUNDS(kRowThreads, 1)
 // --- 5 br16: 16 query rows per block (was: 4), so each K/V tile read from global memory serves
 //     4x the rows, and a block has 16 warps to hide the loads' latency.
 template <int D, int BR, bool kPadK>
-__global__ void FA_LAUNCH_BOUNDS(kTileBc* BR, 1)
-    smem_tiles(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles) {
+__device__ __forceinline__ void smem_tiles_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
+                                               int64_t row_tiles) {
   constexpr int kPitch = kPadK ? D + 1 : D, kThreads = kTileBc * BR, kCols = D / kTileBc;
   __shared__ float Qs[BR][D];
   __shared__ float Ks[kTileBc][kPitch];
@@ -196,6 +205,10 @@ __global__ void FA_LAUNCH_BOUNDS(kTileBc* BR, 1)
     for (int c = 0; c < kCols; ++c) out[b * N * D + row * D + lane + c * kTileBc] = acc[c] / row_sum;
   }
 }
+template <int D, int BR, bool kPadK>
+__global__ void FA_LAUNCH_BOUNDS(kTileBc* BR, 1) smem_tiles(const AttentionParams p) {
+  smem_tiles_rows<D, BR, kPadK>(p.qkv, p.out, p.N, p.row_tiles);
+}
 
 // "ladder-N" -> N (1..kSteps); 0 for another name, -1 for a ladder step that does not exist.
 inline int parse_step(const char* name) {
@@ -207,26 +220,26 @@ inline int parse_step(const char* name) {
 // Launches step `step` (1..kSteps) on `batches` batches; returns the kernel's name for errors.
 template <int D, class Stream>
 const char* launch(int step, const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-  auto blocks = [&](int64_t rows_per_block, int64_t& row_tiles) {
-    row_tiles = (N + rows_per_block - 1) / rows_per_block;
-    return (unsigned)(batches * row_tiles);
-  };
-  int64_t tiles = 0;
+  // Query rows per block: naive a thread per row, warp_per_row a warp per row, smem_tiles BR.
+  const int64_t rows = step == 1 ? kNaiveThreads : step == 2 ? kRowThreads / FA_WAVE : step <= 4 ? 4 : 16;
+  AttentionParams p;
+  p.qkv = qkv, p.out = out, p.N = N, p.row_tiles = (N + rows - 1) / rows;
+  const unsigned blocks = (unsigned)(batches * p.row_tiles);
   switch (step) {
     case 1:
-      naive<D><<<blocks(kNaiveThreads, tiles), kNaiveThreads, 0, stream>>>(qkv, out, N, tiles);
+      naive<D><<<blocks, kNaiveThreads, 0, stream>>>(p);
       return "ladder naive";
     case 2:
-      warp_per_row<D><<<blocks(kRowThreads / FA_WAVE, tiles), kRowThreads, 0, stream>>>(qkv, out, N, tiles);
+      warp_per_row<D><<<blocks, kRowThreads, 0, stream>>>(p);
       return "ladder warp_per_row";
     case 3:
-      smem_tiles<D, 4, false><<<blocks(4, tiles), dim3(kTileBc, 4), 0, stream>>>(qkv, out, N, tiles);
+      smem_tiles<D, 4, false><<<blocks, dim3(kTileBc, 4), 0, stream>>>(p);
       return "ladder smem_tiles";
     case 4:
-      smem_tiles<D, 4, true><<<blocks(4, tiles), dim3(kTileBc, 4), 0, stream>>>(qkv, out, N, tiles);
+      smem_tiles<D, 4, true><<<blocks, dim3(kTileBc, 4), 0, stream>>>(p);
       return "ladder smem_tiles (padded K)";
     default:
-      smem_tiles<D, 16, true><<<blocks(16, tiles), dim3(kTileBc, 16), 0, stream>>>(qkv, out, N, tiles);
+      smem_tiles<D, 16, true><<<blocks, dim3(kTileBc, 16), 0, stream>>>(p);
       return "ladder smem_tiles (Br 16)";
   }
 }

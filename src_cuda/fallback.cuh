@@ -6,6 +6,7 @@
 
 #include "kernel_primitives.cuh"
 #include "ptx/sm90.cuh"
+#include "../src_common/attention_params.h"
 #include "../src_common/attention_tiled.h"
 
 namespace fa {
@@ -15,18 +16,16 @@ namespace fa {
 // 512 threads at 64 x 4096 x 64, 2.6% of the chunk); this grid holds only as many blocks as fit
 // the GPU at once, and each strides over the row tiles. It also clears the next chunk's flag
 // (decline_next), whose last reader has finished.
-// Kernel parameters, not AttentionParams: attention_params.h says why.
+// p: qkv, out, N, row_tiles, items (the row tiles of the chunk), decline, decline_next.
 template <int D, int BC>
-__global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, (tiled_min_blocks<D, BC>()))
-    attention_tiled_declined(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles,
-                             int64_t tiles, const int* decline, int* decline_next) {
+__global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, (tiled_min_blocks<D, BC>())) attention_tiled_declined(const AttentionParams p) {
 #if __CUDA_ARCH__ >= 900
   grid_dependency_wait();  // launched dependent on the kernel before it (PDL)
 #endif
-  if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *decline_next = 0;
-  if (*decline == 0) return;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    tiled_rows<D, BC>(qkv, out, N, row_tiles, tile);
+  if (blockIdx.x == 0 && threadIdx.x == 0 && threadIdx.y == 0) *p.decline_next = 0;
+  if (*p.decline == 0) return;
+  for (int64_t tile = blockIdx.x; tile < p.items; tile += gridDim.x) {
+    tiled_rows<TiledTile<D, BC, true> >(p.qkv, p.out, p.N, p.row_tiles, tile);
     __syncthreads();  // the next tile refills the shared tiles
   }
 }

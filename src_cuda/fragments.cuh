@@ -20,6 +20,9 @@ struct QFragments {
   float2 raw[D / 16][4];
   uint32_t hi[D / 16][4], lo[D / 16][4];
 
+  // kGlobalReadOnly: Q is in global memory and read-only: an explicit ld.global.nc (LDG.CONSTANT),
+  // for attention_tensorcore, whose loads follow inline assembly (cp.async) that may write memory.
+  template <bool kGlobalReadOnly = false>
   __device__ __forceinline__ void load(const float* Q, int64_t row0, int64_t N, int lane) {
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -28,7 +31,8 @@ struct QFragments {
       for (int r = 0; r < 4; ++r) {
         const int64_t row = row0 + g + (r & 1) * 8;
         const int col = ks * 16 + 2 * t + (r >> 1) * 8;
-        raw[ks][r] = row < N ? *reinterpret_cast<const float2*>(Q + row * D + col) : make_float2(0.f, 0.f);
+        const float2* src = reinterpret_cast<const float2*>(Q + row * D + col);
+        raw[ks][r] = row < N ? (kGlobalReadOnly ? __ldg(src) : *src) : make_float2(0.f, 0.f);
       }
     }
   }

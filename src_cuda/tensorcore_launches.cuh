@@ -71,8 +71,7 @@ void launch_declined(const KernelState& state, const Chunk& c, const TensorChunk
   config.numAttrs = state.pdl ? 1 : 0;
   AttentionParams p = t.params;
   p.row_tiles = row_tiles, p.items = c.batches * row_tiles;
-  CUDA_CHECK(cudaLaunchKernelEx(&config, attention_tiled_declined<D, kTiledBc>, p.qkv, p.out, p.N, p.row_tiles, p.items,
-                                (const int*)p.decline, p.decline_next));
+  CUDA_CHECK(cudaLaunchKernelEx(&config, attention_tiled_declined<D, kTiledBc>, p));
 }
 inline void declined_kernels(std::vector<Launch>& all) {
   const std::string bc = std::to_string(kTiledBc);
@@ -94,8 +93,7 @@ struct MmaSync {
     constexpr int rows = tc_rows<D, kFused>();
     p.row_tiles = (p.N + rows - 1) / rows;
     attention_tensorcore<D, kFused><<<(unsigned)(c.batches * p.row_tiles), tc_warps<D, kFused>() * 32,
-                                      tc_smem_bytes<D>(), c.stream>>>(p.qkv, p.kv, p.out, p.N, p.row_tiles,
-                                                                      p.decline, p.declined_ever);
+                                      tc_smem_bytes<D>(), c.stream>>>(p);
     CUDA_CHECK_LAUNCH("attention_tensorcore");
     launch_declined<D>(state, c, t);
   }

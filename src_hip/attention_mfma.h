@@ -62,9 +62,19 @@ namespace fa {
 constexpr int kMfmaWaves = 4, kMfmaThreads = 64 * kMfmaWaves;
 constexpr int kMfmaBr = 32 * kMfmaWaves, kMfmaBc = 32;
 
+// A float4 of Q, K or V. Built by nvcc (the emulation), an explicit ld.global.nc (LDG.CONSTANT):
+// past the scheduling barrier's inline assembly nvcc does not prove the pointers read-only.
+__device__ __forceinline__ float4 mfma_load4(const float* __restrict__ p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(reinterpret_cast<const float4*>(p));
+#else
+  return *reinterpret_cast<const float4*>(p);
+#endif
+}
+
 template <int D>
-__global__ void __launch_bounds__(kMfmaThreads) FA_MFMA_OCCUPANCY
-    attention_mfma(const float* __restrict__ qkv, float* __restrict__ out, int64_t N, int64_t row_tiles) {
+__device__ __forceinline__ void mfma_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
+                                          int64_t row_tiles) {
 #if FA_MFMA_BODY
   constexpr int KP = D + 4, VP = D;
   constexpr int kHalf = D / 2;                       // dims per half-wavefront in S^T
@@ -88,7 +98,7 @@ __global__ void __launch_bounds__(kMfmaThreads) FA_MFMA_OCCUPANCY
 #pragma unroll
   for (int t = 0; t < kHalf; t += 4) {
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row < N) v = *reinterpret_cast<const float4*>(Q + row * D + h * kHalf + t);
+    if (row < N) v = mfma_load4(Q + row * D + h * kHalf + t);
     q[t] = v.x * q_scale, q[t + 1] = v.y * q_scale, q[t + 2] = v.z * q_scale, q[t + 3] = v.w * q_scale;
   }
 
@@ -100,7 +110,7 @@ __global__ void __launch_bounds__(kMfmaThreads) FA_MFMA_OCCUPANCY
     for (int l = 0; l < kLoads; ++l) {
       const int i = tid + l * kMfmaThreads;
       const int64_t key = key0 + i / (D / 4);
-      next[l] = key < N ? *reinterpret_cast<const float4*>(src + key * D + (i % (D / 4)) * 4)
+      next[l] = key < N ? mfma_load4(src + key * D + (i % (D / 4)) * 4)
                         : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   };
@@ -214,14 +224,21 @@ __global__ void __launch_bounds__(kMfmaThreads) FA_MFMA_OCCUPANCY
 #endif
 }
 
+// p: qkv, out, N, row_tiles.
+template <int D>
+__global__ void __launch_bounds__(kMfmaThreads) FA_MFMA_OCCUPANCY attention_mfma(const AttentionParams p) {
+  mfma_rows<D>(p.qkv, p.out, p.N, p.row_tiles);
+}
+
 // Whether a device runs the MFMA kernel: CDNA1/CDNA2 by their gfx names; NVIDIA GPUs through the
 // emulation (nvcc builds).
 inline bool mfma_native(const std::string& arch) { return arch == "gfx908" || arch == "gfx90a"; }
 
 template <int D, class Stream>
 void launch_mfma(const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-  const int64_t row_tiles = (N + kMfmaBr - 1) / kMfmaBr;
-  attention_mfma<D><<<(unsigned)(batches * row_tiles), kMfmaThreads, 0, stream>>>(qkv, out, N, row_tiles);
+  AttentionParams p;
+  p.qkv = qkv, p.out = out, p.N = N, p.row_tiles = (N + kMfmaBr - 1) / kMfmaBr;
+  attention_mfma<D><<<(unsigned)(batches * p.row_tiles), kMfmaThreads, 0, stream>>>(p);
 }
 
 }  // namespace fa

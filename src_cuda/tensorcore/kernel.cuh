@@ -39,11 +39,10 @@ __host__ __device__ constexpr int tc_smem_bytes() { return sizeof(TcShared<D>); 
 // Per K/V tile: wait for it in shared memory, attend_tile; the next tile's load is in flight
 // meanwhile (cp.async, two stages). kFused: the block splits fp32 K and V itself (all of
 // N <= 128 up front, later tiles one at a time) and range-checks what it reads.
-// Kernel parameters, not AttentionParams: attention_params.h says why.
 template <int D, bool kFused>
-__global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, kFused>())
-    attention_tensorcore(const float* __restrict__ qkv, const __half* __restrict__ kv, float* __restrict__ out,
-                         int64_t N, int64_t row_tiles, int* __restrict__ decline, volatile int* declined_ever) {
+__device__ __forceinline__ void tc_block(const float* __restrict__ qkv, const __half* __restrict__ kv,
+                                         float* __restrict__ out, int64_t N, int64_t row_tiles,
+                                         int* __restrict__ decline, volatile int* declined_ever) {
 #if __CUDA_ARCH__ >= 800
   if (!kFused && *decline) return;  // values the split cannot take: the tiled kernel runs this chunk
   constexpr int kThreads = tc_warps<D, kFused>() * 32;
@@ -63,12 +62,12 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
   QFragments<D> q;
   bool in_range = true;
   if (kFused) {
-    if (D == 32) q.load(Q, row0, N, lane);
+    if (D == 32) q.template load<true>(Q, row0, N, lane);
     in_range = split_kv_tiles<D, kThreads, 2, 16>(shared, 0, K, 0, N, tid);
-    if (D != 32) q.load(Q, row0, N, lane);
+    if (D != 32) q.template load<true>(Q, row0, N, lane);
   } else {
     load_kv_tile<D, kThreads>(KVStage<D>(shared, 0), KV, 0, N, tid);
-    q.load(Q, row0, N, lane);
+    q.template load<true>(Q, row0, N, lane);
   }
   const bool q_in_range = q.split();
   if (kFused) in_range &= q_in_range;  // otherwise split_kv checked Q
@@ -94,6 +93,13 @@ __global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, k
   if (kFused && !in_range) decline_chunk(decline, declined_ever);
   store_o<D>(out + b * ND, o, softmax, row0, N, lane);
 #endif
+}
+
+// p: qkv, kv (unless kFused), out, N, row_tiles, decline, declined_ever.
+template <int D, bool kFused>
+__global__ void __launch_bounds__(tc_warps<D, kFused>() * 32, tc_min_blocks<D, kFused>())
+    attention_tensorcore(const AttentionParams p) {
+  tc_block<D, kFused>(p.qkv, p.kv, p.out, p.N, p.row_tiles, p.decline, p.declined_ever);
 }
 
 }  // namespace fa

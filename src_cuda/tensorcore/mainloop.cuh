@@ -96,7 +96,7 @@ __device__ __forceinline__ bool split_kv_tiles(TcShared<D>& shared, int first_st
       int tile, is_v, r, col;
       locate(i, tile, is_v, r, col);
       const int64_t key = key0 + tile * kTcBc + r;
-      x[i] = !check || key < N ? *reinterpret_cast<const float4*>(K + is_v * ND + key * D + col)
+      x[i] = !check || key < N ? __ldg(reinterpret_cast<const float4*>(K + is_v * ND + key * D + col))
                                : make_float4(0.f, 0.f, 0.f, 0.f);
     };
     if (key0 + kTiles * kTcBc <= N) {  // as in load_kv_tile: only tiles reaching past N check keys
