@@ -331,7 +331,7 @@ class Investigation:
                 "race (a missing __syncthreads, threads writing one place)"],
                 dict(values_over_tol=int(differ.sum()), max_diff=worst, values_changed=changed, on=case.label)))
         elif not changed:
-            self.done.append("two more runs gave the same output, so no race")
+            self.done.append("two more runs gave the same output")
         else:
             worst = float(diff.max())
             self.findings.append(Finding("harmless", [

@@ -12,10 +12,7 @@
 // Bc follows the hardware: 32 on NVIDIA (a warp per row), 64 on AMD CDNA (a wavefront per row),
 // so row reductions stay inside one warp; a Bc wider than the warp (the AMD tile run on an
 // NVIDIA GPU) combines the warps' partial results through shared memory.
-// The kernel (tiled_rows) reads as its phases: load Q rows (tiled_load_q), then per K/V tile
-// load the next tile (TiledKVLoads: fetch into registers, stash into shared memory), scores
-// (tiled_scores), online softmax (tiled_online_softmax), fold P V (tiled_fold_pv); last, store O
-// (tiled_store_o). Its arguments: AttentionParams (attention_params.h).
+// The kernel reads as its phases (tiled_rows); its arguments: AttentionParams (attention_params.h).
 // Measurements (profiles, bank conflicts): docs/kernels.md.
 #pragma once
 
@@ -255,6 +252,9 @@ __device__ __forceinline__ void tiled_store_o(float* __restrict__ O, const float
 }
 
 // One block's work: the rows_per_block query rows of row tile `tile` (batch tile / row_tiles).
+// Load Q rows (tiled_load_q), then per K/V tile: load the next tile (TiledKVLoads: fetch into
+// registers, stash into shared memory), scores (tiled_scores), online softmax
+// (tiled_online_softmax), fold P V (tiled_fold_pv); last, store O (tiled_store_o).
 template <class T>
 __device__ __forceinline__ void tiled_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
                                            int64_t row_tiles, int64_t tile) {

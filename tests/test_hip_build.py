@@ -67,7 +67,7 @@ def test_mfma_kernel_on_gfx90a(tmp_path):
                    check=True, cwd=tmp_path, env={**os.environ, "HIP_PLATFORM": "amd"}, capture_output=True)
     assembly = next(tmp_path.glob("*gfx90a.s")).read_text()
     for d, mfma in ((32, 32), (64, 64)):
-        r = kernel_report(assembly, f"_ZN2fa14attention_mfmaILi{d}EEEvPKfPfll")
+        r = kernel_report(assembly, f"_ZN2fa14attention_mfmaILi{d}EEEvNS_15AttentionParamsE")
         assert r["loop_mfma"] == mfma and r["ScratchSize"] == 0, r
         waves_by_lds = 65536 // r["LDSByteSize"]  # blocks of 4 wavefronts on a CU's 4 SIMDs: one each
         assert min(r["Occupancy"], waves_by_lds) >= (3 if d == 64 else 2), r

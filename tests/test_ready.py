@@ -58,7 +58,7 @@ def test_missing_profiler_said_before_any_input(cpu_program, tmp_path):
     env = {**os.environ, "FA_CACHE": str(cache), "PATH": "/usr/bin:/bin"}
     proc = fa("profile", "t17", "--program", "cpu", "--profiler", "ncu", env=env)
     assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1
-    assert "ncu is not installed here" in proc.stderr
+    assert "cpu runs on the CPU: fa profile measures a GPU program's kernels with ncu" in proc.stderr
     assert ("nvprof" in proc.stderr) == ready.pascal_here()  # suggested only for a Pascal GPU
     assert cache_files(cache) == []
 
