@@ -121,8 +121,9 @@ def by_kind(paths: list[Path]) -> dict[str, list[dict]]:
     return found
 
 
-# Where a copy of the checkout has no git history (a GPU node that was sent the files alone),
-# `make source-revision` writes the commit beside the Makefile first, and records take it from there.
+# Where a copy of the checkout is sent elsewhere (a GPU node that gets the files, with no .git or
+# an older one), `make source-revision` writes the commit beside the Makefile first, and records
+# take it from there.
 REVISION_FILE = ".source-revision"
 
 
@@ -137,19 +138,22 @@ def _git(root: Path, *args: str) -> str | None:
 @lru_cache(maxsize=1)
 def source_revision() -> dict:
     """What fa and its programs were made from, stored in every record: the checkout's commit and
-    whether its tracked files differed from it (dirty), asked of git, else read from the
-    REVISION_FILE that `make source-revision` wrote; an installed fa gives its version."""
+    whether its tracked files differed from it (dirty), read from the REVISION_FILE that `make
+    source-revision` wrote for a copy sent elsewhere, else asked of git; an installed fa gives
+    its version."""
     root = locations.checkout()
     if root is not None:
-        commit, status = _git(root, "rev-parse", "HEAD"), _git(root, "status", "--porcelain", "--untracked-files=no")
-        if commit and status is not None:
-            return {"commit": commit.strip(), "dirty": bool(status.strip())}
+        # The file first: where it is, it was written for this copy of the tree, whose .git (if
+        # it has one) may be older than the files.
         try:
             written = json.loads((root / REVISION_FILE).read_text())
             if isinstance(written.get("commit"), str) and isinstance(written.get("dirty"), bool):
                 return {"commit": written["commit"], "dirty": written["dirty"], "from": REVISION_FILE}
         except (OSError, ValueError, AttributeError):
             pass
+        commit, status = _git(root, "rev-parse", "HEAD"), _git(root, "status", "--porcelain", "--untracked-files=no")
+        if commit and status is not None:
+            return {"commit": commit.strip(), "dirty": bool(status.strip())}
     return {"version": __version__}
 
 
