@@ -247,6 +247,11 @@ def summary(out: Path) -> str:
         parts += ["**Every row of t27 and t28 against float64** "
                   f"([dense-error.txt]({rel}/dense-error.txt)):\n", "```",
                   (out / "dense-error.txt").read_text().rstrip(), "```", ""]
+    missing = [part for part in PARTS if part != "summary" and not all(any(out.glob(f)) for f in plan(part, out)[0])]
+    if missing:
+        parts += [f"Not made yet from this build: the parts {', '.join(missing)} (`make results PARTS=\"{' '.join(missing)}"
+                  " summary\"` on a machine with an NVIDIA GPU); what they measured before is dated, in "
+                  "[history/](history/).\n"]
     if (out / "report.md").is_file():
         parts += [f"The whole `fa report` of these records (profile, ladder, sweeps, resources): "
                   f"[{rel}/report.md]({rel}/report.md).\n"]

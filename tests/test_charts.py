@@ -151,7 +151,8 @@ def test_sweep_chart_test_size(drawn, tmp_path):
 
 def test_report_charts_full_size(drawn, tmp_path):
     """fa report on the H100 records: the bench chart, each ladder and each sweep."""
-    files = [H100 / n for n in ("run.json", "bench.json", "ladder.json", "sweep.json", "sweep-profile.json")]
+    dated = ROOT / "docs" / "history" / "h100-2026-11-23"
+    files = [H100 / "bench.json", *(dated / n for n in ("run.json", "ladder.json", "sweep.json", "sweep-profile.json"))]
     writeup.write(files, tmp_path / "report")
     assert len(drawn) >= 5
     for fig in drawn:

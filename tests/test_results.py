@@ -16,7 +16,9 @@ from helpers import ROOT, fa
 from fa_cli import cli, records, registry
 
 RESULTS = ROOT / "docs" / "results"
-PAGES = [ROOT / "README.md", ROOT / "src_hip" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# The pages a reader follows (docs/history/ keeps dated write-ups as they were, with their own links).
+PAGES = [ROOT / "README.md", ROOT / "src_hip" / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+         *sorted(RESULTS.rglob("*.md"))]
 
 
 def make_results():
@@ -105,8 +107,12 @@ def test_every_shipped_chart_names_its_commit():
 
 
 def test_the_shipped_ladders_are_the_codes(listing_programs):
-    for folder in shipped_dirs():
-        runs = json.loads((folder / "ladder.json").read_text())["records"]
+    shipped = [folder / "ladder.json" for folder in shipped_dirs() if (folder / "ladder.json").is_file()]
+    if not shipped:
+        pytest.skip("no ladder shipped under docs/results (make results' report part makes one)")
+    for path in shipped:
+        folder = path.parent
+        runs = json.loads(path.read_text())["records"]
         for name, binary in listing_programs.items():
             shipped = [(r["step"], r["step_name"]) for r in runs if r["program"] == name]
             if shipped:

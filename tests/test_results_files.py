@@ -1,25 +1,27 @@
-"""fa compare and fa report take every results file fa writes (real ones, from the H100 runs in
-docs/results/h100) or refuse a file in one line; never a traceback."""
+"""fa compare and fa report take every results file fa writes (real ones, from the H100 runs of
+2026-11-23 in docs/history/) or refuse a file in one line; never a traceback."""
 import json
 
 import pytest
 
 from helpers import ROOT, fa
 
-H100 = ROOT / "docs" / "results" / "h100"
-KINDS = ["run", "bench", "profile", "resources", "ladder", "sweep"]
+DATED = ROOT / "docs" / "history" / "h100-2026-11-23"
+FILES = {"bench": ROOT / "docs" / "results" / "h100" / "bench.json",
+         **{kind: DATED / f"{kind}.json" for kind in ("run", "profile", "resources", "ladder", "sweep")}}
+KINDS = list(FILES)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_report_takes_every_kind(kind, tmp_path):
-    proc = fa("report", H100 / f"{kind}.json", "-o", tmp_path / "r")
+    proc = fa("report", FILES[kind], "-o", tmp_path / "r")
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "r" / "report.md").stat().st_size > 0
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_compare_takes_or_refuses_every_kind_in_one_line(kind):
-    proc = fa("compare", H100 / f"{kind}.json")
+    proc = fa("compare", FILES[kind])
     assert "Traceback" not in proc.stderr
     if proc.returncode != 0:
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
@@ -38,6 +40,6 @@ def test_files_that_are_not_results_are_refused_in_one_line(text, tmp_path):
 
 
 def test_compare_of_a_run_file_uses_its_wall_times():
-    proc = fa("compare", H100 / "run.json")
-    records = json.loads((H100 / "run.json").read_text())["records"]
+    proc = fa("compare", FILES["run"])
+    records = json.loads((FILES["run"]).read_text())["records"]
     assert proc.returncode == 0 and records[0]["input"] in proc.stdout
