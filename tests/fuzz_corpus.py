@@ -249,6 +249,17 @@ def missing(name: str) -> Callable[[Path], str | None]:
     return lambda d: f"{name} was created" if (d / name).exists() else None
 
 
+def planted_link(dir_: Path, target: str, owner: int | None) -> tuple[str, str]:
+    """shared/out.link -> ../TARGET in a sticky world-writable folder, the link owned by `owner`
+    (None: by whoever runs the test): the output path given is the link."""
+    (dir_ / "shared").mkdir()
+    (dir_ / "shared").chmod(0o1777)
+    os.symlink(f"../{target}", dir_ / "shared" / "out.link")
+    if owner is not None:
+        os.lchown(dir_ / "shared" / "out.link", owner, owner)
+    return "in.bin", "shared/out.link"
+
+
 def neighbour_cases() -> list[Case]:
     """The output rule (src_common/host/output.h) where another user could have been."""
     B, N, d = VALID
@@ -266,12 +277,7 @@ def neighbour_cases() -> list[Case]:
     def sticky_link(owner: int | None) -> Callable[[Path], tuple[str, str]]:
         def build(dir_: Path) -> tuple[str, str]:
             (dir_ / "in.bin").write_bytes(good)
-            (dir_ / "shared").mkdir()
-            (dir_ / "shared").chmod(0o1777)
-            os.symlink("../target.bin", dir_ / "shared" / "out.link")
-            if owner is not None:
-                os.lchown(dir_ / "shared" / "out.link", owner, owner)
-            return "in.bin", "shared/out.link"
+            return planted_link(dir_, "target.bin", owner)
         return build
 
     def beside_a_live_temporary(dir_: Path) -> tuple[str, str]:
@@ -350,14 +356,7 @@ def fa_corpus() -> list[Case]:
         return "in.bin", "b.json"
 
     def sticky_link(owner: int | None):
-        def build(dir_: Path) -> tuple[str, str]:
-            (dir_ / "shared").mkdir()
-            (dir_ / "shared").chmod(0o1777)
-            os.symlink("../target.in", dir_ / "shared" / "out.link")
-            if owner is not None:
-                os.lchown(dir_ / "shared" / "out.link", owner, owner)
-            return "in.bin", "shared/out.link"
-        return build
+        return lambda dir_: planted_link(dir_, "target.in", owner)
 
     not_regular = "not a regular file"
     bench = ("bench", "--shape", "1,16,32", "--program", "cpu", "--repeat", "1", "-o", "{out}")

@@ -340,16 +340,21 @@ def test_two_program_runs_writing_one_path_both_succeed(cpu_program, small_input
 
 
 # ---------------------------------------------------------------- readers
+def not_a_results_file(name: str, tmp_path: Path) -> Path:
+    """A device by its path, a FIFO, or a regular file over the results files' 64 MB."""
+    if name == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        return tmp_path / "fifo"
+    if name == "huge":
+        with open(tmp_path / "huge.json", "wb") as f:
+            f.truncate(65 << 20)
+        return tmp_path / "huge.json"
+    return Path(name)
+
+
 @pytest.mark.parametrize("name", ["/dev/zero", "/dev/urandom", "fifo", "huge"])
 def test_results_readers_take_only_regular_files_of_a_sane_size(name, tmp_path):
-    path = Path(name)
-    if name == "fifo":
-        path = tmp_path / "fifo"
-        os.mkfifo(path)
-    elif name == "huge":
-        path = tmp_path / "huge.json"
-        with open(path, "wb") as f:
-            f.truncate(65 << 20)
+    path = not_a_results_file(name, tmp_path)
     # (fa run -o and fa bench -o refuse a device or a FIFO too: test_bench_refuses_its_results_file_before_any_work)
     runs = [["run", "t01", "--program", "cpu", "-o", path]] if name == "huge" else []
     for args in (["compare", path], ["report", path, "-o", tmp_path / "r"], *runs):
@@ -561,14 +566,7 @@ def test_verify_against_an_empty_file_is_one_line(tmp_path, order):
 
 @pytest.mark.parametrize("name", ["/dev/zero", "fifo", "huge"])
 def test_bench_refuses_its_results_file_before_any_work(name, tmp_path):
-    path = Path(name)
-    if name == "fifo":
-        path = tmp_path / "fifo"
-        os.mkfifo(path)
-    elif name == "huge":
-        path = tmp_path / "huge.json"
-        with open(path, "wb") as f:
-            f.truncate(65 << 20)
+    path = not_a_results_file(name, tmp_path)
     start = time.time()
     proc = subprocess.run([sys.executable, "-m", "fa_cli", "bench", "--shape", "1,64,32", "--program", "cpu",
                            "--repeat", "1", "-o", str(path)], capture_output=True, text=True, cwd=ROOT, timeout=30)
