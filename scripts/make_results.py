@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fa_cli import compare, records  # noqa: E402
+from fa_cli.format import atomic_file  # noqa: E402
 from kernel_docs import replace_section  # noqa: E402
 
 SHAPES = ["26,32768,64", "52,32768,32", "64,4096,64", "512,1024,32", "13000,128,32"]
@@ -79,7 +80,8 @@ class Step:
         if self.stdout is None:
             return subprocess.run(self.argv, cwd=ROOT, env={**os.environ, **self.env}).returncode
         proc = subprocess.run(self.argv, cwd=ROOT, env={**os.environ, **self.env}, stdout=subprocess.PIPE)
-        self.stdout.write_bytes(proc.stdout)
+        with atomic_file(self.stdout) as f:  # as every file fa writes: whole or not at all
+            f.write(proc.stdout)
         sys.stdout.buffer.write(proc.stdout)
         return proc.returncode
 
@@ -260,7 +262,8 @@ def summary(out: Path) -> str:
 
 def write_summary(out: Path) -> None:
     text = RESULTS_DOC.read_text()
-    RESULTS_DOC.write_text(replace_section(text, "results", summary(out)))
+    with atomic_file(RESULTS_DOC) as f:
+        f.write(replace_section(text, "results", summary(out)).encode())
     print(f"== summary -> {RESULTS_DOC.relative_to(ROOT)}")
 
 
