@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,6 +71,18 @@ def test_judge_own_program(student):
     assert verdicts(proc.stdout) == ["PASS"] * 2
     assert f"generated t12 (B=8, N=2048, d=64) into {student['cache'] / 't12.in'}" in proc.stderr
     assert sorted(p.name for p in student["work"].iterdir()) == ["hw4"]
+
+
+def test_the_wheel_ships_every_source_of_the_programs(student):
+    """Every file the programs' builds read (Makefile, src_*/, their sub-folders) is in the
+    installed package, so that `make cuda` or `make hip` there builds what a checkout builds."""
+    where = subprocess.run([str(student["venv"] / "bin" / "python"), "-c",
+                            "import fa_cli.locations as l; print(l.package_data('sources'))"],
+                           capture_output=True, text=True, env=student["env"], cwd=student["work"], check=True)
+    shipped = Path(where.stdout.strip())
+    wanted = {p.relative_to(ROOT) for part in ("src_common", "src_cpu", "src_cuda", "src_hip")
+              for p in (ROOT / part).rglob("*") if p.is_file() and p.suffix in (".h", ".cuh", ".cu", ".hip", ".cpp")}
+    assert wanted and {p for p in wanted if not (shipped / p).is_file()} == set()
 
 
 def test_named_program_built_from_shipped_sources(student):

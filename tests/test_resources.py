@@ -106,7 +106,9 @@ def test_cuda_program_on_course_targets():
     assert {t for t, _ in by} == {"sm_75", "sm_80", "sm_90"}
     for target in ("sm_75", "sm_80", "sm_90"):
         tiled = by[(target, "attention_tiled<64, 32>")]
-        assert tiled["threads"] == 512 and tiled["static_smem"] == 16 * 0 + 32 * 65 * 4 * 2 + 32 * 64 * 4 * 2 + 16 * 32 * 4
+        # two stages of K (pitch 65) and V, P, and the row reductions' parts (one per row at Bc = 32)
+        assert tiled["threads"] == 512 and \
+            tiled["static_smem"] == 32 * 65 * 4 * 2 + 32 * 64 * 4 * 2 + 16 * 32 * 4 + 16 * 1 * 4
         assert 0 < tiled["occupancy"] <= 1 and tiled["limited_by"]
     # The tensor-core kernel exists from sm_80 on, with the dynamic shared memory its launch asks.
     for target in ("sm_80", "sm_90"):
@@ -123,9 +125,11 @@ def test_hip_program_on_course_targets():
     ladder = [f"naive<{d}>" for d in (32, 64)] + [f"warp_per_row<{d}>" for d in (32, 64)] + \
         [f"smem_tiles<{d}, {br}, {pad}>" for d in (32, 64) for br, pad in ((4, "false"), (4, "true"), (16, "true"))]
     simt = ["attention_simt<64, 2, 4, 8, 32, 1>", "attention_simt<32, 2, 8, 4, 64, 1>"]  # AMD's tiles
+    mfma = [f"attention_mfma<{d}>" for d in (32, 64)]  # the matrix cores' kernel (src_hip/attention_mfma.h)
     assert kernels == {(t, k) for t in ("gfx908", "gfx90a")
-                       for k in [f"attention_tiled<{d}, {bc}>" for d in (32, 64) for bc in (32, 64)] + ladder + simt}
-    threads = {"naive": 128, "warp_per_row": 128}  # the ladder's (src_common/ladder.h)
+                       for k in [f"attention_tiled<{d}, {bc}>" for d in (32, 64) for bc in (32, 64)] + ladder + simt + mfma}
+    # the ladder's (src_common/ladder.h) and the MFMA kernel's four wavefronts
+    threads = {"naive": 128, "warp_per_row": 128, "attention_mfma": 256}
     for r in data["records"]:
         name, args = r["kernel"].rstrip(">").split("<")
         args = args.split(", ")
@@ -134,6 +138,8 @@ def test_hip_program_on_course_targets():
             assert r["spill_bytes"] == 0 if "spill_bytes" in r else True
             continue
         expected = 16 * int(args[1]) if name == "attention_tiled" else threads.get(name) or 32 * int(args[1])
+        if name == "attention_mfma":
+            assert r["spill_bytes"] == 0 and r["agprs"] is not None, r
         assert r["threads"] == expected, r["kernel"]
         assert r["registers"] > 0 and r["sgprs"] > 0 and r["compiler_waves"] and r["limited_by"]
         assert r["warps"] <= resources.TARGETS[r["target"]].max_waves_per_simd
