@@ -634,6 +634,10 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, list_only, repeats, t
         own_sweep(case, program, params, no_run, list_only, with_profile, repeats, tol, results, plot, as_markdown,
                   make_launcher(launcher, partition, gres, srun_args))
         return
+    for text in params:  # what needs no build of the program first
+        sweep.parse_values(text)
+    if arch:
+        sweep.check_arch(arch)
     families = sweep.families_of(program_for(program))
     if list_only:
         show(*sweep.listing(families), as_markdown, f"fa sweep: what {program} can be swept over")

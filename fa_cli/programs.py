@@ -173,6 +173,10 @@ def unbuilt(path: Path, shown: str) -> str | None:
             "with the course's line")
 
 
+# The compiler each of the Makefile's targets runs (NVCC, HIPCC where set, as the Makefile takes them).
+BUILT_WITH = {"cuda": "nvcc", "hip-cuda": "nvcc", "hw4": "nvcc", "hip": "hipcc", "hw4-amd": "hipcc"}
+
+
 def ensure_built(program: Program, announce=None) -> Program:
     """Build a named program with make, or a student's source with the course's line, when its
     binary is missing; announce(text) says so first."""
@@ -189,6 +193,10 @@ def ensure_built(program: Program, announce=None) -> Program:
     if not shutil.which("make"):
         raise FaError(f"program {program.name!r} needs building, and `make` is not installed",
                       exit_code=ExitStatus.FAILED)
+    compiler = BUILT_WITH.get(program.make_target)
+    if compiler and not shutil.which(os.environ.get(compiler.upper(), compiler)):
+        raise FaError(f"program {program.name!r} is built with {compiler}, which is not installed here (or not on "
+                      "PATH)", exit_code=ExitStatus.FAILED)
     if announce:
         announce(f"building {program.name} in {tree} (make {program.make_target}; once)")
     proc = subprocess.run(["make", "-C", str(tree), program.make_target], capture_output=True, text=True)

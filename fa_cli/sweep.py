@@ -85,21 +85,32 @@ def families_of(program: Program) -> dict[str, Family]:
 REPORT_FLAGS = {"nvcc": "-Xptxas -v", "hipcc": "-Rpass-analysis=kernel-resource-usage"}
 
 
-def parse_param(text: str, family: Family) -> tuple[str, list[int]]:
-    """'Br=8,16,32' -> ('Br', [8, 16, 32])."""
+def parse_values(text: str) -> tuple[str, list[int]]:
+    """'Br=8,16,32' -> ('Br', [8, 16, 32]), the values checked (whatever kernel they are for)."""
     name, sep, values = text.partition("=")
-    name = name.strip()
-    names = family.params
-    if not sep or name not in names:
-        raise FaError(f"--param {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(names)} "
-                      f"(--kernel {family.kernel})")
+    if not sep:
+        return name.strip(), []  # parse_param names what is expected
     try:
         numbers = [int(v) for v in values.split(",") if v.strip()]
     except ValueError:
         raise FaError(f"--param {text!r}: values must be whole numbers") from None
     if not numbers or any(n < 1 or n & (n - 1) for n in numbers):
         raise FaError(f"--param {text!r}: values must be powers of two (1, 2, 4, ...)")
-    return name, sorted(set(numbers))
+    return name.strip(), sorted(set(numbers))
+
+
+def parse_param(text: str, family: Family) -> tuple[str, list[int]]:
+    """'Br=8,16,32' -> ('Br', [8, 16, 32]): parse_values, and NAME one of the family's parameters."""
+    name, numbers = parse_values(text)
+    if not numbers or name not in family.params:
+        raise FaError(f"--param {text!r}: expected NAME=V1,V2,... with NAME one of {', '.join(family.params)} "
+                      f"(--kernel {family.kernel})")
+    return name, numbers
+
+
+def check_arch(arch: str) -> None:
+    if arch not in resources.TARGETS:
+        raise FaError(f"--arch {arch}: give one of {', '.join(resources.TARGETS)}")
 
 
 def grid(params: list[str], family: Family, d: int = 64) -> list[dict[str, int]]:
@@ -178,8 +189,7 @@ def run_sweep(program_name: str, target: Target, params: list[str], arch: str, p
               progress=None, family: Family | None = None) -> list[dict]:
     """One record per combination (kind "sweep"): the variant's resources, and unless run is
     False its bench figures (and achieved occupancy with profiling); skipped ones say why."""
-    if arch not in resources.TARGETS:
-        raise FaError(f"--arch {arch}: give one of {', '.join(resources.TARGETS)}")
+    check_arch(arch)
     records = []
     env = {"FA_KERNEL": family.kernel}
     d = target.shape.d

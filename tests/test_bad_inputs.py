@@ -174,3 +174,15 @@ def test_mapped_input_cut_short_while_running(tmp_path, cut):
                                 f"{program.name}: error: {inp}: input changed while running (now {size} bytes)",
                                 f"{program.name}: error: {inp}: read failed: unexpected end"}  # a refusing device
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.in"]
+
+
+def test_a_program_whose_compiler_is_missing_says_which(tmp_path, monkeypatch):
+    """fa's CUDA program where nvcc is not on PATH: one line naming nvcc, not make's last words."""
+    from fa_cli import programs
+    from fa_cli.errors import FaError
+
+    monkeypatch.setattr(programs.shutil, "which", lambda tool: None if tool in ("nvcc", "hipcc") else "/usr/bin/make")
+    for name, compiler in (("cuda", "nvcc"), ("hip", "hipcc")):
+        program = programs.Program(name, tmp_path / "bin" / programs.BUILT[name], name)
+        with pytest.raises(FaError, match=rf"^program '{name}' is built with {compiler}, which is not installed here"):
+            programs.ensure_built(program)
