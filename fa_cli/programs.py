@@ -119,7 +119,7 @@ def local_target(compiler: str) -> str | None:
         if dev.vendor == vendor:
             return dev.arch
     if compiler == "nvcc":
-        listed = run_tool([os.environ.get("NVCC", "nvcc"), "--list-gpu-arch"]).stdout.split()
+        listed = run_tool([compiler_command("nvcc"), "--list-gpu-arch"]).stdout.split()
         archs = sorted(int(a.split("_")[1]) for a in listed if a.startswith("compute_"))
         return f"sm_{archs[0]}" if archs else "sm_61"
     return "gfx90a" if compiler == "hipcc" else None
@@ -131,11 +131,11 @@ def course_build(source: Path, output: Path, extra: tuple[str, ...] = ()) -> lis
     compiler = SOURCE_COMPILERS[source.suffix]
     target = local_target(compiler)
     if compiler == "nvcc":
-        argv = [os.environ.get("NVCC", "nvcc"), "-std=c++11", "-O3", f"-arch={target}"]
+        argv = [compiler_command("nvcc"), "-std=c++11", "-O3", f"-arch={target}"]
     elif compiler == "hipcc":
-        argv = [os.environ.get("HIPCC", "hipcc"), "-std=c++14", "-O3", f"--offload-arch={target}"]
+        argv = [compiler_command("hipcc"), "-std=c++14", "-O3", f"--offload-arch={target}"]
     else:
-        argv = [os.environ.get("CXX", "g++"), "-std=c++11", "-O3"]
+        argv = [compiler_command("g++"), "-std=c++11", "-O3"]
     return [*argv, *extra, "-o", str(output), str(source), "-lm"]
 
 
@@ -173,7 +173,7 @@ def unbuilt(path: Path, shown: str) -> str | None:
             "with the course's line")
 
 
-# The compiler each of the Makefile's targets runs (NVCC, HIPCC where set, as the Makefile takes them).
+# The compiler each of the Makefile's targets runs (compiler_command: NVCC or HIPCC where set).
 BUILT_WITH = {"cuda": "nvcc", "hip-cuda": "nvcc", "hw4": "nvcc", "hip": "hipcc", "hw4-amd": "hipcc"}
 
 
@@ -194,7 +194,7 @@ def ensure_built(program: Program, announce=None) -> Program:
         raise FaError(f"program {program.name!r} needs building, and `make` is not installed",
                       exit_code=ExitStatus.FAILED)
     compiler = BUILT_WITH.get(program.make_target)
-    if compiler and not shutil.which(os.environ.get(compiler.upper(), compiler)):
+    if compiler and not shutil.which(compiler_command(compiler)):
         raise FaError(f"program {program.name!r} is built with {compiler}, which is not installed here (or not on "
                       "PATH)", exit_code=ExitStatus.FAILED)
     if announce:
@@ -208,10 +208,14 @@ def ensure_built(program: Program, announce=None) -> Program:
     return program
 
 
-def compiler_of(source: Path) -> str:
-    """The compiler the course's line for a source runs (NVCC, HIPCC or CXX where set)."""
-    compiler = SOURCE_COMPILERS[source.suffix]
+def compiler_command(compiler: str) -> str:
+    """The command that runs a compiler: NVCC, HIPCC or CXX where set, as the Makefiles take them."""
     return os.environ.get({"nvcc": "NVCC", "hipcc": "HIPCC"}.get(compiler, "CXX"), compiler)
+
+
+def compiler_of(source: Path) -> str:
+    """The compiler the course's line for a source runs."""
+    return compiler_command(SOURCE_COMPILERS[source.suffix])
 
 
 def check_compiler(source: Path) -> None:

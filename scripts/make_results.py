@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from fa_cli import compare, records  # noqa: E402
+from fa_cli.devices import list_devices  # noqa: E402
 from fa_cli.format import atomic_file  # noqa: E402
 from kernel_docs import replace_section  # noqa: E402
 
@@ -50,18 +51,10 @@ PARTS = ["bench", "judge", "floor", "report", "summary"]  # report last: its fa 
 RESULTS_DOC = ROOT / "docs" / "results.md"
 
 
-def gpu_name() -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=60).stdout
-        return out.splitlines()[0].strip()
-    except (OSError, subprocess.TimeoutExpired, IndexError):
-        return ""
-
-
 def default_dir() -> Path:
     """docs/results/ and the GPU's model in lower case (NVIDIA H100 80GB HBM3 -> h100)."""
-    model = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Za-z]?)\b", gpu_name())
+    name = next((d.name for d in list_devices() if d.vendor == "nvidia"), "")  # as fa asks the driver
+    model = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Za-z]?)\b", name)
     return ROOT / "docs" / "results" / (model.group(1).lower() if model else "gpu")
 
 
