@@ -4,13 +4,17 @@ diagnose.py says what is wrong in the output; this module runs the program again
 why, within a time budget (BUDGET_S, each step said as it starts), and says it in a line or two
 with the evidence:
 
-  rerun       run twice more: values that differ between runs by more than the tolerance are a
-              race (how many, how far); differences far below it (the order of floating-point
-              atomics or reductions) are named harmless, never the cause of a failure.
+  rerun       run again (up to MAX_RUNS runs in all, the judged one counted): each run checked
+              against the correct output and against the judged output, the runs against each
+              other. A failure that does not come back is named intermittent ("failed k of n
+              runs"); values that differ between runs by more than the tolerance are a race (how
+              many, how far); differences far below it (the order of floating-point atomics or
+              reductions) are named harmless, never the cause of a failure.
   memcheck    compute-sanitizer's first error (misaligned or out-of-bounds access, a launch that
               could not start) for a GPU program that wrote wrong values or failed.
   racecheck   compute-sanitizer's first shared-memory hazard, for a wrong answer memcheck
-              does not explain.
+              does not explain: on one batch cut to its first RACECHECK_ROWS rows first (a race
+              in a kernel shows on any input it runs), then on the whole batch.
   host crash  a program killed by SIGSEGV, SIGABRT, SIGBUS or SIGFPE: the debugger's backtrace;
               with the source (--program hw4.cu), a rebuild with -g -lineinfo and
               AddressSanitizer on the host code, whose report names the line.
@@ -34,14 +38,18 @@ from typing import Callable
 
 import numpy as np
 
-from . import expected, locations, programs
+from . import expected, locations, programs, suite
 from .diagnose import Diagnosis, signal_name
 from .format import HEADER_BYTES, Shape, header_bytes, open_output
 from .programs import Launcher, Program
 from .suite import Target
 
 BUDGET_S = 60.0
+MAX_RUNS = 10  # runs of the trial case, the judged one counted, while every run agrees
+RERUN_SHARE = 0.4  # of the budget the reruns may take while they agree (the sanitizers need the rest)
+RERUNS_AFTER_EVIDENCE = 3  # reruns made before stopping at the first sign of a race
 REDUCED_BATCHES = 2  # batches of a large case's copy the tools run on
+RACECHECK_ROWS = 512  # rows of Q, K and V in racecheck's first, cut input
 REDUCE_ABOVE_BYTES = 16 << 20  # inputs larger than this are tried on such a copy first
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 SANITIZER_LINES = 3  # of a sanitizer's report, quoted after its first line
@@ -56,7 +64,15 @@ class Finding:
 
     @property
     def is_cause(self) -> bool:
-        return self.kind in ("race", "memcheck", "racecheck", "crash", "asan", "size")
+        return self.kind in ("race", "intermittent", "memcheck", "racecheck", "crash", "asan", "size")
+
+
+# What a result that depends on timing comes from, in the words of the program's kind.
+RACE_WORDS = {
+    "cpu": "threads sharing a variable without a lock or a reduction, or a value read before it is written",
+    "cuda": "a missing __syncthreads, threads writing one place, or memory read before it is written",
+    "hip": "a missing __syncthreads, threads writing one place, or memory read before it is written",
+}
 
 
 # ---------------------------------------------------------------- the tools
@@ -181,11 +197,38 @@ def short_place(line: str) -> str:
     return place
 
 
+# gdb's line for a stop by a signal, in any thread: "Program received signal SIGSEGV", "Thread 2
+# "hw4" received signal SIGSEGV", "Thread 0x7ffff (LWP 12) received signal SIGSEGV".
+CAUGHT = re.compile(r"^(?:\[.*?\]\s*)?(Program|Thread .+?) received signal (SIG\w+)", re.MULTILINE)
+# gdb's line for a program that ended by itself.
+EXITED = re.compile(r"\[Inferior \d+ \(.*?\) exited (normally|with code (\d+))\]")
+KILLED = re.compile(r"Program terminated with signal (SIG\w+)")
+DEBUGGER_TAIL = 3  # lines of a debugger's output quoted where fa could not read it
+
+
 def backtrace(log: str) -> tuple[str | None, list[str]]:
-    """The signal a debugger caught and the first frames of its backtrace."""
-    signal = re.search(r"(?:Program|Thread \S+) received signal (\w+)", log)
+    """The signal a debugger caught (in whichever thread) and the first frames of its backtrace:
+    gdb's `bt` after a stop shows the thread that received the signal."""
+    signal = CAUGHT.search(log)
     frames = [l.strip() for l in log.splitlines() if re.match(r"#\d+\s", l.strip())]
-    return (signal.group(1) if signal else None), frames
+    return (signal.group(2) if signal else None), frames
+
+
+def caught_in(log: str) -> str | None:
+    """The thread that received the signal where it is not the main one: 'Thread 2 "hw4"'."""
+    signal = CAUGHT.search(log)
+    who = signal.group(1) if signal else "Program"
+    return None if who == "Program" or re.match(r"Thread 1\b", who) else who
+
+
+def debugger_exit(log: str) -> str | None:
+    """How the program ended under the debugger by itself: "exited normally", "exited with code
+    N", "terminated with SIGABRT"; None where the debugger's output does not say."""
+    exited = EXITED.search(log)
+    if exited:
+        return f"exited {exited.group(1)}"
+    killed = KILLED.search(log)
+    return f"terminated with {killed.group(1)}" if killed else None
 
 
 def is_own_frame(frame: str) -> bool:
@@ -197,6 +240,12 @@ def is_own_frame(frame: str) -> bool:
     return not file.startswith(("./", "../", "/usr/")) and not re.search(r"sysdeps|glibc|libio|nptl", file)
 
 
+def is_system_frame(text: str) -> bool:
+    """A frame of the C or C++ library or the thread machinery ("?? () from /lib/...", start_thread
+    in ./nptl/...), which says nothing of the student's code."""
+    return bool(re.search(r" from /(usr/)?lib|\.\./sysdeps|\./nptl|^\?\? \(\)|^(start_thread|clone3?)\b", text))
+
+
 def frame_text(frame: str) -> str:
     """"#1  0x000055 in main () at hw4.cu:87" -> "main () at hw4.cu:87"."""
     text = re.sub(r"^#\d+\s+(0x[0-9a-f]+ in )?", "", frame)
@@ -205,15 +254,23 @@ def frame_text(frame: str) -> str:
 
 def asan_report(log: str) -> list[str]:
     """AddressSanitizer's headline, its access line, and the first frame in the student's code."""
-    head = re.search(r"ERROR: AddressSanitizer: (.+?) on address", log) or re.search(r"ERROR: AddressSanitizer: (.+)", log)
+    head = re.search(r"ERROR: AddressSanitizer: (.+?) on (?:unknown )?address (0x[0-9a-f]+)[^\n]*?(?: (T\d+))?\)?$",
+                     log, re.MULTILINE) or re.search(r"ERROR: AddressSanitizer: (.+)", log)
     if not head:
         return []
+    what = head.group(1)
+    if head.re.groups == 3:
+        address, thread = head.group(2), head.group(3)
+        if int(address, 16) < 4096:
+            what += f" at address {address} (a null pointer)"
+        if thread and thread != "T0":
+            what += f" in thread {thread} (not the main thread)"
     access = re.search(r"^(READ|WRITE) of size (\d+)", log, re.MULTILINE)
     frames = re.findall(r"#\d+ 0x[0-9a-f]+ in (\S+) (\S+:\d+)", log)
     own = [f"{fn} {Path(where).name}" for fn, where in frames
            if not re.search(r"(libasan|libc\.|libcuda|libcudart|/usr/|\.\./sysdeps|asan_|sanitizer)", where)
            and not fn.startswith(("__interceptor", "__asan", "__sanitizer"))]
-    lines = [f"AddressSanitizer: {head.group(1)}" + (f", {access.group(1)} of size {access.group(2)}" if access else "")]
+    lines = [f"AddressSanitizer: {what}" + (f", {access.group(1)} of size {access.group(2)}" if access else "")]
     if own:
         lines.append(f"at {own[0]}")
     return lines
@@ -245,6 +302,26 @@ def reduced_copy(target: Target, work: Path, correct: np.ndarray) -> TrialCase |
     return TrialCase(label, path, shape, correct[:REDUCED_BATCHES])
 
 
+def one_batch(case: TrialCase, work: Path, rows: int | None = None) -> TrialCase | None:
+    """Batch 0 of the trial case as an input of its own, its Q, K and V cut to their first `rows`
+    rows (None: all N); None where that is the trial case itself."""
+    s = case.shape
+    N = s.N if rows is None else min(rows, s.N)
+    if s.B == 1 and N == s.N:
+        return case if rows is None else None
+    shape = Shape(1, N, s.d)
+    path = work / f"batch0-{N}.in"
+    with open(case.input_path, "rb") as src, open(path, "wb") as dst:
+        dst.write(header_bytes(shape))
+        for part in range(3):  # Q, K, V of batch 0, each cut to N rows
+            src.seek(HEADER_BYTES + part * s.N * s.d * 4)
+            dst.write(src.read(N * s.d * 4))
+    cut = f", the first {N} rows of its Q, K and V" if N < s.N else ""
+    # racecheck looks at accesses, not values: the cut input's correct output is not needed (nor known)
+    return TrialCase(f"batch 0 of {case.label}{cut} ({shape.B}x{shape.N}x{shape.d})", path, shape,
+                     case.expected[:1, :N])
+
+
 def run_once(program: Program, case: TrialCase, out: Path, launcher: Launcher | None, timeout: float):
     """Run the program; its output as an array (None if it wrote none of the right size)."""
     result = programs.run(program, case.input_path, out, launcher, timeout=timeout)
@@ -258,13 +335,118 @@ def over(a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
     return ~(np.abs(a.astype(np.float64) - b) <= tol)
 
 
+# ---------------------------------------------------------------- runs again
+class Reruns:
+    """The runs of one trial case, the judged run counted where it ran on it: which failed, whether
+    any wrote other bytes than the judged run, and how far the reruns differ from the first rerun.
+    Each run's output is compared as it comes, so that only the first is kept."""
+
+    def __init__(self, case: TrialCase, tol: float, judged, judged_failed: bool | None):
+        self.case, self.tol, self.judged = case, tol, judged
+        self.failed = [judged_failed] if judged_failed is not None else []  # per run counted
+        self.reruns = 0
+        self.first: np.ndarray | None = None
+        self.changed = 0  # values of a rerun not bit-identical to the first rerun's (the most)
+        self.over = 0  # of them, values that differ by more than the tolerance (the most)
+        self.worst = 0.0
+        self.unlike_judged = 0  # reruns whose output is not, bit for bit, the judged output
+        self.compared_with_judged = 0
+
+    @property
+    def count(self) -> int:
+        return len(self.failed)
+
+    def passes(self, got: np.ndarray | None) -> bool:
+        return got is not None and not over(got, self.case.expected, self.tol).any()
+
+    def add(self, got: np.ndarray | None) -> None:
+        self.reruns += 1
+        self.failed.append(not self.passes(got))
+        if got is None:
+            return
+        if self.judged is not None and self.judged_counted:
+            self.compared_with_judged += 1
+            self.unlike_judged += not self.judged.same_batches(got)
+        if self.first is None:
+            self.first = got.copy()
+            return
+        with np.errstate(invalid="ignore"):  # inf - inf where both runs wrote inf
+            diff = np.abs(got.astype(np.float64) - self.first)
+        same = (got == self.first) | (np.isnan(got) & np.isnan(self.first))  # NaN in both: no change
+        differ = ~(diff <= self.tol) & ~same  # NaN in one run only counts
+        self.changed = max(self.changed, int(np.count_nonzero(~same)))
+        if differ.any():
+            self.over = max(self.over, int(differ.sum()))
+            self.worst = max(self.worst, float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))))
+        elif self.changed and not self.over:
+            self.worst = max(self.worst, float(np.nanmax(np.where(same, 0.0, diff))))
+
+    @property
+    def judged_counted(self) -> bool:
+        """The judged run counts among these runs: it ran on this case (its verdict is known here)."""
+        return len(self.failed) > self.reruns
+
+    @property
+    def intermittent(self) -> bool:
+        return any(self.failed) and not all(self.failed)
+
+    @property
+    def evidence(self) -> bool:
+        """Something a deterministic program would not do: a verdict or an output that changed."""
+        return self.intermittent or self.over > 0 or self.unlike_judged > 0 and any(self.failed)
+
+    def findings(self, kind: str) -> list[Finding]:
+        n, k, on = self.count, sum(self.failed), self.case.label
+        counted = "the judged run and " + plural_runs(self.reruns, "rerun") if self.judged_counted else \
+            plural_runs(self.reruns, "rerun")
+        words = RACE_WORDS.get(kind, RACE_WORDS["cpu"])
+        fields = dict(failed=k, runs=n, on=on, values_over_tol=self.over, max_diff=self.worst,
+                      values_changed=self.changed, reruns_unlike_judged=self.unlike_judged)
+        found = []
+        if self.intermittent:
+            found.append(Finding("intermittent", [
+                f"intermittent: failed {k} of {n} runs on {on} ({counted}): a result that depends on timing: {words}"],
+                fields))
+        if self.over:
+            why = "" if found else f"; a result that depends on timing is a race ({words})"
+            found.append(Finding("race", [
+                f"race: the output changes between runs: {self.over} of {self.case.expected.size} values differ by "
+                f"more than {self.tol:g} (up to {self.worst:.3g}) on {on}, failed {k} of {n} runs{why}"], fields))
+        elif self.unlike_judged and any(self.failed) and not self.intermittent:
+            found.append(Finding("race", [
+                f"race: {self.unlike_judged} of {self.compared_with_judged} reruns on {on} wrote other values than the "
+                f"judged run; a result that depends on timing is a race ({words})"], fields))
+        elif self.changed and not found:
+            found.append(Finding("harmless", [
+                f"harmless: {self.changed} of {self.case.expected.size} values differ between runs by at most "
+                f"{self.worst:.2g} (the order of floating-point atomics or reductions); not the cause of a failure"],
+                fields))
+        return found
+
+    def agreement(self) -> str:
+        """What the runs showed where they all agreed: an observation, never an all-clear."""
+        n, k = self.count, sum(self.failed)
+        verdict = f"failed {k} of {n} runs" if k else f"passed {n} of {n} runs"
+        judged = ", the judged one's included" if self.compared_with_judged and not self.unlike_judged else ""
+        if self.first is None:
+            return f"{verdict} on {self.case.label}, none with an output of the right size"
+        return f"{verdict} on {self.case.label}: the same output in every run, bit for bit{judged} (no sign of a " \
+               "race in them)"
+
+
+def plural_runs(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 # ---------------------------------------------------------------- the steps
 class Investigation:
     """The steps for one failing case, in the order a TA would take them."""
 
     def __init__(self, program: Program, target: Target, verdict: str, signal: str | None, correct: np.ndarray,
-                 tol: float, launcher: Launcher | None, say: Callable[[str], None], budget_s: float = BUDGET_S):
+                 tol: float, launcher: Launcher | None, say: Callable[[str], None], budget_s: float = BUDGET_S,
+                 judged=None):
         self.program, self.target, self.verdict = program, target, verdict
+        self.judged = judged  # judge.JudgedOutput of the run that was judged, where it failed
         self.signal, self.tol = signal, tol
         self.correct, self.launcher, self.say = correct, launcher, say
         self.budget = Budget(budget_s)
@@ -282,7 +464,7 @@ class Investigation:
 
     def run(self, work: Path) -> list[Finding]:
         self.steps(work)
-        if not any(f.is_cause or f.kind == "harmless" for f in self.findings) and self.done:
+        if not any(f.is_cause or f.kind in ("harmless", "missing-tool") for f in self.findings) and self.done:
             self.findings.append(Finding("clean", [f"nothing more found: {'; '.join(self.done)}"]))
         return self.findings
 
@@ -295,50 +477,48 @@ class Investigation:
         case = self.rerun(case, whole, work)
         if self.kind == "cuda":
             clean = self.sanitize("memcheck", case, work)
-            if self.verdict == "WRONG" and (clean or any(f.kind == "race" for f in self.findings)):
-                self.sanitize("racecheck", case, work)
+            timing = any(f.kind in ("race", "intermittent") for f in self.findings)
+            if self.verdict == "WRONG" and (clean or timing) or timing:
+                self.racecheck(case, work)
         elif self.kind == "hip":
             self.findings.append(Finding("missing-tool", [
                 "no sanitizer of AMD's runs here: rocgdb, or a build with -fsanitize=address (xnack+) on the AMD "
                 "node, would name an invalid access"]))
 
     def rerun(self, case: TrialCase, whole: TrialCase, work: Path) -> TrialCase:
-        """Run twice more; compare the runs with each other and with the correct output."""
-        outputs = []
-        for attempt in (1, 2):
-            if not self.step(f"run {attempt} of 2 on {case.label}"):
-                return case
-            _, got = run_once(self.program, case, work / f"rerun{attempt}.out", self.launcher, self.budget.left)
-            outputs.append(got)
-            if attempt == 1 and case is not whole and got is not None and not over(got, case.expected, self.tol).any():
-                self.say(f"why {self.target.name}: {case.label} passes; the tools run on the whole case")
-                case, outputs = whole, []
-                _, got = run_once(self.program, case, work / "rerun1.out", self.launcher, self.budget.left)
-                outputs.append(got)
-        if len(outputs) < 2 or any(o is None for o in outputs):
-            return case
-        a, b = outputs
-        with np.errstate(invalid="ignore"):  # inf - inf where both runs wrote inf
-            diff = np.abs(a.astype(np.float64) - b)
-        same = (a == b) | (np.isnan(a) & np.isnan(b))  # NaN in both runs at one place is no change
-        differ = ~(diff <= self.tol) & ~same  # NaN in one run only counts
-        changed = int(np.count_nonzero(~same))
-        if differ.any():
-            worst = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
-            self.findings.append(Finding("race", [
-                f"race: the output changes between runs: {int(differ.sum())} of {a.size} values differ by more "
-                f"than {self.tol:g} (up to {worst:.3g}) on {case.label}; a result that depends on timing is a "
-                "race (a missing __syncthreads, threads writing one place)"],
-                dict(values_over_tol=int(differ.sum()), max_diff=worst, values_changed=changed, on=case.label)))
-        elif not changed:
-            self.done.append("two more runs gave the same output")
-        else:
-            worst = float(diff.max())
-            self.findings.append(Finding("harmless", [
-                f"harmless: {changed} of {a.size} values differ between runs by at most {worst:.2g} (the order of "
-                "floating-point atomics or reductions); not the cause of a failure"],
-                dict(values_changed=changed, max_diff=worst, on=case.label)))
+        """Run again on the trial case: every run checked against the correct output, against the
+        judged output and against the others (Reruns), up to MAX_RUNS runs while they all agree."""
+        judged_failed = self.judged_failed_on(case, whole)
+        if judged_failed is False:  # the copy of the first batches holds none of the wrong values
+            self.say(f"why {self.target.name}: the judged output is right in {case.label}; the runs use the whole case")
+            case, judged_failed = whole, self.judged_failed_on(whole, whole)
+        runs = Reruns(case, self.tol, self.judged, judged_failed)
+        rerun_budget = self.budget.seconds * RERUN_SHARE
+        while runs.count < MAX_RUNS:
+            enough = runs.evidence and runs.reruns >= RERUNS_AFTER_EVIDENCE
+            if runs.reruns >= 2 and (enough or self.budget.used > rerun_budget):
+                break
+            if not self.step(f"rerun {runs.reruns + 1} (of up to {MAX_RUNS - runs.count + runs.reruns}) on {case.label}"):
+                break
+            _, got = run_once(self.program, case, work / "rerun.out", self.launcher, self.budget.left)
+            if runs.reruns == 0 and judged_failed is None and case is not whole and runs.passes(got):
+                # nothing known of where the judged run failed, and the copy passes: the whole case
+                self.say(f"why {self.target.name}: {case.label} passes; the runs use the whole case")
+                case = whole
+                runs = Reruns(case, self.tol, self.judged, self.judged_failed_on(whole, whole))
+                continue
+            runs.add(got)
+        self.findings += runs.findings(self.kind)
+        if not runs.findings(self.kind):
+            self.done.append(runs.agreement())
         return case
+
+    def judged_failed_on(self, case: TrialCase, whole: TrialCase) -> bool | None:
+        """Whether the judged run failed on this trial case: True for the whole case (its verdict),
+        from the judged output's wrong batches for a copy of the first batches, None if unknown."""
+        if case is whole:
+            return self.verdict in ("WRONG", "ERROR")
+        return self.judged.failed_within(case.shape.B) if self.judged else None
 
     def sanitize(self, tool: str, case: TrialCase, work: Path) -> bool:
         """compute-sanitizer's first report; True where it found nothing (or could not run)."""
@@ -371,6 +551,18 @@ class Investigation:
                                      dict(report=first, count=count, on=case.label)))
         return False
 
+    def racecheck(self, case: TrialCase, work: Path) -> None:
+        """racecheck on one batch cut to its first RACECHECK_ROWS rows, where it answers in seconds
+        (its cost grows with every shared-memory access), then on the whole first batch."""
+        tried = set()
+        for rows in (RACECHECK_ROWS, None):
+            cut = one_batch(case, work, rows)
+            if cut is None or cut.shape in tried:
+                continue
+            tried.add(cut.shape)
+            if not self.sanitize("racecheck", cut, work) or any(f.kind == "missing-tool" for f in self.findings):
+                return
+
     def on_node(self, argv: list[str]) -> list[str]:
         """A tool's command where the program runs: here, or on a cluster node through srun."""
         return (self.launcher or Launcher()).wrap(argv)
@@ -399,9 +591,10 @@ class Investigation:
             if not any(f.kind == "crash" and "line" in f.fields for f in self.findings):
                 self.findings.append(Finding("missing-tool", [
                     f"with the source, fa rebuilds it with -g and AddressSanitizer to name the line: "
-                    f"fa run {self.target.name} --program hw4.cu"]))
+                    f"fa run {self.target.name} --program {source_hint(self.program, self.kind)}"]))
             return
-        if not self.step(f"rebuilding {self.program.source.name} with -g -lineinfo and AddressSanitizer"):
+        lines = "-g -lineinfo" if self.program.source.suffix == ".cu" else "-g"
+        if not self.step(f"rebuilding {self.program.source.name} with {lines} and AddressSanitizer"):
             return
         try:
             asan = programs.ensure_built(rebuilt(self.program, sanitize=True))
@@ -433,24 +626,46 @@ class Investigation:
                              "--args", *program.argv, str(case.input_path), str(work / "gdb.out")])
         code, output = run_captured(argv, self.budget.left, env=env)
         signal, frames = backtrace(output)
+        name = Path(debugger).name
         if signal is None:
-            if code is not None:
+            ended = debugger_exit(output)
+            if ended and ended.startswith("exited"):
                 self.findings.append(Finding(kind, [
-                    f"under {Path(debugger).name} it did not crash: a crash that depends on memory layout, as a "
-                    "host buffer overrun's does (a copy or loop past the end of a malloc'ed array)"],
-                    dict(reproduced=False)))
+                    f"under {name} it did not crash ({name}: the program {ended}): a crash that comes and goes, or "
+                    "depends on memory layout, as a host buffer overrun's does (a copy or loop past the end of a "
+                    "malloc'ed array)"], dict(reproduced=False, debugger_said=ended)))
+            else:
+                said = [l.strip() for l in output.splitlines() if l.strip()][-DEBUGGER_TAIL:]
+                what = "stopped at the time budget" if code is None else ended or "no signal or exit fa could read"
+                self.findings.append(Finding("missing-tool", [
+                    f"{name}: {what}; its last lines: " + (" | ".join(said) if said else "(none)")],
+                    dict(debugger_tail=said)))
             return
         shown = [frame_text(f) for f in frames[:BACKTRACE_FRAMES]]
         own = next((frame_text(f) for f in frames if is_own_frame(f)), None)
         fields = dict(signal=signal, frames=shown)
-        lines = [f"{Path(debugger).name}{f' on {build}' if build else ''}: {signal} in {shown[0] if shown else '?'}"]
+        thread = caught_in(output)
+        if thread:
+            fields["thread"] = thread
+        lines = [f"{name}{f' on {build}' if build else ''}: {signal} in {shown[0] if shown else '?'}"
+                 + (f", in {thread} (not the main thread)" if thread else "")]
         if own and own != (shown[0] if shown else None):
             lines.append(f"called from {own}")
         if own:
             fields["line"] = own
-        elif len(shown) > 1:
-            lines.append("called from " + " <- ".join(shown[1:]) + " (no line numbers: built without -g)")
+        elif len(shown) > 1 and (callers := [f for f in shown[1:] if not is_system_frame(f)]):
+            lines.append("called from " + " <- ".join(callers) + " (no line numbers: built without -g)")
         self.findings.append(Finding(kind, lines, fields))
+
+
+def source_hint(program: Program, kind: str) -> str:
+    """The source to give --program for a binary: one beside it with its name (hw4 -> hw4.cu),
+    else the usual name for what it runs on."""
+    for suffix in programs.SOURCE_COMPILERS:
+        beside = program.path.with_name(program.path.stem + suffix)
+        if beside.is_file():
+            return str(beside)
+    return {"cuda": "hw4.cu", "hip": "hw4.hip"}.get(kind, "SOURCE.cpp (the source it was built from)")
 
 
 ASAN_ENV = {"ASAN_OPTIONS": "protect_shadow_gap=0:detect_leaks=0:abort_on_error=0"}  # CUDA maps the shadow gap
@@ -508,13 +723,92 @@ def size_finding(shapes_passed: list[Shape], shapes_failed: list[Shape]) -> Find
     return None
 
 
+# ---------------------------------------------------------------- across cases: a split
+def not_multiple(tile: int):
+    return (f"N is not a multiple of {tile}", lambda s: s.N % tile != 0)
+
+
+# Features of a shape that split a run's verdicts: (what, true of the failing cases).
+SPLITS = [*(not_multiple(t) for t in (16, 32, 64, 128)),
+          ("d = 32", lambda s: s.d == 32), ("d = 64", lambda s: s.d == 64), ("B > 1", lambda s: s.B > 1)]
+
+
+def listing_of(values) -> str:
+    shown = sorted(set(values))
+    return ", ".join(map(str, shown[:4])) + (", ..." if len(shown) > 4 else "")
+
+
+def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
+    """Features true of every failing case and of no passing one ("fails only where N is not a
+    multiple of 32", "only d = 32", "only B > 1"), and an N from which every case fails."""
+    if not passed or not failed:
+        return []
+    found = []
+    for what, holds in SPLITS:
+        if all(holds(s) for s in failed) and not any(holds(s) for s in passed):
+            axis = "N" if what.startswith("N") else what[0]
+            found.append(Finding("split", [
+                f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
+                f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)})"], dict(only_where=what)))
+            if what.startswith("N is not"):
+                break  # the smallest tile that splits says it; the larger ones follow from it
+    lowest = min(s.N for s in failed)
+    if not found and all(s.N < lowest for s in passed):
+        found.append(Finding("split", [
+            f"split: fails from N = {lowest} on, passes up to N = {max(s.N for s in passed)} (a buffer sized for a "
+            "largest N, shared memory or registers that grow with N?)"], dict(from_N=lowest)))
+    return found
+
+
+def suggestions(passed: list[Shape], failed: list[Shape], suite_cases: dict) -> Finding | None:
+    """Where every case failed, cases that would split the verdicts: the other d, B = 1, an N that
+    is no multiple of 32 (fa gen makes the inputs the suites lack)."""
+    if passed or not failed:
+        return None
+    d = failed[0].d
+    everything = "the one case run failed" if len(failed) == 1 else f"all {len(failed)} cases run failed"
+    ideas = []
+    if all(s.d == d for s in failed):
+        other = [c for c in suite_cases.values() if c.shape.d != d]
+        if other:
+            c = min(other, key=lambda c: c.shape.flops)
+            ideas.append(f"fa run {c.name} (d = {c.shape.d}; every case run has d = {d})")
+    smallest = min(failed, key=lambda s: s.flops)
+    if all(s.B > 1 for s in failed):
+        ideas.append(f"fa gen -B 1 -N {smallest.N} -d {smallest.d} -o b1.in, then fa run b1.in (B = 1; every case "
+                     "run has B > 1)")
+    if all(s.N % 32 == 0 for s in failed):
+        ideas.append(f"fa gen -B 2 -N 1000 -d {smallest.d} -o n1000.in, then fa run n1000.in (N = 1000, not a "
+                     "multiple of 32)")
+    if not ideas:
+        return None
+    return Finding("suggest", [f"{everything}; to see which inputs fail: " + "; ".join(ideas[:SUGGESTED])],
+                   dict(suggested=ideas))
+
+
+SUGGESTED = 2  # cases suggested at most
+
+
+def across_cases(passed: list[Shape], failed: list[Shape], suite_cases: dict,
+                 wrong: list[Shape] | None = None, suggest: bool = True) -> list[Finding]:
+    """What the verdicts of one run say together: a 32-bit size, a split, or (where every case
+    failed with wrong values: a crash has a search of its own) cases to run."""
+    size = size_finding(passed, failed)
+    splits = [f for f in split_findings(passed, failed) if not (size and "from_N" in f.fields)]  # size says more
+    found = ([size] if size else []) + splits
+    hint = suggestions(passed, failed, suite_cases) if suggest and (wrong is None or len(wrong) == len(failed)) \
+        else None
+    return found + ([hint] if hint and not found else [])
+
+
 def investigate(program: Program, target: Target, verdict: str, signal: str | None, tol: float,
                 launcher: Launcher | None, say: Callable[[str], None], budget_s: float = BUDGET_S,
-                output_dir: Path | None = None) -> list[Finding]:
-    """Every step that applies to this case, within budget_s seconds."""
+                output_dir: Path | None = None, judged=None) -> list[Finding]:
+    """Every step that applies to this case, within budget_s seconds; judged: the judged output's
+    judge.JudgedOutput, where it failed."""
     correct = expected.output_of(target)
     with locations.scratch("why", output_dir) as tmp:
-        inquiry = Investigation(program, target, verdict, signal, correct, tol, launcher, say, budget_s)
+        inquiry = Investigation(program, target, verdict, signal, correct, tol, launcher, say, budget_s, judged)
         return inquiry.run(Path(tmp))
 
 
@@ -526,19 +820,22 @@ def smallest_failure(results: list) -> object | None:
 
 
 def explain(results: list, options, say: Callable[[str], None], budget_s: float = BUDGET_S,
-            chosen: object | None = None) -> Finding | None:
+            chosen: object | None = None) -> list[Finding]:
     """Investigate the smallest failing case (or `chosen`, whatever its verdict) and add what was
-    found to its diagnosis; return the size finding across all cases, if any."""
+    found to its diagnosis; return what the verdicts say across all cases (across_cases)."""
     passed = [r.target.shape for r in results if r.verdict == "PASS"]
     failed = [r.target.shape for r in results if r.verdict in ("WRONG", "ERROR")]
-    across = size_finding(passed, failed)
+    wrong = [r.target.shape for r in results if r.verdict == "WRONG"]
     case = chosen or smallest_failure(results)
+    findings = []
     if case is not None and budget_s > 0 and case.verdict != "TLE":
         findings = investigate(case.program, case.target, case.verdict, signal_name(case.run.returncode),
-                               options.tol, options.launcher, say, budget_s, options.output_dir)
+                               options.tol, options.launcher, say, budget_s, options.output_dir, case.judged)
         if case.diagnosis is None:
             case.diagnosis = Diagnosis([], {})
         for f in findings:
             case.diagnosis.lines += f.lines
         case.diagnosis.fields["causes"] = [dict(kind=f.kind, lines=f.lines, **f.fields) for f in findings]
-    return across
+    # cases to run are suggested only where the tools found no cause: a race's or a crash's has its own
+    return across_cases(passed, failed, suite.cases("c"), None if any(f.is_cause for f in findings) else wrong,
+                        suggest=not any(f.is_cause for f in findings))

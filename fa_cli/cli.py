@@ -272,7 +272,9 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
 @click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True,
               help="Largest abs error a PASS allows (the course's).")
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1),
-              help="A quick look: verify this many random rows per batch (a sampled verdict, not the course's).")
+              help="A quick look where no expected output is cached yet: this many random rows per batch against "
+                   "float64 (a sampled verdict, not the course's). A case whose expected output is cached is "
+                   "compared in full, which costs less.")
 @click.option("--full", is_flag=True,
               help="Verify every row against float64 computed now, instead of the cached expected output.")
 @click.option("--time-limit", type=SECONDS,
@@ -299,11 +301,12 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     fa run t01 t17 --program ./hw4        two of fa's cases
     fa run c01 c30 --program ./hw4        two of the course's
     fa run --all --suite c --program ./hw4  all 30 course shapes"""
-    if why_case and (cases or all_cases):
-        raise click.UsageError("--why takes one case alone: fa run --why CASE --program PROGRAM")
     suite_given = click.get_current_context().get_parameter_source("suite_name") != ParameterSource.DEFAULT
-    names = [why_case] if why_case else list(suite.cases(suite_name)) if all_cases else \
+    names = list(suite.cases(suite_name)) if all_cases else \
         suite.named_cases(cases, suite_name if suite_given else None)
+    if why_case:  # judged with the others (once, where it is also listed), then looked into
+        why_case = suite.named_cases([why_case], suite_name if suite_given else None)[0]
+        names += [] if why_case in names else [why_case]
     if not names:
         raise click.UsageError("name test cases (t01..t30, c01..c30 or input files), or give --all [--suite c]")
     if time_limit and no_time_limit:
@@ -325,14 +328,18 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
             for t in targets:
                 results.append(judge.judge(prog, t, options))
                 advance()
-        across = cause.explain(results, options, note, why_budget, chosen=results[0] if why_case else None)
+        chosen = next(r for r, name in zip(results, names) if name == why_case) if why_case else None
+        across = cause.explain(results, options, note, why_budget, chosen=chosen)
     report.show(report.judge_table(results, describe_first()))
     if any(r.check and r.check.sampled for r in results):
         click.echo(report.SAMPLED_NOTE)
+    if sample_rows and (full_instead := [r.target.name for r in results if r.check and not r.check.sampled]):
+        click.echo(f"--sample: every value of {report.case_ranges(full_instead)} compared instead: its expected "
+                   "output was cached, and a full compare of it costs less than a sample")
     if any(not r.ok for r in results) or why_case:
         click.echo(report.diagnoses(results, always=bool(why_case)) + "\n")
-    if across:
-        click.echo("across the cases: " + " ".join(across.lines) + "\n")
+    for finding in across:
+        click.echo("across the cases: " + " ".join(finding.lines) + "\n")
     if results_file:
         append(results_file, [judge.as_record(r, options) for r in results])
         click.echo(f"{report.plural(len(results), 'record')} added to {results_file}")

@@ -11,8 +11,10 @@ A Diagnosis is a few lines for the terminal and the same facts as fields for res
 """
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -183,8 +185,40 @@ def variants(labels: list[str]) -> str:
     return " ".join(words[0][:common] + [" or ".join(" ".join(w[common:]) for w in words)])
 
 
+SOURCE_LINES_SHOWN = 2  # lines of the student's source shown for a mistake named
+
+
+def source_lines(source: Path, pattern: str, limit: int = SOURCE_LINES_SHOWN) -> list[tuple[int, str]]:
+    """The first lines of a source that match a mistake's pattern (Mistake.look), comments left out:
+    (line number, the line's text)."""
+    if not pattern:
+        return []
+    try:
+        text = source.read_text(errors="replace")
+    except OSError:
+        return []
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split("//")[0].strip()
+        if code and not code.startswith(("#include", "*", "/*")) and re.search(pattern, code):
+            found.append((number, code if len(code) <= 70 else code[:67] + "..."))
+            if len(found) == limit:
+                break
+    return found
+
+
+def where_to_look(mistake: Mistake, source: Path | None) -> str:
+    """"; lines to look at in hw4.cu: 42 `float scale = ...`" where fa has the source."""
+    if source is None:
+        return ""
+    lines = source_lines(source, mistake.look)
+    if not lines:
+        return ""
+    return f"; lines to look at in {source.name}: " + ", ".join(f"{n} `{code}`" for n, code in lines)
+
+
 def of_wrong(result: VerifyResult, shape: Shape, inp: AttentionInput | None = None,
-             out: np.ndarray | None = None) -> Diagnosis:
+             out: np.ndarray | None = None, source: Path | None = None) -> Diagnosis:
     share = result.bad / result.checked if result.checked else 0.0
     worst = dict(error=result.max_err, got=result.got, expected=result.expected)
     if len(result.where) == 3:
@@ -203,7 +237,8 @@ def of_wrong(result: VerifyResult, shape: Shape, inp: AttentionInput | None = No
         found = looks_like(inp, out, result.tol, first_wrong_rows(result, shape))
         fields["looks_like"] = [m.name + (f", {variants(labels)}" if any(labels) else "") for m, labels in found]
         if found:
-            lines += [f"looks like: {name}; check: {m.hint}" for name, (m, _) in zip(fields["looks_like"], found)]
+            lines += [f"looks like: {name}; check: {m.hint}{where_to_look(m, source)}"
+                      for name, (m, _) in zip(fields["looks_like"], found)]
         else:
             lines.append(f"looks like: none of the {len(MISTAKES)} usual mistakes fa knows "
                          "(fa verify --help lists them)")
@@ -232,7 +267,54 @@ def short_output(size: int, shape: Shape) -> str:
             f"it stops in batch {batch}, row {row}")
 
 
-def of_error(returncode: int, stderr: str, shape: Shape, output_size: int | None, timed_out: bool = False) -> Diagnosis:
+HEAD_DIMENSIONS = (32, 64)  # the course's d: a program may hard-code either
+
+
+def head_dimension_taken(output_size: int, shape: Shape, input_path: Path | None,
+                         output_path: Path | None) -> tuple[int, list[str]] | None:
+    """An output of 4*B*N*D bytes for the other d of the course: the head dimension taken as D. Where
+    the output's first batch is what D gives on the input read as D columns (Q, K, V of N x D
+    from the payload's start), the values say so too."""
+    other = [D for D in HEAD_DIMENSIONS if D != shape.d and output_size == 4 * shape.B * shape.N * D]
+    if not other:
+        return None
+    D = other[0]
+    lines = [f"output has {output_size} bytes = 4*B*N*{D}, the size for d = {D}, where this input has d = "
+             f"{shape.d}: the head dimension taken as {D} (hard-coded?)"]
+    seen = first_batch_as(D, shape, input_path, output_path) if input_path and output_path else None
+    if seen is not None:
+        lines.append(f"its first batch's values {'are' if seen else 'are not'} what d = {D} gives on this input "
+                     f"read as {D} columns (checked on {HEAD_ROWS_CHECKED} rows)")
+    return D, lines
+
+
+HEAD_ROWS_CHECKED = 16
+
+
+def first_batch_as(D: int, shape: Shape, input_path: Path, output_path: Path) -> bool | None:
+    """Whether the output's first batch is attention of Q, K, V read as N x D matrices from the
+    payload's start (scale 1/sqrt(D) or 1/sqrt(d)); None where the payload is too short for that."""
+    N = shape.N
+    need = 3 * N * D
+    payload = np.fromfile(input_path, dtype="<f4", count=need, offset=12)
+    got = np.fromfile(output_path, dtype="<f4", count=N * D)
+    if payload.size < need or got.size < N * D:
+        return None
+    q, k, v = (payload[i * N * D:(i + 1) * N * D].reshape(N, D).astype(np.float64) for i in range(3))
+    rows = np.unique(np.r_[np.arange(min(8, N)), np.arange(max(0, N - 8), N)])
+    got = got.reshape(N, D)[rows]
+    for scale in (1 / np.sqrt(D), 1 / np.sqrt(shape.d)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            logits = q[rows] @ k.T * scale
+            p = np.exp(logits - logits.max(axis=1, keepdims=True))
+            want = p @ v / p.sum(axis=1, keepdims=True)
+        if np.mean(np.abs(got - want) <= 5e-3 + MATCH_RELATIVE * np.abs(want)) >= MATCH_SHARE:
+            return True
+    return False
+
+
+def of_error(returncode: int, stderr: str, shape: Shape, output_size: int | None, timed_out: bool = False,
+             input_path: Path | None = None, output_path: Path | None = None) -> Diagnosis:
     fields: dict = dict(exit_code=returncode)
     lines = []
     name = signal_name(returncode)
@@ -250,7 +332,12 @@ def of_error(returncode: int, stderr: str, shape: Shape, output_size: int | None
         lines.append("exited 0 but wrote no output file")
     elif output_size is not None and output_size != shape.output_bytes:
         fields.update(output_bytes=output_size, expected_bytes=shape.output_bytes)
-        lines.append(short_output(output_size, shape))
+        taken = head_dimension_taken(output_size, shape, input_path, output_path)
+        if taken:  # its size says more than how far it got
+            fields["head_dimension_taken"] = taken[0]
+            lines += taken[1]
+        else:
+            lines.append(short_output(output_size, shape))
     return Diagnosis(lines, fields)
 
 

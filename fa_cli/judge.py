@@ -7,8 +7,11 @@ verdict but PASS comes with a diagnosis (diagnose.py): where and why, in a few l
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from . import diagnose, expected, generate, locations, records, suite, verify
 from .errors import FaError
@@ -42,6 +45,38 @@ def shape_target(shape: Shape, seed: int = 0, progress=None) -> Target:
     return Target(f"{shape.B}x{shape.N}x{shape.d}", path, shape, None, generated=missing)
 
 
+@dataclass(frozen=True)
+class JudgedOutput:
+    """What the cause search needs of an output that failed, without keeping it: a digest of each
+    batch (a rerun that writes other bytes changed) and the batches holding values over the
+    tolerance (None where the output was not checked)."""
+
+    digests: tuple[bytes, ...]
+    wrong_batches: frozenset[int] | None
+
+    def same_batches(self, out: np.ndarray) -> bool:
+        """out (G, N, d) holds, bit for bit, what the judged output held in its first G batches."""
+        return batch_digests(out) == self.digests[: len(out)]
+
+    def failed_within(self, batches: int) -> bool | None:
+        """Whether the judged output was wrong in its first `batches` batches (None: not known)."""
+        if self.wrong_batches is None:
+            return None
+        return any(b < batches for b in self.wrong_batches)
+
+
+def batch_digests(out: np.ndarray) -> tuple[bytes, ...]:
+    return tuple(hashlib.blake2b(np.ascontiguousarray(batch).data, digest_size=16).digest() for batch in out)
+
+
+def judged_output(out: np.ndarray, check: verify.VerifyResult | None) -> JudgedOutput:
+    wrong = None
+    if check is not None and check.wrong is not None:
+        batches, _, bad = check.wrong.arrays()
+        wrong = frozenset(int(b) for b in np.unique(batches[bad > 0]))
+    return JudgedOutput(batch_digests(out), wrong)
+
+
 @dataclass
 class CaseResult:
     target: Target
@@ -51,6 +86,7 @@ class CaseResult:
     time_limit: float | None
     output_problem: str | None = None  # an output file of the wrong size, say
     diagnosis: diagnose.Diagnosis | None = None  # why it did not pass
+    judged: JudgedOutput | None = None  # the output of a case that did not pass, as digests
 
     @property
     def error(self) -> str | None:
@@ -98,18 +134,24 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
             return CaseResult(target, program, result, None, limit, diagnosis=diagnose.of_tle(limit, result.wall_s))
         size = out_path.stat().st_size if out_path.exists() else None
         if result.error is not None or size != shape.output_bytes:
-            why = diagnose.of_error(result.returncode, result.stderr, shape, size)
+            why = diagnose.of_error(result.returncode, result.stderr, shape, size, input_path=target.input_path,
+                                    output_path=out_path if size else None)
             problem = None if result.error else "no output file" if size is None else diagnose.short_output(size, shape)
             return CaseResult(target, program, result, None, limit, problem, why)
         out = open_output(out_path, shape)
         inp = AttentionInput(target.input_path)
-        if options.check.is_default:
+        if options.check.is_default or options.check.sample and expected.is_ready(expected.path_of(target), shape):
+            # A cached expected output is compared in full: at memory speed, it costs less than a
+            # sample's float64 rows (--sample is for inputs that have none yet).
             check = verify.against_expected(out, expected.output_of(target), options.tol, shape)
         else:
             check = verify.against_reference(inp, out, options.tol, options.check)
-        why = None if check.passed else diagnose.of_wrong(check, shape, inp, out)
+        why = judged = None
+        if not check.passed:
+            why = diagnose.of_wrong(check, shape, inp, out, program.source)
+            judged = judged_output(out, check)
         del out
-    case = CaseResult(target, program, result, check, limit, diagnosis=why)
+    case = CaseResult(target, program, result, check, limit, diagnosis=why, judged=judged)
     if case.verdict == "TLE":  # finished, correct, but past its limit
         case.diagnosis = diagnose.of_tle(limit, result.wall_s)
     return case

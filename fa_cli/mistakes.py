@@ -16,8 +16,16 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from . import reference
+
 # Key-tile widths a program may use (Bc): the tile mistakes are tried with each.
 KEY_TILES = (16, 32, 64, 128)
+# Query-tile heights (Br) a block may take: the mistake about a tile's rows is tried with each.
+QUERY_TILES = (8, 16, 32, 64, 128)
+# Softmax over the queries needs every score of a batch: tried only up to this much work per batch
+# (N*N*d multiply-adds: N = 4096 at d = 64).
+QUERY_AXIS_WORK = 1 << 28
+QUERY_AXIS_BATCHES = 2  # of the sampled batches, those the softmax over the queries is tried on
 # exp(x) overflows float32 past this: where a row's largest logit exceeds it, a program that
 # does not subtract the row max gets inf, and inf / inf = NaN.
 FLOAT32_EXP_LIMIT = float(np.log(np.finfo(np.float32).max))
@@ -154,6 +162,84 @@ def transposed(s: Sample) -> Iterator[Candidate]:
     yield Candidate(values, judged=judged)
 
 
+def times_sqrt_d(s: Sample) -> Iterator[Candidate]:
+    yield Candidate(softmax_times(s.logits(np.sqrt(s.d)), s.v))
+
+
+def from_batch_zero(s: Sample) -> Iterator[Candidate]:
+    """Every batch computed from batch 0's Q, K and V (a missing batch offset); batch 0 not judged."""
+    judged = np.broadcast_to((s.batches > 0)[:, None], s.got.shape[:2])
+    if judged.any():
+        q, k, v = (np.asarray(x, dtype=np.float64) for x in s.qkv_of(0))
+        first = softmax_times(np.matmul(q[s.rows], k.T) / np.sqrt(s.d), v)
+        yield Candidate(np.broadcast_to(first, s.correct.shape), judged=judged)
+
+
+def later_batches_zero(s: Sample) -> Iterator[Candidate]:
+    """Batch 0 right, every later batch left as allocated: zeros (a bound of N rows for B*N)."""
+    if (s.batches > 0).any():
+        yield Candidate(np.where((s.batches > 0)[:, None, None], 0.0, s.correct))
+
+
+def over_queries(s: Sample) -> Iterator[Candidate]:
+    """softmax over the queries: each column j of S (a key) normalized over the rows i."""
+    if s.N * s.N * s.d > QUERY_AXIS_WORK:
+        return
+    values = np.zeros_like(s.correct)
+    judged = np.zeros(s.got.shape[:2], dtype=bool)
+    judged[:QUERY_AXIS_BATCHES] = True
+    chunk = max(1, (64 << 20) // (8 * s.N))
+    for g in range(min(len(s.batches), QUERY_AXIS_BATCHES)):
+        q, k = s.q[g], s.k[g]
+        top = np.full(s.N, -np.inf)
+        for i0 in range(0, s.N, chunk):  # every key's largest score, over all queries
+            top = np.maximum(top, (np.matmul(q[i0:i0 + chunk], k.T) / np.sqrt(s.d)).max(axis=0))
+        total = np.zeros(s.N)
+        for i0 in range(0, s.N, chunk):
+            total += np.exp(np.matmul(q[i0:i0 + chunk], k.T) / np.sqrt(s.d) - top).sum(axis=0)
+        p = np.exp(np.matmul(q[s.rows], k.T) / np.sqrt(s.d) - top) / total
+        values[g] = np.matmul(p, s.v[g])
+    yield Candidate(values, judged=judged)
+
+
+def last_tile_dropped(s: Sample) -> Iterator[Candidate]:
+    """The keys of the last, partial tile left out (a tile loop of N / Bc tiles)."""
+    logits = s.logits()
+    for bc in KEY_TILES:
+        whole = s.N - s.N % bc
+        if s.N % bc and whole > 0:
+            yield Candidate(softmax_times(logits[..., :whole], s.v[:, :whole]), f"key tiles of {bc}")
+
+
+def last_key_skipped(s: Sample) -> Iterator[Candidate]:
+    if s.N > 1:
+        yield Candidate(softmax_times(s.logits()[..., :-1], s.v[:, :-1]))
+
+
+def read_as_d_by_n(x: np.ndarray) -> np.ndarray:
+    """(G, N, d) as a program reads it with x[c * N + j] for x[j * d + c]: the same values taken as
+    a d x N matrix."""
+    G, N, d = x.shape
+    return np.ascontiguousarray(x).reshape(G, d, N).transpose(0, 2, 1)
+
+
+def k_read_transposed(s: Sample) -> Iterator[Candidate]:
+    yield Candidate(softmax_times(s.logits(k=read_as_d_by_n(s.k)), s.v))
+
+
+def v_read_transposed(s: Sample) -> Iterator[Candidate]:
+    yield Candidate(softmax_times(s.logits(), read_as_d_by_n(s.v)))
+
+
+def tile_first_row(s: Sample) -> Iterator[Candidate]:
+    """Each query tile's first row written to every row of the tile (a row index without the
+    thread's own offset)."""
+    for br in QUERY_TILES:
+        if s.N > br:
+            firsts = np.broadcast_to(s.rows // br * br, (len(s.batches), len(s.rows)))
+            yield Candidate(reference.attention(s.q, s.k, s.v, firsts), f"query tiles of {br}")
+
+
 def q_and_k_swapped(s: Sample) -> Iterator[Candidate]:
     yield Candidate(softmax_times(s.logits(q=s.k, k=s.q), s.v))
 
@@ -171,21 +257,58 @@ class Mistake:
     name: str  # what fa prints after "looks like:"
     hint: str  # where to look
     outputs: Callable[[Sample], Iterator[Candidate]]
+    look: str = ""  # a pattern of the source lines where such a mistake is written (source_lines)
+
+
+# Source lines a mistake is written in, by what they do.
+SCALE_LINES = r"sqrt|rsqrt|scale"
+EXP_LINES = r"\bexpf?\s*\(|__expf|exp2f?\s*\("
+SUM_LINES = r"(\bl|sum|row_?sum|denom)\w*\s*(=|\+=|\*=)|/\s*(l|sum|row_?sum|denom)\w*\b"
+KEY_LOOP_LINES = r"for\s*\(.*(<|<=)\s*[^;]*\b(N|n|seq\w*|Tc|num_tiles)\b"
+BATCH_LINES = r"blockIdx\.(y|z)|\bbatch\w*\s*\*|\bb\s*\*\s*\(?\s*(N|n|3)|\bB\s*\*"
+ROW_LINES = r"threadIdx\.(x|y)|\brow\w*\s*="
+K_LINES = r"\bK\w*\s*\[|\bk\w*\s*\["
+V_LINES = r"\bV\w*\s*\[|\bv\w*\s*\["
+OUT_LINES = r"\bO\w*\s*\[|\bout\w*\s*\[|\bo\s*\["
 
 
 MISTAKES = (
-    Mistake("no 1/sqrt(d) scale", "scores should be Q K^T / sqrt(d)", no_scale),
-    Mistake("scaled by 1/d instead of 1/sqrt(d)", "scores should be Q K^T / sqrt(d)", scaled_by_one_over_d),
-    Mistake("no row max subtracted", "exp(s) overflows float32 where logits pass 88; use exp(s - m)", no_row_max),
-    Mistake("not normalized", "O must be divided by the row sum l at the end", not_normalized),
+    Mistake("no 1/sqrt(d) scale", "scores should be Q K^T / sqrt(d)", no_scale, SCALE_LINES),
+    Mistake("scaled by 1/d instead of 1/sqrt(d)",
+            "scores should be Q K^T / sqrt(d); 1/d is 1/sqrt(d) applied twice", scaled_by_one_over_d, SCALE_LINES),
+    Mistake("no row max subtracted", "exp(s) overflows float32 where logits pass 88; use exp(s - m)", no_row_max,
+            EXP_LINES),
+    Mistake("not normalized", "O must be divided by the row sum l at the end", not_normalized, SUM_LINES),
     Mistake("normalized by the last key tile's sum only",
-            "l must carry over tiles: l = l * exp(m_old - m_new) + sum of this tile", last_tile_sum_only),
-    Mistake("only the first key tile attended", "the loop over K/V tiles stops after one tile", first_tile_only),
-    Mistake("rows not written", "the grid (or a bound) covers too few query rows", rows_not_written),
+            "l must carry over tiles: l = l * exp(m_old - m_new) + sum of this tile", last_tile_sum_only, SUM_LINES),
+    Mistake("only the first key tile attended", "the loop over K/V tiles stops after one tile", first_tile_only,
+            KEY_LOOP_LINES),
+    Mistake("rows not written", "the grid (or a bound) covers too few query rows", rows_not_written, ROW_LINES),
     Mistake("batch b holds batch b-1's output", "an offset of one batch in the output (or input) index",
-            previous_batch),
-    Mistake("O written transposed (d x N per batch)", "O's index should be row * d + column", transposed),
+            previous_batch, BATCH_LINES),
+    Mistake("O written transposed (d x N per batch)", "O's index should be row * d + column", transposed, OUT_LINES),
     Mistake("Q and K swapped (softmax(K Q^T) V)", "scores are q_i . k_j for query row i", q_and_k_swapped),
     Mistake("V returned as O", "the output is V itself: nothing was computed or copied back", v_as_output),
     Mistake("all zeros", "nothing was written, or the copy back to the host is missing", all_zeros),
+    Mistake("scores multiplied by sqrt(d) instead of divided", "scores should be Q K^T / sqrt(d), not * sqrt(d)",
+            times_sqrt_d, SCALE_LINES),
+    Mistake("every batch computed from batch 0's Q/K/V",
+            "a missing batch offset: batch b's Q, K, V start at b * 3 * N * d in the input", from_batch_zero,
+            BATCH_LINES),
+    Mistake("batches after the first not written (zeros)",
+            "a bound or a grid of N rows where there are B * N: every batch needs its rows", later_batches_zero,
+            BATCH_LINES),
+    Mistake("softmax normalized over the queries (each column of S) instead of the keys",
+            "the max and the sum run over j, the keys of one query row i", over_queries, SUM_LINES),
+    Mistake("the last key tile dropped where N is not a multiple of the tile",
+            "the tile count should be (N + Bc - 1) / Bc, with the keys past N masked", last_tile_dropped,
+            KEY_LOOP_LINES),
+    Mistake("the last key skipped", "an off-by-one in the key loop: j < N, not j < N - 1", last_key_skipped,
+            KEY_LOOP_LINES),
+    Mistake("K read as if stored d x N (K[x*N + j] for K[j*d + x])", "row j of K starts at j * d", k_read_transposed,
+            K_LINES),
+    Mistake("V read as if stored d x N (V[x*N + j] for V[j*d + x])", "row j of V starts at j * d", v_read_transposed,
+            V_LINES),
+    Mistake("each query tile's first row written to every row of the tile",
+            "the query row of a thread is tile * Br + its own index", tile_first_row, ROW_LINES),
 )

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -125,23 +126,43 @@ def local_target(compiler: str) -> str | None:
     return "gfx90a" if compiler == "hipcc" else None
 
 
+# What a source asks of its build that the course's line does not give: OpenMP's pragmas are
+# ignored without -fopenmp (a racy program then runs serially and passes), std::thread and
+# pthreads need -pthread. Flag -> the pattern in the source that asks for it.
+SOURCE_NEEDS = {"-fopenmp": re.compile(r"^\s*#\s*pragma\s+omp\b|\bomp_get_\w+\s*\(|#\s*include\s*<omp\.h>", re.M),
+                "-pthread": re.compile(r"#\s*include\s*<(thread|pthread\.h|future)>|\bstd::(thread|async)\b")}
+
+
+def source_needs(source: Path) -> list[str]:
+    """The flags a source asks for (SOURCE_NEEDS), in their order there."""
+    try:
+        text = source.read_text(errors="replace")
+    except OSError:
+        return []
+    return [flag for flag, pattern in SOURCE_NEEDS.items() if pattern.search(text)]
+
+
 def course_build(source: Path, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
     """The course's build line for a source (its example Makefile: nvcc -std=c++11 -O3, hipcc
-    -std=c++14 -O3), for this machine's GPU (the course's sm_61 is no target of CUDA 13)."""
+    -std=c++14 -O3), for this machine's GPU (the course's sm_61 is no target of CUDA 13), with the
+    flags the source asks for (source_needs: -fopenmp, -pthread) so that it runs as its author meant."""
     compiler = SOURCE_COMPILERS[source.suffix]
     target = local_target(compiler)
+    needs = source_needs(source)
     if compiler == "nvcc":
         argv = [compiler_command("nvcc"), "-std=c++11", "-O3", f"-arch={target}"]
+        needs = [f"-Xcompiler={flag}" for flag in needs]  # host code's flags, through nvcc
     elif compiler == "hipcc":
         argv = [compiler_command("hipcc"), "-std=c++14", "-O3", f"--offload-arch={target}"]
     else:
         argv = [compiler_command("g++"), "-std=c++11", "-O3"]
-    return [*argv, *extra, "-o", str(output), str(source), "-lm"]
+    return [*argv, *needs, *extra, "-o", str(output), str(source), "-lm"]
 
 
 def from_source(source: Path, extra: tuple[str, ...] = (), flavour: str = "") -> Program:
     """The program a source builds to, in a cache folder named by the source's bytes and the line."""
-    digest = hashlib.sha256(source.read_bytes() + "\0".join(extra).encode() + flavour.encode()).hexdigest()[:16]
+    line = (*source_needs(source), *extra)  # the flags the source asks for are part of its build
+    digest = hashlib.sha256(source.read_bytes() + "\0".join(line).encode() + flavour.encode()).hexdigest()[:16]
     path = locations.cache_dir() / "student" / f"{source.stem}-{digest}" / source.stem
     return Program(source.name, path, None, source=source.resolve(), build_flags=extra)
 
@@ -231,7 +252,10 @@ def build_error(program: Program, announce=None) -> str | None:
     check_compiler(program.source)
     argv = course_build(program.source, program.path, program.build_flags)
     if announce:
-        announce("building " + " ".join(argv))
+        needs = source_needs(program.source)
+        asked = f" ({' and '.join(needs)}: the source asks for {'them' if len(needs) > 1 else 'it'}; the course's " \
+            "example line has no such flag, so a Makefile of your own must add it)" if needs else ""
+        announce("building " + " ".join(argv) + asked)
     program.path.parent.mkdir(parents=True, exist_ok=True)
     # The compiler's temporary files in a folder of fa's own, removed after: hipcc (ROCm 5.2)
     # leaves folders and archives in the temporary directory on every build.

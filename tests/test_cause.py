@@ -4,7 +4,9 @@ that read the tools' reports. The GPU classes (a race, a misaligned access, a 32
 tests/data/planted_hw4.cu) are in test_cause_gpu.py."""
 import json
 import shutil
+import subprocess
 
+import numpy as np
 import pytest
 
 from helpers import DATA, build_students, fa
@@ -41,10 +43,18 @@ def test_scattered_wrong_values_are_wrong_by_default(student, inputs, tmp_path):
     assert "race:" not in proc.stdout
 
 
-def test_a_sampled_verdict_says_it_is_sampled(student, inputs):
-    proc = fa("run", inputs["long"], "--program", student["NONE"], "--sample", "8")
+def test_a_sampled_verdict_says_it_is_sampled(student, tmp_path):
+    """--sample where no expected output is cached: some rows against float64, said so; once the
+    expected output is cached, every value is compared instead (it costs less), and said so."""
+    inp = tmp_path / "fresh.in"
+    generate.write_input(inp, Shape(2, 1000, 32), 77)
+    proc = fa("run", inp, "--program", student["NONE"], "--sample", "8")
     assert proc.returncode == 0 and "PASS, sampled" in proc.stdout
     assert "the course compares every value" in proc.stdout
+    fa("run", inp, "--program", student["NONE"])  # caches its expected output
+    proc = fa("run", inp, "--program", student["NONE"], "--sample", "8")
+    assert proc.returncode == 0 and "PASS, sampled" not in proc.stdout and "PASS" in proc.stdout
+    assert "--sample: every value of fresh.in compared instead: its expected output was cached" in proc.stdout
 
 
 def test_an_output_that_changes_between_runs_is_named_a_race(student, inputs):
@@ -52,7 +62,7 @@ def test_an_output_that_changes_between_runs_is_named_a_race(student, inputs):
     assert proc.returncode == 1 and "WRONG" in proc.stdout
     line = next(l for l in proc.stdout.splitlines() if "race:" in l)
     assert "the output changes between runs" in line and "up to 0.25" in line, proc.stdout
-    assert "why many.in: run 1 of 2" in proc.stderr  # each step said as it starts
+    assert "why many.in: rerun 1 (of up to 9) on many.in" in proc.stderr  # each step said as it starts
 
 
 def test_tiny_differences_between_runs_pass_and_are_called_harmless(student, inputs):
@@ -67,7 +77,7 @@ def test_a_host_crash_gets_a_backtrace(student, inputs):
     proc = fa("run", inputs["many"], "--program", student["HOST_OVERRUN"])
     assert proc.returncode == 1 and "killed by SIGSEGV" in proc.stdout
     assert "gdb: SIGSEGV in" in proc.stdout and "called from main" in proc.stdout, proc.stdout
-    assert "--program hw4.cu" in proc.stdout  # what would name the line
+    assert "--program SOURCE.cpp (the source it was built from)" in proc.stdout  # what would name the line
 
 
 def test_a_host_overrun_is_named_on_its_line_from_the_source(inputs, tmp_path):
@@ -206,3 +216,191 @@ def test_gdb_backtrace_is_read():
 def test_what_a_program_runs_on(cpu_program):
     assert cause.gpu_kind(programs.Program("fa-cpu", cpu_program)) == "cpu"
     assert cause.gpu_kind(programs.named("cuda")) == "cuda" and cause.gpu_kind(programs.named("hip")) == "hip"
+
+
+# ---------------------------------------------------------------- no false all-clear
+def planted_source(folder, mistake: str):
+    """tests/data/student_hw4.cpp as one file of the student's, with MISTAKE set (fa reads what a
+    source asks of its build, -fopenmp say, from the file itself)."""
+    path = folder / f"hw4_{mistake.lower()}.cpp"
+    path.write_text(f"#define MISTAKE {mistake}\n" + (DATA / "student_hw4.cpp").read_text())
+    return path
+
+
+def line_of(text: str, source) -> int:
+    return next(i for i, l in enumerate(source.read_text().splitlines(), 1) if text in l)
+
+
+CLEARED = ("no sign of a race", "nothing more found", "did not crash")
+
+
+@pytest.mark.slow
+def test_a_failure_that_comes_and_goes_is_never_cleared(tmp_path, inputs):
+    """A program that fails one run in four (at random, as a race whose timing varies): judged again
+    and again, every failing judgement names it intermittent or a race, never clears it."""
+    program = tmp_path / "hw4_quarter"
+    subprocess.run(["g++", "-O2", "-DMISTAKE=FLAKY_QUARTER", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    failing, judged = [], 0
+    while len(failing) < 5 and judged < 60:  # 5 failures expected in 20 judgements; 60 leave no doubt
+        proc = fa("run", inputs["many"], "--program", program)
+        judged += 1
+        if proc.returncode == 1:
+            failing.append(proc.stdout)
+        else:
+            assert proc.returncode == 0 and "PASS" in proc.stdout, proc.stdout + proc.stderr
+    assert len(failing) >= 5, f"{len(failing)} failures in {judged} judgements"
+    for out in failing:
+        assert "intermittent: failed" in out or "race: the output changes between runs" in out, out
+        assert not any(words in out for words in CLEARED), out
+        assert "__syncthreads" not in out and "threads sharing a variable" in out  # a CPU program's words
+
+
+def test_reruns_that_pass_after_a_failed_judgement_are_intermittent(tmp_path):
+    """The judged run failed; two reruns agree with each other and pass: intermittent, never clear."""
+    from fa_cli.judge import judged_output
+    case = cause.TrialCase("x", tmp_path / "x.in", Shape(1, 4, 2), np.zeros((1, 4, 2), np.float32))
+    wrong = case.expected + 1
+    runs = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    runs.add(case.expected.copy())
+    runs.add(case.expected.copy())
+    [found] = runs.findings("cpu")
+    assert found.kind == "intermittent" and found.lines[0].startswith("intermittent: failed 1 of 3 runs on x")
+    same = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    same.add(wrong.copy())
+    same.add(wrong.copy())
+    assert same.findings("cpu") == [] and "failed 3 of 3 runs" in same.agreement()
+    other = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    other.add(wrong + 1)
+    other.add(wrong + 1)
+    [found] = other.findings("cuda")
+    assert found.kind == "race" and "2 of 2 reruns on x wrote other values than the judged run" in found.lines[0]
+    assert "__syncthreads" in found.lines[0]
+
+
+def test_an_openmp_race_is_built_with_openmp_and_never_cleared(tmp_path, inputs):
+    """Shared row max and sum among OpenMP threads: built with -fopenmp as its author meant (without
+    it the pragma is ignored and the program passes), then named a race whenever it fails."""
+    source = planted_source(tmp_path, "OMP_RACE")
+    for attempt in range(3):
+        proc = fa("run", inputs["many"], "--program", source)
+        if attempt == 0:
+            assert "building g++ -std=c++11 -O3 -fopenmp -pthread" in proc.stderr, proc.stderr
+            assert "the source asks for them; the course's example line has no such flag" in proc.stderr
+        if proc.returncode == 1:
+            assert "race: the output changes between runs" in proc.stdout or "intermittent: failed" in proc.stdout, \
+                proc.stdout
+            assert not any(words in proc.stdout for words in CLEARED), proc.stdout
+        else:
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("text, flags", [
+    ("#pragma omp parallel for\nint main(){}", ["-fopenmp"]),
+    ("  #  pragma omp simd\n", ["-fopenmp"]),
+    ("#include <omp.h>\n", ["-fopenmp"]),
+    ("#include <thread>\nstd::thread t;", ["-pthread"]),
+    ("#include <pthread.h>\n", ["-pthread"]),
+    ("// no pragma omp here\nint main(){}", []),
+])
+def test_what_a_source_asks_of_its_build(tmp_path, text, flags):
+    source = tmp_path / "hw4.cpp"
+    source.write_text(text)
+    assert programs.source_needs(source) == flags
+    line = programs.course_build(source, tmp_path / "hw4")
+    assert all(flag in line for flag in flags) and line[:3] == ["g++", "-std=c++11", "-O3"]
+
+
+@pytest.mark.skipif(not shutil.which("gdb"), reason="needs gdb")
+@pytest.mark.parametrize("mistake, where", [("THREAD_SEGV", "crash"), ("MAIN_SEGV", "main")])
+def test_a_crash_in_a_threaded_program_gives_its_frame(tmp_path, inputs, mistake, where):
+    """A SIGSEGV in a worker thread (std::thread) and one in the main thread while a worker runs:
+    the debugger's frame for each, with the thread; from the source, the line."""
+    program = tmp_path / f"hw4_{mistake.lower()}"
+    subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    proc = fa("run", inputs["many"], "--program", program)
+    assert proc.returncode == 1 and "killed by SIGSEGV" in proc.stdout
+    assert f"gdb: SIGSEGV in {where}" in proc.stdout, proc.stdout
+    assert ("(not the main thread)" in proc.stdout) == (mistake == "THREAD_SEGV"), proc.stdout
+    assert not any(words in proc.stdout for words in CLEARED)
+    source = planted_source(tmp_path, mistake)
+    proc = fa("run", inputs["many"], "--program", source)
+    line = line_of("*nowhere = 1.f;", source)
+    assert f"at crash {source.name}:{line}" in proc.stdout, proc.stdout
+    assert ("in thread T1 (not the main thread)" in proc.stdout) == (mistake == "THREAD_SEGV"), proc.stdout
+
+
+@pytest.mark.parametrize("mistake", ["NO_SCALE", "BATCH_ZERO", "SKIP_LAST_KEY", "SCATTERED"])
+def test_a_deterministic_mistake_is_never_called_a_race(tmp_path, inputs, mistake):
+    program = tmp_path / f"hw4_{mistake.lower()}"
+    subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    proc = fa("run", inputs["many"], "--program", program)
+    assert proc.returncode == 1 and "WRONG" in proc.stdout
+    assert "race:" not in proc.stdout and "intermittent:" not in proc.stdout, proc.stdout
+    assert "the same output in every run, bit for bit, the judged one's included" in proc.stdout, proc.stdout
+
+
+def test_why_takes_a_case_also_listed(student):
+    proc = fa("run", "t01", "t02", "--why", "t01", "--program", student["NONE"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [l for l in proc.stdout.splitlines() if l.startswith("│ t")]
+    assert len(rows) == 2  # judged once each
+    assert "why t01: rerun 1" in proc.stderr and "why t02" not in proc.stderr
+
+
+# ---------------------------------------------------------------- reading a debugger
+WORKER_CRASH = """[Thread debugging using libthread_db enabled]
+[New Thread 0x7ffff7a00640 (LWP 1234)]
+
+Thread 2 "hw4_omp" received signal SIGSEGV, Segmentation fault.
+[Switching to Thread 0x7ffff7a00640 (LWP 1234)]
+0x0000555555555a1c in main._omp_fn.0 () at hw4.cpp:42
+42	    row_max[i] = m;
+#0  0x0000555555555a1c in main._omp_fn.0 () at hw4.cpp:42
+#1  0x00007ffff7f2b9b6 in ?? () from /lib/x86_64-linux-gnu/libgomp.so.1
+#2  0x00007ffff7c94ac3 in start_thread (arg=<optimized out>) at ./nptl/pthread_create.c:442
+"""
+
+
+def test_a_debugger_report_from_a_worker_thread_is_read():
+    signal, frames = cause.backtrace(WORKER_CRASH)
+    assert signal == "SIGSEGV" and cause.caught_in(WORKER_CRASH) == 'Thread 2 "hw4_omp"'
+    assert cause.frame_text(frames[0]) == "main._omp_fn.0 () at hw4.cpp:42" and cause.is_own_frame(frames[0])
+    main_thread = WORKER_CRASH.replace('Thread 2 "hw4_omp"', 'Thread 1 "hw4"')
+    assert cause.backtrace(main_thread)[0] == "SIGSEGV" and cause.caught_in(main_thread) is None
+
+
+def test_a_debugger_only_clears_a_crash_it_saw_end_normally():
+    assert cause.debugger_exit("[Inferior 1 (process 77) exited normally]\n") == "exited normally"
+    assert cause.debugger_exit("[Inferior 1 (process 77) exited with code 02]\n") == "exited with code 02"
+    assert cause.debugger_exit("warning: Error disabling address space randomization\n") is None
+    assert cause.debugger_exit("\nProgram terminated with signal SIGKILL, Killed.\n") == "terminated with SIGKILL"
+
+
+# ---------------------------------------------------------------- across cases: a split
+def test_a_split_by_tile_multiple_is_named():
+    found = cause.split_findings([Shape(2, 1024, 32), Shape(2, 128, 64)], [Shape(2, 1000, 32), Shape(2, 100, 64)])
+    assert [f.lines[0] for f in found] == ["split: fails only where N is not a multiple of 16 (failing N: 100, 1000; "
+                                           "passing N: 128, 1024)"]
+
+
+@pytest.mark.parametrize("passed, failed, what", [
+    ([Shape(2, 128, 64), Shape(4, 256, 64)], [Shape(2, 128, 32), Shape(4, 256, 32)], "d = 32"),
+    ([Shape(1, 128, 32), Shape(1, 512, 64)], [Shape(2, 128, 32), Shape(3, 512, 64)], "B > 1"),
+])
+def test_a_split_by_a_feature_is_named(passed, failed, what):
+    found = cause.split_findings(passed, failed)
+    assert found and found[0].lines[0].startswith(f"split: fails only where {what} ")
+
+
+def test_a_split_from_some_n_on_is_named():
+    found = cause.split_findings([Shape(2, 128, 32), Shape(2, 1024, 32)], [Shape(2, 2048, 32), Shape(2, 4096, 64)])
+    assert found[0].lines[0].startswith("split: fails from N = 2048 on, passes up to N = 1024")
+
+
+def test_where_every_case_failed_cases_to_run_are_suggested():
+    from fa_cli import suite
+    [hint] = cause.across_cases([], [Shape(320, 128, 32)], suite.cases("c"))
+    assert hint.kind == "suggest" and hint.lines[0].startswith("the one case run failed; to see which inputs fail: ")
+    assert "fa run c02 (d = 64; every case run has d = 32)" in hint.lines[0]
+    assert "fa gen -B 1 -N 128 -d 32 -o b1.in, then fa run b1.in" in hint.lines[0]
+    assert cause.across_cases([], [Shape(320, 128, 32)], suite.cases("c"), suggest=False) == []

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import build_students, fa
+from helpers import DATA, build_students, fa
 from fa_cli import diagnose, generate, mistakes
 from fa_cli.format import AttentionInput, Shape, header_bytes, open_output
 
@@ -25,6 +25,15 @@ NAMED = {
     "QK_SWAPPED": "Q and K swapped (softmax(K Q^T) V)",
     "V_AS_O": "V returned as O",
     "ZEROS": "all zeros",
+    "TIMES_SQRT_D": "scores multiplied by sqrt(d) instead of divided",
+    "BATCH_ZERO": "every batch computed from batch 0's Q/K/V",
+    "FIRST_BATCH_ONLY": "batches after the first not written (zeros)",
+    "QUERY_AXIS": "softmax normalized over the queries (each column of S) instead of the keys",
+    "DROP_LAST_TILE": "the last key tile dropped where N is not a multiple of the tile, key tiles of 16 or 32",
+    "SKIP_LAST_KEY": "the last key skipped",
+    "K_TRANSPOSED": "K read as if stored d x N (K[x*N + j] for K[j*d + x])",
+    "V_TRANSPOSED": "V read as if stored d x N (V[x*N + j] for V[j*d + x])",
+    "TILE_FIRST_ROW": "each query tile's first row written to every row of the tile, query tiles of 16",
 }
 OTHER = ["NONE", "NOISE", "SEGFAULT", "SHORT_OUTPUT"]
 
@@ -103,6 +112,33 @@ def test_wrong_answer_says_where_and_how_much(student, inputs):
     assert "only the last partial tile: rows 96..99" in out and "(wrote 0, expected" in out
     _, out = judged(student["NO_MAX"], inputs["large"])
     assert "6144 are NaN or infinite" in out and "rows below 48" in out
+
+
+@pytest.mark.parametrize("D, shape", [(64, Shape(3, 100, 32)), (32, Shape(2, 128, 64))])
+def test_a_hard_coded_head_dimension_is_named_from_the_output(tmp_path, D, shape):
+    """#define D 64 on a d = 32 input (and 32 on 64): an output of 4*B*N*D bytes, whose first batch
+    is what D gives on the input read as D columns."""
+    program = tmp_path / f"hw4_d{D}"
+    subprocess.run(["g++", "-O2", "-DMISTAKE=HARD_D", f"-DD={D}", "-o", program, DATA / "student_hw4.cpp"],
+                   check=True)
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, shape, 5)
+    proc, out = judged(program, inp, "--why-budget", "0")
+    assert proc.returncode == 1 and "ERROR" in out, out
+    assert (f"output has {4 * shape.B * shape.N * D} bytes = 4*B*N*{D}, the size for d = {D}, where this input has "
+            f"d = {shape.d}: the head dimension taken as {D} (hard-coded?)") in out
+    assert f"its first batch's values are what d = {D} gives on this input read as {D} columns" in out
+    assert "it stops in batch" not in out  # not a short output
+
+
+def test_where_to_look_in_the_source(tmp_path, inputs):
+    """With the source, a named mistake points at the lines that write it."""
+    source = tmp_path / "hw4.cpp"
+    source.write_text("#define MISTAKE NO_SCALE\n" + (DATA / "student_hw4.cpp").read_text())
+    proc, out = judged(source, inputs["uniform"], "--why-budget", "0")
+    line = next(l for l in out.splitlines() if "looks like: no 1/sqrt(d) scale" in l)
+    number = next(i for i, l in enumerate(source.read_text().splitlines(), 1) if "float scale = 1.0f / std::sqrt" in l)
+    assert f"lines to look at in hw4.cpp: {number} `float scale = 1.0f / std::sqrt((float)d);`" in line, out
 
 
 def test_crash_is_named_by_its_signal(student, inputs):

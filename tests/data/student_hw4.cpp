@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -33,6 +34,20 @@
 #define JITTER 18         // values off by about 1e-6 that change from run to run (atomics' order): right
 #define HOST_OVERRUN 19   // the output staged in a buffer of one batch: a host buffer overrun (SIGSEGV
                           // where it runs past the heap, as from 64x128x32 on)
+#define TIMES_SQRT_D 20   // scores multiplied by sqrt(d)
+#define BATCH_ZERO 21     // every batch computed from batch 0's Q, K, V (a missing batch offset)
+#define FIRST_BATCH_ONLY 22  // a bound of N rows for B*N: batches after the first left zero
+#define QUERY_AXIS 23     // softmax normalized over the queries (each column of S)
+#define HARD_D 24         // the head dimension hard-coded as D (-DD=64), the header's d ignored
+#define DROP_LAST_TILE 25 // N / BC key tiles: the last, partial one dropped
+#define SKIP_LAST_KEY 26  // the key loop stops at N - 1
+#define K_TRANSPOSED 27   // K read as d x N: k[x * N + j]
+#define V_TRANSPOSED 28   // V read as d x N: v[x * N + j]
+#define TILE_FIRST_ROW 29 // every row of a query tile of BR gets the tile's first row's result
+#define OMP_RACE 30       // OpenMP threads share the running max and sum: a real race (needs -fopenmp)
+#define FLAKY_QUARTER 31  // one run in four (at random) writes 50 values off by 0.25: a failure that comes and goes
+#define THREAD_SEGV 32    // a worker thread (std::thread) writes through a null pointer: SIGSEGV in that thread
+#define MAIN_SEGV 33      // the main thread writes through a null pointer while a worker thread runs
 #ifndef MISTAKE
 #define MISTAKE NONE
 #endif
@@ -44,26 +59,34 @@
 #ifndef BR
 #define BR 16  // query rows per block: the grid mistake drops the last partial block
 #endif
+#ifndef D
+#define D 64  // HARD_D's head dimension
+#endif
 
 // O (N x d) of one batch.
 static void attention(const float* q, const float* k, const float* v, float* o, int N, int d) {
   float scale = 1.0f / std::sqrt((float)d);
   if (MISTAKE == NO_SCALE) scale = 1.0f;
   if (MISTAKE == ONE_OVER_D) scale = 1.0f / d;
+  if (MISTAKE == TIMES_SQRT_D) scale = std::sqrt((float)d);
   if (MISTAKE == QK_SWAPPED) std::swap(q, k);
-  int rows = N;
+  int rows = N, keys = N;
   if (MISTAKE == GRID_TOO_SMALL) rows = N / BR * BR;
+  if (MISTAKE == DROP_LAST_TILE) keys = N / BC * BC;
+  if (MISTAKE == SKIP_LAST_KEY) keys = N - 1;
   std::vector<float> acc(d), s(BC);
   for (int i = 0; i < rows; ++i) {
     float m = -INFINITY, l = 0.f;
+    const int qi = MISTAKE == TILE_FIRST_ROW ? i / BR * BR : i;  // the query row this row computes
     for (int x = 0; x < d; ++x) acc[x] = 0.f;
-    for (int j0 = 0; j0 < N; j0 += BC) {
+    for (int j0 = 0; j0 < keys; j0 += BC) {
       if (MISTAKE == FIRST_TILE_ONLY && j0 > 0) break;
-      const int cols = N - j0 < BC ? N - j0 : BC;
+      const int cols = keys - j0 < BC ? keys - j0 : BC;
       float m_new = m;
       for (int j = 0; j < cols; ++j) {
         float dot = 0.f;
-        for (int x = 0; x < d; ++x) dot += q[i * d + x] * k[(j0 + j) * d + x];
+        for (int x = 0; x < d; ++x)
+          dot += q[qi * d + x] * (MISTAKE == K_TRANSPOSED ? k[x * N + j0 + j] : k[(j0 + j) * d + x]);
         s[j] = dot * scale;
         if (s[j] > m_new) m_new = s[j];
       }
@@ -74,7 +97,7 @@ static void attention(const float* q, const float* k, const float* v, float* o, 
       l = MISTAKE == LAST_TILE_SUM ? sum : l * alpha + sum;
       for (int x = 0; x < d; ++x) {
         float a = acc[x] * alpha;
-        for (int j = 0; j < cols; ++j) a += s[j] * v[(j0 + j) * d + x];
+        for (int j = 0; j < cols; ++j) a += s[j] * (MISTAKE == V_TRANSPOSED ? v[x * N + j0 + j] : v[(j0 + j) * d + x]);
         acc[x] = a;
       }
       m = m_new;
@@ -92,29 +115,95 @@ static void attention(const float* q, const float* k, const float* v, float* o, 
   }
 }
 
+// O (N x d) of one batch, softmax over the queries: each key's column of S normalized over the rows.
+static void attention_over_queries(const float* q, const float* k, const float* v, float* o, int N, int d) {
+  const float scale = 1.0f / std::sqrt((float)d);
+  std::vector<float> S((size_t)N * N), top(N, -INFINITY), total(N, 0.f);
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < N; ++j) {
+      float dot = 0.f;
+      for (int x = 0; x < d; ++x) dot += q[i * d + x] * k[j * d + x];
+      S[(size_t)i * N + j] = dot * scale;
+      top[j] = std::fmax(top[j], dot * scale);
+    }
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < N; ++j) total[j] += std::exp(S[(size_t)i * N + j] - top[j]);
+  for (int i = 0; i < N; ++i)
+    for (int x = 0; x < d; ++x) {
+      float a = 0.f;
+      for (int j = 0; j < N; ++j) a += std::exp(S[(size_t)i * N + j] - top[j]) / total[j] * v[j * d + x];
+      o[i * d + x] = a;
+    }
+}
+
+// O (N x d) of one batch on OpenMP threads, the running max m and sum l shared by all of them.
+static void attention_shared_max(const float* q, const float* k, const float* v, float* o, int N, int d) {
+  const float scale = 1.0f / std::sqrt((float)d);
+  float m, l;  // the mistake: declared outside the parallel loop, so every thread updates the same two
+#pragma omp parallel for
+  for (int i = 0; i < N; ++i) {
+    std::vector<float> acc(d, 0.f);
+    m = -INFINITY;
+    l = 0.f;
+    for (int j = 0; j < N; ++j) {
+      float dot = 0.f;
+      for (int x = 0; x < d; ++x) dot += q[i * d + x] * k[j * d + x];
+      const float s = dot * scale, m_new = std::fmax(m, s), alpha = std::exp(m - m_new), p = std::exp(s - m_new);
+      l = l * alpha + p;
+      for (int x = 0; x < d; ++x) acc[x] = acc[x] * alpha + p * v[j * d + x];
+      m = m_new;
+    }
+    for (int x = 0; x < d; ++x) o[i * d + x] = acc[x] / l;
+  }
+}
+
+static void crash() {
+  volatile float* nowhere = nullptr;
+  *nowhere = 1.f;  // SIGSEGV
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) return 2;
   FILE* in = std::fopen(argv[1], "rb");
   if (!in) return 2;
   int head[3];
   if (std::fread(head, 4, 3, in) != 3) return 2;
-  const int B = head[0], N = head[1], d = head[2];
-  std::vector<float> qkv((size_t)3 * N * d), out((size_t)B * N * d, 0.f);
+  const int B = head[0], N = head[1], d = MISTAKE == HARD_D ? D : head[2];
+  std::vector<float> qkv((size_t)3 * N * d), first((size_t)3 * N * d), out((size_t)B * N * d, 0.f);
   for (int b = 0; b < B; ++b) {
-    if (std::fread(qkv.data(), 4, qkv.size(), in) != qkv.size()) return 2;
+    // HARD_D reads D columns whatever the file holds: past its end, what is left of the buffer
+    const size_t got = std::fread(qkv.data(), 4, qkv.size(), in);
+    if (got != qkv.size() && MISTAKE != HARD_D) return 2;
+    if (b == 0) first = qkv;
+    const float* data = MISTAKE == BATCH_ZERO ? first.data() : qkv.data();
     const int target = MISTAKE == PREVIOUS_BATCH ? b + 1 : b;  // an off-by-one batch offset
-    if (target < B)
-      attention(qkv.data(), qkv.data() + (size_t)N * d, qkv.data() + (size_t)2 * N * d,
-                out.data() + (size_t)target * N * d, N, d);
+    float* o = out.data() + (size_t)target * N * d;
+    if (target >= B || (MISTAKE == FIRST_BATCH_ONLY && b > 0)) continue;
+    if (MISTAKE == QUERY_AXIS)
+      attention_over_queries(data, data + (size_t)N * d, data + (size_t)2 * N * d, o, N, d);
+    else if (MISTAKE == OMP_RACE)
+      attention_shared_max(data, data + (size_t)N * d, data + (size_t)2 * N * d, o, N, d);
+    else
+      attention(data, data + (size_t)N * d, data + (size_t)2 * N * d, o, N, d);
   }
   std::fclose(in);
   if (MISTAKE == SEGFAULT) std::raise(SIGSEGV);
+  if (MISTAKE == THREAD_SEGV) {
+    std::thread worker(crash);
+    worker.join();
+  }
+  if (MISTAKE == MAIN_SEGV) {
+    std::thread worker([] { std::this_thread::sleep_for(std::chrono::seconds(5)); });
+    crash();
+    worker.join();
+  }
   const size_t n = out.size();
   if (MISTAKE == SCATTERED)
     for (size_t k = 0; k < 50; ++k) out[(k * 7919 + 13) % n] += 0.25f;
-  if (MISTAKE == FLAKY || MISTAKE == JITTER) {
+  if (MISTAKE == FLAKY || MISTAKE == JITTER || MISTAKE == FLAKY_QUARTER) {
     std::srand((unsigned)std::time(nullptr) ^ ((unsigned)getpid() << 8));
-    for (size_t k = 0; k < 50; ++k) out[(size_t)std::rand() % n] += MISTAKE == FLAKY ? 0.25f : 1e-6f;
+    const bool spoil = MISTAKE != FLAKY_QUARTER || std::rand() % 4 == 0;
+    for (size_t k = 0; spoil && k < 50; ++k) out[(size_t)std::rand() % n] += MISTAKE == JITTER ? 1e-6f : 0.25f;
   }
   FILE* o = std::fopen(argv[2], "wb");
   const size_t values = MISTAKE == SHORT_OUTPUT ? out.size() / 2 + 100 : out.size();
