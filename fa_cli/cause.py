@@ -13,8 +13,9 @@ with the evidence:
   memcheck    compute-sanitizer's first error (misaligned or out-of-bounds access, a launch that
               could not start) for a GPU program that wrote wrong values or failed.
   racecheck   compute-sanitizer's first shared-memory hazard, for a wrong answer memcheck
-              does not explain: on one batch cut to its first RACECHECK_ROWS rows first (a race
-              in a kernel shows on any input it runs), then on the whole batch.
+              does not explain, and first of all (before memcheck) where the runs showed a
+              result that depends on timing: on one batch cut to its first RACECHECK_ROWS rows
+              (a race in a kernel shows on any input it runs), then on the whole batch.
   host crash  a program killed by SIGSEGV, SIGABRT, SIGBUS or SIGFPE: the debugger's backtrace;
               with the source (--program hw4.cu), a rebuild with -g -lineinfo and
               AddressSanitizer on the host code, whose report names the line.
@@ -476,9 +477,11 @@ class Investigation:
         case = reduced_copy(self.target, work, self.correct) or whole
         case = self.rerun(case, whole, work)
         if self.kind == "cuda":
-            clean = self.sanitize("memcheck", case, work)
-            timing = any(f.kind in ("race", "intermittent") for f in self.findings)
-            if self.verdict == "WRONG" and (clean or timing) or timing:
+            if any(f.kind in ("race", "intermittent") for f in self.findings):
+                # a result that depends on timing: racecheck first, on its cut batch, while the budget lasts
+                self.racecheck(case, work)
+                self.sanitize("memcheck", case, work)
+            elif self.sanitize("memcheck", case, work) and self.verdict == "WRONG":
                 self.racecheck(case, work)
         elif self.kind == "hip":
             self.findings.append(Finding("missing-tool", [

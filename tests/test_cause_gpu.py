@@ -1,6 +1,7 @@
 """On an NVIDIA GPU, each class of real student mistake is named with its evidence: a student's
 hw4.cu (tests/data/planted_hw4.cu, one mistake planted by PLANT) given to fa as its source."""
 import json
+import time
 
 import pytest
 
@@ -23,7 +24,7 @@ def source(tmp_path, plant: str | None):
 def inputs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpu-cause")
     shapes = {"small": Shape(4, 1000, 64), "race": Shape(8, 2048, 64), "n16k": Shape(1, 16384, 32),
-              "n32k": Shape(1, 32768, 32)}
+              "n32k": Shape(1, 32768, 32), "c23": Shape(100, 4096, 32)}
     paths = {}
     for name, shape in shapes.items():
         paths[name] = folder / f"{name}.in"
@@ -54,6 +55,33 @@ def test_a_missing_syncthreads_is_named_a_race(tmp_path, inputs):
     [record] = json.loads(results.read_text())["records"]
     kinds = {c["kind"] for c in record["diagnosis"]["causes"]}
     assert kinds & {"race", "racecheck"}
+
+
+def test_a_race_on_a_large_case_gets_its_line_within_the_budget(tmp_path, inputs):
+    """c23's shape (100 x 4096 x 32): racecheck runs on batch 0 cut to its first rows, where it
+    answers in seconds, and names the line within the 60 s budget; never a clear."""
+    source_path = source(tmp_path, "RACE")
+    fa("run", inputs["small"], "--program", source_path, "--why-budget", "0")  # built (and its -g build) first
+    start = time.perf_counter()
+    proc = fa("run", inputs["c23"], "--program", source_path)
+    took = time.perf_counter() - start
+    print(proc.stdout, proc.stderr, f"{took:.1f} s")
+    assert proc.returncode == 1 and "WRONG" in proc.stdout
+    assert "a shared-memory race:" in proc.stdout and "planted_hw4.cu:" in proc.stdout, proc.stdout
+    assert "out of time" not in proc.stderr and "no sign of a race" not in proc.stdout
+    assert any(l.startswith("race:") or l.startswith("intermittent:") for l in cause_lines(proc.stdout)) or \
+        "racecheck on batch 0 of" in proc.stdout
+    assert "__syncthreads" in proc.stdout or "a shared-memory race" in proc.stdout
+
+
+def test_a_deterministic_gpu_mistake_is_named_and_not_called_a_race(tmp_path, inputs):
+    proc = fa("run", inputs["small"], "--program", source(tmp_path, "BATCH0"))
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 1 and "WRONG" in proc.stdout
+    assert "looks like: every batch computed from batch 0's Q/K/V" in proc.stdout
+    assert "race:" not in proc.stdout and "intermittent:" not in proc.stdout and "a shared-memory race" not in \
+        proc.stdout
+    assert "the same output in every run, bit for bit" in proc.stdout
 
 
 def test_a_misaligned_float4_store_is_quoted_from_memcheck(tmp_path, inputs):

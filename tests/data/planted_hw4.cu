@@ -12,6 +12,8 @@
 //                 buffers, SIGSEGV
 //   JITTER        three blocks add 1/6, 2/6, 3/6 of each output through atomicAdd: the order, and
 //                 the last bit, vary run to run (right)
+//   BATCH0        every block reads batch 0's Q, K, V (the batch offset left out): wrong the same
+//                 way every run, no race
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +24,7 @@
 #define INT_SIZE 3
 #define HOST_OVERRUN 4
 #define JITTER 5
+#define BATCH0 6
 #ifndef PLANT
 #define PLANT 0
 #endif
@@ -39,7 +42,7 @@ __global__ void attention(const float* qkv, float* out, float* scores, int N) {
   __shared__ __align__(16) float Vs[BC][D + PAD];
   const int b = blockIdx.y, t = threadIdx.x, copy = blockIdx.x % COPIES;
   const int row = (blockIdx.x / COPIES) * BR + t;
-  const float* Q = qkv + (size_t)b * 3 * N * D;
+  const float* Q = qkv + (PLANT == BATCH0 ? 0 : (size_t)b * 3 * N * D);
   const float* K = Q + (size_t)N * D;
   const float* V = K + (size_t)N * D;
   const float scale = 1.0f / sqrtf((float)D);
