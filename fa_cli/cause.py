@@ -546,7 +546,7 @@ class Investigation:
             return True
         if not first:
             if code is not None:
-                self.done.append(f"{tool} clean")
+                self.done.append(f"{tool} clean on {case.label}")
             return True
         count = sanitizer_count(text) if tool == "memcheck" else None  # racecheck counts only what it shows
         total = f" ({count} errors in all)" if count else ""
@@ -839,6 +839,7 @@ def explain(results: list, options, say: Callable[[str], None], budget_s: float 
         for f in findings:
             case.diagnosis.lines += f.lines
         case.diagnosis.fields["causes"] = [dict(kind=f.kind, lines=f.lines, **f.fields) for f in findings]
-    # cases to run are suggested only where the tools found no cause: a race's or a crash's has its own
-    return across_cases(passed, failed, suite.cases("c"), None if any(f.is_cause for f in findings) else wrong,
-                        suggest=not any(f.is_cause for f in findings))
+    # cases to run are suggested only where nothing was named: a mistake, a race or a crash says more
+    named = any(f.is_cause for f in findings) or any(r.diagnosis and r.diagnosis.fields.get("looks_like")
+                                                     for r in results)
+    return across_cases(passed, failed, suite.cases("c"), wrong, suggest=not named)

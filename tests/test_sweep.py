@@ -204,14 +204,14 @@ def student(tmp_path):
 
 @pytest.mark.parametrize("args, line", [
     (["--param", "BQ=1"], "--param BQ: hw4.cpp never tests BQ with #ifndef/#ifdef, so -DBQ=... would build the "
-                          "same program (the macros it tests: BC, BR, MISTAKE)"),
+                          "same program (the macros it tests: BC, BR, D, MISTAKE)"),
     (["--param", "COMMENTED=1"], "--param COMMENTED: hw4.cpp never tests COMMENTED with #ifndef/#ifdef"),
     (["--param", "BR=8,1x"], "--param 'BR=8,1x': '1x' is not a C name or number"),
     (["--param", "BR=8;rm"], "--param 'BR=8;rm': '8;rm' is not a C name or number"),
     (["--param", "BR="], "--param 'BR=': give one value at least"),
     (["--param", "BR=8", "--param", "BR=16"], "--param BR: given twice"),
     (["--param", "2X=8"], "--param '2X=8': expected NAME=V1,V2,... with NAME a macro of hw4.cpp"),
-    ([], "give --param NAME=V1,V2,... with a macro hw4.cpp tests with #ifndef (BC, BR, MISTAKE)"),
+    ([], "give --param NAME=V1,V2,... with a macro hw4.cpp tests with #ifndef (BC, BR, D, MISTAKE)"),
     (["--param", "BR=8", "--arch", "sm_90"], "--arch: not for a source of yours"),
     (["--param", "BR=8", "--kernel", "simt"], "--kernel: not for a source of yours"),
 ])
