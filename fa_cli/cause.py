@@ -352,6 +352,7 @@ class Reruns:
         self.worst = 0.0
         self.unlike_judged = 0  # reruns whose output is not, bit for bit, the judged output
         self.compared_with_judged = 0
+        self.no_output = 0  # reruns that crashed, stopped or wrote an output of the wrong size
 
     @property
     def count(self) -> int:
@@ -364,6 +365,7 @@ class Reruns:
         self.reruns += 1
         self.failed.append(not self.passes(got))
         if got is None:
+            self.no_output += 1
             return
         if self.judged is not None and self.judged_counted:
             self.compared_with_judged += 1
@@ -394,7 +396,8 @@ class Reruns:
     @property
     def evidence(self) -> bool:
         """Something a deterministic program would not do: a verdict or an output that changed."""
-        return self.intermittent or self.over > 0 or self.unlike_judged > 0 and any(self.failed)
+        return self.intermittent or self.over > 0 or self.unlike_judged > 0 and any(self.failed) or \
+            0 < self.no_output < self.reruns
 
     def findings(self, kind: str) -> list[Finding]:
         n, k, on = self.count, sum(self.failed), self.case.label
@@ -413,10 +416,16 @@ class Reruns:
             found.append(Finding("race", [
                 f"race: the output changes between runs: {self.over} of {self.case.expected.size} values differ by "
                 f"more than {self.tol:g} (up to {self.worst:.3g}) on {on}, failed {k} of {n} runs{why}"], fields))
-        elif self.unlike_judged and any(self.failed) and not self.intermittent:
-            found.append(Finding("race", [
-                f"race: {self.unlike_judged} of {self.compared_with_judged} reruns on {on} wrote other values than the "
-                f"judged run; a result that depends on timing is a race ({words})"], fields))
+        elif self.unlike_judged == self.compared_with_judged > 0 and not self.changed and not self.intermittent:
+            # the reruns agree, bit for bit, and the judged run is the odd one out
+            found.append(Finding("intermittent", [
+                f"intermittent: the judged run wrote other values than all {self.compared_with_judged} reruns on {on}, "
+                "which agree with each other bit for bit (by how much fa cannot tell: it keeps a digest of the "
+                f"judged output): a result that changed between runs: {words}"], fields))
+        if 0 < self.no_output < self.reruns:
+            found.append(Finding("intermittent", [
+                f"intermittent: {self.no_output} of {self.reruns} reruns on {on} wrote no output of the right size, "
+                "the others did (a crash or an exit that comes and goes)"], fields))
         elif self.changed and not found:
             found.append(Finding("harmless", [
                 f"harmless: {self.changed} of {self.case.expected.size} values differ between runs by at most "

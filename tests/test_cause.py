@@ -273,8 +273,18 @@ def test_reruns_that_pass_after_a_failed_judgement_are_intermittent(tmp_path):
     other.add(wrong + 1)
     other.add(wrong + 1)
     [found] = other.findings("cuda")
-    assert found.kind == "race" and "2 of 2 reruns on x wrote other values than the judged run" in found.lines[0]
+    assert found.kind == "intermittent" and "the judged run wrote other values than all 2 reruns on x" in found.lines[0]
     assert "__syncthreads" in found.lines[0]
+    jitter = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)  # wrong every run, atomics' order aside
+    jitter.add(wrong + 1e-7)
+    jitter.add(wrong + 2e-7)
+    [found] = jitter.findings("cuda")
+    assert found.kind == "harmless"
+    crash = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    crash.add(wrong.copy())
+    crash.add(None)
+    [found] = crash.findings("cpu")
+    assert found.kind == "intermittent" and "1 of 2 reruns on x wrote no output of the right size" in found.lines[0]
 
 
 def test_an_openmp_race_is_built_with_openmp_and_never_cleared(tmp_path, inputs):
