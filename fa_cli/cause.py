@@ -474,7 +474,7 @@ class Investigation:
 
     def run(self, work: Path) -> list[Finding]:
         self.steps(work)
-        if not any(f.is_cause or f.kind in ("harmless", "missing-tool") for f in self.findings) and self.done:
+        if not any(f.is_cause or f.kind == "harmless" for f in self.findings) and self.done:
             self.findings.append(Finding("clean", [f"nothing more found: {'; '.join(self.done)}"]))
         return self.findings
 
@@ -520,8 +520,9 @@ class Investigation:
                 runs = Reruns(case, self.tol, self.judged, self.judged_failed_on(whole, whole))
                 continue
             runs.add(got)
-        self.findings += runs.findings(self.kind)
-        if not runs.findings(self.kind):
+        found = runs.findings(self.kind)
+        self.findings += found
+        if not found:
             self.done.append(runs.agreement())
         return case
 
@@ -772,6 +773,9 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
     return found
 
 
+SUGGESTED = 2  # cases suggested at most
+
+
 def suggestions(passed: list[Shape], failed: list[Shape], suite_cases: dict) -> Finding | None:
     """Where every case failed, cases that would split the verdicts: the other d, B = 1, an N that
     is no multiple of 32 (fa gen makes the inputs the suites lack)."""
@@ -798,19 +802,14 @@ def suggestions(passed: list[Shape], failed: list[Shape], suite_cases: dict) -> 
                    dict(suggested=ideas))
 
 
-SUGGESTED = 2  # cases suggested at most
-
-
-def across_cases(passed: list[Shape], failed: list[Shape], suite_cases: dict,
-                 wrong: list[Shape] | None = None, suggest: bool = True) -> list[Finding]:
-    """What the verdicts of one run say together: a 32-bit size, a split, or (where every case
-    failed with wrong values: a crash has a search of its own) cases to run."""
+def across_cases(passed: list[Shape], failed: list[Shape], suite_cases: dict, suggest: bool = True) -> list[Finding]:
+    """What the verdicts of one run say together: a 32-bit size, a split, or (with suggest, where
+    neither shows) cases to run."""
     size = size_finding(passed, failed)
     splits = [f for f in split_findings(passed, failed) if not (size and "from_N" in f.fields)]  # size says more
     found = ([size] if size else []) + splits
-    hint = suggestions(passed, failed, suite_cases) if suggest and (wrong is None or len(wrong) == len(failed)) \
-        else None
-    return found + ([hint] if hint and not found else [])
+    hint = suggestions(passed, failed, suite_cases) if suggest and not found else None
+    return found + ([hint] if hint else [])
 
 
 def investigate(program: Program, target: Target, verdict: str, signal: str | None, tol: float,
@@ -848,7 +847,8 @@ def explain(results: list, options, say: Callable[[str], None], budget_s: float 
         for f in findings:
             case.diagnosis.lines += f.lines
         case.diagnosis.fields["causes"] = [dict(kind=f.kind, lines=f.lines, **f.fields) for f in findings]
-    # cases to run are suggested only where nothing was named: a mistake, a race or a crash says more
+    # cases to run are suggested only where every failure is a wrong answer and nothing was named:
+    # a mistake, a race or a crash says more
     named = any(f.is_cause for f in findings) or any(r.diagnosis and r.diagnosis.fields.get("looks_like")
                                                      for r in results)
-    return across_cases(passed, failed, suite.cases("c"), wrong, suggest=not named)
+    return across_cases(passed, failed, suite.cases("c"), suggest=len(wrong) == len(failed) and not named)
