@@ -361,7 +361,9 @@ def judge_cases(prog, names, inputs, options, time_limit, with_expected, results
     missing, judged; results collected as they come, so that an interrupted run keeps them."""
     with report.progress("judging", len(names), enabled=len(names) > 1, steps=True) as advance:
         for name in names:
-            with report.progress(f"input {name}", None) as made:
+            made_now = inputs.to_make.get(name)  # a bar only while an input is generated
+            with report.progress(f"generating {name}", made_now.shape.B if made_now else None,
+                                 enabled=made_now is not None) as made:
                 t = inputs.target(name, made)
             if time_limit:
                 t = dataclasses.replace(t, time_limit=time_limit)

@@ -155,7 +155,10 @@ def source_hint(program_path: Path) -> str:
     for suffix in (*SOURCE_COMPILERS, ".c"):
         candidate = path.with_name(path.name + suffix)
         if candidate.is_file():
-            return str(candidate)
+            try:  # as typed from here where it is under the current folder
+                return str(candidate.relative_to(Path.cwd()))
+            except ValueError:
+                return str(candidate)
     return "SOURCE (the .cu, .hip or .cpp it was built from)"
 
 

@@ -58,10 +58,17 @@ class _Ticker:
         if self.stop.wait(TICK_AFTER_S):
             return
         while True:
-            if _tickers and _tickers[-1] is self:
+            if self._speaker() is self:
                 print(self.line(), file=sys.stderr, flush=True)
             if self.stop.wait(TICK_EVERY_S):
                 return
+
+    @staticmethod
+    def _speaker():
+        """The innermost step that has been going for TICK_AFTER_S: it alone speaks (a short
+        step inside a long one leaves the long one's lines going)."""
+        now = time.monotonic()
+        return next((t for t in reversed(list(_tickers)) if now - t.start >= TICK_AFTER_S), None)
 
     def close(self) -> None:
         self.stop.set()

@@ -19,7 +19,7 @@ def test_a_long_step_says_how_far_it_is_with_the_time_left(monkeypatch, capsys):
                             line), line
 
 
-def test_only_the_innermost_step_speaks_and_a_short_one_is_silent(monkeypatch, capsys):
+def test_only_the_innermost_long_step_speaks_and_a_short_one_is_silent(monkeypatch, capsys):
     monkeypatch.setattr(report, "TICK_AFTER_S", 0.2)
     monkeypatch.setattr(report, "TICK_EVERY_S", 0.1)
     with report.progress("judging", 3, steps=True) as advance:
@@ -31,3 +31,15 @@ def test_only_the_innermost_step_speaks_and_a_short_one_is_silent(monkeypatch, c
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "fa: judging: 0 of 3 done" and err[-1] == "fa: judging: 1 of 3 done"
     assert all(line.startswith("fa: input c30: ") and line.endswith("s so far") for line in err[1:-1]) and err[1:-1]
+
+
+def test_a_long_step_keeps_speaking_through_short_steps_inside_it(monkeypatch, capsys):
+    monkeypatch.setattr(report, "TICK_AFTER_S", 0.3)
+    monkeypatch.setattr(report, "TICK_EVERY_S", 0.1)
+    with report.progress("judging", 3) as advance:
+        for _ in range(6):
+            with report.progress("input c12", None):
+                time.sleep(0.15)  # each inner step shorter than TICK_AFTER_S: silent
+        advance()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) >= 3 and all(line.startswith("fa: judging: 0 of 3 done") for line in err), err
