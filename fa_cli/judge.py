@@ -225,7 +225,9 @@ class CaseInputs:
         path.unlink(missing_ok=True)
 
     def kept_line(self) -> str | None:
-        """What the cache keeps now, where this run added to it."""
+        """What the cache keeps now, where this run generated inputs or computed expected outputs."""
+        if not (self.to_make or self.needs):
+            return None
         now = cache.usage()
         if cache.total(now) == self.cache_before:
             return None

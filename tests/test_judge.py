@@ -48,6 +48,9 @@ def test_a_changed_shipped_input_is_named_and_the_manifests_is_judged(shipped_co
     c = suite.case("t01")
     said = []
     assert judge.target_for("t01", say=said.append).input_path == shipped_copy / "t01.in" and not said
+    assert not (tmp_path / "cache").exists()  # a check never makes the cache
+    (tmp_path / "cache").mkdir()
+    judge.target_for("t01")
     assert (tmp_path / "cache" / "stamps" / "t01.in.stamp").is_file()  # checked once by its hash
     generate.write_input(shipped_copy / "t01.in", c.shape, 99)  # same size, other values: fa gen over it
     target = judge.target_for("t01", say=said.append)
@@ -57,7 +60,8 @@ def test_a_changed_shipped_input_is_named_and_the_manifests_is_judged(shipped_co
     assert target.input_path == tmp_path / "cache" / "t01.in" and suite.sha256_of(target.input_path) == c.sha256
 
 
-def test_a_shipped_input_is_trusted_by_its_stamp_until_it_changes(shipped_copy, monkeypatch):
+def test_a_shipped_input_is_trusted_by_its_stamp_until_it_changes(shipped_copy, tmp_path, monkeypatch):
+    (tmp_path / "cache").mkdir()
     c = suite.case("t02")
     assert suite.input_here(c) == shipped_copy / "t02.in"
     hashed = []
