@@ -11,9 +11,10 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from . import (__version__, bench, cache, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
+from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
                profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
 from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size, force_option
+from . import cache
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output, regular_size, remove_placed
@@ -392,7 +393,8 @@ def cache_cmd(clear) -> None:
     expected outputs, student builds and fa's builds, each with its size; --clear removes them."""
     where = locations.cache_dir()
     kept = cache.clear(where) if clear else cache.usage(where)
-    click.echo(f"{'removed from' if clear else 'kept in'} {where}" + (" (FA_CACHE)" if os.environ.get("FA_CACHE") else ""))
+    named = " (FA_CACHE)" if os.environ.get("FA_CACHE") else ""
+    click.echo(f"{'removed from' if clear else 'kept in'} {where}{named}")
     for k in kept:
         click.echo(f"  {k.kind:<17} {k.files:>6} files  {ready.human_bytes(k.bytes):>9}")
     click.echo(f"  {'in all':<17} {sum(k.files for k in kept):>6} files  {ready.human_bytes(cache.total(kept)):>9} "

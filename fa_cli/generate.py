@@ -27,8 +27,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from . import reference
-from .format import (FormatError, Shape, as_f32_bytes, atomic_file, check_output_path, check_space, forced, header_bytes,
-                     read_header, same_file)
+from .format import (FormatError, Shape, as_f32_bytes, atomic_file, check_output_path, check_space, forced,
+                     header_bytes, read_header, same_file)
 
 LIMIT = 3.0
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -118,7 +118,10 @@ def batch(shape: Shape, seed: int, dist: str, b: int) -> Batch:
     return q, k, v
 
 
-def _uniform_pieces(shape: Shape, seed: int, b: int, block_values: int) -> Iterator[Callable[[], np.ndarray]]:
+Piece = Callable[[], np.ndarray]  # draws one block of values, as float32
+
+
+def _uniform_pieces(shape: Shape, seed: int, b: int, block_values: int) -> Iterator[Piece]:
     """Batch b of a uniform input as independent pieces: each draws its rows from its own copy of
     the batch's stream, advanced to where those rows start (one 64-bit step per value), so the
     pieces can be drawn at once on every core and still give the bytes of one stream."""
@@ -133,7 +136,7 @@ def _uniform_pieces(shape: Shape, seed: int, b: int, block_values: int) -> Itera
             offset += n * shape.d
 
 
-def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[tuple[Callable[[], np.ndarray], bool, int]]:
+def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[tuple[Piece, bool, int]]:
     """(piece, independent, batches it completes) in file order; a piece returns float32 values.
     Batches that fit in a block are drawn together, as many as fill one, in one independent piece;
     a larger uniform batch (the course's distribution) is split into independent pieces (see

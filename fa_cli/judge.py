@@ -157,7 +157,7 @@ class CaseInputs:
         self.cache_before = cache.total(cache.usage())
         self.folder: Path | None = None
         self.kept: tuple[CaseResult, Path] | None = None  # the smallest failure's input, in the scratch folder
-        self.hold = False  # every input stays until the end (fa run --why: its case is looked into whatever its verdict)
+        self.hold = False  # every input stays to the end (fa run --why: its case is looked into, whatever its verdict)
 
     def __enter__(self) -> CaseInputs:
         self._check_and_say()
