@@ -186,11 +186,16 @@ def write_input(
     the room for it. `digest`: a hashlib object fed the bytes as they are written. Returns the file
     put in place (format.OutputWriter.placed)."""
     window = 2 * workers()  # pieces drawn ahead of the writer: memory stays bounded
-    with atomic_file(path, size=shape.input_bytes) as f, ThreadPoolExecutor(workers()) as pool:
+    with atomic_file(path, size=shape.input_bytes) as f, ThreadPoolExecutor(workers()) as pool, \
+            ThreadPoolExecutor(1) as hasher:
+        hashing: deque = deque()  # the digest is fed in order by one thread, beside the writes
+
         def put(data) -> None:
             f.write(data)
             if digest is not None:
-                digest.update(data)
+                hashing.append(hasher.submit(digest.update, data))
+                while len(hashing) > window:
+                    hashing.popleft().result()
 
         put(header_bytes(shape))
         pending: deque = deque()
@@ -207,6 +212,8 @@ def write_input(
                 finish_one()
         while pending:
             finish_one()
+        while hashing:
+            hashing.popleft().result()
     return f.placed
 
 
