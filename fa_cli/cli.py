@@ -119,8 +119,8 @@ def targets_for(names, shapes=()) -> list[suite.Target]:
     for item in [*names, *shapes]:
         # A bar only shows while an input is being generated (batches written, total unknown here).
         with report.progress(f"input {item}", None) as advance:
-            make = judge.shape_target if isinstance(item, Shape) else judge.target_for
-            target = make(item, progress=advance)
+            target = judge.shape_target(item, progress=advance) if isinstance(item, Shape) else \
+                judge.target_for(item, advance, note)  # a changed shipped input is said
         if target.generated:
             note(f"generated {target.name} ({target.shape}) into {target.input_path}")
         found.append(target)
@@ -150,7 +150,7 @@ def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, str
         if output:
             generate.check_replaceable(output)
         with report.progress(f"generating {c.name}", c.shape.B) as advance:
-            path = suite.write_case(c, output, advance) if output else suite.ensure_input(c, advance)
+            path = suite.write_case(c, output, advance) if output else suite.ensure_input(c, advance, note)
         click.echo(f"{path}: {c.shape}, {c.dist}, seed {c.seed}, sha256 matches the manifest")
         return
     if None in (batches, seq_len, head_dim) or output is None:
