@@ -8,7 +8,8 @@ import io
 from pathlib import Path
 
 from . import timing
-from .format import atomic_file
+from .errors import FaError
+from .format import atomic_file, forced
 from .records import revision_text
 
 STAGES = tuple(s for s in timing.STAGES if s != "total")  # the bars' parts
@@ -32,10 +33,25 @@ def _save(fig, path: Path, records: list[dict]) -> Path:
     # constrained layout: nothing cut or overlapping
     fig.savefig(image, format="png", dpi=120, metadata={"Source": made_from})
     _pyplot().close(fig)
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as f:
         f.write(image.getvalue())
     return path
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_replaceable(path: Path) -> None:
+    """A chart replaces only an empty file or a PNG image (unless --force): anything else there is
+    someone's."""
+    if forced() or not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        if f.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
+            raise FaError(f"{path}: exists and is not a PNG image: a chart replaces only one; name another file, or "
+                          "give --force to replace it")
 
 
 def _devices(records: list[dict]) -> str:

@@ -13,7 +13,8 @@ from click.core import ParameterSource
 
 from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
                profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
-from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size
+from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size, force_option
+from . import cache
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output, regular_size, remove_placed
@@ -118,8 +119,8 @@ def targets_for(names, shapes=()) -> list[suite.Target]:
     for item in [*names, *shapes]:
         # A bar only shows while an input is being generated (batches written, total unknown here).
         with report.progress(f"input {item}", None) as advance:
-            make = judge.shape_target if isinstance(item, Shape) else judge.target_for
-            target = make(item, progress=advance)
+            target = judge.shape_target(item, progress=advance) if isinstance(item, Shape) else \
+                judge.target_for(item, advance, note)  # a changed shipped input is said
         if target.generated:
             note(f"generated {target.name} ({target.shape}) into {target.input_path}")
         found.append(target)
@@ -141,12 +142,15 @@ def targets_for(names, shapes=()) -> list[suite.Target]:
               help="Generate a suite case (t01..t30, c01..c30) instead, checked against its sha256; "
                    "to -o if given, else to the suite's place.")
 @click.option("--strict", is_flag=True, help="Refuse shapes outside the course's ranges.")
+@force_option
 def gen(batches, seq_len, head_dim, seed, dist, output, expected, case_name, strict) -> None:
     """Write a seeded random input (byte-identical for the same arguments)."""
     if case_name:
         c = suite.case(case_name)
+        if output:
+            generate.check_replaceable(output)
         with report.progress(f"generating {c.name}", c.shape.B) as advance:
-            path = suite.write_case(c, output, advance) if output else suite.ensure_input(c, advance)
+            path = suite.write_case(c, output, advance) if output else suite.ensure_input(c, advance, note)
         click.echo(f"{path}: {c.shape}, {c.dist}, seed {c.seed}, sha256 matches the manifest")
         return
     if None in (batches, seq_len, head_dim) or output is None:
@@ -268,7 +272,7 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
               help="Every case of a suite: t01..t30, or c01..c30 with --suite c.")
 @click.option("--suite", "suite_name", type=click.Choice(suite.SUITES), default=suite.DEFAULT_SUITE, show_default=True,
               help="The suite --all runs: t (fa's own cases) or c (the course's 30 test shapes).")
-@click.option("--program", default="best", show_default=True, help="cpu, cuda, hip, hip-cuda, best, or a path.")
+@click.option("--program", default="best", show_default=True, help=programs.CHOICES + ".")
 @click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True,
               help="Largest abs error a PASS allows (the course's).")
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1),
@@ -290,9 +294,13 @@ def make_launcher(launcher: str, partition: str | None, gres: str | None,
 @click.option("--without-gpu", is_flag=True,
               help="Run a CUDA or HIP program even where this machine has no GPU for it (to see its host code "
                    "fail: reading the input, a crash before its first GPU call).")
+@click.option("--keep-inputs", is_flag=True,
+              help="Keep the generated inputs in the cache for later runs (by default each is generated into "
+                   "TMPDIR just before its case and deleted after it; expected outputs are kept either way).")
+@force_option
 @launcher_options
 def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
-        why_budget, results_file, without_gpu, launcher, partition, gres, srun_args) -> None:
+        why_budget, results_file, without_gpu, keep_inputs, launcher, partition, gres, srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
     table, and for each case that did not pass, why: where the wrong values are and which usual
     mistake explains them, the signal that ended a program, how far a short output got.
@@ -315,22 +323,22 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     runner = make_launcher(launcher, partition, gres, srun_args)
     check_names(names)
     prog = runnable(program, runner, check=not without_gpu)
-    ready.announce_disk(names, not (sample_rows or full), note)
-    targets = targets_for(names)
-    if not (sample_rows or full):
-        ensure_expected(targets)
-    if time_limit:
-        targets = [dataclasses.replace(t, time_limit=time_limit) for t in targets]
-    results = []
-    with locations.shared_workdir(runner is not None) as workdir:
+    with_expected = not (sample_rows or full)
+    results, stopped, across = [], None, []
+    with locations.shared_workdir(runner is not None) as workdir, \
+            judge.CaseInputs(names, keep_inputs, with_expected, note, workdir) as inputs:
+        inputs.why = why_case
         options = judge.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
-        with report.progress("judging", len(targets), enabled=len(targets) > 1, steps=True) as advance:
-            for t in targets:
-                results.append(judge.judge(prog, t, options))
-                advance()
-        chosen = next(r for r, name in zip(results, names) if name == why_case) if why_case else None
-        across = cause.explain(results, options, note, why_budget, chosen=chosen)
-    report.show(report.judge_table(results, describe_first()))
+        try:
+            expected.announce_cost(inputs.needs, note)
+            judge_cases(prog, names, inputs, options, time_limit, with_expected, results)
+        except (KeyboardInterrupt, Terminated) as e:  # what is done is kept: its table, its records
+            stopped = e
+        if not stopped:
+            chosen = next(r for r, name in zip(results, names) if name == why_case) if why_case else None
+            across = cause.explain(results, options, note, why_budget, chosen=chosen)
+    if results:
+        report.show(report.judge_table(results, describe_first()))
     if any(r.check and r.check.sampled for r in results):
         click.echo(report.SAMPLED_NOTE)
     if sample_rows and (full_instead := [r.target.name for r in results if r.check and not r.check.sampled]):
@@ -340,11 +348,38 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         click.echo(report.diagnoses(results, always=bool(why_case)) + "\n")
     for finding in across:
         click.echo("across the cases: " + " ".join(finding.lines) + "\n")
-    if results_file:
+    if results_file and results:
         append(results_file, [judge.as_record(r, options) for r in results])
         click.echo(f"{report.plural(len(results), 'record')} added to {results_file}")
+    if line := inputs.kept_line():
+        note(line)
+    if stopped:
+        signum = stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        during = f" during {names[len(results)]}" if len(results) < len(names) else ""
+        note(f"{how}{during}: {len(results)} of {len(names)} cases judged"
+             + (" (the table above)" if results else ""))
+        sys.exit(ExitStatus.INTERRUPTED if signum == signal.SIGINT else 128 + signum)
     click.echo(report.run_summary(results))
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
+
+
+def judge_cases(prog, names, inputs, options, time_limit, with_expected, results) -> None:
+    """Each case in turn: its input made (judge.CaseInputs), its expected output computed where
+    missing, judged; results collected as they come, so that an interrupted run keeps them."""
+    with report.progress("judging", len(names), enabled=len(names) > 1, steps=True) as advance:
+        for name in names:
+            made_now = inputs.to_make.get(name)  # a bar only while an input is generated
+            with report.progress(f"generating {name}", made_now.shape.B if made_now else None,
+                                 enabled=made_now is not None) as made:
+                t = inputs.target(name, made)
+            if time_limit:
+                t = dataclasses.replace(t, time_limit=time_limit)
+            if with_expected:
+                expected.ensure(expected.missing([t]), None if suite.is_case_name(name) else note, report.progress)
+            results.append(judge.judge(prog, t, options))
+            inputs.judged(results[-1])
+            advance()
 
 
 @main.command(name="init")
@@ -356,6 +391,23 @@ def init_cmd(folder) -> None:
     for path in starter.create(folder):
         click.echo(f"wrote {path}")
     click.echo(f"next: cd {folder} && make hw4 && fa run t01 --program ./hw4")
+
+
+@main.command(name="cache")
+@click.option("--clear", is_flag=True, help="Remove everything fa keeps there (files that are not fa's stay).")
+def cache_cmd(clear) -> None:
+    """What fa keeps in its cache directory (FA_CACHE, else ~/.cache/fa): generated inputs,
+    expected outputs, student builds and fa's builds, each with its size; --clear removes them."""
+    where = locations.cache_dir()
+    kept = cache.clear(where) if clear else cache.usage(where)
+    named = " (FA_CACHE)" if os.environ.get("FA_CACHE") else ""
+    click.echo(f"{'removed from' if clear else 'kept in'} {where}{named}")
+    for k in kept:
+        click.echo(f"  {k.kind:<17} {k.files:>6} files  {ready.human_bytes(k.bytes):>9}")
+    click.echo(f"  {'in all':<17} {sum(k.files for k in kept):>6} files  {ready.human_bytes(cache.total(kept)):>9} "
+               f"({cache.total(kept)} bytes)")
+    if not clear and cache.total(kept):
+        click.echo("fa cache --clear removes them (fa makes each again when a command needs it)")
 
 
 @main.command(name="slurm-task", hidden=True)
@@ -409,6 +461,7 @@ def parse_shape(text: str) -> Shape:
 @click.option("-o", "--output", "results", type=OutputPath(), required=True,
               help="Results file (JSON); extended if it exists.")
 @click.option("--wide", is_flag=True, help="Also the device, the runs and their spread (wider than 80 columns).")
+@force_option
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
 def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, label, control, results, wide,
@@ -453,7 +506,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
               "course's metrics (ncu on sm_70+, nvprof on Pascal, rocprof on AMD), per kernel over its launches."
               "\n\n" + profile.help_tables())
 @click.argument("cases", nargs=-1, required=True)
-@click.option("--program", default="best", show_default=True, help="cpu, cuda, hip, hip-cuda, best, or a path.")
+@click.option("--program", default="best", show_default=True, help=programs.CHOICES + ".")
 @click.option("--kernel", help="Only kernels whose name contains this (e.g. attention_tiled).")
 @click.option("--set", "metric_set", type=click.Choice(["course", "full"]), default="course", show_default=True,
               help="course: the report's metrics; full: also ncu's full set of sections.")
@@ -463,6 +516,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
 @click.option("-o", "--output", "results", type=OutputPath(),
               help="Results file (JSON); extended if it exists.")
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
+@force_option
 @launcher_options
 def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, results, as_markdown, launcher, partition,
                 gres, srun_args) -> None:
@@ -522,6 +576,7 @@ def resources_cmd(program, archs, as_json) -> None:
 @click.option("--plot", type=OutputPath(),
               help="Write a chart (PNG) here: stage times per input and run, and time against N.")
 @click.option("--wide", is_flag=True, help="One row per input, the runs side by side (wider than 80 columns).")
+@force_option
 def compare_cmd(files, as_markdown, plot, wide) -> None:
     """Runs from one or more bench results files, side by side."""
     records = compare.timed_records(by_kind(list(files)))
@@ -552,6 +607,7 @@ def measure_options(f):
                      help="Add the records to this results file (JSON, for fa report); extended if it exists."),
         click.option("--plot", type=OutputPath(), help="Write a chart (PNG) here."),
         click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report."),
+        force_option,
     ]):
         f = option(f)
     return f
@@ -683,10 +739,12 @@ def own_sweep(case, program, params, no_run, list_only, with_profile, repeats, t
     if list_only:
         show(*sweep.own_listing(source), as_markdown, f"fa sweep: the macros {source.name} tests with #ifndef/#ifdef")
         return
-    sweep.own_grid(list(params), source)  # every bad --param refused before anything is built
+    if params:
+        sweep.own_grid(list(params), source)  # every bad --param refused before anything is built
     check_names([case])
-    if not no_run:
+    if not no_run:  # no GPU for it: said before what the command still lacks (--param)
         ready.check_runs_here(programs.from_source(source), runner, program, try_cpu=False)
+    sweep.own_grid(list(params), source)
     [target] = targets_for([case])
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
     with locations.shared_workdir(runner is not None) as workdir, \
@@ -703,6 +761,7 @@ def own_sweep(case, program, params, no_run, list_only, with_profile, repeats, t
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for report.md and its charts (created if missing).")
+@force_option
 def report_cmd(files, out_dir) -> None:
     """Your report, in the course's sections, as markdown (and its PNG charts), from results files
     of fa run, bench, profile, resources (--json), ladder and sweep: your programs' records fill

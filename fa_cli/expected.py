@@ -109,26 +109,30 @@ class NumpyBackend:
     """float64 attention with numpy, groups of batches (or of rows) on every core at once."""
 
     name = "numpy"
+    SLICE_FLOPS = 4e9  # work per call: a progress update every fraction of a second on a few cores
 
     def __init__(self) -> None:
         self.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         self.where = f"numpy, {self.workers} cores"
 
-    def attention(self, inp: AttentionInput, b0: int, b1: int) -> np.ndarray:
+    def attention(self, inp: AttentionInput, b0: int, b1: int, r0: int = 0, r1: int | None = None) -> np.ndarray:
+        """Batches b0..b1-1, query rows r0..r1-1 of each."""
         q, k, v = inp.qkv(b0, b1)
-        N = inp.shape.N
+        q = q[:, r0:r1]
         if self.workers == 1:
             return reference.attention(q, k, v)
         # One BLAS thread per worker: a threaded BLAS under threaded workers is slower than either
         # (measured on 2 cores: 22 GFLOP/s against 8 to 19).
         with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(self.workers) as pool:
-            if b1 - b0 >= self.workers:  # split the batches
-                cuts = np.linspace(b0, b1, self.workers + 1).astype(int)
+            G, R = q.shape[0], q.shape[1]
+            if G >= self.workers:  # split the batches
+                cuts = np.linspace(0, G, self.workers + 1).astype(int)
                 parts = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
-                return np.concatenate(list(pool.map(lambda p: reference.attention(*inp.qkv(*p)), parts)))
+                return np.concatenate(list(pool.map(lambda p: reference.attention(q[p[0]:p[1]], k[p[0]:p[1]],
+                                                                                   v[p[0]:p[1]]), parts)))
             # few batches, long rows: split the query rows
-            cuts = np.linspace(0, N, self.workers + 1).astype(int)
-            rows = [np.broadcast_to(np.arange(a, b), (b1 - b0, b - a)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+            cuts = np.linspace(0, R, self.workers + 1).astype(int)
+            rows = [np.broadcast_to(np.arange(a, b), (G, b - a)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
             return np.concatenate(list(pool.map(lambda r: reference.attention(q, k, v, r), rows)), axis=1)
 
 
@@ -137,15 +141,18 @@ class TorchBackend:
 
     name = "torch"
     SCORE_BYTES = 1 << 30  # float64 scores held on the GPU at once
+    SLICE_FLOPS = 200e9  # work per call (each call copies the batches' K and V to the GPU)
 
     def __init__(self, torch) -> None:
         self.torch = torch
         self.device = torch.device("cuda")
         self.where = f"PyTorch float64 on {torch.cuda.get_device_name(0)}"
 
-    def attention(self, inp: AttentionInput, b0: int, b1: int) -> np.ndarray:
+    def attention(self, inp: AttentionInput, b0: int, b1: int, r0: int = 0, r1: int | None = None) -> np.ndarray:
+        """Batches b0..b1-1, query rows r0..r1-1 of each."""
         torch = self.torch
-        q, k, v = (torch.from_numpy(np.array(x)).to(self.device).double() for x in inp.qkv(b0, b1))  # a copy: writable
+        q, k, v = inp.qkv(b0, b1)
+        q, k, v = (torch.from_numpy(np.array(x)).to(self.device).double() for x in (q[:, r0:r1], k, v))  # copies
         G, N, d = q.shape
         out = torch.empty((G, N, d), dtype=torch.float64, device=self.device)
         tile = max(1, self.SCORE_BYTES // (8 * G * N))
@@ -185,7 +192,8 @@ def cross_check(inp: AttentionInput, values: np.ndarray, b0: int, b1: int, where
 
 
 def write(need: Need, compute, progress: Progress | None = None) -> None:
-    """Compute one input's expected output and put it in place atomically."""
+    """Compute one input's expected output and put it in place atomically. Progress is counted in
+    query rows (B*N in all), computed in slices of about compute.SLICE_FLOPS each."""
     inp = AttentionInput(need.input_path)
     s = inp.shape
     group = max(1, (64 << 20) // (12 * s.N * s.d))
@@ -193,12 +201,18 @@ def write(need: Need, compute, progress: Progress | None = None) -> None:
     with atomic_file(need.path, inputs=(inp.path,), size=s.output_bytes) as f:
         for b0 in range(0, s.B, group):
             b1 = min(s.B, b0 + group)
-            values = compute.attention(inp, b0, b1)
+            slices = max(1, int(np.ceil(4 * (b1 - b0) * s.N * s.N * s.d / compute.SLICE_FLOPS)))
+            step = -(-s.N // slices)
+            parts = []
+            for r0 in range(0, s.N, step):
+                r1 = min(s.N, r0 + step)
+                parts.append(compute.attention(inp, b0, b1, r0, r1))
+                if progress:
+                    progress((b1 - b0) * (r1 - r0))
+            values = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
             if compute.name != "numpy":
                 cross_check(inp, values, b0, b1, compute.where)
             f.write(as_f32_bytes(values))
-            if progress:
-                progress(b1 - b0)
 
 
 # Two probes of the computation: many short rows (moving data) and few long ones (arithmetic).
@@ -242,16 +256,24 @@ def describe_work(needs: list[Need]) -> str:
     return f"{cases}: {flops / 1e12:.3g} TFLOP of float64, {gigabytes(size)} into {cache_folder()}"
 
 
-def ensure(needs: list[Need], announce: Callable[[str], None], bar) -> None:
-    """Compute every missing expected output, saying first what it costs where that is long.
-    bar(description, total) is a context manager yielding a progress callback."""
-    if not needs:
-        return
-    compute = backend()
-    if sum(n.shape.flops for n in needs) > ANNOUNCE_FLOPS:
+def announce_cost(needs: list[Need], announce: Callable[[str], None]) -> None:
+    """Where the work is long (over ANNOUNCE_FLOPS), say what it will compute, where, and about how long."""
+    if needs and sum(n.shape.flops for n in needs) > ANNOUNCE_FLOPS:
+        compute = backend()
         seconds = estimate_seconds(compute, needs)
         announce(f"computing expected outputs once for {describe_work(needs)}, with {compute.where}: "
                  f"about {seconds:.0f} s")
+
+
+def ensure(needs: list[Need], announce: Callable[[str], None] | None, bar) -> None:
+    """Compute every missing expected output, saying first what it costs where that is long (unless
+    announce is None: said already). bar(description, total) is a context manager yielding a
+    progress callback."""
+    if not needs:
+        return
+    if announce is not None:
+        announce_cost(needs, announce)
+    compute = backend()
     for need in needs:
-        with bar(f"expected output of {need.input_path.name}", need.shape.B) as advance:
+        with bar(f"expected output of {need.input_path.name}", need.shape.B * need.shape.N) as advance:
             write(need, compute, advance)

@@ -230,6 +230,31 @@ def read_exactly(path: Path, offset: int, size: int, what: str) -> np.ndarray:
 # as cp and dd write it; a directory, an input of the same command, a missing or unwritable
 # directory, an existing file the user may not write (as cp says it), another user's file in a
 # sticky directory and a name too long are refused before any work.
+# A student's work is never replaced: an existing file with a source suffix (STUDENT_SUFFIXES) or
+# named as a Makefile is refused in one line unless the command was given --force
+# (replace_students_files); what else each writer may replace (fa gen: an input; fa report: its
+# own report; a results file: extended, never replaced) is checked by that writer.
+STUDENT_SUFFIXES = (".cu", ".hip", ".cpp", ".cc", ".c", ".h", ".py")
+MAKEFILES = ("Makefile", "makefile", "GNUmakefile")
+_REPLACE_STUDENTS_FILES = False
+
+
+def replace_students_files(allowed: bool) -> None:
+    """--force: this command may replace a source file or a Makefile (the one process-wide switch)."""
+    global _REPLACE_STUDENTS_FILES
+    _REPLACE_STUDENTS_FILES = allowed
+
+
+def forced() -> bool:
+    return _REPLACE_STUDENTS_FILES
+
+
+def students_file(name: str) -> str | None:
+    """What a file of this name is where fa must not replace it ("a source file (.cu)"), else None."""
+    if name in MAKEFILES:
+        return "a Makefile"
+    suffix = os.path.splitext(name)[1]
+    return f"a source file ({suffix})" if suffix.lower() in STUDENT_SUFFIXES else None
 
 
 @dataclass(frozen=True)
@@ -386,6 +411,10 @@ def _check_place(path: Path, place: _Place, inputs: tuple) -> OutputPlan:
     if st is not None and where.st_mode & stat.S_ISVTX and os.geteuid() not in (0, st.st_uid, where.st_uid):
         raise FormatError(f"{path}: cannot write: another user's file in a sticky directory (only its owner may "
                           "replace it)")
+    what = students_file(name) if st is not None else None
+    if what and not _REPLACE_STUDENTS_FILES:
+        raise FormatError(f"{path}: {what} exists there, and fa never replaces one: name another output, or "
+                          "give --force to replace it")
     mode = stat.S_IMODE(st.st_mode) if st is not None and st.st_uid == os.geteuid() else 0o666 & ~_umask()
     try:
         free = shutil.disk_usage(dir_fd).free  # statvfs of the directory's descriptor

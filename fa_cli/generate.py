@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 
 from . import reference
-from .format import FormatError, Shape, as_f32_bytes, atomic_file, check_output_path, check_space, header_bytes, same_file
+from .format import (FormatError, Shape, as_f32_bytes, atomic_file, check_output_path, check_space, forced,
+                     header_bytes, read_header, same_file)
 
 LIMIT = 3.0
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -115,24 +118,121 @@ def batch(shape: Shape, seed: int, dist: str, b: int) -> Batch:
     return q, k, v
 
 
+Piece = Callable[[], np.ndarray]  # draws one block of values, as float32
+
+
+def _uniform_pieces(shape: Shape, seed: int, b: int, block_values: int) -> Iterator[Piece]:
+    """Batch b of a uniform input as independent pieces: each draws its rows from its own copy of
+    the batch's stream, advanced to where those rows start (one 64-bit step per value), so the
+    pieces can be drawn at once on every core and still give the bytes of one stream."""
+    offset = 0
+    for _ in range(3):
+        for n in _rows(shape.N, shape.d, block_values):
+            def piece(start=offset, n=n):
+                rng = np.random.default_rng([seed, b])
+                rng.bit_generator.advance(start)
+                return rng.uniform(-LIMIT, LIMIT, size=(n, shape.d)).astype(np.float32)
+            yield piece
+            offset += n * shape.d
+
+
+def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[tuple[Piece, bool, int]]:
+    """(piece, independent, batches it completes) in file order; a piece returns float32 values.
+    Batches that fit in a block are drawn together, as many as fill one, in one independent piece;
+    a larger uniform batch (the course's distribution) is split into independent pieces (see
+    _uniform_pieces); a larger batch of another distribution is drawn block by block from its one
+    stream, in order."""
+    per_batch = 3 * shape.N * shape.d
+    if per_batch <= block_values:
+        group = block_values // per_batch
+        for b0 in range(0, shape.B, group):
+            b1 = min(shape.B, b0 + group)
+            yield (lambda b0=b0, b1=b1: np.concatenate([np.concatenate(list(batch_blocks(shape, seed, dist, b)))
+                                                        for b in range(b0, b1)])), True, b1 - b0
+        return
+    for b in range(shape.B):
+        if dist == "uniform":
+            pieces = [(piece, True) for piece in _uniform_pieces(shape, seed, b, block_values)]
+        else:
+            pieces = ((lambda block=block: block, False) for block in batch_blocks(shape, seed, dist, b, block_values))
+        last = None
+        for item in pieces:
+            if last is not None:
+                yield (*last, 0)
+            last = item
+        yield (*last, 1)
+
+
+class _Drawn:
+    """A piece drawn already, where a future is expected."""
+
+    def __init__(self, values: np.ndarray):
+        self.values = values
+
+    def result(self) -> np.ndarray:
+        return self.values
+
+
+def workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def write_input(
     path: str | os.PathLike, shape: Shape, seed: int, dist: str = "uniform",
-    progress: Callable[[int], None] | None = None, block_values: int = BLOCK_VALUES,
+    progress: Callable[[int], None] | None = None, block_values: int = BLOCK_VALUES, digest=None,
 ) -> tuple[int, int] | None:
-    """Write a whole input file atomically, in bounded blocks; refused up front where the file
-    system has not the room for it. Returns the file put in place (format.OutputWriter.placed)."""
-    with atomic_file(path, size=shape.input_bytes) as f:
-        f.write(header_bytes(shape))
-        for b in range(shape.B):
-            for block in batch_blocks(shape, seed, dist, b, block_values):
-                f.write(as_f32_bytes(block))
-            if progress:
-                progress(1)
+    """Write a whole input file atomically, in bounded blocks drawn on every core (numpy draws
+    without holding the GIL) and written in order; refused up front where the file system has not
+    the room for it. `digest`: a hashlib object fed the bytes as they are written. Returns the file
+    put in place (format.OutputWriter.placed)."""
+    window = 2 * workers()  # pieces drawn ahead of the writer: memory stays bounded
+    with atomic_file(path, size=shape.input_bytes) as f, ThreadPoolExecutor(workers()) as pool, \
+            ThreadPoolExecutor(1) as hasher:
+        hashing: deque = deque()  # the digest is fed in order by one thread, beside the writes
+
+        def put(data) -> None:
+            f.write(data)
+            if digest is not None:
+                hashing.append(hasher.submit(digest.update, data))
+                while len(hashing) > window:
+                    hashing.popleft().result()
+
+        put(header_bytes(shape))
+        pending: deque = deque()
+
+        def finish_one() -> None:
+            future, batches = pending.popleft()
+            put(memoryview(np.ascontiguousarray(future.result(), dtype="<f4")).cast("B"))
+            if progress and batches:
+                progress(batches)
+
+        for piece, independent, batches in _pieces(shape, seed, dist, block_values):
+            pending.append((pool.submit(piece) if independent else _Drawn(piece()), batches))
+            if len(pending) >= window:
+                finish_one()
+        while pending:
+            finish_one()
+        while hashing:
+            hashing.popleft().result()
     return f.placed
+
+
+def check_replaceable(path: Path) -> None:
+    """fa gen -o replaces only an empty file or an input of the course's format (unless --force):
+    whatever else is there (notes, a results file, an output) is someone's work."""
+    if forced() or not os.path.isfile(path) or os.path.getsize(path) == 0:
+        return
+    try:
+        read_header(path)
+    except FormatError as e:
+        why = str(e).removeprefix(f"{path}: ")
+        raise FormatError(f"{path}: exists and is not an input of the course's format ({why}): fa gen replaces only "
+                          "an empty file or an input; name another file, or give --force to replace it") from None
 
 
 def check_outputs(output: Path, expected: Path | None, shape: Shape) -> None:
     """fa gen's files, before any is written: usable paths, two different files, and room for them."""
+    check_replaceable(output)
     if expected is not None and same_file(output, expected):
         raise FormatError(f"{expected}: --expected names the input file -o writes")
     plans = [(check_output_path(output), shape.input_bytes)]
@@ -168,16 +268,17 @@ def _identity(st: os.stat_result) -> list:
     return [st.st_size, st.st_ino, st.st_mtime_ns]
 
 
-def write_stamp(path: Path, params: dict, sha256: str) -> None:
+def write_stamp(path: Path, params: dict, sha256: str, stamp_file: Path | None = None) -> None:
+    """The stamp, beside the file or at stamp_file (a shipped input's, kept in the cache)."""
     stamp = dict(params=params, sha256=sha256, identity=_identity(os.stat(path)))
-    with atomic_file(stamp_path(path)) as f:
+    with atomic_file(stamp_file or stamp_path(path)) as f:
         f.write(json.dumps(stamp).encode())
 
 
-def stamp_holds(path: Path, params: dict) -> bool:
-    """The file is the one generated from `params` and unchanged since."""
+def stamp_holds(path: Path, params: dict, stamp_file: Path | None = None) -> bool:
+    """The file is the one generated from `params` (or checked against them) and unchanged since."""
     try:
-        stamp = json.loads(stamp_path(path).read_bytes()[:4096])
+        stamp = json.loads((stamp_file or stamp_path(path)).read_bytes()[:4096])
         return stamp["params"] == params and stamp["identity"] == _identity(os.stat(path))
     except (OSError, ValueError, KeyError, TypeError):
         return False

@@ -7,29 +7,36 @@ verdict but PASS comes with a diagnosis (diagnose.py): where and why, in a few l
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import diagnose, expected, generate, locations, records, suite, verify
+from . import cache, diagnose, expected, generate, locations, ready, records, suite, verify
 from .errors import FaError
 from .format import AttentionInput, Shape, open_output, read_header
 from .programs import Launcher, Program, RunResult, run
 from .suite import Target
 
 
-def target_for(text: str, progress=None) -> Target:
-    """A suite name (t01..t30, generated if missing) or a path to an input file."""
-    if suite.is_case_name(text) and not Path(text).exists():
+def target_for(text: str, progress=None, say=None) -> Target:
+    """A suite name (t01..t30, c01..c30: its input checked against the manifest, generated if
+    missing) or a path to an input file. A name that is both is refused: ./t01 is the file."""
+    if suite.is_case_name(text):
+        if os.path.lexists(text):
+            raise FaError(f"{text} is both a test case and a file in this folder: ./{text} judges the file; rename "
+                          f"the file to judge the case")
         c = suite.case(text)
         missing = not suite.has_input(c)
-        path = suite.ensure_input(c, progress)
+        path = suite.ensure_input(c, progress, say)
         return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=missing, sha256=c.sha256)
     path = Path(text)
-    if not path.exists() and suite.is_case_name(text.lower()):
-        raise FaError(f"no test case or file named {text}: did you mean {text.lower()}?")
+    if not os.path.lexists(text) and (near := suite.suggestion(text)):
+        raise FaError(f"no test case or file named {text}: did you mean {near}?")
     return Target(path.name, path, read_header(path), None)
 
 
@@ -169,3 +176,102 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
     if device:
         fields["device"] = device
     return records.new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)
+
+
+class CaseInputs:
+    """fa run's inputs, made one case at a time. A suite case whose input is not here (shipped, or
+    kept in the cache) is generated just before it is judged, into a scratch folder (TMPDIR, node-
+    local on a cluster; the shared work folder under Slurm) and deleted once it is judged, so that
+    the course suite never holds more than one input on disk; with keep, it goes into the cache
+    and stays, as fa gen --suite puts it. Expected outputs are always kept in the cache. The input
+    of the smallest failing case so far stays until the end, for the search for its cause.
+    Use as a context manager: target(name) before a case, judged(result) after it."""
+
+    def __init__(self, names: list[str], keep: bool, with_expected: bool, say, scratch_parent: Path | None = None):
+        self.names, self.keep, self.say = names, keep, say
+        self.scratch_parent = scratch_parent
+        self.cases = {n: suite.case(n) for n in names if suite.is_case_name(n)}
+        self.to_make = {n: c for n, c in self.cases.items() if not suite.has_input(c)}
+        self.needs = [expected.Need(c.input_path, c.shape, expected.path_for(c.input_path, c.sha256))
+                      for c in {c.name: c for c in self.cases.values()}.values()
+                      if with_expected and c.expected_path is None and
+                      not expected.is_ready(expected.path_for(c.input_path, c.sha256), c.shape)]
+        self.cache_before = cache.total(cache.usage())
+        self.folder: Path | None = None
+        self.kept: tuple[CaseResult, Path] | None = None  # the smallest failure's input, in the scratch folder
+        self.why: str | None = None  # the case fa run --why looks into, whatever its verdict: its input stays
+
+    def __enter__(self) -> CaseInputs:
+        self._check_and_say()
+        self._scratch = contextlib.ExitStack()
+        if self.to_make and not self.keep:
+            self.folder = self._scratch.enter_context(locations.scratch("inputs", self.scratch_parent))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._scratch.close()
+
+    def _check_and_say(self) -> None:
+        """How inputs are made and what the cache keeps, said before any work; refused where it
+        does not fit."""
+        where = locations.cache_dir()
+        expected_bytes = sum(n.shape.output_bytes for n in self.needs)
+        inputs = [c.shape.input_bytes for c in self.to_make.values()]
+        into_cache = expected_bytes + (sum(inputs) if self.keep else 0)
+        free = ready.free_bytes(where)
+        if into_cache > free:
+            raise FaError(f"the cases named need {ready.human_bytes(into_cache)} in the cache {where}, and only "
+                          f"{ready.human_bytes(free)} is free there: set FA_CACHE to a folder with room, or name "
+                          f"fewer cases")
+        if self.to_make and not self.keep:
+            scratch = self.scratch_parent or Path(tempfile.gettempdir())
+            room = ready.free_bytes(scratch)
+            if max(inputs) > room:
+                raise FaError(f"the largest input to generate needs {ready.human_bytes(max(inputs))} in {scratch}, "
+                              f"and only {ready.human_bytes(room)} is free there: set TMPDIR to a folder with room")
+            self.say(f"inputs: {ready.plural_files(len(inputs), 'input')} generated one at a time into {scratch} "
+                     f"(TMPDIR; at most {ready.human_bytes(max(inputs))} at once) and deleted once judged "
+                     f"(--keep-inputs keeps them in the cache); the cache {where} keeps "
+                     f"{ready.plural_files(len(self.needs), 'expected output')}, {ready.human_bytes(expected_bytes)}")
+        elif into_cache >= ready.ANNOUNCE_BYTES:
+            files = " and ".join(ready.plural_files(n, what) for n, what in
+                                 ((len(inputs), "input"), (len(self.needs), "expected output")) if n)
+            self.say(f"generating {files}, {ready.human_bytes(into_cache)} in all, into {where} "
+                     f"({ready.human_bytes(free)} free there; kept for later runs; FA_CACHE moves it)")
+
+    def target(self, name: str, progress=None) -> Target:
+        """The case's target, its input generated now where it has to be."""
+        c = self.to_make.get(name)
+        if c is None or self.folder is None:
+            target = target_for(name, progress, self.say)
+            return target
+        if line := suite.changed_shipped(c):
+            self.say(line)
+        path = suite.write_case(c, self.folder / f"{c.name}.in", progress)
+        return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=True, sha256=c.sha256)
+
+    def judged(self, result: CaseResult) -> None:
+        """The case's input removed, unless it is the smallest failure so far (the one whose cause
+        is looked for; the one it replaces goes)."""
+        path = result.target.input_path
+        if self.folder is None or path.parent != self.folder or result.target.name == self.why:
+            return
+        failed = result.verdict in ("WRONG", "ERROR")
+        key = (result.target.shape.flops, result.target.shape.input_bytes)
+        if failed and (self.kept is None or key < (self.kept[0].target.shape.flops,
+                                                   self.kept[0].target.shape.input_bytes)):
+            if self.kept is not None:
+                self.kept[1].unlink(missing_ok=True)
+            self.kept = (result, path)
+            return
+        path.unlink(missing_ok=True)
+
+    def kept_line(self) -> str | None:
+        """What the cache keeps now, where this run generated inputs or computed expected outputs."""
+        if not (self.to_make or self.needs):
+            return None
+        now = cache.usage()
+        if cache.total(now) == self.cache_before:
+            return None
+        return f"the cache {locations.cache_dir()} keeps {cache.summary(now)}: fa cache shows it, fa cache --clear " \
+               "empties it"

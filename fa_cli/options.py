@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .format import MAX_INT32, check_output_path
+from .format import MAX_INT32, check_output_path, replace_students_files
 
 SEED = click.IntRange(min=0)  # numpy's seeds are non-negative
 
@@ -63,3 +63,15 @@ class OutputPath(click.Path):
         check_output_path(value)  # before click's Path turns '' into '.'
         path = super().convert(value, param, ctx)
         return path
+
+
+def _set_force(ctx, param, value):
+    replace_students_files(bool(value))
+    return value
+
+
+# Eager: set before any output path of the command is checked (OutputPath.convert).
+force_option = click.option(
+    "--force", is_flag=True, is_eager=True, expose_value=False, callback=_set_force,
+    help="Replace an output file that fa would otherwise keep: a source file (.cu .hip .cpp .cc .c .h .py), "
+         "a Makefile, or a file that is not what this command writes.")

@@ -91,6 +91,8 @@ BUILT = {"cpu": "fa-cpu", "cuda": "fa-cuda", "hip": "fa-hip", "hip-cuda": "fa-hi
 # PyTorch SDPA fp32 with the same contract, for side-by-side runs (needs torch and a GPU).
 TORCH = Program("torch", Path(__file__).with_name("torch_program.py"), None, (sys.executable,))
 NAMES = (*BUILT, "torch")
+# What --program takes, as its help and its error say it (one list).
+CHOICES = f"{', '.join(NAMES)}, best, or a path"
 
 
 def named(name: str) -> Program:
@@ -167,6 +169,20 @@ def from_source(source: Path, extra: tuple[str, ...] = (), flavour: str = "") ->
     return Program(source.name, path, None, source=source.resolve(), build_flags=extra)
 
 
+def source_hint(program_path: Path) -> str:
+    """What to give as --program to have a built program rebuilt from its source: the source of
+    the same name beside it (./segv: ./segv.cpp; ./hw4: ./hw4.cu), else words that say which."""
+    path = Path(program_path)
+    for suffix in (*SOURCE_COMPILERS, ".c"):
+        candidate = path.with_name(path.name + suffix)
+        if candidate.is_file():
+            try:  # as typed from here where it is under the current folder
+                return str(candidate.relative_to(Path.cwd()))
+            except ValueError:
+                return str(candidate)
+    return "SOURCE (the .cu, .hip or .cpp it was built from)"
+
+
 def resolve(name_or_path: str) -> Program:
     if name_or_path == "best":
         name_or_path = best_name()
@@ -175,7 +191,7 @@ def resolve(name_or_path: str) -> Program:
     path = Path(name_or_path)
     if not path.exists():
         raise FaError(unbuilt(path, name_or_path) or
-                      f"no program {name_or_path!r}: give one of {', '.join(NAMES)}, best, or a path")
+                      f"no program {name_or_path!r}: give one of {CHOICES}")
     if path.suffix in SOURCE_COMPILERS and path.is_file():
         return from_source(path)
     if path.is_dir() or not os.access(path, os.X_OK):

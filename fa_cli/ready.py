@@ -111,6 +111,10 @@ def human_bytes(n: int) -> str:
     return f"{n} bytes"
 
 
+def plural_files(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def to_generate(names: list[str], with_expected: bool) -> tuple[int, int, int]:
     """(inputs, expected outputs, bytes) that judging these suite cases will write into the cache."""
     inputs = outputs = size = 0

@@ -22,7 +22,7 @@ from typing import Callable
 
 from . import generate, locations
 from .errors import ExitStatus, FaError
-from .format import Shape, check_shape
+from .format import Shape, check_shape, remove_placed
 
 NAME = re.compile(r"^[tc]\d\d$")
 SUITES = ("t", "c")  # fa's own, the course's
@@ -122,44 +122,99 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
-def has_input(c: Case) -> bool:
-    """The case's input is there and is the case's: shipped, or generated with a stamp that
-    still holds (a file without one, from an older fa say, is hashed once against the manifest)."""
-    path = c.input_path
-    if not (path.exists() and path.stat().st_size == c.shape.input_bytes):
+def suggestion(text: str) -> str | None:
+    """The case a mistyped name most likely means (T01, t1, tO1, c7: t01, t01, t01, c07), if it is one."""
+    m = re.match(r"^([tc])([0-9oil]{1,2})$", text.lower())
+    if not m:
+        return None
+    number = int(m.group(2).translate(str.maketrans("oil", "011")))
+    name = f"{m.group(1)}{number:02d}"
+    return name if name != text and name in cases(None) else None
+
+
+def cached_path(c: Case) -> Path:
+    """Where a generated input of the case is kept in the cache directory."""
+    return locations.cache_dir() / f"{c.name}.in"
+
+
+def shipped_stamp(c: Case) -> Path:
+    """The stamp of a shipped input's check against the manifest, kept in the cache directory
+    (the shipped folder may be read-only: an installed package)."""
+    return locations.cache_dir() / "stamps" / f"{c.name}.in.stamp"
+
+
+def _holds(c: Case, path: Path, stamp: Path) -> bool:
+    """path is the case's input as the manifest says: the size, then the stamp of an earlier check
+    where it still holds (size, inode, mtime), else the sha256 (and the stamp written for next time)."""
+    try:
+        if not (path.is_file() and path.stat().st_size == c.shape.input_bytes):
+            return False
+    except OSError:
         return False
-    if c.shipped or generate.stamp_holds(path, stamp_params(c)):
+    if generate.stamp_holds(path, stamp_params(c), stamp):
         return True
     if sha256_of(path) != c.sha256:
         return False
-    generate.write_stamp(path, stamp_params(c), c.sha256)
+    if locations.cache_dir().is_dir():  # a check never makes the cache: without one, hashed each time
+        try:
+            stamp.parent.mkdir(exist_ok=True)
+            generate.write_stamp(path, stamp_params(c), c.sha256, stamp)
+        except (OSError, FaError):  # a read-only cache: hashed each time
+            pass
     return True
+
+
+def input_here(c: Case) -> Path | None:
+    """The case's input where one is here and is the manifest's: the shipped file (t01..t10), else
+    one kept in the cache; None where it must be generated."""
+    if c.shipped and _holds(c, c.input_path, shipped_stamp(c)):
+        return c.input_path
+    cached = cached_path(c)
+    return cached if _holds(c, cached, generate.stamp_path(cached)) else None
+
+
+def has_input(c: Case) -> bool:
+    return input_here(c) is not None
+
+
+def changed_shipped(c: Case) -> str | None:
+    """One line where a shipped input is there but is not the manifest's (overwritten by fa gen, say)."""
+    if not c.shipped or not c.input_path.exists() or _holds(c, c.input_path, shipped_stamp(c)):
+        return None
+    return (f"{c.input_path} is not {c.name}'s input (its sha256 is not the manifest's: changed since it was shipped); "
+            f"{c.name} is judged on the manifest's input, generated into {cached_path(c)}")
 
 
 def stamp_params(c: Case) -> dict:
     return dict(case=c.name, sha256=c.sha256)
 
 
-def ensure_input(c: Case, progress: Callable[[int], None] | None = None) -> Path:
-    """The case's input file, generated and checked against the manifest's sha256 if missing."""
-    path = c.input_path
-    if has_input(c):
+def ensure_input(c: Case, progress: Callable[[int], None] | None = None,
+                 say: Callable[[str], None] | None = None) -> Path:
+    """The case's input file: the shipped or cached one where it is the manifest's, else generated
+    into the cache and checked against the manifest's sha256 (a changed shipped one said first)."""
+    path = input_here(c)
+    if path is not None:
         return path
+    if say and (line := changed_shipped(c)):
+        say(line)
+    path = cached_path(c)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_case(c, path, progress)
 
 
 def write_case(c: Case, path: Path, progress: Callable[[int], None] | None = None) -> Path:
-    """Generate the case's input at `path` and check it against the manifest's sha256."""
-    generate.write_input(path, c.shape, c.seed, c.dist, progress)
-    digest = sha256_of(path)
-    if digest != c.sha256:
-        path.unlink()
-        raise FaError(f"{c.name}: generated input has sha256 {digest[:16]}..., the manifest says "
+    """Generate the case's input at `path`, its sha256 computed as it is written and checked
+    against the manifest's; one kept in the cache is stamped."""
+    digest = hashlib.sha256()
+    placed = generate.write_input(path, c.shape, c.seed, c.dist, progress, digest=digest)
+    if digest.hexdigest() != c.sha256:
+        remove_placed(path, placed)
+        raise FaError(f"{c.name}: generated input has sha256 {digest.hexdigest()[:16]}..., the manifest says "
                       f"{c.sha256[:16]}...: this numpy draws different random numbers",
                       exit_code=ExitStatus.FAILED)
     if path.parent == locations.cache_dir():  # a case kept in the cache: stamped
-        generate.write_stamp(path, stamp_params(c), digest)
+        generate.write_stamp(path, stamp_params(c), c.sha256)
     return path
 
 

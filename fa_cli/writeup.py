@@ -22,7 +22,7 @@ from pathlib import Path
 
 from . import charts, compare, ladder, programs, sweep
 from .errors import FaError
-from .format import atomic_file
+from .format import atomic_file, forced
 from .records import by_kind, revision_text
 from .report import markdown_table, profile_rows
 
@@ -231,11 +231,27 @@ def reference_section(found: dict[str, list[dict]], out_dir: Path) -> str:
     return "\n".join(p for p in parts if p)
 
 
+MADE_BY = "Made by `fa report`"
+
+
+def check_own_report(path: Path) -> None:
+    """fa report replaces only a report.md it made (unless --force): one a student wrote there, or
+    filled in, stays. A report fa made starts with its title and says so in its first lines."""
+    if forced() or not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head.startswith(b"# Homework 4: FlashAttention") or MADE_BY.encode() not in head:
+        raise FaError(f"{path}: exists and is not a report fa report made: it is never replaced; name another folder "
+                      "with -o, or give --force to replace it")
+
+
 def write(paths: list[Path], out_dir: Path) -> Path:
     """report.md and its charts in out_dir, from the results files; returns report.md's path."""
     found = by_kind(paths)
     if out_dir.exists() and not out_dir.is_dir():
         raise FaError(f"{out_dir}: exists and is not a directory")
+    check_own_report(out_dir / "report.md")
     out_dir.mkdir(parents=True, exist_ok=True)
     mine = {k: [r for r in v if not is_reference(r, k)] for k, v in found.items()}
     theirs = {k: [r for r in v if is_reference(r, k)] for k, v in found.items()}

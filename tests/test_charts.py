@@ -166,3 +166,21 @@ def test_docs_results_charts_are_current():
     for png in H100.glob("*.png"):
         with Image.open(png) as im:
             assert im.size[0] >= 800, png
+
+
+def test_a_chart_replaces_only_a_png(tmp_path):
+    from fa_cli import format as fmt
+    from fa_cli.errors import FaError
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(FaError, match="is not a PNG image: a chart replaces only one"):
+        charts.check_replaceable(notes)
+    (tmp_path / "old.png").write_bytes(charts.PNG_SIGNATURE + b"rest")
+    charts.check_replaceable(tmp_path / "old.png")  # a PNG, an empty file or no file: replaced
+    (tmp_path / "empty.png").touch()
+    charts.check_replaceable(tmp_path / "empty.png")
+    fmt.replace_students_files(True)
+    try:
+        charts.check_replaceable(notes)  # --force
+    finally:
+        fmt.replace_students_files(False)

@@ -109,3 +109,13 @@ def test_files_honour_the_umask(cpu_program, tmp_path):
         assert stat.S_IMODE(p.stat().st_mode) == 0o644, p
     for p in [tmp_path / "rep", cache]:
         assert stat.S_IMODE(p.stat().st_mode) == 0o755, p
+
+
+@pytest.mark.parametrize("command", ["run", "profile"])
+def test_program_help_and_error_name_the_same_programs(command):
+    from fa_cli import programs
+    helped = " ".join(fa(command, "--help").stdout.split())
+    assert programs.CHOICES + "." in helped
+    proc = fa(command, "t01", "--program", "nosuch")
+    assert proc.returncode == 2 and proc.stderr.strip().endswith(f"give one of {programs.CHOICES}")
+    assert "torch" in programs.CHOICES

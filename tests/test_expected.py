@@ -62,10 +62,10 @@ def test_computed_once_and_found_by_content(inp, tmp_path):
 
 def test_a_gpu_result_that_disagrees_with_numpy_is_refused(inp):
     class Wrong:
-        name, where = "torch", "a broken GPU"
+        name, where, SLICE_FLOPS = "torch", "a broken GPU", 1e12
 
-        def attention(self, data, b0, b1):
-            return expected.NumpyBackend().attention(data, b0, b1) + 1e-3
+        def attention(self, data, b0, b1, r0=0, r1=None):
+            return expected.NumpyBackend().attention(data, b0, b1, r0, r1) + 1e-3
 
     [need] = expected.missing([target(inp)])
     with pytest.raises(FaError, match="differs from numpy's"):

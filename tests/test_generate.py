@@ -160,3 +160,19 @@ def test_generation_memory_is_bounded_by_the_block(tmp_path, dist):
     tracemalloc.stop()
     assert peak < (1 << 20) + shape.N * shape.d // 8, peak
     assert (tmp_path / "x.in").stat().st_size == shape.input_bytes
+
+
+@pytest.mark.parametrize("dist", list(generate.DISTRIBUTIONS))
+@pytest.mark.parametrize("shape, block_values", [(Shape(3, 70, 32), 1000), (Shape(5, 10, 32), 3000),
+                                                 (Shape(5, 10, 32), 1 << 22)])
+def test_pieces_drawn_on_every_core_give_one_streams_bytes_and_their_hash(tmp_path, dist, shape, block_values):
+    """Batches split into pieces (uniform), grouped (small ones) or drawn block by block: the file
+    is the batches drawn one by one, the digest fed beside the writes is the file's, and progress
+    counts every batch once."""
+    import hashlib
+    digest, done = hashlib.sha256(), []
+    generate.write_input(tmp_path / "x.in", shape, 5, dist, done.append, block_values, digest)
+    data = (tmp_path / "x.in").read_bytes()
+    want = np.concatenate([np.concatenate(generate.batch(shape, 5, dist, b)) for b in range(shape.B)])
+    assert data[12:] == want.astype("<f4").tobytes()
+    assert digest.hexdigest() == hashlib.sha256(data).hexdigest() and sum(done) == shape.B

@@ -131,7 +131,7 @@ def test_each_link_on_the_way_is_checked(sticky, tmp_path):
 
 def test_a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path):
     old = tmp_path / "old.in"
-    old.write_text("x")
+    old.write_text("")  # fa gen replaces an empty file or an input, nothing else
     old.chmod(0o600)
     assert fa("gen", "-B", 1, "-N", 4, "-d", 32, "-o", old).returncode == 0
     assert stat.S_IMODE(old.stat().st_mode) == 0o600
@@ -277,16 +277,31 @@ def test_program_follows_the_users_own_link_which_stays(cpu_program, small_input
     assert link.is_symlink() and target.stat().st_size == Shape(4, 256, 64).output_bytes
 
 
+@pytest.fixture(scope="module")
+def cpu_for_nobody(cpu_program):
+    """fa-cpu copied where the second user can run it: the checkout may be under a folder only its
+    owner may enter (a home folder of mode 0700), and so may pytest's own temporary folders."""
+    folder = Path(tempfile.mkdtemp(prefix="fa-nobody-", dir="/tmp"))
+    try:
+        folder.chmod(0o755)
+        copy = folder / cpu_program.name
+        shutil.copy(cpu_program, copy)
+        copy.chmod(0o755)
+        yield copy
+    finally:
+        shutil.rmtree(folder)
+
+
 @needs_root
 @pytest.mark.parametrize("dir_mode, file_mode, why", REFUSED)
-def test_program_refuses_what_the_user_may_not_replace(cpu_program, small_inputs, dir_mode, file_mode, why):
+def test_program_refuses_what_the_user_may_not_replace(cpu_for_nobody, small_inputs, dir_mode, file_mode, why):
     """The same as fa's own writers: nobody names root's file as its output, refused before any
     work with one line naming it, nothing else left in the folder."""
     with roots_file(dir_mode, file_mode) as (folder, roots):
         inp = folder / "in.bin"  # where nobody can read it
         shutil.copy(small_inputs[1], inp)
         inp.chmod(0o644)
-        proc = program(cpu_program, inp, roots, user=NOBODY)
+        proc = program(cpu_for_nobody, inp, roots, user=NOBODY)
         assert proc.returncode == 2 and one_line(proc).startswith(f"fa-cpu: error: {roots}: cannot write output: ")
         assert why in one_line(proc)
         assert roots.read_text() == "keep" and roots.stat().st_uid == 0

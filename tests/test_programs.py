@@ -443,3 +443,15 @@ def test_hip_port_matches_cuda_program(tmp_path):
         outs[name] = np.fromfile(out, dtype="<f4")
     for name in ("hip32", "hip64", "hipsimt", "hipmfma"):
         assert np.abs(outs[name] - outs["cuda"]).max() <= 1e-5
+
+
+def test_a_crash_hint_names_the_source_beside_the_program(tmp_path, monkeypatch):
+    from fa_cli import programs
+    monkeypatch.chdir(tmp_path.parent)
+    (tmp_path / "segv").write_bytes(b"")
+    assert programs.source_hint(tmp_path / "segv") == "SOURCE (the .cu, .hip or .cpp it was built from)"
+    (tmp_path / "segv.cpp").write_text("int main() {}")
+    assert programs.source_hint(tmp_path / "segv") == f"{tmp_path.name}/segv.cpp"  # as typed from here
+    (tmp_path / "hw4.cu").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert programs.source_hint(tmp_path / "hw4") == "hw4.cu"

@@ -250,6 +250,8 @@ def test_a_cuda_source_without_gpu_is_refused_after_the_arguments(student):
     assert "hw4.cu is a CUDA program, and this machine has no NVIDIA GPU to run it" in line
     assert "srun -p nvidia --gres=gpu:1 fa sweep t01 --program hw4.cu --param BR=16,32" in line
     assert not cache.exists()
+    proc = fa("sweep", "t01", "--program", "hw4.cu", cwd=folder, env=env)  # no GPU: said before --param is asked for
+    assert proc.returncode == 2 and "this machine has no NVIDIA GPU" in proc.stderr and "--param" not in proc.stderr
 
 
 def test_one_build_per_combination_with_its_flags(student, tmp_path):

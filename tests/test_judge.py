@@ -1,0 +1,92 @@
+"""fa run judges what the student named: a case name that is also a file is refused, a near miss
+gets its suggestion, a changed shipped input is named and never judged; Ctrl-C keeps what is done."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import ROOT, fa, verdicts
+from fa_cli import generate, judge, locations, suite
+from fa_cli.format import Shape
+
+
+def test_a_case_name_that_is_also_a_file_here_is_refused(tmp_path, cpu_program):
+    generate.write_input(tmp_path / "t01", Shape(2, 256, 64), 1)
+    proc = fa("run", "t01", "--program", "cpu", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "fa: error: t01 is both a test case and a file in this folder: ./t01 judges the file; rename the file to "
+        "judge the case")
+    proc = fa("run", "./t01", "--program", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0 and "│ t01 " in proc.stdout and "2×256×64" in proc.stdout
+
+
+@pytest.mark.parametrize("typed, meant", [("T01", "t01"), ("t1", "t01"), ("tO1", "t01"), ("c7", "c07"),
+                                          ("C3O", "c30")])
+def test_near_misses_get_their_suggestion(typed, meant, tmp_path):
+    proc = fa("run", typed, "--program", "cpu", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"fa: error: no test case or file named {typed}: did you mean {meant}?"
+    assert suite.suggestion("t99") is None and suite.suggestion("x01") is None
+
+
+@pytest.fixture
+def shipped_copy(tmp_path, monkeypatch):
+    """The shipped cases in a folder of the test's own, fa's cache in another."""
+    folder = tmp_path / "testcases"
+    shutil.copytree(ROOT / "testcases", folder)
+    monkeypatch.setattr(locations, "testcases", lambda: folder)
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    return folder
+
+
+def test_a_changed_shipped_input_is_named_and_the_manifests_is_judged(shipped_copy, tmp_path):
+    c = suite.case("t01")
+    said = []
+    assert judge.target_for("t01", say=said.append).input_path == shipped_copy / "t01.in" and not said
+    assert not (tmp_path / "cache").exists()  # a check never makes the cache
+    (tmp_path / "cache").mkdir()
+    judge.target_for("t01")
+    assert (tmp_path / "cache" / "stamps" / "t01.in.stamp").is_file()  # checked once by its hash
+    generate.write_input(shipped_copy / "t01.in", c.shape, 99)  # same size, other values: fa gen over it
+    target = judge.target_for("t01", say=said.append)
+    assert said == [f"{shipped_copy / 't01.in'} is not t01's input (its sha256 is not the manifest's: changed since it "
+                     f"was shipped); t01 is judged on the manifest's input, generated into "
+                     f"{tmp_path / 'cache' / 't01.in'}"]
+    assert target.input_path == tmp_path / "cache" / "t01.in" and suite.sha256_of(target.input_path) == c.sha256
+
+
+def test_a_shipped_input_is_trusted_by_its_stamp_until_it_changes(shipped_copy, tmp_path, monkeypatch):
+    (tmp_path / "cache").mkdir()
+    c = suite.case("t02")
+    assert suite.input_here(c) == shipped_copy / "t02.in"
+    hashed = []
+    monkeypatch.setattr(suite, "sha256_of", lambda p: hashed.append(p) or "x")
+    assert suite.input_here(c) == shipped_copy / "t02.in" and not hashed  # the stamp holds: not hashed
+    os.utime(shipped_copy / "t02.in", ns=(1, 1))
+    assert suite.input_here(c) is None and hashed  # touched: hashed again, and refused
+
+
+def test_ctrl_c_keeps_the_finished_cases_their_records_and_says_how_far(tmp_path, cpu_program):
+    slow = tmp_path / "slow.sh"
+    slow.write_text(f'#!/bin/sh\ncase "$1" in *t02.in) sleep 60;; esac\nexec {cpu_program} "$@"\n')
+    slow.chmod(0o755)
+    results = tmp_path / "run.json"
+    proc = subprocess.Popen([sys.executable, "-m", "fa_cli", "run", "t01", "t02", "t03", "--program", str(slow),
+                             "-o", str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env={**os.environ, "FA_CACHE": str(tmp_path / "cache")})
+    deadline = time.monotonic() + 60
+    seen = ""
+    while "judging: 1 of 3 done" not in seen and time.monotonic() < deadline:
+        seen += proc.stderr.readline()
+    time.sleep(0.5)  # t02 is running
+    os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C at a terminal: the whole foreground group
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert verdicts(out) == ["PASS"] and "│ t01 " in out
+    assert "fa: interrupted during t02: 1 of 3 cases judged (the table above)" in err
+    assert [r["input"] for r in json.loads(results.read_text())["records"]] == ["t01"]

@@ -1,0 +1,47 @@
+"""Progress that is long says how far it is: at least every few seconds, with the time left."""
+import re
+import time
+
+from fa_cli import report
+
+
+def test_a_long_step_says_how_far_it_is_with_the_time_left(monkeypatch, capsys):
+    monkeypatch.setattr(report, "TICK_AFTER_S", 0.3)
+    monkeypatch.setattr(report, "TICK_EVERY_S", 0.2)
+    with report.progress("expected output of c30.in", 100) as advance:
+        for _ in range(10):
+            advance(5)
+            time.sleep(0.1)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 2
+    for line in lines:
+        assert re.fullmatch(r"fa: expected output of c30\.in: \d+ of 100 done \(\d+%\), \d+ s so far, about \d+ s left",
+                            line), line
+
+
+def test_only_the_innermost_long_step_speaks_and_a_short_one_is_silent(monkeypatch, capsys):
+    monkeypatch.setattr(report, "TICK_AFTER_S", 0.2)
+    monkeypatch.setattr(report, "TICK_EVERY_S", 0.1)
+    with report.progress("judging", 3, steps=True) as advance:
+        with report.progress("input c30", None):
+            time.sleep(0.5)
+        advance()
+        with report.progress("quick", 1):
+            pass
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "fa: judging: 0 of 3 done" and "fa: judging: 1 of 3 done" in err
+    inner = err[1:err.index("fa: judging: 1 of 3 done")]  # while the inner step ran, it alone spoke
+    assert inner and all(line.startswith("fa: input c30: ") and line.endswith("s so far") for line in inner), err
+    assert not any("quick" in line for line in err)
+
+
+def test_a_long_step_keeps_speaking_through_short_steps_inside_it(monkeypatch, capsys):
+    monkeypatch.setattr(report, "TICK_AFTER_S", 0.3)
+    monkeypatch.setattr(report, "TICK_EVERY_S", 0.1)
+    with report.progress("judging", 3) as advance:
+        for _ in range(6):
+            with report.progress("input c12", None):
+                time.sleep(0.15)  # each inner step shorter than TICK_AFTER_S: silent
+        advance()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) >= 3 and all(line.startswith("fa: judging: 0 of 3 done") for line in err), err
