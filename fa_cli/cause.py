@@ -604,7 +604,7 @@ class Investigation:
             if not any(f.kind == "crash" and "line" in f.fields for f in self.findings):
                 self.findings.append(Finding("missing-tool", [
                     f"with the source, fa rebuilds it with -g and AddressSanitizer to name the line: "
-                    f"fa run {self.target.name} --program {source_hint(self.program, self.kind)}"]))
+                    f"fa run {self.target.name} --program {programs.source_hint(self.program.path)}"]))
             return
         lines = "-g -lineinfo" if self.program.source.suffix == ".cu" else "-g"
         if not self.step(f"rebuilding {self.program.source.name} with {lines} and AddressSanitizer"):
@@ -669,16 +669,6 @@ class Investigation:
         elif len(shown) > 1 and (callers := [f for f in shown[1:] if not is_system_frame(f)]):
             lines.append("called from " + " <- ".join(callers) + " (no line numbers: built without -g)")
         self.findings.append(Finding(kind, lines, fields))
-
-
-def source_hint(program: Program, kind: str) -> str:
-    """The source to give --program for a binary: one beside it with its name (hw4 -> hw4.cu),
-    else the usual name for what it runs on."""
-    for suffix in programs.SOURCE_COMPILERS:
-        beside = program.path.with_name(program.path.stem + suffix)
-        if beside.is_file():
-            return str(beside)
-    return {"cuda": "hw4.cu", "hip": "hw4.hip"}.get(kind, "SOURCE.cpp (the source it was built from)")
 
 
 ASAN_ENV = {"ASAN_OPTIONS": "protect_shadow_gap=0:detect_leaks=0:abort_on_error=0"}  # CUDA maps the shadow gap

@@ -77,7 +77,7 @@ def test_a_host_crash_gets_a_backtrace(student, inputs):
     proc = fa("run", inputs["many"], "--program", student["HOST_OVERRUN"])
     assert proc.returncode == 1 and "killed by SIGSEGV" in proc.stdout
     assert "gdb: SIGSEGV in" in proc.stdout and "called from main" in proc.stdout, proc.stdout
-    assert "--program SOURCE.cpp (the source it was built from)" in proc.stdout  # what would name the line
+    assert "--program SOURCE (the .cu, .hip or .cpp it was built from)" in proc.stdout  # what would name the line
 
 
 def test_a_host_overrun_is_named_on_its_line_from_the_source(inputs, tmp_path):
