@@ -12,7 +12,8 @@ import click
 from click.core import ParameterSource
 
 from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
-               profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
+               profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, wave64,
+               writeup)
 from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
@@ -340,6 +341,8 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         click.echo(report.diagnoses(results, always=bool(why_case)) + "\n")
     for finding in across:
         click.echo("across the cases: " + " ".join(finding.lines) + "\n")
+    for line in wave64.run_notes(prog, results):  # hw4.hip on the NVIDIA GPU: what the emulation says
+        click.echo(line)
     if results_file:
         append(results_file, [judge.as_record(r, options) for r in results])
         click.echo(f"{report.plural(len(results), 'record')} added to {results_file}")
