@@ -244,7 +244,7 @@ PLANTED = {  # plant -> what fa must say of hw4.hip
     "BALLOT32": "a ballot mask stored in 32 bits",
     "LDS_OVER_64K": "launch refused, as the MI210 refuses it",
     "BLOCK32": "blocks of 32 threads",
-    "CUDA_CALL": "cudaDeviceSynchronize, a CUDA name that hipcc does not know",
+    "CUDA_CALL": "cudaDeviceSynchronize",  # in hipcc's error where it is installed, else in fa's line
 }
 
 
@@ -260,3 +260,110 @@ def test_planted_port_is_named(tmp_path, plant):
     said = as_hip.stdout + as_hip.stderr
     assert (as_hip.returncode == 0) == (plant == "BLOCK32"), said
     assert PLANTED[plant] in said, said
+
+
+def test_run_notes_say_it_is_an_emulation(monkeypatch, tmp_path):
+    """Under fa run's table: what the run was, the layer's notes once each, and for a wrong answer
+    the AMD-only pattern of the source; nothing for a hw4.hip built for AMD."""
+    from types import SimpleNamespace
+    with_devices(monkeypatch, "nvidia")
+    program = programs.from_source(student_hip(tmp_path, "LANE32"))
+    note = "fa-wave64: note: attention<32>: blocks of 32 threads: on the MI210 32 of the 64 lanes ...\n"
+    results = [SimpleNamespace(run=SimpleNamespace(stderr=note), ok=False),
+               SimpleNamespace(run=SimpleNamespace(stderr=note), ok=True)]
+    lines = wave64.run_notes(program, results)
+    assert lines[0] == f"hw4.hip ran as {wave64.LABEL}"
+    assert lines[1] == "note: attention<32>: blocks of 32 threads: on the MI210 32 of the 64 lanes ..."
+    assert len(lines) == 3 and lines[2].startswith("looks like (MI210 only): planted_hw4.hip line ")
+    with_devices(monkeypatch, "nvidia", "amd")
+    assert wave64.run_notes(program, results) == []
+
+
+def test_compare_names_what_passes_as_cuda_and_fails_as_hip():
+    records = [{"program": "hw4.cu", "input": "t01", "passed": True}, {"program": "hw4.hip", "input": "t01"},
+               {"program": "hw4.cu", "input": "t02", "passed": True},
+               {"program": "hw4.hip", "input": "t02", "passed": True}]
+    [line] = wave64.compare_findings(records)
+    assert line.startswith("t01: right as hw4.cu, wrong or failing as hw4.hip: an AMD-only mistake")
+    assert wave64.compare_findings(records[2:]) == []
+
+
+def test_bench_says_which_times_are_the_nvidia_gpus(monkeypatch, tmp_path):
+    with_devices(monkeypatch, "nvidia")
+    hip, cu = programs.from_source(student_hip(tmp_path, None)), programs.from_source(student_cu(tmp_path, None))
+    assert wave64.emulated_sources([cu, hip]) == [f"hw4.hip: {wave64.LABEL}"]
+    with_devices(monkeypatch, "amd")
+    assert wave64.emulated_sources([cu, hip]) == []
+
+
+@needs_nvcc
+def test_index_arithmetic_without_a_gpu(tmp_path):
+    """The layer's own source_lane() (compiled for the host) gives, for every case of the primitives'
+    table and every lane of two wavefronts, what AMD's formulas give; and where its crosses() says
+    no lane reads the other 32-lane half, none does (the two warps then skip their meeting)."""
+    source = tmp_path / "index.cu"
+    source.write_text("#include <cstdio>\n#include <hip/hip_runtime.h>\n"
+                      "int main() {\n"
+                      "  const char* names[] = {\"shfl\", \"up\", \"down\", \"xor\"};\n"
+                      "  for (int op = 0; op < 4; ++op)\n"
+                      "    for (int width : {64, 32, 16, 8, 4, 2, 1})\n"
+                      "      for (int arg : {0, 1, 3, 5, 16, 31, 32, 33, 40, 63, 64, 70}) {\n"
+                      "        printf(\"%s %d %d %d:\", names[op], width, arg,\n"
+                      "               (int)fa_wave64::crosses(op, arg, width));\n"
+                      "        for (int t = 0; t < 128; ++t)\n"
+                      "          printf(\" %d\", 1000 * (t / 64) +\n"
+                      "                 (fa_wave64::source_lane(op, t % 64, arg, width) & 63));\n"
+                      "        printf(\"\\n\");\n"
+                      "      }\n}\n")
+    exe = tmp_path / "index"
+    proc = subprocess.run(["nvcc", "-std=c++14", "-I", str(wave64.layer_dir()), "-o", str(exe), str(source)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(lines) == 4 * 7 * 12
+    for line in lines:
+        head, values = line.split(":")
+        op, width, arg, crosses = head.split()
+        got = [int(v) for v in values.split()]
+        assert got == documented(op, int(width), int(arg)), head
+        if crosses == "0":
+            assert all((v % 1000) // 32 == (t % 64) // 32 for t, v in enumerate(got)), head
+
+
+@pytest.fixture(scope="module")
+def fa_hip_through_the_layer(tmp_path_factory):
+    """Our own src_hip/fa_hip.hip built by nvcc through the MI210 emulation (FA_WAVE64_LAYER: hip_api.h
+    takes the layer's hip/hip_runtime.h, as a student's hw4.hip does), for the GPU."""
+    exe = tmp_path_factory.mktemp("wave64") / "fa-hip-wave64"
+    line = ["-std=c++17" if a == "-std=c++14" else a for a in wave64.build_line("nvcc", "native")]  # the pipeline's C++
+    argv = [*line, "-DFA_WAVE64_LAYER", "-Xcompiler", "-pthread", "-o", str(exe), str(ROOT / "src_hip" / "fa_hip.hip")]
+    subprocess.run(argv, check=True, cwd=ROOT)
+    return exe
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel, env", [("simt", {}), ("tiled", {"FA_HIP_BC": "64"}), ("mfma", {})])
+def test_our_hip_program_through_the_layer_matches_hip_cuda(fa_hip_through_the_layer, tmp_path, kernel, env):
+    """fa_hip.hip through the emulation gives hip-cuda's outputs (make hip-cuda): the default kernel,
+    the homework kernel at Bc = 64 (its row butterfly a single 64-lane __shfl_xor here, the xor-32
+    step crossing the warps, which hip-cuda does through shared memory instead) and the MFMA kernel."""
+    import os
+
+    import numpy as np
+
+    from fa_cli import generate
+    from fa_cli.format import Shape
+    from helpers import build
+    hip_cuda = build("hip-cuda")
+    run_env = {**os.environ, "FA_KERNEL": kernel, **env}
+    for shape in (Shape(3, 200, 32), Shape(2, 333, 64), Shape(1, 1024, 64)):
+        inp = tmp_path / f"{shape.N}_{shape.d}.in"
+        generate.write_input(inp, shape, 7, "uniform")
+        outs = []
+        for exe in (fa_hip_through_the_layer, hip_cuda):
+            out = tmp_path / f"{exe.name}.out"
+            proc = subprocess.run([str(exe), str(inp), str(out)], capture_output=True, text=True, env=run_env,
+                                  timeout=120)
+            assert proc.returncode == 0, (exe.name, proc.stderr)
+            outs.append(np.fromfile(out, "<f4"))
+        assert np.abs(outs[0] - outs[1]).max() <= 1e-5, (kernel, shape)
