@@ -84,7 +84,7 @@ __global__ void attention(const float* qkv, float* out, int N) {
 #else
       const Mask valid = __ballot(key < N);
 #endif
-      if (!((valid >> __lane_id()) & 1)) s = -INFINITY;
+      if (!(valid & 1ull << __lane_id())) s = -INFINITY;  // BALLOT32: bits 32..63 are gone
       float mx = s;
       for (int off = G / 2; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor(mx, off));
       const float m_new = fmaxf(m, mx), alpha = __expf(m - m_new), p = __expf(s - m_new);

@@ -183,8 +183,9 @@ __device__ __forceinline__ const volatile unsigned* meet(unsigned t, int op, uns
 }
 
 // The lane HIP's formulas make lane `self` read (amd_warp_functions.h), before ds_bpermute takes
-// it modulo 64. A lane whose source is out of its segment reads itself.
-__device__ __forceinline__ int source_lane(int op, int self, int arg, int width) {
+// it modulo 64. A lane whose source is out of its segment reads itself. (Also a host function,
+// for tests/test_wave64.py to check it without a GPU.)
+__host__ __device__ __forceinline__ int source_lane(int op, int self, int arg, int width) {
   switch (op) {
     case kShfl:  // index = (src & (width-1)) + (self & ~(width-1))
       return (arg & (width - 1)) + (self & ~(width - 1));
@@ -203,7 +204,7 @@ __device__ __forceinline__ int source_lane(int op, int self, int arg, int width)
 
 // Whether any lane can read from the other half, decided from what both halves pass (the same
 // width and offset in every lane, as in any sensible use), so both decide alike.
-__device__ __forceinline__ bool crosses(int op, int arg, int width) {
+__host__ __device__ __forceinline__ bool crosses(int op, int arg, int width) {
   if (op == kShflXor) return (arg & 32) != 0;
   if (op == kShfl) return width > 32;
   return width > 32 && arg != 0;
