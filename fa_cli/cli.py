@@ -448,6 +448,8 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
     report.show(report.bench_table(records, wide))
     for line in bench.control_ratios(records):
         click.echo(line)
+    for line in wave64.emulated_sources(progs):  # hw4.hip timed on the NVIDIA GPU: said so
+        click.echo(line)
     click.echo(f"{report.plural(len(records), 'record')} added to {results}")
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
 
@@ -536,6 +538,8 @@ def compare_cmd(files, as_markdown, plot, wide) -> None:
         report.show(report.compare_table(header, body, f"fa compare{about}"))
         if note := compare.amd_note(records):
             click.echo(report.wrap_words(note, 80))
+    for line in wave64.compare_findings(records):  # a student's hw4.cu and hw4.hip side by side
+        click.echo(line)
     if plot:
         click.echo(f"wrote {compare.plot(records, plot)}")
 

@@ -149,6 +149,14 @@ def notes(stderr: str) -> list[str]:
     return [l[len(NOTE):] for l in stderr.splitlines() if l.startswith(NOTE)]
 
 
+def emulated_sources(programs) -> list[str]:
+    """One line per hw4.hip among the programs that ran through the emulation (fa bench)."""
+    if not emulated():
+        return []
+    return [f"{p.source.name}: {LABEL}" for p in programs
+            if getattr(p, "source", None) is not None and p.source.suffix == ".hip"]
+
+
 def run_notes(program, results) -> list[str]:
     """fa run's lines under its table for hw4.hip run through the emulation: what it is, the
     layer's notes, and for a wrong answer the AMD-only patterns in the source."""
@@ -165,3 +173,18 @@ def run_notes(program, results) -> list[str]:
     if any(not r.ok for r in results):
         lines += [f"looks like (MI210 only): {hint}" for hint in source_hints(source)]
     return lines
+
+
+def compare_findings(records: list[dict]) -> list[str]:
+    """fa compare's lines where a student's hw4.cu and hw4.hip ran the same inputs: an input that
+    passes as hw4.cu and fails as hw4.hip points at an AMD-only mistake, one line for them all."""
+    def verdicts(suffix):
+        return {r.get("input"): bool(r.get("passed")) and not r.get("error")
+                for r in records if str(r.get("program", "")).endswith(suffix)}
+    cuda, hip = verdicts(".cu"), verdicts(".hip")
+    split = [name for name in cuda if name in hip and cuda[name] and not hip[name]]
+    if not split:
+        return []
+    return [f"{', '.join(map(str, split))}: right as hw4.cu, wrong or failing as "
+            f"hw4.hip: an AMD-only mistake (fa run {split[0]} --program hw4.hip names what it can: a 32-lane "
+            "assumption, a 32-bit ballot mask, more than 64 KB of LDS)"]
