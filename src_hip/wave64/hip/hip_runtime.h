@@ -120,6 +120,30 @@ inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* p, int device) {
   return hipSuccess;
 }
 
+// hipDeviceGetAttribute for the attributes a homework asks: the MI210's limits, the rest the GPU's.
+enum hipDeviceAttribute_t {
+  hipDeviceAttributeMaxThreadsPerBlock,
+  hipDeviceAttributeWarpSize,
+  hipDeviceAttributeMaxSharedMemoryPerBlock,
+  hipDeviceAttributeMultiprocessorCount,
+  hipDeviceAttributeClockRate,
+  hipDeviceAttributeMaxThreadsPerMultiProcessor,
+};
+
+inline hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t attr, int device) {
+  switch (attr) {
+    case hipDeviceAttributeMaxThreadsPerBlock: *value = fa_wave64::kMaxThreads; return hipSuccess;
+    case hipDeviceAttributeWarpSize: *value = fa_wave64::kWave; return hipSuccess;
+    case hipDeviceAttributeMaxSharedMemoryPerBlock: *value = (int)fa_wave64::kLdsBytes; return hipSuccess;
+    case hipDeviceAttributeMultiprocessorCount:
+      return cudaDeviceGetAttribute(value, cudaDevAttrMultiProcessorCount, device);
+    case hipDeviceAttributeClockRate: return cudaDeviceGetAttribute(value, cudaDevAttrClockRate, device);
+    case hipDeviceAttributeMaxThreadsPerMultiProcessor:
+      return cudaDeviceGetAttribute(value, cudaDevAttrMaxThreadsPerMultiProcessor, device);
+  }
+  return hipErrorInvalidValue;
+}
+
 // ---------------------------------------------------------------- what went wrong, in one line
 namespace fa_wave64 {
 
