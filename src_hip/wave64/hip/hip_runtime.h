@@ -223,7 +223,9 @@ inline cudaError_t launch(cudaKernel_t kernel, dim3 grid, dim3 block, void** arg
                           cudaStream_t stream, LaunchFn forward) {
   static bool at_exit = (std::atexit(report_fault), true);
   (void)at_exit;
-  const void* func = reinterpret_cast<const void*>(kernel);  // CUDA's runtime takes a cudaKernel_t so
+  // CUDA's runtime takes a cudaKernel_t where it asks for a kernel (cuda_runtime_api.h: "assumed
+  // to be a cudaKernel_t and used as is") in cudaFuncGetAttributes and cudaFuncSetAttribute.
+  const void* func = reinterpret_cast<const void*>(kernel);
   std::string name = kernel_name(func);
   last_kernel() = name;
   const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
