@@ -12,7 +12,8 @@ import click
 from click.core import ParameterSource
 
 from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
-               profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, writeup)
+               profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, wave64,
+               writeup)
 from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size, force_option
 from . import cache
 from .devices import describe_first, list_devices
@@ -348,6 +349,8 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         click.echo(report.diagnoses(results, always=bool(why_case)) + "\n")
     for finding in across:
         click.echo("across the cases: " + " ".join(finding.lines) + "\n")
+    for line in wave64.run_notes(prog, results):  # hw4.hip on the NVIDIA GPU: what the emulation says
+        click.echo(line)
     if results_file and results:
         append(results_file, [judge.as_record(r, options) for r in results])
         click.echo(f"{report.plural(len(results), 'record')} added to {results_file}")
@@ -498,6 +501,8 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
     report.show(report.bench_table(records, wide))
     for line in bench.control_ratios(records):
         click.echo(line)
+    for line in wave64.emulated_sources(progs):  # hw4.hip timed on the NVIDIA GPU: said so
+        click.echo(line)
     click.echo(f"{report.plural(len(records), 'record')} added to {results}")
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
 
@@ -588,6 +593,8 @@ def compare_cmd(files, as_markdown, plot, wide) -> None:
         report.show(report.compare_table(header, body, f"fa compare{about}"))
         if note := compare.amd_note(records):
             click.echo(report.wrap_words(note, 80))
+    for line in wave64.compare_findings(records):  # a student's hw4.cu and hw4.hip side by side
+        click.echo(line)
     if plot:
         click.echo(f"wrote {compare.plot(records, plot)}")
 

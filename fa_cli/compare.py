@@ -146,8 +146,8 @@ def amd_note(records: list[dict]) -> str | None:
         return None
     if not any(hip_off_amd(r) for r in records):
         return None
-    return ("Note: no AMD GPU ran these. The HIP runs here ran on NVIDIA hardware (src_hip/hip_on_cuda.h): "
-            "they are not AMD measurements; for an MI210 there are estimates only (docs/kernels.md, "
+    return ("Note: no AMD GPU ran these. The HIP runs here ran on NVIDIA hardware (src_hip/hip_on_cuda.h; a "
+            "student's hw4.hip through the MI210 emulation, src_hip/wave64): they are not AMD measurements; for an MI210 there are estimates only (docs/kernels.md, "
             "\"MI210 speed: an ESTIMATE\").")
 
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import locations, timing
+from . import locations, timing, wave64
 from .devices import list_devices
 from .errors import ExitStatus, FaError
 
@@ -115,6 +115,14 @@ def best_name() -> str:
 SOURCE_COMPILERS = {".cu": "nvcc", ".hip": "hipcc", ".cpp": "g++", ".cc": "g++"}
 
 
+def source_compiler(source: Path) -> str:
+    """The compiler of a source's build here: hw4.hip goes to nvcc where it runs on the NVIDIA
+    emulation of the MI210 (wave64.emulated), else to the compiler of its suffix."""
+    if source.suffix == ".hip" and wave64.emulated():
+        return "nvcc"
+    return SOURCE_COMPILERS[source.suffix]
+
+
 def local_target(compiler: str) -> str | None:
     """The GPU target this machine runs: its own GPU's, else the oldest the compiler builds."""
     vendor = {"nvcc": "nvidia", "hipcc": "amd"}.get(compiler)
@@ -148,10 +156,13 @@ def course_build(source: Path, output: Path, extra: tuple[str, ...] = ()) -> lis
     """The course's build line for a source (its example Makefile: nvcc -std=c++11 -O3, hipcc
     -std=c++14 -O3), for this machine's GPU (the course's sm_61 is no target of CUDA 13), with the
     flags the source asks for (source_needs: -fopenmp, -pthread) so that it runs as its author meant."""
-    compiler = SOURCE_COMPILERS[source.suffix]
+    compiler = source_compiler(source)
     target = local_target(compiler)
     needs = source_needs(source)
-    if compiler == "nvcc":
+    if source.suffix == ".hip" and compiler == "nvcc":  # the MI210's rules on the NVIDIA GPU
+        argv = wave64.build_line(compiler_command("nvcc"), target)
+        needs = [f"-Xcompiler={flag}" for flag in needs]
+    elif compiler == "nvcc":
         argv = [compiler_command("nvcc"), "-std=c++11", "-O3", f"-arch={target}"]
         needs = [f"-Xcompiler={flag}" for flag in needs]  # host code's flags, through nvcc
     elif compiler == "hipcc":
@@ -164,6 +175,8 @@ def course_build(source: Path, output: Path, extra: tuple[str, ...] = ()) -> lis
 def from_source(source: Path, extra: tuple[str, ...] = (), flavour: str = "") -> Program:
     """The program a source builds to, in a cache folder named by the source's bytes and the line."""
     line = (*source_needs(source), *extra)  # the flags the source asks for are part of its build
+    if source.suffix == ".hip" and wave64.emulated():  # the emulation's build is another program
+        flavour += "wave64"
     digest = hashlib.sha256(source.read_bytes() + "\0".join(line).encode() + flavour.encode()).hexdigest()[:16]
     path = locations.cache_dir() / "student" / f"{source.stem}-{digest}" / source.stem
     return Program(source.name, path, None, source=source.resolve(), build_flags=extra)
@@ -252,7 +265,7 @@ def compiler_command(compiler: str) -> str:
 
 def compiler_of(source: Path) -> str:
     """The compiler the course's line for a source runs."""
-    return compiler_command(SOURCE_COMPILERS[source.suffix])
+    return compiler_command(source_compiler(source))
 
 
 def check_compiler(source: Path) -> None:
@@ -267,16 +280,23 @@ def build_error(program: Program, announce=None) -> str | None:
     it built, else the compiler's first error line."""
     check_compiler(program.source)
     argv = course_build(program.source, program.path, program.build_flags)
+    emulation = program.source.suffix == ".hip" and argv[0] == compiler_command("nvcc")
+    if emulation and (leftover := wave64.cuda_leftover(program.source)):
+        return f"not for the MI210: {leftover}"
     if announce:
         needs = source_needs(program.source)
         asked = f" ({' and '.join(needs)}: the source asks for {'them' if len(needs) > 1 else 'it'}; the course's " \
             "example line has no such flag, so a Makefile of your own must add it)" if needs else ""
-        announce("building " + " ".join(argv) + asked)
+        which = f" ({program.source.name} as {wave64.LABEL})" if emulation else \
+            f" ({program.source.name} for AMD)" if program.source.suffix == ".hip" else ""
+        announce("building " + " ".join(argv) + which + asked)
     program.path.parent.mkdir(parents=True, exist_ok=True)
     # The compiler's temporary files in a folder of fa's own, removed after: hipcc (ROCm 5.2)
     # leaves folders and archives in the temporary directory on every build.
     with locations.scratch("build") as work:
-        proc = run_tool(argv, cwd=program.path.parent, env={**os.environ, "TMPDIR": str(work)})
+        # hipcc picks the NVIDIA platform where nvcc is installed: the AMD build names its platform.
+        platform = {"HIP_PLATFORM": "amd"} if program.source.suffix == ".hip" and not emulation else {}
+        proc = run_tool(argv, cwd=program.path.parent, env={**os.environ, "TMPDIR": str(work), **platform})
     if proc.returncode != 0 or not program.path.exists():
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if "error" in l.lower()] or \
             [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
@@ -321,6 +341,8 @@ class RunResult:
         if self.returncode == 0:
             return None
         lines = [l for l in self.stderr.splitlines() if l.strip() and not timing.is_timing_line(l)]
+        if emulated := wave64.fault(self.stderr):  # the MI210 emulation's own line says more than the program's
+            return emulated
         if self.returncode < 0:  # ended by a signal: name it (SIGSEGV, SIGABRT, ...)
             try:
                 return f"killed by {signal.Signals(-self.returncode).name}"

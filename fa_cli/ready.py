@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from . import expected, locations, suite
+from . import expected, locations, suite, wave64
 from .cause import gpu_kind
 from .devices import amd_problem, list_devices, nvidia_problem
 from .errors import FaError
@@ -34,6 +34,8 @@ def kind_of(program: Program) -> str:
     if program is TORCH:
         return "torch"
     if program.source is not None:
+        if program.source.suffix == ".hip" and wave64.emulated():  # the MI210 emulated on the NVIDIA GPU
+            return "cuda"
         return {".cu": "cuda", ".hip": "hip"}.get(program.source.suffix, "cpu")
     return gpu_kind(program)
 

@@ -1,0 +1,369 @@
+"""fa's MI210 emulation of a student's hw4.hip on an NVIDIA GPU (src_hip/wave64, fa_cli/wave64.py):
+the layer builds with nvcc here; on the GPU, HIP's cross-lane functions against AMD's formulas,
+the planted AMD-only mistakes (tests/data/planted_hw4.hip) each named, the starter and the usual
+port passing."""
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from helpers import DATA, ROOT, fa
+from fa_cli import devices, programs, wave64
+from fa_cli.devices import Device
+
+needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+PLANTS = ("LANE32", "BALLOT32", "LDS_OVER_64K", "BLOCK32", "CUDA_CALL")
+
+
+def student_hip(folder: Path, plant: str | None) -> Path:
+    """hw4.hip as the student has it: planted_hw4.hip with one mistake switched on."""
+    path = folder / "hw4.hip"
+    path.write_text((f"#define PLANT {plant}\n" if plant else "") + f'#include "{DATA / "planted_hw4.hip"}"\n')
+    return path
+
+
+def student_cu(folder: Path, plant: str | None) -> Path:
+    """The same program as the student's hw4.cu (planted_as_cuda.h: CUDA's names, 32-lane warps)."""
+    path = folder / "hw4.cu"
+    path.write_text((f"#define PLANT {plant}\n" if plant else "") + f'#include "{DATA / "planted_as_cuda.h"}"\n'
+                    f'#include "{DATA / "planted_hw4.hip"}"\n')
+    return path
+
+
+def emulation_build(source: Path, out: Path) -> subprocess.CompletedProcess:
+    argv = [*wave64.build_line("nvcc", "sm_90"), "-o", str(out), str(source), "-lm"]
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+# ----------------------------------------------------------------------------- here, no GPU
+@needs_nvcc
+def test_layer_builds_the_ports(tmp_path):
+    """The starter's hw4.hip, the usual port and every planted one build with nvcc (sm_90) through
+    the layer, and each program's <<<>>> and hipLaunchKernelGGL reach the layer's launch, not the
+    CUDA runtime's directly (no undefined __cudaLaunchKernel left for libcudart to fill)."""
+    sources = {"starter": ROOT / "fa_cli" / "starter" / "hw4.hip"}
+    for plant in (None, *PLANTS):
+        folder = tmp_path / (plant or "usual")
+        folder.mkdir()
+        sources[plant or "usual"] = student_hip(folder, plant)
+    sources["primitives"] = DATA / "wave64_primitives.hip"
+
+    def build(item):
+        name, source = item
+        out = tmp_path / f"{name}.bin"
+        return name, out, emulation_build(source, out)
+
+    with ThreadPoolExecutor(4) as pool:
+        for name, out, proc in pool.map(build, sources.items()):
+            assert proc.returncode == 0, (name, proc.stderr[-2000:])
+            symbols = subprocess.run(["nm", str(out)], capture_output=True, text=True, check=True).stdout
+            assert " U __cudaLaunchKernel" not in symbols, name
+
+
+@needs_nvcc
+def test_launch_refused_as_the_mi210_refuses_it(tmp_path):
+    """A block of more than 1024 threads is refused before CUDA sees it, by hipLaunchKernelGGL and
+    <<<>>> alike, in one line, and hipGetLastError says so (the check needs no GPU)."""
+    source = tmp_path / "wide.hip"
+    source.write_text("#include <cstdio>\n#include <hip/hip_runtime.h>\n"
+                      "__global__ void wide(float* x) { if (x) x[threadIdx.x] = 1.f; }\n"
+                      "int main() {\n"
+                      "  hipLaunchKernelGGL(wide, dim3(1), dim3(2048), 0, 0, (float*)nullptr);\n"
+                      "  printf(\"%d\\n\", hipGetLastError() == hipErrorInvalidConfiguration);\n"
+                      "  wide<<<1, 1100>>>(nullptr);\n"
+                      "  printf(\"%d\\n\", hipGetLastError() == hipErrorInvalidConfiguration);\n}\n")
+    assert emulation_build(source, tmp_path / "wide").returncode == 0
+    proc = subprocess.run([str(tmp_path / "wide")], capture_output=True, text=True)
+    assert proc.stdout.split() == ["1", "1"], proc
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 2 and all(l.startswith("fa-wave64: ") for l in lines), lines
+    assert "launch refused, as the MI210 refuses it: a block of 2048 threads (at most 1024)" in lines[0]
+    assert "a block of 1100 threads" in lines[1]
+
+
+def with_devices(monkeypatch, *vendors):
+    found = tuple(Device(v, i, f"{v} GPU", "sm_90" if v == "nvidia" else "gfx90a", 1, 1) for i, v in enumerate(vendors))
+    monkeypatch.setattr(wave64, "list_devices", lambda: found)
+    monkeypatch.setattr(programs, "list_devices", lambda: found)
+
+
+@pytest.mark.parametrize("vendors, compiler, flag", [
+    (("nvidia",), "nvcc", "-cudart"),           # only NVIDIA: the emulation
+    (("nvidia", "amd"), "hipcc", "--offload-arch=gfx90a"),  # an AMD GPU here: built for it
+    ((), "hipcc", "--offload-arch=gfx90a"),     # no GPU: built for AMD as before
+])
+def test_hip_build_follows_the_gpus_here(monkeypatch, tmp_path, vendors, compiler, flag):
+    with_devices(monkeypatch, *vendors)
+    source = tmp_path / "hw4.hip"
+    source.write_text("int main() {}\n")
+    argv = programs.course_build(source, tmp_path / "hw4", ())
+    assert Path(argv[0]).name == compiler and flag in argv
+    assert programs.compiler_of(source) == compiler
+    if compiler == "nvcc":
+        assert argv[argv.index("-I") + 1] == str(wave64.layer_dir())
+        assert (wave64.layer_dir() / "hip" / "hip_runtime.h").is_file()
+
+
+def test_amd_build_names_its_platform(monkeypatch, tmp_path):
+    """hipcc picks the NVIDIA platform where nvcc is installed: fa's build of a .hip for AMD runs
+    it with HIP_PLATFORM=amd, and the build line says it is the AMD build."""
+    with_devices(monkeypatch)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    seen = tmp_path / "platform"
+    fake = bin_dir / "hipcc"
+    fake.write_text(f"#!/bin/sh\necho \"$HIP_PLATFORM\" > {seen}\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    source = tmp_path / "hw4.hip"
+    source.write_text("int main() {}\n")
+    said = []
+    programs.build_error(programs.from_source(source), said.append)
+    assert seen.read_text().strip() == "amd"
+    assert said and said[0].endswith("(hw4.hip for AMD)")
+
+
+def test_emulated_build_line_says_what_it_is(monkeypatch, tmp_path):
+    with_devices(monkeypatch, "nvidia")
+    source = tmp_path / "hw4.hip"
+    source.write_text("int main() {}\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvcc").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "nvcc").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    monkeypatch.delenv("NVCC", raising=False)
+    said = []
+    programs.build_error(programs.from_source(source), said.append)
+    assert "an emulation of the MI210 on the NVIDIA GPU" in said[0] and "times are the NVIDIA GPU's" in said[0]
+
+
+def test_fault_line_is_the_runs_error():
+    """The layer's line, not the program's own complaint after it, is what fa says of the run."""
+    stderr = ("fa-wave64: note: k: blocks of 32 threads: on the MI210 32 of the 64 lanes ...\n"
+              "fa-wave64: k: launch refused, as the MI210 refuses it: 70000 bytes of LDS per block\n"
+              "hw4: line 12: invalid configuration argument\n")
+    run = programs.RunResult(["hw4"], 1, 0.1, stderr)
+    assert run.error == "k: launch refused, as the MI210 refuses it: 70000 bytes of LDS per block"
+    assert wave64.notes(stderr) == ["k: blocks of 32 threads: on the MI210 32 of the 64 lanes ..."]
+    assert wave64.fault("hw4: wrong\n") is None
+
+
+@pytest.mark.parametrize("plant, named", [
+    ("LANE32", "a 32-lane assumption"), ("BALLOT32", "a ballot mask stored in 32 bits"), (None, None)])
+def test_source_hints_name_the_amd_only_pattern(tmp_path, plant, named):
+    """Only the planted pattern is named (the #if's decided as the build decides them), at its line."""
+    hints = wave64.source_hints(student_hip(tmp_path, plant))
+    if named is None:
+        assert hints == []
+    else:
+        assert len(hints) == 1 and named in hints[0] and hints[0].startswith("planted_hw4.hip line "), hints
+
+
+def test_cuda_call_left_in_the_port_is_named(tmp_path):
+    line = wave64.cuda_leftover(student_hip(tmp_path, "CUDA_CALL"))
+    assert line and "cudaDeviceSynchronize" in line
+    assert wave64.cuda_leftover(student_hip(tmp_path, None)) is None
+    assert wave64.cuda_leftover(ROOT / "fa_cli" / "starter" / "hw4.hip") is None
+
+
+# ----------------------------------------------------------------------------- on the GPU
+def documented(op: str, width: int, arg: int) -> list[int]:
+    """HIP's results for two wavefronts (lane l of wavefront w holds 1000 w + l), from
+    amd_warp_functions.h's formulas; ds_bpermute takes the index modulo 64."""
+    out = []
+    for t in range(128):
+        w, self = divmod(t, 64)
+        if op == "shfl":
+            index = (arg & (width - 1)) + (self & ~(width - 1))
+        elif op == "up":
+            index = self - arg
+            index = self if index < (self & ~(width - 1)) else index
+        elif op == "down":
+            index = self if (self & (width - 1)) + arg >= width else self + arg
+        elif op == "xor":
+            index = self ^ arg
+            index = self if index >= ((self + width) & ~(width - 1)) else index
+        elif op == "ballot":
+            out.append(sum(1 << l for l in range(64) if l < arg) - (1 << 64 if arg >= 64 else 0))
+            continue
+        elif op == "any":
+            out.append(int(arg < 64))
+            continue
+        elif op == "all":
+            out.append(int(arg >= 64))
+            continue
+        else:
+            out.append(self + 1000)
+            continue
+        out.append(1000 * w + (index & 63))
+    return out
+
+
+@pytest.mark.gpu
+def test_primitives_follow_amds_formulas(tmp_path):
+    """Every lane of two wavefronts, for every (function, width, offset) of the table in
+    wave64_primitives.hip, equals HIP's documented result: lane numbering 0..63, the width's
+    segments, out-of-range sources giving the caller's own value, lanes of the other 32-lane half."""
+    exe = tmp_path / "primitives"
+    proc = emulation_build(DATA / "wave64_primitives.hip", exe)
+    assert proc.returncode == 0, proc.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert len(lines) == 4 * 7 * 12 + 4 * 12
+    for line in lines:
+        head, values = line.split(":")
+        op, width, arg = head.split()
+        assert [int(v) for v in values.split()] == documented(op, int(width), int(arg)), head
+
+
+def judged(tmp_path, source: Path, *cases) -> subprocess.CompletedProcess:
+    return fa("run", *cases, "--program", source, "--why-budget", "0", cwd=tmp_path)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("which", ["starter", "usual"])
+def test_ports_pass_through_the_emulation(tmp_path, which):
+    """fa init's hw4.hip and a usual port pass t01, c01 and c30 as the MI210 would judge them, and
+    fa says the run was an emulation on the NVIDIA GPU."""
+    if which == "starter":
+        source = tmp_path / "hw4.hip"
+        shutil.copy(ROOT / "fa_cli" / "starter" / "hw4.hip", source)
+    else:
+        source = student_hip(tmp_path, None)
+    proc = judged(tmp_path, source, "t01", "c01", "c30")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "an emulation of the MI210 on the NVIDIA GPU" in proc.stderr + proc.stdout
+
+
+PLANTED = {  # plant -> what fa must say of hw4.hip
+    "LANE32": "a 32-lane assumption",
+    "BALLOT32": "a ballot mask stored in 32 bits",
+    "LDS_OVER_64K": "launch refused, as the MI210 refuses it",
+    "BLOCK32": "blocks of 32 threads",
+    "CUDA_CALL": "cudaDeviceSynchronize",  # in hipcc's error where it is installed, else in fa's line
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plant", PLANTS)
+def test_planted_port_is_named(tmp_path, plant):
+    """Each plant passes as hw4.cu and, as hw4.hip, fails (BLOCK32: passes with its note), named."""
+    cu_dir, hip_dir = tmp_path / "cu", tmp_path / "hip"
+    cu_dir.mkdir(), hip_dir.mkdir()
+    as_cuda = judged(cu_dir, student_cu(cu_dir, plant), "t01")
+    assert as_cuda.returncode == 0, as_cuda.stdout + as_cuda.stderr
+    as_hip = judged(hip_dir, student_hip(hip_dir, plant), "t01")
+    said = as_hip.stdout + as_hip.stderr
+    assert (as_hip.returncode == 0) == (plant == "BLOCK32"), said
+    assert PLANTED[plant] in said, said
+
+
+def test_run_notes_say_it_is_an_emulation(monkeypatch, tmp_path):
+    """Under fa run's table: what the run was, the layer's notes once each, and for a wrong answer
+    the AMD-only pattern of the source; nothing for a hw4.hip built for AMD."""
+    from types import SimpleNamespace
+    with_devices(monkeypatch, "nvidia")
+    program = programs.from_source(student_hip(tmp_path, "LANE32"))
+    note = "fa-wave64: note: attention<32>: blocks of 32 threads: on the MI210 32 of the 64 lanes ...\n"
+    results = [SimpleNamespace(run=SimpleNamespace(stderr=note), ok=False),
+               SimpleNamespace(run=SimpleNamespace(stderr=note), ok=True)]
+    lines = wave64.run_notes(program, results)
+    assert lines[0] == f"hw4.hip ran as {wave64.LABEL}"
+    assert lines[1] == "note: attention<32>: blocks of 32 threads: on the MI210 32 of the 64 lanes ..."
+    assert len(lines) == 3 and lines[2].startswith("looks like (MI210 only): planted_hw4.hip line ")
+    with_devices(monkeypatch, "nvidia", "amd")
+    assert wave64.run_notes(program, results) == []
+
+
+def test_compare_names_what_passes_as_cuda_and_fails_as_hip():
+    records = [{"program": "hw4.cu", "input": "t01", "passed": True}, {"program": "hw4.hip", "input": "t01"},
+               {"program": "hw4.cu", "input": "t02", "passed": True},
+               {"program": "hw4.hip", "input": "t02", "passed": True}]
+    [line] = wave64.compare_findings(records)
+    assert line.startswith("t01: right as hw4.cu, wrong or failing as hw4.hip: an AMD-only mistake")
+    assert wave64.compare_findings(records[2:]) == []
+
+
+def test_bench_says_which_times_are_the_nvidia_gpus(monkeypatch, tmp_path):
+    with_devices(monkeypatch, "nvidia")
+    hip, cu = programs.from_source(student_hip(tmp_path, None)), programs.from_source(student_cu(tmp_path, None))
+    assert wave64.emulated_sources([cu, hip]) == [f"hw4.hip: {wave64.LABEL}"]
+    with_devices(monkeypatch, "amd")
+    assert wave64.emulated_sources([cu, hip]) == []
+
+
+@needs_nvcc
+def test_index_arithmetic_without_a_gpu(tmp_path):
+    """The layer's own source_lane() (compiled for the host) gives, for every case of the primitives'
+    table and every lane of two wavefronts, what AMD's formulas give; and where its crosses() says
+    no lane reads the other 32-lane half, none does (the two warps then skip their meeting)."""
+    source = tmp_path / "index.cu"
+    source.write_text("#include <cstdio>\n#include <hip/hip_runtime.h>\n"
+                      "int main() {\n"
+                      "  const char* names[] = {\"shfl\", \"up\", \"down\", \"xor\"};\n"
+                      "  for (int op = 0; op < 4; ++op)\n"
+                      "    for (int width : {64, 32, 16, 8, 4, 2, 1})\n"
+                      "      for (int arg : {0, 1, 3, 5, 16, 31, 32, 33, 40, 63, 64, 70}) {\n"
+                      "        printf(\"%s %d %d %d:\", names[op], width, arg,\n"
+                      "               (int)fa_wave64::crosses(op, arg, width));\n"
+                      "        for (int t = 0; t < 128; ++t)\n"
+                      "          printf(\" %d\", 1000 * (t / 64) +\n"
+                      "                 (fa_wave64::source_lane(op, t % 64, arg, width) & 63));\n"
+                      "        printf(\"\\n\");\n"
+                      "      }\n}\n")
+    exe = tmp_path / "index"
+    proc = subprocess.run(["nvcc", "-std=c++14", "-I", str(wave64.layer_dir()), "-o", str(exe), str(source)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(lines) == 4 * 7 * 12
+    for line in lines:
+        head, values = line.split(":")
+        op, width, arg, crosses = head.split()
+        got = [int(v) for v in values.split()]
+        assert got == documented(op, int(width), int(arg)), head
+        if crosses == "0":
+            assert all((v % 1000) // 32 == (t % 64) // 32 for t, v in enumerate(got)), head
+
+
+@pytest.fixture(scope="module")
+def fa_hip_through_the_layer(tmp_path_factory):
+    """Our own src_hip/fa_hip.hip built by nvcc through the MI210 emulation (FA_WAVE64_LAYER: hip_api.h
+    takes the layer's hip/hip_runtime.h, as a student's hw4.hip does), for the GPU."""
+    exe = tmp_path_factory.mktemp("wave64") / "fa-hip-wave64"
+    line = ["-std=c++17" if a == "-std=c++14" else a for a in wave64.build_line("nvcc", "native")]  # the pipeline's C++
+    argv = [*line, "-DFA_WAVE64_LAYER", "-Xcompiler", "-pthread", "-o", str(exe), str(ROOT / "src_hip" / "fa_hip.hip")]
+    subprocess.run(argv, check=True, cwd=ROOT)
+    return exe
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel, env", [("simt", {}), ("tiled", {"FA_HIP_BC": "64"}), ("mfma", {})])
+def test_our_hip_program_through_the_layer_matches_hip_cuda(fa_hip_through_the_layer, tmp_path, kernel, env):
+    """fa_hip.hip through the emulation gives hip-cuda's outputs (make hip-cuda): the default kernel,
+    the homework kernel at Bc = 64 (its row butterfly a single 64-lane __shfl_xor here, the xor-32
+    step crossing the warps, which hip-cuda does through shared memory instead) and the MFMA kernel."""
+    import os
+
+    import numpy as np
+
+    from fa_cli import generate
+    from fa_cli.format import Shape
+    from helpers import build
+    hip_cuda = build("hip-cuda")
+    run_env = {**os.environ, "FA_KERNEL": kernel, **env}
+    for shape in (Shape(3, 200, 32), Shape(2, 333, 64), Shape(1, 1024, 64)):
+        inp = tmp_path / f"{shape.N}_{shape.d}.in"
+        generate.write_input(inp, shape, 7, "uniform")
+        outs = []
+        for exe in (fa_hip_through_the_layer, hip_cuda):
+            out = tmp_path / f"{exe.name}.out"
+            proc = subprocess.run([str(exe), str(inp), str(out)], capture_output=True, text=True, env=run_env,
+                                  timeout=120)
+            assert proc.returncode == 0, (exe.name, proc.stderr)
+            outs.append(np.fromfile(out, "<f4"))
+        assert np.abs(outs[0] - outs[1]).max() <= 1e-5, (kernel, shape)
