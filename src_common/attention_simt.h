@@ -43,7 +43,9 @@
 #error "attention_simt.h needs FA_SHFL_XOR, FA_SYNC_WAVE, FA_WAVE and FA_LAUNCH_BOUNDS: include src_cuda/kernel_primitives.cuh (nvcc) or src_hip/hip_api.h (hipcc) first"
 #endif
 
-#if defined(__HIP_PLATFORM_AMD__) || (defined(__HIP__) && !defined(__NVCC__))
+// FA_WAVE64_LAYER: the HIP port compiled by nvcc through the MI210 emulation (src_hip/wave64),
+// which holds a block to the MI210's 64 KB of LDS: the AMD tiles.
+#if defined(__HIP_PLATFORM_AMD__) || (defined(__HIP__) && !defined(__NVCC__)) || defined(FA_WAVE64_LAYER)
 #define FA_SIMT_AMD 1
 #else
 #define FA_SIMT_AMD 0

@@ -97,7 +97,7 @@ inline hipError_t hipGetDeviceProperties(hipDeviceProp_t* p, int device) {
   hipError_t e = cudaGetDeviceProperties(&c, device);
   if (e != cudaSuccess) return e;
   std::memset(p, 0, sizeof *p);
-  std::snprintf(p->name, sizeof p->name, "%s emulating an MI210", c.name);
+  std::snprintf(p->name, sizeof p->name, "%.200s emulating an MI210", c.name);  // 200: room for the words
   std::snprintf(p->gcnArchName, sizeof p->gcnArchName, "sm_%d%d:emulating-gfx90a", c.major, c.minor);
   p->totalGlobalMem = c.totalGlobalMem;
   p->sharedMemPerBlock = p->maxSharedMemoryPerMultiProcessor = fa_wave64::kLdsBytes;
@@ -245,8 +245,10 @@ inline cudaError_t launch(cudaKernel_t kernel, dim3 grid, dim3 block, void** arg
   note_block(name, (unsigned)threads);
   if (!host_fault()) return cudaErrorMemoryAllocation;
   const size_t total = scratch_offset(dynamic) + scratch_bytes((unsigned)threads);
-  // NVIDIA asks for an opt-in above 48 KB of dynamic shared memory; the MI210 takes up to 64 KB.
-  if (attr.sharedSizeBytes + total > 48 * 1024) {
+  // NVIDIA asks for an opt-in above 48 KB of dynamic shared memory (the MI210 takes up to 64 KB),
+  // and a student's own hipFuncSetAttribute sized it without the scratch: the limit follows what
+  // is launched.
+  if ((int)total > attr.maxDynamicSharedSizeBytes) {
     e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)total);
     if (e != cudaSuccess) return e;
   }
