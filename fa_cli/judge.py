@@ -244,6 +244,8 @@ class CaseInputs:
         c = self.to_make.get(name)
         if c is None or self.folder is None:
             target = target_for(name, progress, self.say)
+            if target.generated:  # kept in the cache (--keep-inputs): where it went
+                self.say(f"generated {target.name} ({target.shape}) into {target.input_path}")
             return target
         if line := suite.changed_shipped(c):
             self.say(line)

@@ -69,7 +69,8 @@ def test_judge_own_program(student):
     """A shipped case (against its expected output) and one generated on demand (against float64)."""
     proc = fa(student, "run", "t03", "t12", "--program", student["hw4"])
     assert verdicts(proc.stdout) == ["PASS"] * 2
-    assert f"generated t12 (B=8, N=2048, d=64) into {student['cache'] / 't12.in'}" in proc.stderr
+    assert "fa: inputs: 1 input generated one at a time into " in proc.stderr  # into TMPDIR, deleted once judged
+    assert not (student["cache"] / "t12.in").exists() and len(list(student["cache"].glob("expected/*.out"))) >= 1
     assert sorted(p.name for p in student["work"].iterdir()) == ["hw4"]
 
 
@@ -109,8 +110,8 @@ def test_verify_bench_compare(student):
 
 
 def test_run_all_generates_every_case(student, tmp_path):
-    """fa run --all from the installed package: every case t11..t30 generated on demand (7.3 GB)
-    and checked against the manifest's sha256. The program answers zeros at once (a real one
+    """fa run --all --keep-inputs from the installed package: every case t11..t30 generated on
+    demand into the cache (7.2 GB) and checked against the manifest's sha256. The program answers zeros at once (a real one
     would take hours on this CPU): every case is then judged WRONG, which is what this checks."""
     free = shutil.disk_usage(student["home"]).free
     if free < 12 << 30:
@@ -124,7 +125,7 @@ def test_run_all_generates_every_case(student, tmp_path):
     try:
         # --sample: this is about the inputs; every value of the 30 outputs would first cost 21.5 TFLOP
         # of float64 here
-        proc = fa(student, "run", "--all", "--program", zeros, "--sample", "2", check_rc=1)
+        proc = fa(student, "run", "--all", "--program", zeros, "--sample", "2", "--keep-inputs", check_rc=1)
         rows = [l for l in proc.stdout.splitlines() if l.startswith("│ t")]
         assert len(rows) == 30 and all("WRONG" in row for row in rows), proc.stdout
         for c in suite.cases().values():
