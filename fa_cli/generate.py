@@ -136,6 +136,22 @@ def _uniform_pieces(shape: Shape, seed: int, b: int, block_values: int) -> Itera
             offset += n * shape.d
 
 
+def _blocks_group(shape: Shape, seed: int, dist: str, b0: int, b1: int) -> np.ndarray:
+    """Batches b0..b1-1, each drawn block by block from its stream, as float32."""
+    return np.concatenate([np.concatenate(list(batch_blocks(shape, seed, dist, b))) for b in range(b0, b1)])
+
+
+def _uniform_group(shape: Shape, seed: int, dist: str, b0: int, b1: int) -> np.ndarray:
+    """Batches b0..b1-1 of a uniform input, each batch's Q, K and V in one draw of its stream: the
+    same values as Q, K, V drawn one after another (one 64-bit step a value), without a Python
+    generator per block, which held the GIL for most of a suite of many short batches."""
+    per_batch = 3 * shape.N * shape.d
+    values = np.empty((b1 - b0) * per_batch, dtype=np.float32)
+    for i, b in enumerate(range(b0, b1)):
+        values[i * per_batch:(i + 1) * per_batch] = np.random.default_rng([seed, b]).uniform(-LIMIT, LIMIT, per_batch)
+    return values
+
+
 def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[tuple[Piece, bool, int]]:
     """(piece, independent, batches it completes) in file order; a piece returns float32 values.
     Batches that fit in a block are drawn together, as many as fill one, in one independent piece;
@@ -145,10 +161,10 @@ def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[t
     per_batch = 3 * shape.N * shape.d
     if per_batch <= block_values:
         group = block_values // per_batch
+        draw = _uniform_group if dist == "uniform" else _blocks_group
         for b0 in range(0, shape.B, group):
             b1 = min(shape.B, b0 + group)
-            yield (lambda b0=b0, b1=b1: np.concatenate([np.concatenate(list(batch_blocks(shape, seed, dist, b)))
-                                                        for b in range(b0, b1)])), True, b1 - b0
+            yield (lambda b0=b0, b1=b1: draw(shape, seed, dist, b0, b1)), True, b1 - b0
         return
     for b in range(shape.B):
         if dist == "uniform":
