@@ -374,15 +374,18 @@ def judge_cases(prog, names, inputs, options, time_limit, with_expected, results
     """Each case in turn: its input made (judge.CaseInputs), its expected output computed where
     missing, judged; results collected as they come, so that an interrupted run keeps them."""
     with report.progress("judging", len(names), enabled=len(names) > 1, steps=True) as advance:
-        for name in names:
-            made_now = inputs.to_make.get(name)  # a bar only while an input is generated
+        for i, name in enumerate(names):
+            made_now = None if inputs.drawn_ahead(name) else inputs.to_make.get(name)  # a bar while one is drawn
             with report.progress(f"generating {name}", made_now.shape.B if made_now else None,
                                  enabled=made_now is not None) as made:
                 t = inputs.target(name, made)
             if time_limit:
                 t = dataclasses.replace(t, time_limit=time_limit)
-            if with_expected:
-                expected.ensure(expected.missing([t]), None if suite.is_case_name(name) else note, report.progress)
+            if with_expected and (needs := expected.missing([t])):
+                if i + 1 < len(names):
+                    inputs.make_ahead(names[i + 1])  # drawn on the CPU while this expected output is computed
+                expected.ensure(needs, None if suite.is_case_name(name) else note, report.progress)
+            inputs.settle()  # nothing is drawn while the program runs: its time is its own
             results.append(judge.judge(prog, t, options))
             inputs.judged(results[-1])
             advance()

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,6 +186,9 @@ class CaseInputs:
     the course suite never holds more than one input on disk; with keep, it goes into the cache
     and stays, as fa gen --suite puts it. Expected outputs are always kept in the cache. The input
     of the smallest failing case so far stays until the end, for the search for its cause.
+    While the expected output of one case is computed (on the GPU, for a first run), the next
+    case's input is drawn beside it (make_ahead), so that the two overlap; settle() waits for it
+    before a program runs, so that no input is drawn while a run is timed.
     Use as a context manager: target(name) before a case, judged(result) after it."""
 
     def __init__(self, names: list[str], keep: bool, with_expected: bool, say, scratch_parent: Path | None = None):
@@ -198,6 +202,8 @@ class CaseInputs:
                       not expected.is_ready(expected.path_for(c.input_path, c.sha256), c.shape)]
         self.cache_before = cache.total(cache.usage())
         self.folder: Path | None = None
+        self.ahead: tuple[str, Future] | None = None  # the next case's input, being drawn
+        self.made: dict[str, Path] = {}  # inputs drawn ahead, not yet taken
         self.kept: tuple[CaseResult, Path] | None = None  # the smallest failure's input, in the scratch folder
         self.why: str | None = None  # the case fa run --why looks into, whatever its verdict: its input stays
 
@@ -206,6 +212,8 @@ class CaseInputs:
         self._scratch = contextlib.ExitStack()
         if self.to_make and not self.keep:
             self.folder = self._scratch.enter_context(locations.scratch("inputs", self.scratch_parent))
+            # closed before the scratch folder goes: a draw in flight ends first (an interrupt waits for it)
+            self._drawer = self._scratch.enter_context(ThreadPoolExecutor(1))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -229,8 +237,13 @@ class CaseInputs:
             if max(inputs) > room:
                 raise FaError(f"the largest input to generate needs {ready.human_bytes(max(inputs))} in {scratch}, "
                               f"and only {ready.human_bytes(room)} is free there: set TMPDIR to a folder with room")
+            at_once = sum(sorted(inputs)[-2:])  # a case's input and the next one's, drawn ahead
+            if at_once > room:
+                raise FaError(f"the two largest inputs to generate need {ready.human_bytes(at_once)} in {scratch}, "
+                              f"and only {ready.human_bytes(room)} is free there: set TMPDIR to a folder with room")
             self.say(f"inputs: {ready.plural_files(len(inputs), 'input')} generated one at a time into {scratch} "
-                     f"(TMPDIR; at most {ready.human_bytes(max(inputs))} at once) and deleted once judged "
+                     f"(TMPDIR; at most {ready.human_bytes(at_once)} at once, the next case's drawn ahead) and "
+                     "deleted once judged "
                      f"(--keep-inputs keeps them in the cache); the cache {where} keeps "
                      f"{ready.plural_files(len(self.needs), 'expected output')}, {ready.human_bytes(expected_bytes)}")
         elif into_cache >= ready.ANNOUNCE_BYTES:
@@ -247,10 +260,30 @@ class CaseInputs:
             if target.generated:  # kept in the cache (--keep-inputs): where it went
                 self.say(f"generated {target.name} ({target.shape}) into {target.input_path}")
             return target
+        self.settle()
+        path = self.made.pop(name, None) or self._draw(c, progress)
+        return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=True, sha256=c.sha256)
+
+    def _draw(self, c: suite.Case, progress=None) -> Path:
         if line := suite.changed_shipped(c):
             self.say(line)
-        path = suite.write_case(c, self.folder / f"{c.name}.in", progress)
-        return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=True, sha256=c.sha256)
+        return suite.write_case(c, self.folder / f"{c.name}.in", progress)
+
+    def make_ahead(self, name: str) -> None:
+        """Start drawing this case's input beside the work in hand (an expected output computed)."""
+        c = self.to_make.get(name)
+        if c is not None and self.folder is not None and self.ahead is None and name not in self.made:
+            self.ahead = (name, self._drawer.submit(self._draw, c))
+
+    def settle(self) -> None:
+        """Wait for an input drawn ahead: before a program runs, so that its time is its own."""
+        if self.ahead is not None:
+            name, drawing = self.ahead
+            self.ahead = None
+            self.made[name] = drawing.result()
+
+    def drawn_ahead(self, name: str) -> bool:
+        return name in self.made or (self.ahead is not None and self.ahead[0] == name)
 
     def judged(self, result: CaseResult) -> None:
         """The case's input removed, unless it is the smallest failure so far (the one whose cause

@@ -90,3 +90,23 @@ def test_ctrl_c_keeps_the_finished_cases_their_records_and_says_how_far(tmp_path
     assert verdicts(out) == ["PASS"] and "│ t01 " in out
     assert "fa: interrupted during t02: 1 of 3 cases judged (the table above)" in err
     assert [r["input"] for r in json.loads(results.read_text())["records"]] == ["t01"]
+
+
+def test_the_next_input_is_drawn_beside_an_expected_output_never_beside_a_run(tmp_path):
+    """A first run of generated cases: the next case's input is drawn while this one's expected
+    output is computed, and is whole (no file being written in the folder) when a program starts."""
+    seen = tmp_path / "seen.txt"
+    program = tmp_path / "look"
+    program.write_text(f"#!{sys.executable}\nimport os, sys, numpy as np\n"
+                       "folder = os.path.dirname(sys.argv[1])\n"
+                       f"open({str(seen)!r}, 'a').write(' '.join(sorted(os.listdir(folder))) + '\\n')\n"
+                       "B, N, d = np.fromfile(sys.argv[1], '<i4', 3)\n"
+                       "np.zeros(int(B) * int(N) * int(d), '<f4').tofile(sys.argv[2])\n")
+    program.chmod(0o755)
+    env = {**os.environ, "FA_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    proc = fa("run", "c01", "c03", "c05", "--program", program, "--why-budget", "0", env=env)
+    assert proc.returncode == 1 and verdicts(proc.stdout) == ["WRONG"] * 3, proc.stdout + proc.stderr
+    listings = seen.read_text().splitlines()
+    assert len(listings) == 3 and not any(".tmp." in line for line in listings), listings
+    assert "c03.in" in listings[0] and "c05.in" in listings[1]  # drawn ahead, whole before the run
+    assert "at most" in proc.stderr and "the next case's drawn ahead" in proc.stderr
