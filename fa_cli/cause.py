@@ -510,7 +510,8 @@ class Investigation:
             enough = runs.evidence and runs.reruns >= RERUNS_AFTER_EVIDENCE
             if runs.reruns >= 2 and (enough or self.budget.used > rerun_budget):
                 break
-            if not self.step(f"rerun {runs.reruns + 1} (of up to {MAX_RUNS - runs.count + runs.reruns}) on {case.label}"):
+            up_to = MAX_RUNS - runs.count + runs.reruns
+            if not self.step(f"rerun {runs.reruns + 1} (of up to {up_to}) on {case.label}"):
                 break
             _, got = run_once(self.program, case, work / "rerun.out", self.launcher, self.budget.left)
             if runs.reruns == 0 and judged_failed is None and case is not whole and runs.passes(got):

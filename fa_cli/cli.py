@@ -11,11 +11,10 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from . import (__version__, bench, cause, charts, compare, diagnose, expected, generate, judge, ladder, locations, mistakes,
-               profile, programs, ready, report, resources, slurm, starter, suite, sweep, system, verify, wave64,
-               writeup)
+from . import (__version__, bench, cache, cause, charts, compare, diagnose, expected, generate, judge, ladder,
+               locations, mistakes, profile, programs, ready, report, resources, slurm, starter, suite, sweep,
+               system, verify, wave64, writeup)
 from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size, force_option
-from . import cache
 from .devices import describe_first, list_devices
 from .errors import ExitStatus, FaError
 from .format import AttentionInput, Shape, check_shape, open_output, regular_size, remove_placed
