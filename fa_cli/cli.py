@@ -90,8 +90,16 @@ def note(text: str) -> None:
     click.echo(f"fa: {text}", err=True)
 
 
+def built(prog: programs.Program) -> programs.Program:
+    """programs.ensure_built, saying every 5 s how long a build has taken once it passes 10 s."""
+    if prog.path.exists():
+        return programs.ensure_built(prog, note)
+    with report.progress(f"building {prog.name}", None):
+        return programs.ensure_built(prog, note)
+
+
 def program_for(name: str) -> programs.Program:
-    return programs.ensure_built(programs.resolve(name), note)
+    return built(programs.resolve(name))
 
 
 def check_names(names) -> None:
@@ -110,7 +118,7 @@ def runnable(name: str, runner, try_cpu: bool = True, check: bool = True) -> pro
     prog = programs.resolve(name)
     if check:
         ready.check_runs_here(prog, runner, name, try_cpu)
-    return programs.ensure_built(prog, note)
+    return built(prog)
 
 
 def targets_for(names, shapes=()) -> list[suite.Target]:
@@ -336,7 +344,9 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
             stopped = e
         if not stopped:
             chosen = next(r for r, name in zip(results, names) if name == why_case) if why_case else None
-            across = cause.explain(results, options, note, why_budget, chosen=chosen)
+            searching = why_budget > 0 and (chosen or any(r.verdict in ("WRONG", "ERROR") for r in results))
+            with report.progress(f"looking for the cause ({why_budget:g} s at most)", None, enabled=bool(searching)):
+                across = cause.explain(results, options, note, why_budget, chosen=chosen)
     if results:
         report.show(report.judge_table(results, describe_first()))
     if any(r.check and r.check.sampled for r in results):
@@ -372,7 +382,8 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
 def judge_cases(prog, names, inputs, options, time_limit, with_expected, results) -> None:
     """Each case in turn: its input made (judge.CaseInputs), its expected output computed where
     missing, judged; results collected as they come, so that an interrupted run keeps them."""
-    with report.progress("judging", len(names), enabled=len(names) > 1, steps=True) as advance:
+    # a single case too: its run says every 5 s how long it has taken once it passes 10 s
+    with report.progress("judging", len(names), steps=len(names) > 1) as advance:
         for i, name in enumerate(names):
             made_now = None if inputs.drawn_ahead(name) else inputs.to_make.get(name)  # a bar while one is drawn
             with report.progress(f"generating {name}", made_now.shape.B if made_now else None,
@@ -537,7 +548,7 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     ready.check_runs_here(prog, runner, program, try_cpu=False)
     tool = profile.choose(profiler, prog.name)
     ready.check_profiler(tool, runner, prog, program)  # both said before any input is generated
-    prog = programs.ensure_built(prog, note)
+    prog = built(prog)
     targets = targets_for(cases)
     records = []
     with locations.shared_workdir(runner is not None) as workdir:

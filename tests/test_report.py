@@ -1,7 +1,11 @@
 """Progress that is long says how far it is: at least every few seconds, with the time left."""
 import re
+import sys
 import time
 
+import pytest
+
+from helpers import fa
 from fa_cli import report
 
 
@@ -45,3 +49,18 @@ def test_a_long_step_keeps_speaking_through_short_steps_inside_it(monkeypatch, c
         advance()
     err = capsys.readouterr().err.splitlines()
     assert len(err) >= 3 and all(line.startswith("fa: judging: 0 of 3 done") for line in err), err
+
+
+@pytest.mark.slow
+def test_a_single_long_case_and_its_cause_search_say_how_long_they_have_taken(tmp_path):
+    """One case whose program takes 12 s, then a search for its cause: each says, every 5 s once
+    past 10 s, how long it has taken (the search with its budget)."""
+    program = tmp_path / "slow"
+    program.write_text(f"#!{sys.executable}\nimport sys, time, numpy as np\ntime.sleep(12)\n"
+                       "B, N, d = np.fromfile(sys.argv[1], '<i4', 3)\n"
+                       "np.zeros(int(B) * int(N) * int(d), '<f4').tofile(sys.argv[2])\n")
+    program.chmod(0o755)
+    proc = fa("run", "t01", "--program", program, "--no-time-limit", "--why-budget", "14")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"^fa: judging: 0 of 1 done \(0%\), 1\d s so far", proc.stderr, re.M), proc.stderr
+    assert re.search(r"^fa: looking for the cause \(14 s at most\): 1\d s so far", proc.stderr, re.M), proc.stderr
