@@ -115,7 +115,10 @@ def test_each_writer_refuses_in_one_line_and_force_replaces(tmp_path, cpu_progra
     notes.write_text("my notes")
     for args in (["gen", "-B", 2, "-N", 16, "-d", 32, "-o", source], ["gen", "-B", 2, "-N", 16, "-d", 32, "-o", notes],
                  ["gen", "--suite", "t01", "-o", notes], ["run", "t01", "--program", "cpu", "-o", source],
-                 ["run", "t01", "--program", "cpu", "-o", notes]):
+                 ["run", "t01", "--program", "cpu", "-o", notes],
+                 *([command, *where, "--program", "cpu", "-o", out] for command, where in
+                   (("bench", ["--shape", "2,128,32"]), ("profile", ["t01"]), ("sweep", ["t01"]))
+                   for out in (source, notes))):
         proc = fa(*args, cwd=tmp_path)
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr, args
     assert source.read_text() == "__global__ void k() {}" and notes.read_text() == "my notes"
