@@ -367,3 +367,30 @@ def test_our_hip_program_through_the_layer_matches_hip_cuda(fa_hip_through_the_l
             assert proc.returncode == 0, (exe.name, proc.stderr)
             outs.append(np.fromfile(out, "<f4"))
         assert np.abs(outs[0] - outs[1]).max() <= 1e-5, (kernel, shape)
+
+
+UNEMULATED = {  # a kernel the emulation cannot run as the MI210 would -> what its one line says
+    "branch": ("if (threadIdx.x % 64 < 40) v = __shfl_xor(v, 1);", 64, "a shuffle inside a branch"),
+    "block96": ("v = __shfl_xor(v, 32);", 96, "which the block does not have"),
+}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", list(UNEMULATED))
+def test_what_cannot_be_emulated_is_one_line_not_a_hang(tmp_path, case):
+    """A shuffle in a branch not every lane takes, and a 64-lane shuffle in a block of 96 threads:
+    the program ends at once with the layer's one line (and fa's fault reader finds it)."""
+    body, threads, said = UNEMULATED[case]
+    source = tmp_path / "k.hip"
+    source.write_text("#include <hip/hip_runtime.h>\n#include <cstdio>\n"
+                      f"__global__ void k(float* out) {{ float v = threadIdx.x; {body} out[threadIdx.x] = v; }}\n"
+                      "int main() { float* d; hipMalloc(&d, 1024 * sizeof(float));\n"
+                      f"  hipLaunchKernelGGL(k, dim3(1), dim3({threads}), 0, 0, d);\n"
+                      "  hipError_t e = hipDeviceSynchronize();\n"
+                      "  std::printf(\"%s\\n\", hipGetErrorString(e)); return e == hipSuccess ? 0 : 1; }\n")
+    exe = tmp_path / "k"
+    subprocess.run([*wave64.build_line("nvcc", "native"), "-o", str(exe), str(source)], check=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    line = wave64.fault(proc.stderr)
+    assert line and said in line, proc.stderr
