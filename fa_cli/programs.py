@@ -283,19 +283,19 @@ def build_error(program: Program, announce=None) -> str | None:
     emulation = program.source.suffix == ".hip" and argv[0] == compiler_command("nvcc")
     if emulation and (leftover := wave64.cuda_leftover(program.source)):
         return f"not for the MI210: {leftover}"
+    # hipcc picks the NVIDIA platform where nvcc is installed: the AMD build names its platform.
+    platform = {"HIP_PLATFORM": "amd"} if program.source.suffix == ".hip" and not emulation else {}
     if announce:
         needs = source_needs(program.source)
         asked = f" ({' and '.join(needs)}: the source asks for {'them' if len(needs) > 1 else 'it'}; the course's " \
             "example line has no such flag, so a Makefile of your own must add it)" if needs else ""
         which = f" ({program.source.name} as {wave64.LABEL})" if emulation else \
             f" ({program.source.name} for AMD)" if program.source.suffix == ".hip" else ""
-        announce("building " + " ".join(argv) + which + asked)
+        announce("building " + "".join(f"{k}={v} " for k, v in platform.items()) + " ".join(argv) + which + asked)
     program.path.parent.mkdir(parents=True, exist_ok=True)
     # The compiler's temporary files in a folder of fa's own, removed after: hipcc (ROCm 5.2)
     # leaves folders and archives in the temporary directory on every build.
     with locations.scratch("build") as work:
-        # hipcc picks the NVIDIA platform where nvcc is installed: the AMD build names its platform.
-        platform = {"HIP_PLATFORM": "amd"} if program.source.suffix == ".hip" and not emulation else {}
         proc = run_tool(argv, cwd=program.path.parent, env={**os.environ, "TMPDIR": str(work), **platform})
     if proc.returncode != 0 or not program.path.exists():
         lines = [l for l in (proc.stderr + proc.stdout).splitlines() if "error" in l.lower()] or \

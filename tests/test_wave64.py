@@ -122,7 +122,7 @@ def test_amd_build_names_its_platform(monkeypatch, tmp_path):
     said = []
     programs.build_error(programs.from_source(source), said.append)
     assert seen.read_text().strip() == "amd"
-    assert said and said[0].endswith("(hw4.hip for AMD)")
+    assert said and said[0].startswith("building HIP_PLATFORM=amd ") and said[0].endswith("(hw4.hip for AMD)")
 
 
 def test_emulated_build_line_says_what_it_is(monkeypatch, tmp_path):
