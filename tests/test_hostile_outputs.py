@@ -174,6 +174,21 @@ def test_two_writers_of_one_path_both_succeed_and_it_is_never_missing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s1.in", "s2.in", "x.in"]
 
 
+def open_files(pid: int) -> list[str]:
+    """What a process's file descriptors point at now (one closed while it is read is passed over)."""
+    links = []
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except FileNotFoundError:  # the process is gone
+        return links
+    for fd in fds:
+        try:
+            links.append(os.readlink(fd))
+        except FileNotFoundError:
+            continue
+    return links
+
+
 def test_kill_9_mid_write_leaves_nothing(tmp_path):
     """fa gen writes an unnamed file (O_TMPFILE): once it is killed, nothing is left, not even a
     temporary (caught writing: its unnamed file shows in /proc/PID/fd as 'DIR/#... (deleted)')."""
@@ -184,9 +199,7 @@ def test_kill_9_mid_write_leaves_nothing(tmp_path):
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            fds = Path(f"/proc/{proc.pid}/fd")
-            links = [os.readlink(f) for f in fds.iterdir()] if fds.exists() else []
-            if any(l.startswith(str(folder)) for l in links):
+            if any(l.startswith(str(folder)) for l in open_files(proc.pid)):
                 break
             time.sleep(0.05)
         else:
