@@ -151,6 +151,7 @@ def test_fault_line_is_the_runs_error():
     assert wave64.fault("hw4: wrong\n") is None
 
 
+@needs_nvcc  # the hints read the code nvcc preprocesses (the student's #include'd files, #if's decided)
 @pytest.mark.parametrize("plant, named", [
     ("LANE32", "a 32-lane assumption"), ("BALLOT32", "a ballot mask stored in 32 bits"), (None, None)])
 def test_source_hints_name_the_amd_only_pattern(tmp_path, plant, named):
@@ -262,6 +263,7 @@ def test_planted_port_is_named(tmp_path, plant):
     assert PLANTED[plant] in said, said
 
 
+@needs_nvcc  # its source hint, as above
 def test_run_notes_say_it_is_an_emulation(monkeypatch, tmp_path):
     """Under fa run's table: what the run was, the layer's notes once each, and for a wrong answer
     the AMD-only pattern of the source; nothing for a hw4.hip built for AMD."""
