@@ -30,25 +30,16 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-#include <vector>
 
 #include "attention_params.h"
 #include "compensated_sum.h"
-#include "host/settings.h"
+#include "gpu_primitives.h"
+#include "online_softmax.h"
 
-#if !defined(FA_SHFL_XOR) || !defined(FA_SYNC_WAVE) || !defined(FA_WAVE) || !defined(FA_LAUNCH_BOUNDS)
-#error "attention_simt.h needs FA_SHFL_XOR, FA_SYNC_WAVE, FA_WAVE and FA_LAUNCH_BOUNDS: include src_cuda/kernel_primitives.cuh (nvcc) or src_hip/hip_api.h (hipcc) first"
-#endif
-
-// FA_WAVE64_LAYER: the HIP port compiled by nvcc through the MI210 emulation (src_hip/wave64),
-// which holds a block to the MI210's 64 KB of LDS: the AMD tiles.
-#if defined(__HIP_PLATFORM_AMD__) || (defined(__HIP__) && !defined(__NVCC__)) || defined(FA_WAVE64_LAYER)
-#define FA_SIMT_AMD 1
-#else
-#define FA_SIMT_AMD 0
+// The AMD tiles where the code is AMD's (hipcc for CDNA, or nvcc through the MI210 emulation,
+// which holds a block to the MI210's 64 KB of LDS).
+#ifndef FA_SIMT_AMD
+#define FA_SIMT_AMD FA_AMD_CODE
 #endif
 
 // The k loop of S and the key loop of P V: unrolled on NVIDIA; on AMD fully unrolled loops let
@@ -65,18 +56,16 @@
 
 namespace fa {
 
-// 2^x for x <= 0 (or NaN): the hardware's approximation (2 ulp, as exp2f), without exp2f's
-// rescaling of results below 2^-126: those become 0, an error under 1e-38 of the row sum's
-// largest term (which is 1). exp2f spends four more instructions per probability on it.
-__device__ __forceinline__ float simt_exp2(float x) {
-#if FA_SIMT_AMD
-  return exp2f(x);  // ROCm 5.2's clang has no __builtin_amdgcn_exp2f
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
+// The tile's parameters, declared once, in the order of SimtTile's (and attention_simt's)
+// template arguments after d: X(fa sweep's short name, the suffix of the macro that sets it at
+// build time, -DFA_SIMT<d>_<SUFFIX>=, the member of SimtTile). The sweep's flags, --kernels'
+// tiles and the kernel's name are made from this list (src_common/fp32_launches.h).
+#define FA_SIMT_PARAMETERS(X)                     \
+  X(TM, ROWS_PER_THREAD, rows_per_thread)         \
+  X(TN, KEYS_PER_THREAD, keys_per_thread)         \
+  X(C, THREADS_PER_ROW, threads_per_row)          \
+  X(R, ROW_GROUPS, row_groups)                    \
+  X(MB, MIN_BLOCKS, min_blocks)
 
 // A tile: its parameters by name (fa sweep's short names after the colons) and what follows
 // from them: block size, the shared-memory layout above, the loads of a K/V tile.
@@ -266,17 +255,14 @@ __device__ __forceinline__ void simt_online_softmax(const typename SimtFragments
     for (int j = 1; j < TN; ++j) mx = fmaxf(mx, s[i][j]);
 #pragma unroll
     for (int off = C / 2; off > 0; off >>= 1) mx = fmaxf(mx, FA_SHFL_XOR(mx, off, C));
-    const float m_new = fmaxf(m[i], mx);
-    alpha[i] = simt_exp2(m[i] - m_new);
-    m[i] = m_new;
+    alpha[i] = online_rescale(m[i], l[i], mx);
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-      const float p = simt_exp2(s[i][j] - m_new);
+      const float p = exp2_approx(s[i][j] - m[i]);
       sum += p;
       Ps[(g + R * i) * T::p_pitch + x + C * j] = p;
     }
-    l[i].scale(alpha[i]);
     l[i].add(sum);
   }
   FA_SYNC_WAVE();  // Ps rows are written and read by the same warp: no block barrier
@@ -435,104 +421,6 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
 template <int D, int TM, int TN, int C, int R, int MinBlocks>
 __global__ void FA_LAUNCH_BOUNDS(R* C, MinBlocks) attention_simt(const AttentionParams p) {
   simt_rows<SimtTile<D, TM, TN, C, R, MinBlocks> >(p.qkv, p.out, p.N, p.row_tiles);
-}
-
-// The kernel of a tile, and its name as `fa resources` reads the compiler's reports.
-template <class T>
-struct SimtKernel {
-  static decltype(&attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>) get() {
-    return &attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>;
-  }
-  static std::string name() {
-    const int p[] = {T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks};
-    std::string n = "attention_simt<";
-    for (int i = 0; i < 6; ++i) n += (i ? ", " : "") + std::to_string(p[i]);
-    return n + ">";
-  }
-};
-
-// What the programs' launches() report: kernel name, threads per block, dynamic shared bytes.
-struct SimtLaunch {
-  std::string kernel;
-  int threads;
-  int smem_bytes;
-};
-template <class T>
-SimtLaunch simt_launch() {
-  SimtLaunch l = {SimtKernel<T>::name(), T::threads, T::smem_bytes};
-  return l;
-}
-inline std::vector<SimtLaunch> simt_launches() {
-  std::vector<SimtLaunch> all;
-  all.push_back(simt_launch<SimtBig<32>::type>());
-  all.push_back(simt_launch<SimtBig<64>::type>());
-#if !FA_SIMT_AMD
-  all.push_back(simt_launch<SimtSmall<32>::type>());
-  all.push_back(simt_launch<SimtSmall<64>::type>());
-#endif
-  return all;
-}
-
-template <class T, class Stream>
-void launch_simt_tile(const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-  AttentionParams p;
-  p.qkv = qkv, p.out = out, p.N = N, p.row_tiles = (N + T::rows - 1) / T::rows;
-  attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>
-      <<<(unsigned)(batches * p.row_tiles), T::threads, T::smem_bytes, stream>>>(p);
-}
-
-#if FA_SIMT_AMD
-template <int D>
-bool simt_big() {
-  return true;
-}
-#else
-// Whether the big tile runs: the first call lets it use more than 48 KB of shared memory where
-// the GPU allows it (sm_70 and later); a GPU that does not (sm_61) runs the small tile, as does
-// any GPU with FA_SIMT_SMALL=1 (for the tests).
-template <int D>
-bool simt_big() {
-  typedef typename SimtBig<D>::type Big;
-  static const bool big = []() -> bool {
-    if (settings().simt_small) return false;
-    int device = 0, optin = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-      return false;
-    if (optin < Big::smem_bytes) return false;
-    return cudaFuncSetAttribute(SimtKernel<Big>::get(), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                Big::smem_bytes) == cudaSuccess;
-  }();
-  return big;
-}
-#endif
-
-// Chooses the tiles and loads the kernels' code: for the programs' init threads, so that the
-// first chunk's kernel time does not include it.
-inline void prepare_simt() {
-#if FA_SIMT_AMD
-  hipFuncAttributes attr;
-  (void)hipFuncGetAttributes(&attr, reinterpret_cast<const void*>(SimtKernel<SimtBig<32>::type>::get()));
-  (void)hipFuncGetAttributes(&attr, reinterpret_cast<const void*>(SimtKernel<SimtBig<64>::type>::get()));
-#else
-  cudaFuncAttributes attr;
-  if (!simt_big<32>()) (void)cudaFuncGetAttributes(&attr, SimtKernel<SimtSmall<32>::type>::get());
-  if (!simt_big<64>()) (void)cudaFuncGetAttributes(&attr, SimtKernel<SimtSmall<64>::type>::get());
-#endif
-}
-
-// The SIMT kernel for one chunk of `batches` batches. A failed launch shows in the caller's
-// launch check.
-template <int D, class Stream>
-void launch_simt(const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-#if FA_SIMT_AMD
-  launch_simt_tile<typename SimtBig<D>::type>(qkv, out, batches, N, stream);
-#else
-  if (simt_big<D>())
-    launch_simt_tile<typename SimtBig<D>::type>(qkv, out, batches, N, stream);
-  else
-    launch_simt_tile<typename SimtSmall<D>::type>(qkv, out, batches, N, stream);
-#endif
 }
 
 }  // namespace fa

@@ -1,8 +1,7 @@
 // attention_tiled.h: the homework kernel in plain fp32, one source for CUDA and HIP.
 //
-// The includer first defines its platform's primitives FA_SHFL_XOR(v, mask, width),
-// FA_SYNC_WAVE(), FA_WAVE and FA_LAUNCH_BOUNDS (src_cuda/kernel_primitives.cuh for nvcc,
-// src_hip/hip_api.h for hipcc); the guard below names what is missing.
+// Written against the platform's primitives (gpu_primitives.h: FA_SHFL_XOR, FA_SYNC_WAVE,
+// FA_WAVE, FA_LAUNCH_BOUNDS); launched by src_common/fp32_launches.h.
 // Algorithm (FlashAttention forward): a block holds Br = 16 query rows in registers and streams
 // K/V tiles of Bc keys through shared memory, one score per thread and tile (TiledTile: the
 // geometry; -DFA_TILED_BR=N and -DFA_TILED_BC=N build others, for `fa sweep`); the online softmax
@@ -20,10 +19,8 @@
 
 #include "attention_params.h"
 #include "compensated_sum.h"
-
-#if !defined(FA_SHFL_XOR) || !defined(FA_SYNC_WAVE) || !defined(FA_WAVE) || !defined(FA_LAUNCH_BOUNDS)
-#error "attention_tiled.h needs FA_SHFL_XOR, FA_SYNC_WAVE, FA_WAVE and FA_LAUNCH_BOUNDS: include src_cuda/kernel_primitives.cuh (nvcc) or src_hip/hip_api.h (hipcc) first"
-#endif
+#include "gpu_primitives.h"
+#include "online_softmax.h"
 
 namespace fa {
 
@@ -199,12 +196,9 @@ __device__ __forceinline__ float tiled_online_softmax(float s, float& m, Compens
                                                       float (&acc)[T::cols_per_lane], TiledShared<T>& smem,
                                                       int row_in_tile, int lane) {
   typedef typename TiledShared<T>::Reduce Reduce;
-  const float m_new = fmaxf(m, Reduce::all(s, MaxOp{}, smem.parts, row_in_tile, lane));
-  const float alpha = exp2f(m - m_new);
-  const float p = exp2f(s - m_new);
-  l.scale(alpha);
+  const float alpha = online_rescale<Exp2Library>(m, l, Reduce::all(s, MaxOp{}, smem.parts, row_in_tile, lane));
+  const float p = exp2f(s - m);
   l.add(p);
-  m = m_new;
 #pragma unroll
   for (int c = 0; c < T::cols_per_lane; ++c) acc[c] *= alpha;
   return p;
@@ -304,13 +298,6 @@ __device__ __forceinline__ void tiled_rows(const float* __restrict__ qkv, float*
 template <int D, int BC>
 __global__ void FA_LAUNCH_BOUNDS(kTiledBr* BC, (tiled_min_blocks<D, BC>())) attention_tiled(const AttentionParams p) {
   tiled_rows<TiledTile<D, BC> >(p.qkv, p.out, p.N, p.row_tiles, blockIdx.x);
-}
-
-template <int D, int BC, class Stream>
-void launch_tiled(const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-  AttentionParams p;
-  p.qkv = qkv, p.out = out, p.N = N, p.row_tiles = (N + kTiledBr - 1) / kTiledBr;
-  attention_tiled<D, BC><<<(unsigned)(batches * p.row_tiles), dim3(BC, kTiledBr), 0, stream>>>(p);
 }
 
 }  // namespace fa

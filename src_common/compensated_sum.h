@@ -6,21 +6,23 @@
 // next. Built without fast-math (which would fold (t - sum) - y to zero).
 #pragma once
 
+#include "inline_fn.h"
+
 namespace fa {
 
 struct CompensatedSum {
   float sum = 0.f, lost = 0.f;
 
-  __device__ __forceinline__ void add(float x) {
+  FA_INLINE_FN void add(float x) {
     const float y = x - lost, t = sum + y;
     lost = (t - sum) - y;
     sum = t;
   }
-  __device__ __forceinline__ void scale(float a) {  // the online softmax's rescaling
+  FA_INLINE_FN void scale(float a) {  // the online softmax's rescaling
     sum *= a;
     lost *= a;
   }
-  __device__ __forceinline__ float value() const { return sum - lost; }
+  FA_INLINE_FN float value() const { return sum - lost; }
 };
 
 }  // namespace fa

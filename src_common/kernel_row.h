@@ -7,13 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "host/gpu_api.h"
 #include "host/input.h"
 #include "host/pipeline.h"
 
 #define FA_STRING_OF(x) #x
 #define FA_STRING(x) FA_STRING_OF(x)
 #ifndef FA_HIP_PROGRAM
-#define FA_HIP_PROGRAM 0  // set by src_hip/hip_api.h
+#define FA_HIP_PROGRAM 0  // src_hip/hip_api.h sets it to 1
 #endif
 
 namespace fa {
@@ -51,15 +52,17 @@ inline const char* needs_text(Needs needs) {
   }
 }
 
-// A row's step on fa ladder's ladder: step 0 is none. `env`: settings the step runs with
-// besides FA_KERNEL=<the row's FA_KERNEL value>, "NAME=VALUE" or "".
+// A row's place on fa ladder's ladder, which climbs the table from its end (the slowest row
+// first): its step number is its place among the rows that have one, counted from the last
+// (registry.h's ladder_step). `env`: settings the step runs with besides FA_KERNEL=<the row's
+// FA_KERNEL value>, "NAME=VALUE" or "". A row with an empty label is not on the ladder.
 struct LadderRung {
-  int step;
   const char* label;
   const char* idea;  // what it changes from the step before
   const char* env;
+  bool on_ladder() const { return label[0] != '\0'; }
 };
-const LadderRung kNoRung = {0, "", "", ""};
+const LadderRung kNoRung = {"", "", ""};
 
 struct KernelEntry {
   const char* name;      // impl=, as FA_TIMING and fa's records show it
@@ -76,6 +79,12 @@ struct KernelEntry {
   std::string (*sweep)();                 // how fa sweep builds variants (registry.h); "-": none
   LadderRung ladder;
 };
+
+// The families of fa-cuda's tensor-core rows, named also where those rows are not built (a
+// C++11 build, fa-hip), so that asking for one gets a one-line reason.
+constexpr const char* kTensorcoreFamily = "tensorcore";
+constexpr const char* kWgmmaFamily = "wgmma";
+inline bool tensor_core_family(const std::string& asked) { return asked == kTensorcoreFamily || asked == kWgmmaFamily; }
 
 inline bool any_n(const KernelState&, bool) { return true; }
 inline bool only_asked(const KernelState&, bool asked) { return asked; }

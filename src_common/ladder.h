@@ -11,20 +11,15 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "attention_params.h"
 #include "compensated_sum.h"
-
-#if !defined(FA_SHFL_XOR) || !defined(FA_SYNC_WAVE) || !defined(FA_WAVE) || !defined(FA_LAUNCH_BOUNDS)
-#error "ladder.h needs FA_SHFL_XOR, FA_SYNC_WAVE, FA_WAVE and FA_LAUNCH_BOUNDS: include src_cuda/kernel_primitives.cuh (nvcc) or src_hip/hip_api.h (hipcc) first"
-#endif
+#include "gpu_primitives.h"
+#include "online_softmax.h"
 
 namespace fa {
 namespace ladder {
 
-constexpr int kSteps = 5;              // ladder-1 .. ladder-5
 constexpr int kNaiveThreads = 128;     // step 1: rows per block
 constexpr int kRowThreads = 128;       // step 2: threads per block, a warp (wavefront) per row
 constexpr int kTileBc = 32;            // steps 3-5: keys per tile, as the design card's Bc
@@ -38,11 +33,8 @@ struct RowSoftmax {
   CompensatedSum l;
 
   __device__ float step(float s, float& alpha) {
-    const float m_new = fmaxf(m, s);
-    alpha = exp2f(m - m_new);
-    m = m_new;
-    const float p = exp2f(s - m_new);
-    l.scale(alpha);
+    alpha = online_rescale<Exp2Library>(m, l, s);
+    const float p = exp2f(s - m);
     l.add(p);
     return p;
   }
@@ -182,10 +174,7 @@ __device__ __forceinline__ void smem_tiles_rows(const float* __restrict__ qkv, f
 #pragma unroll
     for (int offset = kTileBc / 2; offset > 0; offset >>= 1)
       tile_max = fmaxf(tile_max, FA_SHFL_XOR(tile_max, offset, kTileBc));
-    const float m_new = fmaxf(m, tile_max);
-    const float alpha = exp2f(m - m_new), p = exp2f(s - m_new);
-    m = m_new;
-    l.scale(alpha);
+    const float alpha = online_rescale<Exp2Library>(m, l, tile_max), p = exp2f(s - m);
     l.add(p);
     Ps[r][lane] = p;
     FA_SYNC_WAVE();  // the row's probabilities, written by its 32 lanes, are read by all of them
@@ -209,52 +198,6 @@ template <int D, int BR, bool kPadK>
 __global__ void FA_LAUNCH_BOUNDS(kTileBc* BR, 1) smem_tiles(const AttentionParams p) {
   smem_tiles_rows<D, BR, kPadK>(p.qkv, p.out, p.N, p.row_tiles);
 }
-
-// "ladder-N" -> N (1..kSteps); 0 for another name, -1 for a ladder step that does not exist.
-inline int parse_step(const char* name) {
-  if (std::strncmp(name, "ladder-", 7) != 0) return 0;
-  const int step = std::atoi(name + 7);
-  return step >= 1 && step <= kSteps && std::strlen(name) == 8 ? step : -1;
-}
-
-// Launches step `step` (1..kSteps) on `batches` batches; returns the kernel's name for errors.
-template <int D, class Stream>
-const char* launch(int step, const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-  // Query rows per block: naive a thread per row, warp_per_row a warp per row, smem_tiles BR.
-  const int64_t rows = step == 1 ? kNaiveThreads : step == 2 ? kRowThreads / FA_WAVE : step <= 4 ? 4 : 16;
-  AttentionParams p;
-  p.qkv = qkv, p.out = out, p.N = N, p.row_tiles = (N + rows - 1) / rows;
-  const unsigned blocks = (unsigned)(batches * p.row_tiles);
-  switch (step) {
-    case 1:
-      naive<D><<<blocks, kNaiveThreads, 0, stream>>>(p);
-      return "ladder naive";
-    case 2:
-      warp_per_row<D><<<blocks, kRowThreads, 0, stream>>>(p);
-      return "ladder warp_per_row";
-    case 3:
-      smem_tiles<D, 4, false><<<blocks, dim3(kTileBc, 4), 0, stream>>>(p);
-      return "ladder smem_tiles";
-    case 4:
-      smem_tiles<D, 4, true><<<blocks, dim3(kTileBc, 4), 0, stream>>>(p);
-      return "ladder smem_tiles (padded K)";
-    default:
-      smem_tiles<D, 16, true><<<blocks, dim3(kTileBc, 16), 0, stream>>>(p);
-      return "ladder smem_tiles (Br 16)";
-  }
-}
-
-// Every ladder kernel with its threads per block (for `PROGRAM --launches`).
-struct KernelLaunch {
-  const char* kernel;
-  int threads;
-};
-constexpr KernelLaunch kLaunches[] = {  // one translation unit: internal linkage is enough
-    {"naive<32>", kNaiveThreads},          {"naive<64>", kNaiveThreads},
-    {"warp_per_row<32>", kRowThreads},     {"warp_per_row<64>", kRowThreads},
-    {"smem_tiles<32, 4, false>", 4 * kTileBc},  {"smem_tiles<64, 4, false>", 4 * kTileBc},
-    {"smem_tiles<32, 4, true>", 4 * kTileBc},   {"smem_tiles<64, 4, true>", 4 * kTileBc},
-    {"smem_tiles<32, 16, true>", 16 * kTileBc}, {"smem_tiles<64, 16, true>", 16 * kTileBc}};
 
 }  // namespace ladder
 }  // namespace fa

@@ -15,6 +15,7 @@
 
 #include <omp.h>
 
+#include "../src_common/online_softmax.h"
 #include "../src_common/host/input.h"
 #include "../src_common/host/output.h"
 #include "../src_common/host/program.h"
@@ -26,6 +27,10 @@ namespace {
 constexpr int kBr = 32;                       // query rows per tile
 constexpr int kBc = 64;                       // keys per tile
 constexpr int64_t kChunkBytes = 64ll << 20;  // input bytes read per chunk (at least one batch)
+
+struct ExpE {  // the online softmax's exponential here: scores in base e
+  float operator()(float x) const { return std::exp(x); }
+};
 
 // One query tile [r0, r0 + rows) of one batch against all N keys.
 template <int D>
@@ -50,13 +55,12 @@ void attention_tile(const float* q, const float* k, const float* v, float* o, in
         for (int j = 0; j < kBc; ++j) si[j] += qx * kt[x][j];
       }
       // Online softmax: new max, rescale what was accumulated, add this tile.
-      float m_new = m[i];
-      for (int j = 0; j < cols; ++j) m_new = std::max(m_new, si[j]);
-      const float alpha = std::exp(m[i] - m_new);
+      float tile_max = -INFINITY;
+      for (int j = 0; j < cols; ++j) tile_max = std::max(tile_max, si[j]);
+      const float alpha = fa::online_rescale<ExpE>(m[i], l[i], tile_max);
       float sum = 0.f;
-      for (int j = 0; j < cols; ++j) sum += (si[j] = std::exp(si[j] - m_new));
-      l[i] = l[i] * alpha + sum;
-      m[i] = m_new;
+      for (int j = 0; j < cols; ++j) sum += (si[j] = std::exp(si[j] - m[i]));
+      l[i] += sum;
       float* ai = acc[i];
       for (int x = 0; x < D; ++x) ai[x] *= alpha;
       for (int j = 0; j < cols; ++j) {

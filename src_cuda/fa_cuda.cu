@@ -5,21 +5,12 @@
 //   fa-cuda --launches         every kernel it may launch, with threads and shared memory
 //   fa-cuda --settings         every FA_* setting, its value here and what it does
 //
-// Kernels (the registry, src_common/registry.h; FA_KERNEL=simt|tiled|tensorcore|wgmma|ladder-N forces
-// one; the default is the fastest accurate one this GPU and program can run):
-//   simt        src_common/attention_simt.h: fp32 on the CUDA cores, register-blocked like an
-//               SGEMM; the default where the tensor-core kernels do not run (sm_61, sm_70,
-//               sm_75, C++11 builds such as the course's);
-//   tiled       src_common/attention_tiled.h: the homework design in fp32 (Br = 16, Bc = 32,
-//               padded K), every GPU (sm_61 and later);
-//   tensorcore  tensorcore/: 3xFP16 mma.sync, fp32-class accuracy, sm_80 and later, with K and
-//               V split in the kernel up to N = 256 (tensorcore-fused);
-//   wgmma       wgmma/: the same algorithm and precision on Hopper's warpgroup MMA (sm_90a code
-//               only), with K and V split in the kernel up to N = 128 (wgmma-fused); the
-//               default on Hopper where N <= 128 or N > 256;
-//               tensorcore and wgmma run a chunk with values they cannot represent (|x| > 64,
-//               NaN, inf) on the tiled kernel (fallback.cuh);
-//   ladder-1..5 src_common/ladder.h: the optimization steps that lead to the tiled kernel.
+// Kernels: the registry (src_common/registry.h; `fa-cuda --kernels` lists them, FA_KERNEL=NAME
+// or FAMILY forces one; the default is the fastest accurate one this GPU and program can run):
+// the fp32 kernels every GPU program has (src_common/attention_simt.h, attention_tiled.h,
+// ladder.h) and the tensor-core kernels of this folder (tensorcore/: mma.sync, sm_80 and later;
+// wgmma/: Hopper's warpgroup MMA, sm_90a code only), which run a chunk with values they cannot
+// represent (|x| > 64, NaN, inf) on the tiled kernel (fallback.cuh).
 // The pieces the tensor-core kernels share: ptx/ (the instructions), split3xfp16.cuh (the
 // numerics), fragments.cuh, softmax.cuh, epilogue.cuh.
 // Host side: src_common/host/ (pipeline.h: streamed chunks, device start-up overlapped with the
@@ -52,7 +43,7 @@ struct CudaPlatform {
   }
 
   static std::string not_built(const std::string& asked) {
-    if (!FA_TENSOR_CORES && (asked == "tensorcore" || asked == "wgmma"))
+    if (!FA_TENSOR_CORES && tensor_core_family(asked))
       return "this program was compiled as C++" + std::to_string(__cplusplus / 100 % 100) +
              ", without the tensor-core kernels (they need -std=c++17)";
     return "";
@@ -62,16 +53,18 @@ struct CudaPlatform {
   static const KernelEntry* adjust(const KernelEntry* entry, const std::string& asked) {
     const std::string& split = settings().tc_split;
     if (split.empty() || !entry->tensor_cores) return entry;
-    if (asked == "wgmma") fail(kExitUsage, "FA_TC_SPLIT=%s applies to the mma.sync kernel, not wgmma", split.c_str());
-    const char* name = split == "fused" ? "tensorcore-fused" : "tensorcore";
+    if (asked == kWgmmaFamily) fail(kExitUsage, "FA_TC_SPLIT=%s applies to the mma.sync kernel, not wgmma", split.c_str());
+#if FA_TENSOR_CORES
+    const auto launch = split == "fused" ? launch_by_d<MmaSync<true>> : launch_by_d<MmaSync<false>>;
     for (const KernelEntry& e : kernel_table())
-      if (std::string(e.name) == name) return &e;
-    fail(kExitFailure, "no kernel named %s in this program", name);
+      if (e.launch == launch) return &e;
+#endif
+    fail(kExitFailure, "no mma.sync kernel with the %s split in this program", split.c_str());
   }
 };
 
 }  // namespace fa
 
 int main(int argc, char** argv) {
-  return fa::run_pipeline<fa::CudaApi, fa::RegistryKernels<fa::CudaPlatform>>(argc, argv);
+  return fa::run_pipeline<fa::GpuApi, fa::RegistryKernels<fa::CudaPlatform>>(argc, argv);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "../src_common/compensated_sum.h"
+#include "../src_common/online_softmax.h"
 #include "fragments.cuh"
 
 namespace fa {
@@ -37,10 +38,7 @@ struct OnlineSoftmax {
     for (int h = 0; h < 2; ++h) {
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
       tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-      const float m_new = fmaxf(m[h], tile_max[h] * kUnscaleS);
-      alpha[h] = fast_exp2(m[h] - m_new);
-      m[h] = m_new;
-      l[h].scale(alpha[h]);
+      alpha[h] = online_rescale(m[h], l[h], tile_max[h] * kUnscaleS);
     }
     // The tile's 16 probabilities per lane are summed first, then added to l with compensation:
     // one by one, probabilities far below l would be rounded away together (N = 32768).
@@ -51,7 +49,7 @@ struct OnlineSoftmax {
     for (int nt = 0; nt < kTcBc / 8; ++nt) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
-        s[nt][c] = fast_exp2(fmaf(s[nt][c], kUnscaleS, shift[c >> 1]));
+        s[nt][c] = exp2_approx(fmaf(s[nt][c], kUnscaleS, shift[c >> 1]));
         tile_sum[c >> 1] += s[nt][c];
       }
     }

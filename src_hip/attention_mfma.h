@@ -34,8 +34,10 @@
 #include <cstdint>
 #include <string>
 
-#include "../src_common/attention_simt.h"  // simt_exp2
+#include "mfma_primitives.h"
+#include "../src_common/attention_params.h"
 #include "../src_common/compensated_sum.h"
+#include "../src_common/online_softmax.h"
 
 // Where the kernel has its matrix-core body: CDNA1/CDNA2 (hipcc's device pass for those
 // targets) and the NVIDIA emulation. Other targets (RDNA, hipcc's host pass) get an empty body.
@@ -168,16 +170,13 @@ __device__ __forceinline__ void mfma_rows(const float* __restrict__ qkv, float* 
 #pragma unroll
     for (int r = 1; r < 16; ++r) mx = fmaxf(mx, s[r]);
     mx = fmaxf(mx, fa_wave64_shfl_xor(mx, 32));
-    const float m_new = fmaxf(m, mx);
-    const float alpha = simt_exp2(m - m_new);  // rescaling of O and l by 2^(m_old - m_new)
-    m = m_new;
+    const float alpha = online_rescale(m, l, mx);  // rescaling of O and l by 2^(m_old - m_new)
     float sum = 0.f;
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
-      s[r] = simt_exp2(s[r] - m_new);  // P^T, in place
+      s[r] = exp2_approx(s[r] - m);  // P^T, in place
       sum += s[r];
     }
-    l.scale(alpha);
     l.add(sum);
 
     // --- O^T = alpha O^T + V^T P^T. The tile's product is summed on its own first, then added
@@ -233,12 +232,5 @@ __global__ void __launch_bounds__(kMfmaThreads) FA_MFMA_OCCUPANCY attention_mfma
 // Whether a device runs the MFMA kernel: CDNA1/CDNA2 by their gfx names; NVIDIA GPUs through the
 // emulation (nvcc builds).
 inline bool mfma_native(const std::string& arch) { return arch == "gfx908" || arch == "gfx90a"; }
-
-template <int D, class Stream>
-void launch_mfma(const float* qkv, float* out, int64_t batches, int64_t N, Stream stream) {
-  AttentionParams p;
-  p.qkv = qkv, p.out = out, p.N = N, p.row_tiles = (N + kMfmaBr - 1) / kMfmaBr;
-  attention_mfma<D><<<(unsigned)(batches * p.row_tiles), kMfmaThreads, 0, stream>>>(p);
-}
 
 }  // namespace fa

@@ -45,7 +45,7 @@ struct HipPlatform {
     return "a kernel of fa-cuda's (this is the HIP program)";
   }
   static std::string not_built(const std::string& asked) {
-    return asked == "tensorcore" || asked == "wgmma" ? "a kernel of fa-cuda's (this is the HIP program)" : "";
+    return tensor_core_family(asked) ? "a kernel of fa-cuda's (this is the HIP program)" : "";
   }
   static const KernelEntry* adjust(const KernelEntry* entry, const std::string&) { return entry; }
 };
@@ -53,5 +53,5 @@ struct HipPlatform {
 }  // namespace fa
 
 int main(int argc, char** argv) {
-  return fa::run_pipeline<fa::HipApi, fa::RegistryKernels<fa::HipPlatform>>(argc, argv);
+  return fa::run_pipeline<fa::GpuApi, fa::RegistryKernels<fa::HipPlatform>>(argc, argv);
 }

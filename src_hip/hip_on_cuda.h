@@ -10,17 +10,8 @@
 
 #include <cuda_runtime.h>
 
-using hipError_t = cudaError_t;
-using hipStream_t = cudaStream_t;
-using hipEvent_t = cudaEvent_t;
+#include "hip_types_on_cuda.h"
 using hipDeviceProp_t = cudaDeviceProp;
-using hipFuncAttributes = cudaFuncAttributes;
-
-constexpr hipError_t hipSuccess = cudaSuccess;
-constexpr unsigned hipStreamNonBlocking = cudaStreamNonBlocking;
-constexpr unsigned hipHostRegisterDefault = cudaHostRegisterDefault;
-constexpr cudaMemcpyKind hipMemcpyHostToDevice = cudaMemcpyHostToDevice;
-constexpr cudaMemcpyKind hipMemcpyDeviceToHost = cudaMemcpyDeviceToHost;
 
 inline const char* hipGetErrorString(hipError_t e) { return cudaGetErrorString(e); }
 inline hipError_t hipGetLastError() { return cudaGetLastError(); }
@@ -42,17 +33,3 @@ inline hipError_t hipMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcp
 }
 template <class F>
 inline hipError_t hipFuncGetAttributes(hipFuncAttributes* a, F f) { return cudaFuncGetAttributes(a, f); }
-
-// The shared kernel's primitives, as hip_api.h defines them for AMD: nvcc's, as the CUDA
-// program has them.
-#include "../src_cuda/kernel_primitives.cuh"
-// The MFMA kernel's: the 64-lane wavefront and its fp32 matrix instruction, in software.
-#include "mfma_on_cuda.h"
-
-// Start-up settings: those of fa-cuda (src_cuda/cuda_api.cuh's configure: one hardware work queue).
-inline void hip_platform_configure() { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 0); }
-
-// The device's architecture as HIP names it on AMD (gcnArchName); here the CUDA sm_XY name.
-inline std::string hip_device_arch(const hipDeviceProp_t& p) {
-  return "sm_" + std::to_string(p.major) + std::to_string(p.minor);
-}

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attention_mfma.h"
+#include "../src_common/fp32_launches.h"  // params_for, blocks_for
 #include "../src_common/kernel_row.h"
 
 namespace fa {
@@ -14,7 +15,8 @@ namespace fa {
 struct Mfma {
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
-    launch_mfma<D>(c.qkv, c.out, c.batches, state.shape.N, c.stream);
+    AttentionParams p = params_for(c, state.shape.N, kMfmaBr);
+    attention_mfma<D><<<blocks_for(p, c), kMfmaThreads, 0, c.stream>>>(p);
     FA_CHECK_LAUNCH("attention_mfma");
   }
   static void prepare(KernelState&) {

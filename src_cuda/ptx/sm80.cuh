@@ -1,5 +1,5 @@
 // ptx/sm80.cuh: the Ampere instructions the tensor-core kernels are written with (sm_80 and
-// later): asynchronous copies to shared memory, ldmatrix, mma.sync m16n8k16 and ex2.approx.
+// later): asynchronous copies to shared memory, ldmatrix, mma.sync m16n8k16 (2^x: src_common/online_softmax.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,13 +27,6 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
-// 2^x on the special-function unit; results below 2^-126 flush to zero (harmless for P).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // c += a * b for one 16x8x16 tile: a = 4 registers of fp16 pairs, b = 2, c = 4 fp32.
