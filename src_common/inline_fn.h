@@ -4,6 +4,10 @@
 // CPU program's C++ compiler.
 #pragma once
 
+#if defined(__HIPCC__) && !defined(__NVCC__)
+#include <hip/hip_runtime.h>  // __forceinline__ (nvcc has it built in)
+#endif
+
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define FA_INLINE_FN __device__ __forceinline__
 #else

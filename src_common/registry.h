@@ -10,19 +10,24 @@
 // sweep read their listings from it, and tests/test_docs.py checks docs/kernels.md's table
 // against it. Adding a kernel: its file, and one row below.
 //
-// The includer first includes its own rows' launches: fa-cuda's tensor-core rows
-// (src_cuda/tensorcore_launches.cuh: FA_TENSOR_CORES), fa-hip's matrix-core row
-// (src_hip/mfma_launches.h); the platform (CUDA or HIP) comes with host/gpu_api.h.
+// Besides the fp32 rows every GPU program has (fp32_launches.h), each program's own rows:
+// fa-cuda's tensor-core rows (src_cuda/tensorcore_launches.cuh: FA_TENSOR_CORES), fa-hip's
+// matrix-core row (src_hip/mfma_launches.h); the platform (CUDA or HIP) is host/gpu_api.h's.
 #pragma once
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "host/gpu_api.h"  // first: it says which program this is (FA_HIP_PROGRAM)
 #include "fp32_launches.h"
-#include "host/gpu_api.h"
 #include "host/pipeline.h"
 #include "kernel_row.h"
+#if FA_HIP_PROGRAM
+#include "../src_hip/mfma_launches.h"
+#else
+#include "../src_cuda/tensorcore_launches.cuh"
+#endif
 
 namespace fa {
 

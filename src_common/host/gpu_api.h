@@ -4,7 +4,10 @@
 // failure ends the program with one line naming the call) and `GpuHooks`, what differs
 // between the runtimes (start-up settings, the architecture's name, read-only page locks, the
 // driver's files, opt-in shared memory): src_cuda/cuda_api.cuh, src_hip/hip_api.h.
-#pragma once
+// Include guards, not #pragma once: compiled on its own (tests/test_headers.py) the file is the
+// main file, where clang ignores #pragma once, and the platform header includes it back.
+#ifndef FA_HOST_GPU_API_H
+#define FA_HOST_GPU_API_H
 
 #ifndef FA_GPU  // on its own: the platform of the compiler at hand
 #if defined(__HIP_PLATFORM_AMD__) || (defined(__HIP__) && !defined(__NVCC__))
@@ -98,3 +101,5 @@ struct GpuApi {
 };
 
 }  // namespace fa
+
+#endif  // FA_HOST_GPU_API_H
