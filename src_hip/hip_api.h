@@ -9,6 +9,8 @@
 
 #define FA_HIP_PROGRAM 1
 
+#include "../src_common/host/pipeline.h"
+
 #if defined(__NVCC__) && !defined(FA_WAVE64_LAYER)
 #define FA_HIP_ON_CUDA 1
 #include "hip_on_cuda.h"
@@ -16,7 +18,6 @@
 #else
 #define FA_HIP_ON_CUDA 0
 #include <hip/hip_runtime.h>
-#include "../src_common/host/pipeline.h"
 #endif
 
 #include "../src_common/gpu_primitives.h"
