@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../../src_hip/hip_on_cuda.h"
+#include "../../src_hip/mfma_primitives.h"  // the emulated MFMA instruction and wave64 shuffle, as fa-hip-cuda has them
 
 constexpr int kWaves = 4;
 
