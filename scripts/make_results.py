@@ -18,7 +18,7 @@ checkout's build on this machine's NVIDIA GPU, in parts that each fit a 10-minut
   summary  (no GPU) docs/results.md's measured section, from the files above
 
 Every part first removes the files it makes, so that no file outlives a run that failed, and
-ends with the summary. Records carry the commit they were made from (fa_cli.records: git, or
+ends with the summary. Records carry the commit they were made from (fa_cli.report.records: git, or
 the .source-revision file `make source-revision` writes where the copy has no history).
 A part's command that fails stops the part with its exit status.
 """
@@ -39,9 +39,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from fa_cli import compare, records  # noqa: E402
-from fa_cli.devices import list_devices  # noqa: E402
-from fa_cli.format import atomic_file  # noqa: E402
+from fa_cli.measure import compare  # noqa: E402
+from fa_cli.report import records  # noqa: E402
+from fa_cli.programs.devices import list_devices  # noqa: E402
+from fa_cli.cases.format import atomic_file  # noqa: E402
 from kernel_docs import replace_section  # noqa: E402
 
 SHAPES = ["26,32768,64", "52,32768,32", "64,4096,64", "512,1024,32", "13000,128,32"]

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from helpers import DATA, build_students, fa
-from fa_cli import cause, generate, programs
-from fa_cli.format import Shape
+from fa_cli.judge import cause
+from fa_cli.cases import generate
+from fa_cli.programs import programs
+from fa_cli.cases.format import Shape
 
 PLANTED = ["NONE", "SCATTERED", "FLAKY", "JITTER", "HOST_OVERRUN"]
 
@@ -257,7 +259,7 @@ def test_a_failure_that_comes_and_goes_is_never_cleared(tmp_path, inputs):
 
 def test_reruns_that_pass_after_a_failed_judgement_are_intermittent(tmp_path):
     """The judged run failed; two reruns agree with each other and pass: intermittent, never clear."""
-    from fa_cli.judge import judged_output
+    from fa_cli.judge.verdict import judged_output
     case = cause.TrialCase("x", tmp_path / "x.in", Shape(1, 4, 2), np.zeros((1, 4, 2), np.float32))
     wrong = case.expected + 1
     runs = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
@@ -408,7 +410,7 @@ def test_a_split_from_some_n_on_is_named():
 
 
 def test_where_every_case_failed_cases_to_run_are_suggested():
-    from fa_cli import suite
+    from fa_cli.cases import suite
     [hint] = cause.across_cases([], [Shape(320, 128, 32)], suite.cases("c"))
     assert hint.kind == "suggest" and hint.lines[0].startswith("the one case run failed; to see which inputs fail: ")
     assert "fa run c02 (d = 64; every case run has d = 32)" in hint.lines[0]

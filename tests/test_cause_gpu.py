@@ -6,8 +6,9 @@ import time
 import pytest
 
 from helpers import DATA, fa
-from fa_cli import cause, generate
-from fa_cli.format import Shape
+from fa_cli.judge import cause
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
 
 pytestmark = pytest.mark.gpu
 

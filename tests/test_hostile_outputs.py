@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, fa
-from fa_cli import format as fmt, generate, locations
-from fa_cli.format import FormatError, Shape
+from fa_cli.cases import format as fmt, generate
+from fa_cli import locations
+from fa_cli.cases.format import FormatError, Shape
 
 AS_ROOT = os.geteuid() == 0
 NOBODY = pwd.getpwnam("nobody").pw_uid if AS_ROOT else None
@@ -666,7 +667,7 @@ def test_not_enough_memory_names_the_file(tmp_path):
     with open(big, "wb") as f:
         f.write(np.array([64, 65536, 64], "<i4").tobytes())
         f.truncate(Shape(64, 65536, 64).input_bytes)
-    code = (f"from fa_cli.format import AttentionInput\nfrom fa_cli.errors import FaError\n"
+    code = (f"from fa_cli.cases.format import AttentionInput\nfrom fa_cli.errors import FaError\n"
             f"try:\n    AttentionInput({str(big)!r})\nexcept FaError as e:\n    print(e)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env,
                           preexec_fn=limited)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from helpers import fa
-from fa_cli import ladder
-from fa_cli.programs import Program
+from fa_cli.measure import ladder
+from fa_cli.programs.programs import Program
 
 
 def test_each_gpu_program_has_its_ladder(listing_programs):

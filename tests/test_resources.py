@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers import fa
-from fa_cli import resources
-from fa_cli.resources import KernelUsage
+from fa_cli.measure import resources
+from fa_cli.measure.resources import KernelUsage
 
 DATA = Path(__file__).with_name("data")
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, fa
-from fa_cli import cli, records, registry
+from fa_cli.commands import cli
+from fa_cli.report import records
+from fa_cli.programs import registry
 
 RESULTS = ROOT / "docs" / "results"
 # The pages a reader follows (docs/history/ keeps dated write-ups as they were, with their own links).

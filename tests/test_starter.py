@@ -7,7 +7,9 @@ import subprocess
 import pytest
 
 from helpers import fa, verdicts
-from fa_cli import starter, sweep, timing
+from fa_cli import starter
+from fa_cli.measure import sweep
+from fa_cli.programs import timing
 
 
 def test_init_writes_the_starter_and_overwrites_nothing(tmp_path):
@@ -79,7 +81,7 @@ TIMING_FORMAT = re.compile(r'"(fa-timing: [^"]*)"\s*"([^"]*)"')
 @pytest.mark.parametrize("name", ["hw4.cu", "hw4.hip"])
 def test_starter_timing_line_is_fa_programs_own(name):
     """The optional fa-timing line, filled as the starter prints it: the parser of fa's programs
-    (fa_cli/timing.py) reads every stage and fact of it (tests/test_timing.py runs the starter)."""
+    (fa_cli/programs/timing.py) reads every stage and fact of it (tests/test_timing.py runs the starter)."""
     text = (starter.resources.files("fa_cli") / "starter" / name).read_text()
     [theirs] = ["".join(m.groups()) for m in TIMING_FORMAT.finditer(text)]
     line = theirs.replace("\\n", "\n").replace("%.6f", "%f") % (0.3, 0.08, 0.1, 1.5, 0.05, 0.02, 2.1, "attention_rows",

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ROOT, fa, have_nvidia_gpu
-from fa_cli import sweep
+from fa_cli.measure import sweep
 from fa_cli.errors import FaError
-from fa_cli.programs import Program
+from fa_cli.programs.programs import Program
 
 
 @pytest.fixture(scope="module")
