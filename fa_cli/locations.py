@@ -30,7 +30,7 @@ from typing import Iterator
 import platformdirs
 
 from .errors import FaError
-from .cases.format import remove_leftovers
+from .files import remove_leftovers
 
 PACKAGE = Path(__file__).resolve().parent
 SHARED_WORK = Path(".fa-slurm")  # under the current directory, which compute nodes share

@@ -170,7 +170,7 @@ def test_docs_results_charts_are_current():
 
 
 def test_a_chart_replaces_only_a_png(tmp_path):
-    from fa_cli.cases import format as fmt
+    from fa_cli import files as placing
     from fa_cli.errors import FaError
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
@@ -180,8 +180,8 @@ def test_a_chart_replaces_only_a_png(tmp_path):
     charts.check_replaceable(tmp_path / "old.png")  # a PNG, an empty file or no file: replaced
     (tmp_path / "empty.png").touch()
     charts.check_replaceable(tmp_path / "empty.png")
-    fmt.replace_students_files(True)
+    placing.replace_students_files(True)
     try:
         charts.check_replaceable(notes)  # --force
     finally:
-        fmt.replace_students_files(False)
+        placing.replace_students_files(False)

@@ -26,7 +26,7 @@ def bench_records(n: int = 4) -> list[dict]:
 def terminal(monkeypatch):
     """report's console as an 80-column terminal; returns what it printed."""
     out = io.StringIO()
-    monkeypatch.setattr(report, "console", Console(file=out, width=80, force_terminal=True, color_system=None))
+    monkeypatch.setattr(tables, "console", Console(file=out, width=80, force_terminal=True, color_system=None))
     return out
 
 

@@ -27,8 +27,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..judge import reference
-from .format import (FormatError, Shape, as_f32_bytes, atomic_file, check_output_path, check_space, forced,
-                     header_bytes, read_header, same_file)
+from .format import FormatError, Shape, as_f32_bytes, header_bytes, read_header
+from ..files import atomic_file, check_output_path, check_space, forced, same_file
 
 LIMIT = 3.0
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -200,7 +200,7 @@ def write_input(
     """Write a whole input file atomically, in bounded blocks drawn on every core (numpy draws
     without holding the GIL) and written in order; refused up front where the file system has not
     the room for it. `digest`: a hashlib object fed the bytes as they are written. Returns the file
-    put in place (format.OutputWriter.placed)."""
+    put in place (files.OutputWriter.placed)."""
     window = 2 * workers()  # pieces drawn ahead of the writer: memory stays bounded
     with atomic_file(path, size=shape.input_bytes) as f, ThreadPoolExecutor(workers()) as pool, \
             ThreadPoolExecutor(1) as hasher:

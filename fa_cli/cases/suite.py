@@ -23,7 +23,8 @@ from typing import Callable
 from . import generate
 from .. import locations
 from ..errors import ExitStatus, FaError
-from .format import Shape, check_shape, remove_placed
+from .format import Shape, check_shape
+from ..files import remove_placed
 
 NAME = re.compile(r"^[tc]\d\d$")
 SUITES = ("t", "c")  # fa's own, the course's

@@ -20,7 +20,8 @@ from ..programs import programs, ready, slurm, system, wave64
 from .options import SECONDS, SEED, TOLERANCE, OutputPath, Size, force_option
 from ..programs.devices import describe_first, list_devices
 from ..errors import ExitStatus, FaError
-from ..cases.format import AttentionInput, Shape, check_shape, open_output, regular_size, remove_placed
+from ..cases.format import AttentionInput, Shape, check_shape, open_output, regular_size
+from ..files import remove_placed
 from ..report.records import append, by_kind, check_extendable
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..cases.format import MAX_INT32, check_output_path, replace_students_files
+from ..cases.format import MAX_INT32
+from ..files import check_output_path, replace_students_files
 
 SEED = click.IntRange(min=0)  # numpy's seeds are non-negative
 
@@ -53,7 +54,7 @@ SECONDS = PositiveFinite("a time limit")
 
 
 class OutputPath(click.Path):
-    """A file fa will write: where it goes is checked now (format.check_output_path: not a
+    """A file fa will write: where it goes is checked now (files.check_output_path: not a
     directory, its directory there and writable, its name not too long), in one line."""
 
     def __init__(self):

@@ -31,7 +31,8 @@ from .. import locations
 from . import reference
 from ..cases import suite
 from ..errors import ExitStatus, FaError
-from ..cases.format import AttentionInput, Shape, as_f32_bytes, atomic_file, gigabytes, open_output
+from ..cases.format import AttentionInput, Shape, as_f32_bytes, open_output
+from ..files import atomic_file, gigabytes
 from ..cases.suite import Target
 
 FLOAT32_MARGIN = 2.0**-24 * 3.0  # the most rounding to float32 moves an output in [-3, 3]

@@ -25,7 +25,8 @@ from .. import locations
 from ..report import records
 from ..judge import verify
 from ..errors import ExitStatus, FaError
-from ..cases.format import Shape, atomic_file
+from ..cases.format import Shape
+from ..files import atomic_file
 from .programs import Launcher, Program
 from ..cases.suite import Target
 

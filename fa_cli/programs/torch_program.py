@@ -24,7 +24,8 @@ def main(argv: list[str]) -> int:
 
     from ..errors import FaError
     from . import timing
-    from ..cases.format import AttentionInput, as_f32_bytes, atomic_file
+    from ..cases.format import AttentionInput, as_f32_bytes
+    from ..files import atomic_file
 
     t_init = time.perf_counter()
     torch.cuda.init()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..programs import timing
 from ..errors import FaError
-from ..cases.format import atomic_file, forced
+from ..files import atomic_file, forced
 from .records import revision_text
 
 STAGES = tuple(s for s in timing.STAGES if s != "total")  # the bars' parts
@@ -25,7 +25,7 @@ def _pyplot():
 
 
 def _save(fig, path: Path, records: list[dict]) -> Path:
-    """The chart as a PNG at path, written as every output of fa is (format.atomic_file), stamped
+    """The chart as a PNG at path, written as every output of fa is (files.atomic_file), stamped
     with the revision its records were made from."""
     made_from = "made from " + revision_text([r.get("source") or {} for r in records])
     fig.text(0.995, 0.002, made_from, ha="right", va="bottom", fontsize=6, color="gray")

@@ -3,7 +3,7 @@
 A results file is one JSON document {"records": [...]}. Every command that measures (run -o,
 bench, profile, ladder, sweep) adds records to one; fa resources --json prints the same shape.
 Each record says which command made it in `kind` (KINDS; files from before fa wrote a kind are
-recognised by their fields, kind_of). Files are written atomically (format.atomic_file), so a
+recognised by their fields, kind_of). Files are written atomically (files.atomic_file), so a
 crash mid-write leaves the file as it was, and an existing file is extended, not replaced.
 
 This module imports nothing that measures, judges or reports: those all import it.
@@ -22,7 +22,8 @@ from pathlib import Path
 from .. import __version__, locations
 from ..programs import system
 from ..errors import ExitStatus, FaError
-from ..cases.format import atomic_file, check_output_path, file_kind, open_regular
+from ..cases.format import file_kind, open_regular
+from ..files import atomic_file, check_output_path
 from ..programs.programs import Launcher, Program
 from ..cases.suite import Target
 

@@ -24,7 +24,7 @@ from . import charts
 from ..measure import compare, ladder, sweep
 from ..programs import programs
 from ..errors import FaError
-from ..cases.format import atomic_file, forced
+from ..files import atomic_file, forced
 from .records import by_kind, revision_text
 from .tables import markdown_table, profile_rows
 
