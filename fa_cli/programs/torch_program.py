@@ -22,10 +22,10 @@ def main(argv: list[str]) -> int:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from ..errors import FaError
-    from . import timing
-    from ..cases.format import AttentionInput, as_f32_bytes
-    from ..files import atomic_file
+    from fa_cli.errors import FaError
+    from fa_cli.programs import timing
+    from fa_cli.cases.format import AttentionInput, as_f32_bytes
+    from fa_cli.files import atomic_file
 
     t_init = time.perf_counter()
     torch.cuda.init()
