@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from .. import __version__, locations, starter
+from .. import __version__, locations, settings, starter
 from ..measure import bench, compare, ladder, profile, resources, sweep
 from ..cases import cache, generate, suite
 from ..judge import cause, diagnose, expected, verdict, mistakes, verify
@@ -58,7 +57,7 @@ class FaGroup(click.Group):
             click.echo(f"fa: error: {e.format_message()}", err=True)
             sys.exit(ExitStatus.BAD_INPUT)
         except (FaError, OSError, MemoryError) as e:
-            if ctx.params.get("traceback") or os.environ.get("FA_DEBUG") == "1":
+            if ctx.params.get("traceback") or settings.debug():
                 raise
             click.echo(f"fa: error: {one_line(e)}", err=True)
             sys.exit(e.exit_code if isinstance(e, FaError) else ExitStatus.FAILED if isinstance(e, MemoryError)
@@ -423,7 +422,7 @@ def cache_cmd(clear) -> None:
     expected outputs, student builds and fa's builds, each with its size; --clear removes them."""
     where = locations.cache_dir()
     kept = cache.clear(where) if clear else cache.usage(where)
-    named = " (FA_CACHE)" if os.environ.get("FA_CACHE") else ""
+    named = " (FA_CACHE)" if settings.cache_override() else ""
     click.echo(f"{'removed from' if clear else 'kept in'} {where}{named}")
     for k in kept:
         click.echo(f"  {k.kind:<17} {k.files:>6} files  {ready.human_bytes(k.bytes):>9}")

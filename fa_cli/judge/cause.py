@@ -40,7 +40,7 @@ from typing import Callable
 import numpy as np
 
 from . import expected
-from .. import locations
+from .. import locations, settings
 from ..programs import programs
 from ..cases import suite
 from .diagnose import Diagnosis, signal_name
@@ -85,7 +85,7 @@ def find_tool(name: str) -> str | None:
     found = shutil.which(name)
     if found:
         return found
-    folders = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda", "/opt/cuda"]
+    folders = [settings.cuda_home(), "/usr/local/cuda", "/opt/cuda"]
     nvcc = shutil.which("nvcc")
     if nvcc:
         folders.insert(0, str(Path(nvcc).resolve().parent.parent))

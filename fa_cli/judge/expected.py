@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from .. import locations
+from .. import locations, settings
 from . import reference
 from ..cases import suite
 from ..errors import ExitStatus, FaError
@@ -170,7 +170,7 @@ class TorchBackend:
 
 def backend():
     """The fastest way at hand: PyTorch on a GPU it sees, else numpy here."""
-    if os.environ.get("FA_REFERENCE") != "numpy":
+    if not settings.numpy_reference():
         try:
             import torch  # optional: pip install torch
 

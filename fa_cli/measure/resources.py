@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .. import locations
 from ..errors import ExitStatus, FaError
-from ..programs.programs import run_tool
+from ..programs.programs import compiler_command, run_tool
 
 
 @dataclass(frozen=True)
@@ -269,13 +269,13 @@ def compile_report(source: Path, target: str, hip_source: bool, work: Path) -> t
     compiler's own temporary files (nvcc's tmpxft_*) go there too (TMPDIR), so that removing
     the folder, however fa ends, removes them."""
     if target.startswith("sm_"):
-        nvcc = os.environ.get("NVCC", "nvcc")
+        nvcc = compiler_command("nvcc")
         argv = [nvcc, "-std=c++17", "-O3", f"-arch={target}", "-Xptxas", "-v", "--keep", "--keep-dir", str(work),
                 "-Xcompiler", "-pthread", *(["-x", "cu"] if hip_source else []), "-o", str(work / "program"),
                 str(source)]
         env = {**os.environ, "TMPDIR": str(work)}
     else:
-        argv = [os.environ.get("HIPCC", "hipcc"), "-std=c++17", "-O3", f"--offload-arch={target}", "-save-temps",
+        argv = [compiler_command("hipcc"), "-std=c++17", "-O3", f"--offload-arch={target}", "-save-temps",
                 "-Rpass-analysis=kernel-resource-usage", "-pthread", "-o", str(work / "program"), str(source)]
         env = {**os.environ, "HIP_PLATFORM": "amd", "TMPDIR": str(work)}
     if not shutil.which(argv[0]):

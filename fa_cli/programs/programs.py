@@ -30,6 +30,7 @@ from .. import locations
 from . import timing, wave64
 from .devices import list_devices
 from ..errors import ExitStatus, FaError
+from ..settings import compiler_command
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A program past its time limit gets SIGTERM, then SIGKILL after this many seconds.
@@ -257,11 +258,6 @@ def ensure_built(program: Program, announce=None) -> Program:
         raise FaError(f"program {program.name!r} is not available here: `make {program.make_target}` failed: {why}",
                       exit_code=ExitStatus.FAILED)
     return program
-
-
-def compiler_command(compiler: str) -> str:
-    """The command that runs a compiler: NVCC, HIPCC or CXX where set, as the Makefiles take them."""
-    return os.environ.get({"nvcc": "NVCC", "hipcc": "HIPCC"}.get(compiler, "CXX"), compiler)
 
 
 def compiler_of(source: Path) -> str:

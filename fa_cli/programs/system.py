@@ -19,6 +19,7 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from .. import settings
 from .devices import list_devices
 
 
@@ -76,7 +77,7 @@ def nvidia_software() -> dict:
 def rocm_software() -> dict:
     """ROCm's version (its install's version file, else hipcc's report)."""
     try:
-        return {"rocm": (Path(os.environ.get("ROCM_PATH", "/opt/rocm")) / ".info" / "version").read_text().strip()}
+        return {"rocm": (Path(settings.rocm_path()) / ".info" / "version").read_text().strip()}
     except OSError:
         pass
     if m := re.search(r"HIP version:\s*(\S+)", _run(["hipcc", "--version"])):

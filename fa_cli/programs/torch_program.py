@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from fa_cli.errors import FaError
+    from fa_cli import settings
     from fa_cli.programs import timing
     from fa_cli.cases.format import AttentionInput, as_f32_bytes
     from fa_cli.files import atomic_file
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
     with atomic_file(argv[2]) as f:
         f.write(as_f32_bytes(result))
     write = time.perf_counter() - t
-    if os.environ.get("FA_TIMING", "0") not in ("", "0"):
+    if settings.timing_asked():
         arch = "sm_{}{}".format(*torch.cuda.get_device_capability())
         device = torch.cuda.get_device_name().replace(" ", "_")
         seconds = dict(init=init, read=read, h2d=h2d, kernel=kernel, d2h=d2h, write=write,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import locations
 from .devices import list_devices
+from ..settings import compiler_command
 
 PREFIX = "fa-wave64: "  # the layer's lines on stderr (hip_runtime.h)
 NOTE = PREFIX + "note: "
@@ -73,7 +74,7 @@ def student_lines(source: Path) -> list[tuple[str, int, str]]:
     """(file, line, text) of the code the compiler sees from the student's own files, #if's
     decided as nvcc decides them for the emulation (nvcc -E; headers of the system, CUDA and
     ours left out); the source's lines, comments blanked, where nvcc cannot preprocess it."""
-    nvcc = shutil.which(os.environ.get("NVCC", "nvcc"))
+    nvcc = shutil.which(compiler_command("nvcc"))
     proc = subprocess.run([nvcc, "-E", "-x", "cu", "-I", str(layer_dir()), str(source)], capture_output=True,
                           text=True) if nvcc else None
     if proc is None or proc.returncode != 0:
@@ -95,7 +96,7 @@ def student_lines(source: Path) -> list[tuple[str, int, str]]:
 def cuda_leftover(source: Path) -> str | None:
     """One line where hw4.hip still uses a CUDA name, which the MI210's build (hipcc) rejects:
     hipcc's own first error naming it where hipcc is installed, else the first such name."""
-    hipcc = shutil.which(os.environ.get("HIPCC", "hipcc"))
+    hipcc = shutil.which(compiler_command("hipcc"))
     if hipcc:
         proc = subprocess.run([hipcc, "-std=c++14", "--offload-arch=gfx90a", "-fsyntax-only", str(source)],
                               capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
