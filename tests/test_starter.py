@@ -8,7 +8,7 @@ import pytest
 
 from helpers import fa, verdicts
 from fa_cli import starter
-from fa_cli.measure import sweep
+from fa_cli.measure import c_macros, source_sweep
 from fa_cli.programs import timing
 
 
@@ -106,9 +106,9 @@ def test_fa_resources_gives_the_starters_occupancy(tmp_path):
 def test_starter_takes_its_tile_sizes_as_macros(name, tmp_path):
     """BR and BC in #ifndef, so that `fa sweep --program hw4.cu --param BR=... --param BC=...` works on it."""
     fa("init", tmp_path)
-    macros = sweep.tested_macros(tmp_path / name)
+    macros = c_macros.tested_macros(tmp_path / name)
     assert {"BR", "BC"} <= macros.tested and macros.defaults["BR"] == "128" and macros.defaults["BC"] == "32"
-    assert sweep.own_grid(["BR=64,128", "BC=16"], tmp_path / name) == [{"BR": "64", "BC": "16"},
+    assert source_sweep.own_grid(["BR=64,128", "BC=16"], tmp_path / name) == [{"BR": "64", "BC": "16"},
                                                                       {"BR": "128", "BC": "16"}]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ROOT, fa, have_nvidia_gpu
-from fa_cli.measure import sweep
+from fa_cli.measure import c_macros, source_sweep, sweep
 from fa_cli.errors import FaError
 from fa_cli.programs.programs import Program
 
@@ -177,19 +177,19 @@ const char* s = "// #ifndef IN_A_STRING";
 def test_the_macros_a_source_tests_comments_left_out(tmp_path):
     (tmp_path / "tiles.h").write_text("#ifndef BC\n#define BC 32\n#endif\n#define UNTESTED 1\n")
     (tmp_path / "hw4.cu").write_text(OWN)
-    macros = sweep.tested_macros(tmp_path / "hw4.cu")
+    macros = c_macros.tested_macros(tmp_path / "hw4.cu")
     assert macros.tested == {"BR", "BC", "CONTINUED", "WITH_X", "WITH_Y", "WITH_Z"}
     assert macros.defaults == {"BR": "16", "BC": "32"}
-    assert sweep.strip_comments('a // b\nc /* d\ne */ f "g // h"') == 'a  \nc  \n f "g // h"'
+    assert c_macros.strip_comments('a // b\nc /* d\ne */ f "g // h"') == 'a  \nc  \n f "g // h"'
 
 
 def test_values_and_their_grid(tmp_path):
     source = tmp_path / "hw4.cu"
     source.write_text("#ifndef BR\n#define BR 16\n#endif\n#ifdef BC\n#endif\n#if defined(KIND)\n#endif\n")
-    assert sweep.own_grid(["BR=32,8,16,8", "KIND=fast,_slow"], source) == [
+    assert source_sweep.own_grid(["BR=32,8,16,8", "KIND=fast,_slow"], source) == [
         {"BR": v, "KIND": k} for v in ("8", "16", "32") for k in ("fast", "_slow")]
-    assert sweep.own_grid(["BC=0x20,1.5f,-2"], source) == [{"BC": "0x20"}, {"BC": "1.5f"}, {"BC": "-2"}]
-    assert sweep.flags_of({"BR": "8", "BC": "64"}) == ("-DBR=8", "-DBC=64")
+    assert source_sweep.own_grid(["BC=0x20,1.5f,-2"], source) == [{"BC": "0x20"}, {"BC": "1.5f"}, {"BC": "-2"}]
+    assert source_sweep.flags_of({"BR": "8", "BC": "64"}) == ("-DBR=8", "-DBC=64")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from .. import __version__, locations, settings, starter
-from ..measure import bench, compare, ladder, profile, resources, sweep
+from ..measure import bench, compare, ladder, profile, resources, source_sweep, sweep
 from ..cases import cache, generate, suite
 from ..judge import cause, diagnose, expected, verdict, mistakes, verify
 from ..report import charts, tables, writeup
@@ -753,31 +753,24 @@ def own_sweep(case, program, params, no_run, list_only, with_profile, repeats, t
               runner) -> None:
     """fa sweep --program hw4.cu --param BR=16,32: the student's source built with each combination
     of -D values (course's line), each judged and timed; every refusal before any work."""
-    source = sweep.own_source(program)
+    source = source_sweep.own_source(program)
     ctx = click.get_current_context()
-    for option in ("kernel", "arch"):
-        if ctx.get_parameter_source(option) != ParameterSource.DEFAULT:
-            raise FaError(f"--{option}: not for a source of yours, which fa builds with the course's line for this "
-                          f"machine's GPU and runs as it is (--param NAME=... names its macros)")
-    if with_profile:
-        raise FaError(f"--profile: not for a source of yours; profile the build you choose with "
-                      f"fa profile {case or 'CASE'} --program ./hw4")
+    source_sweep.check_options([o for o in ("kernel", "arch") if ctx.get_parameter_source(o) != ParameterSource.DEFAULT],
+                               with_profile, case)
     if list_only:
-        show(*sweep.own_listing(source), as_markdown, f"fa sweep: the macros {source.name} tests with #ifndef/#ifdef")
+        show(*source_sweep.own_listing(source), as_markdown,
+             f"fa sweep: the macros {source.name} tests with #ifndef/#ifdef")
         return
-    if params:
-        sweep.own_grid(list(params), source)  # every bad --param refused before anything is built
+    source_sweep.check_params(list(params), source)
     check_names([case])
-    if not no_run:  # no GPU for it: said before what the command still lacks (--param)
-        ready.check_runs_here(programs.from_source(source), runner, program, try_cpu=False)
-    sweep.own_grid(list(params), source)
+    source_sweep.check_runs_here(source, list(params), program, runner, run=not no_run)
     [target] = targets_for([case])
     plan_args = dict(repeats=repeats, tol=tol, launcher=runner)
     with locations.shared_workdir(runner is not None) as workdir, \
             tables.progress("sweep variants", None, steps=True) as advance:
-        records = sweep.run_own_sweep(source, target, list(params), plan_args, not no_run, workdir, note, advance)
-    built = "the CPU" if records[0]["arch"] == "cpu" else records[0]["arch"]
-    show(*sweep.rows(records), as_markdown, f"fa sweep: {source.name} built for {built}, {target.name}")
+        records = source_sweep.run_own_sweep(source, target, list(params), plan_args, not no_run, workdir, note,
+                                             advance)
+    show(*source_sweep.rows(records), as_markdown, source_sweep.title(records, source, target))
     save_and_plot(records, results, plot, charts.sweep_chart)
     ran = [r for r in records if not r.get("skipped")]
     sys.exit(ExitStatus.OK if no_run or all(not r.get("error") and r.get("passed") for r in ran) else ExitStatus.FAILED)

@@ -13,11 +13,11 @@ kernel, and the theoretical occupancy they allow (as `fa resources` computes it)
 the kernel cannot take (too many threads, too much static shared memory, a row wider than a
 warp) fails its build on a static_assert that says why: it is listed as skipped with that
 reason. Then each variant runs on the input like a `fa bench` run (its kernel forced with
-FA_KERNEL), and with profiling `fa profile` adds the achieved occupancy.
+FA_KERNEL), and with profiling `fa profile` adds the achieved occupancy. A student's own source
+is swept over its macros instead (fa_cli/measure/source_sweep.py).
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import re
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from . import bench, profile, resources
 from .. import locations
-from ..programs import programs, registry
+from ..programs import registry
 from ..programs.devices import list_devices
 from ..errors import ExitStatus, FaError
 from ..programs.programs import BUILT, Program
@@ -232,9 +232,7 @@ def resource_summary(kernel: resources.KernelUsage | None) -> dict | None:
 
 def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a sweep table: one row per combination (its parameters, then Br and Bc
-    where they are derived, as for simt); a student's source's: its macros' values."""
-    if records and records[0].get("sweep_source"):
-        return own_rows(records)
+    where they are derived, as for simt)."""
     params = [p for p in (records[0].get("sweep_params") or ["Br", "Bc"] if records else []) if p not in ("Br", "Bc")]
     header = [*params, "Br", "Bc", "threads", "registers", "spill B", "shared KB", "theoretical occ. %",
               "achieved occ. %", "kernel ms", "TFLOP/s", "max err", "result"]
@@ -269,226 +267,7 @@ def local_arch(program_name: str) -> str:
     return found[0]
 
 
-# ---------------------------------------------------------------- a student's own source
-# fa sweep --program hw4.cu --param BR=16,32: the student's own tile sizes, where the source takes
-# them as -D macros (#ifndef BR / #define BR 32 / #endif). Each combination is built with the
-# course's line plus its -D flags into the cache (programs.from_source: one folder per source
-# bytes and flags, reused), then judged and timed as fa's own variants are. A macro the source
-# never tests with #ifndef, #ifdef or defined() is refused: -D of it would build the same program.
-
-OWN_SUFFIXES = tuple(programs.SOURCE_COMPILERS)
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# A value a -D flag can carry as one C token: a name, or a number (integer, hex or floating, with a suffix).
-VALUE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[-+]?(0[xX][0-9a-fA-F]+|(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)[uUlLfF]*")
-MAX_INCLUDES = 32  # quoted includes followed from the source, at most
-
-
-def is_own_source(name: str) -> bool:
-    """--program names a source of the student's (hw4.cu, hw4.hip, hw4.cpp), not one of fa's programs."""
-    return name not in PROGRAMS and Path(name).suffix in OWN_SUFFIXES
-
-
-def own_source(name: str) -> Path:
-    """The student's source a sweep rebuilds; a binary, or a name that is neither, refused in one line."""
-    path = Path(name)
-    if path.suffix in OWN_SUFFIXES:
-        if not path.is_file():
-            raise FaError(f"--program {name}: no such source file", exit_code=ExitStatus.BAD_INPUT)
-        return path
-    sources = [s for s in (path.with_name(path.name + suffix) for suffix in (".cu", ".hip", ".cpp")) if s.is_file()]
-    if path.exists():
-        hint = f" (--program {sources[0]})" if sources else " (--program hw4.cu, hw4.hip or hw4.cpp)"
-        raise FaError(f"--program {name}: a built program cannot be rebuilt with other tile sizes: give its source"
-                      f"{hint}, which fa builds with the course's line and -D flags", exit_code=ExitStatus.BAD_INPUT)
-    raise FaError(f"--program {name}: fa sweep builds {', '.join(PROGRAMS)}, or a source of yours "
-                  "(hw4.cu, hw4.hip, hw4.cpp) that takes its tile sizes as -D macros", exit_code=ExitStatus.BAD_INPUT)
-
-
-def strip_comments(text: str) -> str:
-    """C/C++ source without its comments (each a space; a block comment keeps its newlines) and
-    with backslash-newline continuations joined; string and character literals are kept."""
-    text = text.replace("\\\r\n", "").replace("\\\n", "")
-    out, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "/" and text.startswith("//", i):
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-            out.append(" ")
-        elif c == "/" and text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            comment = text[i:n if end < 0 else end + 2]
-            out.append(" " + "\n" * comment.count("\n"))
-            i += len(comment)
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(ifndef|ifdef|elifndef|elifdef|if|elif|define|include)\b(.*)$", re.M)
-DEFINED = re.compile(r"\bdefined\s*(?:\(\s*([A-Za-z_]\w*)\s*\)|([A-Za-z_]\w*))")
-
-
-@dataclass
-class Macros:
-    """What a source tests with the preprocessor, and the value it defines each to by default."""
-    tested: set[str]
-    defaults: dict[str, str]
-
-
-def tested_macros(source: Path) -> Macros:
-    """The macros a source (and the files it includes with quotes, beside it) tests with #ifndef,
-    #ifdef or defined(), comments left out; with the value of the first #define of each."""
-    found = Macros(set(), {})
-    todo, seen = [source], set()
-    while todo and len(seen) < MAX_INCLUDES:
-        path = todo.pop(0)
-        key = path.resolve()
-        if key in seen or not path.is_file():
-            continue
-        seen.add(key)
-        text = strip_comments(path.read_text(errors="replace"))
-        for directive, rest in DIRECTIVE.findall(text):
-            if directive in ("ifndef", "ifdef", "elifndef", "elifdef"):
-                if m := IDENTIFIER.match(rest.strip()):
-                    found.tested.add(m.group())
-            elif directive in ("if", "elif"):
-                found.tested.update(a or b for a, b in DEFINED.findall(rest))
-            elif directive == "define":
-                if m := re.match(r"\s+([A-Za-z_]\w*)(?!\()\s*(.*)", rest):
-                    found.defaults.setdefault(m.group(1), m.group(2).strip())
-            elif m := re.match(r'\s*"([^"]+)"', rest):
-                todo.append(path.parent / m.group(1))
-    found.defaults = {k: v for k, v in found.defaults.items() if k in found.tested}
-    return found
-
-
-def parse_own_param(text: str, source: Path, macros: Macros) -> tuple[str, list[str]]:
-    """'BR=16,32' -> ('BR', ['16', '32']) where the source tests BR; refused in one line otherwise."""
-    name, sep, values = text.partition("=")
-    name = name.strip()
-    if not sep or not IDENTIFIER.fullmatch(name):
-        raise FaError(f"--param {text!r}: expected NAME=V1,V2,... with NAME a macro of {source.name}",
-                      exit_code=ExitStatus.BAD_INPUT)
-    if name not in macros.tested:
-        tested = ", ".join(sorted(macros.tested)) or "none"
-        raise FaError(f"--param {name}: {source.name} never tests {name} with #ifndef/#ifdef, so -D{name}=... would "
-                      f"build the same program (the macros it tests: {tested})", exit_code=ExitStatus.BAD_INPUT)
-    chosen = list(dict.fromkeys(v.strip() for v in values.split(",")))
-    bad = [v for v in chosen if not VALUE.fullmatch(v)]
-    if not chosen or bad:
-        raise FaError(f"--param {text!r}: {bad[0]!r} is not a C name or number" if bad and bad[0] else
-                      f"--param {text!r}: give one value at least, comma-separated (a C name or number)",
-                      exit_code=ExitStatus.BAD_INPUT)
-    if all(re.fullmatch(r"\d+", v) for v in chosen):
-        chosen.sort(key=int)
-    return name, chosen
-
-
-def own_grid(params: list[str], source: Path) -> list[dict[str, str]]:
-    """Every combination of the --param values (a macro given twice is refused)."""
-    macros = tested_macros(source)
-    chosen: dict[str, list[str]] = {}
-    for text in params:
-        name, values = parse_own_param(text, source, macros)
-        if name in chosen:
-            raise FaError(f"--param {name}: given twice (give its values once, comma-separated)",
-                          exit_code=ExitStatus.BAD_INPUT)
-        chosen[name] = values
-    if not chosen:
-        tested = ", ".join(sorted(macros.tested))
-        raise FaError(f"give --param NAME=V1,V2,... with a macro {source.name} tests with #ifndef "
-                      f"({tested or 'it tests none: add #ifndef BR / #define BR 32 / #endif for each tile size'})",
-                      exit_code=ExitStatus.BAD_INPUT)
-    return [dict(zip(chosen, combo)) for combo in itertools.product(*chosen.values())]
-
-
-def own_listing(source: Path) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of what a source can be swept over: the macros it tests, their defaults."""
-    macros = tested_macros(source)
-    body = [[name, macros.defaults.get(name, "-"), f"--param {name}=..."] for name in sorted(macros.tested)]
-    return ["macro", "value as defined", "sweep it with"], body
-
-
-def flags_of(combo: dict[str, str]) -> tuple[str, ...]:
-    return tuple(f"-D{k}={v}" for k, v in combo.items())
-
-
-def own_target(source: Path) -> str:
-    """What a source is built for: the GPU target of the course's line here, or cpu."""
-    return programs.local_target(programs.source_compiler(source)) or "cpu"  # hw4.hip: sm_XY where emulated
-
-
-def build_own(source: Path, combo: dict[str, str], announce=None) -> tuple[Program, str | None]:
-    """One combination built with the course's line and its -D flags (reused while the source and
-    flags are the same): the program, and None, or the compiler's first error line."""
-    flags = flags_of(combo)
-    program = programs.from_source(source, flags)
-    program = dataclasses.replace(program, name=" ".join([source.name, *flags]))
-    if program.path.exists():
-        return program, None
-    if announce:
-        announce(f"building {program.name}")
-    return program, programs.build_error(program)
-
-
-def run_own_sweep(source: Path, target: Target, params: list[str], plan_args: dict, run: bool = True,
-                  workdir: Path | None = None, announce=None, progress=None) -> list[dict]:
-    """One record per combination (kind "sweep") of a student's source: its values, its -D flags,
-    and unless run is False its bench figures; one that does not build keeps the compiler's line."""
-    combos = own_grid(params, source)
-    programs.check_compiler(source)  # not installed: one line for the whole sweep, not one per build
-    arch = own_target(source)
-    with ThreadPoolExecutor(max_workers=max(1, min(len(combos), (os.cpu_count() or 2) // 2))) as pool:
-        built = list(pool.map(lambda combo: build_own(source, combo, announce), combos))
-    records = []
-    for combo, (program, failed) in zip(combos, built):
-        fields = {**combo, "sweep_params": list(combo), "sweep_source": source.name, "flags": " ".join(flags_of(combo)),
-                  "arch": arch, "skipped": failed and failed.replace(f"{source.resolve().parent}/", ""),
-                  "resources": None}
-        plan = bench.BenchPlan([program], [target], kind="sweep", fields=fields, **plan_args)
-        if fields["skipped"] or not run:
-            record = new_record(program, target, plan.label, fields["skipped"] and f"skipped: {fields['skipped']}",
-                                "sweep", plan.launcher, **fields)
-        else:
-            with locations.scratch("sweep", workdir) as work:
-                record = bench.measure(plan, program, target, Path(work))
-        records.append(record)
-        if progress:
-            progress(1)
-    return records
-
-
-def own_rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of a sweep of a student's source: its macros' values, then the figures."""
-    params = list(dict.fromkeys(p for r in records for p in r.get("sweep_params") or []))
-    header = [*params, "process s", "kernel ms", "TFLOP/s", "max err", "result"]
-    body = []
-    for r in records:
-        kernel = (r.get("timing") or {}).get("kernel")
-        wall = (r.get("wall_s") or {}).get("median") if isinstance(r.get("wall_s"), dict) else None
-        ok = not r.get("error")
-        body.append([*(str(r.get(p, "-")) for p in params), f"{wall:.3f}" if ok and wall else "-",
-                     f"{kernel * 1e3:.4g}" if ok and kernel else "-",
-                     f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-",
-                     f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-", result_of(r)])
-    return header, body
-
-
 def result_of(r: dict) -> str:
     if r.get("skipped"):
         return f"not built: {r['skipped']}" if r.get("sweep_source") else f"skipped: {r['skipped']}"
     return r["error"] if r.get("error") else "not run" if "wall_s" not in r else "PASS" if r.get("passed") else "WRONG"
-
-
-def base_program(record: dict) -> str:
-    """The program a sweep record is a variant of: the student's source, or fa's program."""
-    return record.get("sweep_source") or record["program"].split("-br")[0]
-

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from . import charts
-from ..measure import compare, ladder, sweep
+from ..measure import compare, ladder, source_sweep
 from ..programs import programs
 from ..errors import FaError
 from ..files import atomic_file, forced
@@ -98,11 +98,11 @@ def sweep_section(records: list[dict], out_dir: Path, head: str = "#### Tile siz
     if not records:
         return ""
     parts = [head]
-    for key, group in _groups(records, lambda r: (sweep.base_program(r), r.get("arch"), r["input"])).items():
+    for key, group in _groups(records, lambda r: (source_sweep.base_program(r), r.get("arch"), r["input"])).items():
         png = _png(out_dir, "sweep", key)
         charts.sweep_chart(group, out_dir / png)
         built = "the CPU" if key[1] == "cpu" else key[1]
-        parts.append(f"\n{key[0]} built for {built}, input {key[2]}:\n\n" + markdown_table(*sweep.rows(group))
+        parts.append(f"\n{key[0]} built for {built}, input {key[2]}:\n\n" + markdown_table(*source_sweep.rows(group))
                      + f"\n![sweep]({png})\n")
     return "".join(parts)
 
