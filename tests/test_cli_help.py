@@ -12,7 +12,7 @@ import pytest
 from helpers import fa
 from fa_cli.measure import ladder
 from fa_cli.report import writeup
-from fa_cli.commands.cli import main
+from fa_cli.commands import main
 
 
 def commands():

@@ -86,7 +86,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_is_read():
     edges, _ = graph()
     assert "report.records" in edges["measure.bench"] and "judge.reference" in edges["cases.generate"]
-    assert "judge.verdict" in edges["commands.cli"] and "cases.format" in edges["judge.verify"]
+    assert "judge.verdict" in edges["commands.run"] and "cases.format" in edges["judge.verify"]
     assert edges["errors"] == set() and edges["cases"] == set()
 
 
@@ -112,7 +112,7 @@ def test_records_imports_nothing_that_uses_it():
     edges, _ = graph()
     users = {m for m, names in edges.items() if "report.records" in names}
     assert {"measure.bench", "judge.verdict", "measure.profile", "programs.slurm", "measure.sweep",
-            "report.writeup", "commands.cli"} <= users
+            "report.writeup", "commands.run"} <= users
     assert not edges["report.records"] & {"judge.verdict", "measure.bench", "report.tables", "measure.compare",
                                           "report.writeup"}
     assert not any(m.startswith("commands") for m in edges["report.records"])

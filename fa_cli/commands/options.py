@@ -1,5 +1,6 @@
 """Click types for fa's options: every number and output path is checked where it is parsed,
-before any work, so that a bad one is a usage error (exit 2), never a traceback later."""
+before any work, so that a bad one is a usage error (exit 2), never a traceback later; and the
+groups of options several commands share (--launcher and srun's; repeats, tolerance, outputs)."""
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ import click
 
 from ..cases.format import MAX_INT32
 from ..files import check_output_path, replace_students_files
+from ..measure import profile
 
 SEED = click.IntRange(min=0)  # numpy's seeds are non-negative
 
@@ -76,3 +78,37 @@ force_option = click.option(
     "--force", is_flag=True, is_eager=True, expose_value=False, callback=_set_force,
     help="Replace an output file that fa would otherwise keep: a source file (.cu .hip .cpp .cc .c .h .py), "
          "a Makefile, or a file that is not what this command writes.")
+
+
+def launcher_options(f):
+    """--launcher direct|slurm and the options of srun, shared by run and bench."""
+    for option in reversed([
+        click.option("--launcher", type=click.Choice(["direct", "slurm"]), default="direct", show_default=True,
+                     help="Run programs here, or on the cluster through srun."),
+        click.option("--partition", help="Slurm partition (with --launcher slurm), e.g. nvidia or amd."),
+        click.option("--gres", help="Slurm generic resources, e.g. gpu:1."),
+        click.option("--srun-arg", "srun_args", multiple=True, help="Extra srun/sbatch option; repeatable."),
+    ]):
+        f = option(f)
+    return f
+
+
+def measure_options(f):
+    """Repeats and tolerance, shared by ladder and sweep."""
+    for option in reversed([
+        click.option("--repeat", "repeats", type=click.IntRange(min=1), default=3, show_default=True,
+                     help="Timed runs per step, after one warm-up run; the median counts."),
+        click.option("--tol", type=TOLERANCE, default=1e-4, show_default=True,
+                     help="Largest abs error a PASS allows (the course's is 5e-3)."),
+        click.option("--profile", "with_profile", is_flag=True,
+                     help="Also profile each run (fa profile's course metrics; ncu, or --profiler)."),
+        click.option("--profiler", type=click.Choice(profile.PROFILERS), default="ncu", show_default=True,
+                     help="The profiler --profile uses (nvprof on Pascal, rocprof on AMD)."),
+        click.option("-o", "--output", "results", type=OutputPath(),
+                     help="Add the records to this results file (JSON, for fa report); extended if it exists."),
+        click.option("--plot", type=OutputPath(), help="Write a chart (PNG) here."),
+        click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report."),
+        force_option,
+    ]):
+        f = option(f)
+    return f
