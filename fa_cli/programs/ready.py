@@ -19,7 +19,7 @@ from ..judge import expected
 from .. import locations
 from ..cases import suite
 from . import wave64
-from ..judge.cause import gpu_kind
+from ..judge.tool_logs import gpu_kind
 from .devices import amd_problem, list_devices, nvidia_problem
 from ..errors import FaError
 from .programs import TORCH, Program
