@@ -116,3 +116,22 @@ def test_records_imports_nothing_that_uses_it():
     assert not edges["report.records"] & {"judge.verdict", "measure.bench", "report.tables", "measure.compare",
                                           "report.writeup"}
     assert not any(m.startswith("commands") for m in edges["report.records"])
+
+
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60  # def to its last line
+
+
+def test_modules_and_functions_are_short():
+    """Every module reads in one sitting: at most 450 lines, each function at most 60."""
+    long = []
+    for module, path in FILES.items():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES:
+                long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: "
+                            f"{node.end_lineno - node.lineno + 1} lines")
+    assert not long, "cut these (modules by job, functions by step):\n" + "\n".join(long)

@@ -92,38 +92,7 @@ def bench_chart(runs, table, path: Path) -> Path:
     axes = top.subplots(rows_, cols, squeeze=False)
     missing = []
     for ax, (name, by_run) in zip(axes.flat, table.items()):
-        bottoms = [0.0] * len(runs)
-        for j, stage in enumerate(STAGES):
-            values = [(by_run.get(k) or {}).get("timing", {}).get(stage, 0.0) for k in runs]
-            ax.bar(range(len(runs)), values, 0.7, bottom=bottoms, color=colors[j], label=stage, edgecolor="black",
-                   linewidth=0.3)
-            bottoms = [b + v for b, v in zip(bottoms, values)]
-        walls = [(i, r["wall_s"]["median"]) for i, k in enumerate(runs)
-                 if (r := by_run.get(k)) and not r.get("error") and r.get("wall_s")]
-        # The scale is the bars'; a whole process far above them (PyTorch's) is marked at the top
-        # with its figure, so that it does not flatten every bar.
-        top_y = max(bottoms + [w for _, w in walls if w <= 2 * max(bottoms + [0])] + [0]) * 1.15 or 1.0
-        if walls:
-            ax.scatter([i for i, _ in walls], [min(w, top_y * 0.97) for _, w in walls], marker="_", s=260,
-                       linewidths=2.0, color="black", zorder=3, label="whole process")
-            for i, w in walls:
-                if w > top_y:
-                    ax.annotate(f"{w:.2g} s \u2191", (i, top_y * 0.97), xytext=(0, -10), textcoords="offset points",
-                                ha="center", fontsize=7)
-        for i, k in enumerate(runs):
-            r = by_run.get(k)
-            if not bottoms[i]:
-                why = "not run" if r is None else "error" if r.get("error") else "no stage times"
-                if why == "no stage times":
-                    missing.append(k.name)
-                ax.text(i, 0.02, why, rotation=90, ha="center", va="bottom", fontsize=7, color="dimgray",
-                        transform=ax.get_xaxis_transform())
-        ax.set_title(name, fontsize=9)
-        ax.set_xticks(range(len(runs)))
-        ax.set_xticklabels(run_names, rotation=35, ha="right", fontsize=8)
-        ax.tick_params(axis="y", labelsize=8)
-        ax.set_ylabel("seconds", fontsize=8)
-        ax.set_ylim(top=top_y)
+        _stage_panel(ax, name, by_run, runs, run_names, colors, missing)
     for ax in axes.flat[len(table):]:
         ax.remove()
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -138,6 +107,50 @@ def bench_chart(runs, table, path: Path) -> Path:
     if missing:
         title += f"\nno stage times from {', '.join(sorted(set(missing)))} (its bar is empty)"
     fig.suptitle(title, fontsize=10)
+    _time_against_n(bottom, table, runs, run_names, ds)
+    return _save(fig, path, [r for by_run in table.values() for r in by_run.values()])
+
+
+
+def _stage_panel(ax, name: str, by_run: dict, runs, run_names: list[str], colors, missing: list[str]) -> None:
+    """One input's panel: each run's stage times stacked, a black mark at its whole-process time;
+    runs without stage times are named in `missing`."""
+    bottoms = [0.0] * len(runs)
+    for j, stage in enumerate(STAGES):
+        values = [(by_run.get(k) or {}).get("timing", {}).get(stage, 0.0) for k in runs]
+        ax.bar(range(len(runs)), values, 0.7, bottom=bottoms, color=colors[j], label=stage, edgecolor="black",
+               linewidth=0.3)
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    walls = [(i, r["wall_s"]["median"]) for i, k in enumerate(runs)
+             if (r := by_run.get(k)) and not r.get("error") and r.get("wall_s")]
+    # The scale is the bars'; a whole process far above them (PyTorch's) is marked at the top
+    # with its figure, so that it does not flatten every bar.
+    top_y = max(bottoms + [w for _, w in walls if w <= 2 * max(bottoms + [0])] + [0]) * 1.15 or 1.0
+    if walls:
+        ax.scatter([i for i, _ in walls], [min(w, top_y * 0.97) for _, w in walls], marker="_", s=260,
+                   linewidths=2.0, color="black", zorder=3, label="whole process")
+        for i, w in walls:
+            if w > top_y:
+                ax.annotate(f"{w:.2g} s \u2191", (i, top_y * 0.97), xytext=(0, -10), textcoords="offset points",
+                            ha="center", fontsize=7)
+    for i, k in enumerate(runs):
+        r = by_run.get(k)
+        if not bottoms[i]:
+            why = "not run" if r is None else "error" if r.get("error") else "no stage times"
+            if why == "no stage times":
+                missing.append(k.name)
+            ax.text(i, 0.02, why, rotation=90, ha="center", va="bottom", fontsize=7, color="dimgray",
+                    transform=ax.get_xaxis_transform())
+    ax.set_title(name, fontsize=9)
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels(run_names, rotation=35, ha="right", fontsize=8)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.set_ylabel("seconds", fontsize=8)
+    ax.set_ylim(top=top_y)
+
+
+def _time_against_n(bottom, table: dict, runs, run_names: list[str], ds: list[int]) -> None:
+    """The lower panels: whole-process time against N, one panel per d, each point labelled with its B."""
     line_axes = bottom.subplots(1, len(ds), squeeze=False)[0] if ds else []
     for ax, d in zip(line_axes, ds):
         for k, label in zip(runs, run_names):
@@ -164,7 +177,6 @@ def bench_chart(runs, table, path: Path) -> Path:
     if ds:
         handles, labels = line_axes[0].get_legend_handles_labels()
         bottom.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
-    return _save(fig, path, [r for by_run in table.values() for r in by_run.values()])
 
 
 def ladder_chart(records: list[dict], path: Path) -> Path:
@@ -238,28 +250,7 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
     own = bool(records and records[0].get("sweep_source"))
     xs = list(dict.fromkeys(sorted((r.get(x_name) for r in records), key=_order)))
     where, log2 = _positions(xs)
-    lines = list(dict.fromkeys(tuple(r.get(o) for o in others) for r in records))
-    for i, fixed in enumerate(lines):
-        line = sorted((r for r in records if tuple(r.get(o) for o in others) == fixed), key=lambda r: where[r[x_name]])
-        color = plt.cm.tab10.colors[i % 10]
-        label = ", ".join(f"{o} = {v}" for o, v in zip(others, fixed)) or x_name
-        ran = [(where[r[x_name]], r["tflops_kernel"]) for r in line if not r.get("error") and r.get("tflops_kernel")]
-        if ran:
-            left.plot(*zip(*ran), marker="o", color=color, label=label)
-        if own:
-            wall = [(where[r[x_name]], r["wall_s"]["median"]) for r in line
-                    if not r.get("error") and isinstance(r.get("wall_s"), dict)]
-            if wall:
-                right.plot(*zip(*wall), marker="o", color=color, label=label)
-            continue
-        theory = [(where[r[x_name]], 100 * r["resources"]["occupancy"]) for r in line
-                  if (r.get("resources") or {}).get("occupancy") is not None]
-        if theory:
-            right.plot(*zip(*theory), marker="o", linestyle="--", color=color, label=f"{label}, theoretical")
-        achieved = [(where[r[x_name]], r["profile"]["metrics"]["achieved occupancy"]) for r in line
-                    if "achieved occupancy" in (r.get("profile") or {}).get("metrics", {})]
-        if achieved:
-            right.plot(*zip(*achieved), marker="s", color=color, label=f"{label}, achieved")
+    _sweep_lines(left, right, records, x_name, others, where, own, plt.cm.tab10.colors)
     first = records[0]
     params = [x_name, *others]
     skipped = [" ".join(f"{p}={r.get(p)}" for p in params) for r in records if r.get("skipped")]
@@ -300,6 +291,35 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
         title += f"\nfailed to run: {', '.join(failed)}"
     fig.suptitle(title, fontsize=9)
     return _save(fig, path, records)
+
+
+
+def _sweep_lines(left, right, records: list[dict], x_name: str, others: list[str], where: dict, own: bool,
+                 colors) -> None:
+    """One line per value of the other parameters: kernel TFLOP/s on the left; occupancy
+    (theoretical dashed, achieved solid) or, for a student's source, whole-process time on the right."""
+    lines = list(dict.fromkeys(tuple(r.get(o) for o in others) for r in records))
+    for i, fixed in enumerate(lines):
+        line = sorted((r for r in records if tuple(r.get(o) for o in others) == fixed), key=lambda r: where[r[x_name]])
+        color = colors[i % 10]
+        label = ", ".join(f"{o} = {v}" for o, v in zip(others, fixed)) or x_name
+        ran = [(where[r[x_name]], r["tflops_kernel"]) for r in line if not r.get("error") and r.get("tflops_kernel")]
+        if ran:
+            left.plot(*zip(*ran), marker="o", color=color, label=label)
+        if own:
+            wall = [(where[r[x_name]], r["wall_s"]["median"]) for r in line
+                    if not r.get("error") and isinstance(r.get("wall_s"), dict)]
+            if wall:
+                right.plot(*zip(*wall), marker="o", color=color, label=label)
+            continue
+        theory = [(where[r[x_name]], 100 * r["resources"]["occupancy"]) for r in line
+                  if (r.get("resources") or {}).get("occupancy") is not None]
+        if theory:
+            right.plot(*zip(*theory), marker="o", linestyle="--", color=color, label=f"{label}, theoretical")
+        achieved = [(where[r[x_name]], r["profile"]["metrics"]["achieved occupancy"]) for r in line
+                    if "achieved occupancy" in (r.get("profile") or {}).get("metrics", {})]
+        if achieved:
+            right.plot(*zip(*achieved), marker="s", color=color, label=f"{label}, achieved")
 
 
 def _order(value):
