@@ -18,14 +18,15 @@ from .shared import check_names, make_launcher, note, program_for, save_and_plot
 
 @main.command(name="sweep")
 @click.argument("case", required=False)
-@click.option("--kernel", default="tiled", show_default=True,
-              help="The kernel (its FA_KERNEL value): tiled, the homework kernel; simt, the register-blocked "
-                   "kernel, for CASE's d (--list shows each program's).")
+@click.option("--kernel",
+              help="The kernel (its FA_KERNEL value), for CASE's d; --list shows each program's, from its kernel "
+                   "registry. Default: the homework kernel (the first step of the program's ladder that can be "
+                   "swept).")
 @click.option("--param", "params", multiple=True, metavar="NAME=V1,V2,...",
-              help="A tile parameter and its values; repeatable. tiled: Br (query rows per block), Bc (keys "
-                   "per tile), default Br=16, Bc=32. simt: TM, TN (scores per thread), C (threads per row), R "
-                   "(row groups), MB (blocks per SM), default the program's tile for d. A source of yours: a "
-                   "macro it tests with #ifndef (BR=16,32 builds it with -DBR=16, then -DBR=32).")
+              help="A tile parameter and its values; repeatable. The kernel's parameters and their defaults, the "
+                   "program's tile for d, are as --list shows them (the homework kernel's: Br, query rows per "
+                   "block, and Bc, keys per tile). A source of yours: a macro it tests with #ifndef (BR=16,32 "
+                   "builds it with -DBR=16, then -DBR=32).")
 @click.option("--program", default="cuda", show_default=True,
               help="cuda, hip-cuda or hip, or a source of yours (hw4.cu, hw4.hip) that takes its tile sizes "
                    "as -D macros.")
@@ -59,10 +60,12 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, list_only, repeats, t
         sweep.parse_values(text)
     if arch:
         sweep.check_arch(arch)
-    families = sweep.families_of(program_for(program))
+    built_program = program_for(program)
+    families = sweep.families_of(built_program)
     if list_only:
         show(*sweep.listing(families), as_markdown, f"fa sweep: what {program} can be swept over")
         return
+    kernel = kernel or sweep.homework_kernel(built_program)
     if kernel not in families:
         raise FaError(f"--kernel {kernel}: {program} can be swept over {', '.join(families)}")
     family = families[kernel]

@@ -83,6 +83,14 @@ def families_of(program: Program) -> dict[str, Family]:
     return {name: Family(name, row.tiles, row.sweep) for name, row in rows.items()}
 
 
+def homework_kernel(program: Program) -> str:
+    """fa sweep's default --kernel: the homework kernel of a built program, from its registry."""
+    family = registry.homework_family(registry.require(program.path, program.name))
+    if family is None:
+        raise FaError(f"{program.name}'s ladder has no kernel fa sweep can build variants of: give --kernel")
+    return family
+
+
 # The compiler's resource report, per compiler.
 REPORT_FLAGS = {"nvcc": "-Xptxas -v", "hipcc": "-Rpass-analysis=kernel-resource-usage"}
 

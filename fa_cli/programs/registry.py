@@ -107,6 +107,18 @@ def sweepable(rows: list[KernelRow]) -> dict[str, KernelRow]:
     return found
 
 
+def homework_family(rows: list[KernelRow]) -> str | None:
+    """The homework kernel's FA_KERNEL value: the first step of the ladder that fa sweep can
+    build variants of (the steps before it are its history; fa sweep's default kernel)."""
+    return next((r.family for r in ladder(rows) if r.sweep), None)
+
+
+def measured_families(rows: list[KernelRow]) -> list[str]:
+    """The FA_KERNEL values of the ladder's whole kernels (its steps with tiles), the last step
+    first: each is measured under its own label besides a program's default (make results)."""
+    return list(dict.fromkeys(r.family for r in reversed(ladder(rows)) if r.tiles))
+
+
 # docs/kernels.md's table of the registry: one row per kernel, "| `name` | `family` | programs | ...".
 DOCS_ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \| ([^|]+?) \|", re.MULTILINE)
 PROGRAM_NAMES = {"cuda": "fa-cuda", "hip": "fa-hip", "hip-cuda": "fa-hip"}  # the HIP source's two builds: one name
