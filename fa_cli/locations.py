@@ -29,8 +29,8 @@ from typing import Iterator
 
 import platformdirs
 
-from .errors import FaError
 from . import settings
+from .errors import FaError
 from .files import remove_leftovers
 
 PACKAGE = Path(__file__).resolve().parent

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fa_cli.cases import suite  # noqa: E402
+from fa_cli.cases.format import AttentionInput, open_output  # noqa: E402
 from fa_cli.judge import expected, verdict, verify  # noqa: E402
 from fa_cli.programs import programs, system  # noqa: E402
 from fa_cli.report import records  # noqa: E402
-from fa_cli.cases import suite  # noqa: E402
-from fa_cli.cases.format import AttentionInput, open_output  # noqa: E402
 
 
 def main() -> None:

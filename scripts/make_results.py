@@ -39,11 +39,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from fa_cli.files import atomic_file  # noqa: E402
 from fa_cli.measure import compare  # noqa: E402
-from fa_cli.report import records  # noqa: E402
 from fa_cli.programs import registry  # noqa: E402
 from fa_cli.programs.devices import list_devices  # noqa: E402
-from fa_cli.files import atomic_file  # noqa: E402
+from fa_cli.report import records  # noqa: E402
 from kernel_docs import replace_section  # noqa: E402
 
 SHAPES = ["26,32768,64", "52,32768,32", "64,4096,64", "512,1024,32", "13000,128,32"]

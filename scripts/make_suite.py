@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fa_cli.cases import generate, suite  # noqa: E402
 from fa_cli import locations  # noqa: E402
+from fa_cli.cases import generate, suite  # noqa: E402
 from fa_cli.cases.format import AttentionInput, check_shape  # noqa: E402
 
 # Suite t, our own: name -> (B, N, d, distribution). Classes as the course's: t01-t10 small (2 s),

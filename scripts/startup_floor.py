@@ -35,10 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fa_cli.report import records  # noqa: E402
-from fa_cli.programs import timing  # noqa: E402
 from fa_cli.cases.format import Shape  # noqa: E402
 from fa_cli.cases.generate import write_input  # noqa: E402
+from fa_cli.programs import timing  # noqa: E402
+from fa_cli.report import records  # noqa: E402
 
 SHAPES = ["26,32768,64", "13000,128,32", "60,32768,64"]
 PHASES = ["main", "device", "copied", "committed", "released", "last", "exit"]

@@ -10,8 +10,8 @@ import pytest
 
 from helpers import build, fa, have_nvidia_gpu
 from fa_cli.cases import generate
-from fa_cli.programs import programs
 from fa_cli.cases.format import Shape
+from fa_cli.programs import programs
 
 GOOD = Shape(2, 16, 32)
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from helpers import DATA, build_students, fa
-from fa_cli.judge import across_cases, reruns, tool_logs
 from fa_cli.cases import generate
-from fa_cli.programs import programs
 from fa_cli.cases.format import Shape
+from fa_cli.judge import across_cases, reruns, tool_logs
+from fa_cli.programs import programs
 
 PLANTED = ["NONE", "SCATTERED", "FLAKY", "JITTER", "HOST_OVERRUN"]
 

@@ -6,9 +6,9 @@ import time
 import pytest
 
 from helpers import DATA, fa
-from fa_cli.judge import tool_logs
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
+from fa_cli.judge import tool_logs
 
 pytestmark = pytest.mark.gpu
 

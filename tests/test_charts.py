@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
-from fa_cli.report import charts, writeup
 from fa_cli.measure import compare
+from fa_cli.report import charts, writeup
 from fa_cli.report.records import by_kind
 
 RESULTS = ROOT / "docs" / "results"

@@ -10,9 +10,9 @@ import click
 import pytest
 
 from helpers import fa
+from fa_cli.commands import main
 from fa_cli.measure import ladder
 from fa_cli.report import writeup
-from fa_cli.commands import main
 
 
 def commands():

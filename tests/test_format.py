@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, fa
+from fa_cli.cases import generate
 from fa_cli.cases.format import AttentionInput, FormatError, Shape, check_shape, header_bytes, open_output, read_header
 from fa_cli.files import atomic_file, check_output_path
-from fa_cli.cases import generate
 
 
 def write_raw(path, header, payload_floats=0):

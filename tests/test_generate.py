@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from fa_cli.cases import generate, suite
-from fa_cli.judge import reference
 from fa_cli.cases.format import AttentionInput, Shape
+from fa_cli.judge import reference
 
 
 def test_same_arguments_same_bytes(tmp_path):

@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, fa
-from fa_cli import files
+from fa_cli import files, locations
 from fa_cli.cases import format as fmt, generate
-from fa_cli import locations
 from fa_cli.cases.format import FormatError, Shape
 
 AS_ROOT = os.geteuid() == 0

@@ -11,10 +11,10 @@ import time
 import pytest
 
 from helpers import ROOT, fa, verdicts
-from fa_cli.cases import generate, suite
-from fa_cli.judge import verdict
 from fa_cli import locations
+from fa_cli.cases import generate, suite
 from fa_cli.cases.format import Shape
+from fa_cli.judge import verdict
 
 
 def test_a_case_name_that_is_also_a_file_here_is_refused(tmp_path, cpu_program):

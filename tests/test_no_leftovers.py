@@ -14,8 +14,8 @@ import pytest
 
 from helpers import build, fa
 from fa_cli.cases import generate
-from fa_cli.programs import programs
 from fa_cli.cases.format import Shape
+from fa_cli.programs import programs
 
 # (program, environment, input shape): an input each program works on long enough
 # to be caught mid-run, its output written in several pieces (fa-cpu: 64 MB chunks of input,

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, build, run_and_check
-from fa_cli.programs.devices import list_devices
 from fa_cli.cases import generate, suite
-from fa_cli.judge import reference, verify
 from fa_cli.cases.format import AttentionInput, Shape, as_f32_bytes, header_bytes, open_output
+from fa_cli.judge import reference, verify
+from fa_cli.programs.devices import list_devices
 
 TOL = 1e-4
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from helpers import fa, have_nvidia_gpu
-from fa_cli.programs import devices, programs, ready, wave64
 from fa_cli.errors import FaError
+from fa_cli.programs import devices, programs, ready, wave64
 
 no_nvidia = pytest.mark.skipif(have_nvidia_gpu(), reason="about a machine without an NVIDIA GPU")
 

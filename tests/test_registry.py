@@ -8,8 +8,8 @@ import subprocess
 import pytest
 
 from helpers import ROOT, fa
-from fa_cli.programs import registry
 from fa_cli.measure import sweep
+from fa_cli.programs import registry
 from fa_cli.programs.programs import Program
 
 DOCS = ROOT / "docs" / "kernels.md"

@@ -14,8 +14,8 @@ import pytest
 
 from helpers import ROOT, fa
 from fa_cli.commands import main
-from fa_cli.report import records
 from fa_cli.programs import registry
+from fa_cli.report import records
 
 RESULTS = ROOT / "docs" / "results"
 # The pages a reader follows (docs/history/ keeps dated write-ups as they were, with their own links).

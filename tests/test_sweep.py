@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ROOT, fa, have_nvidia_gpu
-from fa_cli.measure import c_macros, source_sweep, sweep
 from fa_cli.errors import FaError
+from fa_cli.measure import c_macros, source_sweep, sweep
 from fa_cli.programs.programs import Program
 
 

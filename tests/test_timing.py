@@ -10,8 +10,8 @@ import pytest
 
 from helpers import ROOT, build, have_torch
 from fa_cli.cases import generate
-from fa_cli.programs import timing
 from fa_cli.cases.format import Shape
+from fa_cli.programs import timing
 
 
 def test_the_stages_are_declared_alike_in_cpp_and_python():

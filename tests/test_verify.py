@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from fa_cli.cases import generate
-from fa_cli.judge import reference, verify
 from fa_cli.cases.format import AttentionInput, Shape
+from fa_cli.judge import reference, verify
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..files import atomic_file, check_output_path, check_space, forced, same_file
 from ..judge import reference
 from .format import FormatError, Shape, as_f32_bytes, header_bytes, read_header
-from ..files import atomic_file, check_output_path, check_space, forced, same_file
 
 LIMIT = 3.0
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]

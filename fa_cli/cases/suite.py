@@ -20,11 +20,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
-from . import generate
 from .. import locations
 from ..errors import ExitStatus, FaError
-from .format import Shape, check_shape
 from ..files import remove_placed
+from . import generate
+from .format import Shape, check_shape
 
 NAME = re.compile(r"^[tc]\d\d$")
 SUITES = ("t", "c")  # fa's own, the course's

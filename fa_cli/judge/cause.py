@@ -36,14 +36,14 @@ from typing import Callable
 
 import numpy as np
 
-from . import expected
 from .. import locations
-from ..programs import programs
 from ..cases import suite
-from .diagnose import Diagnosis, signal_name
-from ..programs.programs import Launcher, Program
 from ..cases.suite import Target
+from ..programs import programs
+from ..programs.programs import Launcher, Program
+from . import expected
 from .across_cases import across_cases
+from .diagnose import Diagnosis, signal_name
 from .findings import Finding
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import reference
-from ..programs import timing
 from ..cases.format import AttentionInput, Shape
+from ..programs import timing
+from . import reference
 from .mistakes import KEY_TILES, MISTAKES, Candidate, Mistake, Sample
 from .verify import VerifyResult
 

@@ -28,12 +28,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .. import locations, settings
-from . import reference
 from ..cases import suite
-from ..errors import ExitStatus, FaError
 from ..cases.format import AttentionInput, Shape, as_f32_bytes, open_output
-from ..files import atomic_file, gigabytes
 from ..cases.suite import Target
+from ..errors import ExitStatus, FaError
+from ..files import atomic_file, gigabytes
+from . import reference
 
 FLOAT32_MARGIN = 2.0**-24 * 3.0  # the most rounding to float32 moves an output in [-3, 3]
 # Rows of each case a GPU result is checked on against numpy, per checked batch (first and last).

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..programs import programs
 from ..cases.format import HEADER_BYTES, Shape, header_bytes, open_output
-from ..programs.programs import Launcher, Program
 from ..cases.suite import Target
+from ..programs import programs
+from ..programs.programs import Launcher, Program
 from .findings import Finding
 
 MAX_RUNS = 10  # runs of the trial case, the judged one counted, while every run agrees

@@ -17,15 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cases import cache, generate, suite
-from . import diagnose, expected, verify
 from .. import locations
-from ..programs import ready
-from ..report import records
-from ..errors import FaError
+from ..cases import cache, generate, suite
 from ..cases.format import AttentionInput, Shape, open_output, read_header
-from ..programs.programs import Launcher, Program, RunResult, run
 from ..cases.suite import Target
+from ..errors import FaError
+from ..programs import ready
+from ..programs.programs import Launcher, Program, RunResult, run
+from ..report import records
+from . import diagnose, expected, verify
 
 
 def target_for(text: str, progress=None, say=None) -> Target:

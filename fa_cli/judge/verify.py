@@ -11,8 +11,8 @@ from typing import Callable
 
 import numpy as np
 
-from . import reference
 from ..cases.format import AttentionInput, Shape
+from . import reference
 
 COURSE_TOL = 5e-3
 DEFAULT_SAMPLE_ROWS = 32  # fa bench's check of every run (a benchmark is no judge)

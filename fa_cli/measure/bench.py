@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Callable
 
 from .. import locations
-from ..report import records
+from ..cases.format import AttentionInput, open_output
+from ..cases.suite import Target
 from ..judge import verify
 from ..programs.devices import describe_first
-from ..cases.format import AttentionInput, open_output
 from ..programs.programs import Launcher, Program, run
-from ..cases.suite import Target
+from ..report import records
 
 
 MIN_ROUNDS = 5

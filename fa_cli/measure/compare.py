@@ -11,8 +11,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..report import charts
 from ..errors import FaError
+from ..report import charts
 from ..report.tables import markdown_table
 
 TIMED_KINDS = ("bench", "run", "ladder", "sweep")

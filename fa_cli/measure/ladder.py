@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bench, profile
 from .. import locations
-from ..programs import registry
-from ..errors import FaError
-from ..programs.programs import Program
 from ..cases.suite import Target
+from ..errors import FaError
+from ..programs import registry
+from ..programs.programs import Program
+from . import bench, profile
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import locations
-from ..programs import ready
-from ..report.records import new_record
-from ..programs.devices import describe_first
 from ..errors import ExitStatus, FaError
+from ..programs import ready
+from ..programs.devices import describe_first
 from ..programs.programs import Program, run
+from ..report.records import new_record
 from .resources import demangle
 
 # (course figure, ncu metric, nvprof metric)

@@ -16,15 +16,14 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import bench
 from .. import locations
 from ..cases.suite import Target
 from ..errors import ExitStatus, FaError
 from ..programs import programs, ready
 from ..programs.programs import Program
 from ..report.records import new_record
+from . import bench, sweep
 from .c_macros import IDENTIFIER, Macros, tested_macros
-from . import sweep
 from .sweep import PROGRAMS, result_of
 
 OWN_SUFFIXES = tuple(programs.SOURCE_COMPILERS)

@@ -26,14 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import bench, profile, resources
 from .. import locations
+from ..cases.suite import Target
+from ..errors import ExitStatus, FaError
 from ..programs import registry
 from ..programs.devices import list_devices
-from ..errors import ExitStatus, FaError
 from ..programs.programs import BUILT, Program
 from ..report.records import new_record
-from ..cases.suite import Target
+from . import bench, profile, resources
 
 PROGRAMS = ("cuda", "hip-cuda", "hip")
 

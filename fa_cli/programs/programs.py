@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import locations
-from . import timing, wave64
-from .devices import list_devices
 from ..errors import ExitStatus, FaError
 from ..settings import compiler_command
+from . import timing, wave64
+from .devices import list_devices
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A program past its time limit gets SIGTERM, then SIGKILL after this many seconds.

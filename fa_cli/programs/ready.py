@@ -15,13 +15,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..judge import expected
 from .. import locations
 from ..cases import suite
-from . import wave64
-from ..judge.tool_logs import gpu_kind
-from .devices import amd_problem, list_devices, nvidia_problem
 from ..errors import FaError
+from ..judge import expected
+from ..judge.tool_logs import gpu_kind
+from . import wave64
+from .devices import amd_problem, list_devices, nvidia_problem
 from .programs import TORCH, Program
 
 # What a program of each kind needs, the partition of the course's cluster that has it.

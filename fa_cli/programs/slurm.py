@@ -20,15 +20,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from ..measure import bench
 from .. import locations
-from ..report import records
-from ..judge import verify
-from ..errors import ExitStatus, FaError
 from ..cases.format import Shape
-from ..files import atomic_file
-from .programs import Launcher, Program
 from ..cases.suite import Target
+from ..errors import ExitStatus, FaError
+from ..files import atomic_file
+from ..judge import verify
+from ..measure import bench
+from ..report import records
+from .programs import Launcher, Program
 
 
 def slurm_error(stderr: str) -> str | None:

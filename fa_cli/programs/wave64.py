@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 
 from .. import locations
-from .devices import list_devices
 from ..settings import compiler_command
+from .devices import list_devices
 
 PREFIX = "fa-wave64: "  # the layer's lines on stderr (hip_runtime.h)
 NOTE = PREFIX + "note: "

@@ -7,9 +7,9 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from ..programs import timing
 from ..errors import FaError
 from ..files import atomic_file, forced
+from ..programs import timing
 from .records import revision_text
 
 STAGES = tuple(s for s in timing.STAGES if s != "total")  # the bars' parts

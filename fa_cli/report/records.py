@@ -20,12 +20,12 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import __version__, locations
-from ..programs import system
-from ..errors import ExitStatus, FaError
 from ..cases.format import file_kind, open_regular
-from ..files import atomic_file, check_output_path
-from ..programs.programs import Launcher, Program
 from ..cases.suite import Target
+from ..errors import ExitStatus, FaError
+from ..files import atomic_file, check_output_path
+from ..programs import system
+from ..programs.programs import Launcher, Program
 
 KINDS = ("run", "bench", "profile", "ladder", "sweep", "resources")
 NOT_RESULTS = "not a results file of fa"

@@ -15,9 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..cases import suite
-from ..measure.bench import uncertainty
 from ..judge.verdict import CaseResult
 from ..judge.verify import VerifyResult
+from ..measure.bench import uncertainty
 
 # Output to a file or a pipe (CI logs, reports) is never cut: show() widens it to each table.
 console = Console(width=None if sys.stdout.isatty() else 132)

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
-from . import charts
-from ..measure import compare, ladder, source_sweep
-from ..programs import programs
 from ..errors import FaError
 from ..files import atomic_file, forced
+from ..measure import compare, ladder, source_sweep
+from ..programs import programs
+from . import charts
 from .records import by_kind, revision_text
 from .tables import markdown_table, profile_rows
 
