@@ -1,6 +1,7 @@
 """fa run finds the cause as a TA would: planted CPU programs (tests/data/student_hw4.cpp with
--DMISTAKE=SCATTERED, FLAKY, JITTER, HOST_OVERRUN) judged as a student runs them, and the pieces
-that read the tools' reports. The GPU classes (a race, a misaligned access, a 32-bit size, on
+-DMISTAKE=SCATTERED, FLAKY, JITTER, HOST_OVERRUN) judged as a student runs them, and the reruns
+(fa_cli/judge/reruns.py); the tools' reports are read in test_tool_logs.py, the findings across
+cases in test_across_cases.py. The GPU classes (a race, a misaligned access, a 32-bit size, on
 tests/data/planted_hw4.cu) are in test_cause_gpu.py."""
 import json
 import shutil
@@ -12,7 +13,7 @@ import pytest
 from helpers import DATA, build_students, fa
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
-from fa_cli.judge import across_cases, reruns, tool_logs
+from fa_cli.judge import reruns
 from fa_cli.programs import programs
 
 PLANTED = ["NONE", "SCATTERED", "FLAKY", "JITTER", "HOST_OVERRUN"]
@@ -126,98 +127,6 @@ def test_a_source_is_built_with_the_course_line_once(inputs, tmp_path):
 def test_no_search_when_the_budget_is_zero(student, inputs):
     proc = fa("run", inputs["many"], "--program", student["FLAKY"], "--why-budget", "0")
     assert proc.returncode == 1 and "race:" not in proc.stdout and "why" not in proc.stderr
-
-
-# ---------------------------------------------------------------- across cases: a size
-COURSE_C = [Shape(*s) for s in ((500, 2048, 32), (100, 4096, 64), (30, 8192, 32), (10, 16384, 32))]
-
-
-def test_a_verdict_that_changes_where_n_n_4_passes_2_31_is_named():
-    found = across_cases.size_finding(COURSE_C, [Shape(4, 32768, 32), Shape(2, 32768, 64)])
-    assert found is not None
-    assert found.lines[0].startswith("size: passes up to N=16384, fails from N=32768: N*N*4 bytes = 4 GiB passes "
-                                     "2^31 there: a 32-bit size?")
-
-
-def test_a_size_in_b_is_named_by_its_product():
-    passed = [Shape(2, 1024, 64), Shape(100, 1024, 64)]
-    failed = [Shape(9000, 1024, 64)]  # B*N*d*4 = 2.36e9: past 2^31
-    found = across_cases.size_finding(passed, failed)
-    assert found and "B*N*d*4 bytes" in found.lines[0] and "passes up to B=100, fails from B=9000" in found.lines[0]
-
-
-@pytest.mark.parametrize("passed, failed", [
-    ([], [Shape(2, 32768, 64)]),  # nothing passed: no size to compare with
-    ([Shape(2, 32768, 64)], [Shape(2, 128, 32)]),  # the small one fails
-    ([Shape(4, 32768, 32)], [Shape(2, 32768, 64)]),  # same N*N on both sides
-])
-def test_no_size_is_blamed_without_evidence(passed, failed):
-    assert across_cases.size_finding(passed, failed) is None
-
-
-# ---------------------------------------------------------------- reading the tools
-MEMCHECK_LOG = """========= COMPUTE-SANITIZER
-========= Invalid __shared__ write of size 16 bytes
-=========     at void attention<(int)64>(const float *, float *, int, int)+0x2d0 in /home/s/hw4.cu:87
-=========     by thread (1,0,0) in block (0,0,0)
-=========     Address 0x104 is misaligned
-=========     and is inside the nearest allocation at 0x0 of size 34,816 bytes
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========         Host Frame: main [0x9e41] in hw4
-=========
-========= Program hit cudaErrorMisalignedAddress (error 716) due to "misaligned address" on CUDA API call to cudaMemcpy.
-========= ERROR SUMMARY: 2 errors
-"""
-RACECHECK_LOG = """========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at void attention<(int)32>(const float *, float *, int, int)+0x1a0 in /home/s/hw4.cu:70
-=========     and Read access at void attention<(int)32>(const float *, float *, int, int)+0x2b0 in /home/s/hw4.cu:80 [4096 hazards]
-=========
-========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
-"""
-
-
-def test_memchecks_first_error_and_where():
-    first = tool_logs.first_sanitizer_error(MEMCHECK_LOG)
-    assert first[0] == "Invalid __shared__ write of size 16 bytes"
-    assert tool_logs.short_place(first[1]) == "attention<(int)64>+0x2d0, hw4.cu:87"
-    assert first[3] == "Address 0x104 is misaligned"
-    assert tool_logs.sanitizer_count(MEMCHECK_LOG) == 2
-
-
-def test_racechecks_first_hazard():
-    first = tool_logs.first_sanitizer_error(RACECHECK_LOG)
-    assert first[0].startswith("Error: Race reported between Write access at") and first[0].endswith("hw4.cu:70")
-    assert first[1].startswith("and Read access at") and "[4096 hazards]" in first[1]
-    assert tool_logs.sanitizer_lines(first) == ["a shared-memory race: a write at attention<(int)32>+0x1a0, hw4.cu:70 "
-                                            "against a read at attention<(int)32>+0x2b0, hw4.cu:80 [4096 hazards]"]
-
-
-def test_memchecks_report_in_two_lines():
-    lines = tool_logs.sanitizer_lines(tool_logs.first_sanitizer_error(MEMCHECK_LOG))
-    assert lines == ["Invalid __shared__ write of size 16 bytes",
-                     "attention<(int)64>+0x2d0, hw4.cu:87; by thread (1,0,0) in block (0,0,0); "
-                     "Address 0x104 is misaligned"]
-
-
-def test_a_clean_log_has_no_error():
-    assert tool_logs.first_sanitizer_error("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == []
-
-
-def test_gdb_backtrace_is_read():
-    log = ("Program received signal SIGSEGV, Segmentation fault.\n"
-           "0x00007ffff7e4a in __memmove_avx_unaligned_erms () at ../sysdeps/x86_64/memmove.S:598\n"
-           "#0  __memmove_avx_unaligned_erms () at ../sysdeps/x86_64/memmove.S:598\n"
-           "#1  0x0000555555555e2c in main (argc=3, argv=0x7fffffffe0b8) at hw4.cu:119\n")
-    signal, frames = tool_logs.backtrace(log)
-    assert signal == "SIGSEGV" and len(frames) == 2
-    assert not tool_logs.is_own_frame(frames[0]) and tool_logs.is_own_frame(frames[1])
-    assert not tool_logs.is_own_frame("#0  __GI___call_tls_dtors () at ./stdlib/cxa_thread_atexit_impl.c:155")
-    assert tool_logs.frame_text(frames[1]) == "main () at hw4.cu:119"
-
-
-def test_what_a_program_runs_on(cpu_program):
-    assert tool_logs.gpu_kind(programs.Program("fa-cpu", cpu_program)) == "cpu"
-    assert tool_logs.gpu_kind(programs.named("cuda")) == "cuda" and tool_logs.gpu_kind(programs.named("hip")) == "hip"
 
 
 # ---------------------------------------------------------------- no false all-clear
@@ -359,60 +268,3 @@ def test_why_takes_a_case_also_listed(student):
     assert "why t01: rerun 1" in proc.stderr and "why t02" not in proc.stderr
 
 
-# ---------------------------------------------------------------- reading a debugger
-WORKER_CRASH = """[Thread debugging using libthread_db enabled]
-[New Thread 0x7ffff7a00640 (LWP 1234)]
-
-Thread 2 "hw4_omp" received signal SIGSEGV, Segmentation fault.
-[Switching to Thread 0x7ffff7a00640 (LWP 1234)]
-0x0000555555555a1c in main._omp_fn.0 () at hw4.cpp:42
-42	    row_max[i] = m;
-#0  0x0000555555555a1c in main._omp_fn.0 () at hw4.cpp:42
-#1  0x00007ffff7f2b9b6 in ?? () from /lib/x86_64-linux-gnu/libgomp.so.1
-#2  0x00007ffff7c94ac3 in start_thread (arg=<optimized out>) at ./nptl/pthread_create.c:442
-"""
-
-
-def test_a_debugger_report_from_a_worker_thread_is_read():
-    signal, frames = tool_logs.backtrace(WORKER_CRASH)
-    assert signal == "SIGSEGV" and tool_logs.caught_in(WORKER_CRASH) == 'Thread 2 "hw4_omp"'
-    assert tool_logs.frame_text(frames[0]) == "main._omp_fn.0 () at hw4.cpp:42" and tool_logs.is_own_frame(frames[0])
-    main_thread = WORKER_CRASH.replace('Thread 2 "hw4_omp"', 'Thread 1 "hw4"')
-    assert tool_logs.backtrace(main_thread)[0] == "SIGSEGV" and tool_logs.caught_in(main_thread) is None
-
-
-def test_a_debugger_only_clears_a_crash_it_saw_end_normally():
-    assert tool_logs.debugger_exit("[Inferior 1 (process 77) exited normally]\n") == "exited normally"
-    assert tool_logs.debugger_exit("[Inferior 1 (process 77) exited with code 02]\n") == "exited with code 02"
-    assert tool_logs.debugger_exit("warning: Error disabling address space randomization\n") is None
-    assert tool_logs.debugger_exit("\nProgram terminated with signal SIGKILL, Killed.\n") == "terminated with SIGKILL"
-
-
-# ---------------------------------------------------------------- across cases: a split
-def test_a_split_by_tile_multiple_is_named():
-    found = across_cases.split_findings([Shape(2, 1024, 32), Shape(2, 128, 64)], [Shape(2, 1000, 32), Shape(2, 100, 64)])
-    assert [f.lines[0] for f in found] == ["split: fails only where N is not a multiple of 16 (failing N: 100, 1000; "
-                                           "passing N: 128, 1024)"]
-
-
-@pytest.mark.parametrize("passed, failed, what", [
-    ([Shape(2, 128, 64), Shape(4, 256, 64)], [Shape(2, 128, 32), Shape(4, 256, 32)], "d = 32"),
-    ([Shape(1, 128, 32), Shape(1, 512, 64)], [Shape(2, 128, 32), Shape(3, 512, 64)], "B > 1"),
-])
-def test_a_split_by_a_feature_is_named(passed, failed, what):
-    found = across_cases.split_findings(passed, failed)
-    assert found and found[0].lines[0].startswith(f"split: fails only where {what} ")
-
-
-def test_a_split_from_some_n_on_is_named():
-    found = across_cases.split_findings([Shape(2, 128, 32), Shape(2, 1024, 32)], [Shape(2, 2048, 32), Shape(2, 4096, 64)])
-    assert found[0].lines[0].startswith("split: fails from N = 2048 on, passes up to N = 1024")
-
-
-def test_where_every_case_failed_cases_to_run_are_suggested():
-    from fa_cli.cases import suite
-    [hint] = across_cases.across_cases([], [Shape(320, 128, 32)], suite.cases("c"))
-    assert hint.kind == "suggest" and hint.lines[0].startswith("the one case run failed; to see which inputs fail: ")
-    assert "fa run c02 (d = 64; every case run has d = 32)" in hint.lines[0]
-    assert "fa gen -B 1 -N 128 -d 32 -o b1.in, then fa run b1.in" in hint.lines[0]
-    assert across_cases.across_cases([], [Shape(320, 128, 32)], suite.cases("c"), suggest=False) == []
