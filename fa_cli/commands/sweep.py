@@ -90,8 +90,8 @@ def own_sweep(case, program, params, no_run, list_only, with_profile, repeats, t
     of -D values (course's line), each judged and timed; every refusal before any work."""
     source = source_sweep.own_source(program)
     ctx = click.get_current_context()
-    source_sweep.check_options([o for o in ("kernel", "arch") if ctx.get_parameter_source(o) != ParameterSource.DEFAULT],
-                               with_profile, case)
+    given = [o for o in ("kernel", "arch") if ctx.get_parameter_source(o) != ParameterSource.DEFAULT]
+    source_sweep.check_options(given, with_profile, case)
     if list_only:
         show(*source_sweep.own_listing(source), as_markdown,
              f"fa sweep: the macros {source.name} tests with #ifndef/#ifdef")
