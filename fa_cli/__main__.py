@@ -1,4 +1,4 @@
 """python -m fa_cli: the fa command, through whichever interpreter runs it."""
-from .cli import main
+from .commands import main
 
 main(prog_name="fa")

@@ -19,3 +19,8 @@ class FaError(Exception):
     def __init__(self, message: str, exit_code: ExitStatus = ExitStatus.BAD_INPUT):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class FormatError(FaError):
+    """A file cannot be used as it is (exit code 2): an input or output of the course's format,
+    or a place fa may not write to."""

@@ -29,8 +29,9 @@ from typing import Iterator
 
 import platformdirs
 
+from . import settings
 from .errors import FaError
-from .format import remove_leftovers
+from .files import remove_leftovers
 
 PACKAGE = Path(__file__).resolve().parent
 SHARED_WORK = Path(".fa-slurm")  # under the current directory, which compute nodes share
@@ -60,7 +61,7 @@ def cache_dir() -> Path:
     existing one must be a directory of the user's own: in another user's (a shared FA_CACHE)
     anyone could plant the inputs, expected outputs and programs fa would trust, unless
     FA_SHARED_CACHE=1 says that is wanted."""
-    named = os.environ.get("FA_CACHE")
+    named = settings.cache_override()
     path = Path(named or platformdirs.user_cache_dir("fa", appauthor=False))
     what = f"FA_CACHE={named}" if named else f"the cache directory {path}"
     try:
@@ -71,7 +72,7 @@ def cache_dir() -> Path:
         raise FaError(f"{what}: {e.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise FaError(f"{what} is not a directory")
-    if st.st_uid != os.geteuid() and os.environ.get("FA_SHARED_CACHE") != "1":
+    if st.st_uid != os.geteuid() and not settings.shared_cache_trusted():
         raise FaError(f"{what} belongs to another user, who could plant the files fa would use: take a cache of "
                       "your own, or set FA_SHARED_CACHE=1 to trust it")
     return path

@@ -21,8 +21,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kernel_docs  # noqa: E402
-from fa_cli import suite  # noqa: E402
-from fa_cli.format import AttentionInput, open_output  # noqa: E402
+from fa_cli.cases import suite  # noqa: E402
+from fa_cli.cases.format import AttentionInput, open_output  # noqa: E402
 
 THRESHOLDS = (5e-5, 1e-4, 5e-3)
 

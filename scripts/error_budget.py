@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 import kernel_docs  # noqa: E402
-from fa_cli import generate, verify  # noqa: E402
-from fa_cli.format import AttentionInput, Shape, open_output  # noqa: E402
+from fa_cli.cases import generate  # noqa: E402
+from fa_cli.cases.format import AttentionInput, Shape, open_output  # noqa: E402
+from fa_cli.judge import verify  # noqa: E402
 
 VARIANTS = [(1, 1), (3, 1), (3, 2), (1, 3), (3, 3)]  # (QK terms, PV terms); 3, 3 is the product
 INPUTS = [(Shape(64, 1024, 32), "uniform"), (Shape(16, 1024, 64), "uniform"), (Shape(8, 4096, 64), "uniform"),

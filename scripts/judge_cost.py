@@ -21,8 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fa_cli import expected, judge, programs, records, suite, system, verify  # noqa: E402
-from fa_cli.format import AttentionInput, open_output  # noqa: E402
+from fa_cli.cases import suite  # noqa: E402
+from fa_cli.cases.format import AttentionInput, open_output  # noqa: E402
+from fa_cli.judge import expected, verdict, verify  # noqa: E402
+from fa_cli.programs import programs, system  # noqa: E402
+from fa_cli.report import records  # noqa: E402
 
 
 def main() -> None:
@@ -32,7 +35,7 @@ def main() -> None:
     parser.add_argument("-o", "--output", type=Path)
     args = parser.parse_args()
 
-    targets = [judge.target_for(name) for name in suite.cases(args.suite)]
+    targets = [verdict.target_for(name) for name in suite.cases(args.suite)]
     needs = [expected.Need(t.input_path, t.shape, expected.path_of(t)) for t in targets if t.expected_path is None]
     for need in needs:
         need.path.unlink(missing_ok=True)

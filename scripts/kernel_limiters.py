@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 import kernel_docs  # noqa: E402
-from fa_cli.format import AttentionInput  # noqa: E402
-from fa_cli.profile import csv_rows, number  # noqa: E402
+from fa_cli.cases.format import AttentionInput  # noqa: E402
+from fa_cli.measure.profile import csv_rows, number  # noqa: E402
 
 # figure -> ncu metrics that report it, the first one present is taken (names vary by GPU)
 FIGURES = {

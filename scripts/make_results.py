@@ -18,7 +18,7 @@ checkout's build on this machine's NVIDIA GPU, in parts that each fit a 10-minut
   summary  (no GPU) docs/results.md's measured section, from the files above
 
 Every part first removes the files it makes, so that no file outlives a run that failed, and
-ends with the summary. Records carry the commit they were made from (fa_cli.records: git, or
+ends with the summary. Records carry the commit they were made from (fa_cli.report.records: git, or
 the .source-revision file `make source-revision` writes where the copy has no history).
 A part's command that fails stops the part with its exit status.
 """
@@ -39,14 +39,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from fa_cli import compare, records  # noqa: E402
-from fa_cli.devices import list_devices  # noqa: E402
-from fa_cli.format import atomic_file  # noqa: E402
+from fa_cli.files import atomic_file  # noqa: E402
+from fa_cli.measure import compare  # noqa: E402
+from fa_cli.programs import registry  # noqa: E402
+from fa_cli.programs.devices import list_devices  # noqa: E402
+from fa_cli.report import records  # noqa: E402
 from kernel_docs import replace_section  # noqa: E402
 
 SHAPES = ["26,32768,64", "52,32768,32", "64,4096,64", "512,1024,32", "13000,128,32"]
-# fa-cuda's kernels besides its default, each benchmarked under its own label (FA_KERNEL=...)
-OTHER_KERNELS = ["tensorcore", "simt", "tiled"]
 PARTS = ["bench", "judge", "floor", "report", "summary"]  # report last: its fa report takes the others' records
 RESULTS_DOC = ROOT / "docs" / "results.md"
 
@@ -83,6 +83,12 @@ def fa(*args: str, env: dict | None = None, stdout: Path | None = None) -> Step:
     return Step([sys.executable, "-m", "fa_cli", *args], env or {}, stdout)
 
 
+def other_kernels() -> list[str]:
+    """fa-cuda's kernels besides its default, each benchmarked under its own label (FA_KERNEL=...):
+    its ladder's whole kernels, from its registry (`bin/fa-cuda --kernels`, built by make results)."""
+    return registry.measured_families(registry.kernels_of(ROOT / "bin" / "fa-cuda"))
+
+
 def script(name: str, *args: str, stdout: Path | None = None) -> Step:
     return Step([sys.executable, str(ROOT / "scripts" / name), *args], {}, stdout)
 
@@ -96,7 +102,7 @@ def plan(part: str, out: Path) -> tuple[list[str], list[Step]]:
         timed = [*shapes, "--repeat", "3", "-o", o("bench.json")]
         steps = [fa("bench", "--program", "cuda", *timed)]
         steps += [fa("bench", "--program", "cuda", "--label", f"cuda-{k}", *timed, env={"FA_KERNEL": k})
-                  for k in OTHER_KERNELS]
+                  for k in other_kernels()]
         steps += [fa("bench", "--program", p, *timed) for p in ("hip-cuda", "torch")]
         steps.append(fa("compare", o("bench.json"), "--markdown", "--plot", o("bench.png"), stdout=out / "compare.md"))
         return ["bench.json", "bench.png", "compare.md"], steps

@@ -14,8 +14,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from fa_cli import generate, locations, suite  # noqa: E402
-from fa_cli.format import AttentionInput, check_shape  # noqa: E402
+from fa_cli import locations  # noqa: E402
+from fa_cli.cases import generate, suite  # noqa: E402
+from fa_cli.cases.format import AttentionInput, check_shape  # noqa: E402
 
 # Suite t, our own: name -> (B, N, d, distribution). Classes as the course's: t01-t10 small (2 s),
 # t11-t20 medium (6 s), t21-t30 large (10 s) up to B*N*d just under 56,000,000; every N of the

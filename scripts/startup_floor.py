@@ -8,7 +8,7 @@ Floors: scripts/context_only.cu, built by the same nvcc for this GPU, which crea
 context and exits through the runtime's teardown:
   floor         as a user runs it (the driver's defaults);
   floor-1queue  with CUDA_DEVICE_MAX_CONNECTIONS=1, the setting fa-cuda starts with.
-Per shape: the input is generated once (fa_cli.generate, uniform, seed 0) into --inputs, flushed
+Per shape: the input is generated once (fa_cli.cases.generate, uniform, seed 0) into --inputs, flushed
 to disk and read into the page cache; each runner runs once to warm up, then `repeat` rounds in
 which every runner runs once, each round starting one runner later (as fa bench does), with the
 output left from the round before (as repeated judging does).
@@ -35,9 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fa_cli import records, timing  # noqa: E402
-from fa_cli.format import Shape  # noqa: E402
-from fa_cli.generate import write_input  # noqa: E402
+from fa_cli.cases.format import Shape  # noqa: E402
+from fa_cli.cases.generate import write_input  # noqa: E402
+from fa_cli.programs import timing  # noqa: E402
+from fa_cli.report import records  # noqa: E402
 
 SHAPES = ["26,32768,64", "13000,128,32", "60,32768,64"]
 PHASES = ["main", "device", "copied", "committed", "released", "last", "exit"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ROOT, build, have_nvidia_gpu
-from fa_cli import programs
+from fa_cli.programs import programs
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -311,8 +311,8 @@ def corpus() -> list[Case]:
 def same_bytes(name: str, seed: int, shape: tuple[int, int, int]) -> Callable[[Path], str | None]:
     """A check that `name` holds fa gen's input of this seed and shape."""
     def check(d: Path) -> str | None:
-        from fa_cli import generate
-        from fa_cli.format import Shape
+        from fa_cli.cases import generate
+        from fa_cli.cases.format import Shape
         generate.write_input(d / ".wanted", Shape(*shape), seed)
         wanted = (d / ".wanted").read_bytes()
         (d / ".wanted").unlink()
@@ -349,8 +349,8 @@ def fa_corpus() -> list[Case]:
         return "in.bin", "huge.json"
 
     def planted_cache(dir_: Path) -> tuple[str, str]:
-        from fa_cli import generate
-        from fa_cli.format import Shape
+        from fa_cli.cases import generate
+        from fa_cli.cases.format import Shape
         (dir_ / "cache").mkdir()
         generate.write_input(dir_ / "cache" / "uniform-B2-N64-d32-s0.in", Shape(2, 64, 32), 7)  # seed 7, seed 0's name
         return "in.bin", "b.json"

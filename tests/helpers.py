@@ -9,9 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from fa_cli import generate, locations, programs, reference
-from fa_cli.devices import list_devices
-from fa_cli.format import AttentionInput, Shape, open_output
+from fa_cli import locations
+from fa_cli.cases import generate
+from fa_cli.cases.format import AttentionInput, Shape, open_output
+from fa_cli.judge import reference
+from fa_cli.programs import programs
+from fa_cli.programs.devices import list_devices
 
 ROOT = locations.checkout()
 BIN = ROOT / "bin"

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from helpers import build, fa, have_nvidia_gpu
-from fa_cli import generate, programs
-from fa_cli.format import Shape
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
+from fa_cli.programs import programs
 
 GOOD = Shape(2, 16, 32)
 
@@ -178,7 +179,7 @@ def test_mapped_input_cut_short_while_running(tmp_path, cut):
 
 def test_a_program_whose_compiler_is_missing_says_which(tmp_path, monkeypatch):
     """fa's CUDA program where nvcc is not on PATH: one line naming nvcc, not make's last words."""
-    from fa_cli import programs
+    from fa_cli.programs import programs
     from fa_cli.errors import FaError
 
     monkeypatch.setattr(programs.shutil, "which", lambda tool: None if tool in ("nvcc", "hipcc") else "/usr/bin/make")

@@ -4,8 +4,8 @@ import stat
 import sys
 
 from helpers import fa
-from fa_cli import bench, compare
-from fa_cli.records import load
+from fa_cli.measure import bench, compare
+from fa_cli.report.records import load
 
 
 def test_bench_records_and_extends(cpu_program, tmp_path):
@@ -83,7 +83,7 @@ def test_without_repeat_the_bench_runs_until_the_median_is_known(cpu_program, tm
 
 def logging_program(tmp_path, name, log):
     """A program that notes its run in `log`, then runs the CPU program (a correct output)."""
-    from fa_cli import programs
+    from fa_cli.programs import programs
     path = tmp_path / name
     path.write_text(f"#!/bin/sh\necho {name} >> {log}\nexec {programs.named('cpu').path} \"$@\"\n")
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -93,14 +93,15 @@ def logging_program(tmp_path, name, log):
 def test_programs_take_turns_and_inputs_are_flushed(cpu_program, tmp_path, monkeypatch):
     """A B, B A, ... per input (warm-up round included), never A A ... B B; each input fsynced once
     before its first run."""
-    from fa_cli import judge, programs
+    from fa_cli.judge import verdict
+    from fa_cli.programs import programs
     log = tmp_path / "runs.log"
     a, b = (logging_program(tmp_path, n, log) for n in ("A", "B"))
     synced = []
     real_fsync = bench.os.fsync
     monkeypatch.setattr(bench.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
     plan = bench.BenchPlan([programs.resolve(str(a)), programs.resolve(str(b))],
-                           [judge.target_for("t01"), judge.target_for("t02")], repeats=3)
+                           [verdict.target_for("t01"), verdict.target_for("t02")], repeats=3)
     records = bench.run_bench(plan, tmp_path / "r.json")
     assert log.read_text().split() == ["A", "B", "B", "A", "A", "B", "B", "A"] * 2
     assert len(synced) == 2
@@ -109,7 +110,8 @@ def test_programs_take_turns_and_inputs_are_flushed(cpu_program, tmp_path, monke
 
 def test_every_run_starts_without_an_old_output_and_after_a_sync(cpu_program, tmp_path, monkeypatch):
     """No run pays for removing the previous run's output or competes with its write-back."""
-    from fa_cli import judge, programs
+    from fa_cli.judge import verdict
+    from fa_cli.programs import programs
     log = tmp_path / "existed.log"
     program = tmp_path / "P"
     program.write_text(f"#!/bin/sh\n[ -e \"$2\" ] && echo existed >> {log} || echo fresh >> {log}\n"
@@ -118,7 +120,7 @@ def test_every_run_starts_without_an_old_output_and_after_a_sync(cpu_program, tm
     syncs = []
     real_sync = bench.os.sync
     monkeypatch.setattr(bench.os, "sync", lambda: (syncs.append(1), real_sync()))
-    plan = bench.BenchPlan([programs.resolve(str(program))], [judge.target_for("t01")], repeats=3)
+    plan = bench.BenchPlan([programs.resolve(str(program))], [verdict.target_for("t01")], repeats=3)
     records = bench.run_bench(plan, tmp_path / "r.json")
     assert log.read_text().split() == ["fresh"] * 4  # warm-up and three timed runs
     assert len(syncs) == 4
@@ -142,7 +144,8 @@ def test_a_program_given_twice_is_an_a_a_control_row(cpu_program, tmp_path):
 
 def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
     """A crash after the first measurement leaves that measurement in the file."""
-    from fa_cli import judge, programs
+    from fa_cli.judge import verdict
+    from fa_cli.programs import programs
 
     calls = []
     real = bench.measure_side_by_side
@@ -154,7 +157,7 @@ def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
         return real(plan, programs_, target, workdir, controls)
 
     monkeypatch.setattr(bench, "measure_side_by_side", measure_then_crash)
-    plan = bench.BenchPlan([programs.named("cpu")], [judge.target_for("t01"), judge.target_for("t02")], repeats=1)
+    plan = bench.BenchPlan([programs.named("cpu")], [verdict.target_for("t01"), verdict.target_for("t02")], repeats=1)
     out = tmp_path / "r.json"
     try:
         bench.run_bench(plan, out)

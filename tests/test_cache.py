@@ -5,7 +5,7 @@ import re
 
 from helpers import fa
 
-from fa_cli import cache
+from fa_cli.cases import cache
 
 
 def env_for(tmp_path):

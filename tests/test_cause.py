@@ -1,6 +1,7 @@
 """fa run finds the cause as a TA would: planted CPU programs (tests/data/student_hw4.cpp with
--DMISTAKE=SCATTERED, FLAKY, JITTER, HOST_OVERRUN) judged as a student runs them, and the pieces
-that read the tools' reports. The GPU classes (a race, a misaligned access, a 32-bit size, on
+-DMISTAKE=SCATTERED, FLAKY, JITTER, HOST_OVERRUN) judged as a student runs them, and the reruns
+(fa_cli/judge/reruns.py); the tools' reports are read in test_tool_logs.py, the findings across
+cases in test_across_cases.py. The GPU classes (a race, a misaligned access, a 32-bit size, on
 tests/data/planted_hw4.cu) are in test_cause_gpu.py."""
 import json
 import shutil
@@ -10,8 +11,10 @@ import numpy as np
 import pytest
 
 from helpers import DATA, build_students, fa
-from fa_cli import cause, generate, programs
-from fa_cli.format import Shape
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
+from fa_cli.judge import reruns
+from fa_cli.programs import programs
 
 PLANTED = ["NONE", "SCATTERED", "FLAKY", "JITTER", "HOST_OVERRUN"]
 
@@ -126,98 +129,6 @@ def test_no_search_when_the_budget_is_zero(student, inputs):
     assert proc.returncode == 1 and "race:" not in proc.stdout and "why" not in proc.stderr
 
 
-# ---------------------------------------------------------------- across cases: a size
-COURSE_C = [Shape(*s) for s in ((500, 2048, 32), (100, 4096, 64), (30, 8192, 32), (10, 16384, 32))]
-
-
-def test_a_verdict_that_changes_where_n_n_4_passes_2_31_is_named():
-    found = cause.size_finding(COURSE_C, [Shape(4, 32768, 32), Shape(2, 32768, 64)])
-    assert found is not None
-    assert found.lines[0].startswith("size: passes up to N=16384, fails from N=32768: N*N*4 bytes = 4 GiB passes "
-                                     "2^31 there: a 32-bit size?")
-
-
-def test_a_size_in_b_is_named_by_its_product():
-    passed = [Shape(2, 1024, 64), Shape(100, 1024, 64)]
-    failed = [Shape(9000, 1024, 64)]  # B*N*d*4 = 2.36e9: past 2^31
-    found = cause.size_finding(passed, failed)
-    assert found and "B*N*d*4 bytes" in found.lines[0] and "passes up to B=100, fails from B=9000" in found.lines[0]
-
-
-@pytest.mark.parametrize("passed, failed", [
-    ([], [Shape(2, 32768, 64)]),  # nothing passed: no size to compare with
-    ([Shape(2, 32768, 64)], [Shape(2, 128, 32)]),  # the small one fails
-    ([Shape(4, 32768, 32)], [Shape(2, 32768, 64)]),  # same N*N on both sides
-])
-def test_no_size_is_blamed_without_evidence(passed, failed):
-    assert cause.size_finding(passed, failed) is None
-
-
-# ---------------------------------------------------------------- reading the tools
-MEMCHECK_LOG = """========= COMPUTE-SANITIZER
-========= Invalid __shared__ write of size 16 bytes
-=========     at void attention<(int)64>(const float *, float *, int, int)+0x2d0 in /home/s/hw4.cu:87
-=========     by thread (1,0,0) in block (0,0,0)
-=========     Address 0x104 is misaligned
-=========     and is inside the nearest allocation at 0x0 of size 34,816 bytes
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========         Host Frame: main [0x9e41] in hw4
-=========
-========= Program hit cudaErrorMisalignedAddress (error 716) due to "misaligned address" on CUDA API call to cudaMemcpy.
-========= ERROR SUMMARY: 2 errors
-"""
-RACECHECK_LOG = """========= COMPUTE-SANITIZER
-========= Error: Race reported between Write access at void attention<(int)32>(const float *, float *, int, int)+0x1a0 in /home/s/hw4.cu:70
-=========     and Read access at void attention<(int)32>(const float *, float *, int, int)+0x2b0 in /home/s/hw4.cu:80 [4096 hazards]
-=========
-========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
-"""
-
-
-def test_memchecks_first_error_and_where():
-    first = cause.first_sanitizer_error(MEMCHECK_LOG)
-    assert first[0] == "Invalid __shared__ write of size 16 bytes"
-    assert cause.short_place(first[1]) == "attention<(int)64>+0x2d0, hw4.cu:87"
-    assert first[3] == "Address 0x104 is misaligned"
-    assert cause.sanitizer_count(MEMCHECK_LOG) == 2
-
-
-def test_racechecks_first_hazard():
-    first = cause.first_sanitizer_error(RACECHECK_LOG)
-    assert first[0].startswith("Error: Race reported between Write access at") and first[0].endswith("hw4.cu:70")
-    assert first[1].startswith("and Read access at") and "[4096 hazards]" in first[1]
-    assert cause.sanitizer_lines(first) == ["a shared-memory race: a write at attention<(int)32>+0x1a0, hw4.cu:70 "
-                                            "against a read at attention<(int)32>+0x2b0, hw4.cu:80 [4096 hazards]"]
-
-
-def test_memchecks_report_in_two_lines():
-    lines = cause.sanitizer_lines(cause.first_sanitizer_error(MEMCHECK_LOG))
-    assert lines == ["Invalid __shared__ write of size 16 bytes",
-                     "attention<(int)64>+0x2d0, hw4.cu:87; by thread (1,0,0) in block (0,0,0); "
-                     "Address 0x104 is misaligned"]
-
-
-def test_a_clean_log_has_no_error():
-    assert cause.first_sanitizer_error("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == []
-
-
-def test_gdb_backtrace_is_read():
-    log = ("Program received signal SIGSEGV, Segmentation fault.\n"
-           "0x00007ffff7e4a in __memmove_avx_unaligned_erms () at ../sysdeps/x86_64/memmove.S:598\n"
-           "#0  __memmove_avx_unaligned_erms () at ../sysdeps/x86_64/memmove.S:598\n"
-           "#1  0x0000555555555e2c in main (argc=3, argv=0x7fffffffe0b8) at hw4.cu:119\n")
-    signal, frames = cause.backtrace(log)
-    assert signal == "SIGSEGV" and len(frames) == 2
-    assert not cause.is_own_frame(frames[0]) and cause.is_own_frame(frames[1])
-    assert not cause.is_own_frame("#0  __GI___call_tls_dtors () at ./stdlib/cxa_thread_atexit_impl.c:155")
-    assert cause.frame_text(frames[1]) == "main () at hw4.cu:119"
-
-
-def test_what_a_program_runs_on(cpu_program):
-    assert cause.gpu_kind(programs.Program("fa-cpu", cpu_program)) == "cpu"
-    assert cause.gpu_kind(programs.named("cuda")) == "cuda" and cause.gpu_kind(programs.named("hip")) == "hip"
-
-
 # ---------------------------------------------------------------- no false all-clear
 def planted_source(folder, mistake: str):
     """tests/data/student_hw4.cpp as one file of the student's, with MISTAKE set (fa reads what a
@@ -257,30 +168,30 @@ def test_a_failure_that_comes_and_goes_is_never_cleared(tmp_path, inputs):
 
 def test_reruns_that_pass_after_a_failed_judgement_are_intermittent(tmp_path):
     """The judged run failed; two reruns agree with each other and pass: intermittent, never clear."""
-    from fa_cli.judge import judged_output
-    case = cause.TrialCase("x", tmp_path / "x.in", Shape(1, 4, 2), np.zeros((1, 4, 2), np.float32))
+    from fa_cli.judge.verdict import judged_output
+    case = reruns.TrialCase("x", tmp_path / "x.in", Shape(1, 4, 2), np.zeros((1, 4, 2), np.float32))
     wrong = case.expected + 1
-    runs = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    runs = reruns.Reruns(case, 5e-3, judged_output(wrong, None), True)
     runs.add(case.expected.copy())
     runs.add(case.expected.copy())
     [found] = runs.findings("cpu")
     assert found.kind == "intermittent" and found.lines[0].startswith("intermittent: failed 1 of 3 runs on x")
-    same = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    same = reruns.Reruns(case, 5e-3, judged_output(wrong, None), True)
     same.add(wrong.copy())
     same.add(wrong.copy())
     assert same.findings("cpu") == [] and "failed 3 of 3 runs" in same.agreement()
-    other = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    other = reruns.Reruns(case, 5e-3, judged_output(wrong, None), True)
     other.add(wrong + 1)
     other.add(wrong + 1)
     [found] = other.findings("cuda")
     assert found.kind == "intermittent" and "the judged run wrote other values than all 2 reruns on x" in found.lines[0]
     assert "__syncthreads" in found.lines[0]
-    jitter = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)  # wrong every run, atomics' order aside
+    jitter = reruns.Reruns(case, 5e-3, judged_output(wrong, None), True)  # wrong every run, atomics' order aside
     jitter.add(wrong + 1e-7)
     jitter.add(wrong + 2e-7)
     [found] = jitter.findings("cuda")
     assert found.kind == "harmless"
-    crash = cause.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    crash = reruns.Reruns(case, 5e-3, judged_output(wrong, None), True)
     crash.add(wrong.copy())
     crash.add(None)
     [found] = crash.findings("cpu")
@@ -357,60 +268,3 @@ def test_why_takes_a_case_also_listed(student):
     assert "why t01: rerun 1" in proc.stderr and "why t02" not in proc.stderr
 
 
-# ---------------------------------------------------------------- reading a debugger
-WORKER_CRASH = """[Thread debugging using libthread_db enabled]
-[New Thread 0x7ffff7a00640 (LWP 1234)]
-
-Thread 2 "hw4_omp" received signal SIGSEGV, Segmentation fault.
-[Switching to Thread 0x7ffff7a00640 (LWP 1234)]
-0x0000555555555a1c in main._omp_fn.0 () at hw4.cpp:42
-42	    row_max[i] = m;
-#0  0x0000555555555a1c in main._omp_fn.0 () at hw4.cpp:42
-#1  0x00007ffff7f2b9b6 in ?? () from /lib/x86_64-linux-gnu/libgomp.so.1
-#2  0x00007ffff7c94ac3 in start_thread (arg=<optimized out>) at ./nptl/pthread_create.c:442
-"""
-
-
-def test_a_debugger_report_from_a_worker_thread_is_read():
-    signal, frames = cause.backtrace(WORKER_CRASH)
-    assert signal == "SIGSEGV" and cause.caught_in(WORKER_CRASH) == 'Thread 2 "hw4_omp"'
-    assert cause.frame_text(frames[0]) == "main._omp_fn.0 () at hw4.cpp:42" and cause.is_own_frame(frames[0])
-    main_thread = WORKER_CRASH.replace('Thread 2 "hw4_omp"', 'Thread 1 "hw4"')
-    assert cause.backtrace(main_thread)[0] == "SIGSEGV" and cause.caught_in(main_thread) is None
-
-
-def test_a_debugger_only_clears_a_crash_it_saw_end_normally():
-    assert cause.debugger_exit("[Inferior 1 (process 77) exited normally]\n") == "exited normally"
-    assert cause.debugger_exit("[Inferior 1 (process 77) exited with code 02]\n") == "exited with code 02"
-    assert cause.debugger_exit("warning: Error disabling address space randomization\n") is None
-    assert cause.debugger_exit("\nProgram terminated with signal SIGKILL, Killed.\n") == "terminated with SIGKILL"
-
-
-# ---------------------------------------------------------------- across cases: a split
-def test_a_split_by_tile_multiple_is_named():
-    found = cause.split_findings([Shape(2, 1024, 32), Shape(2, 128, 64)], [Shape(2, 1000, 32), Shape(2, 100, 64)])
-    assert [f.lines[0] for f in found] == ["split: fails only where N is not a multiple of 16 (failing N: 100, 1000; "
-                                           "passing N: 128, 1024)"]
-
-
-@pytest.mark.parametrize("passed, failed, what", [
-    ([Shape(2, 128, 64), Shape(4, 256, 64)], [Shape(2, 128, 32), Shape(4, 256, 32)], "d = 32"),
-    ([Shape(1, 128, 32), Shape(1, 512, 64)], [Shape(2, 128, 32), Shape(3, 512, 64)], "B > 1"),
-])
-def test_a_split_by_a_feature_is_named(passed, failed, what):
-    found = cause.split_findings(passed, failed)
-    assert found and found[0].lines[0].startswith(f"split: fails only where {what} ")
-
-
-def test_a_split_from_some_n_on_is_named():
-    found = cause.split_findings([Shape(2, 128, 32), Shape(2, 1024, 32)], [Shape(2, 2048, 32), Shape(2, 4096, 64)])
-    assert found[0].lines[0].startswith("split: fails from N = 2048 on, passes up to N = 1024")
-
-
-def test_where_every_case_failed_cases_to_run_are_suggested():
-    from fa_cli import suite
-    [hint] = cause.across_cases([], [Shape(320, 128, 32)], suite.cases("c"))
-    assert hint.kind == "suggest" and hint.lines[0].startswith("the one case run failed; to see which inputs fail: ")
-    assert "fa run c02 (d = 64; every case run has d = 32)" in hint.lines[0]
-    assert "fa gen -B 1 -N 128 -d 32 -o b1.in, then fa run b1.in" in hint.lines[0]
-    assert cause.across_cases([], [Shape(320, 128, 32)], suite.cases("c"), suggest=False) == []

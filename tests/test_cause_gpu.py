@@ -6,8 +6,9 @@ import time
 import pytest
 
 from helpers import DATA, fa
-from fa_cli import cause, generate
-from fa_cli.format import Shape
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
+from fa_cli.judge import tool_logs
 
 pytestmark = pytest.mark.gpu
 
@@ -130,4 +131,4 @@ def test_fa_cuda_is_clean_under_the_tools():
 
 
 def test_the_sanitizer_is_found():
-    assert cause.find_tool("compute-sanitizer") is not None
+    assert tool_logs.find_tool("compute-sanitizer") is not None

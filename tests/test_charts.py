@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
-from fa_cli import charts, compare, writeup
-from fa_cli.records import by_kind
+from fa_cli.measure import compare
+from fa_cli.report import charts, writeup
+from fa_cli.report.records import by_kind
 
 RESULTS = ROOT / "docs" / "results"
 H100 = RESULTS / "h100"
@@ -133,7 +134,7 @@ def ladder_records(failed: bool) -> list[dict]:
 @pytest.mark.parametrize("failed", [False, True], ids=["ran", "no-gpu"])
 def test_ladder_chart_test_size(drawn, tmp_path, failed):
     records = ladder_records(failed)
-    from fa_cli import ladder
+    from fa_cli.measure import ladder
     ladder.add_speedups(records)
     charts.ladder_chart(records, tmp_path / "l.png")
     check_figure(drawn[0])
@@ -169,7 +170,7 @@ def test_docs_results_charts_are_current():
 
 
 def test_a_chart_replaces_only_a_png(tmp_path):
-    from fa_cli import format as fmt
+    from fa_cli import files as placing
     from fa_cli.errors import FaError
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
@@ -179,8 +180,8 @@ def test_a_chart_replaces_only_a_png(tmp_path):
     charts.check_replaceable(tmp_path / "old.png")  # a PNG, an empty file or no file: replaced
     (tmp_path / "empty.png").touch()
     charts.check_replaceable(tmp_path / "empty.png")
-    fmt.replace_students_files(True)
+    placing.replace_students_files(True)
     try:
         charts.check_replaceable(notes)  # --force
     finally:
-        fmt.replace_students_files(False)
+        placing.replace_students_files(False)

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 
 from helpers import ROOT, fa, verdicts
-from fa_cli import generate, suite
-from fa_cli.format import Shape
+from fa_cli.cases import generate, suite
+from fa_cli.cases.format import Shape
 
 
 def test_gen_then_verify_with_cpu_program(cpu_program, tmp_path):
@@ -198,7 +198,7 @@ def test_run_groups_time_limits(tmp_path):
 def test_compare_says_hip_runs_on_nvidia_are_not_amd_figures(tmp_path):
     """A HIP build run on an NVIDIA GPU is labelled as such, and the MI210 as estimated only;
     a run on an AMD GPU needs no such note."""
-    from fa_cli import compare
+    from fa_cli.measure import compare
     base = {"kind": "bench", "input": "t01", "shape": {"B": 1, "N": 4, "d": 32}, "wall_s": 0.2, "flops": 1}
     nvidia_hip = {**base, "program": "hip-cuda", "device": "NVIDIA H100 80GB HBM3"}
     cuda = {**base, "program": "cuda", "device": "NVIDIA H100 80GB HBM3"}

@@ -10,8 +10,9 @@ import click
 import pytest
 
 from helpers import fa
-from fa_cli import ladder, writeup
-from fa_cli.cli import main
+from fa_cli.commands import main
+from fa_cli.measure import ladder
+from fa_cli.report import writeup
 
 
 def commands():
@@ -113,7 +114,7 @@ def test_files_honour_the_umask(cpu_program, tmp_path):
 
 @pytest.mark.parametrize("command", ["run", "profile"])
 def test_program_help_and_error_name_the_same_programs(command):
-    from fa_cli import programs
+    from fa_cli.programs import programs
     helped = " ".join(fa(command, "--help").stdout.split())
     assert programs.CHOICES + "." in helped
     proc = fa(command, "t01", "--program", "nosuch")

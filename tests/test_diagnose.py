@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from helpers import DATA, build_students, fa
-from fa_cli import diagnose, generate, mistakes
-from fa_cli.format import AttentionInput, Shape, header_bytes, open_output
+from fa_cli.cases import generate
+from fa_cli.cases.format import AttentionInput, Shape, header_bytes, open_output
+from fa_cli.judge import diagnose, mistakes
 
 # The student program's switch -> the mistake fa must name (None: it must name none).
 NAMED = {

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from helpers import direct_attention, fa
-from fa_cli import expected, generate
+from fa_cli.cases import generate
+from fa_cli.cases.format import AttentionInput, Shape, open_output
+from fa_cli.cases.suite import Target
 from fa_cli.errors import FaError
-from fa_cli.format import AttentionInput, Shape, open_output
-from fa_cli.suite import Target
+from fa_cli.judge import expected
 
 
 @pytest.fixture(autouse=True)

@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from fa_cli import generate, reference, suite
-from fa_cli.format import AttentionInput, Shape
+from fa_cli.cases import generate, suite
+from fa_cli.cases.format import AttentionInput, Shape
+from fa_cli.judge import reference
 
 
 def test_same_arguments_same_bytes(tmp_path):

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, fa
-from fa_cli import format as fmt, generate, locations
-from fa_cli.format import FormatError, Shape
+from fa_cli import files, locations
+from fa_cli.cases import format as fmt, generate
+from fa_cli.cases.format import FormatError, Shape
 
 AS_ROOT = os.geteuid() == 0
 NOBODY = pwd.getpwnam("nobody").pw_uid if AS_ROOT else None
@@ -108,8 +109,8 @@ def test_what_the_user_may_not_replace_is_refused_before_work(dir_mode, file_mod
     with roots_file(dir_mode, file_mode) as (folder, roots):
         with as_nobody():
             with pytest.raises(FormatError, match=why):
-                fmt.check_output_path(roots)
-            fmt.check_output_path(folder / "new.in")
+                files.check_output_path(roots)
+            files.check_output_path(folder / "new.in")
         assert roots.read_text() == "keep"
 
 
@@ -125,7 +126,7 @@ def test_each_link_on_the_way_is_checked(sticky, tmp_path):
     mine = sticky / "mine"
     mine.symlink_to(theirs)
     with pytest.raises(FormatError, match="not followed"):
-        fmt.check_output_path(mine)
+        files.check_output_path(mine)
     assert secret.read_text() == "root's own"
 
 
@@ -220,7 +221,7 @@ def test_named_temporaries_of_dead_processes_are_removed(tmp_path):
     other = tmp_path / ".notes.tmp"
     for p in (stale, live, other):
         p.write_text("")
-    fmt.remove_stale_temporaries(tmp_path)
+    files.remove_stale_temporaries(tmp_path)
     assert not stale.exists() and live.exists() and other.exists()
 
 
@@ -246,7 +247,7 @@ def test_expected_that_cannot_be_written_takes_the_input_with_it(tmp_path):
 def test_gen_checks_the_room_for_both_files_together(tmp_path, monkeypatch):
     shape = Shape(1, 1024, 64)
     free = shape.input_bytes + shape.output_bytes // 2  # room for the input, not for both
-    monkeypatch.setattr(fmt.shutil, "disk_usage", lambda p: type("U", (), {"free": free})())
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda p: type("U", (), {"free": free})())
     with pytest.raises(FormatError, match="only"):
         generate.check_outputs(tmp_path / "x.in", tmp_path / "x.out", shape)
     generate.check_outputs(tmp_path / "x.in", None, shape)  # the input alone fits
@@ -443,7 +444,7 @@ def test_time_limit_counts_the_programs_own_exit_not_its_children(cpu_program, t
     assert proc.returncode == 0 and "PASS" in proc.stdout and time.time() - start < 5, proc.stdout
     child = int(marker.read_text())
     time.sleep(0.2)
-    assert not fmt.alive(child) or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
+    assert not files.alive(child) or Path(f"/proc/{child}/stat").read_text().split()[2] == "Z"
 
 
 # ---------------------------------------------------------------- the cache
@@ -495,7 +496,7 @@ def test_writers_resolve_no_path_themselves(tmp_path, monkeypatch):
         raise AssertionError("realpath called")
 
     monkeypatch.setattr(os.path, "realpath", no_realpath)
-    with fmt.atomic_file(tmp_path / "via" / "out.link") as f:
+    with files.atomic_file(tmp_path / "via" / "out.link") as f:
         f.write(b"new")
     assert (tmp_path / "elsewhere" / "t.bin").read_bytes() == b"new"
     assert (tmp_path / "via").is_symlink() and (tmp_path / "real" / "out.link").is_symlink()
@@ -556,10 +557,10 @@ def test_taking_back_spares_a_file_put_there_since(tmp_path):
     placed = generate.write_input(path, Shape(1, 4, 32), 0)
     (tmp_path / "other").write_text("another writer's")
     os.replace(tmp_path / "other", path)
-    fmt.remove_placed(path, placed)
+    files.remove_placed(path, placed)
     assert path.read_text() == "another writer's"
     placed = generate.write_input(path, Shape(1, 4, 32), 0)
-    fmt.remove_placed(path, placed)
+    files.remove_placed(path, placed)
     assert not path.exists()
 
 
@@ -666,7 +667,7 @@ def test_not_enough_memory_names_the_file(tmp_path):
     with open(big, "wb") as f:
         f.write(np.array([64, 65536, 64], "<i4").tobytes())
         f.truncate(Shape(64, 65536, 64).input_bytes)
-    code = (f"from fa_cli.format import AttentionInput\nfrom fa_cli.errors import FaError\n"
+    code = (f"from fa_cli.cases.format import AttentionInput\nfrom fa_cli.errors import FaError\n"
             f"try:\n    AttentionInput({str(big)!r})\nexcept FaError as e:\n    print(e)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, env=env,
                           preexec_fn=limited)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from helpers import fa
-from fa_cli import generate
-from fa_cli.format import Shape
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
 from test_no_leftovers import running_on
 
 AS_ROOT = os.geteuid() == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, verdicts
-from fa_cli import suite
+from fa_cli.cases import suite
 
 pytestmark = [pytest.mark.wheel, pytest.mark.slow]
 

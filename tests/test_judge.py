@@ -11,8 +11,10 @@ import time
 import pytest
 
 from helpers import ROOT, fa, verdicts
-from fa_cli import generate, judge, locations, suite
-from fa_cli.format import Shape
+from fa_cli import locations
+from fa_cli.cases import generate, suite
+from fa_cli.cases.format import Shape
+from fa_cli.judge import verdict
 
 
 def test_a_case_name_that_is_also_a_file_here_is_refused(tmp_path, cpu_program):
@@ -47,13 +49,13 @@ def shipped_copy(tmp_path, monkeypatch):
 def test_a_changed_shipped_input_is_named_and_the_manifests_is_judged(shipped_copy, tmp_path):
     c = suite.case("t01")
     said = []
-    assert judge.target_for("t01", say=said.append).input_path == shipped_copy / "t01.in" and not said
+    assert verdict.target_for("t01", say=said.append).input_path == shipped_copy / "t01.in" and not said
     assert not (tmp_path / "cache").exists()  # a check never makes the cache
     (tmp_path / "cache").mkdir()
-    judge.target_for("t01")
+    verdict.target_for("t01")
     assert (tmp_path / "cache" / "stamps" / "t01.in.stamp").is_file()  # checked once by its hash
     generate.write_input(shipped_copy / "t01.in", c.shape, 99)  # same size, other values: fa gen over it
-    target = judge.target_for("t01", say=said.append)
+    target = verdict.target_for("t01", say=said.append)
     assert said == [f"{shipped_copy / 't01.in'} is not t01's input (its sha256 is not the manifest's: changed since it "
                      f"was shipped); t01 is judged on the manifest's input, generated into "
                      f"{tmp_path / 'cache' / 't01.in'}"]

@@ -5,8 +5,9 @@ import json
 import pytest
 
 from helpers import fa
-from fa_cli import ladder
-from fa_cli.programs import Program
+from fa_cli.measure import ladder
+from fa_cli.programs import registry
+from fa_cli.programs.programs import Program
 
 
 def test_each_gpu_program_has_its_ladder(listing_programs):
@@ -15,10 +16,16 @@ def test_each_gpu_program_has_its_ladder(listing_programs):
         pytest.skip("needs nvcc")
     cuda = ladder.steps_for(Program("cuda", listing_programs["cuda"], "cuda"))
     hip = ladder.steps_for(Program("hip-cuda", listing_programs["hip-cuda"], "hip-cuda"))
-    assert [s.env["FA_KERNEL"] for s in cuda] == [f"ladder-{i}" for i in range(1, 6)] + ["tiled", "simt", "tensorcore"]
-    assert [s.env.get("FA_HIP_BC") for s in hip][5:7] == ["32", "64"]  # the AMD step: the wavefront-64 tile
-    assert hip[7].env == {"FA_KERNEL": "simt"}
-    assert cuda[:5] == hip[:5]
+    cuda_rows = registry.ladder(registry.kernels_of(listing_programs["cuda"]))
+    hip_rows = registry.ladder(registry.kernels_of(listing_programs["hip-cuda"]))
+    assert [s.env["FA_KERNEL"] for s in cuda] == [r.family for r in cuda_rows]  # in step order
+    assert [s.env for s in hip] == [{"FA_KERNEL": r.family, **r.rung.env} for r in hip_rows]
+    homework = registry.homework_family(hip_rows)
+    # the AMD step: the homework kernel again, with the wavefront-64 tile
+    assert [(s.env["FA_KERNEL"], s.env.get("FA_HIP_BC")) for s in hip if s.env["FA_KERNEL"] == homework] == \
+        [(homework, "32"), (homework, "64")]
+    assert registry.homework_family(cuda_rows) == homework
+    assert cuda[:5] == hip[:5]  # the same first steps (src_common/ladder.h)
 
 
 def test_speedups_are_over_the_step_before_and_the_first():

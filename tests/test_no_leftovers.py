@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from helpers import build, fa
-from fa_cli import generate, programs
-from fa_cli.format import Shape
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
+from fa_cli.programs import programs
 
 # (program, environment, input shape): an input each program works on long enough
 # to be caught mid-run, its output written in several pieces (fa-cpu: 64 MB chunks of input,

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from helpers import DATA, fa
-from fa_cli import ready
 from fa_cli.errors import FaError
-from fa_cli import profile
+from fa_cli.measure import profile
+from fa_cli.programs import ready
 
 
 def test_ncu_command(tmp_path):

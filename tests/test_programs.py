@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, build, run_and_check
-from fa_cli.devices import list_devices
-from fa_cli import generate, reference, suite, verify
-from fa_cli.format import AttentionInput, Shape, as_f32_bytes, header_bytes, open_output
+from fa_cli.cases import generate, suite
+from fa_cli.cases.format import AttentionInput, Shape, as_f32_bytes, header_bytes, open_output
+from fa_cli.judge import reference, verify
+from fa_cli.programs.devices import list_devices
 
 TOL = 1e-4
 
@@ -47,7 +48,7 @@ TESTED_ELSEWHERE = {("cuda", "wgmma")}  # needs sm_90a code on a Hopper GPU: the
 
 def test_every_kernel_of_the_registry_is_a_variant_here(listing_programs):
     """A kernel added to the registry (src_common/registry.h) is judged here like the others."""
-    from fa_cli import registry
+    from fa_cli.programs import registry
     covered = {(v.values[0][0], v.values[0][1].get("FA_KERNEL", "simt")) for v in VARIANTS}
     for target, path in listing_programs.items():
         if target == "hip":
@@ -446,7 +447,7 @@ def test_hip_port_matches_cuda_program(tmp_path):
 
 
 def test_a_crash_hint_names_the_source_beside_the_program(tmp_path, monkeypatch):
-    from fa_cli import programs
+    from fa_cli.programs import programs
     monkeypatch.chdir(tmp_path.parent)
     (tmp_path / "segv").write_bytes(b"")
     assert programs.source_hint(tmp_path / "segv") == "SOURCE (the .cu, .hip or .cpp it was built from)"

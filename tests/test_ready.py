@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from helpers import fa, have_nvidia_gpu
-from fa_cli import devices, programs, ready, wave64
 from fa_cli.errors import FaError
+from fa_cli.programs import devices, programs, ready, wave64
 
 no_nvidia = pytest.mark.skipif(have_nvidia_gpu(), reason="about a machine without an NVIDIA GPU")
 
@@ -64,7 +64,7 @@ def test_missing_profiler_said_before_any_input(cpu_program, tmp_path):
 
 
 def test_kind_of_a_program_known_before_it_is_built(tmp_path):
-    # hw4.hip runs on the NVIDIA GPU where only one is (the MI210 emulation, fa_cli/wave64.py)
+    # hw4.hip runs on the NVIDIA GPU where only one is (the MI210 emulation, fa_cli/programs/wave64.py)
     for name, kind in (("hw4.cu", "cuda"), ("hw4.hip", "cuda" if wave64.emulated() else "hip"), ("hw4.cpp", "cpu")):
         (tmp_path / name).write_text("")
         assert ready.kind_of(programs.resolve(str(tmp_path / name))) == kind
@@ -100,7 +100,7 @@ def test_suite_disk_said_before_generating_and_refused_where_it_does_not_fit(tmp
 def test_a_whole_suite_is_announced(tmp_path, monkeypatch):
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
     said = []
-    from fa_cli import suite
+    from fa_cli.cases import suite
     ready.announce_disk(list(suite.cases("c")), False, said.append)
     assert len(said) == 1 and said[0].startswith("generating 30 inputs, 6.") and "GB in all" in said[0]
 

@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
-from fa_cli import records
+from fa_cli.cases.format import Shape
+from fa_cli.cases.suite import Target
 from fa_cli.errors import FaError
-from fa_cli.format import Shape
-from fa_cli.programs import Program
-from fa_cli.suite import Target
+from fa_cli.programs.programs import Program
+from fa_cli.report import records
 
 PROGRAM = Program("cpu", Path("/opt/fa/bin/fa-cpu"), "cpu")
 TARGET = Target("t01", Path("t01.in"), Shape(2, 128, 32), 2.0)

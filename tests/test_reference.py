@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from helpers import direct_attention
-from fa_cli import reference
+from fa_cli.judge import reference
 
 
 @pytest.mark.parametrize("G,N,d", [(1, 1, 32), (2, 7, 64), (3, 129, 32), (2, 300, 64)])

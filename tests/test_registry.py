@@ -8,8 +8,9 @@ import subprocess
 import pytest
 
 from helpers import ROOT, fa
-from fa_cli import registry, sweep
-from fa_cli.programs import Program
+from fa_cli.measure import sweep
+from fa_cli.programs import registry
+from fa_cli.programs.programs import Program
 
 DOCS = ROOT / "docs" / "kernels.md"
 

@@ -6,13 +6,13 @@ import time
 import pytest
 
 from helpers import fa
-from fa_cli import report
+from fa_cli.report import tables
 
 
 def test_a_long_step_says_how_far_it_is_with_the_time_left(monkeypatch, capsys):
-    monkeypatch.setattr(report, "TICK_AFTER_S", 0.3)
-    monkeypatch.setattr(report, "TICK_EVERY_S", 0.2)
-    with report.progress("expected output of c30.in", 100) as advance:
+    monkeypatch.setattr(tables, "TICK_AFTER_S", 0.3)
+    monkeypatch.setattr(tables, "TICK_EVERY_S", 0.2)
+    with tables.progress("expected output of c30.in", 100) as advance:
         for _ in range(10):
             advance(5)
             time.sleep(0.1)
@@ -24,13 +24,13 @@ def test_a_long_step_says_how_far_it_is_with_the_time_left(monkeypatch, capsys):
 
 
 def test_only_the_innermost_long_step_speaks_and_a_short_one_is_silent(monkeypatch, capsys):
-    monkeypatch.setattr(report, "TICK_AFTER_S", 0.2)
-    monkeypatch.setattr(report, "TICK_EVERY_S", 0.1)
-    with report.progress("judging", 3, steps=True) as advance:
-        with report.progress("input c30", None):
+    monkeypatch.setattr(tables, "TICK_AFTER_S", 0.2)
+    monkeypatch.setattr(tables, "TICK_EVERY_S", 0.1)
+    with tables.progress("judging", 3, steps=True) as advance:
+        with tables.progress("input c30", None):
             time.sleep(0.5)
         advance()
-        with report.progress("quick", 1):
+        with tables.progress("quick", 1):
             pass
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "fa: judging: 0 of 3 done" and "fa: judging: 1 of 3 done" in err
@@ -40,11 +40,11 @@ def test_only_the_innermost_long_step_speaks_and_a_short_one_is_silent(monkeypat
 
 
 def test_a_long_step_keeps_speaking_through_short_steps_inside_it(monkeypatch, capsys):
-    monkeypatch.setattr(report, "TICK_AFTER_S", 0.3)
-    monkeypatch.setattr(report, "TICK_EVERY_S", 0.1)
-    with report.progress("judging", 3) as advance:
+    monkeypatch.setattr(tables, "TICK_AFTER_S", 0.3)
+    monkeypatch.setattr(tables, "TICK_EVERY_S", 0.1)
+    with tables.progress("judging", 3) as advance:
         for _ in range(6):
-            with report.progress("input c12", None):
+            with tables.progress("input c12", None):
                 time.sleep(0.15)  # each inner step shorter than TICK_AFTER_S: silent
         advance()
     err = capsys.readouterr().err.splitlines()

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from helpers import fa
-from fa_cli import resources
-from fa_cli.resources import KernelUsage
+from fa_cli.measure import resources
+from fa_cli.measure.resources import KernelUsage
+from fa_cli.programs import registry
 
 DATA = Path(__file__).with_name("data")
 
@@ -119,15 +120,25 @@ def test_cuda_program_on_course_targets():
 
 @pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
 @pytest.mark.slow
-def test_hip_program_on_course_targets():
+def test_hip_program_on_course_targets(listing_programs):
+    if "hip" not in listing_programs:
+        pytest.skip("needs hipcc, to list fa-hip's kernels")
     data = run_resources("--program", "hip", "--arch", "gfx908,gfx90a")
     kernels = {(r["target"], r["kernel"]) for r in data["records"]}
+    # the ladder's first steps (src_common/ladder.h), which the registry lists by step, not by kernel
     ladder = [f"naive<{d}>" for d in (32, 64)] + [f"warp_per_row<{d}>" for d in (32, 64)] + \
         [f"smem_tiles<{d}, {br}, {pad}>" for d in (32, 64) for br, pad in ((4, "false"), (4, "true"), (16, "true"))]
-    simt = ["attention_simt<64, 2, 4, 8, 32, 1>", "attention_simt<32, 2, 8, 4, 64, 1>"]  # AMD's tiles
-    mfma = [f"attention_mfma<{d}>" for d in (32, 64)]  # the matrix cores' kernel (src_hip/attention_mfma.h)
-    assert kernels == {(t, k) for t in ("gfx908", "gfx90a")
-                       for k in [f"attention_tiled<{d}, {bc}>" for d in (32, 64) for bc in (32, 64)] + ladder + simt + mfma}
+    # the registry's kernels with tiles (AMD's): attention_FAMILY<d, ...> for each d; the homework
+    # kernel's exactly, by its sweep row's kernel name
+    rows = [r for r in registry.kernels_of(listing_programs["hip"]) if r.tiles]
+    swept = {r.sweep.kernel_name.format(d=d, **tiles) for r in rows if r.sweep for d, tiles in r.tiles.items()}
+    others = sorted(f"attention_{r.family}<{d}" for r in rows if not r.sweep for d in r.tiles)
+    for target in ("gfx908", "gfx90a"):
+        reported = {k for t, k in kernels if t == target}
+        assert set(ladder) <= reported and swept <= reported, target
+        rest = sorted(reported - set(ladder) - swept)
+        assert [k.split(",")[0].rstrip(">") for k in rest] == others, target
+    assert {t for t, _ in kernels} == {"gfx908", "gfx90a"}
     # the ladder's (src_common/ladder.h) and the MFMA kernel's four wavefronts
     threads = {"naive": 128, "warp_per_row": 128, "attention_mfma": 256}
     for r in data["records"]:

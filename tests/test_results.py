@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT, fa
-from fa_cli import cli, records, registry
+from fa_cli.commands import main
+from fa_cli.programs import registry
+from fa_cli.report import records
 
 RESULTS = ROOT / "docs" / "results"
 # The pages a reader follows (docs/history/ keeps dated write-ups as they were, with their own links).
@@ -73,7 +75,7 @@ def test_every_command_of_make_results_is_one_fa_takes(tmp_path):
             for arg in args:  # the records a later command reads, made by an earlier one
                 if arg.endswith(".json"):
                     Path(arg).touch()
-            command = cli.main.get_command(None, args[0])
+            command = main.get_command(None, args[0])
             assert command is not None, step
             command.make_context(args[0], list(args[1:]))
             checked += 1
@@ -149,7 +151,7 @@ def test_a_copy_without_history_takes_the_written_revision(tmp_path):
     (tree / ".source-revision").write_text('{"commit": "' + "a" * 40 + '", "dirty": false}')
     import shutil
     shutil.copytree(ROOT / "fa_cli", tree / "fa_cli", ignore=shutil.ignore_patterns("__pycache__"))
-    code = "from fa_cli import records; print(records.source_revision())"
+    code = "from fa_cli.report import records; print(records.source_revision())"
     proc = subprocess.run([sys.executable, "-c", code], cwd=tree, capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path),
                                "PYTHONPATH": str(tree)})

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from helpers import ROOT, fa, verdicts
-from fa_cli.slurm import slurm_error
+from fa_cli.programs.slurm import slurm_error
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

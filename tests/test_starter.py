@@ -7,7 +7,9 @@ import subprocess
 import pytest
 
 from helpers import fa, verdicts
-from fa_cli import starter, sweep, timing
+from fa_cli import starter
+from fa_cli.measure import c_macros, source_sweep
+from fa_cli.programs import timing
 
 
 def test_init_writes_the_starter_and_overwrites_nothing(tmp_path):
@@ -79,7 +81,7 @@ TIMING_FORMAT = re.compile(r'"(fa-timing: [^"]*)"\s*"([^"]*)"')
 @pytest.mark.parametrize("name", ["hw4.cu", "hw4.hip"])
 def test_starter_timing_line_is_fa_programs_own(name):
     """The optional fa-timing line, filled as the starter prints it: the parser of fa's programs
-    (fa_cli/timing.py) reads every stage and fact of it (tests/test_timing.py runs the starter)."""
+    (fa_cli/programs/timing.py) reads every stage and fact of it (tests/test_timing.py runs the starter)."""
     text = (starter.resources.files("fa_cli") / "starter" / name).read_text()
     [theirs] = ["".join(m.groups()) for m in TIMING_FORMAT.finditer(text)]
     line = theirs.replace("\\n", "\n").replace("%.6f", "%f") % (0.3, 0.08, 0.1, 1.5, 0.05, 0.02, 2.1, "attention_rows",
@@ -104,9 +106,9 @@ def test_fa_resources_gives_the_starters_occupancy(tmp_path):
 def test_starter_takes_its_tile_sizes_as_macros(name, tmp_path):
     """BR and BC in #ifndef, so that `fa sweep --program hw4.cu --param BR=... --param BC=...` works on it."""
     fa("init", tmp_path)
-    macros = sweep.tested_macros(tmp_path / name)
+    macros = c_macros.tested_macros(tmp_path / name)
     assert {"BR", "BC"} <= macros.tested and macros.defaults["BR"] == "128" and macros.defaults["BC"] == "32"
-    assert sweep.own_grid(["BR=64,128", "BC=16"], tmp_path / name) == [{"BR": "64", "BC": "16"},
+    assert source_sweep.own_grid(["BR=64,128", "BC=16"], tmp_path / name) == [{"BR": "64", "BC": "16"},
                                                                       {"BR": "128", "BC": "16"}]
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from helpers import ROOT, build, run_and_check
-from fa_cli import generate, suite
-from fa_cli.format import Shape
+from fa_cli.cases import generate, suite
+from fa_cli.cases.format import Shape
 
 SOURCES = {"hw4.cu": "src_cuda/fa_cuda.cu", "hw4.hip": "src_hip/fa_hip.hip"}
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s*"')

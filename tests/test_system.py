@@ -3,7 +3,7 @@ import json
 import os
 
 from helpers import fa
-from fa_cli import system
+from fa_cli.programs import system
 
 
 def test_the_machine_as_the_os_reports_it():

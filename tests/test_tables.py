@@ -8,7 +8,8 @@ import pytest
 from rich.console import Console
 
 from helpers import ROOT, fa
-from fa_cli import compare, records, report
+from fa_cli.measure import compare
+from fa_cli.report import records, tables
 
 BENCH = ROOT / "docs" / "history" / "h100-bench.json"  # a fixed record of five programs
 
@@ -25,7 +26,7 @@ def bench_records(n: int = 4) -> list[dict]:
 def terminal(monkeypatch):
     """report's console as an 80-column terminal; returns what it printed."""
     out = io.StringIO()
-    monkeypatch.setattr(report, "console", Console(file=out, width=80, force_terminal=True, color_system=None))
+    monkeypatch.setattr(tables, "console", Console(file=out, width=80, force_terminal=True, color_system=None))
     return out
 
 
@@ -35,11 +36,11 @@ def figures(text: str) -> list[str]:
 
 def test_bench_table_fits_80_columns_and_cuts_no_number(terminal):
     recs = bench_records()
-    report.show(report.bench_table(recs))
+    tables.show(tables.bench_table(recs))
     text = terminal.getvalue()
     assert max(map(len, text.splitlines())) <= 80 and "…" not in text, text
     for r in recs:
-        for cell in (f"{r['wall_s']['median']:.3f} ±", report.fmt_err(r["max_err"]), f"{r['timing']['kernel'] * 1e3:.2f}"):
+        for cell in (f"{r['wall_s']['median']:.3f} ±", tables.fmt_err(r["max_err"]), f"{r['timing']['kernel'] * 1e3:.2f}"):
             assert cell in text, (cell, text)
     assert "on NVIDIA H100 80GB HBM3" in text.splitlines()[0]  # one device: named in the title
 
@@ -47,7 +48,7 @@ def test_bench_table_fits_80_columns_and_cuts_no_number(terminal):
 def test_compare_table_fits_80_columns(terminal):
     recs = compare.timed_records(records.by_kind([BENCH]))
     header, body, about = compare.long_rows(recs)
-    report.show(report.compare_table(header, body, f"fa compare{about}"))
+    tables.show(tables.compare_table(header, body, f"fa compare{about}"))
     text = terminal.getvalue()
     assert max(map(len, text.splitlines())) <= 80 and "…" not in text, text
     for row in body:

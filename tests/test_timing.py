@@ -1,5 +1,5 @@
 """The fa-timing line, one contract: the stages declared in C++ and in Python agree, every
-program that prints the line prints what the one parser (fa_cli/timing.py) reads in full."""
+program that prints the line prints what the one parser (fa_cli/programs/timing.py) reads in full."""
 from __future__ import annotations
 
 import os
@@ -9,8 +9,9 @@ import subprocess
 import pytest
 
 from helpers import ROOT, build, have_torch
-from fa_cli import generate, timing
-from fa_cli.format import Shape
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
+from fa_cli.programs import timing
 
 
 def test_the_stages_are_declared_alike_in_cpp_and_python():

@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from fa_cli import generate, reference, verify
-from fa_cli.format import AttentionInput, Shape
+from fa_cli.cases import generate
+from fa_cli.cases.format import AttentionInput, Shape
+from fa_cli.judge import reference, verify
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""fa's MI210 emulation of a student's hw4.hip on an NVIDIA GPU (src_hip/wave64, fa_cli/wave64.py):
+"""fa's MI210 emulation of a student's hw4.hip on an NVIDIA GPU (src_hip/wave64, fa_cli/programs/wave64.py):
 the layer builds with nvcc here; on the GPU, HIP's cross-lane functions against AMD's formulas,
 the planted AMD-only mistakes (tests/data/planted_hw4.hip) each named, the starter and the usual
 port passing."""
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ROOT, fa
-from fa_cli import devices, programs, wave64
-from fa_cli.devices import Device
+from fa_cli.programs import devices, programs, wave64
+from fa_cli.programs.devices import Device
 
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 PLANTS = ("LANE32", "BALLOT32", "LDS_OVER_64K", "BLOCK32", "CUDA_CALL")
@@ -353,8 +353,8 @@ def test_our_hip_program_through_the_layer_matches_hip_cuda(fa_hip_through_the_l
 
     import numpy as np
 
-    from fa_cli import generate
-    from fa_cli.format import Shape
+    from fa_cli.cases import generate
+    from fa_cli.cases.format import Shape
     from helpers import build
     hip_cuda = build("hip-cuda")
     run_env = {**os.environ, "FA_KERNEL": kernel, **env}

@@ -3,7 +3,7 @@ course's order with the machine's spec; and every bad input is one line."""
 import json
 
 from helpers import fa
-from fa_cli import writeup
+from fa_cli.report import writeup
 
 
 def student_program(cpu_program, folder):

@@ -1,0 +1,1 @@
+"""The cases: the binary format, generated inputs, the suites, the cache."""

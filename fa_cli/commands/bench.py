@@ -1,0 +1,92 @@
+"""fa bench: programs timed on inputs (and fa slurm-task, one task of its --slurm-array)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .. import locations
+from ..cases import suite
+from ..errors import ExitStatus
+from ..measure import bench
+from ..programs import ready, slurm, wave64
+from ..report import tables
+from ..report.records import check_extendable
+from .group import main
+from .options import OutputPath, force_option, launcher_options
+from .shared import check_names, make_launcher, note, parse_shape, runnable, targets_for
+
+
+@main.command(name="bench")
+@click.option("--program", "program_names", multiple=True, default=["best"], show_default=True,
+              help="cpu, cuda, hip, hip-cuda, torch, best or a path; repeat to compare.")
+@click.option("--suite", "suite_cases", is_flag=False, flag_value="all", default=None,
+              help="Suite cases: --suite for all of t01..t30, --suite c for the course's c01..c30, "
+                   "or a list such as --suite t01,c21.")
+@click.option("--shape", "shapes", multiple=True, help="B,N,d of a seeded uniform input; repeatable.")
+@click.option("--repeat", "repeats", type=click.IntRange(min=1), default=None,
+              help="Timed whole-process runs per program and input, after one warm-up; the median counts. "
+                   f"Default: as many as it takes ({bench.MIN_ROUNDS} to {bench.MAX_ROUNDS}) for every median to "
+                   "be known within --precision.")
+@click.option("--precision", type=click.FloatRange(min=0.001, max=0.5), default=bench.DEFAULT_PRECISION,
+              show_default=True,
+              help="Without --repeat: run until half the 95% interval of every whole-process median is at most "
+                   "this fraction of it.")
+@click.option("--against", type=click.Choice(["torch"]), help="Add PyTorch SDPA fp32 on the same inputs.")
+@click.option("--label", help="Name these runs in comparisons (default: the program's name).")
+@click.option("--control", is_flag=True,
+              help="Also run the first program a second time, as one more program: an A/A row whose ratio to "
+                   "the first shows the noise (a program given twice is one too).")
+@click.option("-o", "--output", "results", type=OutputPath(), required=True,
+              help="Results file (JSON); extended if it exists.")
+@click.option("--wide", is_flag=True, help="Also the device, the runs and their spread (wider than 80 columns).")
+@force_option
+@launcher_options
+@click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
+def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, label, control, results, wide,
+              launcher, partition, gres, srun_args, slurm_array) -> None:
+    """Time programs on inputs: whole process (median of repeats, with its 95% interval), stages, TFLOP/s, error.
+
+    Each input is flushed to disk first; the programs then take turns, one run each per round,
+    each round starting one program later, so the order of --program options cannot change the
+    table; each run starts with no output left by the run before and nothing left to write back."""
+    if slurm_array and launcher != "slurm":
+        raise click.UsageError("--slurm-array needs --launcher slurm --partition NAME")
+    names = list(program_names) + (["torch"] if against == "torch" else [])
+    if control:
+        names.insert(1, names[0])
+    wanted = ([] if not suite_cases else list(suite.cases()) if suite_cases == "all"
+              else list(suite.cases(suite_cases)) if suite_cases in suite.SUITES else suite_cases.split(","))
+    if not wanted and not shapes:
+        raise click.UsageError("give --suite or --shape")
+    sizes = [parse_shape(text) for text in shapes]
+    check_extendable(results)
+    runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names(wanted)
+    progs = [runnable(n, runner) for n in names]
+    ready.announce_disk(wanted, False, note)
+    targets = targets_for(wanted, sizes)
+    plan = bench.BenchPlan(progs, targets, repeats, precision=precision, launcher=None if slurm_array else runner,
+                           label=label)
+    with locations.shared_workdir(runner is not None) as workdir, \
+            tables.progress("benchmarking", len(progs) * len(targets), steps=True) as advance:
+        if slurm_array:
+            records = slurm.bench_array(plan, runner, results, advance)
+        else:
+            records = bench.run_bench(plan, results, advance, workdir)
+    tables.show(tables.bench_table(records, wide))
+    for line in bench.control_ratios(records):
+        click.echo(line)
+    for line in wave64.emulated_sources(progs):  # hw4.hip timed on the NVIDIA GPU: said so
+        click.echo(line)
+    click.echo(f"{tables.plural(len(records), 'record')} added to {results}")
+    sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
+
+
+@main.command(name="slurm-task", hidden=True)
+@click.argument("plan", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("index", type=int)
+def slurm_task_cmd(plan, index) -> None:
+    """One task of `fa bench --slurm-array`, on a compute node: measure one (program, input)."""
+    slurm.run_task(plan, index)

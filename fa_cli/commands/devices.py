@@ -1,0 +1,22 @@
+"""fa devices: the GPUs here and what runs here."""
+from __future__ import annotations
+
+
+import click
+
+from ..programs import ready
+from ..programs.devices import list_devices
+from ..report import tables
+from .group import main
+
+
+@main.command(name="devices")
+def devices_cmd() -> None:
+    """List GPUs (NVIDIA through the CUDA driver, AMD through hip-python, pip install .[amd]) and
+    what can run here: CUDA and HIP programs, the compilers, the profilers."""
+    found = list_devices()
+    if not found:
+        click.echo("no GPU found")
+    else:
+        tables.show(tables.devices_table(found))
+    click.echo("\nwhat runs here:\n" + "\n".join(f"  {line}" for line in ready.here()))

@@ -1,0 +1,74 @@
+"""fa's command group: one line and an exit status for every error, Ctrl-C and SIGTERM unwound."""
+from __future__ import annotations
+
+import signal
+import sys
+
+import click
+
+from .. import __version__, settings
+from ..errors import ExitStatus, FaError
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where fa is, so that it unwinds like Ctrl-C: running programs
+    are stopped and temporary files removed on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+class FaGroup(click.Group):
+    """Turns FaError and OSError into one line on stderr and an exit status, never a traceback
+    (unless --traceback or FA_DEBUG=1 asks for one); Ctrl-C and SIGTERM into one line too."""
+
+    def invoke(self, ctx: click.Context):
+        signal.signal(signal.SIGTERM, raise_terminated)
+        if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+            signal.signal(signal.SIGHUP, raise_terminated)
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("fa: interrupted", err=True)
+            sys.exit(ExitStatus.INTERRUPTED)
+        except Terminated as e:
+            click.echo(f"fa: stopped by {signal.Signals(e.signum).name}", err=True)
+            sys.exit(128 + e.signum)
+        except click.BadParameter as e:  # an option's value refused by its type: one line, as any error
+            click.echo(f"fa: error: {e.format_message()}", err=True)
+            sys.exit(ExitStatus.BAD_INPUT)
+        except (FaError, OSError, MemoryError) as e:
+            if ctx.params.get("traceback") or settings.debug():
+                raise
+            click.echo(f"fa: error: {one_line(e)}", err=True)
+            sys.exit(e.exit_code if isinstance(e, FaError) else ExitStatus.FAILED if isinstance(e, MemoryError)
+                     else ExitStatus.BAD_INPUT)
+
+
+def one_line(e: Exception) -> str:
+    """The error in one line: a name holding a newline or another control character is escaped."""
+    if isinstance(e, MemoryError):
+        text = "not enough memory for this command (" + " ".join(sys.argv[1:3]) + ")"
+    elif isinstance(e, OSError):
+        text = f"{e.filename}: {e.strerror}" if e.filename else str(e.strerror or e)
+    else:
+        text = str(e)
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+@click.group(cls=FaGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="fa")
+@click.option("--traceback", is_flag=True, help="Show the traceback of an error (as FA_DEBUG=1 does).")
+def main(traceback: bool) -> None:
+    """Generate, run, verify and compare FlashAttention homework programs.
+
+    Generated inputs and programs built from an installed fa's sources go to the cache
+    directory: FA_CACHE, else the user cache directory (~/.cache/fa on Linux). Exit status:
+    0 ok, 1 something did not pass or a tool failed, 2 unusable input or arguments, 130 and
+    143 interrupted (Ctrl-C, SIGTERM).
+    """

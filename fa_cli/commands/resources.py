@@ -1,0 +1,37 @@
+"""fa resources: the kernels' compiler reports and occupancy."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import click
+
+from ..measure import resources
+from ..report import tables
+from .group import main
+
+
+@main.command(name="resources")
+@click.option("--program", default="cuda", show_default=True,
+              help="cuda, hip-cuda, hip, or a source file of your own (hw4.cu, hw4.hip).")
+@click.option("--arch", "archs", help="Targets, comma-separated, from: " + ", ".join(resources.TARGETS)
+              + " (default: sm_75,sm_80,sm_90 for CUDA, gfx908,gfx90a for HIP).")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+def resources_cmd(program, archs, as_json) -> None:
+    """Registers, spills, shared memory, threads and theoretical occupancy of every kernel on
+    every target, from nvcc's and hipcc's own reports (no GPU needed)."""
+    source, hip_source, ours, targets = resources.what_to_compile(program, archs.split(",") if archs else None)
+    kernels, commands = [], []
+    with tables.progress("compiling", len(targets), steps=True) as advance:
+        for t in targets:
+            found, argv = resources.report(source, t, hip_source, ours)
+            kernels += found
+            commands.append(" ".join(argv))
+            advance()
+    if as_json:
+        click.echo(json.dumps({"records": resources.as_records(kernels, program), "commands": commands,
+                               "targets": {t: dataclasses.asdict(resources.TARGETS[t]) for t in targets}}, indent=1))
+    else:
+        tables.show(tables.resources_table(kernels))
+        for line in tables.resources_notes(kernels):
+            click.echo(line)

@@ -1,0 +1,154 @@
+"""fa run: a program judged on test cases, and why a case did not pass."""
+from __future__ import annotations
+
+import dataclasses
+import signal
+import sys
+
+import click
+from click.core import ParameterSource
+
+from .. import locations
+from ..cases import suite
+from ..errors import ExitStatus
+from ..judge import cause, expected, verdict, verify
+from ..programs import programs, wave64
+from ..programs.devices import describe_first
+from ..report import tables
+from ..report.records import append, check_extendable
+from .group import Terminated, main
+from .options import SECONDS, TOLERANCE, OutputPath, force_option, launcher_options
+from .shared import check_names, make_launcher, note, runnable
+
+
+@main.command()
+@click.argument("cases", nargs=-1)
+@click.option("--all", "all_cases", is_flag=True,
+              help="Every case of a suite: t01..t30, or c01..c30 with --suite c.")
+@click.option("--suite", "suite_name", type=click.Choice(suite.SUITES), default=suite.DEFAULT_SUITE, show_default=True,
+              help="The suite --all runs: t (fa's own cases) or c (the course's 30 test shapes).")
+@click.option("--program", default="best", show_default=True, help=programs.CHOICES + ".")
+@click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True,
+              help="Largest abs error a PASS allows (the course's).")
+@click.option("--sample", "sample_rows", type=click.IntRange(min=1),
+              help="A quick look where no expected output is cached yet: this many random rows per batch against "
+                   "float64 (a sampled verdict, not the course's). A case whose expected output is cached is "
+                   "compared in full, which costs less.")
+@click.option("--full", is_flag=True,
+              help="Verify every row against float64 computed now, instead of the cached expected output.")
+@click.option("--time-limit", type=SECONDS,
+              help="Seconds allowed per case, input files included (default: the course's, suite cases only).")
+@click.option("--no-time-limit", is_flag=True, help="Let every program finish, however long it takes.")
+@click.option("--why", "why_case",
+              help="Judge this case and look for the cause with the tools (run twice more, compute-sanitizer, a "
+                   "debugger), whatever its verdict.")
+@click.option("--why-budget", type=click.FloatRange(min=0), default=cause.BUDGET_S, show_default=True,
+              help="Seconds the search for a cause may take (on the smallest failing case); 0: none.")
+@click.option("-o", "--output", "results_file", type=OutputPath(),
+              help="Also add the results to this file (JSON, for fa report); extended if it exists.")
+@click.option("--without-gpu", is_flag=True,
+              help="Run a CUDA or HIP program even where this machine has no GPU for it (to see its host code "
+                   "fail: reading the input, a crash before its first GPU call).")
+@click.option("--keep-inputs", is_flag=True,
+              help="Keep the generated inputs in the cache for later runs (by default each is generated into "
+                   "TMPDIR just before its case and deleted after it; expected outputs are kept either way).")
+@force_option
+@launcher_options
+def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
+        why_budget, results_file, without_gpu, keep_inputs, launcher, partition, gres, srun_args) -> None:
+    """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
+    table, and for each case that did not pass, why: where the wrong values are and which usual
+    mistake explains them, the signal that ended a program, how far a short output got.
+
+    \b
+    fa run t01 t17 --program ./hw4        two of fa's cases
+    fa run c01 c30 --program ./hw4        two of the course's
+    fa run --all --suite c --program ./hw4  all 30 course shapes"""
+    suite_given = click.get_current_context().get_parameter_source("suite_name") != ParameterSource.DEFAULT
+    names = list(suite.cases(suite_name)) if all_cases else \
+        suite.named_cases(cases, suite_name if suite_given else None)
+    if why_case:  # judged with the others (once, where it is also listed), then looked into
+        why_case = suite.named_cases([why_case], suite_name if suite_given else None)[0]
+        names += [] if why_case in names else [why_case]
+    if not names:
+        raise click.UsageError("name test cases (t01..t30, c01..c30 or input files), or give --all [--suite c]")
+    if time_limit and no_time_limit:
+        raise click.UsageError("--time-limit and --no-time-limit exclude each other")
+    check_extendable(results_file)  # a results file that cannot take the records: said before any work
+    runner = make_launcher(launcher, partition, gres, srun_args)
+    check_names(names)
+    prog = runnable(program, runner, check=not without_gpu)
+    with_expected = not (sample_rows or full)
+    results, stopped, across = [], None, []
+    with locations.shared_workdir(runner is not None) as workdir, \
+            verdict.CaseInputs(names, keep_inputs, with_expected, note, workdir) as inputs:
+        inputs.why = why_case
+        options = verdict.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
+        try:
+            expected.announce_cost(inputs.needs, note)
+            judge_cases(prog, names, inputs, options, time_limit, with_expected, results)
+        except (KeyboardInterrupt, Terminated) as e:  # what is done is kept: its table, its records
+            stopped = e
+        if not stopped:
+            chosen = next(r for r, name in zip(results, names) if name == why_case) if why_case else None
+            searching = why_budget > 0 and (chosen or any(r.verdict in ("WRONG", "ERROR") for r in results))
+            with tables.progress(f"looking for the cause ({why_budget:g} s at most)", None, enabled=bool(searching)):
+                across = cause.explain(results, options, note, why_budget, chosen=chosen)
+    show_results(results, prog, across, why_case, sample_rows)
+    if results_file and results:
+        append(results_file, [verdict.as_record(r, options) for r in results])
+        click.echo(f"{tables.plural(len(results), 'record')} added to {results_file}")
+    if line := inputs.kept_line():
+        note(line)
+    if stopped:
+        signum = stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        during = f" during {names[len(results)]}" if len(results) < len(names) else ""
+        note(f"{how}{during}: {len(results)} of {len(names)} cases judged"
+             + (" (the table above)" if results else ""))
+        sys.exit(ExitStatus.INTERRUPTED if signum == signal.SIGINT else 128 + signum)
+    click.echo(tables.run_summary(results))
+    sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
+
+
+def show_results(results, prog, across, why_case, sample_rows) -> None:
+    """The table, what sampling did, each case's diagnosis, what the cases say together and what
+    the MI210 emulation says."""
+    if results:
+        tables.show(tables.judge_table(results, describe_first()))
+    if any(r.check and r.check.sampled for r in results):
+        click.echo(tables.SAMPLED_NOTE)
+    if sample_rows and (full_instead := [r.target.name for r in results if r.check and not r.check.sampled]):
+        click.echo(f"--sample: every value of {tables.case_ranges(full_instead)} compared instead: its expected "
+                   "output was cached, and a full compare of it costs less than a sample")
+    if any(not r.ok for r in results) or why_case:
+        click.echo(tables.diagnoses(results, always=bool(why_case)) + "\n")
+    emulation = wave64.run_notes(prog, results)  # hw4.hip on the NVIDIA GPU: what the emulation says
+    named = any(line.startswith("looks like") for line in emulation)  # then no cases to run are suggested
+    for finding in across:
+        if not (named and finding.kind == "suggest"):
+            click.echo("across the cases: " + " ".join(finding.lines) + "\n")
+    for line in emulation:
+        click.echo(line)
+
+
+def judge_cases(prog, names, inputs, options, time_limit, with_expected, results) -> None:
+    """Each case in turn: its input made (verdict.CaseInputs), its expected output computed where
+    missing, judged; results collected as they come, so that an interrupted run keeps them."""
+    # a single case too: its run says every 5 s how long it has taken once it passes 10 s
+    with tables.progress("judging", len(names), steps=len(names) > 1) as advance:
+        for i, name in enumerate(names):
+            made_now = None if inputs.drawn_ahead(name) else inputs.to_make.get(name)  # a bar while one is drawn
+            with tables.progress(f"generating {name}", made_now.shape.B if made_now else None,
+                                 enabled=made_now is not None) as made:
+                t = inputs.target(name, made)
+            if time_limit:
+                t = dataclasses.replace(t, time_limit=time_limit)
+            if with_expected and (needs := expected.missing([t])):
+                if i + 1 < len(names):
+                    inputs.make_ahead(names[i + 1])  # drawn on the CPU while this expected output is computed
+                expected.ensure(needs, None if suite.is_case_name(name) else note, tables.progress)
+            inputs.settle()  # nothing is drawn while the program runs: its time is its own
+            results.append(verdict.judge(prog, t, options))
+            inputs.judged(results[-1])
+            advance()

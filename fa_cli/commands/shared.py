@@ -1,0 +1,104 @@
+"""What the commands share: programs found and built, cases and inputs made, launchers, tables shown."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..cases import suite
+from ..cases.format import Shape, check_shape
+from ..judge import expected, verdict
+from ..programs import programs, ready, slurm
+from ..report import tables
+from ..report.records import append
+
+
+def note(text: str) -> None:
+    """A line on stderr about something fa did on the user's behalf."""
+    click.echo(f"fa: {text}", err=True)
+
+
+def built(prog: programs.Program) -> programs.Program:
+    """programs.ensure_built, saying every 5 s how long a build has taken once it passes 10 s."""
+    if prog.path.exists():
+        return programs.ensure_built(prog, note)
+    with tables.progress(f"building {prog.name}", None):
+        return programs.ensure_built(prog, note)
+
+
+def program_for(name: str) -> programs.Program:
+    return built(programs.resolve(name))
+
+
+def check_names(names) -> None:
+    """Every case name and input file valid, before anything is built or generated: a name that
+    is wrong is said before what this machine lacks (an input file's header is read, no more)."""
+    for name in names:
+        if suite.is_case_name(name) and not Path(name).exists():
+            suite.case(name)
+        else:
+            verdict.target_for(name)
+
+
+def runnable(name: str, runner, try_cpu: bool = True, check: bool = True) -> programs.Program:
+    """The program NAME, refused in one line where it needs a GPU this machine lacks (before it is
+    built and before any input is generated), then built if it has to be."""
+    prog = programs.resolve(name)
+    if check:
+        ready.check_runs_here(prog, runner, name, try_cpu)
+    return built(prog)
+
+
+def targets_for(names, shapes=()) -> list[suite.Target]:
+    """Suite cases, input files and bench shapes; says which inputs it had to generate."""
+    found = []
+    for item in [*names, *shapes]:
+        # A bar only shows while an input is being generated (batches written, total unknown here).
+        with tables.progress(f"input {item}", None) as advance:
+            target = verdict.shape_target(item, progress=advance) if isinstance(item, Shape) else \
+                verdict.target_for(item, advance, note)  # a changed shipped input is said
+        if target.generated:
+            note(f"generated {target.name} ({target.shape}) into {target.input_path}")
+        found.append(target)
+    return found
+
+
+def ensure_expected(targets: list[suite.Target]) -> None:
+    """Compute the expected outputs still missing, saying first what that costs where it is long."""
+    expected.ensure(expected.missing(targets), note, tables.progress)
+
+
+def make_launcher(launcher: str, partition: str | None, gres: str | None,
+                  srun_args: tuple[str, ...]) -> slurm.SlurmLauncher | None:
+    """The launcher programs run through: None to run them here. Where it is one, outputs go to
+    a work directory the nodes share (locations.shared_workdir)."""
+    if launcher == "direct":
+        if partition or gres or srun_args:
+            raise click.UsageError("--partition, --gres and --srun-arg need --launcher slurm")
+        return None
+    if not partition:
+        raise click.UsageError("--launcher slurm needs --partition")
+    return slurm.SlurmLauncher(partition, gres, srun_args)
+
+
+def parse_shape(text: str) -> Shape:
+    try:
+        B, N, d = (int(x) for x in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected B,N,d such as 26,32768,64") from None
+    return check_shape(B, N, d, f"--shape {text}")
+
+
+def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str) -> None:
+    if as_markdown:
+        click.echo(tables.markdown_table(header, body), nl=False)
+    else:
+        tables.show(tables.compare_table(header, body, title))
+
+
+def save_and_plot(records: list[dict], results: Path | None, plot: Path | None, chart) -> None:
+    if results:
+        append(results, records)
+        click.echo(f"{tables.plural(len(records), 'record')} added to {results}")
+    if plot:
+        click.echo(f"wrote {chart(records, plot)}")

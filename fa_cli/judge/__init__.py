@@ -1,0 +1,1 @@
+"""The judgement: expected outputs, verification, verdicts, diagnoses, causes."""

@@ -1,0 +1,125 @@
+"""What the cases of one run say together: verdicts that change where a usual size product
+passes 2^31 (a 32-bit size), or with N or d not a multiple of a tile; the cases to run next."""
+from __future__ import annotations
+
+
+from ..cases.format import Shape
+from .findings import Finding
+
+
+# ---------------------------------------------------------------- across cases: a size
+# Products a program computes in int, by name: shape -> value.
+SIZE_PRODUCTS = [
+    ("N*N*4 bytes", lambda s: s.N * s.N * 4, "N"),
+    ("N*N", lambda s: s.N * s.N, "N"),
+    ("B*N*d*4 bytes", lambda s: s.B * s.N * s.d * 4, "B"),
+    ("B*N*d", lambda s: s.B * s.N * s.d, "B"),
+    ("3*B*N*d*4 bytes (the input)", lambda s: 12 * s.B * s.N * s.d, "B"),
+    ("B*N*N*4 bytes", lambda s: s.B * s.N * s.N * 4, "B"),
+    ("B*N*N", lambda s: s.B * s.N * s.N, "B"),
+]
+LIMITS = [(2**31, "2^31"), (2**32, "2^32")]
+
+
+def binary_size(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:g} {unit}"
+    return str(n)
+
+
+def size_finding(shapes_passed: list[Shape], shapes_failed: list[Shape]) -> Finding | None:
+    """A usual product that is below 2^31 (or 2^32) on every passing case and at or above it on
+    every failing one: the verdict changes where a 32-bit size would overflow."""
+    if not shapes_passed or not shapes_failed:
+        return None
+    for name, product, axis in SIZE_PRODUCTS:
+        for limit, limit_name in LIMITS:
+            if all(product(s) < limit for s in shapes_passed) and all(product(s) >= limit for s in shapes_failed):
+                good = max(shapes_passed, key=product)
+                bad = min(shapes_failed, key=product)
+                value = product(bad)
+                shown = binary_size(value) if "bytes" in name else f"{value:,}"
+                span = (f"passes up to {axis}={getattr(good, axis)}, fails from {axis}={getattr(bad, axis)}"
+                        if all(getattr(s, axis) < getattr(bad, axis) for s in shapes_passed) else
+                        f"passes up to {good.B}x{good.N}x{good.d}, fails from {bad.B}x{bad.N}x{bad.d}")
+                return Finding("size", [f"size: {span}: {name} = {shown} passes {limit_name} there: a 32-bit size? "
+                                        "(an int holding a size or an index: compute it in size_t)"],
+                               dict(product=name, limit=limit_name, passes=str(good), fails=str(bad)))
+    return None
+
+
+# ---------------------------------------------------------------- across cases: a split
+def not_multiple(tile: int):
+    return (f"N is not a multiple of {tile}", lambda s: s.N % tile != 0)
+
+
+# Features of a shape that split a run's verdicts: (what, true of the failing cases).
+SPLITS = [*(not_multiple(t) for t in (16, 32, 64, 128)),
+          ("d = 32", lambda s: s.d == 32), ("d = 64", lambda s: s.d == 64), ("B > 1", lambda s: s.B > 1)]
+
+
+def listing_of(values) -> str:
+    shown = sorted(set(values))
+    return ", ".join(map(str, shown[:4])) + (", ..." if len(shown) > 4 else "")
+
+
+def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
+    """Features true of every failing case and of no passing one ("fails only where N is not a
+    multiple of 32", "only d = 32", "only B > 1"), and an N from which every case fails."""
+    if not passed or not failed:
+        return []
+    found = []
+    for what, holds in SPLITS:
+        if all(holds(s) for s in failed) and not any(holds(s) for s in passed):
+            axis = "N" if what.startswith("N") else what[0]
+            found.append(Finding("split", [
+                f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
+                f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)})"], dict(only_where=what)))
+            if what.startswith("N is not"):
+                break  # the smallest tile that splits says it; the larger ones follow from it
+    lowest = min(s.N for s in failed)
+    if not found and all(s.N < lowest for s in passed):
+        found.append(Finding("split", [
+            f"split: fails from N = {lowest} on, passes up to N = {max(s.N for s in passed)} (a buffer sized for a "
+            "largest N, shared memory or registers that grow with N?)"], dict(from_N=lowest)))
+    return found
+
+
+SUGGESTED = 2  # cases suggested at most
+
+
+def suggestions(passed: list[Shape], failed: list[Shape], suite_cases: dict) -> Finding | None:
+    """Where every case failed, cases that would split the verdicts: the other d, B = 1, an N that
+    is no multiple of 32 (fa gen makes the inputs the suites lack)."""
+    if passed or not failed:
+        return None
+    d = failed[0].d
+    everything = "the one case run failed" if len(failed) == 1 else f"all {len(failed)} cases run failed"
+    ideas = []
+    if all(s.d == d for s in failed):
+        other = [c for c in suite_cases.values() if c.shape.d != d]
+        if other:
+            c = min(other, key=lambda c: c.shape.flops)
+            ideas.append(f"fa run {c.name} (d = {c.shape.d}; every case run has d = {d})")
+    smallest = min(failed, key=lambda s: s.flops)
+    if all(s.B > 1 for s in failed):
+        ideas.append(f"fa gen -B 1 -N {smallest.N} -d {smallest.d} -o b1.in, then fa run b1.in (B = 1; every case "
+                     "run has B > 1)")
+    if all(s.N % 32 == 0 for s in failed):
+        ideas.append(f"fa gen -B 2 -N 1000 -d {smallest.d} -o n1000.in, then fa run n1000.in (N = 1000, not a "
+                     "multiple of 32)")
+    if not ideas:
+        return None
+    return Finding("suggest", [f"{everything}; to see which inputs fail: " + "; ".join(ideas[:SUGGESTED])],
+                   dict(suggested=ideas))
+
+
+def across_cases(passed: list[Shape], failed: list[Shape], suite_cases: dict, suggest: bool = True) -> list[Finding]:
+    """What the verdicts of one run say together: a 32-bit size, a split, or (with suggest, where
+    neither shows) cases to run."""
+    size = size_finding(passed, failed)
+    splits = [f for f in split_findings(passed, failed) if not (size and "from_N" in f.fields)]  # size says more
+    found = ([size] if size else []) + splits
+    hint = suggestions(passed, failed, suite_cases) if suggest and not found else None
+    return found + ([hint] if hint else [])

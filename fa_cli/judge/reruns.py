@@ -1,0 +1,198 @@
+"""A failing case run again: on a copy of its first batches where it is large, each run checked
+against the correct output, the judged one and the others: intermittent, a race, or harmless."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..cases.format import HEADER_BYTES, Shape, header_bytes, open_output
+from ..cases.suite import Target
+from ..programs import programs
+from ..programs.programs import Launcher, Program
+from .findings import Finding
+
+MAX_RUNS = 10  # runs of the trial case, the judged one counted, while every run agrees
+RERUN_SHARE = 0.4  # of the budget the reruns may take while they agree (the sanitizers need the rest)
+RERUNS_AFTER_EVIDENCE = 3  # reruns made before stopping at the first sign of a race
+REDUCED_BATCHES = 2  # batches of a large case's copy the tools run on
+RACECHECK_ROWS = 512  # rows of Q, K and V in racecheck's first, cut input
+REDUCE_ABOVE_BYTES = 16 << 20  # inputs larger than this are tried on such a copy first
+# What a result that depends on timing comes from, in the words of the program's kind.
+RACE_WORDS = {
+    "cpu": "threads sharing a variable without a lock or a reduction, or a value read before it is written",
+    "cuda": "a missing __syncthreads, threads writing one place, or memory read before it is written",
+    "hip": "a missing __syncthreads, threads writing one place, or memory read before it is written",
+}
+
+
+# ---------------------------------------------------------------- the case the tools run on
+@dataclass
+class TrialCase:
+    """What the tools run on: the failing case itself or a copy of its first batches."""
+
+    label: str
+    input_path: Path
+    shape: Shape
+    expected: np.ndarray  # (B, N, d) float32
+
+
+def reduced_copy(target: Target, work: Path, correct: np.ndarray) -> TrialCase | None:
+    """The first REDUCED_BATCHES batches of a large case, as an input file of their own."""
+    s = target.shape
+    if s.B <= REDUCED_BATCHES or s.input_bytes <= REDUCE_ABOVE_BYTES:
+        return None
+    shape = Shape(REDUCED_BATCHES, s.N, s.d)
+    path = work / f"{target.name}-first{REDUCED_BATCHES}.in"
+    with open(target.input_path, "rb") as src, open(path, "wb") as dst:
+        src.seek(HEADER_BYTES)
+        dst.write(header_bytes(shape))
+        dst.write(src.read(shape.input_bytes - HEADER_BYTES))
+    label = f"{target.name}'s first {REDUCED_BATCHES} batches ({shape.B}x{shape.N}x{shape.d})"
+    return TrialCase(label, path, shape, correct[:REDUCED_BATCHES])
+
+
+def one_batch(case: TrialCase, work: Path, rows: int | None = None) -> TrialCase | None:
+    """Batch 0 of the trial case as an input of its own, its Q, K and V cut to their first `rows`
+    rows (None: all N); None where that is the trial case itself."""
+    s = case.shape
+    N = s.N if rows is None else min(rows, s.N)
+    if s.B == 1 and N == s.N:
+        return case if rows is None else None
+    shape = Shape(1, N, s.d)
+    path = work / f"batch0-{N}.in"
+    with open(case.input_path, "rb") as src, open(path, "wb") as dst:
+        dst.write(header_bytes(shape))
+        for part in range(3):  # Q, K, V of batch 0, each cut to N rows
+            src.seek(HEADER_BYTES + part * s.N * s.d * 4)
+            dst.write(src.read(N * s.d * 4))
+    cut = f", the first {N} rows of its Q, K and V" if N < s.N else ""
+    # racecheck looks at accesses, not values: the cut input's correct output is not needed (nor known)
+    return TrialCase(f"batch 0 of {case.label}{cut} ({shape.B}x{shape.N}x{shape.d})", path, shape,
+                     case.expected[:1, :N])
+
+
+def run_once(program: Program, case: TrialCase, out: Path, launcher: Launcher | None, timeout: float):
+    """Run the program; its output as an array (None if it wrote none of the right size)."""
+    result = programs.run(program, case.input_path, out, launcher, timeout=timeout)
+    if result.timed_out or not out.exists() or out.stat().st_size != case.shape.output_bytes:
+        return result, None
+    return result, np.array(open_output(out, case.shape))
+
+
+def over(a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
+    """Where a and b differ by more than tol (NaN counts)."""
+    return ~(np.abs(a.astype(np.float64) - b) <= tol)
+
+
+# ---------------------------------------------------------------- runs again
+class Reruns:
+    """The runs of one trial case, the judged run counted where it ran on it: which failed, whether
+    any wrote other bytes than the judged run, and how far the reruns differ from the first rerun.
+    Each run's output is compared as it comes, so that only the first is kept."""
+
+    def __init__(self, case: TrialCase, tol: float, judged, judged_failed: bool | None):
+        self.case, self.tol, self.judged = case, tol, judged
+        self.failed = [judged_failed] if judged_failed is not None else []  # per run counted
+        self.reruns = 0
+        self.first: np.ndarray | None = None
+        self.changed = 0  # values of a rerun not bit-identical to the first rerun's (the most)
+        self.over = 0  # of them, values that differ by more than the tolerance (the most)
+        self.worst = 0.0
+        self.unlike_judged = 0  # reruns whose output is not, bit for bit, the judged output
+        self.compared_with_judged = 0
+        self.no_output = 0  # reruns that crashed, stopped or wrote an output of the wrong size
+
+    @property
+    def count(self) -> int:
+        return len(self.failed)
+
+    def passes(self, got: np.ndarray | None) -> bool:
+        return got is not None and not over(got, self.case.expected, self.tol).any()
+
+    def add(self, got: np.ndarray | None) -> None:
+        self.reruns += 1
+        self.failed.append(not self.passes(got))
+        if got is None:
+            self.no_output += 1
+            return
+        if self.judged is not None and self.judged_counted:
+            self.compared_with_judged += 1
+            self.unlike_judged += not self.judged.same_batches(got)
+        if self.first is None:
+            self.first = got.copy()
+            return
+        with np.errstate(invalid="ignore"):  # inf - inf where both runs wrote inf
+            diff = np.abs(got.astype(np.float64) - self.first)
+        same = (got == self.first) | (np.isnan(got) & np.isnan(self.first))  # NaN in both: no change
+        differ = ~(diff <= self.tol) & ~same  # NaN in one run only counts
+        self.changed = max(self.changed, int(np.count_nonzero(~same)))
+        if differ.any():
+            self.over = max(self.over, int(differ.sum()))
+            self.worst = max(self.worst, float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))))
+        elif self.changed and not self.over:
+            self.worst = max(self.worst, float(np.nanmax(np.where(same, 0.0, diff))))
+
+    @property
+    def judged_counted(self) -> bool:
+        """The judged run counts among these runs: it ran on this case (its verdict is known here)."""
+        return len(self.failed) > self.reruns
+
+    @property
+    def intermittent(self) -> bool:
+        return any(self.failed) and not all(self.failed)
+
+    @property
+    def evidence(self) -> bool:
+        """Something a deterministic program would not do: a verdict or an output that changed."""
+        return self.intermittent or self.over > 0 or self.unlike_judged > 0 and any(self.failed) or \
+            0 < self.no_output < self.reruns
+
+    def findings(self, kind: str) -> list[Finding]:
+        n, k, on = self.count, sum(self.failed), self.case.label
+        counted = "the judged run and " + plural_runs(self.reruns, "rerun") if self.judged_counted else \
+            plural_runs(self.reruns, "rerun")
+        words = RACE_WORDS.get(kind, RACE_WORDS["cpu"])
+        fields = dict(failed=k, runs=n, on=on, values_over_tol=self.over, max_diff=self.worst,
+                      values_changed=self.changed, reruns_unlike_judged=self.unlike_judged)
+        found = []
+        if self.intermittent:
+            found.append(Finding("intermittent", [
+                f"intermittent: failed {k} of {n} runs on {on} ({counted}): a result that depends on timing: {words}"],
+                fields))
+        if self.over:
+            why = "" if found else f"; a result that depends on timing is a race ({words})"
+            found.append(Finding("race", [
+                f"race: the output changes between runs: {self.over} of {self.case.expected.size} values differ by "
+                f"more than {self.tol:g} (up to {self.worst:.3g}) on {on}, failed {k} of {n} runs{why}"], fields))
+        elif self.unlike_judged == self.compared_with_judged > 0 and not self.changed and not self.intermittent:
+            # the reruns agree, bit for bit, and the judged run is the odd one out
+            found.append(Finding("intermittent", [
+                f"intermittent: the judged run wrote other values than all {self.compared_with_judged} reruns on {on}, "
+                "which agree with each other bit for bit (by how much fa cannot tell: it keeps a digest of the "
+                f"judged output): a result that changed between runs: {words}"], fields))
+        if 0 < self.no_output < self.reruns:
+            found.append(Finding("intermittent", [
+                f"intermittent: {self.no_output} of {self.reruns} reruns on {on} wrote no output of the right size, "
+                "the others did (a crash or an exit that comes and goes)"], fields))
+        elif self.changed and not found:
+            found.append(Finding("harmless", [
+                f"harmless: {self.changed} of {self.case.expected.size} values differ between runs by at most "
+                f"{self.worst:.2g} (the order of floating-point atomics or reductions); not the cause of a failure"],
+                fields))
+        return found
+
+    def agreement(self) -> str:
+        """What the runs showed where they all agreed: an observation, never an all-clear."""
+        n, k = self.count, sum(self.failed)
+        verdict = f"failed {k} of {n} runs" if k else f"passed {n} of {n} runs"
+        judged = ", the judged one's included" if self.compared_with_judged and not self.unlike_judged else ""
+        if self.first is None:
+            return f"{verdict} on {self.case.label}, none with an output of the right size"
+        return f"{verdict} on {self.case.label}: the same output in every run, bit for bit{judged} (no sign of a " \
+               "race in them)"
+
+
+def plural_runs(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"

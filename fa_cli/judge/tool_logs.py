@@ -1,0 +1,222 @@
+"""The tools a cause is looked for with, and what they say, read: compute-sanitizer's first
+error, a debugger's backtrace and exit, AddressSanitizer's report; the tools found where the
+CUDA toolkit keeps them; a program's kind (cpu, cuda, hip) read from its binary."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+from .. import settings
+from ..programs import programs
+from ..programs.programs import Program
+
+CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
+SANITIZER_LINES = 3  # of a sanitizer's report, quoted after its first line
+BACKTRACE_FRAMES = 4
+
+
+# ---------------------------------------------------------------- the tools
+def find_tool(name: str) -> str | None:
+    """A tool on PATH or where the CUDA toolkit keeps it (beside nvcc, CUDA_HOME, /usr/local/cuda)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    folders = [settings.cuda_home(), "/usr/local/cuda", "/opt/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        folders.insert(0, str(Path(nvcc).resolve().parent.parent))
+    for folder in filter(None, folders):
+        path = Path(folder) / "bin" / name
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
+def gpu_kind(program: Program) -> str:
+    """"cuda", "hip" or "cpu": what the program runs its kernels on, from its binary's sections
+    (nvcc puts device code in .nv_fatbin, hipcc in .hip_fatbin)."""
+    if program.name in ("cuda", "hip-cuda"):
+        return "cuda"
+    if program.name == "hip":
+        return "hip"
+    try:
+        data = program.path.read_bytes()
+    except OSError:
+        return "cpu"
+    if b".nv_fatbin" in data or b"__nv_module_id" in data:
+        return "cuda"
+    if b".hip_fatbin" in data or b"__hip_fatbin" in data:
+        return "hip"
+    return "cpu"
+
+
+@dataclass
+class Budget:
+    seconds: float
+    start: float = field(default_factory=time.perf_counter)
+
+    @property
+    def used(self) -> float:
+        return time.perf_counter() - self.start
+
+    @property
+    def left(self) -> float:
+        return max(0.0, self.seconds - self.used)
+
+
+def run_captured(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
+    """A tool's exit code and its output (stdout and stderr together); None past the timeout."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            start_new_session=True, preexec_fn=programs.die_with_fa(),
+                            env={**os.environ, **(env or {})})
+    try:
+        out, _ = proc.communicate(timeout=max(timeout, 0.1))
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        return None, programs.stop(proc, output=0)
+    except BaseException:
+        programs.stop(proc)
+        raise
+
+
+# ---------------------------------------------------------------- what the tools said
+def first_sanitizer_error(log: str) -> list[str]:
+    """compute-sanitizer's first error: its headline and the lines that place it."""
+    lines = [l.removeprefix("=========").rstrip() for l in log.splitlines() if l.startswith("=========")]
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if not text or line.startswith("     ") or text.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY",
+                                                                     "RACECHECK SUMMARY", "Target application")):
+            continue
+        if "Maximum number of" in text or "Environment variable" in text:  # a note on the tool's limits
+            continue
+        detail = []
+        for follow in lines[i + 1:]:
+            if not follow.startswith("     ") or "Saved host backtrace" in follow:
+                break
+            detail.append(follow.strip())
+        return [text, *detail[:SANITIZER_LINES]]
+    return []
+
+
+def sanitizer_lines(first: list[str]) -> list[str]:
+    """A sanitizer's first report in a line or two: what, where (kernel, offset, file:line)."""
+    race = re.match(r"(?:Error: )?Race reported between (\w+) access at (.+)", first[0])
+    if race:
+        other = re.match(r"and (\w+) access at (.+)", first[1]) if len(first) > 1 else None
+        text = f"a shared-memory race: a {race.group(1).lower()} at {short_place(race.group(2))}"
+        if other:
+            text += f" against a {other.group(1).lower()} at {short_place(other.group(2))}"
+        return [text]
+    detail = [short_place(l) if l.startswith("at ") else l for l in first[1:]]
+    return [first[0].removeprefix("Error: ")] + (["; ".join(detail)] if detail else [])
+
+
+def sanitizer_count(log: str) -> int | None:
+    match = re.search(r"(?:ERROR SUMMARY|RACECHECK SUMMARY): (\d+) (?:error|hazard)", log)
+    return int(match.group(1)) if match else None
+
+
+def short_place(line: str) -> str:
+    """"at void attention<64>(const float *, ...)+0x2d0 in /x/hw4.cu:87" -> "attention<64>+0x2d0, hw4.cu:87"."""
+    text = re.sub(r"^(and )?(\w+ access )?at ", "", line.strip())
+    text, _, where = text.partition(" in ") if " in /" not in text else text.rpartition(" in ")
+    name, plus, offset = text.partition("+0x")
+    name = name.removeprefix("void ")
+    if name.endswith(")"):  # drop the argument list: the last balanced (...)
+        depth = 0
+        for i in range(len(name) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(name[i], 0)
+            if depth == 0:
+                name = name[:i]
+                break
+    place = name + (plus + offset if plus else "")
+    if where:
+        file, _, rest = where.partition(" ")
+        place += f", {Path(file).name}" + (f" {rest}" if rest else "")
+    return place
+
+
+# gdb's line for a stop by a signal, in any thread: "Program received signal SIGSEGV", "Thread 2
+# "hw4" received signal SIGSEGV", "Thread 0x7ffff (LWP 12) received signal SIGSEGV".
+CAUGHT = re.compile(r"^(?:\[.*?\]\s*)?(Program|Thread .+?) received signal (SIG\w+)", re.MULTILINE)
+# gdb's line for a program that ended by itself.
+EXITED = re.compile(r"\[Inferior \d+ \(.*?\) exited (normally|with code (\d+))\]")
+KILLED = re.compile(r"Program terminated with signal (SIG\w+)")
+DEBUGGER_TAIL = 3  # lines of a debugger's output quoted where fa could not read it
+
+
+def backtrace(log: str) -> tuple[str | None, list[str]]:
+    """The signal a debugger caught (in whichever thread) and the first frames of its backtrace:
+    gdb's `bt` after a stop shows the thread that received the signal."""
+    signal = CAUGHT.search(log)
+    frames = [l.strip() for l in log.splitlines() if re.match(r"#\d+\s", l.strip())]
+    return (signal.group(2) if signal else None), frames
+
+
+def caught_in(log: str) -> str | None:
+    """The thread that received the signal where it is not the main one: 'Thread 2 "hw4"'."""
+    signal = CAUGHT.search(log)
+    who = signal.group(1) if signal else "Program"
+    return None if who == "Program" or re.match(r"Thread 1\b", who) else who
+
+
+def debugger_exit(log: str) -> str | None:
+    """How the program ended under the debugger by itself: "exited normally", "exited with code
+    N", "terminated with SIGABRT"; None where the debugger's output does not say."""
+    exited = EXITED.search(log)
+    if exited:
+        return f"exited {exited.group(1)}"
+    killed = KILLED.search(log)
+    return f"terminated with {killed.group(1)}" if killed else None
+
+
+def is_own_frame(frame: str) -> bool:
+    """A frame with a file and line in the program's own source, not the C library's or CUDA's."""
+    where = re.search(r" at (\S+):\d+", frame)
+    if not where:
+        return False
+    file = where.group(1)  # the C library's frames name its build tree: ./stdlib/..., ../sysdeps/...
+    return not file.startswith(("./", "../", "/usr/")) and not re.search(r"sysdeps|glibc|libio|nptl", file)
+
+
+def is_system_frame(text: str) -> bool:
+    """A frame of the C or C++ library or the thread machinery ("?? () from /lib/...", start_thread
+    in ./nptl/...), which says nothing of the student's code."""
+    return bool(re.search(r" from /(usr/)?lib|\.\./sysdeps|\./nptl|^\?\? \(\)|^(start_thread|clone3?)\b", text))
+
+
+def frame_text(frame: str) -> str:
+    """"#1  0x000055 in main () at hw4.cu:87" -> "main () at hw4.cu:87"."""
+    text = re.sub(r"^#\d+\s+(0x[0-9a-f]+ in )?", "", frame)
+    return re.sub(r"\(.*?\)", "()", text, count=1)
+
+
+def asan_report(log: str) -> list[str]:
+    """AddressSanitizer's headline, its access line, and the first frame in the student's code."""
+    head = re.search(r"ERROR: AddressSanitizer: (.+?) on (?:unknown )?address (0x[0-9a-f]+)[^\n]*?(?: (T\d+))?\)?$",
+                     log, re.MULTILINE) or re.search(r"ERROR: AddressSanitizer: (.+)", log)
+    if not head:
+        return []
+    what = head.group(1)
+    if head.re.groups == 3:
+        address, thread = head.group(2), head.group(3)
+        if int(address, 16) < 4096:
+            what += f" at address {address} (a null pointer)"
+        if thread and thread != "T0":
+            what += f" in thread {thread} (not the main thread)"
+    access = re.search(r"^(READ|WRITE) of size (\d+)", log, re.MULTILINE)
+    frames = re.findall(r"#\d+ 0x[0-9a-f]+ in (\S+) (\S+:\d+)", log)
+    own = [f"{fn} {Path(where).name}" for fn, where in frames
+           if not re.search(r"(libasan|libc\.|libcuda|libcudart|/usr/|\.\./sysdeps|asan_|sanitizer)", where)
+           and not fn.startswith(("__interceptor", "__asan", "__sanitizer"))]
+    lines = [f"AddressSanitizer: {what}" + (f", {access.group(1)} of size {access.group(2)}" if access else "")]
+    if own:
+        lines.append(f"at {own[0]}")
+    return lines

@@ -1,0 +1,1 @@
+"""Measurements: bench, compare, profile, resources, ladder, sweep."""

@@ -1,0 +1,224 @@
+"""fa bench: time programs on inputs, side by side, into a results file that survives a crash.
+
+For each input: it is flushed to disk, then each program runs once to warm up, then rounds in
+which every program runs once, in turn, each round starting one program later (A B, B A, ...),
+so that the order of --program options cannot change the table. `repeats` rounds if given;
+otherwise as many as it takes (MIN_ROUNDS to MAX_ROUNDS) for every program's whole-process
+median to be known within `precision` (its 95% confidence interval, from order statistics):
+on an H100 single runs spread over about +-10% (the driver's start-up), so five runs leave a
+median uncertain by more than the 3% that two programs may differ by, and about 40 do not.
+Every run starts from the same state (settle): no output left by the run before, whose removal a program would
+pay for (7 ms for 218 MB still in the page cache, 50 ms once written to disk, on the H100's
+host), and nothing left to write back that could compete with it. A program given twice is an
+A/A control row: the spread that ratios between programs must exceed.
+Per (program, input): the median of the wall time with its 95% interval and the spread, the
+medians of the program's own FA_TIMING stages, TFLOP/s (4*B*N*N*d) over the kernel time and over the whole process, the
+max error of the last run's output (sampled verification), and where it ran: device, host,
+program build (kernel and arch), date and command line.
+
+The results file (records.py) is rewritten atomically after each input, so a crash mid-run
+loses nothing already measured, and an existing file is extended, not replaced.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .. import locations
+from ..cases.format import AttentionInput, open_output
+from ..cases.suite import Target
+from ..judge import verify
+from ..programs.devices import describe_first
+from ..programs.programs import Launcher, Program, run
+from ..report import records
+
+
+MIN_ROUNDS = 5
+MAX_ROUNDS = 60
+DEFAULT_PRECISION = 0.02  # half the 95% interval of a median, over the median
+
+
+@dataclass
+class BenchPlan:
+    programs: list[Program]
+    targets: list[Target]
+    repeats: int | None = None  # timed rounds; None: until every median is known within `precision`
+    precision: float = DEFAULT_PRECISION
+    check: verify.RowCheck = verify.RowCheck(sample=verify.DEFAULT_SAMPLE_ROWS)
+    tol: float = verify.COURSE_TOL  # `passed` means every checked value within this
+    launcher: Launcher | None = None
+    env: dict[str, str] | None = None
+    label: str | None = None  # names this set of runs (e.g. the partition) in comparisons
+    kind: str = "bench"  # the command whose records these are (fa ladder and fa sweep measure too)
+    fields: dict = field(default_factory=dict)  # added to every record (a ladder step, a sweep's Br and Bc)
+
+
+def flush_to_disk(path: Path) -> None:
+    """Write a freshly generated input back to disk before it is timed: otherwise the first
+    program to run pays the page cache's writeback (0.49 s against 0.38 s on an H100 run)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # a program's own error will say what is wrong with the input
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # a file system without fsync: nothing to flush
+    finally:
+        os.close(fd)
+
+
+def settle(output: Path) -> None:
+    """Before a run: the last run's output removed and everything written back."""
+    output.unlink(missing_ok=True)
+    os.sync()
+
+
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A confidence interval of the median that assumes no distribution: the order statistics
+    x(k) and x(n+1-k), k the largest with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2, and
+    at least 1 (for n < 6 that is the whole range, and covers less than `confidence`)."""
+    xs = sorted(values)
+    n, k, below = len(xs), 1, 0.0
+    for j in range(n):
+        below += math.comb(n, j) / 2 ** n
+        if below > (1 - confidence) / 2:
+            break
+        k = j + 1
+    return xs[k - 1], xs[n - k]
+
+
+def uncertainty(values: list[float]) -> float:
+    """Half the median's 95% interval, over the median."""
+    lo, hi = median_interval(values)
+    return (hi - lo) / 2 / statistics.median(values)
+
+
+def enough_rounds(plan: BenchPlan, walls: list[list[float]], errors: list[str | None], rounds: int) -> bool:
+    """After `rounds` timed rounds (0: the warm-up only): `repeats` of them, or every median known
+    within `precision`; at once if every program failed."""
+    timed = [w for w, e in zip(walls, errors) if not e]
+    if not timed:
+        return True  # every program failed
+    if plan.repeats is not None:
+        return rounds >= plan.repeats
+    if rounds < MIN_ROUNDS:
+        return False
+    return rounds >= MAX_ROUNDS or all(uncertainty(w) <= plan.precision for w in timed)
+
+
+def order_of(repeat: int, count: int) -> list[int]:
+    """The programs' order in one repeat: each repeat starts one program later (A B, B A, A B
+    ...), so no program is always first after the input was read or the GPU idled."""
+    return [(repeat + i) % count for i in range(count)]
+
+
+def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Target, workdir: Path,
+                         controls: frozenset[int] = frozenset()) -> list[dict]:
+    """One warm-up run of each program, then rounds in which every program runs once,
+    interleaved (order_of), until enough_rounds; one result record per program. `controls`: the
+    indices of programs that repeat an earlier one (an A/A row, marked `control` in its record)."""
+    flush_to_disk(target.input_path)
+    count = len(programs)
+    outs = [workdir / f"{target.name}.{i}.out" for i in range(count)]
+    walls: list[list[float]] = [[] for _ in programs]
+    stages: list[dict[str, list[float]]] = [{} for _ in programs]
+    builds: list[dict] = [{} for _ in programs]
+    errors: list[str | None] = [None] * count
+    repeat = 0  # round 0 is the warm-up: page cache, driver, JIT
+    while True:
+        for i in order_of(repeat, count):
+            if errors[i]:
+                continue
+            settle(outs[i])
+            result = run(programs[i], target.input_path, outs[i], plan.launcher, env=plan.env)
+            if result.error:
+                errors[i] = result.error
+            elif repeat > 0:
+                walls[i].append(result.wall_s)
+                builds[i] = result.build
+                for key, value in result.timing.items():
+                    stages[i].setdefault(key, []).append(value)
+        if enough_rounds(plan, walls, errors, repeat):
+            break
+        repeat += 1
+    return [summarize(plan, programs[i], target, outs[i], walls[i], stages[i], builds[i], errors[i], i in controls)
+            for i in range(count)]
+
+
+def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path, walls: list[float],
+              stages: dict[str, list[float]], build: dict, error: str | None, control: bool) -> dict:
+    """One program's runs on one input as a results record: medians, spread, TFLOP/s, error."""
+    fields = dict(plan.fields, control=True) if control else plan.fields
+    record = records.new_record(program, target, plan.label, error, plan.kind, plan.launcher,
+                                device=build["device"].replace("_", " ") if build.get("device") else describe_first(),
+                                repeats=len(walls), build=build, **fields)
+    if error:
+        return record
+    timing = {k: statistics.median(v) for k, v in stages.items()}
+    wall = statistics.median(walls)
+    record.update(
+        wall_s={"median": wall, "ci95": list(median_interval(walls)), "min": min(walls), "max": max(walls),
+                "all": walls},
+        timing=timing,
+        tflops_process=target.shape.flops / wall / 1e12,
+        tflops_kernel=target.shape.flops / timing["kernel"] / 1e12 if timing.get("kernel") else None,
+    )
+    check = verify.against_reference(AttentionInput(target.input_path), open_output(out_path, target.shape),
+                                     plan.tol, plan.check)
+    record.update(max_err=check.max_err, verify_mode=check.mode, passed=check.passed)
+    return record
+
+
+def measure(plan: BenchPlan, program: Program, target: Target, workdir: Path) -> dict:
+    """Warm-up plus timed runs of one program on one input (enough_rounds); one result record."""
+    return measure_side_by_side(plan, [program], target, workdir)[0]
+
+
+def controls_of(programs: list[Program]) -> frozenset[int]:
+    """Programs given again (the same file, the same environment): A/A control rows."""
+    seen, controls = set(), set()
+    for i, p in enumerate(programs):
+        key = str(Path(p.path).resolve())
+        if key in seen:
+            controls.add(i)
+        seen.add(key)
+    return frozenset(controls)
+
+
+def control_ratios(records_: list[dict]) -> list[str]:
+    """One line per A/A control row: its whole-process median over the first run of the same
+    program on the same input. Ratios between other rows mean something only beyond this."""
+    lines = []
+    for r in records_:
+        if not r.get("control") or r.get("error"):
+            continue
+        first = next((o for o in records_ if o["input"] == r["input"] and o["program_path"] == r["program_path"]
+                      and not o.get("control") and not o.get("error")), None)
+        if first:
+            ratio = r["wall_s"]["median"] / first["wall_s"]["median"]
+            known = " and ".join(f"+-{uncertainty(x['wall_s']['all']):.1%}" for x in (r, first))
+            lines.append(f"A/A control {r['program']} on {r['input']}: whole process {r['wall_s']['median']:.3f} s "
+                         f"against {first['wall_s']['median']:.3f} s, ratio {ratio:.3f} "
+                         f"({r['repeats']} runs each; medians known within {known}, 95%)")
+    return lines
+
+
+def run_bench(plan: BenchPlan, results: Path, progress: Callable[[int], None] | None = None,
+              workdir: Path | None = None) -> list[dict]:
+    """Measure every (input, program) in turn; outputs go to workdir (shared with compute nodes
+    when a launcher runs the programs elsewhere) or to a temporary directory."""
+    kept = records.load(results)
+    new = []
+    controls = controls_of(plan.programs)
+    with locations.scratch("bench", workdir) as tmp:
+        for target in plan.targets:
+            new += measure_side_by_side(plan, plan.programs, target, Path(tmp), controls)
+            records.save(results, kept + new)
+            if progress:
+                progress(len(plan.programs))
+    return new

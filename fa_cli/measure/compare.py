@@ -1,0 +1,156 @@
+"""fa compare: timed records side by side, as a rich or markdown table and as a PNG chart.
+
+Records of every command that times whole runs are compared: fa bench, fa run (-o), fa ladder
+and fa sweep; a fa run record's one wall time counts as its median. Runs are the (label or
+program, device) pairs found in the records; the first run is the baseline of the speedup
+column. Rows are inputs, in the order first seen.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import FaError
+from ..report import charts
+from ..report.tables import markdown_table
+
+TIMED_KINDS = ("bench", "run", "ladder", "sweep")
+
+
+@dataclass(frozen=True)
+class RunKey:
+    name: str  # the record's label, else its program
+    device: str
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.device}"
+
+
+def timed_records(found: dict[str, list[dict]]) -> list[dict]:
+    """The records fa compare can put side by side, from records.by_kind's records by kind, each
+    with wall_s as {median, min, max, all}; a file set with none is refused in one line."""
+    timed = []
+    for kind in TIMED_KINDS:
+        for r in found.get(kind, []):
+            if r.get("skipped"):
+                continue  # a sweep variant that was never built: nothing ran
+            wall = r.get("wall_s")
+            if isinstance(wall, (int, float)):
+                r = {**r, "wall_s": {"median": wall, "min": wall, "max": wall, "all": [wall]}}
+            timed.append(r)
+    if not timed:
+        kinds = ", ".join(k for k, v in found.items() if v)
+        raise FaError(f"nothing to compare: fa compare takes results of fa bench, run, ladder and sweep "
+                      f"(these files hold {kinds} records; fa report shows those)")
+    return timed
+
+
+def run_key(record: dict) -> RunKey:
+    return RunKey(record.get("label") or record["program"], record.get("device") or "unknown")
+
+
+def arrange(records: list[dict]) -> tuple[list[RunKey], "OrderedDict[str, dict[RunKey, dict]]"]:
+    """Runs in order of appearance, and per input the latest record of each run."""
+    runs: list[RunKey] = []
+    table: OrderedDict[str, dict[RunKey, dict]] = OrderedDict()
+    for r in records:
+        key = run_key(r)
+        if key not in runs:
+            runs.append(key)
+        s = r["shape"]
+        shape = f"{s['B']}x{s['N']}x{s['d']}"
+        name = r["input"] if r["input"] == shape else f"{r['input']} ({shape})"
+        table.setdefault(name, {})[key] = r
+    return runs, table
+
+
+def cell_time(record: dict | None) -> str:
+    if record is None:
+        return "-"
+    if record.get("error"):
+        return "error"
+    return f"{record['wall_s']['median']:.3f}"
+
+
+def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: per input, each run's whole-process time, kernel TFLOP/s and max error,
+    then each run's speedup over the first run."""
+    runs, table = arrange(records)
+    header = ["input"]
+    for k in runs:
+        header += [f"{k} time s", f"{k} kernel TFLOP/s", f"{k} max err"]
+    header += [f"speedup {k.name} vs {runs[0].name}" for k in runs[1:]]
+    body = []
+    for name, by_run in table.items():
+        row = [name]
+        for k in runs:
+            r = by_run.get(k)
+            ok = r is not None and not r.get("error")
+            row += [cell_time(r),
+                    f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-",
+                    f"{r['max_err']:.1e}" if ok else "-"]
+        base = by_run.get(runs[0])
+        for k in runs[1:]:
+            r = by_run.get(k)
+            if base and r and not base.get("error") and not r.get("error"):
+                row.append(f"{base['wall_s']['median'] / r['wall_s']['median']:.2f}x")
+            else:
+                row.append("-")
+        body.append(row)
+    return header, body
+
+
+def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
+    """The same figures one row per (input, run), for a terminal: six columns whatever the number
+    of runs; the device named once in the title where every run has the same one."""
+    runs, table = arrange(records)
+    devices = {k.device for k in runs}
+    label = (lambda k: k.name) if len(devices) == 1 else str
+    header = ["input", "run", "time s", "kernel TFLOP/s", "max err", f"speed-up vs {label(runs[0])}"]
+    body = []
+    for name, by_run in table.items():
+        base = by_run.get(runs[0])
+        for k in runs:
+            r = by_run.get(k)
+            if r is None:
+                continue
+            ok = not r.get("error")
+            fast = (f"{base['wall_s']['median'] / r['wall_s']['median']:.2f}x"
+                    if base and ok and not base.get("error") else "-")
+            body.append([name, label(k), cell_time(r), f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel")
+                         else "-", f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-", fast])
+    where = f" on {devices.pop()}" if len(devices) == 1 else ""
+    return header, body, where + " (whole-process medians)"
+
+
+def markdown(records: list[dict]) -> str:
+    note = amd_note(records)
+    return markdown_table(*rows(records)) + (f"\n{note}\n" if note else "")
+
+
+AMD_WORDS = ("amd", "instinct", "radeon", "gfx")
+
+
+def hip_off_amd(record: dict) -> bool:
+    """A run of a HIP build (fa's hip-cuda, or a program named *hip*) on a GPU that is not AMD's."""
+    names = f"{record.get('program', '')} {record.get('program_path', '')} {record.get('label') or ''}".lower()
+    device = (record.get("device") or "").lower()
+    return ("hip" in names or "amd" in names) and not any(w in device for w in AMD_WORDS)
+
+
+def amd_note(records: list[dict]) -> str | None:
+    """What the AMD side of a comparison is: figures of HIP builds run on NVIDIA are not AMD
+    measurements, and without an AMD GPU the MI210's figures are estimates only."""
+    if any(any(w in (r.get("device") or "").lower() for w in AMD_WORDS) for r in records):
+        return None
+    if not any(hip_off_amd(r) for r in records):
+        return None
+    return ("Note: no AMD GPU ran these. The HIP runs here ran on NVIDIA hardware (src_hip/hip_on_cuda.h; a "
+            "student's hw4.hip through the MI210 emulation, src_hip/wave64): they are not AMD measurements; for an MI210 there are estimates only (docs/kernels.md, "
+            "\"MI210 speed: an ESTIMATE\").")
+
+
+def plot(records: list[dict], path: Path) -> Path:
+    """One PNG at `path`: stage breakdown per input and run, and time against N (charts.bench_chart)."""
+    return charts.bench_chart(*arrange(records), path)

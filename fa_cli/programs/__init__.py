@@ -1,0 +1,1 @@
+"""The programs: found, built, run, timed; the GPUs and what runs here."""

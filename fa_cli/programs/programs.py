@@ -1,0 +1,424 @@
+"""One way to find, build and run a program `PROGRAM INPUT OUTPUT`, directly or through a launcher.
+
+Programs by name: cpu (bin/fa-cpu), cuda (bin/fa-cuda), hip (bin/fa-hip, AMD), hip-cuda
+(bin/fa-hip-cuda: the HIP source compiled by nvcc), torch (PyTorch SDPA), any path to a
+program, or a student's source (hw4.cu, hw4.hip; a .cpp for a CPU program), built with the
+course's line into the cache directory and rebuilt when it changes (course_build). A
+missing named program is built with make in locations.source_tree(): the checkout, or for an
+installed fa a copy of its shipped sources in the cache directory. With FA_TIMING=1 a program
+prints the fa-timing line (fa_cli/programs/timing.py), parsed into RunResult.timing and .build.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import locations
+from ..errors import ExitStatus, FaError
+from ..settings import compiler_command
+from . import timing, wave64
+from .devices import list_devices
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# A program past its time limit gets SIGTERM, then SIGKILL after this many seconds.
+KILL_GRACE_S = 1.0
+
+
+@functools.cache
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with(parent: int) -> None:
+    """In a child of fa's, before exec: SIGKILL from the kernel when fa ends, however it ends.
+    A program runs in a session of its own, so that a time limit can stop all it started: a
+    SIGKILLed fa, which can stop nothing, would leave it running on otherwise."""
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # fa ended before the line above
+        os._exit(128 + signal.SIGKILL)
+
+
+def die_with_fa():
+    """preexec_fn for Popen: the child dies with fa (Linux; elsewhere None, nothing to do)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    _libc()  # loaded here, not in the forked child
+    return functools.partial(_die_with, os.getpid())
+
+
+def run_tool(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run for a tool fa waits on (a compiler, say): in a session of its own that dies
+    with fa, and stopped with everything it started if fa is interrupted."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=die_with_fa(), **kwargs)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    path: Path
+    make_target: str | None = None  # None: a user's own binary, never built here
+    interpreter: tuple[str, ...] = ()  # run as INTERPRETER... PATH (the torch program)
+    source: Path | None = None  # the student's source it is built from (--program hw4.cu)
+    build_flags: tuple[str, ...] = ()  # added to the course's line (a diagnosis's -g build)
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.interpreter, str(self.path)]
+
+
+# Named programs built by make: the make target and the binary it writes under bin/.
+BUILT = {"cpu": "fa-cpu", "cuda": "fa-cuda", "hip": "fa-hip", "hip-cuda": "fa-hip-cuda"}
+# PyTorch SDPA fp32 with the same contract, for side-by-side runs (needs torch and a GPU).
+TORCH = Program("torch", Path(__file__).with_name("torch_program.py"), None, (sys.executable,))
+NAMES = (*BUILT, "torch")
+# What --program takes, as its help and its error say it (one list).
+CHOICES = f"{', '.join(NAMES)}, best, or a path"
+
+
+def named(name: str) -> Program:
+    if name == "torch":
+        return TORCH
+    return Program(name, locations.source_tree() / "bin" / BUILT[name], name)
+
+
+def best_name() -> str:
+    """The fastest program this machine can run: cuda with an NVIDIA GPU, hip with an AMD one."""
+    vendors = {dev.vendor for dev in list_devices()}
+    if "nvidia" in vendors and shutil.which("nvcc"):
+        return "cuda"
+    if "amd" in vendors and shutil.which("hipcc"):
+        return "hip"
+    return "cpu"
+
+
+# A student's source by its suffix: the compiler of the course's line for it.
+SOURCE_COMPILERS = {".cu": "nvcc", ".hip": "hipcc", ".cpp": "g++", ".cc": "g++"}
+
+
+def source_compiler(source: Path) -> str:
+    """The compiler of a source's build here: hw4.hip goes to nvcc where it runs on the NVIDIA
+    emulation of the MI210 (wave64.emulated), else to the compiler of its suffix."""
+    if source.suffix == ".hip" and wave64.emulated():
+        return "nvcc"
+    return SOURCE_COMPILERS[source.suffix]
+
+
+def local_target(compiler: str) -> str | None:
+    """The GPU target this machine runs: its own GPU's, else the oldest the compiler builds."""
+    vendor = {"nvcc": "nvidia", "hipcc": "amd"}.get(compiler)
+    for dev in list_devices():
+        if dev.vendor == vendor:
+            return dev.arch
+    if compiler == "nvcc":
+        listed = run_tool([compiler_command("nvcc"), "--list-gpu-arch"]).stdout.split()
+        archs = sorted(int(a.split("_")[1]) for a in listed if a.startswith("compute_"))
+        return f"sm_{archs[0]}" if archs else "sm_61"
+    return "gfx90a" if compiler == "hipcc" else None
+
+
+# What a source asks of its build that the course's line does not give: OpenMP's pragmas are
+# ignored without -fopenmp (a racy program then runs serially and passes), std::thread and
+# pthreads need -pthread. Flag -> the pattern in the source that asks for it.
+SOURCE_NEEDS = {"-fopenmp": re.compile(r"^\s*#\s*pragma\s+omp\b|\bomp_get_\w+\s*\(|#\s*include\s*<omp\.h>", re.M),
+                "-pthread": re.compile(r"#\s*include\s*<(thread|pthread\.h|future)>|\bstd::(thread|async)\b")}
+
+
+def source_needs(source: Path) -> list[str]:
+    """The flags a source asks for (SOURCE_NEEDS), in their order there."""
+    try:
+        text = source.read_text(errors="replace")
+    except OSError:
+        return []
+    return [flag for flag, pattern in SOURCE_NEEDS.items() if pattern.search(text)]
+
+
+def course_build(source: Path, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """The course's build line for a source (its example Makefile: nvcc -std=c++11 -O3, hipcc
+    -std=c++14 -O3), for this machine's GPU (the course's sm_61 is no target of CUDA 13), with the
+    flags the source asks for (source_needs: -fopenmp, -pthread) so that it runs as its author meant."""
+    compiler = source_compiler(source)
+    target = local_target(compiler)
+    needs = source_needs(source)
+    if source.suffix == ".hip" and compiler == "nvcc":  # the MI210's rules on the NVIDIA GPU
+        argv = wave64.build_line(compiler_command("nvcc"), target)
+        needs = [f"-Xcompiler={flag}" for flag in needs]
+    elif compiler == "nvcc":
+        argv = [compiler_command("nvcc"), "-std=c++11", "-O3", f"-arch={target}"]
+        needs = [f"-Xcompiler={flag}" for flag in needs]  # host code's flags, through nvcc
+    elif compiler == "hipcc":
+        argv = [compiler_command("hipcc"), "-std=c++14", "-O3", f"--offload-arch={target}"]
+    else:
+        argv = [compiler_command("g++"), "-std=c++11", "-O3"]
+    return [*argv, *needs, *extra, "-o", str(output), str(source), "-lm"]
+
+
+def from_source(source: Path, extra: tuple[str, ...] = (), flavour: str = "") -> Program:
+    """The program a source builds to, in a cache folder named by the source's bytes and the line."""
+    line = (*source_needs(source), *extra)  # the flags the source asks for are part of its build
+    if source.suffix == ".hip" and wave64.emulated():  # the emulation's build is another program
+        flavour += "wave64"
+    digest = hashlib.sha256(source.read_bytes() + "\0".join(line).encode() + flavour.encode()).hexdigest()[:16]
+    path = locations.cache_dir() / "student" / f"{source.stem}-{digest}" / source.stem
+    return Program(source.name, path, None, source=source.resolve(), build_flags=extra)
+
+
+def source_hint(program_path: Path) -> str:
+    """What to give as --program to have a built program rebuilt from its source: the source of
+    the same name beside it (./segv: ./segv.cpp; ./hw4: ./hw4.cu), else words that say which."""
+    path = Path(program_path)
+    for suffix in (*SOURCE_COMPILERS, ".c"):
+        candidate = path.with_name(path.name + suffix)
+        if candidate.is_file():
+            try:  # as typed from here where it is under the current folder
+                return str(candidate.relative_to(Path.cwd()))
+            except ValueError:
+                return str(candidate)
+    return "SOURCE (the .cu, .hip or .cpp it was built from)"
+
+
+def resolve(name_or_path: str) -> Program:
+    if name_or_path == "best":
+        name_or_path = best_name()
+    if name_or_path in NAMES:
+        return named(name_or_path)
+    path = Path(name_or_path)
+    if not path.exists():
+        raise FaError(unbuilt(path, name_or_path) or
+                      f"no program {name_or_path!r}: give one of {CHOICES}")
+    if path.suffix in SOURCE_COMPILERS and path.is_file():
+        return from_source(path)
+    if path.is_dir() or not os.access(path, os.X_OK):
+        raise FaError(f"{name_or_path}: not an executable program")
+    return Program(path.name, path.resolve())
+
+
+def unbuilt(path: Path, shown: str) -> str | None:
+    """For a program not built yet beside its source (./hw4 and hw4.cu): build it first, or let fa."""
+    sources = [path.with_name(path.name + suffix) for suffix in SOURCE_COMPILERS]
+    source = next((s for s in sources if s.is_file()), None)
+    if source is None:
+        return None
+    how = f"make {path.name}" if (path.parent / "Makefile").is_file() else "with the course's line"
+    return (f"no program {shown!r}: build it first ({how}), or give --program {source} to let fa build it "
+            "with the course's line")
+
+
+# The compiler each of the Makefile's targets runs (compiler_command: NVCC or HIPCC where set).
+BUILT_WITH = {"cuda": "nvcc", "hip-cuda": "nvcc", "hw4": "nvcc", "hip": "hipcc", "hw4-amd": "hipcc"}
+
+
+def ensure_built(program: Program, announce=None) -> Program:
+    """Build a named program with make, or a student's source with the course's line, when its
+    binary is missing; announce(text) says so first."""
+    if program is TORCH and importlib.util.find_spec("torch") is None:
+        raise FaError("--program torch needs PyTorch (pip install torch), which is not installed for "
+                      f"{sys.executable}")
+    if program.path.exists():
+        return program
+    if program.source is not None:
+        return build_source(program, announce)
+    if program.make_target is None:
+        return program
+    tree = program.path.parent.parent
+    if not shutil.which("make"):
+        raise FaError(f"program {program.name!r} needs building, and `make` is not installed",
+                      exit_code=ExitStatus.FAILED)
+    compiler = BUILT_WITH.get(program.make_target)
+    if compiler and not shutil.which(compiler_command(compiler)):
+        raise FaError(f"program {program.name!r} is built with {compiler}, which is not installed here (or not on "
+                      "PATH)", exit_code=ExitStatus.FAILED)
+    if announce:
+        announce(f"building {program.name} in {tree} (make {program.make_target}; once)")
+    proc = subprocess.run(["make", "-C", str(tree), program.make_target], capture_output=True, text=True)
+    if proc.returncode != 0 or not program.path.exists():
+        lines = [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
+        why = lines[-1] if lines else f"exit code {proc.returncode}"
+        raise FaError(f"program {program.name!r} is not available here: `make {program.make_target}` failed: {why}",
+                      exit_code=ExitStatus.FAILED)
+    return program
+
+
+def compiler_of(source: Path) -> str:
+    """The compiler the course's line for a source runs."""
+    return compiler_command(source_compiler(source))
+
+
+def check_compiler(source: Path) -> None:
+    """Stop with one line where the compiler of the source's course line is not installed."""
+    tool = compiler_of(source)
+    if not shutil.which(tool):
+        raise FaError(f"{source}: building it needs {tool}, which is not installed here", exit_code=ExitStatus.FAILED)
+
+
+def build_error(program: Program, announce=None) -> str | None:
+    """Build a student's source with the course's line (and the program's build flags): None where
+    it built, else the compiler's first error line."""
+    check_compiler(program.source)
+    argv = course_build(program.source, program.path, program.build_flags)
+    emulation = program.source.suffix == ".hip" and argv[0] == compiler_command("nvcc")
+    if emulation and (leftover := wave64.cuda_leftover(program.source)):
+        return f"not for the MI210: {leftover}"
+    # hipcc picks the NVIDIA platform where nvcc is installed: the AMD build names its platform.
+    platform = {"HIP_PLATFORM": "amd"} if program.source.suffix == ".hip" and not emulation else {}
+    if announce:
+        needs = source_needs(program.source)
+        asked = f" ({' and '.join(needs)}: the source asks for {'them' if len(needs) > 1 else 'it'}; the course's " \
+            "example line has no such flag, so a Makefile of your own must add it)" if needs else ""
+        which = f" ({program.source.name} as {wave64.LABEL})" if emulation else \
+            f" ({program.source.name} for AMD)" if program.source.suffix == ".hip" else ""
+        announce("building " + "".join(f"{k}={v} " for k, v in platform.items()) + " ".join(argv) + which + asked)
+    program.path.parent.mkdir(parents=True, exist_ok=True)
+    # The compiler's temporary files in a folder of fa's own, removed after: hipcc (ROCm 5.2)
+    # leaves folders and archives in the temporary directory on every build.
+    with locations.scratch("build") as work:
+        proc = run_tool(argv, cwd=program.path.parent, env={**os.environ, "TMPDIR": str(work), **platform})
+    if proc.returncode != 0 or not program.path.exists():
+        lines = [l for l in (proc.stderr + proc.stdout).splitlines() if "error" in l.lower()] or \
+            [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
+        return lines[0].strip() if lines else f"exit code {proc.returncode}"
+    return None
+
+
+def build_source(program: Program, announce=None) -> Program:
+    error = build_error(program, announce)
+    if error:
+        raise FaError(f"{program.source}: does not build: {error}", exit_code=ExitStatus.FAILED)
+    return program
+
+
+class Launcher:
+    """Runs a command on this machine."""
+
+    remote = False  # True where commands run on another machine (a cluster node)
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        return argv
+
+    def explain_failure(self, returncode: int, stderr: str) -> str | None:
+        return None
+
+
+@dataclass
+class RunResult:
+    argv: list[str]
+    returncode: int
+    wall_s: float
+    stderr: str
+    timing: dict[str, float] = field(default_factory=dict)
+    build: dict[str, str] = field(default_factory=dict)  # impl, arch and device from the timing line
+    timed_out: bool = False
+
+    @property
+    def error(self) -> str | None:
+        """The program's own one-line complaint, or None if it succeeded."""
+        if self.timed_out:
+            return "stopped at the time limit"
+        if self.returncode == 0:
+            return None
+        lines = [l for l in self.stderr.splitlines() if l.strip() and not timing.is_timing_line(l)]
+        if emulated := wave64.fault(self.stderr):  # the MI210 emulation's own line says more than the program's
+            return emulated
+        if self.returncode < 0:  # ended by a signal: name it (SIGSEGV, SIGABRT, ...)
+            try:
+                return f"killed by {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"killed by signal {-self.returncode}"
+        return lines[-1] if lines else f"exit code {self.returncode}"
+
+
+def parse_timing(stderr: str) -> tuple[dict[str, float], dict[str, str]]:
+    """The stage times (seconds) and the build facts (impl, arch, device) of a fa-timing line."""
+    line = timing.parse(stderr)
+    return line.seconds, line.facts
+
+
+def run(
+    program: Program, input_path: Path, output_path: Path, launcher: Launcher | None = None,
+    timeout: float | None = None, env: dict[str, str] | None = None,
+) -> RunResult:
+    """Run PROGRAM INPUT OUTPUT once, timing the whole process from outside.
+
+    Past `timeout` seconds the program is stopped as a judge would (RunResult.timed_out). The
+    program runs in its own process group, so that stopping it reaches whatever it started;
+    if fa itself is interrupted (Ctrl-C, SIGTERM, SIGHUP), the program is stopped before fa
+    goes, and if fa is killed (SIGKILL) the kernel kills the program (die_with_fa).
+    """
+    launcher = launcher or Launcher()
+    argv = launcher.wrap([*program.argv, str(input_path), str(output_path)])
+    full_env = {**os.environ, "FA_TIMING": "1", **(env or {})}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env,
+                                start_new_session=True, preexec_fn=die_with_fa())
+    except OSError as e:
+        raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=ExitStatus.FAILED) from None
+    # The program's own exit ends the run, not the end of its stderr: a child it leaves behind
+    # holding the pipe is killed with its process group, and never turns a finished run into a TLE.
+    # From here on, whatever stops fa (Ctrl-C, SIGTERM, SIGHUP, raised here) stops the program first.
+    chunks: list[str] = []
+    try:
+        reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stderr.readline, "")), daemon=True)
+        reader.start()
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop(proc, output=None)
+        reader.join(KILL_GRACE_S)
+        return RunResult(argv, proc.returncode, time.perf_counter() - start, "".join(chunks), timed_out=True)
+    except BaseException:
+        stop(proc, output=None)
+        raise
+    wall = time.perf_counter() - start
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
+    reader.join(KILL_GRACE_S)
+    stderr = "".join(chunks)
+    result = RunResult(argv, proc.returncode, wall, stderr, *parse_timing(stderr))
+    if proc.returncode != 0:
+        why = launcher.explain_failure(proc.returncode, stderr)
+        if why:
+            result.stderr += f"\n{why}"
+    return result
+
+
+def stop(proc: subprocess.Popen, output: int | None = 1) -> str:
+    """SIGTERM to the program's process group, SIGKILL if it is still there after the grace
+    period; returns what it wrote to stderr (output=1) or stdout (output=0) where fa had not
+    read it yet (output=None: a reader thread has it)."""
+    def finish(wait):
+        if output is None:
+            proc.wait(timeout=wait)
+            return ""
+        return proc.communicate(timeout=wait)[output] or ""
+
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return finish(wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return finish(None)

@@ -1,0 +1,191 @@
+"""A student's hw4.hip on an NVIDIA GPU through fa's MI210 emulation (src_hip/wave64/): when it is
+used, its build line, and the AMD-only mistakes it names, one line each.
+
+Where an AMD GPU is, hw4.hip is built by hipcc for it; where only an NVIDIA GPU is, nvcc builds it
+against our hip/hip_runtime.h, whose wavefronts are 64 lanes and whose launches obey the MI210's
+limits. Verdicts then follow the MI210's rules; times are the NVIDIA GPU's, and said so.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from .. import locations
+from ..settings import compiler_command
+from .devices import list_devices
+
+PREFIX = "fa-wave64: "  # the layer's lines on stderr (hip_runtime.h)
+NOTE = PREFIX + "note: "
+LABEL = ("an emulation of the MI210 on the NVIDIA GPU: verdicts follow the MI210's rules (64-lane wavefronts, "
+         "64 KB of LDS); times are the NVIDIA GPU's, not an MI210's")
+
+
+def layer_dir() -> Path:
+    """The folder that goes first on the include path: its hip/hip_runtime.h is ours."""
+    root = locations.checkout() or locations.package_data("sources")
+    return root / "src_hip" / "wave64"
+
+
+def emulated() -> bool:
+    """Whether a .hip source runs here on the NVIDIA emulation: an NVIDIA GPU and no AMD one
+    (with neither, hw4.hip is built for AMD as before: it compiles, nothing runs it here)."""
+    vendors = {d.vendor for d in list_devices()}
+    return "nvidia" in vendors and "amd" not in vendors
+
+
+def build_line(nvcc: str, target: str) -> list[str]:
+    """nvcc's line for hw4.hip, before the output and the source: C++14 as hipcc's course line,
+    the .hip compiled as CUDA, our header first, and the shared CUDA runtime, whose launch entry
+    the layer takes over (hip_runtime.h: __cudaLaunchKernel) to check the MI210's limits."""
+    line = [nvcc, "-std=c++14", "-O3", f"-arch={target}", "-x", "cu", "-cudart", "shared", "-I", str(layer_dir())]
+    return line + [f"-Xlinker=-rpath,{folder}" for folder in runtime_dirs(nvcc)]
+
+
+@functools.cache
+def runtime_dirs(nvcc: str) -> list[str]:
+    """The folder of nvcc's own libcudart.so (from its -dryrun's library path), for the program to
+    find it without LD_LIBRARY_PATH; none where nvcc does not say."""
+    try:
+        proc = subprocess.run([nvcc, "-dryrun", "-x", "cu", "/dev/null"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    folders = re.findall(r'-L"?([^"\s]+)', proc.stderr)
+    return [str(Path(f)) for f in folders if (Path(f) / "libcudart.so").exists()][:1]
+
+
+# ---------------------------------------------------------------- CUDA names left in the port
+CUDA_NAME = re.compile(r"\bcuda[A-Z]\w*")
+COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def _code_lines(text: str) -> list[str]:
+    """The source's lines with comments blanked (line numbers kept)."""
+    return COMMENTS.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text).splitlines()
+
+
+MARKER = re.compile(r'^# (\d+) "([^"]+)"')
+
+
+def student_lines(source: Path) -> list[tuple[str, int, str]]:
+    """(file, line, text) of the code the compiler sees from the student's own files, #if's
+    decided as nvcc decides them for the emulation (nvcc -E; headers of the system, CUDA and
+    ours left out); the source's lines, comments blanked, where nvcc cannot preprocess it."""
+    nvcc = shutil.which(compiler_command("nvcc"))
+    proc = subprocess.run([nvcc, "-E", "-x", "cu", "-I", str(layer_dir()), str(source)], capture_output=True,
+                          text=True) if nvcc else None
+    if proc is None or proc.returncode != 0:
+        return [(source.name, n, line) for n, line in enumerate(_code_lines(source.read_text(errors="replace")), 1)]
+    theirs = (str(layer_dir()), "/usr/", str(Path(nvcc).resolve().parent.parent))
+    found, name, number, keep = [], source.name, 0, True
+    for line in proc.stdout.splitlines():
+        if m := MARKER.match(line):
+            path = m.group(2)
+            number, name = int(m.group(1)), Path(path).name
+            keep = not path.startswith(theirs) and not path.startswith("<")
+            continue
+        if keep and line.strip():
+            found.append((name, number, line))
+        number += 1
+    return found
+
+
+def cuda_leftover(source: Path) -> str | None:
+    """One line where hw4.hip still uses a CUDA name, which the MI210's build (hipcc) rejects:
+    hipcc's own first error naming it where hipcc is installed, else the first such name."""
+    hipcc = shutil.which(compiler_command("hipcc"))
+    if hipcc:
+        proc = subprocess.run([hipcc, "-std=c++14", "--offload-arch=gfx90a", "-fsyntax-only", str(source)],
+                              capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+        errors = [l.strip() for l in proc.stderr.splitlines() if "error" in l and CUDA_NAME.search(l)]
+        return f"hipcc: {errors[0]}" if errors else None
+    for name, number, line in student_lines(source):
+        if "#include" not in line and (m := CUDA_NAME.search(line)):
+            return (f"{name} line {number} uses {m.group()}, a CUDA name that hipcc does not know (left in the "
+                    "port): the MI210's build stops there")
+    return None
+
+
+# ---------------------------------------------------------------- what the source says
+# Patterns of AMD-only mistakes, each with what it means on the MI210: named where hw4.hip fails.
+# Patterns over the preprocessed code, where our header has renamed HIP's __shfl... to fa_wave64_shfl...
+# (pattern, what it means, a pattern elsewhere in the code that must also be there, or None).
+THIRTY_TWO = re.compile(r"(?:threadIdx\.x|(?:__|fa_wave64_)lane_id\(\))\s*(?:%\s*32|&\s*31)\b")
+HINTS = (
+    (re.compile(r"\b(?:unsigned(?:\s+int)?|int|uint32_t)\s+\w+\s*=\s*(?:__|fa_wave64_)ballot\s*\("),
+     "a ballot mask stored in 32 bits: __ballot returns 64 bits on the MI210, and lanes 32..63 are lost", None),
+    (re.compile(r"(?:__|fa_wave64_)shfl(?:_up|_down)?\s*\(\s*[^,()]+,\s*[^,()]+\)"),
+     "a 32-lane assumption (lanes counted modulo 32) with a shuffle at HIP's default width, 64: the upper half of "
+     "each wavefront reads the lower half's lanes (give the width, 32)", THIRTY_TWO),
+    (re.compile(r"for\s*\([^;]*=\s*16\s*;[^;]*>\s*0\s*;[^)]*\)[^\n]*(?:__|fa_wave64_)shfl"),
+     "a reduction that starts at offset 16: over a 64-lane wavefront it misses offset 32", None),
+)
+
+
+def source_hints(source: Path) -> list[str]:
+    """Each AMD-only pattern of HINTS in the student's code, at its first line: one line each."""
+    lines = student_lines(source)
+    found = []
+    for pattern, meaning, needs in HINTS:
+        if needs is not None and not any(needs.search(text) for _, _, text in lines):
+            continue
+        hit = next(((name, n) for name, n, text in lines if pattern.search(text)), None)
+        if hit:
+            found.append(f"{hit[0]} line {hit[1]}: {meaning}")
+    return found
+
+
+# ---------------------------------------------------------------- what the run said
+def fault(stderr: str) -> str | None:
+    """The layer's line for a refused launch or a wavefront it could not emulate, without its prefix."""
+    lines = [l for l in stderr.splitlines() if l.startswith(PREFIX) and not l.startswith(NOTE)]
+    return lines[0][len(PREFIX):] if lines else None
+
+
+def notes(stderr: str) -> list[str]:
+    """The layer's notes (blocks that leave part of a wavefront idle), without their prefix."""
+    return [l[len(NOTE):] for l in stderr.splitlines() if l.startswith(NOTE)]
+
+
+def emulated_sources(programs) -> list[str]:
+    """One line per hw4.hip among the programs that ran through the emulation (fa bench)."""
+    if not emulated():
+        return []
+    return [f"{p.source.name}: {LABEL}" for p in programs
+            if getattr(p, "source", None) is not None and p.source.suffix == ".hip"]
+
+
+def run_notes(program, results) -> list[str]:
+    """fa run's lines under its table for hw4.hip run through the emulation: what it is, the
+    layer's notes, and for a wrong answer the AMD-only patterns in the source."""
+    source = getattr(program, "source", None)
+    if source is None or source.suffix != ".hip" or not emulated():
+        return []
+    lines = [f"{source.name} ran as {LABEL}"]
+    seen = set()
+    for r in results:
+        for note in notes(getattr(r.run, "stderr", "") if getattr(r, "run", None) else ""):
+            if note not in seen:
+                seen.add(note)
+                lines.append(f"note: {note}")
+    if any(not r.ok for r in results):
+        lines += [f"looks like (MI210 only): {hint}" for hint in source_hints(source)]
+    return lines
+
+
+def compare_findings(records: list[dict]) -> list[str]:
+    """fa compare's lines where a student's hw4.cu and hw4.hip ran the same inputs: an input that
+    passes as hw4.cu and fails as hw4.hip points at an AMD-only mistake, one line for them all."""
+    def verdicts(suffix):
+        return {r.get("input"): bool(r.get("passed")) and not r.get("error")
+                for r in records if str(r.get("program", "")).endswith(suffix)}
+    cuda, hip = verdicts(".cu"), verdicts(".hip")
+    split = [name for name in cuda if name in hip and cuda[name] and not hip[name]]
+    if not split:
+        return []
+    return [f"{', '.join(map(str, split))}: right as hw4.cu, wrong or failing as "
+            f"hw4.hip: an AMD-only mistake (fa run {split[0]} --program hw4.hip names what it can: a 32-lane "
+            "assumption, a 32-bit ballot mask, more than 64 KB of LDS)"]

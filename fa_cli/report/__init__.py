@@ -1,0 +1,1 @@
+"""What is kept and shown: records, tables, charts, the write-up."""

@@ -1,0 +1,429 @@
+"""Everything fa prints for people: rich tables, progress bars, verification summaries."""
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import threading
+import time
+from typing import Iterator
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+from rich.table import Table
+from rich.text import Text
+
+from ..cases import suite
+from ..judge.verdict import CaseResult
+from ..judge.verify import VerifyResult
+from ..measure.bench import uncertainty
+
+# Output to a file or a pipe (CI logs, reports) is never cut: show() widens it to each table.
+console = Console(width=None if sys.stdout.isatty() else 132)
+err_console = Console(stderr=True)
+VERDICT_STYLE = {"PASS": "green", "WRONG": "red", "TLE": "yellow", "ERROR": "red"}
+
+
+# Progress of a step that is long: where stderr is not a terminal, a line after TICK_AFTER_S and
+# then every TICK_EVERY_S (on a terminal the bar itself moves), with the time left where known.
+TICK_AFTER_S, TICK_EVERY_S = 10.0, 5.0
+_live: Progress | None = None  # the bar on the terminal: a step inside another adds a line to it
+_tickers: list = []  # steps under way, innermost last: only it speaks
+
+
+class _Ticker:
+    """Counts what is done and, from a thread, says how far it is while the step is long."""
+
+    def __init__(self, description: str, total: int | None):
+        self.description, self.total, self.done = description, total, 0
+        self.start = time.monotonic()
+        self.stop = threading.Event()
+        _tickers.append(self)
+        self.thread = threading.Thread(target=self._tick, daemon=True)
+        self.thread.start()
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.start
+        text = f"fa: {self.description}: "
+        if self.total:
+            text += f"{self.done} of {self.total} done ({100 * self.done / self.total:.0f}%), {elapsed:.0f} s so far"
+            if self.done:
+                text += f", about {elapsed * (self.total - self.done) / self.done:.0f} s left"
+        else:
+            text += f"{elapsed:.0f} s so far"
+        return text
+
+    def _tick(self) -> None:
+        if self.stop.wait(TICK_AFTER_S):
+            return
+        while True:
+            if self._speaker() is self:
+                print(self.line(), file=sys.stderr, flush=True)
+            if self.stop.wait(TICK_EVERY_S):
+                return
+
+    @staticmethod
+    def _speaker():
+        """The innermost step that has been going for TICK_AFTER_S: it alone speaks (a short
+        step inside a long one leaves the long one's lines going)."""
+        now = time.monotonic()
+        return next((t for t in reversed(list(_tickers)) if now - t.start >= TICK_AFTER_S), None)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        _tickers.remove(self)
+
+
+@contextlib.contextmanager
+def progress(description: str, total: int | None, enabled: bool = True, steps: bool = False) -> Iterator:
+    """A progress bar on stderr (total None: unknown); yields a callback that advances it by n.
+    On a terminal, a step inside another is one more line of the same bar. Where stderr is not a
+    terminal (a log, a pipe), `steps` progress (a command's cases, programs, targets) is one line
+    per step, `fa: judging: 2 of 30 done`; and any step still going after TICK_AFTER_S says how far
+    it is every TICK_EVERY_S, with the time left."""
+    global _live
+    if not enabled:
+        yield lambda n=1: None
+        return
+    if not err_console.is_terminal:
+        ticker = _Ticker(description, total)
+
+        def advance(n=1):
+            ticker.done += n
+            if steps:
+                print(f"fa: {description}: {ticker.done}{'' if total is None else f' of {total}'} done",
+                      file=sys.stderr, flush=True)
+
+        try:
+            if steps and total:
+                advance(0)  # at once: the command has started
+            yield advance
+        finally:
+            ticker.close()
+        return
+    if _live is not None:
+        bar = _live
+        task = bar.add_task(description, total=total)
+        try:
+            yield lambda n=1: bar.advance(task, n)
+        finally:
+            bar.remove_task(task)
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=err_console, transient=True) as bar:
+        _live = bar
+        try:
+            task = bar.add_task(description, total=total)
+            yield lambda n=1: bar.advance(task, n)
+        finally:
+            _live = None
+
+
+def show(table: Table) -> None:
+    """Print a table on stdout. On a terminal rich fits it to the width: a column of figures is
+    as wide as its widest figure, its header wrapped to it, and only text cells wrap at need (a
+    figure is never cut); in a file or a pipe the table is printed as wide as it needs."""
+    for column in table.columns:
+        column.overflow = "fold"
+    if console.is_terminal:
+        for column in table.columns:
+            cells = [Text.from_markup(str(c)).plain for c in column.cells]
+            if cells and all(NUMERIC.match(c) for c in cells):
+                widest = max(map(len, cells))
+                column.no_wrap = True  # not shrunk by rich: the text columns give way
+                column.header = wrap_words(str(column.header), max(widest, 7))
+        console.print(table)
+        return
+    natural = console.measure(table, options=console.options.update(width=10_000)).maximum
+    width = console.width
+    console.width = max(width, natural)  # console.print's width= may only narrow
+    try:
+        console.print(table, crop=False)
+    finally:
+        console.width = width
+
+
+def wrap_words(text: str, width: int) -> str:
+    """text on lines of at most width characters, broken at spaces (a longer word stays whole)."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+# A cell holding one figure: 0.515, 5.8e-06, 1.01x, 61%, "2.083 ±1.2%", 26x32768x64, or "-" for none.
+NUMERIC = re.compile(r"^(-|[-+]?\d[\d.,]*(e[-+]?\d+)?(x|%| ±[\d.]+%)?|\d+x\d+x\d+)$")
+
+
+def fmt_err(x: float) -> str:
+    return f"{x:.2e}"
+
+
+def verify_summary(result: VerifyResult) -> str:
+    verdict = "PASS" if result.passed else "FAIL"
+    lines = [
+        f"{verdict}: max abs error {fmt_err(result.max_err)} at {result.describe_where()} "
+        f"(tolerance {result.tol:g}, {result.mode})",
+        f"checked {result.checked} values, {result.bad} over tolerance",
+    ]
+    if result.nonfinite:
+        lines.append(f"{result.nonfinite} values are NaN or infinite")
+    if result.sampled:
+        lines.append(SAMPLED_NOTE)
+    return "\n".join(lines)
+
+
+SAMPLED_NOTE = ("sampled: only some rows were compared, a quick look; the course compares every value "
+                "(leave out --sample)")
+
+
+def verify_details(result: VerifyResult, diagnosis) -> str:
+    """The diagnosis of a failed fa verify, below its summary (which has the counts and the worst place)."""
+    there = [f"wrote {result.got:.6g} there, expected {result.expected:.6g}"] if result.got is not None else []
+    return "\n".join(there + diagnosis.lines[2:])
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """"1 record", "2 records"."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
+NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
+
+
+def alike(result: CaseResult) -> tuple:
+    """What two cases' diagnoses share when they differ only in the figures of their first line
+    (counts, a time), their worst value and their stderr; where the wrong values are and which
+    mistake explains them must be the same."""
+    lines = result.diagnosis.lines
+    return (result.verdict, NUMBER.sub("#", lines[0]),
+            *(NUMBER.sub("#", l) if l.startswith(("worst:", "stderr:")) else l for l in lines[1:]))
+
+
+def case_ranges(names: list[str]) -> str:
+    """t11, t12, ..., t30 -> "t11..t30": runs of consecutive suite cases shortened."""
+    order = {name: i for i, name in enumerate(suite.cases(None))}
+    runs: list[list[str]] = []
+    for name in sorted(names, key=lambda n: order.get(n, len(order))):
+        last = runs[-1][-1] if runs else None
+        if last in order and name in order and order[name] == order[last] + 1 and name[0] == last[0]:
+            runs[-1].append(name)
+        else:
+            runs.append([name])
+    return ", ".join(run[0] if len(run) == 1 else ", ".join(run) if len(run) == 2 else f"{run[0]}..{run[-1]}"
+                     for run in runs)
+
+
+def diagnoses(results: list[CaseResult], always: bool = False) -> str:
+    """One short paragraph per case that did not pass (every case, with always): its verdict and
+    why (diagnose.py, cause.py). Cases whose diagnoses differ only in their figures share one
+    paragraph, the first case's, headed by all their names."""
+    groups: dict[tuple, list[CaseResult]] = {}
+    for r in results:
+        if (r.ok and not always) or r.diagnosis is None or not r.diagnosis.lines:
+            continue
+        groups.setdefault(alike(r), []).append(r)
+    paragraphs = []
+    for group in groups.values():
+        first, names = group[0], case_ranges([r.target.name for r in group])
+        lines = list(first.diagnosis.lines)
+        if len(group) > 1 and first.verdict == "TLE":
+            limits = sorted({f"{r.time_limit:g} s" for r in group if r.time_limit}, key=lambda x: float(x[:-2]))
+            at = f"their {limits[0]} time limit" if len(limits) == 1 else "their time limits, " + "/".join(limits)
+            lines = [f"stopped at {at} (whole process); --no-time-limit lets them finish"]
+        elif len(group) > 1 and any(r.diagnosis.lines != lines for r in group):
+            lines[0] += f" (in {first.target.name}; the {plural(len(group) - 1, 'other')} alike)"
+        head = f"{names} {first.verdict}" + (f" ({len(group)} cases)" if len(group) > 1 else "")
+        paragraphs.append(f"{head}: {lines[0]}" + "".join(f"\n  {l}" for l in lines[1:]))
+    return "\n\n".join(paragraphs)
+
+
+VERDICTS = ("PASS", "WRONG", "TLE", "ERROR")
+
+
+def run_summary(results: list[CaseResult]) -> str:
+    """fa run's last line: counts by verdict, the time of all runs, the case nearest its limit."""
+    counts = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(r.verdict == v for r in results)))
+    total = sum(r.run.wall_s for r in results)
+    line = f"{plural(len(results), 'case')}: {counts}; {total:.2f} s of runs"
+    limited = [r for r in results if r.time_limit]
+    if limited:
+        r = max(limited, key=lambda r: r.run.wall_s / r.time_limit)
+        line += (f"; nearest its limit: {r.target.name}, {r.run.wall_s:.2f} s of {r.time_limit:g} s "
+                 f"({r.run.wall_s / r.time_limit:.0%})")
+    elif results:
+        r = max(results, key=lambda r: r.run.wall_s)
+        line += f"; slowest: {r.target.name}, {r.run.wall_s:.2f} s (no time limit)"
+    return line
+
+
+def judge_table(results: list[CaseResult], device: str) -> Table:
+    """fa run's table, in 80 columns: the program in the title where every case ran the same one."""
+    names = {r.program.name for r in results}
+    one = names.pop() if len(names) == 1 else None
+    table = Table(title=f"fa run of {one} on {device}" if one else f"fa run on {device}", title_justify="left")
+    columns = ["case", "B×N×d", *([] if one else ["program"]), "time s", "limit s", "max err", "checked", "verdict"]
+    for column in columns:
+        table.add_column(column, no_wrap=True, justify="right" if column in ("time s", "limit s", "max err") else "left")
+    for r in results:
+        s = r.target.shape
+        verdict = r.verdict
+        limit = f"{r.time_limit:g}" if r.time_limit else "-"
+        err = fmt_err(r.check.max_err) if r.check else "-"
+        check = r.check.mode if r.check else "-"
+        label = f"{verdict}, sampled" if r.check and r.check.sampled else verdict
+        table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", *([] if one else [r.program.name]), f"{r.run.wall_s:.3f}",
+                      limit, err, check, f"[{VERDICT_STYLE[verdict]}]{label}[/]")
+    return table
+
+
+def process_cell(wall: dict) -> str:
+    """The whole-process median and half its 95% interval, in percent of it."""
+    return f"{wall['median']:.3f} ±{uncertainty(wall['all']):.1%}"
+
+
+def bench_table(records: list[dict], wide: bool = False) -> Table:
+    """fa bench's table: what fits 80 columns (the device in the title where every run has the
+    same); wide adds the device, the runs and their spread."""
+    devices = {r["device"] for r in records}
+    wide = wide or len(devices) > 1
+    where = "" if wide or not devices else f" on {devices.pop()}"
+    table = Table(title=f"fa bench{where} (medians; TFLOP/s counts 4*B*N*N*d)", title_justify="left")
+    columns = ["input", "program", *(["device"] if wide else []), "kernel impl", "process s",
+               *(["runs", "spread s"] if wide else []), "kernel ms", "kernel TFLOP/s", "max err"]
+    for column in columns:
+        table.add_column(column)
+    for r in records:
+        program = r["program"] + (" (A/A)" if r.get("control") else "")  # a program given twice
+        device = [r["device"]] if wide else []
+        if r.get("error"):
+            table.add_row(r["input"], program, *device, "-", "[red]error[/]", *(["-", "-"] if wide else []), "-", "-",
+                          r["error"][:40])
+            continue
+        w = r["wall_s"]
+        kernel = r["timing"].get("kernel")
+        table.add_row(r["input"], program, *device, r["build"].get("impl", "-"), process_cell(w),
+                      *([str(len(w["all"])), f"{w['min']:.3f}-{w['max']:.3f}"] if wide else []),
+                      f"{kernel * 1e3:.2f}" if kernel else "-",
+                      f"{r['tflops_kernel']:.3g}" if r.get("tflops_kernel") else "-", fmt_err(r["max_err"]))
+    return table
+
+
+def compare_table(header: list[str], rows: list[list[str]], title: str = "fa compare (whole-process medians)") -> Table:
+    table = Table(title=title, title_justify="left")
+    for i, column in enumerate(header):
+        numeric = i > 0 and bool(rows) and all(NUMERIC.match(Text.from_markup(str(row[i])).plain) for row in rows)
+        table.add_column(column, justify="right" if numeric else "left")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def system_table(spec: dict) -> Table:
+    """fa system: one row per item of the machine's spec, nested values spelled out."""
+    table = Table(title="This machine", title_justify="left")
+    table.add_column("item")
+    table.add_column("value")
+    disk = spec.get("disk") or {}
+    gpus = spec.get("gpus") or []
+    software = spec.get("software") or {}
+    for key, value in spec.items():
+        if key == "disk" and disk:
+            value = f"{disk.get('free_gib', '?')} GiB free of {disk.get('total_gib', '?')} GiB ({disk.get('path', '?')})"
+        elif key == "gpus":
+            value = "; ".join(f"{g.get('name')} ({g.get('vendor')}, {g.get('arch')}, {g.get('compute_units')} compute "
+                              f"units, {g.get('memory_gib')} GiB)" for g in gpus) or "none"
+        elif key == "software":
+            value = ", ".join(f"{k} {v}" for k, v in software.items()) or "none found"
+        elif key == "memory_gib":
+            key, value = "memory", f"{value} GiB"
+        elif isinstance(value, (dict, list)):
+            value = ", ".join(f"{k} {v}" for k, v in value.items()) if isinstance(value, dict) else ", ".join(map(str, value))
+        table.add_row(key, str(value))
+    return table
+
+
+def devices_table(devices) -> Table:
+    table = Table(title="GPUs", title_justify="left")
+    for column in ("#", "vendor", "name", "arch", "compute units", "memory GiB"):
+        table.add_column(column)
+    for d in devices:
+        table.add_row(str(d.index), d.vendor, d.name, d.arch, str(d.compute_units), f"{d.memory_bytes / 2**30:.1f}")
+    return table
+
+
+def resources_table(kernels) -> Table:
+    table = Table(title="fa resources: theoretical occupancy from the compilers' reports, no GPU used (blocks and "
+                        "warps per SM; on AMD workgroups per CU and waves per SIMD)", title_justify="left")
+    for column in ("target", "kernel", "threads", "regs", "spill B", "smem B", "dyn smem B", "blocks", "warps",
+                   "occupancy", "limited by"):
+        table.add_column(column, no_wrap=True)
+    blank = lambda x: "-" if x is None else str(x)  # noqa: E731
+    for u in kernels:
+        regs = str(u.registers) if u.target.startswith("sm_") else f"{u.registers}V {u.agprs}A {u.sgprs}S"
+        why = ", ".join(u.limited_by) + (" *" if u.note else "")
+        table.add_row(u.target, u.kernel, blank(u.threads), regs, str(u.spill_bytes), str(u.static_smem),
+                      str(u.dynamic_smem), blank(u.blocks), blank(u.warps),
+                      "-" if u.occupancy is None else f"{u.occupancy:.0%}", why)
+    return table
+
+
+def resources_notes(kernels) -> list[str]:
+    """The footnotes of resources_table: one line per kernel marked *."""
+    return [f"* {u.target} {u.kernel}: {u.note}" for u in kernels if u.note]
+
+
+# Columns of fa profile, in the course's order; a column shows where some kernel has the figure.
+PROFILE_COLUMNS = [
+    ("achieved occupancy", "occupancy %", "{:.1f}"), ("SM efficiency", "SM eff. %", "{:.1f}"),
+    ("shared load", "shared ld /s", "{:.3g}"), ("shared store", "shared st /s", "{:.3g}"),
+    ("global load", "global ld B/s", "{:.3g}"), ("global store", "global st B/s", "{:.3g}"),
+    ("shared ld conflicts", "ld conflicts", "{:.0f}"), ("shared st conflicts", "st conflicts", "{:.0f}"),
+    ("registers", "regs", "{:.0f}"), ("VALU instructions/s", "VALU inst/s", "{:.3g}"),
+    ("LDS bytes/s", "LDS B/s", "{:.3g}"), ("global read bytes/s", "global rd B/s", "{:.3g}"),
+    ("global write bytes/s", "global wr B/s", "{:.3g}"),
+    ("bank conflict cycles per LDS instruction", "conflict cyc/LDS inst", "{:.3f}"),
+    ("SQ busy %", "SQ busy %", "{:.1f}"), ("SQ_WAVES", "waves", "{:.0f}"),
+]
+
+
+def profile_rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of fa profile's table: one row per (input, kernel)."""
+    present = [c for c in PROFILE_COLUMNS if any(c[0] in r["metrics"] for r in records)]
+    header = ["input", "program", "kernel", "launches", "time ms", "TFLOP/s", *(title for _, title, _ in present)]
+    rows = []
+    for r in records:
+        cells = [r["input"], r["program"], r["kernel"], str(r["launches"]), f"{r['time_s'] * 1e3:.3f}",
+                 f"{r['tflops']:.1f}" if r.get("tflops") else "-"]
+        cells += [fmt.format(r["metrics"][key]) if key in r["metrics"] else "-" for key, _, fmt in present]
+        rows.append(cells)
+    return header, rows
+
+
+def profile_table(records: list[dict]) -> Table:
+    header, rows = profile_rows(records)
+    device = records[0].get("device", "") if records else ""
+    table = Table(title=f"fa profile with {records[0]['profiler'] if records else '-'} on {device} (per kernel, "
+                        "over its launches)", title_justify="left")
+    for column in header:
+        table.add_column(column, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table for a report (a '|' inside a cell escaped)."""
+    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(map(cell, row)) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def profile_markdown(records: list[dict]) -> str:
+    return markdown_table(*profile_rows(records))

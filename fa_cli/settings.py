@@ -1,0 +1,55 @@
+"""The settings fa reads from its environment: the one place that reads a named variable.
+
+Each is read when it is asked for (a test or a caller may change the environment between two
+commands); child processes still get the whole environment (os.environ passed on as a base).
+
+    FA_CACHE         the cache directory (else the user cache directory)
+    FA_SHARED_CACHE  1: trust a cache directory that belongs to another user
+    FA_REFERENCE     numpy: compute the reference with numpy, never PyTorch
+    FA_DEBUG         1: a traceback for an error, as --traceback
+    FA_TIMING        not 0: print the fa-timing line (fa's programs, torch_program)
+    NVCC, HIPCC, CXX the compilers' commands, as the Makefiles take them
+    CUDA_HOME        where the CUDA toolkit is, for its tools (compute-sanitizer, cuda-gdb)
+    ROCM_PATH        where ROCm is (/opt/rocm), for its version
+"""
+from __future__ import annotations
+
+import os
+
+COMPILER_VARIABLES = {"nvcc": "NVCC", "hipcc": "HIPCC"}  # any other compiler: CXX
+
+
+def cache_override() -> str | None:
+    """FA_CACHE, where set and not empty."""
+    return os.environ.get("FA_CACHE") or None
+
+
+def shared_cache_trusted() -> bool:
+    return os.environ.get("FA_SHARED_CACHE") == "1"
+
+
+def numpy_reference() -> bool:
+    """FA_REFERENCE=numpy: the reference computed with numpy even where PyTorch sees a GPU."""
+    return os.environ.get("FA_REFERENCE") == "numpy"
+
+
+def debug() -> bool:
+    return os.environ.get("FA_DEBUG") == "1"
+
+
+def timing_asked() -> bool:
+    return os.environ.get("FA_TIMING", "0") not in ("", "0")
+
+
+def compiler_command(compiler: str) -> str:
+    """The command that runs a compiler: NVCC, HIPCC or CXX where set, as the Makefiles take them."""
+    return os.environ.get(COMPILER_VARIABLES.get(compiler, "CXX"), compiler)
+
+
+def cuda_home() -> str:
+    """CUDA_HOME, or '' where unset."""
+    return os.environ.get("CUDA_HOME", "")
+
+
+def rocm_path() -> str:
+    return os.environ.get("ROCM_PATH", "/opt/rocm")

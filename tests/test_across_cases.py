@@ -1,0 +1,63 @@
+"""fa_cli/judge/across_cases.py: what the cases of one run say together: a verdict that changes
+where a size product passes 2^31, or with N or d a multiple of a tile or not; the cases to run next."""
+import pytest
+
+from fa_cli.cases.format import Shape
+from fa_cli.judge import across_cases
+
+
+# ---------------------------------------------------------------- across cases: a size
+COURSE_C = [Shape(*s) for s in ((500, 2048, 32), (100, 4096, 64), (30, 8192, 32), (10, 16384, 32))]
+
+
+def test_a_verdict_that_changes_where_n_n_4_passes_2_31_is_named():
+    found = across_cases.size_finding(COURSE_C, [Shape(4, 32768, 32), Shape(2, 32768, 64)])
+    assert found is not None
+    assert found.lines[0].startswith("size: passes up to N=16384, fails from N=32768: N*N*4 bytes = 4 GiB passes "
+                                     "2^31 there: a 32-bit size?")
+
+
+def test_a_size_in_b_is_named_by_its_product():
+    passed = [Shape(2, 1024, 64), Shape(100, 1024, 64)]
+    failed = [Shape(9000, 1024, 64)]  # B*N*d*4 = 2.36e9: past 2^31
+    found = across_cases.size_finding(passed, failed)
+    assert found and "B*N*d*4 bytes" in found.lines[0] and "passes up to B=100, fails from B=9000" in found.lines[0]
+
+
+@pytest.mark.parametrize("passed, failed", [
+    ([], [Shape(2, 32768, 64)]),  # nothing passed: no size to compare with
+    ([Shape(2, 32768, 64)], [Shape(2, 128, 32)]),  # the small one fails
+    ([Shape(4, 32768, 32)], [Shape(2, 32768, 64)]),  # same N*N on both sides
+])
+def test_no_size_is_blamed_without_evidence(passed, failed):
+    assert across_cases.size_finding(passed, failed) is None
+
+
+# ---------------------------------------------------------------- across cases: a split
+def test_a_split_by_tile_multiple_is_named():
+    found = across_cases.split_findings([Shape(2, 1024, 32), Shape(2, 128, 64)], [Shape(2, 1000, 32), Shape(2, 100, 64)])
+    assert [f.lines[0] for f in found] == ["split: fails only where N is not a multiple of 16 (failing N: 100, 1000; "
+                                           "passing N: 128, 1024)"]
+
+
+@pytest.mark.parametrize("passed, failed, what", [
+    ([Shape(2, 128, 64), Shape(4, 256, 64)], [Shape(2, 128, 32), Shape(4, 256, 32)], "d = 32"),
+    ([Shape(1, 128, 32), Shape(1, 512, 64)], [Shape(2, 128, 32), Shape(3, 512, 64)], "B > 1"),
+])
+def test_a_split_by_a_feature_is_named(passed, failed, what):
+    found = across_cases.split_findings(passed, failed)
+    assert found and found[0].lines[0].startswith(f"split: fails only where {what} ")
+
+
+def test_a_split_from_some_n_on_is_named():
+    found = across_cases.split_findings([Shape(2, 128, 32), Shape(2, 1024, 32)], [Shape(2, 2048, 32), Shape(2, 4096, 64)])
+    assert found[0].lines[0].startswith("split: fails from N = 2048 on, passes up to N = 1024")
+
+
+def test_where_every_case_failed_cases_to_run_are_suggested():
+    from fa_cli.cases import suite
+    [hint] = across_cases.across_cases([], [Shape(320, 128, 32)], suite.cases("c"))
+    assert hint.kind == "suggest" and hint.lines[0].startswith("the one case run failed; to see which inputs fail: ")
+    assert "fa run c02 (d = 64; every case run has d = 32)" in hint.lines[0]
+    assert "fa gen -B 1 -N 128 -d 32 -o b1.in, then fa run b1.in" in hint.lines[0]
+    assert across_cases.across_cases([], [Shape(320, 128, 32)], suite.cases("c"), suggest=False) == []

@@ -1,0 +1,79 @@
+"""fa_cli/files.py: every file fa writes placed atomically, and what no writer replaces (a student's
+source or Makefile, unless --force; each writer's own rule). The hostile cases (links, sticky
+folders, kill -9, full disks, another user) are in test_hostile_outputs.py."""
+import json
+
+import pytest
+
+from helpers import ROOT, fa
+from fa_cli.cases.format import Shape
+from fa_cli.errors import FormatError
+from fa_cli.files import atomic_file, check_output_path
+
+
+def test_atomic_file_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.bin"
+    with pytest.raises(RuntimeError):
+        with atomic_file(target) as f:
+            f.write(b"partial")
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+    with atomic_file(target) as f:
+        f.write(b"whole")
+    assert target.read_bytes() == b"whole" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_atomic_file_unwritable_directory(tmp_path):
+    with pytest.raises(FormatError, match="cannot write"):
+        with atomic_file(tmp_path / "missing" / "x.out"):
+            pass
+
+
+# ---------------------------------------------------------------- what fa never replaces
+@pytest.mark.parametrize("name", ["hw4.cu", "hw4.hip", "mine.cpp", "x.cc", "y.c", "z.h", "s.py", "Makefile"])
+def test_no_writer_replaces_a_source_or_a_makefile_without_force(tmp_path, name):
+    path = tmp_path / name
+    path.write_text("the homework")
+    with pytest.raises(FormatError, match="fa never replaces one: name another output, or give --force"):
+        check_output_path(path)
+    with pytest.raises(FormatError):
+        with atomic_file(path) as f:
+            f.write(b"binary")
+    assert path.read_text() == "the homework"
+    check_output_path(tmp_path / ("new-" + name))  # a new file of that name is fine
+
+
+def test_each_writer_refuses_in_one_line_and_force_replaces(tmp_path, cpu_program):
+    source, notes, results = tmp_path / "hw4.cu", tmp_path / "notes.txt", tmp_path / "run.json"
+    source.write_text("__global__ void k() {}")
+    notes.write_text("my notes")
+    for args in (["gen", "-B", 2, "-N", 16, "-d", 32, "-o", source], ["gen", "-B", 2, "-N", 16, "-d", 32, "-o", notes],
+                 ["gen", "--suite", "t01", "-o", notes], ["run", "t01", "--program", "cpu", "-o", source],
+                 ["run", "t01", "--program", "cpu", "-o", notes],
+                 *([command, *where, "--program", "cpu", "-o", out] for command, where in
+                   (("bench", ["--shape", "2,128,32"]), ("profile", ["t01"]), ("sweep", ["t01"]))
+                   for out in (source, notes))):
+        proc = fa(*args, cwd=tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr, args
+    assert source.read_text() == "__global__ void k() {}" and notes.read_text() == "my notes"
+    empty = tmp_path / "empty.in"
+    empty.touch()
+    assert fa("gen", "-B", 2, "-N", 16, "-d", 32, "-o", empty).returncode == 0  # an empty file or an input: replaced
+    assert fa("gen", "-B", 2, "-N", 16, "-d", 32, "--seed", 3, "-o", empty).returncode == 0
+    assert fa("gen", "-B", 2, "-N", 16, "-d", 32, "-o", notes, "--force").returncode == 0
+    assert notes.stat().st_size == Shape(2, 16, 32).input_bytes
+    assert fa("run", "t01", "--program", "cpu", "-o", results).returncode == 0
+    assert fa("run", "t01", "--program", "cpu", "-o", results).returncode == 0  # a results file is extended
+    assert len(json.loads(results.read_text())["records"]) == 2
+
+
+def test_report_replaces_only_its_own_report(tmp_path):
+    records = ROOT / "docs" / "history" / "h100-2026-11-23" / "run.json"
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.md").write_text("# my own report\n")
+    proc = fa("report", records, "-o", out)
+    assert proc.returncode != 0 and "is not a report fa report made" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and (out / "report.md").read_text() == "# my own report\n"
+    assert fa("report", records, "-o", out, "--force").returncode == 0
+    assert fa("report", records, "-o", out).returncode == 0  # its own: replaced

@@ -1,0 +1,100 @@
+"""fa_cli/judge/tool_logs.py: what compute-sanitizer, a debugger and AddressSanitizer print, read
+as fa run quotes it; what a program runs on, read from its binary."""
+from fa_cli.judge import tool_logs
+from fa_cli.programs import programs
+
+
+# ---------------------------------------------------------------- reading the tools
+MEMCHECK_LOG = """========= COMPUTE-SANITIZER
+========= Invalid __shared__ write of size 16 bytes
+=========     at void attention<(int)64>(const float *, float *, int, int)+0x2d0 in /home/s/hw4.cu:87
+=========     by thread (1,0,0) in block (0,0,0)
+=========     Address 0x104 is misaligned
+=========     and is inside the nearest allocation at 0x0 of size 34,816 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: main [0x9e41] in hw4
+=========
+========= Program hit cudaErrorMisalignedAddress (error 716) due to "misaligned address" on CUDA API call to cudaMemcpy.
+========= ERROR SUMMARY: 2 errors
+"""
+
+
+RACECHECK_LOG = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at void attention<(int)32>(const float *, float *, int, int)+0x1a0 in /home/s/hw4.cu:70
+=========     and Read access at void attention<(int)32>(const float *, float *, int, int)+0x2b0 in /home/s/hw4.cu:80 [4096 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+
+def test_memchecks_first_error_and_where():
+    first = tool_logs.first_sanitizer_error(MEMCHECK_LOG)
+    assert first[0] == "Invalid __shared__ write of size 16 bytes"
+    assert tool_logs.short_place(first[1]) == "attention<(int)64>+0x2d0, hw4.cu:87"
+    assert first[3] == "Address 0x104 is misaligned"
+    assert tool_logs.sanitizer_count(MEMCHECK_LOG) == 2
+
+
+def test_racechecks_first_hazard():
+    first = tool_logs.first_sanitizer_error(RACECHECK_LOG)
+    assert first[0].startswith("Error: Race reported between Write access at") and first[0].endswith("hw4.cu:70")
+    assert first[1].startswith("and Read access at") and "[4096 hazards]" in first[1]
+    assert tool_logs.sanitizer_lines(first) == ["a shared-memory race: a write at attention<(int)32>+0x1a0, hw4.cu:70 "
+                                            "against a read at attention<(int)32>+0x2b0, hw4.cu:80 [4096 hazards]"]
+
+
+def test_memchecks_report_in_two_lines():
+    lines = tool_logs.sanitizer_lines(tool_logs.first_sanitizer_error(MEMCHECK_LOG))
+    assert lines == ["Invalid __shared__ write of size 16 bytes",
+                     "attention<(int)64>+0x2d0, hw4.cu:87; by thread (1,0,0) in block (0,0,0); "
+                     "Address 0x104 is misaligned"]
+
+
+def test_a_clean_log_has_no_error():
+    assert tool_logs.first_sanitizer_error("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == []
+
+
+def test_gdb_backtrace_is_read():
+    log = ("Program received signal SIGSEGV, Segmentation fault.\n"
+           "0x00007ffff7e4a in __memmove_avx_unaligned_erms () at ../sysdeps/x86_64/memmove.S:598\n"
+           "#0  __memmove_avx_unaligned_erms () at ../sysdeps/x86_64/memmove.S:598\n"
+           "#1  0x0000555555555e2c in main (argc=3, argv=0x7fffffffe0b8) at hw4.cu:119\n")
+    signal, frames = tool_logs.backtrace(log)
+    assert signal == "SIGSEGV" and len(frames) == 2
+    assert not tool_logs.is_own_frame(frames[0]) and tool_logs.is_own_frame(frames[1])
+    assert not tool_logs.is_own_frame("#0  __GI___call_tls_dtors () at ./stdlib/cxa_thread_atexit_impl.c:155")
+    assert tool_logs.frame_text(frames[1]) == "main () at hw4.cu:119"
+
+
+def test_what_a_program_runs_on(cpu_program):
+    assert tool_logs.gpu_kind(programs.Program("fa-cpu", cpu_program)) == "cpu"
+    assert tool_logs.gpu_kind(programs.named("cuda")) == "cuda" and tool_logs.gpu_kind(programs.named("hip")) == "hip"
+
+
+# ---------------------------------------------------------------- reading a debugger
+WORKER_CRASH = """[Thread debugging using libthread_db enabled]
+[New Thread 0x7ffff7a00640 (LWP 1234)]
+
+Thread 2 "hw4_omp" received signal SIGSEGV, Segmentation fault.
+[Switching to Thread 0x7ffff7a00640 (LWP 1234)]
+0x0000555555555a1c in main._omp_fn.0 () at hw4.cpp:42
+42	    row_max[i] = m;
+#0  0x0000555555555a1c in main._omp_fn.0 () at hw4.cpp:42
+#1  0x00007ffff7f2b9b6 in ?? () from /lib/x86_64-linux-gnu/libgomp.so.1
+#2  0x00007ffff7c94ac3 in start_thread (arg=<optimized out>) at ./nptl/pthread_create.c:442
+"""
+
+
+def test_a_debugger_report_from_a_worker_thread_is_read():
+    signal, frames = tool_logs.backtrace(WORKER_CRASH)
+    assert signal == "SIGSEGV" and tool_logs.caught_in(WORKER_CRASH) == 'Thread 2 "hw4_omp"'
+    assert tool_logs.frame_text(frames[0]) == "main._omp_fn.0 () at hw4.cpp:42" and tool_logs.is_own_frame(frames[0])
+    main_thread = WORKER_CRASH.replace('Thread 2 "hw4_omp"', 'Thread 1 "hw4"')
+    assert tool_logs.backtrace(main_thread)[0] == "SIGSEGV" and tool_logs.caught_in(main_thread) is None
+
+
+def test_a_debugger_only_clears_a_crash_it_saw_end_normally():
+    assert tool_logs.debugger_exit("[Inferior 1 (process 77) exited normally]\n") == "exited normally"
+    assert tool_logs.debugger_exit("[Inferior 1 (process 77) exited with code 02]\n") == "exited with code 02"
+    assert tool_logs.debugger_exit("warning: Error disabling address space randomization\n") is None
+    assert tool_logs.debugger_exit("\nProgram terminated with signal SIGKILL, Killed.\n") == "terminated with SIGKILL"
