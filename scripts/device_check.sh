@@ -115,7 +115,10 @@ PY
     # the program as built (its default kernel), beside BENCH_AGAINST if given
     fa bench --program cuda ${BENCH_AGAINST:+--program "$BENCH_AGAINST"} "${shapes[@]}" --repeat ${REPEAT:-3} \
       -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
-    for kernel in ${BENCH_KERNELS:-tensorcore simt tiled}; do
+    # each whole kernel of fa-cuda's registry under its own label (as make results measures them)
+    measured=$(python3 -c 'from fa_cli.programs import registry; from pathlib import Path
+print(" ".join(registry.measured_families(registry.kernels_of(Path("bin/fa-cuda")))))')
+    for kernel in ${BENCH_KERNELS:-$measured}; do
       FA_KERNEL=$kernel fa bench --program cuda --label "cuda-$kernel" "${shapes[@]}" --repeat ${REPEAT:-3} \
         -o "$LOG/bench.json" 2>&1 | tee -a "$LOG/bench.log"
     done

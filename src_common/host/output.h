@@ -1,5 +1,5 @@
 // host/output.h: the output file, one rule for every program (and for fa's own writers:
-// fa_cli/format.py's atomic_file follows it too).
+// fa_cli/files.py's atomic_file follows it too).
 //
 //   - A new name or an existing regular file is put in place atomically, only when commit() is
 //     reached: the path is never missing, two runs writing one path both succeed and the file

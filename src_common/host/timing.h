@@ -1,7 +1,7 @@
 // host/timing.h: the fa-timing line, one contract between the programs and fa:
 //   fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S impl=NAME arch=ARCH device=NAME
 // printed on stderr with FA_TIMING=1 (or 2). The stage names are declared once here (kStages)
-// and once in Python (fa_cli/timing.py, which parses the line for fa run, bench, compare and
+// and once in Python (fa_cli/programs/timing.py, which parses the line for fa run, bench, compare and
 // scripts/startup_floor.py); tests/test_timing.py runs each program that prints it, the
 // starter included, and parses it with that parser.
 #pragma once

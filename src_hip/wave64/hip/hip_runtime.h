@@ -4,7 +4,7 @@
 //
 //   nvcc -std=c++14 -O3 -arch=sm_90 -x cu -cudart shared -I src_hip/wave64 -o hw4-emu hw4.hip -lm
 //
-// What it gives (fa_cli/wave64.py builds with it; src_hip/README.md says what it is and is not):
+// What it gives (fa_cli/programs/wave64.py builds with it; src_hip/README.md says what it is and is not):
 //   host    the HIP runtime API a homework uses, onto CUDA (memory, copies, memset, streams,
 //           events, errors, device properties reporting warpSize 64 and 64 KB of LDS,
 //           hipLaunchKernelGGL and <<<>>>), every launch checked against the MI210's limits
