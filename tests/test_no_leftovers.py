@@ -23,7 +23,7 @@ from fa_cli.programs import programs
 PROGRAMS = [
     pytest.param(("cpu", {}, Shape(64, 2048, 64)), id="fa-cpu"),
     pytest.param(("cuda", {"FA_KERNEL": "tiled"}, Shape(26, 32768, 64)), id="fa-cuda", marks=pytest.mark.gpu),
-    pytest.param(("hip-cuda", {}, Shape(26, 32768, 64)), id="fa-hip-cuda", marks=pytest.mark.gpu),
+    pytest.param(("hip-cuda", {"FA_KERNEL": "tiled"}, Shape(26, 32768, 64)), id="fa-hip-cuda", marks=pytest.mark.gpu),
 ]
 # "unnamed": the default on Linux file systems (O_TMPFILE); "named": the fallback for the others.
 TEMPS = ["unnamed", "named"]

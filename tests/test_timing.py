@@ -56,7 +56,7 @@ def test_the_gpu_programs_print_the_whole_line(name, tmp_path):
 @pytest.mark.skipif(not have_torch(), reason="needs PyTorch")
 def test_the_torch_program_prints_the_whole_line(tmp_path):
     import sys
-    line = run_with_timing([sys.executable, str(ROOT / "fa_cli" / "torch_program.py")], tmp_path)
+    line = run_with_timing([sys.executable, str(ROOT / "fa_cli" / "programs" / "torch_program.py")], tmp_path)
     assert line.problem is None and line.facts["impl"].startswith("torch")
 
 
