@@ -43,12 +43,14 @@ def test_a_long_step_keeps_speaking_through_short_steps_inside_it(monkeypatch, c
     monkeypatch.setattr(tables, "TICK_AFTER_S", 0.3)
     monkeypatch.setattr(tables, "TICK_EVERY_S", 0.1)
     with tables.progress("judging", 3) as advance:
-        for _ in range(6):
+        for _ in range(20):
             with tables.progress("input c12", None):
-                time.sleep(0.15)  # each inner step shorter than TICK_AFTER_S: silent
+                time.sleep(0.05)  # each inner step far shorter than TICK_AFTER_S (a loaded machine too): silent
         advance()
     err = capsys.readouterr().err.splitlines()
-    assert len(err) >= 3 and all(line.startswith("fa: judging: 0 of 3 done") for line in err), err
+    # only the outer step spoke, at least three times (its last tick may come after advance())
+    assert len(err) >= 3 and all(line.startswith("fa: judging: ") for line in err), err
+    assert sum(line.startswith("fa: judging: 0 of 3 done") for line in err) >= 3, err
 
 
 @pytest.mark.slow
