@@ -35,7 +35,7 @@ HAVE_HIPCC := $(shell command -v $(HIPCC) >/dev/null 2>&1 && echo yes)
 BIN := bin
 COMMON := $(wildcard src_common/host/*.h)
 
-.PHONY: all cpu cuda hip hip-cuda env run test test-all clean hw4 hw4-amd submission results source-revision
+.PHONY: all cpu cuda hip hip-cuda hip-cuda-amd-tiles env run test test-all clean hw4 hw4-amd submission results source-revision
 all: cpu $(if $(HAVE_NVCC),cuda) $(if $(HAVE_HIPCC),hip)
 
 # ---------------------------------------------------------------- CUDA
@@ -85,6 +85,13 @@ hip-cuda: $(BIN)/fa-hip-cuda
 $(BIN)/fa-hip-cuda: $(HIP_SRC)
 	@mkdir -p $(BIN)
 	$(NVCC) $(NVCCFLAGS) $(EXTRA_FLAGS) $(CUDA_GENCODE) -x cu -Xcompiler -pthread -o $@ $<
+
+# The same, with the AMD simt tiles that fa-hip runs on CDNA (FA_SIMT_AMD=1): the tests check
+# them on an NVIDIA GPU, where no AMD GPU is.
+hip-cuda-amd-tiles: $(BIN)/fa-hip-cuda-amd-tiles
+$(BIN)/fa-hip-cuda-amd-tiles: $(HIP_SRC)
+	@mkdir -p $(BIN)
+	$(NVCC) $(NVCCFLAGS) $(EXTRA_FLAGS) -DFA_SIMT_AMD=1 $(CUDA_GENCODE) -x cu -Xcompiler -pthread -o $@ $<
 
 cpu: $(BIN)/fa-cpu
 $(BIN)/fa-cpu: src_cpu/fa_cpu.cpp $(COMMON)

@@ -19,12 +19,14 @@
 //                4 TM TD FMA, summed per tile in registers before it is added to O (blocked sum)
 // Shared memory (dynamic), pitches in floats:
 //   Qs[Br][D + 4]        Q, pre-scaled, loaded once; pitch/4 odd: the warp's rows in distinct banks
-//   Ks[2][Bc][D + 4]     K tiles, two stages; a thread's keys x + C j: distinct banks for x < 8
-//   Vs[2][Bc][D]         V tiles, two stages; read as consecutive float4 along d
+//   Ks[ST][Bc][D + 4]    K tiles, ST stages; a thread's keys x + C j: distinct banks for x < 8
+//   Vs[ST][Bc][D]        V tiles, ST stages; read as consecutive float4 along d
 //   Ps[Br][Bc + C]       probabilities; the stores of a warp (R_w row groups x C keys) fill 32 banks
 // K/V double buffering: K of tile t + 1 is fetched from global memory into registers (float4)
 // before S of tile t is computed and stored into the other stage after it, V of tile t + 1
-// likewise around the softmax and P V; one block barrier per tile.
+// likewise around the softmax and P V; one block barrier per tile. With one stage (the AMD tiles,
+// to fit two blocks in a CU's LDS) the loads still fly during S and P V, but each stash waits for
+// a barrier that ends the reads of the tile it replaces: three barriers per tile.
 // Keys past N load as zeros and score -inf; rows past N are computed from zero Q and never
 // stored. NaN and inf propagate as in the tiled kernel (same max/exp2/compensated-sum steps).
 #pragma once
@@ -65,11 +67,12 @@ namespace fa {
   X(TN, KEYS_PER_THREAD, keys_per_thread)         \
   X(C, THREADS_PER_ROW, threads_per_row)          \
   X(R, ROW_GROUPS, row_groups)                    \
-  X(MB, MIN_BLOCKS, min_blocks)
+  X(MB, MIN_BLOCKS, min_blocks)                   \
+  X(ST, STAGES, stages)
 
 // A tile: its parameters by name (fa sweep's short names after the colons) and what follows
 // from them: block size, the shared-memory layout above, the loads of a K/V tile.
-template <int D, int RowsPerThread, int KeysPerThread, int ThreadsPerRow, int RowGroups, int MinBlocks>
+template <int D, int RowsPerThread, int KeysPerThread, int ThreadsPerRow, int RowGroups, int MinBlocks, int Stages>
 struct SimtTile {
   static constexpr int d = D;
   static constexpr int rows_per_thread = RowsPerThread;  // TM: rows g + row_groups i of a thread
@@ -77,6 +80,7 @@ struct SimtTile {
   static constexpr int threads_per_row = ThreadsPerRow;  // C: consecutive lanes that share a row
   static constexpr int row_groups = RowGroups;           // R: rows of threads in a block
   static constexpr int min_blocks = MinBlocks;           // MB: blocks per SM the registers are budgeted for
+  static constexpr int stages = Stages;                  // ST: K/V tiles in shared memory (2: the next loads during this one)
 
   static constexpr int threads = row_groups * threads_per_row;
   static constexpr int rows = row_groups * rows_per_thread;        // Br: query rows of a block
@@ -85,7 +89,7 @@ struct SimtTile {
   static constexpr int quads_per_thread = cols_per_thread / 4;     // ... as float4
   static constexpr int q_pitch = d + 4, k_pitch = d + 4, v_pitch = d, p_pitch = keys + threads_per_row;
   static constexpr int q_floats = rows * q_pitch, k_floats = keys * k_pitch, v_floats = keys * v_pitch;
-  static constexpr int smem_floats = q_floats + 2 * k_floats + 2 * v_floats + rows * p_pitch;
+  static constexpr int smem_floats = q_floats + stages * (k_floats + v_floats) + rows * p_pitch;
   static constexpr int smem_bytes = smem_floats * 4;
   static constexpr int tile_quads = keys * d / 4;  // float4 of K (and of V) per tile
   static constexpr int loads_per_thread = tile_quads / threads;
@@ -94,6 +98,7 @@ struct SimtTile {
                 "a row's threads stay inside one warp");
   static_assert(tile_quads % threads == 0, "every thread loads the same number of float4 per tile");
   static_assert(threads <= 1024, "at most 1024 threads per block");
+  static_assert(stages == 1 || stages == 2, "one or two K/V stages");
 };
 
 // Tiles per d, chosen by measurement on an H100 (docs/kernels.md, "SIMT kernel"); the comments
@@ -101,14 +106,15 @@ struct SimtTile {
 // where a block may have its shared memory (sm_80 and later; sm_75 allows 64 KB: the small tile
 // at d = 64), else the small one.
 #if FA_SIMT_AMD
-// CDNA (gfx908/gfx90a), not measured (no AMD GPU here): the 64 KB of LDS of a CU hold one block,
-// so a block is four wavefronts of 64 lanes, one per SIMD (rows of 8 or 4 lanes stay inside a
-// wavefront), and the micro-tiles are smaller than NVIDIA's:
-//   d = 64: 2 x 4 scores and 2 x 8 O per thread, Br = 64, Bc = 32: 62.5 KB.
-//   d = 32: 2 x 8 scores and 2 x 8 O per thread, Br = 128, Bc = 32: 54 KB.
+// CDNA (gfx908/gfx90a), not measured (no AMD GPU here): a block is four wavefronts of 64 lanes
+// (rows of 8 lanes stay inside a wavefront) in at most 32 KB of LDS, so that a CU's 64 KB hold
+// two blocks: two wavefronts per SIMD, one to run while the other waits on LDS. The K/V tiles
+// have one stage (two would not fit beside Q and P at this reuse):
+//   d = 64: 2 x 2 scores and 2 x 8 O per thread, Br = 64, Bc = 16: 31.3 KB.
+//   d = 32: 2 x 4 scores and 2 x 4 O per thread, Br = 64, Bc = 32: 27.5 KB.
 template <int D> struct SimtBig;
-template <> struct SimtBig<64> { typedef SimtTile<64, 2, 4, 8, 32, 1> type; };
-template <> struct SimtBig<32> { typedef SimtTile<32, 2, 8, 4, 64, 1> type; };
+template <> struct SimtBig<64> { typedef SimtTile<64, 2, 2, 8, 32, 1, 1> type; };
+template <> struct SimtBig<32> { typedef SimtTile<32, 2, 4, 8, 32, 1, 1> type; };
 template <int D> struct SimtSmall { typedef typename SimtBig<D>::type type; };
 #else
 // Measured on an H100 against 256-thread tiles of 4 x 4 / 4 x 8 scores (more warps, less reuse:
@@ -132,6 +138,9 @@ template <int D> struct SimtSmall { typedef typename SimtBig<D>::type type; };
 #ifndef FA_SIMT64_MIN_BLOCKS
 #define FA_SIMT64_MIN_BLOCKS 2
 #endif
+#ifndef FA_SIMT64_STAGES
+#define FA_SIMT64_STAGES 2
+#endif
 // d = 32: 64 threads (16 row groups x 4), 8 x 8 scores + 8 x 8 O per thread, Br = 128, Bc = 32:
 // 16 float4 loads per 256 FMA in both products; 53 KB: 4 blocks (8 warps) per SM, 255 registers.
 #ifndef FA_SIMT32_ROWS_PER_THREAD
@@ -149,20 +158,23 @@ template <int D> struct SimtSmall { typedef typename SimtBig<D>::type type; };
 #ifndef FA_SIMT32_MIN_BLOCKS
 #define FA_SIMT32_MIN_BLOCKS 4
 #endif
+#ifndef FA_SIMT32_STAGES
+#define FA_SIMT32_STAGES 2
+#endif
 template <int D> struct SimtBig;
 template <> struct SimtBig<64> {
   typedef SimtTile<64, FA_SIMT64_ROWS_PER_THREAD, FA_SIMT64_KEYS_PER_THREAD, FA_SIMT64_THREADS_PER_ROW,
-                   FA_SIMT64_ROW_GROUPS, FA_SIMT64_MIN_BLOCKS> type;
+                   FA_SIMT64_ROW_GROUPS, FA_SIMT64_MIN_BLOCKS, FA_SIMT64_STAGES> type;
 };
 template <> struct SimtBig<32> {
   typedef SimtTile<32, FA_SIMT32_ROWS_PER_THREAD, FA_SIMT32_KEYS_PER_THREAD, FA_SIMT32_THREADS_PER_ROW,
-                   FA_SIMT32_ROW_GROUPS, FA_SIMT32_MIN_BLOCKS> type;
+                   FA_SIMT32_ROW_GROUPS, FA_SIMT32_MIN_BLOCKS, FA_SIMT32_STAGES> type;
 };
 // GPUs that give a block at most 48 KB (sm_61, the course's GTX 1080): 64 query rows, 128
 // threads of 4 x 2 (d = 64, Bc = 16: 41 KB) or 4 x 8 scores (d = 32, Bc = 32: 37 KB).
 template <int D> struct SimtSmall;
-template <> struct SimtSmall<64> { typedef SimtTile<64, 4, 2, 8, 16, 1> type; };
-template <> struct SimtSmall<32> { typedef SimtTile<32, 4, 8, 4, 16, 1> type; };
+template <> struct SimtSmall<64> { typedef SimtTile<64, 4, 2, 8, 16, 1, 2> type; };
+template <> struct SimtSmall<32> { typedef SimtTile<32, 4, 8, 4, 16, 1, 2> type; };
 #endif
 
 // The block's shared memory (dynamic), carved as laid out above.
@@ -364,8 +376,9 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
         }
       }
     }
+    if (T::stages == 1) __syncthreads();  // every warp's S read this K stage
     if (more) {
-      simt_stash<T>(next, smem.k_stage(buf ^ 1), T::k_pitch, tid);
+      simt_stash<T>(next, smem.k_stage(buf ^ (T::stages - 1)), T::k_pitch, tid);
       simt_fetch<T>(next, V, key0 + T::keys, N, tid);
     }
     simt_mask_keys<T>(s, key0, N, x);
@@ -410,17 +423,18 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
 #pragma unroll
       for (int c = 0; c < TD; ++c) o[i][c] = fmaf(o[i][c], alpha[i], t[i][c]);
 
-    if (more) simt_stash<T>(next, smem.v_stage(buf ^ 1), T::v_pitch, tid);
+    if (T::stages == 1) __syncthreads();  // every warp's P V read this V stage
+    if (more) simt_stash<T>(next, smem.v_stage(buf ^ (T::stages - 1)), T::v_pitch, tid);
     __syncthreads();
-    buf ^= 1;
+    buf ^= T::stages - 1;  // the other stage, or the only one
   }
 
   simt_store_o<T>(out, o, l, b, row0, N, x, g);
 }
 
-template <int D, int TM, int TN, int C, int R, int MinBlocks>
+template <int D, int TM, int TN, int C, int R, int MinBlocks, int Stages>
 __global__ void FA_LAUNCH_BOUNDS(R* C, MinBlocks) attention_simt(const AttentionParams p) {
-  simt_rows<SimtTile<D, TM, TN, C, R, MinBlocks> >(p.qkv, p.out, p.N, p.row_tiles);
+  simt_rows<SimtTile<D, TM, TN, C, R, MinBlocks, Stages> >(p.qkv, p.out, p.N, p.row_tiles);
 }
 
 }  // namespace fa

@@ -39,8 +39,8 @@ inline unsigned blocks_for(const AttentionParams& p, const Chunk& c) { return (u
 // The kernel of a tile.
 template <class T>
 struct SimtKernel {
-  static decltype(&attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>) get() {
-    return &attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>;
+  static decltype(&attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks, T::stages>) get() {
+    return &attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks, T::stages>;
   }
   // Its name as `fa resources` reads the compiler's reports: attention_simt<d, TM, ...>.
   static std::string name() {
@@ -48,7 +48,7 @@ struct SimtKernel {
     return "attention_simt<" + std::to_string(T::d) FA_SIMT_PARAMETERS(FA_SIMT_VALUE) + ">";
 #undef FA_SIMT_VALUE
   }
-  // --kernels' tiles column: "d=64: TM=8,TN=4,C=8,R=16,MB=2".
+  // --kernels' tiles column: "d=64: TM=8,TN=4,C=8,R=16,MB=2,ST=2".
   static std::string text() {
     std::string t;
 #define FA_SIMT_TEXT(short_name, suffix, member) t += (t.empty() ? "" : ",") + std::string(#short_name "=") + std::to_string(T::member);
@@ -72,7 +72,7 @@ inline std::string simt_sweep_template() {
 template <class T>
 void launch_simt_tile(const Chunk& c, int64_t N) {
   AttentionParams p = params_for(c, N, T::rows);
-  attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks>
+  attention_simt<T::d, T::rows_per_thread, T::keys_per_thread, T::threads_per_row, T::row_groups, T::min_blocks, T::stages>
       <<<blocks_for(p, c), T::threads, T::smem_bytes, c.stream>>>(p);
 }
 
@@ -122,7 +122,7 @@ struct Simt {  // register-blocked (src_common/attention_simt.h): the default wi
       add<SimtSmall<64>::type>(all);
     }
   }
-  // TM x TN scores per thread, C threads per row, R row groups, MB blocks per SM budgeted for
+  // TM x TN scores per thread, C threads per row, R row groups, MB blocks per SM budgeted for, ST K/V stages
   static std::string tiles() { return SimtKernel<SimtBig<32>::type>::text() + ";" + SimtKernel<SimtBig<64>::type>::text(); }
   static std::string sweep() {  // AMD's tile is fixed (attention_simt.h): no variants to build there
     return FA_SIMT_AMD ? "-" : simt_sweep_template();

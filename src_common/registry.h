@@ -52,7 +52,7 @@ inline const std::vector<KernelEntry>& kernel_table() {
                       "on NVIDIA through the emulation)", ""}, nullptr, Needs::kMfmaCode),
 #endif
       fp32_row<Simt>("simt", "any N", any_n, {"register blocked", "micro-tiles of S and O per thread, Q, K, V "
-                     "read as float4 from padded shared memory, K/V double-buffered (SGEMM-style)", ""}),
+                     "read as float4 from padded shared memory, K/V double-buffered (one stage on AMD) (SGEMM-style)", ""}),
 #if FA_HIP_PROGRAM && !FA_TILED_BC_BUILT
       // The homework kernel with the key tile of the wavefront (FA_HIP_BC forces one).
       fp32_row<TiledBc<64>>("tiled-bc64", "when asked, on a 64-lane wave", tiled_bc_is<64>,

@@ -38,9 +38,10 @@ def have_nvidia_gpu() -> bool:
 
 
 def build(target: str) -> Path:
-    """Build a named program (cpu, cuda, hip, hip-cuda) with make and return its path."""
+    """Build a named program (cpu, cuda, hip, hip-cuda, or a test build such as hip-cuda-amd-tiles)
+    with make and return its path."""
     subprocess.run(["make", "-s", "-C", str(ROOT), target], check=True)
-    return BIN / programs.BUILT[target]
+    return BIN / programs.BUILT.get(target, f"fa-{target}")
 
 
 def direct_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:

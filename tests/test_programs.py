@@ -22,8 +22,9 @@ TOL = 1e-4
 # (program, environment): the CPU program; every kernel of the CUDA program; the HIP port built
 # by nvcc with its default (simt) kernel, its tiled kernel with the NVIDIA tile (Bc = 32) and
 # with the AMD CDNA tile (Bc = 64: each row then spans two warps, the reductions combining them
-# through shared memory), and its MI210 matrix-core kernel (on NVIDIA through the emulated
-# MFMA instruction and 64-lane wavefronts of src_hip/mfma_on_cuda.h).
+# through shared memory), its MI210 matrix-core kernel (on NVIDIA through the emulated
+# MFMA instruction and 64-lane wavefronts of src_hip/mfma_on_cuda.h), and its simt kernel with
+# the AMD tiles (make hip-cuda-amd-tiles: one K/V stage, 32 KB).
 GPU = pytest.mark.gpu
 # Seconds each on a GPU, half a minute each for the CPU program on 2 cores: marked slow there
 # (tests/conftest.py), so that make test stays quick; make test-all runs them.
@@ -40,6 +41,7 @@ VARIANTS = [
     pytest.param(("hip-cuda", {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}), id="fa-hip-cuda-32", marks=GPU),
     pytest.param(("hip-cuda", {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}), id="fa-hip-cuda-64", marks=GPU),
     pytest.param(("hip-cuda", {"FA_KERNEL": "mfma"}), id="fa-hip-cuda-mfma", marks=GPU),
+    pytest.param(("hip-cuda-amd-tiles", {}), id="fa-hip-cuda-simt-amd-tiles", marks=GPU),
 ]
 
 
@@ -434,7 +436,7 @@ def test_hip_port_matches_cuda_program(tmp_path):
     generate.write_input(inp, Shape(3, 1025, 64), 8)
     runs = {"cuda": (build("cuda"), {}), "hip32": (build("hip-cuda"), {"FA_KERNEL": "tiled", "FA_HIP_BC": "32"}),
             "hip64": (build("hip-cuda"), {"FA_KERNEL": "tiled", "FA_HIP_BC": "64"}), "hipsimt": (build("hip-cuda"), {}),
-            "hipmfma": (build("hip-cuda"), {"FA_KERNEL": "mfma"})}
+            "hipmfma": (build("hip-cuda"), {"FA_KERNEL": "mfma"}), "hipsimtamd": (build("hip-cuda-amd-tiles"), {})}
     outs = {}
     for name, (program, env) in runs.items():
         out = tmp_path / f"{name}.out"
@@ -442,8 +444,21 @@ def test_hip_port_matches_cuda_program(tmp_path):
         assert info["arch"].startswith("sm_")
         assert name != "hipmfma" or info["impl"] == "mfma"
         outs[name] = np.fromfile(out, dtype="<f4")
-    for name in ("hip32", "hip64", "hipsimt", "hipmfma"):
+    for name in ("hip32", "hip64", "hipsimt", "hipmfma", "hipsimtamd"):
         assert np.abs(outs[name] - outs["cuda"]).max() <= 1e-5
+
+
+@pytest.mark.gpu
+def test_the_amd_simt_tiles_fit_two_blocks_in_a_cus_lds():
+    """The build that runs the AMD tiles on NVIDIA launches simt blocks of four 64-lane wavefronts
+    in at most 32 KB of shared memory: two blocks in a CU's 64 KB of LDS (fa resources counts the
+    waves per SIMD from hipcc's own report)."""
+    listing = subprocess.run([str(build("hip-cuda-amd-tiles")), "--launches"], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    simt = [line.split("\t") for line in listing if line.startswith("attention_simt<")]
+    assert {name for name, _, _ in simt} == {"attention_simt<32, 2, 4, 8, 32, 1, 1>",
+                                             "attention_simt<64, 2, 2, 8, 32, 1, 1>"}
+    assert all(int(threads) == 256 and 2 * int(smem) <= 65536 for _, threads, smem in simt), simt
 
 
 def test_a_crash_hint_names_the_source_beside_the_program(tmp_path, monkeypatch):

@@ -43,14 +43,14 @@ def test_bad_parameters_are_refused(text, why, families):
 
 def test_simt_parameters_start_from_the_programs_tile_for_d(families):
     simt = families["simt"]
-    assert sweep.grid([], simt, 64) == [{"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}]
-    assert sweep.grid(["TN=4,8"], simt, 32) == [{"TM": 8, "TN": 4, "C": 4, "R": 16, "MB": 4},
-                                                {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4}]
-    assert simt.tile({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}) == (128, 32)
-    assert simt.flags({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2}, 64) == (
+    assert sweep.grid([], simt, 64) == [{"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2, "ST": 2}]
+    assert sweep.grid(["TN=4,8"], simt, 32) == [{"TM": 8, "TN": 4, "C": 4, "R": 16, "MB": 4, "ST": 2},
+                                                {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4, "ST": 2}]
+    assert simt.tile({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2, "ST": 2}) == (128, 32)
+    assert simt.flags({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2, "ST": 1}, 64) == (
         "-DFA_SIMT64_ROWS_PER_THREAD=8 -DFA_SIMT64_KEYS_PER_THREAD=4 -DFA_SIMT64_THREADS_PER_ROW=8 "
-        "-DFA_SIMT64_ROW_GROUPS=16 -DFA_SIMT64_MIN_BLOCKS=2")
-    with pytest.raises(FaError, match="with NAME one of TM, TN, C, R, MB"):
+        "-DFA_SIMT64_ROW_GROUPS=16 -DFA_SIMT64_MIN_BLOCKS=2 -DFA_SIMT64_STAGES=1")
+    with pytest.raises(FaError, match="with NAME one of TM, TN, C, R, MB, ST"):
         sweep.parse_param("Br=8", simt)
 
 
@@ -60,7 +60,7 @@ def test_simt_defaults_are_the_programs_own_tiles(families):
     for d in (32, 64):
         p = families["simt"].defaults[d]
         for macro, name in (("ROWS_PER_THREAD", "TM"), ("KEYS_PER_THREAD", "TN"), ("THREADS_PER_ROW", "C"),
-                            ("ROW_GROUPS", "R"), ("MIN_BLOCKS", "MB")):
+                            ("ROW_GROUPS", "R"), ("MIN_BLOCKS", "MB"), ("STAGES", "ST")):
             assert f"#define FA_SIMT{d}_{macro} {p[name]}\n" in text
 
 
