@@ -181,11 +181,11 @@ template <> struct SimtSmall<32> { typedef SimtTile<32, 4, 8, 4, 16, 1, 2> type;
 template <class T>
 struct SimtShared {
   float* q;  // [rows][q_pitch]
-  float* k;  // [2][keys][k_pitch]
-  float* v;  // [2][keys][v_pitch]
+  float* k;  // [stages][keys][k_pitch]
+  float* v;  // [stages][keys][v_pitch]
   float* p;  // [rows][p_pitch]
   __device__ __forceinline__ explicit SimtShared(float* smem)
-      : q(smem), k(q + T::q_floats), v(k + 2 * T::k_floats), p(v + 2 * T::v_floats) {}
+      : q(smem), k(q + T::q_floats), v(k + T::stages * T::k_floats), p(v + T::stages * T::v_floats) {}
   __device__ __forceinline__ float* k_stage(int stage) const { return k + stage * T::k_floats; }
   __device__ __forceinline__ float* v_stage(int stage) const { return v + stage * T::v_floats; }
 };
