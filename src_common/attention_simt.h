@@ -12,19 +12,22 @@
 // is a C-lane butterfly of shuffles, and each thread keeps its own share of the row sum until
 // the end. Per tile:
 //   S = Q K^T    Q and K from shared memory as float4 along d: TM + TN 16-byte loads per 4 TM TN FMA
-//   online softmax: running max m (base 2: Q carries log2(e) / sqrt(d)), p = exp2(s - m),
+//   online softmax: running max m (base 2: of s log2(e) / sqrt(d)), p = exp2(s log2(e) / sqrt(d) - m)
+//                (the scale in the FFMA that subtracts m),
 //                the tile's TN probabilities of a row summed, then added to a compensated l
 //   P -> shared  (the warp's own rows: a wave barrier, no block barrier)
 //   O = alpha O + P V   P as float4 along keys, V as float4 along d: TM + TD 16-byte loads per
 //                4 TM TD FMA, summed per tile in registers before it is added to O (blocked sum)
 // Shared memory (dynamic), pitches in floats:
-//   Qs[Br][D + 4]        Q, pre-scaled, loaded once; pitch/4 odd: the warp's rows in distinct banks
+//   Qs[Br][D + 4]        Q as it is, loaded once (with the first K/V tile); pitch/4 odd: the warp's rows in distinct banks
 //   Ks[ST][Bc][D + 4]    K tiles, ST stages; a thread's keys x + C j: distinct banks for x < 8
 //   Vs[ST][Bc][D]        V tiles, ST stages; read as consecutive float4 along d
 //   Ps[Br][Bc + C]       probabilities; the stores of a warp (R_w row groups x C keys) fill 32 banks
-// K/V double buffering: K of tile t + 1 is fetched from global memory into registers (float4)
-// before S of tile t is computed and stored into the other stage after it, V of tile t + 1
-// likewise around the softmax and P V; one block barrier per tile. With one stage (the AMD tiles,
+// K/V double buffering: on sm_80 and later, tile t + 1 is copied into the other stage by cp.async
+// (no registers) at the start of tile t and awaited at its end, Q with the first tile. Elsewhere
+// K of tile t + 1 is fetched from global memory into registers (float4) before S of tile t is
+// computed and stored into the other stage after it, V of tile t + 1 likewise around the softmax
+// and P V. One block barrier per tile. With one stage (the AMD tiles,
 // to fit two blocks in a CU's LDS) the loads still fly during S and P V, but each stash waits for
 // a barrier that ends the reads of the tile it replaces: three barriers per tile.
 // Keys past N load as zeros and score -inf; rows past N are computed from zero Q and never
@@ -44,12 +47,28 @@
 #define FA_SIMT_AMD FA_AMD_CODE
 #endif
 
-// The k loop of S and the key loop of P V: unrolled on NVIDIA; on AMD fully unrolled loops let
-// LLVM's scheduler hoist every shared-memory load of the tile and spill hundreds of registers.
+// K/V tiles copied from global to shared memory without registers (cp.async) where the GPU has
+// it: issued at the start of a tile, awaited at its end, so the loads fly during all of S, the
+// softmax and P V, and the 16 staging registers are free. Elsewhere (AMD, GPUs before sm_80,
+// and the AMD tiles on NVIDIA) the tiles go through registers.
+#if FA_ASYNC_COPY && !FA_SIMT_AMD
+#define FA_SIMT_ASYNC 1
+#else
+#define FA_SIMT_ASYNC 0
+#endif
+
+// The k loop of S and the key loop of P V. With cp.async, the k loop unrolled by two (fully
+// unrolled, the tile's loop outgrew the instruction cache: ncu sampled 26% of the warps waiting
+// for instructions at 4 x 8192 x 32; by two measured 2 to 5% faster, H100); without it (sm_75 and older)
+// fully, as measured before. On AMD fully unrolled loops let LLVM's scheduler hoist every
+// shared-memory load of the tile and spill hundreds of registers.
 #ifndef FA_SIMT_UNROLL_K
 #if FA_SIMT_AMD
 #define FA_SIMT_UNROLL_K _Pragma("unroll 1")
 #define FA_SIMT_UNROLL_PV _Pragma("unroll 1")
+#elif FA_SIMT_ASYNC
+#define FA_SIMT_UNROLL_K _Pragma("unroll 2")
+#define FA_SIMT_UNROLL_PV _Pragma("unroll 2")
 #else
 #define FA_SIMT_UNROLL_K _Pragma("unroll")
 #define FA_SIMT_UNROLL_PV _Pragma("unroll 2")
@@ -190,17 +209,15 @@ struct SimtShared {
   __device__ __forceinline__ float* v_stage(int stage) const { return v + stage * T::v_floats; }
 };
 
-// --- Load Q: the block's rows into shared memory, scaled by log2(e) / sqrt(d) so that exp2
-// gives e^x; rows past N are zeros.
+// --- Load Q: the block's rows into shared memory (rows past N are zeros), as they are: the
+// scale log2(e) / sqrt(d) that makes exp2 give e^x is applied in the softmax.
 template <class T>
 __device__ __forceinline__ void simt_load_q(float* Qs, const float* Q, int64_t row0, int64_t N, int tid) {
   constexpr int d = T::d;
-  const float q_scale = 1.4426950408889634f / sqrtf((float)d);
   for (int i = tid; i < T::rows * d / 4; i += T::threads) {
     const int r = i / (d / 4), c = (i % (d / 4)) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row0 + r < N) v = *reinterpret_cast<const float4*>(Q + (row0 + r) * d + c);
-    v.x *= q_scale, v.y *= q_scale, v.z *= q_scale, v.w *= q_scale;
     *reinterpret_cast<float4*>(Qs + r * T::q_pitch + c) = v;
   }
 }
@@ -229,6 +246,32 @@ __device__ __forceinline__ void simt_stash(const float4 (&next)[T::loads_per_thr
     const int i = tid + l * T::threads;
     *reinterpret_cast<float4*>(dst + (i / (d / 4)) * pitch + (i % (d / 4)) * 4) = next[l];
   }
+}
+
+// Rows first .. first + Rows - 1 (a K/V tile, or Q) copied straight into shared memory
+// (FA_SIMT_ASYNC); rows past N are zero-filled (a copy of 0 source bytes). Awaited by
+// simt_wait_copies.
+template <class T, int Rows>
+__device__ __forceinline__ void simt_copy_async(float* dst, int pitch, const float* src, int64_t first, int64_t N,
+                                                int tid) {
+#if FA_SIMT_ASYNC
+  constexpr int d = T::d;
+  static_assert(Rows * d / 4 % T::threads == 0, "every thread copies the same number of float4");
+#pragma unroll
+  for (int l = 0; l < Rows * d / 4 / T::threads; ++l) {
+    const int i = tid + l * T::threads;
+    const int64_t row = first + i / (d / 4);
+    const bool valid = row < N;
+    cp_async16(dst + (i / (d / 4)) * pitch + (i % (d / 4)) * 4, valid ? src + row * d + (i % (d / 4)) * 4 : src,
+               valid ? 16 : 0);
+  }
+  cp_async_commit();
+#endif
+}
+__device__ __forceinline__ void simt_wait_copies() {
+#if FA_SIMT_ASYNC
+  cp_async_wait<0>();
+#endif
 }
 
 // A thread's micro-tiles: scores of its rows x keys, and O of its rows x columns.
@@ -260,6 +303,7 @@ __device__ __forceinline__ void simt_online_softmax(const typename SimtFragments
                                                     typename SimtFragments<T>::Rows& m, CompensatedSum (&l)[T::rows_per_thread],
                                                     typename SimtFragments<T>::Rows& alpha, float* Ps, int x, int g) {
   constexpr int TN = T::keys_per_thread, C = T::threads_per_row, R = T::row_groups;
+  const float scale = 1.4426950408889634f / sqrtf((float)T::d);  // log2(e) / sqrt(d): exp2 gives e^x
 #pragma unroll
   for (int i = 0; i < T::rows_per_thread; ++i) {
     float mx = s[i][0];
@@ -267,11 +311,11 @@ __device__ __forceinline__ void simt_online_softmax(const typename SimtFragments
     for (int j = 1; j < TN; ++j) mx = fmaxf(mx, s[i][j]);
 #pragma unroll
     for (int off = C / 2; off > 0; off >>= 1) mx = fmaxf(mx, FA_SHFL_XOR(mx, off, C));
-    alpha[i] = online_rescale(m[i], l[i], mx);
+    alpha[i] = online_rescale(m[i], l[i], mx * scale);  // scale > 0: the max of the scaled scores
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-      const float p = exp2_approx(s[i][j] - m[i]);
+      const float p = exp2_approx(fmaf(s[i][j], scale, -m[i]));
       sum += p;
       Ps[(g + R * i) * T::p_pitch + x + C * j] = p;
     }
@@ -324,8 +368,6 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
   const float* K = Q + N * T::d;
   const float* V = K + N * T::d;
 
-  simt_load_q<T>(smem.q, Q, row0, N, tid);
-
   float4 next[T::loads_per_thread];  // the K/V tile in flight
   float m[TM];              // running row max (base 2), the same in the row's C threads
   CompensatedSum l[TM];     // this thread's share of the row sums
@@ -337,15 +379,28 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
     for (int c = 0; c < TD; ++c) o[i][c] = 0.f;
   }
 
-  simt_fetch<T>(next, K, 0, N, tid);
-  simt_stash<T>(next, smem.k_stage(0), T::k_pitch, tid);
-  simt_fetch<T>(next, V, 0, N, tid);
-  simt_stash<T>(next, smem.v_stage(0), T::v_pitch, tid);
+  constexpr bool kAsync = FA_SIMT_ASYNC && T::stages == 2;
+  if (kAsync) {  // Q and the first K/V tile in flight together
+    simt_copy_async<T, T::rows>(smem.q, T::q_pitch, Q, row0, N, tid);
+    simt_copy_async<T, T::keys>(smem.k_stage(0), T::k_pitch, K, 0, N, tid);
+    simt_copy_async<T, T::keys>(smem.v_stage(0), T::v_pitch, V, 0, N, tid);
+    simt_wait_copies();
+  } else {
+    simt_load_q<T>(smem.q, Q, row0, N, tid);
+    simt_fetch<T>(next, K, 0, N, tid);
+    simt_stash<T>(next, smem.k_stage(0), T::k_pitch, tid);
+    simt_fetch<T>(next, V, 0, N, tid);
+    simt_stash<T>(next, smem.v_stage(0), T::v_pitch, tid);
+  }
   __syncthreads();
   int buf = 0;
   for (int64_t key0 = 0; key0 < N; key0 += T::keys) {
     const bool more = key0 + T::keys < N;
-    if (more) simt_fetch<T>(next, K, key0 + T::keys, N, tid);
+    if (kAsync && more) {  // the other stage was last read before the previous tile's barrier
+      simt_copy_async<T, T::keys>(smem.k_stage(buf ^ 1), T::k_pitch, K, key0 + T::keys, N, tid);
+      simt_copy_async<T, T::keys>(smem.v_stage(buf ^ 1), T::v_pitch, V, key0 + T::keys, N, tid);
+    }
+    if (!kAsync && more) simt_fetch<T>(next, K, key0 + T::keys, N, tid);
     const float* Qs = smem.q;
     const float* Kb = smem.k_stage(buf);
     const float* Vb = smem.v_stage(buf);
@@ -377,7 +432,7 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
       }
     }
     if (T::stages == 1) __syncthreads();  // every warp's S read this K stage
-    if (more) {
+    if (!kAsync && more) {
       simt_stash<T>(next, smem.k_stage(buf ^ (T::stages - 1)), T::k_pitch, tid);
       simt_fetch<T>(next, V, key0 + T::keys, N, tid);
     }
@@ -424,7 +479,8 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
       for (int c = 0; c < TD; ++c) o[i][c] = fmaf(o[i][c], alpha[i], t[i][c]);
 
     if (T::stages == 1) __syncthreads();  // every warp's P V read this V stage
-    if (more) simt_stash<T>(next, smem.v_stage(buf ^ (T::stages - 1)), T::v_pitch, tid);
+    if (!kAsync && more) simt_stash<T>(next, smem.v_stage(buf ^ (T::stages - 1)), T::v_pitch, tid);
+    if (kAsync) simt_wait_copies();  // this thread's copies of the next tile have landed
     __syncthreads();
     buf ^= T::stages - 1;  // the other stage, or the only one
   }

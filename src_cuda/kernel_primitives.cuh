@@ -9,3 +9,12 @@
 #define FA_SYNC_WAVE() __syncwarp()
 #define FA_WAVE 32
 #define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads, blocks_per_sm)
+
+// Copies from global to shared memory that need no registers and no wait until they are used
+// (cp.async: sm_80 and later; ptx/sm80.cuh). FA_ASYNC_COPY says whether this pass has them.
+#include "ptx/sm80.cuh"
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FA_ASYNC_COPY 1
+#else
+#define FA_ASYNC_COPY 0
+#endif

@@ -83,7 +83,7 @@ def test_simt_variants_build_and_report_their_kernel(tmp_path):
     assert [(r["TN"], r["Bc"], r["sweep_kernel"]) for r in records] == [(2, 2 * C, "simt"), (4, 4 * C, "simt")]
     for r in records:
         res = r["resources"]
-        assert res["kernel"] == f"attention_simt<{d}, {r['TM']}, {r['TN']}, {r['C']}, {r['R']}, {r['MB']}>"
+        assert res["kernel"] == f"attention_simt<{d}, {r['TM']}, {r['TN']}, {r['C']}, {r['R']}, {r['MB']}, {r['ST']}>"
         assert res["threads"] == r["C"] * r["R"] and res["dynamic_smem"] > 0 and res["registers"] > 0
 
 
