@@ -142,6 +142,32 @@ def test_a_program_given_twice_is_an_a_a_control_row(cpu_program, tmp_path):
     assert [r.get("control", False) for r in json.loads((tmp_path / "s.json").read_text())["records"]] == [False, True]
 
 
+def test_two_builds_of_one_name_keep_their_own_rows(cpu_program, tmp_path):
+    """bin/fa-cpu of two trees (a build before a change and after it): each named by its folder,
+    in the table and in the records fa compare reads."""
+    for tree in ("before", "after"):
+        (tmp_path / tree / "bin").mkdir(parents=True)
+        (tmp_path / tree / "bin" / "fa-cpu").write_bytes(cpu_program.read_bytes())
+        (tmp_path / tree / "bin" / "fa-cpu").chmod(0o755)
+    out = tmp_path / "r.json"
+    proc = fa("bench", "--control", "--program", "before/bin/fa-cpu", "--program", "after/bin/fa-cpu",
+              "--suite", "t01", "--repeat", 1, "-o", out, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = json.loads(out.read_text())["records"]
+    assert [(r["program"], r.get("control", False)) for r in records] == [
+        ("before/bin/fa-cpu", False), ("before/bin/fa-cpu", True), ("after/bin/fa-cpu", False)]
+    assert "before/bin/fa-cpu (A/A)" in proc.stdout and "after/bin/fa-cpu" in proc.stdout
+
+
+def test_distinct_names_go_back_as_far_as_the_paths_differ():
+    from pathlib import Path
+    from fa_cli.programs.programs import Program
+    progs = [Program("fa-cuda", Path("/x/a/bin/fa-cuda")), Program("fa-cuda", Path("/y/a/bin/fa-cuda")),
+             Program("fa-cuda", Path("/x/a/bin/fa-cuda")), Program("cuda", Path("/r/bin/fa-cuda"), "cuda")]
+    assert [p.name for p in bench.distinct_names(progs)] == ["x/a/bin/fa-cuda", "y/a/bin/fa-cuda",
+                                                             "x/a/bin/fa-cuda", "cuda"]
+
+
 def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
     """A crash after the first measurement leaves that measurement in the file."""
     from fa_cli.judge import verdict

@@ -64,7 +64,7 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
     check_extendable(results)
     runner = make_launcher(launcher, partition, gres, srun_args)
     check_names(wanted)
-    progs = [runnable(n, runner) for n in names]
+    progs = bench.distinct_names([runnable(n, runner) for n in names])
     ready.announce_disk(wanted, False, note)
     targets = targets_for(wanted, sizes)
     plan = bench.BenchPlan(progs, targets, repeats, precision=precision, launcher=None if slurm_array else runner,

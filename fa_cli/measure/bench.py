@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -55,6 +56,26 @@ class BenchPlan:
     label: str | None = None  # names this set of runs (e.g. the partition) in comparisons
     kind: str = "bench"  # the command whose records these are (fa ladder and fa sweep measure too)
     fields: dict = field(default_factory=dict)  # added to every record (a ladder step, a sweep's Br and Bc)
+
+
+def distinct_names(programs: list[Program]) -> list[Program]:
+    """Programs of one file name at different paths (two builds' bin/fa-cuda) named by as many of
+    their path's last parts as tell them apart (base/bin/fa-cuda, new/bin/fa-cuda), so that the
+    table and fa compare keep them apart; a program given twice (the A/A control) keeps its name."""
+    paths: dict[str, set[Path]] = {}
+    for prog in programs:
+        paths.setdefault(prog.name, set()).add(prog.path)
+    renamed = {}
+    for name, group in paths.items():
+        if len(group) < 2:
+            continue
+        for last in range(2, max(len(p.parts) for p in group) + 1):
+            names = {p: "/".join(p.parts[-last:]) for p in group}
+            if len(set(names.values())) == len(group):
+                break
+        renamed.update({(name, p): n for p, n in names.items()})
+    return [dataclasses.replace(p, name=renamed[p.name, p.path]) if (p.name, p.path) in renamed else p
+            for p in programs]
 
 
 def flush_to_disk(path: Path) -> None:
