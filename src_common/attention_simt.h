@@ -19,7 +19,8 @@
 //   O = alpha O + P V   P as float4 along keys, V as float4 along d: TM + TD 16-byte loads per
 //                4 TM TD FMA, summed per tile in registers before it is added to O (blocked sum)
 // Shared memory (dynamic), pitches in floats:
-//   Qs[Br][D + 4]        Q as it is, loaded once (with the first K/V tile); pitch/4 odd: the warp's rows in distinct banks
+//   Qs[Br][D + 4]        Q as it is, loaded once (with the first K/V tile); pitch/4 odd: the
+//                        warp's rows in distinct banks
 //   Ks[ST][Bc][D + 4]    K tiles, ST stages; a thread's keys x + C j: distinct banks for x < 8
 //   Vs[ST][Bc][D]        V tiles, ST stages; read as consecutive float4 along d
 //   Ps[Br][Bc + C]       probabilities; the stores of a warp (R_w row groups x C keys) fill 32 banks
@@ -27,9 +28,9 @@
 // (no registers) at the start of tile t and awaited at its end, Q with the first tile. Elsewhere
 // K of tile t + 1 is fetched from global memory into registers (float4) before S of tile t is
 // computed and stored into the other stage after it, V of tile t + 1 likewise around the softmax
-// and P V. One block barrier per tile. With one stage (the AMD tiles,
-// to fit two blocks in a CU's LDS) the loads still fly during S and P V, but each stash waits for
-// a barrier that ends the reads of the tile it replaces: three barriers per tile.
+// and P V. One block barrier per tile. With one stage (the AMD tiles, to fit two blocks in a CU's
+// LDS) the loads still fly during S and P V, but each stash waits for a barrier that ends the
+// reads of the tile it replaces: three barriers per tile.
 // Keys past N load as zeros and score -inf; rows past N are computed from zero Q and never
 // stored. NaN and inf propagate as in the tiled kernel (same max/exp2/compensated-sum steps).
 #pragma once
@@ -59,9 +60,9 @@
 
 // The k loop of S and the key loop of P V. With cp.async, the k loop unrolled by two (fully
 // unrolled, the tile's loop outgrew the instruction cache: ncu sampled 26% of the warps waiting
-// for instructions at 4 x 8192 x 32; by two measured 2 to 5% faster, H100); without it (sm_75 and older)
-// fully, as measured before. On AMD fully unrolled loops let LLVM's scheduler hoist every
-// shared-memory load of the tile and spill hundreds of registers.
+// for instructions at 4 x 8192 x 32; by two measured 2 to 5% faster, H100); without it (sm_75
+// and older) fully, as measured before. On AMD fully unrolled loops let LLVM's scheduler hoist
+// every shared-memory load of the tile and spill hundreds of registers.
 #ifndef FA_SIMT_UNROLL_K
 #if FA_SIMT_AMD
 #define FA_SIMT_UNROLL_K _Pragma("unroll 1")
