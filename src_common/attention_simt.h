@@ -24,11 +24,11 @@
 //   Ks[ST][Bc][D + 4]    K tiles, ST stages; a thread's keys x + C j: distinct banks for x < 8
 //   Vs[ST][Bc][D]        V tiles, ST stages; read as consecutive float4 along d
 //   Ps[Br][Bc + C]       probabilities; the stores of a warp (R_w row groups x C keys) fill 32 banks
-// K/V double buffering: on sm_80 and later, tile t + 1 is copied into the other stage by cp.async
-// (no registers) at the start of tile t and awaited at its end, Q with the first tile. Elsewhere
-// K of tile t + 1 is fetched from global memory into registers (float4) before S of tile t is
-// computed and stored into the other stage after it, V of tile t + 1 likewise around the softmax
-// and P V. One block barrier per tile. With one stage (the AMD tiles, to fit two blocks in a CU's
+// K/V double buffering: on sm_80 and later (two-stage tiles), tile t + 1 is copied into the other
+// stage by cp.async (no registers) at the start of tile t and awaited at its end, Q with the first
+// tile. Elsewhere K of tile t + 1 is fetched from global memory into registers (float4) before S
+// of tile t is computed and stored into the other stage after it, V of tile t + 1 likewise around
+// the softmax and P V. One block barrier per tile. With one stage (the AMD tiles, to fit two blocks in a CU's
 // LDS) the loads still fly during S and P V, but each stash waits for a barrier that ends the
 // reads of the tile it replaces: three barriers per tile.
 // Keys past N load as zeros and score -inf; rows past N are computed from zero Q and never
@@ -48,8 +48,8 @@
 #define FA_SIMT_AMD FA_AMD_CODE
 #endif
 
-// K/V tiles copied from global to shared memory without registers (cp.async) where the GPU has
-// it: issued at the start of a tile, awaited at its end, so the loads fly during all of S, the
+// K/V tiles of two-stage tiles copied from global to shared memory without registers (cp.async)
+// where the GPU has it: issued at the start of a tile, awaited at its end, so the loads fly during all of S, the
 // softmax and P V, and the 16 staging registers are free. Elsewhere (AMD, GPUs before sm_80,
 // and the AMD tiles on NVIDIA) the tiles go through registers.
 #if FA_ASYNC_COPY && !FA_SIMT_AMD
@@ -60,7 +60,7 @@
 
 // The k loop of S and the key loop of P V. With cp.async, the k loop unrolled by two (fully
 // unrolled, the tile's loop outgrew the instruction cache: ncu sampled 26% of the warps waiting
-// for instructions at 4 x 8192 x 32; by two measured 2 to 5% faster, H100); without it (sm_75
+// for instructions at 4 x 8192 x 32; by two measured 1.7 to 4.5% faster, H100); without it (sm_75
 // and older) fully, as measured before. On AMD fully unrolled loops let LLVM's scheduler hoist
 // every shared-memory load of the tile and spill hundreds of registers.
 #ifndef FA_SIMT_UNROLL_K
@@ -297,7 +297,8 @@ __device__ __forceinline__ void simt_mask_keys(typename SimtFragments<T>::Scores
 }
 
 // --- Online softmax per row: the running max m (the same in the row's C threads: a C-lane
-// butterfly), alpha = 2^(m_old - m_new) to rescale O, p = 2^(s - m) into this warp's rows of Ps,
+// butterfly), alpha = 2^(m_old - m_new) to rescale O, p = 2^(s c - m) into this warp's rows of Ps
+// (c = log2(e) / sqrt(d), in the FFMA; m is of the scaled scores),
 // the tile's TN probabilities of a row summed, then added to this thread's compensated share l.
 template <class T>
 __device__ __forceinline__ void simt_online_softmax(const typename SimtFragments<T>::Scores& s,
@@ -350,9 +351,10 @@ __device__ __forceinline__ void simt_store_o(float* out, const typename SimtFrag
 }
 
 // One block: query rows row0 .. row0 + Br - 1 of batch b (blockIdx.x = b * row_tiles + row tile).
-// The next tile's K is stashed into the other stage after S (that stage was last read before the
-// previous barrier), its V after P V; the one block barrier per tile orders this tile's reads (K,
-// V, and each warp's Ps) before the next tile's writes, and the next tile's stores before its reads.
+// The next tile's K and V are copied into the other stage at the tile's start (cp.async) or, through
+// registers, K stashed after S and V after P V (that stage was last read before the previous
+// barrier); the one block barrier per tile orders this tile's reads (K, V, and each warp's Ps)
+// before the next tile's writes, and the next tile's stores (or awaited copies) before its reads.
 template <class T>
 __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
                                           int64_t row_tiles) {

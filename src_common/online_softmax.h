@@ -1,7 +1,7 @@
 // online_softmax.h: the step every kernel's softmax takes per row and tile, written once.
 //
-// A row keeps a running max m (base 2: Q, or S, carries log2(e) / sqrt(d)) and a running sum l
-// of 2^(s - m). A tile whose largest score is tile_max moves the max to m_new = max(m, tile_max);
+// A row keeps a running max m (base 2: Q, S or the exponent's FFMA carries log2(e) / sqrt(d))
+// and a running sum l of 2^(s - m). A tile whose largest score is tile_max moves the max to m_new = max(m, tile_max);
 // what was summed (l, and the kernel's O row) shrinks by alpha = 2^(m - m_new), and the tile's
 // probabilities are 2^(s - m_new). m = -inf before the first tile gives alpha = 0 (nothing
 // summed yet); NaN scores propagate through fmaxf and exp2 as in the float64 reference.

@@ -166,6 +166,9 @@ def test_distinct_names_go_back_as_far_as_the_paths_differ():
              Program("fa-cuda", Path("/x/a/bin/fa-cuda")), Program("cuda", Path("/r/bin/fa-cuda"), "cuda")]
     assert [p.name for p in bench.distinct_names(progs)] == ["x/a/bin/fa-cuda", "y/a/bin/fa-cuda",
                                                              "x/a/bin/fa-cuda", "cuda"]
+    # paths of different depths: the shorter one whole once its parts run out
+    deep = [Program("fa", Path("/x/fa")), Program("fa", Path("/y/x/fa"))]
+    assert [p.name for p in bench.distinct_names(deep)] == ["/x/fa", "y/x/fa"]
 
 
 def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):

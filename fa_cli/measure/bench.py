@@ -60,8 +60,9 @@ class BenchPlan:
 
 def distinct_names(programs: list[Program]) -> list[Program]:
     """Programs of one file name at different paths (two builds' bin/fa-cuda) named by as many of
-    their path's last parts as tell them apart (base/bin/fa-cuda, new/bin/fa-cuda), so that the
-    table and fa compare keep them apart; a program given twice (the A/A control) keeps its name."""
+    their absolute path's last parts as tell them apart (base/bin/fa-cuda, main/bin/fa-cuda), so
+    that the table and fa compare keep them apart (unless --label names them all alike); a program
+    given twice (the A/A control) keeps its name."""
     paths: dict[str, set[Path]] = {}
     for prog in programs:
         paths.setdefault(prog.name, set()).add(prog.path)
@@ -70,7 +71,7 @@ def distinct_names(programs: list[Program]) -> list[Program]:
         if len(group) < 2:
             continue
         for last in range(2, max(len(p.parts) for p in group) + 1):
-            names = {p: "/".join(p.parts[-last:]) for p in group}
+            names = {p: str(p) if last >= len(p.parts) else str(Path(*p.parts[-last:])) for p in group}
             if len(set(names.values())) == len(group):
                 break
         renamed.update({(name, p): n for p, n in names.items()})
