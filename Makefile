@@ -81,17 +81,14 @@ hw4-amd: $(BIN)/fa-hip
 	cp $< $@
 
 # The same HIP source compiled by nvcc through src_hip/hip_on_cuda.h, to run on NVIDIA GPUs.
+# hip-cuda-amd-tiles: the same with the AMD simt tiles that fa-hip runs on CDNA (FA_SIMT_AMD=1):
+# the tests check them on an NVIDIA GPU, where no AMD GPU is.
 hip-cuda: $(BIN)/fa-hip-cuda
-$(BIN)/fa-hip-cuda: $(HIP_SRC)
-	@mkdir -p $(BIN)
-	$(NVCC) $(NVCCFLAGS) $(EXTRA_FLAGS) $(CUDA_GENCODE) -x cu -Xcompiler -pthread -o $@ $<
-
-# The same, with the AMD simt tiles that fa-hip runs on CDNA (FA_SIMT_AMD=1): the tests check
-# them on an NVIDIA GPU, where no AMD GPU is.
 hip-cuda-amd-tiles: $(BIN)/fa-hip-cuda-amd-tiles
-$(BIN)/fa-hip-cuda-amd-tiles: $(HIP_SRC)
+$(BIN)/fa-hip-cuda-amd-tiles: AMD_TILES := -DFA_SIMT_AMD=1
+$(BIN)/fa-hip-cuda $(BIN)/fa-hip-cuda-amd-tiles: $(HIP_SRC)
 	@mkdir -p $(BIN)
-	$(NVCC) $(NVCCFLAGS) $(EXTRA_FLAGS) -DFA_SIMT_AMD=1 $(CUDA_GENCODE) -x cu -Xcompiler -pthread -o $@ $<
+	$(NVCC) $(NVCCFLAGS) $(EXTRA_FLAGS) $(AMD_TILES) $(CUDA_GENCODE) -x cu -Xcompiler -pthread -o $@ $<
 
 cpu: $(BIN)/fa-cpu
 $(BIN)/fa-cpu: src_cpu/fa_cpu.cpp $(COMMON)
