@@ -13,24 +13,27 @@
 // the end. Per tile:
 //   S = Q K^T    Q and K from shared memory as float4 along d: TM + TN 16-byte loads per 4 TM TN FMA
 //   online softmax: running max m (base 2: of s log2(e) / sqrt(d)), p = exp2(s log2(e) / sqrt(d) - m)
-//                (the scale in the FFMA that subtracts m),
+//                (the scale on Q as it is loaded, or in the FFMA that subtracts m: q_copied),
 //                the tile's TN probabilities of a row summed, then added to a compensated l
 //   P -> shared  (the warp's own rows: a wave barrier, no block barrier)
 //   O = alpha O + P V   P as float4 along keys, V as float4 along d: TM + TD 16-byte loads per
 //                4 TM TD FMA, summed per tile in registers before it is added to O (blocked sum)
 // Shared memory (dynamic), pitches in floats:
-//   Qs[Br][D + 4]        Q as it is, loaded once (with the first K/V tile); pitch/4 odd: the
+//   Qs[Br][D + 4]        Q (scaled, or as it is: q_copied), loaded once; pitch/4 odd: the
 //                        warp's rows in distinct banks
 //   Ks[ST][Bc][D + 4]    K tiles, ST stages; a thread's keys x + C j: distinct banks for x < 8
 //   Vs[ST][Bc][D]        V tiles, ST stages; read as consecutive float4 along d
 //   Ps[Br][Bc + C]       probabilities; the stores of a warp (R_w row groups x C keys) fill 32 banks
-// K/V double buffering: on sm_80 and later (two-stage tiles), tile t + 1 is copied into the other
-// stage by cp.async (no registers) at the start of tile t and awaited at its end, Q with the first
-// tile. Elsewhere K of tile t + 1 is fetched from global memory into registers (float4) before S
-// of tile t is computed and stored into the other stage after it, V of tile t + 1 likewise around
-// the softmax and P V. One block barrier per tile. With one stage (the AMD tiles, to fit two blocks in a CU's
-// LDS) the loads still fly during S and P V, but each stash waits for a barrier that ends the
-// reads of the tile it replaces: three barriers per tile.
+// K/V streaming, by tile kind. cp.async (sm_80 and later), two stages: tile t + 1 is copied into
+// the other stage at the start of tile t and awaited at its end (Q with the first tile); one block
+// barrier per tile. cp.async, one stage (d = 64 on NVIDIA, to hold a 64-key tile): K of tile t + 1
+// is copied once every warp's S has read K (the first barrier, which also awaits V of tile t), V
+// of tile t + 1 once every warp's P V has read V (the second, which awaits that K); two barriers
+// per tile, each copy flying during half a tile. Through registers (older GPUs and AMD): K of tile
+// t + 1 is fetched into registers (float4) before S of tile t and stored into the other stage
+// after it, V likewise around the softmax and P V; one barrier per tile with two stages, three
+// with one (the AMD tiles, to fit two blocks in a CU's LDS: each stash waits for a barrier that
+// ends the reads of the tile it replaces).
 // Keys past N load as zeros and score -inf; rows past N are computed from zero Q and never
 // stored. NaN and inf propagate as in the tiled kernel (same max/exp2/compensated-sum steps).
 #pragma once
@@ -113,6 +116,11 @@ struct SimtTile {
   static constexpr int smem_bytes = smem_floats * 4;
   static constexpr int tile_quads = keys * d / 4;  // float4 of K (and of V) per tile
   static constexpr int loads_per_thread = tile_quads / threads;
+  // Q copied with the first K/V tile by cp.async (no registers to scale it in), the scale
+  // log2(e) / sqrt(d) then applied in the softmax's FFMA: at d = 32, measured faster there (H100,
+  // docs/kernels.md); at d = 64 it measured slower, and Q is loaded through registers, scaled.
+  static constexpr bool q_copied = FA_SIMT_ASYNC && stages == 2 && d == 32;
+  static constexpr float log2e = 1.4426950408889634f;
   static_assert(d % (4 * threads_per_row) == 0, "each thread owns whole float4 of O");
   static_assert(threads_per_row <= 32 && 32 % threads_per_row == 0 && threads_per_row <= FA_WAVE,
                 "a row's threads stay inside one warp");
@@ -138,16 +146,19 @@ template <> struct SimtBig<32> { typedef SimtTile<32, 2, 4, 8, 32, 1, 1> type; }
 template <int D> struct SimtSmall { typedef typename SimtBig<D>::type type; };
 #else
 // Measured on an H100 against 256-thread tiles of 4 x 4 / 4 x 8 scores (more warps, less reuse:
-// 2 to 6% slower) and against Bc = 16 (d = 64) and 8 lanes a row (d = 32) (3 to 24% slower).
+// 2 to 6% slower), against Bc = 16 (d = 64) and 8 lanes a row (d = 32) (3 to 24% slower), and
+// against 12 warps per SM at 168 registers (one stage, 4 x 8 or 8 x 4 scores: 6 to 28% slower).
 // fa sweep builds other big tiles with -DFA_SIMT<d>_<PARAMETER>=... (registry: Simt::sweep).
-// d = 64: 128 threads (16 row groups x 8), 8 x 4 scores + 8 x 8 O per thread, Br = 128, Bc = 32:
-// 12 float4 loads per 128 FMA in S, 16 per 256 in P V; 87 KB of shared memory: 2 blocks
-// (8 warps) per SM, so up to 255 registers (255, no spills, on sm_90).
+// d = 64: 128 threads (16 row groups x 8), 8 x 8 scores + 8 x 8 O per thread, Br = 128, Bc = 64,
+// one K/V stage (cp.async, two barriers per tile): 16 float4 loads per 256 FMA in S and in P V,
+// the softmax's per-row steps over 8 keys; 103 KB of shared memory: 2 blocks (8 warps) per SM,
+// so up to 255 registers (255, no spills, on sm_90). Measured 8% faster than 8 x 4 scores with
+// Bc = 32 in two stages (docs/kernels.md).
 #ifndef FA_SIMT64_ROWS_PER_THREAD
 #define FA_SIMT64_ROWS_PER_THREAD 8
 #endif
 #ifndef FA_SIMT64_KEYS_PER_THREAD
-#define FA_SIMT64_KEYS_PER_THREAD 4
+#define FA_SIMT64_KEYS_PER_THREAD 8
 #endif
 #ifndef FA_SIMT64_THREADS_PER_ROW
 #define FA_SIMT64_THREADS_PER_ROW 8
@@ -159,7 +170,7 @@ template <int D> struct SimtSmall { typedef typename SimtBig<D>::type type; };
 #define FA_SIMT64_MIN_BLOCKS 2
 #endif
 #ifndef FA_SIMT64_STAGES
-#define FA_SIMT64_STAGES 2
+#define FA_SIMT64_STAGES 1
 #endif
 // d = 32: 64 threads (16 row groups x 4), 8 x 8 scores + 8 x 8 O per thread, Br = 128, Bc = 32:
 // 16 float4 loads per 256 FMA in both products; 53 KB: 4 blocks (8 warps) per SM, 255 registers.
@@ -210,15 +221,28 @@ struct SimtShared {
   __device__ __forceinline__ float* v_stage(int stage) const { return v + stage * T::v_floats; }
 };
 
-// --- Load Q: the block's rows into shared memory (rows past N are zeros), as they are: the
-// scale log2(e) / sqrt(d) that makes exp2 give e^x is applied in the softmax.
+// The scale log2(e) / sqrt(d) that makes exp2 give e^x: on Q as it is loaded (q_scale), or on the
+// scores in the softmax (score_scale); the other one is 1 (folded away by the compiler).
+template <class T>
+__device__ __forceinline__ float simt_q_scale() {
+  return T::q_copied ? 1.f : T::log2e / sqrtf((float)T::d);
+}
+template <class T>
+__device__ __forceinline__ float simt_score_scale() {
+  return T::q_copied ? T::log2e / sqrtf((float)T::d) : 1.f;
+}
+
+// --- Load Q through registers: the block's rows into shared memory (rows past N are zeros),
+// scaled by simt_q_scale.
 template <class T>
 __device__ __forceinline__ void simt_load_q(float* Qs, const float* Q, int64_t row0, int64_t N, int tid) {
   constexpr int d = T::d;
+  const float scale = simt_q_scale<T>();
   for (int i = tid; i < T::rows * d / 4; i += T::threads) {
     const int r = i / (d / 4), c = (i % (d / 4)) * 4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (row0 + r < N) v = *reinterpret_cast<const float4*>(Q + (row0 + r) * d + c);
+    v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
     *reinterpret_cast<float4*>(Qs + r * T::q_pitch + c) = v;
   }
 }
@@ -250,21 +274,40 @@ __device__ __forceinline__ void simt_stash(const float4 (&next)[T::loads_per_thr
 }
 
 // Rows first .. first + Rows - 1 (a K/V tile, or Q) copied straight into shared memory
-// (FA_SIMT_ASYNC); rows past N are zero-filled (a copy of 0 source bytes). Awaited by
-// simt_wait_copies.
+// (FA_SIMT_ASYNC); rows past N are zero-filled (a copy of 0 source bytes, from a row inside the
+// matrix). Copy l of a thread is float4 number tid + l * threads: a thread copies one column of
+// float4, rows threads / (d / 4) apart. One-stage tiles issue their copies mid-tile, where S or O
+// holds most registers: there a thread's addresses are one base and constant offsets, 32-bit (the
+// general form below spilled). Two-stage tiles issue theirs at the tile's start and keep the
+// general form: the constant offsets measured 2% slower at 13000 x 128 x 32 there (H100).
+// Awaited by simt_wait_copies.
 template <class T, int Rows>
 __device__ __forceinline__ void simt_copy_async(float* dst, int pitch, const float* src, int64_t first, int64_t N,
                                                 int tid) {
 #if FA_SIMT_ASYNC
-  constexpr int d = T::d;
-  static_assert(Rows * d / 4 % T::threads == 0, "every thread copies the same number of float4");
+  constexpr int d = T::d, quads = d / 4, copies = Rows * quads / T::threads, row_step = T::threads / quads;
+  static_assert(Rows * quads % T::threads == 0, "every thread copies the same number of float4");
+  static_assert(T::stages == 2 || T::threads % quads == 0, "a thread of a one-stage tile copies one column");
+  if (T::stages == 1) {
+    const int r0 = tid / quads, c = (tid % quads) * 4;
+    float* to = dst + r0 * pitch + c;
+    const float* from = src + (first + r0) * d + c;
+    const bool all_inside = first + Rows <= N;
+    const int inside = all_inside ? Rows : (int)(N - first) - r0;  // row r0 + k is inside N for k < inside
 #pragma unroll
-  for (int l = 0; l < Rows * d / 4 / T::threads; ++l) {
-    const int i = tid + l * T::threads;
-    const int64_t row = first + i / (d / 4);
-    const bool valid = row < N;
-    cp_async16(dst + (i / (d / 4)) * pitch + (i % (d / 4)) * 4, valid ? src + row * d + (i % (d / 4)) * 4 : src,
-               valid ? 16 : 0);
+    for (int l = 0; l < copies; ++l) {
+      const bool valid = all_inside || l * row_step < inside;
+      cp_async16(to + l * row_step * pitch, valid ? from + l * row_step * d : src, valid ? 16 : 0);
+    }
+  } else {
+#pragma unroll
+    for (int l = 0; l < copies; ++l) {
+      const int i = tid + l * T::threads;
+      const int64_t row = first + i / quads;
+      const bool valid = row < N;
+      cp_async16(dst + (i / quads) * pitch + (i % quads) * 4, valid ? src + row * d + (i % quads) * 4 : src,
+                 valid ? 16 : 0);
+    }
   }
   cp_async_commit();
 #endif
@@ -298,14 +341,14 @@ __device__ __forceinline__ void simt_mask_keys(typename SimtFragments<T>::Scores
 
 // --- Online softmax per row: the running max m (the same in the row's C threads: a C-lane
 // butterfly), alpha = 2^(m_old - m_new) to rescale O, p = 2^(s c - m) into this warp's rows of Ps
-// (c = log2(e) / sqrt(d), in the FFMA; m is of the scaled scores),
+// (c = simt_score_scale: 1 where Q carries the scale; m is of the scaled scores),
 // the tile's TN probabilities of a row summed, then added to this thread's compensated share l.
 template <class T>
 __device__ __forceinline__ void simt_online_softmax(const typename SimtFragments<T>::Scores& s,
                                                     typename SimtFragments<T>::Rows& m, CompensatedSum (&l)[T::rows_per_thread],
                                                     typename SimtFragments<T>::Rows& alpha, float* Ps, int x, int g) {
   constexpr int TN = T::keys_per_thread, C = T::threads_per_row, R = T::row_groups;
-  const float scale = 1.4426950408889634f / sqrtf((float)T::d);  // log2(e) / sqrt(d): exp2 gives e^x
+  const float scale = simt_score_scale<T>();  // log2(e) / sqrt(d) where Q does not carry it, else 1
 #pragma unroll
   for (int i = 0; i < T::rows_per_thread; ++i) {
     float mx = s[i][0];
@@ -317,7 +360,7 @@ __device__ __forceinline__ void simt_online_softmax(const typename SimtFragments
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-      const float p = exp2_approx(fmaf(s[i][j], scale, -m[i]));
+      const float p = exp2_approx(T::q_copied ? fmaf(s[i][j], scale, -m[i]) : s[i][j] - m[i]);
       sum += p;
       Ps[(g + R * i) * T::p_pitch + x + C * j] = p;
     }
@@ -351,10 +394,10 @@ __device__ __forceinline__ void simt_store_o(float* out, const typename SimtFrag
 }
 
 // One block: query rows row0 .. row0 + Br - 1 of batch b (blockIdx.x = b * row_tiles + row tile).
-// The next tile's K and V are copied into the other stage at the tile's start (cp.async) or, through
-// registers, K stashed after S and V after P V (that stage was last read before the previous
-// barrier); the one block barrier per tile orders this tile's reads (K, V, and each warp's Ps)
-// before the next tile's writes, and the next tile's stores (or awaited copies) before its reads.
+// K/V stream as the file's header says: with two stages the one block barrier per tile orders
+// this tile's reads (K, V, and each warp's Ps) before the next tile's writes, and the next tile's
+// stores (or awaited copies) before its reads; with one stage a barrier after S frees K and one
+// after P V frees V.
 template <class T>
 __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
                                           int64_t row_tiles) {
@@ -382,14 +425,17 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
     for (int c = 0; c < TD; ++c) o[i][c] = 0.f;
   }
 
-  constexpr bool kAsync = FA_SIMT_ASYNC && T::stages == 2;
-  if (kAsync) {  // Q and the first K/V tile in flight together
+  constexpr bool kAsync = FA_SIMT_ASYNC;            // K/V by cp.async, else through registers
+  constexpr bool kAsyncOneStage = kAsync && T::stages == 1;
+  if (T::q_copied)  // Q and the first K/V tile in flight together
     simt_copy_async<T, T::rows>(smem.q, T::q_pitch, Q, row0, N, tid);
+  else
+    simt_load_q<T>(smem.q, Q, row0, N, tid);
+  if (kAsync) {
     simt_copy_async<T, T::keys>(smem.k_stage(0), T::k_pitch, K, 0, N, tid);
     simt_copy_async<T, T::keys>(smem.v_stage(0), T::v_pitch, V, 0, N, tid);
     simt_wait_copies();
   } else {
-    simt_load_q<T>(smem.q, Q, row0, N, tid);
     simt_fetch<T>(next, K, 0, N, tid);
     simt_stash<T>(next, smem.k_stage(0), T::k_pitch, tid);
     simt_fetch<T>(next, V, 0, N, tid);
@@ -399,7 +445,7 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
   int buf = 0;
   for (int64_t key0 = 0; key0 < N; key0 += T::keys) {
     const bool more = key0 + T::keys < N;
-    if (kAsync && more) {  // the other stage was last read before the previous tile's barrier
+    if (kAsync && T::stages == 2 && more) {  // the other stage was last read before the last barrier
       simt_copy_async<T, T::keys>(smem.k_stage(buf ^ 1), T::k_pitch, K, key0 + T::keys, N, tid);
       simt_copy_async<T, T::keys>(smem.v_stage(buf ^ 1), T::v_pitch, V, key0 + T::keys, N, tid);
     }
@@ -434,7 +480,11 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
         }
       }
     }
-    if (T::stages == 1) __syncthreads();  // every warp's S read this K stage
+    if (T::stages == 1) {  // every warp's S read this K stage; with cp.async, V of this tile landed
+      simt_wait_copies();
+      __syncthreads();
+    }
+    if (kAsyncOneStage && more) simt_copy_async<T, T::keys>(smem.k, T::k_pitch, K, key0 + T::keys, N, tid);
     if (!kAsync && more) {
       simt_stash<T>(next, smem.k_stage(buf ^ (T::stages - 1)), T::k_pitch, tid);
       simt_fetch<T>(next, V, key0 + T::keys, N, tid);
@@ -481,10 +531,17 @@ __device__ __forceinline__ void simt_rows(const float* __restrict__ qkv, float* 
 #pragma unroll
       for (int c = 0; c < TD; ++c) o[i][c] = fmaf(o[i][c], alpha[i], t[i][c]);
 
-    if (T::stages == 1) __syncthreads();  // every warp's P V read this V stage
-    if (!kAsync && more) simt_stash<T>(next, smem.v_stage(buf ^ (T::stages - 1)), T::v_pitch, tid);
-    if (kAsync) simt_wait_copies();  // this thread's copies of the next tile have landed
-    __syncthreads();
+    if (T::stages == 1) {  // every warp's P V read this V stage; with cp.async, the next K landed
+      simt_wait_copies();
+      __syncthreads();
+    }
+    if (kAsyncOneStage) {  // the next V, awaited at the next tile's first barrier
+      if (more) simt_copy_async<T, T::keys>(smem.v, T::v_pitch, V, key0 + T::keys, N, tid);
+    } else {
+      if (!kAsync && more) simt_stash<T>(next, smem.v_stage(buf ^ (T::stages - 1)), T::v_pitch, tid);
+      if (kAsync) simt_wait_copies();  // this thread's copies of the next tile have landed
+      __syncthreads();
+    }
     buf ^= T::stages - 1;  // the other stage, or the only one
   }
 

@@ -48,7 +48,7 @@ struct SimtKernel {
     return "attention_simt<" + std::to_string(T::d) FA_SIMT_PARAMETERS(FA_SIMT_VALUE) + ">";
 #undef FA_SIMT_VALUE
   }
-  // --kernels' tiles column: "d=64: TM=8,TN=4,C=8,R=16,MB=2,ST=2".
+  // --kernels' tiles column: "d=64: TM=8,TN=8,C=8,R=16,MB=2,ST=1".
   static std::string text() {
     std::string t;
 #define FA_SIMT_TEXT(short_name, suffix, member) t += (t.empty() ? "" : ",") + std::string(#short_name "=") + std::to_string(T::member);

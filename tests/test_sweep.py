@@ -43,7 +43,7 @@ def test_bad_parameters_are_refused(text, why, families):
 
 def test_simt_parameters_start_from_the_programs_tile_for_d(families):
     simt = families["simt"]
-    assert sweep.grid([], simt, 64) == [{"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2, "ST": 2}]
+    assert sweep.grid([], simt, 64) == [{"TM": 8, "TN": 8, "C": 8, "R": 16, "MB": 2, "ST": 1}]
     assert sweep.grid(["TN=4,8"], simt, 32) == [{"TM": 8, "TN": 4, "C": 4, "R": 16, "MB": 4, "ST": 2},
                                                 {"TM": 8, "TN": 8, "C": 4, "R": 16, "MB": 4, "ST": 2}]
     assert simt.tile({"TM": 8, "TN": 4, "C": 8, "R": 16, "MB": 2, "ST": 2}) == (128, 32)
