@@ -131,8 +131,8 @@ struct SimtTile {
 
 // Tiles per d, chosen by measurement on an H100 (docs/kernels.md, "SIMT kernel"); the comments
 // give registers, shared-memory loads per FMA and the blocks an SM holds. The big tile runs
-// where a block may have its shared memory (sm_80 and later; sm_75 allows 64 KB: the small tile
-// at d = 64), else the small one.
+// where a block may have its shared memory (sm_80, sm_90; at d = 64 not sm_75's 64 KB nor the
+// 99 KB of sm_86 and sm_89), else the small one.
 #if FA_SIMT_AMD
 // CDNA (gfx908/gfx90a), not measured (no AMD GPU here): a block is four wavefronts of 64 lanes
 // (rows of 8 lanes stay inside a wavefront) in at most 32 KB of LDS, so that a CU's 64 KB hold
@@ -201,8 +201,9 @@ template <> struct SimtBig<32> {
   typedef SimtTile<32, FA_SIMT32_ROWS_PER_THREAD, FA_SIMT32_KEYS_PER_THREAD, FA_SIMT32_THREADS_PER_ROW,
                    FA_SIMT32_ROW_GROUPS, FA_SIMT32_MIN_BLOCKS, FA_SIMT32_STAGES> type;
 };
-// GPUs that give a block at most 48 KB (sm_61, the course's GTX 1080): 64 query rows, 128
-// threads of 4 x 2 (d = 64, Bc = 16: 41 KB) or 4 x 8 scores (d = 32, Bc = 32: 37 KB).
+// GPUs that give a block too little for the big tile (at most 48 KB: sm_61, the course's GTX
+// 1080): 64 query rows, 128 threads of 4 x 2 (d = 64, Bc = 16: 41 KB) or 4 x 8 scores (d = 32,
+// Bc = 32: 37 KB).
 template <int D> struct SimtSmall;
 template <> struct SimtSmall<64> { typedef SimtTile<64, 4, 2, 8, 16, 1, 2> type; };
 template <> struct SimtSmall<32> { typedef SimtTile<32, 4, 8, 4, 16, 1, 2> type; };
