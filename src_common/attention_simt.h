@@ -131,8 +131,8 @@ struct SimtTile {
 
 // Tiles per d, chosen by measurement on an H100 (docs/kernels.md, "SIMT kernel"); the comments
 // give registers, shared-memory loads per FMA and the blocks an SM holds. The big tile runs
-// where a block may have its shared memory (sm_80, sm_90; at d = 64 not sm_75's 64 KB nor the
-// 99 KB of sm_86 and sm_89), else the small one.
+// where a block may have its shared memory (sm_80, sm_90; at d = 64 not the 64 KB of sm_75 nor
+// the 96 to 99 KB of sm_70, sm_86 and sm_89), else the small one.
 #if FA_SIMT_AMD
 // CDNA (gfx908/gfx90a), not measured (no AMD GPU here): a block is four wavefronts of 64 lanes
 // (rows of 8 lanes stay inside a wavefront) in at most 32 KB of LDS, so that a CU's 64 KB hold
