@@ -214,8 +214,9 @@ def floor_table(floor: dict) -> list[str]:
 
 
 def summary(out: Path) -> str:
-    """The measured section of docs/results.md: what the files in `out` say, with their commit."""
-    rel = out.relative_to(ROOT / "docs")
+    """The measured section of docs/results.md: what the files in `out` say, with their commit.
+    Its links are relative to docs/ where `out` lies there, else `out` as it is."""
+    rel = out.relative_to(ROOT / "docs") if out.is_relative_to(ROOT / "docs") else out
     bench, runs = _records(out / "bench.json"), _records(out / "run.json")
     everything = bench + runs + _records(out / "profile.json") + _records(out / "ladder.json")
     devices = sorted({r["device"] for r in everything if r.get("device") not in (None, "unknown")})
@@ -260,10 +261,16 @@ def summary(out: Path) -> str:
 
 
 def write_summary(out: Path) -> None:
-    text = RESULTS_DOC.read_text()
-    with atomic_file(RESULTS_DOC) as f:
-        f.write(replace_section(text, "results", summary(out)).encode())
-    print(f"== summary -> {RESULTS_DOC.relative_to(ROOT)}")
+    """docs/results.md's measured section where `out` is under docs/results/; the files of any
+    other folder (a run on a machine whose checkout is a copy) get theirs beside them, summary.md."""
+    if out.is_relative_to(RESULTS_DOC.parent / "results"):
+        target, text = RESULTS_DOC, RESULTS_DOC.read_text()
+        body = replace_section(text, "results", summary(out))
+    else:
+        target, body = out / "summary.md", summary(out)
+    with atomic_file(target) as f:
+        f.write(body.encode())
+    print(f"== summary -> {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}")
 
 
 def main() -> None:

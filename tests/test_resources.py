@@ -93,6 +93,16 @@ def test_parse_ptxas_and_ptx():
     assert resources.parse_ptx_threads(ptx) == {"_Z1kPf": 128}
 
 
+def test_records_name_the_commit_of_fa_they_were_made_with():
+    """Like every other record, so that make results' resources files say which code they measured."""
+    from fa_cli.report import records
+
+    [record] = resources.as_records([KernelUsage(target="sm_90", kernel="k", registers=64)], "cuda")
+    assert record["source"] == records.source_revision() and record["source"].get("commit")
+    assert (record["kind"], record["program"], record["registers"]) == ("resources", "cuda", 64)
+    assert records.kind_of(record) == "resources"
+
+
 def run_resources(*args):
     proc = fa("resources", *args, "--json")
     assert proc.returncode == 0, proc.stderr

@@ -91,6 +91,24 @@ def test_make_results_dry_run_lists_each_part_without_a_gpu():
     assert "-o docs/results/h100/bench.json" in proc.stdout
 
 
+def test_the_summary_of_a_folder_outside_docs_goes_beside_its_files(tmp_path):
+    """make results --dir elsewhere (a copy of the checkout on a GPU machine) writes its summary
+    there and leaves docs/results.md as it is."""
+    for name in ("run.json", "judge-cost.json", "dense-error.txt"):
+        src = next(RESULTS.glob(f"*/{name}"), None)
+        if src is None:
+            pytest.skip(f"no {name} shipped under docs/results")
+        (tmp_path / name).write_bytes(src.read_bytes())
+    before = (ROOT / "docs" / "results.md").read_text()
+    proc = subprocess.run([sys.executable, "scripts/make_results.py", "summary", "--dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (ROOT / "docs" / "results.md").read_text() == before
+    text = (tmp_path / "summary.md").read_text()
+    assert f"[dense-error.txt]({tmp_path}/dense-error.txt)" in text and "**The judge**" in text
+    assert "Not made yet from this build: the parts bench, floor, report" in text
+
+
 def test_every_shipped_record_names_its_commit():
     for folder in shipped_dirs():
         for path in folder.glob("*.json"):

@@ -31,6 +31,7 @@ from pathlib import Path
 from .. import locations
 from ..errors import ExitStatus, FaError
 from ..programs.programs import compiler_command, run_tool
+from ..report import records
 
 
 @dataclass(frozen=True)
@@ -334,5 +335,8 @@ def usage_from(text: str, target: str, launches: dict[str, tuple[int, int]], thr
 
 
 def as_records(kernels: list[KernelUsage], program: str | None = None) -> list[dict]:
-    """Results-file records; program: what --program named (cuda, hw4.cu), for fa report."""
-    return [{"kind": "resources", **({"program": program} if program else {}), **asdict(u)} for u in kernels]
+    """Results-file records; program: what --program named (cuda, hw4.cu), for fa report. Each
+    names the commit of fa it was made with, as every other kind of record does."""
+    source = records.source_revision()
+    return [{"kind": "resources", **({"program": program} if program else {}), **asdict(u), "source": source}
+            for u in kernels]
