@@ -61,4 +61,5 @@ def write_section(name: str, body: str, device: str, doc: Path = DOC) -> None:
     tmp = doc.with_suffix(".tmp")
     tmp.write_text(replace_section(text, name, stamp + body))
     tmp.replace(doc)
-    print(f"wrote section '{name}' of {doc.relative_to(ROOT) if doc.is_relative_to(ROOT) else doc}")
+    # on stderr: a script's stdout is its record (make results keeps dense_error.py's as dense-error.txt)
+    print(f"wrote section '{name}' of {doc.relative_to(ROOT) if doc.is_relative_to(ROOT) else doc}", file=sys.stderr)

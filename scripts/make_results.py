@@ -219,7 +219,9 @@ def summary(out: Path) -> str:
     rel = out.relative_to(ROOT / "docs") if out.is_relative_to(ROOT / "docs") else out
     bench, runs = _records(out / "bench.json"), _records(out / "run.json")
     everything = bench + runs + _records(out / "profile.json") + _records(out / "ladder.json")
-    devices = sorted({r["device"] for r in everything if r.get("device") not in (None, "unknown")})
+    # profile records name the device with its arch, "NAME (sm_90)": one name per device
+    devices = sorted({re.sub(r" \(\w+\)$", "", r["device"]) for r in everything
+                      if r.get("device") not in (None, "unknown")})
     dates = sorted(r["date"][:10] for r in everything if r.get("date"))
     parts = [f"_Made by `make results` on {', '.join(devices) or 'no GPU'}"
              + (f", {dates[0]}" + (f" to {dates[-1]}" if dates[-1] != dates[0] else "") if dates else "")
