@@ -212,8 +212,15 @@ def test_compare_markdown_and_charts(cpu_program, tmp_path):
     assert header[1] == "first on host CPU time s" and header[-1] == "speedup second vs first"
     base, other = records[0]["wall_s"]["median"], records[2]["wall_s"]["median"]
     assert rows[0][-1] == f"{base / other:.2f}x"
-    proc = fa("compare", a, b, "--markdown", "--plot", tmp_path / "c.png", cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout.startswith("| input |")
+    proc = fa("compare", a, b, "--markdown", "--wide", cwd=tmp_path)  # the same table for a report
+    assert proc.returncode == 0 and proc.stdout.startswith("| input | first on host CPU time s |")
+    assert proc.stdout.splitlines()[2].endswith(f" | {rows[0][-1]} |")
+    proc = fa("compare", a, b, "--markdown", "--plot", tmp_path / "c.png", cwd=tmp_path)  # a row per run, 80 columns
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert proc.returncode == 0 and proc.stdout.startswith("Whole-process medians on host CPU:\n")
+    assert table[0] == "| input | run | time s | kernel TFLOP/s | max err | speed-up vs first |"
+    assert table[3].startswith("| 2x128x32 | second |") and table[3].endswith(f" | {rows[0][-1]} |")
+    assert max(map(len, table)) <= 80
     assert proc.stdout.rstrip().endswith(f"wrote {tmp_path / 'c.png'}")
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the file asked for, nothing beside it
     assert not list(tmp_path.glob("c-*.png"))

@@ -105,7 +105,8 @@ def test_verify_bench_compare(student):
     records = json.loads((work / "r.json").read_text())["records"]
     assert [r["input"] for r in records] == ["t01", "t03", "2x128x64"] and all(r["passed"] for r in records)
     proc = fa(student, "compare", "r.json", "--markdown", "--plot", "c.png")
-    assert proc.stdout.startswith("| input |")
+    table = [line.split(" | ")[:2] for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert table[2:] == [["| t01 (2x128x32)", "hw4"], ["| t03 (4x256x32)", "hw4"], ["| 2x128x64", "hw4"]]
     assert sorted(p.name for p in work.iterdir()) == ["c.png", "hw4", "r.json", "x.in", "x.out"]
 
 

@@ -103,7 +103,10 @@ def test_profile_command_end_to_end(cpu_program, stand_in_ncu, tmp_path):
     proc = fa("profile", "t01", "--program", "cpu", "--profiler", "ncu", "-o", out, "--markdown", env=stand_in_ncu,
               cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("| input | program | kernel |") and "attention_tensorcore<64, 0>" in proc.stdout
+    # three kernels of one run: in 80 columns, a column per kernel under a line naming the run
+    table = proc.stdout.splitlines()
+    assert table[0] == "Every row: input t01; program cpu." and max(len(l) for l in table if l.startswith("|")) <= 80
+    assert "| kernel | attention_tensorcore<64, 0> | split_kv | attention_tiled<64, 32> |" in table
     records = json.loads(out.read_text())["records"]
     tc = next(r for r in records if r["kernel"].startswith("attention_tensorcore"))
     assert tc["profiler"] == "ncu" and tc["metric_names"]["achieved occupancy"].startswith("sm__warps_active")

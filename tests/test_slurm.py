@@ -55,7 +55,8 @@ def test_profile_through_srun(cluster, cpu_program, stand_in_ncu, tmp_path):
     proc = fa("profile", "t01", "--program", "cpu", "--profiler", "ncu", "--launcher", "slurm", "--partition",
               "nvidia", "--markdown", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "| t01 | cpu | attention_tensorcore<64, 0> |" in proc.stdout
+    assert "Every row: input t01; program cpu." in proc.stdout
+    assert "| kernel | attention_tensorcore<64, 0> |" in proc.stdout
     assert not (tmp_path / ".fa-slurm").exists()
 
 
@@ -91,9 +92,12 @@ def test_bench_array_and_compare(cluster, cpu_program, tmp_path):
     proc = fa_on(cluster, tmp_path, "compare", results["nvidia"], results["amd"], "--markdown", "--plot",
               tmp_path / "cmp.png")
     assert proc.returncode == 0, proc.stderr
-    table = proc.stdout.splitlines()
-    assert table[0].startswith("| input | nvidia on host CPU time s") and "speedup amd vs nvidia" in table[0]
-    assert len([l for l in table if l.startswith("|")]) == 2 + 3
+    lines = proc.stdout.splitlines()  # a row per input and partition, the two runs under each input
+    assert lines[0] == "Whole-process medians on host CPU:"
+    table = [line.split(" | ") for line in lines if line.startswith("|")]
+    assert table[0] == ["| input", "run", "time s", "kernel TFLOP/s", "max err", "speed-up vs nvidia |"]
+    assert [(row[0][2:].split()[0], row[1]) for row in table[2:]] == [(t, p) for t in ("t01", "t04", "t07")
+                                                                     for p in ("nvidia", "amd")]
     assert (tmp_path / "cmp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

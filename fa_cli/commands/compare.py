@@ -18,17 +18,17 @@ from .options import OutputPath, force_option
 @click.option("--markdown", "as_markdown", is_flag=True, help="Print a markdown table for a report.")
 @click.option("--plot", type=OutputPath(),
               help="Write a chart (PNG) here: stage times per input and run, and time against N.")
-@click.option("--wide", is_flag=True, help="One row per input, the runs side by side (wider than 80 columns).")
+@click.option("--wide", is_flag=True, help="One row per input, the runs side by side (wider than 80 columns; "
+                                          "with --markdown too).")
 @force_option
 def compare_cmd(files, as_markdown, plot, wide) -> None:
     """Runs from one or more bench results files, side by side."""
     records = compare.timed_records(by_kind(list(files)))
     if as_markdown:
-        click.echo(compare.markdown(records), nl=False)
+        click.echo(compare.markdown(records, wide), nl=False)
     else:
-        header, body, about = compare.long_rows(records) if not wide else \
-            (*compare.rows(records), " (whole-process medians)")
-        tables.show(tables.compare_table(header, body, f"fa compare{about}"))
+        header, body, where = compare.long_rows(records) if not wide else (*compare.rows(records), "")
+        tables.show(tables.compare_table(header, body, f"fa compare{where} (whole-process medians)"))
         if note := compare.amd_note(records):
             click.echo(tables.wrap_words(note, 80))
     for line in wave64.compare_findings(records):  # a student's hw4.cu and hw4.hip side by side

@@ -89,9 +89,11 @@ def parse_shape(text: str) -> Shape:
     return check_shape(B, N, d, f"--shape {text}")
 
 
-def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str) -> None:
+def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str, keys: int = 1) -> None:
+    """A command's table: on the terminal, or as markdown for a report (80 columns, the first
+    `keys` columns naming a row)."""
     if as_markdown:
-        click.echo(tables.markdown_table(header, body), nl=False)
+        click.echo(tables.markdown_table(header, body, keys=keys), nl=False)
     else:
         tables.show(tables.compare_table(header, body, title))
 

@@ -78,7 +78,8 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, list_only, repeats, t
     with locations.shared_workdir(runner is not None) as workdir, tables.progress("sweep variants", None, steps=True) as advance:
         records = sweep.run_sweep(program, target, list(params), arch, plan_args, not no_run, with_profile,
                                   profiler, workdir, note, advance, family)
-    show(*sweep.rows(records), as_markdown, f"fa sweep: {program} {kernel} for {arch}, {target.name}")
+    show(*sweep.rows(records), as_markdown, f"fa sweep: {program} {kernel} for {arch}, {target.name}",
+         keys=sweep.key_columns(records))
     save_and_plot(records, results, plot, charts.sweep_chart)
     ran = [r for r in records if not r.get("skipped")]
     sys.exit(ExitStatus.OK if no_run or all(not r.get("error") and r.get("passed") for r in ran) else ExitStatus.FAILED)
@@ -105,7 +106,8 @@ def own_sweep(case, program, params, no_run, list_only, with_profile, repeats, t
             tables.progress("sweep variants", None, steps=True) as advance:
         records = source_sweep.run_own_sweep(source, target, list(params), plan_args, not no_run, workdir, note,
                                              advance)
-    show(*source_sweep.rows(records), as_markdown, source_sweep.title(records, source, target))
+    show(*source_sweep.rows(records), as_markdown, source_sweep.title(records, source, target),
+         keys=source_sweep.key_columns(records))
     save_and_plot(records, results, plot, charts.sweep_chart)
     ran = [r for r in records if not r.get("skipped")]
     sys.exit(ExitStatus.OK if no_run or all(not r.get("error") and r.get("passed") for r in ran) else ExitStatus.FAILED)

@@ -102,8 +102,8 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
-    """The same figures one row per (input, run), for a terminal: six columns whatever the number
-    of runs; the device named once in the title where every run has the same one."""
+    """The same figures one row per (input, run): six columns whatever the number of runs; the
+    device named once (" on X", the third value) where every run has the same one."""
     runs, table = arrange(records)
     devices = {k.device for k in runs}
     label = (lambda k: k.name) if len(devices) == 1 else str
@@ -120,13 +120,19 @@ def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
                     if base and ok and not base.get("error") else "-")
             body.append([name, label(k), cell_time(r), f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel")
                          else "-", f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-", fast])
-    where = f" on {devices.pop()}" if len(devices) == 1 else ""
-    return header, body, where + " (whole-process medians)"
+    return header, body, f" on {devices.pop()}" if len(devices) == 1 else ""
 
 
-def markdown(records: list[dict]) -> str:
+def markdown(records: list[dict], wide: bool = False) -> str:
+    """A report's table: one row per input and run, in 80 columns, under a line naming the device
+    where every run had the same; wide: one row per input, the runs side by side."""
+    if wide:
+        table = markdown_table(*rows(records), width=None)
+    else:
+        header, body, where = long_rows(records)
+        table = f"Whole-process medians{where}:\n\n" + markdown_table(header, body, keys=2)
     note = amd_note(records)
-    return markdown_table(*rows(records)) + (f"\n{note}\n" if note else "")
+    return table + (f"\n{note}\n" if note else "")
 
 
 AMD_WORDS = ("amd", "instinct", "radeon", "gfx")

@@ -195,6 +195,13 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     return own_rows(records) if records and records[0].get("sweep_source") else sweep.rows(records)
 
 
+def key_columns(records: list[dict]) -> int:
+    """How many of rows()' first columns name a variant (its parameters)."""
+    if records and records[0].get("sweep_source"):
+        return max(1, len(dict.fromkeys(p for r in records for p in r.get("sweep_params") or [])))
+    return sweep.key_columns(records)
+
+
 def base_program(record: dict) -> str:
     """The program a sweep record is a variant of: the student's source, or fa's program."""
     return record.get("sweep_source") or record["program"].split("-br")[0]

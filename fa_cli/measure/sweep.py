@@ -238,10 +238,20 @@ def resource_summary(kernel: resources.KernelUsage | None) -> dict | None:
             "limited_by": kernel.limited_by}
 
 
+def swept_params(records: list[dict]) -> list[str]:
+    """The parameters a sweep's records vary besides Br and Bc (simt's tiles derive Br and Bc)."""
+    return [p for p in (records[0].get("sweep_params") or ["Br", "Bc"] if records else []) if p not in ("Br", "Bc")]
+
+
+def key_columns(records: list[dict]) -> int:
+    """How many of rows()' first columns name a combination: its parameters, Br and Bc."""
+    return len(swept_params(records)) + 2
+
+
 def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and rows of a sweep table: one row per combination (its parameters, then Br and Bc
     where they are derived, as for simt)."""
-    params = [p for p in (records[0].get("sweep_params") or ["Br", "Bc"] if records else []) if p not in ("Br", "Bc")]
+    params = swept_params(records)
     header = [*params, "Br", "Bc", "threads", "registers", "spill B", "shared KB", "theoretical occ. %",
               "achieved occ. %", "kernel ms", "TFLOP/s", "max err", "result"]
     body = []

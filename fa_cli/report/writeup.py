@@ -26,7 +26,7 @@ from ..measure import compare, ladder, source_sweep
 from ..programs import programs
 from . import charts
 from .records import by_kind, revision_text
-from .tables import markdown_table, profile_rows
+from .tables import PROFILE_KEYS, markdown_table, profile_rows
 
 
 def systems_section(found: dict[str, list[dict]]) -> str:
@@ -71,14 +71,14 @@ def judge_section(records: list[dict], head: str = "### 3c. Others: correctness 
     passed = sum(r.get("verdict") == "PASS" for r in records)
     return (head + f"\n{passed} of {len(records)} runs PASS ({counts}; the course's tolerance is 5e-3).\n\n"
             + markdown_table(["case", "B x N x d", "program", "device", "time s", "limit s", "max err", "tolerance",
-                              "verdict"], body))
+                              "verdict"], body, keys=3))
 
 
 def profile_section(records: list[dict], head: str = "## 2. Profiling results (`fa profile`)\n") -> str:
     if not records:
         return head + "\nNo results: `fa profile t17 --program ./hw4 -o profile.json` gives them (the course " \
                       "asks for the kernel that takes the longest time).\n"
-    return head + "\n" + markdown_table(*profile_rows(records))
+    return head + "\n" + markdown_table(*profile_rows(records), keys=PROFILE_KEYS)
 
 
 def ladder_section(records: list[dict], out_dir: Path,
@@ -102,7 +102,7 @@ def sweep_section(records: list[dict], out_dir: Path, head: str = "#### Tile siz
         png = _png(out_dir, "sweep", key)
         charts.sweep_chart(group, out_dir / png)
         built = "the CPU" if key[1] == "cpu" else key[1]
-        parts.append(f"\n{key[0]} built for {built}, input {key[2]}:\n\n" + markdown_table(*source_sweep.rows(group))
+        parts.append(f"\n{key[0]} built for {built}, input {key[2]}:\n\n" + markdown_table(*source_sweep.rows(group), keys=source_sweep.key_columns(group))
                      + f"\n![sweep]({png})\n")
     return "".join(parts)
 
@@ -112,12 +112,15 @@ def resources_section(records: list[dict],
     if not records:
         return head + "\nNo results: `fa resources --program hw4.cu --json > resources.json` gives them (no GPU " \
                       "needed).\n"
-    body = [[r["target"], r["kernel"], str(r.get("threads") or "-"), str(r["registers"]), str(r.get("spill_bytes", 0)),
+    programs_named = len({r.get("program") for r in records}) > 1  # fa's programs share kernels: say whose
+    body = [[*([r.get("program") or "-"] if programs_named else []), r["target"], r["kernel"],
+             str(r.get("threads") or "-"), str(r["registers"]), str(r.get("spill_bytes", 0)),
              str(r.get("static_smem", 0) + r.get("dynamic_smem", 0)),
              f"{100 * r['occupancy']:.0f}%" if r.get("occupancy") is not None else "-",
-             ", ".join(r.get("limited_by", []))] for r in records]
-    return head + "\n" + markdown_table(["target", "kernel", "threads", "registers", "spill bytes", "shared bytes",
-                                "theoretical occupancy", "limited by"], body)
+             ", ".join(r.get("limited_by", [])) or "-"] for r in records]
+    header = [*(["program"] if programs_named else []), "target", "kernel", "threads", "registers", "spill bytes",
+              "shared bytes", "theoretical occupancy", "limited by"]
+    return head + "\n" + markdown_table(header, body, keys=3 if programs_named else 2)
 
 
 def bench_section(records: list[dict], out_dir: Path,
