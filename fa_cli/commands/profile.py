@@ -7,7 +7,7 @@ import click
 from .. import locations
 from ..measure import profile
 from ..programs import programs, ready
-from ..report import tables
+from ..report import markdown, tables
 from ..report.records import append, check_extendable
 from .group import main
 from .options import OutputPath, force_option, launcher_options
@@ -49,7 +49,7 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     if results:
         append(results, records)
     if as_markdown:
-        click.echo(tables.profile_markdown(records), nl=False)
+        click.echo(markdown.profile_markdown(records), nl=False)
     else:
         tables.show(tables.profile_table(records))
     if results:

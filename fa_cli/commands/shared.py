@@ -9,7 +9,7 @@ from ..cases import suite
 from ..cases.format import Shape, check_shape
 from ..judge import expected, verdict
 from ..programs import programs, ready, slurm
-from ..report import tables
+from ..report import markdown, tables
 from ..report.records import append
 
 
@@ -93,7 +93,7 @@ def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str
     """A command's table: on the terminal, or as markdown for a report (80 columns, the first
     `keys` columns naming a row)."""
     if as_markdown:
-        click.echo(tables.markdown_table(header, body, keys=keys), nl=False)
+        click.echo(markdown.markdown_table(header, body, keys=keys), nl=False)
     else:
         tables.show(tables.compare_table(header, body, title))
 

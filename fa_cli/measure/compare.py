@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import FaError
 from ..report import charts
-from ..report.tables import markdown_table
+from ..report.markdown import markdown_table
 
 TIMED_KINDS = ("bench", "run", "ladder", "sweep")
 

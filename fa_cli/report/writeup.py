@@ -26,7 +26,8 @@ from ..measure import compare, ladder, source_sweep
 from ..programs import programs
 from . import charts
 from .records import by_kind, revision_text
-from .tables import PROFILE_KEYS, markdown_table, profile_rows
+from .markdown import PROFILE_KEYS, markdown_table
+from .tables import profile_rows
 
 
 def systems_section(found: dict[str, list[dict]]) -> str:

@@ -1,0 +1,109 @@
+"""Markdown tables for a report: at most 80 columns, nothing lost (what leaves a table is said
+above or below it)."""
+import json
+
+from helpers import ROOT, fa
+from fa_cli.report import markdown
+
+
+def table_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("|")]
+
+
+def cells_of(text: str) -> list[list[str]]:
+    """The cells of every table row in text (header and separator rows left out)."""
+    lines = table_lines(text)
+    return [[c.strip() for c in line.strip("|").split(" | ")] for line in lines if not line.startswith("|---")]
+
+
+def test_a_table_that_fits_is_left_as_it_is():
+    text = markdown.markdown_table(["case", "time s"], [["t01", "0.133"], ["t02", "0.182"]])
+    assert text == "| case | time s |\n|---|---|\n| t01 | 0.133 |\n| t02 | 0.182 |\n"
+
+
+def test_a_name_shared_by_every_row_is_said_once_above():
+    header = ["case", "program", "device", "time s", "max err", "tolerance", "verdict"]
+    rows = [[f"t{i:02}", "cuda", "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", f"0.1{i}", "2.1e-06", "0.0001", "PASS"]
+            for i in range(1, 4)] + [["t04", "cuda", "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "0.2", "1.0e-05",
+                                      "0.0001", "WRONG"]]
+    text = markdown.markdown_table(header, rows)
+    assert text.splitlines()[0] == "Every row: device NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)."
+    assert cells_of(text) == [[h for h in header if h != "device"]] + [[c for j, c in enumerate(r) if j != 2]
+                                                                    for r in rows]
+    assert max(map(len, table_lines(text))) <= 80
+
+
+def test_a_table_of_one_row_is_turned_on_its_side():
+    header = ["host", "CPU", "cores", "memory", "GPUs", "driver", "OS"]
+    row = ["node7", "Intel(R) Xeon(R) Platinum 8480+", "112", "2015.6 GiB", "8 x NVIDIA H100 80GB HBM3 (sm_90)",
+           "580.159.04", "Linux 6.18.44"]
+    text = markdown.markdown_table(header, [row])
+    assert cells_of(text) == [["host", "node7"], *([h, c] for h, c in zip(header[1:], row[1:]))]
+    assert max(map(len, table_lines(text))) <= 80
+
+
+def test_long_names_repeated_down_a_column_become_letters_with_a_legend():
+    runs = ["cuda on NVIDIA H100 80GB HBM3 (sm_90)", "hip on AMD Instinct MI210 (gfx90a)"]
+    header = ["input", "run", "time s", "kernel TFLOP/s", "max err", "speed-up vs cuda"]
+    rows = [[f"t{i:02} (26x32768x64)", run, f"{0.2 + j:.3f}", "242", "5.8e-06", f"{1 - j / 10:.2f}x"]
+            for i in range(1, 4) for j, run in enumerate(runs)]
+    text = markdown.markdown_table(header, rows, keys=2)
+    assert f"run: a = {runs[0]}; b = {runs[1]}." in text.splitlines()
+    assert [r[1] for r in cells_of(text)[1:]] == ["a", "b"] * 3
+    assert max(map(len, table_lines(text))) <= 80
+
+
+def test_long_texts_go_below_by_row_and_a_rare_long_cell_becomes_a_note():
+    header = ["step", "what changes", "kernel ms", "TFLOP/s", "max err", "verdict"]
+    ideas = ["one thread per query row; K and V read from global memory",
+             "a warp per row, lanes across d: coalesced loads from global memory"]
+    rows = [[f"{i} step", idea, "1009", "7.08", "1.3e-05", "PASS"] for i, idea in enumerate(ideas, 1)]
+    rows.append(["3 skipped", "too many threads for a block: skipped before it ran", "-", "-", "-",
+                 "skipped: Br x Bc threads: a block holds at most 1024 of them"])
+    text = markdown.markdown_table(header, rows)
+    below = text[text.index("What changes:"):]
+    assert [f"- {r[0]}: {r[1]}" in below for r in rows] == [True] * 3
+    assert [r[-1] for r in cells_of(text)[1:]] == ["PASS", "PASS", "note 1"]
+    assert "Note 1: skipped: Br x Bc threads: a block holds at most 1024 of them" in text.splitlines()
+    assert max(map(len, table_lines(text))) <= 80
+
+
+def test_many_figures_are_split_over_tables_that_repeat_the_names_of_the_rows():
+    header = ["Br", "Bc", *(f"figure {k}" for k in range(12))]
+    rows = [[str(br), str(bc), *(f"{br * bc * (k + 1) / 7:.4g}" for k in range(12))]
+            for br in (8, 16) for bc in (32, 64)]
+    text = markdown.markdown_table(header, rows, keys=2)
+    parts = [cells_of(block) for block in text.split("\n\n") if block.startswith("|")]
+    assert len(parts) > 1 and max(map(len, table_lines(text))) <= 80
+    assert all([r[:2] for r in part] == [["Br", "Bc"], *([r[0], r[1]] for r in rows)] for part in parts)
+    figures_shown = [sum((r[2:] for r in part[1:][i:i + 1]), []) for part in parts for i in range(len(rows))]
+    assert sum(len(f) for f in figures_shown) == len(rows) * 12  # each figure once
+
+
+def test_wide_row_names_are_numbered_and_the_first_table_holds_them():
+    header = ["program", "kernel", *(f"figure {k}" for k in range(9))]
+    kernels = ["attention_simt<64, 8, 8, 8, 16, 2, 1>", "attention_tensorcore<64, true>", "split_kv_blocked<64>",
+               "attention_simt<32, 8, 8, 4, 16, 4, 2>"]
+    rows = [[p, k, *(f"{n * 1.5e9 * (j + 1):.3g}" for j in range(9))]
+            for n, (p, k) in enumerate(zip(["cuda", "cuda", "hip-cuda", "hip-cuda"], kernels), 1)]
+    text = markdown.markdown_table(header, rows, keys=2)
+    parts = [cells_of(block) for block in text.split("\n\n") if block.startswith("|")]
+    assert parts[0][0][:3] == ["#", "program", "kernel"] and [r[:3] for r in parts[0][1:]] == [
+        [str(n), r[0], r[1]] for n, r in enumerate(rows, 1)]
+    assert all(part[0][0] == "#" and "kernel" not in part[0] for part in parts[1:])
+    assert max(map(len, table_lines(text))) <= 80
+
+
+def test_a_report_of_the_shipped_h100_records_fits_80_columns(tmp_path):
+    """fa report of docs/results/h100's records (every kind: run, bench, profile, ladder, sweep,
+    resources), each table line at most 80 characters and every run's figures in it."""
+    folder = ROOT / "docs" / "results" / "h100"
+    files = [folder / f for f in ("profile.json", "ladder.json", "ladder-profile.json", "sweep.json",
+                                  "sweep-profile.json", "resources-cuda.json", "resources-hip-cuda.json",
+                                  "run.json", "bench.json")]
+    proc = fa("report", *files, "-o", tmp_path / "rep")
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "rep" / "report.md").read_text()
+    assert table_lines(text) and max(map(len, table_lines(text))) <= 80
+    for r in json.loads((folder / "run.json").read_text())["records"]:
+        assert f"| {r['input']} | " in text and f"{r['max_err']:.2e}" in text
