@@ -126,6 +126,18 @@ def test_every_shipped_chart_names_its_commit():
             assert re.fullmatch(r"made from commit [0-9a-f]{7}( \(dirty\))?", Image.open(png).info.get("Source", "")), png
 
 
+def test_every_shipped_report_reads_in_80_columns():
+    """The example reports make results ships: each table line at most 80 characters (fa
+    report's markdown tables fit themselves), and only the marked places left for the student."""
+    reports = [folder / "report.md" for folder in shipped_dirs() if (folder / "report.md").is_file()]
+    assert reports
+    for report in reports:
+        text = report.read_text()
+        wide = [line for line in text.splitlines() if line.startswith("|") and len(line) > 80]
+        assert not wide, (report, wide[:3])
+        assert "TODO" not in text.replace("**Yours to write (TODO):**", ""), report
+
+
 def test_the_shipped_ladders_are_the_codes(listing_programs):
     shipped = [folder / "ladder.json" for folder in shipped_dirs() if (folder / "ladder.json").is_file()]
     if not shipped:
