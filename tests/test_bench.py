@@ -217,8 +217,9 @@ def test_compare_markdown_and_charts(cpu_program, tmp_path):
     assert proc.stdout.splitlines()[2].endswith(f" | {rows[0][-1]} |")
     proc = fa("compare", a, b, "--markdown", "--plot", tmp_path / "c.png", cwd=tmp_path)  # a row per run, 80 columns
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
-    assert proc.returncode == 0 and proc.stdout.startswith("Whole-process medians on host CPU:\n")
-    assert table[0] == "| input | run | time s | kernel TFLOP/s | max err | speed-up vs first |"
+    assert proc.returncode == 0 and proc.stdout.startswith("Whole-process medians on host CPU; the speed-up is over "
+                                                           "first:\n")
+    assert table[0] == "| input | run | time s | kernel TFLOP/s | max err | speed-up |"
     assert table[3].startswith("| 2x128x32 | second |") and table[3].endswith(f" | {rows[0][-1]} |")
     assert max(map(len, table)) <= 80
     assert proc.stdout.rstrip().endswith(f"wrote {tmp_path / 'c.png'}")

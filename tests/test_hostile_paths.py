@@ -160,7 +160,8 @@ def test_compare_takes_run_records_and_refuses_profile_ones(cpu_program, tmp_pat
     assert proc.returncode == 0, proc.stderr
     proc = fa("compare", "r.json", "--markdown", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("Whole-process medians on host CPU:") and "| t01 (2x128x32) | cpu |" in proc.stdout
+    assert proc.stdout.startswith("Whole-process medians on host CPU; the speed-up is over cpu:") and \
+        "| t01 (2x128x32) | cpu |" in proc.stdout
     (tmp_path / "p.json").write_text(json.dumps({"records": [{"kind": "profile", "profiler": "ncu"}]}))
     proc = fa("compare", "p.json", cwd=tmp_path)
     assert proc.returncode == 2 and "nothing to compare" in one_line(proc) and "profile records" in proc.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import FaError
 from ..report import charts
-from ..report.markdown import markdown_table
+from ..report.markdown import REPORT_WIDTH, markdown_table, paragraph
 
 TIMED_KINDS = ("bench", "run", "ladder", "sweep")
 
@@ -130,9 +130,11 @@ def markdown(records: list[dict], wide: bool = False) -> str:
         table = markdown_table(*rows(records), width=None)
     else:
         header, body, where = long_rows(records)
-        table = f"Whole-process medians{where}:\n\n" + markdown_table(header, body, keys=2)
+        against = header[-1].removeprefix("speed-up vs ")
+        table = (paragraph(f"Whole-process medians{where}; the speed-up is over {against}:") + "\n\n"
+                 + markdown_table([*header[:-1], "speed-up"], body, keys=2))
     note = amd_note(records)
-    return table + (f"\n{note}\n" if note else "")
+    return table + (f"\n{paragraph(note, None if wide else REPORT_WIDTH)}\n" if note else "")
 
 
 AMD_WORDS = ("amd", "instinct", "radeon", "gfx")

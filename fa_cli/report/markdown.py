@@ -2,10 +2,16 @@
 what leaves the table said in lines above it and in lists below it, nothing dropped."""
 from __future__ import annotations
 
+import textwrap
+
 from .tables import NUMERIC, profile_rows
 
-# A report's tables are read as text too (an editor, a terminal, a diff): each line at most this wide.
+# A report's tables are read as text too (an editor, a terminal, a diff): each line at most this
+# wide where the cells allow (the lines above and below a table are wrapped to it).
 REPORT_WIDTH = 80
+# A table split over several of more rows than this is cut into blocks of as many rows, each
+# block's tables together: a row's figures stay near its name.
+BLOCK_ROWS = 10
 
 
 def markdown_table(header: list[str], rows: list[list[str]], keys: int = 1, width: int | None = REPORT_WIDTH) -> str:
@@ -13,13 +19,23 @@ def markdown_table(header: list[str], rows: list[list[str]], keys: int = 1, widt
     characters (None: as wide as it is) where the cells allow. What does not fit moves out of the
     table, step by step until it fits (fit_table): the first `keys` columns name a row and stay in
     every table."""
-    cell = lambda x: str(x).replace("|", "\\|")  # noqa: E731
+    if any(len(row) != len(header) for row in rows):
+        raise ValueError(f"a row of other than {len(header)} cells under {len(header)} columns")
+    cell = lambda x: " ".join(str(x).split("\n")).replace("|", "\\|")  # noqa: E731
     header, rows = [cell(h) for h in header], [[cell(c) for c in row] for row in rows]
-    above, tables, below = fit_table(header, rows, keys, width)
-    parts = [line + "\n" for line in above]
+    above, tables, below = fit_table(header, rows, max(1, min(keys, len(header))), width)
+    parts = [paragraph(line, width) + "\n" for line in above]
     parts += ["\n".join(_table_lines(h, r)) + "\n" for h, r in tables]
-    parts += [block + "\n" for block in below]
+    parts += ["\n".join(paragraph(line, width, "  ") for line in block.split("\n")) + "\n" for block in below]
     return "\n".join(parts)
+
+
+def paragraph(text: str, width: int | None = REPORT_WIDTH, indent: str = "") -> str:
+    """A line of a report wrapped to `width` (None: as it is); later lines indented by `indent`
+    (a list item's continuation). Words and paths are never broken."""
+    if width is None:
+        return text
+    return textwrap.fill(text, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
 def _table_lines(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -64,7 +80,7 @@ class _Fit:
         self.below: list[str] = []
 
     def fits(self) -> bool:
-        return self.width is None or not self.header or _table_width(self.header, self.rows) <= self.width
+        return self.width is None or not self.rows or _table_width(self.header, self.rows) <= self.width
 
     def column(self, i: int) -> list[str]:
         return [row[i] for row in self.rows]
@@ -106,7 +122,9 @@ class _Fit:
             self.header, self.rows, self.keys = header, rows, 1
 
     def letter_long_names(self) -> None:
-        """Step 3: each long name repeated down a column as a letter, the legend above."""
+        """Step 3: long names repeated down a column as letters, the legends above, the longest
+        first; kept only where that makes the table fit (else the split of step 5 reads better)."""
+        rows, legends = [list(row) for row in self.rows], len(self.above)
         for i in sorted(range(len(self.header)), key=lambda i: -max(map(len, self.column(i)))):
             distinct = list(dict.fromkeys(self.column(i)))
             if self.fits() or not 2 <= len(distinct) <= 26 or len(distinct) == len(self.rows) \
@@ -116,20 +134,25 @@ class _Fit:
             self.above.append(f"{self.header[i]}: " + "; ".join(f"{letter[v]} = {v}" for v in distinct) + ".")
             for row in self.rows:
                 row[i] = letter[row[i]]
+        if not self.fits():
+            self.rows, self.above = rows, self.above[:legends]
 
     def move_long_texts(self) -> None:
-        """Step 4: a column mostly of long texts as a list below, by row; a few long cells as notes."""
+        """Step 4: a column mostly of long texts as a list below, by row (in the columns' order);
+        then in the others, a few long cells as notes."""
         long = lambda text: len(text) > self.width // 3  # noqa: E731
-        notes: list[str] = []
-        for title in self.header[self.keys:]:
-            i = self.header.index(title)
-            texts = self.column(i)
-            if self.fits() or _is_figures(texts) or not any(map(long, texts)):
-                continue
-            if 2 * sum(map(long, texts)) > len(texts):
+        texty = lambda i: not _is_figures(self.column(i)) and any(map(long, self.column(i)))  # noqa: E731
+        lists: list[str] = []
+        for i in reversed(range(self.keys, len(self.header))):  # from the right: the columns left keep their places
+            if not self.fits() and texty(i) and 2 * sum(map(long, self.column(i))) > len(self.rows):
+                title = self.header[i]
                 items = [f"- {' '.join(row[:self.keys])}: {row[i]}" for row in self.rows]
-                self.below.append("\n".join([f"{title[0].upper()}{title[1:]}:", *items]))
+                lists.insert(0, "\n".join([title[:1].upper() + title[1:] + ":", *items]))
                 self.drop([i])
+        self.below += lists
+        notes: list[str] = []
+        for i in range(self.keys, len(self.header)):
+            if self.fits() or not texty(i):
                 continue
             for row in self.rows:
                 if long(row[i]):
@@ -147,14 +170,16 @@ class _Fit:
         if _table_width(header[:keys], [row[:keys] for row in rows]) > 0.4 * self.width:  # wide names: numbered
             header, rows = ["#", *header], [[str(n), *row] for n, row in enumerate(rows, 1)]
             first, keys = keys + 1, 1
-        tables, group = [], list(range(first))
+        groups, group = [], list(range(first))
         for i in range(first, len(header)):
             if len(group) > keys and _table_width(*_columns(header, rows, [*group, i])) > self.width:
-                tables.append(_columns(header, rows, group))
+                groups.append(group)
                 group = list(range(keys))
             group.append(i)
-        tables.append(_columns(header, rows, group))
-        return tables
+        groups.append(group)
+        blocks = [rows] if len(groups) == 1 or len(rows) <= BLOCK_ROWS else \
+            [rows[n:n + BLOCK_ROWS] for n in range(0, len(rows), BLOCK_ROWS)]
+        return [_columns(header, block, group) for block in blocks for group in groups]
 
 
 def _without(header: list[str], rows: list[list[str]], drop: list[int]) -> tuple[list[str], list[list[str]]]:

@@ -72,7 +72,7 @@ def judge_section(records: list[dict], head: str = "### 3c. Others: correctness 
     passed = sum(r.get("verdict") == "PASS" for r in records)
     return (head + f"\n{passed} of {len(records)} runs PASS ({counts}; the course's tolerance is 5e-3).\n\n"
             + markdown_table(["case", "B x N x d", "program", "device", "time s", "limit s", "max err", "tolerance",
-                              "verdict"], body, keys=3))
+                              "verdict"], body, keys=4))
 
 
 def profile_section(records: list[dict], head: str = "## 2. Profiling results (`fa profile`)\n") -> str:
@@ -132,7 +132,7 @@ def bench_section(records: list[dict], out_dir: Path,
                       "partition with --program ./hw4-amd) gives them.\n"
     charts.bench_chart(*compare.arrange(records), out_dir / png)
     vendors = {_vendor(r) for r in records}
-    note = ("Runs on NVIDIA and AMD GPUs are both present: the columns compare them input by input."
+    note = ("Runs on NVIDIA and AMD GPUs are both present: the table compares them input by input."
             if {"nvidia", "amd"} <= vendors else
             "Only " + " and ".join(sorted(v for v in vendors if v)) + " runs are present: add the other vendor's "
             "results file for the comparison." if any(vendors) else
