@@ -11,7 +11,8 @@ from click.core import ParameterSource
 from .. import locations
 from ..cases import suite
 from ..errors import ExitStatus
-from ..judge import cause, expected, verdict, verify
+from ..judge import cause, expected, race_check, verdict, verify
+from ..judge.findings import Kind
 from ..programs import programs, wave64
 from ..programs.devices import describe_first
 from ..report import tables
@@ -49,13 +50,17 @@ from .shared import check_names, make_launcher, note, runnable
 @click.option("--without-gpu", is_flag=True,
               help="Run a CUDA or HIP program even where this machine has no GPU for it (to see its host code "
                    "fail: reading the input, a crash before its first GPU call).")
+@click.option("--no-race-check", is_flag=True,
+              help="Skip compute-sanitizer's racecheck, synccheck and initcheck of a passing CUDA or HIP program "
+                   "(run once per build on a small case, a few seconds).")
 @click.option("--keep-inputs", is_flag=True,
               help="Keep the generated inputs in the cache for later runs (by default each is generated into "
                    "TMPDIR just before its case and deleted after it; expected outputs are kept either way).")
 @force_option
 @launcher_options
 def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
-        why_budget, results_file, without_gpu, keep_inputs, launcher, partition, gres, srun_args) -> None:
+        why_budget, results_file, without_gpu, no_race_check, keep_inputs, launcher, partition, gres,
+        srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
     table, and for each case that did not pass, why: where the wrong values are and which usual
     mistake explains them, the signal that ended a program, how far a short output got.
@@ -79,7 +84,7 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     check_names(names)
     prog = runnable(program, runner, check=not without_gpu)
     with_expected = not (sample_rows or full)
-    results, stopped, across = [], None, []
+    results, stopped, across, hazards = [], None, [], []
     with locations.shared_workdir(runner is not None) as workdir, \
             verdict.CaseInputs(names, keep_inputs, with_expected, note, workdir) as inputs:
         inputs.why = why_case
@@ -94,7 +99,11 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
             searching = why_budget > 0 and (chosen or any(r.verdict in ("WRONG", "ERROR") for r in results))
             with tables.progress(f"looking for the cause ({why_budget:g} s at most)", None, enabled=bool(searching)):
                 across = cause.explain(results, options, note, why_budget, chosen=chosen)
+            if not no_race_check:
+                hazards = race_check.passing_builds(prog, results, runner, note, why_case, workdir)
     show_results(results, prog, across, why_case, sample_rows)
+    for finding in hazards:
+        click.echo(" ".join(finding.lines) + "\n")
     if results_file and results:
         append(results_file, [verdict.as_record(r, options) for r in results])
         click.echo(f"{tables.plural(len(results), 'record')} added to {results_file}")
@@ -126,7 +135,7 @@ def show_results(results, prog, across, why_case, sample_rows) -> None:
     emulation = wave64.run_notes(prog, results)  # hw4.hip on the NVIDIA GPU: what the emulation says
     named = any(line.startswith("looks like") for line in emulation)  # then no cases to run are suggested
     for finding in across:
-        if not (named and finding.kind == "suggest"):
+        if not (named and finding.kind == Kind.SUGGEST):
             click.echo("across the cases: " + " ".join(finding.lines) + "\n")
     for line in emulation:
         click.echo(line)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 from ..cases.format import Shape
-from .findings import Finding
+from .findings import Finding, Kind
 
 
 # ---------------------------------------------------------------- across cases: a size
@@ -43,7 +43,7 @@ def size_finding(shapes_passed: list[Shape], shapes_failed: list[Shape]) -> Find
                 span = (f"passes up to {axis}={getattr(good, axis)}, fails from {axis}={getattr(bad, axis)}"
                         if all(getattr(s, axis) < getattr(bad, axis) for s in shapes_passed) else
                         f"passes up to {good.B}x{good.N}x{good.d}, fails from {bad.B}x{bad.N}x{bad.d}")
-                return Finding("size", [f"size: {span}: {name} = {shown} passes {limit_name} there: a 32-bit size? "
+                return Finding(Kind.SIZE, [f"size: {span}: {name} = {shown} passes {limit_name} there: a 32-bit size? "
                                         "(an int holding a size or an index: compute it in size_t)"],
                                dict(product=name, limit=limit_name, passes=str(good), fails=str(bad)))
     return None
@@ -111,7 +111,7 @@ def suggestions(passed: list[Shape], failed: list[Shape], suite_cases: dict) -> 
                      "multiple of 32)")
     if not ideas:
         return None
-    return Finding("suggest", [f"{everything}; to see which inputs fail: " + "; ".join(ideas[:SUGGESTED])],
+    return Finding(Kind.SUGGEST, [f"{everything}; to see which inputs fail: " + "; ".join(ideas[:SUGGESTED])],
                    dict(suggested=ideas))
 
 

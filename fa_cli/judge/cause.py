@@ -21,6 +21,9 @@ with the evidence:
               AddressSanitizer on the host code, whose report names the line.
   size        across the cases of one run: verdicts that change at a size where a usual
               product (N*N*4 bytes, B*N*d, ...) passes 2^31 point at a 32-bit size.
+  probes      for a wrong answer nothing above explains and the catalogue (mistakes.py) does
+              not name: what the program computes, measured on probe inputs (probes/: its
+              weights W against P, where its values went, which elements it read, experiments).
 
 A large case is tried on a copy of its first batches first (same N and d), where the tools
 are fast; where that copy passes, the whole case is used. A tool that is not installed is
@@ -39,17 +42,18 @@ import numpy as np
 from .. import locations
 from ..cases import suite
 from ..cases.suite import Target
-from ..programs import programs
+from ..programs import programs, wave64
 from ..programs.programs import Launcher, Program
 from . import expected
 from .across_cases import across_cases
 from .diagnose import Diagnosis, signal_name
-from .findings import Finding
+from . import probes
+from .findings import Finding, Kind
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
 from .tool_logs import (BACKTRACE_FRAMES, Budget, CRASH_SIGNALS, DEBUGGER_TAIL, asan_report, backtrace, caught_in,
                         debugger_exit, find_tool, first_sanitizer_error, frame_text, gpu_kind, is_own_frame,
-                        is_system_frame, run_captured, sanitizer_count, sanitizer_lines)
+                        is_system_frame, run_captured, sanitizer_count, sanitizer_lines, without_layer)
 
 BUDGET_S = 60.0
 
@@ -60,14 +64,16 @@ class Investigation:
 
     def __init__(self, program: Program, target: Target, verdict: str, signal: str | None, correct: np.ndarray,
                  tol: float, launcher: Launcher | None, say: Callable[[str], None], budget_s: float = BUDGET_S,
-                 judged=None):
+                 judged=None, catalogue_named: bool = False):
         self.program, self.target, self.verdict = program, target, verdict
         self.judged = judged  # judge.JudgedOutput of the run that was judged, where it failed
         self.signal, self.tol = signal, tol
         self.correct, self.launcher, self.say = correct, launcher, say
         self.budget = Budget(budget_s)
         self.kind = gpu_kind(program)
+        self.catalogue_named = catalogue_named  # the quick look (mistakes.py) named a mistake
         self.findings: list[Finding] = []
+        self.probed = False
         self.done: list[str] = []  # the steps that ran to the end and found nothing
 
     def step(self, what: str) -> bool:
@@ -80,9 +86,25 @@ class Investigation:
 
     def run(self, work: Path) -> list[Finding]:
         self.steps(work)
-        if not any(f.is_cause or f.kind == "harmless" for f in self.findings) and self.done:
-            self.findings.append(Finding("clean", [f"nothing more found: {'; '.join(self.done)}"]))
+        if self.measurable():
+            self.probe(work)
+        if not any(f.is_cause or f.kind == Kind.HARMLESS for f in self.findings) and self.done:
+            measured = any(f.kind == Kind.OBSERVED for f in self.findings)  # the probes said what they measured
+            self.findings.append(Finding(Kind.CLEAN, [f"{'also' if measured else 'nothing more found'}: "
+                                                      f"{'; '.join(self.done)}"]))
         return self.findings
+
+    def probe(self, work: Path) -> None:
+        self.probed = True
+        self.findings += probes.measure(self.program, self.target.input_path, self.target.shape, self.target.name,
+                                        self.tol, self.launcher, work, self.budget, self.say, self.kind,
+                                        picture_path(self.program, self.target))
+
+    def measurable(self) -> bool:
+        """The probes (probes/) measure what the program computes: for a wrong answer or an output of
+        the wrong size that the catalogue did not name and no run, sanitizer or crash explains."""
+        return self.verdict in ("WRONG", "ERROR") and self.signal not in CRASH_SIGNALS and not self.probed and \
+            not self.catalogue_named and not any(f.is_cause for f in self.findings) and self.budget.left >= 2
 
     def steps(self, work: Path) -> None:
         whole = TrialCase(self.target.name, self.target.input_path, self.target.shape, self.correct)
@@ -91,15 +113,20 @@ class Investigation:
             return
         case = reduced_copy(self.target, work, self.correct) or whole
         case = self.rerun(case, whole, work)
+        source = self.program.source
+        if source is not None and source.suffix == ".hip" and wave64.emulated() and self.measurable():
+            self.probe(work)  # the 32-lane experiment says more of a port than the sanitizers of its emulation
+            if any(f.is_cause for f in self.findings):
+                return
         if self.kind == "cuda":
-            if any(f.kind in ("race", "intermittent") for f in self.findings):
+            if any(f.kind in (Kind.RACE, Kind.INTERMITTENT) for f in self.findings):
                 # a result that depends on timing: racecheck first, on its cut batch, while the budget lasts
                 self.racecheck(case, work)
                 self.sanitize("memcheck", case, work)
             elif self.sanitize("memcheck", case, work) and self.verdict == "WRONG":
                 self.racecheck(case, work)
         elif self.kind == "hip":
-            self.findings.append(Finding("missing-tool", [
+            self.findings.append(Finding(Kind.MISSING_TOOL, [
                 "no sanitizer of AMD's runs here: rocgdb, or a build with -fsanitize=address (xnack+) on the AMD "
                 "node, would name an invalid access"]))
 
@@ -144,7 +171,7 @@ class Investigation:
         """compute-sanitizer's first report; True where it found nothing (or could not run)."""
         sanitizer = find_tool("compute-sanitizer")
         if sanitizer is None:
-            self.findings.append(Finding("missing-tool", [
+            self.findings.append(Finding(Kind.MISSING_TOOL, [
                 f"compute-sanitizer is not installed: `compute-sanitizer --tool {tool} {self.program.path} INPUT "
                 f"OUTPUT` would name {'the first invalid access' if tool == 'memcheck' else 'a shared-memory race'}"]))
             return True
@@ -152,13 +179,13 @@ class Investigation:
             return True
         log = work / f"{tool}.log"
         extra = ["--racecheck-report", "analysis"] if tool == "racecheck" else []
-        argv = self.on_node([sanitizer, "--tool", tool, *extra, "--print-limit", "4", "--log-file", str(log),
+        argv = self.on_node([sanitizer, "--tool", tool, *extra, "--print-limit", "100", "--log-file", str(log),
                              *self.with_lines().argv, str(case.input_path), str(work / f"{tool}.out")])
         code, output = run_captured(argv, self.budget.left)
-        text = log.read_text(errors="replace") if log.exists() else output
+        text = without_layer(log.read_text(errors="replace") if log.exists() else output)
         first = first_sanitizer_error(text)
         if code is None and not first:
-            self.findings.append(Finding("missing-tool", [f"{tool}: stopped after the time budget with nothing "
+            self.findings.append(Finding(Kind.MISSING_TOOL, [f"{tool}: stopped after the time budget with nothing "
                                                           f"reported yet (fa run --why {self.target.name})"]))
             return True
         if not first:
@@ -180,7 +207,7 @@ class Investigation:
             if cut is None or cut.shape in tried:
                 continue
             tried.add(cut.shape)
-            if not self.sanitize("racecheck", cut, work) or any(f.kind == "missing-tool" for f in self.findings):
+            if not self.sanitize("racecheck", cut, work) or any(f.kind == Kind.MISSING_TOOL for f in self.findings):
                 return
 
     def on_node(self, argv: list[str]) -> list[str]:
@@ -202,14 +229,14 @@ class Investigation:
         debugger = next((d for d in (("rocgdb",) if self.kind == "hip" else ()) + ("gdb", "cuda-gdb") if find_tool(d)),
                         None)
         if debugger is None:
-            self.findings.append(Finding("missing-tool", [
+            self.findings.append(Finding(Kind.MISSING_TOOL, [
                 f"no debugger here (gdb, cuda-gdb, rocgdb): `gdb -batch -ex run -ex bt --args {self.program.path} "
                 "INPUT OUTPUT` would show where it crashed"]))
         elif self.step(f"{debugger}: where it crashes"):
             self.debug(find_tool(debugger), self.program, case, work, "crash")
         if self.program.source is None:
-            if not any(f.kind == "crash" and "line" in f.fields for f in self.findings):
-                self.findings.append(Finding("missing-tool", [
+            if not any(f.kind == Kind.CRASH and "line" in f.fields for f in self.findings):
+                self.findings.append(Finding(Kind.MISSING_TOOL, [
                     f"with the source, fa rebuilds it with -g and AddressSanitizer to name the line: "
                     f"fa run {self.target.name} --program {programs.source_hint(self.program.path)}"]))
             return
@@ -219,7 +246,7 @@ class Investigation:
         try:
             asan = programs.ensure_built(rebuilt(self.program, sanitize=True))
         except Exception as e:  # a compiler or a machine without the sanitizer's library: say so, go on
-            self.findings.append(Finding("missing-tool", [f"no AddressSanitizer build here: {e}"]))
+            self.findings.append(Finding(Kind.MISSING_TOOL, [f"no AddressSanitizer build here: {e}"]))
         else:
             if not self.step(f"the AddressSanitizer build on {case.label}"):
                 return
@@ -230,13 +257,13 @@ class Investigation:
                 self.findings.append(Finding("asan", report, dict(report=report)))
                 return
             said = [l for l in output.splitlines() if l.strip()]
-            self.findings.append(Finding("missing-tool", [
+            self.findings.append(Finding(Kind.MISSING_TOOL, [
                 "the AddressSanitizer build reported nothing" + (f": {said[0][:160]}" if said else "")]))
         if debugger and self.step(f"{debugger} on a -g build"):
             try:
                 debug = programs.ensure_built(rebuilt(self.program, sanitize=False))
             except Exception as e:
-                self.findings.append(Finding("missing-tool", [f"no -g build here: {e}"]))
+                self.findings.append(Finding(Kind.MISSING_TOOL, [f"no -g build here: {e}"]))
                 return
             self.debug(find_tool(debugger), debug, case, work, "crash", build="the -g build")
 
@@ -257,7 +284,7 @@ class Investigation:
             else:
                 said = [l.strip() for l in output.splitlines() if l.strip()][-DEBUGGER_TAIL:]
                 what = "stopped at the time budget" if code is None else ended or "no signal or exit fa could read"
-                self.findings.append(Finding("missing-tool", [
+                self.findings.append(Finding(Kind.MISSING_TOOL, [
                     f"{name}: {what}; its last lines: " + (" | ".join(said) if said else "(none)")],
                     dict(debugger_tail=said)))
             return
@@ -293,13 +320,19 @@ def rebuilt(program: Program, sanitize: bool) -> Program:
 
 def investigate(program: Program, target: Target, verdict: str, signal: str | None, tol: float,
                 launcher: Launcher | None, say: Callable[[str], None], budget_s: float = BUDGET_S,
-                output_dir: Path | None = None, judged=None) -> list[Finding]:
+                output_dir: Path | None = None, judged=None, catalogue_named: bool = False) -> list[Finding]:
     """Every step that applies to this case, within budget_s seconds; judged: the judged output's
     judge.JudgedOutput, where it failed."""
     correct = expected.output_of(target)
     with locations.scratch("why", output_dir) as tmp:
-        inquiry = Investigation(program, target, verdict, signal, correct, tol, launcher, say, budget_s, judged)
+        inquiry = Investigation(program, target, verdict, signal, correct, tol, launcher, say, budget_s, judged,
+                                catalogue_named)
         return inquiry.run(Path(tmp))
+
+
+def picture_path(program: Program, target: Target) -> Path:
+    """Where the picture of W against P goes: fa's cache, by program and case."""
+    return locations.cache_dir() / "diagnosis" / f"{Path(program.path).name}-{target.name}-weights.png"
 
 
 # ---------------------------------------------------------------- a run's failures
@@ -319,8 +352,9 @@ def explain(results: list, options, say: Callable[[str], None], budget_s: float 
     case = chosen or smallest_failure(results)
     findings = []
     if case is not None and budget_s > 0 and case.verdict != "TLE":
+        named = bool(case.diagnosis and case.diagnosis.fields.get("looks_like"))
         findings = investigate(case.program, case.target, case.verdict, signal_name(case.run.returncode),
-                               options.tol, options.launcher, say, budget_s, options.output_dir, case.judged)
+                               options.tol, options.launcher, say, budget_s, options.output_dir, case.judged, named)
         if case.diagnosis is None:
             case.diagnosis = Diagnosis([], {})
         for f in findings:

@@ -153,14 +153,23 @@ def explains(candidate: Candidate, s: Sample, tol: float) -> bool:
     with np.errstate(invalid="ignore"):
         close = ((np.abs(s.got - candidate.values) <= tol + MATCH_RELATIVE * np.abs(candidate.values))
                  | (np.isnan(s.got) & np.isnan(candidate.values)))
-    if candidate.unwritten is not None:
-        close |= candidate.unwritten[..., None] & s.wrong
+    if candidate.unwritten is not None:  # "not written" only for rows left as they were: never a row that
+        close |= candidate.unwritten[..., None] & s.wrong & left_as_they_were(s)[..., None]  # holds another's
     judged = np.ones(s.got.shape, dtype=bool) if candidate.judged is None else \
         np.broadcast_to(candidate.judged[..., None], s.got.shape)
     wrong = s.wrong & judged
     if not wrong.any():
         return False
     return close[judged].mean() >= MATCH_SHARE and close[wrong].mean() >= MATCH_SHARE
+
+
+def left_as_they_were(s: Sample) -> np.ndarray:
+    """(G, R) rows of the output that no computation of attention wrote: all zero, or holding a
+    value that is not finite or lies beyond what a weighted mean of V's rows can reach."""
+    reach = np.abs(s.v).max(axis=(1, 2))[:, None, None] * (1 + 1e-3)
+    with np.errstate(invalid="ignore"):
+        beyond = ~(np.abs(s.got) <= reach)
+    return (s.got == 0).all(axis=2) | beyond.any(axis=2)
 
 
 def looks_like(inp: AttentionInput, out: np.ndarray, tol: float,

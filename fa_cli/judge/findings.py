@@ -1,15 +1,40 @@
-"""What the search for a cause found: one finding, its kind and its lines."""
+"""What the search for a cause found: one finding, its kind and its lines.
+
+The kinds are named once here (Kind); every module that makes or reads a finding uses these
+names, and CAUSES says which kinds explain a failure.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 
+class Kind:
+    RACE = "race"  # the output changes between runs
+    INTERMITTENT = "intermittent"  # the verdict changes between runs
+    HARMLESS = "harmless"  # tiny differences between runs: not a cause
+    MEMCHECK = "memcheck"
+    RACECHECK = "racecheck"
+    CRASH = "crash"
+    ASAN = "asan"
+    SIZE = "size"  # across cases: a 32-bit size
+    SUGGEST = "suggest"  # across cases: cases to run
+    MEASURED = "measured"  # a mechanism pinned down by the probes' measurements
+    OBSERVED = "observed"  # what the probes measured where it pins no mechanism down
+    WARNING = "warning"  # a hazard in a program that passes (racecheck on a passing build)
+    MISSING_TOOL = "missing-tool"  # a tool that is not here, or that stopped, and what it would tell
+    CLEAN = "clean"  # the steps that ran and found nothing: said as observations, never an all-clear
+
+
+CAUSES = frozenset({Kind.RACE, Kind.INTERMITTENT, Kind.MEMCHECK, Kind.RACECHECK, Kind.CRASH, Kind.ASAN, Kind.SIZE,
+                    Kind.MEASURED})
+
+
 @dataclass
 class Finding:
-    kind: str  # race, harmless, memcheck, racecheck, crash, asan, size, missing-tool, clean
+    kind: str  # one of Kind's names
     lines: list[str]
     fields: dict = field(default_factory=dict)
 
     @property
     def is_cause(self) -> bool:
-        return self.kind in ("race", "intermittent", "memcheck", "racecheck", "crash", "asan", "size")
+        return self.kind in CAUSES

@@ -11,7 +11,7 @@ from ..cases.format import HEADER_BYTES, Shape, header_bytes, open_output
 from ..cases.suite import Target
 from ..programs import programs
 from ..programs.programs import Launcher, Program
-from .findings import Finding
+from .findings import Finding, Kind
 
 MAX_RUNS = 10  # runs of the trial case, the judged one counted, while every run agrees
 RERUN_SHARE = 0.4  # of the budget the reruns may take while they agree (the sanitizers need the rest)
@@ -158,26 +158,26 @@ class Reruns:
                       values_changed=self.changed, reruns_unlike_judged=self.unlike_judged)
         found = []
         if self.intermittent:
-            found.append(Finding("intermittent", [
+            found.append(Finding(Kind.INTERMITTENT, [
                 f"intermittent: failed {k} of {n} runs on {on} ({counted}): a result that depends on timing: {words}"],
                 fields))
         if self.over:
             why = "" if found else f"; a result that depends on timing is a race ({words})"
-            found.append(Finding("race", [
+            found.append(Finding(Kind.RACE, [
                 f"race: the output changes between runs: {self.over} of {self.case.expected.size} values differ by "
                 f"more than {self.tol:g} (up to {self.worst:.3g}) on {on}, failed {k} of {n} runs{why}"], fields))
         elif self.unlike_judged == self.compared_with_judged > 0 and not self.changed and not self.intermittent:
             # the reruns agree, bit for bit, and the judged run is the odd one out
-            found.append(Finding("intermittent", [
+            found.append(Finding(Kind.INTERMITTENT, [
                 f"intermittent: the judged run wrote other values than all {self.compared_with_judged} reruns on {on}, "
                 "which agree with each other bit for bit (by how much fa cannot tell: it keeps a digest of the "
                 f"judged output): a result that changed between runs: {words}"], fields))
         if 0 < self.no_output < self.reruns:
-            found.append(Finding("intermittent", [
+            found.append(Finding(Kind.INTERMITTENT, [
                 f"intermittent: {self.no_output} of {self.reruns} reruns on {on} wrote no output of the right size, "
                 "the others did (a crash or an exit that comes and goes)"], fields))
         elif self.changed and not found:
-            found.append(Finding("harmless", [
+            found.append(Finding(Kind.HARMLESS, [
                 f"harmless: {self.changed} of {self.case.expected.size} values differ between runs by at most "
                 f"{self.worst:.2g} (the order of floating-point atomics or reductions); not the cause of a failure"],
                 fields))

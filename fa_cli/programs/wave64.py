@@ -138,6 +138,15 @@ def source_hints(source: Path) -> list[str]:
     return found
 
 
+LANES_MACRO = "FA_WAVE64_LANES"  # -DFA_WAVE64_LANES=32: the emulation with 32-lane wavefronts (an experiment)
+LANE_CODE = re.compile(r"(?:__|fa_wave64_)shfl|warpSize|fa_wave64_warp_size|(?:__|fa_wave64_)lane_id|%\s*32\b|&\s*31\b")
+
+
+def lane_lines(source: Path) -> list[tuple[str, int, str]]:
+    """The student's lines that use lanes: shuffles, warpSize, lane ids, indices modulo 32."""
+    return [line for line in student_lines(source) if LANE_CODE.search(line[2])]
+
+
 # ---------------------------------------------------------------- what the run said
 def fault(stderr: str) -> str | None:
     """The layer's line for a refused launch or a wavefront it could not emulate, without its prefix."""

@@ -43,8 +43,14 @@
 #define hipGridDim_z gridDim.z
 
 // The MI210's limits, what its runtime checks at a launch (and reports in the device properties).
+// fa's experiments build a program a second time with 32 (-DFA_WAVE64_LANES=32): a program right
+// with 32-lane wavefronts and wrong with 64 relies on 32 lanes (fa_cli/judge/probes/experiments.py).
+#ifndef FA_WAVE64_LANES
+#define FA_WAVE64_LANES 64
+#endif
+static_assert(FA_WAVE64_LANES == 64 || FA_WAVE64_LANES == 32, "the emulation runs 64- or 32-lane wavefronts");
 namespace fa_wave64 {
-constexpr int kWave = 64;                  // lanes of a CDNA wavefront
+constexpr int kWave = FA_WAVE64_LANES;     // lanes of a CDNA wavefront (64)
 constexpr int kMaxThreads = 1024;          // threads of a workgroup
 constexpr size_t kLdsBytes = 65536;        // LDS of a workgroup, static + dynamic
 }  // namespace fa_wave64

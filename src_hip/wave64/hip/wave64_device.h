@@ -217,7 +217,7 @@ __device__ __forceinline__ unsigned shuffle32(int op, unsigned v, int arg, int w
   const int src = source_lane(op, self, arg, width) & 63;  // ds_bpermute: address bits [7:2]
   if ((unsigned)src >= wave_lanes(t)) fail(kMissingLane, op, t, src, members);
   const unsigned near = __shfl_sync(members, v, src & 31);
-  if (!crosses(op, arg, width) || wave_lanes(t) <= 32) return near;
+  if (kWave == 32 || !crosses(op, arg, width) || wave_lanes(t) <= 32) return near;  // 32 lanes: one warp
   const volatile unsigned* other = meet(t, op, v, members, false);
   return (src >> 5) == (self >> 5) ? near : other[src & 31];
 }
@@ -238,7 +238,7 @@ __device__ __forceinline__ unsigned long long vote(int op, int predicate) {
   const unsigned t = thread_index(), members = cuda_activemask();
   const unsigned ballot = __ballot_sync(members, predicate);
   unsigned word = op == kActivemask ? members : op == kAny ? ballot != 0 : op == kAll ? ballot == members : ballot;
-  if (wave_lanes(t) <= 32) return word;
+  if (kWave == 32 || wave_lanes(t) <= 32) return word;
   const unsigned theirs = meet(t, op, word, members, true)[0];
   if (op == kAny) return word | theirs;
   if (op == kAll) return word & theirs;
@@ -254,19 +254,19 @@ __device__ __forceinline__ unsigned long long vote(int op, int predicate) {
 // HIP's names, each taken over by a macro: CUDA declares its own 32-lane __shfl, __ballot,
 // __activemask, __any and __all with other signatures.
 template <class T>
-__device__ __forceinline__ T fa_wave64_shfl(T v, int src, int width = 64) {
+__device__ __forceinline__ T fa_wave64_shfl(T v, int src, int width = fa_wave64::kWave) {
   return fa_wave64::shuffle(fa_wave64::kShfl, v, src, width);
 }
 template <class T>
-__device__ __forceinline__ T fa_wave64_shfl_up(T v, unsigned delta, int width = 64) {
+__device__ __forceinline__ T fa_wave64_shfl_up(T v, unsigned delta, int width = fa_wave64::kWave) {
   return fa_wave64::shuffle(fa_wave64::kShflUp, v, (int)delta, width);
 }
 template <class T>
-__device__ __forceinline__ T fa_wave64_shfl_down(T v, unsigned delta, int width = 64) {
+__device__ __forceinline__ T fa_wave64_shfl_down(T v, unsigned delta, int width = fa_wave64::kWave) {
   return fa_wave64::shuffle(fa_wave64::kShflDown, v, (int)delta, width);
 }
 template <class T>
-__device__ __forceinline__ T fa_wave64_shfl_xor(T v, int mask, int width = 64) {
+__device__ __forceinline__ T fa_wave64_shfl_xor(T v, int mask, int width = fa_wave64::kWave) {
   return fa_wave64::shuffle(fa_wave64::kShflXor, v, mask, width);
 }
 __device__ __forceinline__ unsigned long long fa_wave64_ballot(int p) { return fa_wave64::vote(fa_wave64::kBallot, p); }
@@ -275,7 +275,7 @@ __device__ __forceinline__ int fa_wave64_all(int p) { return (int)fa_wave64::vot
 __device__ __forceinline__ unsigned long long fa_wave64_activemask() {
   return fa_wave64::vote(fa_wave64::kActivemask, 1);
 }
-__device__ __forceinline__ unsigned fa_wave64_lane_id() { return fa_wave64::thread_index() & 63; }
+__device__ __forceinline__ unsigned fa_wave64_lane_id() { return fa_wave64::thread_index() & (fa_wave64::kWave - 1); }
 
 #define __shfl fa_wave64_shfl
 #define __shfl_up fa_wave64_shfl_up

@@ -1,0 +1,133 @@
+"""Experiments that tell causes apart: the probe rerun with one thing changed.
+
+  batch alone   a later batch that is wrong among B batches, run as the only batch (B = 1)
+  whole tiles   N cut to a multiple of 16, 32, 64 and 128 in turn: where the program is right
+                at every multiple and wrong at the case's N, the partial tile is what it gets wrong
+  wavefronts    hw4.hip through the MI210 emulation, built again with 32-lane wavefronts: right
+                with 32 lanes and wrong with the MI210's 64 is a 32-lane assumption (the shuffle
+                and lane lines of the source are shown)
+"""
+from __future__ import annotations
+
+
+import numpy as np
+
+from ...programs import programs, wave64
+from ..findings import Finding, Kind
+from ..mistakes import KEY_TILES
+from . import design
+from .readings import measured
+from .step import Context, Probe
+
+TILE_STEPS = (16, 32, 64, 128)
+
+
+def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
+    if got is None:
+        return None
+    return bool(np.all(np.abs(got - inp.output()) <= ctx.tol))
+
+
+class BatchAlone(Probe):
+    name = "a wrong later batch run alone (B = 1)"
+
+    def applies(self, ctx: Context) -> bool:
+        if ctx.facts.get("named") or "out" not in ctx.facts:
+            return False
+        bad = ~(np.abs(ctx.facts["out"] - ctx.facts["true"]) <= ctx.tol)
+        per_batch = bad.any(axis=(1, 2))
+        ctx.facts["wrong_batches"] = np.flatnonzero(per_batch)
+        return not per_batch[0] and per_batch[1:].any()
+
+    def run(self, ctx: Context) -> list[Finding]:
+        b = int(ctx.facts["wrong_batches"][0])
+        alone = design.shrunk(ctx.probe, B=1, first_batch=b)
+        if right(ctx, ctx.run(alone), alone):
+            return measured(ctx, [
+                f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; batch {b}'s Q, K and V as the "
+                f"only batch ({alone.label}) give the right output: the batch offset (where batch b's Q, K, V are read "
+                "or its O written: b * 3*N*d for the input, b * N*d for the output) is wrong"], batch_alone=b)
+        return [Finding(Kind.OBSERVED, [f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; "
+                                        f"batch {b} alone ({alone.label}) is wrong too"])]
+
+
+class WholeTiles(Probe):
+    name = "N cut to whole tiles"
+
+    def applies(self, ctx: Context) -> bool:
+        return not ctx.facts.get("named") and "out" in ctx.facts and ctx.probe.shape.N % TILE_STEPS[-1] != 0
+
+    def run(self, ctx: Context) -> list[Finding]:
+        N = ctx.probe.shape.N
+        tried = {}
+        for T in TILE_STEPS:
+            n = N - N % T
+            if n >= T and n not in tried and n != N:
+                cut = design.shrunk(ctx.probe, N=n)
+                tried[n] = right(ctx, ctx.run(cut), cut)
+        passing = [n for n, ok in tried.items() if ok]
+        if not tried or len(passing) != len(tried):
+            return [Finding(Kind.OBSERVED, [
+                "measured: N cut to whole tiles: " + ", ".join(f"N = {n} {'right' if ok else 'wrong'}"
+                                                               for n, ok in tried.items())
+                + f"; N = {N} wrong"])] if tried else []
+        tiles = [T for T in KEY_TILES if N % T]
+        return measured(ctx, [
+            f"measured: right at N = {', '.join(map(str, tried))} (whole tiles), wrong at N = {N} "
+            f"({', '.join(f'N % {T} = {N % T}' for T in tiles)}): the last, partial tile of keys or query rows is "
+            "what it gets wrong; look at the bounds inside a tile (j < N, row < N) and the tile counts"],
+            whole_tiles=list(tried))
+
+
+class Wavefronts(Probe):
+    name = "hw4.hip with 32-lane wavefronts"
+
+    def applies(self, ctx: Context) -> bool:
+        source = ctx.source
+        return source is not None and source.suffix == ".hip" and wave64.emulated() and "out" in ctx.facts
+
+    def run(self, ctx: Context) -> list[Finding]:
+        try:
+            narrow = programs.ensure_built(programs.from_source(ctx.source, (f"-D{wave64.LANES_MACRO}=32",), "wave32"))
+        except Exception as e:  # a build that fails with 32 lanes says nothing of the 64-lane one
+            return [Finding(Kind.MISSING_TOOL, [f"the 32-lane build of {ctx.source.name} failed: {e}"])]
+        got = ctx.run(ctx.probe, program=narrow)
+        if right(ctx, got, ctx.probe):
+            own = ctx.source.read_text(errors="replace").splitlines()
+            lines = [(name, n, own[n - 1] if name == ctx.source.name and n <= len(own) else text)
+                     for name, n, text in wave64.lane_lines(ctx.source)]
+            shown = "; ".join(f"{name} line {n}: {text.strip()[:60]}" for name, n, text in lines[:4])
+            return measured(ctx, [
+                f"measured: right with 32-lane wavefronts, wrong with the MI210's 64 (the same input, "
+                f"{ctx.probe.label}, built both ways): a 32-lane assumption (a shuffle at the default width, "
+                f"warpSize, or lanes counted modulo 32)" + (f"; the shuffle and lane lines: {shown}" if shown else "")],
+                wave32=True)
+        return [Finding(Kind.OBSERVED, [f"measured: wrong with 32-lane wavefronts too ({ctx.probe.label}): not only "
+                                        "a matter of the wavefront's width"])]
+
+
+class NotFinite(Probe):
+    """An output with NaN or inf: does it come with one key, with one key tile?"""
+
+    name = "NaN or inf: with one key, with one tile"
+
+    def applies(self, ctx: Context) -> bool:
+        return not ctx.facts.get("named") and "out" in ctx.facts and not np.isfinite(ctx.facts["out"]).all()
+
+    def run(self, ctx: Context) -> list[Finding]:
+        out = ctx.facts["out"]
+        share = 1 - np.isfinite(out).mean()
+        tried = []
+        for n in (1, 16, 32, 64):
+            if n < ctx.probe.shape.N:
+                got = ctx.run(design.shrunk(ctx.probe, N=n))
+                tried.append((n, None if got is None else bool(np.isfinite(got).all())))
+        said = ", ".join(f"N = {n}: {'no output' if ok is None else 'finite' if ok else 'NaN or inf'}"
+                         for n, ok in tried)
+        lines = [f"measured: {share:.1%} of the output on {ctx.probe.label} is NaN or infinite; the probe cut to "
+                 f"fewer keys: {said}"]
+        if tried and tried[0][1] is False:
+            lines.append("NaN with a single key already: the first tile's update makes it (the running max starts "
+                         "at -inf: exp(m_new - m_old) is inf there, and inf * 0 is NaN; or 0 / 0 in the division)")
+            return measured(ctx, lines, nonfinite_from_first_tile=True)
+        return [Finding(Kind.OBSERVED, lines)]

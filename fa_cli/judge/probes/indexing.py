@@ -1,0 +1,138 @@
+"""Which elements of the input the program read: a search over small families of index formulas.
+
+The input holds Q_0 K_0 V_0 Q_1 ... (each N x d, row-major). A program that reads a matrix with
+another formula reads element (i, x) of Q_b, K_b or V_b at base_b + i * row_stride + x *
+col_stride of the payload. The search computes softmax(Q' K'^T / sqrt(d)) V' for each reading
+in the families below (one matrix changed at a time, or the whole layout) and names the one that
+gives the program's output on the probe input:
+
+  strides   (d, 1) as it should; (1, N): read as d x N (transposed); (N, 1): a row stride of N
+  bases     Q_b, K_b, V_b swapped with each other; batch 0 for every batch; a batch stride of N*d
+            (not 3*N*d); the batch before or after; all Q first, then all K, then all V; the
+            matrix's start one row early or late
+  rows      row j read as j + 1 or j - 1, or within tiles of 16..128: j % T (the tile's start
+            left out), j // T + j % T (the tile's number for its start), j - j % T
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..findings import Finding
+from .readings import measured
+from .step import Context, Probe, logits, softmax_rows
+
+MATCH_SHARE = 0.99
+ROLES = ("Q", "K", "V")
+TILES = (16, 32, 64, 128)  # the usual tile sizes, of query rows and of keys
+
+
+def strides(N: int, d: int) -> dict[str, tuple[int, int]]:
+    return {"": (d, 1), "read as d x N (element (i, x) at x*N + i)": (1, N),
+            "read with a row stride of N (element (i, x) at i*N + x)": (N, 1)}
+
+
+def bases(B: int, N: int, d: int, role: int) -> dict[str, np.ndarray]:
+    """Each batch's base offset of one matrix, by name; the right one is named ''."""
+    b = np.arange(B)
+    nd = N * d
+    found = {"": b * 3 * nd + role * nd,
+             "from batch 0 in every batch (no batch offset)": np.full(B, role * nd),
+             "with a batch stride of N*d, not 3*N*d": b * nd + role * nd,
+             "from the batch after (b + 1)": (b + 1) * 3 * nd + role * nd,
+             "from the batch before (b - 1)": (b - 1) * 3 * nd + role * nd,
+             "from the planar layout (all Q, then all K, then all V)": role * B * nd + b * nd,
+             "starting one row late (+d)": b * 3 * nd + role * nd + d,
+             "starting one row early (-d)": b * 3 * nd + role * nd - d}
+    for other in range(3):
+        if other != role:
+            found[f"from {ROLES[other]}'s place"] = b * 3 * nd + other * nd
+    return found
+
+
+def row_maps(N: int) -> dict[str, np.ndarray]:
+    """The row a program reads for row j, by name, over a tile of T rows or keys (the right one left out)."""
+    j = np.arange(N)
+    found = {"row j + 1": j + 1, "row j - 1": j - 1}
+    for T in TILES:
+        if T < N:
+            found[f"row j % {T} (the tile's start left out of the row index, tiles of {T})"] = j % T
+            found[f"row j // {T} + j % {T} (the tile's number where its start j - j % {T} belongs)"] = j // T + j % T
+            found[f"row j - j % {T} (every row of a tile of {T} read as its first)"] = j - j % T
+    return found
+
+
+def gather(flat: np.ndarray, base: np.ndarray, stride: tuple[int, int], N: int, d: int, rows: np.ndarray | None = None):
+    """(B, N, d) read with these bases and strides (row j read as row rows[j]), and which batches
+    stay inside the payload."""
+    rows = np.arange(N) if rows is None else rows
+    idx = base[:, None, None] + rows[None, :, None] * stride[0] + np.arange(d)[None, None, :] * stride[1]
+    inside = ((idx >= 0) & (idx < flat.size)).all(axis=(1, 2))
+    return flat[np.clip(idx, 0, flat.size - 1)].astype(np.float64), inside
+
+
+def readings(flat: np.ndarray, B: int, N: int, d: int):
+    """(words, Q', K', V', batches inside) for every reading of the families, the right one left out."""
+    right = [gather(flat, bases(B, N, d, r)[""], (d, 1), N, d)[0] for r in range(3)]
+    for role in range(3):
+        for (bw, base), (sw, stride) in itertools.product(bases(B, N, d, role).items(), strides(N, d).items()):
+            if not bw and not sw:
+                continue
+            m, inside = gather(flat, base, stride, N, d)
+            mats = list(right)
+            mats[role] = m
+            words = f"{ROLES[role]}_b " + " and ".join(w if w.startswith("read") else f"read {w}" for w in (bw, sw) if w)
+            yield words, *mats, inside
+    for role in range(3):
+        for words, rows in row_maps(N).items():
+            m, inside = gather(flat, bases(B, N, d, role)[""], (d, 1), N, d, rows)
+            mats = list(right)
+            mats[role] = m
+            yield f"{ROLES[role]}_b's row j read as {words}", *mats, inside
+    for order in itertools.permutations(range(3)):
+        if order == (0, 1, 2):
+            continue
+        moved = [ROLES[r] for r in range(3) if order[r] != r]
+        words = " and ".join(f"{ROLES[r]}_b read from {ROLES[order[r]]}'s place" for r in range(3) if order[r] != r)
+        yield f"{' and '.join(moved)} swapped ({words})", right[order[0]], right[order[1]], right[order[2]], \
+            np.ones(B, dtype=bool)
+    for bw in ("from batch 0 in every batch (no batch offset)", "with a batch stride of N*d, not 3*N*d",
+               "from the planar layout (all Q, then all K, then all V)"):
+        got = [gather(flat, bases(B, N, d, r)[bw], (d, 1), N, d) for r in range(3)]
+        inside = np.logical_and.reduce([g[1] for g in got])
+        yield f"Q_b, K_b and V_b all read {bw}", got[0][0], got[1][0], got[2][0], inside
+
+
+def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: float):
+    """The first reading whose output agrees with the program's on MATCH_SHARE of the values of the
+    batches it can say (at least one), and on the batches the right reading gets wrong."""
+    got = ctx_out.astype(np.float64)
+    for words, q, k, v, inside in readings(flat, B, N, d):
+        if not inside.any():
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            o = np.matmul(softmax_rows(logits(q[inside], k[inside])), v[inside])
+        close = np.abs(o - got[inside]) <= tol / 5 + 1e-3 * np.abs(o)
+        if close.mean() >= MATCH_SHARE:
+            return words, int(inside.sum())
+    return None
+
+
+class InputReading(Probe):
+    """Whether the program's output is attention of other elements of the input."""
+
+    name = "index formulas for Q, K and V"
+
+    def applies(self, ctx: Context) -> bool:
+        return "out" in ctx.facts and not ctx.facts.get("named")
+
+    def run(self, ctx: Context) -> list[Finding]:
+        B, N, d = ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d
+        found = search(ctx.facts["out"], ctx.probe.flat(), B, N, d, ctx.tol)
+        if not found:
+            return []
+        words, batches = found
+        said = "" if batches == B else f" (in the {batches} of {B} batches whose reading stays inside the input)"
+        return measured(ctx, [f"measured: the output is attention with {words}{said}: the output on {ctx.probe.label} "
+                              "is that, value for value; look at that index expression"], reading=words)

@@ -1,0 +1,132 @@
+"""Where the right values went: the output's layout, found by search.
+
+Each wrong value of the program's output on the probe input is looked up among the true output's
+values; the pairs (where it was written, where it belongs) are fitted, robustly (random minimal
+samples, integer coefficients, the model most pairs agree with), to
+
+    written at = alpha * b + beta * r + gamma * c + delta      (a flat offset of the output)
+
+for the value that belongs at batch b, row r, column c. A transposition, a batch offset, a row or
+column shift are all such a formula; fa says the formula and what it means.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from .readings import measured
+from .step import Context, Probe
+
+MATCH_ATOL = 2e-6  # a written value "is" a true value within this (float32 against float64)
+CANDIDATES = 3  # true values tried per written value
+TRIES = 400
+EXPLAINED = 0.9  # of the wrong values the formula must place
+
+
+def pairs(out: np.ndarray, true: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """(written at, belongs at) flat offsets: each wrong value against the true values it equals
+    (out: the values written, flat, as many as the program wrote)."""
+    got, want = out.ravel().astype(np.float64), true.ravel()
+    right = np.zeros(got.size, dtype=bool)
+    n = min(got.size, want.size)
+    right[:n] = np.abs(got[:n] - want[:n]) <= tol
+    wrong = np.flatnonzero(~right & np.isfinite(got))
+    order = np.argsort(want)
+    sorted_want = want[order]
+    lo = np.searchsorted(sorted_want, got[wrong] - MATCH_ATOL)
+    dest, src = [], []
+    for k in range(CANDIDATES):
+        at = np.minimum(lo + k, want.size - 1)
+        hit = np.abs(sorted_want[at] - got[wrong]) <= MATCH_ATOL
+        dest.append(wrong[hit])
+        src.append(order[at[hit]])
+    return np.concatenate(dest), np.concatenate(src)
+
+
+def fit(dest: np.ndarray, src: np.ndarray, shape: tuple[int, int, int], wrong: int, seed: int = 0):
+    """(alpha, beta, gamma, delta) and the wrong values it places, or None."""
+    B, N, d = shape
+    b, rest = np.divmod(src, N * d)
+    r, c = np.divmod(rest, d)
+    X = np.stack([b, r, c, np.ones_like(b)], axis=1).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    best, placed = None, 0
+    for _ in range(TRIES):
+        pick = rng.choice(len(dest), size=4, replace=False)
+        coef, *_ = np.linalg.lstsq(X[pick], dest[pick].astype(np.float64), rcond=None)
+        coef = np.round(coef)
+        hits = len(np.unique(dest[(X @ coef).astype(np.int64) == dest]))
+        if hits > placed:
+            best, placed = coef.astype(int), hits
+    matched = len(np.unique(dest))
+    if best is None or placed < EXPLAINED * matched or placed < wrong / 2:
+        return None
+    return best, placed
+
+
+def meaning(coef, shape) -> str:
+    """The formula in words, where it is a usual one."""
+    B, N, d = shape
+    alpha, beta, gamma, delta = (int(x) for x in coef)
+    if (alpha, beta, gamma) == (N * d, 1, N) and delta == 0:
+        return "O_b written as d x N (transposed): at c*N + r of its batch"
+    if (alpha, beta, gamma) == (N * d, d, 1) and delta % (N * d) == 0:
+        k = delta // (N * d)
+        return f"in batch b {'+' if k > 0 else '-'} {abs(k)} (the output's batch offset)"
+    if (alpha, beta, gamma) == (N * d, d, 1) and delta % d == 0:
+        k = delta // d
+        return f"at row r {'+' if k > 0 else '-'} {abs(k)} (the output's row index)"
+    if (alpha, beta, gamma) == (N * d, d, 1):
+        return f"{delta:+d} values ({4 * delta:+d} bytes) from its place (the offset of the output or of its file)"
+    return "the output's index expression"
+
+
+class OutputLayout(Probe):
+    """Whether the right values were written in other places, and the mapping."""
+
+    name = "where the right values went"
+
+    def applies(self, ctx: Context) -> bool:
+        return ("out" in ctx.facts or "raw" in ctx.facts) and not ctx.facts.get("named")
+
+    def run(self, ctx: Context) -> list[Finding]:
+        true = ctx.facts["true"]
+        out = ctx.facts.get("out")
+        if out is None:  # the wrong size: compared where it overlaps, every value placed by the search
+            raw = ctx.facts["raw"]
+            out = np.full(true.size, np.nan, dtype=np.float32)
+            out[:min(raw.size, true.size)] = raw[:true.size]
+            out = out.reshape(true.shape)
+            extra = raw[true.size:]
+        else:
+            extra = np.zeros(0, dtype=np.float32)
+        shape = (ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d)
+        wrong = int(np.count_nonzero(~(np.abs(out - true) <= ctx.tol)))
+        dest, src = pairs(np.concatenate([out.ravel(), extra]).reshape(-1), true, ctx.tol)
+        if wrong == 0 or len(np.unique(dest)) < wrong / 2 or len(dest) < 4:
+            return []
+        found = fit(dest, src, shape, wrong)
+        if found is None:
+            return []
+        (alpha, beta, gamma, delta), placed = found
+        rest = rest_of_wrong(out, true, ctx.tol, placed, wrong)
+        formula = " + ".join(t for t in (term(alpha, "b"), term(beta, "r"), term(gamma, "c")) if t)
+        formula += f" {'+' if delta >= 0 else '-'} {abs(delta)}" if delta else ""
+        return measured(ctx, [
+            f"measured: the right values in the wrong places: the value of batch b, row r, column c was written at "
+            f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)}), for {placed} of the "
+            f"{wrong} wrong values on {ctx.probe.label}{rest}; look at the index of the output's write"],
+            layout=[alpha, beta, gamma, delta])
+
+
+def term(coef: int, name: str) -> str:
+    return "" if coef == 0 else name if coef == 1 else f"{coef}*{name}"
+
+
+def rest_of_wrong(out, true, tol, placed, wrong) -> str:
+    """What the wrong values the formula does not place hold, where it leaves some."""
+    if placed >= wrong:
+        return ""
+    bad = out[~(np.abs(out - true) <= tol)]
+    zeros = int(np.count_nonzero(bad == 0))
+    return f" (of the other {wrong - placed}, {zeros} are 0: places nothing was written to)" if zeros else ""

@@ -1,0 +1,429 @@
+"""What the measured weights W say, against the true P = softmax(Q K^T / sqrt(d)): each reading
+is one question of W, pure NumPy on the facts ReadWeights left (W, P, the probe input).
+
+  rows       rows that hold another row's weights: which rows, found as a formula (an offset, a
+             tile's first row, a row modulo a tile, another batch) by search over small families
+  keys       keys that get no weight, and whether the rest is the softmax over the other keys
+  factor     W / P constant along each row (the normalisation: which sum l the program divided
+             by, searched over the online softmax's variants), or constant within each key tile
+             and changing between tiles (which rescale of the partial output, by regression on
+             the running maxima)
+  logits     log W against the true logits: a factor (what it equals) or an offset
+  summary    where nothing above pins W down: the numbers of W against P, never a guess
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..findings import Finding, Kind
+from ..mistakes import KEY_TILES, QUERY_TILES
+from .step import Context, Probe, logits
+
+ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
+ZERO = 1e-7  # a weight this small is no weight
+FLAT = 2e-3  # spread of log(W / P) within a row or a tile that counts as constant
+FIT_SHARE = 0.95  # of rows (or tiles) a reading must hold for
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def span(values) -> str:
+    values = np.asarray(values, dtype=float)
+    lo, hi = float(np.nanmin(values)), float(np.nanmax(values))
+    return fmt(lo) if np.isclose(lo, hi, rtol=1e-3) else f"{fmt(lo)} to {fmt(hi)}"
+
+
+def measured(ctx: Context, lines: list[str], **fields) -> list[Finding]:
+    ctx.facts["named"] = True
+    return [Finding(Kind.MEASURED, lines, dict(measured_on=ctx.probe.label, runs=ctx.runs, **fields))]
+
+
+class WeightReading(Probe):
+    """A reading of W: applies once W is read and is the program's (the output is W V), while no
+    reading has named a mechanism."""
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.facts.get("linear", False) and not ctx.facts.get("named")
+
+
+# ---------------------------------------------------------------- rows holding other rows' weights
+ROW_FAMILIES = (
+    ("row i + {k}", lambda i, k, N: i + k),
+    ("the first row of its tile of {k} rows, i - i % {k}", lambda i, k, N: i - i % k),
+    ("the last row of its tile of {k} rows", lambda i, k, N: np.minimum(i - i % k + k - 1, N - 1)),
+    ("row i % {k}", lambda i, k, N: i % k),
+    ("row (i + {k}) % N", lambda i, k, N: (i + k) % N),
+    ("row N - 1 - i", lambda i, k, N: N - 1 - i),
+)
+
+
+def row_sources(W: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """For each row of W that is not its own row of P: the batch and row of P it equals (-1 where
+    none). None where every row is its own."""
+    B, N, _ = W.shape
+    wrong = np.argwhere(np.abs(W - P).max(axis=2) > ROW_ATOL)
+    if not len(wrong):
+        return None
+    flat = P.reshape(B * N, N)
+    rows = W[wrong[:, 0], wrong[:, 1]]
+    dist = (rows ** 2).sum(1)[:, None] + (flat ** 2).sum(1)[None] - 2 * rows @ flat.T
+    best = dist.argmin(axis=1)
+    equal = np.abs(rows - flat[best]).max(axis=1) <= ROW_ATOL
+    src_b, src_i = np.divmod(best, N)
+    return wrong, np.where(equal, src_b, -1), np.where(equal, src_i, -1)
+
+
+def row_formula(b, i, sb, si, N: int) -> str | None:
+    """The family formula that gives (sb, si) from (b, i) for FIT_SHARE of the rows."""
+    if np.mean(sb == b) >= FIT_SHARE:
+        offsets = np.unique(si - i, return_counts=True)
+        ks = [int(offsets[0][offsets[1].argmax()])] + [t for t in (*QUERY_TILES, *KEY_TILES)]
+        for words, f in ROW_FAMILIES:
+            for k in sorted(set(ks)):
+                if np.mean(f(i, k, N) == si) >= FIT_SHARE:
+                    return words.format(k=k)
+    shifts = np.unique(sb - b, return_counts=True)
+    k = int(shifts[0][shifts[1].argmax()])
+    if k and np.mean((sb - b == k) & (si == i)) >= FIT_SHARE:
+        return f"the same row of batch b {'+' if k > 0 else '-'} {abs(k)}"
+    return None
+
+
+class OtherRows(WeightReading):
+    name = "rows of W against the rows of P"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, P, N = ctx.facts["W"], ctx.facts["P"], ctx.probe.shape.N
+        found = row_sources(W, P)
+        if found is None:
+            return []
+        wrong, sb, si = found
+        held = sb >= 0
+        if held.mean() < FIT_SHARE:
+            return []
+        b, i = wrong[held, 0], wrong[held, 1]
+        formula = row_formula(b, i, sb[held], si[held], N)
+        example = ", ".join(f"row {int(r)} holds row {int(s)}'s" for r, s in list(zip(i, si[held]))[:3])
+        what = f"row i holds the weights of {formula}" if formula else f"{example} ..."
+        code = "the batch offset" if formula and "batch" in formula else "the query row index (the row a thread " \
+            "or block computes, or the row of Q it reads)"
+        return measured(ctx, [
+            f"measured: {len(b)} rows of W hold another row's weights exactly (within {ROW_ATOL:g}): {what}; "
+            f"each of those rows was written, with another row's result; look at {code}"],
+            rows_from=formula or example)
+
+
+class RowsNotWritten(WeightReading):
+    """Rows that hold the same values whatever V is (0, or what the memory held): never written."""
+
+    name = "rows that never change"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, out, N = ctx.facts["W"], ctx.facts["out"], ctx.probe.shape.N
+        still = (np.abs(W) <= ZERO).all(axis=2) & (out == out[:, :, :1]).all(axis=2)
+        rows = np.flatnonzero(still.any(axis=0))
+        if not len(rows):
+            return []
+        zero = bool((out[still] == 0).all())
+        which, code = describe_keys(rows, N)
+        which = which.replace("keys", "rows").replace("key", "row")
+        code = code.replace("key-tile", "query-tile").replace("key loop", "row loop (or the grid)")
+        return measured(ctx, [
+            f"measured: {which} hold {'0' if zero else 'the same values'} in every run, whatever V is: never written "
+            f"(left as they were); look at {code}"], rows_not_written=[int(r) for r in rows])
+
+
+# ---------------------------------------------------------------- keys with no weight
+def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
+    """(which keys, what in the code drops them)."""
+    keys = np.sort(keys)
+    n = len(keys)
+    contiguous = np.array_equal(keys, np.arange(keys[0], keys[0] + n))
+    if contiguous and keys[-1] == N - 1:
+        tiles = [T for T in KEY_TILES if N % T == n]
+        if n == 1:
+            return "the last key (N - 1)", "the key loop's bound: it stops one key short (j < N - 1)"
+        if tiles:
+            return (f"the last {n} keys ({keys[0]}..{N - 1}), " + " = ".join(f"N % {T}" for T in tiles) + f" = {n}",
+                    f"the key-tile count: N / {tiles[0]} rounds the last, partial tile away (use (N + {tiles[0]} - 1) "
+                    f"/ {tiles[0]} and a bound inside the tile)")
+        return f"the last {n} keys ({keys[0]}..{N - 1})", "the key loop's bound"
+    if contiguous and keys[0] == 0:
+        return f"the first {n} keys (0..{keys[-1]})", "the key loop's start"
+    for T in KEY_TILES:
+        offsets = np.unique(keys % T)
+        if len(offsets) < T and np.array_equal(np.sort(keys), np.flatnonzero(np.isin(np.arange(N) % T, offsets))):
+            return (f"keys at offsets {offsets[0]}..{offsets[-1]} of every tile of {T}",
+                    f"the loop over a key tile's {T} keys (its bound or its start)")
+    shown = ", ".join(map(str, keys[:6])) + (", ..." if n > 6 else "")
+    return f"{n} keys ({shown})", "which keys the loops visit"
+
+
+class KeysWithoutWeight(WeightReading):
+    name = "keys that get no weight"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, P, N = ctx.facts["W"], ctx.facts["P"], ctx.probe.shape.N
+        dead = np.flatnonzero((np.abs(W) <= ZERO).all(axis=(0, 1)) & (P.max(axis=(0, 1)) > 1e-5))
+        if not len(dead):
+            return []
+        which, code = describe_keys(dead, N)
+        kept = np.ones(N, dtype=bool)
+        kept[dead] = False
+        s = logits(ctx.probe.q, ctx.probe.k)
+        s[..., ~kept] = -np.inf
+        renorm = np.exp(s - s.max(axis=-1, keepdims=True))
+        renorm /= renorm.sum(axis=-1, keepdims=True)
+        if np.abs(W - renorm).max() <= ROW_ATOL:
+            rest = "the other weights are the softmax over the other keys: those keys are left out of the scores, " \
+                   "the max, the sum and the output alike"
+        elif np.abs(W[..., kept] - P[..., kept]).max() <= ROW_ATOL:
+            rest = "the other weights are P's: those keys count in the sum l but their P V terms are never added"
+        else:
+            ctx.facts["dead_keys"] = dead
+            return [Finding(Kind.OBSERVED, [f"measured: {which} {'gets' if len(dead) == 1 else 'get'} no weight in "
+                                            "any row; the other weights are neither P's nor the softmax over the "
+                                            "other keys"], dict(keys_without_weight=[int(k) for k in dead]))]
+        return measured(ctx, [f"measured: {which} {'gets' if len(dead) == 1 else 'get'} no weight in any row ({rest}); "
+                              f"look at {code}"], keys_without_weight=[int(k) for k in dead])
+
+
+# ---------------------------------------------------------------- factors between W and P
+def tile_maxima(s: np.ndarray, T: int):
+    """Per key tile of T: the tile's own max, the running max after it, and the final max
+    (B, N, tiles) each; and each tile's sum of exp(s - final max)."""
+    B, N, _ = s.shape
+    tiles = -(-N // T)
+    pad = np.full((B, N, tiles * T), -np.inf)
+    pad[..., :N] = s
+    own = pad.reshape(B, N, tiles, T).max(axis=3)
+    running = np.maximum.accumulate(own, axis=2)
+    final = running[..., -1:]
+    sums = np.exp(pad - final[..., :1]).reshape(B, N, tiles, T).sum(axis=3)
+    return own, running, final, sums
+
+
+# The sum l a program divides by, over the online softmax's variants: the tiles it adds, and the
+# factor each tile's sum carries (a: powers of exp(m_final - m_running), b: of exp(m_final - m_own)).
+SUM_TILES = {"every tile": slice(None), "only the last tile": slice(-1, None), "only the first tile": slice(0, 1),
+             "every tile but the first": slice(1, None), "every tile but the last": slice(None, -1)}
+SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where l = l * exp(m_old - m_new) + sum)",
+             (2, 0): "multiplied by exp(m_new - m_old), the inverse of the rescale",
+             (-1, 0): "rescaled twice by exp(m_old - m_new)",
+             (0, 1): "summed with each tile's own max, not the running max",
+             (0, 0): ""}
+
+
+def sum_variants(s: np.ndarray):
+    """(T, tiles added, (a, b), l) for every variant of the running sum."""
+    for T in KEY_TILES:
+        if T >= s.shape[2]:
+            continue
+        own, running, final, sums = tile_maxima(s, T)
+        for (a, b) in SUM_WORDS:
+            term = sums * np.exp(a * (final - running) + b * (final - own))
+            for words, part in SUM_TILES.items():
+                if (a, b) == (0, 0) and words == "every tile":
+                    continue  # the right sum
+                yield T, words, (a, b), term[..., part].sum(axis=2)
+
+
+def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
+    """W = f_i P for each row i: the factor and which sum l gives it."""
+    use = P > 1e-6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logr = np.where(use & (W > 0), np.log(W / P), np.nan)
+    hi, lo = np.nanmax(logr, axis=2), np.nanmin(logr, axis=2)
+    if np.isnan(hi).any() or np.mean(hi - lo <= FLAT) < FIT_SHARE:
+        return None
+    f = np.exp(np.nanmean(logr, axis=2))
+    if np.abs(np.log(f)).max() <= FLAT:
+        return None
+    total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)  # the right l (relative to the final max)
+    fields = dict(row_factor=[float(np.min(f)), float(np.max(f))])
+    said = f"W = f P with one factor f per row (f from {span(f)}; the row sums of W are f)"
+    if np.mean(np.abs(np.log(f * total)) <= FLAT) >= FIT_SHARE:
+        return f"{said}: f = 1 / l: the output is divided by l twice", fields
+    if np.mean(np.abs(np.log(f / total)) <= FLAT) >= FIT_SHARE:
+        return f"{said}: f = l: the final division of the output by the running sum l is missing", fields
+    for T, tiles, ab, l_wrong in sum_variants(s):
+        if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
+            how = SUM_WORDS[ab]
+            fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab))
+            return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
+                    f"(key tiles of {T}){', ' + how if how else ''}; look at the update of l"), fields
+    if np.ptp(np.log(f)) <= FLAT:
+        return f"{said}: the same f = {fmt(float(np.mean(f)))} in every row: a constant factor on the output", fields
+    return None
+
+
+def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
+    """W / P constant within each key tile and changing between tiles: the factor, as a power of
+    the running maxima (regression, a row's constant removed)."""
+    B, N, _ = W.shape
+    use = P > 1e-6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logr = np.where(use & (W > 0), np.log(W / P), np.nan)
+    for T in sorted(KEY_TILES, reverse=True):  # the largest tile it holds for: the program's own
+        tiles = -(-N // T)
+        if tiles < 2:
+            continue
+        pad = np.full((B, N, tiles * T), np.nan)
+        pad[..., :N] = logr
+        blocks = pad.reshape(B, N, tiles, T)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a tile with no key where P > 1e-6
+            spread = np.nanmax(blocks, axis=3) - np.nanmin(blocks, axis=3)
+            g = np.nanmean(blocks, axis=3)
+        ok = ~np.isnan(spread)
+        if not ok.any() or np.mean(spread[ok] <= FLAT) < FIT_SHARE:
+            continue
+        own, running, final, _ = tile_maxima(s, T)
+        before = np.concatenate([running[..., :1], running[..., :-1]], axis=2)  # the max before each tile
+        x = np.stack([final - running, final - own, before - running], axis=-1)  # (B, N, tiles, 3)
+        valid = ~np.isnan(g)  # tiles with weight (a tile with none is said by KeysWithoutWeight)
+        rows_ok = valid.sum(axis=2) >= 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            changes = np.nanmax(g, axis=2) - np.nanmin(g, axis=2)
+        if rows_ok.mean() < FIT_SHARE or np.nanmax(changes[rows_ok]) <= FLAT:
+            continue  # no change between tiles: a per-row factor, if anything
+        gm = np.where(valid, g, 0.0)
+        n = np.maximum(valid.sum(axis=2, keepdims=True), 1)
+        yc = np.where(valid, g - gm.sum(axis=2, keepdims=True) / n, 0.0)[rows_ok]
+        xv = np.where(valid[..., None], x, 0.0)
+        xc = np.where(valid[..., None], x - xv.sum(axis=2, keepdims=True) / n[..., None], 0.0)[rows_ok]
+        use = valid[rows_ok]
+        coef, *_ = np.linalg.lstsq(xc[use], yc[use], rcond=None)
+        rounded = np.round(coef * 2) / 2
+        fit = np.abs(xc[use] @ rounded - yc[use])
+        first = g[rows_ok][0]
+        example = ", ".join("none" if np.isnan(v) else fmt(v) for v in np.exp(first - first[~np.isnan(first)][0]))
+        said = (f"W / P is constant within each key tile of {T} and changes between tiles (one row's factors, tile "
+                f"by tile, relative to the first: {example})")
+        fields = dict(tile=T)
+        if np.mean(fit <= 10 * FLAT) >= FIT_SHARE and np.abs(rounded).sum() > 0:
+            return tile_words(said, tuple(float(v) for v in rounded), W, fields)
+        return said + "; not a power of the running maxima fa tried", fields
+    return None
+
+
+def tile_words(said: str, powers: tuple, W: np.ndarray, fields: dict) -> tuple[str, dict]:
+    """The per-tile factor in words: its powers of the running maxima, what that means, and
+    whether the rows of W still sum to 1 (l treated as acc is)."""
+    a, b, c = powers
+    fields["tile_factor"] = [a, b, c]
+    terms = " * ".join(t for t in (power("exp(m_final - m_after_tile)", a), power("exp(m_final - m_tile)", b),
+                                   power("exp(m_before_tile - m_after_tile)", c)) if t)
+    meaning = TILE_WORDS.get(powers, "the rescale of the partial output acc")
+    sums = W.sum(axis=2)
+    both = np.abs(sums - 1).max() <= 1e-3
+    fields["row_sums_one"] = bool(both)
+    also = ("; the rows of W sum to 1, so the running sum l is treated the same way: the factor itself "
+            "(alpha = exp(m_old - m_new)) is what is wrong, for acc and l alike; look at how alpha is "
+            "computed (from the max before it is updated?)") if both and powers == (1.0, 0.0, 0.0) else \
+        f"; the rows of W sum to {span(sums)}" + ("" if both else ": l is not treated the same way")
+    return (f"{said}; each tile's factor is {terms} (m_after_tile, m_before_tile: the running max after "
+            f"and before the tile, m_tile: the tile's own max): {meaning}{also}"), fields
+
+
+TILE_WORDS = {  # (a, b, c): the powers of the three factors
+    (1.0, 0.0, 0.0): "the partial output acc is not rescaled by exp(m_old - m_new) when the running max grows",
+    (2.0, 0.0, 0.0): "acc is multiplied by exp(m_new - m_old), the inverse of the rescale",
+    (-1.0, 0.0, 0.0): "acc is rescaled twice by exp(m_old - m_new)",
+    (0.0, 1.0, 0.0): "each tile's exponentials use the tile's own max m_tile, with no rescale to the running max",
+    (-1.0, 1.0, 0.0): "each tile's p = exp(s - m_tile) uses the tile's own max where the rescale of acc follows "
+                      "the running max (p should be exp(s - m_new))",
+    (0.0, 0.0, 1.0): "each tile's own terms are multiplied by alpha = exp(m_old - m_new) too, where only acc's old "
+                     "value should be (acc = (acc + p V) * alpha; for the first tile alpha = exp(-inf) = 0)",
+}
+
+
+def power(term: str, p: float) -> str:
+    if p == 0:
+        return ""
+    return term if p == 1 else f"{term}^{p:g}"
+
+
+# Factors on the logits, by name: a slope of log W against the true logits.
+SLOPES = {
+    "sqrt(d)": lambda d: np.sqrt(d), "1/sqrt(d)": lambda d: 1 / np.sqrt(d), "d": lambda d: d, "1/d": lambda d: 1 / d,
+    "ln 2": lambda d: np.log(2), "log2(e)": lambda d: np.log2(np.e), "2": lambda d: 2.0, "1/2": lambda d: 0.5,
+    "sqrt(d) * log2(e)": lambda d: np.sqrt(d) * np.log2(np.e), "ln 2 / sqrt(d)": lambda d: np.log(2) / np.sqrt(d),
+    "sqrt(d) * ln 2": lambda d: np.sqrt(d) * np.log(2), "log2(e) / sqrt(d)": lambda d: np.log2(np.e) / np.sqrt(d),
+    "sqrt(d / 32)": lambda d: np.sqrt(d / 32), "sqrt(d / 64)": lambda d: np.sqrt(d / 64),
+}
+SLOPE_WORDS = {
+    "sqrt(d)": "the scores are not divided by sqrt(d)", "1/sqrt(d)": "the scores are divided by sqrt(d) twice (by d)",
+    "ln 2": "exp2 is given the logits without the factor log2(e)",
+    "log2(e)": "the logits are multiplied by log2(e) and then given to exp, not exp2",
+    "sqrt(d / 32)": "the scale is 1/sqrt(32) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
+    "sqrt(d / 64)": "the scale is 1/sqrt(64) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
+}
+
+
+def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None:
+    """log W_ij = a s_ij + c_i: the factor a on the logits, where it fits."""
+    with np.errstate(divide="ignore"):
+        y = np.log(W)
+    use = np.isfinite(y) & (W > 1e-30)
+    if use.mean() < 0.5:
+        return None
+    yc = np.where(use, y, 0.0)
+    n = use.sum(axis=2, keepdims=True)
+    xm = (np.where(use, s, 0).sum(axis=2, keepdims=True) / np.maximum(n, 1))
+    ym = yc.sum(axis=2, keepdims=True) / np.maximum(n, 1)
+    dx, dy = np.where(use, s - xm, 0), np.where(use, yc - ym, 0)
+    a = (dx * dy).sum() / (dx * dx).sum()
+    resid = np.abs(dy - a * dx)[use]
+    if np.quantile(resid, 0.99) > 1e-2 or abs(a - 1) <= 1e-2:
+        return None
+    name = next((k for k, f in SLOPES.items() if abs(a / f(d) - 1) <= 1e-2), None)
+    said = f"log W = a * (the true logits) + a constant per row, with a = {a:.4g}"
+    if name:
+        said += f" = {name}" + (f": {SLOPE_WORDS[name]}" if name in SLOPE_WORDS else "")
+    return said + "; look at the scale of the scores and the exponential", dict(logit_factor=float(a), named=name)
+
+
+class Factors(WeightReading):
+    name = "W / P by row and by key tile, and log W against the logits"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, P = ctx.facts["W"], ctx.facts["P"]
+        s = logits(ctx.probe.q, ctx.probe.k)
+        for reading in (per_row_factor(W, P, s), per_tile_factor(W, P, s), logit_slope(W, s, ctx.probe.shape.d)):
+            if reading:
+                said, fields = reading
+                if "not a power" in said:
+                    return [Finding(Kind.OBSERVED, [f"measured: {said}"], fields)]
+                return measured(ctx, [f"measured: {said}"], **fields)
+        return []
+
+
+class Summary(Probe):
+    """What W is against P, in numbers, where no reading named a mechanism."""
+
+    name = "W against P in numbers"
+
+    def applies(self, ctx: Context) -> bool:
+        return "W" in ctx.facts and not ctx.facts.get("named")
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, P = ctx.facts["W"], ctx.facts["P"]
+        if not np.isfinite(W).any():
+            return [Finding(Kind.OBSERVED, [f"measured on {ctx.probe.label}: every weight read is NaN or infinite"])]
+        diff = np.where(np.isfinite(W), np.abs(W - P), 0.0)
+        b, i, j = np.unravel_index(int(np.nanargmax(diff)), diff.shape)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = (W / P)[P > 1e-6]
+        rows = W.sum(axis=2)
+        linear = "" if ctx.facts.get("linear") else " (the output is not W V: these weights are what one-hot V read)"
+        return [Finding(Kind.OBSERVED, [
+            f"measured on {ctx.probe.label}, no mechanism pinned down{linear}: W against the true P: max |W - P| "
+            f"{fmt(diff.max())} (batch {b}, row {i}, key {j}: W {fmt(W[b, i, j])}, P {fmt(P[b, i, j])}); row sums of "
+            f"W {span(rows)}; W / P {span(ratio)} where P > 1e-6"],
+            dict(max_diff=float(diff.max()), row_sums=[float(rows.min()), float(rows.max())]))]

@@ -1,0 +1,102 @@
+"""The measurements the other steps read: the program's output on the probe input (twice), and
+its attention weights W read from runs with one-hot V.
+
+Nearly every attention program computes O = W V with weights W that depend on Q and K only. The
+runs with one-hot V (design.onehot_v) read W; W is then checked against the output with the
+case's own V: where W V gives that output, W is what the program applied, and the analyses
+(readings.py) compare it with the true P = softmax(Q K^T / sqrt(d)).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding, Kind
+from . import design
+from .step import Context, Probe
+
+# W V must give the output with the case's V to within this (float32 programs: about 1e-6).
+LINEAR_ATOL = 1e-4
+LINEAR_RTOL = 1e-3
+MAX_ONEHOT_RUNS = 16  # N / d runs at most (N = 512 at d = 32): beyond it W is not read
+
+
+def fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+class ProbeRuns(Probe):
+    """The probe input, run twice: is the output the same each time, and does it still fail?"""
+
+    name = "the probe input, run twice"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        inp = ctx.probe
+        first, second = ctx.run(inp), ctx.run(inp)
+        if first is None and ctx.raw is not None:  # an output of the wrong size: where did its values go?
+            ctx.facts.update(raw=ctx.raw, true=inp.output())
+            return [Finding(Kind.OBSERVED, [f"probe: on {inp.label} the output has {ctx.raw.size} values, "
+                                            f"{ctx.raw.size - inp.shape.B * inp.shape.N * inp.shape.d:+d} against "
+                                            "B*N*d"])]
+        if first is None or second is None:
+            ctx.facts["stop"] = True
+            return [Finding(Kind.OBSERVED, [f"probe: the program wrote no output of the right size on {inp.label}: "
+                                            "its weights cannot be read"])]
+        true = inp.output()
+        ctx.facts.update(out=first, true=true)
+        with np.errstate(invalid="ignore"):
+            changed = ~((first == second) | (np.isnan(first) & np.isnan(second)))
+        if changed.any():
+            ctx.facts["stop"] = True
+            diff = np.nanmax(np.abs(first.astype(np.float64) - second)[changed], initial=0.0)
+            return [Finding(Kind.OBSERVED, [f"probe: two runs on {inp.label} differ in {int(changed.sum())} values "
+                                            f"(up to {fmt(diff)}): an output that changes cannot be read as weights"])]
+        err = np.abs(first - true)
+        worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
+        ctx.facts["probe_fails"] = worst > ctx.tol
+        if worst <= ctx.tol:
+            ctx.facts["stop"] = True
+            return [Finding(Kind.OBSERVED, [f"probe: on {inp.label} the output is right (max error {fmt(worst)}): "
+                                            f"what fails in {ctx.case_label} needs more of it (its N, its B)"])]
+        return []
+
+
+class ReadWeights(Probe):
+    """W from ceil(N/d) runs with one-hot V; checked: W V gives the output with the case's V."""
+
+    name = "the weights W, read with one-hot V"
+
+    def applies(self, ctx: Context) -> bool:
+        return not ctx.facts.get("named") and design.onehot_runs(ctx.probe.shape) <= MAX_ONEHOT_RUNS and \
+            "out" in ctx.facts and bool(np.isfinite(ctx.facts["out"]).all())
+
+    def run(self, ctx: Context) -> list[Finding]:
+        inp = ctx.probe
+        B, N, d = inp.shape.B, inp.shape.N, inp.shape.d
+        W = np.zeros((B, N, N))
+        for r in range(design.onehot_runs(inp.shape)):
+            if ctx.budget.left < 2:
+                return [Finding(Kind.MISSING_TOOL, [f"probe: out of time after {r} of "
+                                                    f"{design.onehot_runs(inp.shape)} runs with one-hot V"])]
+            got = ctx.run(inp.with_v(design.onehot_v(inp.shape, r), f"one-hot V, run {r}"))
+            if got is None:
+                return [Finding(Kind.OBSERVED, [f"probe: no output of the right size with one-hot V (run {r}): "
+                                                "the weights were not read"])]
+            keys = r * d + np.arange(d)
+            inside = keys < N
+            W[:, :, keys[inside]] = got[:, :, inside]
+            if not inside.all() and np.abs(got[:, :, ~inside]).max(initial=0) > LINEAR_ATOL:
+                ctx.facts["columns_mixed"] = True  # a column of V with no 1 gave something: not W V
+        predicted = np.matmul(W, inp.v.astype(np.float64))
+        out = ctx.facts["out"].astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            off = np.abs(predicted - out)
+        ok = off <= LINEAR_ATOL + LINEAR_RTOL * np.abs(out)
+        ctx.facts["W"], ctx.facts["P"] = W, inp.weights()
+        if ok.all() and not ctx.facts.get("columns_mixed"):
+            ctx.facts["linear"] = True
+            return []
+        share = 1 - ok.mean()
+        return [Finding(Kind.OBSERVED, [
+            f"probe: the output is not W V for weights W read with one-hot V ({ctx.runs} runs on {inp.label}): "
+            f"W V misses the output with the case's V in {share:.1%} of the values (by up to {fmt(np.nanmax(off))}): "
+            "column c of O depends on other elements of V than column c, or on V's values themselves"])]

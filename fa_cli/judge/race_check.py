@@ -1,0 +1,119 @@
+"""A program that passes can still race: the H100 may schedule its warps so that a missing barrier
+never shows, where the judge's GTX 1080 or MI210 may not. So a CUDA or HIP program that passes
+gets compute-sanitizer's racecheck, synccheck and initcheck on a small case, once per build (the
+verdict is kept in fa's cache by the binary's bytes), built with -lineinfo where fa has its source
+so that each hazard comes with its lines:
+
+  passes here, but racecheck reports a shared-memory race: a write at hw4.cu:204 against a read
+  at hw4.cu:151; the judge's GPU may schedule it otherwise
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Callable
+
+from .. import locations
+from ..cases import generate
+from ..cases.format import Shape
+from ..files import atomic_file
+from ..programs import programs
+from ..programs.programs import Launcher, Program
+from .findings import Finding, Kind
+from .tool_logs import (find_tool, first_sanitizer_error, gpu_kind, run_captured, sanitizer_count, sanitizer_lines,
+                        without_layer)
+
+RACE_N = 300  # keys and query rows: two whole tiles of 16, 32, 64 and 128, and a partial one
+RACE_B = 2
+TOOL_TIMEOUT_S = 60.0
+TOOLS = {  # tool: what a report of it is, in a student's words
+    "racecheck": "a shared-memory race",
+    "synccheck": "a barrier used where not every thread of the block reaches it",
+    "initcheck": "device memory read before anything was written to it",
+}
+
+
+def applies(program: Program) -> bool:
+    """A student's GPU program (fa's own programs are checked by its tests)."""
+    return program.make_target is None and program.interpreter == () and gpu_kind(program) in ("cuda", "hip")
+
+
+def cache_file(program: Program, d: int) -> Path:
+    digest = hashlib.sha256(Path(program.path).read_bytes()).hexdigest()[:16]
+    return locations.cache_dir() / "race-check" / f"{digest}-d{d}.json"
+
+
+def check(program: Program, d: int, launcher: Launcher | None, work: Path,
+          say: Callable[[str], None]) -> list[Finding]:
+    """The three tools on a RACE_B x RACE_N x d input, or what was kept of an earlier check of the
+    same build."""
+    kept = cache_file(program, d)
+    if kept.exists():
+        try:
+            return [Finding(f["kind"], f["lines"], f.get("fields", {})) for f in json.loads(kept.read_text())]
+        except (OSError, ValueError, KeyError):
+            pass  # checked again
+    sanitizer = find_tool("compute-sanitizer")
+    if sanitizer is None:
+        return [Finding(Kind.MISSING_TOOL, ["race check: compute-sanitizer is not installed here: its racecheck "
+                                            "would show a shared-memory race that this GPU's schedule hides"])]
+    shape = Shape(RACE_B, RACE_N, d)
+    case = work / f"race-{shape}.in"
+    generate.write_input(case, shape, seed=7)
+    lined = with_lines(program)
+    found = []
+    for tool, what in TOOLS.items():
+        say(f"race check: compute-sanitizer --tool {tool} on {shape} (once per build)")
+        log = work / f"{tool}.log"
+        extra = ["--racecheck-report", "analysis"] if tool == "racecheck" else []
+        argv = (launcher or Launcher()).wrap([sanitizer, "--tool", tool, *extra, "--print-limit", "100",
+                                              "--log-file", str(log), *lined.argv, str(case), str(work / "race.out")])
+        code, output = run_captured(argv, TOOL_TIMEOUT_S)
+        text = without_layer(log.read_text(errors="replace") if log.exists() else output)
+        first = first_sanitizer_error(text)
+        if code is None and not first:
+            found.append(Finding(Kind.MISSING_TOOL, [f"race check: {tool} stopped after {TOOL_TIMEOUT_S:g} s with "
+                                                     "nothing reported"]))
+            continue
+        if first:
+            count = sanitizer_count(text) if tool != "racecheck" else None  # racecheck's counts what it shows
+            lines = sanitizer_lines(first)
+            said = lines[0] if tool == "racecheck" else f"{what}: " + "; ".join(lines)
+            total = f" ({count} in all)" if count else ""
+            found.append(Finding(Kind.WARNING, [f"passes here, but {tool} reports {said}{total} on {shape}; the "
+                                                "judge's GPU may schedule it otherwise"],
+                                 dict(tool=tool, report=first, count=count)))
+    if not any(f.kind == Kind.MISSING_TOOL for f in found):
+        keep(kept, found)
+    return found
+
+
+def with_lines(program: Program) -> Program:
+    """The program rebuilt with -lineinfo where fa has its source (the tools then name lines)."""
+    if program.source is None:
+        return program
+    try:
+        return programs.ensure_built(programs.from_source(program.source, ("-lineinfo",), "lines"))
+    except Exception:  # the program as it is still names kernel and offset
+        return program
+
+
+def keep(path: Path, found: list[Finding]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(path) as f:
+        f.write(json.dumps([dict(kind=x.kind, lines=x.lines, fields={k: v for k, v in x.fields.items()
+                                                                      if k != "report"}) for x in found]).encode())
+
+
+def passing_builds(program: Program, results: list, launcher: Launcher | None, say: Callable[[str], None],
+                   why: str | None = None, workdir: Path | None = None) -> list[Finding]:
+    """The check for a run's program where a case passed (or --why named one): once per d."""
+    if not applies(program):
+        return []
+    ds = sorted({r.target.shape.d for r in results if r.verdict == "PASS" or r.target.name == why})
+    found = []
+    with locations.scratch("race", workdir) as work:
+        for d in ds:
+            found += check(program, d, launcher, Path(work), say)
+    return found
