@@ -215,14 +215,7 @@ class Investigation:
         return (self.launcher or Launcher()).wrap(argv)
 
     def with_lines(self) -> Program:
-        """The program, rebuilt with -g -lineinfo where fa has its source, so that the tools name
-        file:line (the course's line has no -lineinfo); as it is otherwise."""
-        if self.program.source is None:
-            return self.program
-        try:
-            return programs.ensure_built(rebuilt(self.program, sanitize=False))
-        except Exception:  # the program as it is still tells kernel and offset
-            return self.program
+        return with_lines(self.program)
 
     def host_crash(self, case: TrialCase, work: Path) -> None:
         """A debugger's backtrace, then with the source an AddressSanitizer build's report."""
@@ -316,6 +309,17 @@ def rebuilt(program: Program, sanitize: bool) -> Program:
         flags += ("-Xcompiler", "-fsanitize=address,-fno-omit-frame-pointer", "-Xlinker", "-lasan") if cuda else \
             ("-fsanitize=address", "-fno-omit-frame-pointer")
     return programs.from_source(program.source, flags, "asan" if sanitize else "debug")
+
+
+def with_lines(program: Program) -> Program:
+    """The program, rebuilt with -g -lineinfo where fa has its source, so that the tools name
+    file:line (the course's line has no -lineinfo); as it is otherwise."""
+    if program.source is None:
+        return program
+    try:
+        return programs.ensure_built(rebuilt(program, sanitize=False))
+    except Exception:  # the program as it is still tells kernel and offset
+        return program
 
 
 def investigate(program: Program, target: Target, verdict: str, signal: str | None, tol: float,

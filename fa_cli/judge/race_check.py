@@ -1,7 +1,7 @@
 """A program that passes can still race: the H100 may schedule its warps so that a missing barrier
 never shows, where the judge's GTX 1080 or MI210 may not. So a CUDA or HIP program that passes
 gets compute-sanitizer's racecheck, synccheck and initcheck on a small case, once per build (the
-verdict is kept in fa's cache by the binary's bytes), built with -lineinfo where fa has its source
+verdict is kept in fa's cache by the binary's bytes), built with -g -lineinfo where fa has its source (the build the cause search uses)
 so that each hazard comes with its lines:
 
   passes here, but racecheck reports a shared-memory race: a write at hw4.cu:204 against a read
@@ -18,8 +18,8 @@ from .. import locations
 from ..cases import generate
 from ..cases.format import Shape
 from ..files import atomic_file
-from ..programs import programs
 from ..programs.programs import Launcher, Program
+from .cause import with_lines
 from .findings import Finding, Kind
 from .tool_logs import (find_tool, first_sanitizer_error, gpu_kind, run_captured, sanitizer_count, sanitizer_lines,
                         without_layer)
@@ -87,16 +87,6 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path,
     if not any(f.kind == Kind.MISSING_TOOL for f in found):
         keep(kept, found)
     return found
-
-
-def with_lines(program: Program) -> Program:
-    """The program rebuilt with -lineinfo where fa has its source (the tools then name lines)."""
-    if program.source is None:
-        return program
-    try:
-        return programs.ensure_built(programs.from_source(program.source, ("-lineinfo",), "lines"))
-    except Exception:  # the program as it is still names kernel and offset
-        return program
 
 
 def keep(path: Path, found: list[Finding]) -> None:

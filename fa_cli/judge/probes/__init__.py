@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from ...programs.programs import Launcher, Program
 from ..findings import Finding, Kind
 from ..tool_logs import Budget
@@ -61,8 +63,6 @@ def measure(program: Program, input_path: Path, shape, case_label: str, tol: flo
 
 def drawn(ctx: Context, path: Path) -> list[Finding]:
     """The picture of W against P, for the first batch the probe got wrong."""
-    import numpy as np
-
     wrong = ~(np.abs(ctx.facts["out"] - ctx.facts["true"]) <= ctx.tol)
     batch = int(np.argmax(wrong.any(axis=(1, 2))))
     try:

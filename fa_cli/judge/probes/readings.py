@@ -19,16 +19,12 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES, QUERY_TILES
-from .step import Context, Probe, logits
+from .step import Context, Probe, fmt, logits
 
 ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
 ZERO = 1e-7  # a weight this small is no weight
 FLAT = 2e-3  # spread of log(W / P) within a row or a tile that counts as constant
 FIT_SHARE = 0.95  # of rows (or tiles) a reading must hold for
-
-
-def fmt(x: float) -> str:
-    return f"{x:.3g}"
 
 
 def span(values) -> str:

@@ -23,6 +23,11 @@ from ..tool_logs import Budget
 RUN_TIMEOUT_S = 30.0  # one probe run at most (a probe input is small: seconds even for a slow program)
 
 
+def fmt(x: float) -> str:
+    """A measured figure in the probes' words: three significant digits."""
+    return f"{x:.3g}"
+
+
 @dataclass
 class ProbeInput:
     """Q, K, V of a probe (B, N, d) float32, with the true output and weights it should give."""

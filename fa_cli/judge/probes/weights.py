@@ -12,16 +12,12 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from . import design
-from .step import Context, Probe
+from .step import Context, Probe, fmt
 
 # W V must give the output with the case's V to within this (float32 programs: about 1e-6).
 LINEAR_ATOL = 1e-4
 LINEAR_RTOL = 1e-3
 MAX_ONEHOT_RUNS = 16  # N / d runs at most (N = 512 at d = 32): beyond it W is not read
-
-
-def fmt(x: float) -> str:
-    return f"{x:.3g}"
 
 
 class ProbeRuns(Probe):
