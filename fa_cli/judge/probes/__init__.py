@@ -12,7 +12,9 @@ later readings stand aside. Where none names one, Summary says what was measured
   OutputLayout       the right values in other places: the mapping        layout.py
   InputReading       attention of other elements of the input: which index formula   indexing.py
   ReadWeights        W from runs with one-hot V; is the output W V?       weights.py
-  RowsNotWritten, OtherRows, KeysWithoutWeight, Factors   W against P                     readings.py
+  RowsNotWritten, OtherRows, KeysWithoutWeight   W against P              readings.py
+  SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
+  Factors            W / P per row, per key tile; log W against the logits                     readings.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
   Summary            W against P in numbers, where nothing was pinned down  readings.py
 """
@@ -31,11 +33,12 @@ from .experiments import BatchAlone, NotFinite, Wavefronts, WholeTiles
 from .indexing import InputReading
 from .layout import OutputLayout
 from .readings import Factors, KeysWithoutWeight, OtherRows, RowsNotWritten, Summary
+from .softmax_steps import SoftmaxSteps
 from .step import Context, Probe
 from .weights import ProbeRuns, ReadWeights
 
 STEPS: tuple[Probe, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), OutputLayout(), InputReading(), ReadWeights(),
-                            RowsNotWritten(), OtherRows(), KeysWithoutWeight(), Factors(), BatchAlone(), WholeTiles(), Summary())
+                            RowsNotWritten(), OtherRows(), KeysWithoutWeight(), SoftmaxSteps(), Factors(), BatchAlone(), WholeTiles(), Summary())
 MIN_STEP_S = 1.0  # a step is started only with this much of the budget left
 
 

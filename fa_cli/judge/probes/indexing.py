@@ -10,8 +10,10 @@ gives the program's output on the probe input:
   bases     Q_b, K_b, V_b swapped with each other; batch 0 for every batch; a batch stride of N*d
             (not 3*N*d); the batch before or after; all Q first, then all K, then all V; the
             matrix's start one row early or late
-  rows      row j read as j + 1 or j - 1, or within tiles of 16..128: j % T (the tile's start
-            left out), j // T + j % T (the tile's number for its start), j - j % T
+  rows      row j read as j + 1 or j - 1, or within tiles of any T from 2 to 128: j % T (the
+            tile's start left out), j // T + j % T (the tile's number for its start), j - j % T
+            (the tile's first row), (j - j % T) * d + j % T floats (the place in the tile counted
+            in floats); each reading tried on a few rows first, then on the whole probe
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from .step import Context, Probe, logits, softmax_rows
 
 MATCH_SHARE = 0.99
 ROLES = ("Q", "K", "V")
-TILES = (16, 32, 64, 128)  # the usual tile sizes, of query rows and of keys
+MAX_TILE = 128  # row maps are tried within tiles of every size from 2 to this
+SCREEN_ROWS = 24  # query rows of batch 0 a reading is tried on first, before the whole probe
 
 
 def strides(N: int, d: int) -> dict[str, tuple[int, int]]:
@@ -51,23 +54,30 @@ def bases(B: int, N: int, d: int, role: int) -> dict[str, np.ndarray]:
     return found
 
 
-def row_maps(N: int) -> dict[str, np.ndarray]:
-    """The row a program reads for row j, by name, over a tile of T rows or keys (the right one left out)."""
+def row_maps(N: int, d: int) -> dict[str, np.ndarray]:
+    """Where a program reads row j of a matrix, in floats from the matrix's start, by name: a row
+    off by one, or within tiles of T rows or keys (any T from 2 to 128) the tile's start left out,
+    the tile's number where its start belongs, every row read as the tile's first, or the row's
+    place in its tile counted in floats, not rows (the right map, j * d, left out)."""
     j = np.arange(N)
-    found = {"row j + 1": j + 1, "row j - 1": j - 1}
-    for T in TILES:
-        if T < N:
-            found[f"row j % {T} (the tile's start left out of the row index, tiles of {T})"] = j % T
-            found[f"row j // {T} + j % {T} (the tile's number where its start j - j % {T} belongs)"] = j // T + j % T
-            found[f"row j - j % {T} (every row of a tile of {T} read as its first)"] = j - j % T
+    found = {"row j + 1": (j + 1) * d, "row j - 1": (j - 1) * d}
+    for T in range(2, min(MAX_TILE, N - 1) + 1):
+        start, within = j - j % T, j % T
+        found[f"row j % {T} (the tile's start left out of the row index, tiles of {T})"] = within * d
+        found[f"row j // {T} + j % {T} (the tile's number where its start j - j % {T} belongs)"] = \
+            (j // T + within) * d
+        found[f"row j - j % {T} (every row of a tile of {T} read as its first)"] = start * d
+        found[f"row j - j % {T} at offset j % {T} (the row's place in its tile of {T} counted in floats, "
+              "not rows: (j - j % T) * d + j % T)"] = start * d + within
     return found
 
 
-def gather(flat: np.ndarray, base: np.ndarray, stride: tuple[int, int], N: int, d: int, rows: np.ndarray | None = None):
-    """(B, N, d) read with these bases and strides (row j read as row rows[j]), and which batches
-    stay inside the payload."""
-    rows = np.arange(N) if rows is None else rows
-    idx = base[:, None, None] + rows[None, :, None] * stride[0] + np.arange(d)[None, None, :] * stride[1]
+def gather(flat: np.ndarray, base: np.ndarray, stride: tuple[int, int], N: int, d: int,
+           offsets: np.ndarray | None = None):
+    """(B, N, d) read with these bases and strides (row j read from offsets[j], in floats, where
+    given), and which batches stay inside the payload."""
+    offsets = np.arange(N) * stride[0] if offsets is None else offsets
+    idx = base[:, None, None] + offsets[None, :, None] + np.arange(d)[None, None, :] * stride[1]
     inside = ((idx >= 0) & (idx < flat.size)).all(axis=(1, 2))
     return flat[np.clip(idx, 0, flat.size - 1)].astype(np.float64), inside
 
@@ -85,8 +95,8 @@ def readings(flat: np.ndarray, B: int, N: int, d: int):
             words = f"{ROLES[role]}_b " + " and ".join(w if w.startswith("read") else f"read {w}" for w in (bw, sw) if w)
             yield words, *mats, inside
     for role in range(3):
-        for words, rows in row_maps(N).items():
-            m, inside = gather(flat, bases(B, N, d, role)[""], (d, 1), N, d, rows)
+        for words, offsets in row_maps(N, d).items():
+            m, inside = gather(flat, bases(B, N, d, role)[""], (d, 1), N, d, offsets)
             mats = list(right)
             mats[role] = m
             yield f"{ROLES[role]}_b's row j read as {words}", *mats, inside
@@ -108,8 +118,14 @@ def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: f
     """The first reading whose output agrees with the program's on MATCH_SHARE of the values of the
     batches it can say (at least one), and on the batches the right reading gets wrong."""
     got = ctx_out.astype(np.float64)
+    rows = np.unique(np.r_[np.arange(min(SCREEN_ROWS // 2, N)), np.arange(max(0, N - SCREEN_ROWS // 2), N)])
     for words, q, k, v, inside in readings(flat, B, N, d):
         if not inside.any():
+            continue
+        first = int(np.argmax(inside))  # a quick look on a few rows of one batch, then every value
+        with np.errstate(over="ignore", invalid="ignore"):
+            o = np.matmul(softmax_rows(logits(q[first:first + 1, rows], k[first:first + 1])), v[first:first + 1])
+        if np.mean(np.abs(o - got[first:first + 1, rows]) <= tol / 5 + 1e-3 * np.abs(o)) < MATCH_SHARE:
             continue
         with np.errstate(over="ignore", invalid="ignore"):
             o = np.matmul(softmax_rows(logits(q[inside], k[inside])), v[inside])

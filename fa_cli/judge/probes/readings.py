@@ -25,6 +25,7 @@ ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
 ZERO = 1e-7  # a weight this small is no weight
 FLAT = 2e-3  # spread of log(W / P) within a row or a tile that counts as constant
 FIT_SHARE = 0.95  # of rows (or tiles) a reading must hold for
+MAX_TILE = 128  # tile sizes a dropped partial tile is said for: every T up to this with N % T = the keys dropped
 
 
 def span(values) -> str:
@@ -140,13 +141,16 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
     n = len(keys)
     contiguous = np.array_equal(keys, np.arange(keys[0], keys[0] + n))
     if contiguous and keys[-1] == N - 1:
-        tiles = [T for T in KEY_TILES if N % T == n]
+        tiles = [T for T in range(n + 1, MAX_TILE + 1) if (N - n) % T == 0]  # N % T = n: the partial tile
         if n == 1:
             return "the last key (N - 1)", "the key loop's bound: it stops one key short (j < N - 1)"
-        if tiles:
-            return (f"the last {n} keys ({keys[0]}..{N - 1}), " + " = ".join(f"N % {T}" for T in tiles) + f" = {n}",
-                    f"the key-tile count: N / {tiles[0]} rounds the last, partial tile away (use (N + {tiles[0]} - 1) "
-                    f"/ {tiles[0]} and a bound inside the tile)")
+        whole = f"a whole last tile of {n}" if N % n == 0 else ""
+        if tiles or whole:
+            shown = ", ".join(map(str, tiles[:6])) + (" ..." if len(tiles) > 6 else "")
+            partial = f"the partial last tile of tiles T with N % T = {n} (T = {shown})" if tiles else ""
+            return (f"the last {n} keys ({keys[0]}..{N - 1}), as many as " + " or ".join(w for w in (partial, whole) if w),
+                    "the key-tile count and the last tile's width: a count N / T that rounds down, or a last tile "
+                    "given 0 keys (use (N + T - 1) / T tiles, the last min(T, N - start) wide)")
         return f"the last {n} keys ({keys[0]}..{N - 1})", "the key loop's bound"
     if contiguous and keys[0] == 0:
         return f"the first {n} keys (0..{keys[-1]})", "the key loop's start"
@@ -357,9 +361,25 @@ SLOPE_WORDS = {
     "sqrt(d)": "the scores are not divided by sqrt(d)", "1/sqrt(d)": "the scores are divided by sqrt(d) twice (by d)",
     "ln 2": "exp2 is given the logits without the factor log2(e)",
     "log2(e)": "the logits are multiplied by log2(e) and then given to exp, not exp2",
+    "(ln 2)^2": "a softmax kept in base 2 (exp2 of the scores times a constant c) whose c holds ln 2 where "
+                "log2(e) belongs",
     "sqrt(d / 32)": "the scale is 1/sqrt(32) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
     "sqrt(d / 64)": "the scale is 1/sqrt(64) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
 }
+
+
+def constant_name(a: float, d: int) -> str | None:
+    """a as sqrt(d)^p * (ln 2)^q for small whole p and q (the constants of a softmax's scale and
+    of exp against exp2), where one fits within 1%."""
+    for p in range(-2, 3):
+        for q in range(-2, 3):
+            if (p, q) != (0, 0) and abs(a / (np.sqrt(d) ** p * np.log(2) ** q) - 1) <= 1e-2:
+                return " * ".join(t for t in (power_of("sqrt(d)", p), power_of("(ln 2)", q)) if t)
+    return None
+
+
+def power_of(name: str, p: int) -> str:
+    return "" if p == 0 else name if p == 1 else f"{name}^{p}"
 
 
 def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None:
@@ -378,7 +398,7 @@ def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None
     resid = np.abs(dy - a * dx)[use]
     if np.quantile(resid, 0.99) > 1e-2 or abs(a - 1) <= 1e-2:
         return None
-    name = next((k for k, f in SLOPES.items() if abs(a / f(d) - 1) <= 1e-2), None)
+    name = next((k for k, f in SLOPES.items() if abs(a / f(d) - 1) <= 1e-2), None) or constant_name(a, d)
     said = f"log W = a * (the true logits) + a constant per row, with a = {a:.4g}"
     if name:
         said += f" = {name}" + (f": {SLOPE_WORDS[name]}" if name in SLOPE_WORDS else "")

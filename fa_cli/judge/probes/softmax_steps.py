@@ -1,0 +1,148 @@
+"""The online softmax's steps as a search space: which single step, written otherwise, gives the
+weights W the program applied.
+
+The tiled online softmax of one query row, over key tiles of T, is these steps:
+
+  max     m_new = max(m, max of the tile's scores)
+  factor  alpha = exp(m - m_new)                  (m before the update)
+  p       p = exp(s - m_new)                      (the tile's scores s)
+  sum     l = l * alpha + sum(p)                  (l starts at 0)
+  output  acc = acc * alpha + p V                 (acc holds p's weights on the keys here)
+  update  m = m_new
+  final   after the last tile, O = acc / l
+
+Each step has other ways a program may write it (STEP_FORMS: the right form first). The search
+simulates the algorithm with one step replaced, for every tile size T from 2 to 128 (the largest
+first among those that fit equally), on a few rows first and then on every row of the probe,
+and names the step and its form where the simulated weights are the program's. W here is the
+coefficient of each key's V row in the output: what ReadWeights measured.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from .readings import WeightReading, measured
+from .step import Context, logits
+
+LOG2E = float(np.log2(np.e))
+LN2 = float(np.log(2))
+MAX_TILE = 128
+SCREEN_ROWS = 12  # rows of batch 0 every form is tried on first
+ATOL, RTOL = 2e-4, 2e-3  # simulated against measured weights (float32 programs)
+
+# step -> (code as the program may write it, function); the first is the algorithm's own.
+# Arguments: m (before), m_new, tmax (the tile's own max), s (the tile's scores), l, acc, alpha,
+# p (the tile's exponentials), psum; the max form also gets the tile's max only.
+STEP_FORMS = {
+    # (m_new = the tile's max alone is no mistake: alpha and p then share another reference, which
+    # cancels in acc / l; the update below, which carries it to the next tile, is one)
+    "max": (("m_new = max(m, tile max)", lambda m, tmax: np.maximum(m, tmax)),),
+    "factor": (("alpha = exp(m - m_new)", lambda m, m_new: np.exp(m - m_new)),
+               ("alpha = exp(m_new - m) (the factor inverted)", lambda m, m_new: np.exp(m_new - m)),
+               ("alpha = 1 (m updated before alpha is computed, or no rescale)", lambda m, m_new: np.ones_like(m_new)),
+               ("alpha = exp2(m - m_new) (base 2 for a natural-log difference)",
+                lambda m, m_new: np.exp2(m - m_new)),
+               ("alpha = exp(m - m_new) of maxima kept in the log2 domain (exp where exp2 belongs)",
+                lambda m, m_new: np.exp(LOG2E * (m - m_new))),
+               ("alpha = exp2 of natural-log maxima times log2(e) twice",
+                lambda m, m_new: np.exp(LN2 * (m - m_new)))),
+    "p": (("p = exp(s - m_new)", lambda s, m, m_new, tmax: np.exp(s - m_new[..., None])),
+          ("p = exp(s - tile max) (the tile's own max, not the running one)",
+           lambda s, m, m_new, tmax: np.exp(s - tmax[..., None]))),
+    "sum": (("l = l * alpha + sum(p)", lambda l, alpha, psum: l * alpha + psum),
+            ("l = l + sum(p) (l not rescaled)", lambda l, alpha, psum: l + psum),
+            ("l = (l + sum(p)) * alpha (the tile's own sum rescaled too)", lambda l, alpha, psum: (l + psum) * alpha),
+            ("l = sum(p) (only the last tile's sum kept)", lambda l, alpha, psum: psum),
+            ("l = l * alpha (the tile's sum never added)", lambda l, alpha, psum: l * alpha),
+            ("l = l / alpha + sum(p) (divided by the factor)", lambda l, alpha, psum: l / alpha + psum)),
+    "output": (("acc = acc * alpha + p V", lambda acc, alpha, p_full: acc * alpha[..., None] + p_full),
+               ("acc = acc + p V (acc not rescaled)", lambda acc, alpha, p_full: acc + p_full),
+               ("acc = (acc + p V) * alpha (the tile's own terms rescaled too)",
+                lambda acc, alpha, p_full: (acc + p_full) * alpha[..., None]),
+               ("acc = acc / alpha + p V (divided by the factor)",
+                lambda acc, alpha, p_full: acc / alpha[..., None] + p_full)),
+    "update": (("m = m_new", lambda m_new, tmax: m_new),
+               ("m = tile max (the max kept for the next tile is this tile's own)", lambda m_new, tmax: tmax)),
+    "final": (("O = acc / l", lambda acc, l: acc / l[..., None]),
+              ("O = acc (no division by l)", lambda acc, l: acc),
+              ("O = acc / l^2 (divided twice)", lambda acc, l: acc / (l * l)[..., None])),
+}
+RIGHT = {step: forms[0][1] for step, forms in STEP_FORMS.items()}
+
+
+def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
+    """W of the tiled online softmax over key tiles of T, with the given step functions."""
+    shape = s.shape[:-1]
+    N = s.shape[-1]
+    m = np.full(shape, -np.inf)
+    l = np.zeros(shape)
+    acc = np.zeros(s.shape)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for j0 in range(0, N, T):
+            tile = s[..., j0:j0 + T]
+            tmax = tile.max(axis=-1)
+            m_new = forms["max"](m, tmax)
+            alpha = forms["factor"](m, m_new)  # the first tile's m is -inf, as a program's is
+            p = forms["p"](tile, m, m_new, tmax)
+            l = forms["sum"](l, alpha, p.sum(axis=-1))
+            p_full = np.zeros(s.shape)
+            p_full[..., j0:j0 + T] = p
+            acc = forms["output"](acc, alpha, p_full)
+            m = forms["update"](m_new, tmax)
+        return forms["final"](acc, l)
+
+
+def variants():
+    """(step, the form's words, the step functions) for every single step written otherwise."""
+    for step, forms in STEP_FORMS.items():
+        for words, f in forms[1:]:
+            yield step, words, {**RIGHT, step: f}
+
+
+def close(sim: np.ndarray, W: np.ndarray) -> bool:
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(np.abs(sim - W) <= ATOL + RTOL * np.abs(W)))
+
+
+def search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int] | None] | None:
+    """(step, its form, the tile sizes T) whose simulation gives W, on a few rows then on all;
+    every T from 2 to 128 that fits (several where the measurement cannot tell them apart), or
+    None where the whole row as one tile fits too (the form does not depend on the tiles)."""
+    rows = (slice(0, 1), slice(0, min(SCREEN_ROWS, s.shape[1])))
+    N = s.shape[-1]
+    sizes = range(2, min(MAX_TILE, N - 1) + 1)
+    for step, words, forms in variants():
+        fit = [T for T in sizes if close(simulate(s[rows], T, forms), W[rows]) and fits(s, T, forms, W)]
+        if fit:
+            return step, words, (None if fits(s, N, forms, W) else fit)
+    return None
+
+
+def fits(s: np.ndarray, T: int, forms: dict, W: np.ndarray) -> bool:
+    """The form gives W over tiles of T, and there it is not the right algorithm's result (a form
+    that changes nothing at this T, as a wrong update of the max with two tiles, says nothing)."""
+    simulated = simulate(s, T, forms)
+    return close(simulated, W) and not close(simulated, simulate(s, T, RIGHT))
+
+
+class SoftmaxSteps(WeightReading):
+    """The step of the online softmax that, written otherwise, gives the measured W."""
+
+    name = "the online softmax's steps, one written otherwise"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W = ctx.facts["W"]
+        found = search(W, logits(ctx.probe.q, ctx.probe.k))
+        if not found:
+            return []
+        step, words, T = found
+        right = STEP_FORMS[step][0][0]
+        tiles = "any tile size: this step does not depend on it" if T is None else \
+            f"key tiles of {T[0]}" if len(T) == 1 else \
+            f"key tiles of {', '.join(map(str, T[:6]))}{' ...' if len(T) > 6 else ''}: each fits, this probe cannot " \
+            "tell them apart"
+        return measured(ctx, [
+            f"measured: the weights are the tiled online softmax's ({tiles}) with its {step} step "
+            f"written as `{words}` where it is `{right}`: simulated so, it gives W on {ctx.probe.label} to within "
+            f"{ATOL:g}; look at that line"], softmax_step=step, form=words, tiles=T)
