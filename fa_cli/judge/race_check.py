@@ -1,8 +1,8 @@
 """A program that passes can still race: the H100 may schedule its warps so that a missing barrier
 never shows, where the judge's GTX 1080 or MI210 may not. So a CUDA or HIP program that passes
 gets compute-sanitizer's racecheck, synccheck and initcheck on a small case, once per build (the
-verdict is kept in fa's cache by the binary's bytes), built with -g -lineinfo where fa has its source (the build the cause search uses)
-so that each hazard comes with its lines:
+verdict is kept in fa's cache by the binary's bytes), built with -g -lineinfo where fa has its
+source (the build the cause search uses), so that each hazard comes with its lines:
 
   passes here, but racecheck reports a shared-memory race: a write at hw4.cu:204 against a read
   at hw4.cu:151; the judge's GPU may schedule it otherwise

@@ -26,7 +26,7 @@ from ..measure import compare, ladder, source_sweep
 from ..programs import programs
 from . import charts
 from .records import by_kind, revision_text
-from .markdown import PROFILE_KEYS, markdown_table
+from .markdown import PROFILE_KEYS, markdown_table, paragraph
 from .tables import profile_rows
 
 
@@ -59,7 +59,7 @@ def systems_section(found: dict[str, list[dict]]) -> str:
 
 
 def judge_section(records: list[dict], head: str = "### 3c. Others: correctness and time on the test cases "
-                                                    "(`fa run`)\n") -> str:
+                                                    "(`fa run`)\n", out_dir: Path | None = None) -> str:
     if not records:
         return head + "\nNo results: `fa run --all --suite c --program ./hw4 -o run.json` gives them.\n"
     body = [[r["input"], f"{r['shape']['B']}x{r['shape']['N']}x{r['shape']['d']}", r["program"], r.get("device", "?"),
@@ -72,7 +72,26 @@ def judge_section(records: list[dict], head: str = "### 3c. Others: correctness 
     passed = sum(r.get("verdict") == "PASS" for r in records)
     return (head + f"\n{passed} of {len(records)} runs PASS ({counts}; the course's tolerance is 5e-3).\n\n"
             + markdown_table(["case", "B x N x d", "program", "device", "time s", "limit s", "max err", "tolerance",
-                              "verdict"], body, keys=4))
+                              "verdict"], body, keys=4) + (weights_pictures(records, out_dir) if out_dir else ""))
+
+
+def weights_pictures(records: list[dict], out_dir: Path) -> str:
+    """The pictures of the weights fa measured for a failing case (judge/probes/picture.py), copied
+    beside the report, each under what was measured."""
+    parts = []
+    for r in records:
+        for found in ((r.get("diagnosis") or {}).get("causes") or []):
+            source = Path(found.get("picture") or "")
+            if not found.get("picture") or not source.is_file():
+                continue
+            name = f"weights-{Path(str(r.get('input', 'case'))).name}.png"
+            with atomic_file(out_dir / name) as f:
+                f.write(source.read_bytes())
+            measured = [l for c in r["diagnosis"]["causes"] for l in c.get("lines", []) if l.startswith("measured")]
+            said = (f"{r.get('input')}: the weights W its program applied, measured with one-hot V, against "
+                    "P = softmax(Q K^T / sqrt(d)) (fa run's probes)" + (": " + " ".join(measured) if measured else "."))
+            parts.append(paragraph(said) + f"\n\n![W against P]({name})\n")
+    return "\n" + "\n".join(parts) if parts else ""
 
 
 def profile_section(records: list[dict], head: str = "## 2. Profiling results (`fa profile`)\n") -> str:
@@ -282,7 +301,7 @@ def write(paths: list[Path], out_dir: Path) -> Path:
         "## 3. Experiment and analysis\n",
         systems_section(found),
         optimization_section(mine["sweep"], out_dir, any(theirs.values())),
-        judge_section(mine["run"]),
+        judge_section(mine["run"], out_dir=out_dir),
         yours("anything else you measured (block sizes, input sizes, the time of each stage)."),
         bench_section(mine["bench"], out_dir),
         yours("how the NVIDIA and AMD runs differ, and why (warp of 32, wavefront of 64, memory, compilers)."),

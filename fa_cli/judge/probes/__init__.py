@@ -38,7 +38,8 @@ from .step import Context, Probe
 from .weights import ProbeRuns, ReadWeights
 
 STEPS: tuple[Probe, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), OutputLayout(), InputReading(), ReadWeights(),
-                            RowsNotWritten(), OtherRows(), KeysWithoutWeight(), SoftmaxSteps(), Factors(), BatchAlone(), WholeTiles(), Summary())
+                            RowsNotWritten(), OtherRows(), KeysWithoutWeight(), SoftmaxSteps(), Factors(),
+                            BatchAlone(), WholeTiles(), Summary())
 MIN_STEP_S = 1.0  # a step is started only with this much of the budget left
 
 

@@ -92,7 +92,8 @@ def readings(flat: np.ndarray, B: int, N: int, d: int):
             m, inside = gather(flat, base, stride, N, d)
             mats = list(right)
             mats[role] = m
-            words = f"{ROLES[role]}_b " + " and ".join(w if w.startswith("read") else f"read {w}" for w in (bw, sw) if w)
+            words = f"{ROLES[role]}_b " + " and ".join(w if w.startswith("read") else f"read {w}"
+                                                        for w in (bw, sw) if w)
             yield words, *mats, inside
     for role in range(3):
         for words, offsets in row_maps(N, d).items():

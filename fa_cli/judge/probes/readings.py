@@ -148,7 +148,8 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
         if tiles or whole:
             shown = ", ".join(map(str, tiles[:6])) + (" ..." if len(tiles) > 6 else "")
             partial = f"the partial last tile of tiles T with N % T = {n} (T = {shown})" if tiles else ""
-            return (f"the last {n} keys ({keys[0]}..{N - 1}), as many as " + " or ".join(w for w in (partial, whole) if w),
+            return (f"the last {n} keys ({keys[0]}..{N - 1}), as many as "
+                    + " or ".join(w for w in (partial, whole) if w),
                     "the key-tile count and the last tile's width: a count N / T that rounds down, or a last tile "
                     "given 0 keys (use (N + T - 1) / T tiles, the last min(T, N - start) wide)")
         return f"the last {n} keys ({keys[0]}..{N - 1})", "the key loop's bound"
