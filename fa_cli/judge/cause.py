@@ -302,8 +302,9 @@ ASAN_ENV = {"ASAN_OPTIONS": "protect_shadow_gap=0:detect_leaks=0:abort_on_error=
 
 
 def rebuilt(program: Program, sanitize: bool) -> Program:
-    """The same source with -g (and -lineinfo for nvcc), and AddressSanitizer on the host code."""
-    cuda = program.source.suffix == ".cu"
+    """The same source with -g (and -lineinfo for nvcc), and AddressSanitizer on the host code.
+    nvcc builds a hw4.cu, and a hw4.hip too where it runs on the MI210 emulation."""
+    cuda = programs.source_compiler(program.source) == "nvcc"
     flags = ("-g", "-lineinfo") if cuda else ("-g",)
     if sanitize:
         flags += ("-Xcompiler", "-fsanitize=address,-fno-omit-frame-pointer", "-Xlinker", "-lasan") if cuda else \
