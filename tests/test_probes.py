@@ -231,3 +231,22 @@ def test_the_report_shows_the_measured_weights(tmp_path):
     assert "![W against P](weights-case.in.png)" in text
     assert (tmp_path / "report" / "weights-case.in.png").stat().st_size
     assert "l = l + sum(p) (l not rescaled)" in " ".join(text.split())
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+def test_a_failure_the_small_probe_misses_is_measured_at_the_cases_own_n(tmp_path):
+    """q03 is wrong only where N is a multiple of its key tile (24): at N = 480, not at the small
+    probe's 352; fa says so and measures at 480."""
+    case = tmp_path / "case.in"
+    generate.write_input(case, Shape(2, 480, 32), 3)
+    proc = fa("run", case, "--program", SETS / "set2" / "q03.cpp")
+    assert "on 2x352x32 (the first 352 rows of case.in's Q, K and V) the output is right; on 2x480x32" in proc.stdout
+    assert "the last 24 keys (456..479)" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+def test_a_named_step_shows_the_lines_of_the_source_it_is_in(tmp_path):
+    case = tmp_path / "case.in"
+    generate.write_input(case, Shape(2, 200, 32), 3)
+    proc = fa("run", case, "--program", SETS / "set3" / "r04.cpp")
+    assert "lines with exp in r04.cpp: 88 `const float alpha = expf(m[r] - mnew);`" in proc.stdout, proc.stdout

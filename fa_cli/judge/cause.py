@@ -226,7 +226,7 @@ class Investigation:
                 f"no debugger here (gdb, cuda-gdb, rocgdb): `gdb -batch -ex run -ex bt --args {self.program.path} "
                 "INPUT OUTPUT` would show where it crashed"]))
         elif self.step(f"{debugger}: where it crashes"):
-            self.debug(find_tool(debugger), self.program, case, work, "crash")
+            self.debug(find_tool(debugger), self.program, case, work, Kind.CRASH)
         if self.program.source is None:
             if not any(f.kind == Kind.CRASH and "line" in f.fields for f in self.findings):
                 self.findings.append(Finding(Kind.MISSING_TOOL, [
@@ -247,7 +247,7 @@ class Investigation:
                                         self.budget.left, env=ASAN_ENV)
             report = asan_report(output)
             if report:
-                self.findings.append(Finding("asan", report, dict(report=report)))
+                self.findings.append(Finding(Kind.ASAN, report, dict(report=report)))
                 return
             said = [l for l in output.splitlines() if l.strip()]
             self.findings.append(Finding(Kind.MISSING_TOOL, [
@@ -258,7 +258,7 @@ class Investigation:
             except Exception as e:
                 self.findings.append(Finding(Kind.MISSING_TOOL, [f"no -g build here: {e}"]))
                 return
-            self.debug(find_tool(debugger), debug, case, work, "crash", build="the -g build")
+            self.debug(find_tool(debugger), debug, case, work, Kind.CRASH, build="the -g build")
 
     def debug(self, debugger: str, program: Program, case: TrialCase, work: Path, kind: str,
               env: dict | None = None, build: str = "") -> None:

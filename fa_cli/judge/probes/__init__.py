@@ -48,7 +48,7 @@ def measure(program: Program, input_path: Path, shape, case_label: str, tol: flo
             picture_path: Path | None = None, steps: tuple[Probe, ...] = STEPS) -> list[Finding]:
     """Every step that applies to this failing case, in order, within the budget."""
     ctx = Context(program, launcher, work, budget, say, tol, design.from_case(input_path, shape, case_label),
-                  case_label, kind)
+                  case_label, case_path=input_path, case_shape=shape, kind=kind)
     found: list[Finding] = []
     for step in steps:
         if ctx.facts.get("stop"):
@@ -59,7 +59,11 @@ def measure(program: Program, input_path: Path, shape, case_label: str, tol: flo
             found.append(Finding(Kind.MISSING_TOOL, [f"probe: out of time before {step.name}"]))
             break
         say(f"why {case_label}: probe: {step.name} ({budget.used:.0f} s of {budget.seconds:g} s)")
-        found += step.run(ctx)
+        try:
+            found += step.run(ctx)
+        except Exception as e:  # fa's own fault: said as such, the verdict and the other steps stand
+            found.append(Finding(Kind.MISSING_TOOL, [f"probe: {step.name} stopped on an error of fa's own "
+                                                     f"({type(e).__name__}: {e}); the other steps went on"]))
     if picture_path is not None and "W" in ctx.facts:
         found += drawn(ctx, picture_path)
     return found

@@ -18,6 +18,7 @@ from .step import ProbeInput, read_payload
 
 PROBE_TILE = 128  # the largest usual tile (Br or Bc): a probe keeps N's remainder modulo it
 SMALL_N = 3 * PROBE_TILE  # N up to this is kept as it is
+WHOLE_N = 2048  # where the small probe passes, the case's own N is tried, up to this many rows
 PROBE_BATCHES = 3  # at most; at least 2
 DRAW_SEED = 20261127
 
@@ -30,10 +31,10 @@ def probe_batches(B: int) -> int:
     return min(max(B, 2), PROBE_BATCHES)
 
 
-def from_case(path, shape: Shape, label: str) -> ProbeInput:
-    """The probe input of a case: its first batches and rows (more batches drawn where it has too
-    few)."""
-    N, B = probe_rows(shape.N), probe_batches(shape.B)
+def from_case(path, shape: Shape, label: str, rows: int | None = None) -> ProbeInput:
+    """The probe input of a case: its first batches and rows (probe_rows, or `rows`; more batches
+    drawn where it has too few)."""
+    N, B = rows or probe_rows(shape.N), probe_batches(shape.B)
     q, k, v = read_payload(path, shape, min(B, shape.B), N)
     if B > shape.B:
         rng = np.random.default_rng(DRAW_SEED)

@@ -17,6 +17,7 @@ import warnings
 
 import numpy as np
 
+from ..diagnose import source_lines
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES, QUERY_TILES
 from .step import Context, Probe, fmt, logits
@@ -34,8 +35,13 @@ def span(values) -> str:
     return fmt(lo) if np.isclose(lo, hi, rtol=1e-3) else f"{fmt(lo)} to {fmt(hi)}"
 
 
-def measured(ctx: Context, lines: list[str], **fields) -> list[Finding]:
+def measured(ctx: Context, lines: list[str], look: tuple[str, str] | None = None, **fields) -> list[Finding]:
+    """A mechanism named from measurements; look: (what, a pattern) whose lines of the source, where
+    fa has it, are shown under it ("lines with exp in hw4.cu: 84 `...`")."""
     ctx.facts["named"] = True
+    shown = source_lines(ctx.source, look[1]) if look and ctx.source else []
+    if shown:
+        lines = [*lines, f"lines with {look[0]} in {ctx.source.name}: " + ", ".join(f"{n} `{c}`" for n, c in shown)]
     return [Finding(Kind.MEASURED, lines, dict(measured_on=ctx.probe.label, runs=ctx.runs, **fields))]
 
 
@@ -351,6 +357,10 @@ def power(term: str, p: float) -> str:
 
 
 # Factors on the logits, by name: a slope of log W against the true logits.
+# What to show of the source for a reading: (the words, a pattern of its lines).
+EXP = r"\bexp2?f?\s*\(|__expf|__exp2f|\bexp2f?\b"
+LOOK = {"scale": ("the scale or the exponential", r"sqrt|\bscale|log2|LOG2|1\.44|0\.69|" + EXP),
+        "exp": ("exp", EXP)}
 SLOPES = {
     "sqrt(d)": lambda d: np.sqrt(d), "1/sqrt(d)": lambda d: 1 / np.sqrt(d), "d": lambda d: d, "1/d": lambda d: 1 / d,
     "ln 2": lambda d: np.log(2), "log2(e)": lambda d: np.log2(np.e), "2": lambda d: 2.0, "1/2": lambda d: 0.5,
@@ -403,7 +413,8 @@ def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None
     said = f"log W = a * (the true logits) + a constant per row, with a = {a:.4g}"
     if name:
         said += f" = {name}" + (f": {SLOPE_WORDS[name]}" if name in SLOPE_WORDS else "")
-    return said + "; look at the scale of the scores and the exponential", dict(logit_factor=float(a), named=name)
+    return said + "; look at the scale of the scores and the exponential", dict(logit_factor=float(a), named=name,
+                                                                                 look="scale")
 
 
 class Factors(WeightReading):
@@ -417,7 +428,7 @@ class Factors(WeightReading):
                 said, fields = reading
                 if "not a power" in said:
                     return [Finding(Kind.OBSERVED, [f"measured: {said}"], fields)]
-                return measured(ctx, [f"measured: {said}"], **fields)
+                return measured(ctx, [f"measured: {said}"], look=LOOK.get(fields.pop("look", "")), **fields)
         return []
 
 

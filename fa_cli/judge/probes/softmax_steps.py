@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding
-from .readings import WeightReading, measured
+from .readings import LOOK, WeightReading, measured
 from .step import Context, logits
 
 LOG2E = float(np.log2(np.e))
@@ -145,4 +145,5 @@ class SoftmaxSteps(WeightReading):
         return measured(ctx, [
             f"measured: the weights are the tiled online softmax's ({tiles}) with its {step} step "
             f"written as `{words}` where it is `{right}`: simulated so, it gives W on {ctx.probe.label} to within "
-            f"{ATOL:g}; look at that line"], softmax_step=step, form=words, tiles=T)
+            f"{ATOL:g}; look at that line"], look=LOOK.get("exp") if step in ("factor", "p") else None,
+            softmax_step=step, form=words, tiles=T)

@@ -88,6 +88,8 @@ class Context:
     tol: float
     probe: ProbeInput  # the case's own Q and K (and V) at the probe's size
     case_label: str  # the failing case, as fa names it
+    case_path: Path | None = None  # its input file and shape: a probe of another size is cut from it
+    case_shape: Shape | None = None
     kind: str = "cpu"  # cpu, cuda or hip: what the program runs its kernels on
     facts: dict = field(default_factory=dict)
     runs: int = 0
