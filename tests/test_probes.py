@@ -10,7 +10,7 @@ import pytest
 from helpers import DATA, fa
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
-from fa_cli.judge.probes import indexing, layout, readings, softmax_steps
+from fa_cli.judge.probes import factors, indexing, layout, readings, softmax_steps
 from fa_cli.judge.probes.step import ProbeInput, logits, softmax_rows
 
 RNG = np.random.default_rng(3)
@@ -40,31 +40,31 @@ def test_a_running_sum_never_rescaled_is_named_with_its_tile():
     P = softmax_rows(s)
     right = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)
     W = P * (right / tiled_l(s, 32, rescaled=False))[..., None]
-    said, fields = readings.per_row_factor(W, P, s)
+    said, fields = factors.per_row_factor(W, P, s)
     assert "not rescaled" in said and fields["sum_tile"] == 32
-    assert readings.per_row_factor(P, P, s) is None  # the right weights: nothing to say
+    assert factors.per_row_factor(P, P, s) is None  # the right weights: nothing to say
 
 
 def test_a_partial_output_never_rescaled_is_a_factor_per_key_tile():
     inp = probe(N=256)
     s = logits(inp.q, inp.k)
     P = softmax_rows(s)
-    own, running, final, _ = readings.tile_maxima(s, 64)
+    own, running, final, _ = factors.tile_maxima(s, 64)
     factor = np.repeat(np.exp(final - running), 64, axis=2)[..., :256]
     W = P * factor
-    said, fields = readings.per_tile_factor(W, P, s)
+    said, fields = factors.per_tile_factor(W, P, s)
     assert "tile of 64" in said and fields["tile_factor"] == [1.0, 0.0, 0.0]
     assert "acc is not rescaled" in said
-    assert readings.per_tile_factor(P, P, s) is None
+    assert factors.per_tile_factor(P, P, s) is None
 
 
 def test_a_factor_on_the_logits_is_named_by_its_value():
     inp = probe(d=64)
     s = logits(inp.q, inp.k)
     W = softmax_rows(s * np.sqrt(64))
-    said, fields = readings.logit_slope(W, s, 64)
+    said, fields = factors.logit_slope(W, s, 64)
     assert fields["named"] == "sqrt(d)" and "not divided by sqrt(d)" in said
-    assert readings.logit_slope(softmax_rows(s), s, 64) is None
+    assert factors.logit_slope(softmax_rows(s), s, 64) is None
 
 
 def test_rows_holding_other_rows_are_found_as_a_formula():
@@ -130,9 +130,9 @@ def test_keys_dropped_at_the_end_name_every_tile_they_fit():
 
 
 def test_a_factor_on_the_logits_is_read_as_the_constants_it_is_made_of():
-    assert readings.constant_name(np.log(2) ** 2, 32) == "(ln 2)^2"
-    assert readings.constant_name(np.sqrt(64) / np.log(2), 64) == "sqrt(d) * (ln 2)^-1"
-    assert readings.constant_name(1.3, 64) is None
+    assert factors.constant_name(np.log(2) ** 2, 32) == "(ln 2)^2"
+    assert factors.constant_name(np.sqrt(64) / np.log(2), 64) == "sqrt(d) * (ln 2)^-1"
+    assert factors.constant_name(1.3, 64) is None
 
 
 # ---------------------------------------------------------------- the planted sets, through fa run

@@ -14,7 +14,7 @@ later readings stand aside. Where none names one, Summary says what was measured
   ReadWeights        W from runs with one-hot V; is the output W V?       weights.py
   RowsNotWritten, OtherRows, KeysWithoutWeight   W against P              readings.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
-  Factors            W / P per row, per key tile; log W against the logits                     readings.py
+  Factors            W / P per row, per key tile; log W against the logits   factors.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
   Summary            W against P in numbers, where nothing was pinned down  readings.py
 """
@@ -32,7 +32,8 @@ from . import design, picture
 from .experiments import BatchAlone, NotFinite, Wavefronts, WholeTiles
 from .indexing import InputReading
 from .layout import OutputLayout
-from .readings import Factors, KeysWithoutWeight, OtherRows, RowsNotWritten, Summary
+from .factors import Factors
+from .readings import KeysWithoutWeight, OtherRows, RowsNotWritten, Summary
 from .softmax_steps import SoftmaxSteps
 from .step import Context, Probe
 from .weights import ProbeRuns, ReadWeights

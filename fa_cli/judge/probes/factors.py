@@ -1,0 +1,245 @@
+"""W / P between the measured weights W and the true P, as factors: one per row (which running
+sum l the program divided by, over the online softmax's variants), one per key tile (a regression
+on the running maxima), or one on the logits (log W against the true logits, named as powers of
+sqrt(d) and ln 2). The readings of rows and keys are in readings.py, the search over the online
+softmax's steps in softmax_steps.py; these come after them.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..findings import Finding, Kind
+from ..mistakes import KEY_TILES
+from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
+from .step import Context, fmt, logits
+
+def tile_maxima(s: np.ndarray, T: int):
+    """Per key tile of T: the tile's own max, the running max after it, and the final max
+    (B, N, tiles) each; and each tile's sum of exp(s - final max)."""
+    B, N, _ = s.shape
+    tiles = -(-N // T)
+    pad = np.full((B, N, tiles * T), -np.inf)
+    pad[..., :N] = s
+    own = pad.reshape(B, N, tiles, T).max(axis=3)
+    running = np.maximum.accumulate(own, axis=2)
+    final = running[..., -1:]
+    sums = np.exp(pad - final[..., :1]).reshape(B, N, tiles, T).sum(axis=3)
+    return own, running, final, sums
+
+
+# The sum l a program divides by, over the online softmax's variants: the tiles it adds, and the
+# factor each tile's sum carries (a: powers of exp(m_final - m_running), b: of exp(m_final - m_own)).
+SUM_TILES = {"every tile": slice(None), "only the last tile": slice(-1, None), "only the first tile": slice(0, 1),
+             "every tile but the first": slice(1, None), "every tile but the last": slice(None, -1)}
+SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where l = l * exp(m_old - m_new) + sum)",
+             (2, 0): "multiplied by exp(m_new - m_old), the inverse of the rescale",
+             (-1, 0): "rescaled twice by exp(m_old - m_new)",
+             (0, 1): "summed with each tile's own max, not the running max",
+             (0, 0): ""}
+
+
+def sum_variants(s: np.ndarray):
+    """(T, tiles added, (a, b), l) for every variant of the running sum."""
+    for T in KEY_TILES:
+        if T >= s.shape[2]:
+            continue
+        own, running, final, sums = tile_maxima(s, T)
+        for (a, b) in SUM_WORDS:
+            term = sums * np.exp(a * (final - running) + b * (final - own))
+            for words, part in SUM_TILES.items():
+                if (a, b) == (0, 0) and words == "every tile":
+                    continue  # the right sum
+                yield T, words, (a, b), term[..., part].sum(axis=2)
+
+
+def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
+    """W = f_i P for each row i: the factor and which sum l gives it."""
+    use = P > 1e-6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logr = np.where(use & (W > 0), np.log(W / P), np.nan)
+    hi, lo = np.nanmax(logr, axis=2), np.nanmin(logr, axis=2)
+    if np.isnan(hi).any() or np.mean(hi - lo <= FLAT) < FIT_SHARE:
+        return None
+    f = np.exp(np.nanmean(logr, axis=2))
+    if np.abs(np.log(f)).max() <= FLAT:
+        return None
+    total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)  # the right l (relative to the final max)
+    fields = dict(row_factor=[float(np.min(f)), float(np.max(f))])
+    said = f"W = f P with one factor f per row (f from {span(f)}; the row sums of W are f)"
+    if np.mean(np.abs(np.log(f * total)) <= FLAT) >= FIT_SHARE:
+        return f"{said}: f = 1 / l: the output is divided by l twice", fields
+    if np.mean(np.abs(np.log(f / total)) <= FLAT) >= FIT_SHARE:
+        return f"{said}: f = l: the final division of the output by the running sum l is missing", fields
+    for T, tiles, ab, l_wrong in sum_variants(s):
+        if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
+            how = SUM_WORDS[ab]
+            fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab))
+            return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
+                    f"(key tiles of {T}){', ' + how if how else ''}; look at the update of l"), fields
+    if np.ptp(np.log(f)) <= FLAT:
+        return f"{said}: the same f = {fmt(float(np.mean(f)))} in every row: a constant factor on the output", fields
+    return None
+
+
+def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
+    """W / P constant within each key tile and changing between tiles: the factor, as a power of
+    the running maxima (regression, a row's constant removed)."""
+    B, N, _ = W.shape
+    use = P > 1e-6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logr = np.where(use & (W > 0), np.log(W / P), np.nan)
+    for T in sorted(KEY_TILES, reverse=True):  # the largest tile it holds for: the program's own
+        tiles = -(-N // T)
+        if tiles < 2:
+            continue
+        pad = np.full((B, N, tiles * T), np.nan)
+        pad[..., :N] = logr
+        blocks = pad.reshape(B, N, tiles, T)
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a tile with no key where P > 1e-6
+            spread = np.nanmax(blocks, axis=3) - np.nanmin(blocks, axis=3)
+            g = np.nanmean(blocks, axis=3)
+        ok = ~np.isnan(spread)
+        if not ok.any() or np.mean(spread[ok] <= FLAT) < FIT_SHARE:
+            continue
+        own, running, final, _ = tile_maxima(s, T)
+        before = np.concatenate([running[..., :1], running[..., :-1]], axis=2)  # the max before each tile
+        x = np.stack([final - running, final - own, before - running], axis=-1)  # (B, N, tiles, 3)
+        valid = ~np.isnan(g)  # tiles with weight (a tile with none is said by KeysWithoutWeight)
+        rows_ok = valid.sum(axis=2) >= 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            changes = np.nanmax(g, axis=2) - np.nanmin(g, axis=2)
+        if rows_ok.mean() < FIT_SHARE or np.nanmax(changes[rows_ok]) <= FLAT:
+            continue  # no change between tiles: a per-row factor, if anything
+        gm = np.where(valid, g, 0.0)
+        n = np.maximum(valid.sum(axis=2, keepdims=True), 1)
+        yc = np.where(valid, g - gm.sum(axis=2, keepdims=True) / n, 0.0)[rows_ok]
+        xv = np.where(valid[..., None], x, 0.0)
+        xc = np.where(valid[..., None], x - xv.sum(axis=2, keepdims=True) / n[..., None], 0.0)[rows_ok]
+        use = valid[rows_ok]
+        coef, *_ = np.linalg.lstsq(xc[use], yc[use], rcond=None)
+        rounded = np.round(coef * 2) / 2
+        fit = np.abs(xc[use] @ rounded - yc[use])
+        first = g[rows_ok][0]
+        example = ", ".join("none" if np.isnan(v) else fmt(v) for v in np.exp(first - first[~np.isnan(first)][0]))
+        said = (f"W / P is constant within each key tile of {T} and changes between tiles (one row's factors, tile "
+                f"by tile, relative to the first: {example})")
+        fields = dict(tile=T)
+        if np.mean(fit <= 10 * FLAT) >= FIT_SHARE and np.abs(rounded).sum() > 0:
+            return tile_words(said, tuple(float(v) for v in rounded), W, fields)
+        return said + "; not a power of the running maxima fa tried", fields
+    return None
+
+
+def tile_words(said: str, powers: tuple, W: np.ndarray, fields: dict) -> tuple[str, dict]:
+    """The per-tile factor in words: its powers of the running maxima, what that means, and
+    whether the rows of W still sum to 1 (l treated as acc is)."""
+    a, b, c = powers
+    fields["tile_factor"] = [a, b, c]
+    terms = " * ".join(t for t in (power("exp(m_final - m_after_tile)", a), power("exp(m_final - m_tile)", b),
+                                   power("exp(m_before_tile - m_after_tile)", c)) if t)
+    meaning = TILE_WORDS.get(powers, "the rescale of the partial output acc")
+    sums = W.sum(axis=2)
+    both = np.abs(sums - 1).max() <= 1e-3
+    fields["row_sums_one"] = bool(both)
+    also = ("; the rows of W sum to 1, so the running sum l is treated the same way: the factor itself "
+            "(alpha = exp(m_old - m_new)) is what is wrong, for acc and l alike; look at how alpha is "
+            "computed (from the max before it is updated?)") if both and powers == (1.0, 0.0, 0.0) else \
+        f"; the rows of W sum to {span(sums)}" + ("" if both else ": l is not treated the same way")
+    return (f"{said}; each tile's factor is {terms} (m_after_tile, m_before_tile: the running max after "
+            f"and before the tile, m_tile: the tile's own max): {meaning}{also}"), fields
+
+
+TILE_WORDS = {  # (a, b, c): the powers of the three factors
+    (1.0, 0.0, 0.0): "the partial output acc is not rescaled by exp(m_old - m_new) when the running max grows",
+    (2.0, 0.0, 0.0): "acc is multiplied by exp(m_new - m_old), the inverse of the rescale",
+    (-1.0, 0.0, 0.0): "acc is rescaled twice by exp(m_old - m_new)",
+    (0.0, 1.0, 0.0): "each tile's exponentials use the tile's own max m_tile, with no rescale to the running max",
+    (-1.0, 1.0, 0.0): "each tile's p = exp(s - m_tile) uses the tile's own max where the rescale of acc follows "
+                      "the running max (p should be exp(s - m_new))",
+    (0.0, 0.0, 1.0): "each tile's own terms are multiplied by alpha = exp(m_old - m_new) too, where only acc's old "
+                     "value should be (acc = (acc + p V) * alpha; for the first tile alpha = exp(-inf) = 0)",
+}
+
+
+def power(term: str, p: float) -> str:
+    if p == 0:
+        return ""
+    return term if p == 1 else f"{term}^{p:g}"
+
+
+# Factors on the logits, by name: a slope of log W against the true logits.
+SLOPES = {
+    "sqrt(d)": lambda d: np.sqrt(d), "1/sqrt(d)": lambda d: 1 / np.sqrt(d), "d": lambda d: d, "1/d": lambda d: 1 / d,
+    "ln 2": lambda d: np.log(2), "log2(e)": lambda d: np.log2(np.e), "2": lambda d: 2.0, "1/2": lambda d: 0.5,
+    "sqrt(d) * log2(e)": lambda d: np.sqrt(d) * np.log2(np.e), "ln 2 / sqrt(d)": lambda d: np.log(2) / np.sqrt(d),
+    "sqrt(d) * ln 2": lambda d: np.sqrt(d) * np.log(2), "log2(e) / sqrt(d)": lambda d: np.log2(np.e) / np.sqrt(d),
+    "sqrt(d / 32)": lambda d: np.sqrt(d / 32), "sqrt(d / 64)": lambda d: np.sqrt(d / 64),
+}
+SLOPE_WORDS = {
+    "sqrt(d)": "the scores are not divided by sqrt(d)", "1/sqrt(d)": "the scores are divided by sqrt(d) twice (by d)",
+    "ln 2": "exp2 is given the logits without the factor log2(e)",
+    "log2(e)": "the logits are multiplied by log2(e) and then given to exp, not exp2",
+    "(ln 2)^2": "a softmax kept in base 2 (exp2 of the scores times a constant c) whose c holds ln 2 where "
+                "log2(e) belongs",
+    "sqrt(d / 32)": "the scale is 1/sqrt(32) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
+    "sqrt(d / 64)": "the scale is 1/sqrt(64) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
+}
+
+
+def constant_name(a: float, d: int) -> str | None:
+    """a as sqrt(d)^p * (ln 2)^q for small whole p and q (the constants of a softmax's scale and
+    of exp against exp2), where one fits within 1%."""
+    for p in range(-2, 3):
+        for q in range(-2, 3):
+            if (p, q) != (0, 0) and abs(a / (np.sqrt(d) ** p * np.log(2) ** q) - 1) <= 1e-2:
+                return " * ".join(t for t in (power_of("sqrt(d)", p), power_of("(ln 2)", q)) if t)
+    return None
+
+
+def power_of(name: str, p: int) -> str:
+    return "" if p == 0 else name if p == 1 else f"{name}^{p}"
+
+
+def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None:
+    """log W_ij = a s_ij + c_i: the factor a on the logits, where it fits."""
+    with np.errstate(divide="ignore"):
+        y = np.log(W)
+    use = np.isfinite(y) & (W > 1e-30)
+    if use.mean() < 0.5:
+        return None
+    yc = np.where(use, y, 0.0)
+    n = use.sum(axis=2, keepdims=True)
+    xm = (np.where(use, s, 0).sum(axis=2, keepdims=True) / np.maximum(n, 1))
+    ym = yc.sum(axis=2, keepdims=True) / np.maximum(n, 1)
+    dx, dy = np.where(use, s - xm, 0), np.where(use, yc - ym, 0)
+    a = (dx * dy).sum() / (dx * dx).sum()
+    resid = np.abs(dy - a * dx)[use]
+    if np.quantile(resid, 0.99) > 1e-2 or abs(a - 1) <= 1e-2:
+        return None
+    name = next((k for k, f in SLOPES.items() if abs(a / f(d) - 1) <= 1e-2), None) or constant_name(a, d)
+    said = f"log W = a * (the true logits) + a constant per row, with a = {a:.4g}"
+    if name:
+        said += f" = {name}" + (f": {SLOPE_WORDS[name]}" if name in SLOPE_WORDS else "")
+    return said + "; look at the scale of the scores and the exponential", dict(logit_factor=float(a), named=name,
+                                                                                 look="scale")
+
+
+class Factors(WeightReading):
+    name = "W / P by row and by key tile, and log W against the logits"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, P = ctx.facts["W"], ctx.facts["P"]
+        s = logits(ctx.probe.q, ctx.probe.k)
+        for reading in (per_row_factor(W, P, s), per_tile_factor(W, P, s), logit_slope(W, s, ctx.probe.shape.d)):
+            if reading:
+                said, fields = reading
+                if "not a power" in said:
+                    return [Finding(Kind.OBSERVED, [f"measured: {said}"], fields)]
+                return measured(ctx, [f"measured: {said}"], look=LOOK.get(fields.pop("look", "")), **fields)
+        return []
+
+
