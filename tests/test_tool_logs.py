@@ -98,3 +98,28 @@ def test_a_debugger_only_clears_a_crash_it_saw_end_normally():
     assert tool_logs.debugger_exit("[Inferior 1 (process 77) exited with code 02]\n") == "exited with code 02"
     assert tool_logs.debugger_exit("warning: Error disabling address space randomization\n") is None
     assert tool_logs.debugger_exit("\nProgram terminated with signal SIGKILL, Killed.\n") == "terminated with SIGKILL"
+
+
+WARNING_AND_ERROR_LOG = """========= COMPUTE-SANITIZER
+========= Warning: Race reported between Write access at k(float *)+0x2f70 in /s/hw4.cu:247
+=========     and Read access at k(float *)+0x3000 in /s/hw4.cu:250 [64 hazards]
+=========
+========= Error: Race reported between Write access at k(float *)+0x100 in /s/hw4.cu:63
+=========     and Read access at k(float *)+0x200 in /s/hw4.cu:150 [7168 hazards]
+=========
+========= Error: Race reported between Write access at fa_wave64::meet(int)+0x56b0 in /x/wave64_device.h:173
+=========     and Read access at fa_wave64::meet(int)+0x5700 in /x/wave64_device.h:177 [10 hazards]
+========= RACECHECK SUMMARY: 3 hazards displayed (2 errors, 1 warning)
+"""
+
+
+def test_racechecks_errors_come_before_its_warnings_and_the_emulations_own_go():
+    first = tool_logs.first_sanitizer_error(tool_logs.without_layer(WARNING_AND_ERROR_LOG))
+    assert tool_logs.sanitizer_lines(first) == ["a shared-memory race: a write at k+0x100, hw4.cu:63 against a read "
+                                                "at k+0x200, hw4.cu:150 [7168 hazards]"]
+    warning_only = "\n".join(WARNING_AND_ERROR_LOG.splitlines()[:4])
+    said = tool_logs.sanitizer_lines(tool_logs.first_sanitizer_error(tool_logs.without_layer(warning_only)))
+    assert said[0].startswith("a shared-memory hazard at racecheck's warning level (threads that rely on running")
+    assert said[0].endswith("a write at k+0x2f70, hw4.cu:247 against a read at k+0x3000, hw4.cu:250 [64 hazards]")
+    layer_only = "\n".join(WARNING_AND_ERROR_LOG.splitlines()[7:])
+    assert tool_logs.first_sanitizer_error(tool_logs.without_layer(layer_only)) == []

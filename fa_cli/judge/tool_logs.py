@@ -108,27 +108,39 @@ def first_sanitizer_error(log: str) -> list[str]:
 LAYER = re.compile(r"fa_wave64|wave64_device\.h")  # the MI210 emulation's own code (src_hip/wave64)
 
 
-def without_layer(log: str) -> str:
-    """A sanitizer's log without the reports that fall in the MI210 emulation's own code: its two
-    warps meet through shared memory on purpose, which racecheck reports, and no student wrote it."""
-    kept, block = [], []
+def report_blocks(log: str) -> list[list[str]]:
+    """A sanitizer's log cut into its reports: each a headline and its indented lines."""
+    blocks, block = [], []
     for line in log.splitlines():
         if line.startswith("=========") and not line.startswith("=========     "):
-            if not LAYER.search("\n".join(block)):
-                kept += block
+            blocks.append(block)
             block = []
         block.append(line)
-    if not LAYER.search("\n".join(block)):
-        kept += block
-    return "\n".join(kept)
+    return [b for b in [*blocks, block] if b]
+
+
+def without_layer(log: str) -> str:
+    """A sanitizer's log without the reports that fall in the MI210 emulation's own code (its two
+    warps meet through shared memory on purpose, which racecheck reports, and no student wrote
+    it), its error-level reports before its warning-level ones."""
+    blocks = [b for b in report_blocks(log) if not LAYER.search("\n".join(b))]
+    errors = [b for b in blocks if "Error: " in b[0]]
+    return "\n".join(line for b in [*errors, *[b for b in blocks if b not in errors]] for line in b)
+
+
+# racecheck's warning level: hazards the programming model allows to be meant, chiefly threads of a
+# warp that rely on running in step (Volta and later schedule them independently)
+RACE_WARNING = ("a shared-memory hazard at racecheck's warning level (threads that rely on running in step, as a "
+                "warp's lanes without __syncwarp; independent thread scheduling does not promise it)")
 
 
 def sanitizer_lines(first: list[str]) -> list[str]:
     """A sanitizer's first report in a line or two: what, where (kernel, offset, file:line)."""
-    race = re.match(r"(?:Error: )?Race reported between (\w+) access at (.+)", first[0])
+    race = re.match(r"(?:(Error|Warning): )?Race reported between (\w+) access at (.+)", first[0])
     if race:
         other = re.match(r"and (\w+) access at (.+)", first[1]) if len(first) > 1 else None
-        text = f"a shared-memory race: a {race.group(1).lower()} at {short_place(race.group(2))}"
+        what = RACE_WARNING if race.group(1) == "Warning" else "a shared-memory race"
+        text = f"{what}: a {race.group(2).lower()} at {short_place(race.group(3))}"
         if other:
             text += f" against a {other.group(1).lower()} at {short_place(other.group(2))}"
         return [text]
