@@ -150,3 +150,15 @@ def test_the_settings_table_is_the_programs_own(cpu_program):
                 and cells[1] != "fa":
             documented.add(name.group(1))
     assert documented == set(listed)
+
+
+def test_the_count_of_usual_mistakes_is_the_catalogues():
+    """Where a page counts the catalogue ("one of 21 usual mistakes", "lists the 21 it knows"), the
+    count is fa_cli/judge/mistakes.py's, so that adding a mistake cannot leave the pages behind."""
+    from fa_cli.judge.mistakes import MISTAKES
+    counted = []
+    for page in [ROOT / "README.md", *PAGES]:
+        text = " ".join(page.read_text().split())
+        counted += [(page.name, int(n)) for n in re.findall(r"\b(\d+) (?:usual mistakes|it knows)\b", text)]
+    assert counted, "no page counts the usual mistakes"
+    assert all(n == len(MISTAKES) for _, n in counted), (counted, len(MISTAKES))
