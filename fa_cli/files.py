@@ -228,6 +228,15 @@ def _check_place(path: Path, place: _Place, inputs: tuple) -> OutputPlan:
                           "give --force to replace it")
     mode = stat.S_IMODE(st.st_mode) if st is not None and st.st_uid == os.geteuid() else 0o666 & ~_umask()
     try:
+        fs = os.statvfs(dir_fd)  # the directory's file system, through its descriptor
+    except OSError:
+        fs = None
+    if fs is not None and fs.f_flag & os.ST_RDONLY:
+        raise FormatError(f"{path}: cannot write: {os.strerror(errno.EROFS)}")
+    if fs is not None and fs.f_blocks == 0:  # proc, sysfs: no blocks of its own, no files to make there
+        raise FormatError(f"{path}: cannot write: {os.path.dirname(target) or '.'} is a kernel file system, not "
+                          "a place for files")
+    try:
         free = shutil.disk_usage(dir_fd).free  # statvfs of the directory's descriptor
     except OSError:
         free = None

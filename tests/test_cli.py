@@ -135,6 +135,21 @@ def test_run_time_limit(tmp_path):
 def test_run_unknown_program_and_case():
     proc = fa("run", "t01", "--program", "no-such-thing")
     assert proc.returncode == 2 and "no program 'no-such-thing'" in proc.stderr
+
+
+def test_a_program_path_that_is_not_a_program_says_what_it_is(tmp_path):
+    """A path that does not exist is no such file (not an unknown program name); a folder is a
+    folder; a file without execute permission says so: one line each, exit 2."""
+    for given, said in ((tmp_path / "nosuch", f"{tmp_path / 'nosuch'}: no such file"),
+                        ("./nosuch", "./nosuch: no such file"), ("hw5.cu", "hw5.cu: no such file"),
+                        (tmp_path, f"{tmp_path}: is a directory, not a program")):
+        proc = fa("run", "t01", "--program", given, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.startswith(f"fa: error: {said}"), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    plain = tmp_path / "data.bin"
+    plain.write_bytes(b"")
+    proc = fa("run", "t01", "--program", plain)
+    assert proc.returncode == 2 and "not an executable program (no execute permission)" in proc.stderr
     proc = fa("run", "t99", "--program", "cpu")
     assert proc.returncode == 2 and "no test case named t99" in proc.stderr
 

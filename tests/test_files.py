@@ -2,6 +2,7 @@
 source or Makefile, unless --force; each writer's own rule). The hostile cases (links, sticky
 folders, kill -9, full disks, another user) are in test_hostile_outputs.py."""
 import json
+import os
 
 import pytest
 
@@ -77,3 +78,17 @@ def test_report_replaces_only_its_own_report(tmp_path):
     assert len(proc.stderr.splitlines()) == 1 and (out / "report.md").read_text() == "# my own report\n"
     assert fa("report", records, "-o", out, "--force").returncode == 0
     assert fa("report", records, "-o", out).returncode == 0  # its own: replaced
+
+
+def test_a_place_no_file_can_be_made_in_says_so_not_that_it_is_full(tmp_path):
+    """/proc has no room of its own (0 blocks): the refusal names what it is, not "only 0 MB free";
+    a folder without write permission is refused as such (for a user root does not bypass)."""
+    proc = fa("gen", "-B", "1", "-N", "8", "-d", "32", "-o", "/proc/fa-test.bin")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == "fa: error: /proc/fa-test.bin: cannot write: /proc is a kernel file system, not a " \
+                                  "place for files"
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o555)
+        proc = fa("gen", "-B", "1", "-N", "8", "-d", "32", "-o", locked / "x.bin")
+        assert proc.returncode == 2 and "cannot write: Permission denied" in proc.stderr

@@ -124,7 +124,7 @@ def test_profile_errors(cpu_program, stand_in_ncu, tmp_path, monkeypatch):
     bad = tmp_path / "bad.in"
     bad.write_bytes(b"\0" * 12)
     proc = fa("profile", "t01", "--program", tmp_path / "nope", env=stand_in_ncu)
-    assert proc.returncode == 2 and "no program" in proc.stderr
+    assert proc.returncode == 2 and f"{tmp_path / 'nope'}: no such file" in proc.stderr
     failing = tmp_path / "failing"
     failing.write_text(f"#!{sys.executable}\nimport sys\nprint('failing: error: no GPU', file=sys.stderr)\nsys.exit(1)\n")
     failing.chmod(0o755)

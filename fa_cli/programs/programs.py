@@ -205,13 +205,21 @@ def resolve(name_or_path: str) -> Program:
         return named(name_or_path)
     path = Path(name_or_path)
     if not path.exists():
-        raise FaError(unbuilt(path, name_or_path) or
-                      f"no program {name_or_path!r}: give one of {CHOICES}")
-    if path.suffix in SOURCE_COMPILERS and path.is_file():
+        raise FaError(unbuilt(path, name_or_path) or (
+            f"{name_or_path}: no such file (a program is {CHOICES})" if looks_like_a_path(name_or_path) else
+            f"no program {name_or_path!r}: give one of {CHOICES}"))
+    if path.is_dir():
+        raise FaError(f"{name_or_path}: is a directory, not a program (give the program or its source in it)")
+    if path.suffix in SOURCE_COMPILERS:
         return from_source(path)
-    if path.is_dir() or not os.access(path, os.X_OK):
-        raise FaError(f"{name_or_path}: not an executable program")
+    if not os.access(path, os.X_OK):
+        raise FaError(f"{name_or_path}: not an executable program (no execute permission)")
     return Program(path.name, path.resolve())
+
+
+def looks_like_a_path(text: str) -> bool:
+    """./hw4, ../x/hw4, /abs/hw4, hw4.cu: a path to a file, not one of fa's program names."""
+    return "/" in text or text.startswith(".") or Path(text).suffix in (*SOURCE_COMPILERS, ".c")
 
 
 def unbuilt(path: Path, shown: str) -> str | None:
