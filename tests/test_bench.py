@@ -225,3 +225,14 @@ def test_compare_markdown_and_charts(cpu_program, tmp_path):
     assert proc.stdout.rstrip().endswith(f"wrote {tmp_path / 'c.png'}")
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # the file asked for, nothing beside it
     assert not list(tmp_path.glob("c-*.png"))
+
+
+def test_bench_takes_case_names_as_fa_run_does_and_names_its_default_output(cpu_program, tmp_path):
+    """`fa bench t01 t05 --program cpu` alone: the cases positional, the records in ./bench.json,
+    said so; words left over and no case at all are fa's one-line errors."""
+    proc = fa("bench", "t01", "t05", "--program", "cpu", "--repeat", "1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("2 records added to bench.json")
+    assert sorted(r["input"] for r in load(tmp_path / "bench.json")) == ["t01", "t05"]
+    proc = fa("bench", "--program", "cpu", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.startswith("fa: error: name cases (t01 c05 x.in), or give --suite")

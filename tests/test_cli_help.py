@@ -36,7 +36,7 @@ def test_required_options_say_so():
     for opt in ("-B", "-N", "-d"):
         line = next(line for line in out.splitlines() if line.strip().startswith(opt))
         assert "Required" in line or "required" in line, line
-    assert "[required]" in fa("bench", "--help").stdout
+    assert "[required]" in fa("report", "--help").stdout  # its -o: a report needs a folder named
 
 
 def test_resources_takes_a_relative_source(tmp_path):

@@ -18,7 +18,11 @@ from .options import OutputPath, force_option, launcher_options
 from .shared import check_names, make_launcher, note, parse_shape, runnable, targets_for
 
 
+DEFAULT_RESULTS = Path("bench.json")  # in the current folder, extended run after run, as -o would be
+
+
 @main.command(name="bench")
+@click.argument("cases", nargs=-1)
 @click.option("--program", "program_names", multiple=True, default=["best"], show_default=True,
               help="cpu, cuda, hip, hip-cuda, torch, best or a path; repeat to compare.")
 @click.option("--suite", "suite_cases", is_flag=False, flag_value="all", default=None,
@@ -38,15 +42,16 @@ from .shared import check_names, make_launcher, note, parse_shape, runnable, tar
 @click.option("--control", is_flag=True,
               help="Also run the first program a second time, as one more program: an A/A row whose ratio to "
                    "the first shows the noise (a program given twice is one too).")
-@click.option("-o", "--output", "results", type=OutputPath(), required=True,
+@click.option("-o", "--output", "results", type=OutputPath(), default=str(DEFAULT_RESULTS), show_default=True,
               help="Results file (JSON); extended if it exists.")
 @click.option("--wide", is_flag=True, help="Also the device, the runs and their spread (wider than 80 columns).")
 @force_option
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
-def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, label, control, results, wide,
-              launcher, partition, gres, srun_args, slurm_array) -> None:
-    """Time programs on inputs: whole process (median of repeats, with its 95% interval), stages, TFLOP/s, error.
+def bench_cmd(cases, program_names, suite_cases, shapes, repeats, precision, against, label, control, results,
+              wide, launcher, partition, gres, srun_args, slurm_array) -> None:
+    """Time programs on inputs (CASES as fa run takes them: t01 c05 x.in, or --suite, --shape):
+    whole process (median of repeats, with its 95% interval), stages, TFLOP/s, error.
 
     Each input is flushed to disk first; the programs then take turns, one run each per round,
     each round starting one program later, so the order of --program options cannot change the
@@ -56,10 +61,11 @@ def bench_cmd(program_names, suite_cases, shapes, repeats, precision, against, l
     names = list(program_names) + (["torch"] if against == "torch" else [])
     if control:
         names.insert(1, names[0])
-    wanted = ([] if not suite_cases else list(suite.cases()) if suite_cases == "all"
-              else list(suite.cases(suite_cases)) if suite_cases in suite.SUITES else suite_cases.split(","))
+    wanted = suite.named_cases(cases) + \
+        ([] if not suite_cases else list(suite.cases()) if suite_cases == "all"
+         else list(suite.cases(suite_cases)) if suite_cases in suite.SUITES else suite_cases.split(","))
     if not wanted and not shapes:
-        raise click.UsageError("give --suite or --shape")
+        raise click.UsageError("name cases (t01 c05 x.in), or give --suite or --shape")
     sizes = [parse_shape(text) for text in shapes]
     check_extendable(results)
     runner = make_launcher(launcher, partition, gres, srun_args)

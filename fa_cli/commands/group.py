@@ -39,8 +39,9 @@ class FaGroup(click.Group):
         except Terminated as e:
             click.echo(f"fa: stopped by {signal.Signals(e.signum).name}", err=True)
             sys.exit(128 + e.signum)
-        except click.BadParameter as e:  # an option's value refused by its type: one line, as any error
-            click.echo(f"fa: error: {e.format_message()}", err=True)
+        except click.UsageError as e:  # a value refused, an option missing, words left over: one line, as any error
+            hint = f" (fa {e.ctx.info_name} --help)" if e.ctx is not None and e.ctx.parent is not None else ""
+            click.echo(f"fa: error: {e.format_message()}{hint}", err=True)
             sys.exit(ExitStatus.BAD_INPUT)
         except (FaError, OSError, MemoryError) as e:
             if ctx.params.get("traceback") or settings.debug():
