@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from helpers import DATA, build_students, fa
+from helpers import DATA, build_students, fa, have_nvidia_gpu
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge import reruns
@@ -268,3 +268,25 @@ def test_why_takes_a_case_also_listed(student):
     assert "why t01: rerun 1" in proc.stderr and "why t02" not in proc.stderr
 
 
+
+
+NO_GPU_PROGRAM = """#include <cstdio>
+#include <cuda_runtime.h>
+int main() {
+  float* p;
+  cudaError_t e = cudaMalloc(&p, 4);
+  if (e != cudaSuccess) { std::fprintf(stderr, "hw4: %s\\n", cudaGetErrorString(e)); return 1; }
+  return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") or have_nvidia_gpu(), reason="needs nvcc on a machine with no NVIDIA GPU")
+def test_a_gpu_program_where_no_gpu_is_said_once_with_no_reruns(tmp_path):
+    """fa run --without-gpu: the machine explains the failure; one line says so, nothing is rerun."""
+    source = tmp_path / "hw4.cu"
+    source.write_text(NO_GPU_PROGRAM)
+    proc = fa("run", "t01", "--program", source, "--without-gpu")
+    assert proc.returncode == 1 and "ERROR" in proc.stdout, proc.stdout + proc.stderr
+    assert "this machine has no NVIDIA GPU: the program's first GPU call fails here" in proc.stdout
+    assert "rerun" not in proc.stderr and "compute-sanitizer" not in proc.stdout + proc.stderr

@@ -43,6 +43,7 @@ from .. import locations
 from ..cases import suite
 from ..cases.suite import Target
 from ..programs import programs, wave64
+from ..programs.devices import list_devices
 from ..programs.programs import Launcher, Program
 from . import expected
 from .across_cases import across_cases
@@ -94,6 +95,19 @@ class Investigation:
                                                       f"{'; '.join(self.done)}"]))
         return self.findings
 
+    def no_gpu_here(self) -> bool:
+        """A GPU program run where its GPU is not (fa run --without-gpu): said once, as what the
+        machine explains, with no rerun and no tool, which cannot change it."""
+        vendor = {"cuda": "nvidia", "hip": "amd"}.get(self.kind)
+        if self.launcher is not None or vendor is None or any(d.vendor == vendor for d in list_devices()):
+            return False
+        self.findings.append(Finding(Kind.OBSERVED, [
+            f"this machine has no {'NVIDIA' if vendor == 'nvidia' else 'AMD'} GPU: the program's first GPU call "
+            "fails here whatever its code does (its stderr above says how); no rerun or tool can change that: run "
+            "it where such a GPU is"], dict(no_gpu=vendor)))
+        self.probed = True  # nothing to measure here either
+        return True
+
     def probe(self, work: Path) -> None:
         self.probed = True
         self.findings += probes.measure(self.program, self.target.input_path, self.target.shape, self.target.name,
@@ -107,6 +121,8 @@ class Investigation:
             not self.catalogue_named and not any(f.is_cause for f in self.findings) and self.budget.left >= 2
 
     def steps(self, work: Path) -> None:
+        if self.signal not in CRASH_SIGNALS and self.no_gpu_here():  # a host crash is still looked into
+            return
         whole = TrialCase(self.target.name, self.target.input_path, self.target.shape, self.correct)
         if self.signal in CRASH_SIGNALS:
             self.host_crash(whole, work)
