@@ -233,6 +233,9 @@ def test_bench_takes_case_names_as_fa_run_does_and_names_its_default_output(cpu_
     proc = fa("bench", "t01", "t05", "--program", "cpu", "--repeat", "1", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("2 records added to bench.json")
+    said = " ".join(proc.stdout.split())
+    assert "max err: of 32 rows/batch, sampled against float64 (a benchmark checks a sample; fa run compares every " \
+        "value, so its max err can be larger)" in said
     assert sorted(r["input"] for r in load(tmp_path / "bench.json")) == ["t01", "t05"]
     proc = fa("bench", "--program", "cpu", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("fa: error: name cases (t01 c05 x.in), or give --suite")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import textwrap
 from pathlib import Path
 
 import click
@@ -82,6 +83,10 @@ def bench_cmd(cases, program_names, suite_cases, shapes, repeats, precision, aga
         else:
             records = bench.run_bench(plan, results, advance, workdir)
     tables.show(tables.bench_table(records, wide))
+    sampled = sorted({r["verify_mode"] for r in records if str(r.get("verify_mode", "")).endswith("sampled")})
+    if sampled:  # why the same case's max err differs from fa run's
+        click.echo(textwrap.fill(f"max err: of {', '.join(sampled)} against float64 (a benchmark checks a sample; "
+                                 "fa run compares every value, so its max err can be larger)", 80))
     for line in bench.control_ratios(records):
         click.echo(line)
     for line in wave64.emulated_sources(progs):  # hw4.hip timed on the NVIDIA GPU: said so
