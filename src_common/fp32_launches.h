@@ -163,28 +163,30 @@ struct LadderStep {
 };
 
 struct LadderNaive : LadderStep {  // 1: a thread per query row
+  static constexpr int kThreads = 128;  // query rows per block
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
-    AttentionParams p = params_for(c, state.shape.N, ladder::kNaiveThreads);
-    ladder::naive<D><<<blocks_for(p, c), ladder::kNaiveThreads, 0, c.stream>>>(p);
+    AttentionParams p = params_for(c, state.shape.N, kThreads);
+    ladder::naive<D, kThreads><<<blocks_for(p, c), kThreads, 0, c.stream>>>(p);
     FA_CHECK_LAUNCH("ladder naive");
   }
   static void kernels(std::vector<Launch>& all) {
-    all.push_back({"naive<32>", ladder::kNaiveThreads, 0});
-    all.push_back({"naive<64>", ladder::kNaiveThreads, 0});
+    for (const char* d : {"32", "64"})
+      all.push_back({std::string("naive<") + d + ", " + std::to_string(kThreads) + ">", kThreads, 0});
   }
 };
 
 struct LadderWarpPerRow : LadderStep {  // 2: a warp (wavefront) per query row
+  static constexpr int kThreads = 128;  // per block: 128 / FA_WAVE query rows
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
-    AttentionParams p = params_for(c, state.shape.N, ladder::kRowThreads / FA_WAVE);
-    ladder::warp_per_row<D><<<blocks_for(p, c), ladder::kRowThreads, 0, c.stream>>>(p);
+    AttentionParams p = params_for(c, state.shape.N, kThreads / FA_WAVE);
+    ladder::warp_per_row<D, kThreads><<<blocks_for(p, c), kThreads, 0, c.stream>>>(p);
     FA_CHECK_LAUNCH("ladder warp_per_row");
   }
   static void kernels(std::vector<Launch>& all) {
-    all.push_back({"warp_per_row<32>", ladder::kRowThreads, 0});
-    all.push_back({"warp_per_row<64>", ladder::kRowThreads, 0});
+    for (const char* d : {"32", "64"})
+      all.push_back({std::string("warp_per_row<") + d + ", " + std::to_string(kThreads) + ">", kThreads, 0});
   }
 };
 

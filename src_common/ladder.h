@@ -20,9 +20,9 @@
 namespace fa {
 namespace ladder {
 
-constexpr int kNaiveThreads = 128;     // step 1: rows per block
-constexpr int kRowThreads = 128;       // step 2: threads per block, a warp (wavefront) per row
-constexpr int kTileBc = 32;            // steps 3-5: keys per tile, as the design card's Bc
+// Each kernel's block is a template parameter, which its launch (fp32_launches.h) gives from one
+// constant; steps 3-5 tile keys by a warp's 32 lanes (a lane per key), as the design card's Bc.
+constexpr int kTileBc = 32;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -43,11 +43,11 @@ struct RowSoftmax {
 // --- 1 naive: one thread per query row, reading every key's K and V row from global memory.
 //     The starting point: neighbouring threads read Q rows d floats apart (uncoalesced), and
 //     each thread walks all of K and V alone, its whole output row in registers.
-template <int D>
+template <int D, int Threads>  // Threads: query rows per block, one a thread
 __device__ __forceinline__ void naive_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
                                           int64_t row_tiles) {
   const int64_t b = blockIdx.x / row_tiles;
-  const int64_t row = (blockIdx.x % row_tiles) * kNaiveThreads + threadIdx.x;
+  const int64_t row = (blockIdx.x % row_tiles) * Threads + threadIdx.x;
   if (row >= N) return;
   const float* Q = qkv + b * 3 * N * D;
   const float* K = Q + N * D;
@@ -70,18 +70,18 @@ __device__ __forceinline__ void naive_rows(const float* __restrict__ qkv, float*
 #pragma unroll
   for (int k = 0; k < D; ++k) out[b * N * D + row * D + k] = acc[k] * inv_l;
 }
-template <int D>
-__global__ void FA_LAUNCH_BOUNDS(kNaiveThreads, 1) naive(const AttentionParams p) {
-  naive_rows<D>(p.qkv, p.out, p.N, p.row_tiles);
+template <int D, int Threads>
+__global__ void FA_LAUNCH_BOUNDS(Threads, 1) naive(const AttentionParams p) {
+  naive_rows<D, Threads>(p.qkv, p.out, p.N, p.row_tiles);
 }
 
 // --- 2 warp-per-row: a warp (wavefront) per query row, its lanes across the d columns.
 //     Was: a thread per row. Every read of a Q, K or V row is now one coalesced access; each
 //     score is a butterfly sum over the lanes, and each lane keeps only its own output columns.
-template <int D>
+template <int D, int Threads>  // Threads: per block, a warp (wavefront) per query row
 __device__ __forceinline__ void warp_per_row_rows(const float* __restrict__ qkv, float* __restrict__ out, int64_t N,
                                                  int64_t row_tiles) {
-  constexpr int kRows = kRowThreads / FA_WAVE, kCols = (D + FA_WAVE - 1) / FA_WAVE;
+  constexpr int kRows = Threads / FA_WAVE, kCols = (D + FA_WAVE - 1) / FA_WAVE;
   const int lane = threadIdx.x % FA_WAVE;
   const int64_t b = blockIdx.x / row_tiles;
   const int64_t row = (blockIdx.x % row_tiles) * kRows + threadIdx.x / FA_WAVE;
@@ -122,9 +122,9 @@ __device__ __forceinline__ void warp_per_row_rows(const float* __restrict__ qkv,
     if (x < D) out[b * N * D + row * D + x] = acc[c] * inv_l;
   }
 }
-template <int D>
-__global__ void FA_LAUNCH_BOUNDS(kRowThreads, 1) warp_per_row(const AttentionParams p) {
-  warp_per_row_rows<D>(p.qkv, p.out, p.N, p.row_tiles);
+template <int D, int Threads>
+__global__ void FA_LAUNCH_BOUNDS(Threads, 1) warp_per_row(const AttentionParams p) {
+  warp_per_row_rows<D, Threads>(p.qkv, p.out, p.N, p.row_tiles);
 }
 
 // --- 3 smem-tiles: K and V in tiles of kTileBc keys in shared memory, loaded once per block for

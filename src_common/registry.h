@@ -12,75 +12,65 @@
 //
 // Besides the fp32 rows every GPU program has (fp32_launches.h), each program's own rows:
 // fa-cuda's tensor-core rows (src_cuda/tensorcore_launches.cuh: FA_TENSOR_CORES), fa-hip's
-// matrix-core row (src_hip/mfma_launches.h); the platform (CUDA or HIP) is host/gpu_api.h's.
+// matrix-core row (src_hip/mfma_launches.h), handed over by backend_kernel_rows below. The
+// program's platform header (src_cuda/cuda_api.cuh, src_hip/hip_api.h) comes before this file.
 #pragma once
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "host/gpu_api.h"  // first: it says which program this is (FA_HIP_PROGRAM)
+#include "host/gpu_api.h"  // the platform's (FA_HIP_PROGRAM too) came before it
 #include "fp32_launches.h"
 #include "host/pipeline.h"
 #include "kernel_row.h"
-#if FA_HIP_PROGRAM
-#include "../src_hip/mfma_launches.h"
-#else
-#include "../src_cuda/tensorcore_launches.cuh"
-#endif
 
 namespace fa {
 
+// The backend's own rows, fastest first, which come before the fp32 rows every GPU program has:
+// fa-cuda's tensor-core rows (src_cuda/tensorcore_launches.cuh), fa-hip's matrix-core row
+// (src_hip/mfma_launches.h). Defined by the program's own file (fa_cuda.cu, fa_hip.hip).
+std::vector<KernelEntry> backend_kernel_rows();
+
 inline const std::vector<KernelEntry>& kernel_table() {
-  static const std::vector<KernelEntry> table = {
-#if FA_TENSOR_CORES
-      // Hopper: the short fused-split kernel up to N = 128, the long one past N = 256; in
-      // between (and before Hopper) mma.sync, whose fused split saves the split pass.
-      tensor_row<WgmmaShort>("wgmma-fused", kWgmmaFamily, Needs::kSm90aCode, "N <= 128",
-                             [](const KernelState& s, bool) { return s.shape.N <= kWgShortMaxN; }),
-      tensor_row<WgmmaLong>("wgmma", kWgmmaFamily, Needs::kSm90aCode, "N > 256 (any N when asked)",
-                            [](const KernelState& s, bool asked) { return asked || s.shape.N > kFusedMaxN; }),
-      tensor_row<MmaSync<true>>("tensorcore-fused", kTensorcoreFamily, Needs::kSm80Code, "N <= 256",
-                                [](const KernelState& s, bool) { return s.shape.N <= kFusedMaxN; },
-                                {"tensor cores", "3xFP16 mma.sync, fp32-accurate (sm_80 and later)", ""}),
-      tensor_row<MmaSync<false>>("tensorcore", kTensorcoreFamily, Needs::kSm80Code, "any N", any_n),
-#endif
-#if FA_HIP_PROGRAM
-      // gfx908/gfx90a: both products on the fp32 matrix cores (src_hip/attention_mfma.h).
-      fp32_row<Mfma>("mfma", "any N (on NVIDIA: when asked, emulated)", mfma_taken,
-                     {"matrix cores", "S and P V on fp32 MFMA, softmax in the accumulator layout (gfx908/gfx90a; "
-                      "on NVIDIA through the emulation)", ""}, nullptr, Needs::kMfmaCode),
-#endif
-      fp32_row<Simt>("simt", "any N", any_n, {"register blocked", "micro-tiles of S and O per thread, Q, K, V "
-                     "read as float4 from padded shared memory, K/V double-buffered (one stage on AMD) (SGEMM-style)", ""}),
+  static const std::vector<KernelEntry> table = [] {
+    std::vector<KernelEntry> rows = backend_kernel_rows();
+    const std::vector<KernelEntry> fp32_rows = {
+        fp32_row<Simt>("simt", "any N", any_n,
+                       {"register blocked", "micro-tiles of S and O per thread, Q, K, V read as float4 from padded "
+                        "shared memory, K/V double-buffered (one stage on AMD) (SGEMM-style)", ""}),
 #if FA_HIP_PROGRAM && !FA_TILED_BC_BUILT
-      // The homework kernel with the key tile of the wavefront (FA_HIP_BC forces one).
-      fp32_row<TiledBc<64>>("tiled-bc64", "when asked, on a 64-lane wave", tiled_bc_is<64>,
-                            {"tiled Bc 64", "Bc = 64, a row per 64-lane wavefront (the AMD step)", "FA_HIP_BC=64"},
-                            "tiled"),
-      fp32_row<TiledBc<32>>("tiled-bc32", "when asked, on a 32-lane wave", tiled_bc_is<32>,
-                            {"tiled Bc 32", "the homework kernel with Bc = 32 (NVIDIA's warp)", "FA_HIP_BC=32"}, "tiled"),
+        // The homework kernel with the key tile of the wavefront (FA_HIP_BC forces one).
+        fp32_row<TiledBc<64>>("tiled-bc64", "when asked, on a 64-lane wave", tiled_bc_is<64>,
+                              {"tiled Bc 64", "Bc = 64, a row per 64-lane wavefront (the AMD step)", "FA_HIP_BC=64"},
+                              "tiled"),
+        fp32_row<TiledBc<32>>("tiled-bc32", "when asked, on a 32-lane wave", tiled_bc_is<32>,
+                              {"tiled Bc 32", "the homework kernel with Bc = 32 (NVIDIA's warp)", "FA_HIP_BC=32"},
+                              "tiled"),
 #elif FA_HIP_PROGRAM
-      fp32_row<TiledBc<kTiledBc>>("tiled-bc" FA_STRING(FA_TILED_BC), "when asked", only_asked,
-                                  {"tiled", "the homework kernel with a swept tile width", ""}, "tiled"),
+        fp32_row<TiledBc<kTiledBc>>("tiled-bc" FA_STRING(FA_TILED_BC), "when asked", only_asked,
+                                    {"tiled", "the homework kernel with a swept tile width", ""}, "tiled"),
 #else
-      fp32_row<TiledBc<kTiledBc>>("tiled", "when asked", only_asked,
-                                  {"tiled", "Q and O in registers, float4 loads, next tile prefetched (the homework "
-                                   "kernel)", ""}),
+        fp32_row<TiledBc<kTiledBc>>("tiled", "when asked", only_asked,
+                                    {"tiled", "Q and O in registers, float4 loads, next tile prefetched (the homework "
+                                     "kernel)", ""}),
 #endif
-      // The ladder's first steps, the last rows: the ladder climbs the table from its end.
-      fp32_row<LadderSmemTiles<16, true>>("ladder-5", "when asked", only_asked,
-                                          {"Br 16", "16 rows per block: each tile serves 4x the rows", ""}),
-      fp32_row<LadderSmemTiles<4, true>>("ladder-4", "when asked", only_asked,
-                                         {"padded K", "K tile rows padded to d + 1: conflict-free reads", ""}),
-      fp32_row<LadderSmemTiles<4, false>>("ladder-3", "when asked", only_asked,
-                                          {"smem tiles", "K/V tiles in shared memory for 4 rows (K unpadded: bank "
-                                           "conflicts)", ""}),
-      fp32_row<LadderWarpPerRow>("ladder-2", "when asked", only_asked,
-                                 {"warp per row", "a warp per row, lanes across d: coalesced loads", ""}),
-      fp32_row<LadderNaive>("ladder-1", "when asked", only_asked,
-                            {"naive", "one thread per query row; K and V read from global memory", ""}),
-  };
+        // The ladder's first steps, the last rows: the ladder climbs the table from its end.
+        fp32_row<LadderSmemTiles<16, true>>("ladder-5", "when asked", only_asked,
+                                            {"Br 16", "16 rows per block: each tile serves 4x the rows", ""}),
+        fp32_row<LadderSmemTiles<4, true>>("ladder-4", "when asked", only_asked,
+                                           {"padded K", "K tile rows padded to d + 1: conflict-free reads", ""}),
+        fp32_row<LadderSmemTiles<4, false>>("ladder-3", "when asked", only_asked,
+                                            {"smem tiles", "K/V tiles in shared memory for 4 rows (K unpadded: bank "
+                                             "conflicts)", ""}),
+        fp32_row<LadderWarpPerRow>("ladder-2", "when asked", only_asked,
+                                   {"warp per row", "a warp per row, lanes across d: coalesced loads", ""}),
+        fp32_row<LadderNaive>("ladder-1", "when asked", only_asked,
+                              {"naive", "one thread per query row; K and V read from global memory", ""}),
+    };
+    rows.insert(rows.end(), fp32_rows.begin(), fp32_rows.end());
+    return rows;
+  }();
   return table;
 }
 

@@ -24,6 +24,9 @@
 
 namespace fa {
 
+// This program's own rows of the registry, before the fp32 rows (src_common/registry.h).
+std::vector<KernelEntry> backend_kernel_rows() { return tensorcore_rows(); }
+
 // What only fa-cuda knows of its kernels (kernel_choice.h).
 struct CudaPlatform {
   static void init_state(KernelState& state, const DeviceInfo&) { state.tiled_bc = kTiledBc; }

@@ -1,6 +1,6 @@
-// kernel_primitives.cuh: what src_common/attention_tiled.h is written against, for nvcc. Both
-// programs nvcc builds take them from here: the CUDA program (cuda_api.cuh) and the HIP source
-// compiled for NVIDIA (src_hip/hip_on_cuda.h). hipcc's for AMD are in src_hip/hip_api.h.
+// kernel_primitives.cuh: what the shared kernels are written against (src_common/gpu_primitives.h),
+// for nvcc. Both programs nvcc builds take them from here: the CUDA program (cuda_api.cuh) and
+// the HIP source compiled for NVIDIA (src_hip/hip_api.h). hipcc's for AMD: src_hip/hip_primitives.h.
 #pragma once
 
 // HIP's __shfl_xor takes no lane mask, and CUDA still declares a legacy __shfl_xor of its own:
@@ -9,6 +9,7 @@
 #define FA_SYNC_WAVE() __syncwarp()
 #define FA_WAVE 32
 #define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads, blocks_per_sm)
+#define FA_AMD_CODE 0  // NVIDIA's code (the HIP port built by nvcc included)
 
 // Copies from global to shared memory that need no registers and no wait until they are used
 // (cp.async: sm_80 and later; ptx/sm80.cuh). FA_ASYNC_COPY says whether this pass has them.

@@ -246,4 +246,25 @@ inline bool tensorcore_compiled() { return false; }
 inline bool wgmma_compiled_here() { return false; }
 #endif
 
+// fa-cuda's own rows of the registry, fastest first: src_common/registry.h puts them before the
+// fp32 rows every GPU program has (fa_cuda.cu hands them over). None in a C++11 or C++14 build.
+inline std::vector<KernelEntry> tensorcore_rows() {
+#if FA_TENSOR_CORES
+  return {
+      // Hopper: the short fused-split kernel up to N = 128, the long one past N = 256; in
+      // between (and before Hopper) mma.sync, whose fused split saves the split pass.
+      tensor_row<WgmmaShort>("wgmma-fused", kWgmmaFamily, Needs::kSm90aCode, "N <= 128",
+                             [](const KernelState& s, bool) { return s.shape.N <= kWgShortMaxN; }),
+      tensor_row<WgmmaLong>("wgmma", kWgmmaFamily, Needs::kSm90aCode, "N > 256 (any N when asked)",
+                            [](const KernelState& s, bool asked) { return asked || s.shape.N > kFusedMaxN; }),
+      tensor_row<MmaSync<true>>("tensorcore-fused", kTensorcoreFamily, Needs::kSm80Code, "N <= 256",
+                                [](const KernelState& s, bool) { return s.shape.N <= kFusedMaxN; },
+                                {"tensor cores", "3xFP16 mma.sync, fp32-accurate (sm_80 and later)", ""}),
+      tensor_row<MmaSync<false>>("tensorcore", kTensorcoreFamily, Needs::kSm80Code, "any N", any_n),
+  };
+#else
+  return {};
+#endif
+}
+
 }  // namespace fa

@@ -25,6 +25,9 @@
 
 namespace fa {
 
+// This program's own rows of the registry, before the fp32 rows (src_common/registry.h).
+std::vector<KernelEntry> backend_kernel_rows() { return mfma_rows(); }
+
 // What only fa-hip knows of its kernels (kernel_choice.h).
 struct HipPlatform {
   // The homework kernel's key tile: the wavefront (64 on CDNA, 32 on RDNA and NVIDIA), or FA_HIP_BC.

@@ -20,7 +20,7 @@
 #include <hip/hip_runtime.h>
 #endif
 
-#include "../src_common/gpu_primitives.h"
+#include "primitives.h"  // the shared kernels' primitives, for the compiler at hand
 
 #define HIP_CHECK(call) fa::hip_check((call), #call, __FILE__, __LINE__)
 #define HIP_CHECK_LAUNCH(name) fa::hip_check(hipGetLastError(), name, __FILE__, __LINE__)

@@ -28,5 +28,6 @@
 #endif
 // HIP's second launch bound means something else (waves per execution unit): give only the first.
 #define FA_LAUNCH_BOUNDS(threads, blocks_per_sm) __launch_bounds__(threads)
+#define FA_AMD_CODE 1  // AMD's code: hipcc, or nvcc through the MI210 emulation
 // No global-to-LDS copies without registers here: the kernels stage tiles through registers.
 #define FA_ASYNC_COPY 0

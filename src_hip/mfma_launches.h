@@ -37,4 +37,12 @@ struct Mfma {
 
 inline bool mfma_taken(const KernelState& s, bool asked) { return asked || s.native_mfma; }
 
+// fa-hip's own row of the registry: src_common/registry.h puts it before the fp32 rows every GPU
+// program has (fa_hip.hip hands it over). gfx908/gfx90a: both products on the fp32 matrix cores.
+inline std::vector<KernelEntry> mfma_rows() {
+  return {fp32_row<Mfma>("mfma", "any N (on NVIDIA: when asked, emulated)", mfma_taken,
+                         {"matrix cores", "S and P V on fp32 MFMA, softmax in the accumulator layout (gfx908/gfx90a; "
+                          "on NVIDIA through the emulation)", ""}, nullptr, Needs::kMfmaCode)};
+}
+
 }  // namespace fa

@@ -4,7 +4,7 @@
 // emulation) the instruction and the wavefront in software (mfma_on_cuda.h).
 #pragma once
 
-#include "../src_common/gpu_primitives.h"
+#include "primitives.h"
 
 #if defined(__NVCC__)
 #include "mfma_on_cuda.h"

@@ -14,6 +14,12 @@ import pytest
 from helpers import DATA, ROOT, build, have_nvidia_gpu
 from fa_cli.programs import programs
 
+# GNU readline, which pytest loads, exports the terminal's size (COLUMNS, LINES) into the C
+# environment every child inherits; fa folds its words to a COLUMNS it finds (report/lines.py).
+# A test that wants a width sets COLUMNS in the child's environment itself.
+for name in ("COLUMNS", "LINES"):
+    os.unsetenv(name)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):

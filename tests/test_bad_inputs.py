@@ -55,7 +55,9 @@ PROGRAMS = ["cpu"] + (["cuda", "hip-cuda"] if shutil.which("nvcc") else []) + ([
 
 @pytest.fixture(scope="module", params=PROGRAMS, ids=lambda target: programs.BUILT[target])
 def any_program(request):
-    return build(request.param)
+    """The CPU program, and the GPU programs of the session's one build (conftest.listing_programs):
+    their input checks are host code, the same for every GPU target."""
+    return build("cpu") if request.param == "cpu" else request.getfixturevalue("listing_programs")[request.param]
 
 
 @pytest.mark.parametrize("kind", list(CASES))
@@ -73,11 +75,11 @@ def test_program_rejects(any_program, tmp_path, kind):
     ("hip-cuda", "nvcc", "no HIP device available"),
     ("hip", "hipcc", "no HIP device available"),
 ])
-def test_gpu_program_without_gpu(tmp_path, target, compiler, message):
+def test_gpu_program_without_gpu(tmp_path, listing_programs, target, compiler, message):
     """With no device, a valid input gets one line and exit 1, and no output file."""
     if not shutil.which(compiler) or have_nvidia_gpu():
         pytest.skip(f"needs {compiler} and a machine without a GPU")
-    program = build(target)
+    program = listing_programs[target]
     inp = tmp_path / "x.in"
     generate.write_input(inp, GOOD, 1)
     proc = subprocess.run([str(program), str(inp), str(tmp_path / "o.out")], capture_output=True, text=True)

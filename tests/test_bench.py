@@ -238,4 +238,4 @@ def test_bench_takes_case_names_as_fa_run_does_and_names_its_default_output(cpu_
         "value, so its max err can be larger)" in said
     assert sorted(r["input"] for r in load(tmp_path / "bench.json")) == ["t01", "t05"]
     proc = fa("bench", "--program", "cpu", cwd=tmp_path)
-    assert proc.returncode == 2 and proc.stderr.startswith("fa: error: name cases (t01 c05 x.in), or give --suite")
+    assert proc.returncode == 2 and proc.stderr.startswith("fa: error: name cases (t01 c05 x.in), or give --all [--suite c]")

@@ -14,7 +14,7 @@ from helpers import DATA, build_students, fa, have_nvidia_gpu
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge import reruns
-from fa_cli.programs import programs
+from fa_cli.programs import programs, student_build
 
 PLANTED = ["NONE", "SCATTERED", "FLAKY", "JITTER", "HOST_OVERRUN"]
 
@@ -226,8 +226,8 @@ def test_an_openmp_race_is_built_with_openmp_and_never_cleared(tmp_path, inputs)
 def test_what_a_source_asks_of_its_build(tmp_path, text, flags):
     source = tmp_path / "hw4.cpp"
     source.write_text(text)
-    assert programs.source_needs(source) == flags
-    line = programs.course_build(source, tmp_path / "hw4")
+    assert student_build.source_needs(source) == flags
+    line = student_build.course_line(source, tmp_path / "hw4")
     assert all(flag in line for flag in flags) and line[:3] == ["g++", "-std=c++11", "-O3"]
 
 

@@ -66,6 +66,8 @@ def test_run_suite_cases_with_cpu(cpu_program):
     for name in ("t01", "t04", "t07"):
         assert name in proc.stdout
     assert verdicts(proc.stdout) == ["PASS"] * 3
+    # the device by its one name, as fa bench's and the records' (tests/test_bench.py)
+    assert "fa run of cpu on host CPU" in proc.stdout
 
 
 def test_gen_course_case(tmp_path):

@@ -80,20 +80,6 @@ def test_many_batches(variant, tmp_path, d):
                          env=env) <= TOL
 
 
-# The optimization ladder's steps (src_common/ladder.h), in both programs that carry them.
-LADDER = [pytest.param((program, step), id=f"{program}-ladder-{step}", marks=GPU)
-          for program in ("cuda", "hip-cuda") for step in range(1, 6)]
-
-
-@pytest.mark.parametrize("d", [32, 64])
-@pytest.mark.parametrize("N", [1, 33, 129, 1000])
-@pytest.mark.parametrize("program_step", LADDER)
-def test_ladder_steps_on_odd_shapes(tmp_path, program_step, N, d):
-    program, step = program_step
-    env = {**os.environ, "FA_KERNEL": f"ladder-{step}"}
-    assert run_and_check(build(program), tmp_path, Shape(3, N, d), seed=N + step, env=env) <= TOL
-
-
 @pytest.mark.parametrize("dist", ["extreme", "onehot", "constant", "normal"])
 @pytest.mark.parametrize("d", [32, 64])
 def test_stress_distributions(variant, tmp_path, dist, d):

@@ -27,7 +27,7 @@ struct CopiedKernel : LadderNaive {
 }  // namespace fa
 '''
 # ... and its row (its rung follows from where it stands in the table).
-NEW_ROW = ('      fp32_row<CopiedKernel>("copied", "when asked", only_asked, '
+NEW_ROW = ('        fp32_row<CopiedKernel>("copied", "when asked", only_asked, '
            '{"copied step", "a kernel added by a test", ""}),\n')
 
 
@@ -62,7 +62,8 @@ def test_a_new_kernel_is_its_file_and_one_row(tmp_path):
     (tree / "src_common" / "copied_kernel.h").write_text(NEW_KERNEL_FILE)
     reg = tree / "src_common" / "registry.h"
     text = reg.read_text().replace('#include "kernel_row.h"\n', '#include "kernel_row.h"\n#include "copied_kernel.h"\n')
-    anchor = '      fp32_row<LadderNaive>("ladder-1"'
+    anchor = '        fp32_row<LadderNaive>("ladder-1"'
+    assert anchor in text
     reg.write_text(text.replace(anchor, NEW_ROW + anchor))
     subprocess.run(["make", "-s", "-C", str(tree), "CUDA_ARCH=sm_90a", "hip-cuda"], check=True, capture_output=True)
     program = tree / "bin" / "fa-hip-cuda"

@@ -136,7 +136,7 @@ def test_hip_program_on_course_targets(listing_programs):
     data = run_resources("--program", "hip", "--arch", "gfx908,gfx90a")
     kernels = {(r["target"], r["kernel"]) for r in data["records"]}
     # the ladder's first steps (src_common/ladder.h), which the registry lists by step, not by kernel
-    ladder = [f"naive<{d}>" for d in (32, 64)] + [f"warp_per_row<{d}>" for d in (32, 64)] + \
+    ladder = [f"naive<{d}, 128>" for d in (32, 64)] + [f"warp_per_row<{d}, 128>" for d in (32, 64)] + \
         [f"smem_tiles<{d}, {br}, {pad}>" for d in (32, 64) for br, pad in ((4, "false"), (4, "true"), (16, "true"))]
     # the registry's kernels with tiles (AMD's): attention_FAMILY<d, ...> for each d; the homework
     # kernel's exactly, by its sweep row's kernel name

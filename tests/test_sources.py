@@ -34,6 +34,17 @@ def test_every_setting_is_read_in_one_place():
     assert "getenv(" in (ROOT / "src_common" / "host" / "settings.h").read_text()
 
 
+MAX_SOURCE_LINES = 450  # as tests/test_imports.py holds the Python modules
+
+
+def test_every_source_file_reads_in_one_sitting():
+    """Every C++ file of fa's programs is at most 450 lines: a longer one holds two jobs (split
+    as attention_simt.h's kernel from its tiles, simt_tile.h)."""
+    long = {str(p.relative_to(ROOT)): n for p in source_files() if (n := len(p.read_text().splitlines())) > MAX_SOURCE_LINES}
+    assert long == {}, long
+    assert len(source_files()) >= 50
+
+
 def test_the_host_side_is_cut_into_parts():
     """Each part of the host side is a file of its own under src_common/host/, none of them long."""
     parts = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "src_common" / "host").glob("*.h")}

@@ -55,8 +55,8 @@ def test_simt_parameters_start_from_the_programs_tile_for_d(families):
 
 
 def test_simt_defaults_are_the_programs_own_tiles(families):
-    """What the registry prints and src_common/attention_simt.h's FA_SIMT32_*/FA_SIMT64_* defaults say the same."""
-    text = (ROOT / "src_common" / "attention_simt.h").read_text()
+    """What the registry prints and src_common/simt_tile.h's FA_SIMT32_*/FA_SIMT64_* defaults say the same."""
+    text = (ROOT / "src_common" / "simt_tile.h").read_text()
     for d in (32, 64):
         p = families["simt"].defaults[d]
         for macro, name in (("ROWS_PER_THREAD", "TM"), ("KEYS_PER_THREAD", "TN"), ("THREADS_PER_ROW", "C"),

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ROOT, fa
-from fa_cli.programs import devices, programs, wave64
+from fa_cli.programs import devices, programs, student_build, wave64
 from fa_cli.programs.devices import Device
 
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
@@ -98,7 +98,7 @@ def test_hip_build_follows_the_gpus_here(monkeypatch, tmp_path, vendors, compile
     with_devices(monkeypatch, *vendors)
     source = tmp_path / "hw4.hip"
     source.write_text("int main() {}\n")
-    argv = programs.course_build(source, tmp_path / "hw4", ())
+    argv = student_build.course_line(source, tmp_path / "hw4", ())
     assert Path(argv[0]).name == compiler and flag in argv
     assert programs.compiler_of(source) == compiler
     if compiler == "nvcc":
@@ -122,7 +122,7 @@ def test_amd_build_names_its_platform(monkeypatch, tmp_path):
     said = []
     programs.build_error(programs.from_source(source), said.append)
     assert seen.read_text().strip() == "amd"
-    assert said and said[0].startswith("building HIP_PLATFORM=amd ") and said[0].endswith("(hw4.hip for AMD)")
+    assert said and said[0].startswith("building HIP_PLATFORM=amd ") and said[0].endswith("(the course's line; hw4.hip for AMD)")
 
 
 def test_emulated_build_line_says_what_it_is(monkeypatch, tmp_path):

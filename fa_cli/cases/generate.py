@@ -218,12 +218,15 @@ def write_input(
 
         def finish_one() -> None:
             future, batches = pending.popleft()
-            put(memoryview(np.ascontiguousarray(future.result(), dtype="<f4")).cast("B"))
+            put(memoryview(future.result()).cast("B"))
             if progress and batches:
                 progress(batches)
 
+        def as_f32(piece) -> np.ndarray:  # converted where drawn: the writer only writes
+            return np.ascontiguousarray(piece(), dtype="<f4")
+
         for piece, independent, batches in _pieces(shape, seed, dist, block_values):
-            pending.append((pool.submit(piece) if independent else _Drawn(piece()), batches))
+            pending.append((pool.submit(as_f32, piece) if independent else _Drawn(as_f32(piece)), batches))
             if len(pending) >= window:
                 finish_one()
         while pending:

@@ -2,33 +2,28 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 from pathlib import Path
 
 import click
 
 from .. import locations
-from ..cases import suite
 from ..errors import ExitStatus
 from ..measure import bench
 from ..programs import ready, slurm, wave64
-from ..report import tables
+from ..report import lines, tables
 from ..report.records import check_extendable
 from .group import main
-from .options import OutputPath, force_option, launcher_options
-from .shared import check_names, make_launcher, note, parse_shape, runnable, targets_for
+from .options import OutputPath, case_options, force_option, launcher_options
+from .shared import check_names, make_launcher, note, parse_shape, runnable, selected_cases, targets_for
 
 
 DEFAULT_RESULTS = Path("bench.json")  # in the current folder, extended run after run, as -o would be
 
 
 @main.command(name="bench")
-@click.argument("cases", nargs=-1)
+@case_options
 @click.option("--program", "program_names", multiple=True, default=["best"], show_default=True,
               help="cpu, cuda, hip, hip-cuda, torch, best or a path; repeat to compare.")
-@click.option("--suite", "suite_cases", is_flag=False, flag_value="all", default=None,
-              help="Suite cases: --suite for all of t01..t30, --suite c for the course's c01..c30, "
-                   "or a list such as --suite t01,c21.")
 @click.option("--shape", "shapes", multiple=True, help="B,N,d of a seeded uniform input; repeatable.")
 @click.option("--repeat", "repeats", type=click.IntRange(min=1), default=None,
               help="Timed whole-process runs per program and input, after one warm-up; the median counts. "
@@ -49,9 +44,9 @@ DEFAULT_RESULTS = Path("bench.json")  # in the current folder, extended run afte
 @force_option
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
-def bench_cmd(cases, program_names, suite_cases, shapes, repeats, precision, against, label, control, results,
+def bench_cmd(cases, all_cases, suite_text, program_names, shapes, repeats, precision, against, label, control, results,
               wide, launcher, partition, gres, srun_args, slurm_array) -> None:
-    """Time programs on inputs (CASES as fa run takes them: t01 c05 x.in, or --suite, --shape):
+    """Time programs on inputs (CASES as fa run takes them: t01 c05 x.in, --all --suite c; or --shape):
     whole process (median of repeats, with its 95% interval), stages, TFLOP/s, error.
 
     Each input is flushed to disk first; the programs then take turns, one run each per round,
@@ -62,11 +57,9 @@ def bench_cmd(cases, program_names, suite_cases, shapes, repeats, precision, aga
     names = list(program_names) + (["torch"] if against == "torch" else [])
     if control:
         names.insert(1, names[0])
-    wanted = suite.named_cases(cases) + \
-        ([] if not suite_cases else list(suite.cases()) if suite_cases == "all"
-         else list(suite.cases(suite_cases)) if suite_cases in suite.SUITES else suite_cases.split(","))
+    wanted = selected_cases(cases, all_cases, suite_text)
     if not wanted and not shapes:
-        raise click.UsageError("name cases (t01 c05 x.in), or give --suite or --shape")
+        raise click.UsageError("name cases (t01 c05 x.in), or give --all [--suite c] or --shape B,N,d")
     sizes = [parse_shape(text) for text in shapes]
     check_extendable(results)
     runner = make_launcher(launcher, partition, gres, srun_args)
@@ -85,13 +78,13 @@ def bench_cmd(cases, program_names, suite_cases, shapes, repeats, precision, aga
     tables.show(tables.bench_table(records, wide))
     sampled = sorted({r["verify_mode"] for r in records if str(r.get("verify_mode", "")).endswith("sampled")})
     if sampled:  # why the same case's max err differs from fa run's
-        click.echo(textwrap.fill(f"max err: of {', '.join(sampled)} against float64 (a benchmark checks a sample; "
-                                 "fa run compares every value, so its max err can be larger)", 80))
+        lines.echo(f"max err: of {', '.join(sampled)} against float64 (a benchmark checks a sample; "
+                   "fa run compares every value, so its max err can be larger)")
     for line in bench.control_ratios(records):
-        click.echo(line)
+        lines.echo(line)
     for line in wave64.emulated_sources(progs):  # hw4.hip timed on the NVIDIA GPU: said so
-        click.echo(line)
-    click.echo(f"{tables.plural(len(records), 'record')} added to {results}")
+        lines.echo(line)
+    lines.echo(f"{tables.plural(len(records), 'record')} added to {results}")
     sys.exit(ExitStatus.OK if all(not r.get("error") and r.get("passed") for r in records) else ExitStatus.FAILED)
 
 

@@ -7,6 +7,7 @@ import click
 from .. import locations, settings
 from ..cases import cache
 from ..programs import ready
+from ..report import lines
 from .group import main
 
 
@@ -18,10 +19,10 @@ def cache_cmd(clear) -> None:
     where = locations.cache_dir()
     kept = cache.clear(where) if clear else cache.usage(where)
     named = " (FA_CACHE)" if settings.cache_override() else ""
-    click.echo(f"{'removed from' if clear else 'kept in'} {where}{named}")
+    lines.echo(f"{'removed from' if clear else 'kept in'} {where}{named}")
     for k in kept:
-        click.echo(f"  {k.kind:<17} {k.files:>6} files  {ready.human_bytes(k.bytes):>9}")
-    click.echo(f"  {'in all':<17} {sum(k.files for k in kept):>6} files  {ready.human_bytes(cache.total(kept)):>9} "
+        lines.echo(f"  {k.kind:<17} {k.files:>6} files  {ready.human_bytes(k.bytes):>9}")
+    lines.echo(f"  {'in all':<17} {sum(k.files for k in kept):>6} files  {ready.human_bytes(cache.total(kept)):>9} "
                f"({cache.total(kept)} bytes)")
     if not clear and cache.total(kept):
-        click.echo("fa cache --clear removes them (fa makes each again when a command needs it)")
+        lines.echo("fa cache --clear removes them (fa makes each again when a command needs it)")

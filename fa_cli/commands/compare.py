@@ -7,7 +7,7 @@ import click
 
 from ..measure import compare
 from ..programs import wave64
-from ..report import tables
+from ..report import lines, tables
 from ..report.records import by_kind
 from .group import main
 from .options import OutputPath, force_option
@@ -30,8 +30,8 @@ def compare_cmd(files, as_markdown, plot, wide) -> None:
         header, body, where = compare.long_rows(records) if not wide else (*compare.rows(records), "")
         tables.show(tables.compare_table(header, body, f"fa compare{where} (whole-process medians)"))
         if note := compare.amd_note(records):
-            click.echo(tables.wrap_words(note, 80))
+            lines.echo(note)
     for line in wave64.compare_findings(records):  # a student's hw4.cu and hw4.hip side by side
-        click.echo(line)
+        lines.echo(line)
     if plot:
-        click.echo(f"wrote {compare.plot(records, plot)}")
+        lines.echo(f"wrote {compare.plot(records, plot)}")

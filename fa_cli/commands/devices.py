@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 
-import click
 
 from ..programs import ready
 from ..programs.devices import list_devices
-from ..report import tables
+from ..report import lines, tables
 from .group import main
 
 
@@ -16,7 +15,7 @@ def devices_cmd() -> None:
     what can run here: CUDA and HIP programs, the compilers, the profilers."""
     found = list_devices()
     if not found:
-        click.echo("no GPU found")
+        lines.echo("no GPU found")
     else:
         tables.show(tables.devices_table(found))
-    click.echo("\nwhat runs here:\n" + "\n".join(f"  {line}" for line in ready.here()))
+    lines.echo("\nwhat runs here:\n" + "\n".join(f"  {line}" for line in ready.here()))

@@ -1,6 +1,7 @@
 """fa's command group: one line and an exit status for every error, Ctrl-C and SIGTERM unwound."""
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -8,6 +9,7 @@ import click
 
 from .. import __version__, settings
 from ..errors import ExitStatus, FaError
+from ..report import lines
 
 
 class Terminated(BaseException):
@@ -34,19 +36,22 @@ class FaGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            click.echo("fa: interrupted", err=True)
+            lines.echo("fa: interrupted", err=True)
             sys.exit(ExitStatus.INTERRUPTED)
         except Terminated as e:
-            click.echo(f"fa: stopped by {signal.Signals(e.signum).name}", err=True)
+            lines.echo(f"fa: stopped by {signal.Signals(e.signum).name}", err=True)
             sys.exit(128 + e.signum)
         except click.UsageError as e:  # a value refused, an option missing, words left over: one line, as any error
             hint = f" (fa {e.ctx.info_name} --help)" if e.ctx is not None and e.ctx.parent is not None else ""
-            click.echo(f"fa: error: {e.format_message()}{hint}", err=True)
+            lines.echo(f"fa: error: {e.format_message()}{hint}", err=True)
             sys.exit(ExitStatus.BAD_INPUT)
+        except BrokenPipeError:  # `fa ... | head`: the reader has what it wanted; nothing to say
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(128 + signal.SIGPIPE)
         except (FaError, OSError, MemoryError) as e:
             if ctx.params.get("traceback") or settings.debug():
                 raise
-            click.echo(f"fa: error: {one_line(e)}", err=True)
+            lines.echo(f"fa: error: {one_line(e)}", err=True)
             sys.exit(e.exit_code if isinstance(e, FaError) else ExitStatus.FAILED if isinstance(e, MemoryError)
                      else ExitStatus.BAD_INPUT)
 

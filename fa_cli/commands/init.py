@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from .. import starter
+from ..report import lines
 from .group import main
 
 
@@ -16,5 +17,5 @@ def init_cmd(folder) -> None:
     a plain, correct kernel to make fast (marked TODO(tiles)), the course's example Makefile and a
     short README. Overwrites nothing."""
     for path in starter.create(folder):
-        click.echo(f"wrote {path}")
-    click.echo(f"next: cd {folder} && make hw4 && fa run t01 --program ./hw4")
+        lines.echo(f"wrote {path}")
+    lines.echo(f"next: cd {folder} && make hw4 && fa run t01 --program ./hw4")

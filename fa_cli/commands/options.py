@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from ..cases import suite
+
 from ..cases.format import MAX_INT32
 from ..files import check_output_path, replace_students_files
 from ..measure import profile
@@ -78,6 +80,21 @@ force_option = click.option(
     "--force", is_flag=True, is_eager=True, expose_value=False, callback=_set_force,
     help="Replace an output file that fa would otherwise keep: a source file (.cu .hip .cpp .cc .c .h .py), "
          "a Makefile, or a file that is not what this command writes.")
+
+
+def case_options(f):
+    """CASES, --all and --suite: how run, bench and gen name suite cases (one grammar)."""
+    for option in reversed([
+        click.argument("cases", nargs=-1),
+        click.option("--all", "all_cases", is_flag=True,
+                     help="Every case of a suite: t01..t30, or c01..c30 with --suite c."),
+        click.option("--suite", "suite_text", is_flag=False, flag_value=suite.DEFAULT_SUITE, default=None,
+                     help="The suite of --all and of bare numbers (7: c07 with --suite c): t (fa's own cases, the "
+                          "default) or c (the course's 30 shapes); alone, with no case named, the whole suite. "
+                          "Also a list: --suite t01,c21."),
+    ]):
+        f = option(f)
+    return f
 
 
 def launcher_options(f):

@@ -7,7 +7,7 @@ import click
 from .. import locations
 from ..measure import profile
 from ..programs import programs, ready
-from ..report import markdown, tables
+from ..report import lines, markdown, tables
 from ..report.records import append, check_extendable
 from .group import main
 from .options import OutputPath, force_option, launcher_options
@@ -53,4 +53,4 @@ def profile_cmd(cases, program, kernel, metric_set, profiler, flops_kernel, resu
     else:
         tables.show(tables.profile_table(records))
     if results:
-        click.echo(f"{tables.plural(len(records), 'record')} added to {results}")
+        lines.echo(f"{tables.plural(len(records), 'record')} added to {results}")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from ..report import writeup
+from ..report import lines, writeup
 from .group import main
 from .options import force_option
 
@@ -20,4 +20,4 @@ def report_cmd(files, out_dir) -> None:
     of fa run, bench, profile, resources (--json), ladder and sweep: your programs' records fill
     the sections, with a marked place in each for your own words; fa's own programs' records
     (cpu, cuda, ..., fa ladder) appear only in a last section, labelled as fa's."""
-    click.echo(f"wrote {writeup.write(list(files), out_dir)}")
+    lines.echo(f"wrote {writeup.write(list(files), out_dir)}")

@@ -7,7 +7,7 @@ import json
 import click
 
 from ..measure import resources
-from ..report import tables
+from ..report import lines, tables
 from .group import main
 
 
@@ -34,4 +34,4 @@ def resources_cmd(program, archs, as_json) -> None:
     else:
         tables.show(tables.resources_table(kernels))
         for line in tables.resources_notes(kernels):
-            click.echo(line)
+            lines.echo(line)

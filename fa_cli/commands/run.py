@@ -6,28 +6,22 @@ import signal
 import sys
 
 import click
-from click.core import ParameterSource
 
 from .. import locations
 from ..cases import suite
 from ..errors import ExitStatus
-from ..judge import cause, expected, race_check, verdict, verify
+from ..judge import cause, expected, outlook, race_check, verdict, verify
 from ..judge.findings import Kind
 from ..programs import programs, wave64
-from ..programs.devices import describe_first
-from ..report import tables
+from ..report import lines, tables
 from ..report.records import append, check_extendable
 from .group import Terminated, main
-from .options import SECONDS, TOLERANCE, OutputPath, force_option, launcher_options
-from .shared import check_names, make_launcher, note, runnable
+from .options import SECONDS, TOLERANCE, OutputPath, case_options, force_option, launcher_options
+from .shared import check_names, make_launcher, note, runnable, selected_cases
 
 
 @main.command()
-@click.argument("cases", nargs=-1)
-@click.option("--all", "all_cases", is_flag=True,
-              help="Every case of a suite: t01..t30, or c01..c30 with --suite c.")
-@click.option("--suite", "suite_name", type=click.Choice(suite.SUITES), default=suite.DEFAULT_SUITE, show_default=True,
-              help="The suite --all runs: t (fa's own cases) or c (the course's 30 test shapes).")
+@case_options
 @click.option("--program", default="best", show_default=True, help=programs.CHOICES + ".")
 @click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True,
               help="Largest abs error a PASS allows (the course's).")
@@ -58,7 +52,7 @@ from .shared import check_names, make_launcher, note, runnable
                    "TMPDIR just before its case and deleted after it; expected outputs are kept either way).")
 @force_option
 @launcher_options
-def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
+def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
         why_budget, results_file, without_gpu, no_race_check, keep_inputs, launcher, partition, gres,
         srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
@@ -69,11 +63,9 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
     fa run t01 t17 --program ./hw4        two of fa's cases
     fa run c01 c30 --program ./hw4        two of the course's
     fa run --all --suite c --program ./hw4  all 30 course shapes"""
-    suite_given = click.get_current_context().get_parameter_source("suite_name") != ParameterSource.DEFAULT
-    names = list(suite.cases(suite_name)) if all_cases else \
-        suite.named_cases(cases, suite_name if suite_given else None)
+    names = selected_cases(cases, all_cases, suite_text)
     if why_case:  # judged with the others (once, where it is also listed), then looked into
-        why_case = suite.named_cases([why_case], suite_name if suite_given else None)[0]
+        why_case = suite.named_cases([why_case], suite_text if suite_text in suite.SUITES else None)[0]
         names += [] if why_case in names else [why_case]
     if not names:
         raise click.UsageError("name test cases (t01..t30, c01..c30 or input files), or give --all [--suite c]")
@@ -89,9 +81,9 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
             verdict.CaseInputs(names, keep_inputs, with_expected, note, workdir) as inputs:
         inputs.why = why_case
         options = verdict.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
+        ahead = outlook_of(prog, names, inputs.needs)
         try:
-            expected.announce_cost(inputs.needs, note)
-            judge_cases(prog, names, inputs, options, time_limit, with_expected, results)
+            judge_cases(prog, names, inputs, options, time_limit, with_expected, results, ahead)
         except (KeyboardInterrupt, Terminated) as e:  # what is done is kept: its table, its records
             stopped = e
         if not stopped:
@@ -103,10 +95,10 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
                 hazards = race_check.passing_builds(prog, results, runner, note, why_case, workdir)
     show_results(results, prog, across, why_case, sample_rows)
     for finding in hazards:
-        click.echo(" ".join(finding.lines) + "\n")
+        lines.echo(" ".join(finding.lines) + "\n")
     if results_file and results:
         append(results_file, [verdict.as_record(r, options) for r in results])
-        click.echo(f"{tables.plural(len(results), 'record')} added to {results_file}")
+        lines.echo(f"{tables.plural(len(results), 'record')} added to {results_file}")
     if line := inputs.kept_line():
         note(line)
     if stopped:
@@ -116,7 +108,7 @@ def run(cases, all_cases, suite_name, program, tol, sample_rows, full, time_limi
         note(f"{how}{during}: {len(results)} of {len(names)} cases judged"
              + (" (the table above)" if results else ""))
         sys.exit(ExitStatus.INTERRUPTED if signum == signal.SIGINT else 128 + signum)
-    click.echo(tables.run_summary(results))
+    lines.echo(tables.run_summary(results))
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
 
 
@@ -124,28 +116,39 @@ def show_results(results, prog, across, why_case, sample_rows) -> None:
     """The table, what sampling did, each case's diagnosis, what the cases say together and what
     the MI210 emulation says."""
     if results:
-        tables.show(tables.judge_table(results, describe_first()))
+        tables.show(tables.judge_table(results))
     if any(r.check and r.check.sampled for r in results):
-        click.echo(tables.SAMPLED_NOTE)
+        lines.echo(tables.SAMPLED_NOTE)
     if sample_rows and (full_instead := [r.target.name for r in results if r.check and not r.check.sampled]):
-        click.echo(f"--sample: every value of {tables.case_ranges(full_instead)} compared instead: its expected "
+        lines.echo(f"--sample: every value of {tables.case_ranges(full_instead)} compared instead: its expected "
                    "output was cached, and a full compare of it costs less than a sample")
     if any(not r.ok for r in results) or why_case:
-        click.echo(tables.diagnoses(results, always=bool(why_case)) + "\n")
+        lines.echo(tables.diagnoses(results, always=bool(why_case)) + "\n")
     emulation = wave64.run_notes(prog, results)  # hw4.hip on the NVIDIA GPU: what the emulation says
     named = any(line.startswith("looks like") for line in emulation)  # then no cases to run are suggested
     for finding in across:
         if not (named and finding.kind == Kind.SUGGEST):
-            click.echo("across the cases: " + " ".join(finding.lines) + "\n")
+            lines.echo("across the cases: " + " ".join(finding.lines) + "\n")
     for line in emulation:
-        click.echo(line)
+        lines.echo(line)
 
 
-def judge_cases(prog, names, inputs, options, time_limit, with_expected, results) -> None:
+def outlook_of(prog, names, needs) -> outlook.Outlook:
+    """What the run will take, said before it starts: the limits' GPUs where the program runs on
+    the CPU, the expected outputs' cost."""
+    ahead = outlook.Outlook(names, needs, prog)
+    if line := ahead.up_front():
+        note(line)
+    expected.announce_cost(needs, note, ahead.reference_seconds())
+    return ahead
+
+
+def judge_cases(prog, names, inputs, options, time_limit, with_expected, results, ahead) -> None:
     """Each case in turn: its input made (verdict.CaseInputs), its expected output computed where
-    missing, judged; results collected as they come, so that an interrupted run keeps them."""
+    missing, judged; results collected as they come, so that an interrupted run keeps them. The
+    time left is the outlook's (outlook.Outlook: what remains, runs and expected outputs)."""
     # a single case too: its run says every 5 s how long it has taken once it passes 10 s
-    with tables.progress("judging", len(names), steps=len(names) > 1) as advance:
+    with tables.progress("judging", len(names), steps=len(names) > 1, left=ahead.seconds_left) as advance:
         for i, name in enumerate(names):
             made_now = None if inputs.drawn_ahead(name) else inputs.to_make.get(name)  # a bar while one is drawn
             with tables.progress(f"generating {name}", made_now.shape.B if made_now else None,
@@ -160,4 +163,5 @@ def judge_cases(prog, names, inputs, options, time_limit, with_expected, results
             inputs.settle()  # nothing is drawn while the program runs: its time is its own
             results.append(verdict.judge(prog, t, options))
             inputs.judged(results[-1])
+            ahead.judged(name, results[-1].run.wall_s, results[-1].verdict == "TLE")
             advance()

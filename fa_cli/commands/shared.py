@@ -9,13 +9,13 @@ from ..cases import suite
 from ..cases.format import Shape, check_shape
 from ..judge import expected, verdict
 from ..programs import programs, ready, slurm
-from ..report import markdown, tables
+from ..report import lines, markdown, tables
 from ..report.records import append
 
 
 def note(text: str) -> None:
     """A line on stderr about something fa did on the user's behalf."""
-    click.echo(f"fa: {text}", err=True)
+    lines.echo(f"fa: {text}", err=True)
 
 
 def built(prog: programs.Program) -> programs.Program:
@@ -28,6 +28,18 @@ def built(prog: programs.Program) -> programs.Program:
 
 def program_for(name: str) -> programs.Program:
     return built(programs.resolve(name))
+
+
+def selected_cases(cases, all_cases: bool, suite_text: str | None) -> list[str]:
+    """The cases run, bench and gen were given (options.case_options): names and files as typed
+    (a bare number is a case of --suite's suite), every case of the suite with --all or with
+    --suite alone, a --suite list's cases."""
+    listed = suite_text.split(",") if suite_text and suite_text not in suite.SUITES else []
+    suite_name = suite_text if suite_text in suite.SUITES else None
+    names = suite.named_cases(cases, suite_name) + [n for n in listed if n]
+    if all_cases or (suite_name and not cases):
+        names += [n for n in suite.cases(suite_name or suite.DEFAULT_SUITE) if n not in names]
+    return names
 
 
 def check_names(names) -> None:
@@ -101,6 +113,6 @@ def show(header: list[str], body: list[list[str]], as_markdown: bool, title: str
 def save_and_plot(records: list[dict], results: Path | None, plot: Path | None, chart) -> None:
     if results:
         append(results, records)
-        click.echo(f"{tables.plural(len(records), 'record')} added to {results}")
+        lines.echo(f"{tables.plural(len(records), 'record')} added to {results}")
     if plot:
-        click.echo(f"wrote {chart(records, plot)}")
+        lines.echo(f"wrote {chart(records, plot)}")

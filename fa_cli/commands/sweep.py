@@ -44,8 +44,9 @@ def sweep_cmd(case, kernel, params, program, arch, no_run, list_only, repeats, t
     skipped, with the compiler's reason.
 
     \b
-    Your own tile sizes, where your source takes them as -D macros (#ifndef BR / #define BR 32 /
-    #endif), each combination built with the course's line:
+    Your own tile sizes, where your source takes them as -D macros
+    (#ifndef BR / #define BR 32 / #endif), each combination built with the
+    course's line:
     fa sweep t17 --program hw4.cu --param BR=16,32 --param BC=32,64 -o sweep.json"""
     if not list_only and not case:
         raise click.UsageError("give a CASE (t27, a file, ...), or --list")

@@ -10,7 +10,7 @@ from ..cases import suite
 from ..cases.format import AttentionInput, Shape, open_output, regular_size
 from ..errors import ExitStatus, FaError
 from ..judge import diagnose, expected, mistakes, verify
-from ..report import tables
+from ..report import lines, tables
 from .group import main
 from .options import SEED, TOLERANCE
 from .shared import ensure_expected, targets_for
@@ -60,8 +60,8 @@ def verify_cmd(output, input_path, expected_file, tol, sample_rows, full, seed) 
             with tables.progress("verifying", inp.shape.B) as advance:
                 result = verify.against_reference(inp, out, tol, check, advance)
         if not result.passed and result.checked:
-            click.echo(tables.verify_summary(result))
-            click.echo(tables.verify_details(result, diagnose.of_wrong(result, inp.shape, inp, out)))
+            lines.echo(tables.verify_summary(result))
+            lines.echo(tables.verify_details(result, diagnose.of_wrong(result, inp.shape, inp, out)))
             sys.exit(ExitStatus.FAILED)
     else:
         size = regular_size(expected_file, "expected output")
@@ -75,5 +75,5 @@ def verify_cmd(output, input_path, expected_file, tol, sample_rows, full, seed) 
                           f"({size // 4} float32 values)", exit_code=ExitStatus.BAD_INPUT)
         out = open_output(output, flat, in_memory=True)
         result = verify.against_expected(out.reshape(-1), exp.reshape(-1), tol)
-    click.echo(tables.verify_summary(result))
+    lines.echo(tables.verify_summary(result))
     sys.exit(ExitStatus.OK if result.passed else ExitStatus.FAILED)

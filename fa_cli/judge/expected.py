@@ -234,8 +234,10 @@ class RandomInput:
         return block[:, 0], block[:, 1], block[:, 2]
 
 
-def estimate_seconds(compute, needs: list[Need]) -> float:
-    """Time for the whole work: seconds = a * flops + b * bytes, a and b from two timed probes."""
+def seconds_each(compute, needs: list[Need]) -> list[float]:
+    """Time for each input's work: seconds = a * flops + b * bytes, a and b from two timed probes."""
+    if not needs:
+        return []
     rows = []
     compute.attention(RandomInput(PROBES[0]), 0, 1)  # warm-up (a GPU's first call starts its context)
     for shape in PROBES:
@@ -249,7 +251,11 @@ def estimate_seconds(compute, needs: list[Need]) -> float:
     b = max((f0 * t1 - f1 * t0) / det, 0.0)
     if a == 0.0 and b == 0.0:
         a = t1 / f1
-    return sum(a * n.shape.flops + b * (n.shape.input_bytes + n.shape.output_bytes) for n in needs)
+    return [a * n.shape.flops + b * (n.shape.input_bytes + n.shape.output_bytes) for n in needs]
+
+
+def estimate_seconds(compute, needs: list[Need]) -> float:
+    return sum(seconds_each(compute, needs))
 
 
 def describe_work(needs: list[Need]) -> str:
@@ -259,11 +265,12 @@ def describe_work(needs: list[Need]) -> str:
     return f"{cases}: {flops / 1e12:.3g} TFLOP of float64, {gigabytes(size)} into {cache_folder()}"
 
 
-def announce_cost(needs: list[Need], announce: Callable[[str], None]) -> None:
-    """Where the work is long (over ANNOUNCE_FLOPS), say what it will compute, where, and about how long."""
+def announce_cost(needs: list[Need], announce: Callable[[str], None], seconds: float | None = None) -> None:
+    """Where the work is long (over ANNOUNCE_FLOPS), say what it will compute, where, and about how
+    long (seconds: timed already)."""
     if needs and sum(n.shape.flops for n in needs) > ANNOUNCE_FLOPS:
         compute = backend()
-        seconds = estimate_seconds(compute, needs)
+        seconds = estimate_seconds(compute, needs) if seconds is None else seconds
         announce(f"computing expected outputs once for {describe_work(needs)}, with {compute.where}: "
                  f"about {seconds:.0f} s")
 

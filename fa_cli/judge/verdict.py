@@ -22,7 +22,7 @@ from ..cases import cache, generate, suite
 from ..cases.format import AttentionInput, Shape, open_output, read_header
 from ..cases.suite import Target
 from ..errors import FaError
-from ..programs import ready
+from ..programs import devices, ready
 from ..programs.programs import Launcher, Program, RunResult, run
 from ..report import records
 from . import diagnose, expected, verify
@@ -172,14 +172,12 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
 def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dict:
     """One results-file record (records.new_record, kind "run") of a judged case, for fa report."""
     run_ = result.run
-    device = run_.build.get("device", "").replace("_", " ") or None
     fields = dict(verdict=result.verdict, wall_s=run_.wall_s, time_limit=result.time_limit, tol=options.tol,
                   timing=run_.timing, build=run_.build, max_err=result.check.max_err if result.check else None,
                   verify_mode=result.check.mode if result.check else None, passed=result.ok,
                   diagnosis=result.diagnosis.fields if result.diagnosis else None,
                   diagnosis_text=result.diagnosis.lines if result.diagnosis else None)
-    if device:
-        fields["device"] = device
+    fields["device"] = devices.device_of_run(run_.build)
     return records.new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)
 
 

@@ -33,7 +33,7 @@ from .. import locations
 from ..cases.format import AttentionInput, open_output
 from ..cases.suite import Target
 from ..judge import verify
-from ..programs.devices import describe_first
+from ..programs.devices import device_of_run
 from ..programs.programs import Launcher, Program, run
 from ..report import records
 
@@ -177,7 +177,7 @@ def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path,
     """One program's runs on one input as a results record: medians, spread, TFLOP/s, error."""
     fields = dict(plan.fields, control=True) if control else plan.fields
     record = records.new_record(program, target, plan.label, error, plan.kind, plan.launcher,
-                                device=build["device"].replace("_", " ") if build.get("device") else describe_first(),
+                                device=device_of_run(build),
                                 repeats=len(walls), build=build, **fields)
     if error:
         return record

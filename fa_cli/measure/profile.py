@@ -305,11 +305,12 @@ def derive_amd(k: KernelProfile) -> None:
 
 def help_tables() -> str:
     """The metric table and the AMD formulas, for `fa profile --help` (click keeps \\b blocks as written)."""
-    lines = ["\b", "course figure -> ncu metric (sm_70+) -> nvprof metric (Pascal):"]
+    lines = ["\b", "course figure:", "    ncu metric (sm_70+)", "    nvprof metric (Pascal)"]
     instead = {"time": "Duration (--print-gpu-trace)", "registers": "fa resources"}
-    lines += [f"  {figure}: {ncu} -> {nv or instead[figure]}" for figure, ncu, nv in NVIDIA_METRICS]
+    lines += [f"  {figure}:\n      {ncu}\n      {nv or instead[figure]}" for figure, ncu, nv in NVIDIA_METRICS]
     lines += ["", "\b", "AMD (rocprof counters; t = kernel time):"]
-    lines += [f"  {figure} = {formula}" for figure, formula in AMD_FORMULAS]
+    lines += [f"  {figure} =\n    {formula}" if len(figure) + len(formula) > 70 else f"  {figure} = {formula}"
+              for figure, formula in AMD_FORMULAS]
     return "\n".join(lines)
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from .. import locations
 from ..errors import ExitStatus, FaError
-from ..programs.programs import compiler_command, run_tool
+from ..programs.processes import run_tool
+from ..settings import compiler_command
 from ..report import records
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import locations
 from ..cases.suite import Target
 from ..errors import ExitStatus, FaError
-from ..programs import programs, ready
+from ..programs import programs, ready, student_build
 from ..programs.programs import Program
 from ..report.records import new_record
 from . import bench, sweep
@@ -130,7 +130,7 @@ def flags_of(combo: dict[str, str]) -> tuple[str, ...]:
 
 def own_target(source: Path) -> str:
     """What a source is built for: the GPU target of the course's line here, or cpu."""
-    return programs.local_target(programs.source_compiler(source)) or "cpu"  # hw4.hip: sm_XY where emulated
+    return student_build.local_target(student_build.source_compiler(source)) or "cpu"  # hw4.hip: sm_XY where emulated
 
 
 def build_own(source: Path, combo: dict[str, str], announce=None) -> tuple[Program, str | None]:

@@ -126,7 +126,19 @@ def list_devices() -> tuple[Device, ...]:
     return tuple(nvidia_devices() + amd_devices())
 
 
+# fa's CPU program's name for where it runs (its timing line, src_cpu/fa_cpu.cpp), and the
+# name of a machine with no GPU: one name, in every table and record.
+HOST_CPU = "host CPU"
+
+
 def describe_first() -> str:
-    """One line naming this machine's first GPU, or saying there is none (for result records)."""
+    """The name of the device this machine's runs use: its first GPU as the driver names it (the
+    name the GPU programs' timing lines give), else the host CPU."""
     devices = list_devices()
-    return str(devices[0]) if devices else "no GPU (CPU only)"
+    return devices[0].name if devices else HOST_CPU
+
+
+def device_of_run(build: dict) -> str:
+    """The device a run used, by the one name: the program's own word (its timing line, spaces
+    restored), else this machine's first device (describe_first)."""
+    return build.get("device", "").replace("_", " ") or describe_first()

@@ -3,7 +3,8 @@
 Programs by name: cpu (bin/fa-cpu), cuda (bin/fa-cuda), hip (bin/fa-hip, AMD), hip-cuda
 (bin/fa-hip-cuda: the HIP source compiled by nvcc), torch (PyTorch SDPA), any path to a
 program, or a student's source (hw4.cu, hw4.hip; a .cpp for a CPU program), built with the
-course's line into the cache directory and rebuilt when it changes (course_build). A
+Makefile's rule or the course's line into the cache directory and rebuilt when either changes
+(student_build). A
 missing named program is built with make in locations.source_tree(): the checkout, or for an
 installed fa a copy of its shipped sources in the cache directory. With FA_TIMING=1 a program
 prints the fa-timing line (fa_cli/programs/timing.py), parsed into RunResult.timing and .build.
@@ -11,12 +12,9 @@ prints the fa-timing line (fa_cli/programs/timing.py), parsed into RunResult.tim
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import hashlib
 import importlib.util
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -29,49 +27,13 @@ from pathlib import Path
 from .. import locations
 from ..errors import ExitStatus, FaError
 from ..settings import compiler_command
-from . import timing, wave64
+from . import student_build, timing, wave64
+from .processes import die_with_fa
+from .student_build import SOURCE_COMPILERS, source_compiler
 from .devices import list_devices
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A program past its time limit gets SIGTERM, then SIGKILL after this many seconds.
 KILL_GRACE_S = 1.0
-
-
-@functools.cache
-def _libc():
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with(parent: int) -> None:
-    """In a child of fa's, before exec: SIGKILL from the kernel when fa ends, however it ends.
-    A program runs in a session of its own, so that a time limit can stop all it started: a
-    SIGKILLed fa, which can stop nothing, would leave it running on otherwise."""
-    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # fa ended before the line above
-        os._exit(128 + signal.SIGKILL)
-
-
-def die_with_fa():
-    """preexec_fn for Popen: the child dies with fa (Linux; elsewhere None, nothing to do)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    _libc()  # loaded here, not in the forked child
-    return functools.partial(_die_with, os.getpid())
-
-
-def run_tool(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run for a tool fa waits on (a compiler, say): in a session of its own that dies
-    with fa, and stopped with everything it started if fa is interrupted."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=die_with_fa(), **kwargs)
-    try:
-        out, err = proc.communicate()
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 @dataclass(frozen=True)
@@ -113,73 +75,14 @@ def best_name() -> str:
     return "cpu"
 
 
-# A student's source by its suffix: the compiler of the course's line for it.
-SOURCE_COMPILERS = {".cu": "nvcc", ".hip": "hipcc", ".cpp": "g++", ".cc": "g++"}
-
-
-def source_compiler(source: Path) -> str:
-    """The compiler of a source's build here: hw4.hip goes to nvcc where it runs on the NVIDIA
-    emulation of the MI210 (wave64.emulated), else to the compiler of its suffix."""
-    if source.suffix == ".hip" and wave64.emulated():
-        return "nvcc"
-    return SOURCE_COMPILERS[source.suffix]
-
-
-def local_target(compiler: str) -> str | None:
-    """The GPU target this machine runs: its own GPU's, else the oldest the compiler builds."""
-    vendor = {"nvcc": "nvidia", "hipcc": "amd"}.get(compiler)
-    for dev in list_devices():
-        if dev.vendor == vendor:
-            return dev.arch
-    if compiler == "nvcc":
-        listed = run_tool([compiler_command("nvcc"), "--list-gpu-arch"]).stdout.split()
-        archs = sorted(int(a.split("_")[1]) for a in listed if a.startswith("compute_"))
-        return f"sm_{archs[0]}" if archs else "sm_61"
-    return "gfx90a" if compiler == "hipcc" else None
-
-
-# What a source asks of its build that the course's line does not give: OpenMP's pragmas are
-# ignored without -fopenmp (a racy program then runs serially and passes), std::thread and
-# pthreads need -pthread. Flag -> the pattern in the source that asks for it.
-SOURCE_NEEDS = {"-fopenmp": re.compile(r"^\s*#\s*pragma\s+omp\b|\bomp_get_\w+\s*\(|#\s*include\s*<omp\.h>", re.M),
-                "-pthread": re.compile(r"#\s*include\s*<(thread|pthread\.h|future)>|\bstd::(thread|async)\b")}
-
-
-def source_needs(source: Path) -> list[str]:
-    """The flags a source asks for (SOURCE_NEEDS), in their order there."""
-    try:
-        text = source.read_text(errors="replace")
-    except OSError:
-        return []
-    return [flag for flag, pattern in SOURCE_NEEDS.items() if pattern.search(text)]
-
-
-def course_build(source: Path, output: Path, extra: tuple[str, ...] = ()) -> list[str]:
-    """The course's build line for a source (its example Makefile: nvcc -std=c++11 -O3, hipcc
-    -std=c++14 -O3), for this machine's GPU (the course's sm_61 is no target of CUDA 13), with the
-    flags the source asks for (source_needs: -fopenmp, -pthread) so that it runs as its author meant."""
-    compiler = source_compiler(source)
-    target = local_target(compiler)
-    needs = source_needs(source)
-    if source.suffix == ".hip" and compiler == "nvcc":  # the MI210's rules on the NVIDIA GPU
-        argv = wave64.build_line(compiler_command("nvcc"), target)
-        needs = [f"-Xcompiler={flag}" for flag in needs]
-    elif compiler == "nvcc":
-        argv = [compiler_command("nvcc"), "-std=c++11", "-O3", f"-arch={target}"]
-        needs = [f"-Xcompiler={flag}" for flag in needs]  # host code's flags, through nvcc
-    elif compiler == "hipcc":
-        argv = [compiler_command("hipcc"), "-std=c++14", "-O3", f"--offload-arch={target}"]
-    else:
-        argv = [compiler_command("g++"), "-std=c++11", "-O3"]
-    return [*argv, *needs, *extra, "-o", str(output), str(source), "-lm"]
-
-
 def from_source(source: Path, extra: tuple[str, ...] = (), flavour: str = "") -> Program:
     """The program a source builds to, in a cache folder named by the source's bytes and the line."""
-    line = (*source_needs(source), *extra)  # the flags the source asks for are part of its build
+    line = (*student_build.source_needs(source), *extra)  # the flags the source asks for are part of its build
+    makefile = student_build.makefile_of(source)  # its rule is the build: another Makefile, another program
     if source.suffix == ".hip" and wave64.emulated():  # the emulation's build is another program
         flavour += "wave64"
-    digest = hashlib.sha256(source.read_bytes() + "\0".join(line).encode() + flavour.encode()).hexdigest()[:16]
+    rule = makefile.read_bytes() if makefile else b""
+    digest = hashlib.sha256(source.read_bytes() + "\0".join(line).encode() + flavour.encode() + rule).hexdigest()[:16]
     path = locations.cache_dir() / "student" / f"{source.stem}-{digest}" / source.stem
     return Program(source.name, path, None, source=source.resolve(), build_flags=extra)
 
@@ -281,32 +184,10 @@ def check_compiler(source: Path) -> None:
 
 
 def build_error(program: Program, announce=None) -> str | None:
-    """Build a student's source with the course's line (and the program's build flags): None where
-    it built, else the compiler's first error line."""
+    """Build a student's source (student_build: its Makefile's rule, else the course's line, with
+    the program's build flags): None where it built, else why not, in one line."""
     check_compiler(program.source)
-    argv = course_build(program.source, program.path, program.build_flags)
-    emulation = program.source.suffix == ".hip" and argv[0] == compiler_command("nvcc")
-    if emulation and (leftover := wave64.cuda_leftover(program.source)):
-        return f"not for the MI210: {leftover}"
-    # hipcc picks the NVIDIA platform where nvcc is installed: the AMD build names its platform.
-    platform = {"HIP_PLATFORM": "amd"} if program.source.suffix == ".hip" and not emulation else {}
-    if announce:
-        needs = source_needs(program.source)
-        asked = f" ({' and '.join(needs)}: the source asks for {'them' if len(needs) > 1 else 'it'}; the course's " \
-            "example line has no such flag, so a Makefile of your own must add it)" if needs else ""
-        which = f" ({program.source.name} as {wave64.LABEL})" if emulation else \
-            f" ({program.source.name} for AMD)" if program.source.suffix == ".hip" else ""
-        announce("building " + "".join(f"{k}={v} " for k, v in platform.items()) + " ".join(argv) + which + asked)
-    program.path.parent.mkdir(parents=True, exist_ok=True)
-    # The compiler's temporary files in a folder of fa's own, removed after: hipcc (ROCm 5.2)
-    # leaves folders and archives in the temporary directory on every build.
-    with locations.scratch("build") as work:
-        proc = run_tool(argv, cwd=program.path.parent, env={**os.environ, "TMPDIR": str(work), **platform})
-    if proc.returncode != 0 or not program.path.exists():
-        lines = [l for l in (proc.stderr + proc.stdout).splitlines() if "error" in l.lower()] or \
-            [l for l in (proc.stderr + proc.stdout).splitlines() if l.strip()]
-        return lines[0].strip() if lines else f"exit code {proc.returncode}"
-    return None
+    return student_build.build(program.source, program.path, program.build_flags, announce)
 
 
 def build_source(program: Program, announce=None) -> Program:

@@ -24,7 +24,7 @@ from ..cases.format import file_kind, open_regular
 from ..cases.suite import Target
 from ..errors import ExitStatus, FaError
 from ..files import atomic_file, check_output_path
-from ..programs import system
+from ..programs import devices, system
 from ..programs.programs import Launcher, Program
 
 KINDS = ("run", "bench", "profile", "ladder", "sweep", "resources")
@@ -185,7 +185,7 @@ def new_record(program: Program, target: Target, label: str | None, error: str |
     record = {
         "kind": kind, "program": program.name, "program_path": str(program.path), "input": target.name,
         "shape": {"B": target.shape.B, "N": target.shape.N, "d": target.shape.d}, "flops": target.shape.flops,
-        "label": label, "device": "unknown", "host": platform.node(), "build": {},
+        "label": label, "device": devices.describe_first(), "host": platform.node(), "build": {},
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "command": command_line(),
         "error": error, "system": system.describe_where(launcher), "source": source_revision(),
     }

@@ -18,9 +18,11 @@ from ..cases import suite
 from ..judge.verdict import CaseResult
 from ..judge.verify import VerifyResult
 from ..measure.bench import uncertainty
+from ..programs import devices
+from . import lines
 
 # Output to a file or a pipe (CI logs, reports) is never cut: show() widens it to each table.
-console = Console(width=None if sys.stdout.isatty() else 132)
+console = Console(width=lines.fitting_width() or 132)
 err_console = Console(stderr=True)
 VERDICT_STYLE = {"PASS": "green", "WRONG": "red", "TLE": "yellow", "ERROR": "red"}
 
@@ -35,8 +37,9 @@ _tickers: list = []  # steps under way, innermost last: only it speaks
 class _Ticker:
     """Counts what is done and, from a thread, says how far it is while the step is long."""
 
-    def __init__(self, description: str, total: int | None):
+    def __init__(self, description: str, total: int | None, left=None):
         self.description, self.total, self.done = description, total, 0
+        self.left = left  # seconds left, where the caller knows better than a share of the steps
         self.start = time.monotonic()
         self.stop = threading.Event()
         _tickers.append(self)
@@ -48,7 +51,9 @@ class _Ticker:
         text = f"fa: {self.description}: "
         if self.total:
             text += f"{self.done} of {self.total} done ({100 * self.done / self.total:.0f}%), {elapsed:.0f} s so far"
-            if self.done:
+            if self.left is not None:
+                text += f", about {self.left():.0f} s left"
+            elif self.done:
                 text += f", about {elapsed * (self.total - self.done) / self.done:.0f} s left"
         else:
             text += f"{elapsed:.0f} s so far"
@@ -76,19 +81,29 @@ class _Ticker:
         _tickers.remove(self)
 
 
+class TimeLeftColumn(TimeRemainingColumn):
+    """rich's time remaining, or the caller's count of what remains (progress's left)."""
+
+    def render(self, task) -> Text:
+        left = task.fields.get("left")
+        return Text(f"about {left():.0f} s left") if left else super().render(task)
+
+
 @contextlib.contextmanager
-def progress(description: str, total: int | None, enabled: bool = True, steps: bool = False) -> Iterator:
+def progress(description: str, total: int | None, enabled: bool = True, steps: bool = False,
+             left=None) -> Iterator:
     """A progress bar on stderr (total None: unknown); yields a callback that advances it by n.
     On a terminal, a step inside another is one more line of the same bar. Where stderr is not a
     terminal (a log, a pipe), `steps` progress (a command's cases, programs, targets) is one line
     per step, `fa: judging: 2 of 30 done`; and any step still going after TICK_AFTER_S says how far
-    it is every TICK_EVERY_S, with the time left."""
+    it is every TICK_EVERY_S, with the time left: left() where given (seconds, of what remains),
+    else the steps' share."""
     global _live
     if not enabled:
         yield lambda n=1: None
         return
     if not err_console.is_terminal:
-        ticker = _Ticker(description, total)
+        ticker = _Ticker(description, total, left)
 
         def advance(n=1):
             ticker.done += n
@@ -105,44 +120,53 @@ def progress(description: str, total: int | None, enabled: bool = True, steps: b
         return
     if _live is not None:
         bar = _live
-        task = bar.add_task(description, total=total)
+        task = bar.add_task(description, total=total, left=left)
         try:
             yield lambda n=1: bar.advance(task, n)
         finally:
             bar.remove_task(task)
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=err_console, transient=True) as bar:
+                  TimeLeftColumn(), console=err_console, transient=True) as bar:
         _live = bar
         try:
-            task = bar.add_task(description, total=total)
+            task = bar.add_task(description, total=total, left=left)
             yield lambda n=1: bar.advance(task, n)
         finally:
             _live = None
 
 
 def show(table: Table) -> None:
-    """Print a table on stdout. On a terminal rich fits it to the width: a column of figures is
-    as wide as its widest figure, its header wrapped to it, and only text cells wrap at need (a
-    figure is never cut); in a file or a pipe the table is printed as wide as it needs."""
+    """Print a table on stdout. On a terminal (or with COLUMNS set: lines.fitting_width) rich fits
+    it to the width: a column of figures is as wide as its widest figure, its header wrapped to
+    it, and only text cells wrap at need (a figure is never cut). A table whose figures alone
+    are wider (fa compare --wide), and any table in a file or a pipe, is printed as wide as it
+    needs."""
     for column in table.columns:
         column.overflow = "fold"
-    if console.is_terminal:
+    width = lines.fitting_width() or (console.width if console.is_terminal else None)
+    if width is not None:
+        figures = []
         for column in table.columns:
             cells = [Text.from_markup(str(c)).plain for c in column.cells]
             if cells and all(NUMERIC.match(c) for c in cells):
                 widest = max(map(len, cells))
                 column.no_wrap = True  # not shrunk by rich: the text columns give way
                 column.header = wrap_words(str(column.header), max(widest, 7))
-        console.print(table)
-        return
+                figures += cells
+        with console.capture() as fitted:
+            console.print(table, width=width)
+        text = fitted.get()
+        if all(f in text for f in figures):  # every figure whole: it fits
+            console.file.write(text)
+            return
     natural = console.measure(table, options=console.options.update(width=10_000)).maximum
-    width = console.width
-    console.width = max(width, natural)  # console.print's width= may only narrow
+    saved = console.width
+    console.width = max(saved, natural)  # console.print's width= may only narrow
     try:
         console.print(table, crop=False)
     finally:
-        console.width = width
+        console.width = saved
 
 
 def wrap_words(text: str, width: int) -> str:
@@ -262,10 +286,13 @@ def run_summary(results: list[CaseResult]) -> str:
     return line
 
 
-def judge_table(results: list[CaseResult], device: str) -> Table:
-    """fa run's table, in 80 columns: the program in the title where every case ran the same one."""
+def judge_table(results: list[CaseResult]) -> Table:
+    """fa run's table, in 80 columns: the program in the title where every case ran the same one,
+    and the device the runs used (devices.device_of_run: one name in every table and record)."""
     names = {r.program.name for r in results}
     one = names.pop() if len(names) == 1 else None
+    used = {devices.device_of_run(r.run.build) for r in results}
+    device = used.pop() if len(used) == 1 else " and ".join(sorted(used)) or devices.describe_first()
     table = Table(title=f"fa run of {one} on {device}" if one else f"fa run on {device}", title_justify="left")
     columns = ["case", "B×N×d", *([] if one else ["program"]), "time s", "limit s", "max err", "checked", "verdict"]
     for column in columns:

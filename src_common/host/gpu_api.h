@@ -4,17 +4,14 @@
 // failure ends the program with one line naming the call) and `GpuHooks`, what differs
 // between the runtimes (start-up settings, the architecture's name, read-only page locks, the
 // driver's files, opt-in shared memory): src_cuda/cuda_api.cuh, src_hip/hip_api.h.
-// Include guards, not #pragma once: compiled on its own (tests/test_headers.py) the file is the
-// main file, where clang ignores #pragma once, and the platform header includes it back.
+// Include guards, not #pragma once: compiled after its platform header (tests/test_headers.py)
+// the file is the main file, where clang ignores #pragma once, and the platform header includes
+// it too.
 #ifndef FA_HOST_GPU_API_H
 #define FA_HOST_GPU_API_H
 
-#ifndef FA_GPU  // on its own: the platform of the compiler at hand
-#if defined(__HIP_PLATFORM_AMD__) || (defined(__HIP__) && !defined(__NVCC__))
-#include "../../src_hip/hip_api.h"
-#else
-#include "../../src_cuda/cuda_api.cuh"
-#endif
+#ifndef FA_GPU  // the platform comes from above: src_common includes no backend
+#error "host/gpu_api.h needs a platform header first: src_cuda/cuda_api.cuh or src_hip/hip_api.h"
 #endif
 
 #include <cstddef>

@@ -1,0 +1,50 @@
+"""fa's children: tools and programs started so that they die with fa (SIGKILL from the kernel
+when fa ends, however it ends) and can be stopped with everything they started."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import signal
+import subprocess
+import sys
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+@functools.cache
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with(parent: int) -> None:
+    """In a child of fa's, before exec: SIGKILL from the kernel when fa ends, however it ends.
+    A program runs in a session of its own, so that a time limit can stop all it started: a
+    SIGKILLed fa, which can stop nothing, would leave it running on otherwise."""
+    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # fa ended before the line above
+        os._exit(128 + signal.SIGKILL)
+
+
+def die_with_fa():
+    """preexec_fn for Popen: the child dies with fa (Linux; elsewhere None, nothing to do)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    _libc()  # loaded here, not in the forked child
+    return functools.partial(_die_with, os.getpid())
+
+
+def run_tool(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """subprocess.run for a tool fa waits on (a compiler, say): in a session of its own that dies
+    with fa, and stopped with everything it started if fa is interrupted."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=die_with_fa(), **kwargs)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -1,0 +1,93 @@
+"""Everything fa prints fits an 80-column terminal (COLUMNS=80): every command's --help, the
+tables and notes of the commands a student runs on a machine with no GPU, the diagnosis of a
+wrong program, and the errors of bad input; nothing is cut to fit (each check also finds the
+words it must show)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from helpers import DATA, build, fa
+
+WIDTH = 80
+
+
+def over(text: str) -> list[str]:
+    return [line for line in text.splitlines() if len(line) > WIDTH]
+
+
+def env_80(tmp_path) -> dict:
+    return {**os.environ, "COLUMNS": str(WIDTH), "FA_CACHE": os.environ["FA_CACHE"], "TMPDIR": str(tmp_path)}
+
+
+def commands() -> list[str]:
+    proc = fa("--help", env={**os.environ, "COLUMNS": "80"})
+    return [line.split()[0] for line in proc.stdout.split("Commands:")[1].splitlines() if line.startswith("  ")]
+
+
+def test_every_help_fits(tmp_path):
+    names = commands()
+    assert {"run", "bench", "compare", "profile", "resources", "sweep", "report"} <= set(names)
+    with ThreadPoolExecutor(4) as pool:
+        helps = dict(zip(names, pool.map(lambda n: fa(n, "--help", env=env_80(tmp_path)), names)))
+    helps["fa"] = fa("--help", env=env_80(tmp_path))
+    wide = {name: over(p.stdout) for name, p in helps.items() if over(p.stdout)}
+    assert wide == {}
+    assert "sm__warps_active.avg.pct_of_peak_sustained_active" in helps["profile"].stdout
+
+
+def test_what_a_student_runs_fits(tmp_path, cpu_program):
+    """The CPU program through run, bench, compare, report, gen, verify and the machine's words."""
+    env = env_80(tmp_path)
+    runs = {
+        "run": fa("run", "t01", "t02", "--program", "cpu", "-o", tmp_path / "run.json", env=env, cwd=tmp_path),
+        "bench": fa("bench", "t01", "t05", "--program", "cpu", "--repeat", "1", env=env, cwd=tmp_path),
+        "gen": fa("gen", "--shape", "2,64,32", "-o", tmp_path / "x.in", env=env, cwd=tmp_path),
+        "devices": fa("devices", env=env), "system": fa("system", env=env), "cache": fa("cache", env=env),
+    }
+    runs["compare"] = fa("compare", tmp_path / "bench.json", tmp_path / "run.json", env=env, cwd=tmp_path)
+    runs["report"] = fa("report", tmp_path / "run.json", "-o", tmp_path / "report", env=env, cwd=tmp_path)
+    failed = {k: p.stderr[-500:] for k, p in runs.items() if p.returncode != 0}
+    assert failed == {}
+    wide = {k: over(p.stdout + p.stderr) for k, p in runs.items() if over(p.stdout + p.stderr)}
+    assert wide == {}
+    assert "PASS" in runs["run"].stdout and "t05" in runs["bench"].stdout
+    assert json.loads((tmp_path / "bench.json").read_text())
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+def test_a_diagnosis_fits(tmp_path):
+    """A wrong program's diagnosis (its paragraphs, 'looks like' lines, source lines)."""
+    program = tmp_path / "hw4"
+    import subprocess
+    subprocess.run(["g++", "-O2", "-DMISTAKE=NO_SCALE", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    proc = fa("run", "t01", "--program", program, env=env_80(tmp_path), cwd=tmp_path)
+    assert proc.returncode == 1 and "WRONG" in proc.stdout and "looks like" in proc.stdout
+    assert over(proc.stdout + proc.stderr) == []
+
+
+ERRORS = [
+    ("run", "t01", "--program", "./nosuch"),
+    ("run", "t01", "--program", "/"),
+    ("gen", "t01", "-o", "/proc/x.bin"),
+    ("run", "t01", "--program", "cuda", "--without-gpu"),
+    ("bench", "t01", "--program", "cpu", "--shape", "0,64,32"),
+    ("run", "t99"),
+    ("run",),
+    ("compare", "nosuch.json"),
+    ("resources", "--program", "cpu"),
+    ("profile", "t01", "--program", "cpu"),
+]
+
+
+@pytest.mark.parametrize("argv", ERRORS, ids=[" ".join(a) for a in ERRORS])
+def test_errors_fit(tmp_path, argv):
+    """Each refused in a message that fits (the GPU program where there is no GPU: a run's
+    ERROR row, and the one line that says why)."""
+    proc = fa(*argv, env=env_80(tmp_path), cwd=tmp_path)
+    assert proc.returncode != 0 and ("fa: error:" in proc.stderr or "ERROR" in proc.stdout)
+    assert over(proc.stdout + proc.stderr) == []
