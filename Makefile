@@ -137,10 +137,14 @@ run: env cpu
 
 # Progress per test file; skips summarized by reason (tests/conftest.py).
 PYTEST := $(VENV)/bin/python -m pytest -p no:cacheprovider
+# make test: the quick tests on every core (pytest-xdist); make test-all: every test, one at a time.
 test: env cpu
-	$(PYTEST) -m 'not slow' $(PYTEST_ARGS)
+	$(PYTEST) -m 'not slow' -n auto $(PYTEST_ARGS)
 
+# test-all also installs the optional CUDA 12 ptxas (fa-toolkit[gtx1080]), so that the sm_61 tests run.
 test-all: env cpu
+	@$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test,gtx1080]' >>$(VENV)/install.log 2>&1 || \
+	  echo "make: the optional CUDA 12 ptxas did not install (tests/test_pascal.py skips; $(VENV)/install.log)"
 	$(PYTEST) $(PYTEST_ARGS)
 
 clean:

@@ -11,6 +11,9 @@ commands); child processes still get the whole environment (os.environ passed on
     NVCC, HIPCC, CXX the compilers' commands, as the Makefiles take them
     CUDA_HOME        where the CUDA toolkit is, for its tools (compute-sanitizer, cuda-gdb)
     ROCM_PATH        where ROCm is (/opt/rocm), for its version
+    FA_PTXAS_SM61    a CUDA 12 ptxas for sm_61 reports (else the pip package's)
+    FA_GTX1080_RULES 0: a student's hw4.cu runs without the GTX 1080's rules (fa run --no-gtx1080-rules)
+    COLUMNS          the width fa folds its words and tables to (else a terminal's)
 """
 from __future__ import annotations
 
@@ -53,3 +56,24 @@ def cuda_home() -> str:
 
 def rocm_path() -> str:
     return os.environ.get("ROCM_PATH", "/opt/rocm")
+
+
+def ptxas_sm61() -> str | None:
+    """FA_PTXAS_SM61, where set and not empty: the ptxas fa resources --arch sm_61 uses."""
+    return os.environ.get("FA_PTXAS_SM61") or None
+
+
+def columns() -> int | None:
+    """COLUMNS, where it is a positive number."""
+    text = os.environ.get("COLUMNS", "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def gtx1080_rules() -> bool:
+    """Whether a student's hw4.cu is built under the GTX 1080's rules (default: yes)."""
+    return os.environ.get("FA_GTX1080_RULES", "1") != "0"
+
+
+def turn_off_gtx1080_rules() -> None:
+    """fa run --no-gtx1080-rules: for this command's builds and the fa processes it starts."""
+    os.environ["FA_GTX1080_RULES"] = "0"

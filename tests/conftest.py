@@ -36,6 +36,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.name in getattr(item.module, "SLOW_ON_CPU", ()):
             item.add_marker(pytest.mark.slow)
+        # The GPU programs built with nvcc and hipcc (listing_programs: a minute on 2 cores) are
+        # make test-all's: make test checks the same host code through the CPU program.
+        if "listing_programs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
     if have_nvidia_gpu():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none on this machine)")

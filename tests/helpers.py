@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -68,17 +67,26 @@ def run_and_check(program: Path, tmp_path: Path, shape: Shape, dist: str = "unif
     return worst
 
 
-def build_students(folder: Path, mistakes) -> dict[str, Path]:
-    """tests/data/student_hw4.cpp built once per -DMISTAKE=NAME, in parallel: NAME -> program."""
+class PlantedPrograms(dict):
+    """tests/data/student_hw4.cpp built per -DMISTAKE=NAME, each when a test first asks for it
+    (NAME -> program): a run of a few tests builds only theirs."""
 
-    def one(mistake):
-        path = folder / f"hw4_{mistake.lower()}"
+    def __init__(self, folder: Path, mistakes):
+        super().__init__()
+        self.folder, self.known = folder, set(mistakes)
+
+    def __missing__(self, mistake: str) -> Path:
+        assert mistake in self.known, mistake
+        path = self.folder / f"hw4_{mistake.lower()}"
         subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", str(path), str(DATA / "student_hw4.cpp")],
                        check=True)
-        return mistake, path
+        self[mistake] = path
+        return path
 
-    with ThreadPoolExecutor(4) as pool:
-        return dict(pool.map(one, mistakes))
+
+def build_students(folder: Path, mistakes) -> PlantedPrograms:
+    """tests/data/student_hw4.cpp per -DMISTAKE=NAME, built as tests ask: NAME -> program."""
+    return PlantedPrograms(folder, mistakes)
 
 
 def verdicts(stdout: str) -> list[str]:

@@ -50,10 +50,12 @@ def one_line(stderr: str) -> str:
 
 # Every program validates its input on the host, before the device starts: the GPU programs'
 # checks run wherever their compiler is installed, GPU or not.
-PROGRAMS = ["cpu"] + (["cuda", "hip-cuda"] if shutil.which("nvcc") else []) + (["hip"] if shutil.which("hipcc") else [])
+# The GPU programs' (their builds: make test-all) check with the same host code as the CPU program's.
+PROGRAMS = ["cpu"] + [pytest.param(t, marks=pytest.mark.slow) for t, tool in
+                      (("cuda", "nvcc"), ("hip-cuda", "nvcc"), ("hip", "hipcc")) if shutil.which(tool)]
 
 
-@pytest.fixture(scope="module", params=PROGRAMS, ids=lambda target: programs.BUILT[target])
+@pytest.fixture(scope="module", params=PROGRAMS, ids=lambda target: programs.BUILT.get(target, target))
 def any_program(request):
     """The CPU program, and the GPU programs of the session's one build (conftest.listing_programs):
     their input checks are host code, the same for every GPU target."""

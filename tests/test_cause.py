@@ -34,6 +34,7 @@ def inputs(tmp_path_factory):
     return paths
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_scattered_wrong_values_are_wrong_by_default(student, inputs, tmp_path):
     """50 values off by 0.25 among 131072: the course's judge says WRONG, and so does fa."""
     results = tmp_path / "run.json"
@@ -95,6 +96,7 @@ def test_a_host_overrun_is_named_on_its_line_from_the_source(inputs, tmp_path):
     assert f"at main student_hw4.cpp:{line}" in proc.stdout, proc.stdout
 
 
+@pytest.mark.slow  # a nvcc build with AddressSanitizer
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 def test_a_cuda_programs_host_overrun_is_named_without_a_gpu(tmp_path):
     """planted_hw4.cu's overrun happens while it reads its input, before any CUDA call: nvcc's
@@ -232,7 +234,8 @@ def test_what_a_source_asks_of_its_build(tmp_path, text, flags):
 
 
 @pytest.mark.skipif(not shutil.which("gdb"), reason="needs gdb")
-@pytest.mark.parametrize("mistake, where", [("THREAD_SEGV", "crash"), ("MAIN_SEGV", "main")])
+@pytest.mark.parametrize("mistake, where", [("THREAD_SEGV", "crash"),
+                                            pytest.param("MAIN_SEGV", "main", marks=pytest.mark.slow)])
 def test_a_crash_in_a_threaded_program_gives_its_frame(tmp_path, inputs, mistake, where):
     """A SIGSEGV in a worker thread (std::thread) and one in the main thread while a worker runs:
     the debugger's frame for each, with the thread; from the source, the line."""
@@ -250,7 +253,8 @@ def test_a_crash_in_a_threaded_program_gives_its_frame(tmp_path, inputs, mistake
     assert ("in thread T1 (not the main thread)" in proc.stdout) == (mistake == "THREAD_SEGV"), proc.stdout
 
 
-@pytest.mark.parametrize("mistake", ["NO_SCALE", "BATCH_ZERO", "SKIP_LAST_KEY", "SCATTERED"])
+@pytest.mark.parametrize("mistake", ["NO_SCALE", *(pytest.param(m, marks=pytest.mark.slow)  # the same reruns again
+                                                   for m in ("BATCH_ZERO", "SKIP_LAST_KEY", "SCATTERED"))])
 def test_a_deterministic_mistake_is_never_called_a_race(tmp_path, inputs, mistake):
     program = tmp_path / f"hw4_{mistake.lower()}"
     subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", program, DATA / "student_hw4.cpp"], check=True)

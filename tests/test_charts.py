@@ -111,6 +111,7 @@ def test_bench_chart_test_size(drawn, tmp_path):
     assert "no stage times from mine" in fig._suptitle.get_text()
 
 
+@pytest.mark.slow  # full-size charts: the test-size ones stay in make test
 @pytest.mark.parametrize("path", [ROOT / "docs" / "history" / "h100-bench.json", H100 / "bench.json"],
                          ids=lambda p: p.parent.name)
 def test_bench_chart_full_size(drawn, tmp_path, path):
@@ -150,6 +151,7 @@ def test_sweep_chart_test_size(drawn, tmp_path):
     assert "Br=32 Bc=64" in drawn[0]._suptitle.get_text()
 
 
+@pytest.mark.slow
 def test_report_charts_full_size(drawn, tmp_path):
     """fa report on the H100 records: the bench chart, each ladder and each sweep."""
     dated = ROOT / "docs" / "history" / "h100-2026-11-23"

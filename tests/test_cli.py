@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from helpers import ROOT, fa, verdicts
 from fa_cli.cases import generate, suite
@@ -70,6 +71,7 @@ def test_run_suite_cases_with_cpu(cpu_program):
     assert "fa run of cpu on host CPU" in proc.stdout
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_gen_course_case(tmp_path):
     """The acceptance check of the course suite: c11 (13600 x 128 x 32, 214 MB) as the manifest says."""
     env = {**os.environ, "FA_CACHE": str(tmp_path)}
@@ -128,6 +130,7 @@ def test_run_reports_wrong_size_output(tmp_path):
     assert proc.returncode == 1 and "t01 ERROR: output has 4 of the 32768 bytes expected" in proc.stdout
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_run_time_limit(tmp_path):
     slow = fake_program(tmp_path, "import time, shutil; time.sleep(2.3); shutil.copy(sys.argv[1][:-3] + '.out', sys.argv[2])")
     assert "TLE" in fa("run", "t01", "--program", slow).stdout

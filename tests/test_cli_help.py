@@ -16,7 +16,8 @@ from fa_cli.report import writeup
 
 
 def commands():
-    return [(name, cmd) for name, cmd in main.commands.items() if not cmd.hidden]
+    every = [(name, main.get_command(None, name)) for name in main.list_commands(None)]
+    return [(name, cmd) for name, cmd in every if not cmd.hidden]
 
 
 @pytest.mark.parametrize("name,cmd", commands(), ids=[n for n, _ in commands()])
@@ -39,6 +40,7 @@ def test_required_options_say_so():
     assert "[required]" in fa("report", "--help").stdout  # its -o: a report needs a folder named
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_resources_takes_a_relative_source(tmp_path):
     """The help's own example, `fa resources --program hw4.cu`, from the folder hw4.cu is in."""
     if not shutil.which("nvcc"):
@@ -88,6 +90,7 @@ def test_verify_of_a_truncated_output_names_sizes_not_a_shape(tmp_path):
     assert "B=1" not in proc.stderr and "2400 bytes" in proc.stderr and "4000" in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_files_honour_the_umask(cpu_program, tmp_path):
     """Under umask 022 every file fa writes is 0644, the cache's included (a shared FA_CACHE)."""
     cache = tmp_path / "cache"

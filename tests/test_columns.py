@@ -17,7 +17,9 @@ WIDTH = 80
 
 
 def over(text: str) -> list[str]:
-    return [line for line in text.splitlines() if len(line) > WIDTH]
+    """Lines wider than WIDTH, but for a line that is one word (a path longer than the terminal:
+    put on a line of its own, never cut)."""
+    return [line for line in text.splitlines() if len(line) > WIDTH and len(line.split()) > 1]
 
 
 def env_80(tmp_path) -> dict:

@@ -69,11 +69,16 @@ def judged(program, inp, *extra):
     return proc, proc.stdout
 
 
-@pytest.mark.parametrize("mistake", list(NAMED))
+# make test names five, one of each kind (a factor, a labelled tile, rows, layout, operands);
+# make test-all every one.
+QUICK = {"NO_SCALE", "LAST_TILE_SUM", "GRID_TOO_SMALL", "TRANSPOSED", "QK_SWAPPED"}
+
+
+@pytest.mark.parametrize("mistake", [m if m in QUICK else pytest.param(m, marks=pytest.mark.slow) for m in NAMED])
 def test_fa_run_names_the_mistake(student, inputs, mistake, tmp_path):
     inp = inputs["large" if mistake == "NO_MAX" else "uniform"]
     results = tmp_path / "run.json"
-    proc, out = judged(student[mistake], inp, "-o", results)
+    proc, out = judged(student[mistake], inp, "-o", results, "--why-budget", "0")  # the name, not the search
     assert proc.returncode == 1 and "WRONG" in out, out + proc.stderr
     named = [l.split("looks like: ", 1)[1].split("; check:")[0] for l in out.splitlines() if "looks like: " in l]
     assert named == [NAMED[mistake]], out

@@ -157,7 +157,7 @@ def test_the_count_of_usual_mistakes_is_the_catalogues():
     count is fa_cli/judge/mistakes.py's, so that adding a mistake cannot leave the pages behind."""
     from fa_cli.judge.mistakes import MISTAKES
     counted = []
-    for page in [ROOT / "README.md", *PAGES]:
+    for page in dict.fromkeys([ROOT / "README.md", *PAGES]):  # each page once
         text = " ".join(page.read_text().split())
         counted += [(page.name, int(n)) for n in re.findall(r"\b(\d+) (?:usual mistakes|it knows)\b", text)]
     assert counted, "no page counts the usual mistakes"

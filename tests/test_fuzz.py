@@ -37,7 +37,7 @@ def sanitized_cpu(tmp_path_factory) -> Path:
 
 PROGRAMS = [
     pytest.param("cpu", id="fa-cpu"),
-    pytest.param("asan", id="fa-cpu-asan-ubsan"),
+    pytest.param("asan", id="fa-cpu-asan-ubsan", marks=pytest.mark.slow),  # a sanitized build; fa-cpu's runs stay
     pytest.param("cuda", id="fa-cuda", marks=pytest.mark.gpu),
     pytest.param("hip-cuda", id="fa-hip-cuda", marks=pytest.mark.gpu),
 ]
@@ -113,6 +113,7 @@ def test_fuzz_corpus(which, request):
     assert not failures, "\n".join(f"{k}: {v}" for k, v in list(failures.items())[:20])
 
 
+@pytest.mark.slow  # every fuzz input through fa itself
 def test_fuzz_corpus_of_fa():
     """fa's own probes (fuzz_corpus.fa_corpus), judged as the programs' cases are."""
     build("cpu")

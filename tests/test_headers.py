@@ -92,6 +92,7 @@ def test_src_common_preprocesses_with_only_itself_on_the_include_path(tmp_path):
     assert failures(argv, tmp_path, cwd=tmp_path) == []
 
 
+@pytest.mark.slow  # a nvcc compile per header: minutes on 2 cores
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 def test_every_header_compiles_alone_with_nvcc(tmp_path):
     assert failures(NVCC, tmp_path, CUDA_PLATFORM) == []

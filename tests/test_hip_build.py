@@ -8,7 +8,8 @@ import pytest
 
 from helpers import ROOT
 
-pytestmark = pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
+pytestmark = [pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)"),
+              pytest.mark.slow]  # hipcc builds for AMD targets: half a minute each on 2 cores
 
 
 def code_objects(binary):

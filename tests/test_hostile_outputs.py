@@ -144,6 +144,7 @@ def test_a_replaced_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path
 
 
 # ---------------------------------------------------------------- replacing atomically
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_two_writers_of_one_path_both_succeed_and_it_is_never_missing(tmp_path):
     path = tmp_path / "x.in"
     shape = Shape(16, 256, 64)

@@ -180,6 +180,7 @@ def test_nvidia_and_amd_runs_side_by_side_in_80_columns():
     assert max(map(len, text.splitlines())) <= 80
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_a_report_of_the_shipped_h100_records_fits_80_columns(tmp_path):
     """fa report of docs/results/h100's records (every kind: run, bench, profile, ladder, sweep,
     resources), each table line at most 80 characters and every run's figures in it."""

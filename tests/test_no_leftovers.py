@@ -72,7 +72,8 @@ def start_and_catch_mid_run(argv, out_dir: Path, env: dict) -> subprocess.Popen:
 
 
 @pytest.mark.parametrize("temp", TEMPS)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGKILL],
+                         ids=lambda s: s.name)  # SIGTERM's path is SIGINT's: make test-all
 def test_program_stopped_by_signal_leaves_nothing(long_run, tmp_path, temp, sig):
     if temp == "named" and sig == signal.SIGKILL:
         pytest.skip("no program can clean up after SIGKILL: only the unnamed temporary survives it")
@@ -102,6 +103,7 @@ def fresh_dirs(tmp_path):
     return cwd, tmp, {**os.environ, "TMPDIR": str(tmp)}
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_fa_run_time_limit(cpu_program, tmp_path):
     cwd, tmp, env = fresh_dirs(tmp_path)
     inp = tmp_path / "long.in"

@@ -217,6 +217,7 @@ def test_a_planted_program_gets_its_mechanism_or_no_claim(which, tmp_path):
         assert "no mechanism pinned down" in said or "measured:" in said, said
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 def test_the_report_shows_the_measured_weights(tmp_path):
     """fa run -o keeps the picture's path with what was measured; fa report puts both beside its table."""
@@ -233,6 +234,7 @@ def test_the_report_shows_the_measured_weights(tmp_path):
     assert "l = l + sum(p) (l not rescaled)" in " ".join(text.split())
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 def test_a_failure_the_small_probe_misses_is_measured_at_the_cases_own_n(tmp_path):
     """q03 is wrong only where N is a multiple of its key tile (24): at N = 480, not at the small

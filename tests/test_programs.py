@@ -28,7 +28,7 @@ TOL = 1e-4
 GPU = pytest.mark.gpu
 # Seconds each on a GPU, half a minute each for the CPU program on 2 cores: marked slow there
 # (tests/conftest.py), so that make test stays quick; make test-all runs them.
-SLOW_ON_CPU = {"test_softmax_sum_keeps_tiny_terms[fa-cpu]", "test_many_batches[fa-cpu-32]",
+SLOW_ON_CPU = {"test_softmax_sum_keeps_tiny_terms[fa-cpu]", "test_many_batches[fa-cpu-32]", "test_many_batches[fa-cpu-64]",
                "test_long_sequence[fa-cpu]", "test_several_chunks[fa-cpu]"}
 VARIANTS = [
     pytest.param(("cpu", {}), id="fa-cpu"),

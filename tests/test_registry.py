@@ -51,6 +51,7 @@ def test_the_docs_table_is_the_registry(listing_programs):
     assert registry.docs_disagreements(listings(listing_programs), DOCS.read_text()) == []
 
 
+@pytest.mark.slow  # builds the HIP port in a copy of the sources
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 def test_a_new_kernel_is_its_file_and_one_row(tmp_path):
     """In a copy of the sources: a new kernel file and one registry row (with its include). The

@@ -12,7 +12,7 @@ FILES = {"bench": ROOT / "docs" / "results" / "h100" / "bench.json",
 KINDS = list(FILES)
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [k if k == KINDS[0] else pytest.param(k, marks=pytest.mark.slow) for k in KINDS])
 def test_report_takes_every_kind(kind, tmp_path):
     proc = fa("report", FILES[kind], "-o", tmp_path / "r")
     assert proc.returncode == 0, proc.stderr
@@ -29,7 +29,8 @@ def test_compare_takes_or_refuses_every_kind_in_one_line(kind):
         assert proc.stdout.strip()
 
 
-@pytest.mark.parametrize("text", ["{}", "[1, 2]", '{"records": 5}', "not json", ""])
+@pytest.mark.parametrize("text", ["{}", "not json", *(pytest.param(t, marks=pytest.mark.slow)
+                                                      for t in ("[1, 2]", '{"records": 5}', ""))])
 def test_files_that_are_not_results_are_refused_in_one_line(text, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(text)

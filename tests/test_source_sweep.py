@@ -83,6 +83,7 @@ def test_a_cuda_source_without_gpu_is_refused_after_the_arguments(student):
     assert proc.returncode == 2 and "this machine has no NVIDIA GPU" in proc.stderr and "--param" not in proc.stderr
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_one_build_per_combination_with_its_flags(student, tmp_path):
     """A stand-in compiler (CXX) that logs its arguments: one build per combination, with the
     course's line and that combination's -D flags, each into a folder of its own, and none again."""
@@ -128,6 +129,7 @@ def test_a_sweep_of_a_cpu_source_judges_every_combination(student):
     assert "fa's own programs" not in text.split("## Commands")[0].split("## 5.")[0]
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_a_combination_that_does_not_build_is_a_record(student):
     folder, env, cache = student
     (folder / "big.cpp").write_text('#ifndef BR\n#define BR 16\n#endif\n#if BR > 32\n#error "BR over 32: too much '
@@ -142,6 +144,7 @@ def test_a_combination_that_does_not_build_is_a_record(student):
     assert "not built: big.cpp:5:" in proc.stdout
 
 
+@pytest.mark.slow  # nvcc builds of every tile
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 def test_the_starters_tiles_build_and_a_block_too_large_is_refused_by_the_compiler(tmp_path):
     fa("init", tmp_path)

@@ -53,6 +53,7 @@ def test_starter_builds_with_nvcc(tmp_path):
     assert "warning" not in proc.stderr
 
 
+@pytest.mark.slow  # hipcc
 @pytest.mark.skipif(not shutil.which("hipcc"), reason="needs hipcc (apt-get install hipcc)")
 def test_starter_builds_with_hipcc(tmp_path):
     fa("init", tmp_path)
@@ -92,6 +93,7 @@ def test_starter_timing_line_is_fa_programs_own(name):
     assert "FA_TIMING" in text and "optional" in text
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 def test_fa_resources_gives_the_starters_occupancy(tmp_path):
     fa("init", tmp_path)
@@ -112,6 +114,7 @@ def test_starter_takes_its_tile_sizes_as_macros(name, tmp_path):
                                                                       {"BR": "128", "BC": "16"}]
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 def test_starter_builds_with_other_tiles(tmp_path):
     fa("init", tmp_path)

@@ -113,6 +113,7 @@ def course_nvcc_line(arch: str) -> list[str]:
     return ["nvcc", "-std=c++11", "-O3", "-Xptxas=-v", f"-arch={arch}", "-o", "hw4", "hw4.cu", "-lm"]
 
 
+@pytest.mark.slow  # nvcc, every target
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 def test_hw4_builds_with_the_course_nvcc_line(submission, tmp_path):
     """A student who uploads hw4.cu without a Makefile gets the course's example flags: C++11.

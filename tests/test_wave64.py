@@ -38,6 +38,7 @@ def emulation_build(source: Path, out: Path) -> subprocess.CompletedProcess:
 
 
 # ----------------------------------------------------------------------------- here, no GPU
+@pytest.mark.slow  # three nvcc builds of the HIP port
 @needs_nvcc
 def test_layer_builds_the_ports(tmp_path):
     """The starter's hw4.hip, the usual port and every planted one build with nvcc (sm_90) through
@@ -163,6 +164,7 @@ def test_source_hints_name_the_amd_only_pattern(tmp_path, plant, named):
         assert len(hints) == 1 and named in hints[0] and hints[0].startswith("planted_hw4.hip line "), hints
 
 
+@pytest.mark.slow  # builds through the layer
 def test_cuda_call_left_in_the_port_is_named(tmp_path):
     line = wave64.cuda_leftover(student_hip(tmp_path, "CUDA_CALL"))
     assert line and "cudaDeviceSynchronize" in line

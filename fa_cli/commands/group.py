@@ -1,13 +1,14 @@
 """fa's command group: one line and an exit status for every error, Ctrl-C and SIGTERM unwound."""
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
 
 import click
 
-from .. import __version__, settings
+from .. import settings
 from ..errors import ExitStatus, FaError
 from ..report import lines
 
@@ -25,9 +26,26 @@ def raise_terminated(signum, frame):
     raise Terminated(signum)
 
 
+# Each command and the module that defines it (registering it on `main` when imported).
+COMMAND_MODULES = {
+    "bench": "bench", "slurm-task": "bench", "cache": "cache", "compare": "compare", "devices": "devices",
+    "gen": "gen", "init": "init", "ladder": "ladder", "profile": "profile", "report": "report",
+    "resources": "resources", "run": "run", "sweep": "sweep", "system": "system", "verify": "verify",
+}
+
+
 class FaGroup(click.Group):
     """Turns FaError and OSError into one line on stderr and an exit status, never a traceback
-    (unless --traceback or FA_DEBUG=1 asks for one); Ctrl-C and SIGTERM into one line too."""
+    (unless --traceback or FA_DEBUG=1 asks for one); Ctrl-C and SIGTERM into one line too.
+    Commands load on demand (COMMAND_MODULES)."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx, name: str):
+        if name in COMMAND_MODULES and name not in self.commands:
+            importlib.import_module(f"{__package__}.{COMMAND_MODULES[name]}")
+        return self.commands.get(name)
 
     def invoke(self, ctx: click.Context):
         signal.signal(signal.SIGTERM, raise_terminated)
@@ -68,7 +86,7 @@ def one_line(e: Exception) -> str:
 
 
 @click.group(cls=FaGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "-V", "--version", prog_name="fa")
+@click.version_option(None, "-V", "--version", prog_name="fa", package_name="fa-toolkit")
 @click.option("--traceback", is_flag=True, help="Show the traceback of an error (as FA_DEBUG=1 does).")
 def main(traceback: bool) -> None:
     """Generate, run, verify and compare FlashAttention homework programs.

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from ..measure import resources
+from ..measure import pascal, resources
 from ..report import lines, tables
 from .group import main
 
@@ -19,7 +19,9 @@ from .group import main
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
 def resources_cmd(program, archs, as_json) -> None:
     """Registers, spills, shared memory, threads and theoretical occupancy of every kernel on
-    every target, from nvcc's and hipcc's own reports (no GPU needed)."""
+    every target, from nvcc's and hipcc's own reports (no GPU needed). sm_61, the course's GTX
+    1080, where this nvcc has it no more (CUDA 13): CUDA 12's ptxas assembles nvcc's PTX, and
+    refuses what Pascal lacks on its source line (pip install 'fa-toolkit[gtx1080]')."""
     source, hip_source, ours, targets = resources.what_to_compile(program, archs.split(",") if archs else None)
     kernels, commands = [], []
     with tables.progress("compiling", len(targets), steps=True) as advance:
@@ -35,3 +37,5 @@ def resources_cmd(program, archs, as_json) -> None:
         tables.show(tables.resources_table(kernels))
         for line in tables.resources_notes(kernels):
             lines.echo(line)
+        if any(pascal.needs_old_ptxas(t) for t in targets):
+            lines.echo(pascal.NOTE)

@@ -7,12 +7,12 @@ import sys
 
 import click
 
-from .. import locations
+from .. import locations, settings
 from ..cases import suite
 from ..errors import ExitStatus
 from ..judge import cause, expected, outlook, race_check, verdict, verify
 from ..judge.findings import Kind
-from ..programs import programs, wave64
+from ..programs import gtx1080, programs, wave64
 from ..report import lines, tables
 from ..report.records import append, check_extendable
 from .group import Terminated, main
@@ -47,6 +47,9 @@ from .shared import check_names, make_launcher, note, runnable, selected_cases
 @click.option("--no-race-check", is_flag=True,
               help="Skip compute-sanitizer's racecheck, synccheck and initcheck of a passing CUDA or HIP program "
                    "(run once per build on a small case, a few seconds).")
+@click.option("--no-gtx1080-rules", is_flag=True, expose_value=False, callback=lambda ctx, param, off: rules_off(off),
+              help="Run a student's hw4.cu without the GTX 1080's rules (by default its launches are checked "
+                   "against the judge's GPU: 1024 threads and 48 KB of shared memory a block, 64K registers an SM).")
 @click.option("--keep-inputs", is_flag=True,
               help="Keep the generated inputs in the cache for later runs (by default each is generated into "
                    "TMPDIR just before its case and deleted after it; expected outputs are kept either way).")
@@ -129,8 +132,13 @@ def show_results(results, prog, across, why_case, sample_rows) -> None:
     for finding in across:
         if not (named and finding.kind == Kind.SUGGEST):
             lines.echo("across the cases: " + " ".join(finding.lines) + "\n")
-    for line in emulation:
+    for line in emulation + gtx1080.run_notes(prog, results):  # the judge's GPUs' rules, where they applied
         lines.echo(line)
+
+
+def rules_off(off: bool) -> None:
+    if off:
+        settings.turn_off_gtx1080_rules()
 
 
 def outlook_of(prog, names, needs) -> outlook.Outlook:

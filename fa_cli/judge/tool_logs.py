@@ -105,7 +105,7 @@ def first_sanitizer_error(log: str) -> list[str]:
     return []
 
 
-LAYER = re.compile(r"fa_wave64|wave64_device\.h")  # the MI210 emulation's own code (src_hip/wave64)
+LAYER = re.compile(r"fa_wave64|wave64_device\.h|fa_gtx1080")  # the judge GPUs' layers (src_hip/wave64, src_cuda/gtx1080)
 
 
 def report_blocks(log: str) -> list[list[str]]:

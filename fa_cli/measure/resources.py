@@ -33,6 +33,7 @@ from ..errors import ExitStatus, FaError
 from ..programs.processes import run_tool
 from ..settings import compiler_command
 from ..report import records
+from . import pascal
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,8 @@ def compile_report(source: Path, target: str, hip_source: bool, work: Path) -> t
     """Compile source for target in the folder `work`; (compiler output, command). The
     compiler's own temporary files (nvcc's tmpxft_*) go there too (TMPDIR), so that removing
     the folder, however fa ends, removes them."""
+    if pascal.needs_old_ptxas(target):  # sm_61 where nvcc has it no more: CUDA 12's ptxas
+        return pascal.compile_report(source, target, hip_source, work)
     if target.startswith("sm_"):
         nvcc = compiler_command("nvcc")
         argv = [nvcc, "-std=c++17", "-O3", f"-arch={target}", "-Xptxas", "-v", "--keep", "--keep-dir", str(work),
@@ -304,7 +307,7 @@ def report(source: Path, target: str, hip_source: bool, ours: bool) -> tuple[lis
     work = Path(tempfile.mkdtemp(prefix="fa-resources-"))
     try:  # removed however this ends: an error, Ctrl-C, SIGTERM or SIGHUP (raised by the CLI)
         text, argv = compile_report(source, target, hip_source, work)
-        launches = launch_table(work / "program") if ours else {}
+        launches = launch_table(work / "program") if ours and (work / "program").exists() else {}
         threads = {}
         for listing in work.glob("*.ptx" if target.startswith("sm_") else "*.s"):
             threads.update((parse_ptx_threads if target.startswith("sm_") else parse_amd_threads)(listing.read_text()))

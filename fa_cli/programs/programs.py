@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import locations
 from ..errors import ExitStatus, FaError
 from ..settings import compiler_command
-from . import student_build, timing, wave64
+from . import gtx1080, student_build, timing, wave64
 from .processes import die_with_fa
 from .student_build import SOURCE_COMPILERS, source_compiler
 from .devices import list_devices
@@ -81,10 +81,13 @@ def from_source(source: Path, extra: tuple[str, ...] = (), flavour: str = "") ->
     makefile = student_build.makefile_of(source)  # its rule is the build: another Makefile, another program
     if source.suffix == ".hip" and wave64.emulated():  # the emulation's build is another program
         flavour += "wave64"
+    if gtx1080.applies(source):  # so is a hw4.cu under the GTX 1080's rules
+        flavour += "gtx1080"
+        extra = (*gtx1080.build_flags(compiler_command("nvcc")), *extra)
     rule = makefile.read_bytes() if makefile else b""
     digest = hashlib.sha256(source.read_bytes() + "\0".join(line).encode() + flavour.encode() + rule).hexdigest()[:16]
     path = locations.cache_dir() / "student" / f"{source.stem}-{digest}" / source.stem
-    return Program(source.name, path, None, source=source.resolve(), build_flags=extra)
+    return Program(source.name, path, None, source=source.resolve(), build_flags=tuple(extra))
 
 
 def source_hint(program_path: Path) -> str:
@@ -227,7 +230,7 @@ class RunResult:
         if self.returncode == 0:
             return None
         lines = [l for l in self.stderr.splitlines() if l.strip() and not timing.is_timing_line(l)]
-        if emulated := wave64.fault(self.stderr):  # the MI210 emulation's own line says more than the program's
+        if emulated := wave64.fault(self.stderr) or gtx1080.fault(self.stderr):  # a layer's own line says more
             return emulated
         if self.returncode < 0:  # ended by a signal: name it (SIGSEGV, SIGABRT, ...)
             try:

@@ -138,6 +138,21 @@ def make_commands(makefile: Path, goal: str, work: Path) -> list[str] | None:
     return [line for line in proc.stdout.splitlines() if line.strip()]
 
 
+def each_compiler_command(line: str, change) -> str:
+    """The shell line with change(words) applied to each compiler command in it. A line of
+    commands joined by && (a Makefile's `echo ... && nvcc ...`) is taken apart there; a part with
+    other shell syntax (; | < > ` $) is left as it is."""
+    parts = re.split(r"\s+&&\s+", line)
+    for i, part in enumerate(parts):
+        try:
+            words = shlex.split(part) if not re.search(r"[;&|<>`$]", part) else None
+        except ValueError:  # quotes shlex cannot pair
+            words = None
+        if words and compiler_of_line(words):
+            parts[i] = shlex.join(change(words))
+    return " && ".join(parts)
+
+
 def compiler_of_line(words: list[str]) -> str | None:
     match = COMPILER_WORD.search(words[0]) if words else None
     return match.group(1) if match else None
@@ -185,23 +200,22 @@ def makefile_recipe(source: Path, makefile: Path, work: Path, extra: tuple[str, 
     compiler = source_compiler(source)
     target = local_target(compiler) or ""
     known = nvcc_targets() if compiler == "nvcc" else []
-    out, changes, product = [], [], None
-    for line in lines:
-        words = shlex.split(line) if not re.search(r"[;&|<>`$]", line) else None
-        tool = compiler_of_line(words) if words else None
-        if tool is None:
-            out.append(line)
-            continue
+    changes, products = [], []
+
+    def as_built_here(words: list[str]) -> list[str]:
+        tool = compiler_of_line(words)
         if source.suffix == ".hip" and compiler == "nvcc":
             words = for_emulation(words, target)
             changes.append(f"{tool} -> nvcc through {wave64.LABEL.split(':')[0]}")
         elif tool == "nvcc":
             words, said = retarget(words, target, known)
-            changes += [said] if said else []
+            changes.extend([said] if said else [])
         words = [*words, *extra]
         if "-o" in words[:-1]:
-            product = words[words.index("-o") + 1]
-        out.append(shlex.join(words))
+            products.append(words[words.index("-o") + 1])
+        return words
+    out = [each_compiler_command(line, as_built_here) for line in lines]
+    product = products[-1] if products else None
     if product is None:
         return f"its Makefile's rule ({'make ' + goal if goal else 'make'}) names no output (-o) of a compiler"
     how = f"its {makefile.name}'s rule, make {goal}" if goal else f"its {makefile.name}'s default goal, make"
@@ -220,15 +234,11 @@ def run_recipe(recipe: Recipe, work: Path, env: dict) -> str | None:
 
 
 def with_standard(recipe: Recipe, std: str) -> Recipe:
-    """The recipe with every compiler line's C++ standard set to `std`."""
-    lines = []
-    for line in recipe.lines:
-        words = shlex.split(line) if not re.search(r"[;&|<>`$]", line) else None
-        if not words or compiler_of_line(words) is None:
-            lines.append(line)
-            continue
+    """The recipe with every compiler command's C++ standard set to `std`."""
+    def set_standard(words: list[str]) -> list[str]:
         words = [w for w in words if not w.startswith(("-std=", "--std="))]
-        lines.append(shlex.join([words[0], f"-std={std}", *words[1:]]))
+        return [words[0], f"-std={std}", *words[1:]]
+    lines = [each_compiler_command(line, set_standard) for line in recipe.lines]
     return Recipe(lines, recipe.product, recipe.how, recipe.changes, recipe.makefile)
 
 

@@ -4,19 +4,19 @@ file or a pipe a message stays whole on one line (a log to grep) and a table as 
 """
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import textwrap
 
 import click
 
+from .. import settings
+
 
 def fitting_width(err: bool = False) -> int | None:
     """The width to fit, or None: written whole (a file or a pipe, with no COLUMNS)."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
+    if columns := settings.columns():
+        return columns
     stream = sys.stderr if err else sys.stdout
     try:
         return shutil.get_terminal_size().columns if stream.isatty() else None

@@ -1,0 +1,116 @@
+"""A student's hw4.cu under the GTX 1080's rules on another NVIDIA GPU (src_cuda/gtx1080/fa_gtx1080.h,
+fa_cli/programs/gtx1080.py): what passes here and not on the judge is refused in one line naming
+the judge's GPU (64 KB of dynamic shared memory, more than 1024 threads a block, more registers
+than an SM holds), the program sees the error it would get there, and the rules come off with a
+switch. The starter (fa init) stands for a student: its launches are changed, its kernel not."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from helpers import fa, verdicts
+from fa_cli.programs import gtx1080
+
+pytestmark = pytest.mark.gpu
+
+# A kernel whose registers the compiler keeps many of (no launch bound): launched with 1024
+# threads it asks more than the 65536 registers of an SM (the H100 refuses it too; the line says
+# whose rule it is).
+PROBE = r'''
+#include <cstdio>
+__global__ void heavy(float* y, int n) {
+  float a[96];
+#pragma unroll
+  for (int i = 0; i < 96; ++i) a[i] = y[(threadIdx.x * 7 + i) % n];
+  float s = 0;
+#pragma unroll
+  for (int r = 0; r < 8; ++r)
+#pragma unroll
+    for (int i = 0; i < 96; ++i) s += a[i] * a[(i + r) % 96];
+  y[threadIdx.x % n] = s;
+}
+__global__ void small(float* y) { extern __shared__ float s[]; s[threadIdx.x] = 1; y[0] = s[0]; }
+int main(int argc, char** argv) {
+  float* y; cudaMalloc(&y, 4096 * sizeof(float));
+  const char* what = argv[1];
+  if (!strcmp(what, "threads")) small<<<1, 2048, 0>>>(y);
+  if (!strcmp(what, "smem")) {
+    cudaError_t e = cudaFuncSetAttribute(small, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536);
+    printf("attribute %s\n", cudaGetErrorName(e));
+    small<<<1, 32, 65536>>>(y);
+  }
+  if (!strcmp(what, "registers")) heavy<<<1, 1024>>>(y, 4096);
+  if (!strcmp(what, "fits")) small<<<1, 1024, 48 * 1024>>>(y);
+  cudaError_t e = cudaGetLastError();
+  cudaDeviceProp p; cudaGetDeviceProperties(&p, 0);
+  printf("launch %s; cc %d.%d; %zu bytes a block\n", cudaGetErrorName(e), p.major, p.minor, p.sharedMemPerBlock);
+  return e == cudaSuccess ? 0 : 1;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gtx1080")
+    (folder / "probe.cu").write_text("#include <cstring>\n" + PROBE)
+    nvcc = shutil.which("nvcc") or "nvcc"
+    subprocess.run([nvcc, "-O3", "-arch=native", *gtx1080.build_flags(nvcc), "-o", folder / "probe",
+                    folder / "probe.cu"], check=True, capture_output=True)
+    return folder / "probe"
+
+
+@pytest.mark.parametrize("what, said", [
+    ("threads", "a block of 2048 threads (at most 1024)"),
+    ("smem", "65536 bytes of dynamic shared memory (the GTX 1080 gives a block 49152"),
+    ("registers", "registers a block, over the 65536 of an SM"),
+])
+def test_what_the_judge_refuses_is_refused_naming_it(probe, what, said):
+    proc = subprocess.run([str(probe), what], capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = gtx1080.fault(proc.stderr)
+    assert line and "as the GTX 1080 refuses it" in line and said in proc.stderr, proc.stderr
+    assert "cc 6.1; 49152 bytes a block" in proc.stdout
+
+
+def test_what_the_judge_takes_runs(probe):
+    proc = subprocess.run([str(probe), "fits"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "launch cudaSuccess" in proc.stdout and not gtx1080.fault(proc.stderr), \
+        proc.stdout + proc.stderr
+
+
+def asks_64_kb(folder) -> str:
+    """The starter, its launches given 64 KB of dynamic shared memory (opted in, unused): right on
+    this GPU, refused on the GTX 1080."""
+    assert fa("init", folder).returncode == 0
+    source = folder / "hw4.cu"
+    text = source.read_text()
+    for d in (32, 64):
+        call = f"attention_rows<{d}><<<blocks, THREADS>>>(d_qkv, d_out, in.B, in.N);"
+        text = text.replace(call, f"{{ cudaFuncSetAttribute(attention_rows<{d}>, "
+                                  f"cudaFuncAttributeMaxDynamicSharedMemorySize, 65536); "
+                                  f"{call.replace('THREADS>>>', 'THREADS, 65536>>>')} }}")
+    assert text.count("65536>>>") == 2
+    source.write_text(text)
+    return str(source)
+
+
+def test_a_program_asking_64_kb_passes_here_and_is_refused_under_the_rules(tmp_path):
+    source = asks_64_kb(tmp_path / "hw4")
+    without = fa("run", "t01", "--program", source, "--no-gtx1080-rules", "--no-race-check", "--why-budget", "0",
+                 cwd=tmp_path)
+    assert verdicts(without.stdout) == ["PASS"], without.stdout + without.stderr
+    under = fa("run", "t01", "--program", source, "--no-race-check", "--why-budget", "0", cwd=tmp_path)
+    assert under.returncode == 1 and verdicts(under.stdout) != ["PASS"], under.stdout + under.stderr
+    text = " ".join(under.stdout.split())
+    assert "under the GTX 1080's rules" in text and "as the GTX 1080 refuses it" in text, under.stdout
+
+
+def test_the_rules_are_said_on_a_passing_run(tmp_path):
+    assert fa("init", tmp_path / "hw4").returncode == 0
+    proc = fa("run", "t01", "--program", tmp_path / "hw4" / "hw4.cu", "--no-race-check", cwd=tmp_path,
+              env={**os.environ})
+    assert verdicts(proc.stdout) == ["PASS"], proc.stdout + proc.stderr
+    assert "hw4.cu ran under the GTX 1080's rules" in " ".join(proc.stdout.split())
