@@ -137,9 +137,11 @@ run: env cpu
 
 # Progress per test file; skips summarized by reason (tests/conftest.py).
 PYTEST := $(VENV)/bin/python -m pytest -p no:cacheprovider
-# make test: the quick tests on every core (pytest-xdist); make test-all: every test, one at a time.
+# make test: the quick tests on every core and one more (pytest-xdist: a test waits on a program
+# part of its time); make test-all: every test, one at a time.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
 test: env cpu
-	$(PYTEST) -m 'not slow' -n auto $(PYTEST_ARGS)
+	$(PYTEST) -m 'not slow' -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # test-all also installs the optional CUDA 12 ptxas (fa-toolkit[gtx1080]), so that the sm_61 tests run.
 test-all: env cpu

@@ -89,7 +89,10 @@ def test_gpu_program_without_gpu(tmp_path, listing_programs, target, compiler, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.in"]
 
 
-@pytest.mark.parametrize("kind", list(CASES))
+# fa verify reads a header with the same checks as the programs (every kind above): three kinds in
+# make test, every one in make test-all.
+@pytest.mark.parametrize("kind", [k if k in ("empty", "zero_B", "truncated") else pytest.param(k, marks=pytest.mark.slow)
+                                  for k in CASES])
 def test_fa_verify_rejects(tmp_path, kind):
     inp = bad_file(tmp_path / "bad.in", kind)
     out = tmp_path / "o.out"

@@ -44,6 +44,7 @@ def test_no_writer_replaces_a_source_or_a_makefile_without_force(tmp_path, name)
     check_output_path(tmp_path / ("new-" + name))  # a new file of that name is fine
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_each_writer_refuses_in_one_line_and_force_replaces(tmp_path, cpu_program):
     source, notes, results = tmp_path / "hw4.cu", tmp_path / "notes.txt", tmp_path / "run.json"
     source.write_text("__global__ void k() {}")

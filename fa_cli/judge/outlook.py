@@ -42,7 +42,11 @@ class Outlook:
             guess = FIRST_GUESS_S
         return min(guess, case.time_limit) if case.time_limit else guess
 
-    def seconds_left(self) -> float:
+    def seconds_left(self) -> float | None:
+        """None where an input file's cost is not known yet (no case done): the caller's share of
+        the steps says it instead."""
+        if self.flops_done == 0 and any(n not in self.cases for n in self.left_names):
+            return None
         runs = sum(self.run_estimate(self.cases[n]) if n in self.cases else FIRST_GUESS_S for n in self.left_names)
         return runs + sum(self.reference.values())
 

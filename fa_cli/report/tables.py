@@ -51,8 +51,9 @@ class _Ticker:
         text = f"fa: {self.description}: "
         if self.total:
             text += f"{self.done} of {self.total} done ({100 * self.done / self.total:.0f}%), {elapsed:.0f} s so far"
-            if self.left is not None:
-                text += f", about {self.left():.0f} s left"
+            left = self.left() if self.left is not None else None
+            if left is not None:
+                text += f", about {left:.0f} s left"
             elif self.done:
                 text += f", about {elapsed * (self.total - self.done) / self.done:.0f} s left"
         else:
@@ -86,7 +87,8 @@ class TimeLeftColumn(TimeRemainingColumn):
 
     def render(self, task) -> Text:
         left = task.fields.get("left")
-        return Text(f"about {left():.0f} s left") if left else super().render(task)
+        seconds = left() if left else None
+        return Text(f"about {seconds:.0f} s left") if seconds is not None else super().render(task)
 
 
 @contextlib.contextmanager
