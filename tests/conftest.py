@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -13,6 +14,11 @@ import pytest
 
 from helpers import DATA, ROOT, build, have_nvidia_gpu
 from fa_cli.programs import programs
+
+# A test run started in the background (`make test &`) inherits SIGINT ignored, and so would every
+# program the tests start: the tests of Ctrl-C need it delivered.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # GNU readline, which pytest loads, exports the terminal's size (COLUMNS, LINES) into the C
 # environment every child inherits; fa folds its words to a COLUMNS it finds (report/lines.py).

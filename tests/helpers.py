@@ -2,6 +2,7 @@
 program against float64. (Fixtures live in conftest.py.)"""
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,20 @@ def verdicts(stdout: str) -> list[str]:
     """The verdict column of fa run's table, row by row (its summary line and paragraphs left out)."""
     return [line.strip("│ ").split("│")[-1].strip().split(",")[0] for line in stdout.splitlines()
             if line.startswith("│")]
+
+
+def hip_port_with_a_kernel(tmp_path: Path, header: str, text: str, row: str, before: str, *make_args) -> Path:
+    """fa-hip-cuda built from a copy of the sources with one more kernel: its header in
+    src_common/ (included by registry.h) and its row put before the row that starts with
+    `before`, as a contributor adds one (docs/contributing.md). Returns the program."""
+    tree = tmp_path / "tree"
+    for part in ("src_common", "src_cuda", "src_hip", "Makefile"):
+        (shutil.copytree if (ROOT / part).is_dir() else shutil.copy)(ROOT / part, tree / part)
+    (tree / "src_common" / header).write_text(text)
+    reg = tree / "src_common" / "registry.h"
+    source = reg.read_text().replace('#include "kernel_row.h"\n', f'#include "kernel_row.h"\n#include "{header}"\n')
+    anchor = f"        {before}"
+    assert anchor in source, before
+    reg.write_text(source.replace(anchor, row + anchor))
+    subprocess.run(["make", "-s", "-C", str(tree), *make_args, "hip-cuda"], check=True, capture_output=True)
+    return tree / "bin" / "fa-hip-cuda"

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import ROOT, build
+from helpers import build, hip_port_with_a_kernel
 from fa_cli.cases import generate
 from fa_cli.cases.format import AttentionInput, Shape, open_output
 from fa_cli.judge import reference
@@ -112,17 +111,8 @@ PLANTED_ROW = '        fp32_row<SkipsRows>("skips-rows", "when asked", only_aske
 
 @pytest.mark.gpu
 def test_a_row_that_skips_rows_fails(tmp_path):
-    tree = tmp_path / "tree"
-    for part in ("src_common", "src_cuda", "src_hip", "Makefile"):
-        (shutil.copytree if (ROOT / part).is_dir() else shutil.copy)(ROOT / part, tree / part)
-    (tree / "src_common" / "skips_rows.h").write_text(PLANTED_FILE)
-    reg = tree / "src_common" / "registry.h"
-    text = reg.read_text().replace('#include "kernel_row.h"\n', '#include "kernel_row.h"\n#include "skips_rows.h"\n')
-    anchor = '        fp32_row<LadderSmemTiles<16, true>>("ladder-5"'
-    assert anchor in text
-    reg.write_text(text.replace(anchor, PLANTED_ROW + anchor))
-    subprocess.run(["make", "-s", "-C", str(tree), "hip-cuda"], check=True, capture_output=True)
-    program = tree / "bin" / "fa-hip-cuda"
+    program = hip_port_with_a_kernel(tmp_path, "skips_rows.h", PLANTED_FILE, PLANTED_ROW,
+                                     'fp32_row<LadderSmemTiles<16, true>>("ladder-5"')
     planted = [r for r in registry.kernels_of(program) if r.name == "skips-rows"]
     assert len(planted) == 1
     problems = row_problems(program, planted[0], tmp_path)

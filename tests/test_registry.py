@@ -3,11 +3,10 @@ checked against it, and a kernel added as its file and one row, seen by fa ladde
 from __future__ import annotations
 
 import shutil
-import subprocess
 
 import pytest
 
-from helpers import ROOT, fa
+from helpers import ROOT, fa, hip_port_with_a_kernel
 from fa_cli.measure import sweep
 from fa_cli.programs import registry
 from fa_cli.programs.programs import Program
@@ -57,17 +56,8 @@ def test_a_new_kernel_is_its_file_and_one_row(tmp_path):
     """In a copy of the sources: a new kernel file and one registry row (with its include). The
     built program lists it, fa ladder and fa sweep list it, and the docs check fails until the
     docs' table has its line."""
-    tree = tmp_path / "tree"
-    for part in ("src_common", "src_cuda", "src_hip", "Makefile"):
-        (shutil.copytree if (ROOT / part).is_dir() else shutil.copy)(ROOT / part, tree / part)
-    (tree / "src_common" / "copied_kernel.h").write_text(NEW_KERNEL_FILE)
-    reg = tree / "src_common" / "registry.h"
-    text = reg.read_text().replace('#include "kernel_row.h"\n', '#include "kernel_row.h"\n#include "copied_kernel.h"\n')
-    anchor = '        fp32_row<LadderNaive>("ladder-1"'
-    assert anchor in text
-    reg.write_text(text.replace(anchor, NEW_ROW + anchor))
-    subprocess.run(["make", "-s", "-C", str(tree), "CUDA_ARCH=sm_90a", "hip-cuda"], check=True, capture_output=True)
-    program = tree / "bin" / "fa-hip-cuda"
+    program = hip_port_with_a_kernel(tmp_path, "copied_kernel.h", NEW_KERNEL_FILE, NEW_ROW,
+                                     'fp32_row<LadderNaive>("ladder-1"', "CUDA_ARCH=sm_90a")
 
     rows = registry.kernels_of(program)
     assert "copied" in [r.name for r in rows]
