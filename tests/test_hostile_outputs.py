@@ -382,7 +382,7 @@ def not_a_results_file(name: str, tmp_path: Path) -> Path:
     return Path(name)
 
 
-@pytest.mark.parametrize("name", ["/dev/zero", "/dev/urandom", "fifo", "huge"])
+@pytest.mark.parametrize("name", ["/dev/zero", "huge", *(pytest.param(n, marks=pytest.mark.slow) for n in ("/dev/urandom", "fifo"))])
 def test_results_readers_take_only_regular_files_of_a_sane_size(name, tmp_path):
     path = not_a_results_file(name, tmp_path)
     # (fa run -o and fa bench -o refuse a device or a FIFO too: test_bench_refuses_its_results_file_before_any_work)
@@ -404,7 +404,7 @@ def test_run_refuses_its_results_file_before_judging(tmp_path):
         one_line(proc)
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+@pytest.mark.parametrize("value", ["nan", "-1", *(pytest.param(v, marks=pytest.mark.slow) for v in ("inf", "0"))])
 def test_time_limit_must_be_finite_and_positive(value):
     proc = fa("run", "t01", "--program", "cpu", "--time-limit", value)
     assert proc.returncode == 2 and "finite number above 0" in one_line(proc)
@@ -594,7 +594,7 @@ def test_verify_against_an_empty_file_is_one_line(tmp_path, order):
     assert proc.returncode == 2 and "has 0" in one_line(proc) and "mmap" not in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["/dev/zero", "fifo", "huge"])
+@pytest.mark.parametrize("name", ["fifo", *(pytest.param(n, marks=pytest.mark.slow) for n in ("/dev/zero", "huge"))])
 def test_bench_refuses_its_results_file_before_any_work(name, tmp_path):
     path = not_a_results_file(name, tmp_path)
     start = time.time()

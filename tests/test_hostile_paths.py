@@ -215,7 +215,8 @@ def test_sighup_stops_fa_run_and_leaves_nothing(cpu_program, long_input):
     assert list(cwd.iterdir()) == [] and list(tmp.iterdir()) == [] and running_on(inp) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("sig", [signal.SIGINT, *(pytest.param(s, marks=pytest.mark.slow) for s in (signal.SIGTERM, signal.SIGHUP))],
+                         ids=lambda s: s.name)
 def test_resources_interrupted_leaves_no_temporary_files(tmp_path, sig):
     """A stand-in nvcc that writes a tmpxft_ file into $TMPDIR, as nvcc does, and then compiles
     for long: fa resources stopped meanwhile removes its folder and the compiler's files."""
