@@ -141,14 +141,18 @@ def test_fa_gen_rejects_bad_shape(tmp_path):
     assert not (tmp_path / "x.in").exists()
 
 
+# Those that name fa-cuda build it first (its registry says the families): make test-all.
+BUILDS = pytest.mark.slow
 @pytest.mark.parametrize("args, line", [
     (["ladder", "t01", "--program", "cpu"], "fa: error: cpu lists no kernels ("),
-    (["ladder", "nope.in", "--program", "cuda"], "fa: error: nope.in: cannot read input: No such file or directory"),
+    pytest.param(["ladder", "nope.in", "--program", "cuda"], "fa: error: nope.in: cannot read input: No such file or "
+                 "directory", marks=BUILDS),
     (["sweep", "t01", "--program", "cpu", "--arch", "sm_90"], "fa: error: --program cpu: fa sweep builds cuda, hip-cuda, hip"),
-    (["sweep", "t01", "--param", "Br=6", "--arch", "sm_90"], "fa: error: --param 'Br=6': values must be powers of two "
-                                                             "(1, 2, 4, ...)"),
-    (["sweep", "t01", "--arch", "sm_99", "--no-run"], "fa: error: --arch sm_99: give one of "),
-    (["sweep", "t01", "--no-run", "--profile", "--arch", "sm_90"], "fa: error: --no-run and --profile exclude each other"),
+    pytest.param(["sweep", "t01", "--param", "Br=6", "--arch", "sm_90"], "fa: error: --param 'Br=6': values must be "
+                 "powers of two (1, 2, 4, ...)", marks=BUILDS),
+    pytest.param(["sweep", "t01", "--arch", "sm_99", "--no-run"], "fa: error: --arch sm_99: give one of ", marks=BUILDS),
+    pytest.param(["sweep", "t01", "--no-run", "--profile", "--arch", "sm_90"],
+                 "fa: error: --no-run and --profile exclude each other", marks=BUILDS),
 ])
 def test_ladder_and_sweep_refuse_in_one_line(cpu_program, tmp_path, args, line):
     proc = fa(*args, cwd=tmp_path)

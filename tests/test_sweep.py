@@ -97,6 +97,7 @@ def test_skip_reason_is_the_static_assert_message():
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc (the parameters are fa-cuda's registry's)")
+@pytest.mark.slow  # builds fa-cuda first (its registry says the families)
 def test_an_unknown_parameter_is_one_line(tmp_path):
     proc = fa("sweep", "t01", "--param", "Bq=4", "--arch", "sm_90", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
