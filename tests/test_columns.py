@@ -73,7 +73,7 @@ ERRORS = [
     ("run", "t01", "--program", "./nosuch"),
     ("run", "t01", "--program", "/"),
     ("gen", "t01", "-o", "/proc/x.bin"),
-    ("run", "t01", "--program", "cuda", "--without-gpu"),
+    pytest.param(("run", "t01", "--program", "cuda", "--without-gpu"), marks=pytest.mark.slow),  # builds fa-cuda
     ("bench", "t01", "--program", "cpu", "--shape", "0,64,32"),
     ("run", "t99"),
     ("run",),
@@ -83,7 +83,7 @@ ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("argv", ERRORS, ids=[" ".join(a) for a in ERRORS])
+@pytest.mark.parametrize("argv", ERRORS, ids=[" ".join(a.values[0] if hasattr(a, "values") else a) for a in ERRORS])
 def test_errors_fit(tmp_path, argv):
     """Each refused in a message that fits (the GPU program where there is no GPU: a run's
     ERROR row, and the one line that says why)."""
