@@ -48,6 +48,7 @@ from ..programs.programs import Launcher, Program
 from . import expected
 from .across_cases import across_cases
 from .diagnose import Diagnosis, signal_name
+from . import probes
 from .findings import Finding, Kind
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
@@ -109,7 +110,6 @@ class Investigation:
 
     def probe(self, work: Path) -> None:
         self.probed = True
-        from . import probes  # loaded where a program is measured: most runs never need it
         self.findings += probes.measure(self.program, self.target.input_path, self.target.shape, self.target.name,
                                         self.tol, self.launcher, work, self.budget, self.say, self.kind,
                                         picture_path(self.program, self.target))
