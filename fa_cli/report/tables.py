@@ -387,18 +387,25 @@ def devices_table(devices) -> Table:
 
 
 def resources_table(kernels) -> Table:
-    table = Table(title="fa resources: theoretical occupancy from the compilers' reports, no GPU used (blocks and "
-                        "warps per SM; on AMD workgroups per CU and waves per SIMD)", title_justify="left")
-    for column in ("target", "kernel", "threads", "regs", "spill B", "smem B", "dyn smem B", "blocks", "warps",
-                   "occupancy", "limited by"):
-        table.add_column(column, no_wrap=True)
+    """fa resources' table in 80 columns: the target in the title where there is one, the
+    bytes of shared memory as spill/static/dynamic and the occupancy as blocks/warps/share, each in
+    one column (units in the headers)."""
+    targets = sorted({u.target for u in kernels})
+    one = targets[0] if len(targets) == 1 else None
+    table = Table(title=f"fa resources{f' on {one}' if one else ''}: theoretical occupancy from the compilers' "
+                        "reports, no GPU used (per SM; on AMD per CU, waves per SIMD)", title_justify="left")
+    columns = [*([] if one else ["target"]), "kernel", "threads", "regs", "spill/\nsmem/\ndyn B", "blocks/\nwarps/\nocc",
+               "limited by"]
+    for column in columns:
+        table.add_column(column, no_wrap=column not in ("kernel", "limited by"))
     blank = lambda x: "-" if x is None else str(x)  # noqa: E731
     for u in kernels:
         regs = str(u.registers) if u.target.startswith("sm_") else f"{u.registers}V {u.agprs}A {u.sgprs}S"
         why = ", ".join(u.limited_by) + (" *" if u.note else "")
-        table.add_row(u.target, u.kernel, blank(u.threads), regs, str(u.spill_bytes), str(u.static_smem),
-                      str(u.dynamic_smem), blank(u.blocks), blank(u.warps),
-                      "-" if u.occupancy is None else f"{u.occupancy:.0%}", why)
+        occupancy = "-" if u.occupancy is None else f"{u.occupancy:.0%}"
+        table.add_row(*([] if one else [u.target]), u.kernel, blank(u.threads), regs,
+                      f"{u.spill_bytes}/{u.static_smem}/{u.dynamic_smem}",
+                      f"{blank(u.blocks)}/{blank(u.warps)}/{occupancy}", why)
     return table
 
 
