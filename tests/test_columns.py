@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -40,7 +41,7 @@ def test_every_help_fits():
 
 
 def test_what_a_student_runs_fits(tmp_path, cpu_program):
-    """The CPU program through run, bench, compare, report, gen, verify and the machine's words."""
+    """The CPU program through run, bench, compare, report, gen, verify, init and the machine's words."""
     env = env_80(tmp_path)
     runs = {
         "run": fa("run", "t01", "t02", "--program", "cpu", "-o", tmp_path / "run.json", env=env, cwd=tmp_path),
@@ -49,6 +50,9 @@ def test_what_a_student_runs_fits(tmp_path, cpu_program):
         "devices": fa("devices", env=env), "system": fa("system", env=env), "cache": fa("cache", env=env),
     }
     runs["compare"] = fa("compare", tmp_path / "bench.json", tmp_path / "run.json", env=env, cwd=tmp_path)
+    subprocess.run([str(cpu_program), str(tmp_path / "x.in"), str(tmp_path / "x.out")], check=True)
+    runs["verify"] = fa("verify", tmp_path / "x.out", "--input", tmp_path / "x.in", env=env, cwd=tmp_path)
+    runs["init"] = fa("init", tmp_path / "hw4", env=env, cwd=tmp_path)
     runs["report"] = fa("report", tmp_path / "run.json", "-o", tmp_path / "report", env=env, cwd=tmp_path)
     failed = {k: p.stderr[-500:] for k, p in runs.items() if p.returncode != 0}
     assert failed == {}
@@ -62,7 +66,6 @@ def test_what_a_student_runs_fits(tmp_path, cpu_program):
 def test_a_diagnosis_fits(tmp_path):
     """A wrong program's diagnosis (its paragraphs, 'looks like' lines, source lines)."""
     program = tmp_path / "hw4"
-    import subprocess
     subprocess.run(["g++", "-O2", "-DMISTAKE=NO_SCALE", "-o", program, DATA / "student_hw4.cpp"], check=True)
     proc = fa("run", "t01", "--program", program, env=env_80(tmp_path), cwd=tmp_path)
     assert proc.returncode == 1 and "WRONG" in proc.stdout and "looks like" in proc.stdout
