@@ -6,6 +6,7 @@ import re
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 from helpers import ROOT, fa
 from fa_cli.measure import compare
@@ -82,3 +83,16 @@ def test_the_run_table_fits_80_columns(cpu_program):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("fa run of cpu on ") and "2 cases: 2 PASS" in proc.stdout
     assert max(len(line.rstrip()) for line in proc.stdout.splitlines()) <= 80, proc.stdout
+
+
+def test_a_table_wider_than_the_terminal_is_stacked_with_nothing_cut(terminal):
+    """fa profile's table (a column per metric) on an 80-column terminal: row by row, each of its
+    figures whole, no line over 80."""
+    recs = json.loads((ROOT / "docs" / "results" / "h100" / "profile.json").read_text())["records"][:4]
+    table = tables.profile_table(recs)
+    cells = [Text.from_markup(str(c)).plain for column in table.columns for c in column.cells]
+    tables.show(table)
+    text = terminal.getvalue()
+    assert max(map(len, text.splitlines())) <= 80, text
+    flat = " ".join(text.split())
+    assert all(c in flat for c in cells), [c for c in cells if c not in flat]

@@ -75,7 +75,7 @@ def bench_cmd(cases, all_cases, suite_text, program_names, shapes, repeats, prec
             records = slurm.bench_array(plan, runner, results, advance)
         else:
             records = bench.run_bench(plan, results, advance, workdir)
-    tables.show(tables.bench_table(records, wide))
+    tables.show(tables.bench_table(records, wide), wide)
     sampled = sorted({r["verify_mode"] for r in records if str(r.get("verify_mode", "")).endswith("sampled")})
     if sampled:  # why the same case's max err differs from fa run's
         lines.echo(f"max err: of {', '.join(sampled)} against float64 (a benchmark checks a sample; "

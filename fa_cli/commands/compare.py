@@ -28,7 +28,7 @@ def compare_cmd(files, as_markdown, plot, wide) -> None:
         click.echo(compare.markdown(records, wide), nl=False)
     else:
         header, body, where = compare.long_rows(records) if not wide else (*compare.rows(records), "")
-        tables.show(tables.compare_table(header, body, f"fa compare{where} (whole-process medians)"))
+        tables.show(tables.compare_table(header, body, f"fa compare{where} (whole-process medians)"), wide)
         if note := compare.amd_note(records):
             lines.echo(note)
     for line in wave64.compare_findings(records):  # a student's hw4.cu and hw4.hip side by side

@@ -138,12 +138,13 @@ def progress(description: str, total: int | None, enabled: bool = True, steps: b
             _live = None
 
 
-def show(table: Table) -> None:
+def show(table: Table, wide: bool = False) -> None:
     """Print a table on stdout. On a terminal (or with COLUMNS set: lines.fitting_width) rich fits
     it to the width: a column of figures is as wide as its widest figure, its header wrapped to
-    it, and only text cells wrap at need (a figure is never cut). A table whose figures alone
-    are wider (fa compare --wide), and any table in a file or a pipe, is printed as wide as it
-    needs."""
+    it, and only text cells wrap at need (a figure is never cut). A table whose figures alone are
+    wider is printed row by row, each row's columns as `header: value` folded to the width
+    (stacked), unless the user asked for it wide (--wide), which is printed as wide as it needs,
+    as any table in a file or a pipe."""
     for column in table.columns:
         column.overflow = "fold"
     width = lines.fitting_width() or (console.width if console.is_terminal else None)
@@ -159,8 +160,11 @@ def show(table: Table) -> None:
         with console.capture() as fitted:
             console.print(table, width=width)
         text = fitted.get()
-        if all(f in text for f in figures):  # every figure whole: it fits
-            console.file.write(text)
+        if all(f in text for f in figures) and max(map(len, text.splitlines() or [""])) <= width:
+            console.file.write(text)  # every figure whole: it fits
+            return
+        if not wide:
+            console.file.write(stacked(table, width) + "\n")
             return
     natural = console.measure(table, options=console.options.update(width=10_000)).maximum
     saved = console.width
@@ -169,6 +173,20 @@ def show(table: Table) -> None:
         console.print(table, crop=False)
     finally:
         console.width = saved
+
+
+def stacked(table: Table, width: int) -> str:
+    """A table too wide for the terminal, a row at a time: its first column, then every other
+    column as `header: value`, folded to the width (nothing cut)."""
+    def plain(value) -> str:
+        return " ".join(Text.from_markup(str(value)).plain.split())
+    headers = [plain(c.header) for c in table.columns]
+    cells = [[plain(c) for c in column.cells] for column in table.columns]
+    out = [lines.fold(plain(table.title), width)] if table.title else []
+    for i in range(len(cells[0]) if cells else 0):
+        pairs = [f"{h}: {col[i]}" for h, col in zip(headers[1:], cells[1:])]
+        out.append(lines.fold(f"{headers[0]} {cells[0][i]}: " + "; ".join(pairs), width))
+    return "\n".join(out)
 
 
 def wrap_words(text: str, width: int) -> str:
