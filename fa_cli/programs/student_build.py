@@ -286,7 +286,8 @@ def build(source: Path, output: Path, extra: tuple[str, ...] = (), announce=None
     with locations.scratch("build") as scratch:
         work = scratch / "src"
         work.mkdir()
-        copy_folder(source.parent, work) if makefile else shutil.copy2(source, work / source.name)
+        if makefile:  # the Makefile's rule runs in a copy of its folder; the course's line names the source
+            copy_folder(source.parent, work)
         recipe = makefile_recipe(source, makefile, work, extra) if makefile else course_recipe(source, extra)
         if isinstance(recipe, str):
             return recipe
