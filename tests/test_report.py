@@ -6,12 +6,12 @@ import time
 import pytest
 
 from helpers import fa
-from fa_cli.report import tables
+from fa_cli.report import progress_bars, tables
 
 
 def test_a_long_step_says_how_far_it_is_with_the_time_left(monkeypatch, capsys):
-    monkeypatch.setattr(tables, "TICK_AFTER_S", 0.3)
-    monkeypatch.setattr(tables, "TICK_EVERY_S", 0.2)
+    monkeypatch.setattr(progress_bars, "TICK_AFTER_S", 0.3)
+    monkeypatch.setattr(progress_bars, "TICK_EVERY_S", 0.2)
     with tables.progress("expected output of c30.in", 100) as advance:
         for _ in range(10):
             advance(5)
@@ -24,8 +24,8 @@ def test_a_long_step_says_how_far_it_is_with_the_time_left(monkeypatch, capsys):
 
 
 def test_only_the_innermost_long_step_speaks_and_a_short_one_is_silent(monkeypatch, capsys):
-    monkeypatch.setattr(tables, "TICK_AFTER_S", 0.2)
-    monkeypatch.setattr(tables, "TICK_EVERY_S", 0.1)
+    monkeypatch.setattr(progress_bars, "TICK_AFTER_S", 0.2)
+    monkeypatch.setattr(progress_bars, "TICK_EVERY_S", 0.1)
     with tables.progress("judging", 3, steps=True) as advance:
         with tables.progress("input c30", None):
             time.sleep(0.5)
@@ -44,8 +44,8 @@ def test_only_the_innermost_long_step_speaks_and_a_short_one_is_silent(monkeypat
 
 
 def test_a_long_step_keeps_speaking_through_short_steps_inside_it(monkeypatch, capsys):
-    monkeypatch.setattr(tables, "TICK_AFTER_S", 0.3)
-    monkeypatch.setattr(tables, "TICK_EVERY_S", 0.1)
+    monkeypatch.setattr(progress_bars, "TICK_AFTER_S", 0.3)
+    monkeypatch.setattr(progress_bars, "TICK_EVERY_S", 0.1)
     with tables.progress("judging", 3) as advance:
         for _ in range(20):
             with tables.progress("input c12", None):
