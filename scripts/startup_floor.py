@@ -4,7 +4,7 @@
     python3 scripts/startup_floor.py [--program bin/fa-cuda ...] [--shape 26,32768,64 ...]
                                      [--repeat 9] [-o floor.json]
 
-Floors: scripts/context_only.cu, built by the same nvcc for this GPU, which creates the CUDA
+Floors: src_cuda/context_only.cu, built by the same nvcc for this GPU, which creates the CUDA
 context and exits through the runtime's teardown:
   floor         as a user runs it (the driver's defaults);
   floor-1queue  with CUDA_DEVICE_MAX_CONNECTIONS=1, the setting fa-cuda starts with.
@@ -46,7 +46,7 @@ PHASES = ["main", "device", "copied", "committed", "released", "last", "exit"]
 
 def build_floor(work: Path) -> Path:
     exe = work / "context_only"
-    subprocess.run(["nvcc", "-O3", "-arch=native", "-o", str(exe), str(ROOT / "scripts" / "context_only.cu")],
+    subprocess.run(["nvcc", "-O3", "-arch=native", "-o", str(exe), str(ROOT / "src_cuda" / "context_only.cu")],
                    check=True)
     return exe
 

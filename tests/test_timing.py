@@ -40,6 +40,25 @@ def run_with_timing(argv: list[str], tmp_path) -> timing.TimingLine:
     return timing.parse(proc.stderr)
 
 
+def test_the_launch_log_is_read_as_the_header_prints_it():
+    """launch_log.h's format string and the parser agree: the keys it prints are the ones read,
+    a kernel name with spaces comes whole, a broken line is left out, and none is the program's."""
+    header = (ROOT / "src_cuda" / "gtx1080" / "launch_log.h").read_text()
+    assert "launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d kernel=%s" in header
+    assert "gpu sms=%d smem_sm=%d regs_sm=%d threads_sm=%d blocks_sm=%d" in header
+    stderr = ("fa-launch: launches=54 untimed=0 ms=1.944000 grid=20x8x1 block=128x1x1 smem=33280 regs=49 "
+              "kernel=void flash<float, 64>\n"
+              "fa-launch: launches=x ms=1 kernel=broken\n"
+              "fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32\n"
+              "hw4: done\n")
+    [found] = timing.launches(stderr)
+    assert found == timing.Launch("void flash<float, 64>", 54, 0, 1.944, (20, 8, 1), (128, 1, 1), 33280, 49)
+    assert found.blocks == 160 and found.threads == 128
+    assert timing.gpu_limits(stderr) == timing.SmLimits(132, 233472, 65536, 2048, 32)
+    assert [l for l in stderr.splitlines() if not timing.is_timing_line(l)] == ["hw4: done"]
+    assert timing.launches("hw4: done\n") == [] and timing.gpu_limits("") is None
+
+
 def test_the_cpu_program_prints_the_whole_line(cpu_program, tmp_path):
     line = run_with_timing([str(cpu_program)], tmp_path)
     assert line.problem is None and set(line.seconds) == set(timing.STAGES) and line.facts["impl"] == "cpu"

@@ -25,6 +25,8 @@
 #include <cstring>
 #include <string>
 
+#include "launch_log.h"
+
 namespace fa_gtx1080 {
 
 // The GTX 1080's limits (CUDA Programming Guide, compute capability 6.1; NVIDIA's GTX 1080 spec).
@@ -36,14 +38,23 @@ constexpr int kRegsPerSm = 65536, kRegUnit = 256, kSms = 20;
 constexpr size_t kMemory = 8ull << 30;
 
 inline std::string kernel_name(const void* func) {
+  static auto& known = *new std::map<const void*, std::string>;  // looked up once a kernel: launches are many
+  if (auto found = known.find(func); found != known.end()) return found->second;
+  const char* symbol = nullptr;  // the runtime knows the kernel's name (CUDA 12.3 on); else the symbol table
   Dl_info info;
-  if (!dladdr(func, &info) || !info.dli_sname) return "a kernel";
+#if CUDART_VERSION >= 12030
+  if (cudaFuncGetName(&symbol, func) != cudaSuccess) symbol = nullptr;
+#endif
+  if (symbol == nullptr) {
+    if (!dladdr(func, &info) || !info.dli_sname) return known[func] = "a kernel";
+    symbol = info.dli_sname;
+  }
   int status = 0;
-  char* pretty = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-  std::string name = status == 0 && pretty ? pretty : info.dli_sname;
+  char* pretty = abi::__cxa_demangle(symbol, nullptr, nullptr, &status);
+  std::string name = status == 0 && pretty ? pretty : symbol;
   std::free(pretty);
   const size_t paren = name.find('(');
-  return paren == std::string::npos ? name : name.substr(0, paren);
+  return known[func] = paren == std::string::npos ? name : name.substr(0, paren);
 }
 
 inline void refuse(const std::string& kernel, const std::string& why) {
@@ -61,7 +72,8 @@ inline long long block_registers(int regs_per_thread, unsigned long long threads
 
 using LaunchFn = cudaError_t (*)(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t);
 
-inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic) {
+// The launch checked against the GTX 1080's limits; `attr` gets the kernel's attributes.
+inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic, cudaFuncAttributes& attr) {
   const std::string name = kernel_name(func);
   const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
   if (threads > kMaxThreads) {
@@ -75,7 +87,6 @@ inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic
                      std::to_string(grid.z) + " in z (blocks up to 1024 x 1024 x 64, grids up to 65535 in y, z)");
     return cudaErrorInvalidConfiguration;
   }
-  cudaFuncAttributes attr;
   const cudaError_t e = cudaFuncGetAttributes(&attr, func);
   if (e != cudaSuccess) return e;
   const size_t smem = attr.sharedSizeBytes + dynamic;
@@ -107,8 +118,20 @@ extern "C" inline cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid,
                  "shared)\n");
     return cudaErrorNotSupported;
   }
-  const cudaError_t e = fa_gtx1080::check(reinterpret_cast<const void*>(kernel), grid, block, dynamic);
-  if (e == cudaSuccess) return next(kernel, grid, block, args, dynamic, stream);
+  const void* func = reinterpret_cast<const void*>(kernel);
+  cudaFuncAttributes attr{};
+  const cudaError_t e = fa_gtx1080::check(func, grid, block, dynamic, attr);
+  if (e == cudaSuccess) {
+    namespace launches = fa_gtx1080::launch_log;
+    const cudaEvent_t start = launches::begin(stream);
+    const cudaError_t launched = next(kernel, grid, block, args, dynamic, stream);
+    if (launched == cudaSuccess)
+      launches::end(start, stream, {fa_gtx1080::kernel_name(func), {grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
+                               attr.sharedSizeBytes + dynamic, attr.numRegs});
+    else if (start != nullptr)
+      cudaEventDestroy(start);
+    return launched;
+  }
   // Refused: the runtime is handed a launch it refuses itself, so that its own last error (what
   // cudaGetLastError and cudaPeekAtLastError return) holds the refusal, as on the GTX 1080:
   // too much shared memory an invalid value, any other limit an invalid configuration.
@@ -148,4 +171,13 @@ extern "C" inline cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* 
   prop->maxThreadsPerMultiProcessor = 2048, prop->maxBlocksPerMultiProcessor = 32;
   prop->totalGlobalMem = fa_gtx1080::kMemory;
   return cudaSuccess;
+}
+
+// A program that resets the device before it exits: its launches are printed first, while their
+// events still exist.
+extern "C" inline cudaError_t CUDARTAPI cudaDeviceReset(void) {
+  using ResetFn = cudaError_t (*)(void);
+  static auto next = reinterpret_cast<ResetFn>(dlsym(RTLD_NEXT, "cudaDeviceReset"));
+  if (fa_gtx1080::launch_log::wanted()) fa_gtx1080::launch_log::print();
+  return next ? next() : cudaErrorNotSupported;
 }

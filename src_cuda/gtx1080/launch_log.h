@@ -1,0 +1,131 @@
+// launch_log.h: what a student's kernels asked of the GPU and how long they took here, for fa's
+// estimate of the time on the judge's GPU (fa_cli/measure/judge_time.py). fa_gtx1080.h times
+// every launch it lets through with two events on the launch's own stream; at exit (or before
+// cudaDeviceReset) the launches are added up per kernel and launch shape and printed on stderr,
+// one line each, where fa asks for timing lines (FA_TIMING set, as fa's runs set it):
+//
+//   fa-launch: launches=54 ms=1.944 grid=20x8x1 block=128x1x1 smem=33280 regs=49 kernel=flash_fwd<64>
+//
+// smem is a block's static plus dynamic shared memory, regs this build's registers a thread, ms
+// the launches' summed GPU time (launches on several streams may overlap: their sum is an upper
+// bound on the span). The kernel's name comes last: it may hold spaces. One more line gives what
+// an SM of the GPU at hand holds (cudaDeviceGetAttribute: the real GPU's, not the GTX 1080's):
+//
+//   fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../../src_common/host/settings.h"  // FA_TIMING, read where every setting is read
+
+namespace fa_gtx1080::launch_log {
+
+struct Shape {  // what one kind of launch asks: the key its launches are added up under
+  std::string kernel;
+  unsigned grid[3], block[3];
+  size_t smem;
+  int regs;
+  bool operator<(const Shape& o) const {
+    return std::tie(kernel, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem, regs) <
+           std::tie(o.kernel, o.grid[0], o.grid[1], o.grid[2], o.block[0], o.block[1], o.block[2], o.smem, o.regs);
+  }
+};
+struct Totals {
+  long long launches = 0, untimed = 0;
+  double ms = 0;
+};
+struct Pending {
+  Shape shape;
+  cudaEvent_t start, stop;
+};
+
+// Never destroyed: print() runs from atexit, after the program's own statics may be gone.
+inline std::map<Shape, Totals>& totals() {
+  static auto* t = new std::map<Shape, Totals>;
+  return *t;
+}
+inline std::vector<Pending>& pending() {
+  static auto* p = new std::vector<Pending>;
+  return *p;
+}
+inline bool wanted() {
+  return fa::settings().timing != 0;
+}
+
+// Moves finished launches (all of them, waiting, where `wait`) from pending into their totals.
+inline void collect(bool wait) {
+  std::vector<Pending> still;
+  for (Pending& p : pending()) {
+    Totals& t = totals()[p.shape];
+    const cudaError_t done = wait ? cudaEventSynchronize(p.stop) : cudaEventQuery(p.stop);
+    if (done == cudaErrorNotReady) {
+      still.push_back(p);
+      continue;
+    }
+    float ms = 0;
+    if (done == cudaSuccess && cudaEventElapsedTime(&ms, p.start, p.stop) == cudaSuccess) {
+      t.ms += ms;
+    } else {
+      ++t.untimed;  // a failed launch or a lost context: counted, not timed
+    }
+    cudaEventDestroy(p.start);
+    cudaEventDestroy(p.stop);
+  }
+  pending().swap(still);
+}
+
+inline void print_gpu() {
+  int device = 0, value[5] = {0, 0, 0, 0, 0};
+  const cudaDeviceAttr asked[5] = {cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                   cudaDevAttrMaxRegistersPerMultiprocessor, cudaDevAttrMaxThreadsPerMultiProcessor,
+                                   cudaDevAttrMaxBlocksPerMultiprocessor};
+  if (cudaGetDevice(&device) != cudaSuccess) return;
+  for (int i = 0; i < 5; ++i)
+    if (cudaDeviceGetAttribute(&value[i], asked[i], device) != cudaSuccess) return;
+  std::fprintf(stderr, "fa-launch: gpu sms=%d smem_sm=%d regs_sm=%d threads_sm=%d blocks_sm=%d\n", value[0], value[1],
+               value[2], value[3], value[4]);
+}
+
+inline void print() {
+  collect(true);
+  if (!totals().empty()) print_gpu();
+  for (const auto& [s, t] : totals()) {
+    std::fprintf(stderr, "fa-launch: launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d kernel=%s\n",
+                 t.launches, t.untimed, t.ms, s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2],
+                 s.smem, s.regs, s.kernel.c_str());
+  }
+  totals().clear();
+}
+
+// Before a launch: its start event on its stream (null where nothing is logged or events fail).
+inline cudaEvent_t begin(cudaStream_t stream) {
+  if (!wanted()) return nullptr;
+  static const bool registered = std::atexit(print) == 0;  // after the runtime's own: runs before it
+  (void)registered;
+  cudaEvent_t start = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventRecord(start, stream) != cudaSuccess) return nullptr;
+  return start;
+}
+
+// After the launch was accepted: its stop event, and the launch counted under its shape.
+inline void end(cudaEvent_t start, cudaStream_t stream, const Shape& shape) {
+  if (start == nullptr) return;
+  ++totals()[shape].launches;
+  cudaEvent_t stop = nullptr;
+  if (cudaEventCreate(&stop) != cudaSuccess || cudaEventRecord(stop, stream) != cudaSuccess) {
+    ++totals()[shape].untimed;
+    cudaEventDestroy(start);
+    return;
+  }
+  pending().push_back({shape, start, stop});
+  if (pending().size() >= 1024) collect(false);  // a program of many launches: keep the list short
+}
+
+}  // namespace fa_gtx1080::launch_log

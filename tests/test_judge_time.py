@@ -1,0 +1,82 @@
+"""The judge-time model (fa_cli/measure/judge_time.py): its parts, its fit and its check, on
+made-up programs whose GTX 1080 times follow known parameters."""
+import math
+
+import numpy as np
+import pytest
+
+from fa_cli.measure import judge_time
+from fa_cli.measure.floor import Floor
+from fa_cli.programs.timing import Launch, SmLimits
+
+H100 = SmLimits(sms=132, smem_sm=233472, regs_sm=65536, threads_sm=2048, blocks_sm=32)
+FLOOR = Floor(startup_s=0.3, h2d_gbps=6.0, d2h_gbps=12.0)
+
+
+def launch(blocks: int, ms: float) -> Launch:
+    return Launch("flash", 1, 0, ms, (blocks, 1, 1), (128, 1, 1), 16384, 40)
+
+
+def test_a_grid_smaller_than_the_sms_takes_as_long_per_sm_and_a_large_one_spreads_over_20():
+    small = judge_time.parts((2, 32768, 64), 1.0, [launch(2, 100.0)], H100, FLOOR)
+    large = judge_time.parts((2, 32768, 64), 1.0, [launch(132 * 20, 100.0)], H100, FLOOR)
+    assert small.kernels_judge_here == pytest.approx(0.1)
+    assert large.kernels_judge_here == pytest.approx(0.1 * 132 / 20)
+
+
+def test_host_work_is_the_wall_time_less_floor_copies_and_kernels():
+    B, N, d = 100, 1024, 64
+    p = judge_time.parts((B, N, d), 2.0, [launch(500, 250.0)], H100, FLOOR)
+    copies_here = 3 * B * N * d * 4 / 6e9 + B * N * d * 4 / 12e9
+    assert p.host_here == pytest.approx(2.0 - 0.3 - copies_here - 0.25)
+    assert p.copies_judge == pytest.approx(3 * B * N * d * 4 / 8.4e9 + B * N * d * 4 / 11.9e9)
+    assert judge_time.parts((B, N, d), 0.1, [launch(500, 250.0)], H100, FLOOR).host_here == 0.0
+
+
+def synthetic(truth: judge_time.Params, noise: float, seed: int = 0):
+    """Five programs of eight cases each: random shapes, grids and kernel times, published times
+    from `truth` with log-normal noise."""
+    rng = np.random.default_rng(seed)
+    names, points, published = [], [], []
+    for program in range(5):
+        for _ in range(8):
+            B, N, d = int(rng.integers(2, 500)), int(rng.choice([128, 1024, 4096])), int(rng.choice([32, 64]))
+            grid = int(rng.choice([B, B * 16, 3]))
+            run = judge_time.parts((B, N, d), float(rng.uniform(0.35, 2.0)), [launch(grid, float(rng.uniform(1, 400)))],
+                                   H100, FLOOR)
+            names.append(f"p{program}")
+            points.append([run])
+            published.append(run.estimate(truth) * math.exp(rng.normal(0, noise)))
+    return names, points, published
+
+
+def test_the_fit_finds_the_parameters_that_made_the_times():
+    truth = judge_time.Params(startup_s=0.12, host_ratio=1.5, sm_ratio=1.4)
+    _, points, published = synthetic(truth, noise=0.0)
+    found = judge_time.fit(points, published)
+    assert found.startup_s == pytest.approx(truth.startup_s, abs=0.02)
+    assert found.host_ratio == pytest.approx(truth.host_ratio, rel=0.15)
+    assert found.sm_ratio == pytest.approx(truth.sm_ratio, rel=0.15)
+    assert np.median(np.abs(judge_time.log_errors(points, published, found))) < 0.05
+
+
+def test_leaving_each_program_out_measures_the_noise_and_ranges_cover_it():
+    truth = judge_time.Params(startup_s=0.12, host_ratio=1.5, sm_ratio=1.4)
+    names, points, published = synthetic(truth, noise=0.2, seed=1)
+    check = judge_time.leave_one_program_out(names, points, published)
+    assert check.points == 40
+    assert 0.05 < check.median_abs_log < 0.3  # about the noise's median |error| (0.135)
+    assert check.covered >= 0.7 and check.widest <= math.log(2.0) + 1e-12
+
+
+def test_a_sum_over_cases_is_estimated_as_the_sum():
+    truth = judge_time.Params(startup_s=0.1, host_ratio=1.0, sm_ratio=2.0)
+    _, points, _ = synthetic(truth, noise=0.0)
+    together = [[p[0] for p in points[:8]]]
+    estimate = judge_time.log_errors(together, [1.0], truth)
+    assert math.exp(estimate[0]) == pytest.approx(sum(p[0].estimate(truth) for p in points[:8]))
+
+
+def test_the_range_is_never_wider_than_twice_either_way():
+    assert judge_time.half_width(np.array([0.1, 2.0, 3.0])) == pytest.approx(math.log(2.0))
+    assert judge_time.half_width(np.array([0.1] * 10)) == pytest.approx(0.1)
