@@ -128,8 +128,8 @@ extern "C" inline cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid,
     if (launched == cudaSuccess)
       launches::end(start, stream, {fa_gtx1080::kernel_name(func), {grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
                                attr.sharedSizeBytes + dynamic, attr.numRegs});
-    else if (start != nullptr)
-      cudaEventDestroy(start);
+    else
+      launches::give(start);
     return launched;
   }
   // Refused: the runtime is handed a launch it refuses itself, so that its own last error (what
@@ -179,5 +179,6 @@ extern "C" inline cudaError_t CUDARTAPI cudaDeviceReset(void) {
   using ResetFn = cudaError_t (*)(void);
   static auto next = reinterpret_cast<ResetFn>(dlsym(RTLD_NEXT, "cudaDeviceReset"));
   if (fa_gtx1080::launch_log::wanted()) fa_gtx1080::launch_log::print();
+  fa_gtx1080::launch_log::spare().clear();  // the reset destroys them
   return next ? next() : cudaErrorNotSupported;
 }

@@ -55,6 +55,25 @@ inline std::vector<Pending>& pending() {
   static auto* p = new std::vector<Pending>;
   return *p;
 }
+// Events are reused: a program of thousands of launches pays for creating a few.
+inline std::vector<cudaEvent_t>& spare() {
+  static auto* s = new std::vector<cudaEvent_t>;
+  return *s;
+}
+inline cudaEvent_t take() {
+  cudaEvent_t e = nullptr;
+  if (!spare().empty()) {
+    e = spare().back();
+    spare().pop_back();
+  } else if (cudaEventCreate(&e) != cudaSuccess) {
+    return nullptr;
+  }
+  return e;
+}
+inline void give(cudaEvent_t e) {
+  if (e != nullptr) spare().push_back(e);
+}
+
 inline bool wanted() {
   return fa::settings().timing != 0;
 }
@@ -75,8 +94,8 @@ inline void collect(bool wait) {
     } else {
       ++t.untimed;  // a failed launch or a lost context: counted, not timed
     }
-    cudaEventDestroy(p.start);
-    cudaEventDestroy(p.stop);
+    give(p.start);
+    give(p.stop);
   }
   pending().swap(still);
 }
@@ -109,8 +128,11 @@ inline cudaEvent_t begin(cudaStream_t stream) {
   if (!wanted()) return nullptr;
   static const bool registered = std::atexit(print) == 0;  // after the runtime's own: runs before it
   (void)registered;
-  cudaEvent_t start = nullptr;
-  if (cudaEventCreate(&start) != cudaSuccess || cudaEventRecord(start, stream) != cudaSuccess) return nullptr;
+  cudaEvent_t start = take();
+  if (start != nullptr && cudaEventRecord(start, stream) != cudaSuccess) {
+    give(start);
+    return nullptr;
+  }
   return start;
 }
 
@@ -118,10 +140,11 @@ inline cudaEvent_t begin(cudaStream_t stream) {
 inline void end(cudaEvent_t start, cudaStream_t stream, const Shape& shape) {
   if (start == nullptr) return;
   ++totals()[shape].launches;
-  cudaEvent_t stop = nullptr;
-  if (cudaEventCreate(&stop) != cudaSuccess || cudaEventRecord(stop, stream) != cudaSuccess) {
+  cudaEvent_t stop = take();
+  if (stop == nullptr || cudaEventRecord(stop, stream) != cudaSuccess) {
     ++totals()[shape].untimed;
-    cudaEventDestroy(start);
+    give(start);
+    give(stop);
     return;
   }
   pending().push_back({shape, start, stop});
