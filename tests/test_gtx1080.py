@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from helpers import fa, verdicts
-from fa_cli.programs import gtx1080
+from fa_cli.programs import gtx1080, timing
 
 pytestmark = pytest.mark.gpu
 
@@ -44,6 +44,14 @@ int main(int argc, char** argv) {
   }
   if (!strcmp(what, "registers")) heavy<<<1, 1024>>>(y, 4096);
   if (!strcmp(what, "fits")) small<<<1, 1024, 48 * 1024>>>(y);
+  if (!strcmp(what, "many")) {  // the launch log: three shapes, one of them after a device reset
+    for (int i = 0; i < 3000; ++i) small<<<40, 64, 256>>>(y);
+    small<<<2, 32, 128>>>(y);
+    cudaDeviceSynchronize();
+    cudaDeviceReset();
+    cudaMalloc(&y, 4096 * sizeof(float));
+    small<<<3, 32, 128>>>(y);
+  }
   cudaError_t e = cudaGetLastError();
   cudaDeviceProp p; cudaGetDeviceProperties(&p, 0);
   printf("launch %s; cc %d.%d; %zu bytes a block\n", cudaGetErrorName(e), p.major, p.minor, p.sharedMemPerBlock);
@@ -79,6 +87,22 @@ def test_what_the_judge_takes_runs(probe):
     proc = subprocess.run([str(probe), "fits"], capture_output=True, text=True)
     assert proc.returncode == 0 and "launch cudaSuccess" in proc.stdout and not gtx1080.fault(proc.stderr), \
         proc.stdout + proc.stderr
+
+
+def test_every_launch_let_through_is_timed_and_logged_at_exit(probe):
+    """The launch log (launch_log.h) under fa's FA_TIMING: one line per kernel and shape, each
+    launch counted and timed, the lines before a reset printed then, the program's own work and
+    exit unchanged; without FA_TIMING nothing is printed."""
+    proc = subprocess.run([str(probe), "many"], capture_output=True, text=True, env={**os.environ, "FA_TIMING": "1"})
+    assert proc.returncode == 0 and "launch cudaSuccess" in proc.stdout, proc.stdout + proc.stderr
+    found = {(l.grid, l.launches): l for l in timing.launches(proc.stderr)}
+    assert set(found) == {((40, 1, 1), 3000), ((2, 1, 1), 1), ((3, 1, 1), 1)}, proc.stderr
+    many = found[(40, 1, 1), 3000]
+    assert many.kernel == "small" and many.block == (64, 1, 1) and many.smem == 256 and many.untimed == 0
+    assert 0 < many.ms < 1000 and timing.gpu_limits(proc.stderr).sms > 0
+    quiet = subprocess.run([str(probe), "fits"], capture_output=True, text=True,
+                           env={k: v for k, v in os.environ.items() if k != "FA_TIMING"})
+    assert quiet.returncode == 0 and not timing.launches(quiet.stderr)
 
 
 def asks_64_kb(folder) -> str:
