@@ -15,10 +15,13 @@ import pytest
 from helpers import DATA, ROOT, build, have_nvidia_gpu
 from fa_cli.programs import programs
 
-# A test run started in the background (`make test &`) inherits SIGINT ignored, and so would every
-# program the tests start: the tests of Ctrl-C need it delivered.
+# A test run started in the background (`make test &`) inherits SIGINT ignored, and one started
+# under nohup SIGHUP, and so would every program the tests start: the tests of Ctrl-C and of a
+# closed terminal need them delivered.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 # GNU readline, which pytest loads, exports the terminal's size (COLUMNS, LINES) into the C
 # environment every child inherits; fa folds its words to a COLUMNS it finds (report/lines.py).

@@ -80,3 +80,52 @@ def test_a_sum_over_cases_is_estimated_as_the_sum():
 def test_the_range_is_never_wider_than_twice_either_way():
     assert judge_time.half_width(np.array([0.1, 2.0, 3.0])) == pytest.approx(math.log(2.0))
     assert judge_time.half_width(np.array([0.1] * 10)) == pytest.approx(0.1)
+
+
+def test_the_fit_script_reads_the_published_times_and_observations_it_is_given(tmp_path):
+    """scripts/fit_judge_time.py end to end, on observations made up from the published shapes
+    with known parameters: every fit and check row found, the model's fit near the truth, its
+    left-out error small, and the baseline (shape alone) reported beside it."""
+    import csv
+    import json
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+    from fa_cli.cases import suite
+
+    truth = judge_time.Params(startup_s=0.1, host_ratio=1.2, sm_ratio=1.6)
+    rows = list(csv.DictReader((ROOT / "data" / "judge_time" / "published.csv").open()))
+    rng = np.random.default_rng(3)
+    observed = {"floor": {"startup_s": 0.3, "h2d_gbps": 6.0, "d2h_gbps": 12.0}, "programs": {}}
+    made = []
+    for row in rows:
+        cases = [f"c{i:02d}" for i in range(1, 31)] if row["case"] == "all" else [row["case"]]
+        parts = []
+        for name in cases:
+            s = suite.case(name).shape
+            entry = {"case": name, "shape": [s.B, s.N, s.d], "wall_s": float(rng.uniform(0.4, 3.0)),
+                     "launches": [{"kernel": "k", "launches": 1, "untimed": 0, "ms": float(rng.uniform(1, 900)),
+                                   "grid": [int(rng.choice([s.B, s.B * 8])), 1, 1], "block": [128, 1, 1],
+                                   "smem": 8192, "regs": 32}],
+                     "gpu": H100.__dict__}
+            observed["programs"].setdefault(row["program"], []).append(entry)
+            launches = [Launch(**{**l, "grid": tuple(l["grid"]), "block": tuple(l["block"])}) for l in entry["launches"]]
+            parts.append(judge_time.parts(tuple(entry["shape"]), entry["wall_s"], launches, H100, FLOOR))
+        made.append(sum(p.estimate(truth) for p in parts))
+    path = tmp_path / "observed.json"
+    path.write_text(json.dumps(observed))
+    published = tmp_path / "published.csv"
+    with published.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows([{**row, "seconds": f"{t:.6f}"} for row, t in zip(rows, made)])
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_judge_time.py"), str(path), "--published",
+                           str(published)], capture_output=True, text=True, check=True)
+    found = json.loads(proc.stdout)
+    model = found["model"]
+    assert model["missing"] == [] and model["check"]["missing"] == []
+    assert model["params"]["sm_ratio"] == pytest.approx(truth.sm_ratio, rel=0.15)
+    assert model["left_out"]["points"] == sum(r["set"] == "fit" for r in rows)
+    assert model["left_out"]["median_x"] < 1.1 and model["check"]["median_x"] < 1.1
+    assert found["shape_only"]["left_out"]["points"] == model["left_out"]["points"]
