@@ -123,8 +123,7 @@ $(VENV)/.installed: pyproject.toml
 	@echo "creating $(VENV) (the Python packages fa needs; about a minute the first time)"
 	@$(PYTHON) -m venv $(VENV)
 	@# pip's and setuptools' notes go to a log, shown only if the install fails
-	@{ $(VENV)/bin/pip install -q --disable-pip-version-check --upgrade pip && \
-	   $(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test]'; } >$(VENV)/install.log 2>&1 || \
+	@{ $(VENV)/bin/pip install -q --disable-pip-version-check -e '.[test]'; } >$(VENV)/install.log 2>&1 || \
 	   { cat $(VENV)/install.log; echo "make: installing into $(VENV) failed (log above: $(VENV)/install.log)"; exit 1; }
 	@touch $@
 env: $(VENV)/.installed
@@ -140,7 +139,10 @@ PYTEST := $(VENV)/bin/python -m pytest -p no:cacheprovider
 # make test: the quick tests on every core and one more (pytest-xdist: a test waits on a program
 # part of its time); make test-all: every test, one at a time.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
+# fa's modules are compiled once first: the tests start fa hundreds of times, and where
+# PYTHONDONTWRITEBYTECODE is set each start would compile them again.
 test: env cpu
+	@$(VENV)/bin/python -m compileall -q fa_cli >/dev/null
 	$(PYTEST) -m 'not slow' -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # test-all also installs the optional CUDA 12 ptxas (fa-toolkit[gtx1080]), so that the sm_61 tests run.

@@ -129,3 +129,32 @@ def test_the_fit_script_reads_the_published_times_and_observations_it_is_given(t
     assert model["left_out"]["points"] == sum(r["set"] == "fit" for r in rows)
     assert model["left_out"]["median_x"] < 1.1 and model["check"]["median_x"] < 1.1
     assert found["shape_only"]["left_out"]["points"] == model["left_out"]["points"]
+
+
+CAL = judge_time.Calibration(judge_time.Params(0.1, 1.0, 1.5), half_width=math.log(1.5), points=43, median_x=1.3)
+
+
+def test_the_words_say_estimate_basis_and_risk_and_where_none_was_made():
+    estimates = {"c01": judge_time.Estimate(0.1, 0.15, 0.225), "c29": judge_time.Estimate(4.0, 6.0, 9.0),
+                 "c30": None}
+    said = judge_time.words(estimates, {"c01": 2.0, "c29": 6.0, "c30": 10.0}, CAL)
+    assert "not a measurement" in said[0] and "43 published GTX 1080 times" in said[0] and "x1.30" in said[0]
+    assert said[1] == "TLE risk on the GTX 1080 (the range reaches the limit): c29 (6 s)"
+    assert said[2].startswith("no GTX 1080 estimate for c30 (")
+    assert judge_time.cell(estimates["c01"], 2.0) == "0.10-0.23" and judge_time.cell(estimates["c29"], 6.0) == "4.00-9.00 !"
+    assert judge_time.cell(None, 2.0) == "-"
+
+
+def test_the_estimate_comes_from_the_runs_launch_log_and_none_without_it():
+    stderr = ("fa-launch: launches=1 untimed=0 ms=500.0 grid=2x1x1 block=128x1x1 smem=0 regs=32 kernel=k\n"
+              "fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32\n")
+    e = judge_time.estimate((2, 32768, 64), 1.5, stderr, CAL, FLOOR)
+    p = judge_time.parts((2, 32768, 64), 1.5, [launch(2, 500.0)], H100, FLOOR)
+    assert e.mid == pytest.approx(p.estimate(CAL.params)) and e.high / e.mid == pytest.approx(1.5)
+    assert judge_time.estimate((2, 32768, 64), 1.5, "hw4: done\n", CAL, FLOOR) is None
+
+
+def test_without_a_fitted_model_fa_run_shows_no_estimate(monkeypatch, tmp_path):
+    monkeypatch.setattr(judge_time, "CALIBRATION", tmp_path / "none.json")
+    assert judge_time.calibration() is None
+    assert judge_time.for_results(tmp_path / "hw4.cu", []) is None

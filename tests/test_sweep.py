@@ -73,6 +73,7 @@ def test_the_amd_build_offers_no_simt_sweep(listing_programs):
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.slow  # builds fa-cuda first (its registry says the families): minutes from a fresh clone
 def test_simt_variants_build_and_report_their_kernel(tmp_path):
     proc = fa("sweep", "t01", "--kernel", "simt", "--param", "TN=2,4", "--arch", "sm_90", "--no-run",
               "-o", "s.json", cwd=tmp_path)

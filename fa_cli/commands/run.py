@@ -12,6 +12,7 @@ from ..cases import suite
 from ..errors import ExitStatus
 from ..judge import cause, expected, outlook, race_check, verdict, verify
 from ..judge.findings import Kind
+from ..measure import judge_time
 from ..programs import gtx1080, programs, wave64
 from ..report import lines, tables
 from ..report.records import append, check_extendable
@@ -118,8 +119,11 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
 def show_results(results, prog, across, why_case, sample_rows) -> None:
     """The table, what sampling did, each case's diagnosis, what the cases say together and what
     the MI210 emulation says."""
+    judge_gpu = judge_time.for_results(getattr(prog, "source", None), results)  # a hw4.cu: the GTX 1080's time
     if results:
-        tables.show(tables.judge_table(results))
+        tables.show(tables.judge_table(results, judge_gpu[0] if judge_gpu else None))
+    for line in judge_gpu[1] if judge_gpu else []:
+        lines.echo(line)
     if any(r.check and r.check.sampled for r in results):
         lines.echo(tables.SAMPLED_NOTE)
     if sample_rows and (full_instead := [r.target.name for r in results if r.check and not r.check.sampled]):

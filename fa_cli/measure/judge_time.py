@@ -22,12 +22,16 @@ turn; `Calibration` holds both and says how well the model did.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from ..programs import timing
 from ..programs.timing import Launch, SmLimits
+from . import floor
 from .floor import Floor
 
 GTX1080 = SmLimits(sms=20, smem_sm=96 * 1024, regs_sm=65536, threads_sm=2048, blocks_sm=32)
@@ -143,3 +147,80 @@ def shape_only(shape: tuple[int, int, int]) -> Parts:
     B, N, d = shape
     to_device, back = case_bytes(B, N, d)
     return Parts(host_here=(to_device + back) / 1e9, copies_judge=0.0, kernels_judge_here=4.0 * B * N * N * d / 1e12)
+
+
+# --- the estimate fa run shows ----------------------------------------------------------------
+
+CALIBRATION = Path(__file__).with_name("judge_time_gtx1080.json")  # written by scripts/fit_judge_time.py
+
+
+@dataclass(frozen=True)
+class Calibration:
+    params: Params
+    half_width: float  # the range either way, as a log
+    points: int        # published times of the check (each program left out of the fit in turn)
+    median_x: float    # the check's median error, as a factor
+
+
+@dataclass(frozen=True)
+class Estimate:
+    low: float
+    mid: float
+    high: float
+
+
+def calibration() -> Calibration | None:
+    """The fitted model, or None where it has not been fitted on measured data."""
+    if not CALIBRATION.is_file():
+        return None
+    model = json.loads(CALIBRATION.read_text())["model"]
+    return Calibration(Params(**model["params"]), math.log(model["half_width_x"]), model["left_out"]["points"],
+                       model["left_out"]["median_x"])
+
+
+def estimate(shape: tuple[int, int, int], wall_s: float, stderr: str, cal: Calibration, floor: Floor) -> Estimate | None:
+    """A case's GTX 1080 time from its run here, or None where the run left no launch log."""
+    launches, gpu = timing.launches(stderr), timing.gpu_limits(stderr)
+    if not launches or gpu is None:
+        return None
+    mid = parts(shape, wall_s, launches, gpu, floor).estimate(cal.params)
+    width = math.exp(cal.half_width)
+    return Estimate(mid / width, mid, mid * width)
+
+
+def cell(e: Estimate | None, limit: float | None) -> str:
+    """The table's cell: the range, marked where it reaches the case's limit."""
+    if e is None:
+        return "-"
+    return f"{e.low:.2f}-{e.high:.2f}" + (" !" if limit is not None and e.high >= limit else "")
+
+
+def words(estimates: dict[str, Estimate | None], limits: dict[str, float | None], cal: Calibration) -> list[str]:
+    """The lines under fa run's table: what the column is, how good it is, and the risks."""
+    lines = [f"GTX 1080 s: an estimate of each case's time on the judge's GPU from this run (start-up, "
+             f"file I/O, PCIe 3.0 copies and kernels carried over apart), not a measurement: about "
+             f"x{cal.median_x:.2f} either way on {cal.points} published GTX 1080 times, each program left "
+             f"out of the fit in turn; the range is x{math.exp(cal.half_width):.2f} either way "
+             f"(docs/judge-time.md)"]
+    risky = [f"{name} ({limits[name]:g} s)" for name, e in estimates.items()
+             if e is not None and limits.get(name) is not None and e.high >= limits[name]]
+    if risky:
+        lines.append("TLE risk on the GTX 1080 (the range reaches the limit): " + ", ".join(risky))
+    missing = [name for name, e in estimates.items() if e is None]
+    if missing:
+        lines.append("no GTX 1080 estimate for " + ", ".join(missing) + " (the run left no launch log: it "
+                     "failed before its kernels ran, or ran none)")
+    return lines
+
+
+def for_results(source: Path | None, results) -> tuple[dict[str, str], list[str]] | None:
+    """fa run's GTX 1080 column (cells by case) and the lines under its table, for a student's
+    hw4.cu run under the GTX 1080's rules with a fitted model; None otherwise."""
+    cal = calibration()
+    if cal is None or source is None or not any(timing.launches(r.run.stderr) for r in results):
+        return None
+    here = floor.measure()
+    found = {r.target.name: estimate((r.target.shape.B, r.target.shape.N, r.target.shape.d), r.run.wall_s,
+                                     r.run.stderr, cal, here) for r in results}
+    limits = {r.target.name: r.time_limit for r in results}
+    return {name: cell(e, limits[name]) for name, e in found.items()}, words(found, limits, cal)

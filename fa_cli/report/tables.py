@@ -188,15 +188,17 @@ def run_summary(results: list[CaseResult]) -> str:
     return line
 
 
-def judge_table(results: list[CaseResult]) -> Table:
+def judge_table(results: list[CaseResult], judge_gpu: dict[str, str] | None = None) -> Table:
     """fa run's table, in 80 columns: the program in the title where every case ran the same one,
-    and the device the runs used (devices.device_of_run: one name in every table and record)."""
+    and the device the runs used (devices.device_of_run: one name in every table and record);
+    judge_gpu: the estimated GTX 1080 time of each case (measure/judge_time.py), a column of its own."""
     names = {r.program.name for r in results}
     one = names.pop() if len(names) == 1 else None
     used = {devices.device_of_run(r.run.build) for r in results}
     device = used.pop() if len(used) == 1 else " and ".join(sorted(used)) or devices.describe_first()
     table = Table(title=f"fa run of {one} on {device}" if one else f"fa run on {device}", title_justify="left")
-    columns = ["case", "B×N×d", *([] if one else ["program"]), "time s", "limit s", "max err", "checked", "verdict"]
+    columns = ["case", "B×N×d", *([] if one else ["program"]), "time s", *(["GTX 1080 s"] if judge_gpu else []),
+               "limit s", "max err", "checked", "verdict"]
     for column in columns:
         table.add_column(column, no_wrap=True, justify="right" if column in ("time s", "limit s", "max err") else "left")
     for r in results:
@@ -207,6 +209,7 @@ def judge_table(results: list[CaseResult]) -> Table:
         check = r.check.mode if r.check else "-"
         label = f"{verdict}, sampled" if r.check and r.check.sampled else verdict
         table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", *([] if one else [r.program.name]), f"{r.run.wall_s:.3f}",
+                      *([judge_gpu.get(r.target.name, "-")] if judge_gpu else []),
                       limit, err, check, f"[{VERDICT_STYLE[verdict]}]{label}[/]")
     return table
 
