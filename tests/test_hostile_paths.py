@@ -172,9 +172,11 @@ def test_compare_takes_run_records_and_refuses_profile_ones(cpu_program, tmp_pat
 
 # ----------------------------------------------------------------------------- signals
 def start_fa_run(inp: Path, cwd: Path, env: dict) -> subprocess.Popen:
+    # --sample: no float64 expected output of the whole input first (seconds of CPU the test
+    # does not need); the program still has seconds of work when the signal comes
     proc = subprocess.Popen([sys.executable, "-m", "fa_cli", "run", str(inp), "--program", "cpu",
-                             "--no-time-limit"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                             "--no-time-limit", "--sample", "1"], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not running_on(inp):
         time.sleep(0.01)
