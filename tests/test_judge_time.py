@@ -158,3 +158,33 @@ def test_without_a_fitted_model_fa_run_shows_no_estimate(monkeypatch, tmp_path):
     monkeypatch.setattr(judge_time, "CALIBRATION", tmp_path / "none.json")
     assert judge_time.calibration() is None
     assert judge_time.for_results(tmp_path / "hw4.cu", []) is None
+
+
+def test_fa_runs_table_gets_the_column_and_the_words_under_it(monkeypatch, tmp_path):
+    """for_results with a fitted model: a cell per case from its run's launch log, '!' where the
+    range reaches the limit, the words; judge_table shows the column beside the time here."""
+    import json
+
+    from fa_cli.cases.format import Shape
+    from fa_cli.cases.suite import Target
+    from fa_cli.judge.verdict import CaseResult
+    from fa_cli.programs.programs import Program, RunResult
+    from fa_cli.report import tables
+
+    model = {"model": {"params": {"startup_s": 0.1, "host_ratio": 1.0, "sm_ratio": 1.5}, "half_width_x": 1.5,
+                       "left_out": {"points": 43, "median_x": 1.3}}}
+    (tmp_path / "model.json").write_text(json.dumps(model))
+    monkeypatch.setattr(judge_time, "CALIBRATION", tmp_path / "model.json")
+    monkeypatch.setattr(judge_time.floor, "measure", lambda: FLOOR)
+    log = ("fa-launch: launches=1 untimed=0 ms={ms} grid=2x1x1 block=128x1x1 smem=0 regs=32 kernel=k\n"
+           "fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32\n")
+    prog = Program("hw4.cu", tmp_path / "hw4", source=tmp_path / "hw4.cu")
+    results = [CaseResult(Target(name, tmp_path / f"{name}.in", Shape(2, 32768, 64), limit), prog,
+                          RunResult(["hw4"], 0, wall, log.format(ms=ms)), None, limit)
+               for name, wall, ms, limit in (("c30", 1.0, 200.0, 10.0), ("c29", 5.0, 4000.0, 6.0))]
+    cells, said = judge_time.for_results(prog.source, results)
+    assert not cells["c30"].endswith("!") and cells["c29"].endswith(" !")
+    assert said[1] == "TLE risk on the GTX 1080 (the range reaches the limit): c29 (6 s)"
+    table = tables.judge_table(results, cells)
+    assert [c.header for c in table.columns][2:4] == ["time s", "GTX 1080 s"]
+    assert judge_time.for_results(None, results) is None
