@@ -88,3 +88,28 @@ def test_source_lines_come_from_the_ptx_line_information():
     out = "ptxas x.ptx, line 7; error   : Feature 'cp.async' requires .target sm_80 or higher\n"
     assert pascal.refusals(out, ptx) == ["hw4.cu:9: Feature 'cp.async' requires .target sm_80 or higher"]
     assert ".target sm_61" in pascal.retargeted(".version 9.0\n.target sm_75\n", "sm_61")
+
+
+@needs_ptxas
+def test_fa_runs_notes_say_only_what_the_gtx1080_would_not_take(tmp_path):
+    """gtx1080_report (fa run's notes for a hw4.cu under the rules): a kernel of 64 KB of static
+    shared memory does not build for sm_61, in ptxas's words; cp.async on its line; the starter
+    gives no note; the notes are made once per build and kept beside the program."""
+    from fa_cli.measure import gtx1080_report
+    from fa_cli.programs.programs import Program
+
+    big = tmp_path / "big.cu"
+    big.write_text("__global__ void big(float* y) { __shared__ float s[16384]; s[threadIdx.x] = y[threadIdx.x];\n"
+                   "  __syncthreads(); y[threadIdx.x] = s[(threadIdx.x + 1) % 16384]; }\nint main() { return 0; }\n")
+    [line] = gtx1080_report.notes_for(big)
+    assert line.startswith("big.cu does not build for the GTX 1080 (sm_61): ") and "too much shared data" in line
+    path, at = source(tmp_path, COPY)
+    [line] = gtx1080_report.notes_for(path)
+    assert f"hw4.cu:{at}: " in line and "cp.async" in line
+    assert fa("init", tmp_path / "starter").returncode == 0
+    built = tmp_path / "build"
+    built.mkdir()
+    prog = Program("hw4.cu", built / "hw4", source=tmp_path / "starter" / "hw4.cu")
+    assert gtx1080_report.run_notes(prog) == [] and json.loads((built / gtx1080_report.KEPT).read_text()) == []
+    (built / gtx1080_report.KEPT).write_text(json.dumps(["kept"]))
+    assert gtx1080_report.run_notes(prog) == ["kept"]

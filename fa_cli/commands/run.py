@@ -12,7 +12,7 @@ from ..cases import suite
 from ..errors import ExitStatus
 from ..judge import cause, expected, outlook, race_check, verdict, verify
 from ..judge.findings import Kind
-from ..measure import judge_time
+from ..measure import gtx1080_report, judge_time
 from ..programs import gtx1080, programs, wave64
 from ..report import lines, tables
 from ..report.records import append, check_extendable
@@ -136,7 +136,9 @@ def show_results(results, prog, across, why_case, sample_rows) -> None:
     for finding in across:
         if not (named and finding.kind == Kind.SUGGEST):
             lines.echo("across the cases: " + " ".join(finding.lines) + "\n")
-    for line in emulation + gtx1080.run_notes(prog, results):  # the judge's GPUs' rules, where they applied
+    rules = gtx1080.run_notes(prog, results)  # the judge's GPUs' rules, where they applied
+    sm61 = gtx1080_report.run_notes(prog) if rules else []  # and the GTX 1080's own compiler report
+    for line in emulation + rules + sm61:
         lines.echo(line)
 
 

@@ -107,7 +107,8 @@ def compile_report(source: Path, target: str, hip_source: bool, work: Path) -> t
     done = run_tool(assemble, cwd=work)
     text = done.stdout + done.stderr
     if done.returncode != 0:
-        refused = refusals(text, ptx) or [text.strip().splitlines()[0] if text.strip() else f"exit {done.returncode}"]
+        first = re.sub(r"^ptxas error\s*:\s*", "", text.strip().splitlines()[0]) if text.strip() else None
+        refused = refusals(text, ptx) or [first or f"exit {done.returncode}"]
         raise FaError(f"{source.name} does not build for the GTX 1080 ({target}): " + "; ".join(refused),
                       exit_code=ExitStatus.FAILED)
     return text, [*argv, "&&", *assemble]

@@ -1,0 +1,56 @@
+"""fa run's notes from the GTX 1080's own compiler report (sm_61) of a student's hw4.cu: said only
+where something there exceeds what the GTX 1080 gives, or does not build for it at all.
+
+The report is `fa resources --arch sm_61`'s (resources.report; pascal.py where nvcc has no
+sm_61), made once per build and kept beside the built program. Its limits are sm_61's
+(resources.TARGETS): 48 KB of shared memory a block, 65536 registers an SM; spills (registers
+that do not fit a thread's 255) are said too: they cost local-memory traffic on the judge.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import FaError
+from . import pascal, resources
+
+TARGET = "sm_61"
+KEPT = "sm61-notes.json"  # beside the built program: the notes of that build
+
+
+def notes_for(source: Path) -> list[str]:
+    """What the sm_61 report says that the GTX 1080 would not take, one line each (none: nothing)."""
+    if pascal.needs_old_ptxas(TARGET) and pascal.ptxas() is None:
+        return [f"{source.name}: no GTX 1080 (sm_61) compiler report: CUDA 12's ptxas is not installed; {pascal.INSTALL}"]
+    try:
+        kernels, _ = resources.report(source, TARGET, hip_source=False, ours=False)
+    except FaError as e:
+        return [f"{e}"] if "GTX 1080" in str(e) else [f"{source.name}: no GTX 1080 (sm_61) compiler report: {e}"]
+    limits = resources.TARGETS[TARGET]
+    lines = []
+    for u in kernels:
+        if u.static_smem > limits.smem_per_block:
+            lines.append(f"{u.kernel}: {u.static_smem} bytes of static shared memory a block for sm_61, over the "
+                         f"GTX 1080's {limits.smem_per_block}: it does not launch on the judge")
+        if u.threads and u.blocks == 0 and "registers" in u.limited_by:
+            lines.append(f"{u.kernel}: {u.registers} registers a thread x {u.threads} threads for sm_61 do not fit "
+                         f"a GTX 1080 SM: it does not launch on the judge")
+        if u.spill_bytes:
+            lines.append(f"{u.kernel}: spills {u.spill_bytes} bytes a thread to local memory for sm_61 "
+                         f"({u.registers} registers): slower on the judge")
+    return [f"GTX 1080 (sm_61 report, fa resources --arch sm_61): {line}" for line in lines]
+
+
+def run_notes(program) -> list[str]:
+    """The notes for fa run's program: made once per build (kept beside it), none for a
+    program without a .cu source."""
+    source = getattr(program, "source", None)
+    if source is None or source.suffix != ".cu":
+        return []
+    kept = Path(program.path).parent / KEPT
+    if kept.is_file():
+        return json.loads(kept.read_text())
+    lines = notes_for(source)
+    if Path(program.path).parent.is_dir():
+        kept.write_text(json.dumps(lines))
+    return lines
