@@ -162,8 +162,11 @@ struct LadderStep {
   static std::string sweep() { return "-"; }
 };
 
+// A step's block size is its launcher's template parameter: another size is another row
+// (fp32_row<LadderNaive<64>>), the kernel given the same constant the launch uses.
+template <int Threads = 128>
 struct LadderNaive : LadderStep {  // 1: a thread per query row
-  static constexpr int kThreads = 128;  // query rows per block
+  static constexpr int kThreads = Threads;  // query rows per block
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
     AttentionParams p = params_for(c, state.shape.N, kThreads);
@@ -176,8 +179,9 @@ struct LadderNaive : LadderStep {  // 1: a thread per query row
   }
 };
 
+template <int Threads = 128>
 struct LadderWarpPerRow : LadderStep {  // 2: a warp (wavefront) per query row
-  static constexpr int kThreads = 128;  // per block: 128 / FA_WAVE query rows
+  static constexpr int kThreads = Threads;  // per block: Threads / FA_WAVE query rows
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
     AttentionParams p = params_for(c, state.shape.N, kThreads / FA_WAVE);

@@ -63,9 +63,9 @@ inline const std::vector<KernelEntry>& kernel_table() {
         fp32_row<LadderSmemTiles<4, false>>("ladder-3", "when asked", only_asked,
                                             {"smem tiles", "K/V tiles in shared memory for 4 rows (K unpadded: bank "
                                              "conflicts)", ""}),
-        fp32_row<LadderWarpPerRow>("ladder-2", "when asked", only_asked,
+        fp32_row<LadderWarpPerRow<>>("ladder-2", "when asked", only_asked,
                                    {"warp per row", "a warp per row, lanes across d: coalesced loads", ""}),
-        fp32_row<LadderNaive>("ladder-1", "when asked", only_asked,
+        fp32_row<LadderNaive<>>("ladder-1", "when asked", only_asked,
                               {"naive", "one thread per query row; K and V read from global memory", ""}),
     };
     rows.insert(rows.end(), fp32_rows.begin(), fp32_rows.end());

@@ -96,7 +96,7 @@ def test_every_row_by_name(target, tmp_path):
 PLANTED_FILE = '''#pragma once
 #include "fp32_launches.h"
 namespace fa {
-struct SkipsRows : LadderNaive {
+struct SkipsRows : LadderNaive<> {
   template <int D>
   static void launch_d(KernelState& state, const Chunk& c) {
     AttentionParams p = params_for(c, state.shape.N, 128);

@@ -18,7 +18,7 @@ DOCS = ROOT / "docs" / "kernels.md"
 NEW_KERNEL_FILE = '''#pragma once
 #include "fp32_launches.h"
 namespace fa {
-struct CopiedKernel : LadderNaive {
+struct CopiedKernel : LadderNaive<> {
   static void kernels(std::vector<Launch>&) {}
   static std::string tiles() { return "d=32: Br=4,Bc=8;d=64: Br=4,Bc=8"; }
   static std::string sweep() { return "-DCOPIED_BR={Br} -DCOPIED_BC={Bc}|copied<{d}>|Br|Bc"; }
@@ -57,7 +57,7 @@ def test_a_new_kernel_is_its_file_and_one_row(tmp_path):
     built program lists it, fa ladder and fa sweep list it, and the docs check fails until the
     docs' table has its line."""
     program = hip_port_with_a_kernel(tmp_path, "copied_kernel.h", NEW_KERNEL_FILE, NEW_ROW,
-                                     'fp32_row<LadderNaive>("ladder-1"', "CUDA_ARCH=sm_90a")
+                                     'fp32_row<LadderNaive<>>("ladder-1"', "CUDA_ARCH=sm_90a")
 
     rows = registry.kernels_of(program)
     assert "copied" in [r.name for r in rows]
