@@ -37,18 +37,12 @@ sys.path.insert(0, str(ROOT))
 
 from fa_cli.cases.format import Shape  # noqa: E402
 from fa_cli.cases.generate import write_input  # noqa: E402
+from fa_cli.measure import floor as floor_program  # noqa: E402
 from fa_cli.programs import timing  # noqa: E402
 from fa_cli.report import records  # noqa: E402
 
 SHAPES = ["26,32768,64", "13000,128,32", "60,32768,64"]
 PHASES = ["main", "device", "copied", "committed", "released", "last", "exit"]
-
-
-def build_floor(work: Path) -> Path:
-    exe = work / "context_only"
-    subprocess.run(["nvcc", "-O3", "-arch=native", "-o", str(exe), str(ROOT / "src_cuda" / "context_only.cu")],
-                   check=True)
-    return exe
 
 
 def cached_input(shape: str, inputs: Path) -> Path:
@@ -135,7 +129,7 @@ def main() -> None:
     results = {}
     with tempfile.TemporaryDirectory(prefix="fa-floor-") as tmp:
         work = Path(tmp)
-        floor = build_floor(work)
+        floor = floor_program.build()  # src_cuda/context_only.cu, built once per nvcc into fa's cache
         print(f"{'shape':>14} {'runner':<24} {'wall s':>7} {'-floor':>7} {'-1queue':>7}  "
               + " ".join(f"{p:>9}" for p in PHASES))
         for shape in args.shape or SHAPES:

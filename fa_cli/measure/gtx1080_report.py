@@ -9,6 +9,7 @@ that do not fit a thread's 255) are said too: they cost local-memory traffic on 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from ..errors import FaError
@@ -51,6 +52,8 @@ def run_notes(program) -> list[str]:
     if kept.is_file():
         return json.loads(kept.read_text())
     lines = notes_for(source)
-    if Path(program.path).parent.is_dir():
-        kept.write_text(json.dumps(lines))
+    if kept.parent.is_dir():  # written whole or not at all: two runs of one build may race here
+        partial = kept.with_name(f"{KEPT}.{os.getpid()}")
+        partial.write_text(json.dumps(lines))
+        os.replace(partial, kept)
     return lines
