@@ -126,9 +126,9 @@ inline void print() {
 // Before a launch: its start event on its stream (null where nothing is logged or events fail).
 inline cudaEvent_t begin(cudaStream_t stream) {
   if (!wanted()) return nullptr;
+  cudaEvent_t start = take();  // the runtime is up after this, even where the launch is its first call
   static const bool registered = std::atexit(print) == 0;  // after the runtime's own: runs before it
   (void)registered;
-  cudaEvent_t start = take();
   if (start != nullptr && cudaEventRecord(start, stream) != cudaSuccess) {
     give(start);
     return nullptr;
