@@ -68,14 +68,15 @@ def points(observed: dict, rows: list[dict], shape_only: bool):
 def summary(check: judge_time.Check) -> dict:
     return {"points": check.points, "median_x": round(math.exp(check.median_abs_log), 3),
             "p90_x": round(math.exp(check.p90_abs_log), 3), "covered": round(check.covered, 3),
-            "widest_x": round(math.exp(check.widest), 3)}
+            "widest_x": round(math.exp(check.widest), 3),
+            "by_program_x": {name: round(math.exp(e), 3) for name, e in check.by_program.items()}}
 
 
 def evaluate(observed: dict, rows: list[dict], shape_only: bool) -> dict:
     fit_rows = [r for r in rows if r["set"] == "fit"]
     check_rows = [r for r in rows if r["set"] == "check"]
     names, pts, pub, missing = points(observed, fit_rows, shape_only)
-    params = judge_time.fit(pts, pub)
+    params = judge_time.fit(pts, pub, names)
     q = judge_time.half_width(judge_time.log_errors(pts, pub, params))
     result = {"params": params.__dict__, "half_width_x": round(math.exp(q), 3),
               "left_out": summary(judge_time.leave_one_program_out(names, pts, pub)), "missing": missing}

@@ -13,15 +13,33 @@ H100 = SmLimits(sms=132, smem_sm=233472, regs_sm=65536, threads_sm=2048, blocks_
 FLOOR = Floor(startup_s=0.3, h2d_gbps=6.0, d2h_gbps=12.0)
 
 
-def launch(blocks: int, ms: float) -> Launch:
-    return Launch("flash", 1, 0, ms, (blocks, 1, 1), (128, 1, 1), 16384, 40)
+def launch(blocks: int, ms: float, smem: int = 16384) -> Launch:
+    return Launch("flash", 1, 0, ms, (blocks, 1, 1), (128, 1, 1), smem, 40)
 
 
 def test_a_grid_smaller_than_the_sms_takes_as_long_per_sm_and_a_large_one_spreads_over_20():
     small = judge_time.parts((2, 32768, 64), 1.0, [launch(2, 100.0)], H100, FLOOR)
     large = judge_time.parts((2, 32768, 64), 1.0, [launch(132 * 20, 100.0)], H100, FLOOR)
-    assert small.kernels_judge_here == pytest.approx(0.1)
-    assert large.kernels_judge_here == pytest.approx(0.1 * 132 / 20)
+    assert small.kernels_judge_here(0.0) == pytest.approx(0.1) == small.kernels_judge_here(1.0)
+    assert large.kernels_judge_here(0.0) == pytest.approx(0.1 * 132 / 20)
+
+
+def test_an_sm_holds_blocks_as_each_gpus_limits_allow():
+    """Registers in 256s a warp, shared memory, threads: a 1024-thread block of 46 registers is
+    one an SM on either GPU; a 128-thread block with a 40 KB tile is five on an H100 and two on
+    the GTX 1080 (96 KB an SM)."""
+    big = Launch("k", 1, 0, 1.0, (640, 1, 1), (32, 32, 1), 33280, 46)
+    tiled = Launch("k", 1, 0, 1.0, (1024, 1, 1), (128, 1, 1), 40960, 32)
+    assert judge_time.blocks_held(big, H100) == 1 == judge_time.blocks_held(big, judge_time.GTX1080)
+    assert judge_time.blocks_held(tiled, H100) == 5 and judge_time.blocks_held(tiled, judge_time.GTX1080) == 2
+    assert judge_time.blocks_held(Launch("k", 1, 0, 1.0, (9, 1, 1), (32, 1, 1), 0, 255), H100) == 8
+
+
+def test_holding_fewer_blocks_there_costs_as_the_occupancy_exponent_says():
+    """The tiled launch: 1024 blocks are 8 an SM here, held 5 at once, and 52 there, held 2."""
+    run = judge_time.kernel_run(Launch("k", 1, 0, 1000.0, (1024, 1, 1), (128, 1, 1), 40960, 32), H100)
+    assert run.judge_factor(0.0) == pytest.approx(52 / 8)
+    assert run.judge_factor(1.0) == pytest.approx((52 / 2) / (8 / 5))
 
 
 def test_host_work_is_the_wall_time_less_floor_copies_and_kernels():
@@ -42,8 +60,9 @@ def synthetic(truth: judge_time.Params, noise: float, seed: int = 0):
         for _ in range(8):
             B, N, d = int(rng.integers(2, 500)), int(rng.choice([128, 1024, 4096])), int(rng.choice([32, 64]))
             grid = int(rng.choice([B, B * 16, 3]))
-            run = judge_time.parts((B, N, d), float(rng.uniform(0.35, 2.0)), [launch(grid, float(rng.uniform(1, 400)))],
-                                   H100, FLOOR)
+            tile = int(rng.choice([0, 8192, 40960]))
+            run = judge_time.parts((B, N, d), float(rng.uniform(0.35, 2.0)),
+                                   [launch(grid, float(rng.uniform(1, 400)), tile)], H100, FLOOR)
             names.append(f"p{program}")
             points.append([run])
             published.append(run.estimate(truth) * math.exp(rng.normal(0, noise)))
@@ -51,10 +70,11 @@ def synthetic(truth: judge_time.Params, noise: float, seed: int = 0):
 
 
 def test_the_fit_finds_the_parameters_that_made_the_times():
-    truth = judge_time.Params(startup_s=0.12, host_ratio=1.5, sm_ratio=1.4)
-    _, points, published = synthetic(truth, noise=0.0)
-    found = judge_time.fit(points, published)
-    assert found.startup_s == pytest.approx(truth.startup_s, abs=0.02)
+    truth = judge_time.Params(startup_s=0.12, host_ratio=1.5, sm_ratio=1.4, occupancy_exponent=0.75)
+    names, points, published = synthetic(truth, noise=0.0)
+    found = judge_time.fit(points, published, names)
+    assert found.occupancy_exponent == truth.occupancy_exponent
+    assert found.startup_s == pytest.approx(truth.startup_s, abs=0.03)  # the grid: 0.01 s, ratios 12%
     assert found.host_ratio == pytest.approx(truth.host_ratio, rel=0.15)
     assert found.sm_ratio == pytest.approx(truth.sm_ratio, rel=0.15)
     assert np.median(np.abs(judge_time.log_errors(points, published, found))) < 0.05
@@ -67,6 +87,19 @@ def test_leaving_each_program_out_measures_the_noise_and_ranges_cover_it():
     assert check.points == 40
     assert 0.05 < check.median_abs_log < 0.3  # about the noise's median |error| (0.135)
     assert check.covered >= 0.7 and check.widest <= math.log(2.0) + 1e-12
+    assert sorted(check.by_program) == [f"p{i}" for i in range(5)]
+
+
+def test_each_program_weighs_as_much_as_another_in_the_fit():
+    """Thirty points of one program whose host is three times faster, one point each of four
+    others: the fit follows the four, not the thirty."""
+    truth = judge_time.Params(startup_s=0.1, host_ratio=1.0, sm_ratio=1.0)
+    names, points, published = synthetic(truth, noise=0.0, seed=4)
+    many = [(["many"] * 30, [points[0]] * 30, [points[0][0].estimate(judge_time.Params(0.1, 0.33, 1.0))] * 30)]
+    for extra_names, extra_points, extra_published in many:
+        names, points, published = names + extra_names, points + extra_points, published + extra_published
+    found = judge_time.fit(points, published, names)
+    assert found.host_ratio == pytest.approx(1.0, rel=0.15)
 
 
 def test_a_sum_over_cases_is_estimated_as_the_sum():
@@ -131,7 +164,8 @@ def test_the_fit_script_reads_the_published_times_and_observations_it_is_given(t
     assert found["shape_only"]["left_out"]["points"] == model["left_out"]["points"]
 
 
-CAL = judge_time.Calibration(judge_time.Params(0.1, 1.0, 1.5), half_width=math.log(1.5), points=43, median_x=1.3)
+CAL = judge_time.Calibration(judge_time.Params(0.1, 1.0, 1.5), half_width=math.log(1.5), points=43, median_x=1.3,
+                             covered=0.8)
 
 
 def test_the_words_say_estimate_basis_and_risk_and_where_none_was_made():
@@ -139,6 +173,7 @@ def test_the_words_say_estimate_basis_and_risk_and_where_none_was_made():
                  "c30": None}
     said = judge_time.words(estimates, {"c01": 2.0, "c29": 6.0, "c30": 10.0}, CAL)
     assert "not a measurement" in said[0] and "43 published GTX 1080 times" in said[0] and "x1.30" in said[0]
+    assert "held 80% of them" in said[0]
     assert said[1] == "TLE risk on the GTX 1080 (the range reaches the limit): c29 (6 s)"
     assert said[2].startswith("no GTX 1080 estimate for c30 (")
     assert judge_time.cell(estimates["c01"], 2.0) == "0.10-0.23" and judge_time.cell(estimates["c29"], 6.0) == "4.00-9.00 !"
@@ -172,7 +207,7 @@ def test_fa_runs_table_gets_the_column_and_the_words_under_it(monkeypatch, tmp_p
     from fa_cli.report import tables
 
     model = {"model": {"params": {"startup_s": 0.1, "host_ratio": 1.0, "sm_ratio": 1.5}, "half_width_x": 1.5,
-                       "left_out": {"points": 43, "median_x": 1.3}}}
+                       "left_out": {"points": 43, "median_x": 1.3, "covered": 0.8}}}
     (tmp_path / "model.json").write_text(json.dumps(model))
     monkeypatch.setattr(judge_time, "CALIBRATION", tmp_path / "model.json")
     monkeypatch.setattr(judge_time.floor, "measure", lambda: FLOOR)
@@ -188,3 +223,67 @@ def test_fa_runs_table_gets_the_column_and_the_words_under_it(monkeypatch, tmp_p
     table = tables.judge_table(results, cells)
     assert [c.header for c in table.columns][2:4] == ["time s", "GTX 1080 s"]
     assert judge_time.for_results(None, results) is None
+
+
+def test_with_the_column_the_table_still_fits_80_columns():
+    """Every case checked alike: the checked column gives way to the estimate (said once under
+    the table, sampled or not), so that the widest shape and a range marked '!' fit 80."""
+    import io
+
+    from rich.console import Console
+
+    from fa_cli.cases.format import Shape
+    from fa_cli.cases.suite import Target
+    from fa_cli.judge.verdict import CaseResult
+    from fa_cli.judge.verify import VerifyResult
+    from fa_cli.programs.programs import Program, RunResult
+    from fa_cli.report import tables
+
+    prog = Program("hw4.cu", "/tmp/hw4")
+    for mode in ("every value", "8 rows/batch, sampled"):
+        check = VerifyResult(mode, 5e-3, checked=1, max_err=5.48e-06)
+        results = [CaseResult(Target("c11", "/tmp/c11.in", Shape(13600, 128, 32), 6.0), prog,
+                              RunResult(["hw4"], 0, 12.345, ""), check, 6.0)]
+        out = io.StringIO()
+        Console(file=out, width=200).print(tables.judge_table(results, {"c11": "10.00-40.00 !"}))
+        assert max(len(line) for line in out.getvalue().splitlines()) <= 80, out.getvalue()
+        assert "checked" not in out.getvalue() and tables.checked_alike(results) == mode
+        assert "checked" in [c.header for c in tables.judge_table(results, None).columns]
+
+
+LOG = ("fa-launch: launches=1 untimed=0 ms=500.0 grid=2x1x1 block=128x1x1 smem=0 regs=32 kernel=k\n"
+       "fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32\n")
+
+
+def fitted(monkeypatch, tmp_path) -> None:
+    import json
+
+    model = {"model": {"params": {"startup_s": 0.1, "host_ratio": 1.0, "sm_ratio": 1.5, "occupancy_exponent": 0.5},
+                       "half_width_x": 1.5, "left_out": {"points": 43, "median_x": 1.3, "covered": 0.8}}}
+    (tmp_path / "model.json").write_text(json.dumps(model))
+    monkeypatch.setattr(judge_time, "CALIBRATION", tmp_path / "model.json")
+    monkeypatch.setattr(judge_time.floor, "measure", lambda: FLOOR)
+
+
+def test_a_record_keeps_the_estimate_and_the_model_that_made_it(monkeypatch, tmp_path):
+    """fa run -o and fa bench records: the estimate as fa run shows it, with the model's figures,
+    read back by from_record; nothing for a run without a launch log."""
+    fitted(monkeypatch, tmp_path)
+    fields = judge_time.record_fields((2, 32768, 64), 1.5, LOG)
+    e, cal = judge_time.from_record(fields)
+    assert e == judge_time.estimate((2, 32768, 64), 1.5, LOG, judge_time.calibration(), FLOOR)
+    assert cal == judge_time.calibration() and cal.params.occupancy_exponent == 0.5
+    assert judge_time.record_fields((2, 32768, 64), 1.5, "hw4: done\n") == {}
+    assert judge_time.from_record({}) is None
+
+
+def test_records_get_cells_and_words_and_a_dash_said_where_none_was_made(monkeypatch, tmp_path):
+    fitted(monkeypatch, tmp_path)
+    student = {"program": "hw4.cu", "input": "c29", "time_limit": 10.0,
+               **judge_time.record_fields((4, 32768, 32), 1.0, LOG)}
+    ours = {"program": "cuda", "input": "c29", "time_limit": 10.0}
+    cells, said = judge_time.for_records([student, ours], lambda r: f"{r['program']} on {r['input']}")
+    assert cells["cuda on c29"] == "-" and cells["hw4.cu on c29"] == judge_time.cell(
+        judge_time.from_record(student)[0], 10.0)
+    assert "from the runs here" in said[0] and "x1.30" in said[0] and said[-1].startswith('GTX 1080 s "-"')
+    assert judge_time.for_records([ours], lambda r: r["input"]) is None

@@ -10,20 +10,22 @@ carried to the judge on its own:
                       measured here, and at the judge's PCIe 3.0 rates (8.4 GB/s to the device,
                       11.9 back, measured on the course's hosts) there;
   kernels             each kernel's time here from the launch log (src_cuda/gtx1080/
-                      launch_log.h), times a fitted ratio of a GTX 1080 SM to an SM here,
-                      times how many blocks each SM runs there over here (20 SMs against this
-                      GPU's): a grid of two blocks takes as long on either GPU's SMs, a grid
-                      of thousands is spread over 20 SMs there.
+                      launch_log.h), times a fitted ratio of a GTX 1080 SM to an SM here, times
+                      how much more each SM has to do there (KernelRun.judge_factor): its blocks
+                      spread over 20 SMs there against this GPU's, and how many of them one SM
+                      holds at once under each GPU's limits (threads, registers, shared memory:
+                      Pascal's 96 KB an SM holds fewer blocks of a 40 KB tile than Hopper's 228).
 
-The three fitted numbers (Params) come from published GTX 1080 times of students' programs
+The four fitted numbers (Params) come from published GTX 1080 times of students' programs
 whose code is public, run here (scripts/observe_judge_time.py, scripts/fit_judge_time.py). The
-range around an estimate is the spread of the fit's errors when each program is left out in
-turn; `Calibration` holds both and says how well the model did.
+range around an estimate is the spread of the fit's errors; `Calibration` holds both and says
+how well the model did with each program left out of the fit in turn (docs/judge-time.md).
 """
 from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,17 +46,42 @@ class Params:
     startup_s: float   # the judge's start-up and exit of a CUDA process
     host_ratio: float  # the judge's host work per second of host work here
     sm_ratio: float    # a GTX 1080 SM's time for a block per an SM's time here
+    occupancy_exponent: float = 0.0  # 0: blocks held together share the SM (throughput);
+    #                                  1: each runs as fast as alone (latency hidden)
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """One kernel's launches of one shape: their time here, and how their blocks sit on an SM
+    here and on the GTX 1080 (blocks each SM runs, blocks one SM holds at once)."""
+    seconds: float
+    per_sm_here: int
+    held_here: int
+    per_sm_judge: int
+    held_judge: int
+
+    def judge_factor(self, occupancy_exponent: float) -> float:
+        """How much longer an SM there is busy than one here: the blocks it runs, over the
+        blocks it holds at once to the power `occupancy_exponent`."""
+        def busy(per_sm: int, held: int) -> float:
+            return per_sm / min(held, per_sm) ** occupancy_exponent
+        return busy(self.per_sm_judge, self.held_judge) / busy(self.per_sm_here, self.held_here)
 
 
 @dataclass(frozen=True)
 class Parts:
     """A run here, split into the parts the model carries over (seconds)."""
-    host_here: float          # wall time less floor, copies and kernels (never below 0)
-    copies_judge: float       # the case's bytes at the judge's copy rates
-    kernels_judge_here: float  # kernel time here, scaled by the blocks each SM runs there / here
+    host_here: float      # wall time less floor, copies and kernels (never below 0)
+    copies_judge: float   # the case's bytes at the judge's copy rates
+    kernels: tuple[KernelRun, ...]
+
+    def kernels_judge_here(self, occupancy_exponent: float) -> float:
+        """Kernel time here, scaled by how much more each SM has to do there."""
+        return sum(k.seconds * k.judge_factor(occupancy_exponent) for k in self.kernels)
 
     def estimate(self, p: Params) -> float:
-        return p.startup_s + p.host_ratio * self.host_here + self.copies_judge + p.sm_ratio * self.kernels_judge_here
+        return (p.startup_s + p.host_ratio * self.host_here + self.copies_judge
+                + p.sm_ratio * self.kernels_judge_here(p.occupancy_exponent))
 
 
 def case_bytes(B: int, N: int, d: int) -> tuple[int, int]:
@@ -63,50 +90,88 @@ def case_bytes(B: int, N: int, d: int) -> tuple[int, int]:
     return 3 * matrix, matrix
 
 
-def blocks_per_sm(launch: Launch, gpu: SmLimits) -> int:
-    """How many of the launch's blocks one SM runs, where the blocks are spread evenly."""
-    return math.ceil(launch.blocks / gpu.sms)
+def blocks_held(launch: Launch, gpu: SmLimits) -> int:
+    """How many of the launch's blocks one SM holds at once (threads, registers allocated per
+    warp in 256s, shared memory, the block limit); at least one, as the launch ran."""
+    warps = math.ceil(launch.threads / 32)
+    regs_per_warp = math.ceil(max(launch.regs, 1) * 32 / 256) * 256
+    limits = [gpu.blocks_sm, gpu.threads_sm // (warps * 32), gpu.regs_sm // (regs_per_warp * warps)]
+    if launch.smem:
+        limits.append(gpu.smem_sm // launch.smem)
+    return max(1, min(limits))
+
+
+def kernel_run(launch: Launch, gpu: SmLimits) -> KernelRun:
+    return KernelRun(launch.ms / 1e3, math.ceil(launch.blocks / gpu.sms), blocks_held(launch, gpu),
+                     math.ceil(launch.blocks / GTX1080.sms), blocks_held(launch, GTX1080))
 
 
 def parts(shape: tuple[int, int, int], wall_s: float, launches: list[Launch], gpu: SmLimits, floor: Floor) -> Parts:
     to_device, back = case_bytes(*shape)
     copies_here = to_device / (floor.h2d_gbps * 1e9) + back / (floor.d2h_gbps * 1e9)
     kernels_here = sum(l.ms for l in launches) / 1e3
-    scaled = sum(l.ms / 1e3 * blocks_per_sm(l, GTX1080) / blocks_per_sm(l, gpu) for l in launches if l.blocks)
     return Parts(host_here=max(0.0, wall_s - floor.startup_s - copies_here - kernels_here),
                  copies_judge=to_device / (JUDGE_H2D_GBPS * 1e9) + back / (JUDGE_D2H_GBPS * 1e9),
-                 kernels_judge_here=scaled)
+                 kernels=tuple(kernel_run(l, gpu) for l in launches if l.blocks))
 
 
 # --- fitting ---------------------------------------------------------------------------------
 # Each published figure is a sum of parts (one case, or all 30 of a program), so a point is a
-# list of Parts and its estimate the sum of theirs. The fit minimises the squared log error
-# over a grid of the three parameters (the model is linear in them; the grid is small).
+# list of Parts and its estimate the sum of theirs. The fit minimises the squared log error,
+# each program weighing as much as any other (one program's 30 cases are one program's word,
+# not 30), over a grid of the parameters (linear in three of them; the grid is small).
 
 STARTUPS = np.linspace(0.0, 0.6, 61)
 RATIOS = np.exp(np.linspace(math.log(0.03), math.log(30.0), 61))  # steps of about 12%
+OCCUPANCY_EXPONENTS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
-def estimates(points: list[list[Parts]], startup, host, sm) -> np.ndarray:
+def estimates(points: list[list[Parts]], startup, host, sm, occupancy_exponent: float) -> np.ndarray:
     """Estimates of every point (last axis) for arrays of parameters (broadcast)."""
     n = np.array([len(p) for p in points], dtype=float)
     h = np.array([sum(x.host_here for x in p) for p in points])
     c = np.array([sum(x.copies_judge for x in p) for p in points])
-    k = np.array([sum(x.kernels_judge_here for x in p) for p in points])
+    k = np.array([sum(x.kernels_judge_here(occupancy_exponent) for x in p) for p in points])
     return startup[..., None] * n + host[..., None] * h + c + sm[..., None] * k
 
 
-def fit(points: list[list[Parts]], published: list[float]) -> Params:
+def program_weights(programs: list[str]) -> np.ndarray:
+    counts = Counter(programs)
+    return np.array([1.0 / counts[p] for p in programs])
+
+
+def fit(points: list[list[Parts]], published: list[float], programs: list[str] | None = None) -> Params:
+    """The grid's best parameters: every fourth grid value first, then every value near the best
+    until the best stays where it is (the loss is a valley, not a field of holes)."""
     target = np.log(np.asarray(published))
-    s, h, k = np.meshgrid(STARTUPS, RATIOS, RATIOS, indexing="ij")
-    est = estimates(points, s, h, k)
-    loss = ((np.log(np.maximum(est, 1e-6)) - target) ** 2).sum(axis=-1)
-    i = np.unravel_index(np.argmin(loss), loss.shape)
-    return Params(float(s[i]), float(h[i]), float(k[i]))
+    weights = program_weights(programs) if programs else np.ones(len(points))
+
+    def best_on(a: float, si, hi, ki):
+        s, h, k = np.meshgrid(STARTUPS[si], RATIOS[hi], RATIOS[ki], indexing="ij")
+        loss = (weights * (np.log(np.maximum(estimates(points, s, h, k, a), 1e-6)) - target) ** 2).sum(axis=-1)
+        i = np.unravel_index(np.argmin(loss), loss.shape)
+        return loss[i], (si[i[0]], hi[i[1]], ki[i[2]])
+
+    def near(i: int, size: int) -> np.ndarray:
+        return np.arange(max(0, i - 4), min(size, i + 5))
+
+    best = None
+    for a in OCCUPANCY_EXPONENTS:
+        _, (s0, h0, k0) = best_on(a, np.arange(0, len(STARTUPS), 4), np.arange(0, len(RATIOS), 4),
+                                  np.arange(0, len(RATIOS), 4))
+        while True:
+            loss, (s1, h1, k1) = best_on(a, near(s0, len(STARTUPS)), near(h0, len(RATIOS)), near(k0, len(RATIOS)))
+            if (s1, h1, k1) == (s0, h0, k0):
+                break
+            s0, h0, k0 = s1, h1, k1
+        if best is None or loss < best[0]:
+            best = (loss, Params(float(STARTUPS[s1]), float(RATIOS[h1]), float(RATIOS[k1]), a))
+    return best[1]
 
 
 def log_errors(points: list[list[Parts]], published: list[float], p: Params) -> np.ndarray:
-    est = estimates(points, np.array(p.startup_s), np.array(p.host_ratio), np.array(p.sm_ratio))
+    est = estimates(points, np.array(p.startup_s), np.array(p.host_ratio), np.array(p.sm_ratio),
+                    p.occupancy_exponent)
     return np.log(est / np.asarray(published))
 
 
@@ -126,27 +191,32 @@ class Check:
     p90_abs_log: float
     covered: float  # share of the published figures inside their range
     widest: float   # the widest half-width used, as a log
+    by_program: dict[str, float]  # each left-out program's median |log error|
 
 
 def leave_one_program_out(programs: list[str], points: list[list[Parts]], published: list[float]) -> Check:
-    errors, inside, widths = [], [], []
+    errors, inside, widths, by_program = [], [], [], {}
     for left in sorted(set(programs)):
         keep = [i for i, p in enumerate(programs) if p != left]
         out = [i for i, p in enumerate(programs) if p == left]
-        params = fit([points[i] for i in keep], [published[i] for i in keep])
+        params = fit([points[i] for i in keep], [published[i] for i in keep], [programs[i] for i in keep])
         q = half_width(log_errors([points[i] for i in keep], [published[i] for i in keep], params))
         e = log_errors([points[i] for i in out], [published[i] for i in out], params)
         errors.extend(np.abs(e)), inside.extend(np.abs(e) <= q), widths.append(q)
+        by_program[left] = float(np.median(np.abs(e)))
     a = np.array(errors)
-    return Check(len(a), float(np.median(a)), float(np.quantile(a, 0.9)), float(np.mean(inside)), max(widths))
+    return Check(len(a), float(np.median(a)), float(np.quantile(a, 0.9)), float(np.mean(inside)), max(widths),
+                 by_program)
 
 
 def shape_only(shape: tuple[int, int, int]) -> Parts:
     """The baseline's features of a case: its shape alone (gigabytes moved, teraflops of work), in
-    the places of host work and kernels so that the same fit applies: start-up + a GB + b TFLOP."""
+    the places of host work and kernels so that the same fit applies: start-up + a GB + b TFLOP
+    (the teraflops as one kernel whose blocks sit alike on either GPU)."""
     B, N, d = shape
     to_device, back = case_bytes(B, N, d)
-    return Parts(host_here=(to_device + back) / 1e9, copies_judge=0.0, kernels_judge_here=4.0 * B * N * N * d / 1e12)
+    work = KernelRun(4.0 * B * N * N * d / 1e12, 1, 1, 1, 1)
+    return Parts(host_here=(to_device + back) / 1e9, copies_judge=0.0, kernels=(work,))
 
 
 # --- the estimate fa run shows ----------------------------------------------------------------
@@ -160,6 +230,7 @@ class Calibration:
     half_width: float  # the range either way, as a log
     points: int        # published times of the check (each program left out of the fit in turn)
     median_x: float    # the check's median error, as a factor
+    covered: float     # the share of those times inside their range
 
 
 @dataclass(frozen=True)
@@ -174,8 +245,13 @@ def calibration() -> Calibration | None:
     if not CALIBRATION.is_file():
         return None
     model = json.loads(CALIBRATION.read_text())["model"]
-    return Calibration(Params(**model["params"]), math.log(model["half_width_x"]), model["left_out"]["points"],
-                       model["left_out"]["median_x"])
+    return basis({**model["left_out"], "half_width_x": model["half_width_x"], "params": model["params"]})
+
+
+def basis(fields: dict) -> Calibration:
+    """A Calibration from the figures a record keeps of the model that made its estimate."""
+    return Calibration(Params(**fields["params"]), math.log(fields["half_width_x"]), fields["points"],
+                       fields["median_x"], fields["covered"])
 
 
 def estimate(shape: tuple[int, int, int], wall_s: float, stderr: str, cal: Calibration, floor: Floor) -> Estimate | None:
@@ -188,6 +264,25 @@ def estimate(shape: tuple[int, int, int], wall_s: float, stderr: str, cal: Calib
     return Estimate(mid / width, mid, mid * width)
 
 
+def record_fields(shape: tuple[int, int, int], wall_s: float, stderr: str) -> dict:
+    """What a results record keeps (fa run -o, fa bench): the estimate and the model's figures,
+    so that fa compare can show and qualify it later; nothing where there is none."""
+    cal = calibration()
+    e = estimate(shape, wall_s, stderr, cal, floor.measure()) if cal and timing.launches(stderr) else None
+    if e is None:
+        return {}
+    model = {"params": cal.params.__dict__, "half_width_x": math.exp(cal.half_width), "points": cal.points,
+             "median_x": cal.median_x, "covered": cal.covered}
+    return {"gtx1080_s": {"low": e.low, "mid": e.mid, "high": e.high, "model": model}}
+
+
+def from_record(record: dict) -> tuple[Estimate, Calibration] | None:
+    found = record.get("gtx1080_s")
+    if not found:
+        return None
+    return Estimate(found["low"], found["mid"], found["high"]), basis(found["model"])
+
+
 def cell(e: Estimate | None, limit: float | None) -> str:
     """The table's cell: the range, marked where it reaches the case's limit."""
     if e is None:
@@ -195,13 +290,15 @@ def cell(e: Estimate | None, limit: float | None) -> str:
     return f"{e.low:.2f}-{e.high:.2f}" + (" !" if limit is not None and e.high >= limit else "")
 
 
-def words(estimates: dict[str, Estimate | None], limits: dict[str, float | None], cal: Calibration) -> list[str]:
-    """The lines under fa run's table: what the column is, how good it is, and the risks."""
-    lines = [f"GTX 1080 s: an estimate of each case's time on the judge's GPU from this run (start-up, "
+def words(estimates: dict[str, Estimate | None], limits: dict[str, float | None], cal: Calibration,
+          runs: str = "this run") -> list[str]:
+    """The lines under a table with the column (fa run, bench, compare): what the column is, how
+    good it is, and the risks; `estimates` and `limits` keyed by the row's name."""
+    lines = [f"GTX 1080 s: an estimate of each case's time on the judge's GPU from {runs} (start-up, "
              f"file I/O, PCIe 3.0 copies and kernels carried over apart), not a measurement: about "
              f"x{cal.median_x:.2f} either way on {cal.points} published GTX 1080 times, each program left "
-             f"out of the fit in turn; the range is x{math.exp(cal.half_width):.2f} either way "
-             f"(docs/judge-time.md)"]
+             f"out of the fit in turn, whose ranges (at most x{math.exp(cal.half_width):.2f} either way) held "
+             f"{cal.covered:.0%} of them (docs/judge-time.md)"]
     risky = [f"{name} ({limits[name]:g} s)" for name, e in estimates.items()
              if e is not None and limits.get(name) is not None and e.high >= limits[name]]
     if risky:
@@ -224,3 +321,23 @@ def for_results(source: Path | None, results) -> tuple[dict[str, str], list[str]
                                      r.run.stderr, cal, here) for r in results}
     limits = {r.target.name: r.time_limit for r in results}
     return {name: cell(e, limits[name]) for name, e in found.items()}, words(found, limits, cal)
+
+
+def for_records(records: list[dict], name_of) -> tuple[dict[str, str], list[str]] | None:
+    """The column's cells and the lines under the table for results records (fa bench, fa
+    compare), keyed by name_of(record); None where no record holds an estimate. A row without
+    one shows "-": only a hw4.cu run under the GTX 1080's rules logs its launches."""
+    found = {name_of(r): from_record(r) for r in records}
+    made = {name: pair for name, pair in found.items() if pair}
+    if not made:
+        return None
+    cal = next(iter(made.values()))[1]  # the model of the first estimate (one fit is shipped at a time)
+    limits = {name_of(r): r.get("time_limit") for r in records}
+    estimates = {name: pair[0] for name, pair in made.items()}
+    cells = {name: cell(estimates.get(name), limits[name]) for name in found}
+    said = words(estimates, limits, cal, "the runs here")
+    if len(made) < len(found):
+        said.append("GTX 1080 s \"-\": no estimate; only a student's hw4.cu run under the GTX 1080's rules "
+                    "logs its launches")
+    return cells, said
+
