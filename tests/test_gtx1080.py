@@ -5,7 +5,9 @@ than an SM holds), the program sees the error it would get there, and the rules 
 switch. The starter (fa init) stands for a student: its launches are changed, its kernel not."""
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -137,4 +139,23 @@ def test_the_rules_are_said_on_a_passing_run(tmp_path):
     proc = fa("run", "t01", "--program", tmp_path / "hw4" / "hw4.cu", "--no-race-check", cwd=tmp_path,
               env={**os.environ})
     assert verdicts(proc.stdout) == ["PASS"], proc.stdout + proc.stderr
-    assert "hw4.cu ran under the GTX 1080's rules" in " ".join(proc.stdout.split())
+    text = " ".join(proc.stdout.split())
+    assert "hw4.cu ran under the GTX 1080's rules" in text
+    # the estimate of the judge's time: a range in the row, its basis under the table
+    assert re.search(r"│ \d+\.\d\d-\d+\.\d\d +│", proc.stdout), proc.stdout
+    assert "GTX 1080 s: an estimate of each case's time on the judge's GPU" in text and "not a measurement" in text
+
+
+def test_bench_and_compare_show_the_estimate_of_a_hw4_cu(tmp_path):
+    """fa bench of a student's hw4.cu keeps the estimate in its record (from the last run's launch
+    log) and shows it; fa compare of that file shows it again, with its words."""
+    assert fa("init", tmp_path / "hw4").returncode == 0
+    results = tmp_path / "bench.json"
+    bench = fa("bench", "t01", "--program", tmp_path / "hw4" / "hw4.cu", "--repeat", "1", "-o", results, cwd=tmp_path)
+    assert bench.returncode == 0, bench.stdout + bench.stderr
+    record = json.loads(results.read_text())["records"][0]
+    assert 0 < record["gtx1080_s"]["low"] < record["gtx1080_s"]["mid"] < record["gtx1080_s"]["high"]
+    for proc in (bench, fa("compare", results, cwd=tmp_path)):
+        text = " ".join(proc.stdout.split())
+        assert "GTX 1080 s: an estimate of each case's time on the judge's GPU from the runs here" in text, proc.stdout
+        assert re.search(r"\d+\.\d\d-\d+\.\d\d", proc.stdout)

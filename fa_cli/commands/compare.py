@@ -31,6 +31,8 @@ def compare_cmd(files, as_markdown, plot, wide) -> None:
         tables.show(tables.compare_table(header, body, f"fa compare{where} (whole-process medians)"), wide)
         if note := compare.amd_note(records):
             lines.echo(note)
+        for line in compare.judge_words(records):  # a hw4.cu's GTX 1080 time, estimated
+            lines.echo(line)
     for line in wave64.compare_findings(records):  # a student's hw4.cu and hw4.hip side by side
         lines.echo(line)
     if plot:

@@ -122,6 +122,8 @@ def show_results(results, prog, across, why_case, sample_rows) -> None:
     judge_gpu = judge_time.for_results(getattr(prog, "source", None), results)  # a hw4.cu: the GTX 1080's time
     if results:
         tables.show(tables.judge_table(results, judge_gpu[0] if judge_gpu else None))
+    if judge_gpu and (alike := tables.checked_alike(results)):
+        lines.echo(f"checked: {alike}, in every case")
     for line in judge_gpu[1] if judge_gpu else []:
         lines.echo(line)
     if any(r.check and r.check.sampled for r in results):

@@ -23,6 +23,7 @@ from ..cases.format import AttentionInput, Shape, open_output, read_header
 from ..cases.suite import Target
 from ..errors import FaError
 from ..programs import devices, ready
+from ..measure import judge_time
 from ..programs.programs import Launcher, Program, RunResult, run
 from ..report import records
 from . import diagnose, expected, verify
@@ -178,6 +179,9 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
                   diagnosis=result.diagnosis.fields if result.diagnosis else None,
                   diagnosis_text=result.diagnosis.lines if result.diagnosis else None)
     fields["device"] = devices.device_of_run(run_.build)
+    shape = result.target.shape
+    fields.update(judge_time.record_fields((shape.B, shape.N, shape.d), run_.wall_s, run_.stderr) if not result.error
+                  else {})
     return records.new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)
 
 

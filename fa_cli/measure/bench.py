@@ -36,6 +36,7 @@ from ..judge import verify
 from ..programs.devices import device_of_run
 from ..programs.programs import Launcher, Program, run
 from ..report import records
+from . import judge_time
 
 
 MIN_ROUNDS = 5
@@ -150,6 +151,7 @@ def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Targe
     walls: list[list[float]] = [[] for _ in programs]
     stages: list[dict[str, list[float]]] = [{} for _ in programs]
     builds: list[dict] = [{} for _ in programs]
+    logs = [""] * count  # the last timed run's stderr: its launch log, where it has one
     errors: list[str | None] = [None] * count
     repeat = 0  # round 0 is the warm-up: page cache, driver, JIT
     while True:
@@ -162,22 +164,23 @@ def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Targe
                 errors[i] = result.error
             elif repeat > 0:
                 walls[i].append(result.wall_s)
-                builds[i] = result.build
+                builds[i], logs[i] = result.build, result.stderr
                 for key, value in result.timing.items():
                     stages[i].setdefault(key, []).append(value)
         if enough_rounds(plan, walls, errors, repeat):
             break
         repeat += 1
-    return [summarize(plan, programs[i], target, outs[i], walls[i], stages[i], builds[i], errors[i], i in controls)
-            for i in range(count)]
+    return [summarize(plan, programs[i], target, outs[i], walls[i], stages[i], builds[i], errors[i], i in controls,
+                      logs[i]) for i in range(count)]
 
 
 def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path, walls: list[float],
-              stages: dict[str, list[float]], build: dict, error: str | None, control: bool) -> dict:
-    """One program's runs on one input as a results record: medians, spread, TFLOP/s, error."""
+              stages: dict[str, list[float]], build: dict, error: str | None, control: bool, log: str = "") -> dict:
+    """One program's runs on one input as a results record: medians, spread, TFLOP/s, error, and
+    for a hw4.cu under the GTX 1080's rules the estimate of the judge's time (judge_time)."""
     fields = dict(plan.fields, control=True) if control else plan.fields
     record = records.new_record(program, target, plan.label, error, plan.kind, plan.launcher,
-                                device=device_of_run(build),
+                                device=device_of_run(build), time_limit=target.time_limit,
                                 repeats=len(walls), build=build, **fields)
     if error:
         return record
@@ -189,6 +192,7 @@ def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path,
         timing=timing,
         tflops_process=target.shape.flops / wall / 1e12,
         tflops_kernel=target.shape.flops / timing["kernel"] / 1e12 if timing.get("kernel") else None,
+        **judge_time.record_fields((target.shape.B, target.shape.N, target.shape.d), wall, log),
     )
     check = verify.against_reference(AttentionInput(target.input_path), open_output(out_path, target.shape),
                                      plan.tol, plan.check)

@@ -191,14 +191,17 @@ def run_summary(results: list[CaseResult]) -> str:
 def judge_table(results: list[CaseResult], judge_gpu: dict[str, str] | None = None) -> Table:
     """fa run's table, in 80 columns: the program in the title where every case ran the same one,
     and the device the runs used (devices.device_of_run: one name in every table and record);
-    judge_gpu: the estimated GTX 1080 time of each case (measure/judge_time.py), a column of its own."""
+    judge_gpu: the estimated GTX 1080 time of each case (measure/judge_time.py), a column of its
+    own, for which the checked column gives way where every case was checked alike
+    (checked_alike says how, under the table)."""
     names = {r.program.name for r in results}
     one = names.pop() if len(names) == 1 else None
     used = {devices.device_of_run(r.run.build) for r in results}
     device = used.pop() if len(used) == 1 else " and ".join(sorted(used)) or devices.describe_first()
     table = Table(title=f"fa run of {one} on {device}" if one else f"fa run on {device}", title_justify="left")
+    checked = not (judge_gpu and checked_alike(results))
     columns = ["case", "B×N×d", *([] if one else ["program"]), "time s", *(["GTX 1080 s"] if judge_gpu else []),
-               "limit s", "max err", "checked", "verdict"]
+               "limit s", "max err", *(["checked"] if checked else []), "verdict"]
     for column in columns:
         table.add_column(column, no_wrap=True, justify="right" if column in ("time s", "limit s", "max err") else "left")
     for r in results:
@@ -207,11 +210,17 @@ def judge_table(results: list[CaseResult], judge_gpu: dict[str, str] | None = No
         limit = f"{r.time_limit:g}" if r.time_limit else "-"
         err = fmt_err(r.check.max_err) if r.check else "-"
         check = r.check.mode if r.check else "-"
-        label = f"{verdict}, sampled" if r.check and r.check.sampled else verdict
+        label = f"{verdict}, sampled" if checked and r.check and r.check.sampled else verdict
         table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", *([] if one else [r.program.name]), f"{r.run.wall_s:.3f}",
                       *([judge_gpu.get(r.target.name, "-")] if judge_gpu else []),
-                      limit, err, check, f"[{VERDICT_STYLE[verdict]}]{label}[/]")
+                      limit, err, *([check] if checked else []), f"[{VERDICT_STYLE[verdict]}]{label}[/]")
     return table
+
+
+def checked_alike(results: list[CaseResult]) -> str | None:
+    """How every case was checked where they all were alike ("every value"), else None."""
+    modes = {r.check.mode if r.check else "-" for r in results}
+    return modes.pop() if len(modes) == 1 and "-" not in modes else None
 
 
 def process_cell(wall: dict) -> str:
@@ -219,31 +228,39 @@ def process_cell(wall: dict) -> str:
     return f"{wall['median']:.3f} ±{uncertainty(wall['all']):.1%}"
 
 
-def bench_table(records: list[dict], wide: bool = False) -> Table:
+def bench_table(records: list[dict], wide: bool = False, judge_gpu: dict[str, str] | None = None) -> Table:
     """fa bench's table: what fits 80 columns (the device in the title where every run has the
-    same); wide adds the device, the runs and their spread."""
+    same); wide adds the device, the runs and their spread; judge_gpu: the estimated GTX 1080
+    time by bench_row (measure/judge_time.for_records), a column of its own."""
     devices = {r["device"] for r in records}
     wide = wide or len(devices) > 1
     where = "" if wide or not devices else f" on {devices.pop()}"
     table = Table(title=f"fa bench{where} (medians; TFLOP/s counts 4*B*N*N*d)", title_justify="left")
     columns = ["input", "program", *(["device"] if wide else []), "kernel impl", "process s",
-               *(["runs", "spread s"] if wide else []), "kernel ms", "kernel TFLOP/s", "max err"]
+               *(["GTX 1080 s"] if judge_gpu else []), *(["runs", "spread s"] if wide else []), "kernel ms",
+               "kernel TFLOP/s", "max err"]
     for column in columns:
         table.add_column(column)
     for r in records:
         program = r["program"] + (" (A/A)" if r.get("control") else "")  # a program given twice
         device = [r["device"]] if wide else []
+        judge = [judge_gpu.get(bench_row(r), "-")] if judge_gpu else []
         if r.get("error"):
-            table.add_row(r["input"], program, *device, "-", "[red]error[/]", *(["-", "-"] if wide else []), "-", "-",
-                          r["error"][:40])
+            table.add_row(r["input"], program, *device, "-", "[red]error[/]", *judge, *(["-", "-"] if wide else []),
+                          "-", "-", r["error"][:40])
             continue
         w = r["wall_s"]
         kernel = r["timing"].get("kernel")
-        table.add_row(r["input"], program, *device, r["build"].get("impl", "-"), process_cell(w),
+        table.add_row(r["input"], program, *device, r["build"].get("impl", "-"), process_cell(w), *judge,
                       *([str(len(w["all"])), f"{w['min']:.3f}-{w['max']:.3f}"] if wide else []),
                       f"{kernel * 1e3:.2f}" if kernel else "-",
                       f"{r['tflops_kernel']:.3g}" if r.get("tflops_kernel") else "-", fmt_err(r["max_err"]))
     return table
+
+
+def bench_row(record: dict) -> str:
+    """A benchmark row's name in the lines under its table: the program on the input."""
+    return f"{record['program']} on {record['input']}"
 
 
 def compare_table(header: list[str], rows: list[list[str]], title: str = "fa compare (whole-process medians)") -> Table:
