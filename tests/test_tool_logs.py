@@ -123,3 +123,23 @@ def test_racechecks_errors_come_before_its_warnings_and_the_emulations_own_go():
     assert said[0].endswith("a write at k+0x2f70, hw4.cu:247 against a read at k+0x3000, hw4.cu:250 [64 hazards]")
     layer_only = "\n".join(WARNING_AND_ERROR_LOG.splitlines()[7:])
     assert tool_logs.first_sanitizer_error(tool_logs.without_layer(layer_only)) == []
+
+
+def test_a_fault_launched_through_the_layers_hook_is_the_students_and_the_layers_own_calls_go():
+    """Under the GTX 1080's rules every launch goes through fa_gtx1080's hook, so the hook is in
+    every kernel report's host backtrace: the fault stays (hw4.cu:87 is quoted); a failed CUDA
+    call made by the layer itself (its launch log's) goes, one made by main stays."""
+    hooked = MEMCHECK_LOG.replace(
+        "=========         Host Frame: main [0x9e41] in hw4\n",
+        "=========         Host Frame: [0x2d5e4f] in libcuda.so.1\n"
+        "=========         Host Frame: fa_gtx1080::launch(void const*, dim3, dim3) [0x9a10] in hw4\n"
+        "=========         Host Frame: main [0x9e41] in hw4\n")
+    own_call = ("========= Program hit cudaErrorMisalignedAddress (error 716) due to \"misaligned address\" on CUDA "
+                "API call to cudaEventSynchronize.\n"
+                "=========     Saved host backtrace up to driver entry point at error\n"
+                "=========         Host Frame: [0x2d5e4f] in libcuda.so.1\n"
+                "=========         Host Frame: cudaEventSynchronize [0x4a3b0] in libcudart.so.12\n"
+                "=========         Host Frame: fa_gtx1080::launch_log::collect(bool) [0x9c00] in hw4\n")
+    text = tool_logs.without_layer(hooked.replace("========= ERROR SUMMARY", own_call + "========= ERROR SUMMARY"))
+    assert tool_logs.sanitizer_lines(tool_logs.first_sanitizer_error(text))[0] == "Invalid __shared__ write of size 16 bytes"
+    assert "hw4.cu:87" in text and "cudaEventSynchronize" not in text and "on CUDA API call to cudaMemcpy" in text

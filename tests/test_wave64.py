@@ -223,8 +223,9 @@ def test_primitives_follow_amds_formulas(tmp_path):
         assert [int(v) for v in values.split()] == documented(op, int(width), int(arg)), head
 
 
-def judged(tmp_path, source: Path, *cases) -> subprocess.CompletedProcess:
-    return fa("run", *cases, "--program", source, "--why-budget", "0", cwd=tmp_path)
+def judged(tmp_path, source: Path, *cases, rules: bool = True) -> subprocess.CompletedProcess:
+    return fa("run", *cases, "--program", source, "--why-budget", "0", *([] if rules else ["--no-gtx1080-rules"]),
+              cwd=tmp_path)
 
 
 @pytest.mark.gpu
@@ -254,11 +255,17 @@ PLANTED = {  # plant -> what fa must say of hw4.hip
 @pytest.mark.gpu
 @pytest.mark.parametrize("plant", PLANTS)
 def test_planted_port_is_named(tmp_path, plant):
-    """Each plant passes as hw4.cu and, as hw4.hip, fails (BLOCK32: passes with its note), named."""
+    """Each plant passes as hw4.cu and, as hw4.hip, fails (BLOCK32: passes with its note), named.
+    LDS_OVER_64K's 65 KB a block is over the GTX 1080's 48 KB too: as hw4.cu it passes only
+    without the GTX 1080's rules, and under them is refused, naming the judge's GPU."""
     cu_dir, hip_dir = tmp_path / "cu", tmp_path / "hip"
     cu_dir.mkdir(), hip_dir.mkdir()
-    as_cuda = judged(cu_dir, student_cu(cu_dir, plant), "t01")
+    as_cuda = judged(cu_dir, student_cu(cu_dir, plant), "t01", rules=plant != "LDS_OVER_64K")
     assert as_cuda.returncode == 0, as_cuda.stdout + as_cuda.stderr
+    if plant == "LDS_OVER_64K":
+        under_rules = judged(cu_dir, student_cu(cu_dir, plant), "t01")
+        said = under_rules.stdout + under_rules.stderr
+        assert under_rules.returncode != 0 and "as the GTX 1080 refuses it" in said, said
     as_hip = judged(hip_dir, student_hip(hip_dir, plant), "t01")
     said = as_hip.stdout + as_hip.stderr
     assert (as_hip.returncode == 0) == (plant == "BLOCK32"), said

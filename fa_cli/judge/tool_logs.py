@@ -119,11 +119,23 @@ def report_blocks(log: str) -> list[list[str]]:
     return [b for b in [*blocks, block] if b]
 
 
-def without_layer(log: str) -> str:
-    """A sanitizer's log without the reports that fall in the MI210 emulation's own code (its two
+def in_layer(block: list[str]) -> bool:
+    """A report of a layer's own code: its device lines name the layer (the MI210 emulation's two
     warps meet through shared memory on purpose, which racecheck reports, and no student wrote
-    it), its error-level reports before its warning-level ones."""
-    blocks = [b for b in report_blocks(log) if not LAYER.search("\n".join(b))]
+    it), or a CUDA call failed whose caller is the layer (the launch log's own calls). A kernel's
+    fault is the student's even where its launch went through the layer's hook: the hook is only
+    in the host backtrace of the launch."""
+    device, _, _ = "\n".join(block).partition("Saved host backtrace")
+    if LAYER.search(device):
+        return True
+    frames = [l for l in block if "Host Frame:" in l and not re.search(r" in \S*\.so[\d.]*\s*$", l)]
+    return "CUDA API call" in block[0] and bool(frames) and bool(LAYER.search(frames[0]))
+
+
+def without_layer(log: str) -> str:
+    """A sanitizer's log without the reports of the judge GPUs' layers' own code (in_layer), its
+    error-level reports before its warning-level ones."""
+    blocks = [b for b in report_blocks(log) if not in_layer(b)]
     errors = [b for b in blocks if "Error: " in b[0]]
     return "\n".join(line for b in [*errors, *[b for b in blocks if b not in errors]] for line in b)
 
