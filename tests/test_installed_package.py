@@ -84,6 +84,10 @@ def test_the_wheel_ships_every_source_of_the_programs(student):
     wanted = {p.relative_to(ROOT) for part in ("src_common", "src_cpu", "src_cuda", "src_hip")
               for p in (ROOT / part).rglob("*") if p.is_file() and p.suffix in (".h", ".cuh", ".cu", ".hip", ".cpp")}
     assert wanted and {p for p in wanted if not (shipped / p).is_file()} == set()
+    fitted = subprocess.run([str(student["venv"] / "bin" / "python"), "-c",
+                             "from fa_cli.measure import judge_column; print(judge_column.calibration() is not None)"],
+                            capture_output=True, text=True, env=student["env"], cwd=student["work"], check=True)
+    assert fitted.stdout.strip() == "True"  # the GTX 1080 estimate's fit ships too
 
 
 def test_named_program_built_from_shipped_sources(student):

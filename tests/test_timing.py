@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -43,7 +44,7 @@ def run_with_timing(argv: list[str], tmp_path) -> timing.TimingLine:
 def test_the_launch_log_is_read_as_the_header_prints_it():
     """launch_log.h's format string and the parser agree: the keys it prints are the ones read,
     a kernel name with spaces comes whole, a broken line is left out, and none is the program's."""
-    header = (ROOT / "src_cuda" / "gtx1080" / "launch_log.h").read_text()
+    header = (ROOT / "src_cuda" / "launch_log.h").read_text()
     assert "launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d kernel=%s" in header
     assert "gpu sms=%d smem_sm=%d regs_sm=%d threads_sm=%d blocks_sm=%d" in header
     stderr = ("fa-launch: launches=54 untimed=0 ms=1.944000 grid=20x8x1 block=128x1x1 smem=33280 regs=49 "
@@ -57,6 +58,25 @@ def test_the_launch_log_is_read_as_the_header_prints_it():
     assert timing.gpu_limits(stderr) == timing.SmLimits(132, 233472, 65536, 2048, 32)
     assert [l for l in stderr.splitlines() if not timing.is_timing_line(l)] == ["hw4: done"]
     assert timing.launches("hw4: done\n") == [] and timing.gpu_limits("") is None
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.parametrize("layer", ["gtx1080", "wave64"])
+def test_the_judges_layers_build_with_the_courses_line_without_a_word(tmp_path, layer):
+    """A student's program builds with -std=c++11 (the course's line) and the layer, the launch
+    log with it: not a warning from fa's headers, with the host compiler's -Wall too."""
+    source = tmp_path / "hw4.cu"
+    if layer == "gtx1080":
+        source.write_text("__global__ void k(float* p) { p[0] = 1; }\n"
+                          "int main() { float* d; cudaMalloc(&d, 4); k<<<1, 1>>>(d); cudaDeviceReset(); }\n")
+        flags = ["-include", str(ROOT / "src_cuda" / "gtx1080" / "fa_gtx1080.h")]
+    else:
+        source.write_text("#include <hip/hip_runtime.h>\n__global__ void k(float* p) { p[0] = 1; }\n"
+                          "int main() { float* d; hipMalloc(&d, 4); k<<<1, 64>>>(d); hipDeviceReset(); }\n")
+        flags = ["-I", str(ROOT / "src_hip" / "wave64")]
+    proc = subprocess.run(["nvcc", "-std=c++11", "-arch=sm_90", "-cudart", "shared", *flags, "-Xcompiler", "-Wall",
+                           "-o", str(tmp_path / "hw4"), str(source)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "warning" not in (proc.stdout + proc.stderr).lower(), proc.stderr
 
 
 def test_the_cpu_program_prints_the_whole_line(cpu_program, tmp_path):

@@ -25,7 +25,7 @@
 #include <cstring>
 #include <string>
 
-#include "launch_log.h"
+#include "../launch_log.h"
 
 namespace fa_gtx1080 {
 
@@ -39,7 +39,8 @@ constexpr size_t kMemory = 8ull << 30;
 
 inline std::string kernel_name(const void* func) {
   static auto& known = *new std::map<const void*, std::string>;  // looked up once a kernel: launches are many
-  if (auto found = known.find(func); found != known.end()) return found->second;
+  const auto found = known.find(func);  // C++11: the course's line builds with -std=c++11
+  if (found != known.end()) return found->second;
   const char* symbol = nullptr;  // the runtime knows the kernel's name (CUDA 12.3 on); else the symbol table
   Dl_info info;
 #if CUDART_VERSION >= 12030
@@ -121,17 +122,10 @@ extern "C" inline cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid,
   const void* func = reinterpret_cast<const void*>(kernel);
   cudaFuncAttributes attr{};
   const cudaError_t e = fa_gtx1080::check(func, grid, block, dynamic, attr);
-  if (e == cudaSuccess) {
-    namespace launches = fa_gtx1080::launch_log;
-    const cudaEvent_t start = launches::begin(stream);
-    const cudaError_t launched = next(kernel, grid, block, args, dynamic, stream);
-    if (launched == cudaSuccess)
-      launches::end(start, stream, {fa_gtx1080::kernel_name(func), {grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
-                               attr.sharedSizeBytes + dynamic, attr.numRegs});
-    else
-      launches::give(start);
-    return launched;
-  }
+  if (e == cudaSuccess)
+    return fa_launch_log::timed({fa_gtx1080::kernel_name(func), {grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
+                                 attr.sharedSizeBytes + dynamic, attr.numRegs},
+                                stream, [&] { return next(kernel, grid, block, args, dynamic, stream); });
   // Refused: the runtime is handed a launch it refuses itself, so that its own last error (what
   // cudaGetLastError and cudaPeekAtLastError return) holds the refusal, as on the GTX 1080:
   // too much shared memory an invalid value, any other limit an invalid configuration.
@@ -173,12 +167,10 @@ extern "C" inline cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* 
   return cudaSuccess;
 }
 
-// A program that resets the device before it exits: its launches are printed first, while their
-// events still exist.
+// A program that resets the device before it exits: its launches are printed first.
 extern "C" inline cudaError_t CUDARTAPI cudaDeviceReset(void) {
   using ResetFn = cudaError_t (*)(void);
   static auto next = reinterpret_cast<ResetFn>(dlsym(RTLD_NEXT, "cudaDeviceReset"));
-  if (fa_gtx1080::launch_log::wanted()) fa_gtx1080::launch_log::print();
-  fa_gtx1080::launch_log::spare().clear();  // the reset destroys them
+  fa_launch_log::before_reset();
   return next ? next() : cudaErrorNotSupported;
 }

@@ -27,6 +27,7 @@
 
 // ---------------------------------------------------------------- types and constants
 #include "../../hip_types_on_cuda.h"
+#include "../../../src_cuda/launch_log.h"  // every launch timed, for fa's estimate of the MI210's time
 
 #define HIP_KERNEL_NAME(...) __VA_ARGS__
 #define hipThreadIdx_x threadIdx.x
@@ -150,25 +151,31 @@ inline std::string kernel_name(const void* kernel) {
 }
 
 // The device's fault record (wave64_device.h), in host memory the device writes through: it
-// stays readable after the trap that ends the kernel has made the CUDA context unusable.
-inline Fault* host_fault() {
-  static Fault* record = [] {
-    Fault* f = nullptr;
-    if (cudaHostAlloc(reinterpret_cast<void**>(&f), sizeof(Fault), cudaHostAllocMapped) != cudaSuccess) return f;
-    std::memset(f, 0, sizeof *f);
-    Fault* device = nullptr;
-    cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), f, 0);
-    cudaMemcpyToSymbol(fault_record, &device, sizeof device);
-    return f;
-  }();
+// stays readable after the trap that ends the kernel has made the CUDA context unusable. Made at
+// the first launch of a context; a device reset frees it (hipDeviceReset forgets it), and the
+// next launch makes another.
+inline Fault*& fault_slot() {
+  static Fault* record = nullptr;
   return record;
+}
+
+inline Fault* host_fault() {
+  Fault*& record = fault_slot();
+  if (record != nullptr) return record;
+  Fault* f = nullptr;
+  if (cudaHostAlloc(reinterpret_cast<void**>(&f), sizeof(Fault), cudaHostAllocMapped) != cudaSuccess) return nullptr;
+  std::memset(f, 0, sizeof *f);
+  Fault* device = nullptr;
+  cudaHostGetDevicePointer(reinterpret_cast<void**>(&device), f, 0);
+  cudaMemcpyToSymbol(fault_record, &device, sizeof device);
+  return record = f;
 }
 
 // The fault's one line on stderr, once, if a kernel ended with one (checked wherever the student's
 // program can learn of the failure, and at exit for a program that checks nothing).
 inline void report_fault() {
   static bool said = false;
-  Fault* f = host_fault();
+  Fault* f = fault_slot();  // read, never made: a program that launched nothing has none
   if (said || !f || !*reinterpret_cast<volatile int*>(&f->kind)) return;
   said = true;
   std::fprintf(stderr, "fa-wave64: %s: %s\n", last_kernel().c_str(), describe(*f).c_str());
@@ -237,7 +244,9 @@ inline cudaError_t launch(cudaKernel_t kernel, dim3 grid, dim3 block, void** arg
     e = cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)total);
     if (e != cudaSuccess) return e;
   }
-  return forward(kernel, grid, block, args, total, stream);
+  // Logged with the student's own LDS (the scratch is the emulation's, not the MI210's).
+  return fa_launch_log::timed({name, {grid.x, grid.y, grid.z}, {block.x, block.y, block.z}, lds, attr.numRegs}, stream,
+                              [&] { return forward(kernel, grid, block, args, total, stream); });
 }
 
 }  // namespace fa_wave64
@@ -277,7 +286,12 @@ inline hipError_t hipPeekAtLastError() {
   return fa_wave64::refused_launch() != cudaSuccess ? fa_wave64::refused_launch() : e;
 }
 inline hipError_t hipDeviceSynchronize() { return fa_wave64::checked(cudaDeviceSynchronize()); }
-inline hipError_t hipDeviceReset() { return cudaDeviceReset(); }
+inline hipError_t hipDeviceReset() {
+  fa_launch_log::before_reset();  // its launches printed while their events exist
+  fa_wave64::report_fault();      // and a fault said while its record exists: the reset frees it
+  fa_wave64::fault_slot() = nullptr;
+  return cudaDeviceReset();
+}
 inline hipError_t hipGetDeviceCount(int* n) { return cudaGetDeviceCount(n); }
 inline hipError_t hipSetDevice(int d) { return cudaSetDevice(d); }
 inline hipError_t hipGetDevice(int* d) { return cudaGetDevice(d); }

@@ -1,8 +1,9 @@
 // launch_log.h: what a student's kernels asked of the GPU and how long they took here, for fa's
-// estimate of the time on the judge's GPU (fa_cli/measure/judge_time.py). fa_gtx1080.h times
-// every launch it lets through with two events on the launch's own stream; at exit (or before
-// cudaDeviceReset) the launches are added up per kernel and launch shape and printed on stderr,
-// one line each, where fa asks for timing lines (FA_TIMING set, as fa's runs set it):
+// estimate of the time on the judge's GPU (fa_cli/measure/judge_time.py). The judges' layers
+// (src_cuda/gtx1080/fa_gtx1080.h for hw4.cu, src_hip/wave64 for hw4.hip) time every launch they
+// let through with two events on the launch's own stream (timed); at exit (or before a device
+// reset: before_reset) the launches are added up per kernel and launch shape and printed on
+// stderr, one line each, where fa asks for timing lines (FA_TIMING set, as fa's runs set it):
 //
 //   fa-launch: launches=54 ms=1.944 grid=20x8x1 block=128x1x1 smem=33280 regs=49 kernel=flash_fwd<64>
 //
@@ -23,9 +24,9 @@
 #include <tuple>
 #include <vector>
 
-#include "../../src_common/host/settings.h"  // FA_TIMING, read where every setting is read
+#include "../src_common/host/settings.h"  // FA_TIMING, read where every setting is read
 
-namespace fa_gtx1080::launch_log {
+namespace fa_launch_log {
 
 struct Shape {  // what one kind of launch asks: the key its launches are added up under
   std::string kernel;
@@ -115,7 +116,9 @@ inline void print_gpu() {
 inline void print() {
   collect(true);
   if (!totals().empty()) print_gpu();
-  for (const auto& [s, t] : totals()) {
+  for (const auto& entry : totals()) {  // C++11: the course's line builds with -std=c++11
+    const Shape& s = entry.first;
+    const Totals& t = entry.second;
     std::fprintf(stderr, "fa-launch: launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d kernel=%s\n",
                  t.launches, t.untimed, t.ms, s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2],
                  s.smem, s.regs, s.kernel.c_str());
@@ -151,4 +154,23 @@ inline void end(cudaEvent_t start, cudaStream_t stream, const Shape& shape) {
   if (pending().size() >= 1024) collect(false);  // a program of many launches: keep the list short
 }
 
-}  // namespace fa_gtx1080::launch_log
+// One launch, timed and counted under its shape where it was accepted.
+template <class Launch>
+inline cudaError_t timed(const Shape& shape, cudaStream_t stream, Launch&& launch) {
+  const cudaEvent_t start = begin(stream);
+  const cudaError_t launched = launch();
+  if (launched == cudaSuccess)
+    end(start, stream, shape);
+  else
+    give(start);
+  return launched;
+}
+
+// A program that resets the device before it exits: its launches are printed first, while their
+// events still exist, and the spare events, which the reset destroys, are forgotten.
+inline void before_reset() {
+  if (wanted()) print();
+  spare().clear();
+}
+
+}  // namespace fa_launch_log
