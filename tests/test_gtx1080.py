@@ -143,7 +143,7 @@ def test_the_rules_are_said_on_a_passing_run(tmp_path):
     assert "hw4.cu ran under the GTX 1080's rules" in text
     # the estimate of the judge's time: a range in the row, its basis under the table
     assert re.search(r"│ \d+\.\d\d-\d+\.\d\d +│", proc.stdout), proc.stdout
-    assert "GTX 1080 s: an estimate of each case's time on the judge's GPU" in text and "not a measurement" in text
+    assert "GTX 1080 s: an estimate of each case's time on the judge's GTX 1080" in text and "not a measurement" in text
 
 
 def test_bench_and_compare_show_the_estimate_of_a_hw4_cu(tmp_path):
@@ -154,8 +154,10 @@ def test_bench_and_compare_show_the_estimate_of_a_hw4_cu(tmp_path):
     bench = fa("bench", "t01", "--program", tmp_path / "hw4" / "hw4.cu", "--repeat", "1", "-o", results, cwd=tmp_path)
     assert bench.returncode == 0, bench.stdout + bench.stderr
     record = json.loads(results.read_text())["records"][0]
-    assert 0 < record["gtx1080_s"]["low"] < record["gtx1080_s"]["mid"] < record["gtx1080_s"]["high"]
+    found = record["judge_gpu_s"]
+    assert found["gpu"] == "GTX 1080" and 0 < found["low"] < found["mid"] < found["high"]
     for proc in (bench, fa("compare", results, cwd=tmp_path)):
         text = " ".join(proc.stdout.split())
-        assert "GTX 1080 s: an estimate of each case's time on the judge's GPU from the runs here" in text, proc.stdout
+        assert "GTX 1080 s: an estimate of each case's time on the judge's GTX 1080 from the runs here" in text, \
+            proc.stdout
         assert re.search(r"\d+\.\d\d-\d+\.\d\d", proc.stdout)

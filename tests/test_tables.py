@@ -99,12 +99,12 @@ def test_a_table_wider_than_the_terminal_is_stacked_with_nothing_cut(terminal):
 
 
 def test_bench_and_compare_show_the_gtx1080_estimate_where_a_record_has_one():
-    """A record of a hw4.cu under the GTX 1080's rules carries gtx1080_s (measure/judge_time.py):
+    """A record of a hw4.cu under the GTX 1080's rules carries judge_gpu_s (measure/judge_time.py):
     fa bench's table and fa compare's tables and markdown get the column, its words under them;
     a record without one shows '-'."""
     import copy
 
-    from fa_cli.measure import compare
+    from fa_cli.measure import compare, judge_column
 
     model = {"params": {"startup_s": 0.1, "host_ratio": 1.0, "sm_ratio": 1.5}, "half_width_x": 1.5, "points": 43,
              "median_x": 1.3, "covered": 0.8}
@@ -112,15 +112,17 @@ def test_bench_and_compare_show_the_gtx1080_estimate_where_a_record_has_one():
             "shape": {"B": 4, "N": 32768, "d": 32}, "label": None, "device": "GPU", "error": None,
             "wall_s": {"median": 0.7, "min": 0.7, "max": 0.7, "all": [0.7]}, "timing": {}, "build": {},
             "tflops_kernel": None, "max_err": 1e-6, "time_limit": 10.0}
-    student = {**copy.deepcopy(base), "gtx1080_s": {"low": 1.0, "mid": 1.5, "high": 2.25, "model": model}}
+    student = {**copy.deepcopy(base),
+               "judge_gpu_s": {"gpu": "GTX 1080", "low": 1.0, "mid": 1.5, "high": 2.25, "model": model}}
     ours = {**copy.deepcopy(base), "program": "cuda", "program_path": "bin/fa-cuda"}
-    cells = {"hw4.cu on c29": "1.00-2.25", "cuda on c29": "-"}
-    table = tables.bench_table([student, ours], False, cells)
+    column = judge_column.for_records([student, ours], tables.bench_row)
+    assert column.cells == {"hw4.cu on c29": "1.00-2.25", "cuda on c29": "-"}
+    table = tables.bench_table([student, ours], False, column)
     assert "GTX 1080 s" in [c.header for c in table.columns]
     header, body, _ = compare.long_rows([student, ours])
     column = header.index("GTX 1080 s")
     assert [row[column] for row in body] == ["1.00-2.25", "-"]
-    assert "an estimate of each case's time on the judge's GPU" in compare.markdown([student, ours])
+    assert "an estimate of each case's time on the judge's GTX 1080" in " ".join(compare.markdown([student, ours]).split())
     assert compare.judge_words([ours]) == [] and "GTX 1080 s" not in compare.long_rows([ours])[0]
     wide_header, wide_body = compare.rows([student, ours])
     assert wide_body[0][wide_header.index("hw4.cu on GPU GTX 1080 s")] == "1.00-2.25"

@@ -139,7 +139,7 @@ def test_a_fault_launched_through_the_layers_hook_is_the_students_and_the_layers
                 "=========     Saved host backtrace up to driver entry point at error\n"
                 "=========         Host Frame: [0x2d5e4f] in libcuda.so.1\n"
                 "=========         Host Frame: cudaEventSynchronize [0x4a3b0] in libcudart.so.12\n"
-                "=========         Host Frame: fa_gtx1080::launch_log::collect(bool) [0x9c00] in hw4\n")
+                "=========         Host Frame: fa_launch_log::collect(bool) [0x9c00] in hw4\n")
     text = tool_logs.without_layer(hooked.replace("========= ERROR SUMMARY", own_call + "========= ERROR SUMMARY"))
     assert tool_logs.sanitizer_lines(tool_logs.first_sanitizer_error(text))[0] == "Invalid __shared__ write of size 16 bytes"
     assert "hw4.cu:87" in text and "cudaEventSynchronize" not in text and "on CUDA API call to cudaMemcpy" in text

@@ -2,6 +2,8 @@
 the layer builds with nvcc here; on the GPU, HIP's cross-lane functions against AMD's formulas,
 the planted AMD-only mistakes (tests/data/planted_hw4.hip) each named, the starter and the usual
 port passing."""
+import os
+import re
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -241,6 +243,10 @@ def test_ports_pass_through_the_emulation(tmp_path, which):
     proc = judged(tmp_path, source, "t01", "c01", "c30")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "an emulation of the MI210 on the NVIDIA GPU" in proc.stderr + proc.stdout
+    # the launch log in the emulation: the MI210's time estimated, said to be uncalibrated
+    text = " ".join(proc.stdout.split())
+    assert "MI210 s: an estimate of each case's time on the judge's MI210" in text, proc.stdout
+    assert "not calibrated on measured data" in text and len(re.findall(r"\d+\.\d\d-\d+\.\d\d", proc.stdout)) == 3
 
 
 PLANTED = {  # plant -> what fa must say of hw4.hip
@@ -405,3 +411,24 @@ def test_what_cannot_be_emulated_is_one_line_not_a_hang(tmp_path, case):
     assert proc.returncode != 0, proc.stdout + proc.stderr
     line = wave64.fault(proc.stderr)
     assert line and said in line, proc.stderr
+
+
+@pytest.mark.gpu
+def test_a_port_that_resets_the_device_ends_well_and_logs_its_launches(tmp_path):
+    """hipDeviceReset at the end of main, as many ports do: the emulation's fault record, which the
+    reset frees, is not read after it (the program exited by SIGSEGV before), a launch after the
+    reset gets a new one, and the launch log prints what ran before it."""
+    source = tmp_path / "reset.cu"
+    source.write_text("#include <hip/hip_runtime.h>\n"
+                      "__global__ void k(float* p) { p[threadIdx.x] = 1; }\n"
+                      "int main() { float* d; hipMalloc(&d, 4096);\n"
+                      "  for (int i = 0; i < 5; ++i) hipLaunchKernelGGL(k, dim3(3), dim3(128), 0, 0, d);\n"
+                      "  hipDeviceSynchronize(); hipDeviceReset();\n"
+                      "  hipMalloc(&d, 4096); k<<<2, 64>>>(d); hipError_t e = hipDeviceSynchronize();\n"
+                      "  hipDeviceReset(); return e == hipSuccess ? 0 : 1; }\n")
+    exe = tmp_path / "reset"
+    subprocess.run(["nvcc", "-std=c++11", "-arch=native", "-cudart", "shared", "-I", str(ROOT / "src_hip" / "wave64"),
+                    "-o", str(exe), str(source)], check=True, capture_output=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, env={**os.environ, "FA_TIMING": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "fa-launch: launches=5 untimed=0" in proc.stderr and "fa-launch: launches=1 untimed=0" in proc.stderr

@@ -8,7 +8,7 @@ import click
 
 from .. import locations
 from ..errors import ExitStatus
-from ..measure import bench, judge_time
+from ..measure import bench, judge_column
 from ..programs import ready, slurm, wave64
 from ..report import lines, tables
 from ..report.records import check_extendable
@@ -75,9 +75,9 @@ def bench_cmd(cases, all_cases, suite_text, program_names, shapes, repeats, prec
             records = slurm.bench_array(plan, runner, results, advance)
         else:
             records = bench.run_bench(plan, results, advance, workdir)
-    judge_gpu = judge_time.for_records(records, tables.bench_row)  # a hw4.cu's GTX 1080 time, estimated
-    tables.show(tables.bench_table(records, wide, judge_gpu[0] if judge_gpu else None), wide)
-    for line in judge_gpu[1] if judge_gpu else []:
+    judge_gpu = judge_column.for_records(records, tables.bench_row)  # a hw4.cu's or hw4.hip's judge's time
+    tables.show(tables.bench_table(records, wide, judge_gpu), wide)
+    for line in judge_gpu.words if judge_gpu else []:
         lines.echo(line)
     sampled = sorted({r["verify_mode"] for r in records if str(r.get("verify_mode", "")).endswith("sampled")})
     if sampled:  # why the same case's max err differs from fa run's

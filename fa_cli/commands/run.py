@@ -12,7 +12,7 @@ from ..cases import suite
 from ..errors import ExitStatus
 from ..judge import cause, expected, outlook, race_check, verdict, verify
 from ..judge.findings import Kind
-from ..measure import gtx1080_report, judge_time
+from ..measure import gtx1080_report, judge_column
 from ..programs import gtx1080, programs, wave64
 from ..report import lines, tables
 from ..report.records import append, check_extendable
@@ -119,12 +119,12 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
 def show_results(results, prog, across, why_case, sample_rows) -> None:
     """The table, what sampling did, each case's diagnosis, what the cases say together and what
     the MI210 emulation says."""
-    judge_gpu = judge_time.for_results(getattr(prog, "source", None), results)  # a hw4.cu: the GTX 1080's time
+    judge_gpu = judge_column.for_results(getattr(prog, "source", None), results)  # the judge's GPU's time
     if results:
-        tables.show(tables.judge_table(results, judge_gpu[0] if judge_gpu else None))
+        tables.show(tables.judge_table(results, judge_gpu))
     if judge_gpu and (alike := tables.checked_alike(results)):
         lines.echo(f"checked: {alike}, in every case")
-    for line in judge_gpu[1] if judge_gpu else []:
+    for line in judge_gpu.words if judge_gpu else []:
         lines.echo(line)
     if any(r.check and r.check.sampled for r in results):
         lines.echo(tables.SAMPLED_NOTE)

@@ -105,7 +105,8 @@ def first_sanitizer_error(log: str) -> list[str]:
     return []
 
 
-LAYER = re.compile(r"fa_wave64|wave64_device\.h|fa_gtx1080")  # the judge GPUs' layers (src_hip/wave64, src_cuda/gtx1080)
+# the judge GPUs' layers (src_hip/wave64, src_cuda/gtx1080) and their launch log (src_cuda/launch_log.h)
+LAYER = re.compile(r"fa_wave64|wave64_device\.h|fa_gtx1080|fa_launch_log")
 
 
 def report_blocks(log: str) -> list[list[str]]:

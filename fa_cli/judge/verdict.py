@@ -23,7 +23,7 @@ from ..cases.format import AttentionInput, Shape, open_output, read_header
 from ..cases.suite import Target
 from ..errors import FaError
 from ..programs import devices, ready
-from ..measure import judge_time
+from ..measure import judge_column
 from ..programs.programs import Launcher, Program, RunResult, run
 from ..report import records
 from . import diagnose, expected, verify
@@ -180,8 +180,8 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
                   diagnosis_text=result.diagnosis.lines if result.diagnosis else None)
     fields["device"] = devices.device_of_run(run_.build)
     shape = result.target.shape
-    fields.update(judge_time.record_fields((shape.B, shape.N, shape.d), run_.wall_s, run_.stderr) if not result.error
-                  else {})
+    fields.update(judge_column.record_fields((shape.B, shape.N, shape.d), run_.wall_s, run_.stderr,
+                                           result.program.source) if not result.error else {})
     return records.new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)
 
 

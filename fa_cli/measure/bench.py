@@ -36,7 +36,7 @@ from ..judge import verify
 from ..programs.devices import device_of_run
 from ..programs.programs import Launcher, Program, run
 from ..report import records
-from . import judge_time
+from . import judge_column
 
 
 MIN_ROUNDS = 5
@@ -177,7 +177,8 @@ def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Targe
 def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path, walls: list[float],
               stages: dict[str, list[float]], build: dict, error: str | None, control: bool, log: str = "") -> dict:
     """One program's runs on one input as a results record: medians, spread, TFLOP/s, error, and
-    for a hw4.cu under the GTX 1080's rules the estimate of the judge's time (judge_time)."""
+    for a student's hw4.cu or hw4.hip under its judge's layer the estimate of the judge's time
+    (judge_column)."""
     fields = dict(plan.fields, control=True) if control else plan.fields
     record = records.new_record(program, target, plan.label, error, plan.kind, plan.launcher,
                                 device=device_of_run(build), time_limit=target.time_limit,
@@ -192,7 +193,7 @@ def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path,
         timing=timing,
         tflops_process=target.shape.flops / wall / 1e12,
         tflops_kernel=target.shape.flops / timing["kernel"] / 1e12 if timing.get("kernel") else None,
-        **judge_time.record_fields((target.shape.B, target.shape.N, target.shape.d), wall, log),
+        **judge_column.record_fields((target.shape.B, target.shape.N, target.shape.d), wall, log, program.source),
     )
     check = verify.against_reference(AttentionInput(target.input_path), open_output(out_path, target.shape),
                                      plan.tol, plan.check)

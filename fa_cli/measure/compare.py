@@ -14,7 +14,7 @@ from pathlib import Path
 from ..errors import FaError
 from ..report import charts
 from ..report.markdown import REPORT_WIDTH, markdown_table, paragraph
-from . import judge_time
+from . import judge_column
 
 TIMED_KINDS = ("bench", "run", "ladder", "sweep")
 
@@ -74,30 +74,33 @@ def cell_time(record: dict | None) -> str:
     return f"{record['wall_s']['median']:.3f}"
 
 
-def judge_cell(record: dict | None) -> str:
-    """A record's estimated GTX 1080 time (fa run -o, fa bench of a hw4.cu under the rules)."""
-    found = judge_time.from_record(record) if record else None
-    return judge_time.cell(found[0], record.get("time_limit")) if found else "-"
+def judge_gpu_column(records: list[dict]) -> judge_column.Column | None:
+    """The judge's GPU's estimated time of the records that hold one (fa run -o, fa bench of a
+    student's hw4.cu or hw4.hip): the column's header and the lines that say what it is."""
+    return judge_column.for_records(records, judge_row)
+
+
+def judge_row(record: dict) -> str:
+    return f"{run_key(record).name} on {record['input']}"
+
+
+def judge_cell(column: judge_column.Column, record: dict | None) -> str:
+    return column.cells.get(judge_row(record), "-") if record else "-"
 
 
 def judge_words(records: list[dict]) -> list[str]:
-    """The lines that say what the GTX 1080 column is, where a record has an estimate."""
-    found = judge_time.for_records(records, lambda r: f"{run_key(r).name} on {r['input']}")
-    return found[1] if found else []
-
-
-def has_judge(records: list[dict]) -> bool:
-    return any(r.get("gtx1080_s") for r in records)
+    column = judge_gpu_column(records)
+    return column.words if column else []
 
 
 def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
     """Header and rows: per input, each run's whole-process time, kernel TFLOP/s and max error
     (and its GTX 1080 estimate where a record has one), then each run's speedup over the first."""
     runs, table = arrange(records)
-    judge = has_judge(records)
+    judge = judge_gpu_column(records)
     header = ["input"]
     for k in runs:
-        header += [f"{k} time s", *([f"{k} GTX 1080 s"] if judge else []), f"{k} kernel TFLOP/s", f"{k} max err"]
+        header += [f"{k} time s", *([f"{k} {judge.header}"] if judge else []), f"{k} kernel TFLOP/s", f"{k} max err"]
     header += [f"speedup {k.name} vs {runs[0].name}" for k in runs[1:]]
     body = []
     for name, by_run in table.items():
@@ -105,7 +108,7 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
         for k in runs:
             r = by_run.get(k)
             ok = r is not None and not r.get("error")
-            row += [cell_time(r), *([judge_cell(r)] if judge else []),
+            row += [cell_time(r), *([judge_cell(judge, r)] if judge else []),
                     f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-",
                     f"{r['max_err']:.1e}" if ok else "-"]
         base = by_run.get(runs[0])
@@ -125,8 +128,8 @@ def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
     runs, table = arrange(records)
     devices = {k.device for k in runs}
     label = (lambda k: k.name) if len(devices) == 1 else str
-    judge = has_judge(records)
-    header = ["input", "run", "time s", *(["GTX 1080 s"] if judge else []), "kernel TFLOP/s", "max err",
+    judge = judge_gpu_column(records)
+    header = ["input", "run", "time s", *([judge.header] if judge else []), "kernel TFLOP/s", "max err",
               f"speed-up vs {label(runs[0])}"]
     body = []
     for name, by_run in table.items():
@@ -138,7 +141,7 @@ def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
             ok = not r.get("error")
             fast = (f"{base['wall_s']['median'] / r['wall_s']['median']:.2f}x"
                     if base and ok and not base.get("error") else "-")
-            body.append([name, label(k), cell_time(r), *([judge_cell(r)] if judge else []),
+            body.append([name, label(k), cell_time(r), *([judge_cell(judge, r)] if judge else []),
                          f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-",
                          f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-", fast])
     return header, body, f" on {devices.pop()}" if len(devices) == 1 else ""

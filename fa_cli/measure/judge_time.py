@@ -9,7 +9,7 @@ carried to the judge on its own:
   copies              the case's bytes (three inputs in, one output back) at the copy rates
                       measured here, and at the judge's PCIe 3.0 rates (8.4 GB/s to the device,
                       11.9 back, measured on the course's hosts) there;
-  kernels             each kernel's time here from the launch log (src_cuda/gtx1080/
+  kernels             each kernel's time here from the launch log (src_cuda/
                       launch_log.h), times a fitted ratio of a GTX 1080 SM to an SM here, times
                       how much more each SM has to do there (KernelRun.judge_factor): its blocks
                       spread over 20 SMs there against this GPU's, and how many of them one SM
@@ -18,27 +18,39 @@ carried to the judge on its own:
 
 The four fitted numbers (Params) come from published GTX 1080 times of students' programs
 whose code is public, run here (scripts/observe_judge_time.py, scripts/fit_judge_time.py). The
-range around an estimate is the spread of the fit's errors; `Calibration` holds both and says
-how well the model did with each program left out of the fit in turn (docs/judge-time.md).
+range around an estimate is the spread of the fit's errors, and the check leaves each program
+out of the fit in turn (docs/judge-time.md). What fa shows of it: judge_column.py.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from ..programs import timing
 from ..programs.timing import Launch, SmLimits
-from . import floor
 from .floor import Floor
 
+
+
+@dataclass(frozen=True)
+class JudgeGpu:
+    """A GPU the course judges on: what one SM (an MI210's CU) holds and how many it has, and
+    the copy rates of its hosts."""
+    name: str
+    limits: SmLimits
+    h2d_gbps: float
+    d2h_gbps: float
+
+
 GTX1080 = SmLimits(sms=20, smem_sm=96 * 1024, regs_sm=65536, threads_sm=2048, blocks_sm=32)
-JUDGE_H2D_GBPS, JUDGE_D2H_GBPS = 8.4, 11.9  # the course's hosts, measured (../course-gpu)
-HEADER_BYTES = 12  # B, N, d as 32-bit integers
+# The course's hosts measured 8.4 GB/s in and 11.9 back (nvprof logs of a student's runs).
+GTX1080_JUDGE = JudgeGpu("GTX 1080", GTX1080, 8.4, 11.9)
+# 104 CUs of 64 KB of LDS and 32 wavefronts of 64 (2048 work-items); registers are not compared
+# (an NVIDIA build's counts say nothing of VGPRs); PCIe 4.0 x16 at about 25 GB/s in practice.
+MI210_JUDGE = JudgeGpu("MI210", SmLimits(sms=104, smem_sm=64 * 1024, regs_sm=2**31 - 1, threads_sm=2048, blocks_sm=32),
+                       25.0, 25.0)
 
 
 @dataclass(frozen=True)
@@ -101,18 +113,19 @@ def blocks_held(launch: Launch, gpu: SmLimits) -> int:
     return max(1, min(limits))
 
 
-def kernel_run(launch: Launch, gpu: SmLimits) -> KernelRun:
+def kernel_run(launch: Launch, gpu: SmLimits, judge: SmLimits = GTX1080) -> KernelRun:
     return KernelRun(launch.ms / 1e3, math.ceil(launch.blocks / gpu.sms), blocks_held(launch, gpu),
-                     math.ceil(launch.blocks / GTX1080.sms), blocks_held(launch, GTX1080))
+                     math.ceil(launch.blocks / judge.sms), blocks_held(launch, judge))
 
 
-def parts(shape: tuple[int, int, int], wall_s: float, launches: list[Launch], gpu: SmLimits, floor: Floor) -> Parts:
+def parts(shape: tuple[int, int, int], wall_s: float, launches: list[Launch], gpu: SmLimits, floor: Floor,
+          judge: JudgeGpu = GTX1080_JUDGE) -> Parts:
     to_device, back = case_bytes(*shape)
     copies_here = to_device / (floor.h2d_gbps * 1e9) + back / (floor.d2h_gbps * 1e9)
     kernels_here = sum(l.ms for l in launches) / 1e3
     return Parts(host_here=max(0.0, wall_s - floor.startup_s - copies_here - kernels_here),
-                 copies_judge=to_device / (JUDGE_H2D_GBPS * 1e9) + back / (JUDGE_D2H_GBPS * 1e9),
-                 kernels=tuple(kernel_run(l, gpu) for l in launches if l.blocks))
+                 copies_judge=to_device / (judge.h2d_gbps * 1e9) + back / (judge.d2h_gbps * 1e9),
+                 kernels=tuple(kernel_run(l, gpu, judge.limits) for l in launches if l.blocks))
 
 
 # --- fitting ---------------------------------------------------------------------------------
@@ -217,127 +230,3 @@ def shape_only(shape: tuple[int, int, int]) -> Parts:
     to_device, back = case_bytes(B, N, d)
     work = KernelRun(4.0 * B * N * N * d / 1e12, 1, 1, 1, 1)
     return Parts(host_here=(to_device + back) / 1e9, copies_judge=0.0, kernels=(work,))
-
-
-# --- the estimate fa run shows ----------------------------------------------------------------
-
-CALIBRATION = Path(__file__).with_name("judge_time_gtx1080.json")  # written by scripts/fit_judge_time.py
-
-
-@dataclass(frozen=True)
-class Calibration:
-    params: Params
-    half_width: float  # the range either way, as a log
-    points: int        # published times of the check (each program left out of the fit in turn)
-    median_x: float    # the check's median error, as a factor
-    covered: float     # the share of those times inside their range
-
-
-@dataclass(frozen=True)
-class Estimate:
-    low: float
-    mid: float
-    high: float
-
-
-def calibration() -> Calibration | None:
-    """The fitted model, or None where it has not been fitted on measured data."""
-    if not CALIBRATION.is_file():
-        return None
-    model = json.loads(CALIBRATION.read_text())["model"]
-    return basis({**model["left_out"], "half_width_x": model["half_width_x"], "params": model["params"]})
-
-
-def basis(fields: dict) -> Calibration:
-    """A Calibration from the figures a record keeps of the model that made its estimate."""
-    return Calibration(Params(**fields["params"]), math.log(fields["half_width_x"]), fields["points"],
-                       fields["median_x"], fields["covered"])
-
-
-def estimate(shape: tuple[int, int, int], wall_s: float, stderr: str, cal: Calibration, floor: Floor) -> Estimate | None:
-    """A case's GTX 1080 time from its run here, or None where the run left no launch log."""
-    launches, gpu = timing.launches(stderr), timing.gpu_limits(stderr)
-    if not launches or gpu is None:
-        return None
-    mid = parts(shape, wall_s, launches, gpu, floor).estimate(cal.params)
-    width = math.exp(cal.half_width)
-    return Estimate(mid / width, mid, mid * width)
-
-
-def record_fields(shape: tuple[int, int, int], wall_s: float, stderr: str) -> dict:
-    """What a results record keeps (fa run -o, fa bench): the estimate and the model's figures,
-    so that fa compare can show and qualify it later; nothing where there is none."""
-    cal = calibration()
-    e = estimate(shape, wall_s, stderr, cal, floor.measure()) if cal and timing.launches(stderr) else None
-    if e is None:
-        return {}
-    model = {"params": cal.params.__dict__, "half_width_x": math.exp(cal.half_width), "points": cal.points,
-             "median_x": cal.median_x, "covered": cal.covered}
-    return {"gtx1080_s": {"low": e.low, "mid": e.mid, "high": e.high, "model": model}}
-
-
-def from_record(record: dict) -> tuple[Estimate, Calibration] | None:
-    found = record.get("gtx1080_s")
-    if not found:
-        return None
-    return Estimate(found["low"], found["mid"], found["high"]), basis(found["model"])
-
-
-def cell(e: Estimate | None, limit: float | None) -> str:
-    """The table's cell: the range, marked where it reaches the case's limit."""
-    if e is None:
-        return "-"
-    return f"{e.low:.2f}-{e.high:.2f}" + (" !" if limit is not None and e.high >= limit else "")
-
-
-def words(estimates: dict[str, Estimate | None], limits: dict[str, float | None], cal: Calibration,
-          runs: str = "this run") -> list[str]:
-    """The lines under a table with the column (fa run, bench, compare): what the column is, how
-    good it is, and the risks; `estimates` and `limits` keyed by the row's name."""
-    lines = [f"GTX 1080 s: an estimate of each case's time on the judge's GPU from {runs} (start-up, "
-             f"file I/O, PCIe 3.0 copies and kernels carried over apart), not a measurement: about "
-             f"x{cal.median_x:.2f} either way on {cal.points} published GTX 1080 times, each program left "
-             f"out of the fit in turn, whose ranges (at most x{math.exp(cal.half_width):.2f} either way) held "
-             f"{cal.covered:.0%} of them (docs/judge-time.md)"]
-    risky = [f"{name} ({limits[name]:g} s)" for name, e in estimates.items()
-             if e is not None and limits.get(name) is not None and e.high >= limits[name]]
-    if risky:
-        lines.append("TLE risk on the GTX 1080 (the range reaches the limit): " + ", ".join(risky))
-    missing = [name for name, e in estimates.items() if e is None]
-    if missing:
-        lines.append("no GTX 1080 estimate for " + ", ".join(missing) + " (the run left no launch log: it "
-                     "failed before its kernels ran, or ran none)")
-    return lines
-
-
-def for_results(source: Path | None, results) -> tuple[dict[str, str], list[str]] | None:
-    """fa run's GTX 1080 column (cells by case) and the lines under its table, for a student's
-    hw4.cu run under the GTX 1080's rules with a fitted model; None otherwise."""
-    cal = calibration()
-    if cal is None or source is None or not any(timing.launches(r.run.stderr) for r in results):
-        return None
-    here = floor.measure()
-    found = {r.target.name: estimate((r.target.shape.B, r.target.shape.N, r.target.shape.d), r.run.wall_s,
-                                     r.run.stderr, cal, here) for r in results}
-    limits = {r.target.name: r.time_limit for r in results}
-    return {name: cell(e, limits[name]) for name, e in found.items()}, words(found, limits, cal)
-
-
-def for_records(records: list[dict], name_of) -> tuple[dict[str, str], list[str]] | None:
-    """The column's cells and the lines under the table for results records (fa bench, fa
-    compare), keyed by name_of(record); None where no record holds an estimate. A row without
-    one shows "-": only a hw4.cu run under the GTX 1080's rules logs its launches."""
-    found = {name_of(r): from_record(r) for r in records}
-    made = {name: pair for name, pair in found.items() if pair}
-    if not made:
-        return None
-    cal = next(iter(made.values()))[1]  # the model of the first estimate (one fit is shipped at a time)
-    limits = {name_of(r): r.get("time_limit") for r in records}
-    estimates = {name: pair[0] for name, pair in made.items()}
-    cells = {name: cell(estimates.get(name), limits[name]) for name in found}
-    said = words(estimates, limits, cal, "the runs here")
-    if len(made) < len(found):
-        said.append("GTX 1080 s \"-\": no estimate; only a student's hw4.cu run under the GTX 1080's rules "
-                    "logs its launches")
-    return cells, said
-

@@ -11,7 +11,7 @@ the torch program and the `fa init` starter print it, and this module is the one
 bench and compare through programs.run, and scripts/startup_floor.py). The line is optional for
 a student's program: without it fa has only the whole process's wall time.
 
-A student's hw4.cu built under the GTX 1080's rules (src_cuda/gtx1080/launch_log.h) adds, at
+A student's hw4.cu or hw4.hip built under its judge's layer (src_cuda/launch_log.h) adds, at
 exit, one line per kernel and launch shape: what its launches asked and their GPU time here,
 
     fa-launch: launches=N untimed=N ms=MS grid=XxYxZ block=XxYxZ smem=BYTES regs=N kernel=NAME

@@ -188,19 +188,19 @@ def run_summary(results: list[CaseResult]) -> str:
     return line
 
 
-def judge_table(results: list[CaseResult], judge_gpu: dict[str, str] | None = None) -> Table:
+def judge_table(results: list[CaseResult], judge_gpu=None) -> Table:
     """fa run's table, in 80 columns: the program in the title where every case ran the same one,
     and the device the runs used (devices.device_of_run: one name in every table and record);
-    judge_gpu: the estimated GTX 1080 time of each case (measure/judge_time.py), a column of its
-    own, for which the checked column gives way where every case was checked alike
-    (checked_alike says how, under the table)."""
+    judge_gpu: the estimated time of each case on the judge's GPU (measure/judge_column.Column:
+    header, cells by case), a column of its own, for which the checked column gives way where
+    every case was checked alike (checked_alike says how, under the table)."""
     names = {r.program.name for r in results}
     one = names.pop() if len(names) == 1 else None
     used = {devices.device_of_run(r.run.build) for r in results}
     device = used.pop() if len(used) == 1 else " and ".join(sorted(used)) or devices.describe_first()
     table = Table(title=f"fa run of {one} on {device}" if one else f"fa run on {device}", title_justify="left")
     checked = not (judge_gpu and checked_alike(results))
-    columns = ["case", "B×N×d", *([] if one else ["program"]), "time s", *(["GTX 1080 s"] if judge_gpu else []),
+    columns = ["case", "B×N×d", *([] if one else ["program"]), "time s", *([judge_gpu.header] if judge_gpu else []),
                "limit s", "max err", *(["checked"] if checked else []), "verdict"]
     for column in columns:
         table.add_column(column, no_wrap=True, justify="right" if column in ("time s", "limit s", "max err") else "left")
@@ -212,7 +212,7 @@ def judge_table(results: list[CaseResult], judge_gpu: dict[str, str] | None = No
         check = r.check.mode if r.check else "-"
         label = f"{verdict}, sampled" if checked and r.check and r.check.sampled else verdict
         table.add_row(r.target.name, f"{s.B}×{s.N}×{s.d}", *([] if one else [r.program.name]), f"{r.run.wall_s:.3f}",
-                      *([judge_gpu.get(r.target.name, "-")] if judge_gpu else []),
+                      *([judge_gpu.cells.get(r.target.name, "-")] if judge_gpu else []),
                       limit, err, *([check] if checked else []), f"[{VERDICT_STYLE[verdict]}]{label}[/]")
     return table
 
@@ -228,23 +228,23 @@ def process_cell(wall: dict) -> str:
     return f"{wall['median']:.3f} ±{uncertainty(wall['all']):.1%}"
 
 
-def bench_table(records: list[dict], wide: bool = False, judge_gpu: dict[str, str] | None = None) -> Table:
+def bench_table(records: list[dict], wide: bool = False, judge_gpu=None) -> Table:
     """fa bench's table: what fits 80 columns (the device in the title where every run has the
-    same); wide adds the device, the runs and their spread; judge_gpu: the estimated GTX 1080
-    time by bench_row (measure/judge_time.for_records), a column of its own."""
+    same); wide adds the device, the runs and their spread; judge_gpu: the estimated time on the
+    judge's GPU by bench_row (measure/judge_column.for_records), a column of its own."""
     devices = {r["device"] for r in records}
     wide = wide or len(devices) > 1
     where = "" if wide or not devices else f" on {devices.pop()}"
     table = Table(title=f"fa bench{where} (medians; TFLOP/s counts 4*B*N*N*d)", title_justify="left")
     columns = ["input", "program", *(["device"] if wide else []), "kernel impl", "process s",
-               *(["GTX 1080 s"] if judge_gpu else []), *(["runs", "spread s"] if wide else []), "kernel ms",
+               *([judge_gpu.header] if judge_gpu else []), *(["runs", "spread s"] if wide else []), "kernel ms",
                "kernel TFLOP/s", "max err"]
     for column in columns:
         table.add_column(column)
     for r in records:
         program = r["program"] + (" (A/A)" if r.get("control") else "")  # a program given twice
         device = [r["device"]] if wide else []
-        judge = [judge_gpu.get(bench_row(r), "-")] if judge_gpu else []
+        judge = [judge_gpu.cells.get(bench_row(r), "-")] if judge_gpu else []
         if r.get("error"):
             table.add_row(r["input"], program, *device, "-", "[red]error[/]", *judge, *(["-", "-"] if wide else []),
                           "-", "-", r["error"][:40])
