@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fit and check fa's estimate of the judge's GTX 1080 time.
 
-    python3 scripts/fit_judge_time.py OBSERVED.json [--published data/judge_time/published.csv] [--write]
+    python3 scripts/fit_judge_time.py OBSERVED.json [--published data/judge_time/published.csv]
+        [--sources DIR] [--write]
 
 OBSERVED.json comes from scripts/observe_judge_time.py (students' programs run here, per case).
 data/judge_time/published.csv holds the published GTX 1080 times of those programs, each with
@@ -11,8 +12,11 @@ Prints, for the model and for a baseline that knows only each case's shape: the 
 fitted on every fit row, and with each program left out in turn (every parameter refitted)
 the median and 90th percentile of |log(estimate / published)|, the share of published times
 inside their range and the widest range; then the same for the check rows under the full fit.
-Versions of one student's program count as one program. --write saves the fit and its check
-into fa_cli/measure/judge_time_gtx1080.json, which fa run reads.
+Versions of one student's program count as one program. The GTX 1080's blocks an SM are counted
+with each kernel's sm_61 registers where known: OBSERVED.json's sm61_registers (the observation
+script keeps them where CUDA 12's ptxas is installed), or --sources DIR, whose DIR/LABEL/hw4.cu
+are the observed programs' sources (their sm_61 reports made here). --write saves the fit and
+its check into fa_cli/measure/judge_time_gtx1080.json, which fa run reads.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from fa_cli.measure import judge_time  # noqa: E402
+from fa_cli.measure import gtx1080_report, judge_time  # noqa: E402
 from fa_cli.measure.floor import Floor  # noqa: E402
 from fa_cli.programs.timing import Launch, SmLimits  # noqa: E402
 
@@ -48,7 +52,9 @@ def observed_parts(observed: dict, label: str, case: str, shape_only: bool) -> j
     if shape_only:
         return judge_time.shape_only(tuple(row["shape"]))
     launches = [Launch(**{**l, "grid": tuple(l["grid"]), "block": tuple(l["block"])}) for l in row["launches"]]
-    return judge_time.parts(tuple(row["shape"]), row["wall_s"], launches, SmLimits(**row["gpu"]), floor)
+    registers = observed.get("sm61_registers", {}).get(label)
+    return judge_time.parts(tuple(row["shape"]), row["wall_s"], launches, SmLimits(**row["gpu"]), floor,
+                            judge_registers=registers)
 
 
 def points(observed: dict, rows: list[dict], shape_only: bool):
@@ -93,12 +99,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("observed", type=Path)
     parser.add_argument("--published", type=Path, default=ROOT / "data" / "judge_time" / "published.csv")
+    parser.add_argument("--sources", type=Path, help="DIR/LABEL/hw4.cu: the observed programs' sources")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     observed = json.loads(args.observed.read_text())
+    if args.sources:
+        observed["sm61_registers"] = {label: gtx1080_report.report_for(args.sources / label / "hw4.cu")[1]
+                                      for label in observed["programs"] if (args.sources / label / "hw4.cu").is_file()}
     rows = list(csv.DictReader(args.published.open()))
     found = {"model": evaluate(observed, rows, False), "shape_only": evaluate(observed, rows, True),
-             "floor_here": observed["floor"]}
+             "fitted_on": observed.get("device"), "floor_here": observed["floor"]}
     print(json.dumps(found, indent=1))
     if args.write:
         (ROOT / "fa_cli" / "measure" / "judge_time_gtx1080.json").write_text(json.dumps(found, indent=1) + "\n")

@@ -7,8 +7,9 @@
 Each program is built as fa run builds a student's hw4.cu (its Makefile's rule or the course's
 line, under the GTX 1080's rules, whose launch log times every kernel), each case's input made
 by fa's generator, and the program run once to warm up and then --repeat times. Written per
-case: the median wall time, the launch log of the median run, this GPU's SM limits; and once,
-the start-up floor and copy rates here (fa_cli/measure/floor.py). scripts/fit_judge_time.py
+case: the median wall time, the launch log of the median run, this GPU's SM limits; once, the
+start-up floor and copy rates here (fa_cli/measure/floor.py); and each program's kernels' sm_61
+registers where CUDA 12's ptxas is installed (FA_PTXAS_SM61 or its pip package). scripts/fit_judge_time.py
 fits the model on this file and the published GTX 1080 times. Needs nvcc and an NVIDIA GPU.
 """
 from __future__ import annotations
@@ -25,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from fa_cli.cases import suite  # noqa: E402
-from fa_cli.measure import floor  # noqa: E402
-from fa_cli.programs import programs, timing  # noqa: E402
+from fa_cli.measure import floor, gtx1080_report  # noqa: E402
+from fa_cli.programs import devices, programs, timing  # noqa: E402
 
 ALL = [f"c{i:02d}" for i in range(1, 31)]
 
@@ -56,12 +57,14 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("-o", "--output", type=Path, required=True)
     args = parser.parse_args()
-    found = {"floor": dataclasses.asdict(floor.measure()), "programs": {}}
+    found = {"device": devices.describe_first(), "floor": dataclasses.asdict(floor.measure()), "programs": {}}
     print(f"floor: {found['floor']}", flush=True)
     for spec in args.programs:
         label, _, rest = spec.partition("=")
         source, _, cases = rest.rpartition(":")
         prog = programs.ensure_built(programs.from_source(Path(source)))
+        if registers := gtx1080_report.registers(prog):  # sm_61's, where CUDA 12's ptxas is installed
+            found.setdefault("sm61_registers", {})[label] = registers
         names = ALL if cases == "all" else cases.split(",")
         found["programs"][label] = [observe_case(prog, name, args.repeat, args.timeout) for name in names]
         for row in found["programs"][label]:

@@ -7,6 +7,7 @@ import pytest
 
 from fa_cli.measure import judge_column, judge_time
 from fa_cli.measure.floor import Floor
+from fa_cli.programs.programs import Program
 from fa_cli.programs.timing import Launch, SmLimits
 
 H100 = SmLimits(sms=132, smem_sm=233472, regs_sm=65536, threads_sm=2048, blocks_sm=32)
@@ -17,8 +18,21 @@ def launch(blocks: int, ms: float, smem: int = 16384) -> Launch:
     return Launch("flash", 1, 0, ms, (blocks, 1, 1), (128, 1, 1), smem, 40)
 
 
+def built(tmp_path, name: str = "hw4.cu"):
+    """A student's program as fa builds it (the source beside, the build in build/)."""
+    from fa_cli.programs.programs import Program
+
+    return Program(name, tmp_path / "build" / "hw4", source=tmp_path / name)
+
+
+@pytest.fixture(autouse=True)
+def no_sm61_report(monkeypatch):
+    """The sm_61 registers come from CUDA 12's ptxas (tests/test_pascal.py): none here."""
+    monkeypatch.setattr(judge_column.gtx1080_report, "registers", lambda program: {})
+
+
 CAL = judge_column.Calibration(judge_time.Params(0.1, 1.0, 1.5), half_width=math.log(1.5), points=43, median_x=1.3,
-                             covered=0.8)
+                               p90_x=2.5, covered=0.8, fitted_on="NVIDIA H100 80GB HBM3")
 
 
 def test_the_words_say_estimate_basis_and_risk_and_where_none_was_made():
@@ -26,7 +40,8 @@ def test_the_words_say_estimate_basis_and_risk_and_where_none_was_made():
                  "c30": None}
     said = judge_column.words(estimates, {"c01": 2.0, "c29": 6.0, "c30": 10.0}, "GTX 1080", CAL)
     assert "not a measurement" in said[0] and "43 published GTX 1080 times" in said[0] and "x1.30" in said[0]
-    assert "held 80% of them" in said[0]
+    assert "held 80% of them" in said[0] and "x2.50 at the 90th percentile" in said[0]
+    assert "fitted on runs on an NVIDIA H100 80GB HBM3" in said[0]
     assert said[1] == "TLE risk on the GTX 1080 (the range reaches the limit): c29 (6 s)"
     assert said[2].startswith("no GTX 1080 estimate for c30 (")
     assert judge_column.cell(estimates["c01"], 2.0) == "0.10-0.23" and judge_column.cell(estimates["c29"], 6.0) == "4.00-9.00 !"
@@ -45,7 +60,8 @@ def test_the_estimate_comes_from_the_runs_launch_log_and_none_without_it():
 def test_without_a_fitted_model_fa_run_shows_no_estimate(monkeypatch, tmp_path):
     monkeypatch.setattr(judge_column, "CALIBRATION", tmp_path / "none.json")
     assert judge_column.calibration() is None
-    assert judge_column.for_results(tmp_path / "hw4.cu", []) is None
+    monkeypatch.setattr(judge_column.floor, "measure", lambda: FLOOR)
+    assert judge_column.record_fields((2, 32768, 64), 1.5, LOG, built(tmp_path)) == {}  # a launch log, no fit
 
 
 def test_fa_runs_table_gets_the_column_and_the_words_under_it(monkeypatch, tmp_path):
@@ -60,7 +76,8 @@ def test_fa_runs_table_gets_the_column_and_the_words_under_it(monkeypatch, tmp_p
     from fa_cli.report import tables
 
     model = {"model": {"params": {"startup_s": 0.1, "host_ratio": 1.0, "sm_ratio": 1.5}, "half_width_x": 1.5,
-                       "left_out": {"points": 43, "median_x": 1.3, "covered": 0.8}}}
+                       "left_out": {"points": 43, "median_x": 1.3, "p90_x": 2.5, "covered": 0.8}},
+             "fitted_on": "NVIDIA H100 80GB HBM3"}
     (tmp_path / "model.json").write_text(json.dumps(model))
     monkeypatch.setattr(judge_column, "CALIBRATION", tmp_path / "model.json")
     monkeypatch.setattr(judge_column.floor, "measure", lambda: FLOOR)
@@ -70,12 +87,12 @@ def test_fa_runs_table_gets_the_column_and_the_words_under_it(monkeypatch, tmp_p
     results = [CaseResult(Target(name, tmp_path / f"{name}.in", Shape(2, 32768, 64), limit), prog,
                           RunResult(["hw4"], 0, wall, log.format(ms=ms)), None, limit)
                for name, wall, ms, limit in (("c30", 1.0, 200.0, 10.0), ("c29", 5.0, 4000.0, 6.0))]
-    column = judge_column.for_results(prog.source, results)
+    column = judge_column.for_results(prog, results)
     assert not column.cells["c30"].endswith("!") and column.cells["c29"].endswith(" !")
     assert column.words[1] == "TLE risk on the GTX 1080 (the range reaches the limit): c29 (6 s)"
     table = tables.judge_table(results, column)
     assert [c.header for c in table.columns][2:4] == ["time s", "GTX 1080 s"]
-    assert judge_column.for_results(None, results) is None
+    assert judge_column.for_results(Program("cuda", tmp_path / "fa-cuda"), results) is None
 
 
 def test_with_the_column_the_table_still_fits_80_columns():
@@ -113,7 +130,8 @@ def fitted(monkeypatch, tmp_path) -> None:
     import json
 
     model = {"model": {"params": {"startup_s": 0.1, "host_ratio": 1.0, "sm_ratio": 1.5, "occupancy_exponent": 0.5},
-                       "half_width_x": 1.5, "left_out": {"points": 43, "median_x": 1.3, "covered": 0.8}}}
+                       "half_width_x": 1.5, "left_out": {"points": 43, "median_x": 1.3, "p90_x": 2.5, "covered": 0.8}},
+             "fitted_on": "NVIDIA H100 80GB HBM3"}
     (tmp_path / "model.json").write_text(json.dumps(model))
     monkeypatch.setattr(judge_column, "CALIBRATION", tmp_path / "model.json")
     monkeypatch.setattr(judge_column.floor, "measure", lambda: FLOOR)
@@ -123,19 +141,20 @@ def test_a_record_keeps_the_estimate_and_the_model_that_made_it(monkeypatch, tmp
     """fa run -o and fa bench records: the estimate as fa run shows it, with the model's figures,
     read back by from_record; nothing for a run without a launch log."""
     fitted(monkeypatch, tmp_path)
-    fields = judge_column.record_fields((2, 32768, 64), 1.5, LOG, "hw4.cu")
+    fields = judge_column.record_fields((2, 32768, 64), 1.5, LOG, built(tmp_path))
     gpu, e, cal = judge_column.from_record(fields)
     assert gpu == "GTX 1080" and e == judge_column.estimate((2, 32768, 64), 1.5, LOG, judge_column.calibration(), FLOOR)
     assert cal == judge_column.calibration() and cal.params.occupancy_exponent == 0.5
-    assert judge_column.record_fields((2, 32768, 64), 1.5, "hw4: done\n", "hw4.cu") == {}
-    assert judge_column.record_fields((2, 32768, 64), 1.5, LOG, None) == {}  # not a student's source: no judge
+    assert judge_column.record_fields((2, 32768, 64), 1.5, "hw4: done\n", built(tmp_path)) == {}
+    ours = Program("cuda", tmp_path / "fa-cuda")
+    assert judge_column.record_fields((2, 32768, 64), 1.5, LOG, ours) == {}  # not a student's source: no judge
     assert judge_column.from_record({}) is None
 
 
 def test_records_get_cells_and_words_and_a_dash_said_where_none_was_made(monkeypatch, tmp_path):
     fitted(monkeypatch, tmp_path)
     student = {"program": "hw4.cu", "input": "c29", "time_limit": 10.0,
-               **judge_column.record_fields((4, 32768, 32), 1.0, LOG, "hw4.cu")}
+               **judge_column.record_fields((4, 32768, 32), 1.0, LOG, built(tmp_path))}
     ours = {"program": "cuda", "input": "c29", "time_limit": 10.0}
     column = judge_column.for_records([student, ours], lambda r: f"{r['program']} on {r['input']}")
     assert column.header == "GTX 1080 s" and column.cells["cuda on c29"] == "-"
@@ -153,7 +172,7 @@ def test_a_hw4_hip_gets_the_mi210s_estimate_said_to_be_uncalibrated(monkeypatch,
     assert judge_column.judge_of("x/hw4.hip") is judge_time.MI210_JUDGE
     assert judge_column.judge_of("hw4.cu") is judge_time.GTX1080_JUDGE and judge_column.judge_of(None) is None
     hip = {"program": "hw4.hip", "input": "c29", "time_limit": 10.0,
-           **judge_column.record_fields((4, 32768, 32), 1.0, LOG, "hw4.hip")}
+           **judge_column.record_fields((4, 32768, 32), 1.0, LOG, built(tmp_path, "hw4.hip"))}
     gpu, e, cal = judge_column.from_record(hip)
     assert gpu == "MI210" and cal.points == 0 and e.high / e.low == pytest.approx(4.0)
     # 2 blocks: one a CU there as one an SM here, each 2.33 times as slow (FP32 peaks)
@@ -163,7 +182,7 @@ def test_a_hw4_hip_gets_the_mi210s_estimate_said_to_be_uncalibrated(monkeypatch,
     assert e.mid == pytest.approx(FLOOR.startup_s + host + parts_copies(4, 32768, 32) + 0.5 * judge_column.MI210_SM_RATIO)
     assert model.params.startup_s == FLOOR.startup_s and model.params.host_ratio == 1.0
     cu = {"program": "hw4.cu", "input": "c29", "time_limit": 10.0,
-          **judge_column.record_fields((4, 32768, 32), 1.0, LOG, "hw4.cu")}
+          **judge_column.record_fields((4, 32768, 32), 1.0, LOG, built(tmp_path))}
     column = judge_column.for_records([cu, hip], lambda r: r["program"])
     assert column.header == "judge s" and set(column.cells) == {"hw4.cu", "hw4.hip"}
     text = " ".join(column.words)
@@ -173,3 +192,22 @@ def test_a_hw4_hip_gets_the_mi210s_estimate_said_to_be_uncalibrated(monkeypatch,
 def parts_copies(B: int, N: int, d: int) -> float:
     """A case's copies at the MI210's assumed 25 GB/s each way."""
     return 4 * B * N * d * 4 / 25e9
+
+
+def test_the_gtx1080s_registers_come_from_its_sm61_report_where_there_is_one(monkeypatch, tmp_path):
+    """A kernel of 128 threads, 40 registers here: 16 blocks an SM by registers, held 6 at once
+    by its 16 KB of shared memory on the GTX 1080. Its sm_61 report says 168 registers: 3 blocks
+    an SM there (5376 a warp), and the estimate grows as the fitted occupancy exponent (0.5) says."""
+    fitted(monkeypatch, tmp_path)
+    log = ("fa-launch: launches=1 untimed=0 ms=500.0 grid=2640x1x1 block=128x1x1 smem=16384 regs=40 kernel=void flash<64>\n"
+           "fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32\n")
+    without = judge_column.from_record(judge_column.record_fields((4, 32768, 32), 1.0, log, built(tmp_path)))[1]
+    monkeypatch.setattr(judge_column.gtx1080_report, "registers", lambda program: {"flash<64>": 168})
+    found = judge_column.from_record(judge_column.record_fields((4, 32768, 32), 1.0, log, built(tmp_path)))[1]
+    sm = judge_column.calibration().params.sm_ratio
+    run_there = judge_time.kernel_run(Launch("void flash<64>", 1, 0, 500.0, (2640, 1, 1), (128, 1, 1), 16384, 40), H100,
+                                      judge_time.GTX1080, 168)
+    assert run_there.held_judge == 3 and run_there.held_here == 12
+    assert found.mid - without.mid == pytest.approx(
+        sm * 0.5 * (run_there.judge_factor(0.5) - judge_time.kernel_run(
+            Launch("k", 1, 0, 500.0, (2640, 1, 1), (128, 1, 1), 16384, 40), H100).judge_factor(0.5)))

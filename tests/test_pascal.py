@@ -94,7 +94,8 @@ def test_source_lines_come_from_the_ptx_line_information():
 def test_fa_runs_notes_say_only_what_the_gtx1080_would_not_take(tmp_path):
     """gtx1080_report (fa run's notes for a hw4.cu under the rules): a kernel of 64 KB of static
     shared memory does not build for sm_61, in ptxas's words; cp.async on its line; the starter
-    gives no note; the notes are made once per build and kept beside the program."""
+    gives no note; the notes, with each kernel's registers, are made once per build and kept
+    beside the program."""
     from fa_cli.measure import gtx1080_report
     from fa_cli.programs.programs import Program
 
@@ -110,6 +111,9 @@ def test_fa_runs_notes_say_only_what_the_gtx1080_would_not_take(tmp_path):
     built = tmp_path / "build"
     built.mkdir()
     prog = Program("hw4.cu", built / "hw4", source=tmp_path / "starter" / "hw4.cu")
-    assert gtx1080_report.run_notes(prog) == [] and json.loads((built / gtx1080_report.KEPT).read_text()) == []
-    (built / gtx1080_report.KEPT).write_text(json.dumps(["kept"]))
-    assert gtx1080_report.run_notes(prog) == ["kept"]
+    assert gtx1080_report.run_notes(prog) == []
+    kept = json.loads((built / gtx1080_report.KEPT).read_text())
+    assert kept["notes"] == [] and kept["registers"] and all(r > 0 for r in kept["registers"].values())
+    assert gtx1080_report.registers(prog) == kept["registers"]  # the estimate's sm_61 registers, by kernel
+    (built / gtx1080_report.KEPT).write_text(json.dumps({"notes": ["kept"], "registers": {"k<64>": 40}}))
+    assert gtx1080_report.run_notes(prog) == ["kept"] and gtx1080_report.registers(prog) == {"k<64>": 40}

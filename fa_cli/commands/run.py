@@ -119,7 +119,7 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
 def show_results(results, prog, across, why_case, sample_rows) -> None:
     """The table, what sampling did, each case's diagnosis, what the cases say together and what
     the MI210 emulation says."""
-    judge_gpu = judge_column.for_results(getattr(prog, "source", None), results)  # the judge's GPU's time
+    judge_gpu = judge_column.for_results(prog, results)  # the judge's GPU's time
     if results:
         tables.show(tables.judge_table(results, judge_gpu))
     if judge_gpu and (alike := tables.checked_alike(results)):

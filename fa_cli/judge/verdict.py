@@ -180,8 +180,8 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
                   diagnosis_text=result.diagnosis.lines if result.diagnosis else None)
     fields["device"] = devices.device_of_run(run_.build)
     shape = result.target.shape
-    fields.update(judge_column.record_fields((shape.B, shape.N, shape.d), run_.wall_s, run_.stderr,
-                                           result.program.source) if not result.error else {})
+    fields.update(judge_column.record_fields((shape.B, shape.N, shape.d), run_.wall_s, run_.stderr, result.program)
+                  if not result.error else {})
     return records.new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)
 
 

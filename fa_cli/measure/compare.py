@@ -81,7 +81,8 @@ def judge_gpu_column(records: list[dict]) -> judge_column.Column | None:
 
 
 def judge_row(record: dict) -> str:
-    return f"{run_key(record).name} on {record['input']}"
+    """A record's name in the column's words: its input and run (program or label, and device)."""
+    return f"{record['input']} ({run_key(record)})"
 
 
 def judge_cell(column: judge_column.Column, record: dict | None) -> str:

@@ -4,7 +4,9 @@ where something there exceeds what the GTX 1080 gives, or does not build for it 
 The report is `fa resources --arch sm_61`'s (resources.report; pascal.py where nvcc has no
 sm_61), made once per build and kept beside the built program. Its limits are sm_61's
 (resources.TARGETS): 48 KB of shared memory a block, 65536 registers an SM; spills (registers
-that do not fit a thread's 255) are said too: they cost local-memory traffic on the judge.
+that do not fit a thread's 255) are said too: they cost local-memory traffic on the judge. The
+registers of each kernel are kept with the notes: the estimate of the judge's time counts the
+blocks a GTX 1080 SM holds with them (judge_column.py).
 """
 from __future__ import annotations
 
@@ -19,14 +21,17 @@ TARGET = "sm_61"
 KEPT = "sm61-notes.json"  # beside the built program: the notes of that build
 
 
-def notes_for(source: Path) -> list[str]:
-    """What the sm_61 report says that the GTX 1080 would not take, one line each (none: nothing)."""
+def report_for(source: Path) -> tuple[list[str], dict[str, int]]:
+    """What the sm_61 report says that the GTX 1080 would not take, one line each (none: nothing),
+    and each kernel's registers a thread by its short name (none where there is no report)."""
+    source = Path(source).resolve()  # the compiler runs elsewhere
     if pascal.needs_old_ptxas(TARGET) and pascal.ptxas() is None:
-        return [f"{source.name}: no GTX 1080 (sm_61) compiler report: CUDA 12's ptxas is not installed; {pascal.INSTALL}"]
+        return [f"{source.name}: no GTX 1080 (sm_61) compiler report: CUDA 12's ptxas is not installed; "
+                f"{pascal.INSTALL}"], {}
     try:
         kernels, _ = resources.report(source, TARGET, hip_source=False, ours=False)
     except FaError as e:
-        return [f"{e}"] if "GTX 1080" in str(e) else [f"{source.name}: no GTX 1080 (sm_61) compiler report: {e}"]
+        return ([f"{e}"] if "GTX 1080" in str(e) else [f"{source.name}: no GTX 1080 (sm_61) compiler report: {e}"]), {}
     limits = resources.TARGETS[TARGET]
     lines = []
     for u in kernels:
@@ -39,21 +44,41 @@ def notes_for(source: Path) -> list[str]:
         if u.spill_bytes:
             lines.append(f"{u.kernel}: spills {u.spill_bytes} bytes a thread to local memory for sm_61 "
                          f"({u.registers} registers): slower on the judge")
-    return [f"GTX 1080 (sm_61 report, fa resources --arch sm_61): {line}" for line in lines]
+    return ([f"GTX 1080 (sm_61 report, fa resources --arch sm_61): {line}" for line in lines],
+            {u.kernel: u.registers for u in kernels})
+
+
+def notes_for(source: Path) -> list[str]:
+    return report_for(source)[0]
+
+
+def kept_report(program) -> dict | None:
+    """The report's notes and registers for a built hw4.cu: made once per build (kept beside
+    it), None for a program without a .cu source."""
+    source = getattr(program, "source", None)
+    if source is None or source.suffix != ".cu":
+        return None
+    kept = Path(program.path).parent / KEPT
+    if kept.is_file():
+        found = json.loads(kept.read_text())
+        if isinstance(found, dict):
+            return found
+    lines, registers = report_for(source)
+    found = {"notes": lines, "registers": registers}
+    if kept.parent.is_dir():  # written whole or not at all: two runs of one build may race here
+        partial = kept.with_name(f"{KEPT}.{os.getpid()}")
+        partial.write_text(json.dumps(found))
+        os.replace(partial, kept)
+    return found
 
 
 def run_notes(program) -> list[str]:
-    """The notes for fa run's program: made once per build (kept beside it), none for a
-    program without a .cu source."""
-    source = getattr(program, "source", None)
-    if source is None or source.suffix != ".cu":
-        return []
-    kept = Path(program.path).parent / KEPT
-    if kept.is_file():
-        return json.loads(kept.read_text())
-    lines = notes_for(source)
-    if kept.parent.is_dir():  # written whole or not at all: two runs of one build may race here
-        partial = kept.with_name(f"{KEPT}.{os.getpid()}")
-        partial.write_text(json.dumps(lines))
-        os.replace(partial, kept)
-    return lines
+    """The notes for fa run's program (none for a program without a .cu source)."""
+    found = kept_report(program)
+    return found["notes"] if found else []
+
+
+def registers(program) -> dict[str, int]:
+    """Each kernel's sm_61 registers a thread by short name, where the report could be made."""
+    found = kept_report(program)
+    return found["registers"] if found else {}

@@ -14,8 +14,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import FaError
 from ..programs import timing
-from . import floor
+from . import floor, gtx1080_report
 from .floor import Floor
 from .judge_time import GTX1080_JUDGE, MI210_JUDGE, JudgeGpu, Params, parts
 
@@ -27,8 +28,10 @@ class Calibration:
     params: Params
     half_width: float  # the range either way, as a log
     points: int        # published times of the check (each program left out of the fit in turn); 0: none
-    median_x: float    # the check's median error, as a factor
-    covered: float     # the share of those times inside their range
+    median_x: float | None  # the check's median error, as a factor (None: not calibrated)
+    p90_x: float | None     # its 90th percentile
+    covered: float | None   # the share of those times inside their range
+    fitted_on: str | None   # the GPU whose runs the fit used
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,10 @@ def calibration() -> Calibration | None:
     """The GTX 1080's fitted model, or None where it has not been fitted on measured data."""
     if not CALIBRATION.is_file():
         return None
-    model = json.loads(CALIBRATION.read_text())["model"]
-    return basis({**model["left_out"], "half_width_x": model["half_width_x"], "params": model["params"]})
+    found = json.loads(CALIBRATION.read_text())
+    model = found["model"]
+    return basis({**model["left_out"], "half_width_x": model["half_width_x"], "params": model["params"],
+                  "fitted_on": found.get("fitted_on")})
 
 
 # The MI210's model is not fitted: no published MI210 time of a program whose code is public
@@ -55,13 +60,13 @@ MI210_HALF_WIDTH = math.log(2.0)
 
 
 def mi210_model(here: Floor) -> Calibration:
-    return Calibration(Params(here.startup_s, 1.0, MI210_SM_RATIO, 0.0), MI210_HALF_WIDTH, 0, math.nan, math.nan)
+    return Calibration(Params(here.startup_s, 1.0, MI210_SM_RATIO, 0.0), MI210_HALF_WIDTH, 0, None, None, None, None)
 
 
 def basis(fields: dict) -> Calibration:
     """A Calibration from the figures a record keeps of the model that made its estimate."""
     return Calibration(Params(**fields["params"]), math.log(fields["half_width_x"]), fields["points"],
-                       fields["median_x"], fields["covered"])
+                       fields.get("median_x"), fields.get("p90_x"), fields.get("covered"), fields.get("fitted_on"))
 
 
 def judge_of(source: Path | str | None) -> JudgeGpu | None:
@@ -70,32 +75,49 @@ def judge_of(source: Path | str | None) -> JudgeGpu | None:
     return {".cu": GTX1080_JUDGE, ".hip": MI210_JUDGE}.get(suffix)
 
 
-def model_for(judge: JudgeGpu) -> Calibration | None:
-    return calibration() if judge is GTX1080_JUDGE else mi210_model(floor.measure())
+def floor_here() -> Floor | None:
+    """The start-up floor and copy rates here, or None where they cannot be measured (no GPU or
+    nvcc on this machine, as on a login node whose jobs run elsewhere): then no estimate."""
+    try:
+        return floor.measure()
+    except FaError:
+        return None
+
+
+def model_for(judge: JudgeGpu, here: Floor) -> Calibration | None:
+    return calibration() if judge is GTX1080_JUDGE else mi210_model(here)
+
+
+def judge_registers(program, judge: JudgeGpu) -> dict[str, int]:
+    """The kernels' registers a thread for the GTX 1080 from its sm_61 report (kept beside the
+    build; none where CUDA 12's ptxas is missing: this build's counts stand in)."""
+    return gtx1080_report.registers(program) if judge is GTX1080_JUDGE else {}
 
 
 def estimate(shape: tuple[int, int, int], wall_s: float, stderr: str, cal: Calibration, floor: Floor,
-             judge: JudgeGpu = GTX1080_JUDGE) -> Estimate | None:
+             judge: JudgeGpu = GTX1080_JUDGE, registers: dict[str, int] | None = None) -> Estimate | None:
     """A case's time on the judge's GPU from its run here, or None where the run left no launch log."""
     launches, gpu = timing.launches(stderr), timing.gpu_limits(stderr)
     if not launches or gpu is None:
         return None
-    mid = parts(shape, wall_s, launches, gpu, floor, judge).estimate(cal.params)
+    mid = parts(shape, wall_s, launches, gpu, floor, judge, registers).estimate(cal.params)
     width = math.exp(cal.half_width)
     return Estimate(mid / width, mid, mid * width)
 
 
-def record_fields(shape: tuple[int, int, int], wall_s: float, stderr: str, source: Path | str | None) -> dict:
+def record_fields(shape: tuple[int, int, int], wall_s: float, stderr: str, program) -> dict:
     """What a results record keeps (fa run -o, fa bench): the estimate, its GPU and the model's
     figures, so that fa compare can show and qualify it later; nothing where there is none."""
-    judge = judge_of(source)
-    if judge is None or not timing.launches(stderr) or (cal := model_for(judge)) is None:
+    judge = judge_of(getattr(program, "source", None))
+    if judge is None or not timing.launches(stderr) or (here := floor_here()) is None:
         return {}
-    e = estimate(shape, wall_s, stderr, cal, floor.measure(), judge)
+    if (cal := model_for(judge, here)) is None:
+        return {}
+    e = estimate(shape, wall_s, stderr, cal, here, judge, judge_registers(program, judge))
     if e is None:
         return {}
     model = {"params": cal.params.__dict__, "half_width_x": math.exp(cal.half_width), "points": cal.points,
-             "median_x": cal.median_x, "covered": cal.covered}
+             "median_x": cal.median_x, "p90_x": cal.p90_x, "covered": cal.covered, "fitted_on": cal.fitted_on}
     return {"judge_gpu_s": {"gpu": judge.name, "low": e.low, "mid": e.mid, "high": e.high, "model": model}}
 
 
@@ -116,16 +138,19 @@ def cell(e: Estimate | None, limit: float | None) -> str:
 def basis_line(gpu: str, cal: Calibration, runs: str) -> str:
     """What the column is and how good it is: measured against published times (the GTX 1080),
     or said to be uncalibrated (the MI210)."""
-    what = (f"{gpu} s: an estimate of each case's time on the judge's {gpu} from {runs} (start-up, file I/O, "
-            f"copies and kernels carried over apart), not a measurement")
+    what = (f"{gpu} s: an estimate of each case's time on the judge's {gpu} from {runs} (start-up, copies, "
+            f"kernels and the rest, file I/O included, carried over apart), not a measurement")
     if cal.points:
-        return (f"{what}: about x{cal.median_x:.2f} either way on {cal.points} published {gpu} times, each program "
-                f"left out of the fit in turn, whose ranges (at most x{math.exp(cal.half_width):.2f} either way) held "
-                f"{cal.covered:.0%} of them (docs/judge-time.md)")
-    return (f"{what}, and not calibrated on measured data (no published {gpu} time of a program whose code is public): "
-            f"kernels scaled by the GPUs' published FP32 peaks per SM and CU and spread over its {MI210_JUDGE.limits.sms}"
-            f" CUs, PCIe 4.0 copies, start-up and file I/O as here; the range, x{math.exp(cal.half_width):.0f} either "
-            f"way, is assumed (docs/judge-time.md)")
+        fitted = f", fitted on runs on an {cal.fitted_on}" if cal.fitted_on else ""
+        p90 = f" and x{cal.p90_x:.2f} at the 90th percentile" if cal.p90_x else ""
+        return (f"{what}: off by x{cal.median_x:.2f} at the median{p90} on "
+                f"{cal.points} published {gpu} times, each program left out of the fit in turn{fitted}; the range, "
+                f"x{math.exp(cal.half_width):.2f} either way (the most it may be), held {cal.covered:.0%} of them "
+                f"(docs/judge-time.md)")
+    return (f"{what}, and not calibrated on measured data (no published {gpu} time of a program whose code is "
+            f"public): kernel times here (the emulation's) scaled by FP32 peaks, an SM here taken as an H100's and "
+            f"a CU as the MI210's, spread over its {MI210_JUDGE.limits.sms} CUs; PCIe 4.0 copies; start-up and "
+            f"file I/O as here; the range, x{math.exp(cal.half_width):.0f} either way, is assumed (docs/judge-time.md)")
 
 
 def words(estimates: dict[str, Estimate | None], limits: dict[str, float | None], gpu: str, cal: Calibration,
@@ -139,8 +164,8 @@ def words(estimates: dict[str, Estimate | None], limits: dict[str, float | None]
         lines.append(f"TLE risk on the {gpu} (the range reaches the limit): " + ", ".join(risky))
     missing = [name for name, e in estimates.items() if e is None]
     if missing:
-        lines.append(f"no {gpu} estimate for " + ", ".join(missing) + " (the run left no launch log: it "
-                     "failed before its kernels ran, or ran none)")
+        lines.append(f"no {gpu} estimate for " + ", ".join(missing) + " (its run failed, or left no launch log: "
+                     "the log is printed at exit, so a run that ran no kernel, was killed or crashed leaves none)")
     return lines
 
 
@@ -152,16 +177,19 @@ class Column:
     words: list[str]
 
 
-def for_results(source: Path | None, results) -> Column | None:
+def for_results(program, results) -> Column | None:
     """fa run's column for a student's hw4.cu (the GTX 1080, with a fitted model) or hw4.hip (the
     MI210, uncalibrated) whose runs left a launch log; None otherwise."""
-    judge = judge_of(source)
-    if judge is None or not any(timing.launches(r.run.stderr) for r in results) or (cal := model_for(judge)) is None:
+    judge = judge_of(getattr(program, "source", None))
+    if judge is None or not any(timing.launches(r.run.stderr) for r in results) or (here := floor_here()) is None:
         return None
-    here = floor.measure()
-    found = {r.target.name: estimate((r.target.shape.B, r.target.shape.N, r.target.shape.d), r.run.wall_s,
-                                     r.run.stderr, cal, here, judge) for r in results}
-    limits = {r.target.name: r.time_limit for r in results}
+    if (cal := model_for(judge, here)) is None:
+        return None
+    registers = judge_registers(program, judge)
+    found = {r.target.name: None if r.error else estimate((r.target.shape.B, r.target.shape.N, r.target.shape.d),
+                                                          r.run.wall_s, r.run.stderr, cal, here, judge, registers)
+             for r in results}
+    limits = {r.target.name: r.target.time_limit for r in results}  # the course's, whatever limit fa ran under
     return Column(f"{judge.name} s", {name: cell(e, limits[name]) for name, e in found.items()},
                   words(found, limits, judge.name, cal))
 

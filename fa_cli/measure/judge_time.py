@@ -23,14 +23,17 @@ out of the fit in turn (docs/judge-time.md). What fa shows of it: judge_column.p
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..programs.timing import Launch, SmLimits
 from .floor import Floor
+from .resources import short_name
 
 
 
@@ -113,19 +116,24 @@ def blocks_held(launch: Launch, gpu: SmLimits) -> int:
     return max(1, min(limits))
 
 
-def kernel_run(launch: Launch, gpu: SmLimits, judge: SmLimits = GTX1080) -> KernelRun:
+def kernel_run(launch: Launch, gpu: SmLimits, judge: SmLimits = GTX1080, judge_regs: int | None = None) -> KernelRun:
+    """judge_regs: the kernel's registers a thread built for the judge's GPU (sm_61's report),
+    where known; else this build's stand in."""
+    there = dataclasses.replace(launch, regs=judge_regs) if judge_regs else launch
     return KernelRun(launch.ms / 1e3, math.ceil(launch.blocks / gpu.sms), blocks_held(launch, gpu),
-                     math.ceil(launch.blocks / judge.sms), blocks_held(launch, judge))
+                     math.ceil(launch.blocks / judge.sms), blocks_held(there, judge))
 
 
 def parts(shape: tuple[int, int, int], wall_s: float, launches: list[Launch], gpu: SmLimits, floor: Floor,
-          judge: JudgeGpu = GTX1080_JUDGE) -> Parts:
+          judge: JudgeGpu = GTX1080_JUDGE, judge_registers: Mapping[str, int] | None = None) -> Parts:
+    """judge_registers: each kernel's registers for the judge's GPU by short name (resources)."""
     to_device, back = case_bytes(*shape)
     copies_here = to_device / (floor.h2d_gbps * 1e9) + back / (floor.d2h_gbps * 1e9)
     kernels_here = sum(l.ms for l in launches) / 1e3
     return Parts(host_here=max(0.0, wall_s - floor.startup_s - copies_here - kernels_here),
                  copies_judge=to_device / (judge.h2d_gbps * 1e9) + back / (judge.d2h_gbps * 1e9),
-                 kernels=tuple(kernel_run(l, gpu, judge.limits) for l in launches if l.blocks))
+                 kernels=tuple(kernel_run(l, gpu, judge.limits, (judge_registers or {}).get(short_name(l.kernel)))
+                               for l in launches if l.blocks))
 
 
 # --- fitting ---------------------------------------------------------------------------------

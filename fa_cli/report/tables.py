@@ -259,8 +259,9 @@ def bench_table(records: list[dict], wide: bool = False, judge_gpu=None) -> Tabl
 
 
 def bench_row(record: dict) -> str:
-    """A benchmark row's name in the lines under its table: the program on the input."""
-    return f"{record['program']} on {record['input']}"
+    """A benchmark row's name in the lines under its table: the program (an A/A row marked) on
+    the input."""
+    return f"{record['program']}{' (A/A)' if record.get('control') else ''} on {record['input']}"
 
 
 def compare_table(header: list[str], rows: list[list[str]], title: str = "fa compare (whole-process medians)") -> Table:
