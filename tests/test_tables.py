@@ -124,5 +124,7 @@ def test_bench_and_compare_show_the_gtx1080_estimate_where_a_record_has_one():
     assert [row[column] for row in body] == ["1.00-2.25", "-"]
     assert "an estimate of each case's time on the judge's GTX 1080" in " ".join(compare.markdown([student, ours]).split())
     assert compare.judge_words([ours]) == [] and "GTX 1080 s" not in compare.long_rows([ours])[0]
+    assert "kernel TFLOP/s" not in header  # no run printed a kernel stage: the estimate takes its place
+    assert "kernel TFLOP/s" in compare.long_rows([ours])[0]
     wide_header, wide_body = compare.rows([student, ours])
     assert wide_body[0][wide_header.index("hw4.cu on GPU GTX 1080 s")] == "1.00-2.25"

@@ -124,14 +124,17 @@ def rows(records: list[dict]) -> tuple[list[str], list[list[str]]]:
 
 
 def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
-    """The same figures one row per (input, run): six columns whatever the number of runs; the
+    """The same figures one row per (input, run): six columns whatever the number of runs (the
+    judge's GPU's estimate in place of kernel TFLOP/s where no run has a kernel stage); the
     device named once (" on X", the third value) where every run has the same one."""
     runs, table = arrange(records)
     devices = {k.device for k in runs}
     label = (lambda k: k.name) if len(devices) == 1 else str
     judge = judge_gpu_column(records)
-    header = ["input", "run", "time s", *([judge.header] if judge else []), "kernel TFLOP/s", "max err",
-              f"speed-up vs {label(runs[0])}"]
+    # a student's program prints no kernel stage: with the judge's column, an empty TFLOP/s one gives way
+    flops = not judge or any(r.get("tflops_kernel") for r in records)
+    header = ["input", "run", "time s", *([judge.header] if judge else []), *(["kernel TFLOP/s"] if flops else []),
+              "max err", f"speed-up vs {label(runs[0])}"]
     body = []
     for name, by_run in table.items():
         base = by_run.get(runs[0])
@@ -143,7 +146,7 @@ def long_rows(records: list[dict]) -> tuple[list[str], list[list[str]], str]:
             fast = (f"{base['wall_s']['median'] / r['wall_s']['median']:.2f}x"
                     if base and ok and not base.get("error") else "-")
             body.append([name, label(k), cell_time(r), *([judge_cell(judge, r)] if judge else []),
-                         f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-",
+                         *([f"{r['tflops_kernel']:.3g}" if ok and r.get("tflops_kernel") else "-"] if flops else []),
                          f"{r['max_err']:.1e}" if ok and r.get("max_err") is not None else "-", fast])
     return header, body, f" on {devices.pop()}" if len(devices) == 1 else ""
 
