@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
+from fa_cli.cases.format import Shape  # noqa: E402
 from fa_cli.measure import gtx1080_report, judge_time  # noqa: E402
 from fa_cli.measure.floor import Floor  # noqa: E402
 from fa_cli.programs.timing import Launch, SmLimits  # noqa: E402
@@ -50,10 +51,10 @@ def observed_parts(observed: dict, label: str, case: str, shape_only: bool) -> j
     if row is None:
         return None
     if shape_only:
-        return judge_time.shape_only(tuple(row["shape"]))
+        return judge_time.shape_only(Shape(*row["shape"]))
     launches = [Launch(**{**l, "grid": tuple(l["grid"]), "block": tuple(l["block"])}) for l in row["launches"]]
     registers = observed.get("sm61_registers", {}).get(label)
-    return judge_time.parts(tuple(row["shape"]), row["wall_s"], launches, SmLimits(**row["gpu"]), floor,
+    return judge_time.parts(Shape(*row["shape"]), row["wall_s"], launches, SmLimits(**row["gpu"]), floor,
                             judge_registers=registers)
 
 

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from fa_cli.cases.format import Shape
 from fa_cli.measure import judge_column, judge_time
 from fa_cli.measure.floor import Floor
 from fa_cli.programs.programs import Program
@@ -51,17 +52,17 @@ def test_the_words_say_estimate_basis_and_risk_and_where_none_was_made():
 def test_the_estimate_comes_from_the_runs_launch_log_and_none_without_it():
     stderr = ("fa-launch: launches=1 untimed=0 ms=500.0 grid=2x1x1 block=128x1x1 smem=0 regs=32 kernel=k\n"
               "fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32\n")
-    e = judge_column.estimate((2, 32768, 64), 1.5, stderr, CAL, FLOOR)
-    p = judge_time.parts((2, 32768, 64), 1.5, [launch(2, 500.0)], H100, FLOOR)
+    e = judge_column.estimate(Shape(2, 32768, 64), 1.5, stderr, CAL, FLOOR)
+    p = judge_time.parts(Shape(2, 32768, 64), 1.5, [launch(2, 500.0)], H100, FLOOR)
     assert e.mid == pytest.approx(p.estimate(CAL.params)) and e.high / e.mid == pytest.approx(1.5)
-    assert judge_column.estimate((2, 32768, 64), 1.5, "hw4: done\n", CAL, FLOOR) is None
+    assert judge_column.estimate(Shape(2, 32768, 64), 1.5, "hw4: done\n", CAL, FLOOR) is None
 
 
 def test_without_a_fitted_model_fa_run_shows_no_estimate(monkeypatch, tmp_path):
     monkeypatch.setattr(judge_column, "CALIBRATION", tmp_path / "none.json")
     assert judge_column.calibration() is None
     monkeypatch.setattr(judge_column.floor, "measure", lambda: FLOOR)
-    assert judge_column.record_fields((2, 32768, 64), 1.5, LOG, built(tmp_path)) == {}  # a launch log, no fit
+    assert judge_column.record_fields(Shape(2, 32768, 64), 1.5, LOG, built(tmp_path)) == {}  # a launch log, no fit
 
 
 def test_fa_runs_table_gets_the_column_and_the_words_under_it(monkeypatch, tmp_path):
@@ -141,20 +142,20 @@ def test_a_record_keeps_the_estimate_and_the_model_that_made_it(monkeypatch, tmp
     """fa run -o and fa bench records: the estimate as fa run shows it, with the model's figures,
     read back by from_record; nothing for a run without a launch log."""
     fitted(monkeypatch, tmp_path)
-    fields = judge_column.record_fields((2, 32768, 64), 1.5, LOG, built(tmp_path))
+    fields = judge_column.record_fields(Shape(2, 32768, 64), 1.5, LOG, built(tmp_path))
     gpu, e, cal = judge_column.from_record(fields)
-    assert gpu == "GTX 1080" and e == judge_column.estimate((2, 32768, 64), 1.5, LOG, judge_column.calibration(), FLOOR)
+    assert gpu == "GTX 1080" and e == judge_column.estimate(Shape(2, 32768, 64), 1.5, LOG, judge_column.calibration(), FLOOR)
     assert cal == judge_column.calibration() and cal.params.occupancy_exponent == 0.5
-    assert judge_column.record_fields((2, 32768, 64), 1.5, "hw4: done\n", built(tmp_path)) == {}
+    assert judge_column.record_fields(Shape(2, 32768, 64), 1.5, "hw4: done\n", built(tmp_path)) == {}
     ours = Program("cuda", tmp_path / "fa-cuda")
-    assert judge_column.record_fields((2, 32768, 64), 1.5, LOG, ours) == {}  # not a student's source: no judge
+    assert judge_column.record_fields(Shape(2, 32768, 64), 1.5, LOG, ours) == {}  # not a student's source: no judge
     assert judge_column.from_record({}) is None
 
 
 def test_records_get_cells_and_words_and_a_dash_said_where_none_was_made(monkeypatch, tmp_path):
     fitted(monkeypatch, tmp_path)
     student = {"program": "hw4.cu", "input": "c29", "time_limit": 10.0,
-               **judge_column.record_fields((4, 32768, 32), 1.0, LOG, built(tmp_path))}
+               **judge_column.record_fields(Shape(4, 32768, 32), 1.0, LOG, built(tmp_path))}
     ours = {"program": "cuda", "input": "c29", "time_limit": 10.0}
     column = judge_column.for_records([student, ours], lambda r: f"{r['program']} on {r['input']}")
     assert column.header == "GTX 1080 s" and column.cells["cuda on c29"] == "-"
@@ -172,7 +173,7 @@ def test_a_hw4_hip_gets_the_mi210s_estimate_said_to_be_uncalibrated(monkeypatch,
     assert judge_column.judge_of("x/hw4.hip") is judge_time.MI210_JUDGE
     assert judge_column.judge_of("hw4.cu") is judge_time.GTX1080_JUDGE and judge_column.judge_of(None) is None
     hip = {"program": "hw4.hip", "input": "c29", "time_limit": 10.0,
-           **judge_column.record_fields((4, 32768, 32), 1.0, LOG, built(tmp_path, "hw4.hip"))}
+           **judge_column.record_fields(Shape(4, 32768, 32), 1.0, LOG, built(tmp_path, "hw4.hip"))}
     gpu, e, cal = judge_column.from_record(hip)
     assert gpu == "MI210" and cal.points == 0 and e.high / e.low == pytest.approx(4.0)
     # 2 blocks: one a CU there as one an SM here, each 2.33 times as slow (FP32 peaks)
@@ -182,7 +183,7 @@ def test_a_hw4_hip_gets_the_mi210s_estimate_said_to_be_uncalibrated(monkeypatch,
     assert e.mid == pytest.approx(FLOOR.startup_s + host + parts_copies(4, 32768, 32) + 0.5 * judge_column.MI210_SM_RATIO)
     assert model.params.startup_s == FLOOR.startup_s and model.params.host_ratio == 1.0
     cu = {"program": "hw4.cu", "input": "c29", "time_limit": 10.0,
-          **judge_column.record_fields((4, 32768, 32), 1.0, LOG, built(tmp_path))}
+          **judge_column.record_fields(Shape(4, 32768, 32), 1.0, LOG, built(tmp_path))}
     column = judge_column.for_records([cu, hip], lambda r: r["program"])
     assert column.header == "judge s" and set(column.cells) == {"hw4.cu", "hw4.hip"}
     text = " ".join(column.words)
@@ -201,9 +202,9 @@ def test_the_gtx1080s_registers_come_from_its_sm61_report_where_there_is_one(mon
     fitted(monkeypatch, tmp_path)
     log = ("fa-launch: launches=1 untimed=0 ms=500.0 grid=2640x1x1 block=128x1x1 smem=16384 regs=40 kernel=void flash<64>\n"
            "fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32\n")
-    without = judge_column.from_record(judge_column.record_fields((4, 32768, 32), 1.0, log, built(tmp_path)))[1]
+    without = judge_column.from_record(judge_column.record_fields(Shape(4, 32768, 32), 1.0, log, built(tmp_path)))[1]
     monkeypatch.setattr(judge_column.gtx1080_report, "registers", lambda program: {"flash<64>": 168})
-    found = judge_column.from_record(judge_column.record_fields((4, 32768, 32), 1.0, log, built(tmp_path)))[1]
+    found = judge_column.from_record(judge_column.record_fields(Shape(4, 32768, 32), 1.0, log, built(tmp_path)))[1]
     sm = judge_column.calibration().params.sm_ratio
     run_there = judge_time.kernel_run(Launch("void flash<64>", 1, 0, 500.0, (2640, 1, 1), (128, 1, 1), 16384, 40), H100,
                                       judge_time.GTX1080, 168)

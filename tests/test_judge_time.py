@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from fa_cli.cases.format import Shape
 from fa_cli.measure import judge_time
 from fa_cli.measure.floor import Floor
 from fa_cli.programs.timing import Launch, SmLimits
@@ -18,8 +19,8 @@ def launch(blocks: int, ms: float, smem: int = 16384) -> Launch:
 
 
 def test_a_grid_smaller_than_the_sms_takes_as_long_per_sm_and_a_large_one_spreads_over_20():
-    small = judge_time.parts((2, 32768, 64), 1.0, [launch(2, 100.0)], H100, FLOOR)
-    large = judge_time.parts((2, 32768, 64), 1.0, [launch(132 * 20, 100.0)], H100, FLOOR)
+    small = judge_time.parts(Shape(2, 32768, 64), 1.0, [launch(2, 100.0)], H100, FLOOR)
+    large = judge_time.parts(Shape(2, 32768, 64), 1.0, [launch(132 * 20, 100.0)], H100, FLOOR)
     assert small.kernels_judge_here(0.0) == pytest.approx(0.1) == small.kernels_judge_here(1.0)
     assert large.kernels_judge_here(0.0) == pytest.approx(0.1 * 132 / 20)
 
@@ -44,11 +45,11 @@ def test_holding_fewer_blocks_there_costs_as_the_occupancy_exponent_says():
 
 def test_host_work_is_the_wall_time_less_floor_copies_and_kernels():
     B, N, d = 100, 1024, 64
-    p = judge_time.parts((B, N, d), 2.0, [launch(500, 250.0)], H100, FLOOR)
+    p = judge_time.parts(Shape(B, N, d), 2.0, [launch(500, 250.0)], H100, FLOOR)
     copies_here = 3 * B * N * d * 4 / 6e9 + B * N * d * 4 / 12e9
     assert p.host_here == pytest.approx(2.0 - 0.3 - copies_here - 0.25)
     assert p.copies_judge == pytest.approx(3 * B * N * d * 4 / 8.4e9 + B * N * d * 4 / 11.9e9)
-    assert judge_time.parts((B, N, d), 0.1, [launch(500, 250.0)], H100, FLOOR).host_here == 0.0
+    assert judge_time.parts(Shape(B, N, d), 0.1, [launch(500, 250.0)], H100, FLOOR).host_here == 0.0
 
 
 def synthetic(truth: judge_time.Params, noise: float, seed: int = 0):
@@ -61,7 +62,7 @@ def synthetic(truth: judge_time.Params, noise: float, seed: int = 0):
             B, N, d = int(rng.integers(2, 500)), int(rng.choice([128, 1024, 4096])), int(rng.choice([32, 64]))
             grid = int(rng.choice([B, B * 16, 3]))
             tile = int(rng.choice([0, 8192, 40960]))
-            run = judge_time.parts((B, N, d), float(rng.uniform(0.35, 2.0)),
+            run = judge_time.parts(Shape(B, N, d), float(rng.uniform(0.35, 2.0)),
                                    [launch(grid, float(rng.uniform(1, 400)), tile)], H100, FLOOR)
             names.append(f"p{program}")
             points.append([run])
@@ -145,7 +146,7 @@ def test_the_fit_script_reads_the_published_times_and_observations_it_is_given(t
                      "gpu": H100.__dict__}
             observed["programs"].setdefault(row["program"], []).append(entry)
             launches = [Launch(**{**l, "grid": tuple(l["grid"]), "block": tuple(l["block"])}) for l in entry["launches"]]
-            parts.append(judge_time.parts(tuple(entry["shape"]), entry["wall_s"], launches, H100, FLOOR))
+            parts.append(judge_time.parts(Shape(*entry["shape"]), entry["wall_s"], launches, H100, FLOOR))
         made.append(sum(p.estimate(truth) for p in parts))
     path = tmp_path / "observed.json"
     path.write_text(json.dumps(observed))

@@ -102,10 +102,10 @@ def test_fa_runs_notes_say_only_what_the_gtx1080_would_not_take(tmp_path):
     big = tmp_path / "big.cu"
     big.write_text("__global__ void big(float* y) { __shared__ float s[16384]; s[threadIdx.x] = y[threadIdx.x];\n"
                    "  __syncthreads(); y[threadIdx.x] = s[(threadIdx.x + 1) % 16384]; }\nint main() { return 0; }\n")
-    [line] = gtx1080_report.notes_for(big)
+    [line] = gtx1080_report.report_for(big)[0]
     assert line.startswith("big.cu does not build for the GTX 1080 (sm_61): ") and "too much shared data" in line
     path, at = source(tmp_path, COPY)
-    [line] = gtx1080_report.notes_for(path)
+    [line] = gtx1080_report.report_for(path)[0]
     assert f"hw4.cu:{at}: " in line and "cp.async" in line
     assert fa("init", tmp_path / "starter").returncode == 0
     built = tmp_path / "build"

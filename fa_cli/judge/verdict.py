@@ -179,8 +179,7 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
                   diagnosis=result.diagnosis.fields if result.diagnosis else None,
                   diagnosis_text=result.diagnosis.lines if result.diagnosis else None)
     fields["device"] = devices.device_of_run(run_.build)
-    shape = result.target.shape
-    fields.update(judge_column.record_fields((shape.B, shape.N, shape.d), run_.wall_s, run_.stderr, result.program)
+    fields.update(judge_column.record_fields(result.target.shape, run_.wall_s, run_.stderr, result.program)
                   if not result.error else {})
     return records.new_record(result.program, result.target, None, result.error, "run", options.launcher, **fields)
 

@@ -193,7 +193,7 @@ def summarize(plan: BenchPlan, program: Program, target: Target, out_path: Path,
         timing=timing,
         tflops_process=target.shape.flops / wall / 1e12,
         tflops_kernel=target.shape.flops / timing["kernel"] / 1e12 if timing.get("kernel") else None,
-        **judge_column.record_fields((target.shape.B, target.shape.N, target.shape.d), wall, log, program),
+        **judge_column.record_fields(target.shape, wall, log, program),
     )
     check = verify.against_reference(AttentionInput(target.input_path), open_output(out_path, target.shape),
                                      plan.tol, plan.check)

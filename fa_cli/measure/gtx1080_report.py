@@ -48,10 +48,6 @@ def report_for(source: Path) -> tuple[list[str], dict[str, int]]:
             {u.kernel: u.registers for u in kernels})
 
 
-def notes_for(source: Path) -> list[str]:
-    return report_for(source)[0]
-
-
 def kept_report(program) -> dict | None:
     """The report's notes and registers for a built hw4.cu: made once per build (kept beside
     it), None for a program without a .cu source."""

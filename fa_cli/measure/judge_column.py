@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..cases.format import Shape
 from ..errors import FaError
 from ..programs import timing
 from . import floor, gtx1080_report
@@ -94,7 +95,7 @@ def judge_registers(program, judge: JudgeGpu) -> dict[str, int]:
     return gtx1080_report.registers(program) if judge is GTX1080_JUDGE else {}
 
 
-def estimate(shape: tuple[int, int, int], wall_s: float, stderr: str, cal: Calibration, floor: Floor,
+def estimate(shape: Shape, wall_s: float, stderr: str, cal: Calibration, floor: Floor,
              judge: JudgeGpu = GTX1080_JUDGE, registers: dict[str, int] | None = None) -> Estimate | None:
     """A case's time on the judge's GPU from its run here, or None where the run left no launch log."""
     launches, gpu = timing.launches(stderr), timing.gpu_limits(stderr)
@@ -105,7 +106,7 @@ def estimate(shape: tuple[int, int, int], wall_s: float, stderr: str, cal: Calib
     return Estimate(mid / width, mid, mid * width)
 
 
-def record_fields(shape: tuple[int, int, int], wall_s: float, stderr: str, program) -> dict:
+def record_fields(shape: Shape, wall_s: float, stderr: str, program) -> dict:
     """What a results record keeps (fa run -o, fa bench): the estimate, its GPU and the model's
     figures, so that fa compare can show and qualify it later; nothing where there is none."""
     judge = judge_of(getattr(program, "source", None))
@@ -186,9 +187,8 @@ def for_results(program, results) -> Column | None:
     if (cal := model_for(judge, here)) is None:
         return None
     registers = judge_registers(program, judge)
-    found = {r.target.name: None if r.error else estimate((r.target.shape.B, r.target.shape.N, r.target.shape.d),
-                                                          r.run.wall_s, r.run.stderr, cal, here, judge, registers)
-             for r in results}
+    found = {r.target.name: None if r.error else estimate(r.target.shape, r.run.wall_s, r.run.stderr, cal, here,
+                                                          judge, registers) for r in results}
     limits = {r.target.name: r.target.time_limit for r in results}  # the course's, whatever limit fa ran under
     return Column(f"{judge.name} s", {name: cell(e, limits[name]) for name, e in found.items()},
                   words(found, limits, judge.name, cal))

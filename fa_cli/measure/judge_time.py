@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..cases.format import Shape
 from ..programs.timing import Launch, SmLimits
 from .floor import Floor
 from .resources import short_name
@@ -99,10 +100,9 @@ class Parts:
                 + p.sm_ratio * self.kernels_judge_here(p.occupancy_exponent))
 
 
-def case_bytes(B: int, N: int, d: int) -> tuple[int, int]:
+def case_bytes(shape: Shape) -> tuple[int, int]:
     """Bytes a case copies to the device (Q, K, V) and back (O)."""
-    matrix = B * N * d * 4
-    return 3 * matrix, matrix
+    return 3 * shape.output_bytes, shape.output_bytes
 
 
 def blocks_held(launch: Launch, gpu: SmLimits) -> int:
@@ -124,10 +124,10 @@ def kernel_run(launch: Launch, gpu: SmLimits, judge: SmLimits = GTX1080, judge_r
                      math.ceil(launch.blocks / judge.sms), blocks_held(there, judge))
 
 
-def parts(shape: tuple[int, int, int], wall_s: float, launches: list[Launch], gpu: SmLimits, floor: Floor,
+def parts(shape: Shape, wall_s: float, launches: list[Launch], gpu: SmLimits, floor: Floor,
           judge: JudgeGpu = GTX1080_JUDGE, judge_registers: Mapping[str, int] | None = None) -> Parts:
     """judge_registers: each kernel's registers for the judge's GPU by short name (resources)."""
-    to_device, back = case_bytes(*shape)
+    to_device, back = case_bytes(shape)
     copies_here = to_device / (floor.h2d_gbps * 1e9) + back / (floor.d2h_gbps * 1e9)
     kernels_here = sum(l.ms for l in launches) / 1e3
     return Parts(host_here=max(0.0, wall_s - floor.startup_s - copies_here - kernels_here),
@@ -230,11 +230,10 @@ def leave_one_program_out(programs: list[str], points: list[list[Parts]], publis
                  by_program)
 
 
-def shape_only(shape: tuple[int, int, int]) -> Parts:
+def shape_only(shape: Shape) -> Parts:
     """The baseline's features of a case: its shape alone (gigabytes moved, teraflops of work), in
     the places of host work and kernels so that the same fit applies: start-up + a GB + b TFLOP
     (the teraflops as one kernel whose blocks sit alike on either GPU)."""
-    B, N, d = shape
-    to_device, back = case_bytes(B, N, d)
-    work = KernelRun(4.0 * B * N * N * d / 1e12, 1, 1, 1, 1)
+    to_device, back = case_bytes(shape)
+    work = KernelRun(shape.flops / 1e12, 1, 1, 1, 1)
     return Parts(host_here=(to_device + back) / 1e9, copies_judge=0.0, kernels=(work,))
