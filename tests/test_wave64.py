@@ -90,6 +90,7 @@ def with_devices(monkeypatch, *vendors):
     found = tuple(Device(v, i, f"{v} GPU", "sm_90" if v == "nvidia" else "gfx90a", 1, 1) for i, v in enumerate(vendors))
     monkeypatch.setattr(wave64, "list_devices", lambda: found)
     monkeypatch.setattr(programs, "list_devices", lambda: found)
+    monkeypatch.setattr(student_build, "list_devices", lambda: found)  # the build's target: no nvcc asked
 
 
 @pytest.mark.parametrize("vendors, compiler, flag", [
