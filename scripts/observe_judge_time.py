@@ -7,10 +7,11 @@
 Each program is built as fa run builds a student's hw4.cu (its Makefile's rule or the course's
 line, under the GTX 1080's rules, whose launch log times every kernel), each case's input made
 by fa's generator, and the program run once to warm up and then --repeat times. Written per
-case: the median wall time, the launch log of the median run, this GPU's SM limits; once, the
-start-up floor and copy rates here (fa_cli/measure/floor.py); and each program's kernels' sm_61
-registers where CUDA 12's ptxas is installed (FA_PTXAS_SM61 or its pip package). scripts/fit_judge_time.py
-fits the model on this file and the published GTX 1080 times. Needs nvcc and an NVIDIA GPU.
+case: the median wall time, the launch log and CPU times (user, kernel) of the median run, this
+GPU's SM limits; once, the start-up floor and copy rates here (fa_cli/measure/floor.py); and
+each program's kernels' sm_61 registers where CUDA 12's ptxas is installed (FA_PTXAS_SM61 or
+its pip package). scripts/fit_judge_time.py fits the model on this file and the published GTX
+1080 times. Needs nvcc and an NVIDIA GPU.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def observe_case(prog: programs.Program, case: str, repeat: int, timeout: float)
     limits = timing.gpu_limits(median.stderr)
     return {"case": case, "shape": [c.shape.B, c.shape.N, c.shape.d], "walls": [r.wall_s for r in ok],
             "wall_s": statistics.median(r.wall_s for r in ok),
+            "cpu_user_s": median.cpu_user_s, "cpu_system_s": median.cpu_system_s,
             "launches": [dataclasses.asdict(l) for l in timing.launches(median.stderr)],
             "gpu": dataclasses.asdict(limits) if limits else None}
 

@@ -457,3 +457,25 @@ def test_a_crash_hint_names_the_source_beside_the_program(tmp_path, monkeypatch)
     (tmp_path / "hw4.cu").write_text("")
     monkeypatch.chdir(tmp_path)
     assert programs.source_hint(tmp_path / "hw4") == "hw4.cu"
+
+
+def test_a_runs_wall_time_is_when_it_exits(tmp_path):
+    """programs.run times the whole process to its exit, not to the next poll: a program of
+    about 0.07 s is timed as the same program waited for by a blocking call (Popen.wait with a
+    timeout polls at most every 50 ms and read such a program as 0.11 s)."""
+    from fa_cli.programs import programs
+    import statistics
+    import time
+    script = tmp_path / "sleeper"
+    script.write_text("#!/bin/sh\nexec sleep 0.07\n")
+    script.chmod(0o755)
+
+    def blocking() -> float:
+        start = time.perf_counter()
+        subprocess.run([str(script), "in", "out"], check=True)
+        return time.perf_counter() - start
+
+    program = programs.Program("sleeper", script)
+    fa_walls = [programs.run(program, tmp_path / "in", tmp_path / "out", timeout=30).wall_s for _ in range(5)]
+    direct = [blocking() for _ in range(5)]
+    assert abs(statistics.median(fa_walls) - statistics.median(direct)) < 0.015, (fa_walls, direct)

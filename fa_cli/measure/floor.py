@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
 import statistics
 import subprocess
-import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from .. import locations
 from ..errors import FaError
+from ..programs import programs
+from ..programs.programs import Program
 from ..settings import compiler_command
 
 RUNS = 5
@@ -29,6 +32,7 @@ class Floor:
     startup_s: float  # a process that creates the context and exits: median wall time
     h2d_gbps: float   # pageable host memory to the device
     d2h_gbps: float
+    cpu_system_s: float = 0.0  # the start-up's CPU time in the kernel (rusage), median
 
 
 def source():
@@ -56,20 +60,19 @@ def build() -> str:
 
 @functools.lru_cache(maxsize=1)
 def measure() -> Floor:
-    """Median start-up of RUNS processes (the first one also times the copies)."""
+    """The copy rates of one process, then the median start-up of RUNS more, each started and
+    timed as fa runs a student's program (programs.run): what fa's own way of starting a
+    process costs is then part of the floor, and comes out of a run's time with it."""
     exe = build()
-    walls, rates = [], None
-    for i in range(RUNS + 1):
-        start = time.perf_counter()
-        proc = subprocess.run([exe, *(["--copies"] if i == 0 else [])], capture_output=True, text=True)
-        wall = time.perf_counter() - start
-        if proc.returncode != 0:
-            raise FaError(f"the start-up floor program failed: {proc.stderr.strip() or proc.returncode}")
-        if i == 0:
-            found = RATES.search(proc.stderr)
-            rates = (float(found[1]), float(found[2])) if found else None
-        else:
-            walls.append(wall)
-    if rates is None:
+    copies = subprocess.run([exe, "--copies"], capture_output=True, text=True)
+    if copies.returncode != 0:
+        raise FaError(f"the start-up floor program failed: {copies.stderr.strip() or copies.returncode}")
+    found = RATES.search(copies.stderr)
+    if found is None:
         raise FaError("the start-up floor program did not print its copy rates")
-    return Floor(statistics.median(walls), *rates)
+    program = Program("context-only", Path(exe))
+    runs = [programs.run(program, Path(os.devnull), Path(os.devnull)) for _ in range(RUNS)]
+    if failed := next((r for r in runs if r.returncode != 0), None):
+        raise FaError(f"the start-up floor program failed: {failed.error}")
+    return Floor(statistics.median(r.wall_s for r in runs), float(found[1]), float(found[2]),
+                 cpu_system_s=statistics.median(r.cpu_system_s or 0.0 for r in runs))

@@ -221,6 +221,8 @@ class RunResult:
     timing: dict[str, float] = field(default_factory=dict)
     build: dict[str, str] = field(default_factory=dict)  # impl, arch and device from the timing line
     timed_out: bool = False
+    cpu_user_s: float | None = None    # its CPU time in user space and in the kernel (rusage)
+    cpu_system_s: float | None = None
 
     @property
     def error(self) -> str | None:
@@ -273,25 +275,64 @@ def run(
     try:
         reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stderr.readline, "")), daemon=True)
         reader.start()
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop(proc, output=None)
-        reader.join(KILL_GRACE_S)
-        return RunResult(argv, proc.returncode, time.perf_counter() - start, "".join(chunks), timed_out=True)
+        watch = ExitWatch(proc)
+        ended = watch.wait(timeout)
     except BaseException:
         stop(proc, output=None)
         raise
-    wall = time.perf_counter() - start
+    if ended is None:
+        stop(proc, output=None)
+        watch.wait(KILL_GRACE_S)  # its status, once the stopped program is reaped
+        reader.join(KILL_GRACE_S)
+        return RunResult(argv, proc.returncode, time.perf_counter() - start, "".join(chunks), timed_out=True)
+    wall = ended.at - start
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
     reader.join(KILL_GRACE_S)
     stderr = "".join(chunks)
-    result = RunResult(argv, proc.returncode, wall, stderr, *parse_timing(stderr))
+    result = RunResult(argv, proc.returncode, wall, stderr, *parse_timing(stderr),
+                       cpu_user_s=ended.cpu_user_s, cpu_system_s=ended.cpu_system_s)
     if proc.returncode != 0:
         why = launcher.explain_failure(proc.returncode, stderr)
         if why:
             result.stderr += f"\n{why}"
     return result
+
+
+@dataclass(frozen=True)
+class Exit:
+    """When a program exited (time.perf_counter) and the CPU time it spent, in user space and in
+    the kernel (its rusage: the kernel's share is mostly page faults and file reads and writes)."""
+    at: float
+    cpu_user_s: float | None = None
+    cpu_system_s: float | None = None
+
+
+class ExitWatch:
+    """Waits for a program's exit in a thread blocked in wait4, from its start: Popen.wait(timeout)
+    polls instead, at most every 50 ms, and so would add up to 50 ms to every time it took."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.exit: Exit | None = None
+        self.thread = threading.Thread(target=self._wait, daemon=True)
+        self.thread.start()
+
+    def _wait(self):
+        try:
+            _, status, usage = os.wait4(self.proc.pid, 0)
+        except ChildProcessError:  # reaped by Popen's own wait (stop()): its status is there
+            self.proc.wait()
+            self.exit = Exit(time.perf_counter())
+            return
+        ended = time.perf_counter()
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.exit = Exit(ended, usage.ru_utime, usage.ru_stime)
+
+    def wait(self, timeout: float | None) -> Exit | None:
+        """The Exit, or None if the program still runs after `timeout` seconds."""
+        self.thread.join(timeout)
+        return self.exit
 
 
 def stop(proc: subprocess.Popen, output: int | None = 1) -> str:

@@ -1,0 +1,32 @@
+"""The start-up floor (fa_cli/measure/floor.py): on an NVIDIA GPU, a floor that a student's CUDA
+program's whole process does not go below, and the copy rates of the host."""
+import shutil
+import statistics
+
+import pytest
+
+from helpers import DATA
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
+from fa_cli.measure import floor
+from fa_cli.programs import programs
+
+pytestmark = pytest.mark.gpu
+
+
+def test_a_students_program_takes_no_less_than_the_floor(tmp_path):
+    """A student's hw4.cu (tests/data/planted_hw4.cu, nothing planted), built and timed as fa
+    run builds and times it, on a tiny case: its whole process is the floor's (create the
+    context, exit through the runtime's teardown) and its own small work. A floor above it, as
+    the first one was (timed otherwise than the programs were), would leave it no host work.
+    fa-cuda can take less: it skips the teardown."""
+    found = floor.measure()
+    assert 0.005 < found.startup_s < 5.0 and found.h2d_gbps > 0.5 and found.d2h_gbps > 0.5, found
+    assert found.cpu_system_s > 0.0, found
+    source = tmp_path / "hw4.cu"
+    shutil.copy(DATA / "planted_hw4.cu", source)
+    program = programs.ensure_built(programs.from_source(source))
+    inp = tmp_path / "tiny.in"
+    generate.write_input(inp, Shape(2, 128, 32), 1, "uniform")
+    walls = [programs.run(program, inp, tmp_path / "o.out", timeout=60).wall_s for _ in range(5)]
+    assert statistics.median(walls) > 0.9 * found.startup_s, (walls, found)
