@@ -105,8 +105,9 @@ def first_sanitizer_error(log: str) -> list[str]:
     return []
 
 
-# the judge GPUs' layers (src_hip/wave64, src_cuda/gtx1080) and their launch log (src_cuda/launch_log.h)
-LAYER = re.compile(r"fa_wave64|wave64_device\.h|fa_gtx1080|fa_launch_log")
+# the judge GPUs' layers (src_hip/wave64, src_cuda/gtx1080), their launch log and hook (src_cuda/launch_log.h,
+# src_cuda/launch_hook.h)
+LAYER = re.compile(r"fa_wave64|wave64_device\.h|fa_gtx1080|fa_launch_log|fa_launch_hook")
 
 
 def report_blocks(log: str) -> list[list[str]]:

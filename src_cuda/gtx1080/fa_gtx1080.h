@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <cxxabi.h>
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -25,6 +24,7 @@
 #include <cstring>
 #include <string>
 
+#include "../launch_hook.h"
 #include "../launch_log.h"
 
 namespace fa_gtx1080 {
@@ -36,27 +36,6 @@ constexpr size_t kSmemPerBlock = 48 * 1024;
 constexpr size_t kSmemPerSm = 96 * 1024;
 constexpr int kRegsPerSm = 65536, kRegUnit = 256, kSms = 20;
 constexpr size_t kMemory = 8ull << 30;
-
-inline std::string kernel_name(const void* func) {
-  static auto& known = *new std::map<const void*, std::string>;  // looked up once a kernel: launches are many
-  const auto found = known.find(func);  // C++11: the course's line builds with -std=c++11
-  if (found != known.end()) return found->second;
-  const char* symbol = nullptr;  // the runtime knows the kernel's name (CUDA 12.3 on); else the symbol table
-  Dl_info info;
-#if CUDART_VERSION >= 12030
-  if (cudaFuncGetName(&symbol, func) != cudaSuccess) symbol = nullptr;
-#endif
-  if (symbol == nullptr) {
-    if (!dladdr(func, &info) || !info.dli_sname) return known[func] = "a kernel";
-    symbol = info.dli_sname;
-  }
-  int status = 0;
-  char* pretty = abi::__cxa_demangle(symbol, nullptr, nullptr, &status);
-  std::string name = status == 0 && pretty ? pretty : symbol;
-  std::free(pretty);
-  const size_t paren = name.find('(');
-  return known[func] = paren == std::string::npos ? name : name.substr(0, paren);
-}
 
 inline void refuse(const std::string& kernel, const std::string& why) {
   std::fprintf(stderr, "fa-gtx1080: %s: launch refused, as the GTX 1080 refuses it: %s\n", kernel.c_str(),
@@ -71,11 +50,9 @@ inline long long block_registers(int regs_per_thread, unsigned long long threads
   return warps * per_warp;
 }
 
-using LaunchFn = cudaError_t (*)(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t);
-
 // The launch checked against the GTX 1080's limits; `attr` gets the kernel's attributes.
 inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic, cudaFuncAttributes& attr) {
-  const std::string name = kernel_name(func);
+  const std::string name = fa_launch_hook::kernel_name(func);
   const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
   if (threads > kMaxThreads) {
     refuse(name, "a block of " + std::to_string(threads) + " threads (at most 1024)");
@@ -108,23 +85,18 @@ inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic
 
 }  // namespace fa_gtx1080
 
-// nvcc's launch stub for <<<>>> calls __cudaLaunchKernel, exported by libcudart.so: with
-// -cudart shared this definition in the program comes first, and the runtime's own is reached
-// through dlsym(RTLD_NEXT). The refusal is what cudaGetLastError and the next call then see.
+// Every <<<>>> launch comes here (launch_hook.h says how). The refusal is what cudaGetLastError
+// and the next call then see.
 extern "C" inline cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
                                                  size_t dynamic, cudaStream_t stream) {
-  static auto next = reinterpret_cast<fa_gtx1080::LaunchFn>(dlsym(RTLD_NEXT, "__cudaLaunchKernel"));
-  if (!next) {
-    std::fprintf(stderr, "fa-gtx1080: the CUDA runtime's __cudaLaunchKernel was not found (build with -cudart "
-                 "shared)\n");
-    return cudaErrorNotSupported;
-  }
+  static const auto next = fa_launch_hook::runtime_launch("fa-gtx1080");
+  if (!next) return cudaErrorNotSupported;
   const void* func = reinterpret_cast<const void*>(kernel);
   cudaFuncAttributes attr{};
   const cudaError_t e = fa_gtx1080::check(func, grid, block, dynamic, attr);
   if (e == cudaSuccess)
-    return fa_launch_log::timed({fa_gtx1080::kernel_name(func), {grid.x, grid.y, grid.z}, {block.x, block.y, block.z},
-                                 attr.sharedSizeBytes + dynamic, attr.numRegs},
+    return fa_launch_log::timed({fa_launch_hook::kernel_name(func), {grid.x, grid.y, grid.z},
+                                 {block.x, block.y, block.z}, attr.sharedSizeBytes + dynamic, attr.numRegs},
                                 stream, [&] { return next(kernel, grid, block, args, dynamic, stream); });
   // Refused: the runtime is handed a launch it refuses itself, so that its own last error (what
   // cudaGetLastError and cudaPeekAtLastError return) holds the refusal, as on the GTX 1080:
@@ -141,7 +113,7 @@ extern "C" inline cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, e
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize && value > (int)fa_gtx1080::kSmemPerBlock) {
     std::fprintf(stderr, "fa-gtx1080: %s: cudaFuncSetAttribute refused, as the GTX 1080 refuses it: %d bytes of "
                  "dynamic shared memory (the GTX 1080 gives a block 49152, with no opt-in above it)\n",
-                 fa_gtx1080::kernel_name(func).c_str(), value);
+                 fa_launch_hook::kernel_name(func).c_str(), value);
     return cudaErrorInvalidValue;
   }
   return next ? next(func, attr, value) : cudaErrorNotSupported;

@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cuda_runtime.h>
-#include <cxxabi.h>
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -27,6 +26,7 @@
 
 // ---------------------------------------------------------------- types and constants
 #include "../../hip_types_on_cuda.h"
+#include "../../../src_cuda/launch_hook.h"
 #include "../../../src_cuda/launch_log.h"  // every launch timed, for fa's estimate of the MI210's time
 
 #define HIP_KERNEL_NAME(...) __VA_ARGS__
@@ -139,17 +139,6 @@ inline std::string& last_kernel() {
   return name;
 }
 
-inline std::string kernel_name(const void* kernel) {
-  const char* raw = nullptr;
-  if (cudaFuncGetName(&raw, kernel) != cudaSuccess || !raw) return "a kernel";
-  int status = 1;
-  char* plain = abi::__cxa_demangle(raw, nullptr, nullptr, &status);
-  std::string name = status == 0 && plain ? plain : raw;
-  std::free(plain);
-  name = name.substr(0, name.find('('));  // "void attention<64>(float const*, ...)": attention<64>
-  return name.compare(0, 5, "void ") == 0 ? name.substr(5) : name;
-}
-
 // The device's fault record (wave64_device.h), in host memory the device writes through: it
 // stays readable after the trap that ends the kernel has made the CUDA context unusable. Made at
 // the first launch of a context; a device reset frees it (hipDeviceReset forgets it), and the
@@ -209,16 +198,14 @@ inline void note_block(const std::string& kernel, unsigned threads) {
 // Every launch, <<<>>> and hipLaunchKernelGGL alike, comes here (see __cudaLaunchKernel below):
 // the MI210's limits first, then the scratch of the emulated wavefronts appended to the dynamic
 // shared memory (wave64_device.h finds it there), then CUDA's launch.
-using LaunchFn = cudaError_t (*)(cudaKernel_t, dim3, dim3, void**, size_t, cudaStream_t);
-
 inline cudaError_t launch(cudaKernel_t kernel, dim3 grid, dim3 block, void** args, size_t dynamic,
-                          cudaStream_t stream, LaunchFn forward) {
+                          cudaStream_t stream, fa_launch_hook::LaunchFn forward) {
   static bool at_exit = (std::atexit(report_fault), true);
   (void)at_exit;
   // CUDA's runtime takes a cudaKernel_t where it asks for a kernel (cuda_runtime_api.h: "assumed
   // to be a cudaKernel_t and used as is") in cudaFuncGetAttributes and cudaFuncSetAttribute.
   const void* func = reinterpret_cast<const void*>(kernel);
-  std::string name = kernel_name(func);
+  std::string name = fa_launch_hook::kernel_name(func);
   last_kernel() = name;
   const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
   if (threads > kMaxThreads) {
@@ -251,18 +238,12 @@ inline cudaError_t launch(cudaKernel_t kernel, dim3 grid, dim3 block, void** arg
 
 }  // namespace fa_wave64
 
-// nvcc's launch stub for <<<>>> (CUDA 13: crt/host_runtime.h's __cudaLaunch) calls
-// __cudaLaunchKernel, exported by libcudart.so: built with -cudart shared, this definition in the
-// program comes first, and the runtime's own is reached through dlsym(RTLD_NEXT). Each student's
-// hw4.hip is one translation unit, so the definition here is the program's only one.
+// Every <<<>>> launch comes here (src_cuda/launch_hook.h says how). Each student's hw4.hip is one
+// translation unit, so the definition here is the program's only one.
 extern "C" inline cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void** args,
                                                  size_t dynamic, cudaStream_t stream) {
-  static auto next = reinterpret_cast<fa_wave64::LaunchFn>(dlsym(RTLD_NEXT, "__cudaLaunchKernel"));
-  if (!next) {
-    std::fprintf(stderr, "fa-wave64: the CUDA runtime's __cudaLaunchKernel was not found (build with -cudart "
-                 "shared)\n");
-    return cudaErrorNotSupported;
-  }
+  static const auto next = fa_launch_hook::runtime_launch("fa-wave64");
+  if (!next) return cudaErrorNotSupported;
   cudaError_t e = fa_wave64::launch(kernel, grid, block, args, dynamic, stream, next);
   if (e != cudaSuccess) fa_wave64::refused_launch() = e;  // the stub drops it: hipGetLastError says it
   return e;
