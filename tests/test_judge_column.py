@@ -212,3 +212,28 @@ def test_the_gtx1080s_registers_come_from_its_sm61_report_where_there_is_one(mon
     assert found.mid - without.mid == pytest.approx(
         sm * 0.5 * (run_there.judge_factor(0.5) - judge_time.kernel_run(
             Launch("k", 1, 0, 500.0, (2640, 1, 1), (128, 1, 1), 16384, 40), H100).judge_factor(0.5)))
+
+
+def test_on_the_judges_own_gpu_fa_makes_no_estimate_and_says_why(monkeypatch, tmp_path):
+    """A run whose launch log names the GTX 1080's SMs (20 of 96 KB: the course's own cluster)
+    timed the judge's GPU itself: no column, no record field, one line saying so; the same run
+    on an H100 gets the estimate."""
+    from fa_cli.cases.suite import Target
+    from fa_cli.judge.verdict import CaseResult
+    from fa_cli.programs.programs import Program, RunResult
+
+    monkeypatch.setattr(judge_column.floor, "measure", lambda: FLOOR)
+    kernel = "fa-launch: launches=1 untimed=0 ms=200.0 grid=40x1x1 block=128x1x1 smem=0 regs=32 kernel=k\n"
+    gtx1080 = kernel + "fa-launch: gpu sms=20 smem_sm=98304 regs_sm=65536 threads_sm=2048 blocks_sm=32\n"
+    h100 = kernel + "fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32\n"
+    prog = Program("hw4.cu", tmp_path / "hw4", source=tmp_path / "hw4.cu")
+
+    def results(log):
+        return [CaseResult(Target("c29", tmp_path / "c29.in", Shape(4, 32768, 32), 10.0), prog,
+                           RunResult(["hw4"], 0, 1.0, log), None, 10.0)]
+
+    assert judge_column.for_results(prog, results(gtx1080)) is None
+    assert judge_column.record_fields(Shape(4, 32768, 32), 1.0, gtx1080, prog) == {}
+    assert "time s is the GTX 1080's own" in judge_column.judges_own_line(prog, results(gtx1080))
+    assert judge_column.for_results(prog, results(h100)) is not None
+    assert judge_column.judges_own_line(prog, results(h100)) is None

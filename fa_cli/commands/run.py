@@ -126,6 +126,8 @@ def show_results(results, prog, across, why_case, sample_rows) -> None:
         lines.echo(f"checked: {alike}, in every case")
     for line in judge_gpu.words if judge_gpu else []:
         lines.echo(line)
+    if own := judge_column.judges_own_line(prog, results):  # run on the judge's GPU itself: no estimate
+        lines.echo(own)
     if any(r.check and r.check.sampled for r in results):
         lines.echo(tables.SAMPLED_NOTE)
     if sample_rows and (full_instead := [r.target.name for r in results if r.check and not r.check.sampled]):

@@ -76,6 +76,22 @@ def judge_of(source: Path | str | None) -> JudgeGpu | None:
     return {".cu": GTX1080_JUDGE, ".hip": MI210_JUDGE}.get(suffix)
 
 
+def on_the_judges_gpu(stderr: str, judge: JudgeGpu) -> bool:
+    """The run's GPU (its launch log's) has the judge's SMs, as on the course's own cluster: its
+    times are the judge GPU's own, and need no estimate."""
+    return timing.gpu_limits(stderr) == judge.limits
+
+
+def judges_own_line(program, results) -> str | None:
+    """The line fa run says, instead of the column, where every run was on the judge's GPU."""
+    judge = judge_of(getattr(program, "source", None))
+    logged = [r for r in results if timing.launches(r.run.stderr)]
+    if judge is None or not logged or not all(on_the_judges_gpu(r.run.stderr, judge) for r in logged):
+        return None
+    return (f"time s is the {judge.name}'s own: this GPU has the judge's SMs ({judge.limits.sms} of "
+            f"{judge.limits.smem_sm // 1024} KB), so no estimate of the judge's time is made")
+
+
 def floor_here() -> Floor | None:
     """The start-up floor and copy rates here, or None where they cannot be measured (no GPU or
     nvcc on this machine, as on a login node whose jobs run elsewhere): then no estimate."""
@@ -110,7 +126,9 @@ def record_fields(shape: Shape, wall_s: float, stderr: str, program) -> dict:
     """What a results record keeps (fa run -o, fa bench): the estimate, its GPU and the model's
     figures, so that fa compare can show and qualify it later; nothing where there is none."""
     judge = judge_of(getattr(program, "source", None))
-    if judge is None or not timing.launches(stderr) or (here := floor_here()) is None:
+    if judge is None or not timing.launches(stderr) or on_the_judges_gpu(stderr, judge):
+        return {}
+    if (here := floor_here()) is None:
         return {}
     if (cal := model_for(judge, here)) is None:
         return {}
@@ -182,7 +200,9 @@ def for_results(program, results) -> Column | None:
     """fa run's column for a student's hw4.cu (the GTX 1080, with a fitted model) or hw4.hip (the
     MI210, uncalibrated) whose runs left a launch log; None otherwise."""
     judge = judge_of(getattr(program, "source", None))
-    if judge is None or not any(timing.launches(r.run.stderr) for r in results) or (here := floor_here()) is None:
+    if judge is None or not any(timing.launches(r.run.stderr) for r in results) or judges_own_line(program, results):
+        return None
+    if (here := floor_here()) is None:
         return None
     if (cal := model_for(judge, here)) is None:
         return None
