@@ -5,6 +5,7 @@ timing line and the softmax sum at N = 32768; then what only the GPU programs ha
 tensor-core range fallback, kernels and ports agreeing."""
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -479,3 +480,17 @@ def test_a_runs_wall_time_is_when_it_exits(tmp_path):
     fa_walls = [programs.run(program, tmp_path / "in", tmp_path / "out", timeout=30).wall_s for _ in range(5)]
     direct = [blocking() for _ in range(5)]
     assert abs(statistics.median(fa_walls) - statistics.median(direct)) < 0.015, (fa_walls, direct)
+
+
+def test_a_program_killed_at_its_time_limit_is_said_killed(tmp_path, monkeypatch):
+    """A program that ignores SIGTERM is SIGKILLed at its limit, and its exit code says so every
+    time: while fa's stop waits for it too, the run's own waiter may reap it first (Popen's wait
+    then finds no child and would take the code for 0)."""
+    from fa_cli.programs import programs
+    monkeypatch.setattr(programs, "KILL_GRACE_S", 0.2)
+    script = tmp_path / "stubborn"
+    script.write_text("#!/bin/sh\ntrap '' TERM\nsleep 30 & wait\nsleep 30\n")
+    script.chmod(0o755)
+    program = programs.Program("stubborn", script)
+    codes = {programs.run(program, tmp_path / "in", tmp_path / "out", timeout=0.2).returncode for _ in range(12)}
+    assert codes == {-signal.SIGKILL}, codes

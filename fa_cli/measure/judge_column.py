@@ -77,8 +77,8 @@ def judge_of(source: Path | str | None) -> JudgeGpu | None:
 
 
 def on_the_judges_gpu(stderr: str, judge: JudgeGpu) -> bool:
-    """The run's GPU (its launch log's) has the judge's SMs, as on the course's own cluster: its
-    times are the judge GPU's own, and need no estimate."""
+    """The run's GPU (its launch log's) has the judge's SMs, as on the course's own cluster (a
+    GPU of the same chip, a Tesla P4 say, looks the same): its times are taken as the judge's."""
     return timing.gpu_limits(stderr) == judge.limits
 
 
@@ -88,8 +88,9 @@ def judges_own_line(program, results) -> str | None:
     logged = [r for r in results if timing.launches(r.run.stderr)]
     if judge is None or not logged or not all(on_the_judges_gpu(r.run.stderr, judge) for r in logged):
         return None
-    return (f"time s is the {judge.name}'s own: this GPU has the judge's SMs ({judge.limits.sms} of "
-            f"{judge.limits.smem_sm // 1024} KB), so no estimate of the judge's time is made")
+    return (f"no {judge.name} estimate: this GPU has the {judge.name}'s SMs ({judge.limits.sms} of "
+            f"{judge.limits.smem_sm // 1024} KB, as the course's cluster has), so time s is taken as the "
+            f"judge's GPU's own")
 
 
 def floor_here() -> Floor | None:

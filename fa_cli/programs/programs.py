@@ -282,18 +282,19 @@ def run(
         raise
     if ended is None:
         stop(proc, output=None)
-        watch.wait(KILL_GRACE_S)  # its status, once the stopped program is reaped
+        reaped = watch.wait(KILL_GRACE_S)  # its status, once the stopped program is reaped
         reader.join(KILL_GRACE_S)
-        return RunResult(argv, proc.returncode, time.perf_counter() - start, "".join(chunks), timed_out=True)
+        returncode = reaped.returncode if reaped else proc.returncode
+        return RunResult(argv, returncode, time.perf_counter() - start, "".join(chunks), timed_out=True)
     wall = ended.at - start
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
     reader.join(KILL_GRACE_S)
     stderr = "".join(chunks)
-    result = RunResult(argv, proc.returncode, wall, stderr, *parse_timing(stderr),
+    result = RunResult(argv, ended.returncode, wall, stderr, *parse_timing(stderr),
                        cpu_user_s=ended.cpu_user_s, cpu_system_s=ended.cpu_system_s)
-    if proc.returncode != 0:
-        why = launcher.explain_failure(proc.returncode, stderr)
+    if ended.returncode != 0:
+        why = launcher.explain_failure(ended.returncode, stderr)
         if why:
             result.stderr += f"\n{why}"
     return result
@@ -301,16 +302,20 @@ def run(
 
 @dataclass(frozen=True)
 class Exit:
-    """When a program exited (time.perf_counter) and the CPU time it spent, in user space and in
-    the kernel (its rusage: the kernel's share is mostly page faults and file reads and writes)."""
+    """When a program exited (time.perf_counter), its exit code (negative: the signal), and the
+    CPU time it spent, in user space and in the kernel (its rusage: the kernel's share is mostly
+    page faults and file reads and writes)."""
     at: float
+    returncode: int
     cpu_user_s: float | None = None
     cpu_system_s: float | None = None
 
 
 class ExitWatch:
     """Waits for a program's exit in a thread blocked in wait4, from its start: Popen.wait(timeout)
-    polls instead, at most every 50 ms, and so would add up to 50 ms to every time it took."""
+    polls instead, at most every 50 ms, and so would add up to 50 ms to every time it took. The
+    exit code is the Exit's: where stop() waits too, Popen's own wait may find the program reaped
+    here and take its code for 0."""
 
     def __init__(self, proc: subprocess.Popen):
         self.proc = proc
@@ -321,13 +326,12 @@ class ExitWatch:
     def _wait(self):
         try:
             _, status, usage = os.wait4(self.proc.pid, 0)
-        except ChildProcessError:  # reaped by Popen's own wait (stop()): its status is there
-            self.proc.wait()
-            self.exit = Exit(time.perf_counter())
+        except ChildProcessError:  # reaped first by Popen's own wait (stop()): its code is right
+            self.exit = Exit(time.perf_counter(), self.proc.wait())
             return
-        ended = time.perf_counter()
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
-        self.exit = Exit(ended, usage.ru_utime, usage.ru_stime)
+        ended, code = time.perf_counter(), os.waitstatus_to_exitcode(status)
+        self.proc.returncode = code
+        self.exit = Exit(ended, code, usage.ru_utime, usage.ru_stime)
 
     def wait(self, timeout: float | None) -> Exit | None:
         """The Exit, or None if the program still runs after `timeout` seconds."""
