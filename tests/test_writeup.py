@@ -29,7 +29,9 @@ def test_a_report_from_the_students_hw4_alone_is_theirs(cpu_program, tmp_path):
     judged = text[text.index("### 3c."):text.index("## 4.")]
     # in 80 columns: what every row shares is said once above the table
     assert "2 of 2 runs PASS (2 PASS;" in judged and "Every row: device host CPU; verdict PASS." in judged
-    assert "| t01 | 2x128x32 | hw4 |" in judged and judged.count("| 0.005 |") == 2
+    rows = [line for line in judged.splitlines() if line.startswith("| t0")]
+    assert rows[0].startswith("| t01 | 2x128x32 | hw4 |") and len(rows) == 2
+    assert all(line.endswith("| 0.005 |") for line in rows)  # the tolerance, last (a time may read 0.005 too)
     # every section the records do not fill names the command that fills it, for ./hw4
     assert "`fa profile t17 --program ./hw4 -o profile.json`" in text
     assert "`fa resources --program hw4.cu --json > resources.json`" in text
