@@ -379,14 +379,14 @@ def _temporary(dir_fd: int, plan: OutputPlan, name: str) -> tuple[int, str | Non
     exclusive named one, after removing this user's temporaries whose process is gone."""
     if os.path.isdir("/proc/self/fd"):
         try:
-            return os.open(".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, 0o600, dir_fd=dir_fd), None
+            return os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600, dir_fd=dir_fd), None
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOENT):
                 raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
     remove_leftovers(".", TEMPORARY, dir_fd=dir_fd)
     tmp = _temporary_name(dir_fd, name)
     try:
-        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd), tmp
+        return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dir_fd), tmp
     except OSError as e:
         raise FormatError(f"{plan.path}: cannot write: {e.strerror}") from None
 

@@ -24,7 +24,7 @@ def test_course_inputs_are_made_per_case_in_tmpdir_and_only_expected_outputs_are
     proc = fa("run", "c01", "c02", "--program", "cpu", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "2 inputs generated one at a time into " + str(scratch) in proc.stderr
-    assert "deleted once judged" in proc.stderr
+    assert "deleted at the end" in proc.stderr
     assert not list(where.rglob("*.in")) and not list(scratch.iterdir())  # no input left anywhere
     assert len(list((where / "expected").glob("*.out"))) == 2
     said = kept_bytes(proc.stderr)

@@ -11,9 +11,8 @@ from fa_cli.cases.format import Shape
 from fa_cli.measure import floor
 from fa_cli.programs import programs
 
-pytestmark = pytest.mark.gpu
 
-
+@pytest.mark.gpu
 def test_a_students_program_takes_no_less_than_the_floor(tmp_path):
     """A student's hw4.cu (tests/data/planted_hw4.cu, nothing planted), built and timed as fa
     run builds and times it, on a tiny case: its whole process is the floor's (create the
@@ -30,3 +29,25 @@ def test_a_students_program_takes_no_less_than_the_floor(tmp_path):
     generate.write_input(inp, Shape(2, 128, 32), 1, "uniform")
     walls = [programs.run(program, inp, tmp_path / "o.out", timeout=60).wall_s for _ in range(5)]
     assert statistics.median(walls) > 0.9 * found.startup_s, (walls, found)
+
+
+def test_a_floor_measured_here_is_kept_for_an_hour_of_this_boot(tmp_path, monkeypatch):
+    """A re-run does not pay six CUDA processes again: the floor is kept beside its program, for
+    this boot and these GPUs, for an hour; then measured again."""
+    exe = tmp_path / "context_only-x"
+    monkeypatch.setattr(floor, "build", lambda: str(exe))
+    measured = []
+    monkeypatch.setattr(floor, "measure_now", lambda exe: measured.append(exe) or floor.Floor(0.2, 10.0, 12.0, 0.05))
+
+    def fresh():
+        floor.measure.cache_clear()
+        return floor.measure()
+    assert fresh() == floor.Floor(0.2, 10.0, 12.0, 0.05) and len(measured) == 1
+    assert fresh() == floor.Floor(0.2, 10.0, 12.0, 0.05) and len(measured) == 1  # kept
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # other GPUs: measured again
+    fresh()
+    assert len(measured) == 2
+    monkeypatch.setattr(floor.time, "time", lambda: 1e12)  # past the hour
+    fresh()
+    assert len(measured) == 3
+    floor.measure.cache_clear()

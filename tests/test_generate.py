@@ -177,3 +177,29 @@ def test_pieces_drawn_on_every_core_give_one_streams_bytes_and_their_hash(tmp_pa
     want = np.concatenate([np.concatenate(generate.batch(shape, 5, dist, b)) for b in range(shape.B)])
     assert data[12:] == want.astype("<f4").tobytes()
     assert digest.hexdigest() == hashlib.sha256(data).hexdigest() and sum(done) == shape.B
+
+
+def test_a_case_proven_once_is_generated_without_hashing_and_an_edit_is_hashed_again(tmp_path, monkeypatch):
+    """Suite c's re-run: the sha256 of each input is checked the first time this numpy and this
+    generator make it; later runs trust that proof (generation is deterministic). A different
+    generator (here: a forged seed under the same name) is hashed and refused."""
+    import hashlib
+
+    monkeypatch.setenv("FA_CACHE", str(tmp_path))
+    c = suite.case("t13")
+    hashed = []  # the digests write_input was asked to feed
+    real_write = generate.write_input
+    monkeypatch.setattr(generate, "write_input",
+                        lambda *a, digest=None, **k: hashed.extend([digest] if digest else []) or
+                        real_write(*a, digest=digest, **k))
+    first = suite.write_case(c, tmp_path / "first.in")
+    assert len(hashed) == 1 and suite.generation_proven(c)
+    again = suite.write_case(c, tmp_path / "again.in")
+    assert len(hashed) == 1 and again.read_bytes() == first.read_bytes()
+    assert suite.sha256_of(again) == c.sha256
+    forged = suite.Case(c.name, c.shape, c.dist, c.seed + 1, c.time_limit, False, c.sha256)
+    assert not suite.generation_proven(forged)
+    with pytest.raises(suite.FaError, match="sha256"):
+        suite.write_case(forged, tmp_path / "forged.in")
+    monkeypatch.setattr(suite, "generator_key", lambda: "numpy 0.0, generate.py edited")
+    assert not suite.generation_proven(c)

@@ -69,7 +69,7 @@ def test_judge_own_program(student):
     """A shipped case (against its expected output) and one generated on demand (against float64)."""
     proc = fa(student, "run", "t03", "t12", "--program", student["hw4"])
     assert verdicts(proc.stdout) == ["PASS"] * 2
-    assert "fa: inputs: 1 input generated one at a time into " in proc.stderr  # into TMPDIR, deleted once judged
+    assert "fa: inputs: 1 input generated one at a time into " in proc.stderr  # into TMPDIR, deleted at the end
     assert not (student["cache"] / "t12.in").exists() and len(list(student["cache"].glob("expected/*.out"))) >= 1
     assert sorted(p.name for p in student["work"].iterdir()) == ["hw4"]
 

@@ -112,3 +112,30 @@ def test_the_next_input_is_drawn_beside_an_expected_output_never_beside_a_run(tm
     assert len(listings) == 3 and not any(".tmp." in line for line in listings), listings
     assert "c03.in" in listings[0] and "c05.in" in listings[1]  # drawn ahead, whole before the run
     assert "at most" in proc.stderr and "the next case's drawn ahead" in proc.stderr
+
+
+def test_each_next_input_is_drawn_into_the_file_of_a_case_judged_before(tmp_path, cpu_program):
+    """A suite run rewrites the files of judged cases instead of deleting them and making new
+    ones (the pages are reused): c05 is drawn into c01's file, and c03's file waits for the next
+    draw; none is left at the end."""
+    seen = tmp_path / "seen.txt"
+    program = tmp_path / "look"
+    program.write_text(f"#!{sys.executable}\nimport os, sys\n"
+                       "folder = os.path.dirname(sys.argv[1])\n"
+                       f"open({str(seen)!r}, 'a').write(str(os.stat(sys.argv[1]).st_ino) + ' ' + "
+                       "' '.join(sorted(os.listdir(folder))) + '\\n')\n"
+                       f"os.execv({str(cpu_program)!r}, [{str(cpu_program)!r}, *sys.argv[1:]])\n")
+    program.chmod(0o755)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "FA_CACHE": str(tmp_path / "cache"), "TMPDIR": str(scratch)}
+    for first in (True, False):  # expected outputs computed (the next input drawn beside), then a re-run
+        seen.write_text("")
+        proc = fa("run", "c01", "c03", "c05", "c07", "--program", program, env=env)
+        assert proc.returncode == 0 and verdicts(proc.stdout) == ["PASS"] * 4, proc.stdout + proc.stderr
+        runs = [line.split() for line in seen.read_text().splitlines()]
+        assert runs[2][0] == runs[0][0] and runs[3][0] == runs[1][0]  # c05 in c01's file, c07 in c03's
+        assert not list(scratch.iterdir())
+    # the re-run draws each next input while the output before it is checked, into a judged file
+    assert [files for _, *files in runs] == [["c01.in"], ["c01.in", "c03.in"], ["c03.in", "c05.in"],
+                                             ["c05.in", "c07.in"]]

@@ -17,15 +17,18 @@ Distributions (every value within the course's [-3, 3]):
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 
+from ..file_pages import mapped, rewritten_file
 from ..files import atomic_file, check_output_path, check_space, forced, same_file
 from ..judge import reference
 from .format import FormatError, Shape, as_f32_bytes, header_bytes, read_header
@@ -118,65 +121,171 @@ def batch(shape: Shape, seed: int, dist: str, b: int) -> Batch:
     return q, k, v
 
 
-Piece = Callable[[], np.ndarray]  # draws one block of values, as float32
+# ---------------------------------------------------------------- pieces, drawn on every core
+# A file is cut into pieces, each a run of values at a known place: batches small enough to share
+# a block are drawn together, a larger batch block by block. A piece of the course's distribution
+# (uniform) draws its values from its own copy of its batch's stream, advanced to where they start
+# (one 64-bit step a value), so every such piece is independent and the pieces are drawn at once
+# on every core; a large batch of another distribution is drawn block by block from its one
+# stream, in order, on the writing thread.
+SCRATCH_VALUES = 1 << 16  # float64 values a worker draws at once (512 KB: stays in its caches)
 
 
-def _uniform_pieces(shape: Shape, seed: int, b: int, block_values: int) -> Iterator[Piece]:
-    """Batch b of a uniform input as independent pieces: each draws its rows from its own copy of
-    the batch's stream, advanced to where those rows start (one 64-bit step per value), so the
-    pieces can be drawn at once on every core and still give the bytes of one stream."""
-    offset = 0
-    for _ in range(3):
-        for n in _rows(shape.N, shape.d, block_values):
-            def piece(start=offset, n=n):
-                rng = np.random.default_rng([seed, b])
-                rng.bit_generator.advance(start)
-                return rng.uniform(-LIMIT, LIMIT, size=(n, shape.d)).astype(np.float32)
-            yield piece
-            offset += n * shape.d
+@dataclass(frozen=True)
+class _Piece:
+    start: int  # the piece's first value, counted from the first value after the header
+    count: int
+    fill: Callable[[np.ndarray], None]  # writes its `count` values into the float32 array given
+    independent: bool  # may be filled on any thread, in any order
+    batches: int  # the batches it completes (for progress)
 
 
-def _blocks_group(shape: Shape, seed: int, dist: str, b0: int, b1: int) -> np.ndarray:
-    """Batches b0..b1-1, each drawn block by block from its stream, as float32."""
-    return np.concatenate([np.concatenate(list(batch_blocks(shape, seed, dist, b))) for b in range(b0, b1)])
+def _uniform_into(dest: np.ndarray, seed: int, b: int, start: int, block_values: int) -> None:
+    """dest.size values of batch b's uniform stream from value `start` on. numpy's uniform(low,
+    high) is low + (high - low) * u for each double u of the stream, the very doubles random()
+    gives: drawn into a buffer and scaled in place, they are its values bit for bit, without its
+    call per value (several times faster)."""
+    rng = np.random.default_rng([seed, b])
+    if start:
+        rng.bit_generator.advance(start)
+    scratch = np.empty(min(dest.size, block_values, SCRATCH_VALUES))
+    for i in range(0, dest.size, scratch.size):
+        u = scratch[: min(scratch.size, dest.size - i)]
+        rng.random(out=u)
+        u *= 2 * LIMIT
+        u += -LIMIT
+        dest[i : i + u.size] = u
 
 
-def _uniform_group(shape: Shape, seed: int, dist: str, b0: int, b1: int) -> np.ndarray:
-    """Batches b0..b1-1 of a uniform input, each batch's Q, K and V in one draw of its stream: the
-    same values as Q, K, V drawn one after another (one 64-bit step a value), without a Python
-    generator per block, which held the GIL for most of a suite of many short batches."""
+def _stream_into(blocks: Blocks) -> Callable[[np.ndarray], None]:
+    def fill(dest: np.ndarray) -> None:
+        dest[:] = next(blocks).reshape(-1)
+    return fill
+
+
+GROUP_SCRATCH_VALUES = 1 << 20  # float64 values of small batches drawn before they are scaled together
+
+
+def _uniform_batches_into(dest: np.ndarray, seed: int, b0: int, b1: int, per_batch: int, block_values: int) -> None:
+    """Batches b0..b1-1 of a uniform input, each from its own stream (as _uniform_into), their
+    doubles drawn one batch after another into one buffer and scaled together: a suite of many
+    small batches (c11: 13600) makes few numpy calls per batch, each of which takes the GIL."""
+    scratch = np.empty(max(per_batch, min(dest.size, block_values, GROUP_SCRATCH_VALUES)))
+    filled = written = 0
+
+    def flush() -> None:
+        nonlocal filled, written
+        u = scratch[:filled]
+        u *= 2 * LIMIT
+        u += -LIMIT
+        dest[written : written + filled] = u
+        written, filled = written + filled, 0
+    for b in range(b0, b1):
+        if filled + per_batch > scratch.size:
+            flush()
+        np.random.default_rng([seed, b]).random(out=scratch[filled : filled + per_batch])
+        filled += per_batch
+    flush()
+
+
+def _group_into(shape: Shape, seed: int, dist: str, b0: int, b1: int, block_values: int) -> Callable:
     per_batch = 3 * shape.N * shape.d
-    values = np.empty((b1 - b0) * per_batch, dtype=np.float32)
-    for i, b in enumerate(range(b0, b1)):
-        values[i * per_batch:(i + 1) * per_batch] = np.random.default_rng([seed, b]).uniform(-LIMIT, LIMIT, per_batch)
-    return values
+
+    def fill(dest: np.ndarray) -> None:
+        if dist == "uniform":
+            return _uniform_batches_into(dest, seed, b0, b1, per_batch, block_values)
+        for i, b in enumerate(range(b0, b1)):
+            dest[i * per_batch : (i + 1) * per_batch] = np.concatenate(
+                [x.reshape(-1) for x in batch_blocks(shape, seed, dist, b)])
+    return fill
 
 
-def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[tuple[Piece, bool, int]]:
-    """(piece, independent, batches it completes) in file order; a piece returns float32 values.
-    Batches that fit in a block are drawn together, as many as fill one, in one independent piece;
-    a larger uniform batch (the course's distribution) is split into independent pieces (see
-    _uniform_pieces); a larger batch of another distribution is drawn block by block from its one
-    stream, in order."""
+def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[_Piece]:
+    """The file's pieces in order (see above)."""
     per_batch = 3 * shape.N * shape.d
     if per_batch <= block_values:
         group = block_values // per_batch
-        draw = _uniform_group if dist == "uniform" else _blocks_group
         for b0 in range(0, shape.B, group):
             b1 = min(shape.B, b0 + group)
-            yield (lambda b0=b0, b1=b1: draw(shape, seed, dist, b0, b1)), True, b1 - b0
+            yield _Piece(b0 * per_batch, (b1 - b0) * per_batch, _group_into(shape, seed, dist, b0, b1, block_values),
+                         True, b1 - b0)
         return
     for b in range(shape.B):
-        if dist == "uniform":
-            pieces = [(piece, True) for piece in _uniform_pieces(shape, seed, b, block_values)]
+        blocks = batch_blocks(shape, seed, dist, b, block_values)
+        offset = 0
+        for _ in range(3):  # Q, K, V: the blocks batch_blocks yields, in its order
+            for n in _rows(shape.N, shape.d, block_values):
+                count = n * shape.d
+                if dist == "uniform":
+                    fill = functools.partial(_uniform_into, seed=seed, b=b, start=offset, block_values=block_values)
+                else:
+                    fill = _stream_into(blocks)
+                offset += count
+                yield _Piece(b * per_batch + offset - count, count, fill, dist == "uniform",
+                             int(offset == per_batch))
+
+
+def workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def write_input(
+    path: str | os.PathLike, shape: Shape, seed: int, dist: str = "uniform",
+    progress: Callable[[int], None] | None = None, block_values: int = BLOCK_VALUES, digest=None,
+    in_place: bool = False,
+) -> tuple[int, int] | None:
+    """Write a whole input file atomically, its pieces drawn on every core (numpy draws without
+    holding the GIL); refused up front where the file system has not the room for it. A regular
+    file is filled through memory, each piece drawn straight into its part of the file's pages (no
+    copy, no write call); a device or a FIFO is written in order, in bounded blocks. `digest`: a
+    hashlib object fed the bytes in order, beside the drawing. in_place: the file at `path`, a
+    scratch file of fa's own, is written again where it is (file_pages.rewritten_file), not replaced.
+    Returns the file put in place (files.OutputWriter.placed)."""
+    window = 2 * workers()  # pieces in flight: memory stays bounded
+    place = rewritten_file(path, shape.input_bytes) if in_place else atomic_file(path, size=shape.input_bytes)
+    with place as f, ThreadPoolExecutor(workers()) as pool, \
+            ThreadPoolExecutor(1) as hasher, mapped(f, shape.input_bytes, populate=in_place) as pages:
+        hashing: deque = deque()  # the digest is fed in order by one thread, beside the drawing
+        header = header_bytes(shape)
+        if pages is None:
+            f.write(header)
         else:
-            pieces = ((lambda block=block: block, False) for block in batch_blocks(shape, seed, dist, b, block_values))
-        last = None
-        for item in pieces:
-            if last is not None:
-                yield (*last, 0)
-            last = item
-        yield (*last, 1)
+            pages[: len(header)] = header
+        values = None if pages is None else np.frombuffer(pages, dtype="<f4", offset=len(header))
+
+        def hash_in_order(data) -> None:
+            if digest is not None:
+                hashing.append(hasher.submit(digest.update, data))
+                while len(hashing) > window:
+                    hashing.popleft().result()
+
+        def draw(piece: _Piece) -> np.ndarray:
+            dest = np.empty(piece.count, "<f4") if values is None else values[piece.start : piece.start + piece.count]
+            piece.fill(dest)
+            return dest
+
+        hash_in_order(header)
+        pending: deque = deque()
+
+        def finish_one() -> None:
+            drawing, batches = pending.popleft()
+            data = memoryview(drawing.result()).cast("B")
+            if values is None:
+                f.write(data)
+            hash_in_order(data)
+            if progress and batches:
+                progress(batches)
+
+        for piece in _pieces(shape, seed, dist, block_values):
+            pending.append((pool.submit(draw, piece) if piece.independent else _Drawn(draw(piece)), piece.batches))
+            if len(pending) >= window:
+                finish_one()
+        while pending:
+            finish_one()
+        while hashing:
+            hashing.popleft().result()
+        del values
+    return f.placed
 
 
 class _Drawn:
@@ -187,53 +296,6 @@ class _Drawn:
 
     def result(self) -> np.ndarray:
         return self.values
-
-
-def workers() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def write_input(
-    path: str | os.PathLike, shape: Shape, seed: int, dist: str = "uniform",
-    progress: Callable[[int], None] | None = None, block_values: int = BLOCK_VALUES, digest=None,
-) -> tuple[int, int] | None:
-    """Write a whole input file atomically, in bounded blocks drawn on every core (numpy draws
-    without holding the GIL) and written in order; refused up front where the file system has not
-    the room for it. `digest`: a hashlib object fed the bytes as they are written. Returns the file
-    put in place (files.OutputWriter.placed)."""
-    window = 2 * workers()  # pieces drawn ahead of the writer: memory stays bounded
-    with atomic_file(path, size=shape.input_bytes) as f, ThreadPoolExecutor(workers()) as pool, \
-            ThreadPoolExecutor(1) as hasher:
-        hashing: deque = deque()  # the digest is fed in order by one thread, beside the writes
-
-        def put(data) -> None:
-            f.write(data)
-            if digest is not None:
-                hashing.append(hasher.submit(digest.update, data))
-                while len(hashing) > window:
-                    hashing.popleft().result()
-
-        put(header_bytes(shape))
-        pending: deque = deque()
-
-        def finish_one() -> None:
-            future, batches = pending.popleft()
-            put(memoryview(future.result()).cast("B"))
-            if progress and batches:
-                progress(batches)
-
-        def as_f32(piece) -> np.ndarray:  # converted where drawn: the writer only writes
-            return np.ascontiguousarray(piece(), dtype="<f4")
-
-        for piece, independent, batches in _pieces(shape, seed, dist, block_values):
-            pending.append((pool.submit(as_f32, piece) if independent else _Drawn(as_f32(piece)), batches))
-            if len(pending) >= window:
-                finish_one()
-        while pending:
-            finish_one()
-        while hashing:
-            hashing.popleft().result()
-    return f.placed
 
 
 def check_replaceable(path: Path) -> None:

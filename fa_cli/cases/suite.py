@@ -20,9 +20,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
+import numpy
+
 from .. import locations
 from ..errors import ExitStatus, FaError
-from ..files import remove_placed
+from ..files import atomic_file, remove_placed
 from . import generate
 from .format import Shape, check_shape
 
@@ -205,19 +207,69 @@ def ensure_input(c: Case, progress: Callable[[int], None] | None = None,
     return write_case(c, path, progress)
 
 
-def write_case(c: Case, path: Path, progress: Callable[[int], None] | None = None) -> Path:
-    """Generate the case's input at `path`, its sha256 computed as it is written and checked
-    against the manifest's; one kept in the cache is stamped."""
-    digest = hashlib.sha256()
-    placed = generate.write_input(path, c.shape, c.seed, c.dist, progress, digest=digest)
-    if digest.hexdigest() != c.sha256:
-        remove_placed(path, placed)
-        raise FaError(f"{c.name}: generated input has sha256 {digest.hexdigest()[:16]}..., the manifest says "
-                      f"{c.sha256[:16]}...: this numpy draws different random numbers",
-                      exit_code=ExitStatus.FAILED)
+def write_case(c: Case, path: Path, progress: Callable[[int], None] | None = None, in_place: bool = False) -> Path:
+    """Generate the case's input at `path` (in_place: a scratch file rewritten, generate.write_input),
+    its sha256 computed as it is written and checked against the manifest's, unless this
+    generator has made the manifest's bytes of this case before (generation_proven); one kept in
+    the cache is stamped."""
+    digest = None if generation_proven(c) else hashlib.sha256()
+    placed = generate.write_input(path, c.shape, c.seed, c.dist, progress, digest=digest, in_place=in_place)
+    if digest is not None:
+        if digest.hexdigest() != c.sha256:
+            remove_placed(path, placed)
+            raise FaError(f"{c.name}: generated input has sha256 {digest.hexdigest()[:16]}..., the manifest says "
+                          f"{c.sha256[:16]}...: this numpy draws different random numbers",
+                          exit_code=ExitStatus.FAILED)
+        record_proof(c)
     if path.parent == locations.cache_dir():  # a case kept in the cache: stamped
         generate.write_stamp(path, stamp_params(c), c.sha256)
     return path
+
+
+# ---------------------------------------------------------------- generation proven once
+# Hashing a generated input costs more than drawing it on many cores (one thread, 6.5 GB for suite
+# c). Generation is deterministic: the same numpy and the same generator code draw the same bytes.
+# So once an input's sha256 has been found to be the manifest's, the cache keeps that fact under
+# the numpy version and generate.py's own sha256; a later run with both unchanged generates the
+# case without hashing it. Another numpy, an edited generator, or no cache: hashed again.
+def _proofs_path() -> Path:
+    return locations.cache_dir() / "stamps" / "generation-proven.json"
+
+
+@lru_cache(maxsize=1)
+def generator_key() -> str:
+    code = hashlib.sha256(Path(generate.__file__).read_bytes()).hexdigest()[:16]
+    return f"numpy {numpy.__version__}, generate.py {code}"
+
+
+def _proofs() -> dict:
+    try:
+        kept = json.loads(_proofs_path().read_bytes()[:1 << 20])
+        return kept["proven"] if kept.get("generator") == generator_key() else {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def _drawn_as(c: Case) -> str:
+    """What a case's bytes follow from: the proof holds for these parameters, whatever the name."""
+    return f"{c.name} B={c.shape.B} N={c.shape.N} d={c.shape.d} {c.dist} seed={c.seed}"
+
+
+def generation_proven(c: Case) -> bool:
+    return _proofs().get(_drawn_as(c)) == c.sha256
+
+
+def record_proof(c: Case) -> None:
+    """Kept where the cache exists and can be written; elsewhere the next run hashes again."""
+    if not locations.cache_dir().is_dir():
+        return
+    proven = {**_proofs(), _drawn_as(c): c.sha256}
+    try:
+        _proofs_path().parent.mkdir(exist_ok=True)
+        with atomic_file(_proofs_path()) as f:
+            f.write(json.dumps({"generator": generator_key(), "proven": proven}, indent=1).encode())
+    except (OSError, FaError):
+        pass
 
 
 COURSE_N = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)

@@ -14,6 +14,7 @@ import tempfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -135,14 +136,19 @@ class JudgeOptions:
     env: dict[str, str] | None = None
 
 
-def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions()) -> CaseResult:
+def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions(),
+          after_run: Callable[[], None] | None = None) -> CaseResult:
     """Run one case and verify it: every value against its expected output (computed first if
-    missing), or the rows options.check asks for against float64; diagnose it if it did not pass."""
+    missing), or the rows options.check asks for against float64; diagnose it if it did not pass.
+    after_run: called once the program has exited, before its output is checked (fa run draws
+    the next case's input then, beside the check)."""
     limit = target.time_limit if options.time_limit else None
     shape = target.shape
     with locations.scratch("run", options.output_dir) as tmp:
         out_path = Path(tmp) / f"{target.name}.out"
         result = run(program, target.input_path, out_path, options.launcher, timeout=limit, env=options.env)
+        if after_run is not None:
+            after_run()
         if result.timed_out:
             return CaseResult(target, program, result, None, limit, diagnosis=diagnose.of_tle(limit, result.wall_s))
         size = out_path.stat().st_size if out_path.exists() else None
@@ -187,13 +193,15 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
 class CaseInputs:
     """fa run's inputs, made one case at a time. A suite case whose input is not here (shipped, or
     kept in the cache) is generated just before it is judged, into a scratch folder (TMPDIR, node-
-    local on a cluster; the shared work folder under Slurm) and deleted once it is judged, so that
-    the course suite never holds more than one input on disk; with keep, it goes into the cache
+    local on a cluster; the shared work folder under Slurm); once judged, its file is the one the
+    next input is drawn into (its pages reused: freeing them and zeroing new ones cost a suite c
+    re-run more than drawing its values), so that the course suite never holds more than two
+    inputs on disk, the one judged and the next; with keep, it goes into the cache
     and stays, as fa gen --suite puts it. Expected outputs are always kept in the cache. The input
     of the smallest failing case so far stays until the end, for the search for its cause.
-    While the expected output of one case is computed (on the GPU, for a first run), the next
-    case's input is drawn beside it (make_ahead), so that the two overlap; settle() waits for it
-    before a program runs, so that no input is drawn while a run is timed.
+    While the expected output of one case is computed (on the GPU, for a first run) or its output
+    checked, the next case's input is drawn beside it (make_ahead), so that the two overlap;
+    settle() waits for it before a program runs, so that no input is drawn while a run is timed.
     Use as a context manager: target(name) before a case, judged(result) after it."""
 
     def __init__(self, names: list[str], keep: bool, with_expected: bool, say, scratch_parent: Path | None = None):
@@ -210,6 +218,7 @@ class CaseInputs:
         self.ahead: tuple[str, Future] | None = None  # the next case's input, being drawn
         self.made: dict[str, Path] = {}  # inputs drawn ahead, not yet taken
         self.kept: tuple[CaseResult, Path] | None = None  # the smallest failure's input, in the scratch folder
+        self.spare: list[Path] = []  # judged inputs' files, for the next inputs to be drawn into
         self.why: str | None = None  # the case fa run --why looks into, whatever its verdict: its input stays
 
     def __enter__(self) -> CaseInputs:
@@ -247,8 +256,8 @@ class CaseInputs:
                 raise FaError(f"the two largest inputs to generate need {ready.human_bytes(at_once)} in {scratch}, "
                               f"and only {ready.human_bytes(room)} is free there: set TMPDIR to a folder with room")
             self.say(f"inputs: {ready.plural_files(len(inputs), 'input')} generated one at a time into {scratch} "
-                     f"(TMPDIR; at most {ready.human_bytes(at_once)} at once, the next case's drawn ahead) and "
-                     "deleted once judged "
+                     f"(TMPDIR; at most {ready.human_bytes(at_once)} at once, the next case's drawn ahead into the "
+                     "file of one judged) and deleted at the end "
                      f"(--keep-inputs keeps them in the cache); the cache {where} keeps "
                      f"{ready.plural_files(len(self.needs), 'expected output')}, {ready.human_bytes(expected_bytes)}")
         elif into_cache >= ready.ANNOUNCE_BYTES:
@@ -272,7 +281,12 @@ class CaseInputs:
     def _draw(self, c: suite.Case, progress=None) -> Path:
         if line := suite.changed_shipped(c):
             self.say(line)
-        return suite.write_case(c, self.folder / f"{c.name}.in", progress)
+        path = self.folder / f"{c.name}.in"
+        try:
+            os.replace(self.spare.pop(), path)
+        except IndexError:  # none judged yet: a new file
+            pass
+        return suite.write_case(c, path, progress, in_place=True)
 
     def make_ahead(self, name: str) -> None:
         """Start drawing this case's input beside the work in hand (an expected output computed)."""
@@ -291,8 +305,8 @@ class CaseInputs:
         return name in self.made or (self.ahead is not None and self.ahead[0] == name)
 
     def judged(self, result: CaseResult) -> None:
-        """The case's input removed, unless it is the smallest failure so far (the one whose cause
-        is looked for; the one it replaces goes)."""
+        """The case's input file given to the next draw, unless it is the smallest failure so far
+        (the one whose cause is looked for; the one it replaces goes)."""
         path = result.target.input_path
         if self.folder is None or path.parent != self.folder or result.target.name == self.why:
             return
@@ -301,10 +315,10 @@ class CaseInputs:
         if failed and (self.kept is None or key < (self.kept[0].target.shape.flops,
                                                    self.kept[0].target.shape.input_bytes)):
             if self.kept is not None:
-                self.kept[1].unlink(missing_ok=True)
+                self.spare.append(self.kept[1])
             self.kept = (result, path)
             return
-        path.unlink(missing_ok=True)
+        self.spare.append(path)
 
     def kept_line(self) -> str | None:
         """What the cache keeps now, where this run generated inputs or computed expected outputs."""

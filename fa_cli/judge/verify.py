@@ -6,11 +6,14 @@ once per input and cached (expected.py), at memory speed.
 """
 from __future__ import annotations
 
+import functools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from ..cases import generate
 from ..cases.format import AttentionInput, Shape
 from . import reference
 
@@ -211,17 +214,16 @@ def against_expected(
     block = COMPARE_BLOCK - (COMPARE_BLOCK % shape.d if shape is not None else 0)  # whole rows
     diff = np.empty(block, dtype=np.float32)
     safe = tol * (1 - SAFE)
-    for i0 in range(0, flat_out.size, block):
+    starts = range(0, flat_out.size, block)
+    worsts = _worst_per_block(flat_out, flat_exp, block)
+    for i0, worst in zip(starts, worsts):
         got, exp = flat_out[i0 : i0 + block], flat_exp[i0 : i0 + block]
-        d = diff[: got.size]
-        np.subtract(got, exp, out=d)
-        np.abs(d, out=d)
-        worst = d.max()
         if worst <= safe:  # NaN compares false: such a block takes the careful way
             result.checked += got.size
             if shape is not None:
                 result.wrong_map(shape).add_clean(i0 // shape.d, (i0 + got.size) // shape.d)
             if worst > result.max_err or not result.where:
+                d = _abs_difference(got, exp, diff[: got.size])
                 i = int(np.argmax(d))
                 result.max_err = float(worst)
                 result.where = locate(i0 + i, shape)
@@ -236,6 +238,40 @@ def against_expected(
         if progress:
             progress(got.size)
     return result
+
+
+def _abs_difference(got: np.ndarray, exp: np.ndarray, into: np.ndarray) -> np.ndarray:
+    np.subtract(got, exp, out=into)
+    return np.abs(into, out=into)
+
+
+# Blocks compared by one task of the pool: enough work between two takings of the GIL.
+BLOCKS_PER_TASK = 16
+
+
+@functools.lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    """Threads that compare blocks at once (numpy lets go of the GIL while it subtracts)."""
+    return ThreadPoolExecutor(generate.workers(), thread_name_prefix="fa-compare")
+
+
+def _worst_per_block(flat_out: np.ndarray, flat_exp: np.ndarray, block: int) -> np.ndarray:
+    """max |out - expected| of each block of `block` values, in float32 (NaN where one is NaN),
+    the blocks compared on every core: the whole of a case's check where its values are right."""
+    count = -(-flat_out.size // block)
+
+    def task(first: int) -> np.ndarray:
+        scratch = np.empty(block, dtype=np.float32)
+        worst = np.empty(min(BLOCKS_PER_TASK, count - first), dtype=np.float32)
+        for j in range(worst.size):
+            i0 = (first + j) * block
+            got, exp = flat_out[i0 : i0 + block], flat_exp[i0 : i0 + block]
+            worst[j] = _abs_difference(got, exp, scratch[: got.size]).max()
+        return worst
+    firsts = range(0, count, BLOCKS_PER_TASK)
+    if count <= BLOCKS_PER_TASK:
+        return task(0)
+    return np.concatenate(list(_pool().map(task, firsts)))
 
 
 def locate(index: int, shape: Shape | None) -> tuple:
