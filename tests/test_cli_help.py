@@ -123,3 +123,24 @@ def test_program_help_and_error_name_the_same_programs(command):
     proc = fa(command, "t01", "--program", "nosuch")
     assert proc.returncode == 2 and proc.stderr.strip().endswith(f"give one of {programs.CHOICES}")
     assert "torch" in programs.CHOICES
+
+
+def test_a_bare_number_is_a_case_of_the_default_suite_as_the_help_says(tmp_path, cpu_program):
+    """fa run 7 runs t07 (the help: bare numbers are cases of --suite's suite, t by default); 99 is
+    no case and says so; a file named 7 here is the file."""
+    proc = fa("run", "7", "--program", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0 and "│ t07 " in proc.stdout, proc.stdout + proc.stderr
+    proc = fa("run", "99", "--program", "cpu", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "fa: error: 99: suite t has cases 1 to 30 (t01..t30), and no file here has that name"
+
+
+@pytest.mark.parametrize("command", ["run", "profile", "resources", "sweep", "ladder"])
+def test_a_second_program_is_refused_never_taken_in_silence(command, tmp_path):
+    """fa run t01 --program A --program B judged only B; every command of one program now refuses
+    the second in one line that names both and says how to compare them."""
+    proc = fa(command, *(["t01"] if command in ("run", "profile") else []), "--program", "cpu", "--program", "cuda",
+              cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--program was given 2 times (cpu, cuda): fa {command} " in proc.stderr
+    assert "fa bench --program A --program B" in proc.stderr

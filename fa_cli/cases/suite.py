@@ -96,14 +96,19 @@ def is_case_name(text: str) -> bool:
 
 
 def named_cases(names, suite_name: str | None = None) -> list[str]:
-    """The cases named on the command line. With --suite given, a bare number is that suite's case
-    (7 or 07: c07 with --suite c) and a case of the other suite is refused, never run in its place."""
+    """The cases named on the command line. A bare number is a case of --suite's suite, else of the
+    default one (7 or 07: t07; c07 with --suite c), where no file has that name; with --suite
+    given, a case of the other suite is refused, never run in its place."""
     found = []
     for text in names:
-        if suite_name and not Path(text).exists():
-            if text.isdigit() and 1 <= int(text) <= len(cases(suite_name)):
-                text = f"{suite_name}{int(text):02d}"
-            elif is_case_name(text) and text[0] != suite_name:
+        if not Path(text).exists():
+            named = suite_name or DEFAULT_SUITE
+            if text.isdigit() and not 1 <= int(text) <= len(cases(named)):
+                raise FaError(f"{text}: suite {named} has cases 1 to {len(cases(named))} ({named}01..{named}"
+                              f"{len(cases(named)):02d}), and no file here has that name")
+            if text.isdigit():
+                text = f"{named}{int(text):02d}"
+            elif suite_name and is_case_name(text) and text[0] != suite_name:
                 raise FaError(f"{text} is a case of suite {text[0]}, and --suite {suite_name} was given (it picks the "
                               f"suite of --all and of bare numbers): name {suite_name}{text[1:]}, or leave out --suite")
         found.append(text)

@@ -11,13 +11,13 @@ from ..measure import ladder
 from ..report import charts, tables
 from ..report.records import check_extendable
 from .group import main
-from .options import launcher_options, measure_options
+from .options import launcher_options, measure_options, program_option
 from .shared import check_names, make_launcher, program_for, runnable, save_and_plot, show, targets_for
 
 
 @main.command(name="ladder")
 @click.argument("case", required=False)
-@click.option("--program", default="cuda", show_default=True, help="cuda, hip-cuda or hip.")
+@program_option("cuda", does="measures the steps of", help="cuda, hip-cuda or hip.")
 @click.option("--list", "list_only", is_flag=True, help="Only list the steps (from the program's kernel registry).")
 @measure_options
 @launcher_options

@@ -82,6 +82,18 @@ force_option = click.option(
          "a Makefile, or a file that is not what this command writes.")
 
 
+def program_option(default: str, help: str, does: str):
+    """--program of a command that takes one program (`does`: what it does with it, for the line that
+    refuses a second): given twice, refused in one line, never the last one taken in silence."""
+    def one(ctx, param, given):
+        if len(given) > 1:
+            raise click.UsageError(f"--program was given {len(given)} times ({', '.join(given)}): fa {ctx.info_name} "
+                                   f"{does} one program at a time; run it once per program, or compare them side by "
+                                   f"side with fa bench --program A --program B")
+        return given[0]
+    return click.option("--program", multiple=True, default=(default,), callback=one, show_default=True, help=help)
+
+
 def case_options(f):
     """CASES, --all and --suite: how run, bench and gen name suite cases (one grammar)."""
     for option in reversed([

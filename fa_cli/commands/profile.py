@@ -10,7 +10,7 @@ from ..programs import programs, ready
 from ..report import lines, markdown, tables
 from ..report.records import append, check_extendable
 from .group import main
-from .options import OutputPath, force_option, launcher_options
+from .options import OutputPath, force_option, launcher_options, program_option
 from .shared import built, check_names, make_launcher, targets_for
 
 
@@ -18,7 +18,7 @@ from .shared import built, check_names, make_launcher, targets_for
               "course's metrics (ncu on sm_70+, nvprof on Pascal, rocprof on AMD), per kernel over its launches."
               "\n\n" + profile.help_tables())
 @click.argument("cases", nargs=-1, required=True)
-@click.option("--program", default="best", show_default=True, help=programs.CHOICES + ".")
+@program_option("best", does="profiles", help=programs.CHOICES + ".")
 @click.option("--kernel", help="Only kernels whose name contains this (e.g. attention_tiled).")
 @click.option("--set", "metric_set", type=click.Choice(["course", "full"]), default="course", show_default=True,
               help="course: the report's metrics; full: also ncu's full set of sections.")

@@ -9,11 +9,12 @@ import click
 from ..measure import pascal, resources
 from ..report import lines, tables
 from .group import main
+from .options import program_option
 
 
 @main.command(name="resources")
-@click.option("--program", default="cuda", show_default=True,
-              help="cuda, hip-cuda, hip, or a source file of your own (hw4.cu, hw4.hip).")
+@program_option("cuda", does="reports on",
+                help="cuda, hip-cuda, hip, or a source file of your own (hw4.cu, hw4.hip).")
 @click.option("--arch", "archs", help="Targets, comma-separated, from: " + ", ".join(resources.TARGETS)
               + " (default: sm_75,sm_80,sm_90 for CUDA, gfx908,gfx90a for HIP).")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")

@@ -17,13 +17,14 @@ from ..programs import gtx1080, programs, wave64
 from ..report import lines, tables
 from ..report.records import append, check_extendable
 from .group import Terminated, main
-from .options import SECONDS, TOLERANCE, OutputPath, case_options, force_option, launcher_options
+from .options import (SECONDS, TOLERANCE, OutputPath, case_options, force_option, launcher_options,
+                      program_option)
 from .shared import check_names, make_launcher, note, runnable, selected_cases
 
 
 @main.command()
 @case_options
-@click.option("--program", default="best", show_default=True, help=programs.CHOICES + ".")
+@program_option("best", does="judges", help=programs.CHOICES + ".")
 @click.option("--tol", type=TOLERANCE, default=verify.COURSE_TOL, show_default=True,
               help="Largest abs error a PASS allows (the course's).")
 @click.option("--sample", "sample_rows", type=click.IntRange(min=1),

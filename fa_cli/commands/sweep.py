@@ -12,7 +12,7 @@ from ..measure import source_sweep, sweep
 from ..report import charts, tables
 from ..report.records import check_extendable
 from .group import main
-from .options import launcher_options, measure_options
+from .options import launcher_options, measure_options, program_option
 from .shared import check_names, make_launcher, note, program_for, save_and_plot, show, targets_for
 
 
@@ -27,9 +27,9 @@ from .shared import check_names, make_launcher, note, program_for, save_and_plot
                    "program's tile for d, are as --list shows them (the homework kernel's: Br, query rows per "
                    "block, and Bc, keys per tile). A source of yours: a macro it tests with #ifndef (BR=16,32 "
                    "builds it with -DBR=16, then -DBR=32).")
-@click.option("--program", default="cuda", show_default=True,
-              help="cuda, hip-cuda or hip, or a source of yours (hw4.cu, hw4.hip) that takes its tile sizes "
-                   "as -D macros.")
+@program_option("cuda", does="sweeps",
+                help="cuda, hip-cuda or hip, or a source of yours (hw4.cu, hw4.hip) that takes its tile sizes as -D "
+                     "macros.")
 @click.option("--arch", help="The GPU target the variants are built for (default: this machine's GPU).")
 @click.option("--no-run", is_flag=True, help="Only build the variants and report their resources (no GPU needed).")
 @click.option("--list", "list_only", is_flag=True,
