@@ -184,3 +184,21 @@ def test_bad_arguments(tmp_path):
     assert proc.returncode == 2 and "no such source" in proc.stderr
     proc = fa("resources", "--program", "hip", "--arch", "sm_90")
     assert proc.returncode == 2 and "not a target of hip" in proc.stderr
+
+
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_a_source_the_courses_standard_does_not_build_is_said_so(tmp_path):
+    """fa resources compiles a student's source as the course does (-std=c++11 for a .cu): one that
+    needs C++17 still gets its report (C++17's) and a line that the course's build will fail."""
+    source = tmp_path / "hw4.cu"
+    starter = Path(__file__).parent.parent / "fa_cli" / "starter" / "hw4.cu"
+    source.write_text("#include <optional>\nstatic std::optional<int> unused17;\n" + starter.read_text())
+    proc = fa("resources", "--program", str(source), "--arch", "sm_80", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["records"]
+    assert "hw4.cu does not build as the course builds it (-std=c++11)" in proc.stderr
+    assert "-std=c++17" in json.loads(proc.stdout)["commands"][0]
+    source.write_text(starter.read_text())
+    proc = fa("resources", "--program", str(source), "--arch", "sm_80", "--json", cwd=tmp_path)
+    assert proc.returncode == 0 and "does not build" not in proc.stderr
+    assert "-std=c++11" in json.loads(proc.stdout)["commands"][0]

@@ -110,3 +110,32 @@ def test_commands_joined_by_and_are_each_changed():
     changed = student_build.each_compiler_command(line, lambda w: [*w, "-g"])
     assert changed == 'echo "note: (sm_61)" && nvcc -O3 -arch=sm_61 -o hw4 hw4.cu -g'
     assert student_build.standard_year("gnu++17") == 17 and student_build.standard_year("c++98") < 11
+
+
+def no_nvidia_gpu_and_nvcc():
+    from fa_cli.programs.devices import nvidia_problem
+    return shutil.which("nvcc") is not None and nvidia_problem() is not None
+
+
+STARTER = os.path.join(os.path.dirname(__file__), "..", "fa_cli", "starter", "hw4.cu")
+
+
+@pytest.mark.skipif(not no_nvidia_gpu_and_nvcc(), reason="needs nvcc on a machine without an NVIDIA GPU")
+def test_without_a_gpu_fa_run_builds_first_and_says_why_a_build_fails(tmp_path):
+    """On a laptop with nvcc and no GPU: a hw4.cu that needs C++17 gets the course's C++11 build's
+    error and the standard it needs, then why it cannot run here; one that builds is said to."""
+    needs17 = tmp_path / "a" / "hw4.cu"
+    needs17.parent.mkdir()
+    needs17.write_text("#include <optional>\nstatic std::optional<int> unused17;\n" + open(STARTER).read())
+    proc = fa("run", "t01", "--program", "hw4.cu", cwd=needs17.parent)
+    error = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and error.startswith("fa: error: ") and "does not build" in error, proc.stderr
+    assert "it builds with -std=c++17 and not with the course's -std=c++11" in error
+    assert "no NVIDIA GPU to run it" in error
+    fine = tmp_path / "b" / "hw4.cu"
+    fine.parent.mkdir()
+    shutil.copy(STARTER, fine)
+    proc = fa("run", "t01", "--program", "hw4.cu", cwd=fine.parent)
+    error = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and error.startswith("fa: error: hw4.cu builds ("), proc.stderr
+    assert "no NVIDIA GPU to run it" in error and "Traceback" not in proc.stderr

@@ -24,13 +24,16 @@ def resources_cmd(program, archs, as_json) -> None:
     1080, where this nvcc has it no more (CUDA 13): CUDA 12's ptxas assembles nvcc's PTX, and
     refuses what Pascal lacks on its source line (pip install 'fa-toolkit[gtx1080]')."""
     source, hip_source, ours, targets = resources.what_to_compile(program, archs.split(",") if archs else None)
-    kernels, commands = [], []
+    kernels, commands, notes = [], [], []
     with tables.progress("compiling", len(targets), steps=True) as advance:
         for t in targets:
-            found, argv = resources.report(source, t, hip_source, ours)
+            found, argv, note = resources.report(source, t, hip_source, ours)
             kernels += found
             commands.append(" ".join(argv))
+            notes += [note] if note and note not in notes else []
             advance()
+    for note in notes:  # on stderr, the JSON on stdout stays whole
+        lines.echo(f"fa: {note}", err=True)
     if as_json:
         click.echo(json.dumps({"records": resources.as_records(kernels, program), "commands": commands,
                                "targets": {t: dataclasses.asdict(resources.TARGETS[t]) for t in targets}}, indent=1))

@@ -1,12 +1,14 @@
 """What the commands share: programs found and built, cases and inputs made, launchers, tables shown."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import click
 
 from ..cases import suite
 from ..cases.format import Shape, check_shape
+from ..errors import FaError
 from ..judge import expected, verdict
 from ..programs import programs, ready, slurm
 from ..report import lines, markdown, tables
@@ -53,12 +55,29 @@ def check_names(names) -> None:
 
 
 def runnable(name: str, runner, try_cpu: bool = True, check: bool = True) -> programs.Program:
-    """The program NAME, refused in one line where it needs a GPU this machine lacks (before it is
-    built and before any input is generated), then built if it has to be."""
+    """The program NAME, refused in one line where it needs a GPU this machine lacks (before any
+    input is generated), then built if it has to be. A student's source is built first even
+    then, as the course builds it, so that a laptop without the GPU still says whether it
+    builds (a source that needs C++17, a missing header) before it says it cannot run it."""
     prog = programs.resolve(name)
-    if check:
-        ready.check_runs_here(prog, runner, name, try_cpu)
+    if check and runner is None and (no_gpu := ready.gpu_problem(prog, name, try_cpu)):
+        if prog.source is None:
+            raise FaError(no_gpu)
+        raise FaError(build_then(prog, no_gpu))
     return built(prog)
+
+
+def build_then(prog: programs.Program, no_gpu: str) -> str:
+    """A student's source built without its GPU: that it builds, then why it does not run here (the
+    line returned); or its build's error and why it would not run here (raised, with the build's
+    exit status)."""
+    if not shutil.which(programs.compiler_of(prog.source)):
+        return f"{no_gpu}; {programs.compiler_of(prog.source)} is not installed here either, so its build was not checked"
+    try:
+        built(prog)
+    except FaError as e:
+        raise FaError(f"{e}; {no_gpu}", exit_code=e.exit_code) from None
+    return f"{prog.source.name} builds ({prog.path}); {no_gpu}"
 
 
 def targets_for(names, shapes=()) -> list[suite.Target]:

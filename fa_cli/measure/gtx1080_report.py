@@ -29,7 +29,7 @@ def report_for(source: Path) -> tuple[list[str], dict[str, int]]:
         return [f"{source.name}: no GTX 1080 (sm_61) compiler report: CUDA 12's ptxas is not installed; "
                 f"{pascal.INSTALL}"], {}
     try:
-        kernels, _ = resources.report(source, TARGET, hip_source=False, ours=False)
+        kernels, _, _ = resources.report(source, TARGET, hip_source=False, ours=False)
     except FaError as e:
         return ([f"{e}"] if "GTX 1080" in str(e) else [f"{source.name}: no GTX 1080 (sm_61) compiler report: {e}"]), {}
     limits = resources.TARGETS[TARGET]

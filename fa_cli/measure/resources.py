@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import locations
 from ..errors import ExitStatus, FaError
+from ..programs import student_build
 from ..programs.processes import run_tool
 from ..settings import compiler_command
 from ..report import records
@@ -267,20 +268,21 @@ def parse_amd_threads(assembly: str) -> dict[str, int]:
 
 
 # ----------------------------------------------------------------------------- running the compilers
-def compile_report(source: Path, target: str, hip_source: bool, work: Path) -> tuple[str, list[str]]:
-    """Compile source for target in the folder `work`; (compiler output, command). The
-    compiler's own temporary files (nvcc's tmpxft_*) go there too (TMPDIR), so that removing
+def compile_report(source: Path, target: str, hip_source: bool, work: Path,
+                   std: str = "c++17") -> tuple[str, list[str]]:
+    """Compile source for target in the folder `work`, as C++ `std`; (compiler output, command).
+    The compiler's own temporary files (nvcc's tmpxft_*) go there too (TMPDIR), so that removing
     the folder, however fa ends, removes them."""
     if pascal.needs_old_ptxas(target):  # sm_61 where nvcc has it no more: CUDA 12's ptxas
         return pascal.compile_report(source, target, hip_source, work)
     if target.startswith("sm_"):
         nvcc = compiler_command("nvcc")
-        argv = [nvcc, "-std=c++17", "-O3", f"-arch={target}", "-Xptxas", "-v", "--keep", "--keep-dir", str(work),
+        argv = [nvcc, f"-std={std}", "-O3", f"-arch={target}", "-Xptxas", "-v", "--keep", "--keep-dir", str(work),
                 "-Xcompiler", "-pthread", *(["-x", "cu"] if hip_source else []), "-o", str(work / "program"),
                 str(source)]
         env = {**os.environ, "TMPDIR": str(work)}
     else:
-        argv = [compiler_command("hipcc"), "-std=c++17", "-O3", f"--offload-arch={target}", "-save-temps",
+        argv = [compiler_command("hipcc"), f"-std={std}", "-O3", f"--offload-arch={target}", "-save-temps",
                 "-Rpass-analysis=kernel-resource-usage", "-pthread", "-o", str(work / "program"), str(source)]
         env = {**os.environ, "HIP_PLATFORM": "amd", "TMPDIR": str(work)}
     if not shutil.which(argv[0]):
@@ -302,18 +304,42 @@ def launch_table(program: Path) -> dict[str, tuple[int, int]]:
     return table
 
 
-def report(source: Path, target: str, hip_source: bool, ours: bool) -> tuple[list[KernelUsage], list[str]]:
-    """Every kernel of source on target, with its theoretical occupancy; and the command used."""
+def report(source: Path, target: str, hip_source: bool, ours: bool) -> tuple[list[KernelUsage], list[str], str | None]:
+    """Every kernel of source on target, with its theoretical occupancy; the command used; and for
+    a student's source that the course's C++ standard does not build, one line that says so (the
+    report is then of the newest standard that builds it)."""
     work = Path(tempfile.mkdtemp(prefix="fa-resources-"))
     try:  # removed however this ends: an error, Ctrl-C, SIGTERM or SIGHUP (raised by the CLI)
-        text, argv = compile_report(source, target, hip_source, work)
+        text, argv, note = compile_as_the_course(source, target, hip_source, work) if not ours else \
+            (*compile_report(source, target, hip_source, work), None)
         launches = launch_table(work / "program") if ours and (work / "program").exists() else {}
         threads = {}
         for listing in work.glob("*.ptx" if target.startswith("sm_") else "*.s"):
             threads.update((parse_ptx_threads if target.startswith("sm_") else parse_amd_threads)(listing.read_text()))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return usage_from(text, target, launches, threads, str(source)), argv
+    return usage_from(text, target, launches, threads, str(source)), argv, note
+
+
+def compile_as_the_course(source: Path, target: str, hip_source: bool, work: Path) -> tuple[str, list[str], str | None]:
+    """A student's source compiled under the C++ standard the course builds it with (its Makefile's,
+    else the course's line's); where that fails and C++17 builds it, the report is C++17's and a
+    line says what the course's build would say."""
+    std = student_build.course_standard(source)
+    try:
+        return (*compile_report(source, target, hip_source, work, std), None)
+    except FaError as e:
+        if std in ("c++17", "c++20") or pascal.needs_old_ptxas(target):
+            raise
+        refused = e
+    try:
+        text, argv = compile_report(source, target, hip_source, work, "c++17")
+    except FaError:
+        raise refused from None
+    why = str(refused).split(" failed: ", 1)[-1]
+    return text, argv, (f"{source.name} does not build as the course builds it (-std={std}): {why}; it builds with "
+                        f"-std=c++17, whose report this is: the source needs C++17, and the course's build will fail "
+                        f"unless a Makefile of yours sets -std=c++17")
 
 
 def usage_from(text: str, target: str, launches: dict[str, tuple[int, int]], threads: dict[str, int] | None = None,

@@ -305,6 +305,19 @@ def build(source: Path, output: Path, extra: tuple[str, ...] = (), announce=None
     return error + (standard_advice(std, recipe, source) if std else "")
 
 
+def course_standard(source: Path) -> str:
+    """The C++ standard the course builds a source with: its Makefile's -std where it sets one,
+    else the course's line's (c++11 for a .cu, c++14 for a .hip)."""
+    makefile = makefile_of(source)
+    if makefile:
+        with locations.scratch("build") as scratch:
+            copy_folder(source.parent, scratch)
+            recipe = makefile_recipe(source, makefile, scratch)
+        if isinstance(recipe, Recipe) and standard_of(recipe).startswith(("c++", "gnu++")):
+            return standard_of(recipe)
+    return standard_of(course_recipe(source))
+
+
 def standard_advice(std: str, recipe: Recipe, source: Path) -> str:
     asked = standard_of(recipe)
     if recipe.makefile:
