@@ -117,3 +117,25 @@ def test_fa_runs_notes_say_only_what_the_gtx1080_would_not_take(tmp_path):
     assert gtx1080_report.registers(prog) == kept["registers"]  # the estimate's sm_61 registers, by kernel
     (built / gtx1080_report.KEPT).write_text(json.dumps({"notes": ["kept"], "registers": {"k<64>": 40}}))
     assert gtx1080_report.run_notes(prog) == ["kept"] and gtx1080_report.registers(prog) == {"k<64>": 40}
+
+
+def test_the_missing_ptxas_line_is_said_once_per_installation_and_the_report_made_once_installed(tmp_path,
+                                                                                                monkeypatch):
+    """A batch of hw4.cu runs on a CUDA 13 machine: the line that CUDA 12's ptxas is missing comes
+    with the first run of this installation only; once it is installed, the report is made."""
+    from types import SimpleNamespace
+    from fa_cli.measure import gtx1080_report
+
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(pascal, "needs_old_ptxas", lambda target: True)
+    monkeypatch.setattr(pascal, "ptxas", lambda: None)
+    builds = []
+    for name in ("alice", "bob", "carol"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "hw4.cu").write_text("// a student's\n")
+        builds.append(SimpleNamespace(source=tmp_path / name / "hw4.cu", path=tmp_path / name / "hw4"))
+    said = [gtx1080_report.run_notes(b) for b in builds]
+    assert len(said[0]) == 1 and gtx1080_report.NO_PTXAS in said[0][0] and said[1:] == [[], []]
+    monkeypatch.setattr(pascal, "ptxas", lambda: "/opt/cuda12/ptxas")  # installed now
+    monkeypatch.setattr(gtx1080_report.resources, "report", lambda *a, **k: ([], [], None))
+    assert gtx1080_report.run_notes(builds[0]) == [] and gtx1080_report.kept_report(builds[0])["registers"] == {}

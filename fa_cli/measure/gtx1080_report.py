@@ -10,15 +10,18 @@ blocks a GTX 1080 SM holds with them (judge_column.py).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
+from .. import locations
 from ..errors import FaError
 from . import pascal, resources
 
 TARGET = "sm_61"
 KEPT = "sm61-notes.json"  # beside the built program: the notes of that build
+NO_PTXAS = "no GTX 1080 (sm_61) compiler report: CUDA 12's ptxas is not installed"
 
 
 def report_for(source: Path) -> tuple[list[str], dict[str, int]]:
@@ -26,8 +29,7 @@ def report_for(source: Path) -> tuple[list[str], dict[str, int]]:
     and each kernel's registers a thread by its short name (none where there is no report)."""
     source = Path(source).resolve()  # the compiler runs elsewhere
     if pascal.needs_old_ptxas(TARGET) and pascal.ptxas() is None:
-        return [f"{source.name}: no GTX 1080 (sm_61) compiler report: CUDA 12's ptxas is not installed; "
-                f"{pascal.INSTALL}"], {}
+        return [f"{source.name}: {NO_PTXAS}; {pascal.INSTALL} (said once)"], {}
     try:
         kernels, _, _ = resources.report(source, TARGET, hip_source=False, ours=False)
     except FaError as e:
@@ -61,17 +63,37 @@ def kept_report(program) -> dict | None:
             return found
     lines, registers = report_for(source)
     found = {"notes": lines, "registers": registers}
-    if kept.parent.is_dir():  # written whole or not at all: two runs of one build may race here
+    if kept.parent.is_dir() and not no_ptxas(lines):  # kept once the report is made: two runs may race here
         partial = kept.with_name(f"{KEPT}.{os.getpid()}")
         partial.write_text(json.dumps(found))
         os.replace(partial, kept)
     return found
 
 
+def no_ptxas(lines: list[str]) -> bool:
+    """The report could not be made for want of CUDA 12's ptxas (installed later, it is made then)."""
+    return any(NO_PTXAS in line for line in lines)
+
+
 def run_notes(program) -> list[str]:
-    """The notes for fa run's program (none for a program without a .cu source)."""
+    """The notes for fa run's program (none for a program without a .cu source); the line that
+    CUDA 12's ptxas is missing is said once per installation (fa's cache), not on every run."""
     found = kept_report(program)
-    return found["notes"] if found else []
+    notes = found["notes"] if found else []
+    return [line for line in notes if not (NO_PTXAS in line and said_before(NO_PTXAS))]
+
+
+def said_before(key: str) -> bool:
+    """Whether this installation (fa's cache) said the line of `key` already; from now on it has."""
+    mark = locations.cache_dir() / "said" / hashlib.sha256(key.encode()).hexdigest()[:16]
+    if mark.exists():
+        return True
+    try:
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.write_text(key + "\n")
+    except OSError:
+        pass
+    return False
 
 
 def registers(program) -> dict[str, int]:
