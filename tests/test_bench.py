@@ -1,5 +1,6 @@
 """fa bench and fa compare run directly (no launcher): records, safety of the results file, charts."""
 import json
+import os
 import stat
 import sys
 
@@ -179,11 +180,11 @@ def test_results_saved_after_each_record(cpu_program, tmp_path, monkeypatch):
     calls = []
     real = bench.measure_side_by_side
 
-    def measure_then_crash(plan, programs_, target, workdir, controls):
+    def measure_then_crash(plan, programs_, target, workdir, controls, outlook=None):
         if calls:
             raise KeyboardInterrupt
         calls.append(target.name)
-        return real(plan, programs_, target, workdir, controls)
+        return real(plan, programs_, target, workdir, controls, outlook)
 
     monkeypatch.setattr(bench, "measure_side_by_side", measure_then_crash)
     plan = bench.BenchPlan([programs.named("cpu")], [verdict.target_for("t01"), verdict.target_for("t02")], repeats=1)
@@ -239,3 +240,40 @@ def test_bench_takes_case_names_as_fa_run_does_and_names_its_default_output(cpu_
     assert sorted(r["input"] for r in load(tmp_path / "bench.json")) == ["t01", "t05"]
     proc = fa("bench", "--program", "cpu", cwd=tmp_path)
     assert proc.returncode == 2 and proc.stderr.startswith("fa: error: name cases (t01 c05 x.in), or give --all [--suite c]")
+
+
+def test_a_cpu_programs_bench_says_what_it_will_take_and_keeps_no_input(tmp_path, cpu_program):
+    """fa bench of the CPU program on a generated case: the input is made in TMPDIR and removed,
+    nothing is left in the cache but what --keep-inputs asks for."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "FA_CACHE": str(tmp_path / "cache"), "TMPDIR": str(scratch)}
+    proc = fa("bench", "c01", "--program", "cpu", "--repeat", "1", "-o", tmp_path / "b.json", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "removed at the end (--keep-inputs keeps it in the cache)" in proc.stderr
+    assert not list((tmp_path / "cache").rglob("*.in")) and not list(scratch.iterdir())
+    proc = fa("bench", "c01", "--program", "cpu", "--repeat", "1", "--keep-inputs", "-o", tmp_path / "b.json",
+              env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and (tmp_path / "cache" / "c01.in").is_file(), proc.stderr
+
+
+def test_the_outlook_of_a_cpu_program_on_a_large_input():
+    """Said before the first run where an input is large, and after a long warm-up: the runs left
+    and their minutes; left() counts what remains."""
+    from fa_cli.measure import bench
+    from fa_cli.cases import suite
+    from fa_cli.programs import programs
+
+    said = []
+    cpu = programs.named("cpu")
+    c21 = suite.case("c21")
+    target = suite.Target(c21.name, c21.input_path, c21.shape, c21.time_limit)
+    outlook = bench.BenchOutlook([cpu], [target], None, said.append)
+    assert "runs on the CPU" in outlook.up_front() and outlook.left() is None
+    outlook.warmed(cpu, target, 60.0, None)
+    assert said == ["cpu on c21: the warm-up run took 60.0 s on the CPU; 5 more at least for its median: about 5.0 "
+                    "min more (--repeat 1 for one)"]
+    assert outlook.left() == 300.0
+    small = suite.case("c01")
+    assert bench.BenchOutlook([cpu], [suite.Target("c01", small.input_path, small.shape, 2)], None, said.append
+                              ).up_front() is None

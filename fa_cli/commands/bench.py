@@ -41,11 +41,14 @@ DEFAULT_RESULTS = Path("bench.json")  # in the current folder, extended run afte
 @click.option("-o", "--output", "results", type=OutputPath(), default=str(DEFAULT_RESULTS), show_default=True,
               help="Results file (JSON); extended if it exists.")
 @click.option("--wide", is_flag=True, help="Also the device, the runs and their spread (wider than 80 columns).")
+@click.option("--keep-inputs", is_flag=True,
+              help="Keep the inputs generated for this benchmark in the cache for later runs (by default they are "
+                   "generated into TMPDIR and removed at the end).")
 @force_option
 @launcher_options
 @click.option("--slurm-array", is_flag=True, help="Submit one sbatch job array over the inputs and wait for it.")
 def bench_cmd(cases, all_cases, suite_text, program_names, shapes, repeats, precision, against, label, control, results,
-              wide, launcher, partition, gres, srun_args, slurm_array) -> None:
+              wide, keep_inputs, launcher, partition, gres, srun_args, slurm_array) -> None:
     """Time programs on inputs (CASES as fa run takes them: t01 c05 x.in, --all --suite c; or --shape):
     whole process (median of repeats, with its 95% interval), stages, TFLOP/s, error.
 
@@ -65,16 +68,20 @@ def bench_cmd(cases, all_cases, suite_text, program_names, shapes, repeats, prec
     runner = make_launcher(launcher, partition, gres, srun_args)
     check_names(wanted)
     progs = bench.distinct_names([runnable(n, runner) for n in names])
-    ready.announce_disk(wanted, False, note)
-    targets = targets_for(wanted, sizes)
-    plan = bench.BenchPlan(progs, targets, repeats, precision=precision, launcher=None if slurm_array else runner,
-                           label=label)
-    with locations.shared_workdir(runner is not None) as workdir, \
-            tables.progress("benchmarking", len(progs) * len(targets), steps=True) as advance:
-        if slurm_array:
-            records = slurm.bench_array(plan, runner, results, advance)
-        else:
-            records = bench.run_bench(plan, results, advance, workdir)
+    if keep_inputs:
+        ready.announce_disk(wanted, False, note)
+    with locations.shared_workdir(runner is not None) as workdir, locations.scratch("inputs", workdir) as scratch:
+        targets = targets_for(wanted, sizes, None if keep_inputs else scratch)
+        plan = bench.BenchPlan(progs, targets, repeats, precision=precision, launcher=None if slurm_array else runner,
+                               label=label)
+        outlook = bench.BenchOutlook(progs, targets, repeats, note)
+        if line := outlook.up_front():
+            note(line)
+        with tables.progress("benchmarking", len(progs) * len(targets), steps=True, left=outlook.left) as advance:
+            if slurm_array:
+                records = slurm.bench_array(plan, runner, results, advance)
+            else:
+                records = bench.run_bench(plan, results, advance, workdir, outlook)
     judge_gpu = judge_column.for_records(records, tables.bench_row)  # a hw4.cu's or hw4.hip's judge's time
     tables.show(tables.bench_table(records, wide, judge_gpu), wide)
     for line in judge_gpu.words if judge_gpu else []:

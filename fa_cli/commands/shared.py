@@ -80,16 +80,23 @@ def build_then(prog: programs.Program, no_gpu: str) -> str:
     return f"{prog.source.name} builds ({prog.path}); {no_gpu}"
 
 
-def targets_for(names, shapes=()) -> list[suite.Target]:
-    """Suite cases, input files and bench shapes; says which inputs it had to generate."""
+def targets_for(names, shapes=(), scratch: Path | None = None) -> list[suite.Target]:
+    """Suite cases, input files and bench shapes; says which inputs it had to generate. scratch: a
+    folder of the command's own where inputs that are not here are generated (and go with it),
+    instead of the cache, where they stay."""
     found = []
     for item in [*names, *shapes]:
         # A bar only shows while an input is being generated (batches written, total unknown here).
         with tables.progress(f"input {item}", None) as advance:
-            target = verdict.shape_target(item, progress=advance) if isinstance(item, Shape) else \
-                verdict.target_for(item, advance, note)  # a changed shipped input is said
+            if scratch is not None and (target := verdict.scratch_target(item, scratch, advance, note)):
+                pass
+            elif isinstance(item, Shape):
+                target = verdict.shape_target(item, progress=advance)
+            else:
+                target = verdict.target_for(item, advance, note)  # a changed shipped input is said
         if target.generated:
-            note(f"generated {target.name} ({target.shape}) into {target.input_path}")
+            note(f"generated {target.name} ({target.shape}) into {target.input_path}"
+                 + (", removed at the end (--keep-inputs keeps it in the cache)" if scratch else ""))
         found.append(target)
     return found
 

@@ -47,16 +47,39 @@ def target_for(text: str, progress=None, say=None) -> Target:
     return Target(path.name, path, read_header(path), None)
 
 
+def shape_input(shape: Shape, seed: int = 0) -> tuple[Path, dict]:
+    """Where a seeded uniform input of the shape is kept in the cache, and what its stamp says."""
+    path = locations.cache_dir() / f"uniform-B{shape.B}-N{shape.N}-d{shape.d}-s{seed}.in"
+    return path, dict(B=shape.B, N=shape.N, d=shape.d, seed=seed, dist="uniform")
+
+
 def shape_target(shape: Shape, seed: int = 0, progress=None) -> Target:
     """A seeded uniform input of the given shape, generated once into the cache directory."""
-    path = locations.cache_dir() / f"uniform-B{shape.B}-N{shape.N}-d{shape.d}-s{seed}.in"
-    params = dict(B=shape.B, N=shape.N, d=shape.d, seed=seed, dist="uniform")
+    path, params = shape_input(shape, seed)
     missing = not generate.stamp_holds(path, params)
     if missing:
         path.parent.mkdir(parents=True, exist_ok=True)
         generate.write_input(path, shape, seed, progress=progress)
         generate.write_stamp(path, params, expected.sha256_of(path))
     return Target(f"{shape.B}x{shape.N}x{shape.d}", path, shape, None, generated=missing)
+
+
+def scratch_target(item: Shape | str, folder: Path, progress=None, say=None) -> Target | None:
+    """A suite case or a bench shape whose input is not here, generated into `folder` (a command's
+    scratch, removed with it); None where its input is here (shipped, kept in the cache) or `item`
+    is an input file."""
+    if isinstance(item, Shape):
+        cached, params = shape_input(item)
+        if generate.stamp_holds(cached, params):
+            return None
+        generate.write_input(folder / cached.name, item, 0, progress=progress)
+        return Target(f"{item.B}x{item.N}x{item.d}", folder / cached.name, item, None, generated=True)
+    if not suite.is_case_name(item) or os.path.lexists(item) or suite.has_input(c := suite.case(item)):
+        return None
+    if say and (line := suite.changed_shipped(c)):
+        say(line)
+    path = suite.write_case(c, folder / f"{c.name}.in", progress)
+    return Target(c.name, path, c.shape, c.time_limit, c.expected_path, generated=True, sha256=c.sha256)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from .. import locations
 from ..cases.format import AttentionInput, open_output
 from ..cases.suite import Target
 from ..judge import verify
+from ..judge.tool_logs import gpu_kind
 from ..programs.devices import device_of_run
 from ..programs.programs import Launcher, Program, run
 from ..report import records
@@ -121,6 +122,50 @@ def uncertainty(values: list[float]) -> float:
     return (hi - lo) / 2 / statistics.median(values)
 
 
+class BenchOutlook:
+    """What a benchmark will take, where a program runs on the CPU (the course's large inputs take
+    it minutes a run): said before it starts, and after each such program's warm-up run, from its
+    time, how many more runs the median needs and how long they take; left() for the progress."""
+
+    LONG_S = 10.0  # a warm-up run this long is said, with what the rest takes
+    BIG_FLOPS = 5e10  # an input this large takes a CPU seconds a run: said before any run
+
+    def __init__(self, programs: list[Program], targets: list[Target], repeats: int | None, say):
+        self.say, self.repeats = say, repeats
+        self.cpu = [p for p in programs if gpu_kind(p) == "cpu"]
+        self.rate: float | None = None  # seconds a FLOP, from the CPU programs' warm-ups
+        self.left_flops = sum(t.shape.flops for t in targets) * len(self.cpu)
+        self.largest_flops = max((t.shape.flops for t in targets), default=0)
+        self.runs_each = (repeats or MIN_ROUNDS) + 1
+        self.current_s = 0.0  # the timed runs the input in hand still needs, from its warm-up
+
+    def up_front(self) -> str | None:
+        if not self.cpu or self.largest_flops < self.BIG_FLOPS:
+            return None
+        return (f"{', '.join(p.name for p in self.cpu)} runs on the CPU, where inputs of this size take from seconds to "
+                f"minutes a run; fa bench runs each input {self.runs_each} times at least (a warm-up, then "
+                f"{'--repeat' if self.repeats else f'at least {MIN_ROUNDS} timed'}): after the warm-up it says what "
+                f"the rest will take (--repeat 1 for one timed run, or bench a GPU program)")
+
+    def warmed(self, program: Program, target: Target, wall_s: float, plan: BenchPlan) -> None:
+        if program not in self.cpu:
+            return
+        self.rate = wall_s / max(target.shape.flops, 1)
+        self.left_flops -= target.shape.flops
+        more = self.repeats or MIN_ROUNDS
+        self.current_s = more * wall_s
+        if wall_s >= self.LONG_S:
+            self.say(f"{program.name} on {target.name}: the warm-up run took {wall_s:.1f} s on the CPU; "
+                     f"{more} more{'' if self.repeats else ' at least'} for its median: about {more * wall_s / 60:.1f} "
+                     "min more (--repeat 1 for one)")
+
+    def left(self) -> float | None:
+        """Seconds of the CPU programs' runs still to come (None until a warm-up has run)."""
+        if self.rate is None:
+            return None
+        return self.rate * self.left_flops * self.runs_each + self.current_s
+
+
 def enough_rounds(plan: BenchPlan, walls: list[list[float]], errors: list[str | None], rounds: int) -> bool:
     """After `rounds` timed rounds (0: the warm-up only): `repeats` of them, or every median known
     within `precision`; at once if every program failed."""
@@ -141,7 +186,7 @@ def order_of(repeat: int, count: int) -> list[int]:
 
 
 def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Target, workdir: Path,
-                         controls: frozenset[int] = frozenset()) -> list[dict]:
+                         controls: frozenset[int] = frozenset(), outlook: BenchOutlook | None = None) -> list[dict]:
     """One warm-up run of each program, then rounds in which every program runs once,
     interleaved (order_of), until enough_rounds; one result record per program. `controls`: the
     indices of programs that repeat an earlier one (an A/A row, marked `control` in its record)."""
@@ -162,6 +207,8 @@ def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Targe
             result = run(programs[i], target.input_path, outs[i], plan.launcher, env=plan.env)
             if result.error:
                 errors[i] = result.error
+            elif repeat == 0 and outlook is not None:
+                outlook.warmed(programs[i], target, result.wall_s, plan)
             elif repeat > 0:
                 walls[i].append(result.wall_s)
                 builds[i], logs[i] = result.build, result.stderr
@@ -236,15 +283,16 @@ def control_ratios(records_: list[dict]) -> list[str]:
 
 
 def run_bench(plan: BenchPlan, results: Path, progress: Callable[[int], None] | None = None,
-              workdir: Path | None = None) -> list[dict]:
+              workdir: Path | None = None, outlook: BenchOutlook | None = None) -> list[dict]:
     """Measure every (input, program) in turn; outputs go to workdir (shared with compute nodes
-    when a launcher runs the programs elsewhere) or to a temporary directory."""
+    when a launcher runs the programs elsewhere) or to a temporary directory. `outlook` hears each
+    warm-up run (what the rest will take)."""
     kept = records.load(results)
     new = []
     controls = controls_of(plan.programs)
     with locations.scratch("bench", workdir) as tmp:
         for target in plan.targets:
-            new += measure_side_by_side(plan, plan.programs, target, Path(tmp), controls)
+            new += measure_side_by_side(plan, plan.programs, target, Path(tmp), controls, outlook=outlook)
             records.save(results, kept + new)
             if progress:
                 progress(len(plan.programs))
