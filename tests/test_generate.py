@@ -203,3 +203,24 @@ def test_a_case_proven_once_is_generated_without_hashing_and_an_edit_is_hashed_a
         suite.write_case(forged, tmp_path / "forged.in")
     monkeypatch.setattr(suite, "generator_key", lambda: "numpy 0.0, generate.py edited")
     assert not suite.generation_proven(c)
+
+
+@pytest.mark.parametrize("shape, block_values", [(Shape(9, 40, 32), 4000), (Shape(2, 300, 64), 10000)])
+def test_a_scratch_input_rewritten_in_place_by_processes_is_the_same_bytes(tmp_path, shape, block_values):
+    """fa run's scratch inputs are drawn by processes into the file where it is (batches grouped, or
+    a batch in pieces of its stream): the bytes of the file written whole by threads; a file that
+    was larger before is cut to size; and where the pool breaks, threads draw it again."""
+    whole, scratch = tmp_path / "whole.in", tmp_path / "scratch.in"
+    generate.write_input(whole, shape, 5, block_values=block_values)
+    scratch.write_bytes(b"\xff" * (shape.input_bytes + 4096))  # a judged input's file, larger
+    assert generate.drawers() is not None
+    generate.write_input(scratch, shape, 5, block_values=block_values, in_place=True)
+    assert scratch.read_bytes() == whole.read_bytes()
+
+    for proc in generate.drawers().procs:  # killed (out of memory, say): the input drawn on threads
+        proc.kill()
+        proc.wait()
+    scratch.write_bytes(b"\xff" * 100)
+    generate.write_input(scratch, shape, 5, block_values=block_values, in_place=True)
+    assert scratch.read_bytes() == whole.read_bytes()
+    assert all(proc.poll() is None for proc in generate.drawers().procs)  # a new pool for the next input

@@ -21,7 +21,7 @@ import functools
 import json
 import os
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -31,6 +31,7 @@ import numpy as np
 from ..file_pages import mapped, rewritten_file
 from ..files import atomic_file, check_output_path, check_space, forced, same_file
 from ..judge import reference
+from .drawing_processes import Broken, DrawingProcesses
 from .format import FormatError, Shape, as_f32_bytes, header_bytes, read_header
 
 LIMIT = 3.0
@@ -127,7 +128,10 @@ def batch(shape: Shape, seed: int, dist: str, b: int) -> Batch:
 # (uniform) draws its values from its own copy of its batch's stream, advanced to where they start
 # (one 64-bit step a value), so every such piece is independent and the pieces are drawn at once
 # on every core; a large batch of another distribution is drawn block by block from its one
-# stream, in order, on the writing thread.
+# stream, in order, on the writing thread. Where the file has a path of its own (fa run's scratch
+# inputs), uniform pieces are drawn by processes (drawing_processes.py), each mapping its part of
+# the file: numpy takes the GIL for every batch's stream, and threads queue on it (on the H200's
+# 16 cores, suite c's c11 of 13600 batches took 0.82 s on threads, 0.16 s on processes).
 SCRATCH_VALUES = 1 << 16  # float64 values a worker draws at once (512 KB: stays in its caches)
 
 
@@ -138,6 +142,7 @@ class _Piece:
     fill: Callable[[np.ndarray], None]  # writes its `count` values into the float32 array given
     independent: bool  # may be filled on any thread, in any order
     batches: int  # the batches it completes (for progress)
+    portable: bool = False  # fill is a module function's partial: it may run in another process
 
 
 def _uniform_into(dest: np.ndarray, seed: int, b: int, start: int, block_values: int) -> None:
@@ -190,10 +195,11 @@ def _uniform_batches_into(dest: np.ndarray, seed: int, b0: int, b1: int, per_bat
 
 def _group_into(shape: Shape, seed: int, dist: str, b0: int, b1: int, block_values: int) -> Callable:
     per_batch = 3 * shape.N * shape.d
+    if dist == "uniform":
+        return functools.partial(_uniform_batches_into, seed=seed, b0=b0, b1=b1, per_batch=per_batch,
+                                 block_values=block_values)
 
     def fill(dest: np.ndarray) -> None:
-        if dist == "uniform":
-            return _uniform_batches_into(dest, seed, b0, b1, per_batch, block_values)
         for i, b in enumerate(range(b0, b1)):
             dest[i * per_batch : (i + 1) * per_batch] = np.concatenate(
                 [x.reshape(-1) for x in batch_blocks(shape, seed, dist, b)])
@@ -208,7 +214,7 @@ def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[_
         for b0 in range(0, shape.B, group):
             b1 = min(shape.B, b0 + group)
             yield _Piece(b0 * per_batch, (b1 - b0) * per_batch, _group_into(shape, seed, dist, b0, b1, block_values),
-                         True, b1 - b0)
+                         True, b1 - b0, dist == "uniform")
         return
     for b in range(shape.B):
         blocks = batch_blocks(shape, seed, dist, b, block_values)
@@ -222,7 +228,7 @@ def _pieces(shape: Shape, seed: int, dist: str, block_values: int) -> Iterator[_
                     fill = _stream_into(blocks)
                 offset += count
                 yield _Piece(b * per_batch + offset - count, count, fill, dist == "uniform",
-                             int(offset == per_batch))
+                             int(offset == per_batch), dist == "uniform")
 
 
 def workers() -> int:
@@ -241,6 +247,17 @@ def write_input(
     hashlib object fed the bytes in order, beside the drawing. in_place: the file at `path`, a
     scratch file of fa's own, is written again where it is (file_pages.rewritten_file), not replaced.
     Returns the file put in place (files.OutputWriter.placed)."""
+    if in_place and (processes := drawers()) is not None:
+        try:
+            return _write_input(path, shape, seed, dist, progress, block_values, digest, True, processes)
+        except Broken:  # a drawing process died (killed, out of memory): threads draw it again
+            processes.close()
+            drawers.cache_clear()
+    return _write_input(path, shape, seed, dist, progress, block_values, digest, in_place, None)
+
+
+def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_values: int, digest, in_place: bool,
+                 processes: DrawingProcesses | None) -> tuple[int, int] | None:
     window = 2 * workers()  # pieces in flight: memory stays bounded
     place = rewritten_file(path, shape.input_bytes) if in_place else atomic_file(path, size=shape.input_bytes)
     with place as f, ThreadPoolExecutor(workers()) as pool, \
@@ -276,8 +293,14 @@ def write_input(
             if progress and batches:
                 progress(batches)
 
+        def start(piece: _Piece):
+            if processes is not None and values is not None and piece.portable:
+                part = processes.submit(os.fspath(path), piece.start, piece.count, piece.fill)
+                return _Mapped(part, values[piece.start : piece.start + piece.count])
+            return pool.submit(draw, piece) if piece.independent else _Drawn(draw(piece))
+
         for piece in _pieces(shape, seed, dist, block_values):
-            pending.append((pool.submit(draw, piece) if piece.independent else _Drawn(draw(piece)), piece.batches))
+            pending.append((start(piece), piece.batches))
             if len(pending) >= window:
                 finish_one()
         while pending:
@@ -296,6 +319,29 @@ class _Drawn:
 
     def result(self) -> np.ndarray:
         return self.values
+
+
+class _Mapped:
+    """A piece another process draws into the file: its values, through this process's mapping,
+    once that process is done."""
+
+    def __init__(self, part: Future, values: np.ndarray):
+        self.part, self.values = part, values
+
+    def result(self) -> np.ndarray:
+        self.part.result()
+        return self.values
+
+
+@functools.lru_cache(maxsize=1)
+def drawers() -> DrawingProcesses | None:
+    """The processes that draw pieces (drawing_processes.py), one a core, started once; None where
+    they cannot be started."""
+    try:
+        return DrawingProcesses(workers())
+    except OSError:
+        return None
+
 
 
 def check_replaceable(path: Path) -> None:

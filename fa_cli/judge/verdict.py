@@ -248,6 +248,7 @@ class CaseInputs:
         self._check_and_say()
         self._scratch = contextlib.ExitStack()
         if self.to_make and not self.keep:
+            generate.drawers()  # started now: they load numpy while the program is built and checked
             self.folder = self._scratch.enter_context(locations.scratch("inputs", self.scratch_parent))
             # closed before the scratch folder goes: a draw in flight ends first (an interrupt waits for it)
             self._drawer = self._scratch.enter_context(ThreadPoolExecutor(1))

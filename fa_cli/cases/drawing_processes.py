@@ -1,0 +1,114 @@
+"""Processes that draw pieces of an input into its file, for generate.py: numpy takes the GIL for
+every batch's stream, so threads queue on it where an input has many small batches (suite c's c11:
+13600), and processes do not.
+
+Each is `python -m fa_cli.cases.drawing_processes`, started once per fa process (in a session of
+its own, so Ctrl-C reaches fa alone, and killed by the kernel when fa ends, however it ends). A
+task is a pickled (path, first value, values, fill) on its standard input, with fill a partial of
+one of generate.py's module functions; it maps that part of the file, fills it, and answers one
+line: "ok", or the error. A process that dies breaks the pool (Broken): generate.py then draws the
+input again on threads. Not multiprocessing: its spawn and forkserver start each worker by running
+the parent's main module again, which for `python -m fa_cli` is fa itself.
+"""
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..programs.processes import die_with_fa
+from .format import HEADER_BYTES
+
+LENGTH = struct.Struct("<Q")  # each pickled task is preceded by its length
+
+
+class Broken(Exception):
+    """A drawing process died or answered nonsense."""
+
+
+class DrawingProcesses:
+    def __init__(self, count: int):
+        package_parent = str(Path(__file__).resolve().parent.parent.parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
+        self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.procs = [subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+                                       preexec_fn=die_with_fa()) for _ in range(count)]
+        for proc in self.procs:  # one feeder thread a process: it waits on the answer, not holding the GIL
+            threading.Thread(target=self._feed, args=(proc,), daemon=True).start()
+        atexit.register(self.close)
+
+    def submit(self, path: str, start: int, count: int, fill) -> Future:
+        future: Future = Future()
+        self.tasks.put((future, pickle.dumps((path, start, count, fill))))
+        return future
+
+    def _feed(self, proc: subprocess.Popen) -> None:
+        while True:
+            item = self.tasks.get()
+            if item is None:
+                return
+            future, task = item
+            try:
+                proc.stdin.write(LENGTH.pack(len(task)) + task)
+                proc.stdin.flush()
+                answer = proc.stdout.readline().decode(errors="replace").strip()
+            except (OSError, ValueError):
+                answer = ""
+            if answer == "ok":
+                future.set_result(None)
+            else:
+                future.set_exception(Broken(answer or f"a drawing process ended (exit status {proc.poll()})"))
+
+    def close(self) -> None:
+        for _ in self.procs:
+            self.tasks.put(None)
+        for proc in self.procs:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+
+
+def serve() -> None:
+    """A drawing process: tasks from standard input until it closes (a task's fill, unpickled,
+    imports generate.py)."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while header := stdin.read(LENGTH.size):
+        path, start, count, fill = pickle.loads(stdin.read(LENGTH.unpack(header)[0]))
+        try:
+            fill_part(path, start, count, fill)
+            stdout.write(b"ok\n")
+        except Exception as e:  # said to fa, which draws the input on threads instead
+            stdout.write(f"{type(e).__name__}: {e}".replace("\n", " ").encode() + b"\n")
+        stdout.flush()
+
+
+def fill_part(path: str, start: int, count: int, fill: Callable[[np.ndarray], None]) -> None:
+    """In a drawing process: the piece's values drawn into its part of the file, through a mapping of
+    the pages that hold them."""
+    first = HEADER_BYTES + 4 * start
+    page = first - first % mmap.ALLOCATIONGRANULARITY
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        with mmap.mmap(fd, first + 4 * count - page, offset=page) as pages:
+            dest = np.frombuffer(pages, dtype="<f4", count=count, offset=first - page)
+            fill(dest)
+            del dest
+    finally:
+        os.close(fd)
+
+
+if __name__ == "__main__":
+    serve()
