@@ -77,3 +77,13 @@ def gtx1080_rules() -> bool:
 def turn_off_gtx1080_rules() -> None:
     """fa run --no-gtx1080-rules: for this command's builds and the fa processes it starts."""
     os.environ["FA_GTX1080_RULES"] = "0"
+
+
+def visible_gpus() -> str:
+    """CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES as set: which GPUs a measurement here was of."""
+    return f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')} {os.environ.get('HIP_VISIBLE_DEVICES', '')}"
+
+
+def python_path() -> str:
+    """PYTHONPATH as set, for a Python process of fa's own that must import fa_cli as this one does."""
+    return os.environ.get("PYTHONPATH", "")

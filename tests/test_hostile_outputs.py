@@ -470,7 +470,8 @@ def test_another_users_cache_is_refused_unless_asked(tmp_path):
 def test_a_planted_file_under_a_cache_name_is_not_used(tmp_path):
     cache = tmp_path / "cache"
     env = {**os.environ, "FA_CACHE": str(cache)}
-    args = ("bench", "--shape", "2,64,32", "--program", "cpu", "--repeat", "1", "-o", tmp_path / "b.json")
+    args = ("bench", "--shape", "2,64,32", "--program", "cpu", "--repeat", "1", "--keep-inputs", "-o",
+            tmp_path / "b.json")
     assert fa(*args, env=env).returncode == 0
     name = cache / "uniform-B2-N64-d32-s0.in"
     generate.write_input(tmp_path / "seed7.in", Shape(2, 64, 32), 7)

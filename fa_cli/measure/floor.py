@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import locations
+from .. import locations, settings
 from ..errors import FaError
 from ..files import atomic_file
 from ..programs import programs
@@ -73,7 +73,7 @@ def _this_machine() -> str:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = "unknown boot"
-    return f"{boot} {os.environ.get('CUDA_VISIBLE_DEVICES', '')} {os.environ.get('HIP_VISIBLE_DEVICES', '')}"
+    return f"{boot} {settings.visible_gpus()}"
 
 
 @functools.lru_cache(maxsize=1)
