@@ -206,16 +206,21 @@ def test_a_case_proven_once_is_generated_without_hashing_and_an_edit_is_hashed_a
 
 
 @pytest.mark.parametrize("shape, block_values", [(Shape(9, 40, 32), 4000), (Shape(2, 300, 64), 10000)])
-def test_a_scratch_input_rewritten_in_place_by_processes_is_the_same_bytes(tmp_path, shape, block_values):
+def test_a_scratch_input_rewritten_in_place_by_processes_is_the_same_bytes(tmp_path, shape, block_values,
+                                                                           monkeypatch):
     """fa run's scratch inputs are drawn by processes into the file where it is (batches grouped, or
     a batch in pieces of its stream): the bytes of the file written whole by threads; a file that
     was larger before is cut to size; and where the pool breaks, threads draw it again."""
+    monkeypatch.setattr(generate, "PROCESSES_FROM_BYTES", 0)  # (this small input: on processes too)
     whole, scratch = tmp_path / "whole.in", tmp_path / "scratch.in"
     generate.write_input(whole, shape, 5, block_values=block_values)
     scratch.write_bytes(b"\xff" * (shape.input_bytes + 4096))  # a judged input's file, larger
-    assert generate.drawers() is not None
+    pool, submitted = generate.drawers(), []
+    real_submit = pool.submit
+    monkeypatch.setattr(pool, "submit", lambda *a: submitted.append(a[1:3]) or real_submit(*a))
     generate.write_input(scratch, shape, 5, block_values=block_values, in_place=True)
     assert scratch.read_bytes() == whole.read_bytes()
+    assert sum(count for _, count in submitted) == 3 * shape.N * shape.d * shape.B  # every value, by a process
 
     for proc in generate.drawers().procs:  # killed (out of memory, say): the input drawn on threads
         proc.kill()

@@ -103,9 +103,7 @@ def fill_part(path: str, start: int, count: int, fill: Callable[[np.ndarray], No
     page = first - first % mmap.ALLOCATIONGRANULARITY
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
-        # its pages are in the page cache (a judged input's file): mapped in one call, not a fault each
-        with mmap.mmap(fd, first + 4 * count - page, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                       offset=page) as pages:
+        with mmap.mmap(fd, first + 4 * count - page, offset=page) as pages:
             dest = np.frombuffer(pages, dtype="<f4", count=count, offset=first - page)
             fill(dest)
             del dest

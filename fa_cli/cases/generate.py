@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -247,7 +248,7 @@ def write_input(
     hashlib object fed the bytes in order, beside the drawing. in_place: the file at `path`, a
     scratch file of fa's own, is written again where it is (file_pages.rewritten_file), not replaced.
     Returns the file put in place (files.OutputWriter.placed)."""
-    if in_place and (processes := drawers()) is not None:
+    if in_place and shape.input_bytes >= PROCESSES_FROM_BYTES and (processes := drawers()) is not None:
         try:
             return _write_input(path, shape, seed, dist, progress, block_values, digest, True, processes)
         except Broken:  # a drawing process died (killed, out of memory): threads draw it again
@@ -333,14 +334,27 @@ class _Mapped:
         return self.values
 
 
+# Smaller inputs are drawn on threads: quick there, and never kept waiting for the processes to start.
+PROCESSES_FROM_BYTES = 64 << 20
+_starting = threading.Lock()
+
+
 @functools.lru_cache(maxsize=1)
-def drawers() -> DrawingProcesses | None:
-    """The processes that draw pieces (drawing_processes.py), one a core, started once; None where
-    they cannot be started."""
+def _drawers() -> DrawingProcesses | None:
     try:
         return DrawingProcesses(workers())
     except OSError:
         return None
+
+
+def drawers() -> DrawingProcesses | None:
+    """The processes that draw pieces (drawing_processes.py), one a core, started once (by whichever
+    thread asks first); None where they cannot be started."""
+    with _starting:
+        return _drawers()
+
+
+drawers.cache_clear = _drawers.cache_clear
 
 
 

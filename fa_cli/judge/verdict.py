@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,7 +249,8 @@ class CaseInputs:
         self._check_and_say()
         self._scratch = contextlib.ExitStack()
         if self.to_make and not self.keep:
-            generate.drawers()  # started now: they load numpy while the program is built and checked
+            # the drawing processes started now, beside: they load numpy while the first cases run
+            threading.Thread(target=generate.drawers, daemon=True).start()
             self.folder = self._scratch.enter_context(locations.scratch("inputs", self.scratch_parent))
             # closed before the scratch folder goes: a draw in flight ends first (an interrupt waits for it)
             self._drawer = self._scratch.enter_context(ThreadPoolExecutor(1))
