@@ -1,4 +1,6 @@
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -222,10 +224,12 @@ def test_a_scratch_input_rewritten_in_place_by_processes_is_the_same_bytes(tmp_p
     assert scratch.read_bytes() == whole.read_bytes()
     assert sum(count for _, count in submitted) == 3 * shape.N * shape.d * shape.B  # every value, by a process
 
-    for proc in generate.drawers().procs:  # killed (out of memory, say): the input drawn on threads
+    for proc in generate.drawers().procs:  # killed (out of memory, say): the input drawn here, hashed right
         proc.kill()
         proc.wait()
     scratch.write_bytes(b"\xff" * 100)
-    generate.write_input(scratch, shape, 5, block_values=block_values, in_place=True)
+    digest = hashlib.sha256()
+    generate.write_input(scratch, shape, 5, block_values=block_values, digest=digest, in_place=True)
     assert scratch.read_bytes() == whole.read_bytes()
+    assert digest.hexdigest() == hashlib.sha256(whole.read_bytes()).hexdigest()
     assert all(proc.poll() is None for proc in generate.drawers().procs)  # a new pool for the next input

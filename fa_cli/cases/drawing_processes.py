@@ -2,8 +2,9 @@
 every batch's stream, so threads queue on it where an input has many small batches (suite c's c11:
 13600), and processes do not.
 
-Each is `python -m fa_cli.cases.drawing_processes`, started once per fa process (in a session of
-its own, so Ctrl-C reaches fa alone, and killed by the kernel when fa ends, however it ends). A
+Each is `python -m fa_cli.cases.drawing_processes`, started once per fa process, in a session of
+its own, so that Ctrl-C reaches fa alone; it ends when its standard input closes, which fa's end
+does however it ends (a kill -9 too), at the end of the task in hand. A
 task is a pickled (path, first value, values, fill) on its standard input, with fill a partial of
 one of generate.py's module functions; it maps that part of the file, fills it, and answers one
 line: "ok", or the error. A process that dies breaks the pool (Broken): generate.py then draws the
@@ -28,7 +29,6 @@ from typing import Callable
 import numpy as np
 
 from .. import settings
-from ..programs.processes import die_with_fa
 from .format import HEADER_BYTES
 
 LENGTH = struct.Struct("<Q")  # each pickled task is preceded by its length
@@ -43,9 +43,11 @@ class DrawingProcesses:
         package_parent = str(Path(__file__).resolve().parent.parent.parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, settings.python_path()]))}
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
+        # No death signal from the kernel: that comes when the thread that started a process ends,
+        # and these are started on a thread of their own (verdict.CaseInputs); their input's end is fa's.
         self.procs = [subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.DEVNULL, env=env, start_new_session=True,
-                                       preexec_fn=die_with_fa()) for _ in range(count)]
+                                       stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+                      for _ in range(count)]
         for proc in self.procs:  # one feeder thread a process: it waits on the answer, not holding the GIL
             threading.Thread(target=self._feed, args=(proc,), daemon=True).start()
         atexit.register(self.close)

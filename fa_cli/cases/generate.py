@@ -248,34 +248,29 @@ def write_input(
     hashlib object fed the bytes in order, beside the drawing. in_place: the file at `path`, a
     scratch file of fa's own, is written again where it is (file_pages.rewritten_file), not replaced.
     Returns the file put in place (files.OutputWriter.placed)."""
-    if in_place and shape.input_bytes >= PROCESSES_FROM_BYTES and (processes := drawers()) is not None:
-        try:
-            return _write_input(path, shape, seed, dist, progress, block_values, digest, True, processes)
-        except Broken:  # a drawing process died (killed, out of memory): threads draw it again
-            processes.close()
-            drawers.cache_clear()
-    return _write_input(path, shape, seed, dist, progress, block_values, digest, in_place, None)
+    processes = drawers() if in_place and shape.input_bytes >= PROCESSES_FROM_BYTES else None
+    placed, broken = _write_input(path, shape, seed, dist, progress, block_values, digest, in_place, processes)
+    if broken:  # a drawing process died (killed, out of memory): its pieces were drawn here; new ones next time
+        processes.close()
+        drawers.cache_clear()
+    return placed
 
 
 def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_values: int, digest, in_place: bool,
-                 processes: DrawingProcesses | None) -> tuple[int, int] | None:
+                 processes: DrawingProcesses | None) -> tuple[tuple[int, int] | None, bool]:
+    """write_input's work; also whether the drawing processes broke (a piece they did not draw is
+    drawn here instead, in its turn, so the file and the digest come out the same)."""
     window = 2 * workers()  # pieces in flight: memory stays bounded
+    broken = False
     place = rewritten_file(path, shape.input_bytes) if in_place else atomic_file(path, size=shape.input_bytes)
-    with place as f, ThreadPoolExecutor(workers()) as pool, \
-            ThreadPoolExecutor(1) as hasher, mapped(f, shape.input_bytes, populate=in_place and not processes) as pages:
-        hashing: deque = deque()  # the digest is fed in order by one thread, beside the drawing
+    with place as f, ThreadPoolExecutor(workers()) as pool, _InOrder(digest, window) as hash_in_order, \
+            mapped(f, shape.input_bytes, populate=in_place and not processes) as pages:
         header = header_bytes(shape)
         if pages is None:
             f.write(header)
         else:
             pages[: len(header)] = header
         values = None if pages is None else np.frombuffer(pages, dtype="<f4", offset=len(header))
-
-        def hash_in_order(data) -> None:
-            if digest is not None:
-                hashing.append(hasher.submit(digest.update, data))
-                while len(hashing) > window:
-                    hashing.popleft().result()
 
         def draw(piece: _Piece) -> np.ndarray:
             dest = np.empty(piece.count, "<f4") if values is None else values[piece.start : piece.start + piece.count]
@@ -294,10 +289,16 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
             if progress and batches:
                 progress(batches)
 
+        def draw_after_break(piece: _Piece) -> None:
+            nonlocal broken
+            broken = True
+            draw(piece)
+
         def start(piece: _Piece):
-            if processes is not None and values is not None and piece.portable:
+            if processes is not None and not broken and values is not None and piece.portable:
                 part = processes.submit(os.fspath(path), piece.start, piece.count, piece.fill)
-                return _Mapped(part, values[piece.start : piece.start + piece.count])
+                return _Mapped(part, values[piece.start : piece.start + piece.count],
+                               functools.partial(draw_after_break, piece))
             return pool.submit(draw, piece) if piece.independent else _Drawn(draw(piece))
 
         for piece in _pieces(shape, seed, dist, block_values):
@@ -306,10 +307,31 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
                 finish_one()
         while pending:
             finish_one()
-        while hashing:
-            hashing.popleft().result()
         del values
-    return f.placed
+    return f.placed, broken
+
+
+class _InOrder:
+    """A digest fed in order by a thread of its own, beside the drawing (at most `window` pieces
+    behind); a callable, and a context manager that waits for it at the end."""
+
+    def __init__(self, digest, window: int):
+        self.digest, self.window, self.hashing = digest, window, deque()
+        self.hasher = ThreadPoolExecutor(1)
+
+    def __call__(self, data) -> None:
+        if self.digest is not None:
+            self.hashing.append(self.hasher.submit(self.digest.update, data))
+            while len(self.hashing) > self.window:
+                self.hashing.popleft().result()
+
+    def __enter__(self) -> _InOrder:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        while self.hashing:
+            self.hashing.popleft().result()
+        self.hasher.shutdown()
 
 
 class _Drawn:
@@ -324,13 +346,16 @@ class _Drawn:
 
 class _Mapped:
     """A piece another process draws into the file: its values, through this process's mapping,
-    once that process is done."""
+    once that process is done (or, where it broke, once `redraw` has drawn them here)."""
 
-    def __init__(self, part: Future, values: np.ndarray):
-        self.part, self.values = part, values
+    def __init__(self, part: Future, values: np.ndarray, redraw: Callable[[], None]):
+        self.part, self.values, self.redraw = part, values, redraw
 
     def result(self) -> np.ndarray:
-        self.part.result()
+        try:
+            self.part.result()
+        except Broken:
+            self.redraw()
         return self.values
 
 
