@@ -274,6 +274,23 @@ def test_the_outlook_of_a_cpu_program_on_a_large_input():
     assert said == ["cpu on c21: the warm-up run took 60.0 s on the CPU; 5 more at least for its median: about 5.0 "
                     "min more (--repeat 1 for one)"]
     assert outlook.left() == 300.0
+    outlook.timed(cpu, 61.0)
+    assert outlook.left() == 239.0  # counts down as the timed runs go
     small = suite.case("c01")
     assert bench.BenchOutlook([cpu], [suite.Target("c01", small.input_path, small.shape, 2)], None, said.append
                               ).up_front() is None
+
+
+def test_bench_inputs_that_do_not_fit_in_tmpdir_are_refused_before_any_is_made(tmp_path, monkeypatch):
+    """fa bench makes all its inputs before its first run: where TMPDIR has not the room for all of
+    them, one line says so, before any is generated."""
+    import pytest as _pytest
+
+    from fa_cli.commands import shared
+    from fa_cli.errors import FaError
+
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(shared.ready, "free_bytes", lambda folder: 100 << 20)
+    shared.check_room_for_inputs(["c01", "c02"], [], tmp_path / "scratch")  # 40 MB: fits
+    with _pytest.raises(FaError, match=r"the inputs to generate need 1\.3 GB .* and only 104\.9 MB is free"):
+        shared.check_room_for_inputs(["c11", "c13"], [], tmp_path / "scratch")

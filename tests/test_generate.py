@@ -1,10 +1,11 @@
 
+import functools
 import hashlib
 
 import numpy as np
 import pytest
 
-from fa_cli.cases import generate, suite
+from fa_cli.cases import drawing_processes, generate, suite
 from fa_cli.cases.format import AttentionInput, Shape
 from fa_cli.judge import reference
 
@@ -213,7 +214,7 @@ def test_a_scratch_input_rewritten_in_place_by_processes_is_the_same_bytes(tmp_p
     """fa run's scratch inputs are drawn by processes into the file where it is (batches grouped, or
     a batch in pieces of its stream): the bytes of the file written whole by threads; a file that
     was larger before is cut to size; and where the pool breaks, threads draw it again."""
-    monkeypatch.setattr(generate, "PROCESSES_FROM_BYTES", 0)  # (this small input: on processes too)
+    monkeypatch.setattr(drawing_processes, "FROM_BYTES", 0)  # (this small input: on processes too)
     whole, scratch = tmp_path / "whole.in", tmp_path / "scratch.in"
     generate.write_input(whole, shape, 5, block_values=block_values)
     scratch.write_bytes(b"\xff" * (shape.input_bytes + 4096))  # a judged input's file, larger
@@ -233,3 +234,24 @@ def test_a_scratch_input_rewritten_in_place_by_processes_is_the_same_bytes(tmp_p
     assert scratch.read_bytes() == whole.read_bytes()
     assert digest.hexdigest() == hashlib.sha256(whole.read_bytes()).hexdigest()
     assert all(proc.poll() is None for proc in generate.drawers().procs)  # a new pool for the next input
+
+
+def test_a_drawing_process_imports_fa_cli_and_numpy_from_fas_folder_never_from_where_fa_ran(tmp_path, monkeypatch):
+    """A student's folder with a numpy.py (or a copy of fa_cli) in it: the drawing processes started
+    there still load fa's own, and draw the manifest's bytes."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "numpy.py").write_text("raise SystemExit('a student numpy.py was imported')\n")
+    (tmp_path / "queue.py").write_text("raise SystemExit('a student queue.py was imported')\n")
+    processes = drawing_processes.DrawingProcesses(1)
+    try:
+        processes.wait_ready()
+        shape = Shape(2, 64, 32)
+        path = tmp_path / "x.in"
+        path.write_bytes(bytes(shape.input_bytes))
+        fill = functools.partial(generate._uniform_batches_into, seed=3, b0=0, b1=2, per_batch=3 * 64 * 32,
+                                 block_values=generate.BLOCK_VALUES)
+        processes.submit(str(path), 0, 2 * 3 * 64 * 32, fill).result(timeout=60)
+        generate.write_input(tmp_path / "want.in", shape, 3)
+        assert path.read_bytes()[12:] == (tmp_path / "want.in").read_bytes()[12:]
+    finally:
+        processes.close()

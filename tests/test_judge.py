@@ -139,3 +139,30 @@ def test_each_next_input_is_drawn_into_the_file_of_a_case_judged_before(tmp_path
     # the re-run draws each next input while the output before it is checked, into a judged file
     assert [files for _, *files in runs] == [["c01.in"], ["c01.in", "c03.in"], ["c03.in", "c05.in"],
                                              ["c05.in", "c07.in"]]
+
+
+def test_a_case_named_twice_keeps_its_failing_input_for_the_cause_search(tmp_path):
+    """c01 judged twice, both WRONG: its kept input (the smallest failure's) is never handed to the
+    next draw, so the reruns of the cause search run on it."""
+    wrong = tmp_path / "zeros.sh"
+    wrong.write_text('#!/bin/sh\nhead -c $(( $(od -An -t d4 -N4 "$1") * $(od -An -t d4 -j4 -N4 "$1") * '
+                     '$(od -An -t d4 -j8 -N4 "$1") * 4 )) /dev/zero > "$2"\n')
+    wrong.chmod(0o755)
+    env = {**os.environ, "FA_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    proc = fa("run", "c01", "c02", "c01", "c04", "c06", "--program", wrong, "--why-budget", "20", env=env)
+    assert proc.returncode == 1 and verdicts(proc.stdout) == ["WRONG"] * 5, proc.stdout + proc.stderr
+    assert "the same output in every run, bit for bit" in proc.stdout, proc.stdout
+
+
+def test_the_drawing_processes_start_only_for_large_inputs_and_are_up_before_a_run(tmp_path, monkeypatch):
+    """No drawing process starts for small inputs (nothing beside c01's timed run); for a large one
+    they start at once and settle() waits until every one has loaded, so no run shares the machine
+    with their start."""
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    with verdict.CaseInputs(["c01", "c03"], False, False, lambda line: None, tmp_path) as inputs:
+        assert not inputs.drawing
+    with verdict.CaseInputs(["c11"], False, False, lambda line: None, tmp_path) as inputs:
+        assert inputs.drawing
+        inputs.settle()
+        assert all(ready.is_set() for ready in generate.drawers().ready)

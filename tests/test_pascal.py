@@ -127,6 +127,7 @@ def test_the_missing_ptxas_line_is_said_once_per_installation_and_the_report_mad
     from fa_cli.measure import gtx1080_report
 
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()  # (the first build made it)
     monkeypatch.setattr(pascal, "needs_old_ptxas", lambda target: True)
     monkeypatch.setattr(pascal, "ptxas", lambda: None)
     builds = []

@@ -2,7 +2,7 @@
 every batch's stream, so threads queue on it where an input has many small batches (suite c's c11:
 13600), and processes do not.
 
-Each is `python -m fa_cli.cases.drawing_processes`, started once per fa process, in a session of
+Each is a Python process of fa's own (BOOTSTRAP), started once per fa process, in a session of
 its own, so that Ctrl-C reaches fa alone; it ends when its standard input closes, which fa's end
 does however it ends (a kill -9 too), at the end of the task in hand. A
 task is a pickled (path, first value, values, fill) on its standard input, with fill a partial of
@@ -14,6 +14,7 @@ the parent's main module again, which for `python -m fa_cli` is fa itself.
 from __future__ import annotations
 
 import atexit
+import functools
 import mmap
 import os
 import pickle
@@ -45,19 +46,31 @@ class DrawingProcesses:
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
         # No death signal from the kernel: that comes when the thread that started a process ends,
         # and these are started on a thread of their own (verdict.CaseInputs); their input's end is fa's.
-        self.procs = [subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-                      for _ in range(count)]
-        for proc in self.procs:  # one feeder thread a process: it waits on the answer, not holding the GIL
-            threading.Thread(target=self._feed, args=(proc,), daemon=True).start()
+        self.procs = [subprocess.Popen([sys.executable, "-c", BOOTSTRAP, package_parent], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                                       start_new_session=True) for _ in range(count)]
+        self.ready = [threading.Event() for _ in self.procs]
+        for proc, ready in zip(self.procs, self.ready):  # a feeder thread each: it waits on the answer, not the GIL
+            threading.Thread(target=self._feed, args=(proc, ready), daemon=True).start()
         atexit.register(self.close)
+
+    def wait_ready(self) -> None:
+        """Until every process has loaded what it draws with (or died): fa runs no program while
+        they start, so that a timed run has the machine to itself."""
+        for ready in self.ready:
+            ready.wait()
 
     def submit(self, path: str, start: int, count: int, fill) -> Future:
         future: Future = Future()
         self.tasks.put((future, pickle.dumps((path, start, count, fill))))
         return future
 
-    def _feed(self, proc: subprocess.Popen) -> None:
+    def _feed(self, proc: subprocess.Popen, ready: threading.Event) -> None:
+        try:
+            proc.stdout.readline()  # "ready" (or nothing: it died, and its tasks will say so)
+        except (OSError, ValueError):
+            pass
+        ready.set()
         while True:
             item = self.tasks.get()
             if item is None:
@@ -83,11 +96,48 @@ class DrawingProcesses:
             except OSError:
                 pass
 
+# Smaller inputs are drawn on threads: quick there, and never kept waiting for the processes to start.
+FROM_BYTES = 64 << 20
+_starting = threading.Lock()
+
+
+def drawing_way(input_bytes: int, in_place: bool) -> str:
+    """"processes" where an input is drawn by these processes (a scratch file rewritten in place,
+    of FROM_BYTES or more), else "threads"."""
+    return "processes" if in_place and input_bytes >= FROM_BYTES else "threads"
+
+
+@functools.lru_cache(maxsize=1)
+def _pool(count: int) -> DrawingProcesses | None:
+    try:
+        return DrawingProcesses(count)
+    except OSError:
+        return None
+
+
+def pool(count: int) -> DrawingProcesses | None:
+    """The drawing processes, started once (by whichever thread asks first); None where they
+    cannot be started."""
+    with _starting:
+        return _pool(count)
+
+
+pool.cache_clear = _pool.cache_clear
+
+
+# A drawing process imports fa_cli from fa's own package folder (argv[1]), never from the folder
+# it was started in: `python -m` and `-c` put that folder first, where a student's queue.py or a
+# copy of fa_cli would be imported instead, and a proven input's bytes are not hashed again.
+BOOTSTRAP = ("import sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if p not in ('', '.')]; "
+             "from fa_cli.cases.drawing_processes import serve; serve()")
+
 
 def serve() -> None:
-    """A drawing process: tasks from standard input until it closes (a task's fill, unpickled,
-    imports generate.py)."""
+    """A drawing process: "ready" once loaded (numpy), then tasks from standard input until it
+    closes (a task's fill, unpickled, imports generate.py)."""
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(b"ready\n")
+    stdout.flush()
     while header := stdin.read(LENGTH.size):
         path, start, count, fill = pickle.loads(stdin.read(LENGTH.unpack(header)[0]))
         try:
@@ -111,7 +161,3 @@ def fill_part(path: str, start: int, count: int, fill: Callable[[np.ndarray], No
             del dest
     finally:
         os.close(fd)
-
-
-if __name__ == "__main__":
-    serve()

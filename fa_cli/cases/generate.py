@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ import numpy as np
 from ..file_pages import mapped, rewritten_file
 from ..files import atomic_file, check_output_path, check_space, forced, same_file
 from ..judge import reference
-from .drawing_processes import Broken, DrawingProcesses
+from .drawing_processes import Broken, DrawingProcesses, drawing_way, pool
 from .format import FormatError, Shape, as_f32_bytes, header_bytes, read_header
 
 LIMIT = 3.0
@@ -248,11 +247,11 @@ def write_input(
     hashlib object fed the bytes in order, beside the drawing. in_place: the file at `path`, a
     scratch file of fa's own, is written again where it is (file_pages.rewritten_file), not replaced.
     Returns the file put in place (files.OutputWriter.placed)."""
-    processes = drawers() if in_place and shape.input_bytes >= PROCESSES_FROM_BYTES else None
+    processes = drawers() if drawing_way(shape.input_bytes, in_place) == "processes" else None
     placed, broken = _write_input(path, shape, seed, dist, progress, block_values, digest, in_place, processes)
     if broken:  # a drawing process died (killed, out of memory): its pieces were drawn here; new ones next time
         processes.close()
-        drawers.cache_clear()
+        pool.cache_clear()
     return placed
 
 
@@ -359,27 +358,9 @@ class _Mapped:
         return self.values
 
 
-# Smaller inputs are drawn on threads: quick there, and never kept waiting for the processes to start.
-PROCESSES_FROM_BYTES = 64 << 20
-_starting = threading.Lock()
-
-
-@functools.lru_cache(maxsize=1)
-def _drawers() -> DrawingProcesses | None:
-    try:
-        return DrawingProcesses(workers())
-    except OSError:
-        return None
-
-
 def drawers() -> DrawingProcesses | None:
-    """The processes that draw pieces (drawing_processes.py), one a core, started once (by whichever
-    thread asks first); None where they cannot be started."""
-    with _starting:
-        return _drawers()
-
-
-drawers.cache_clear = _drawers.cache_clear
+    """The drawing processes, one a core (drawing_processes.pool)."""
+    return pool(workers())
 
 
 

@@ -103,10 +103,10 @@ def named_cases(names, suite_name: str | None = None) -> list[str]:
     for text in names:
         if not Path(text).exists():
             named = suite_name or DEFAULT_SUITE
-            if text.isdigit() and not 1 <= int(text) <= len(cases(named)):
+            if text.isascii() and text.isdigit() and not 1 <= int(text) <= len(cases(named)):
                 raise FaError(f"{text}: suite {named} has cases 1 to {len(cases(named))} ({named}01..{named}"
                               f"{len(cases(named)):02d}), and no file here has that name")
-            if text.isdigit():
+            if text.isascii() and text.isdigit():
                 text = f"{named}{int(text):02d}"
             elif suite_name and is_case_name(text) and text[0] != suite_name:
                 raise FaError(f"{text} is a case of suite {text[0]}, and --suite {suite_name} was given (it picks the "
@@ -217,7 +217,7 @@ def write_case(c: Case, path: Path, progress: Callable[[int], None] | None = Non
     its sha256 computed as it is written and checked against the manifest's, unless this
     generator has made the manifest's bytes of this case before (generation_proven); one kept in
     the cache is stamped."""
-    digest = None if generation_proven(c) else hashlib.sha256()
+    digest = None if generation_proven(c, in_place) else hashlib.sha256()
     placed = generate.write_input(path, c.shape, c.seed, c.dist, progress, digest=digest, in_place=in_place)
     if digest is not None:
         if digest.hexdigest() != c.sha256:
@@ -225,7 +225,7 @@ def write_case(c: Case, path: Path, progress: Callable[[int], None] | None = Non
             raise FaError(f"{c.name}: generated input has sha256 {digest.hexdigest()[:16]}..., the manifest says "
                           f"{c.sha256[:16]}...: this numpy draws different random numbers",
                           exit_code=ExitStatus.FAILED)
-        record_proof(c)
+        record_proof(c, in_place)
     if path.parent == locations.cache_dir():  # a case kept in the cache: stamped
         generate.write_stamp(path, stamp_params(c), c.sha256)
     return path
@@ -241,10 +241,14 @@ def _proofs_path() -> Path:
     return locations.cache_dir() / "stamps" / "generation-proven.json"
 
 
+# The files whose code makes an input's bytes: a change to any of them is a new generator.
+GENERATOR_FILES = ("cases/generate.py", "cases/drawing_processes.py", "cases/format.py", "file_pages.py")
+
+
 @lru_cache(maxsize=1)
 def generator_key() -> str:
-    code = hashlib.sha256(Path(generate.__file__).read_bytes()).hexdigest()[:16]
-    return f"numpy {numpy.__version__}, generate.py {code}"
+    code = hashlib.sha256(b"".join((locations.PACKAGE / f).read_bytes() for f in GENERATOR_FILES)).hexdigest()[:16]
+    return f"numpy {numpy.__version__}, fa_cli's generator {code}"
 
 
 def _proofs() -> dict:
@@ -255,20 +259,22 @@ def _proofs() -> dict:
         return {}
 
 
-def _drawn_as(c: Case) -> str:
-    """What a case's bytes follow from: the proof holds for these parameters, whatever the name."""
-    return f"{c.name} B={c.shape.B} N={c.shape.N} d={c.shape.d} {c.dist} seed={c.seed}"
+def _drawn_as(c: Case, in_place: bool) -> str:
+    """What a case's bytes follow from: its parameters, and the way they are drawn (threads or
+    processes: each way is proven on its own)."""
+    return (f"{c.name} B={c.shape.B} N={c.shape.N} d={c.shape.d} {c.dist} seed={c.seed} "
+            f"{generate.drawing_way(c.shape.input_bytes, in_place)}")
 
 
-def generation_proven(c: Case) -> bool:
-    return _proofs().get(_drawn_as(c)) == c.sha256
+def generation_proven(c: Case, in_place: bool = False) -> bool:
+    return _proofs().get(_drawn_as(c, in_place)) == c.sha256
 
 
-def record_proof(c: Case) -> None:
+def record_proof(c: Case, in_place: bool = False) -> None:
     """Kept where the cache exists and can be written; elsewhere the next run hashes again."""
     if not locations.cache_dir().is_dir():
         return
-    proven = {**_proofs(), _drawn_as(c): c.sha256}
+    proven = {**_proofs(), _drawn_as(c, in_place): c.sha256}
     try:
         _proofs_path().parent.mkdir(exist_ok=True)
         with atomic_file(_proofs_path()) as f:

@@ -14,7 +14,8 @@ from ..report import lines, tables
 from ..report.records import check_extendable
 from .group import main
 from .options import OutputPath, case_options, force_option, launcher_options
-from .shared import check_names, make_launcher, note, parse_shape, runnable, selected_cases, targets_for
+from .shared import (check_names, check_room_for_inputs, make_launcher, note, parse_shape, runnable, selected_cases,
+                     targets_for)
 
 
 DEFAULT_RESULTS = Path("bench.json")  # in the current folder, extended run after run, as -o would be
@@ -71,6 +72,8 @@ def bench_cmd(cases, all_cases, suite_text, program_names, shapes, repeats, prec
     if keep_inputs:
         ready.announce_disk(wanted, False, note)
     with locations.shared_workdir(runner is not None) as workdir, locations.scratch("inputs", workdir) as scratch:
+        if not keep_inputs:
+            check_room_for_inputs(wanted, sizes, scratch)
         targets = targets_for(wanted, sizes, None if keep_inputs else scratch)
         plan = bench.BenchPlan(progs, targets, repeats, precision=precision, launcher=None if slurm_array else runner,
                                label=label)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..cases import suite
+from ..cases import generate, suite
 from ..cases.format import Shape, check_shape
 from ..errors import FaError
 from ..judge import expected, verdict
@@ -99,6 +99,19 @@ def targets_for(names, shapes=(), scratch: Path | None = None) -> list[suite.Tar
                  + (", removed at the end (--keep-inputs keeps it in the cache)" if scratch else ""))
         found.append(target)
     return found
+
+
+def check_room_for_inputs(names, shapes, scratch: Path) -> None:
+    """The inputs a command will generate into its scratch folder, all at once there: refused in one
+    line, before any is made, where they do not fit."""
+    making = [suite.case(n).shape.input_bytes for n in names
+              if suite.is_case_name(n) and not Path(n).exists() and not suite.has_input(suite.case(n))]
+    making += [s.input_bytes for s in shapes if not generate.stamp_holds(*verdict.shape_input(s))]
+    room = ready.free_bytes(scratch)
+    if sum(making) > room:
+        raise FaError(f"the inputs to generate need {ready.human_bytes(sum(making))} in {scratch.parent}, and only "
+                      f"{ready.human_bytes(room)} is free there: set TMPDIR to a folder with room, name fewer cases, "
+                      "or keep them in the cache (--keep-inputs)")
 
 
 def ensure_expected(targets: list[suite.Target]) -> None:

@@ -243,14 +243,17 @@ class CaseInputs:
         self.made: dict[str, Path] = {}  # inputs drawn ahead, not yet taken
         self.kept: tuple[CaseResult, Path] | None = None  # the smallest failure's input, in the scratch folder
         self.spare: list[Path] = []  # judged inputs' files, for the next inputs to be drawn into
+        self.drawing = False  # some input is drawn by the drawing processes (generate.drawing_way)
         self.why: str | None = None  # the case fa run --why looks into, whatever its verdict: its input stays
 
     def __enter__(self) -> CaseInputs:
         self._check_and_say()
         self._scratch = contextlib.ExitStack()
-        if self.to_make and not self.keep:
-            # the drawing processes started now, beside: they load numpy while the first cases run
+        self.drawing = not self.keep and any(
+            generate.drawing_way(c.shape.input_bytes, True) == "processes" for c in self.to_make.values())
+        if self.drawing:  # the drawing processes started beside; no program runs until they are up (settle)
             threading.Thread(target=generate.drawers, daemon=True).start()
+        if self.to_make and not self.keep:
             self.folder = self._scratch.enter_context(locations.scratch("inputs", self.scratch_parent))
             # closed before the scratch folder goes: a draw in flight ends first (an interrupt waits for it)
             self._drawer = self._scratch.enter_context(ThreadPoolExecutor(1))
@@ -321,7 +324,10 @@ class CaseInputs:
             self.ahead = (name, self._drawer.submit(self._draw, c))
 
     def settle(self) -> None:
-        """Wait for an input drawn ahead: before a program runs, so that its time is its own."""
+        """Wait for an input drawn ahead, and for the drawing processes to be up: before a program
+        runs, so that its time is its own."""
+        if self.drawing and (processes := generate.drawers()) is not None:
+            processes.wait_ready()
         if self.ahead is not None:
             name, drawing = self.ahead
             self.ahead = None
@@ -334,7 +340,8 @@ class CaseInputs:
         """The case's input file given to the next draw, unless it is the smallest failure so far
         (the one whose cause is looked for; the one it replaces goes)."""
         path = result.target.input_path
-        if self.folder is None or path.parent != self.folder or result.target.name == self.why:
+        if self.folder is None or path.parent != self.folder or result.target.name == self.why or \
+                (self.kept is not None and path == self.kept[1]):  # a case named twice: its kept file stays
             return
         failed = result.verdict in ("WRONG", "ERROR")
         key = (result.target.shape.flops, result.target.shape.input_bytes)

@@ -137,7 +137,7 @@ class BenchOutlook:
         self.left_flops = sum(t.shape.flops for t in targets) * len(self.cpu)
         self.largest_flops = max((t.shape.flops for t in targets), default=0)
         self.runs_each = (repeats or MIN_ROUNDS) + 1
-        self.current_s = 0.0  # the timed runs the input in hand still needs, from its warm-up
+        self.current_s: dict[str, float] = {}  # each CPU program's timed runs left on the input in hand
 
     def up_front(self) -> str | None:
         if not self.cpu or self.largest_flops < self.BIG_FLOPS:
@@ -153,17 +153,22 @@ class BenchOutlook:
         self.rate = wall_s / max(target.shape.flops, 1)
         self.left_flops -= target.shape.flops
         more = self.repeats or MIN_ROUNDS
-        self.current_s = more * wall_s
+        self.current_s[program.name] = more * wall_s
         if wall_s >= self.LONG_S:
             self.say(f"{program.name} on {target.name}: the warm-up run took {wall_s:.1f} s on the CPU; "
                      f"{more} more{'' if self.repeats else ' at least'} for its median: about {more * wall_s / 60:.1f} "
                      "min more (--repeat 1 for one)")
 
+    def timed(self, program: Program, wall_s: float) -> None:
+        """A timed run done: less left on the input in hand (at least its minimum of runs)."""
+        if program.name in self.current_s:
+            self.current_s[program.name] = max(0.0, self.current_s[program.name] - wall_s)
+
     def left(self) -> float | None:
         """Seconds of the CPU programs' runs still to come (None until a warm-up has run)."""
         if self.rate is None:
             return None
-        return self.rate * self.left_flops * self.runs_each + self.current_s
+        return self.rate * self.left_flops * self.runs_each + sum(self.current_s.values())
 
 
 def enough_rounds(plan: BenchPlan, walls: list[list[float]], errors: list[str | None], rounds: int) -> bool:
@@ -210,6 +215,8 @@ def measure_side_by_side(plan: BenchPlan, programs: list[Program], target: Targe
             elif repeat == 0 and outlook is not None:
                 outlook.warmed(programs[i], target, result.wall_s, plan)
             elif repeat > 0:
+                if outlook is not None:
+                    outlook.timed(programs[i], result.wall_s)
                 walls[i].append(result.wall_s)
                 builds[i], logs[i] = result.build, result.stderr
                 for key, value in result.timing.items():

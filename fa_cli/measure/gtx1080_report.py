@@ -85,11 +85,13 @@ def run_notes(program) -> list[str]:
 
 def said_before(key: str) -> bool:
     """Whether this installation (fa's cache) said the line of `key` already; from now on it has."""
+    if not locations.cache_dir().is_dir():  # no cache made yet: said, and not recorded
+        return False
     mark = locations.cache_dir() / "said" / hashlib.sha256(key.encode()).hexdigest()[:16]
     if mark.exists():
         return True
     try:
-        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.parent.mkdir(exist_ok=True)
         mark.write_text(key + "\n")
     except OSError:
         pass
