@@ -22,7 +22,7 @@ def mapped(writer: OutputWriter, size: int, populate: bool = False) -> Iterator[
     line now, never a SIGBUS on a page written later. populate: the pages are mapped at once
     (a file rewritten in place: its pages are there, and one call maps them faster than a
     fault each)."""
-    if not stat.S_ISREG(os.fstat(writer.fd).st_mode) or size == 0:
+    if not stat.S_ISREG(os.fstat(writer.fd).st_mode) or size == 0 or copy_on_write(writer.fd):
         yield None
         return
     try:
@@ -39,6 +39,26 @@ def mapped(writer: OutputWriter, size: int, populate: bool = False) -> Iterator[
     finally:
         with contextlib.suppress(BufferError):  # views still held (an error mid-way): unmapped when they go
             pages.close()
+
+
+# File systems that write a block anew on every change: blocks reserved beforehand do not hold, so a
+# full disk would come as a SIGBUS on a page written through memory; such a file is written instead.
+COPY_ON_WRITE = ("btrfs", "zfs", "bcachefs")
+
+
+def copy_on_write(fd: int) -> bool:
+    """Whether the file's file system is one of COPY_ON_WRITE (Linux's mount table; elsewhere no)."""
+    st = os.fstat(fd)
+    device = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    try:
+        with open("/proc/self/mountinfo") as table:
+            for line in table:
+                fields, _, rest = line.partition(" - ")
+                if fields.split()[2:3] == [device]:
+                    return rest.split()[0] in COPY_ON_WRITE if rest.split() else False
+    except OSError:
+        pass
+    return False
 
 
 @contextlib.contextmanager

@@ -93,3 +93,26 @@ def test_a_place_no_file_can_be_made_in_says_so_not_that_it_is_full(tmp_path):
         locked.mkdir(mode=0o555)
         proc = fa("gen", "-B", "1", "-N", "8", "-d", "32", "-o", locked / "x.bin")
         assert proc.returncode == 2 and "cannot write: Permission denied" in proc.stderr
+
+
+def test_a_file_on_a_copy_on_write_file_system_is_written_not_mapped(tmp_path, monkeypatch):
+    """Blocks reserved on btrfs or ZFS do not hold for pages written through memory (a full disk
+    would be a SIGBUS): there an input is written in order, with the same bytes."""
+    from fa_cli import file_pages
+    from fa_cli.cases import generate
+    from fa_cli.cases.format import Shape
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        assert file_pages.copy_on_write(fd) in (True, False)  # this machine's, read from the mount table
+    finally:
+        os.close(fd)
+    generate.write_input(tmp_path / "mapped.in", Shape(3, 50, 32), 4)
+    monkeypatch.setattr(file_pages, "copy_on_write", lambda fd: True)
+    with atomic_file(tmp_path / "probe") as f, file_pages.mapped(f, 100) as pages:
+        assert pages is None
+    generate.write_input(tmp_path / "written.in", Shape(3, 50, 32), 4)
+    (tmp_path / "rewritten.in").write_bytes(b"\xff" * 9999)
+    generate.write_input(tmp_path / "rewritten.in", Shape(3, 50, 32), 4, in_place=True)
+    assert (tmp_path / "written.in").read_bytes() == (tmp_path / "mapped.in").read_bytes() == \
+        (tmp_path / "rewritten.in").read_bytes()
