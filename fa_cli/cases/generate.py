@@ -262,7 +262,7 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
     window = 2 * workers()  # pieces in flight: memory stays bounded
     broken = False
     place = rewritten_file(path, shape.input_bytes) if in_place else atomic_file(path, size=shape.input_bytes)
-    with place as f, ThreadPoolExecutor(workers()) as pool, _InOrder(digest, window) as hash_in_order, \
+    with place as f, ThreadPoolExecutor(workers()) as threads, _InOrder(digest, window) as hash_in_order, \
             mapped(f, shape.input_bytes, populate=in_place and not processes) as pages:
         header = header_bytes(shape)
         if pages is None:
@@ -295,10 +295,10 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
 
         def start(piece: _Piece):
             if processes is not None and not broken and values is not None and piece.portable:
-                part = processes.submit(os.fspath(path), piece.start, piece.count, piece.fill)
+                part = processes.submit(os.path.abspath(path), piece.start, piece.count, piece.fill)
                 return _Mapped(part, values[piece.start : piece.start + piece.count],
                                functools.partial(draw_after_break, piece))
-            return pool.submit(draw, piece) if piece.independent else _Drawn(draw(piece))
+            return threads.submit(draw, piece) if piece.independent else _Drawn(draw(piece))
 
         for piece in _pieces(shape, seed, dist, block_values):
             pending.append((start(piece), piece.batches))
