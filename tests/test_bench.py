@@ -292,5 +292,6 @@ def test_bench_inputs_that_do_not_fit_in_tmpdir_are_refused_before_any_is_made(t
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(shared.ready, "free_bytes", lambda folder: 100 << 20)
     shared.check_room_for_inputs(["c01", "c02"], [], tmp_path / "scratch")  # 40 MB: fits
-    with _pytest.raises(FaError, match=r"the inputs to generate need 1\.3 GB .* and only 104\.9 MB is free"):
+    with _pytest.raises(FaError, match=r"for the inputs this command generates: needs 1\.3 GB \(1297\d+ bytes\), "
+                                       r"only 0\.105 GB free"):
         shared.check_room_for_inputs(["c11", "c13"], [], tmp_path / "scratch")

@@ -9,6 +9,7 @@ import click
 from ..cases import generate, suite
 from ..cases.format import Shape, check_shape
 from ..errors import FaError
+from ..files import gigabytes
 from ..judge import expected, verdict
 from ..programs import programs, ready, slurm
 from ..report import lines, markdown, tables
@@ -109,9 +110,9 @@ def check_room_for_inputs(names, shapes, scratch: Path) -> None:
     making += [s.input_bytes for s in shapes if not generate.stamp_holds(*verdict.shape_input(s))]
     room = ready.free_bytes(scratch)
     if sum(making) > room:
-        raise FaError(f"the inputs to generate need {ready.human_bytes(sum(making))} in {scratch.parent}, and only "
-                      f"{ready.human_bytes(room)} is free there: set TMPDIR to a folder with room, name fewer cases, "
-                      "or keep them in the cache (--keep-inputs)")
+        raise FaError(f"{scratch.parent}, for the inputs this command generates: needs {gigabytes(sum(making))} "
+                      f"({sum(making)} bytes), only {gigabytes(room)} free: set TMPDIR to a folder with room, name "
+                      "fewer cases, or keep them in the cache (--keep-inputs)")
 
 
 def ensure_expected(targets: list[suite.Target]) -> None:
