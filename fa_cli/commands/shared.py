@@ -73,7 +73,8 @@ def build_then(prog: programs.Program, no_gpu: str) -> str:
     line returned); or its build's error and why it would not run here (raised, with the build's
     exit status)."""
     if not shutil.which(programs.compiler_of(prog.source)):
-        return f"{no_gpu}; {programs.compiler_of(prog.source)} is not installed here either, so its build was not checked"
+        compiler = programs.compiler_of(prog.source)
+        return f"{no_gpu}; {compiler} is not installed here either, so its build was not checked"
     try:
         built(prog)
     except FaError as e:

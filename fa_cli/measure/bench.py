@@ -142,8 +142,8 @@ class BenchOutlook:
     def up_front(self) -> str | None:
         if not self.cpu or self.largest_flops < self.BIG_FLOPS:
             return None
-        return (f"{', '.join(p.name for p in self.cpu)} runs on the CPU, where inputs of this size take from seconds to "
-                f"minutes a run; fa bench runs each input {self.runs_each} times at least (a warm-up, then "
+        return (f"{', '.join(p.name for p in self.cpu)} runs on the CPU, where inputs of this size take from seconds "
+                f"to minutes a run; fa bench runs each input {self.runs_each} times at least (a warm-up, then "
                 f"{'--repeat' if self.repeats else f'at least {MIN_ROUNDS} timed'}): after the warm-up it says what "
                 f"the rest will take (--repeat 1 for one timed run, or bench a GPU program)")
 
