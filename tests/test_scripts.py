@@ -79,3 +79,19 @@ def test_floor_phases_are_seconds_since_the_spawn_and_exit_is_what_follows_the_l
     assert fa == pytest.approx({"main": 0.002, "device": 0.162, "copied": 0.202, "committed": 0.262,
                                 "released": 0.252, "last": 0.263, "exit": 0.057})
     assert startup_floor.phases("no trace here", 0.0, 1.0) == {}
+
+
+def test_trace_run_splits_a_run_by_step(tmp_path, cpu_program):
+    """scripts/trace_run.py is fa run, then where its time went: the program's runs, the checks,
+    the inputs drawn (each by name), the whole and the imports."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "FA_CACHE": str(tmp_path / "cache"), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "trace_run.py"), "run", "t01", "c01", "--program",
+                           "cpu"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and "│ c01 " in proc.stdout, proc.stderr
+    assert re.search(r"trace: [\d.]+ s in all; imports [\d.]+ s", proc.stderr)
+    assert re.search(r"[\d.]+ s +2x  program runs", proc.stderr)
+    assert re.search(r"[\d.]+ s +2x  checks against the expected output", proc.stderr)
+    assert re.search(r"draws \(s, any thread\): c01 [\d.]+$", proc.stderr, re.M)  # t01 is shipped: not drawn
