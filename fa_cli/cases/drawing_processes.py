@@ -7,8 +7,9 @@ its own, so that Ctrl-C reaches fa alone; it ends when its standard input closes
 does however it ends (a kill -9 too), at the end of the task in hand. A
 task is a pickled (path, first value, values, fill) on its standard input, with fill a partial of
 one of generate.py's module functions; it maps that part of the file, fills it, and answers one
-line: "ok", or the error. A process that dies breaks the pool (Broken): generate.py then draws the
-input again on threads. Not multiprocessing: its spawn and forkserver start each worker by running
+line: "ok", or the error. A process that dies breaks the pool (Broken): generate.py draws the
+pieces it did not in fa itself, in their turn, and starts a new pool for the next input. Not
+multiprocessing: its spawn and forkserver start each worker by running
 the parent's main module again, which for `python -m fa_cli` is fa itself.
 """
 from __future__ import annotations
