@@ -103,10 +103,10 @@ def named_cases(names, suite_name: str | None = None) -> list[str]:
     for text in names:
         if not Path(text).exists():
             named = suite_name or DEFAULT_SUITE
-            if text.isascii() and text.isdigit() and not 1 <= int(text) <= len(cases(named)):
-                raise FaError(f"{text}: suite {named} has cases 1 to {len(cases(named))} ({named}01..{named}"
-                              f"{len(cases(named)):02d}), and no file here has that name")
             if text.isascii() and text.isdigit():
+                if not 1 <= int(text) <= len(cases(named)):
+                    raise FaError(f"{text}: suite {named} has cases 1 to {len(cases(named))} ({named}01..{named}"
+                                  f"{len(cases(named)):02d}), and no file here has that name")
                 text = f"{named}{int(text):02d}"
             elif suite_name and is_case_name(text) and text[0] != suite_name:
                 raise FaError(f"{text} is a case of suite {text[0]}, and --suite {suite_name} was given (it picks the "
@@ -235,8 +235,9 @@ def write_case(c: Case, path: Path, progress: Callable[[int], None] | None = Non
 # Hashing a generated input costs more than drawing it on many cores (one thread, 6.5 GB for suite
 # c). Generation is deterministic: the same numpy and the same generator code draw the same bytes.
 # So once an input's sha256 has been found to be the manifest's, the cache keeps that fact under
-# the numpy version and generate.py's own sha256; a later run with both unchanged generates the
-# case without hashing it. Another numpy, an edited generator, or no cache: hashed again.
+# the numpy version and the sha256 of the code that draws it (GENERATOR_FILES), for the way it was
+# drawn (threads or processes); a later run with all of these unchanged generates the case without
+# hashing it. Another numpy, an edited generator, another way, or no cache: hashed again.
 def _proofs_path() -> Path:
     return locations.cache_dir() / "stamps" / "generation-proven.json"
 

@@ -72,8 +72,8 @@ def build_then(prog: programs.Program, no_gpu: str) -> str:
     """A student's source built without its GPU: that it builds, then why it does not run here (the
     line returned); or its build's error and why it would not run here (raised, with the build's
     exit status)."""
-    if not shutil.which(programs.compiler_of(prog.source)):
-        compiler = programs.compiler_of(prog.source)
+    compiler = programs.compiler_of(prog.source)
+    if not shutil.which(compiler):
         return f"{no_gpu}; {compiler} is not installed here either, so its build was not checked"
     try:
         built(prog)
@@ -106,13 +106,12 @@ def targets_for(names, shapes=(), scratch: Path | None = None) -> list[suite.Tar
 def check_room_for_inputs(names, shapes, scratch: Path) -> None:
     """The inputs a command will generate into its scratch folder, all at once there: refused in one
     line, before any is made, where they do not fit."""
-    making = [suite.case(n).shape.input_bytes for n in names
-              if suite.is_case_name(n) and not Path(n).exists() and not suite.has_input(suite.case(n))]
-    making += [s.input_bytes for s in shapes if not generate.stamp_holds(*verdict.shape_input(s))]
+    _, _, making = ready.to_generate(names, with_expected=False)  # the suite cases whose input is not here
+    making += sum(s.input_bytes for s in shapes if not generate.stamp_holds(*verdict.shape_input(s)))
     room = ready.free_bytes(scratch)
-    if sum(making) > room:
-        raise FaError(f"{scratch.parent}, for the inputs this command generates: needs {gigabytes(sum(making))} "
-                      f"({sum(making)} bytes), only {gigabytes(room)} free: set TMPDIR to a folder with room, name "
+    if making > room:
+        raise FaError(f"{scratch.parent}, for the inputs this command generates: needs {gigabytes(making)} "
+                      f"({making} bytes), only {gigabytes(room)} free: set TMPDIR to a folder with room, name "
                       "fewer cases, or keep them in the cache (--keep-inputs)")
 
 
