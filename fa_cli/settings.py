@@ -14,6 +14,8 @@ commands); child processes still get the whole environment (os.environ passed on
     FA_PTXAS_SM61    a CUDA 12 ptxas for sm_61 reports (else the pip package's)
     FA_GTX1080_RULES 0: a student's hw4.cu runs without the GTX 1080's rules (fa run --no-gtx1080-rules)
     COLUMNS          the width fa folds its words and tables to (else a terminal's)
+    TMPDIR           where temporary files go; set, fa run's drawn inputs go there too (else to
+                     /dev/shm where it has room: file_pages.memory_folder_for)
 """
 from __future__ import annotations
 
@@ -87,3 +89,8 @@ def visible_gpus() -> str:
 def python_path() -> str:
     """PYTHONPATH as set, for a Python process of fa's own that must import fa_cli as this one does."""
     return os.environ.get("PYTHONPATH", "")
+
+
+def temporary_folder_named() -> bool:
+    """TMPDIR set: the user chose where temporary files go (fa run's drawn inputs too)."""
+    return bool(os.environ.get("TMPDIR"))

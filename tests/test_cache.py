@@ -2,8 +2,11 @@
 before its case into TMPDIR and deletes it, keeping only the expected outputs, and says so."""
 import os
 import re
+from pathlib import Path
 
+import pytest
 from helpers import fa
+from test_file_pages import shm_is_tmpfs
 
 from fa_cli.cases import cache
 
@@ -70,3 +73,15 @@ def test_fa_cache_shows_each_kind_and_clears_only_fas_files(tmp_path):
     assert cleared.returncode == 0 and "removed from" in cleared.stdout
     assert sorted(p.name for p in where.iterdir()) == ["notes.txt"]
     assert "(0 bytes)" in fa("cache", env=env).stdout
+
+
+@pytest.mark.skipif(not shm_is_tmpfs(), reason="no writable tmpfs at /dev/shm")
+def test_without_tmpdir_inputs_are_drawn_in_memory_and_leave_nothing_there(tmp_path, cpu_program):
+    env = {k: v for k, v in os.environ.items() if k != "TMPDIR"}
+    env["FA_CACHE"] = str(tmp_path / "cache")
+    before = set(Path("/dev/shm").iterdir())
+    proc = fa("run", "c01", "c02", "--program", "cpu", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 inputs generated one at a time into /dev/shm (in memory; TMPDIR names another place" in proc.stderr
+    assert proc.stdout.count("PASS") >= 2
+    assert not [p for p in set(Path("/dev/shm").iterdir()) - before if p.name.startswith("fa-inputs-")]

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import locations
+from .. import file_pages, locations, settings
 from ..cases import cache, generate, suite
 from ..cases.format import AttentionInput, Shape, open_output, read_header
 from ..cases.suite import Target
@@ -275,18 +275,21 @@ class CaseInputs:
                           f"{ready.human_bytes(free)} is free there: set FA_CACHE to a folder with room, or name "
                           f"fewer cases")
         if self.to_make and not self.keep:
-            scratch = self.scratch_parent or Path(tempfile.gettempdir())
+            at_once = sum(sorted(inputs)[-2:])  # a case's input and the next one's, drawn ahead
+            in_memory = self.scratch_parent is None and not settings.temporary_folder_named() and \
+                file_pages.memory_folder_for(at_once)
+            scratch = self.scratch_parent = self.scratch_parent or in_memory or Path(tempfile.gettempdir())
             room = ready.free_bytes(scratch)
             if max(inputs) > room:
                 raise FaError(f"the largest input to generate needs {ready.human_bytes(max(inputs))} in {scratch}, "
                               f"and only {ready.human_bytes(room)} is free there: set TMPDIR to a folder with room")
-            at_once = sum(sorted(inputs)[-2:])  # a case's input and the next one's, drawn ahead
             if at_once > room:
                 raise FaError(f"the two largest inputs to generate need {ready.human_bytes(at_once)} in {scratch}, "
                               f"and only {ready.human_bytes(room)} is free there: set TMPDIR to a folder with room")
+            where_from = "in memory; TMPDIR names another place" if in_memory else "TMPDIR"
             self.say(f"inputs: {ready.plural_files(len(inputs), 'input')} generated one at a time into {scratch} "
-                     f"(TMPDIR; at most {ready.human_bytes(at_once)} at once, the next case's drawn ahead into the "
-                     "file of one judged) and deleted at the end "
+                     f"({where_from}; at most {ready.human_bytes(at_once)} at once, the next case's drawn ahead "
+                     "into the file of one judged) and deleted at the end "
                      f"(--keep-inputs keeps them in the cache); the cache {where} keeps "
                      f"{ready.plural_files(len(self.needs), 'expected output')}, {ready.human_bytes(expected_bytes)}")
         elif into_cache >= ready.ANNOUNCE_BYTES:
