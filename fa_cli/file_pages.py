@@ -16,18 +16,21 @@ from .files import OutputWriter
 
 
 @contextlib.contextmanager
-def mapped(writer: OutputWriter, size: int, populate: bool = False) -> Iterator[mmap.mmap | None]:
+def mapped(writer: OutputWriter, size: int, populate: bool = False,
+           reserved: int | None = None) -> Iterator[mmap.mmap | None]:
     """The file's first `size` bytes as writable memory, for writers that fill a file in place
     from many threads; None (write() instead) where the file is not a regular one or its blocks
     cannot be reserved here. The blocks are reserved first, so that a full disk is this one
     line now, never a SIGBUS on a page written later. populate: the pages are mapped at once
     (a file rewritten in place: its pages are there, and one call maps them faster than a
-    fault each)."""
+    fault each). reserved: only the first so many bytes reserved here, for a caller that has the
+    rest reserved part by part where it is written (reserve(), in the drawing processes: on a file
+    system in memory, reserving is allocating and zeroing pages, on one core)."""
     if not stat.S_ISREG(os.fstat(writer.fd).st_mode) or size == 0 or copy_on_write(writer.fd):
         yield None
         return
     try:
-        os.posix_fallocate(writer.fd, 0, size)
+        os.posix_fallocate(writer.fd, 0, size if reserved is None else max(1, min(reserved, size)))
         flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
         pages = mmap.mmap(writer.fd, size, flags=flags)
     except OSError as e:
@@ -40,6 +43,15 @@ def mapped(writer: OutputWriter, size: int, populate: bool = False) -> Iterator[
     finally:
         with contextlib.suppress(BufferError):  # views still held (an error mid-way): unmapped when they go
             pages.close()
+
+
+def reserve(fd: int, path, offset: int, length: int) -> None:
+    """Blocks reserved for a part of a file about to be written through memory (see mapped); a
+    full disk is this one line."""
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as e:
+        raise FaError(f"{path}: write failed: {e.strerror}", exit_code=ExitStatus.FAILED) from None
 
 
 # File systems that write a block anew on every change: blocks reserved beforehand do not hold, so a

@@ -236,6 +236,25 @@ def test_a_scratch_input_rewritten_in_place_by_processes_is_the_same_bytes(tmp_p
     assert all(proc.poll() is None for proc in generate.drawers().procs)  # a new pool for the next input
 
 
+def test_once_the_drawing_processes_are_up_they_draw_small_scratch_inputs_too(tmp_path, monkeypatch):
+    """An input under FROM_BYTES is drawn on threads while no process is up (a run of small cases
+    never waits for them to start), and by the processes once a larger input started them: the
+    same bytes either way."""
+    monkeypatch.setattr(drawing_processes, "_up", [])
+    shape = Shape(3, 128, 32)
+    assert shape.input_bytes < drawing_processes.FROM_BYTES
+    assert drawing_processes.drawing_way(shape.input_bytes, True) == "threads"
+    pool, submitted = generate.drawers(), []
+    assert drawing_processes.drawing_way(shape.input_bytes, True) == "processes"
+    assert drawing_processes.drawing_way(shape.input_bytes, False) == "threads"  # fa gen's own file: threads
+    real_submit = pool.submit
+    monkeypatch.setattr(pool, "submit", lambda *a: submitted.append(a[2]) or real_submit(*a))
+    generate.write_input(tmp_path / "scratch.in", shape, 8, in_place=True)
+    generate.write_input(tmp_path / "whole.in", shape, 8)
+    assert sum(submitted) == 3 * shape.N * shape.d * shape.B
+    assert (tmp_path / "scratch.in").read_bytes() == (tmp_path / "whole.in").read_bytes()
+
+
 def test_a_drawing_process_imports_fa_cli_and_numpy_from_fas_folder_never_from_where_fa_ran(tmp_path, monkeypatch):
     """A student's folder with a numpy.py (or a copy of fa_cli) in it: the drawing processes started
     there still load fa's own, and draw the manifest's bytes."""

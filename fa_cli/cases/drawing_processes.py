@@ -97,15 +97,19 @@ class DrawingProcesses:
             except OSError:
                 pass
 
-# Smaller inputs are drawn on threads: quick there, and never kept waiting for the processes to start.
+# The processes are started for an input of FROM_BYTES or more; smaller ones are drawn on threads
+# (never kept waiting for the processes to start), unless the processes are up already: then they
+# draw those too (on the H200, suite c's 16 MB inputs took 25 to 70 ms each on threads, which hold
+# the GIL for each batch's stream, against 4 GB/s by the processes).
 FROM_BYTES = 64 << 20
 _starting = threading.Lock()
+_up: list[DrawingProcesses] = []  # the pool, once started (empty again after it broke)
 
 
 def drawing_way(input_bytes: int, in_place: bool) -> str:
     """"processes" where an input is drawn by these processes (a scratch file rewritten in place,
-    of FROM_BYTES or more), else "threads"."""
-    return "processes" if in_place and input_bytes >= FROM_BYTES else "threads"
+    of FROM_BYTES or more, or of any size once they are up), else "threads"."""
+    return "processes" if in_place and (input_bytes >= FROM_BYTES or _up) else "threads"
 
 
 @functools.lru_cache(maxsize=1)
@@ -120,10 +124,18 @@ def pool(count: int) -> DrawingProcesses | None:
     """The drawing processes, started once (by whichever thread asks first); None where they
     cannot be started."""
     with _starting:
-        return _pool(count)
+        processes = _pool(count)
+        _up[:] = [processes] if processes is not None else []
+        return processes
 
 
-pool.cache_clear = _pool.cache_clear
+def _clear() -> None:
+    """After the pool broke: the next input of FROM_BYTES or more starts a new one."""
+    _up.clear()
+    _pool.cache_clear()
+
+
+pool.cache_clear = _clear
 
 
 # A drawing process imports fa_cli from fa's own package folder (argv[1]), never from the folder
@@ -151,11 +163,14 @@ def serve() -> None:
 
 def fill_part(path: str, start: int, count: int, fill: Callable[[np.ndarray], None]) -> None:
     """In a drawing process: the piece's values drawn into its part of the file, through a mapping of
-    the pages that hold them."""
+    the pages that hold them, reserved first (a full disk is an error answered, never a SIGBUS):
+    each process reserves its own parts, so that a file system in memory allocates and zeroes the
+    pages of a new input on every core at once."""
     first = HEADER_BYTES + 4 * start
     page = first - first % mmap.ALLOCATIONGRANULARITY
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
+        os.posix_fallocate(fd, first, 4 * count)
         with mmap.mmap(fd, first + 4 * count - page, offset=page) as pages:
             dest = np.frombuffer(pages, dtype="<f4", count=count, offset=first - page)
             fill(dest)

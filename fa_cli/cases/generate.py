@@ -28,11 +28,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..file_pages import mapped, rewritten_file
+from ..file_pages import mapped, reserve, rewritten_file
 from ..files import atomic_file, check_output_path, check_space, forced, same_file
 from ..judge import reference
 from .drawing_processes import Broken, DrawingProcesses, drawing_way, pool
-from .format import FormatError, Shape, as_f32_bytes, header_bytes, read_header
+from .format import HEADER_BYTES, FormatError, Shape, as_f32_bytes, header_bytes, read_header
 
 LIMIT = 3.0
 Batch = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -278,7 +278,8 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
     broken = False
     place = rewritten_file(path, shape.input_bytes) if in_place else atomic_file(path, size=shape.input_bytes)
     with place as f, ThreadPoolExecutor(workers()) as threads, _InOrder(digest, window) as hash_in_order, \
-            mapped(f, shape.input_bytes, populate=in_place and not processes) as pages:
+            mapped(f, shape.input_bytes, populate=in_place and not processes,
+                   reserved=HEADER_BYTES if processes else None) as pages:
         header = header_bytes(shape)
         if pages is None:
             f.write(header)
@@ -306,6 +307,7 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
         def draw_after_break(piece: _Piece) -> None:
             nonlocal broken
             broken = True
+            reserve(f.fd, path, HEADER_BYTES + 4 * piece.start, 4 * piece.count)  # (the process had not, or could not)
             draw(piece)
 
         def start(piece: _Piece):
