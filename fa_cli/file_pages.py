@@ -102,15 +102,47 @@ def memory_folder_for(needed: int) -> Path | None:
 
 
 def available_memory() -> int:
-    """Linux's estimate of the memory that can be had without swapping (MemAvailable); 0 where unknown."""
+    """The memory that can be had without swapping: Linux's estimate (MemAvailable), or less where
+    fa runs under a memory limit (a Slurm job's cgroup: pages of a file system in memory count
+    against it, and cannot be reclaimed); 0 where unknown."""
     try:
         with open("/proc/meminfo") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
+            available = next(int(line.split()[1]) * 1024 for line in info if line.startswith("MemAvailable:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return 0
+    return min([available, *cgroup_memory_left()])
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_memory_left(membership: str | None = None) -> list[int]:
+    """What each memory limit over this process leaves (its cgroup's and its parents', cgroup v2
+    or v1); none where there is no limit or it cannot be read. membership: /proc/self/cgroup's text."""
+    left = []
+    try:
+        lines = (membership if membership is not None else Path("/proc/self/cgroup").read_text()).splitlines()
+    except OSError:
+        return left
+    for line in filter(None, lines):
+        _, controllers, where = line.split(":", 2)
+        v2 = controllers == ""
+        if not v2 and "memory" not in controllers.split(","):
+            continue
+        base = CGROUP_ROOT if v2 else CGROUP_ROOT / "memory"
+        limit, usage = ("memory.max", "memory.current") if v2 else ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        folder = base / where.lstrip("/")
+        while folder != base.parent:
+            try:
+                text = (folder / limit).read_text().strip()
+                if text != "max" and int(text) < 1 << 60:
+                    left.append(max(0, int(text) - int((folder / usage).read_text())))
+            except (OSError, ValueError):
+                pass
+            if folder == base:
+                break
+            folder = folder.parent
+    return left
 
 
 @contextlib.contextmanager

@@ -1,6 +1,9 @@
 
 import functools
 import hashlib
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -253,6 +256,37 @@ def test_once_the_drawing_processes_are_up_they_draw_small_scratch_inputs_too(tm
     generate.write_input(tmp_path / "whole.in", shape, 8)
     assert sum(submitted) == 3 * shape.N * shape.d * shape.B
     assert (tmp_path / "scratch.in").read_bytes() == (tmp_path / "whole.in").read_bytes()
+
+
+FULL_TMPFS = """
+import sys
+from fa_cli.cases import drawing_processes, generate
+from fa_cli.cases.format import Shape
+from fa_cli.errors import FaError
+drawing_processes.FROM_BYTES = 0
+try:
+    generate.write_input(sys.argv[1] + "/x.in", Shape(8, 256, 64), 3, in_place=True)
+except FaError as e:
+    print(e)
+"""
+
+
+def test_a_full_file_system_in_memory_is_one_line_where_a_drawing_process_met_it(tmp_path):
+    """A file system in memory is written by the drawing processes without reserving (fill_part):
+    where it is full, a process dies of SIGBUS, and fa reserves the piece itself and says the full
+    disk in one line (here a 1 MB tmpfs of a mount namespace of its own, for a 1.5 MB input)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    script = f"mount -t tmpfs -o size=1m none {folder} && exec {sys.executable} -c \"$0\" {folder}"
+    try:
+        proc = subprocess.run(["unshare", "-Urm", "sh", "-c", script, FULL_TMPFS], capture_output=True, text=True,
+                              timeout=120, cwd=Path(generate.__file__).parents[2])
+    except FileNotFoundError:
+        pytest.skip("no unshare here")
+    if "mount" in proc.stderr or "unshare" in proc.stderr:
+        pytest.skip(f"no mount namespace of one's own here: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"{folder}/x.in: write failed: No space left on device"
 
 
 def test_a_drawing_process_imports_fa_cli_and_numpy_from_fas_folder_never_from_where_fa_ran(tmp_path, monkeypatch):

@@ -5,7 +5,7 @@ every batch's stream, so threads queue on it where an input has many small batch
 Each is a Python process of fa's own (BOOTSTRAP), started once per fa process, in a session of
 its own, so that Ctrl-C reaches fa alone; it ends when its standard input closes, which fa's end
 does however it ends (a kill -9 too), at the end of the task in hand. A
-task is a pickled (path, first value, values, fill) on its standard input, with fill a partial of
+task is a pickled (path, first value, values, fill, reserve) on its standard input, with fill a partial of
 one of generate.py's module functions; it maps that part of the file, fills it, and answers one
 line: "ok", or the error. A process that dies breaks the pool (Broken): generate.py draws the
 pieces it did not in fa itself, in their turn, and starts a new pool for the next input. Not
@@ -61,9 +61,9 @@ class DrawingProcesses:
         for ready in self.ready:
             ready.wait()
 
-    def submit(self, path: str, start: int, count: int, fill) -> Future:
+    def submit(self, path: str, start: int, count: int, fill, reserve: bool = True) -> Future:
         future: Future = Future()
-        self.tasks.put((future, pickle.dumps((path, start, count, fill))))
+        self.tasks.put((future, pickle.dumps((path, start, count, fill, reserve))))
         return future
 
     def _feed(self, proc: subprocess.Popen, ready: threading.Event) -> None:
@@ -152,25 +152,27 @@ def serve() -> None:
     stdout.write(b"ready\n")
     stdout.flush()
     while header := stdin.read(LENGTH.size):
-        path, start, count, fill = pickle.loads(stdin.read(LENGTH.unpack(header)[0]))
+        path, start, count, fill, reserve = pickle.loads(stdin.read(LENGTH.unpack(header)[0]))
         try:
-            fill_part(path, start, count, fill)
+            fill_part(path, start, count, fill, reserve)
             stdout.write(b"ok\n")
         except Exception as e:  # said to fa, which draws the input on threads instead
             stdout.write(f"{type(e).__name__}: {e}".replace("\n", " ").encode() + b"\n")
         stdout.flush()
 
 
-def fill_part(path: str, start: int, count: int, fill: Callable[[np.ndarray], None]) -> None:
+def fill_part(path: str, start: int, count: int, fill: Callable[[np.ndarray], None], reserve: bool = True) -> None:
     """In a drawing process: the piece's values drawn into its part of the file, through a mapping of
-    the pages that hold them, reserved first (a full disk is an error answered, never a SIGBUS):
-    each process reserves its own parts, so that a file system in memory allocates and zeroes the
-    pages of a new input on every core at once."""
+    the pages that hold them, reserved first where `reserve` (a full disk is an error answered).
+    Not on a file system in memory: reserving there takes the file's lock, so the pages of a new
+    input would be allocated and zeroed on one core at a time, where faults take them on every
+    core; a full one kills this process (SIGBUS), and fa reserves the piece itself and says so."""
     first = HEADER_BYTES + 4 * start
     page = first - first % mmap.ALLOCATIONGRANULARITY
     fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     try:
-        os.posix_fallocate(fd, first, 4 * count)
+        if reserve:
+            os.posix_fallocate(fd, first, 4 * count)
         with mmap.mmap(fd, first + 4 * count - page, offset=page) as pages:
             dest = np.frombuffer(pages, dtype="<f4", count=count, offset=first - page)
             fill(dest)

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..file_pages import mapped, reserve, rewritten_file
+from ..file_pages import file_system_type, mapped, reserve, rewritten_file
 from ..files import atomic_file, check_output_path, check_space, forced, same_file
 from ..judge import reference
 from .drawing_processes import Broken, DrawingProcesses, drawing_way, pool
@@ -280,6 +280,7 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
     with place as f, ThreadPoolExecutor(workers()) as threads, _InOrder(digest, window) as hash_in_order, \
             mapped(f, shape.input_bytes, populate=in_place and not processes,
                    reserved=HEADER_BYTES if processes else None) as pages:
+        in_memory = pages is not None and file_system_type(os.fstat(f.fd).st_dev) == "tmpfs"  # see fill_part
         header = header_bytes(shape)
         if pages is None:
             f.write(header)
@@ -312,7 +313,7 @@ def _write_input(path, shape: Shape, seed: int, dist: str, progress, block_value
 
         def start(piece: _Piece):
             if processes is not None and not broken and values is not None and piece.portable:
-                part = processes.submit(os.path.abspath(path), piece.start, piece.count, piece.fill)
+                part = processes.submit(os.path.abspath(path), piece.start, piece.count, piece.fill, not in_memory)
                 return _Mapped(part, values[piece.start : piece.start + piece.count],
                                functools.partial(draw_after_break, piece))
             return threads.submit(draw, piece) if piece.independent else _Drawn(draw(piece))
