@@ -116,8 +116,9 @@ def test_the_next_input_is_drawn_beside_an_expected_output_never_beside_a_run(tm
 
 def test_each_next_input_is_drawn_into_the_file_of_a_case_judged_before(tmp_path, cpu_program):
     """A suite run rewrites the files of judged cases instead of deleting them and making new
-    ones (the pages are reused): c05 is drawn into c01's file, and c03's file waits for the next
-    draw; none is left at the end."""
+    ones (the pages are reused). A first run draws each next input beside the expected output
+    computed, so c05 goes into c01's file while c03's is judged; a re-run draws it after the check,
+    into the file of the case just judged: one input at a time. None is left at the end."""
     seen = tmp_path / "seen.txt"
     program = tmp_path / "look"
     program.write_text(f"#!{sys.executable}\nimport os, sys\n"
@@ -129,16 +130,19 @@ def test_each_next_input_is_drawn_into_the_file_of_a_case_judged_before(tmp_path
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = {**os.environ, "FA_CACHE": str(tmp_path / "cache"), "TMPDIR": str(scratch)}
+    runs = {}
     for first in (True, False):  # expected outputs computed (the next input drawn beside), then a re-run
         seen.write_text("")
         proc = fa("run", "c01", "c03", "c05", "c07", "--program", program, env=env)
         assert proc.returncode == 0 and verdicts(proc.stdout) == ["PASS"] * 4, proc.stdout + proc.stderr
-        runs = [line.split() for line in seen.read_text().splitlines()]
-        assert runs[2][0] == runs[0][0] and runs[3][0] == runs[1][0]  # c05 in c01's file, c07 in c03's
+        runs[first] = [line.split() for line in seen.read_text().splitlines()]
         assert not list(scratch.iterdir())
-    # the re-run draws each next input while the output before it is checked, into a judged file
-    assert [files for _, *files in runs] == [["c01.in"], ["c01.in", "c03.in"], ["c03.in", "c05.in"],
-                                             ["c05.in", "c07.in"]]
+    first, again = runs[True], runs[False]
+    assert first[2][0] == first[0][0] and first[3][0] == first[1][0]  # c05 in c01's file, c07 in c03's
+    assert [files for _, *files in first] == [["c01.in", "c03.in"], ["c03.in", "c05.in"], ["c05.in", "c07.in"],
+                                              ["c05.in", "c07.in"]]
+    assert len({inode for inode, *_ in again}) == 1  # every input in the one file
+    assert [files for _, *files in again] == [["c01.in"], ["c03.in"], ["c05.in"], ["c07.in"]]
 
 
 def test_a_case_named_twice_keeps_its_failing_input_for_the_cause_search(tmp_path):

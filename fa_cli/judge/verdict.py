@@ -15,7 +15,6 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -160,19 +159,14 @@ class JudgeOptions:
     env: dict[str, str] | None = None
 
 
-def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions(),
-          after_run: Callable[[], None] | None = None) -> CaseResult:
+def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions()) -> CaseResult:
     """Run one case and verify it: every value against its expected output (computed first if
-    missing), or the rows options.check asks for against float64; diagnose it if it did not pass.
-    after_run: called once the program has exited, before its output is checked (fa run draws
-    the next case's input then, beside the check)."""
+    missing), or the rows options.check asks for against float64; diagnose it if it did not pass."""
     limit = target.time_limit if options.time_limit else None
     shape = target.shape
     with locations.scratch("run", options.output_dir) as tmp:
         out_path = Path(tmp) / f"{target.name}.out"
         result = run(program, target.input_path, out_path, options.launcher, timeout=limit, env=options.env)
-        if after_run is not None:
-            after_run()
         if result.timed_out:
             return CaseResult(target, program, result, None, limit, diagnosis=diagnose.of_tle(limit, result.wall_s))
         size = out_path.stat().st_size if out_path.exists() else None
@@ -216,16 +210,16 @@ def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dic
 
 class CaseInputs:
     """fa run's inputs, made one case at a time. A suite case whose input is not here (shipped, or
-    kept in the cache) is generated just before it is judged, into a scratch folder (TMPDIR, node-
-    local on a cluster; the shared work folder under Slurm); once judged, its file is the one the
-    next input is drawn into (its pages reused: freeing them and zeroing new ones cost a suite c
-    re-run more than drawing its values), so that the course suite never holds more than two
-    inputs on disk, the one judged and the next; with keep, it goes into the cache
-    and stays, as fa gen --suite puts it. Expected outputs are always kept in the cache. The input
-    of the smallest failing case so far stays until the end, for the search for its cause.
-    While the expected output of one case is computed (on the GPU, for a first run) or its output
-    checked, the next case's input is drawn beside it (make_ahead), so that the two overlap;
-    settle() waits for it before a program runs, so that no input is drawn while a run is timed.
+    kept in the cache) is generated just before it is judged, into a scratch folder (in memory
+    where it has room, else TMPDIR; node-local on a cluster; the shared work folder under Slurm);
+    once judged, its file is the one the next input is drawn into (its pages reused: freeing them
+    and zeroing new ones cost a suite c re-run more than drawing its values), so that the course
+    suite never holds more than two inputs at once, the one judged and the next; with keep, it
+    goes into the cache and stays, as fa gen --suite puts it. Expected outputs are always kept in
+    the cache. The input of the smallest failing case so far stays until the end, for the search
+    for its cause. While the expected output of one case is computed (on the GPU, for a first
+    run), the next case's input is drawn beside it (make_ahead); settle() waits for it before a
+    program runs, so that no input is drawn while a run is timed.
     Use as a context manager: target(name) before a case, judged(result) after it."""
 
     def __init__(self, names: list[str], keep: bool, with_expected: bool, say, scratch_parent: Path | None = None):
