@@ -289,6 +289,37 @@ def test_a_full_file_system_in_memory_is_one_line_where_a_drawing_process_met_it
     assert proc.stdout.strip() == f"{folder}/x.in: write failed: No space left on device"
 
 
+FORKED = """
+import functools, sys, threading
+from fa_cli.cases import drawing_processes, generate
+if sys.argv[2] == "threaded":  # another thread alive: forking could leave one of its locks held in the child
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+processes = drawing_processes.DrawingProcesses(2)
+processes.wait_ready()
+print(" ".join(type(p).__name__ for p in processes.procs))
+fill = functools.partial(generate._uniform_batches_into, seed=3, b0=0, b1=2, per_batch=3 * 64 * 32,
+                         block_values=generate.BLOCK_VALUES)
+processes.submit(sys.argv[1], 0, 2 * 3 * 64 * 32, fill).result(timeout=60)
+processes.procs[0].kill()
+print(processes.procs[0].wait())
+"""
+
+
+@pytest.mark.parametrize("threads, started", [("alone", "_Forked _Forked"), ("threaded", "Popen Popen")])
+def test_drawing_processes_are_forked_where_fa_has_one_thread_and_draw_the_same(tmp_path, threads, started):
+    """Forked (a few ms, numpy loaded) where fa has one thread, else started anew: either way a
+    piece comes out as fa draws it, and a process killed says its signal."""
+    shape = Shape(2, 64, 32)
+    path = tmp_path / "x.in"
+    path.write_bytes(bytes(shape.input_bytes))
+    proc = subprocess.run([sys.executable, "-c", FORKED, str(path), threads], capture_output=True, text=True,
+                          timeout=120, cwd=Path(generate.__file__).parents[2])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == [started, "-9"]
+    generate.write_input(tmp_path / "want.in", shape, 3)
+    assert path.read_bytes()[12:] == (tmp_path / "want.in").read_bytes()[12:]
+
+
 def test_a_drawing_process_imports_fa_cli_and_numpy_from_fas_folder_never_from_where_fa_ran(tmp_path, monkeypatch):
     """A student's folder with a numpy.py (or a copy of fa_cli) in it: the drawing processes started
     there still load fa's own, and draw the manifest's bytes."""

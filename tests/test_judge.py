@@ -12,7 +12,7 @@ import pytest
 
 from helpers import ROOT, fa, verdicts
 from fa_cli import locations
-from fa_cli.cases import generate, suite
+from fa_cli.cases import drawing_processes, generate, suite
 from fa_cli.cases.format import Shape
 from fa_cli.judge import verdict
 
@@ -164,6 +164,7 @@ def test_the_drawing_processes_start_only_for_large_inputs_and_are_up_before_a_r
     with their start."""
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(drawing_processes, "_up", [])  # as in a new fa: none up yet
     with verdict.CaseInputs(["c01", "c03"], False, False, lambda line: None, tmp_path) as inputs:
         assert not inputs.drawing
     with verdict.CaseInputs(["c11"], False, False, lambda line: None, tmp_path) as inputs:

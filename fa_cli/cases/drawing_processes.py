@@ -2,8 +2,9 @@
 every batch's stream, so threads queue on it where an input has many small batches (suite c's c11:
 13600), and processes do not.
 
-Each is a Python process of fa's own (BOOTSTRAP), started once per fa process, in a session of
-its own, so that Ctrl-C reaches fa alone; it ends when its standard input closes, which fa's end
+Each is a Python process of fa's own, forked from fa where fa has one thread (_Forked), else
+started anew (BOOTSTRAP); started once per fa process, in a session of its own, so that Ctrl-C
+reaches fa alone; it ends when its standard input closes, which fa's end
 does however it ends (a kill -9 too), at the end of the task in hand. A
 task is a pickled (path, first value, values, fill, reserve) on its standard input, with fill a partial of
 one of generate.py's module functions; it maps that part of the file, fills it, and answers one
@@ -20,6 +21,7 @@ import mmap
 import os
 import pickle
 import queue
+import signal
 import struct
 import subprocess
 import sys
@@ -42,14 +44,13 @@ class Broken(Exception):
 
 class DrawingProcesses:
     def __init__(self, count: int):
-        package_parent = str(Path(__file__).resolve().parent.parent.parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, settings.python_path()]))}
         self.tasks: queue.SimpleQueue = queue.SimpleQueue()
-        # No death signal from the kernel: that comes when the thread that started a process ends,
-        # and these are started on a thread of their own (verdict.CaseInputs); their input's end is fa's.
-        self.procs = [subprocess.Popen([sys.executable, "-c", BOOTSTRAP, package_parent], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                       start_new_session=True) for _ in range(count)]
+        # Forked where fa has no other thread (a few ms each, numpy loaded already); else started
+        # anew (BOOTSTRAP), each loading Python and numpy: 0.9 s for 16 of them on the H200, which a
+        # re-run waited for before its first case. No death signal from the kernel: the thread that
+        # starts them may end before fa does; their input's end is fa's.
+        fork = hasattr(os, "fork") and threading.active_count() == 1
+        self.procs = [_Forked() if fork else _started() for _ in range(count)]
         self.ready = [threading.Event() for _ in self.procs]
         for proc, ready in zip(self.procs, self.ready):  # a feeder thread each: it waits on the answer, not the GIL
             threading.Thread(target=self._feed, args=(proc, ready), daemon=True).start()
@@ -66,7 +67,7 @@ class DrawingProcesses:
         self.tasks.put((future, pickle.dumps((path, start, count, fill, reserve))))
         return future
 
-    def _feed(self, proc: subprocess.Popen, ready: threading.Event) -> None:
+    def _feed(self, proc: subprocess.Popen | _Forked, ready: threading.Event) -> None:
         try:
             proc.stdout.readline()  # "ready" (or nothing: it died, and its tasks will say so)
         except (OSError, ValueError):
@@ -96,6 +97,55 @@ class DrawingProcesses:
                 proc.stdin.close()
             except OSError:
                 pass
+
+def _started() -> subprocess.Popen:
+    """A drawing process started anew: a Python of its own that loads fa_cli and numpy."""
+    package_parent = str(Path(__file__).resolve().parent.parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, settings.python_path()]))}
+    return subprocess.Popen([sys.executable, "-c", BOOTSTRAP, package_parent], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+
+
+class _Forked:
+    """A drawing process forked from fa (only where fa has one thread: a lock another thread held
+    would stay held in the child), in a session of its own, with nothing of fa's open but its two
+    pipes (standard input and output) and /dev/null for errors; what Popen offers of it to fa."""
+
+    def __init__(self):
+        task_r, task_w = os.pipe()
+        answer_r, answer_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.setsid()
+                os.dup2(task_r, 0)
+                os.dup2(answer_w, 1)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+                os.closerange(3, 1 << 16)
+                serve(open(0, "rb", closefd=False), open(1, "wb", closefd=False))
+            finally:
+                os._exit(0)
+        os.close(task_r)
+        os.close(answer_w)
+        self.stdin, self.stdout = open(task_w, "wb"), open(answer_r, "rb")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
 
 # The processes are started for an input of FROM_BYTES or more; smaller ones are drawn on threads
 # (never kept waiting for the processes to start), unless the processes are up already: then they
@@ -129,6 +179,15 @@ def pool(count: int) -> DrawingProcesses | None:
         return processes
 
 
+def start(count: int) -> None:
+    """The pool started: now, where it can be forked (a few ms), else on a thread of its own beside
+    fa's work (each process loading Python and numpy)."""
+    if hasattr(os, "fork") and threading.active_count() == 1:
+        pool(count)
+    else:
+        threading.Thread(target=pool, args=(count,), daemon=True).start()
+
+
 def _clear() -> None:
     """After the pool broke: the next input of FROM_BYTES or more starts a new one."""
     _up.clear()
@@ -145,10 +204,10 @@ BOOTSTRAP = ("import sys; sys.path[:] = [sys.argv[1]] + [p for p in sys.path if 
              "from fa_cli.cases.drawing_processes import serve; serve()")
 
 
-def serve() -> None:
+def serve(stdin=None, stdout=None) -> None:
     """A drawing process: "ready" once loaded (numpy), then tasks from standard input until it
     closes (a task's fill, unpickled, imports generate.py)."""
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdin, stdout = stdin or sys.stdin.buffer, stdout or sys.stdout.buffer
     stdout.write(b"ready\n")
     stdout.flush()
     while header := stdin.read(LENGTH.size):

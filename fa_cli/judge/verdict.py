@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import os
 import tempfile
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import file_pages, locations, settings
-from ..cases import cache, generate, suite
+from ..cases import cache, drawing_processes, generate, suite
 from ..cases.format import AttentionInput, Shape, open_output, read_header
 from ..cases.suite import Target
 from ..errors import FaError
@@ -245,8 +244,8 @@ class CaseInputs:
         self._scratch = contextlib.ExitStack()
         self.drawing = not self.keep and any(
             generate.drawing_way(c.shape.input_bytes, True) == "processes" for c in self.to_make.values())
-        if self.drawing:  # the drawing processes started beside; no program runs until they are up (settle)
-            threading.Thread(target=generate.drawers, daemon=True).start()
+        if self.drawing:  # the drawing processes started; no program runs until they are up (settle)
+            drawing_processes.start(generate.workers())
         if self.to_make and not self.keep:
             self.folder = self._scratch.enter_context(locations.scratch("inputs", self.scratch_parent))
             # closed before the scratch folder goes: a draw in flight ends first (an interrupt waits for it)
