@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import threading
+import warnings
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable
@@ -114,7 +115,11 @@ class _Forked:
     def __init__(self):
         task_r, task_w = os.pipe()
         answer_r, answer_w = os.pipe()
-        self.pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12 warns of any other OS thread: here numpy's BLAS threads, idle (BLAS forks
+            # cleanly, with handlers of its own), and a drawing process never calls BLAS.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.pid = os.fork()
         if self.pid == 0:
             try:
                 os.setsid()
