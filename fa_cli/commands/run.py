@@ -13,7 +13,7 @@ from ..errors import ExitStatus
 from ..judge import cause, expected, outlook, race_check, verdict, verify
 from ..judge.findings import Kind
 from ..measure import gtx1080_report, judge_column
-from ..programs import gtx1080, programs, wave64
+from ..programs import gtx1080, programs, sandbox, wave64
 from ..report import lines, tables
 from ..report.records import append, check_extendable
 from .group import Terminated, main
@@ -55,10 +55,14 @@ from .shared import check_names, make_launcher, note, runnable, selected_cases
 @click.option("--keep-inputs", is_flag=True,
               help="Keep the generated inputs in the cache for later runs (by default each is generated into "
                    "TMPDIR just before its case and deleted after it; expected outputs are kept either way).")
+@click.option("--sandbox", "sandboxed", is_flag=True,
+              help="Build and run the program confined (bubblewrap): for code that is not your own. It sees "
+                   "only the system, its input and its output's folder; no network, no home folder; limits on "
+                   "processes, file size and memory (docs/sandbox.md).")
 @force_option
 @launcher_options
 def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
-        why_budget, results_file, without_gpu, no_race_check, keep_inputs, launcher, partition, gres,
+        why_budget, results_file, without_gpu, no_race_check, keep_inputs, sandboxed, launcher, partition, gres,
         srun_args) -> None:
     """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
     table, and for each case that did not pass, why: where the wrong values are and which usual
@@ -78,11 +82,13 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
         raise click.UsageError("--time-limit and --no-time-limit exclude each other")
     check_extendable(results_file)  # a results file that cannot take the records: said before any work
     runner = make_launcher(launcher, partition, gres, srun_args)
+    if sandboxed:
+        runner = confined(runner)
     check_names(names)
     prog = runnable(program, runner, check=not without_gpu)
     with_expected = not (sample_rows or full)
     results, stopped, across, hazards = [], None, [], []
-    with locations.shared_workdir(runner is not None) as workdir, \
+    with locations.shared_workdir(runner is not None and runner.remote) as workdir, \
             verdict.CaseInputs(names, keep_inputs, with_expected, note, workdir) as inputs:
         inputs.why = why_case
         options = verdict.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
@@ -115,6 +121,15 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
         sys.exit(ExitStatus.INTERRUPTED if signum == signal.SIGINT else 128 + signum)
     lines.echo(tables.run_summary(results))
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
+
+
+def confined(runner):
+    """fa run --sandbox: the sandbox in force for the build and every run of the program."""
+    if runner is not None:
+        raise click.UsageError("--sandbox runs programs on this machine: not with --launcher slurm")
+    box = sandbox.Sandbox()
+    sandbox.use(box)
+    return box
 
 
 def show_results(results, prog, across, why_case, sample_rows) -> None:

@@ -271,6 +271,8 @@ def run(
     # The clock starts once the program is exec'd (Popen returns then): the fork before it is fa's,
     # and costs in proportion to fa's memory (25 ms in a long test run), not the program's.
     start = time.perf_counter()
+    if watch := getattr(launcher, "watch", None):  # a sandbox counts what the program starts
+        watch(proc)
     # The program's own exit ends the run, not the end of its stderr: a child it leaves behind
     # holding the pipe is killed with its process group, and never turns a finished run into a TLE.
     # From here on, whatever stops fa (Ctrl-C, SIGTERM, SIGHUP, raised here) stops the program first.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import locations
 from ..settings import compiler_command
-from . import wave64
+from . import sandbox, wave64
 from .devices import list_devices
 from .processes import run_tool
 
@@ -132,7 +132,8 @@ def make_commands(makefile: Path, goal: str, work: Path) -> list[str] | None:
     """The commands make would run for a goal (or its default goal, ""), every prerequisite
     remade: `make -n -B`, in the copy. None where make cannot say."""
     argv = ["make", "-n", "-B", "--no-print-directory", "-f", makefile.name, *([goal] if goal else [])]
-    proc = run_tool(argv, cwd=work, env={**os.environ, "MAKEFLAGS": ""})
+    env = {**os.environ, "MAKEFLAGS": ""}
+    proc = run_tool(sandbox.build_command(argv, work, env), cwd=work, env=env)
     if proc.returncode != 0:
         return None
     return [line for line in proc.stdout.splitlines() if line.strip()]
@@ -225,7 +226,7 @@ def makefile_recipe(source: Path, makefile: Path, work: Path, extra: tuple[str, 
 def run_recipe(recipe: Recipe, work: Path, env: dict) -> str | None:
     """Run a recipe's lines in `work`: None where its product is there, else the first error line."""
     for line in recipe.lines:
-        proc = run_tool(["bash", "-c", line], cwd=work, env=env)
+        proc = run_tool(sandbox.build_command(["bash", "-c", line], work, env), cwd=work, env=env)
         if proc.returncode != 0:
             text = proc.stderr + proc.stdout
             errors = [l for l in text.splitlines() if "error" in l.lower()] or [l for l in text.splitlines() if l.strip()]

