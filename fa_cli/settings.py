@@ -94,3 +94,18 @@ def python_path() -> str:
 def temporary_folder_named() -> bool:
     """TMPDIR set: the user chose where temporary files go (fa run's drawn inputs too)."""
     return bool(os.environ.get("TMPDIR"))
+
+
+def use_cache_dir(path: str) -> None:
+    """fa class: the class's own cache (FA_CACHE) for this command and the fa processes it starts."""
+    os.environ["FA_CACHE"] = path
+
+
+def search_path() -> str:
+    """PATH as set: a sandbox keeps the folders of it that it shows."""
+    return os.environ.get("PATH", "")
+
+
+def variables(names) -> dict[str, str]:
+    """Those of these variables that are set (what a sandbox passes on of the environment)."""
+    return {k: v for k, v in os.environ.items() if k in names}

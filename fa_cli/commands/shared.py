@@ -61,7 +61,7 @@ def runnable(name: str, runner, try_cpu: bool = True, check: bool = True) -> pro
     then, as the course builds it, so that a laptop without the GPU still says whether it
     builds (a source that needs C++17, a missing header) before it says it cannot run it."""
     prog = programs.resolve(name)
-    if check and runner is None and (no_gpu := ready.gpu_problem(prog, name, try_cpu)):
+    if check and (runner is None or not runner.remote) and (no_gpu := ready.gpu_problem(prog, name, try_cpu)):
         if prog.source is None:
             raise FaError(no_gpu)
         raise FaError(build_then(prog, no_gpu))

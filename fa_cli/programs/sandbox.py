@@ -115,7 +115,7 @@ class Sandbox:
         for path in folders:
             views += ["--bind", path, path]
         chdir = str(cwd) if cwd else (folders[0] if folders else "/tmp")
-        variables = {k: v for k, v in os.environ.items() if k in KEPT_VARIABLES}
+        variables = settings.variables(KEPT_VARIABLES)
         variables.update(env or {})
         variables.update(PATH=_system_path(), HOME="/tmp")
         settings_ = [w for k, v in variables.items() for w in ("--setenv", k, v)]
@@ -222,7 +222,7 @@ def _bytes_under(folder: Path, most: int = 10000) -> int:
 def _system_path() -> str:
     """PATH inside: this PATH's folders that the sandbox shows (the CUDA toolkit's bin, say)."""
     shown = (*SYSTEM, *TOP_LEVEL, settings.cuda_home(), settings.rocm_path())
-    kept = [d for d in os.environ.get("PATH", "").split(os.pathsep)
+    kept = [d for d in settings.search_path().split(os.pathsep)
             if d.startswith("/") and any(s and (d == s or d.startswith(s + "/")) for s in shown)]
     return os.pathsep.join(dict.fromkeys(kept or ["/usr/local/bin", "/usr/bin", "/bin"]))
 

@@ -1,0 +1,139 @@
+"""Each submission of a class judged as `fa run` judges one program, and its record kept.
+
+Builds first, on every core, confined (programs.sandbox in force) and before any GPU time: each
+source built by fa's own builder into the class's cache, so that a build error is in the table
+with its reason before a program runs. Then each source that built is judged by `fa run` (a
+process of its own, one submission at a time, so that its times are its own) with the class's
+cache (FA_CACHE: every input generated once and kept, every expected output computed once; the
+sandbox shows each run only its own input, read-only), `--sandbox`, and `-o` its records. A
+submission's record (CLASS/records/STUDENT.PLATFORM.json) is written whole or not at all, and
+names what it holds for: the submission's sha256, the cases and fa's version; a re-run of fa
+class judges again only what is missing or no longer holds.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import fa_cli
+
+from ..errors import FaError
+from ..files import atomic_file
+from ..programs import programs, sandbox
+from ..report import records
+from .submissions import PLATFORM, Submission
+
+RECORDS = "records"
+REPORTS = "reports"
+WALL_MARGIN_S = 120  # a whole submission's run may take its cases' limits, twice, and this more
+
+
+@dataclass(frozen=True)
+class Task:
+    submission: Submission
+    source: Path
+
+    @property
+    def platform(self) -> str:
+        return PLATFORM[self.source.suffix]
+
+    @property
+    def label(self) -> str:
+        return f"{self.submission.student}.{self.platform}"
+
+
+def record_path(class_folder: Path, task: Task) -> Path:
+    return class_folder / RECORDS / f"{task.label}.json"
+
+
+def kept_record(class_folder: Path, task: Task, cases: list[str], sandboxed: bool) -> dict | None:
+    """The task's record where it holds for this submission, these cases, this fa and this
+    sandbox, and is whole (a build error, or every case judged: not a run stopped, or one this
+    machine could not make); else None (to be judged)."""
+    try:
+        record = json.loads(record_path(class_folder, task).read_text())
+    except (OSError, ValueError):
+        return None
+    wanted = dict(sha256=task.submission.digest, cases=cases, fa=fa_cli.__version__, sandboxed=sandboxed)
+    whole = record.get("build_error") is not None or len(record.get("runs") or []) == len(cases)
+    return record if whole and all(record.get(k) == v for k, v in wanted.items()) else None
+
+
+def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, str | None]:
+    """Every task's source built (confined where a sandbox is in force), `jobs` at once (0: one a
+    core): label -> None where it built, else why not, in one line."""
+    def build(task: Task) -> str | None:
+        try:
+            program = programs.from_source(task.source)
+            return None if program.path.exists() else programs.build_error(program)
+        except FaError as e:  # a compiler not installed, say: that row's reason, not the class's end
+            return str(e)
+        finally:
+            advance()
+    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
+        return dict(zip((t.label for t in tasks), pool.map(build, tasks)))
+
+
+def judge(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
+          build_error: str | None) -> dict:
+    """The task judged (or its build error kept) and its record written."""
+    record = dict(student=task.submission.student, platform=task.platform, source=task.source.name,
+                  sha256=task.submission.digest, cases=cases, fa=fa_cli.__version__, sandboxed=sandboxed,
+                  build_error=build_error, exit_code=None, runs=[], words="", errors="")
+    path = record_path(class_folder, task)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if build_error is None:
+        record.update(_fa_run(class_folder, task, cases, time_limits_s, sandboxed))
+    with atomic_file(path) as f:
+        f.write(json.dumps(record, indent=1).encode())
+    report = class_folder / REPORTS / f"{task.label}.txt"
+    report.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_file(report) as f:
+        f.write((record["words"] + record["errors"] or f"does not build: {build_error}\n").encode())
+    return record
+
+
+def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool) -> dict:
+    """fa run of one source, in a process of its own (its own session: a wall limit ends all it
+    started); its words, its records and its exit status."""
+    results = class_folder / RECORDS / f".{task.label}.runs.json"
+    results.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "fa_cli", "run", *cases, "--program", str(task.source), "--keep-inputs",
+            "-o", str(results), *(["--sandbox"] if sandboxed else [])]
+    # its words into pipes, unfolded (no COLUMNS): each message one line, as the cause column takes it
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=class_folder, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=2 * time_limits_s + WALL_MARGIN_S)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        out, err = proc.communicate()
+        err += f"\nfa class: stopped after {2 * time_limits_s + WALL_MARGIN_S:.0f} s, twice the cases' limits and more"
+    except BaseException:
+        _stop(proc)
+        raise
+    runs = records.load(results) if results.exists() else []
+    results.unlink(missing_ok=True)
+    return dict(exit_code=proc.returncode, runs=runs, words=out, errors=err)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def tasks_of(submissions: list[Submission]) -> list[Task]:
+    return [Task(s, source) for s in submissions for source in s.sources()]
+
+
+def confine_builds(sandboxed: bool) -> None:
+    """The class's builds in the sandbox (or not, where --unsandboxed was given by name)."""
+    sandbox.use(sandbox.Sandbox(gpu=False) if sandboxed else None)

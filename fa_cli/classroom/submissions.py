@@ -1,0 +1,70 @@
+"""A class's submissions: found in a folder of student folders (one folder a student, named as the
+course site exports it), copied once into the class folder with the sha256 of every file, so that
+what is judged is what was handed in, and a re-run knows what changed."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import FaError
+from ..files import atomic_file
+
+SOURCES = ("hw4.cu", "hw4.hip", "hw4.cpp")  # what is judged, each on its platform
+KEPT = ("Makefile", "makefile", "GNUmakefile")  # copied beside them: the course builds with it
+FILE_LIMIT = 4 << 20  # a file larger than this is not a source or a Makefile: not copied
+PLATFORM = {".cu": "cuda", ".hip": "hip", ".cpp": "cpu"}
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Submission:
+    student: str
+    folder: Path              # its copy in the class folder
+    files: dict[str, str]     # name -> sha256, as copied
+    digest: str               # of all its files: what a record is valid for
+
+    def sources(self) -> list[Path]:
+        return [self.folder / name for name in SOURCES if name in self.files]
+
+
+def found(where: Path) -> list[tuple[str, Path]]:
+    """(student, folder) for each student folder under `where`, in name order; a name that is not
+    a plain one (a space, a slash, a leading dot) is refused, so that every path fa makes of it
+    stays in the class folder."""
+    if not where.is_dir():
+        raise FaError(f"{where}: not a folder of student folders")
+    students = []
+    for folder in sorted(p for p in where.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not NAME.match(folder.name):
+            raise FaError(f"{folder}: a student folder's name must be letters, digits and ._@+- (rename it)")
+        students.append((folder.name, folder))
+    if not students:
+        raise FaError(f"{where}: no student folders in it")
+    return students
+
+
+def copied(student: str, source_folder: Path, class_folder: Path) -> Submission:
+    """The student's sources and Makefile copied into CLASS/submissions/STUDENT (regular files
+    only, no links followed), with their sha256s (submission.json)."""
+    folder = class_folder / "submissions" / student
+    wanted = [source_folder / n for n in (*SOURCES, *KEPT)]
+    files = {p.name: p for p in wanted if p.is_file() and not p.is_symlink() and p.stat().st_size <= FILE_LIMIT}
+    fresh = folder.with_name(folder.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    sums = {}
+    for name, path in sorted(files.items()):
+        data = path.read_bytes()
+        (fresh / name).write_bytes(data)
+        sums[name] = hashlib.sha256(data).hexdigest()
+    digest = hashlib.sha256(json.dumps(sums, sort_keys=True).encode()).hexdigest()
+    with atomic_file(fresh / "submission.json") as f:
+        f.write(json.dumps({"student": student, "files": sums, "sha256": digest}, indent=1).encode())
+    if folder.exists():
+        shutil.rmtree(folder)
+    fresh.rename(folder)
+    return Submission(student, folder, sums, digest)

@@ -1,0 +1,97 @@
+"""The class table: one row per student and platform, from the records judging.py keeps: the
+build, each case's verdict and time, what passed, the judge's GPU's estimate, the cause fa named,
+whether it ran confined. Written as CSV and JSON, shown on the terminal."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from ..files import atomic_file
+
+COLUMNS = ("student", "platform", "build", "passed", "time_s", "judge_gpu_s", "cause", "sandboxed")
+
+
+def row_of(record: dict) -> dict:
+    """A record as the table's row: its fixed columns, then each case's verdict and time."""
+    runs = record.get("runs") or []
+    row = dict(student=record["student"], platform=record["platform"],
+               build="ok" if record.get("build_error") is None else f"error: {record['build_error']}",
+               sandboxed="yes" if record.get("sandboxed") else "NO")
+    row["passed"] = f"{sum(r.get('verdict') == 'PASS' for r in runs)}/{len(record['cases'])}" if runs else "-"
+    row["time_s"] = round(sum(r.get("wall_s") or 0 for r in runs), 3) if runs else None
+    estimates = [r["judge_gpu_s"]["mid"] for r in runs if r.get("judge_gpu_s")]
+    row["judge_gpu_s"] = round(sum(estimates), 3) if estimates and len(estimates) == len(runs) else None
+    row["cause"] = cause_of(record)
+    for r in runs:
+        row[r["input"]] = f"{r.get('verdict')} {r['wall_s']:.3f}" if r.get("wall_s") is not None else r.get("verdict")
+    return row
+
+
+def cause_of(record: dict) -> str:
+    """What fa said of it in one line: its build error, why it was not run, or the first failing
+    case's diagnosis."""
+    if record.get("build_error") is not None:
+        return "does not build (the build column)"
+    runs = record.get("runs") or []
+    if not runs:  # fa run stopped before any case: its own line says why (no GPU here, say)
+        said = [l.removeprefix("fa: error: ") for l in record.get("errors", "").splitlines() if l.strip()]
+        return "not run: " + (said[-1] if said else f"fa run ended with exit status {record.get('exit_code')}")
+    for r in runs:
+        if r.get("verdict") != "PASS":
+            text = r.get("diagnosis_text") or [r.get("error") or r.get("verdict")]
+            return f"{r['input']}: {' '.join(text) if isinstance(text, list) else text}"[:300]
+    return ""
+
+
+def rows_of(records: list[dict]) -> tuple[list[str], list[dict]]:
+    rows = [row_of(r) for r in records]
+    cases = list(dict.fromkeys(c for r in records for c in r["cases"]))
+    return [*COLUMNS, *cases], rows
+
+
+def write(folder: Path, records: list[dict]) -> tuple[Path, Path]:
+    """CLASS/class.csv and CLASS/class.json, each whole or not at all."""
+    header, rows = rows_of(records)
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=header, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    paths = folder / "class.csv", folder / "class.json"
+    with atomic_file(paths[0]) as f:
+        f.write(text.getvalue().encode())
+    with atomic_file(paths[1]) as f:
+        f.write(json.dumps({"columns": header, "rows": rows}, indent=1).encode())
+    return paths
+
+
+def terminal_table(records: list[dict]) -> Table:
+    header, rows = rows_of(records)
+    shown = [c for c in header if c not in ("judge_gpu_s",) or any(r.get(c) is not None for r in rows)]
+    table = Table(title="fa class", title_justify="left")
+    for column in shown:
+        table.add_column(column, overflow="fold", max_width=SHOWN_WIDTH if column in ("build", "cause") else None)
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else _shown(str(row.get(c))) for c in shown))
+    return table
+
+
+SHOWN_WIDTH = 48  # the build and cause columns on the terminal: their start (the files hold them whole)
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 2 * SHOWN_WIDTH else text[: 2 * SHOWN_WIDTH - 1] + "…"
+
+
+def summary(records: list[dict], csv_path: Path) -> str:
+    passing = sum(1 for r in records if r.get("runs") and all(x.get("verdict") == "PASS" for x in r["runs"])
+                  and len(r["runs"]) == len(r["cases"]))
+    broken = sum(1 for r in records if r.get("build_error") is not None)
+    unrun = sum(1 for r in records if r.get("build_error") is None and not r.get("runs"))
+    failing = len(records) - passing - broken - unrun
+    students = len({r["student"] for r in records})
+    return (f"{students} students, {len(records)} programs: {passing} pass every case, {failing} do not, "
+            f"{broken} do not build, {unrun} not run; the table: {csv_path}")

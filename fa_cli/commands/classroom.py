@@ -1,0 +1,74 @@
+"""fa class: a TA's class judged in one command (fa_cli/classroom does the work)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .. import settings
+from ..cases import suite
+from ..classroom import judging, submissions, table
+from ..errors import ExitStatus, FaError
+from ..programs import sandbox
+from ..report import lines, tables
+from .group import main
+from .options import case_options
+from .shared import check_names, selected_cases
+
+
+@main.command("class")
+@click.argument("folder", metavar="SUBMISSIONS", type=click.Path(path_type=Path))
+@case_options
+@click.option("-o", "--output", "class_folder", type=click.Path(path_type=Path), required=True,
+              help="The class folder: the submissions' copies, the class's cache (inputs and expected outputs, "
+                   "made once), a record and a report per program, class.csv and class.json.")
+@click.option("--unsandboxed", is_flag=True,
+              help="Build and run every submission unconfined (where bubblewrap cannot be had): each row says so.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Builds at once (default: one a core).")
+def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs) -> None:
+    """Judge a class: SUBMISSIONS is a folder of student folders (each with hw4.cu, hw4.hip or
+    hw4.cpp, and its Makefile if any). Each is copied and hashed, built on every core and judged
+    as `fa run` judges it, confined (bubblewrap), one at a time; a re-run judges only what changed.
+
+    \b
+    fa class submissions/ -o hw4-class --all --suite c"""
+    names = selected_cases(cases, all_cases, suite_text)
+    if not names or not all(suite.is_case_name(n) for n in names):
+        raise click.UsageError("name the suite cases to judge on (t01..t30, c01..c30), or give --all [--suite c]")
+    check_names(names)
+    if not unsandboxed and (line := sandbox.missing_line()):
+        raise FaError(f"{line}; or give --unsandboxed to run every submission unconfined", exit_code=ExitStatus.FAILED)
+    class_folder.mkdir(parents=True, exist_ok=True)
+    settings.use_cache_dir(str((class_folder / "cache").resolve()))
+    class_folder = class_folder.resolve()
+    copies = [submissions.copied(student, where, class_folder) for student, where in submissions.found(folder)]
+    tasks = judging.tasks_of(copies)
+    if not tasks:
+        raise FaError(f"{folder}: no student folder holds a {', '.join(submissions.SOURCES)}")
+    done = {t.label: r for t in tasks if (r := judging.kept_record(class_folder, t, names, not unsandboxed))}
+    todo = [t for t in tasks if t.label not in done]
+    lines.echo(f"fa class: {tables.plural(len(tasks), 'program')} of {tables.plural(len(copies), 'student')}; "
+               f"{len(done)} judged before and unchanged, {len(todo)} to judge"
+               + ("" if not unsandboxed else "; UNSANDBOXED: every build and run sees this machine as you do"))
+    judging.confine_builds(not unsandboxed)
+    limits = sum(suite.case(n).time_limit for n in names)
+    stopped = False
+    try:
+        with tables.progress("building", len(todo), steps=True, enabled=bool(todo)) as advance:
+            built = judging.build_all(todo, jobs or 0, advance)
+        with tables.progress("judging", len(todo), steps=True, enabled=bool(todo)) as advance:
+            for task in todo:
+                done[task.label] = judging.judge(class_folder, task, names, limits, not unsandboxed, built[task.label])
+                advance()
+    except KeyboardInterrupt:
+        stopped = True
+    kept = [done[t.label] for t in tasks if t.label in done]
+    csv_path, _ = table.write(class_folder, kept)
+    tables.show(table.terminal_table(kept))
+    lines.echo(table.summary(kept, csv_path))
+    if stopped:
+        lines.echo(f"interrupted: {len(kept)} of {len(tasks)} programs judged; fa class again goes on from there")
+        sys.exit(ExitStatus.INTERRUPTED)
+    sys.exit(ExitStatus.OK if len(kept) == len(tasks) else ExitStatus.FAILED)

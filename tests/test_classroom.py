@@ -1,0 +1,141 @@
+"""fa class (fa_cli/classroom): a class of CPU submissions judged in one command, sandboxed, each
+row what fa run says of that program alone; a re-run judges only what changed."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import DATA, fa
+from test_sandbox import bwrap_works
+
+from fa_cli.classroom import submissions, table
+from fa_cli.errors import FaError
+from fa_cli.programs.devices import list_devices
+
+needs_bwrap = pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap (bwrap) able to make namespaces")
+
+
+def a_class(tmp_path):
+    """alice right, bob without the 1/sqrt(d) scale, carol's does not compile, dave looks for
+    alice's source (handed in, and its copy) and her record."""
+    subs = tmp_path / "subs"
+    for student in ("alice", "bob", "carol", "dave"):
+        (subs / student).mkdir(parents=True)
+    right = (DATA / "student_hw4.cpp").read_text()
+    (subs / "alice" / "hw4.cpp").write_text(right)
+    (subs / "bob" / "hw4.cpp").write_text("#define MISTAKE NO_SCALE\n" + right)
+    (subs / "carol" / "hw4.cpp").write_text("int main( { return 0; }\n")
+    (subs / "dave" / "hw4.cpp").write_text(
+        "#include <cstdio>\nint main() { const char *p[] = {\"%s\", \"%s\", \"%s\"}; int seen = 0;\n"
+        "  for (const char *f : p) { FILE *x = fopen(f, \"r\"); if (x) { seen++; fclose(x); } }\n"
+        "  fprintf(stderr, \"dave saw %%d files\\n\", seen); return 3; }\n"
+        % (subs / "alice" / "hw4.cpp", tmp_path / "class" / "submissions" / "alice" / "hw4.cpp",
+           tmp_path / "class" / "records" / "alice.cpu.json"))  # (judged before dave's runs: it is there)
+    return subs
+
+
+def rows(folder):
+    return {r["student"]: r for r in json.loads((folder / "class.json").read_text())["rows"]}
+
+
+@needs_bwrap
+def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, cpu_program):
+    subs, folder = a_class(tmp_path), tmp_path / "class"
+    proc = fa("class", subs, "-o", folder, "t01", "c01", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = rows(folder)
+    assert (got["alice"]["t01"].split()[0], got["alice"]["passed"], got["alice"]["sandboxed"]) == ("PASS", "2/2", "yes")
+    assert got["bob"]["passed"] == "0/2" and "1/sqrt(d)" in got["bob"]["cause"]
+    assert got["carol"]["build"].startswith("error:") and "main" in got["carol"]["build"]
+    assert got["dave"]["c01"].startswith("ERROR") and "dave saw 0 files" in got["dave"]["cause"]
+    assert "4 students, 4 programs: 1 pass every case, 2 do not, 1 do not build" in proc.stdout
+    alone = fa("run", "t01", "--program", subs / "bob" / "hw4.cpp", env={**os.environ, "COLUMNS": "120"}, cwd=tmp_path)
+    report = (folder / "reports" / "bob.cpu.txt").read_text()
+    assert alone.stdout.splitlines()[-1].split(";")[0] == "1 case: 1 WRONG"
+    assert "no 1/sqrt(d) scale" in report and "no 1/sqrt(d) scale" in alone.stdout  # the same words
+    # c01's input and expected output made once, in the class's cache, for all four
+    assert (folder / "cache" / "c01.in").is_file() and len(list((folder / "cache" / "expected").glob("*.out"))) == 1
+    said = [json.loads(p.read_text())["errors"] for p in (folder / "records").glob("*.json")]
+    assert sum("generated c01" in text for text in said) == 1 and (folder / "class.csv").is_file()
+
+
+@needs_bwrap
+def test_a_rerun_judges_only_what_changed_and_an_edited_submission_again(tmp_path, cpu_program):
+    subs, folder = a_class(tmp_path), tmp_path / "class"
+    assert fa("class", subs, "-o", folder, "t01", cwd=tmp_path).returncode == 0
+    kept = {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("*.json")}
+    again = fa("class", subs, "-o", folder, "t01", cwd=tmp_path)
+    assert "4 judged before and unchanged, 0 to judge" in again.stdout
+    assert kept == {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("*.json")}
+    shutil.copy(subs / "alice" / "hw4.cpp", subs / "bob" / "hw4.cpp")  # bob fixes his
+    fixed = fa("class", subs, "-o", folder, "t01", cwd=tmp_path)
+    assert "3 judged before and unchanged, 1 to judge" in fixed.stdout
+    assert rows(folder)["bob"]["passed"] == "1/1"
+    other_cases = fa("class", subs, "-o", folder, "t01", "t02", cwd=tmp_path)
+    assert "0 judged before and unchanged, 4 to judge" in other_cases.stdout
+
+
+@needs_bwrap
+@pytest.mark.skipif(shutil.which("nvcc") is None or any(d.vendor == "nvidia" for d in list_devices()),
+                    reason="needs nvcc, and no NVIDIA GPU")
+def test_a_cuda_submission_on_a_machine_without_the_gpu_is_built_and_said_not_run(tmp_path):
+    (tmp_path / "subs" / "erin").mkdir(parents=True)
+    assert fa("init", tmp_path / "starter").returncode == 0
+    shutil.copy(tmp_path / "starter" / "hw4.cu", tmp_path / "subs" / "erin" / "hw4.cu")
+    proc = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
+    assert proc.returncode == 0 and "1 not run" in proc.stdout, proc.stdout + proc.stderr
+    row = rows(tmp_path / "class")["erin"]
+    assert row["build"] == "ok" and row["cause"].startswith("not run: hw4.cu builds") and "no NVIDIA GPU" in row["cause"]
+    again = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
+    assert "0 judged before and unchanged, 1 to judge" in again.stdout  # judged again: on a GPU node, it runs
+
+
+def test_without_bubblewrap_fa_class_says_how_to_get_it_or_to_go_unsandboxed(tmp_path, cpu_program):
+    subs = a_class(tmp_path)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    for tool in ("g++", "make", "sh", "bash"):
+        if shutil.which(tool):
+            (empty / tool).symlink_to(shutil.which(tool))
+    env = {**os.environ, "PATH": str(empty)}
+    argv = [sys.executable, "-m", "fa_cli", "class", str(subs), "-o", str(tmp_path / "class"), "t01"]
+    root = DATA.parent.parent
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=root)
+    assert proc.returncode == 1 and "apt-get install bubblewrap" in proc.stderr and "--unsandboxed" in proc.stderr
+    unconfined = subprocess.run([*argv, "--unsandboxed"], capture_output=True, text=True, env=env, cwd=root)
+    assert unconfined.returncode == 0, unconfined.stderr
+    assert "UNSANDBOXED" in unconfined.stdout and rows(tmp_path / "class")["alice"]["sandboxed"] == "NO"
+
+
+def test_student_folders_with_names_that_would_leave_the_class_folder_are_refused(tmp_path):
+    (tmp_path / "subs" / "a b").mkdir(parents=True)
+    with pytest.raises(FaError, match="letters, digits"):
+        submissions.found(tmp_path / "subs")
+    with pytest.raises(FaError, match="not a folder"):
+        submissions.found(tmp_path / "none")
+
+
+def test_a_copy_keeps_sources_and_makefile_only_with_their_hashes(tmp_path):
+    src = tmp_path / "erin"
+    src.mkdir()
+    (src / "hw4.cu").write_text("kernel")
+    (src / "Makefile").write_text("all:\n")
+    (src / "notes.txt").write_text("not judged")
+    (src / "hw4.hip").symlink_to("/etc/passwd")  # a link: not followed
+    copy = submissions.copied("erin", src, tmp_path / "class")
+    assert sorted(copy.files) == ["Makefile", "hw4.cu"] and [p.name for p in copy.sources()] == ["hw4.cu"]
+    assert copy.digest == json.loads((copy.folder / "submission.json").read_text())["sha256"]
+    (src / "hw4.cu").write_text("kernel, edited")
+    assert submissions.copied("erin", src, tmp_path / "class").digest != copy.digest
+
+
+def test_a_row_says_the_first_failing_case_and_a_program_never_run(tmp_path):
+    record = dict(student="s", platform="cuda", cases=["t01", "t02"], sandboxed=True, build_error=None, runs=[],
+                  errors="fa: error: this machine has no NVIDIA GPU\n", exit_code=2)
+    assert table.row_of(record)["cause"] == "not run: this machine has no NVIDIA GPU"
+    record["runs"] = [dict(input="t01", verdict="PASS", wall_s=0.1), dict(input="t02", verdict="TLE", wall_s=2.0,
+                                                                          diagnosis_text=["past its limit"])]
+    row = table.row_of(record)
+    assert (row["passed"], row["cause"], row["t02"]) == ("1/2", "t02: past its limit", "TLE 2.000")
