@@ -2,15 +2,17 @@
 row what fa run says of that program alone; a re-run judges only what changed."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import DATA, fa
 from test_sandbox import bwrap_works
 
-from fa_cli.classroom import submissions, table
+from fa_cli.classroom import similarity, submissions, table
 from fa_cli.errors import FaError
 from fa_cli.programs.devices import list_devices
 
@@ -139,3 +141,28 @@ def test_a_row_says_the_first_failing_case_and_a_program_never_run(tmp_path):
                                                                           diagnosis_text=["past its limit"])]
     row = table.row_of(record)
     assert (row["passed"], row["cause"], row["t02"]) == ("1/2", "t02: past its limit", "TLE 2.000")
+
+
+def test_a_copy_with_renamed_variables_is_the_top_similar_pair_and_the_starter_is_not_flagged(tmp_path):
+    """ben's own kernel, cat's the same with every name changed, ann's and dan's fa init's starter
+    (dan's with its comments changed): ben and cat are the first pair, and the starter pair is not
+    among them (copydetect's boilerplate); a pair names where the shared code is."""
+    starter = (Path(similarity.__file__).parents[1] / "starter" / "hw4.cu").read_text()
+    own = (DATA / "class" / "own_kernel.cu").read_text()
+    renamed = own
+    for name, other in {"running_max": "m_i", "running_sum": "l_i", "accumulator": "acc", "score": "s",
+                        "weight": "p", "correction": "alpha", "attention_rows": "flash_fwd", "check": "ok",
+                        "batches": "B", "host_q": "hq", "host_o": "ho", "device_q": "dq"}.items():
+        renamed = re.sub(rf"\b{name}\b", other, renamed)
+    assert renamed != own
+    texts = {"ann": starter, "ben": own, "cat": renamed, "dan": starter.replace("// ", "// dan: ")}
+    copies = []
+    for student, text in texts.items():
+        (tmp_path / student).mkdir()
+        (tmp_path / student / "hw4.cu").write_text(text)
+        copies.append(submissions.copied(student, tmp_path / student, tmp_path / "class"))
+    found = similarity.pairs(copies)
+    assert (found[0]["a"], found[0]["b"]) == ("ben", "cat") and min(found[0]["share_a"], found[0]["share_b"]) > 0.9
+    assert not [p for p in found if {p["a"], p["b"]} == {"ann", "dan"}]
+    start, end = found[0]["spans_b"][0]
+    assert renamed[start:end].strip()  # a span of cat's own text

@@ -63,9 +63,13 @@ def write(folder: Path, records: list[dict]) -> tuple[Path, Path]:
     paths = folder / "class.csv", folder / "class.json"
     with atomic_file(paths[0]) as f:
         f.write(text.getvalue().encode())
-    with atomic_file(paths[1]) as f:
-        f.write(json.dumps({"columns": header, "rows": rows}, indent=1).encode())
+    write_json(paths[1], {"columns": header, "rows": rows})
     return paths
+
+
+def write_json(path: Path, content: dict) -> None:
+    with atomic_file(path) as f:
+        f.write(json.dumps(content, indent=1).encode())
 
 
 def terminal_table(records: list[dict]) -> Table:

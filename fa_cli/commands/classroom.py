@@ -8,7 +8,7 @@ import click
 
 from .. import settings
 from ..cases import suite
-from ..classroom import judging, submissions, table
+from ..classroom import judging, similarity, submissions, table
 from ..errors import ExitStatus, FaError
 from ..programs import sandbox
 from ..report import lines, tables
@@ -67,6 +67,10 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
     kept = [done[t.label] for t in tasks if t.label in done]
     csv_path, _ = table.write(class_folder, kept)
     tables.show(table.terminal_table(kept))
+    found = similarity.pairs(copies)
+    table.write_json(class_folder / "similarity.json", {"pairs": found})
+    for line in similarity.lines_of(found):
+        lines.echo(f"similar: {line}")
     lines.echo(table.summary(kept, csv_path))
     if stopped:
         lines.echo(f"interrupted: {len(kept)} of {len(tasks)} programs judged; fa class again goes on from there")
