@@ -64,6 +64,29 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
 
 
 @needs_bwrap
+def test_hostile_submissions_are_contained_and_the_next_students_run_is_unaffected(tmp_path, cpu_program):
+    """A fork bomb (3000 processes at most) and a disk fill (200 MB at most) judged before alice:
+    each killed and said in its row (a run may write its output's size and 16 MB more), and
+    alice's verdict the same as judged alone."""
+    subs = tmp_path / "subs"
+    for student in ("aaron", "abby", "alice"):
+        (subs / student).mkdir(parents=True)
+    (subs / "aaron" / "hw4.cpp").write_text(
+        "#include <unistd.h>\nint main() { for (int i = 0; i < 3000; i++) if (fork() == 0) { sleep(30); return 0; }"
+        " sleep(30); return 0; }\n")
+    (subs / "abby" / "hw4.cpp").write_text(
+        "#include <cstdio>\nint main(int c, char **v) { FILE *f = fopen(v[2], \"wb\"); static char b[1 << 20];"
+        " for (int i = 0; i < 200; i++) fwrite(b, 1, sizeof b, f); return 0; }\n")
+    (subs / "alice" / "hw4.cpp").write_text((DATA / "student_hw4.cpp").read_text())
+    proc = fa("class", subs, "-o", tmp_path / "class", "t01", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = rows(tmp_path / "class")
+    assert "more than the sandbox's 256 processes" in got["aaron"]["cause"], got["aaron"]
+    assert "SIGXFSZ" in got["abby"]["cause"], got["abby"]  # t01's output is 32 KB: 16 MB more at most
+    assert got["alice"]["passed"] == "1/1"
+
+
+@needs_bwrap
 def test_a_rerun_judges_only_what_changed_and_an_edited_submission_again(tmp_path, cpu_program):
     subs, folder = a_class(tmp_path), tmp_path / "class"
     assert fa("class", subs, "-o", folder, "t01", cwd=tmp_path).returncode == 0

@@ -24,11 +24,12 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import settings
-from ..errors import ExitStatus, FaError
+from ..cases.format import read_header
+from ..errors import ExitStatus, FaError, FormatError
 
 BWRAP = "bwrap"
 INSTALL = "install it with `sudo apt-get install bubblewrap` (Debian, Ubuntu) or `sudo dnf install bubblewrap`"
@@ -37,6 +38,9 @@ TOP_LEVEL = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # links in
 GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/kfd", "/dev/dri")
 KEPT_VARIABLES = ("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
                   "FA_TIMING", "HIP_PLATFORM", "TMPDIR")
+
+
+OUTPUT_MARGIN = 16 << 20  # a run may write its output's size and this more, in any one file
 
 
 @dataclass(frozen=True)
@@ -80,19 +84,28 @@ class Sandbox:
         self.limits, self.gpu = limits, gpu
         self.killed: str | None = None  # why the watch killed the last run
         self.watched: list[Path] = []  # the folders the last run may write to
+        self.run_limits = limits  # the last run's (sized to its output)
 
     def wrap(self, argv: list[str]) -> list[str]:
         """PROGRAM [TOOL ARGS] INPUT OUTPUT, confined: every existing file it names read-only, the
         output's folder (the last argument's) writable, and the folder of a file it names that is
-        not there yet (a tool's log)."""
+        not there yet (a tool's log). What it may write is sized to its output, where its input's
+        header says it: OUTPUT_MARGIN more for a file, twice that in all."""
         named = [Path(a) for a in argv if a.startswith("/")]
         readable = [p for p in named if p.is_file()]
         writable = [Path(argv[-1]).parent, *(p.parent for p in named if not p.exists() and p.parent.is_dir())]
         self.watched = writable
-        return self.confine(argv, readable=readable, writable=writable, gpu=self.gpu)
+        try:
+            most = read_header(argv[-2]).output_bytes + OUTPUT_MARGIN
+            limits = replace(self.limits, file_bytes=min(self.limits.file_bytes, most),
+                             written_bytes=min(self.limits.written_bytes, 2 * most))
+        except (FormatError, IndexError):
+            limits = self.limits
+        self.run_limits = limits
+        return self.confine(argv, readable=readable, writable=writable, gpu=self.gpu, limits=limits)
 
     def confine(self, argv: list[str], readable=(), writable=(), cwd: Path | None = None,
-                gpu: bool = False, env: dict[str, str] | None = None) -> list[str]:
+                gpu: bool = False, env: dict[str, str] | None = None, limits: Limits | None = None) -> list[str]:
         """The command line that runs argv confined, seeing only `readable` (read-only) and
         `writable` besides the system, from `cwd` (default: the first writable folder)."""
         views: list[str] = []
@@ -121,7 +134,7 @@ class Sandbox:
         settings_ = [w for k, v in variables.items() for w in ("--setenv", k, v)]
         bwrap = [BWRAP, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv",
                  *settings_, *views, "--chdir", chdir, "--", *argv]
-        return [*self._prlimit(), *bwrap]
+        return [*self._prlimit(limits or self.limits), *bwrap]
 
     def watch(self, proc) -> None:
         """Beside a confined run (programs.run calls it once the command has started): the
@@ -130,7 +143,7 @@ class Sandbox:
         threading.Thread(target=self._count, args=(proc,), daemon=True).start()
 
     def _count(self, proc) -> None:
-        namespace, folders, limits = None, list(self.watched), self.limits
+        namespace, folders, limits = None, list(self.watched), self.run_limits
         while proc.poll() is None:
             namespace = namespace or _namespace_under(proc.pid)
             if namespace and _processes_in(namespace) > limits.processes:
@@ -143,8 +156,7 @@ class Sandbox:
                 return
             time.sleep(WATCH_S)
 
-    def _prlimit(self) -> list[str]:
-        limits = self.limits
+    def _prlimit(self, limits: Limits) -> list[str]:
         words = ["prlimit", f"--nproc={_user_processes() + limits.processes}", f"--fsize={limits.file_bytes}",
                  f"--data={limits.memory_bytes}"]
         if limits.cpu_s:
@@ -156,9 +168,9 @@ class Sandbox:
             said, self.killed = self.killed, None
             return said
         if returncode in (-25, 128 + 25):  # SIGXFSZ
-            return f"killed: a file it wrote passed the sandbox's {self.limits.file_bytes} bytes (SIGXFSZ)"
+            return f"killed: a file it wrote passed the sandbox's {self.run_limits.file_bytes} bytes (SIGXFSZ)"
         if returncode in (-24, 128 + 24):  # SIGXCPU
-            return f"killed: it used the sandbox's {self.limits.cpu_s} s of CPU time (SIGXCPU)"
+            return f"killed: it used the sandbox's {self.run_limits.cpu_s} s of CPU time (SIGXCPU)"
         if "bwrap:" in stderr:
             line = next(l for l in stderr.splitlines() if "bwrap:" in l)
             return f"the sandbox (bubblewrap) could not start it: {line.strip()}"
