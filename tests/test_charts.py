@@ -23,13 +23,13 @@ H100 = RESULTS / "h100"
 def drawn(monkeypatch):
     """The figures the charts draw, kept for inspection (they are still written as PNGs)."""
     figures = []
-    save = charts._save
+    save = charts.save
 
     def keep(fig, path, records):
         figures.append(fig)
         return save(fig, path, records)
 
-    monkeypatch.setattr(charts, "_save", keep)
+    monkeypatch.setattr(charts, "save", keep)
     return figures
 
 

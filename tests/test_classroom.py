@@ -59,6 +59,14 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
     assert "no 1/sqrt(d) scale" in report and "no 1/sqrt(d) scale" in alone.stdout  # the same words
     # c01's input and expected output made once, in the class's cache, for all four
     assert (folder / "cache" / "c01.in").is_file() and len(list((folder / "cache" / "expected").glob("*.out"))) == 1
+    page = (folder / "index.html").read_text()  # the page: each student a link to a report that is there
+    for link in re.findall(r"href='([^']+)'", page):
+        assert (folder / link).is_file(), link
+    assert page.count("<tr>") == 5 and "addEventListener('click'" in page and "the page: " in proc.stdout
+    for plot in re.findall(r"src='([^']+)'", page):
+        assert (folder / plot).read_bytes().startswith(b"\x89PNG")
+    assert len(re.findall(r"src='", page)) == 2
+    assert "alice ~ bob (hw4.cpp)" in page  # bob's is alice's with one line added
     said = [json.loads(p.read_text())["errors"] for p in (folder / "records").glob("*.json")]
     assert sum("generated c01" in text for text in said) == 1 and (folder / "class.csv").is_file()
 

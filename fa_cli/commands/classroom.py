@@ -8,7 +8,7 @@ import click
 
 from .. import settings
 from ..cases import suite
-from ..classroom import judging, similarity, submissions, table
+from ..classroom import judging, page, similarity, submissions, table
 from ..errors import ExitStatus, FaError
 from ..programs import sandbox
 from ..report import lines, tables
@@ -71,7 +71,9 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
     table.write_json(class_folder / "similarity.json", {"pairs": found})
     for line in similarity.lines_of(found):
         lines.echo(f"similar: {line}")
-    lines.echo(table.summary(kept, csv_path))
+    texts = {(c.student, name): (c.folder / name).read_text(errors="replace") for c in copies for name in c.files}
+    index = page.write(class_folder, kept, found, texts)
+    lines.echo(f"{table.summary(kept, csv_path)}; the page: {index}")
     if stopped:
         lines.echo(f"interrupted: {len(kept)} of {len(tasks)} programs judged; fa class again goes on from there")
         sys.exit(ExitStatus.INTERRUPTED)

@@ -15,7 +15,7 @@ from .records import revision_text
 STAGES = tuple(s for s in timing.STAGES if s != "total")  # the bars' parts
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,7 +24,7 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path: Path, records: list[dict]) -> Path:
+def save(fig, path: Path, records: list[dict]) -> Path:
     """The chart as a PNG at path, written as every output of fa is (files.atomic_file), stamped
     with the revision its records were made from."""
     made_from = "made from " + revision_text([r.get("source") or {} for r in records])
@@ -32,7 +32,7 @@ def _save(fig, path: Path, records: list[dict]) -> Path:
     image = io.BytesIO()
     # constrained layout: nothing cut or overlapping
     fig.savefig(image, format="png", dpi=120, metadata={"Source": made_from})
-    _pyplot().close(fig)
+    pyplot().close(fig)
     check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as f:
@@ -76,7 +76,7 @@ def bench_chart(runs, table, path: Path) -> Path:
     each point labelled with its B (the inputs differ in B as well as N). `runs` and `table` as
     compare.arrange gives them. A run without stage times (no FA_TIMING line, such as a program
     of one's own) is marked so in place of its bar."""
-    plt = _pyplot()
+    plt = pyplot()
     colors = plt.cm.tab10.colors
     devices = sorted({k.device for k in runs})
     one_device = len(devices) == 1
@@ -108,7 +108,7 @@ def bench_chart(runs, table, path: Path) -> Path:
         title += f"\nno stage times from {', '.join(sorted(set(missing)))} (its bar is empty)"
     fig.suptitle(title, fontsize=10)
     _time_against_n(bottom, table, runs, run_names, ds)
-    return _save(fig, path, [r for by_run in table.values() for r in by_run.values()])
+    return save(fig, path, [r for by_run in table.values() for r in by_run.values()])
 
 
 
@@ -181,7 +181,7 @@ def _time_against_n(bottom, table: dict, runs, run_names: list[str], ds: list[in
 
 def ladder_chart(records: list[dict], path: Path) -> Path:
     """Kernel TFLOP/s of each step (log scale), labelled with the speed-up over the step before."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(7.0, 1.25 * len(records) + 2), 4.6), layout="constrained")
     names = [f"{r['step']}. {r['step_name']}" for r in records]
     values = [r.get("tflops_kernel") or 0.0 for r in records]
@@ -214,7 +214,7 @@ def ladder_chart(records: list[dict], path: Path) -> Path:
                  f"input {first['input']} (B={s['B']}, N={s['N']}, d={s['d']})\n"
                  "above each bar: TFLOP/s and the speed-up over the step before", fontsize=9)
     ax.grid(True, axis="y", which="both", alpha=0.3)
-    return _save(fig, path, records)
+    return save(fig, path, records)
 
 
 def _sweep_axes(records: list[dict]) -> tuple[str, list[str]]:
@@ -244,7 +244,7 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
     """Kernel TFLOP/s (left) and occupancy (right; for a source of the student's, the whole
     process's time) against Br, one line per Bc; a student's source: against its first macro,
     one line per value of the others."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), layout="constrained")
     x_name, others = _sweep_axes(records)
     own = bool(records and records[0].get("sweep_source"))
@@ -290,7 +290,7 @@ def sweep_chart(records: list[dict], path: Path) -> Path:
     if failed:
         title += f"\nfailed to run: {', '.join(failed)}"
     fig.suptitle(title, fontsize=9)
-    return _save(fig, path, records)
+    return save(fig, path, records)
 
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from ...files import atomic_file
-from ...report.charts import _pyplot
+from ...report.charts import pyplot
 
 ROWS_SHOWN = 64
 
 
 def draw(W: np.ndarray, P: np.ndarray, batch: int, label: str, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     rows = min(ROWS_SHOWN, W.shape[1])
     w, p = W[batch, :rows], P[batch, :rows]
     with np.errstate(divide="ignore", invalid="ignore"):
