@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,24 @@ def test_a_copy_with_renamed_variables_is_the_top_similar_pair_and_the_starter_i
     assert not [p for p in found if {p["a"], p["b"]} == {"ann", "dan"}]
     start, end = found[0]["spans_b"][0]
     assert renamed[start:end].strip()  # a span of cat's own text
+
+
+def test_a_zip_export_is_a_folder_a_student_or_a_prefix_a_student_and_stays_in_the_class_folder(tmp_path):
+    """Moodle puts each student's files in a folder, Canvas prefixes each file with the login; an
+    entry that climbs out (../) is written by its base name, inside the class folder."""
+    export = tmp_path / "export.zip"
+    with zipfile.ZipFile(export, "w") as z:
+        z.writestr("Ann Lee_1234_assignsubmission_file_/hw4.cu", "ann's kernel")
+        z.writestr("Ann Lee_1234_assignsubmission_file_/notes.txt", "not judged")
+        z.writestr("bob_55_901_hw4.hip", "bob's port")
+        z.writestr("bob_55_902_Makefile", "hw4:\n")
+        z.writestr("../../escaped/hw4.cu", "climbs out")
+    folder = submissions.unpacked(export, tmp_path / "class")
+    students = dict(submissions.found(folder))
+    assert sorted(students) == ["Ann_Lee_1234_assignsubmission_file_", "bob", "escaped"]
+    assert (students["bob"] / "hw4.hip").read_text() == "bob's port" and (students["bob"] / "Makefile").is_file()
+    assert sorted(p.name for p in students["Ann_Lee_1234_assignsubmission_file_"].iterdir()) == ["hw4.cu"]
+    assert all(tmp_path / "class" in p.parents for p in tmp_path.rglob("*") if p.is_file() and p != export)
+    (tmp_path / "broken.zip").write_bytes(b"PK no")
+    with pytest.raises(FaError, match="not a zip file"):
+        submissions.unpacked(tmp_path / "broken.zip", tmp_path / "class")

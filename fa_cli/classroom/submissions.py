@@ -1,5 +1,5 @@
 """A class's submissions: found in a folder of student folders (one folder a student, named as the
-course site exports it), copied once into the class folder with the sha256 of every file, so that
+course site exports it) or a site's zip export (unpacked), copied once into the class folder with the sha256 of every file, so that
 what is judged is what was handed in, and a re-run knows what changed."""
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,34 @@ class Submission:
 
     def sources(self) -> list[Path]:
         return [self.folder / name for name in SOURCES if name in self.files]
+
+
+def unpacked(export: Path, class_folder: Path) -> Path:
+    """A course site's zip export as a folder of student folders (CLASS/export): an entry under a
+    folder is that folder's student's (Moodle: a folder a student); an entry at the top, the
+    student its name begins with, up to the first underscore (Canvas: login_id_..._hw4.cu). Only
+    sources and Makefiles are taken, each under FILE_LIMIT, written by their base name alone: no
+    entry's path can lead out of the class folder. A student's name keeps letters, digits and
+    ._@+- (anything else becomes _)."""
+    try:
+        archive = zipfile.ZipFile(export)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise FaError(f"{export}: not a zip file a course site exports ({e})") from None
+    folder = class_folder / "export"
+    shutil.rmtree(folder, ignore_errors=True)
+    with archive:
+        for entry in archive.infolist():
+            parts = [p for p in entry.filename.replace("\\", "/").split("/") if p not in ("", ".", "..")]
+            if entry.is_dir() or not parts or entry.file_size > FILE_LIMIT:
+                continue
+            name = next((n for n in (*SOURCES, *KEPT) if parts[-1] == n or parts[-1].endswith("_" + n)), None)
+            if name is None:
+                continue
+            student = parts[0] if len(parts) > 1 else parts[-1].split("_", 1)[0]
+            student = re.sub(r"[^A-Za-z0-9._@+-]", "_", student).lstrip(".") or "unnamed"
+            (folder / student).mkdir(parents=True, exist_ok=True)
+            (folder / student / name).write_bytes(archive.read(entry)[:FILE_LIMIT])
+    return folder
 
 
 def found(where: Path) -> list[tuple[str, Path]]:

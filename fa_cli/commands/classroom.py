@@ -29,7 +29,7 @@ from .shared import check_names, selected_cases
               help="Builds at once (default: one a core).")
 def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs) -> None:
     """Judge a class: SUBMISSIONS is a folder of student folders (each with hw4.cu, hw4.hip or
-    hw4.cpp, and its Makefile if any). Each is copied and hashed, built on every core and judged
+    hw4.cpp, and its Makefile if any), or a course site's zip export of them. Each is copied and hashed, built on every core and judged
     as `fa run` judges it, confined (bubblewrap), one at a time; a re-run judges only what changed.
 
     \b
@@ -43,6 +43,8 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
     class_folder.mkdir(parents=True, exist_ok=True)
     settings.use_cache_dir(str((class_folder / "cache").resolve()))
     class_folder = class_folder.resolve()
+    if folder.is_file():  # a course site's zip export
+        folder = submissions.unpacked(folder, class_folder)
     copies = [submissions.copied(student, where, class_folder) for student, where in submissions.found(folder)]
     tasks = judging.tasks_of(copies)
     if not tasks:
