@@ -4,8 +4,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -51,7 +53,7 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
     got = rows(folder)
     assert (got["alice"]["t01"].split()[0], got["alice"]["passed"], got["alice"]["sandboxed"]) == ("PASS", "2/2", "yes")
     assert got["bob"]["passed"] == "0/2" and "1/sqrt(d)" in got["bob"]["cause"]
-    assert got["carol"]["build"].startswith("error:") and "main" in got["carol"]["build"]
+    assert got["carol"]["build"].startswith("error: submissions/carol/hw4.cpp:1:") and "main" in got["carol"]["build"]
     assert got["dave"]["c01"].startswith("ERROR") and "dave saw 0 files" in got["dave"]["cause"]
     assert "4 students, 4 programs: 1 pass every case, 2 do not, 1 do not build" in proc.stdout
     alone = fa("run", "t01", "--program", subs / "bob" / "hw4.cpp", env={**os.environ, "COLUMNS": "120"}, cwd=tmp_path)
@@ -68,7 +70,7 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
         assert (folder / plot).read_bytes().startswith(b"\x89PNG")
     assert len(re.findall(r"src='", page)) == 2
     assert "alice ~ bob (hw4.cpp)" in page  # bob's is alice's with one line added
-    said = [json.loads(p.read_text())["errors"] for p in (folder / "records").glob("*.json")]
+    said = [json.loads(p.read_text())["errors"] for p in (folder / "records").glob("[!.]*.json")]
     assert sum("generated c01" in text for text in said) == 1 and (folder / "class.csv").is_file()
 
 
@@ -99,10 +101,10 @@ def test_hostile_submissions_are_contained_and_the_next_students_run_is_unaffect
 def test_a_rerun_judges_only_what_changed_and_an_edited_submission_again(tmp_path, cpu_program):
     subs, folder = a_class(tmp_path), tmp_path / "class"
     assert fa("class", subs, "-o", folder, "t01", cwd=tmp_path).returncode == 0
-    kept = {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("*.json")}
+    kept = {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("[!.]*.json")}
     again = fa("class", subs, "-o", folder, "t01", cwd=tmp_path)
     assert "4 judged before and unchanged, 0 to judge" in again.stdout
-    assert kept == {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("*.json")}
+    assert kept == {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("[!.]*.json")}
     shutil.copy(subs / "alice" / "hw4.cpp", subs / "bob" / "hw4.cpp")  # bob fixes his
     fixed = fa("class", subs, "-o", folder, "t01", cwd=tmp_path)
     assert "3 judged before and unchanged, 1 to judge" in fixed.stdout
@@ -124,6 +126,34 @@ def test_a_cuda_submission_on_a_machine_without_the_gpu_is_built_and_said_not_ru
     assert row["build"] == "ok" and row["cause"].startswith("not run: hw4.cu builds") and "no NVIDIA GPU" in row["cause"]
     again = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
     assert "0 judged before and unchanged, 1 to judge" in again.stdout  # judged again: on a GPU node, it runs
+
+
+def verdict_columns(folder):
+    """The table without its times: what an interrupted and resumed run must give as a whole one does."""
+    return {student: {k: (v.split()[0] if k.startswith("t") and v else v) for k, v in row.items()
+                      if k not in ("time_s",)} for student, row in rows(folder).items()}
+
+
+@needs_bwrap
+def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_run(tmp_path, cpu_program):
+    subs = a_class(tmp_path)
+    whole = fa("class", subs, "-o", tmp_path / "whole", "t01", "t02", cwd=tmp_path)
+    assert whole.returncode == 0
+    folder = tmp_path / "class"
+    proc = subprocess.Popen([sys.executable, "-m", "fa_cli", "class", str(subs), "-o", str(folder), "t01", "t02"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=DATA.parent.parent)
+    deadline = time.monotonic() + 60
+    while not list((folder / "records").glob("[!.]*.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted:" in out, out
+    judged_before = {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("[!.]*.json")}
+    assert 0 < len(judged_before) < 4 and not list((folder / "records").glob(".*"))  # no half-written runs
+    again = fa("class", subs, "-o", folder, "t01", "t02", cwd=tmp_path)
+    assert f"{len(judged_before)} judged before and unchanged, {4 - len(judged_before)} to judge" in again.stdout
+    assert all((folder / "records" / n).stat().st_mtime_ns == t for n, t in judged_before.items())  # none twice
+    assert verdict_columns(folder) == verdict_columns(tmp_path / "whole")
 
 
 def test_without_bubblewrap_fa_class_says_how_to_get_it_or_to_go_unsandboxed(tmp_path, cpu_program):

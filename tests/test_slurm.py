@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from helpers import ROOT, fa, verdicts
+from helpers import DATA, ROOT, fa, verdicts
+from test_sandbox import bwrap_works
 from fa_cli.programs.slurm import slurm_error
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -99,6 +100,33 @@ def test_bench_array_and_compare(cluster, cpu_program, tmp_path):
     assert [(row[0][2:].split()[0], row[1]) for row in table[2:]] == [(t, p) for t in ("t01", "t04", "t07")
                                                                      for p in ("nvidia", "amd")]
     assert (tmp_path / "cmp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_class_judged_as_job_arrays_gives_the_rows_of_a_class_judged_here(cluster, cpu_program, tmp_path):
+    """fa class --launcher slurm: one array task per program, each record written on its node;
+    the rows (their times aside) are those fa class gives judging here, and a re-run judges none."""
+    subs = tmp_path / "subs"
+    right = (DATA / "student_hw4.cpp").read_text()
+    for student, text in (("alice", right), ("bob", "#define MISTAKE NO_SCALE\n" + right),
+                          ("carol", "int main( { return 0; }\n")):
+        (subs / student).mkdir(parents=True)
+        (subs / student / "hw4.cpp").write_text(text)
+    sandbox = () if bwrap_works() else ("--unsandboxed",)
+    here = fa_on(cluster, tmp_path, "class", subs, "-o", tmp_path / "here", "t01", "t04", *sandbox)
+    there = fa_on(cluster, tmp_path, "class", subs, "-o", tmp_path / "there", "t01", "t04", *sandbox,
+                  "--launcher", "slurm", "--partition", "cpu=amd", "--throttle", "2")
+    assert here.returncode == there.returncode == 0, there.stdout + there.stderr
+    assert sorted(p.name for p in (tmp_path / "there" / "slurm").glob("task-*.log")) == ["task-0.log", "task-1.log",
+                                                                                        "task-2.log"]
+
+    def verdicts_of(folder):
+        table = json.loads((folder / "class.json").read_text())["rows"]
+        return {r["student"]: (r["build"], r["passed"], (r.get("t01") or "").split()[:1], r["sandboxed"]) for r in table}
+    assert verdicts_of(tmp_path / "there") == verdicts_of(tmp_path / "here")
+    assert verdicts_of(tmp_path / "there")["alice"][1] == "2/2"
+    again = fa_on(cluster, tmp_path, "class", subs, "-o", tmp_path / "there", "t01", "t04", *sandbox,
+                  "--launcher", "slurm", "--partition", "cpu=amd")
+    assert "3 judged before and unchanged, 0 to judge" in again.stdout
 
 
 def test_bench_array_task_failure_is_recorded(cluster, tmp_path):

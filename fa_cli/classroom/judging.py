@@ -53,17 +53,17 @@ def record_path(class_folder: Path, task: Task) -> Path:
     return class_folder / RECORDS / f"{task.label}.json"
 
 
-def kept_record(class_folder: Path, task: Task, cases: list[str], sandboxed: bool) -> dict | None:
+def kept_record(class_folder: Path, task: Task, cases: list[str], sandboxed: bool, whole: bool = True) -> dict | None:
     """The task's record where it holds for this submission, these cases, this fa and this
     sandbox, and is whole (a build error, or every case judged: not a run stopped, or one this
-    machine could not make); else None (to be judged)."""
+    machine could not make; whole=False: as it is); else None (to be judged)."""
     try:
         record = json.loads(record_path(class_folder, task).read_text())
     except (OSError, ValueError):
         return None
     wanted = dict(sha256=task.submission.digest, cases=cases, fa=fa_cli.__version__, sandboxed=sandboxed)
-    whole = record.get("build_error") is not None or len(record.get("runs") or []) == len(cases)
-    return record if whole and all(record.get(k) == v for k, v in wanted.items()) else None
+    complete = record.get("build_error") is not None or len(record.get("runs") or []) == len(cases)
+    return record if (complete or not whole) and all(record.get(k) == v for k, v in wanted.items()) else None
 
 
 def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, str | None]:
@@ -83,7 +83,10 @@ def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, s
 
 def judge(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
           build_error: str | None) -> dict:
-    """The task judged (or its build error kept) and its record written."""
+    """The task judged (or its build error kept, its paths told from the class folder) and its
+    record written."""
+    if build_error is not None:
+        build_error = build_error.replace(f"{class_folder}/", "")
     record = dict(student=task.submission.student, platform=task.platform, source=task.source.name,
                   sha256=task.submission.digest, cases=cases, fa=fa_cli.__version__, sandboxed=sandboxed,
                   build_error=build_error, exit_code=None, runs=[], words="", errors="")
@@ -119,6 +122,7 @@ def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: flo
         err += f"\nfa class: stopped after {2 * time_limits_s + WALL_MARGIN_S:.0f} s, twice the cases' limits and more"
     except BaseException:
         _stop(proc)
+        results.unlink(missing_ok=True)
         raise
     runs = records.load(results) if results.exists() else []
     results.unlink(missing_ok=True)

@@ -28,9 +28,8 @@ def raise_terminated(signum, frame):
 
 # Each command and the module that defines it (registering it on `main` when imported).
 COMMAND_MODULES = {
-    "bench": "bench", "slurm-task": "bench", "cache": "cache", "class": "classroom", "compare": "compare",
-    "devices": "devices",
-    "gen": "gen", "init": "init", "ladder": "ladder", "profile": "profile", "report": "report",
+    "bench": "bench", "slurm-task": "bench", "cache": "cache", "class": "classroom", "class-task": "classroom",
+    "compare": "compare", "devices": "devices", "gen": "gen", "init": "init", "ladder": "ladder", "profile": "profile", "report": "report",
     "resources": "resources", "run": "run", "sweep": "sweep", "system": "system", "verify": "verify",
 }
 

@@ -1,0 +1,103 @@
+"""fa class over Slurm: the programs to judge as job arrays, one array task per submission and
+platform, each platform on its partition (the GTX 1080's, the MI210's), at most `throttle` tasks
+at once, each on a node of its own (--exclusive: a task's times are its own). A task judges its
+program on its node exactly as fa class does here (judging.judge: fa run --sandbox with the
+class's cache) and writes its record into the class folder, whole or not at all; the class
+folder must be where the nodes see it (a home or project directory). The builds are done before,
+here; the inputs too, so that no two tasks generate the same one. A task that wrote no record
+(cancelled, a node that failed) is judged again by the next fa class, as anything missing is.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from .. import locations, settings
+from ..cases import suite
+from ..errors import ExitStatus, FaError
+from ..files import atomic_file
+from ..programs import slurm
+from .judging import Task, judge, kept_record
+from .submissions import Submission
+
+PLAN = "plan.json"
+
+
+PLATFORMS = ("cuda", "hip", "cpu")
+
+
+def partitions_of(given: tuple[str, ...]) -> dict[str, str]:
+    """--partition NAME (every platform) or PLATFORM=NAME (cuda=nvidia, hip=amd, cpu=...): the
+    partition of each platform, checked against the cluster."""
+    general = [text for text in given if "=" not in text]
+    if len(general) > 1:
+        raise FaError("--partition NAME once (every platform's), or PLATFORM=NAME for each platform")
+    found = {p: general[0] for p in PLATFORMS} if general else {}
+    for text in given:
+        if "=" in text:
+            platform, name = text.split("=", 1)
+            if platform not in PLATFORMS:
+                raise FaError(f"--partition {text}: the platform is one of {', '.join(PLATFORMS)}")
+            found[platform] = name
+    for name in set(found.values()):
+        slurm.check_partition(name)
+    return found
+
+
+def inputs_first(cases: list[str]) -> None:
+    """Every case's input in the class's cache before any task runs (here, on every core)."""
+    for name in cases:
+        suite.ensure_input(suite.case(name))
+
+
+def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s: float, sandboxed: bool,
+              builds: dict[str, str | None], partitions: dict[str, str], sbatch_args: tuple[str, ...],
+              throttle: int) -> None:
+    """The tasks judged as one array per partition; returns once every array has ended."""
+    slurm.require("sbatch")
+    work = class_folder / "slurm"
+    work.mkdir(exist_ok=True)
+    plan = work / PLAN
+    with atomic_file(plan) as f:
+        f.write(json.dumps({"class": str(class_folder), "cases": cases, "limits_s": limits_s, "sandboxed": sandboxed,
+                            "tasks": [{"folder": str(t.submission.folder), "source": t.source.name,
+                                       "build_error": builds.get(t.label)} for t in tasks]}, indent=1).encode())
+    script = work / "task.sh"
+    script.write_text(task_script(plan))
+    script.chmod(0o755)
+    missing = sorted({t.platform for t in tasks} - set(partitions))
+    if missing:
+        raise FaError(f"--launcher slurm: no partition for {', '.join(missing)} (--partition {missing[0]}=NAME)")
+    for partition in sorted(set(partitions.values())):
+        indices = [str(i) for i, t in enumerate(tasks) if partitions[t.platform] == partition]
+        if not indices:
+            continue
+        argv = ["sbatch", "--parsable", "--wait", f"--array={','.join(indices)}%{throttle}", "--exclusive",
+                "--job-name=fa-class", "-p", partition, "-N1", "-n1", *sbatch_args,
+                "-o", str(work).replace("%", "%%") + "/task-%a.log", str(script)]
+        _, returncode, stderr = slurm.submit_and_wait(argv)
+        if returncode != 0 and not any(kept_record(class_folder, tasks[int(i)], cases, sandboxed) for i in indices):
+            raise FaError(slurm.slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
+                          exit_code=ExitStatus.FAILED)
+
+
+def task_script(plan: Path) -> str:
+    """An array task's job script (every path quoted: text to the shell, never a command)."""
+    package, python, plan_ = (shlex.quote(str(p)) for p in (locations.PACKAGE.parent, sys.executable, plan))
+    return ("#!/bin/sh\n"
+            f"export PYTHONPATH={package}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            f"exec {python} -m fa_cli class-task {plan_} \"$SLURM_ARRAY_TASK_ID\"\n")
+
+
+def run_task(plan: Path, index: int) -> None:
+    """One array task, on its node: its program judged, its record written."""
+    data = json.loads(plan.read_text())
+    settings.use_cache_dir(str(Path(data["class"]) / "cache"))
+    entry = data["tasks"][index]
+    folder = Path(entry["folder"])
+    facts = json.loads((folder / "submission.json").read_text())
+    submission = Submission(facts["student"], folder, facts["files"], facts["sha256"])
+    judge(Path(data["class"]), Task(submission, folder / entry["source"]), data["cases"], data["limits_s"],
+          data["sandboxed"], entry["build_error"])
