@@ -8,7 +8,7 @@ import click
 
 from .. import settings
 from ..cases import suite
-from ..classroom import cluster, judging, page, similarity, submissions, table
+from ..classroom import cluster, whole_class
 from ..errors import ExitStatus, FaError
 from ..programs import sandbox
 from ..report import lines, tables
@@ -37,8 +37,9 @@ from .shared import check_names, selected_cases
 def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs, launcher, partitions, sbatch_args,
            throttle) -> None:
     """Judge a class: SUBMISSIONS is a folder of student folders (each with hw4.cu, hw4.hip or
-    hw4.cpp, and its Makefile if any), or a course site's zip export of them. Each is copied and hashed, built on every core and judged
-    as `fa run` judges it, confined (bubblewrap), one at a time; a re-run judges only what changed.
+    hw4.cpp, and its Makefile if any), or a course site's zip export of them. Each is copied and
+    hashed, built on every core and judged as `fa run` judges it, confined (bubblewrap), one at a
+    time (or as Slurm job arrays); a re-run judges only what changed.
 
     \b
     fa class submissions/ -o hw4-class --all --suite c"""
@@ -55,52 +56,23 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
         raise FaError(f"{line}; or give --unsandboxed to run every submission unconfined", exit_code=ExitStatus.FAILED)
     class_folder.mkdir(parents=True, exist_ok=True)
     settings.use_cache_dir(str((class_folder / "cache").resolve()))
-    class_folder = class_folder.resolve()
-    if folder.is_file():  # a course site's zip export
-        folder = submissions.unpacked(folder, class_folder)
-    copies = [submissions.copied(student, where, class_folder) for student, where in submissions.found(folder)]
-    tasks = judging.tasks_of(copies)
-    if not tasks:
-        raise FaError(f"{folder}: no student folder holds a {', '.join(submissions.SOURCES)}")
-    done = {t.label: r for t in tasks if (r := judging.kept_record(class_folder, t, names, not unsandboxed))}
-    todo = [t for t in tasks if t.label not in done]
-    lines.echo(f"fa class: {tables.plural(len(tasks), 'program')} of {tables.plural(len(copies), 'student')}; "
-               f"{len(done)} judged before and unchanged, {len(todo)} to judge"
+    the_class = whole_class.gathered(folder, class_folder.resolve(), names, not unsandboxed)
+    lines.echo(f"fa class: {tables.plural(len(the_class.tasks), 'program')} of "
+               f"{tables.plural(len(the_class.copies), 'student')}; {len(the_class.done)} judged before and "
+               f"unchanged, {len(the_class.todo)} to judge"
                + ("" if not unsandboxed else "; UNSANDBOXED: every build and run sees this machine as you do"))
-    judging.confine_builds(not unsandboxed)
-    limits = sum(suite.case(n).time_limit for n in names)
+    slurm = dict(partitions=partition_of, sbatch_args=sbatch_args, throttle=throttle) if launcher == "slurm" else None
     stopped = False
     try:
-        with tables.progress("building", len(todo), steps=True, enabled=bool(todo)) as advance:
-            built = judging.build_all(todo, jobs or 0, advance)
-        if launcher == "slurm" and todo:
-            cluster.inputs_first(names)
-            cluster.judge_all(class_folder, todo, names, limits, not unsandboxed, built, partition_of, sbatch_args,
-                              throttle)
-            done.update({t.label: r for t in todo if (r := judging.kept_record(class_folder, t, names,
-                                                                               not unsandboxed, whole=False))})
-        else:
-            with tables.progress("judging", len(todo), steps=True, enabled=bool(todo)) as advance:
-                for task in todo:
-                    done[task.label] = judging.judge(class_folder, task, names, limits, not unsandboxed,
-                                                     built[task.label])
-                    advance()
+        whole_class.judge(the_class, jobs or 0, slurm)
     except KeyboardInterrupt:
         stopped = True
-    kept = [done[t.label] for t in tasks if t.label in done]
-    csv_path, _ = table.write(class_folder, kept)
-    tables.show(table.terminal_table(kept))
-    found = similarity.pairs(copies)
-    table.write_json(class_folder / "similarity.json", {"pairs": found})
-    for line in similarity.lines_of(found):
-        lines.echo(f"similar: {line}")
-    texts = {(c.student, name): (c.folder / name).read_text(errors="replace") for c in copies for name in c.files}
-    index = page.write(class_folder, kept, found, texts)
-    lines.echo(f"{table.summary(kept, csv_path)}; the page: {index}")
+    whole_class.outputs(the_class)
+    judged, programs = len(the_class.done), len(the_class.tasks)
     if stopped:
-        lines.echo(f"interrupted: {len(kept)} of {len(tasks)} programs judged; fa class again goes on from there")
+        lines.echo(f"interrupted: {judged} of {programs} programs judged; fa class again goes on from there")
         sys.exit(ExitStatus.INTERRUPTED)
-    sys.exit(ExitStatus.OK if len(kept) == len(tasks) else ExitStatus.FAILED)
+    sys.exit(ExitStatus.OK if judged == programs else ExitStatus.FAILED)
 
 
 @main.command("class-task", hidden=True)
