@@ -249,3 +249,36 @@ def test_a_zip_export_is_a_folder_a_student_or_a_prefix_a_student_and_stays_in_t
     (tmp_path / "broken.zip").write_bytes(b"PK no")
     with pytest.raises(FaError, match="not a zip file"):
         submissions.unpacked(tmp_path / "broken.zip", tmp_path / "class")
+
+
+def a_repository(folder, files: dict[str, str]) -> str:
+    """A git repository with these files committed; its commit."""
+    folder.mkdir(parents=True)
+    git = ["git", "-C", str(folder), "-c", "user.name=s", "-c", "user.email=s@x"]
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "hw4"], check=True)
+    return subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_list_of_repositories_at_a_commit_is_fetched_as_a_class(tmp_path):
+    """repository,path,commit: each one's file at that commit (an edit after it is not taken),
+    named hw4 and its suffix, with the Makefile beside it; a row that cannot be fetched is said."""
+    first = a_repository(tmp_path / "repos" / "ann-pp", {"hw4/hw4_final.cu": "ann's", "hw4/Makefile": "hw4:\n"})
+    (tmp_path / "repos" / "ann-pp" / "hw4" / "hw4_final.cu").write_text("ann's, later")
+    subprocess.run(["git", "-C", str(tmp_path / "repos" / "ann-pp"), "-c", "user.name=s", "-c", "user.email=s@x",
+                    "commit", "-qam", "later"], check=True)
+    bob = a_repository(tmp_path / "repos" / "bob", {"hw4.cpp": "bob's"})
+    listing = tmp_path / "class.csv"
+    listing.write_text(f"# a class\nrepository,path,commit\n{tmp_path}/repos/ann-pp,hw4/hw4_final.cu,{first}\n"
+                       f"{tmp_path}/repos/bob,hw4.cpp,{bob}\n{tmp_path}/repos/none,hw4.cu,{bob}\n")
+    said = []
+    folder = submissions.fetched(listing, tmp_path / "class", said.append)
+    students = dict(submissions.found(folder))
+    assert sorted(students) == ["ann-pp", "bob"] and len(said) == 1 and said[0].startswith("none:")
+    assert (students["ann-pp"] / "hw4.cu").read_text() == "ann's" and (students["ann-pp"] / "Makefile").is_file()
+    assert (students["bob"] / "hw4.cpp").read_text() == "bob's"

@@ -3,16 +3,20 @@ course site exports it) or a site's zip export (unpacked), copied once into the 
 what is judged is what was handed in, and a re-run knows what changed."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FaError
 from ..files import atomic_file
+from ..programs.processes import run_tool
 
 SOURCES = ("hw4.cu", "hw4.hip", "hw4.cpp")  # what is judged, each on its platform
 KEPT = ("Makefile", "makefile", "GNUmakefile")  # copied beside them: the course builds with it
@@ -58,6 +62,62 @@ def unpacked(export: Path, class_folder: Path) -> Path:
             (folder / student).mkdir(parents=True, exist_ok=True)
             (folder / student / name).write_bytes(archive.read(entry)[:FILE_LIMIT])
     return folder
+
+
+def fetched(listing: Path, class_folder: Path, say=lambda line: None) -> Path:
+    """A list of git repositories at a commit (CSV: repository,path,commit; lines starting with #
+    and a header row skipped) as a folder of student folders (CLASS/export): each repository's
+    file at its commit (named hw4 and its suffix) and the Makefile beside it there, if any. The
+    student is the repository's owner (owner/name, fetched from GitHub) or its folder's name (a
+    URL or a path). A row that cannot be fetched is said, and left out."""
+    folder = class_folder / "export"
+    shutil.rmtree(folder, ignore_errors=True)
+    rows = [r for r in csv.reader(line for line in listing.read_text().splitlines() if not line.startswith("#"))
+            if r and r[0].strip() != "repository"]
+    for row in rows:
+        if len(row) != 3:
+            raise FaError(f"{listing}: {','.join(row)}: a row is repository,path,commit")
+        repository, path, commit = (x.strip() for x in row)
+        remote, student = _remote_and_student(repository)
+        while (folder / student).exists():
+            student += "+"
+        wanted = {f"hw4{Path(path).suffix}": path, "Makefile": str(Path(path).parent / "Makefile")}
+        got = _files_at(remote, commit, wanted, class_folder / "export.git")
+        if isinstance(got, str):
+            say(f"{student}: {repository} at {commit[:12]} not fetched: {got}")
+            continue
+        (folder / student).mkdir(parents=True)
+        for name, data in got.items():
+            (folder / student / name).write_bytes(data[:FILE_LIMIT])
+    return folder
+
+
+def _remote_and_student(repository: str) -> tuple[str, str]:
+    """Where to fetch from, and whose it is: owner/name is GitHub's and its owner's; a URL or a
+    path is fetched as it is, named by its last part."""
+    elsewhere = "://" in repository or repository.startswith(("/", ".", "~")) or Path(repository).exists()
+    parts = repository.rstrip("/").split("/")
+    remote = repository if elsewhere else f"https://github.com/{repository}.git"
+    name = parts[-1].removesuffix(".git") if elsewhere else parts[0]
+    return remote, re.sub(r"[^A-Za-z0-9._@+-]", "_", name).lstrip(".") or "unnamed"
+
+
+def _files_at(remote: str, commit: str, wanted: dict[str, str], scratch: Path) -> dict[str, bytes] | str:
+    """The files (name -> path in the repository) at the commit, those there; else git's reason."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    git = ["git", "-C", str(scratch)]
+    steps = [["git", "init", "-q", str(scratch)], [*git, "fetch", "-q", "--depth", "1", remote, commit]]
+    for step in steps:
+        proc = run_tool(step, env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+        if proc.returncode != 0:
+            return (proc.stderr.strip().splitlines() or [f"git exited {proc.returncode}"])[-1]
+    got = {}
+    for name, path in wanted.items():
+        proc = subprocess.run([*git, "show", f"FETCH_HEAD:{path.lstrip('./')}"], capture_output=True)
+        if proc.returncode == 0:
+            got[name] = proc.stdout
+    shutil.rmtree(scratch, ignore_errors=True)
+    return got if any(n != "Makefile" for n in got) else f"no {next(iter(wanted.values()))} at that commit"
 
 
 def found(where: Path) -> list[tuple[str, Path]]:

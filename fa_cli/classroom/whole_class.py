@@ -33,8 +33,11 @@ class Class:
 
 
 def gathered(where: Path, folder: Path, cases: list[str], sandboxed: bool) -> Class:
-    """The class's submissions copied (a zip export unpacked first), with the records that still hold."""
-    if where.is_file():
+    """The class's submissions copied (a zip export unpacked, a list of repositories fetched,
+    first), with the records that still hold."""
+    if where.is_file() and where.suffix == ".csv":
+        where = submissions.fetched(where, folder, say=lambda line: lines.echo(f"fa class: {line}"))
+    elif where.is_file():
         where = submissions.unpacked(where, folder)
     copies = [submissions.copied(student, source, folder) for student, source in submissions.found(where)]
     tasks = judging.tasks_of(copies)

@@ -37,7 +37,8 @@ from .shared import check_names, selected_cases
 def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs, launcher, partitions, sbatch_args,
            throttle) -> None:
     """Judge a class: SUBMISSIONS is a folder of student folders (each with hw4.cu, hw4.hip or
-    hw4.cpp, and its Makefile if any), or a course site's zip export of them. Each is copied and
+    hw4.cpp, and its Makefile if any), a course site's zip export of them, or a CSV list of git
+    repositories (repository,path,commit). Each is copied and
     hashed, built on every core and judged as `fa run` judges it, confined (bubblewrap), one at a
     time (or as Slurm job arrays); a re-run judges only what changed.
 
