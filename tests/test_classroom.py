@@ -181,6 +181,12 @@ def test_student_folders_with_names_that_would_leave_the_class_folder_are_refuse
         submissions.found(tmp_path / "none")
 
 
+def test_the_class_folder_made_inside_the_submissions_folder_is_no_student(tmp_path):
+    (tmp_path / "subs" / "ann").mkdir(parents=True)
+    (tmp_path / "subs" / "out").mkdir()
+    assert [s for s, _ in submissions.found(tmp_path / "subs", tmp_path / "subs" / "out")] == ["ann"]
+
+
 def test_a_copy_keeps_sources_and_makefile_only_with_their_hashes(tmp_path):
     src = tmp_path / "erin"
     src.mkdir()

@@ -120,14 +120,16 @@ def _files_at(remote: str, commit: str, wanted: dict[str, str], scratch: Path) -
     return got if any(n != "Makefile" for n in got) else f"no {next(iter(wanted.values()))} at that commit"
 
 
-def found(where: Path) -> list[tuple[str, Path]]:
-    """(student, folder) for each student folder under `where`, in name order; a name that is not
-    a plain one (a space, a slash, a leading dot) is refused, so that every path fa makes of it
-    stays in the class folder."""
+def found(where: Path, besides: Path | None = None) -> list[tuple[str, Path]]:
+    """(student, folder) for each student folder under `where` (but `besides`, the class folder),
+    in name order; a name that is not a plain one (a space, a slash, a leading dot) is refused, so
+    that every path fa makes of it stays in the class folder."""
     if not where.is_dir():
         raise FaError(f"{where}: not a folder of student folders")
     students = []
     for folder in sorted(p for p in where.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if besides is not None and folder.resolve() == besides.resolve():
+            continue  # the class folder itself, made inside the submissions' folder
         if not NAME.match(folder.name):
             raise FaError(f"{folder}: a student folder's name must be letters, digits and ._@+- (rename it)")
         students.append((folder.name, folder))

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.table import Table
 
 from ..files import atomic_file
+from ..report.tables import plural
 
 COLUMNS = ("student", "platform", "build", "passed", "time_s", "judge_gpu_s", "cause", "sandboxed")
 
@@ -97,5 +98,5 @@ def summary(records: list[dict], csv_path: Path) -> str:
     unrun = sum(1 for r in records if r.get("build_error") is None and not r.get("runs"))
     failing = len(records) - passing - broken - unrun
     students = len({r["student"] for r in records})
-    return (f"{students} students, {len(records)} programs: {passing} pass every case, {failing} do not, "
-            f"{broken} do not build, {unrun} not run; the table: {csv_path}")
+    return (f"{plural(students, 'student')}, {plural(len(records), 'program')}: {passing} pass every case, "
+            f"{failing} do not, {broken} do not build, {unrun} not run; the table: {csv_path}")

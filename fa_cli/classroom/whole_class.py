@@ -39,7 +39,7 @@ def gathered(where: Path, folder: Path, cases: list[str], sandboxed: bool) -> Cl
         where = submissions.fetched(where, folder, say=lambda line: lines.echo(f"fa class: {line}"))
     elif where.is_file():
         where = submissions.unpacked(where, folder)
-    copies = [submissions.copied(student, source, folder) for student, source in submissions.found(where)]
+    copies = [submissions.copied(student, source, folder) for student, source in submissions.found(where, folder)]
     tasks = judging.tasks_of(copies)
     if not tasks:
         raise FaError(f"{where}: no student folder holds a {', '.join(submissions.SOURCES)}")
