@@ -161,3 +161,52 @@ def test_without_bubblewrap_the_sandbox_is_one_line_that_says_how_to_get_it(tmp_
                           capture_output=True, text=True, env=env, cwd=Path(programs.__file__).parents[2])
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "apt-get install bubblewrap" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_many_files_past_what_it_may_make_are_killed_whatever_they_hold(tmp_path):
+    """A count that stopped at its first 10000 entries missed 180 MB written after 10050 empty files."""
+    (tmp_path / "run").mkdir()
+    program = script(tmp_path / "run", "hide.sh",
+                     'd=$(dirname "$2"); mkdir "$d/m"; cd "$d/m" && seq 1 10050 | xargs touch; '
+                     'head -c 30000000 /dev/zero > "$d/big"; sleep 5\n')
+    result, _ = confined_run(program, tmp_path / "run")
+    assert result.returncode == -9 and "more than the sandbox's 10000 files" in result.stderr, result.stderr
+
+
+def test_what_a_run_reads_of_the_system_is_not_its_secrets_nor_a_cpu_programs_sys(tmp_path, cpu_program):
+    """/etc/shadow and its like are empty inside; a CPU program's run is not shown /sys (a GPU one's is)."""
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / "hw4.cpp").write_text(
+        "#include <cstdio>\n#include <sys/stat.h>\nint main() { FILE *f = fopen(\"/etc/shadow\", \"r\"); int n = 0;"
+        " if (f) { while (fgetc(f) != EOF) n++; fclose(f); } struct stat s; int sys = stat(\"/sys/class\", &s) == 0;"
+        " fprintf(stderr, \"shadow %d bytes, sys %d\\n\", n, sys); return 3; }\n")
+    proc = fa("run", "t01", "--program", folder / "hw4.cpp", "--sandbox", "--why-budget", "0",
+              env={**os.environ, "FA_CACHE": str(tmp_path / "cache")}, cwd=tmp_path)
+    assert "shadow 0 bytes, sys 0" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_link_in_the_students_folder_does_not_read_for_the_build_what_the_sandbox_hides(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET_TOKEN")
+    folder = tmp_path / "student"
+    folder.mkdir()
+    shutil.copy(DATA / "student_hw4.cpp", folder / "hw4.cpp")
+    (folder / "leak.txt").symlink_to(secret)
+    (folder / "Makefile").write_text("hw4: hw4.cpp\n\tg++ -O2 -include leak.txt -o hw4 hw4.cpp\n")
+    proc = fa("run", "t01", "--program", folder / "hw4.cpp", "--sandbox",
+              env={**os.environ, "FA_CACHE": str(tmp_path / "cache")}, cwd=tmp_path)
+    assert proc.returncode != 0 and "does not build" in proc.stderr, proc.stderr
+    assert "TOPSECRET" not in proc.stdout + proc.stderr
+
+
+def test_a_build_that_forks_without_end_is_killed_and_said(tmp_path):
+    folder = tmp_path / "student"
+    folder.mkdir()
+    shutil.copy(DATA / "student_hw4.cpp", folder / "hw4.cpp")
+    (folder / "Makefile").write_text("hw4: hw4.cpp\n\ti=0; while [ $$i -lt 3000 ]; do sleep 30 & i=$$((i+1)); done; "
+                                     "wait\n\tg++ -O2 -o hw4 hw4.cpp\n")
+    proc = fa("run", "t01", "--program", folder / "hw4.cpp", "--sandbox",
+              env={**os.environ, "FA_CACHE": str(tmp_path / "cache")}, cwd=tmp_path)
+    assert proc.returncode != 0 and "does not build" in proc.stderr, proc.stderr
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).startswith("sleep\x0030")]

@@ -83,7 +83,7 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
     check_extendable(results_file)  # a results file that cannot take the records: said before any work
     runner = make_launcher(launcher, partition, gres, srun_args)
     if sandboxed:
-        runner = confined(runner)
+        runner = confined(runner, program)
     check_names(names)
     prog = runnable(program, runner, check=not without_gpu)
     with_expected = not (sample_rows or full)
@@ -123,11 +123,13 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
 
 
-def confined(runner):
-    """fa run --sandbox: the sandbox in force for the build and every run of the program."""
+def confined(runner, program: str):
+    """fa run --sandbox: the sandbox in force for the build and every run of the program (the
+    GPU's device nodes and /sys shown to a GPU program's runs only)."""
     if runner is not None:
         raise click.UsageError("--sandbox runs programs on this machine: not with --launcher slurm")
-    box = sandbox.Sandbox()
+    name = programs.best_name() if program == "best" else program
+    box = sandbox.Sandbox(gpu=name != "cpu" and not name.endswith((".cpp", ".c")))
     sandbox.use(box)
     return box
 

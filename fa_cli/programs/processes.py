@@ -35,13 +35,22 @@ def die_with_fa():
     return functools.partial(_die_with, os.getpid())
 
 
-def run_tool(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+def run_tool(argv: list[str], watch=None, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
     """subprocess.run for a tool fa waits on (a compiler, say): in a session of its own that dies
-    with fa, and stopped with everything it started if fa is interrupted."""
+    with fa, and stopped with everything it started if fa is interrupted or past `timeout`
+    (then its stderr says so); watch(proc), where given, is called once it has started (a
+    sandbox's count of what it starts)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=die_with_fa(), **kwargs)
+    if watch is not None:
+        watch(proc)
     try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
+        err += f"\nerror: stopped after {timeout:g} s"
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -35,6 +35,10 @@ BWRAP = "bwrap"
 INSTALL = "install it with `sudo apt-get install bubblewrap` (Debian, Ubuntu) or `sudo dnf install bubblewrap`"
 SYSTEM = ("/usr", "/etc", "/opt")  # read-only, where they exist
 TOP_LEVEL = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # links into /usr on most systems
+# Files of /etc hidden (the view shows /dev/null there) where this user can read them: what else is
+# unreadable to fa's user is unreadable inside too.
+SECRETS = ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/ssh/ssh_host_rsa_key", "/etc/ssh/ssh_host_ecdsa_key",
+           "/etc/ssh/ssh_host_ed25519_key")
 GPU_NODES = ("/dev/nvidia*", "/dev/nvidia-caps", "/dev/kfd", "/dev/dri")
 KEPT_VARIABLES = ("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
                   "FA_TIMING", "HIP_PLATFORM", "TMPDIR")
@@ -93,15 +97,15 @@ class Sandbox:
         header says it: OUTPUT_MARGIN more for a file, twice that in all."""
         named = [Path(a) for a in argv if a.startswith("/")]
         readable = [p for p in named if p.is_file()]
-        writable = [Path(argv[-1]).parent, *(p.parent for p in named if not p.exists() and p.parent.is_dir())]
-        self.watched = writable
+        # fa's own scratch folders only (fa-KIND-PID-...): where a tool's log is to be written
+        scratch = [p.parent for p in named if not p.exists() and p.parent.is_dir() and p.parent.name.startswith("fa-")]
+        writable = [Path(argv[-1]).parent, *scratch]
         try:
             most = read_header(argv[-2]).output_bytes + OUTPUT_MARGIN
             limits = replace(self.limits, file_bytes=min(self.limits.file_bytes, most),
                              written_bytes=min(self.limits.written_bytes, 2 * most))
         except (FormatError, IndexError):
             limits = self.limits
-        self.run_limits = limits
         return self.confine(argv, readable=readable, writable=writable, gpu=self.gpu, limits=limits)
 
     def confine(self, argv: list[str], readable=(), writable=(), cwd: Path | None = None,
@@ -117,6 +121,9 @@ class Sandbox:
         for place in (*SYSTEM, settings.cuda_home(), settings.rocm_path()):
             if place and os.path.isdir(place) and not any(place.startswith(s + "/") for s in SYSTEM):
                 views += ["--ro-bind", place, place]
+        for secret in SECRETS:  # /etc is read-only, and these are not there at all
+            if os.access(secret, os.R_OK):
+                views += ["--ro-bind", "/dev/null", secret]
         views += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         if gpu:
             views += ["--ro-bind", "/sys", "/sys"]
@@ -127,6 +134,7 @@ class Sandbox:
         folders = list(dict.fromkeys(str(Path(p).resolve()) for p in writable))
         for path in folders:
             views += ["--bind", path, path]
+        self.watched, self.run_limits = [Path(f) for f in folders], limits or self.limits
         chdir = str(cwd) if cwd else (folders[0] if folders else "/tmp")
         variables = settings.variables(KEPT_VARIABLES)
         variables.update(env or {})
@@ -136,21 +144,29 @@ class Sandbox:
                  *settings_, *views, "--chdir", chdir, "--", *argv]
         return [*self._prlimit(limits or self.limits), *bwrap]
 
-    def watch(self, proc) -> None:
-        """Beside a confined run (programs.run calls it once the command has started): the
-        processes of its namespace counted every WATCH_S, and all of them killed past the limit.
-        RLIMIT_NPROC does that for a user, but not for root, whom the kernel never limits."""
-        threading.Thread(target=self._count, args=(proc,), daemon=True).start()
+    def watch(self, proc, folders: list[Path] | None = None, limits: Limits | None = None,
+              remember: bool = True) -> None:
+        """Beside a confined command (programs.run calls it once the command has started; a
+        build, with its own folders and limits): the processes of its namespace counted every
+        WATCH_S, and all of them killed past the limit (RLIMIT_NPROC does that for a user, but
+        not for root, whom the kernel never limits), or where it wrote more than it may.
+        remember: the reason kept for explain_failure (a run's; builds run side by side)."""
+        args = (proc, list(folders if folders is not None else self.watched), limits or self.run_limits, remember)
+        threading.Thread(target=self._count, args=args, daemon=True).start()
 
-    def _count(self, proc) -> None:
-        namespace, folders, limits = None, list(self.watched), self.run_limits
+    def _count(self, proc, folders: list[Path], limits: Limits, remember: bool) -> None:
+        namespace, why = None, None
         while proc.poll() is None:
             namespace = namespace or _namespace_under(proc.pid)
             if namespace and _processes_in(namespace) > limits.processes:
-                self.killed = f"killed: more than the sandbox's {limits.processes} processes at once"
-            elif sum(_bytes_under(f) for f in folders) > limits.written_bytes:
-                self.killed = f"killed: it wrote more than the sandbox's {limits.written_bytes} bytes"
-            if self.killed:
+                why = f"killed: more than the sandbox's {limits.processes} processes at once"
+            elif (written := _bytes_under(folders)) is None:
+                why = f"killed: it made more than the sandbox's {MOST_FILES} files"
+            elif written > limits.written_bytes:
+                why = f"killed: it wrote more than the sandbox's {limits.written_bytes} bytes"
+            if why:
+                if remember:
+                    self.killed = why
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)  # bwrap goes, and its namespace with it
                 return
@@ -214,14 +230,20 @@ def _processes_in(namespace: str) -> int:
     return sum(_pid_namespace(p) == namespace for p in os.listdir("/proc") if p.isdigit())
 
 
-def _bytes_under(folder: Path, most: int = 10000) -> int:
-    """Bytes the files under a folder take on disk (its first `most` entries)."""
-    total, stack, seen = 0, [str(folder)], 0
-    while stack and seen < most:
+MOST_FILES = 10000  # files and folders a confined command may make in the folders it may write to
+
+
+def _bytes_under(folders: list[Path]) -> int | None:
+    """Bytes the files under the folders take on disk; None past MOST_FILES entries (a count that
+    stopped there would miss what lies beyond)."""
+    total, stack, seen = 0, [str(f) for f in folders], 0
+    while stack:
         try:
             with os.scandir(stack.pop()) as entries:
                 for entry in entries:
                     seen += 1
+                    if seen > MOST_FILES:
+                        return None
                     if entry.is_dir(follow_symlinks=False):
                         stack.append(entry.path)
                     else:
@@ -257,13 +279,22 @@ def in_force() -> Sandbox | None:
     return _in_force[0] if _in_force else None
 
 
-def build_command(argv: list[str], work: Path, env: dict[str, str]) -> list[str]:
-    """A build's command (make, a compiler line) as it runs: confined where a sandbox is in force,
-    with its folder and its temporary folder writable and the paths its line names readable."""
+BUILD_S = 900  # a confined build's time: a compiler that takes longer is stuck, or made to
+
+
+def build_run(argv: list[str], work: Path, env: dict[str, str]) -> tuple[list[str], dict]:
+    """A build's command (make, a compiler line) as it runs, and run_tool's further arguments:
+    where a sandbox is in force, confined (its folder and its temporary folder writable, the
+    paths its line names readable), watched and stopped after BUILD_S; else as it is."""
     box = in_force()
     if box is None:
-        return argv
+        return argv, {}
     writable = [work, *([env["TMPDIR"]] if env.get("TMPDIR") else [])]
     named = [p for word in argv for p in paths_in(word) if not any(p == w or Path(w) in p.parents for w in writable)]
     kept = {k: v for k, v in env.items() if k in ("TMPDIR", "HIP_PLATFORM", "MAKEFLAGS")}
-    return box.confine(argv, readable=named, writable=writable, cwd=work, env=kept)
+    confined = box.confine(argv, readable=named, writable=writable, cwd=work, env=kept)
+    folders = [Path(w).resolve() for w in writable]
+
+    def watch(proc) -> None:
+        box.watch(proc, folders, box.limits, remember=False)
+    return confined, dict(watch=watch, timeout=BUILD_S)

@@ -115,17 +115,21 @@ def course_recipe(source: Path, extra: tuple[str, ...] = ()) -> Recipe:
 
 def copy_folder(folder: Path, work: Path) -> None:
     """The source's folder as a build sees it: its files (none over COPY_LIMIT), one level of
-    subfolders, no version-control folders."""
+    subfolders, no version-control folders. A link is copied as the link, never read through
+    here: a confined build sees only what the sandbox shows it, a file a link names elsewhere
+    not among it."""
     for item in folder.iterdir():
         if item.name.startswith(".git"):
             continue
-        if item.is_file() and item.stat().st_size <= COPY_LIMIT:
+        if item.is_symlink():
+            os.symlink(os.readlink(item), work / item.name)
+        elif item.is_file() and item.stat().st_size <= COPY_LIMIT:
             shutil.copy2(item, work / item.name)
-        elif item.is_dir() and not item.is_symlink():
+        elif item.is_dir():
             for sub in item.iterdir():
-                if sub.is_file() and sub.stat().st_size <= COPY_LIMIT:
+                if sub.is_symlink() or (sub.is_file() and sub.stat().st_size <= COPY_LIMIT):
                     (work / item.name).mkdir(exist_ok=True)
-                    shutil.copy2(sub, work / item.name / sub.name)
+                    shutil.copy2(sub, work / item.name / sub.name, follow_symlinks=False)
 
 
 def make_commands(makefile: Path, goal: str, work: Path) -> list[str] | None:
@@ -133,7 +137,8 @@ def make_commands(makefile: Path, goal: str, work: Path) -> list[str] | None:
     remade: `make -n -B`, in the copy. None where make cannot say."""
     argv = ["make", "-n", "-B", "--no-print-directory", "-f", makefile.name, *([goal] if goal else [])]
     env = {**os.environ, "MAKEFLAGS": ""}
-    proc = run_tool(sandbox.build_command(argv, work, env), cwd=work, env=env)
+    argv, confined = sandbox.build_run(argv, work, env)
+    proc = run_tool(argv, cwd=work, env=env, **confined)
     if proc.returncode != 0:
         return None
     return [line for line in proc.stdout.splitlines() if line.strip()]
@@ -226,7 +231,8 @@ def makefile_recipe(source: Path, makefile: Path, work: Path, extra: tuple[str, 
 def run_recipe(recipe: Recipe, work: Path, env: dict) -> str | None:
     """Run a recipe's lines in `work`: None where its product is there, else the first error line."""
     for line in recipe.lines:
-        proc = run_tool(sandbox.build_command(["bash", "-c", line], work, env), cwd=work, env=env)
+        argv, confined = sandbox.build_run(["bash", "-c", line], work, env)
+        proc = run_tool(argv, cwd=work, env=env, **confined)
         if proc.returncode != 0:
             text = proc.stderr + proc.stdout
             errors = [l for l in text.splitlines() if "error" in l.lower()] or [l for l in text.splitlines() if l.strip()]
