@@ -97,6 +97,7 @@ def test_hostile_submissions_are_contained_and_the_next_students_run_is_unaffect
     assert got["alice"]["passed"] == "1/1"
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_a_rerun_judges_only_what_changed_and_an_edited_submission_again(tmp_path, cpu_program):
     subs, folder = a_class(tmp_path), tmp_path / "class"
@@ -134,6 +135,7 @@ def verdict_columns(folder):
                       if k not in ("time_s",)} for student, row in rows(folder).items()}
 
 
+@pytest.mark.slow
 @needs_bwrap
 def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_run(tmp_path, cpu_program):
     subs = a_class(tmp_path)
