@@ -211,6 +211,8 @@ def test_a_row_says_the_first_failing_case_and_a_program_never_run(tmp_path):
                                                                           diagnosis_text=["past its limit"])]
     row = table.row_of(record)
     assert (row["passed"], row["cause"], row["t02"]) == ("1/2", "t02: past its limit", "TLE 2.000")
+    record["words"] = "table\npasses here, but racecheck reports a shared-memory race at hw4.cu:88 on 2x128x32\n"
+    assert table.row_of(record)["warnings"].startswith("passes here, but racecheck reports")
 
 
 def test_a_copy_with_renamed_variables_is_the_top_similar_pair_and_the_starter_is_not_flagged(tmp_path):

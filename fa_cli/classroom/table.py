@@ -1,6 +1,6 @@
 """The class table: one row per student and platform, from the records judging.py keeps: the
 build, each case's verdict and time, what passed, the judge's GPU's estimate, the cause fa named,
-whether it ran confined. Written as CSV and JSON, shown on the terminal."""
+the hazards fa run warned of in a passing build, whether it ran confined. Written as CSV and JSON, shown on the terminal."""
 from __future__ import annotations
 
 import csv
@@ -13,7 +13,8 @@ from rich.table import Table
 from ..files import atomic_file
 from ..report.tables import plural
 
-COLUMNS = ("student", "platform", "build", "passed", "time_s", "judge_gpu_s", "cause", "sandboxed")
+COLUMNS = ("student", "platform", "build", "passed", "time_s", "judge_gpu_s", "cause", "warnings", "sandboxed")
+WARNING = "passes here, but "  # how fa run starts a passing build's hazard (a race the sanitizers saw)
 
 
 def row_of(record: dict) -> dict:
@@ -27,6 +28,8 @@ def row_of(record: dict) -> dict:
     estimates = [r["judge_gpu_s"]["mid"] for r in runs if r.get("judge_gpu_s")]
     row["judge_gpu_s"] = round(sum(estimates), 3) if estimates and len(estimates) == len(runs) else None
     row["cause"] = cause_of(record)
+    row["warnings"] = " ".join(l.strip() for l in (record.get("words") or "").splitlines()
+                               if l.strip().startswith(WARNING))[:300]
     for r in runs:
         row[r["input"]] = f"{r.get('verdict')} {r['wall_s']:.3f}" if r.get("wall_s") is not None else r.get("verdict")
     return row
