@@ -52,7 +52,8 @@ class Limits:
     processes: int = 256          # processes and threads it may have at once (over the user's own now)
     file_bytes: int = 8 << 30     # any one file it writes (an output of the course's largest case: 0.3 GB)
     memory_bytes: int = 32 << 30  # RLIMIT_DATA
-    cpu_s: int | None = None      # CPU time; the wall time is the caller's to limit
+    cpu_s: int | None = 1800      # CPU time (SIGXCPU): a course case's limit on every core many times over;
+                                  # the wall time is the caller's to limit (a case's, a build's)
     tmp_bytes: int = 1 << 30      # its /tmp
     written_bytes: int = 16 << 30  # all it writes into the folders it may write to (many files, each under file_bytes)
 
