@@ -94,8 +94,9 @@ class Sandbox:
     def wrap(self, argv: list[str]) -> list[str]:
         """PROGRAM [TOOL ARGS] INPUT OUTPUT, confined: every existing file it names read-only, the
         output's folder (the last argument's) writable, and the folder of a file it names that is
-        not there yet (a tool's log). What it may write is sized to its output, where its input's
-        header says it: OUTPUT_MARGIN more for a file, twice that in all."""
+        not there yet (a tool's log) where that folder is one of fa's own scratch folders. What it
+        may write is sized to its output, where its input's header says it: OUTPUT_MARGIN more
+        for a file, twice that in all."""
         named = [Path(a) for a in argv if a.startswith("/")]
         readable = [p for p in named if p.is_file()]
         # fa's own scratch folders only (fa-KIND-PID-...): where a tool's log is to be written
@@ -122,7 +123,7 @@ class Sandbox:
         for place in (*SYSTEM, settings.cuda_home(), settings.rocm_path()):
             if place and os.path.isdir(place) and not any(place.startswith(s + "/") for s in SYSTEM):
                 views += ["--ro-bind", place, place]
-        for secret in SECRETS:  # /etc is read-only, and these are not there at all
+        for secret in SECRETS:  # /etc is read-only, and these read as empty
             if os.access(secret, os.R_OK):
                 views += ["--ro-bind", "/dev/null", secret]
         views += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
@@ -135,7 +136,7 @@ class Sandbox:
         folders = list(dict.fromkeys(str(Path(p).resolve()) for p in writable))
         for path in folders:
             views += ["--bind", path, path]
-        self.watched, self.run_limits = [Path(f) for f in folders], limits or self.limits
+        self.watched, self.run_limits = [Path(f) for f in folders], limits or self.limits  # for watch()
         chdir = str(cwd) if cwd else (folders[0] if folders else "/tmp")
         variables = settings.variables(KEPT_VARIABLES)
         variables.update(env or {})
