@@ -130,7 +130,7 @@ class Investigation:
         case = reduced_copy(self.target, work, self.correct) or whole
         case = self.rerun(case, whole, work)
         source = self.program.source
-        if source is not None and source.suffix == ".hip" and wave64.emulated() and self.measurable():
+        if wave64.emulates(source) and self.measurable():
             self.probe(work)  # the 32-lane experiment says more of a port than the sanitizers of its emulation
             if any(f.is_cause for f in self.findings):
                 return

@@ -79,7 +79,7 @@ def from_source(source: Path, extra: tuple[str, ...] = (), flavour: str = "") ->
     """The program a source builds to, in a cache folder named by the source's bytes and the line."""
     line = (*student_build.source_needs(source), *extra)  # the flags the source asks for are part of its build
     makefile = student_build.makefile_of(source)  # its rule is the build: another Makefile, another program
-    if source.suffix == ".hip" and wave64.emulated():  # the emulation's build is another program
+    if wave64.emulates(source):  # the emulation's build is another program
         flavour += "wave64"
     if gtx1080.applies(source):  # so is a hw4.cu under the GTX 1080's rules
         flavour += "gtx1080"

@@ -37,7 +37,7 @@ def kind_of(program: Program) -> str:
     if program is TORCH:
         return "torch"
     if program.source is not None:
-        if program.source.suffix == ".hip" and wave64.emulated():  # the MI210 emulated on the NVIDIA GPU
+        if wave64.emulates(program.source):  # the MI210 emulated on the NVIDIA GPU
             return "cuda"
         return {".cu": "cuda", ".hip": "hip"}.get(program.source.suffix, "cpu")
     return gpu_kind(program)

@@ -32,7 +32,7 @@ COPY_LIMIT = 8 << 20  # a file of the source's folder larger than this is no par
 def source_compiler(source: Path) -> str:
     """The compiler of a source's build here: hw4.hip goes to nvcc where it runs on the NVIDIA
     emulation of the MI210 (wave64.emulated), else to the compiler of its suffix."""
-    if source.suffix == ".hip" and wave64.emulated():
+    if wave64.emulates(source):
         return "nvcc"
     return SOURCE_COMPILERS[source.suffix]
 

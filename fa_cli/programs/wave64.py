@@ -37,6 +37,12 @@ def emulated() -> bool:
     return "nvidia" in vendors and "amd" not in vendors
 
 
+def emulates(source) -> bool:
+    """Whether this source (a path, or None) is a student's hw4.hip that runs here on the NVIDIA
+    emulation of the MI210: the one test of it, for builds, devices, probes and causes alike."""
+    return source is not None and Path(source).suffix == ".hip" and emulated()
+
+
 def build_line(nvcc: str, target: str) -> list[str]:
     """nvcc's line for hw4.hip, before the output and the source: C++14 as hipcc's course line,
     the .hip compiled as CUDA, our header first, and the shared CUDA runtime, whose launch entry

@@ -83,8 +83,7 @@ class Wavefronts(Probe):
     name = "hw4.hip with 32-lane wavefronts"
 
     def applies(self, ctx: Context) -> bool:
-        source = ctx.source
-        return source is not None and source.suffix == ".hip" and wave64.emulated() and "out" in ctx.facts
+        return wave64.emulates(ctx.source) and "out" in ctx.facts
 
     def run(self, ctx: Context) -> list[Finding]:
         try:
