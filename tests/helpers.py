@@ -111,3 +111,12 @@ def hip_port_with_a_kernel(tmp_path: Path, header: str, text: str, row: str, bef
     reg.write_text(source.replace(anchor, row + anchor))
     subprocess.run(["make", "-s", "-C", str(tree), *make_args, "hip-cuda"], check=True, capture_output=True)
     return tree / "bin" / "fa-hip-cuda"
+
+
+def path_without_bwrap(folder: Path) -> str:
+    """A PATH of the build tools alone (links in `folder`): a machine where bubblewrap is not installed."""
+    folder.mkdir()
+    for tool in ("g++", "make", "sh", "bash"):
+        if shutil.which(tool):
+            (folder / tool).symlink_to(shutil.which(tool))
+    return str(folder)

@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import DATA, fa
+from helpers import DATA, fa, path_without_bwrap
 from test_sandbox import bwrap_works
 
 from fa_cli.classroom import similarity, submissions, table
@@ -160,12 +160,7 @@ def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_r
 
 def test_without_bubblewrap_fa_class_says_how_to_get_it_or_to_go_unsandboxed(tmp_path, cpu_program):
     subs = a_class(tmp_path)
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    for tool in ("g++", "make", "sh", "bash"):
-        if shutil.which(tool):
-            (empty / tool).symlink_to(shutil.which(tool))
-    env = {**os.environ, "PATH": str(empty)}
+    env = {**os.environ, "PATH": path_without_bwrap(tmp_path / "bin")}
     argv = [sys.executable, "-m", "fa_cli", "class", str(subs), "-o", str(tmp_path / "class"), "t01"]
     root = DATA.parent.parent
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=root)

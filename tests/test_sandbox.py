@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import DATA, fa
+from helpers import DATA, fa, path_without_bwrap
 
 from fa_cli.programs import programs, sandbox
 
@@ -151,12 +151,7 @@ def test_a_makefile_that_writes_outside_its_folder_is_contained(tmp_path):
 
 
 def test_without_bubblewrap_the_sandbox_is_one_line_that_says_how_to_get_it(tmp_path):
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    for tool in ("g++", "make", "sh", "bash"):
-        if shutil.which(tool):
-            (empty / tool).symlink_to(shutil.which(tool))
-    env = {**os.environ, "PATH": str(empty), "FA_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "PATH": path_without_bwrap(tmp_path / "bin"), "FA_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-m", "fa_cli", "run", "t01", "--program", "cpu", "--sandbox"],
                           capture_output=True, text=True, env=env, cwd=Path(programs.__file__).parents[2])
     assert proc.returncode != 0 and "Traceback" not in proc.stderr

@@ -10,11 +10,9 @@ here; the inputs too, so that no two tasks generate the same one. A task that wr
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 
-from .. import locations, settings
+from .. import settings
 from ..cases import suite
 from ..errors import ExitStatus, FaError
 from ..files import atomic_file
@@ -57,6 +55,9 @@ def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s:
               throttle: int) -> None:
     """The tasks judged as one array per partition; returns once every array has ended."""
     slurm.require("sbatch")
+    missing = sorted({t.platform for t in tasks} - set(partitions))
+    if missing:
+        raise FaError(f"--launcher slurm: no partition for {', '.join(missing)} (--partition {missing[0]}=NAME)")
     work = class_folder / "slurm"
     work.mkdir(exist_ok=True)
     plan = work / PLAN
@@ -65,11 +66,8 @@ def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s:
                             "tasks": [{"folder": str(t.submission.folder), "source": t.source.name,
                                        "build_error": builds.get(t.label)} for t in tasks]}, indent=1).encode())
     script = work / "task.sh"
-    script.write_text(task_script(plan))
+    script.write_text(slurm.task_script(plan, "class-task"))
     script.chmod(0o755)
-    missing = sorted({t.platform for t in tasks} - set(partitions))
-    if missing:
-        raise FaError(f"--launcher slurm: no partition for {', '.join(missing)} (--partition {missing[0]}=NAME)")
     for partition in sorted(set(partitions.values())):
         indices = [str(i) for i, t in enumerate(tasks) if partitions[t.platform] == partition]
         if not indices:
@@ -81,14 +79,6 @@ def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s:
         if returncode != 0 and not any(kept_record(class_folder, tasks[int(i)], cases, sandboxed) for i in indices):
             raise FaError(slurm.slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
                           exit_code=ExitStatus.FAILED)
-
-
-def task_script(plan: Path) -> str:
-    """An array task's job script (every path quoted: text to the shell, never a command)."""
-    package, python, plan_ = (shlex.quote(str(p)) for p in (locations.PACKAGE.parent, sys.executable, plan))
-    return ("#!/bin/sh\n"
-            f"export PYTHONPATH={package}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            f"exec {python} -m fa_cli class-task {plan_} \"$SLURM_ARRAY_TASK_ID\"\n")
 
 
 def run_task(plan: Path, index: int) -> None:

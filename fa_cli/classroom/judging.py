@@ -12,11 +12,8 @@ class judges again only what is missing or no longer holds.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -27,6 +24,7 @@ import fa_cli
 from ..errors import FaError
 from ..files import atomic_file
 from ..programs import programs, sandbox
+from ..programs.processes import run_tool
 from ..report import records
 from .submissions import PLATFORM, Submission
 
@@ -112,26 +110,13 @@ def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: flo
             "-o", str(results), *(["--sandbox"] if sandboxed else [])]
     # its words into pipes, unfolded (no COLUMNS): each message one line, as the cause column takes it
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=class_folder, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=2 * time_limits_s + WALL_MARGIN_S)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        out, err = proc.communicate()
-        err += f"\nfa class: stopped after {2 * time_limits_s + WALL_MARGIN_S:.0f} s, twice the cases' limits and more"
-    except BaseException:
-        _stop(proc)
+        proc = run_tool(argv, timeout=2 * time_limits_s + WALL_MARGIN_S, cwd=class_folder, env=env,
+                        why_timeout=" (fa class: twice the cases' limits and more)")
+        runs = records.load(results) if results.exists() else []
+    finally:
         results.unlink(missing_ok=True)
-        raise
-    runs = records.load(results) if results.exists() else []
-    results.unlink(missing_ok=True)
-    return dict(exit_code=proc.returncode, runs=runs, words=out, errors=err)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    return dict(exit_code=proc.returncode, runs=runs, words=proc.stdout, errors=proc.stderr)
 
 
 def tasks_of(submissions: list[Submission]) -> list[Task]:

@@ -35,11 +35,12 @@ def die_with_fa():
     return functools.partial(_die_with, os.getpid())
 
 
-def run_tool(argv: list[str], watch=None, timeout: float | None = None, **kwargs) -> subprocess.CompletedProcess:
+def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_timeout: str = "",
+             **kwargs) -> subprocess.CompletedProcess:
     """subprocess.run for a tool fa waits on (a compiler, say): in a session of its own that dies
     with fa, and stopped with everything it started if fa is interrupted or past `timeout`
-    (then its stderr says so); watch(proc), where given, is called once it has started (a
-    sandbox's count of what it starts)."""
+    (then its stderr says so, and why_timeout after); watch(proc), where given, is called once
+    it has started (a sandbox's count of what it starts)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=die_with_fa(), **kwargs)
     if watch is not None:
@@ -50,7 +51,7 @@ def run_tool(argv: list[str], watch=None, timeout: float | None = None, **kwargs
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        err += f"\nerror: stopped after {timeout:g} s"
+        err += f"\nerror: stopped after {timeout:g} s{why_timeout}"
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

@@ -148,13 +148,14 @@ def _run_array(plan: bench.BenchPlan, launcher: SlurmLauncher, results: Path, wo
     return new
 
 
-def task_script(plan_file: Path) -> str:
-    """The job script of an array task. Every path in it is quoted (shlex.quote): a work
-    directory named `$(...)`, with spaces or quotes is text to the shell, never a command."""
+def task_script(plan_file: Path, command: str = "slurm-task") -> str:
+    """The job script of an array task: `fa COMMAND PLAN INDEX` (fa bench's slurm-task, fa class's
+    class-task). Every path in it is quoted (shlex.quote): a work directory named `$(...)`, with
+    spaces or quotes is text to the shell, never a command."""
     package, python, plan = (shlex.quote(str(p)) for p in (locations.PACKAGE.parent, sys.executable, plan_file))
     return ("#!/bin/sh\n"
             f"export PYTHONPATH={package}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            f"exec {python} -m fa_cli slurm-task {plan} \"$SLURM_ARRAY_TASK_ID\"\n")
+            f"exec {python} -m fa_cli {command} {plan} \"$SLURM_ARRAY_TASK_ID\"\n")
 
 
 def submit_and_wait(argv: list[str]) -> tuple[str, int, str]:
