@@ -1,6 +1,6 @@
 """What judging every value costs: expected outputs computed the first time, then compared once cached.
 
-    python3 scripts/judge_cost.py --suite c --program cuda -o docs/results/h100/judge-cost.json
+    python3 scripts/judge_cost.py --suite c --program cuda -o docs/results/h200/judge-cost.json
 
 For the suite's cases (inputs generated first, not timed), it removes their cached expected
 outputs and times computing them all (fa's own path: PyTorch float64 on a GPU where installed,

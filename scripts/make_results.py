@@ -2,7 +2,7 @@
 """make results: every file under docs/results/GPU/ and the README's chart, made again from this
 checkout's build on this machine's NVIDIA GPU, in parts that each fit a 10-minute call:
 
-    python3 scripts/make_results.py [PART ...] [--dir docs/results/h100] [--dry-run]
+    python3 scripts/make_results.py [PART ...] [--dir docs/results/h200] [--dry-run]
 
   bench    fa bench of fa-cuda (its default kernel, then each other kernel), fa-hip-cuda and
            PyTorch SDPA fp32 at the five usual shapes -> bench.json, compare.md and bench.png

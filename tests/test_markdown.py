@@ -181,10 +181,10 @@ def test_nvidia_and_amd_runs_side_by_side_in_80_columns():
 
 
 @pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
-def test_a_report_of_the_shipped_h100_records_fits_80_columns(tmp_path):
-    """fa report of docs/results/h100's records (every kind: run, bench, profile, ladder, sweep,
+def test_a_report_of_the_shipped_h200_records_fits_80_columns(tmp_path):
+    """fa report of docs/results/h200's records (every kind: run, bench, profile, ladder, sweep,
     resources), each table line at most 80 characters and every run's figures in it."""
-    folder = ROOT / "docs" / "results" / "h100"
+    folder = ROOT / "docs" / "results" / "h200"
     files = [folder / f for f in ("profile.json", "ladder.json", "ladder-profile.json", "sweep.json",
                                   "sweep-profile.json", "resources-cuda.json", "resources-hip-cuda.json",
                                   "run.json", "bench.json")]

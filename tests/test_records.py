@@ -93,5 +93,5 @@ def test_kinds_of_old_records_by_their_fields():
 
 @pytest.mark.parametrize("kind", records.KINDS)
 def test_every_kind_fa_wrote_on_the_h100_is_read(kind):
-    found = records.by_kind([ROOT / "docs" / ("results/h100" if kind == "bench" else "history/h100-2026-11-23") / f"{kind}.json"])
+    found = records.by_kind([ROOT / "docs" / ("results/h200" if kind == "bench" else "history/h100-2026-11-23") / f"{kind}.json"])
     assert found[kind] and not any(v for k, v in found.items() if k != kind)

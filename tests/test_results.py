@@ -83,12 +83,12 @@ def test_every_command_of_make_results_is_one_fa_takes(tmp_path):
 
 
 def test_make_results_dry_run_lists_each_part_without_a_gpu():
-    proc = subprocess.run([sys.executable, "scripts/make_results.py", "--dry-run", "--dir", "docs/results/h100"],
+    proc = subprocess.run([sys.executable, "scripts/make_results.py", "--dry-run", "--dir", "docs/results/h200"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert [line.split(":")[1].split("->")[0].strip() for line in proc.stdout.splitlines()
             if line.startswith("== make results")] == ["bench", "judge", "floor", "report"]
-    assert "-o docs/results/h100/bench.json" in proc.stdout
+    assert "-o docs/results/h200/bench.json" in proc.stdout
 
 
 def test_the_summary_of_a_folder_outside_docs_goes_beside_its_files(tmp_path):
