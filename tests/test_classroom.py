@@ -124,7 +124,8 @@ def test_a_cuda_submission_on_a_machine_without_the_gpu_is_built_and_said_not_ru
     proc = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
     assert proc.returncode == 0 and "1 not run" in proc.stdout, proc.stdout + proc.stderr
     row = rows(tmp_path / "class")["erin"]
-    assert row["build"] == "ok" and row["cause"].startswith("not run: hw4.cu builds") and "no NVIDIA GPU" in row["cause"]
+    assert row["build"] == "ok" and row["cause"].startswith("not run: hw4.cu is a CUDA program")
+    assert "no NVIDIA GPU" in row["cause"]
     again = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
     assert "0 judged before and unchanged, 1 to judge" in again.stdout  # judged again: on a GPU node, it runs
 
@@ -202,6 +203,10 @@ def test_a_row_says_the_first_failing_case_and_a_program_never_run(tmp_path):
     record = dict(student="s", platform="cuda", cases=["t01", "t02"], sandboxed=True, build_error=None, runs=[],
                   errors="fa: error: this machine has no NVIDIA GPU\n", exit_code=2)
     assert table.row_of(record)["cause"] == "not run: this machine has no NVIDIA GPU"
+    record["errors"] = ("fa: error: hw4.cu builds (/c/cache/student/hw4-1f/hw4); /c/submissions/s/hw4.cu is a CUDA "
+                        "program, and this machine has no NVIDIA GPU to run it\n")
+    assert table.row_of(record)["cause"] == ("not run: hw4.cu is a CUDA program, and this machine has no NVIDIA GPU "
+                                             "to run it")
     record["runs"] = [dict(input="t01", verdict="PASS", wall_s=0.1), dict(input="t02", verdict="TLE", wall_s=2.0,
                                                                           diagnosis_text=["past its limit"])]
     row = table.row_of(record)
@@ -209,6 +214,20 @@ def test_a_row_says_the_first_failing_case_and_a_program_never_run(tmp_path):
     record["words"] = "table\npasses here, but racecheck reports a shared-memory race at hw4.cu:88 on 2x128x32\n"
     assert table.row_of(record)["warnings"].startswith("passes here, but racecheck reports")
 
+
+
+def test_the_terminal_table_names_the_cases_not_passed_in_one_column_where_a_suite_has_thirty():
+    """30 case columns fold a terminal table past reading: it shows the fixed columns and the cases
+    that did not pass, each with its verdict; the files keep a column a case."""
+    runs = [dict(input=f"c{i:02d}", verdict="PASS", wall_s=0.1) for i in range(1, 31)]
+    runs[6] = dict(input="c07", verdict="FAIL", wall_s=0.2)
+    record = dict(student="s", platform="cuda", cases=[r["input"] for r in runs], sandboxed=True, build_error=None,
+                  runs=runs)
+    shown = table.terminal_table([record])
+    headers = [c.header for c in shown.columns]
+    assert "c01" not in headers and headers[-1] == table.NOT_PASSED
+    assert list(shown.columns[-1].cells) == ["c07 FAIL"]
+    assert "c30" in table.rows_of([record])[0]
 
 def test_a_copy_with_renamed_variables_is_the_top_similar_pair_and_the_starter_is_not_flagged(tmp_path):
     """ben's own kernel, cat's the same with every name changed, ann's and dan's fa init's starter

@@ -129,6 +129,51 @@ def test_a_class_judged_as_job_arrays_gives_the_rows_of_a_class_judged_here(clus
     assert "3 judged before and unchanged, 0 to judge" in again.stdout
 
 
+
+def test_a_class_array_cancelled_says_how_each_task_ended_and_the_next_run_judges_only_those(cluster, cpu_program,
+                                                                                            tmp_path):
+    """scancel of fa class's array while bob's task runs (his program sleeps 3 s before it starts):
+    fa class ends, bob's row says how Slurm ended his task (sacct, or scontrol where accounting is
+    off, as on this cluster) and no record of his is kept; fa class again judges bob alone, and its
+    table is the table of a class judged uninterrupted."""
+    subs = tmp_path / "subs"
+    right = (DATA / "student_hw4.cpp").read_text()
+    for student, text in (("alice", right), ("bob", "#include <unistd.h>\nstatic int slow = sleep(3);\n" + right)):
+        (subs / student).mkdir(parents=True)
+        (subs / student / "hw4.cpp").write_text(text)
+    sandbox = () if bwrap_works() else ("--unsandboxed",)
+    args = ("class", subs, "-o", tmp_path / "there", "t01", "t04", *sandbox, "--launcher", "slurm", "--partition",
+            "cpu=amd", "--throttle", "1")
+    proc = subprocess.Popen([sys.executable, "-m", "fa_cli", *map(str, args)], env=cluster, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        running = subprocess.run(["squeue", "-h", "-n", "fa-class", "-t", "RUNNING", "-o", "%i"], capture_output=True,
+                                 text=True, env=cluster).stdout.split()
+        if any(task.endswith("_1") for task in running):
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail("bob's task never ran")
+    time.sleep(1)  # inside his program's sleep
+    subprocess.run(["scancel", "-n", "fa-class"], env=cluster, check=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, out + err
+    assert re.search(r"fa class: bob\.cpu: its Slurm task \d+_1 ended CANCELLED \((sacct|scontrol)\), with no record",
+                     out), out + err
+    rows = {r["student"]: r for r in json.loads((tmp_path / "there" / "class.json").read_text())["rows"]}
+    assert rows["alice"]["passed"] == "2/2" and rows["bob"]["cause"].startswith("not run: its Slurm task")
+    assert not (tmp_path / "there" / "records" / "bob.cpu.json").exists()
+    again = fa_on(cluster, tmp_path, *args)
+    assert again.returncode == 0 and "1 judged before and unchanged, 1 to judge" in again.stdout, again.stdout
+    whole = fa_on(cluster, tmp_path, "class", subs, "-o", tmp_path / "whole", "t01", "t04", *sandbox)
+
+    def verdicts_of(folder):
+        table = json.loads((folder / "class.json").read_text())["rows"]
+        return {r["student"]: (r["build"], r["passed"], r["t01"].split()[0], r["t04"].split()[0], r["cause"])
+                for r in table}
+    assert verdicts_of(tmp_path / "there") == verdicts_of(tmp_path / "whole")
+
 def test_bench_array_task_failure_is_recorded(cluster, tmp_path):
     broken = tmp_path / "broken"
     broken.write_text(f"#!{sys.executable}\nimport sys\nprint('broken: error: no luck', file=sys.stderr)\nsys.exit(3)\n")
@@ -147,6 +192,24 @@ def test_time_limit_message():
     assert slurm_error("srun: error: Unable to allocate resources: Invalid partition name specified") == \
         "slurm: Unable to allocate resources: Invalid partition name specified"
 
+
+
+def test_how_array_tasks_ended_comes_from_sacct_and_where_accounting_is_off_from_scontrol(tmp_path):
+    """Stand-ins print what sacct -X -n -P --format=JobID,State prints for an array cancelled with
+    tasks pending (a range in brackets, "CANCELLED by UID"), and scontrol -o what slurmctld keeps."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name, text in (("sacct", "12_0|COMPLETED\n12_1|CANCELLED by 0\n12_[2-3%1]|CANCELLED by 0\n13_0|FAILED\n"),
+                       ("scontrol", "JobId=14 ArrayJobId=12 ArrayTaskId=1 JobState=NODE_FAIL Reason=None\n")):
+        (tools / name).write_text(f"#!/bin/sh\ncat <<'END'\n{text}END\n")
+        (tools / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
+    code = "from fa_cli.programs import slurm; print(slurm.task_states('12'))"
+    said = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True).stdout
+    assert said.strip() == str(({0: "COMPLETED", 1: "CANCELLED", 2: "CANCELLED", 3: "CANCELLED"}, "sacct"))
+    (tools / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
+    said = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True).stdout
+    assert said.strip() == str(({1: "NODE_FAIL"}, "scontrol"))
 
 def test_interrupted_bench_array_cancels_its_job(cluster, tmp_path):
     """SIGTERM to fa while its job array runs: the job is cancelled and the work directory

@@ -5,7 +5,8 @@ program on its node exactly as fa class does here (judging.judge: fa run --sandb
 class's cache) and writes its record into the class folder, whole or not at all; the class
 folder must be where the nodes see it (a home or project directory). The builds are done before,
 here; the inputs too, so that no two tasks generate the same one. A task that wrote no record
-(cancelled, a node that failed) is judged again by the next fa class, as anything missing is.
+(cancelled, a node that failed) is said with how Slurm says it ended (sacct; scontrol where
+accounting is off), and judged again by the next fa class, as anything missing is.
 """
 from __future__ import annotations
 
@@ -52,12 +53,37 @@ def inputs_first(cases: list[str]) -> None:
 
 def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s: float, sandboxed: bool,
               builds: dict[str, str | None], partitions: dict[str, str], sbatch_args: tuple[str, ...],
-              throttle: int) -> None:
-    """The tasks judged as one array per partition; returns once every array has ended."""
+              throttle: int) -> dict[str, str]:
+    """The tasks judged as one array per partition, once every array has ended; returns why each
+    task that wrote no record did not (label -> its line: how Slurm says it ended)."""
     slurm.require("sbatch")
     missing = sorted({t.platform for t in tasks} - set(partitions))
     if missing:
         raise FaError(f"--launcher slurm: no partition for {', '.join(missing)} (--partition {missing[0]}=NAME)")
+    script = _task_script(class_folder, tasks, cases, limits_s, sandboxed, builds)
+    unjudged = {}
+    for partition in sorted(set(partitions.values())):
+        indices = [i for i, t in enumerate(tasks) if partitions[t.platform] == partition]
+        if not indices:
+            continue
+        argv = ["sbatch", "--parsable", "--wait", f"--array={','.join(map(str, indices))}%{throttle}", "--exclusive",
+                "--job-name=fa-class", "-p", partition, "-N1", "-n1", *sbatch_args,
+                "-o", str(script.parent).replace("%", "%%") + "/task-%a.log", str(script)]
+        job, returncode, stderr = slurm.submit_and_wait(argv)
+        if not job:
+            raise FaError(slurm.slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
+                          exit_code=ExitStatus.FAILED)
+        lost = [i for i in indices if not kept_record(class_folder, tasks[i], cases, sandboxed, whole=False)]
+        states, source = slurm.task_states(job) if lost else ({}, "")
+        for i in lost:
+            ended = f"ended {states[i]} ({source})" if i in states else "ended, and neither sacct nor scontrol says how"
+            unjudged[tasks[i].label] = f"its Slurm task {job}_{i} {ended}, with no record; fa class judges it again"
+    return unjudged
+
+
+def _task_script(class_folder: Path, tasks: list[Task], cases: list[str], limits_s: float, sandboxed: bool,
+                 builds: dict[str, str | None]) -> Path:
+    """CLASS/slurm/task.sh, and the plan it reads (plan.json: each task's submission and build)."""
     work = class_folder / "slurm"
     work.mkdir(exist_ok=True)
     plan = work / PLAN
@@ -68,17 +94,7 @@ def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s:
     script = work / "task.sh"
     script.write_text(slurm.task_script(plan, "class-task"))
     script.chmod(0o755)
-    for partition in sorted(set(partitions.values())):
-        indices = [str(i) for i, t in enumerate(tasks) if partitions[t.platform] == partition]
-        if not indices:
-            continue
-        argv = ["sbatch", "--parsable", "--wait", f"--array={','.join(indices)}%{throttle}", "--exclusive",
-                "--job-name=fa-class", "-p", partition, "-N1", "-n1", *sbatch_args,
-                "-o", str(work).replace("%", "%%") + "/task-%a.log", str(script)]
-        _, returncode, stderr = slurm.submit_and_wait(argv)
-        if returncode != 0 and not any(kept_record(class_folder, tasks[int(i)], cases, sandboxed) for i in indices):
-            raise FaError(slurm.slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
-                          exit_code=ExitStatus.FAILED)
+    return script
 
 
 def run_task(plan: Path, index: int) -> None:

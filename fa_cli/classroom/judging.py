@@ -85,9 +85,7 @@ def judge(class_folder: Path, task: Task, cases: list[str], time_limits_s: float
     record written."""
     if build_error is not None:
         build_error = build_error.replace(f"{class_folder}/", "")
-    record = dict(student=task.submission.student, platform=task.platform, source=task.source.name,
-                  sha256=task.submission.digest, cases=cases, fa=fa_cli.__version__, sandboxed=sandboxed,
-                  build_error=build_error, exit_code=None, runs=[], words="", errors="")
+    record = new_record(task, cases, sandboxed, build_error)
     path = record_path(class_folder, task)
     path.parent.mkdir(parents=True, exist_ok=True)
     if build_error is None:
@@ -100,6 +98,16 @@ def judge(class_folder: Path, task: Task, cases: list[str], time_limits_s: float
         f.write((record["words"] + record["errors"] or f"does not build: {build_error}\n").encode())
     return record
 
+
+
+def new_record(task: Task, cases: list[str], sandboxed: bool, build_error: str | None = None,
+               why_not_run: str = "") -> dict:
+    """A task's record before its runs: what it holds for, its build error; why_not_run, where it
+    stays unjudged (a Slurm task that ended without writing it): never kept, judged again next time."""
+    return dict(student=task.submission.student, platform=task.platform, source=task.source.name,
+                sha256=task.submission.digest, cases=cases, fa=fa_cli.__version__, sandboxed=sandboxed,
+                build_error=build_error, exit_code=None, runs=[], words="",
+                errors=f"fa: error: {why_not_run}\n" if why_not_run else "")
 
 def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool) -> dict:
     """fa run of one source, in a process of its own (its own session: a wall limit ends all it

@@ -36,7 +36,7 @@ def write(folder: Path, records: list[dict], pairs: list[dict], texts: dict[tupl
     header, rows = table.rows_of(records)
     parts = [f"<!doctype html><meta charset='utf-8'><title>fa class</title>{STYLE}<h1>fa class</h1>",
              f"<p>{html.escape(table.summary(records, folder / 'class.csv'))}</p>",
-             _table(header, rows), *(f"<p><img src='{p.relative_to(folder)}'></p>" for p in plots),
+             _table(header, rows, _reported(records)), *(f"<p><img src='{p.relative_to(folder)}'></p>" for p in plots),
              _pairs(pairs, texts), SORTING]
     path = folder / "index.html"
     with atomic_file(path) as f:
@@ -44,14 +44,19 @@ def write(folder: Path, records: list[dict], pairs: list[dict], texts: dict[tupl
     return path
 
 
-def _table(header: list[str], rows: list[dict]) -> str:
+def _reported(records: list[dict]) -> set[tuple[str, str]]:
+    """(student, platform) of the rows with a report: judged (fa run's exit status) or a build error."""
+    return {(r["student"], r["platform"]) for r in records if r.get("exit_code") is not None or r.get("build_error")}
+
+
+def _table(header: list[str], rows: list[dict], reported: set[tuple[str, str]]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in header)
     body = []
     for row in rows:
         cells = []
         for column in header:
             text = html.escape("" if row.get(column) is None else str(row[column]))
-            if column == "student":
+            if column == "student" and (row["student"], row["platform"]) in reported:
                 text = f"<a href='reports/{html.escape(row['student'])}.{html.escape(row['platform'])}.txt'>{text}</a>"
             cells.append(f"<td>{text}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")

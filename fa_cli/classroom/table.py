@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 from rich.table import Table
@@ -43,13 +44,21 @@ def cause_of(record: dict) -> str:
     runs = record.get("runs") or []
     if not runs:  # fa run stopped before any case: its own line says why (no GPU here, say)
         said = [l.removeprefix("fa: error: ") for l in record.get("errors", "").splitlines() if l.strip()]
-        return "not run: " + (said[-1] if said else f"fa run ended with exit status {record.get('exit_code')}")
+        return "not run: " + (_briefly(said[-1]) if said else
+                              f"fa run ended with exit status {record.get('exit_code')}")
     for r in runs:
         if r.get("verdict") != "PASS":
             text = r.get("diagnosis_text") or [r.get("error") or r.get("verdict")]
             return f"{r['input']}: {' '.join(text) if isinstance(text, list) else text}"[:300]
     return ""
 
+
+
+def _briefly(line: str) -> str:
+    """fa run's line for a row: its "hw4.cu builds (PATH); " said by the build column already, and
+    the class folder's paths to a source as the source's name."""
+    line = re.sub(r"^\S+ builds \([^)]*\); ", "", line)
+    return re.sub(r"/\S*/(hw4\.(?:cu|hip|cpp))\b", r"\1", line)
 
 def rows_of(records: list[dict]) -> tuple[list[str], list[dict]]:
     rows = [row_of(r) for r in records]
@@ -77,14 +86,25 @@ def write_json(path: Path, content: dict) -> None:
 
 
 def terminal_table(records: list[dict]) -> Table:
-    header, rows = rows_of(records)
-    shown = [c for c in header if c not in ("judge_gpu_s",) or any(r.get(c) is not None for r in rows)]
+    """The table for a terminal: the fixed columns, and the cases that did not pass in one column
+    (a suite's 30 case columns do not fit a terminal; the files keep them all)."""
+    _, rows = rows_of(records)
+    shown = [c for c in COLUMNS if c != "judge_gpu_s" or any(r.get(c) is not None for r in rows)]
     table = Table(title="fa class", title_justify="left")
-    for column in shown:
+    for column in (*shown, NOT_PASSED):
         table.add_column(column, overflow="fold", max_width=SHOWN_WIDTH if column in ("build", "cause") else None)
-    for row in rows:
-        table.add_row(*("" if row.get(c) is None else _shown(str(row.get(c))) for c in shown))
+    for record, row in zip(records, rows):
+        cells = ["" if row.get(c) is None else _shown(str(row.get(c))) for c in shown]
+        table.add_row(*cells, _shown(not_passed(record)))
     return table
+
+
+NOT_PASSED = "not passed"
+
+
+def not_passed(record: dict) -> str:
+    """The cases run that did not pass, each with its verdict (c07 FAIL); empty where all did."""
+    return " ".join(f"{r['input']} {r.get('verdict')}" for r in record.get("runs") or [] if r.get("verdict") != "PASS")
 
 
 SHOWN_WIDTH = 48  # the build and cause columns on the terminal: their start (the files hold them whole)

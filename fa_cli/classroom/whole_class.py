@@ -3,6 +3,8 @@ judged already kept, the rest built then judged (here or over Slurm), and the cl
 (the table, the similar pairs, the page). fa class (commands/classroom.py) calls these."""
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +24,7 @@ class Class:
     copies: list[Submission]
     tasks: list[Task]
     done: dict[str, dict] = field(default_factory=dict)  # label -> record
+    unjudged: dict[str, str] = field(default_factory=dict)  # label -> why its Slurm task left no record
 
     @property
     def todo(self) -> list[Task]:
@@ -29,7 +32,11 @@ class Class:
 
     @property
     def kept(self) -> list[dict]:
-        return [self.done[t.label] for t in self.tasks if t.label in self.done]
+        """The table's records: each judged task's, and a record saying why for each that Slurm ended
+        unjudged (never written: the next fa class judges it)."""
+        return [self.done[t.label] if t.label in self.done else
+                judging.new_record(t, self.cases, self.sandboxed, why_not_run=self.unjudged[t.label])
+                for t in self.tasks if t.label in self.done or t.label in self.unjudged]
 
 
 def gathered(where: Path, folder: Path, cases: list[str], sandboxed: bool) -> Class:
@@ -54,13 +61,31 @@ def judge(c: Class, jobs: int, slurm: dict | None) -> None:
     todo = c.todo
     judging.confine_builds(c.sandboxed)
     limits = sum(suite.case(n).time_limit for n in c.cases)
+    start = time.monotonic()
     with tables.progress("building", len(todo), steps=True, enabled=bool(todo)) as advance:
         built = judging.build_all(todo, jobs, advance)
+    if todo:
+        lines.echo(f"fa class: {tables.plural(len(todo), 'build')} in {time.monotonic() - start:.1f} s, "
+                   f"{jobs or os.cpu_count() or 1} at once")
+    start = time.monotonic()
+    try:
+        _judge_built(c, todo, built, limits, slurm)
+    finally:
+        if todo:
+            runs = sum(r.get("wall_s") or 0 for t in todo for r in (c.done.get(t.label) or {}).get("runs") or [])
+            lines.echo(f"fa class: judged in {time.monotonic() - start:.1f} s, of which the programs' own runs "
+                       f"{runs:.1f} s")
+
+
+def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limits: float, slurm: dict | None) -> None:
+    """The built tasks judged here, one at a time (their times their own), or over Slurm."""
     if slurm is not None and todo:
         cluster.inputs_first(c.cases)
-        cluster.judge_all(c.folder, todo, c.cases, limits, c.sandboxed, built, **slurm)
+        c.unjudged = cluster.judge_all(c.folder, todo, c.cases, limits, c.sandboxed, built, **slurm)
         c.done.update({t.label: r for t in todo if (r := judging.kept_record(c.folder, t, c.cases, c.sandboxed,
                                                                              whole=False))})
+        for label, why in c.unjudged.items():
+            lines.echo(f"fa class: {label}: {why}")
         return
     with tables.progress("judging", len(todo), steps=True, enabled=bool(todo)) as advance:
         for task in todo:

@@ -28,6 +28,7 @@ from ..files import atomic_file
 from ..judge import verify
 from ..measure import bench
 from ..report import records
+from .processes import run_tool
 from .programs import Launcher, Program
 
 
@@ -175,6 +176,43 @@ def submit_and_wait(argv: list[str]) -> tuple[str, int, str]:
         raise
     return job, proc.returncode, stderr
 
+
+
+def task_states(job: str) -> tuple[dict[int, str], str]:
+    """How each task of an ended job array ended (COMPLETED, CANCELLED, NODE_FAIL, TIMEOUT, ...), by
+    its index, and who said so: sacct (the cluster's accounting), else, where accounting is off,
+    scontrol (slurmctld keeps an ended job for MinJobAge, 300 s by default). Empty where neither knows."""
+    states = {}
+    for line in _answer(["sacct", "-X", "-n", "-P", "-j", job, "--format=JobID,State"]):
+        task, _, state = line.strip().partition("|")
+        if task.startswith(f"{job}_") and state:
+            states.update(dict.fromkeys(_indices(task[len(job) + 1:].strip("[]")), state.split()[0]))
+    if states:
+        return states, "sacct"
+    for line in _answer(["scontrol", "-o", "show", "job", job]):
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields.get("ArrayTaskId") and fields.get("JobState"):
+            states.update(dict.fromkeys(_indices(fields["ArrayTaskId"]), fields["JobState"]))
+    return states, "scontrol"
+
+
+def _answer(argv: list[str]) -> list[str]:
+    """A Slurm command's lines; none where it is missing or fails."""
+    try:
+        proc = run_tool(argv, timeout=60)
+    except OSError:
+        return []
+    return proc.stdout.splitlines() if proc.returncode == 0 else []
+
+
+def _indices(text: str) -> list[int]:
+    """Slurm's task indices: 3, 1-5, 0,2,7-9, with a throttle (%4) or not."""
+    found = []
+    for part in text.split("%")[0].split(","):
+        first, _, last = part.partition("-")
+        if first.isdigit() and (not last or last.isdigit()):
+            found += range(int(first), int(last or first) + 1)
+    return found
 
 def run_task(plan_file: Path, index: int) -> None:
     """One array task, on a compute node: measure one (program, input), write its record."""
