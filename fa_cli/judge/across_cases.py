@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..cases.format import Shape
 from .findings import Finding, Kind
+from .mistakes import KEY_TILES
 
 
 # ---------------------------------------------------------------- across cases: a size
@@ -55,7 +56,7 @@ def not_multiple(tile: int):
 
 
 # Features of a shape that split a run's verdicts: (what, true of the failing cases).
-SPLITS = [*(not_multiple(t) for t in (16, 32, 64, 128)),
+SPLITS = [*(not_multiple(t) for t in KEY_TILES),
           ("d = 32", lambda s: s.d == 32), ("d = 64", lambda s: s.d == 64), ("B > 1", lambda s: s.B > 1)]
 
 

@@ -53,8 +53,8 @@ from .findings import Finding, Kind
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
 from .tool_logs import (BACKTRACE_FRAMES, Budget, CRASH_SIGNALS, DEBUGGER_TAIL, asan_report, backtrace, caught_in,
-                        debugger_exit, find_tool, first_sanitizer_error, frame_text, gpu_kind, is_own_frame,
-                        is_system_frame, run_captured, sanitizer_count, sanitizer_lines, without_layer)
+                        debugger_exit, find_tool, frame_text, gpu_kind, is_own_frame, is_system_frame, run_captured,
+                        sanitize, sanitizer_lines)
 
 BUDGET_S = 60.0
 
@@ -185,33 +185,24 @@ class Investigation:
 
     def sanitize(self, tool: str, case: TrialCase, work: Path) -> bool:
         """compute-sanitizer's first report; True where it found nothing (or could not run)."""
-        sanitizer = find_tool("compute-sanitizer")
-        if sanitizer is None:
+        if find_tool("compute-sanitizer") is None:
             self.findings.append(Finding(Kind.MISSING_TOOL, [
                 f"compute-sanitizer is not installed: `compute-sanitizer --tool {tool} {self.program.path} INPUT "
                 f"OUTPUT` would name {'the first invalid access' if tool == 'memcheck' else 'a shared-memory race'}"]))
             return True
         if not self.step(f"compute-sanitizer --tool {tool} on {case.label}"):
             return True
-        log = work / f"{tool}.log"
-        extra = ["--racecheck-report", "analysis"] if tool == "racecheck" else []
-        argv = self.on_node([sanitizer, "--tool", tool, *extra, "--print-limit", "100", "--log-file", str(log),
-                             *self.with_lines().argv, str(case.input_path), str(work / f"{tool}.out")])
-        code, output = run_captured(argv, self.budget.left)
-        text = without_layer(log.read_text(errors="replace") if log.exists() else output)
-        first = first_sanitizer_error(text)
-        if code is None and not first:
-            self.findings.append(Finding(Kind.MISSING_TOOL, [f"{tool}: stopped after the time budget with nothing "
-                                                          f"reported yet (fa run --why {self.target.name})"]))
-            return True
-        if not first:
-            if code is not None:
+        said = sanitize(tool, self.with_lines().argv, case.input_path, work, self.budget.left, self.on_node)
+        if not said.first:
+            if said.finished:
                 self.done.append(f"{tool} clean on {case.label}")
+            else:
+                self.findings.append(Finding(Kind.MISSING_TOOL, [f"{tool}: stopped after the time budget with nothing "
+                                                              f"reported yet (fa run --why {self.target.name})"]))
             return True
-        count = sanitizer_count(text) if tool == "memcheck" else None  # racecheck counts only what it shows
-        total = f" ({count} errors in all)" if count else ""
-        self.findings.append(Finding(tool, [f"{tool} on {case.label}{total}:", *sanitizer_lines(first)],
-                                     dict(report=first, count=count, on=case.label)))
+        total = f" ({said.count} errors in all)" if said.count else ""
+        self.findings.append(Finding(tool, [f"{tool} on {case.label}{total}:", *sanitizer_lines(said.first)],
+                                     dict(report=said.first, count=said.count, on=case.label)))
         return False
 
     def racecheck(self, case: TrialCase, work: Path) -> None:

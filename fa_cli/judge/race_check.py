@@ -21,8 +21,7 @@ from ..files import atomic_file
 from ..programs.programs import Launcher, Program
 from .cause import with_lines
 from .findings import Finding, Kind
-from .tool_logs import (find_tool, first_sanitizer_error, gpu_kind, run_captured, sanitizer_count, sanitizer_lines,
-                        without_layer)
+from .tool_logs import find_tool, gpu_kind, sanitize, sanitizer_lines
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
@@ -55,8 +54,7 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path,
             return [Finding(f["kind"], f["lines"], f.get("fields", {})) for f in json.loads(kept.read_text())]
         except (OSError, ValueError, KeyError):
             pass  # checked again
-    sanitizer = find_tool("compute-sanitizer")
-    if sanitizer is None:
+    if find_tool("compute-sanitizer") is None:
         return [Finding(Kind.MISSING_TOOL, ["race check: compute-sanitizer is not installed here: its racecheck "
                                             "would show a shared-memory race that this GPU's schedule hides"])]
     shape = Shape(RACE_B, RACE_N, d)
@@ -66,25 +64,18 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path,
     found = []
     for tool, what in TOOLS.items():
         say(f"race check: compute-sanitizer --tool {tool} on {shape} (once per build)")
-        log = work / f"{tool}.log"
-        extra = ["--racecheck-report", "analysis"] if tool == "racecheck" else []
-        argv = (launcher or Launcher()).wrap([sanitizer, "--tool", tool, *extra, "--print-limit", "100",
-                                              "--log-file", str(log), *lined.argv, str(case), str(work / "race.out")])
-        code, output = run_captured(argv, TOOL_TIMEOUT_S)
-        text = without_layer(log.read_text(errors="replace") if log.exists() else output)
-        first = first_sanitizer_error(text)
-        if code is None and not first:
+        said = sanitize(tool, lined.argv, case, work, TOOL_TIMEOUT_S, (launcher or Launcher()).wrap)
+        if not said.first and not said.finished:
             found.append(Finding(Kind.MISSING_TOOL, [f"race check: {tool} stopped after {TOOL_TIMEOUT_S:g} s with "
                                                      "nothing reported"]))
             continue
-        if first:
-            count = sanitizer_count(text) if tool != "racecheck" else None  # racecheck's counts what it shows
-            lines = sanitizer_lines(first)
-            said = lines[0] if tool == "racecheck" else f"{what}: " + "; ".join(lines)
-            total = f" ({count} in all)" if count else ""
-            found.append(Finding(Kind.WARNING, [f"passes here, but {tool} reports {said}{total} on {shape}; the "
+        if said.first:
+            lines = sanitizer_lines(said.first)
+            told = lines[0] if tool == "racecheck" else f"{what}: " + "; ".join(lines)
+            total = f" ({said.count} in all)" if said.count else ""
+            found.append(Finding(Kind.WARNING, [f"passes here, but {tool} reports {told}{total} on {shape}; the "
                                                 "judge's GPU may schedule it otherwise"],
-                                 dict(tool=tool, report=first, count=count)))
+                                 dict(tool=tool, report=said.first, count=said.count)))
     if not any(f.kind == Kind.MISSING_TOOL for f in found):
         keep(kept, found)
     return found

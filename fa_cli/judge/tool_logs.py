@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
+from typing import Callable
 
 from .. import settings
 from ..programs import programs
@@ -84,6 +84,36 @@ def run_captured(argv: list[str], timeout: float, env: dict | None = None) -> tu
         programs.stop(proc)
         raise
 
+
+
+@dataclass
+class SanitizerReport:
+    """What one compute-sanitizer tool said of one run: its first error (empty where none), the
+    errors in all (memcheck, synccheck, initcheck: racecheck counts only what it shows), whether it
+    ran to the end, and its log."""
+    tool: str
+    first: list[str]
+    count: int | None
+    finished: bool
+
+
+def sanitize(tool: str, program_argv: list[str], input_path: Path, work: Path, timeout: float,
+             wrap: Callable[[list[str]], list[str]] = lambda argv: argv) -> SanitizerReport | None:
+    """compute-sanitizer --tool TOOL on PROGRAM INPUT WORK/TOOL.out (racecheck with its analysis
+    report), where the program runs (wrap: srun on a cluster), its log read back without fa's
+    launch layer; None where compute-sanitizer is not installed."""
+    sanitizer = find_tool("compute-sanitizer")
+    if sanitizer is None:
+        return None
+    log = work / f"{tool}.log"
+    extra = ["--racecheck-report", "analysis"] if tool == "racecheck" else []
+    argv = wrap([sanitizer, "--tool", tool, *extra, "--print-limit", "100", "--log-file", str(log), *program_argv,
+                 str(input_path), str(work / f"{tool}.out")])
+    code, output = run_captured(argv, timeout)
+    text = without_layer(log.read_text(errors="replace") if log.exists() else output)
+    first = first_sanitizer_error(text)
+    return SanitizerReport(tool, first, sanitizer_count(text) if first and tool != "racecheck" else None,
+                           finished=code is not None)
 
 # ---------------------------------------------------------------- what the tools said
 def first_sanitizer_error(log: str) -> list[str]:

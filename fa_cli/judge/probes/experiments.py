@@ -19,8 +19,6 @@ from . import design
 from .readings import measured
 from .step import Context, Probe
 
-TILE_STEPS = (16, 32, 64, 128)
-
 
 def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
     if got is None:
@@ -55,12 +53,12 @@ class WholeTiles(Probe):
     name = "N cut to whole tiles"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.get("named") and "out" in ctx.facts and ctx.probe.shape.N % TILE_STEPS[-1] != 0
+        return not ctx.facts.get("named") and "out" in ctx.facts and ctx.probe.shape.N % KEY_TILES[-1] != 0
 
     def run(self, ctx: Context) -> list[Finding]:
         N = ctx.probe.shape.N
         tried = {}
-        for T in TILE_STEPS:
+        for T in KEY_TILES:
             n = N - N % T
             if n >= T and n not in tried and n != N:
                 cut = design.shrunk(ctx.probe, N=n)
