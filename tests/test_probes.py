@@ -2,12 +2,14 @@
 weights built to hold one mechanism (and staying silent on the right ones), the layout and index
 searches, and the planted sets of tests/data/planted_sets/ judged through fa run against their
 answer keys (marked slow)."""
+import re
 import shutil
 
 import numpy as np
 import pytest
 
-from helpers import DATA, fa
+from helpers import DATA, ROOT, fa
+from fa_cli.judge import probes
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge.probes import factors, indexing, layout, readings, softmax_steps
@@ -252,3 +254,11 @@ def test_a_named_step_shows_the_lines_of_the_source_it_is_in(tmp_path):
     generate.write_input(case, Shape(2, 200, 32), 3)
     proc = fa("run", case, "--program", SETS / "set3" / "r04.cpp")
     assert "lines with exp in r04.cpp: 88 `const float alpha = expf(m[r] - mnew);`" in proc.stdout, proc.stdout
+
+
+def test_docs_diagnosis_tables_steps_are_the_codes_in_its_order():
+    """docs/diagnosis.md's table of the probes names every step of probes.STEPS, in that order,
+    and no other."""
+    table = (ROOT / "docs" / "diagnosis.md").read_text().split("## The probes", 1)[1].split("\n\n## ", 1)[0]
+    named = [name for row in re.findall(r"^\| ([A-Z][^|(]*)\(", table, re.M) for name in re.findall(r"\w+", row)]
+    assert named == [type(step).__name__ for step in probes.STEPS]

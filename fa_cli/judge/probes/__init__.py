@@ -11,6 +11,8 @@ later readings stand aside. Where none names one, Summary says what was measured
   Wavefronts         hw4.hip: right with 32-lane wavefronts, wrong with 64?   experiments.py
   OutputLayout       the right values in other places: the mapping        layout.py
   InputReading       attention of other elements of the input: which index formula   indexing.py
+  LinearMap          the output as a linear map of V, read whole in one run: weights by
+                     column, scores by dim, values moved                  linear_map.py
   ReadWeights        W from runs with one-hot V; is the output W V?       weights.py
   RowsNotWritten, OtherRows, KeysWithoutWeight   W against P              readings.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
@@ -32,13 +34,15 @@ from . import design, picture
 from .experiments import BatchAlone, NotFinite, Wavefronts, WholeTiles
 from .indexing import InputReading
 from .layout import OutputLayout
+from .linear_map import LinearMap
 from .factors import Factors
 from .readings import KeysWithoutWeight, OtherRows, RowsNotWritten, Summary
 from .softmax_steps import SoftmaxSteps
 from .step import Context, Probe
 from .weights import ProbeRuns, ReadWeights
 
-STEPS: tuple[Probe, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), OutputLayout(), InputReading(), ReadWeights(),
+STEPS: tuple[Probe, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), OutputLayout(), InputReading(), LinearMap(),
+                            ReadWeights(),
                             RowsNotWritten(), OtherRows(), KeysWithoutWeight(), SoftmaxSteps(), Factors(),
                             BatchAlone(), WholeTiles(), Summary())
 MIN_STEP_S = 1.0  # a step is started only with this much of the budget left

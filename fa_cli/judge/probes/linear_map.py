@@ -1,0 +1,246 @@
+"""The output read whole as a linear map of V, in one run: what each output value is made of.
+
+For fixed Q and K nearly every program's output is linear in V: O[r, c] = sum over k, c' of
+T[r, c, k, c'] V[k, c']. One input holds N*d batches, each with the failing batch's Q and K (cut
+to map_rows: 4096 / d rows at most) and V one-hot at (k, c'): batch k*d + c' writes T[:, :, k, c']. One more batch
+holds the case's own V, the check: where T applied to it gives what the program wrote there, T is
+what the program computes (and its batches did not meet). Then T against the right map, P times
+the identity:
+
+  columns     T is zero across columns but its weights differ by output column: which columns
+              share weights (lanes, halves, tiles), and for each set the scores it used, read back
+              as log W = a . (q * k) + row constant: which of q . k's d terms each score took, and
+              at what scale
+  map         every output value is a right value of another place: the map, as a formula where
+              one fits (columns or rows moved, the block written transposed), else examples
+  scores      one set of weights for all columns, from scores of some dims only: said the same
+              way (one factor on every dim is the Factors step's to name; weights that no scores
+              fit come of the softmax, and the steps after read it)
+
+Where T is P times the identity at this size, or one set of weights from the right scores, the
+step says nothing and the later steps go on.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding, Kind
+from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows
+
+MAX_BATCHES = 4096  # N*d batches in the run at most: 200 MB of input (N = 128 at d = 32, 64 at d = 64)
+MAP_ATOL = 2e-5  # a float32 program's T against the right one (values of P, at most 1)
+FIT_RESIDUAL = 1e-3  # log W read back as a . (q * k) + row constant: the largest residual that fits
+TINY_WEIGHT = 1e-20  # weights below this carry no readable log
+
+
+def map_rows(N: int, d: int) -> int:
+    """The rows of the map's run: the probe's N, cut so that N*d batches stay within MAX_BATCHES."""
+    return min(N, MAX_BATCHES // d)
+
+
+class LinearMap(Probe):
+    """T read in one run of N*d + 1 batches; named where it differs from P times the identity."""
+
+    name = "the output as a linear map of V, read in one run"
+
+    def applies(self, ctx: Context) -> bool:
+        return not ctx.facts.get("named") and "out" in ctx.facts and map_rows(ctx.probe.shape.N, ctx.probe.shape.d) >= 2
+
+    def run(self, ctx: Context) -> list[Finding]:
+        inp, batch = ctx.probe, first_wrong_batch(ctx)
+        N = map_rows(inp.shape.N, inp.shape.d)
+        q, k, v = inp.q[batch, :N], inp.k[batch, :N], inp.v[batch, :N]
+        got = ctx.run(basis_input(q, k, v))
+        if got is None:
+            return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {N * inp.shape.d + 1} "
+                                            "batches that read the output as a map of V"])]
+        T = as_map(got, N, inp.shape.d)
+        right_out = ProbeInput(q[None], k[None], v[None]).output()[0]
+        checked = np.einsum("rckx,kx->rc", T, v.astype(np.float64))
+        if not np.allclose(checked, got[-1], atol=1e-4, rtol=1e-3):
+            return [Finding(Kind.OBSERVED, [
+                f"probe: the output is not one linear map of V on {N} rows of batch {batch}: applied to the case's "
+                f"V it misses the program's output by up to {fmt(np.nanmax(np.abs(checked - got[-1])))} (V's values "
+                "change what it does, or its batches meet)"])]
+        if np.abs(got[-1] - right_out).max() <= ctx.tol:
+            return []  # right at this size: what fails needs more rows; the later steps read them
+        P = softmax_rows(logits(q[None], k[None]))[0]
+        said = read_map(T, P, q, k)
+        if said:
+            ctx.facts["named"] = True
+            return [Finding(Kind.MEASURED, [f"probe: the output read as a linear map of V ({N * inp.shape.d + 1} "
+                                            f"batches of {N} rows, batch {batch}'s Q and K): {said[0]}", *said[1:]],
+                            dict(map_rows=N))]
+        return []
+
+
+def first_wrong_batch(ctx: Context) -> int:
+    wrong = ~(np.abs(ctx.facts["out"] - ctx.facts["true"]) <= ctx.tol)
+    return int(np.argmax(wrong.any(axis=(1, 2))))
+
+
+def basis_input(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> ProbeInput:
+    """N*d batches of the same Q and K, batch k*d + c' with V one-hot at (k, c'); then V itself."""
+    N, d = q.shape
+    V = np.zeros((N * d + 1, N, d), dtype=np.float32)
+    V[np.arange(N * d), np.repeat(np.arange(N), d), np.tile(np.arange(d), N)] = 1.0
+    V[-1] = v
+    return ProbeInput(np.broadcast_to(q, V.shape).copy(), np.broadcast_to(k, V.shape).copy(), V, "the map's batches")
+
+
+def as_map(out: np.ndarray, N: int, d: int) -> np.ndarray:
+    """T[r, c, k, c'] from the basis batches' outputs (batch k*d + c' holds T[:, :, k, c'])."""
+    return out[:N * d].astype(np.float64).reshape(N, d, N, d).transpose(2, 3, 0, 1)
+
+
+def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list[str]:
+    """What T is, in sentences of measured figures; empty where it is one set of weights from the
+    right scores (the softmax steps' to read) or nothing fits."""
+    N, d = T.shape[:2]
+    across = T.copy()
+    across[:, np.arange(d), :, np.arange(d)] = 0.0
+    if np.abs(across).max() > MAP_ATOL:
+        return moved(T, P) or crossing(across)
+    weights = T[:, np.arange(d), :, np.arange(d)]  # (d, N, N): column c's weights
+    groups = column_groups(weights)
+    if len(groups) == 1:  # scores of some dims only are said here; one factor on them all is the Factors step's
+        fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it
+        named = fit is not None and fit[1] <= FIT_RESIDUAL and len(distinct(fit[0])) > 1
+        return [f"one set of weights for every column; {score_words(*fit)}"] if named else []
+    lines = [f"the weights differ by output column: {len(groups)} sets"]
+    for cols in groups:
+        W = weights[cols[0]]
+        error = np.abs(W - P).max()
+        state = "right" if error <= MAP_ATOL else \
+            f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
+        lines.append(f"columns {spans(cols)}: {state}")
+    return lines
+
+
+def column_groups(weights: np.ndarray) -> list[list[int]]:
+    """Output columns with the same weights, in order of their first column."""
+    groups: list[list[int]] = []
+    for c in range(weights.shape[0]):
+        home = next((g for g in groups if np.abs(weights[c] - weights[g[0]]).max() <= MAP_ATOL), None)
+        if home is None:
+            groups.append([c])
+        else:
+            home.append(c)
+    return groups
+
+
+def score_terms(W: np.ndarray, q: np.ndarray, k: np.ndarray) -> str:
+    fit = score_fit(W, q, k)
+    return score_words(*fit) if fit else ""
+
+
+def score_fit(W: np.ndarray, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """The scores behind W read back: log W[r, j] = sum_x a_x q[r, x] k[j, x] + b_r, fitted where
+    W is readable: a, and the largest residual; None where too few weights are readable."""
+    N, d = q.shape
+    rows, keys = np.nonzero(W > TINY_WEIGHT)
+    if rows.size < d + N or np.bincount(rows, minlength=N).min() < 2:
+        return None
+    terms = q[rows].astype(np.float64) * k[keys]  # (entries, d)
+    design = np.concatenate([terms, np.eye(N)[rows]], axis=1)
+    fit, *_ = np.linalg.lstsq(design, np.log(W[rows, keys]), rcond=None)
+    return fit[:d], float(np.abs(design @ fit - np.log(W[rows, keys])).max())
+
+
+def score_words(a: np.ndarray, residual: float) -> str:
+    """a said as the dims it takes at 1/sqrt(d), at 0, and at other factors."""
+    d = a.size
+    if residual > FIT_RESIDUAL:
+        return ("its scores are no weighted sum of q[r, x] k[j, x] over the row's and the key's dims "
+                f"(residual {fmt(residual)})")
+    scale = 1 / np.sqrt(d)
+    full = np.isclose(a, scale, rtol=1e-2, atol=1e-4)
+    none = np.isclose(a, 0, atol=1e-3 * scale)
+    if full.all():
+        return "its scores are q . k / sqrt(d)"
+    parts = []
+    if full.any():
+        parts.append(f"dims {spans(np.flatnonzero(full))} at 1/sqrt(d)")
+    if none.any():
+        parts.append(f"dims {spans(np.flatnonzero(none))} not at all")
+    other = ~(full | none)
+    if other.any():
+        values = distinct(a[other])
+        parts.append(f"dims {spans(np.flatnonzero(other))} at {', '.join(map(fmt, values[:4]))}"
+                     f"{' ...' if len(values) > 4 else ''} (1/sqrt(d) = {fmt(scale)})")
+    return "its scores take q[r, x] k[j, x] of " + "; ".join(parts)
+
+
+def distinct(values: np.ndarray, rtol: float = 1e-2) -> list[float]:
+    """The values, those within rtol of a smaller one said once (by their median)."""
+    groups: list[list[float]] = []
+    for x in sorted(float(v) for v in values):
+        if groups and abs(x - groups[-1][0]) <= rtol * abs(groups[-1][0]):
+            groups[-1].append(x)
+        else:
+            groups.append([x])
+    return [float(np.median(g)) for g in groups]
+
+
+def moved(T: np.ndarray, P: np.ndarray) -> list[str]:
+    """Where every output value is one right value (row r', column c') of this batch: the map."""
+    N, d = T.shape[:2]
+    mass = np.abs(T).sum(axis=2)  # (r, c, c')
+    source_col = mass.argmax(axis=2)
+    taken = T[np.arange(N)[:, None], np.arange(d)[None, :], :, source_col].reshape(N * d, N)  # (r*d + c, k)
+    if (mass.sum(axis=2) - mass.max(axis=2)).max() > MAP_ATOL:
+        return []  # a value made of more than one column of V: no move
+    nearest = ((taken ** 2).sum(axis=1)[:, None] - 2 * taken @ P.T + (P ** 2).sum(axis=1)[None]).argmin(axis=1)
+    if np.abs(taken - P[nearest]).max() > MAP_ATOL:
+        return []
+    source_row = nearest.reshape(N, d)
+    r, c = np.meshgrid(np.arange(N), np.arange(d), indexing="ij")
+    formula = map_formula(r, c, source_row, source_col, N, d)
+    example = next(((a, b) for a in range(N) for b in range(d) if (source_row[a, b], source_col[a, b]) != (a, b)))
+    a, b = example
+    return [f"every value is a right value of another place: O's row r, column c holds the right value of "
+            f"{formula or 'another row and column (no formula of those tried fits)'}; "
+            f"e.g. row {a}, column {b} holds row {source_row[a, b]}, column {source_col[a, b]}'s"]
+
+
+def map_formula(r, c, rr, cc, N: int, d: int) -> str:
+    """The map as a formula, among: columns moved within each row, rows moved, the N x d block
+    written column by column (transposed), a shift of the flat index."""
+    flat, true_flat = r * d + c, rr * d + cc
+    if (rr == r).all():
+        shifts = np.unique((cc - c) % d)
+        if shifts.size == 1:
+            return f"row r, column (c + {shifts[0]}) mod d"
+        if (cc == (c ^ cc[0, 0])).all():
+            return f"row r, column c xor {cc[0, 0]}"
+        return "row r, columns moved: " + ", ".join(f"{x}<-{y}" for x, y in zip(c[0][:6], cc[0][:6])) + " ..."
+    if (cc == c).all():
+        shifts = np.unique((rr - r) % N)
+        return f"row (r + {shifts[0]}) mod N, column c" if shifts.size == 1 else "another row, column c"
+    if (true_flat == (flat % N) * d + flat // N).all():
+        return "the element at flat position r*d + c read as the block's transpose (written column by column)"
+    shifts = np.unique((true_flat - flat) % (N * d))
+    return f"flat position (r*d + c + {shifts[0]}) mod N*d" if shifts.size == 1 else ""
+
+
+def crossing(across: np.ndarray) -> list[str]:
+    """Terms across columns: which of V's columns each output column takes."""
+    d = across.shape[1]
+    taken = np.abs(across).max(axis=(0, 2)) > MAP_ATOL  # (c, c')
+    shown = [f"{c}<-{spans(np.flatnonzero(taken[c]))}" for c in range(d) if taken[c].any()][:6]
+    return [f"output columns take other columns of V: {int(taken.any(axis=1).sum())} of {d} columns "
+            f"(column <- V's columns besides its own: {', '.join(shown)}{' ...' if taken.any(axis=1).sum() > 6 else ''}"
+            f"); up to {fmt(np.abs(across).max())} a weight"]
+
+
+def spans(indices) -> str:
+    """0 1 2 5 6 -> 0-2, 5-6."""
+    values = [int(x) for x in indices]
+    out, start = [], None
+    for i, x in enumerate(values):
+        if start is None:
+            start = x
+        if i + 1 == len(values) or values[i + 1] != x + 1:
+            out.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out)

@@ -1,0 +1,135 @@
+"""fa_cli/judge/probes/linear_map.py: the output read as a linear map of V. Maps built in NumPy to
+hold one mechanism each (a GPU program's: lanes of a warp summing half the dims, an output written
+transposed, columns moved, a scale, terms across columns) are read back as that mechanism, with
+its figures; the right map says nothing. Then the step end to end on a stand-in program."""
+import sys
+
+import numpy as np
+
+from fa_cli.judge.probes import linear_map
+from fa_cli.judge.probes.step import Context, ProbeInput, logits, softmax_rows
+from fa_cli.judge.tool_logs import Budget
+from fa_cli.programs.programs import Program
+
+RNG = np.random.default_rng(11)
+N, D = 24, 32
+
+
+def qk():
+    return (RNG.uniform(-3, 3, size=(N, D)).astype(np.float32) for _ in range(2))
+
+
+def weights(q, k, dims=None, scale=None):
+    """softmax of the scores over some dims (all by default) at a scale (1/sqrt(d) by default)."""
+    keep = np.zeros(D) if dims is not None else np.ones(D)
+    if dims is not None:
+        keep[dims] = 1
+    return softmax_rows(logits((q * keep)[None], k[None], scale))[0]
+
+
+def diagonal_map(per_column):
+    """T[r, c, k, c] = per_column[c][r, k], zero across columns."""
+    T = np.zeros((N, D, N, D))
+    for c in range(D):
+        T[:, c, :, c] = per_column[c]
+    return T
+
+
+def test_the_right_map_says_nothing():
+    q, k = qk()
+    P = weights(q, k)
+    assert linear_map.read_map(diagonal_map([P] * D), P, q, k) == []
+
+
+def test_lanes_that_sum_half_the_dims_are_two_sets_of_columns_each_with_its_dims():
+    """A warp whose reduction starts at 8 of 16: columns 0-15 weigh scores over dims 0-15 and
+    columns 16-31 over dims 16-31."""
+    q, k = qk()
+    low, high = weights(q, k, dims=np.arange(16)), weights(q, k, dims=np.arange(16, 32))
+    said = linear_map.read_map(diagonal_map([low] * 16 + [high] * 16), weights(q, k), q, k)
+    assert said[0] == "the weights differ by output column: 2 sets"
+    assert said[1].startswith("columns 0-15: max |W - P|")
+    assert said[1].endswith("its scores take q[r, x] k[j, x] of dims 0-15 at 1/sqrt(d); dims 16-31 not at all")
+    assert said[2].endswith("dims 0-15 not at all") and "dims 16-31 at 1/sqrt(d)" in said[2]
+
+
+def test_one_set_of_weights_from_scores_of_some_dims_is_said_and_one_factor_on_all_is_left_to_the_factors():
+    q, k = qk()
+    said = linear_map.read_map(diagonal_map([weights(q, k, dims=np.arange(24))] * D), weights(q, k), q, k)
+    assert said == ["one set of weights for every column; its scores take q[r, x] k[j, x] of dims 0-23 at 1/sqrt(d); "
+                    "dims 24-31 not at all"]
+    assert linear_map.read_map(diagonal_map([weights(q, k, scale=1 / D)] * D), weights(q, k), q, k) == []
+    a, residual = linear_map.score_fit(weights(q, k, scale=1 / D), q, k)
+    assert residual < 1e-6 and np.allclose(a, 1 / D, rtol=1e-4)  # read back: the factor 1/d, for the Factors step
+
+
+def moved_map(P, source):
+    """T for an output whose (r, c) holds the right value of source(r, c) = (r', c')."""
+    T = np.zeros((N, D, N, D))
+    for r in range(N):
+        for c in range(D):
+            rr, cc = source(r, c)
+            T[r, c, :, cc] = P[rr]
+    return T
+
+
+def test_an_output_written_transposed_is_named_as_such_with_an_example():
+    q, k = qk()
+    P = weights(q, k)
+    said = linear_map.read_map(moved_map(P, lambda r, c: divmod((r * D + c) % N * D + (r * D + c) // N, D)), P, q, k)
+    assert len(said) == 1 and "read as the block's transpose" in said[0] and "e.g. row 0, column 1 holds row" in said[0]
+
+
+def test_columns_moved_within_each_row_are_a_shift_or_an_xor():
+    q, k = qk()
+    P = weights(q, k)
+    assert "row r, column (c + 1) mod d" in linear_map.read_map(moved_map(P, lambda r, c: (r, (c + 1) % D)), P, q, k)[0]
+    assert "row r, column c xor 1" in linear_map.read_map(moved_map(P, lambda r, c: (r, c ^ 1)), P, q, k)[0]
+
+
+def test_terms_across_columns_are_said_with_the_columns():
+    q, k = qk()
+    P = weights(q, k)
+    T = diagonal_map([P] * D)
+    T[:, 3, :, 4] = 0.5 * P
+    said = linear_map.read_map(T, P, q, k)
+    assert said == ["output columns take other columns of V: 1 of 32 columns (column <- V's columns besides its own: "
+                    f"3<-4); up to {linear_map.fmt(0.5 * P.max())} a weight"]
+
+
+def test_spans():
+    assert linear_map.spans([0, 1, 2, 5, 6, 9]) == "0-2, 5-6, 9"
+
+
+HALF_LANES = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+q, k, v = x[:, 0], x[:, 1], x[:, 2]
+out = np.empty((B, N, d))
+for half in (slice(0, d // 2), slice(d // 2, d)):  # each half of the lanes sums its own dims
+    s = q[..., half] @ k[..., half].transpose(0, 2, 1) / np.sqrt(d)
+    p = np.exp(s - s.max(axis=2, keepdims=True)); p /= p.sum(axis=2, keepdims=True)
+    out[..., half] = p @ v[..., half]
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_the_step_reads_a_program_whose_lanes_sum_half_the_dims(tmp_path):
+    """LinearMap on a stand-in program (NumPy, the course's format): one run of N*d + 1 batches,
+    the two sets of columns named, with their dims."""
+    program = tmp_path / "half_lanes"
+    program.write_text(HALF_LANES.format(python=sys.executable))
+    program.chmod(0o755)
+    q, k = qk()
+    v = RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32)
+    inp = ProbeInput(np.stack([q, q]), np.stack([k, k]), v)
+    ctx = Context(Program("half_lanes", program), None, tmp_path, Budget(60.0), lambda line: None, 5e-3, inp, "t01")
+    ctx.facts.update(out=ctx.run(inp), true=inp.output())
+    step = linear_map.LinearMap()
+    assert step.applies(ctx)
+    found = step.run(ctx)
+    assert ctx.runs == 2 and ctx.facts["named"] and found[0].kind == "measured"
+    assert "the weights differ by output column: 2 sets" in found[0].lines[0]
+    assert any("dims 0-15 at 1/sqrt(d); dims 16-31 not at all" in line for line in found[0].lines)
