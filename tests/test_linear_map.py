@@ -97,6 +97,23 @@ def test_terms_across_columns_are_said_with_the_columns():
                     f"3<-4); up to {linear_map.fmt(0.5 * P.max())} a weight"]
 
 
+
+def test_columns_made_of_no_v_and_an_output_where_v_is_zero_are_said():
+    """A 64-lane wavefront taken as 32 at d = 64: columns 32-63 never written (weights all 0); and
+    memory never written shows as an output where V is all zero."""
+    q, k = qk()
+    P = weights(q, k)
+    T = diagonal_map([P] * 16 + [np.zeros_like(P)] * 16)
+    said = linear_map.read_map(T, P, q, k)
+    assert said[:3] == ["the weights differ by output column: 2 sets", "columns 0-15: right",
+                        "columns 16-31: every weight 0: made of no row of V"]
+    constant = np.zeros((N, D))
+    constant[5:8, 16:] = 7.5
+    assert linear_map.without_v(constant) == ["with V all zero the output is not: up to 7.5 in 3 of 24 rows (5-7), "
+                                              "columns 16-31: values made of no V (memory never written, or another "
+                                              "buffer's)"]
+    assert linear_map.without_v(np.zeros((N, D))) == []
+
 def test_spans():
     assert linear_map.spans([0, 1, 2, 5, 6, 9]) == "0-2, 5-6, 9"
 

@@ -1,10 +1,11 @@
 """The output read whole as a linear map of V, in one run: what each output value is made of.
 
 For fixed Q and K nearly every program's output is linear in V: O[r, c] = sum over k, c' of
-T[r, c, k, c'] V[k, c']. One input holds N*d batches, each with the failing batch's Q and K (cut
-to map_rows: 4096 / d rows at most) and V one-hot at (k, c'): batch k*d + c' writes T[:, :, k, c']. One more batch
-holds the case's own V, the check: where T applied to it gives what the program wrote there, T is
-what the program computes (and its batches did not meet). Then T against the right map, P times
+T[r, c, k, c'] V[k, c']. One input holds N*d batches, each with the failing batch's Q and K
+(cut to map_rows: 4096 / d rows at most) and V one-hot at (k, c'): batch k*d + c' writes
+T[:, :, k, c']. Two more batches: V all zero (the output's part that is no map of V, taken off
+T; said where it is not 0) and the case's own V, the check: where T applied to it gives what the
+program wrote there, T is what the program computes (and its batches did not meet). Then T against the right map, P times
 the identity:
 
   columns     T is zero across columns but its weights differ by output column: which columns
@@ -44,34 +45,34 @@ class LinearMap(Probe):
     name = "the output as a linear map of V, read in one run"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.get("named") and "out" in ctx.facts and map_rows(ctx.probe.shape.N, ctx.probe.shape.d) >= 2
+        shape = ctx.probe.shape
+        return not ctx.facts.get("named") and "out" in ctx.facts and map_rows(shape.N, shape.d) >= 2
 
     def run(self, ctx: Context) -> list[Finding]:
         inp, batch = ctx.probe, first_wrong_batch(ctx)
-        N = map_rows(inp.shape.N, inp.shape.d)
+        N, d = map_rows(inp.shape.N, inp.shape.d), inp.shape.d
         q, k, v = inp.q[batch, :N], inp.k[batch, :N], inp.v[batch, :N]
         got = ctx.run(basis_input(q, k, v))
+        where = f"{N * d + 2} batches of {N} rows, batch {batch}'s Q and K"
         if got is None:
-            return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {N * inp.shape.d + 1} "
-                                            "batches that read the output as a map of V"])]
-        T = as_map(got, N, inp.shape.d)
-        right_out = ProbeInput(q[None], k[None], v[None]).output()[0]
-        checked = np.einsum("rckx,kx->rc", T, v.astype(np.float64))
-        if not np.allclose(checked, got[-1], atol=1e-4, rtol=1e-3):
+            return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {where}, which read the output "
+                                            "as a map of V"])]
+        constant = got[-1].astype(np.float64)  # the output where V is 0: none, for a map of V
+        T = as_map(got, N, d) - constant[:, :, None, None]
+        checked = np.einsum("rckx,kx->rc", T, v.astype(np.float64)) + constant
+        if not np.allclose(checked, got[-2], atol=1e-4, rtol=1e-3):
             return [Finding(Kind.OBSERVED, [
-                f"probe: the output is not one linear map of V on {N} rows of batch {batch}: applied to the case's "
-                f"V it misses the program's output by up to {fmt(np.nanmax(np.abs(checked - got[-1])))} (V's values "
-                "change what it does, or its batches meet)"])]
-        if np.abs(got[-1] - right_out).max() <= ctx.tol:
+                f"probe: the output is not a linear map of V on the {where}: applied to the case's V it misses the "
+                f"program's output by up to {fmt(np.nanmax(np.abs(checked - got[-2])))} (V's values change what it "
+                "does, or its batches meet)"])]
+        if np.abs(got[-2] - ProbeInput(q[None], k[None], v[None]).output()[0]).max() <= ctx.tol:
             return []  # right at this size: what fails needs more rows; the later steps read them
-        P = softmax_rows(logits(q[None], k[None]))[0]
-        said = read_map(T, P, q, k)
-        if said:
-            ctx.facts["named"] = True
-            return [Finding(Kind.MEASURED, [f"probe: the output read as a linear map of V ({N * inp.shape.d + 1} "
-                                            f"batches of {N} rows, batch {batch}'s Q and K): {said[0]}", *said[1:]],
-                            dict(map_rows=N))]
-        return []
+        said = without_v(constant) + read_map(T, softmax_rows(logits(q[None], k[None]))[0], q, k)
+        if not said:
+            return []
+        ctx.facts["named"] = True
+        return [Finding(Kind.MEASURED, [f"probe: the output read as a linear map of V ({where}): {said[0]}",
+                                        *said[1:]], dict(map_rows=N))]
 
 
 def first_wrong_batch(ctx: Context) -> int:
@@ -80,17 +81,28 @@ def first_wrong_batch(ctx: Context) -> int:
 
 
 def basis_input(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> ProbeInput:
-    """N*d batches of the same Q and K, batch k*d + c' with V one-hot at (k, c'); then V itself."""
+    """N*d batches of the same Q and K, batch k*d + c' with V one-hot at (k, c'); then V itself,
+    then V all zero."""
     N, d = q.shape
-    V = np.zeros((N * d + 1, N, d), dtype=np.float32)
+    V = np.zeros((N * d + 2, N, d), dtype=np.float32)
     V[np.arange(N * d), np.repeat(np.arange(N), d), np.tile(np.arange(d), N)] = 1.0
-    V[-1] = v
+    V[-2] = v
     return ProbeInput(np.broadcast_to(q, V.shape).copy(), np.broadcast_to(k, V.shape).copy(), V, "the map's batches")
 
 
 def as_map(out: np.ndarray, N: int, d: int) -> np.ndarray:
     """T[r, c, k, c'] from the basis batches' outputs (batch k*d + c' holds T[:, :, k, c'])."""
     return out[:N * d].astype(np.float64).reshape(N, d, N, d).transpose(2, 3, 0, 1)
+
+
+def without_v(constant: np.ndarray) -> list[str]:
+    """The part of the output that V does not make (the output where V is all zero), where it is not 0."""
+    rows, cols = np.nonzero(np.abs(constant) > MAP_ATOL)
+    if rows.size == 0:
+        return []
+    return [f"with V all zero the output is not: up to {fmt(np.abs(constant).max())} in {np.unique(rows).size} of "
+            f"{constant.shape[0]} rows ({spans(np.unique(rows))}), columns {spans(np.unique(cols))}: values made of "
+            "no V (memory never written, or another buffer's)"]
 
 
 def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list[str]:
@@ -111,8 +123,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
     for cols in groups:
         W = weights[cols[0]]
         error = np.abs(W - P).max()
-        state = "right" if error <= MAP_ATOL else \
-            f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
+        state = "right" if error <= MAP_ATOL else "every weight 0: made of no row of V" if np.abs(W).max() <= MAP_ATOL \
+            else f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
         lines.append(f"columns {spans(cols)}: {state}")
     return lines
 
