@@ -1,5 +1,6 @@
 """fa run finds the cause as a TA would: planted CPU programs (tests/data/student_hw4.cpp with
--DMISTAKE=SCATTERED, FLAKY, JITTER, HOST_OVERRUN) judged as a student runs them, and the reruns
+-DMISTAKE=SCATTERED, FLAKY, JITTER, HOST_OVERRUN,
+ZEROS_THEN_SEGV) judged as a student runs them, and the reruns
 (fa_cli/judge/reruns.py); the tools' reports are read in test_tool_logs.py, the findings across
 cases in test_across_cases.py. The GPU classes (a race, a misaligned access, a 32-bit size, on
 tests/data/planted_hw4.cu) are in test_cause_gpu.py."""
@@ -16,7 +17,7 @@ from fa_cli.cases.format import Shape
 from fa_cli.judge import reruns
 from fa_cli.programs import programs, student_build
 
-PLANTED = ["NONE", "SCATTERED", "FLAKY", "JITTER", "HOST_OVERRUN"]
+PLANTED = ["NONE", "SCATTERED", "FLAKY", "JITTER", "HOST_OVERRUN", "ZEROS_THEN_SEGV"]
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +76,18 @@ def test_tiny_differences_between_runs_pass_and_are_called_harmless(student, inp
     line = next(l for l in proc.stdout.splitlines() if "harmless:" in l)
     assert "not the cause of a failure" in line and "race" not in proc.stdout
 
+
+
+@pytest.mark.skipif(not shutil.which("gdb"), reason="needs gdb")
+def test_a_crash_is_investigated_first_and_the_wrong_answer_too(student):
+    """All zeros on t01 (2x128x32), a SIGSEGV on t03 (4x256x32): the crash, on the larger case, is
+    looked into first (its backtrace), and the wrong answer after it with the budget left."""
+    proc = fa("run", "t01", "t03", "--program", student["ZEROS_THEN_SEGV"])
+    assert proc.returncode == 1 and "t03 ERROR: killed by SIGSEGV" in proc.stdout, proc.stdout + proc.stderr
+    assert "gdb: SIGSEGV in main" in proc.stdout, proc.stdout
+    why = [line.split(":")[1].strip() for line in proc.stderr.splitlines() if line.startswith("fa: why ")]
+    assert why[0] == "why t03" and "why t01" in why, proc.stderr
+    assert "failed 10 of 10 runs on t01" in proc.stdout, proc.stdout
 
 @pytest.mark.skipif(not shutil.which("gdb"), reason="needs gdb")
 def test_a_host_crash_gets_a_backtrace(student, inputs):

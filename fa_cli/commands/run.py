@@ -40,7 +40,8 @@ from .shared import check_names, make_launcher, note, runnable, selected_cases
               help="Judge this case and look for the cause with the tools (run twice more, compute-sanitizer, a "
                    "debugger), whatever its verdict.")
 @click.option("--why-budget", type=click.FloatRange(min=0), default=cause.BUDGET_S, show_default=True,
-              help="Seconds the search for a cause may take (on the smallest failing case); 0: none.")
+              help="Seconds the search for a cause may take (on the smallest failing case of each kind, a "
+                   "crash first); 0: none.")
 @click.option("-o", "--output", "results_file", type=OutputPath(),
               help="Also add the results to this file (JSON, for fa report); extended if it exists.")
 @click.option("--without-gpu", is_flag=True,

@@ -1,4 +1,5 @@
-"""Why a case failed, found as a TA would find it: with the tools, on the smallest failing case.
+"""Why a case failed, found as a TA would find it: with the tools, on the smallest failing case
+of each kind (a crash first, then a wrong answer).
 
 diagnose.py says what is wrong in the output; this module runs the program again to find out
 why, within a time budget (BUDGET_S, each step said as it starts), and says it in a line or two
@@ -34,6 +35,7 @@ what the tools print is read in tool_logs.py, the size and split findings are ac
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -348,6 +350,10 @@ def picture_path(program: Program, target: Target) -> Path:
 
 
 # ---------------------------------------------------------------- a run's failures
+FIRST = ("ERROR", "WRONG")  # the kinds of failure investigated, each once, in this order: a crash says most
+MIN_SECOND_S = 5.0  # a second kind is investigated only with this much of the budget left
+
+
 def smallest_failure(results: list) -> object | None:
     """The failing case (WRONG or ERROR) with the least work: where the tools are fastest."""
     failed = [r for r in results if r.verdict in ("WRONG", "ERROR")]
@@ -356,22 +362,27 @@ def smallest_failure(results: list) -> object | None:
 
 def explain(results: list, options, say: Callable[[str], None], budget_s: float = BUDGET_S,
             chosen: object | None = None) -> list[Finding]:
-    """Investigate the smallest failing case (or `chosen`, whatever its verdict) and add what was
-    found to its diagnosis; return what the verdicts say across all cases (across_cases)."""
+    """Investigate `chosen` (whatever its verdict), else the smallest case of each kind of failure,
+    the most telling first (an ERROR: a crash, an error the program reported; then a WRONG), each
+    with what the budget has left; add what was found to the case's diagnosis; return what the
+    verdicts say across all cases (across_cases)."""
     passed = [r.target.shape for r in results if r.verdict == "PASS"]
     failed = [r.target.shape for r in results if r.verdict in ("WRONG", "ERROR")]
     wrong = [r.target.shape for r in results if r.verdict == "WRONG"]
-    case = chosen or smallest_failure(results)
-    findings = []
-    if case is not None and budget_s > 0 and case.verdict != "TLE":
+    findings, start = [], time.monotonic()
+    for case in [chosen] if chosen else [smallest_failure([r for r in results if r.verdict == v]) for v in FIRST]:
+        left = round(budget_s - (time.monotonic() - start), 1)
+        if case is None or case.verdict == "TLE" or left <= 0 or (findings and left < MIN_SECOND_S):
+            continue
         named = bool(case.diagnosis and case.diagnosis.fields.get("looks_like"))
-        findings = investigate(case.program, case.target, case.verdict, signal_name(case.run.returncode),
-                               options.tol, options.launcher, say, budget_s, options.output_dir, case.judged, named)
+        found = investigate(case.program, case.target, case.verdict, signal_name(case.run.returncode), options.tol,
+                            options.launcher, say, left, options.output_dir, case.judged, named)
         if case.diagnosis is None:
             case.diagnosis = Diagnosis([], {})
-        for f in findings:
+        for f in found:
             case.diagnosis.lines += f.lines
-        case.diagnosis.fields["causes"] = [dict(kind=f.kind, lines=f.lines, **f.fields) for f in findings]
+        case.diagnosis.fields["causes"] = [dict(kind=f.kind, lines=f.lines, **f.fields) for f in found]
+        findings += found
     # cases to run are suggested only where every failure is a wrong answer and nothing was named:
     # a mistake, a race or a crash says more
     named = any(f.is_cause for f in findings) or any(r.diagnosis and r.diagnosis.fields.get("looks_like")

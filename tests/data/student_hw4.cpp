@@ -48,6 +48,7 @@
 #define FLAKY_QUARTER 31  // one run in four (at random) writes 50 values off by 0.25: a failure that comes and goes
 #define THREAD_SEGV 32    // a worker thread (std::thread) writes through a null pointer: SIGSEGV in that thread
 #define MAIN_SEGV 33      // the main thread writes through a null pointer while a worker thread runs
+#define ZEROS_THEN_SEGV 34  // all zeros where N <= 128; a write through a null pointer (SIGSEGV) beyond
 #ifndef MISTAKE
 #define MISTAKE NONE
 #endif
@@ -105,7 +106,7 @@ static void attention(const float* q, const float* k, const float* v, float* o, 
     for (int x = 0; x < d; ++x) {
       float value = MISTAKE == NOT_NORMALIZED ? acc[x] : acc[x] / l;
       if (MISTAKE == V_AS_O) value = v[i * d + x];
-      if (MISTAKE == ZEROS) value = 0.f;
+      if (MISTAKE == ZEROS || (MISTAKE == ZEROS_THEN_SEGV && N <= 128)) value = 0.f;
       if (MISTAKE == NOISE && i % 7 == 3) value += 0.01f * (x + 1);
       if (MISTAKE == TRANSPOSED)
         o[x * N + i] = value;
@@ -188,6 +189,7 @@ int main(int argc, char** argv) {
   }
   std::fclose(in);
   if (MISTAKE == SEGFAULT) std::raise(SIGSEGV);
+  if (MISTAKE == ZEROS_THEN_SEGV && N > 128) crash();
   if (MISTAKE == THREAD_SEGV) {
     std::thread worker(crash);
     worker.join();
