@@ -9,6 +9,7 @@ later readings stand aside. Where none names one, Summary says what was measured
   ProbeRuns          the case's Q, K, V at a small N (same remainders modulo the tiles), twice:
                      the same output each time? still wrong?             weights.py, design.py
   Wavefronts         hw4.hip: right with 32-lane wavefronts, wrong with 64?   experiments.py
+  Precision          a lower precision's rounding (fp16, bf16, tf32) of a part   precision.py
   OutputLayout       the right values in other places: the mapping        layout.py
   InputReading       attention of other elements of the input: which index formula   indexing.py
   LinearMap          the output as a linear map of V, read whole in one run: weights by
@@ -35,16 +36,16 @@ from .experiments import BatchAlone, NotFinite, Wavefronts, WholeTiles
 from .indexing import InputReading
 from .layout import OutputLayout
 from .linear_map import LinearMap
+from .precision import Precision
 from .factors import Factors
 from .readings import KeysWithoutWeight, OtherRows, RowsNotWritten, Summary
 from .softmax_steps import SoftmaxSteps
 from .step import Context, Probe
 from .weights import ProbeRuns, ReadWeights
 
-STEPS: tuple[Probe, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), OutputLayout(), InputReading(), LinearMap(),
-                            ReadWeights(),
-                            RowsNotWritten(), OtherRows(), KeysWithoutWeight(), SoftmaxSteps(), Factors(),
-                            BatchAlone(), WholeTiles(), Summary())
+STEPS: tuple[Probe, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
+                            LinearMap(), ReadWeights(), RowsNotWritten(), OtherRows(), KeysWithoutWeight(),
+                            SoftmaxSteps(), Factors(), BatchAlone(), WholeTiles(), Summary())
 MIN_STEP_S = 1.0  # a step is started only with this much of the budget left
 
 

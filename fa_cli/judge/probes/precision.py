@@ -1,0 +1,83 @@
+"""Whether a wrong output is a lower precision's rounding rather than a wrong formula: the probe's
+output against float64 attention with one part rounded to fp16, bf16 or tf32 (the inputs, Q and K
+of the scores' product, P before P V, the output). A rounding that gives the output to a fraction
+of its error against float64 is named; where none does but the error is the size of a format's
+rounding (its median relative error within a factor of 4 of the unit roundoff), that is said as
+measured."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding, Kind
+from .step import Context, Probe, fmt, logits, softmax_rows
+
+# The formats a GPU program may compute in, by their unit roundoff (half an ulp of 1).
+UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "tf32": 2.0 ** -11}
+MATCH = 0.2  # a rounding is named where the output misses it by at most this share of its error against float64
+SIZE_FACTOR = 4.0  # an error "the size of a format's rounding": median relative error within this factor
+
+
+def rounded(x: np.ndarray, form: str) -> np.ndarray:
+    """x (float64) rounded to the format, to nearest even, back in float64."""
+    if form == "fp16":
+        return x.astype(np.float16).astype(np.float64)
+    drop = {"bf16": 16, "tf32": 13}[form]  # float32 mantissa bits the format does not keep
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    half, keep = 1 << (drop - 1), ~((1 << drop) - 1) & 0xFFFFFFFF
+    bits = (bits + half - 1 + ((bits >> drop) & 1)) & keep
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def attention(q, k, v, form: str, part: str) -> np.ndarray:
+    """float64 attention with `part` rounded to the format."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    if part == "inputs":
+        q, k, v = rounded(q, form), rounded(k, form), rounded(v, form)
+    if part == "scores":
+        q, k = rounded(q, form), rounded(k, form)
+    p = softmax_rows(logits(q, k))
+    if part == "weights":
+        p, v = rounded(p, form), rounded(v, form)
+    out = np.matmul(p, v)
+    return rounded(out, form) if part == "output" else out
+
+
+PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product", "weights": "P and V of the product P V",
+         "output": "the output"}
+
+
+class Precision(Probe):
+    """The probe's output against float64 attention with one part rounded to a lower precision."""
+
+    name = "a lower precision's rounding"
+
+    def applies(self, ctx: Context) -> bool:
+        return not ctx.facts.get("named") and "out" in ctx.facts and bool(np.isfinite(ctx.facts["out"]).all())
+
+    def run(self, ctx: Context) -> list[Finding]:
+        said, named = read(ctx.facts["out"].astype(np.float64), ctx.facts["true"], ctx.probe)
+        if said is None:
+            return []
+        ctx.facts["named"] = ctx.facts.get("named") or named
+        return [Finding(Kind.MEASURED if named else Kind.OBSERVED, [f"probe: {said}"])]
+
+
+def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
+    """(what to say, whether it names the rounding) of an output against its true value."""
+    base = np.abs(out - true).max()
+    misses = {(form, part): np.abs(out - attention(inp.q, inp.k, inp.v, form, part)).max()
+              for form in UNIT_ROUNDOFF for part in PARTS}
+    (form, part), miss = min(misses.items(), key=lambda item: item[1])
+    if miss <= MATCH * base:
+        same = [f for (f, p), m in misses.items() if p == part and m <= MATCH * base and f != form]
+        also = f" (or {', '.join(same)}: the same here)" if same else ""
+        return (f"the output is float64 attention with {PARTS[part]} rounded to {form}{also}: it misses that by at "
+                f"most {fmt(miss)}, float64's by {fmt(base)}"), True
+    scale = np.maximum(np.abs(true), np.abs(true).mean())
+    typical = float(np.median(np.abs(out - true) / scale))
+    sizes = [f for f, u in UNIT_ROUNDOFF.items() if u / SIZE_FACTOR <= typical <= u * SIZE_FACTOR]
+    if not sizes:
+        return None, False
+    return (f"the error is the size of {' or '.join(sorted(set(sizes)))} rounding (median relative error "
+            f"{fmt(typical)}; unit roundoff {', '.join(f'{f} {fmt(UNIT_ROUNDOFF[f])}' for f in sorted(set(sizes)))}), "
+            "but no rounding fa simulated (inputs, Q and K, P and V, the output) gives the output"), False

@@ -1,0 +1,46 @@
+"""fa_cli/judge/probes/precision.py: an output that is a lower precision's rounding is named with
+the part rounded and the format; an error only of that size is said as measured; a wrong formula
+gets nothing from this step."""
+import numpy as np
+
+from fa_cli.judge.probes import precision
+from fa_cli.judge.probes.step import ProbeInput
+
+RNG = np.random.default_rng(5)
+
+
+def probe(B=2, N=96, d=32) -> ProbeInput:
+    q, k, v = (RNG.uniform(-3, 3, size=(B, N, d)).astype(np.float32) for _ in range(3))
+    return ProbeInput(q, k, v)
+
+
+def test_rounding_to_the_nearest_even_of_each_format():
+    x = np.array([1 + 2 ** -12, 1 + 3 * 2 ** -12, 1 + 2 ** -9, 1 + 3 * 2 ** -9, -2.5])
+    assert list(precision.rounded(x, "fp16")) == [1.0, 1 + 2 ** -10, 1 + 2 ** -9, 1 + 3 * 2 ** -9, -2.5]
+    assert list(precision.rounded(x, "tf32")) == list(precision.rounded(x, "fp16"))
+    assert list(precision.rounded(x, "bf16")) == [1.0, 1.0, 1.0, 1 + 2 ** -7, -2.5]
+
+
+def test_an_output_computed_from_half_precision_inputs_is_named():
+    inp = probe()
+    out = precision.attention(inp.q, inp.k, inp.v, "fp16", "inputs").astype(np.float32)
+    said, named = precision.read(out.astype(np.float64), inp.output(), inp)
+    assert named and said.startswith("the output is float64 attention with Q, K and V rounded to fp16 (or tf32: "
+                                     "the same here): it misses that by at most"), said
+
+
+def test_bf16_weights_are_named_and_a_wrong_formula_is_not():
+    inp = probe()
+    out = precision.attention(inp.q, inp.k, inp.v, "bf16", "weights").astype(np.float32)
+    said, named = precision.read(out.astype(np.float64), inp.output(), inp)
+    assert named and "with P and V of the product P V rounded to bf16" in said, said
+    wrong = ProbeInput(inp.q * 2, inp.k, inp.v).output()  # scores twice too large
+    assert precision.read(wrong, inp.output(), inp) == (None, False)
+
+
+def test_an_error_of_a_formats_size_that_no_rounding_gives_is_said_as_measured():
+    inp = probe()
+    true = inp.output()
+    out = true * (1 + RNG.choice([-1, 1], size=true.shape) * 6e-4)
+    said, named = precision.read(out, true, inp)
+    assert not named and said.startswith("the error is the size of fp16 or tf32 rounding (median relative error"), said
