@@ -142,7 +142,11 @@ def test_the_step_reads_a_program_whose_lanes_sum_half_the_dims(tmp_path):
     q, k = qk()
     v = RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32)
     inp = ProbeInput(np.stack([q, q]), np.stack([k, k]), v)
-    ctx = Context(Program("half_lanes", program), None, tmp_path, Budget(60.0), lambda line: None, 5e-3, inp, "t01")
+    source = tmp_path / "hw4.cu"  # the source fa would have: the line that splits the lanes is shown
+    source.write_text("int main() {\n  // each lane's dims\n"
+                      "  for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);\n}\n")
+    ctx = Context(Program("half_lanes", program, source=source), None, tmp_path, Budget(60.0), lambda line: None, 5e-3,
+                  inp, "t01")
     ctx.facts.update(out=ctx.run(inp), true=inp.output())
     step = linear_map.LinearMap()
     assert step.applies(ctx)
@@ -150,3 +154,5 @@ def test_the_step_reads_a_program_whose_lanes_sum_half_the_dims(tmp_path):
     assert ctx.runs == 2 and ctx.facts["named"] and found[0].kind == "measured"
     assert "the weights differ by output column: 2 sets" in found[0].lines[0]
     assert any("dims 0-15 at 1/sqrt(d); dims 16-31 not at all" in line for line in found[0].lines)
+    assert found[0].lines[-1] == ("lines with lanes and shuffles in hw4.cu: 3 `for (int o = 8; o > 0; o >>= 1) s += "
+                                  "__shfl_xor_sync(~0u, s, o);`")

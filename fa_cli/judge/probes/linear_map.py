@@ -5,8 +5,9 @@ T[r, c, k, c'] V[k, c']. One input holds N*d batches, each with the failing batc
 (cut to map_rows: 4096 / d rows at most) and V one-hot at (k, c'): batch k*d + c' writes
 T[:, :, k, c']. Two more batches: V all zero (the output's part that is no map of V, taken off
 T; said where it is not 0) and the case's own V, the check: where T applied to it gives what the
-program wrote there, T is what the program computes (and its batches did not meet). Then T against the right map, P times
-the identity:
+program wrote there, T is what the program computes (and its batches did not meet). Then T
+against the right map, P times the identity (each reading named with the source lines of its kind,
+where fa has the source):
 
   columns     T is zero across columns but its weights differ by output column: which columns
               share weights (lanes, halves, tiles), and for each set the scores it used, read back
@@ -26,12 +27,17 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding, Kind
+from .readings import measured
 from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows
 
 MAX_BATCHES = 4096  # N*d batches in the run at most: 200 MB of input (N = 128 at d = 32, 64 at d = 64)
 MAP_ATOL = 2e-5  # a float32 program's T against the right one (values of P, at most 1)
 FIT_RESIDUAL = 1e-3  # log W read back as a . (q * k) + row constant: the largest residual that fits
 TINY_WEIGHT = 1e-20  # weights below this carry no readable log
+# The source lines shown under what was named: where lanes split a row's dims (weights by column),
+# where the output is written (values moved, a part made of no V).
+LOOK = {"columns": ("lanes and shuffles", r"__shfl\w*|warpSize|\blane\b|threadIdx\.x\s*[%&]"),
+        "place": ("the output's index", r"\b(o|out|O|output)\s*\[")}
 
 
 def map_rows(N: int, d: int) -> int:
@@ -67,12 +73,14 @@ class LinearMap(Probe):
                 "does, or its batches meet)"])]
         if np.abs(got[-2] - ProbeInput(q[None], k[None], v[None]).output()[0]).max() <= ctx.tol:
             return []  # right at this size: what fails needs more rows; the later steps read them
-        said = without_v(constant) + read_map(T, softmax_rows(logits(q[None], k[None]))[0], q, k)
+        mapped = read_map(T, softmax_rows(logits(q[None], k[None]))[0], q, k)
+        said = without_v(constant) + mapped
         if not said:
             return []
-        ctx.facts["named"] = True
-        return [Finding(Kind.MEASURED, [f"probe: the output read as a linear map of V ({where}): {said[0]}",
-                                        *said[1:]], dict(map_rows=N))]
+        weighted = bool(mapped) and mapped[0].startswith(("the weights differ", "one set of weights"))
+        look = LOOK["columns" if weighted else "place"]
+        return measured(ctx, [f"probe: the output read as a linear map of V ({where}): {said[0]}", *said[1:]],
+                        look=look, map_rows=N)
 
 
 def first_wrong_batch(ctx: Context) -> int:

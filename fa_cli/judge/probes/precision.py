@@ -9,11 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..findings import Finding, Kind
+from .readings import measured
 from .step import Context, Probe, fmt, logits, softmax_rows
 
 # The formats a GPU program may compute in, by their unit roundoff (half an ulp of 1).
 UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "tf32": 2.0 ** -11}
 MATCH = 0.2  # a rounding is named where the output misses it by at most this share of its error against float64
+# Where a source computes in a lower precision: its types, conversions and tensor-core fragments.
+LOOK = r"\b(__half2?|half|__nv_bfloat16|bfloat16|_Float16|__float2half\w*|__float2bfloat16\w*|wmma|tf32)\b"
 SIZE_FACTOR = 4.0  # an error "the size of a format's rounding": median relative error within this factor
 
 
@@ -58,8 +61,9 @@ class Precision(Probe):
         said, named = read(ctx.facts["out"].astype(np.float64), ctx.facts["true"], ctx.probe)
         if said is None:
             return []
-        ctx.facts["named"] = ctx.facts.get("named") or named
-        return [Finding(Kind.MEASURED if named else Kind.OBSERVED, [f"probe: {said}"])]
+        if named:
+            return measured(ctx, [f"probe: {said}"], look=("a lower precision", LOOK))
+        return [Finding(Kind.OBSERVED, [f"probe: {said}"])]
 
 
 def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
