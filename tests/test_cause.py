@@ -88,6 +88,9 @@ def test_a_crash_is_investigated_first_and_the_wrong_answer_too(student):
     why = [line.split(":")[1].strip() for line in proc.stderr.splitlines() if line.startswith("fa: why ")]
     assert why[0] == "why t03" and "why t01" in why, proc.stderr
     assert "failed 10 of 10 runs on t01" in proc.stdout, proc.stdout
+    short = fa("run", "t01", "t03", "--program", student["ZEROS_THEN_SEGV"], "--why-budget", 2)
+    assert "s were left after t03's ERROR, under the 5 s a second case takes (fa run t01 --why t01" in short.stdout, \
+        short.stdout
 
 @pytest.mark.skipif(not shutil.which("gdb"), reason="needs gdb")
 def test_a_host_crash_gets_a_backtrace(student, inputs):

@@ -228,6 +228,8 @@ def test_the_terminal_table_names_the_cases_not_passed_in_one_column_where_a_sui
     assert "c01" not in headers and headers[-1] == table.NOT_PASSED
     assert list(shown.columns[-1].cells) == ["c07 FAIL"]
     assert "c30" in table.rows_of([record])[0]
+    stopped = dict(record, runs=runs[:2])  # a run stopped after two cases that passed: the rest said as not run
+    assert table.not_passed(stopped) == "not run: " + " ".join(f"c{i:02d}" for i in range(3, 31))
 
 def test_a_copy_with_renamed_variables_is_the_top_similar_pair_and_the_starter_is_not_flagged(tmp_path):
     """ben's own kernel, cat's the same with every name changed, ann's and dan's fa init's starter

@@ -80,11 +80,12 @@ def test_an_output_written_transposed_is_named_as_such_with_an_example():
     assert len(said) == 1 and "read as the block's transpose" in said[0] and "e.g. row 0, column 1 holds row" in said[0]
 
 
-def test_columns_moved_within_each_row_are_a_shift_or_an_xor():
+def test_columns_moved_within_each_row_are_a_shift_or_an_xor_and_rows_moved_a_shift():
     q, k = qk()
     P = weights(q, k)
     assert "row r, column (c + 1) mod d" in linear_map.read_map(moved_map(P, lambda r, c: (r, (c + 1) % D)), P, q, k)[0]
     assert "row r, column c xor 1" in linear_map.read_map(moved_map(P, lambda r, c: (r, c ^ 1)), P, q, k)[0]
+    assert "row (r + 1) mod N, column c" in linear_map.read_map(moved_map(P, lambda r, c: ((r + 1) % N, c)), P, q, k)[0]
 
 
 def test_terms_across_columns_are_said_with_the_columns():
@@ -134,7 +135,7 @@ out.astype("<f4").tofile(sys.argv[2])
 
 
 def test_the_step_reads_a_program_whose_lanes_sum_half_the_dims(tmp_path):
-    """LinearMap on a stand-in program (NumPy, the course's format): one run of N*d + 1 batches,
+    """LinearMap on a stand-in program (NumPy, the course's format): one run of N*d + 2 batches,
     the two sets of columns named, with their dims."""
     program = tmp_path / "half_lanes"
     program.write_text(HALF_LANES.format(python=sys.executable))

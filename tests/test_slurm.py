@@ -159,8 +159,8 @@ def test_a_class_array_cancelled_says_how_each_task_ended_and_the_next_run_judge
     subprocess.run(["scancel", "-n", "fa-class"], env=cluster, check=True)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out + err
-    assert re.search(r"fa class: bob\.cpu: its Slurm task \d+_1 ended CANCELLED \((sacct|scontrol)\), with no record",
-                     out), out + err
+    assert re.search(r"fa class: bob\.cpu: its Slurm task \d+_1 ended CANCELLED \((sacct|scontrol)\), with no "
+                     r"record \(its log: \S+/task-1\.log\)", out), out + err
     rows = {r["student"]: r for r in json.loads((tmp_path / "there" / "class.json").read_text())["rows"]}
     assert rows["alice"]["passed"] == "2/2" and rows["bob"]["cause"].startswith("not run: its Slurm task")
     assert not (tmp_path / "there" / "records" / "bob.cpu.json").exists()
@@ -196,7 +196,8 @@ def test_time_limit_message():
 
 def test_how_array_tasks_ended_comes_from_sacct_and_where_accounting_is_off_from_scontrol(tmp_path):
     """Stand-ins print what sacct -X -n -P --format=JobID,State prints for an array cancelled with
-    tasks pending (a range in brackets, "CANCELLED by UID"), and scontrol -o what slurmctld keeps."""
+    tasks pending (a range in brackets, "CANCELLED by UID"), and scontrol -o what slurmctld keeps:
+    sacct's word stands where it has one, scontrol's fills in where accounting is off."""
     tools = tmp_path / "bin"
     tools.mkdir()
     for name, text in (("sacct", "12_0|COMPLETED\n12_1|CANCELLED by 0\n12_[2-3%1]|CANCELLED by 0\n13_0|FAILED\n"),
@@ -206,10 +207,11 @@ def test_how_array_tasks_ended_comes_from_sacct_and_where_accounting_is_off_from
     env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
     code = "from fa_cli.programs import slurm; print(slurm.task_states('12'))"
     said = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True).stdout
-    assert said.strip() == str(({0: "COMPLETED", 1: "CANCELLED", 2: "CANCELLED", 3: "CANCELLED"}, "sacct"))
+    assert said.strip() == str({0: "COMPLETED (sacct)", 1: "CANCELLED (sacct)", 2: "CANCELLED (sacct)",
+                                3: "CANCELLED (sacct)"})  # scontrol's NODE_FAIL for task 1 comes second
     (tools / "sacct").write_text("#!/bin/sh\necho 'sacct: error: Slurm accounting storage is disabled' >&2; exit 1\n")
     said = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True).stdout
-    assert said.strip() == str(({1: "NODE_FAIL"}, "scontrol"))
+    assert said.strip() == str({1: "NODE_FAIL (scontrol)"})
 
 def test_interrupted_bench_array_cancels_its_job(cluster, tmp_path):
     """SIGTERM to fa while its job array runs: the job is cancelled and the work directory

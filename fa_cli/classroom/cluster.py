@@ -74,10 +74,11 @@ def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s:
             raise FaError(slurm.slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
                           exit_code=ExitStatus.FAILED)
         lost = [i for i in indices if not kept_record(class_folder, tasks[i], cases, sandboxed, whole=False)]
-        states, source = slurm.task_states(job) if lost else ({}, "")
+        states = slurm.task_states(job) if lost else {}
         for i in lost:
-            ended = f"ended {states[i]} ({source})" if i in states else "ended, and neither sacct nor scontrol says how"
-            unjudged[tasks[i].label] = f"its Slurm task {job}_{i} {ended}, with no record; fa class judges it again"
+            ended = f"ended {states[i]}" if i in states else "ended, and neither sacct nor scontrol says how"
+            unjudged[tasks[i].label] = (f"its Slurm task {job}_{i} {ended}, with no record (its log: "
+                                        f"{script.parent / f'task-{i}.log'}); fa class judges it again")
     return unjudged
 
 

@@ -58,7 +58,7 @@ def _briefly(line: str) -> str:
     """fa run's line for a row: its "hw4.cu builds (PATH); " said by the build column already, and
     the class folder's paths to a source as the source's name."""
     line = re.sub(r"^\S+ builds \([^)]*\); ", "", line)
-    return re.sub(r"/\S*/(hw4\.(?:cu|hip|cpp))\b", r"\1", line)
+    return re.sub(r"(?<!\S)/\S*/(hw4\.(?:cu|hip|cpp))\b", r"\1", line)
 
 def rows_of(records: list[dict]) -> tuple[list[str], list[dict]]:
     rows = [row_of(r) for r in records]
@@ -103,8 +103,12 @@ NOT_PASSED = "not passed"
 
 
 def not_passed(record: dict) -> str:
-    """The cases run that did not pass, each with its verdict (c07 FAIL); empty where all did."""
-    return " ".join(f"{r['input']} {r.get('verdict')}" for r in record.get("runs") or [] if r.get("verdict") != "PASS")
+    """The cases that did not pass, each with its verdict (c07 FAIL), then those not run where some
+    were (a run stopped part way); empty only where every case passed, or none ran (the cause says why)."""
+    runs = record.get("runs") or []
+    said = [f"{r['input']} {r.get('verdict')}" for r in runs if r.get("verdict") != "PASS"]
+    unrun = [c for c in record.get("cases", []) if c not in {r["input"] for r in runs}]
+    return " ".join(said + ([f"not run: {' '.join(unrun)}"] if runs and unrun else []))
 
 
 SHOWN_WIDTH = 48  # the build and cause columns on the terminal: their start (the files hold them whole)

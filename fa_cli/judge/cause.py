@@ -369,14 +369,21 @@ def explain(results: list, options, say: Callable[[str], None], budget_s: float 
     passed = [r.target.shape for r in results if r.verdict == "PASS"]
     failed = [r.target.shape for r in results if r.verdict in ("WRONG", "ERROR")]
     wrong = [r.target.shape for r in results if r.verdict == "WRONG"]
-    findings, start = [], time.monotonic()
+    findings, start, looked = [], time.monotonic(), []
     for case in [chosen] if chosen else [smallest_failure([r for r in results if r.verdict == v]) for v in FIRST]:
         left = round(budget_s - (time.monotonic() - start), 1)
-        if case is None or case.verdict == "TLE" or left <= 0 or (findings and left < MIN_SECOND_S):
+        if case is None or case.verdict == "TLE" or (left <= 0 and not looked):
             continue
-        named = bool(case.diagnosis and case.diagnosis.fields.get("looks_like"))
-        found = investigate(case.program, case.target, case.verdict, signal_name(case.run.returncode), options.tol,
-                            options.launcher, say, left, options.output_dir, case.judged, named)
+        if looked and left < MIN_SECOND_S:  # said, so that no one reads its silence as nothing found
+            found = [Finding(Kind.MISSING_TOOL, [f"not looked into: {max(left, 0):g} s of the {budget_s:g} s were left "
+                                                 f"after {looked[0]}'s {looked[1]}, under the {MIN_SECOND_S:g} s a "
+                                                 f"second case takes (fa run {case.target.name} --why "
+                                                 f"{case.target.name} looks into this one)"])]
+        else:
+            named = bool(case.diagnosis and case.diagnosis.fields.get("looks_like"))
+            found = investigate(case.program, case.target, case.verdict, signal_name(case.run.returncode),
+                                options.tol, options.launcher, say, left, options.output_dir, case.judged, named)
+            looked = [case.target.name, case.verdict]
         if case.diagnosis is None:
             case.diagnosis = Diagnosis([], {})
         for f in found:

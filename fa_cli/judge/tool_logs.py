@@ -89,8 +89,8 @@ def run_captured(argv: list[str], timeout: float, env: dict | None = None) -> tu
 @dataclass
 class SanitizerReport:
     """What one compute-sanitizer tool said of one run: its first error (empty where none), the
-    errors in all (memcheck, synccheck, initcheck: racecheck counts only what it shows), whether it
-    ran to the end, and its log."""
+    errors in all (memcheck, synccheck, initcheck: racecheck counts only what it shows), and whether
+    it ran to the end (not stopped at its time limit)."""
     tool: str
     first: list[str]
     count: int | None

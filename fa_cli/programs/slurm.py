@@ -178,22 +178,22 @@ def submit_and_wait(argv: list[str]) -> tuple[str, int, str]:
 
 
 
-def task_states(job: str) -> tuple[dict[int, str], str]:
-    """How each task of an ended job array ended (COMPLETED, CANCELLED, NODE_FAIL, TIMEOUT, ...), by
-    its index, and who said so: sacct (the cluster's accounting), else, where accounting is off,
-    scontrol (slurmctld keeps an ended job for MinJobAge, 300 s by default). Empty where neither knows."""
-    states = {}
+def task_states(job: str) -> dict[int, str]:
+    """How each task of an ended job array ended, by its index, with who said so ("CANCELLED
+    (sacct)"): sacct (the cluster's accounting), and for a task it does not list (accounting off,
+    say) scontrol (slurmctld keeps an ended job for MinJobAge, 300 s by default). A task neither
+    knows is left out."""
+    states: dict[int, str] = {}
     for line in _answer(["sacct", "-X", "-n", "-P", "-j", job, "--format=JobID,State"]):
         task, _, state = line.strip().partition("|")
         if task.startswith(f"{job}_") and state:
-            states.update(dict.fromkeys(_indices(task[len(job) + 1:].strip("[]")), state.split()[0]))
-    if states:
-        return states, "sacct"
+            states.update(dict.fromkeys(_indices(task[len(job) + 1:].strip("[]")), f"{state.split()[0]} (sacct)"))
     for line in _answer(["scontrol", "-o", "show", "job", job]):
         fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
         if fields.get("ArrayTaskId") and fields.get("JobState"):
-            states.update(dict.fromkeys(_indices(fields["ArrayTaskId"]), fields["JobState"]))
-    return states, "scontrol"
+            for index in _indices(fields["ArrayTaskId"]):
+                states.setdefault(index, f"{fields['JobState']} (scontrol)")
+    return states
 
 
 def _answer(argv: list[str]) -> list[str]:

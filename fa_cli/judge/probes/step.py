@@ -47,9 +47,11 @@ class ProbeInput:
         return np.stack([self.q, self.k, self.v], axis=1).astype("<f4").ravel()
 
     def write(self, path: Path) -> None:
+        """The input file, a batch at a time (a probe of thousands of batches is never copied whole)."""
         with open(path, "wb") as f:
             f.write(header_bytes(self.shape))
-            f.write(self.flat().tobytes())
+            for b in range(self.shape.B):
+                f.write(np.stack([self.q[b], self.k[b], self.v[b]]).astype("<f4").tobytes())
 
     def weights(self) -> np.ndarray:
         """(B, N, N) float64 P = softmax(Q K^T / sqrt(d))."""
