@@ -1,5 +1,5 @@
 """The charts are fit for a report: rendered at a test size (a few CPU runs) and at full size
-(the H100 records in docs/results), each has no text cut off at the figure's edge, no title,
+(the H200 records in docs/results), each has no text cut off at the figure's edge, no title,
 label, legend or tick label running into another panel's, no empty panel, and a label on every
 axis that has units."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fa_cli.report import charts, writeup
 from fa_cli.report.records import by_kind
 
 RESULTS = ROOT / "docs" / "results"
-H100 = RESULTS / "h100"
+H200 = RESULTS / "h200"
 
 
 @pytest.fixture
@@ -98,8 +98,8 @@ def small_bench() -> list[dict]:
     return out
 
 
-def h100_records(*names) -> list[dict]:
-    found = by_kind([H100 / n for n in names])
+def shipped_records(*names) -> list[dict]:
+    found = by_kind([H200 / n for n in names])
     return [r for records in found.values() for r in records]
 
 
@@ -112,7 +112,7 @@ def test_bench_chart_test_size(drawn, tmp_path):
 
 
 @pytest.mark.slow  # full-size charts: the test-size ones stay in make test
-@pytest.mark.parametrize("path", [ROOT / "docs" / "history" / "h100-bench.json", H100 / "bench.json"],
+@pytest.mark.parametrize("path", [ROOT / "docs" / "history" / "h100-bench.json", H200 / "bench.json"],
                          ids=lambda p: p.parent.name)
 def test_bench_chart_full_size(drawn, tmp_path, path):
     compare.plot(compare.timed_records(by_kind([path])), tmp_path / "c.png")
@@ -153,9 +153,10 @@ def test_sweep_chart_test_size(drawn, tmp_path):
 
 @pytest.mark.slow
 def test_report_charts_full_size(drawn, tmp_path):
-    """fa report on the H100 records: the bench chart, each ladder and each sweep."""
+    """fa report on the shipped records (the H200 bench, the dated H100 runs): the bench chart, each ladder
+    and each sweep."""
     dated = ROOT / "docs" / "history" / "h100-2026-11-23"
-    files = [H100 / "bench.json", *(dated / n for n in ("run.json", "ladder.json", "sweep.json", "sweep-profile.json"))]
+    files = [H200 / "bench.json", *(dated / n for n in ("run.json", "ladder.json", "sweep.json", "sweep-profile.json"))]
     writeup.write(files, tmp_path / "report")
     assert len(drawn) >= 5
     for fig in drawn:
@@ -166,7 +167,7 @@ def test_docs_results_charts_are_current():
     """The PNGs in docs/results are what the charts draw today (regenerated with fa compare --plot
     and fa report; their sizes are the figures' own)."""
     from PIL import Image  # matplotlib's own dependency
-    for png in H100.glob("*.png"):
+    for png in H200.glob("*.png"):
         with Image.open(png) as im:
             assert im.size[0] >= 800, png
 

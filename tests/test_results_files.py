@@ -1,5 +1,6 @@
-"""fa compare and fa report take every results file fa writes (real ones, from the H100 runs of
-2026-11-23 in docs/history/) or refuse a file in one line; never a traceback."""
+"""fa compare and fa report take every results file fa writes (real ones: the H200 bench of
+docs/results/, the H100 runs of 2026-11-23 in docs/history/) or refuse a file in one line; never a
+traceback."""
 import json
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 from helpers import ROOT, fa
 
 DATED = ROOT / "docs" / "history" / "h100-2026-11-23"
-FILES = {"bench": ROOT / "docs" / "results" / "h100" / "bench.json",
+FILES = {"bench": ROOT / "docs" / "results" / "h200" / "bench.json",
          **{kind: DATED / f"{kind}.json" for kind in ("run", "profile", "resources", "ladder", "sweep")}}
 KINDS = list(FILES)
 

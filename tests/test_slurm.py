@@ -132,13 +132,13 @@ def test_a_class_judged_as_job_arrays_gives_the_rows_of_a_class_judged_here(clus
 
 def test_a_class_array_cancelled_says_how_each_task_ended_and_the_next_run_judges_only_those(cluster, cpu_program,
                                                                                             tmp_path):
-    """scancel of fa class's array while bob's task runs (his program sleeps 3 s before it starts):
-    fa class ends, bob's row says how Slurm ended his task (sacct, or scontrol where accounting is
-    off, as on this cluster) and no record of his is kept; fa class again judges bob alone, and its
-    table is the table of a class judged uninterrupted."""
+    """scancel of fa class's array while bob's task runs (his program sleeps 1 s before it starts,
+    inside t01's limit of 2 s): fa class ends, bob's row says how Slurm ended his task (sacct, or
+    scontrol where accounting is off, as on this cluster) and no record of his is kept; fa class
+    again judges bob alone, and its table is the table of a class judged uninterrupted."""
     subs = tmp_path / "subs"
     right = (DATA / "student_hw4.cpp").read_text()
-    for student, text in (("alice", right), ("bob", "#include <unistd.h>\nstatic int slow = sleep(3);\n" + right)):
+    for student, text in (("alice", right), ("bob", "#include <unistd.h>\nstatic int slow = sleep(1);\n" + right)):
         (subs / student).mkdir(parents=True)
         (subs / student / "hw4.cpp").write_text(text)
     sandbox = () if bwrap_works() else ("--unsandboxed",)
@@ -155,7 +155,7 @@ def test_a_class_array_cancelled_says_how_each_task_ended_and_the_next_run_judge
         time.sleep(0.2)
     else:
         pytest.fail("bob's task never ran")
-    time.sleep(1)  # inside his program's sleep
+    time.sleep(0.5)  # inside his first run (fa starting, then 1 s asleep)
     subprocess.run(["scancel", "-n", "fa-class"], env=cluster, check=True)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out + err
@@ -170,8 +170,8 @@ def test_a_class_array_cancelled_says_how_each_task_ended_and_the_next_run_judge
 
     def verdicts_of(folder):
         table = json.loads((folder / "class.json").read_text())["rows"]
-        return {r["student"]: (r["build"], r["passed"], r["t01"].split()[0], r["t04"].split()[0], r["cause"])
-                for r in table}
+        return {r["student"]: (r["build"], r["passed"], r["t01"].split()[0], r["t04"].split()[0],
+                               re.sub(r"\d+\.\d+", "#", r["cause"])) for r in table}  # its words, times aside
     assert verdicts_of(tmp_path / "there") == verdicts_of(tmp_path / "whole")
 
 def test_bench_array_task_failure_is_recorded(cluster, tmp_path):

@@ -88,7 +88,7 @@ def test_the_run_table_fits_80_columns(cpu_program):
 def test_a_table_wider_than_the_terminal_is_stacked_with_nothing_cut(terminal):
     """fa profile's table (a column per metric) on an 80-column terminal: row by row, each of its
     figures whole, no line over 80."""
-    recs = json.loads((ROOT / "docs" / "results" / "h100" / "profile.json").read_text())["records"][:4]
+    recs = json.loads((ROOT / "docs" / "results" / "h200" / "profile.json").read_text())["records"][:4]
     table = tables.profile_table(recs)
     cells = [Text.from_markup(str(c)).plain for column in table.columns for c in column.cells]
     tables.show(table)
