@@ -69,7 +69,7 @@ def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s:
         argv = ["sbatch", "--parsable", "--wait", f"--array={','.join(map(str, indices))}%{throttle}", "--exclusive",
                 "--job-name=fa-class", "-p", partition, "-N1", "-n1", *sbatch_args,
                 "-o", str(script.parent).replace("%", "%%") + "/task-%a.log", str(script)]
-        job, returncode, stderr = slurm.submit_and_wait(argv)
+        job, _, stderr = slurm.submit_and_wait(argv)
         if not job:
             raise FaError(slurm.slurm_error(stderr) or f"slurm: sbatch failed: {stderr.strip()}",
                           exit_code=ExitStatus.FAILED)

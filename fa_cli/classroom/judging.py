@@ -64,6 +64,11 @@ def kept_record(class_folder: Path, task: Task, cases: list[str], sandboxed: boo
     return record if (complete or not whole) and all(record.get(k) == v for k, v in wanted.items()) else None
 
 
+def workers(jobs: int) -> int:
+    """Builds at once: `jobs`, or one a core where it is 0."""
+    return jobs or os.cpu_count() or 1
+
+
 def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, str | None]:
     """Every task's source built (confined where a sandbox is in force), `jobs` at once (0: one a
     core): label -> None where it built, else why not, in one line."""
@@ -75,7 +80,7 @@ def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, s
             return str(e)
         finally:
             advance()
-    with ThreadPoolExecutor(jobs or os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(workers(jobs)) as pool:
         return dict(zip((t.label for t in tasks), pool.map(build, tasks)))
 
 

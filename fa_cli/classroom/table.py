@@ -107,7 +107,8 @@ def not_passed(record: dict) -> str:
     were (a run stopped part way); empty only where every case passed, or none ran (the cause says why)."""
     runs = record.get("runs") or []
     said = [f"{r['input']} {r.get('verdict')}" for r in runs if r.get("verdict") != "PASS"]
-    unrun = [c for c in record.get("cases", []) if c not in {r["input"] for r in runs}]
+    ran = {r["input"] for r in runs}
+    unrun = [c for c in record.get("cases", []) if c not in ran]
     return " ".join(said + ([f"not run: {' '.join(unrun)}"] if runs and unrun else []))
 
 

@@ -3,7 +3,6 @@ judged already kept, the rest built then judged (here or over Slurm), and the cl
 (the table, the similar pairs, the page). fa class (commands/classroom.py) calls these."""
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +65,7 @@ def judge(c: Class, jobs: int, slurm: dict | None) -> None:
         built = judging.build_all(todo, jobs, advance)
     if todo:
         lines.echo(f"fa class: {tables.plural(len(todo), 'build')} in {time.monotonic() - start:.1f} s, "
-                   f"{jobs or os.cpu_count() or 1} at once")
+                   f"{judging.workers(jobs)} at once")
     start = time.monotonic()
     try:
         _judge_built(c, todo, built, limits, slurm)
