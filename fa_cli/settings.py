@@ -13,6 +13,8 @@ commands); child processes still get the whole environment (os.environ passed on
     ROCM_PATH        where ROCm is (/opt/rocm), for its version
     FA_PTXAS_SM61    a CUDA 12 ptxas for sm_61 reports (else the pip package's)
     FA_GTX1080_RULES 0: a student's hw4.cu runs without the GTX 1080's rules (fa run --no-gtx1080-rules)
+    FA_GPU_TURNS     a lock file's path: fa processes judging side by side (fa class) take turns on
+                     the GPU through it, a timed run alone (programs/gpu_turns.py)
     COLUMNS          the width fa folds its words and tables to (else a terminal's)
     TMPDIR           where temporary files go; set, fa run's drawn inputs go there too (else to
                      /dev/shm where it has room: file_pages.memory_folder_for)
@@ -79,6 +81,16 @@ def gtx1080_rules() -> bool:
 def turn_off_gtx1080_rules() -> None:
     """fa run --no-gtx1080-rules: for this command's builds and the fa processes it starts."""
     os.environ["FA_GTX1080_RULES"] = "0"
+
+
+def gpu_turns() -> str | None:
+    """FA_GPU_TURNS: the lock through which fa processes side by side take turns on the GPU."""
+    return os.environ.get("FA_GPU_TURNS") or None
+
+
+def gpu_turns_through(path: str) -> dict[str, str]:
+    """The environment that has the fa processes fa class starts take their turns through PATH."""
+    return {"FA_GPU_TURNS": path}
 
 
 def visible_gpus() -> str:

@@ -120,3 +120,20 @@ def path_without_bwrap(folder: Path) -> str:
         if shutil.which(tool):
             (folder / tool).symlink_to(shutil.which(tool))
     return str(folder)
+
+
+def stand_in_context(tmp_path: Path, script: str, source_text: str, inp):
+    """A probe step's Context on a stand-in program (a Python script in the course's format, its
+    `{python}` filled in) with the source fa would have (hw4.cu), its judged output and the truth
+    already in its facts."""
+    from fa_cli.judge.probes.step import Context
+    from fa_cli.judge.tool_logs import Budget
+    program = tmp_path / "stand-in"
+    program.write_text(script.format(python=sys.executable))
+    program.chmod(0o755)
+    source = tmp_path / "hw4.cu"
+    source.write_text(source_text)
+    ctx = Context(programs.Program("stand-in", program, source=source), None, tmp_path, Budget(60.0), lambda line: None,
+                  5e-3, inp, "t01")
+    ctx.facts.update(out=ctx.run(inp), true=inp.output())
+    return ctx

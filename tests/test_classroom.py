@@ -138,12 +138,14 @@ def verdict_columns(folder):
 
 @pytest.mark.slow
 @needs_bwrap
-def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_run(tmp_path, cpu_program):
+@pytest.mark.parametrize("at_once", ["1", "3"])
+def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_run(tmp_path, cpu_program, at_once):
     subs = a_class(tmp_path)
     whole = fa("class", subs, "-o", tmp_path / "whole", "t01", "t02", cwd=tmp_path)
     assert whole.returncode == 0
     folder = tmp_path / "class"
-    proc = subprocess.Popen([sys.executable, "-m", "fa_cli", "class", str(subs), "-o", str(folder), "t01", "t02"],
+    proc = subprocess.Popen([sys.executable, "-m", "fa_cli", "class", str(subs), "-o", str(folder), "t01", "t02",
+                             "--side-by-side", at_once],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=DATA.parent.parent)
     deadline = time.monotonic() + 60
     while not list((folder / "records").glob("[!.]*.json")) and time.monotonic() < deadline:
@@ -308,3 +310,46 @@ def test_a_list_of_repositories_at_a_commit_is_fetched_as_a_class(tmp_path):
     assert sorted(students) == ["ann-pp", "bob"] and len(said) == 1 and said[0].startswith("none:")
     assert (students["ann-pp"] / "hw4.cu").read_text() == "ann's" and (students["ann-pp"] / "Makefile").is_file()
     assert (students["bob"] / "hw4.cpp").read_text() == "bob's"
+
+
+LOGGED = """#include <cstdio>
+#include <ctime>
+static double fa_now() { timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
+#define main student_main
+%s
+#undef main
+int main(int argc, char** argv) {  // the student's program, its run's span logged (a log all the class's runs share)
+  const double start = fa_now();
+  const timespec pause = {0, 30000000};
+  nanosleep(&pause, nullptr);  // long enough a run for another's to overlap it, were it let
+  const int code = student_main(argc, argv);
+  FILE* log = fopen("%s", "a");
+  fprintf(log, "%s %%s %%.6f %%.6f\\n", argc > 1 ? argv[1] : "-", start, fa_now());
+  fclose(log);
+  return code;
+}
+"""
+
+
+def test_programs_judged_side_by_side_never_run_beside_a_timed_run(tmp_path, cpu_program):
+    """Three students at once (--side-by-side 3, unconfined so that their runs share one log): each
+    case's timed run overlaps no other run, the wrong program's probes (untimed) may overlap one
+    another; the verdicts are those of one at a time."""
+    subs, log = tmp_path / "subs", tmp_path / "spans.log"
+    right = (DATA / "student_hw4.cpp").read_text()
+    for student, source in (("alice", right), ("bob", "#define MISTAKE NO_SCALE\n" + right), ("eve", right)):
+        (subs / student).mkdir(parents=True)
+        (subs / student / "hw4.cpp").write_text(LOGGED % (source, log, student))
+    proc = fa("class", subs, "-o", tmp_path / "class", "t01", "t02", "--unsandboxed", "--side-by-side", "3",
+              cwd=tmp_path)
+    assert proc.returncode == 0 and "(3 programs side by side, each timed run alone on the GPU)" in proc.stdout, \
+        proc.stdout + proc.stderr
+    spans = sorted((float(a), float(b), who, name) for who, name, a, b in (l.split() for l in log.read_text().splitlines()))
+    # a student's timed runs are its first on each case: fa run judges every case, then looks for causes
+    timed = [next(s for s in spans if s[2:] == (who, case)) for who in ("alice", "bob", "eve")
+             for case in {s[3] for s in spans}]
+    assert len(timed) == 6 and len(spans) > 6, spans  # two cases of three students, and bob's reruns
+    for a, b, who, case in timed:
+        assert [s for s in spans if s[0] < b and a < s[1]] == [(a, b, who, case)], spans
+    assert {s: r["t01"].split()[0] for s, r in rows(tmp_path / "class").items()} == dict(
+        alice="PASS", bob="WRONG", eve="PASS")

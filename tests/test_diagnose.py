@@ -233,3 +233,17 @@ def test_describe_batches_and_columns():
 def test_signal_names():
     assert diagnose.signal_name(-11) == "SIGSEGV" and diagnose.signal_name(134) == "SIGABRT"
     assert diagnose.signal_name(1) is None and diagnose.signal_name(0) is None
+
+
+def test_batches_after_the_first_not_written_point_at_the_copy_back_and_the_launch(tmp_path):
+    """The lines shown for zeros after batch 0 are what covers every batch's rows: the launch and the
+    copy back (a copy of N * d floats is a mistake of that kind), not the input's reading."""
+    from fa_cli.judge import diagnose, mistakes
+    source = tmp_path / "hw4.cu"
+    source.write_text("int main() {\n  in.qkv.resize((size_t)in.B * 3 * in.N * in.d);\n"
+                      "  attention<<<grid, 128>>>(d_qkv, d_out, in.B, in.N);\n"
+                      "  attention<<<grid, 256>>>(d_qkv, d_out, in.B, in.N);\n"
+                      "  CHECK(cudaMemcpy(out.data(), d_out, (size_t)in.N * in.d * sizeof(float), "
+                      "cudaMemcpyDeviceToHost));\n}\n")
+    mistake = next(m for m in mistakes.MISTAKES if m.name == "batches after the first not written (zeros)")
+    assert [n for n, _ in diagnose.source_lines(source, mistake.look)] == [5, 3]  # the copy back first, then one launch

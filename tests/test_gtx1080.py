@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   cudaError_t e = cudaGetLastError();
   cudaDeviceProp p; cudaGetDeviceProperties(&p, 0);
   printf("launch %s; cc %d.%d; %zu bytes a block\n", cudaGetErrorName(e), p.major, p.minor, p.sharedMemPerBlock);
+  printf("name %s\n", p.name);
   return e == cudaSuccess ? 0 : 1;
 }
 '''
@@ -89,6 +90,9 @@ def test_what_the_judge_takes_runs(probe):
     proc = subprocess.run([str(probe), "fits"], capture_output=True, text=True)
     assert proc.returncode == 0 and "launch cudaSuccess" in proc.stdout and not gtx1080.fault(proc.stderr), \
         proc.stdout + proc.stderr
+    # the name it reports holds this GPU's whole (it is read from where the judge's is written)
+    assert re.search(r"^name NVIDIA GeForce GTX 1080 \(fa: its rules on (?!NVIDIA GeForce GTX)[^()]+\)$", proc.stdout,
+                     re.M), proc.stdout
 
 
 def test_every_launch_let_through_is_timed_and_logged_at_exit(probe):

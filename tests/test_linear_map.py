@@ -2,9 +2,8 @@
 hold one mechanism each (a GPU program's: lanes of a warp summing half the dims, an output written
 transposed, columns moved, a scale, terms across columns) are read back as that mechanism, with
 its figures; the right map says nothing. Then the step end to end on a stand-in program."""
-import sys
-
 import numpy as np
+from helpers import stand_in_context
 
 from fa_cli.judge.probes import linear_map
 from fa_cli.judge.probes.step import Context, ProbeInput, logits, softmax_rows
@@ -115,6 +114,46 @@ def test_columns_made_of_no_v_and_an_output_where_v_is_zero_are_said():
                                               "buffer's)"]
     assert linear_map.without_v(np.zeros((N, D))) == []
 
+def masked_weights(q, k, keep):
+    """softmax of the right scores over the keys keep[r] allows, the others 0."""
+    s = np.where(keep, logits(q[None], k[None])[0], -np.inf)
+    w = np.exp(s - s.max(axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def test_a_causal_mask_and_a_band_of_keys_are_said_with_the_keys_kept():
+    q, k = qk()
+    offset = np.arange(N)[None, :] - np.arange(N)[:, None]
+    said = linear_map.read_map(diagonal_map([masked_weights(q, k, offset <= 0)] * D), weights(q, k), q, k)
+    assert len(said) == 1 and said[0].startswith("each row weighs only keys up to its own (a causal mask): "), said
+    head, _, figure = said[0].rpartition(" to ")
+    assert head.endswith("the keys kept have the right scores' softmax over them alone") and float(figure) < 1e-12
+    said = linear_map.read_map(diagonal_map([masked_weights(q, k, np.abs(offset) <= 3)] * D), weights(q, k), q, k)
+    assert said[0].startswith("each row weighs only keys r - 3 to r + 3: "), said
+
+
+def test_keys_left_out_with_no_band_are_not_called_a_mask():
+    q, k = qk()
+    every_other = np.broadcast_to(np.arange(N) % 2 == 0, (N, N))
+    said = linear_map.read_map(diagonal_map([masked_weights(q, k, every_other)] * D), weights(q, k), q, k)
+    assert not any("each row weighs only" in line for line in said)
+
+
+def test_the_lines_shown_are_those_of_the_mechanism_measured(tmp_path):
+    """Weights by column: the shuffle, not every line with a lane; a set of columns made of no V: the
+    lanes' width; a band of keys: the loop bound by the row."""
+    source = tmp_path / "hw4.cu"
+    source.write_text("const int W = 32;\nint lane = threadIdx.x % W;\nfor (int j = 0; j <= i; ++j) {}\n"
+                      "for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);\n")
+    ctx = Context(Program("p", source, source=source), None, tmp_path, Budget(1.0), lambda line: None, 5e-3, None, "t")
+    found = lambda mapped: linear_map.source_lines(source, linear_map.first_found(ctx, linear_map.LOOK[  # noqa: E731
+        linear_map.look_for(mapped)])[1])
+    assert [n for n, _ in found(["the weights differ by output column: 2 sets", "columns 0-15: max"])] == [4]
+    assert [n for n, _ in found(["the weights differ by output column: 2 sets",
+                                 "columns 32-63: every weight 0: made of no row of V"])] == [1]
+    assert [n for n, _ in found(["each row weighs only keys up to its own (a causal mask): ..."])] == [3]
+
+
 def test_spans():
     assert linear_map.spans([0, 1, 2, 5, 6, 9]) == "0-2, 5-6, 9"
 
@@ -137,23 +176,17 @@ out.astype("<f4").tofile(sys.argv[2])
 def test_the_step_reads_a_program_whose_lanes_sum_half_the_dims(tmp_path):
     """LinearMap on a stand-in program (NumPy, the course's format): one run of N*d + 2 batches,
     the two sets of columns named, with their dims."""
-    program = tmp_path / "half_lanes"
-    program.write_text(HALF_LANES.format(python=sys.executable))
-    program.chmod(0o755)
     q, k = qk()
     v = RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32)
     inp = ProbeInput(np.stack([q, q]), np.stack([k, k]), v)
-    source = tmp_path / "hw4.cu"  # the source fa would have: the line that splits the lanes is shown
-    source.write_text("int main() {\n  // each lane's dims\n"
-                      "  for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);\n}\n")
-    ctx = Context(Program("half_lanes", program, source=source), None, tmp_path, Budget(60.0), lambda line: None, 5e-3,
-                  inp, "t01")
-    ctx.facts.update(out=ctx.run(inp), true=inp.output())
+    # the source fa would have: the line that splits the lanes is shown
+    ctx = stand_in_context(tmp_path, HALF_LANES, "int main() {\n  // each lane's dims\n"
+                           "  for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(~0u, s, o);\n}\n", inp)
     step = linear_map.LinearMap()
     assert step.applies(ctx)
     found = step.run(ctx)
     assert ctx.runs == 2 and ctx.facts["named"] and found[0].kind == "measured"
     assert "the weights differ by output column: 2 sets" in found[0].lines[0]
     assert any("dims 0-15 at 1/sqrt(d); dims 16-31 not at all" in line for line in found[0].lines)
-    assert found[0].lines[-1] == ("lines with lanes and shuffles in hw4.cu: 3 `for (int o = 8; o > 0; o >>= 1) s += "
+    assert found[0].lines[-1] == ("lines with shuffles in hw4.cu: 3 `for (int o = 8; o > 0; o >>= 1) s += "
                                   "__shfl_xor_sync(~0u, s, o);`")

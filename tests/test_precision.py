@@ -1,7 +1,13 @@
 """fa_cli/judge/probes/precision.py: an output that is a lower precision's rounding is named with
 the part rounded and the format; an error only of that size is said as measured; a wrong formula
 gets nothing from this step."""
+import ctypes
+import shutil
+import subprocess
+
 import numpy as np
+import pytest
+from helpers import DATA
 
 from fa_cli.judge.probes import precision
 from fa_cli.judge.probes.step import ProbeInput
@@ -54,3 +60,26 @@ def test_rounding_sized_errors_beside_values_far_off_are_not_called_rounding():
     out = precision.attention(inp.q, inp.k, inp.v, "fp16", "inputs")
     out[:, -8:] = 0
     assert precision.read(out, true, inp) == (None, False)
+
+
+def half_sum_program(tmp_path):
+    """tests/data/half_sum_attention.c built with gcc: its attend(), or None where gcc or _Float16 is missing."""
+    library = tmp_path / "half_sum.so"
+    built = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(library), str(DATA / "half_sum_attention.c"),
+                            "-lm"], capture_output=True) if shutil.which("gcc") else None
+    return ctypes.CDLL(str(library)).attend if built is not None and built.returncode == 0 else None
+
+
+def test_a_running_sum_kept_in_half_precision_is_named(tmp_path):
+    """A C program's _Float16 l (its own arithmetic, not fa's simulation) is read as fp16's running sum."""
+    attend = half_sum_program(tmp_path)
+    if attend is None:
+        pytest.skip("needs gcc with _Float16")
+    inp = probe(N=128)
+    out = np.zeros(inp.q.shape, dtype=np.float32)
+    pointer = ctypes.POINTER(ctypes.c_float)
+    attend(*(np.ascontiguousarray(a).ctypes.data_as(pointer) for a in (inp.q, inp.k, inp.v, out)), *inp.q.shape)
+    assert np.abs(out - inp.output()).max() > 5e-3  # it fails the course's tolerance
+    said, named = precision.read(out.astype(np.float64), inp.output(), inp)
+    assert named and said.startswith("the output is float64 attention with the softmax's running sum l, key after "
+                                     "key, kept in fp16"), said

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import DATA, fa, path_without_bwrap
 
-from fa_cli.programs import programs, sandbox
+from fa_cli.programs import gtx1080, programs, sandbox
 
 
 def bwrap_works() -> bool:
@@ -120,6 +120,16 @@ def test_many_files_past_what_it_may_write_are_killed(tmp_path):
     assert sum(f.stat().st_size for f in out.parent.iterdir()) < 20 << 20
 
 
+def test_what_its_folder_held_before_it_started_is_not_counted_as_written(tmp_path):
+    """A probe's own input, larger than a run may write, in the folder the output goes to: the run
+    that writes a small output is let be (it was killed as if it had written the input)."""
+    (tmp_path / "run" / "out").mkdir(parents=True)
+    (tmp_path / "run" / "out" / "probe.in").write_bytes(bytes(8 << 20))
+    program = script(tmp_path / "run", "small.sh", 'cat "$1" > "$2"; sleep 0.2\n')
+    result, out = confined_run(program, tmp_path / "run", sandbox.Limits(file_bytes=1 << 20, written_bytes=4 << 20))
+    assert result.returncode == 0 and out.read_bytes() == b"input", result.stderr
+
+
 @pytest.mark.skipif(shutil.which("python3") is None, reason="needs python3 on PATH")
 def test_memory_past_the_limit_is_refused(tmp_path):
     (tmp_path / "run").mkdir()
@@ -205,3 +215,21 @@ def test_a_build_that_forks_without_end_is_killed_and_said(tmp_path):
               env={**os.environ, "FA_CACHE": str(tmp_path / "cache")}, cwd=tmp_path)
     assert proc.returncode != 0 and "does not build" in proc.stderr, proc.stderr
     assert not [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).startswith("sleep\x0030")]
+
+
+def test_a_confined_build_that_includes_fas_layer_header_reads_the_headers_it_includes(tmp_path):
+    """fa's GTX 1080 header (its -include on a student's nvcc line) includes ../launch_hook.h, which
+    the build's line never names: the confined build sees fa's layer folders whole; and /dev/null,
+    named on the line, stays the sandbox's own, writable."""
+    header = gtx1080.header()
+    line = ["sh", "-c", 'cat "$0" "$(dirname "$0")/../launch_hook.h" "$(dirname "$0")/../launch_log.h" > /dev/null',
+            str(header)]
+    sandbox.use(sandbox.Sandbox(gpu=False))
+    try:
+        argv, _ = sandbox.build_run(line, tmp_path, {})
+    finally:
+        sandbox.use(None)
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    hidden = subprocess.run(sandbox.Sandbox(gpu=False).confine(line, readable=[header]), capture_output=True, text=True)
+    assert hidden.returncode != 0 and "launch_hook.h" in hidden.stderr  # (the header alone, as before, fails)

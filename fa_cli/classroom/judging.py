@@ -21,6 +21,7 @@ from pathlib import Path
 
 import fa_cli
 
+from .. import settings
 from ..errors import FaError
 from ..files import atomic_file
 from ..programs import programs, sandbox
@@ -69,6 +70,13 @@ def workers(jobs: int) -> int:
     return jobs or os.cpu_count() or 1
 
 
+def side_by_side() -> int:
+    """Students judged at once here: their timed runs take turns on the GPU alone (gpu_turns), the
+    rest (fa's checks of an output, the search for a cause) goes on beside them. One for every 4
+    cores, 4 at most: on a small machine fa's own work beside a CPU program's timed run would slow it."""
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
+
+
 def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, str | None]:
     """Every task's source built (confined where a sandbox is in force), `jobs` at once (0: one a
     core): label -> None where it built, else why not, in one line."""
@@ -85,16 +93,16 @@ def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, s
 
 
 def judge(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
-          build_error: str | None) -> dict:
+          build_error: str | None, turns: Path | None = None) -> dict:
     """The task judged (or its build error kept, its paths told from the class folder) and its
-    record written."""
+    record written; turns: the lock through which fa runs side by side take their turns on the GPU."""
     if build_error is not None:
         build_error = build_error.replace(f"{class_folder}/", "")
     record = new_record(task, cases, sandboxed, build_error)
     path = record_path(class_folder, task)
     path.parent.mkdir(parents=True, exist_ok=True)
     if build_error is None:
-        record.update(_fa_run(class_folder, task, cases, time_limits_s, sandboxed))
+        record.update(_fa_run(class_folder, task, cases, time_limits_s, sandboxed, turns))
     with atomic_file(path) as f:
         f.write(json.dumps(record, indent=1).encode())
     report = class_folder / REPORTS / f"{task.label}.txt"
@@ -114,7 +122,8 @@ def new_record(task: Task, cases: list[str], sandboxed: bool, build_error: str |
                 build_error=build_error, exit_code=None, runs=[], words="",
                 errors=f"fa: error: {why_not_run}\n" if why_not_run else "")
 
-def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool) -> dict:
+def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
+            turns: Path | None) -> dict:
     """fa run of one source, in a process of its own (its own session: a wall limit ends all it
     started); its words, its records and its exit status."""
     results = class_folder / RECORDS / f".{task.label}.runs.json"
@@ -122,7 +131,8 @@ def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: flo
     argv = [sys.executable, "-m", "fa_cli", "run", *cases, "--program", str(task.source), "--keep-inputs",
             "-o", str(results), *(["--sandbox"] if sandboxed else [])]
     # its words into pipes, unfolded (no COLUMNS): each message one line, as the cause column takes it
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (settings.gpu_turns_through(str(turns))
+                                                                       if turns else {})
     try:
         proc = run_tool(argv, timeout=2 * time_limits_s + WALL_MARGIN_S, cwd=class_folder, env=env,
                         why_timeout=" (fa class: twice the cases' limits and more)")

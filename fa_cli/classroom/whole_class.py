@@ -4,11 +4,13 @@ judged already kept, the rest built then judged (here or over Slurm), and the cl
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cases import suite
 from ..errors import FaError
+from ..programs import processes
 from ..report import lines, tables
 from . import cluster, judging, page, similarity, submissions, table
 from .judging import Task
@@ -53,8 +55,8 @@ def gathered(where: Path, folder: Path, cases: list[str], sandboxed: bool) -> Cl
     return Class(folder, cases, sandboxed, copies, tasks, done)
 
 
-def judge(c: Class, jobs: int, slurm: dict | None) -> None:
-    """What is to judge, built on every core, then judged here one at a time or over Slurm
+def judge(c: Class, jobs: int, slurm: dict | None, at_once: int = 1) -> None:
+    """What is to judge, built on every core, then judged here (at_once side by side) or over Slurm
     (slurm: cluster.judge_all's partitions, sbatch_args and throttle); records join c.done as
     they come (an interrupt keeps them)."""
     todo = c.todo
@@ -68,16 +70,19 @@ def judge(c: Class, jobs: int, slurm: dict | None) -> None:
                    f"{judging.workers(jobs)} at once")
     start = time.monotonic()
     try:
-        _judge_built(c, todo, built, limits, slurm)
+        _judge_built(c, todo, built, limits, slurm, at_once)
     finally:
         if todo:
             runs = sum(r.get("wall_s") or 0 for t in todo for r in (c.done.get(t.label) or {}).get("runs") or [])
             lines.echo(f"fa class: judged in {time.monotonic() - start:.1f} s, of which the programs' own runs "
-                       f"{runs:.1f} s")
+                       f"{runs:.1f} s" + (f" ({at_once} programs side by side, each timed run alone on the GPU)"
+                                          if at_once > 1 and slurm is None else ""))
 
 
-def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limits: float, slurm: dict | None) -> None:
-    """The built tasks judged here, one at a time (their times their own), or over Slurm."""
+def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limits: float, slurm: dict | None,
+                 at_once: int) -> None:
+    """The built tasks judged here, at_once side by side (each timed run alone on the GPU:
+    gpu_turns), or over Slurm."""
     if slurm is not None and todo:
         cluster.inputs_first(c.cases)
         c.unjudged = cluster.judge_all(c.folder, todo, c.cases, limits, c.sandboxed, built, **slurm)
@@ -86,10 +91,21 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
         for label, why in c.unjudged.items():
             lines.echo(f"fa class: {label}: {why}")
         return
+    turns = c.folder / ".gpu-turns" if at_once > 1 else None
+
+    def judge(task: Task) -> None:
+        c.done[task.label] = judging.judge(c.folder, task, c.cases, limits, c.sandboxed, built[task.label], turns)
+        advance()
     with tables.progress("judging", len(todo), steps=True, enabled=bool(todo)) as advance:
-        for task in todo:
-            c.done[task.label] = judging.judge(c.folder, task, c.cases, limits, c.sandboxed, built[task.label])
-            advance()
+        pool = ThreadPoolExecutor(at_once)
+        try:
+            for _ in pool.map(judge, todo):  # in order; the first error raised here
+                pass
+        except BaseException:  # Ctrl-C, or one task's error: the others' fa runs stopped, unrecorded
+            processes.stop_all()
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def outputs(c: Class) -> None:

@@ -8,7 +8,7 @@ import click
 
 from .. import settings
 from ..cases import suite
-from ..classroom import cluster, whole_class
+from ..classroom import cluster, judging, whole_class
 from ..errors import ExitStatus, FaError
 from ..programs import sandbox
 from ..report import lines, tables
@@ -27,20 +27,24 @@ from .shared import check_names, selected_cases
               help="Build and run every submission unconfined (where bubblewrap cannot be had): each row says so.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Builds at once (default: one a core).")
+@click.option("--side-by-side", "at_once", type=click.IntRange(min=1), default=None,
+              help="Programs judged at once here, each timed run alone on the GPU while the others' checks go on "
+                   "(default: one for every 4 cores, 4 at most).")
 @click.option("--launcher", type=click.Choice(["direct", "slurm"]), default="direct", show_default=True,
-              help="Judge here, one program at a time, or as Slurm job arrays (CLASS where the nodes see it).")
+              help="Judge here, or as Slurm job arrays (CLASS where the nodes see it).")
 @click.option("--partition", "partitions", multiple=True,
               help="With --launcher slurm: NAME for every platform, or PLATFORM=NAME (cuda=nvidia, hip=amd, cpu=...).")
 @click.option("--sbatch-arg", "sbatch_args", multiple=True, help="Extra sbatch option (--gres=gpu:1, say); repeatable.")
 @click.option("--throttle", type=click.IntRange(min=1), default=4, show_default=True,
               help="With --launcher slurm: array tasks at once (each on a node of its own).")
-def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs, launcher, partitions, sbatch_args,
-           throttle) -> None:
+def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs, at_once, launcher, partitions,
+           sbatch_args, throttle) -> None:
     """Judge a class: SUBMISSIONS is a folder of student folders (each with hw4.cu, hw4.hip or
     hw4.cpp, and its Makefile if any), a course site's zip export of them, or a CSV list of git
     repositories (repository,path,commit). Each is copied and
-    hashed, built on every core and judged as `fa run` judges it, confined (bubblewrap), one at a
-    time (or as Slurm job arrays); a re-run judges only what changed.
+    hashed, built on every core and judged as `fa run` judges it, confined (bubblewrap), a few side
+    by side with every timed run alone on the GPU (or as Slurm job arrays); a re-run judges only
+    what changed.
 
     \b
     fa class submissions/ -o hw4-class --all --suite c"""
@@ -65,7 +69,7 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
     slurm = dict(partitions=partition_of, sbatch_args=sbatch_args, throttle=throttle) if launcher == "slurm" else None
     stopped = False
     try:
-        whole_class.judge(the_class, jobs or 0, slurm)
+        whole_class.judge(the_class, jobs or 0, slurm, at_once or judging.side_by_side())
     except KeyboardInterrupt:
         stopped = True
     whole_class.outputs(the_class)

@@ -198,9 +198,13 @@ def variants(labels: list[str]) -> str:
 SOURCE_LINES_SHOWN = 2  # lines of the student's source shown for a mistake named
 
 
-def source_lines(source: Path, pattern: str, limit: int = SOURCE_LINES_SHOWN) -> list[tuple[int, str]]:
+def source_lines(source: Path, pattern: str | tuple[str, ...], limit: int = SOURCE_LINES_SHOWN) -> list[tuple[int, str]]:
     """The first lines of a source that match a mistake's pattern (Mistake.look), comments left out:
-    (line number, the line's text)."""
+    (line number, the line's text). A tuple of patterns: the first line of each, in their order
+    (each kind of line that may be at fault shown once)."""
+    if isinstance(pattern, tuple):
+        found = [line for p in pattern for line in source_lines(source, p, 1)]
+        return list(dict.fromkeys(found))[:limit]
     if not pattern:
         return []
     try:

@@ -257,7 +257,8 @@ class Mistake:
     name: str  # what fa prints after "looks like:"
     hint: str  # where to look
     outputs: Callable[[Sample], Iterator[Candidate]]
-    look: str = ""  # a pattern of the source lines where such a mistake is written (source_lines)
+    look: str | tuple[str, ...] = ""  # the source lines where such a mistake is written (source_lines): a
+                                      # pattern, or patterns of which the first line of each
 
 
 # Source lines a mistake is written in, by what they do.
@@ -266,6 +267,8 @@ EXP_LINES = r"\bexpf?\s*\(|__expf|exp2f?\s*\("
 SUM_LINES = r"(\bl|sum|row_?sum|denom)\w*\s*(=|\+=|\*=)|/\s*(l|sum|row_?sum|denom)\w*\b"
 KEY_LOOP_LINES = r"for\s*\(.*(<|<=)\s*[^;]*\b(N|n|seq\w*|Tc|num_tiles)\b"
 BATCH_LINES = r"blockIdx\.(y|z)|\bbatch\w*\s*\*|\bb\s*\*\s*\(?\s*(N|n|3)|\bB\s*\*"
+# what covers every batch's rows: the output's copy back to the host, then the kernels' launch (one line of each)
+COVER_LINES = (r"Memcpy\w*\s*\([^;]*(DeviceToHost|D2H)", r"<<<|hipLaunchKernelGGL")
 ROW_LINES = r"threadIdx\.(x|y)|\brow\w*\s*="
 K_LINES = r"\bK\w*\s*\[|\bk\w*\s*\["
 V_LINES = r"\bV\w*\s*\[|\bv\w*\s*\["
@@ -296,8 +299,8 @@ MISTAKES = (
             "a missing batch offset: batch b's Q, K, V start at b * 3 * N * d in the input", from_batch_zero,
             BATCH_LINES),
     Mistake("batches after the first not written (zeros)",
-            "a bound or a grid of N rows where there are B * N: every batch needs its rows", later_batches_zero,
-            BATCH_LINES),
+            "a copy back, a grid or a bound of N rows where there are B * N: every batch needs its rows",
+            later_batches_zero, COVER_LINES),
     Mistake("softmax normalized over the queries (each column of S) instead of the keys",
             "the max and the sum run over j, the keys of one query row i", over_queries, SUM_LINES),
     Mistake("the last key tile dropped where N is not a multiple of the tile",

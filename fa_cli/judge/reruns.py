@@ -75,7 +75,7 @@ def one_batch(case: TrialCase, work: Path, rows: int | None = None) -> TrialCase
 
 def run_once(program: Program, case: TrialCase, out: Path, launcher: Launcher | None, timeout: float):
     """Run the program; its output as an array (None if it wrote none of the right size)."""
-    result = programs.run(program, case.input_path, out, launcher, timeout=timeout)
+    result = programs.run(program, case.input_path, out, launcher, timeout=timeout, timed=False)
     if result.timed_out or not out.exists() or out.stat().st_size != case.shape.output_bytes:
         return result, None
     return result, np.array(open_output(out, case.shape))

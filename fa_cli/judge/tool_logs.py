@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import settings
-from ..programs import programs
+from ..programs import gpu_turns, programs
 from ..programs.programs import Program
 
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
@@ -71,7 +71,13 @@ class Budget:
 
 
 def run_captured(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
-    """A tool's exit code and its output (stdout and stderr together); None past the timeout."""
+    """A tool's exit code and its output (stdout and stderr together); None past the timeout. Its
+    turn on the GPU is an untimed one (gpu_turns)."""
+    with gpu_turns.turn(timed=False):
+        return _captured(argv, timeout, env)
+
+
+def _captured(argv: list[str], timeout: float, env: dict | None) -> tuple[int | None, str]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                             start_new_session=True, preexec_fn=programs.die_with_fa(),
                             env={**os.environ, **(env or {})})

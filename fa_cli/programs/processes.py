@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -35,18 +36,39 @@ def die_with_fa():
     return functools.partial(_die_with, os.getpid())
 
 
+# The tools run_tool waits on now, in any thread, by pid; once stop_all() is called, each such wait
+# ends in KeyboardInterrupt, as the interrupt of the one thread a signal reaches would.
+_live: dict[int, subprocess.Popen] = {}
+_stopping = threading.Event()
+
+
+def stop_all() -> None:
+    """Every tool run_tool waits on, in every thread, stopped with all it started (fa class
+    interrupted while it judges students side by side); their run_tool calls, and any after, raise
+    KeyboardInterrupt."""
+    _stopping.set()
+    for pid in list(_live):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
 def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_timeout: str = "",
              **kwargs) -> subprocess.CompletedProcess:
     """subprocess.run for a tool fa waits on (a compiler, say): in a session of its own that dies
     with fa, and stopped with everything it started if fa is interrupted or past `timeout`
     (then its stderr says so, and why_timeout after); watch(proc), where given, is called once
     it has started (a sandbox's count of what it starts)."""
+    if _stopping.is_set():
+        raise KeyboardInterrupt
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=die_with_fa(), **kwargs)
+    _live[proc.pid] = proc
     if watch is not None:
         watch(proc)
     try:
         out, err = proc.communicate(timeout=timeout)
+        if _stopping.is_set():
+            raise KeyboardInterrupt
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -57,4 +79,6 @@ def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_time
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
+    finally:
+        _live.pop(proc.pid, None)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -27,7 +27,7 @@ from pathlib import Path
 from .. import locations
 from ..errors import ExitStatus, FaError
 from ..settings import compiler_command
-from . import gtx1080, student_build, timing, wave64
+from . import gpu_turns, gtx1080, student_build, timing, wave64
 from .processes import die_with_fa
 from .student_build import SOURCE_COMPILERS, source_compiler
 from .devices import list_devices
@@ -250,10 +250,18 @@ def parse_timing(stderr: str) -> tuple[dict[str, float], dict[str, str]]:
 
 def run(
     program: Program, input_path: Path, output_path: Path, launcher: Launcher | None = None,
-    timeout: float | None = None, env: dict[str, str] | None = None,
+    timeout: float | None = None, env: dict[str, str] | None = None, timed: bool = True,
 ) -> RunResult:
-    """Run PROGRAM INPUT OUTPUT once, timing the whole process from outside: from its exec to its
-    exit.
+    """Run PROGRAM INPUT OUTPUT once, in its turn on the GPU (gpu_turns: alone where its time
+    counts; untimed, a rerun that looks for a cause, beside others), timing the whole process from
+    outside: from its exec to its exit."""
+    with gpu_turns.turn(timed):
+        return _run(program, input_path, output_path, launcher, timeout, env)
+
+
+def _run(program: Program, input_path: Path, output_path: Path, launcher: Launcher | None, timeout: float | None,
+         env: dict[str, str] | None) -> RunResult:
+    """run(), its turn taken.
 
     Past `timeout` seconds the program is stopped as a judge would (RunResult.timed_out). The
     program runs in its own process group, so that stopping it reaches whatever it started;

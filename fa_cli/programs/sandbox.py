@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import settings
+from .. import locations, settings
 from ..cases.format import read_header
 from ..errors import ExitStatus, FaError, FormatError
 
@@ -158,13 +158,14 @@ class Sandbox:
 
     def _count(self, proc, folders: list[Path], limits: Limits, remember: bool) -> None:
         namespace, why = None, None
+        before = _bytes_under(folders) or 0  # what its folders held already (a probe's own large input)
         while proc.poll() is None:
             namespace = namespace or _namespace_under(proc.pid)
             if namespace and _processes_in(namespace) > limits.processes:
                 why = f"killed: more than the sandbox's {limits.processes} processes at once"
             elif (written := _bytes_under(folders)) is None:
                 why = f"killed: it made more than the sandbox's {MOST_FILES} files"
-            elif written > limits.written_bytes:
+            elif written - before > limits.written_bytes:
                 why = f"killed: it wrote more than the sandbox's {limits.written_bytes} bytes"
             if why:
                 if remember:
@@ -264,9 +265,25 @@ def _system_path() -> str:
 
 
 def paths_in(line: str) -> list[Path]:
-    """The existing absolute paths a command line names (a header fa's build flags include)."""
+    """The existing absolute paths a command line names (a header fa's build flags include), but for
+    those the view has its own way (/dev/null bound read-only would refuse `> /dev/null`)."""
     words = [w.strip("'\"").split("=", 1)[-1] for w in line.split()]
-    return [Path(w) for w in words if w.startswith("/") and os.path.exists(w)]
+    own = (*SYSTEM, *TOP_LEVEL, "/dev", "/proc", "/sys")
+    return [Path(w) for w in words if w.startswith("/") and os.path.exists(w)
+            and not any(w == top or w.startswith(top + "/") for top in own)]
+
+
+LAYER_SOURCES = ("src_cuda", "src_hip", "src_common")  # fa's layer headers include each other across these
+
+
+def _with_layer_neighbours(paths: list[Path]) -> list[Path]:
+    """The paths a build names, with fa's own source folders where one of its layer headers is named
+    (src_cuda/gtx1080/fa_gtx1080.h includes ../launch_hook.h): a header alone would not compile."""
+    root = locations.checkout() or locations.package_data("sources")
+    layer = [root / name for name in LAYER_SOURCES]
+    if not any(folder in p.parents for p in paths for folder in layer):
+        return paths
+    return [*paths, *(folder for folder in layer if folder.is_dir())]
 
 
 # The sandbox in force in this fa process (fa run --sandbox): a student's build runs in it too.
@@ -293,6 +310,7 @@ def build_run(argv: list[str], work: Path, env: dict[str, str]) -> tuple[list[st
         return argv, {}
     writable = [work, *([env["TMPDIR"]] if env.get("TMPDIR") else [])]
     named = [p for word in argv for p in paths_in(word) if not any(p == w or Path(w) in p.parents for w in writable)]
+    named = _with_layer_neighbours(named)
     kept = {k: v for k, v in env.items() if k in ("TMPDIR", "HIP_PLATFORM", "MAKEFLAGS")}
     confined = box.confine(argv, readable=named, writable=writable, cwd=work, env=kept)
     folders = [Path(w).resolve() for w in writable]

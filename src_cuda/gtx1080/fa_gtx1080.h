@@ -129,7 +129,10 @@ extern "C" inline cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* 
   static auto next = reinterpret_cast<PropFn>(dlsym(RTLD_NEXT, FA_GTX1080_NAME(cudaGetDeviceProperties)));
   const cudaError_t e = next ? next(prop, device) : cudaErrorNotSupported;
   if (e != cudaSuccess) return e;
-  std::snprintf(prop->name, sizeof prop->name, "NVIDIA GeForce GTX 1080 (fa: its rules on %s)", prop->name);
+  char real[sizeof prop->name];  // the name is read from where it is written: copied first
+  std::memcpy(real, prop->name, sizeof real);
+  real[sizeof real - 1] = '\0';
+  std::snprintf(prop->name, sizeof prop->name, "NVIDIA GeForce GTX 1080 (fa: its rules on %s)", real);
   prop->major = 6, prop->minor = 1, prop->multiProcessorCount = fa_gtx1080::kSms;
   prop->sharedMemPerBlock = prop->sharedMemPerBlockOptin = fa_gtx1080::kSmemPerBlock;
   prop->sharedMemPerMultiprocessor = fa_gtx1080::kSmemPerSm;

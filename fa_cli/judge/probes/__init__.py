@@ -13,7 +13,9 @@ later readings stand aside. Where none names one, Summary says what was measured
   OutputLayout       the right values in other places: the mapping        layout.py
   InputReading       attention of other elements of the input: which index formula   indexing.py
   LinearMap          the output as a linear map of V, read whole in one run: weights by
-                     column, scores by dim, values moved                  linear_map.py
+                     column, scores by dim, values moved, a band of keys  linear_map.py
+  ScoreInputs        the scores read back with Q one-hot by dim and K coded: which element of
+                     K each term took, by formula                         score_inputs.py
   ReadWeights        W from runs with one-hot V; is the output W V?       weights.py
   RowsNotWritten, OtherRows, KeysWithoutWeight   W against P              readings.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
@@ -39,12 +41,13 @@ from .linear_map import LinearMap
 from .precision import Precision
 from .factors import Factors
 from .readings import KeysWithoutWeight, OtherRows, RowsNotWritten, Summary
+from .score_inputs import ScoreInputs
 from .softmax_steps import SoftmaxSteps
 from .step import Context, Probe
 from .weights import ProbeRuns, ReadWeights
 
 STEPS: tuple[Probe, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
-                            LinearMap(), ReadWeights(), RowsNotWritten(), OtherRows(), KeysWithoutWeight(),
+                            LinearMap(), ScoreInputs(), ReadWeights(), RowsNotWritten(), OtherRows(), KeysWithoutWeight(),
                             SoftmaxSteps(), Factors(), BatchAlone(), WholeTiles(), Summary())
 MIN_STEP_S = 1.0  # a step is started only with this much of the budget left
 

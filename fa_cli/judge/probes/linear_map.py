@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..diagnose import source_lines
 from ..findings import Finding, Kind
 from .readings import measured
 from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows
@@ -35,10 +36,17 @@ MAP_ATOL = 2e-5  # a float32 program's T against the right one (values of P, at 
 FIT_RESIDUAL = 1e-3  # log W read back as a . (q * k) + row constant: the largest residual that fits
 ROUNDING = 4 * 2.0 ** -8  # the check's slack, of the output's largest value: four of bf16's unit roundoffs
 TINY_WEIGHT = 1e-20  # weights below this carry no readable log
-# The source lines shown under what was named: where lanes split a row's dims (weights by column),
-# where the output is written (values moved, a part made of no V).
-LOOK = {"columns": ("lanes and shuffles", r"__shfl\w*|warpSize|\blane\b|threadIdx\.x\s*[%&]"),
-        "place": ("the output's index", r"\b(o|out|O|output)\s*\[")}
+# The source lines shown under what was named, the first kind of them the source has: where lanes
+# split a row's dims (weights by column: the reduction across lanes; where a set of columns is made
+# of no V, the lanes' width), where the output is written (values moved, a part made of no V), where
+# a key loop is bound by the row (a band of keys).
+LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"),
+                    ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")),
+        "width": (("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"),
+                  ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")),
+        "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
+        "band": (("a loop bound by the row's index", r"for\s*\([^;]*;[^;]*[<>]=?\s*\(?\s*(i|row|r|qi|q_row|gi|global_row)\b"),)}
+TELLING = 1e-4  # a key with this much of P that the program gives no weight is a key left out
 
 
 def map_rows(N: int, d: int) -> int:
@@ -79,10 +87,24 @@ class LinearMap(Probe):
         said = without_v(constant) + mapped
         if not said:
             return []
-        weighted = bool(mapped) and mapped[0].startswith(("the weights differ", "one set of weights"))
-        look = LOOK["columns" if weighted else "place"]
+        look = first_found(ctx, LOOK[look_for(mapped)])
         return measured(ctx, [f"probe: the output read as a linear map of V ({where}): {said[0]}", *said[1:]],
                         look=look, map_rows=N)
+
+
+def look_for(mapped: list[str]) -> str:
+    """Which lines of the source to show under what the map says."""
+    first = mapped[0] if mapped else ""
+    if first.startswith("each row weighs"):
+        return "band"
+    if first.startswith("the weights differ"):
+        return "width" if any(line.endswith("made of no row of V") for line in mapped) else "columns"
+    return "columns" if first.startswith("one set of weights") else "place"
+
+
+def first_found(ctx: Context, looks: tuple[tuple[str, str], ...]) -> tuple[str, str]:
+    """The first (what, pattern) whose lines the source has (the last where none has)."""
+    return next((look for look in looks if ctx.source and source_lines(ctx.source, look[1])), looks[-1])
 
 
 def first_wrong_batch(ctx: Context) -> int:
@@ -127,6 +149,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
         return crossing(across)
     weights = T[:, np.arange(d), :, np.arange(d)]  # (d, N, N): column c's weights
     groups = column_groups(weights)
+    if len(groups) == 1 and (found := band(weights[0], P)):
+        return found
     if len(groups) == 1:  # scores of some dims only are said here; one factor on them all is the Factors step's
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it
         named = fit is not None and fit[1] <= FIT_RESIDUAL and len(distinct(fit[0])) > 1
@@ -139,6 +163,27 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
             else f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
         lines.append(f"columns {spans(cols)}: {state}")
     return lines
+
+
+def band(W: np.ndarray, P: np.ndarray) -> list[str]:
+    """One set of weights that leaves out keys P weighs, by their place from the row's own: row r
+    weighs keys r + lo .. r + hi only (a causal mask: hi = 0); and whether the keys kept have the
+    right scores' softmax over them alone. Empty where the keys left out make no such band."""
+    N = W.shape[0]
+    offset = np.arange(N)[None, :] - np.arange(N)[:, None]  # key j's place from row r: j - r
+    kept, out = W > TINY_WEIGHT, (np.abs(W) <= TINY_WEIGHT) & (P > TELLING)
+    if not out.any() or not kept.any():
+        return []
+    lo, hi = int(offset[kept].min()), int(offset[kept].max())
+    inside = (offset >= lo) & (offset <= hi)
+    if out[inside].any():
+        return []  # a key inside the band left out: not a band
+    renormalised = np.where(inside, P, 0.0) / np.where(inside, P, 0.0).sum(axis=1, keepdims=True)
+    which = (f"keys up to its own{f' + {hi}' if hi > 0 else f' - {-hi}' if hi < 0 else ''} (a causal mask)"
+             if lo <= -(N - 1) else f"keys r {'+' if lo >= 0 else '-'} {abs(lo)} to r {'+' if hi >= 0 else '-'} {abs(hi)}")
+    return [f"each row weighs only {which}: {int(out.sum())} weights of P over {fmt(TELLING)} are 0 (e.g. row "
+            f"{int(np.argwhere(out)[0][0])}, key {int(np.argwhere(out)[0][1])}); the keys kept have the right scores' "
+            f"softmax over them alone to {fmt(np.abs(W - renormalised).max())}"]
 
 
 def column_groups(weights: np.ndarray) -> list[list[int]]:

@@ -109,7 +109,7 @@ class Context:
         inp.write(path)
         out.unlink(missing_ok=True)
         timeout = min(RUN_TIMEOUT_S, max(1.0, self.budget.left))
-        result = programs.run(program or self.program, path, out, self.launcher, timeout=timeout)
+        result = programs.run(program or self.program, path, out, self.launcher, timeout=timeout, timed=False)
         self.raw = None
         if result.timed_out or result.returncode != 0 or not out.exists():
             return None

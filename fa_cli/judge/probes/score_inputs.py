@@ -1,0 +1,209 @@
+"""The scores the program used, read back: which element of the input each term of a score took.
+
+One run. Every batch has the same K, coded: values drawn apart (uniform in [-2, 2), float32), so
+that a value read back names the one element it came from. Batch x * n + t has every row's Q
+one-hot at dim x, at sqrt(d) (the score's term for dim x is then k[j, x] itself), and V one-hot
+at keys t*d .. t*d + d - 1 (column c of the output is then the weight of key t*d + c). So each
+row's weights are read for Q along each dim in turn, and their log ratios are the scores'
+differences: s[j] - s[j0] = K'[j, x] - K'[j0, x], where K' is what the program read for K. The
+one constant per dim is the value that makes the most of K' elements of K (a few of the N*d
+hold what the input does not: memory never written). Then K' against K, element by element:
+
+  right       every term takes k[j, x]: the scores are right; the step says nothing
+  formula     one of a family fits every term read: K read transposed (K[x*N + j]), keys or dims
+              shifted, rows read at another pitch (K[j*P + x]), or a tile of keys written at one
+              pitch and read at another (its pad slots never written): said with its figures
+  examples    otherwise, which element the first wrong terms took
+
+Where the weights are not those of scores (a row that sums nothing, weights of 0), or too few
+terms are elements of K, it says so in numbers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding, Kind
+from ..mistakes import KEY_TILES
+from .linear_map import map_rows, spans
+from .readings import measured
+from .step import Context, Probe, ProbeInput
+
+CODE_SEED = 20261129
+SLOTS = 8  # K's values take one grid place in this many
+MATCH_TOL = 4e-5  # a term read back names an element of K within this: under half the grid's step (4 / 8 / 4096 at most)
+TINY_WEIGHT = 1e-30
+ROWS_AGREE = 1e-2  # the rows' log ratios of one key, all alike within this: one score per key
+PITCHES = (-1, 1, 2, 4)  # a pitch of d plus these: padding of a row, or a row read short
+# The source lines shown: where a tile of K is indexed with a pitch (its writes and its reads).
+LOOK = ("a tile's pitch", r"\[\s*\w+\s*\*\s*\(?\s*\w+\s*(\+\s*\d+)?\s*\)?\s*\+\s*\w+\s*\]")
+
+
+def coded_keys(N: int, d: int) -> np.ndarray:
+    """K of the run: N*d values that name their element, drawn without repeat from SLOTS times as
+    many places a grid step apart in [-2, 2): a term read back with a wrong constant lands on one
+    of them one time in SLOTS."""
+    rng = np.random.default_rng(CODE_SEED)
+    places = SLOTS * N * d
+    chosen = rng.choice(places, size=N * d, replace=False)
+    return ((chosen - places / 2) * (4.0 / places)).astype(np.float32).reshape(N, d)
+
+
+def design(N: int, d: int, k: np.ndarray) -> ProbeInput:
+    """d * ceil(N/d) batches: batch x*n + t with Q one-hot at dim x (sqrt(d)), V one-hot at keys t*d + c."""
+    n = -(-N // d)
+    q = np.zeros((d * n, N, d), dtype=np.float32)
+    v = np.zeros((d * n, N, d), dtype=np.float32)
+    for x in range(d):
+        q[x * n:(x + 1) * n, :, x] = np.sqrt(d)
+    for t in range(n):
+        keys = np.arange(t * d, min(N, (t + 1) * d))
+        v[t::n, keys, keys - t * d] = 1.0
+    return ProbeInput(q, np.broadcast_to(k, q.shape), v, "the scores' batches")
+
+
+def weights_by_dim(out: np.ndarray, N: int, d: int) -> np.ndarray:
+    """(d, N, N): the weights of every row with Q along dim x."""
+    n = -(-N // d)
+    W = np.zeros((d, N, n * d))
+    for x in range(d):
+        W[x] = out[x * n:(x + 1) * n].transpose(1, 0, 2).reshape(N, n * d)
+    return W[:, :, :N]
+
+
+def read_terms(W: np.ndarray) -> tuple[np.ndarray, float]:
+    """(d, N) differences K'[j, x] - K'[0, x] (NaN where a weight is 0), from the rows' log ratios
+    (their median), and the largest disagreement between rows."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.where(W > TINY_WEIGHT, np.log(np.maximum(W, TINY_WEIGHT)), np.nan)
+        diffs = logs - logs[:, :, :1]
+        terms = np.nanmedian(diffs, axis=1)
+        spread = np.nanmax(np.abs(diffs - terms[:, None, :])) if np.isfinite(diffs).any() else np.inf
+    return terms, float(spread)
+
+
+def sources(terms: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """(N, d) the flat index into K of the element each term took (-1: none within MATCH_TOL), each
+    dim's constant the one under which the most terms are elements of K."""
+    d, N = terms.shape
+    order = np.argsort(k.ravel())
+    values = k.ravel()[order].astype(np.float64)
+    found = np.full((N, d), -1)
+    for x in range(d):
+        known = np.isfinite(terms[x])
+        if not known.any():
+            continue
+        seen, best = terms[x][known], None
+        # the constant K'[0, x] is an element of K less the term of one of the first keys read (the next
+        # where key 0's own term holds no element of K)
+        for r in range(min(4, seen.size)):
+            hits, at = _matches(values, values - seen[r], seen)
+            if best is None or hits.sum() > best[0].sum():
+                best = hits, at
+            if hits.sum() >= 0.9 * seen.size:
+                break
+        found[np.flatnonzero(known), x] = np.where(best[0], order[best[1]], -1)
+    return found
+
+
+def _matches(values: np.ndarray, constants: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For the constant under which the most terms land on a value of K (chosen on a few terms, then
+    applied to all): which do, and where."""
+    few = seen[np.linspace(0, seen.size - 1, min(seen.size, 12)).astype(int)]
+    best = int(_nearest(values, constants[:, None] + few[None, :])[1].sum(axis=1).argmax())
+    at, hit = _nearest(values, constants[best] + seen)
+    return hit, at
+
+
+def _nearest(values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The index of the value of K nearest each wanted one, and whether it is within MATCH_TOL."""
+    at = np.clip(np.searchsorted(values, wanted), 1, values.size - 1)
+    nearest = np.where(np.abs(values[at] - wanted) < np.abs(values[at - 1] - wanted), at, at - 1)
+    return nearest, np.abs(values[nearest] - wanted) <= MATCH_TOL
+
+
+def formulas(N: int, d: int):
+    """(words, what a term placed on no element of K is, the flat index each term would take: -1 for
+    none) of the families tried."""
+    j, x = np.meshgrid(np.arange(N), np.arange(d), indexing="ij")
+    past = "past K's last element"
+    yield "K read as if stored d x N: k[j, x] taken from K[x*N + j]", past, x * N + j
+    for s in range(1, min(N, 4)):
+        yield f"keys shifted: k[j, x] taken from K[j + {s}, x]", past, np.where(j + s < N, (j + s) * d + x, -1)
+        yield f"keys shifted: k[j, x] taken from K[j - {s}, x]", "before K", np.where(j >= s, (j - s) * d + x, -1)
+    for s in range(1, min(d, 4)):
+        yield f"dims shifted: k[j, x] taken from K[j, (x + {s}) mod d]", past, j * d + (x + s) % d
+    for p in PITCHES:
+        flat = j * (d + p) + x
+        yield (f"rows read at a pitch of {d + p} floats (d {p:+d}): k[j, x] taken from K's flat element "
+               f"j*{d + p} + x"), past, np.where(flat < N * d, flat, -1)
+    for tile in KEY_TILES:
+        for wrote in (d, *(d + p for p in PITCHES)):
+            for read in (d, *(d + p for p in PITCHES)):
+                if wrote != read and tile < N:
+                    yield (f"a tile of {tile} keys written at a pitch of {wrote} floats a key and read at {read}: key "
+                           f"j0 + jj, dim x takes the tile's float jj*{read} + x, which holds key (jj*{read} + x) // "
+                           f"{wrote}, dim (jj*{read} + x) % {wrote} of the tile"), \
+                        "on the tile's pad slots, never written", tile_at_pitches(j, x, tile, wrote, read, N, d)
+
+
+def tile_at_pitches(j, x, tile: int, wrote: int, read: int, N: int, d: int) -> np.ndarray:
+    place = (j % tile) * read + x
+    key, dim = j - j % tile + place // wrote, place % wrote
+    return np.where((dim < d) & (key < N), key * d + dim, -1)
+
+
+def fitting(found: np.ndarray, N: int, d: int) -> str | None:
+    """The words of the first family that gives every term it places on K (at least half of them),
+    with a quarter at most read as none of K or placed off K (a pad slot, past the last key)."""
+    read = found >= 0
+    for words, off, predicted in formulas(N, d):
+        placed = predicted >= 0
+        if ((found == predicted) | ~placed | ~read).all() and (read & placed).sum() >= N * d // 2 \
+                and (~read).sum() <= N * d // 4 and (~placed).sum() <= N * d // 4:
+            return words + (f" ({int((~placed).sum())} terms {off})" if (~placed).any() else "")
+    return None
+
+
+class ScoreInputs(Probe):
+    """Which element of K each term of each score took, read back in one run."""
+
+    name = "the scores read back: which element of K each term took"
+
+    def applies(self, ctx: Context) -> bool:
+        return not ctx.facts.get("named") and "out" in ctx.facts and map_rows(ctx.probe.shape.N, ctx.probe.shape.d) >= 4
+
+    def run(self, ctx: Context) -> list[Finding]:
+        N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d), ctx.probe.shape.d
+        k = coded_keys(N, d)
+        inp = design(N, d, k)
+        got = ctx.run(inp)
+        where = f"{inp.shape.B} batches of {N} rows, Q one-hot by dim, K coded"
+        if got is None:
+            return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {where}: the scores not read"])]
+        terms, spread = read_terms(weights_by_dim(got.astype(np.float64), N, d))
+        if np.isfinite(terms).mean() < 0.5:
+            return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {np.isnan(terms).mean():.0%} of "
+                                            "the keys' weights are 0 in every row: not read"])]
+        if spread > ROWS_AGREE:
+            return [Finding(Kind.OBSERVED, [
+                f"probe: the scores read back ({where}): the rows' weights disagree by up to {spread:.3g} in their "
+                "log ratios: not one score per key shared by the rows (the rows' scores differ, or the weights "
+                "are no softmax of scores)"])]
+        found = sources(terms, k)
+        right = found == np.arange(N * d).reshape(N, d)
+        if right.all():
+            return []
+        head = (f"probe: the scores read back ({where}): {int(right.sum())} of {N * d} terms q[x] k[j, x] take "
+                f"k[j, x]; {int((found < 0).sum())} take no element of K")
+        if words := fitting(found, N, d):
+            return measured(ctx, [f"{head}; every term fits {words}"], look=LOOK, score_inputs=words)
+        return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, d)}; no formula of those tried fits "
+                                        "(transposed, shifted keys or dims, another pitch, a tile's two pitches)"])]
+
+
+def examples(found: np.ndarray, right: np.ndarray, d: int) -> str:
+    """Where the wrong terms are, and the first three: which element each took."""
+    wrong = np.argwhere(~right)[:3]
+    said = "; ".join(f"key {a}, dim {b} took " + (f"K[{found[a, b] // d}, {found[a, b] % d}]" if found[a, b] >= 0
+                                                   else "no element of K") for a, b in wrong)
+    return f"wrong in keys {spans(np.flatnonzero((~right).any(axis=1)))[:80]}; e.g. {said}"

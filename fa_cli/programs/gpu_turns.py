@@ -1,0 +1,47 @@
+"""Turns on the GPU for fa processes that judge side by side (fa class judges several students at
+once): a timed run (a case's run, whose time is judged) has the GPU to itself; untimed runs (the
+reruns, probes and sanitizers that look for a cause) share it with one another, never with a
+timed run. Where FA_GPU_TURNS names no lock (one fa alone), no turn is taken.
+
+Two lock files (flock: released by the kernel when their holder dies), a timed turn first in
+line: a timed run takes the gate, then the GPU alone, then lets the gate go; an untimed run takes
+the gate only to pass it, then the GPU beside others. So untimed runs that keep coming never
+keep a timed run waiting past the ones already running."""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+
+from .. import settings
+
+
+@contextlib.contextmanager
+def turn(timed: bool) -> Iterator[None]:
+    """The GPU held for one run: alone where timed, beside other untimed runs where not."""
+    path = settings.gpu_turns()
+    if path is None:
+        yield
+        return
+    gpu = _open(path)
+    try:
+        with _locked(path + ".gate", fcntl.LOCK_EX):
+            fcntl.flock(gpu, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(gpu)  # the lock goes with the descriptor
+
+
+@contextlib.contextmanager
+def _locked(path: str, how: int) -> Iterator[None]:
+    fd = _open(path)
+    try:
+        fcntl.flock(fd, how)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _open(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)

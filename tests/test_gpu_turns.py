@@ -1,0 +1,63 @@
+"""fa_cli/programs/gpu_turns.py: untimed runs share the GPU with one another, a timed run has it
+alone and is not kept waiting by untimed runs that come after it; with no lock named, nothing is
+taken."""
+import threading
+import time
+
+from fa_cli.programs import gpu_turns
+
+
+def holder(timed: bool, log: list, name: str, hold_s: float, started: threading.Event | None = None):
+    def body():
+        with gpu_turns.turn(timed):
+            log.append((name, "in", time.monotonic()))
+            if started:
+                started.set()
+            time.sleep(hold_s)
+            log.append((name, "out", time.monotonic()))
+    return threading.Thread(target=body)
+
+
+def at(log, name, what):
+    return next(t for n, w, t in log if n == name and w == what)
+
+
+def test_untimed_turns_share_and_a_timed_turn_waits_for_them_and_goes_before_later_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_GPU_TURNS", str(tmp_path / "turns"))
+    log = []
+    first = threading.Event()
+    readers = [holder(False, log, f"probe{i}", 0.4, first if i == 0 else None) for i in range(2)]
+    for r in readers:
+        r.start()
+    first.wait(5)
+    time.sleep(0.05)
+    timed = holder(True, log, "timed", 0.3)
+    timed.start()
+    time.sleep(0.1)  # the timed run waits at the GPU; an untimed run that comes now waits behind it
+    late = holder(False, log, "late", 0.05)
+    late.start()
+    for t in (*readers, timed, late):
+        t.join(10)
+    assert at(log, "probe1", "in") < at(log, "probe0", "out")  # the two untimed ones side by side
+    assert at(log, "timed", "in") >= max(at(log, "probe0", "out"), at(log, "probe1", "out"))
+    assert at(log, "late", "in") >= at(log, "timed", "out")  # not before the timed one, though it could share
+
+
+def test_timed_turns_never_overlap(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_GPU_TURNS", str(tmp_path / "turns"))
+    log = []
+    threads = [holder(True, log, f"t{i}", 0.05) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    spans = sorted((at(log, f"t{i}", "in"), at(log, f"t{i}", "out")) for i in range(4))
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_without_a_lock_named_no_turn_is_taken(tmp_path, monkeypatch):
+    monkeypatch.delenv("FA_GPU_TURNS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with gpu_turns.turn(True), gpu_turns.turn(True):  # (would wait forever on a lock)
+        pass
+    assert list(tmp_path.iterdir()) == []

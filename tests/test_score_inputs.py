@@ -1,0 +1,116 @@
+"""fa_cli/judge/probes/score_inputs.py: the scores a program used, read back with Q one-hot by dim
+and K coded. Programs written in NumPy read K their own (wrong) way: each is named by its formula,
+a tile of keys read at the wrong pitch with its pad slots; the right program says nothing. Then
+the step end to end on a stand-in program in the course's format."""
+import numpy as np
+import pytest
+from helpers import stand_in_context
+
+from fa_cli.judge.probes import score_inputs
+from fa_cli.judge.probes.step import ProbeInput
+
+N, D = 128, 32
+
+
+def attention(inp: ProbeInput, read_k) -> np.ndarray:
+    """Attention of each batch with its K as read_k(K) reads it, in float32."""
+    q, v = inp.q.astype(np.float64), inp.v.astype(np.float64)
+    k = np.stack([read_k(kb) for kb in inp.k.astype(np.float64)])
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    return ((p / p.sum(axis=2, keepdims=True)) @ v).astype(np.float32)
+
+
+def padded_tile_read_unpadded(k: np.ndarray, pad_value: float = 0.0, tile: int = 32) -> np.ndarray:
+    """Each tile of keys stored at a pitch of d + 1 floats (a pad slot a key, never written) and read at d."""
+    n, d = k.shape
+    read = np.empty_like(k)
+    for j0 in range(0, n, tile):
+        floats = np.full(tile * (d + 1), pad_value)
+        for r in range(min(tile, n - j0)):
+            floats[r * (d + 1):r * (d + 1) + d] = k[j0 + r]
+        for jj in range(min(tile, n - j0)):
+            read[j0 + jj] = floats[jj * d:jj * d + d]
+    return read
+
+
+def read_back(read_k, N=N, d=D):
+    k = score_inputs.coded_keys(N, d)
+    inp = score_inputs.design(N, d, k)
+    terms, spread = score_inputs.read_terms(score_inputs.weights_by_dim(attention(inp, read_k).astype(np.float64), N, d))
+    return score_inputs.sources(terms, k), spread
+
+
+def test_a_right_program_reads_every_term_from_its_own_element():
+    found, spread = read_back(lambda k: k)
+    assert spread < 1e-4 and (found == np.arange(N * D).reshape(N, D)).all()
+    assert score_inputs.fitting(found, N, D) is None or (found == np.arange(N * D).reshape(N, D)).all()
+
+
+@pytest.mark.parametrize("pad_value", [0.0, 1.2345])
+def test_a_padded_tile_read_at_the_unpadded_pitch_is_named_with_its_pitches_and_pad_slots(pad_value):
+    found, _ = read_back(lambda k: padded_tile_read_unpadded(k, pad_value))
+    said = score_inputs.fitting(found, N, D)
+    assert said.startswith("a tile of 32 keys written at a pitch of 33 floats a key and read at 32"), said
+    assert said.endswith("(124 terms on the tile's pad slots, never written)")  # 31 keys of each of 4 tiles
+
+
+@pytest.mark.parametrize("read_k, words", [
+    (lambda k: k.ravel()[np.arange(D)[None, :] * N + np.arange(N)[:, None]],
+     "K read as if stored d x N: k[j, x] taken from K[x*N + j]"),
+    (lambda k: np.roll(k, -1, axis=0), "keys shifted: k[j, x] taken from K[j + 1, x] (32 terms past K's last element)"),
+    (lambda k: np.roll(k, -2, axis=1), "dims shifted: k[j, x] taken from K[j, (x + 2) mod d]"),
+    (lambda k: np.concatenate([k.ravel(), np.zeros(N)])[np.arange(N)[:, None] * (D + 1) + np.arange(D)[None, :]],
+     "rows read at a pitch of 33 floats (d +1): k[j, x] taken from K's flat element j*33 + x"),
+])
+def test_other_readings_of_k_are_named_by_their_formula(read_k, words):
+    found, _ = read_back(read_k)
+    said = score_inputs.fitting(found, N, D)
+    assert said is not None and said.startswith(words), said
+
+
+def test_keys_read_in_an_order_no_formula_gives_are_said_by_example_not_named():
+    order = np.random.default_rng(3).permutation(N)
+    found, _ = read_back(lambda k: k[order])
+    assert score_inputs.fitting(found, N, D) is None
+    right = found == np.arange(N * D).reshape(N, D)
+    assert score_inputs.examples(found, right, D).startswith("wrong in keys ")
+
+
+PITCH_33_READ_32 = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+out = np.empty((B, N, d))
+for b in range(B):
+    q, k, v = x[b]
+    read = np.empty_like(k)
+    for j0 in range(0, N, 32):  # a tile of 32 keys stored at a pitch of d + 1 and read at d
+        floats = np.zeros(32 * (d + 1))
+        for r in range(min(32, N - j0)):
+            floats[r * (d + 1):r * (d + 1) + d] = k[j0 + r]
+        for jj in range(min(32, N - j0)):
+            read[j0 + jj] = floats[jj * d:jj * d + d]
+    s = q @ read.T / np.sqrt(d)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    out[b] = (p / p.sum(axis=1, keepdims=True)) @ v
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_the_step_reads_a_program_whose_tile_pitches_differ(tmp_path):
+    """ScoreInputs on a stand-in program: one run, the formula named, with the lines that index the
+    tile at a pitch."""
+    rng = np.random.default_rng(2)
+    inp = ProbeInput(*(rng.uniform(-3, 3, size=(2, 96, D)).astype(np.float32) for _ in range(3)))
+    ctx = stand_in_context(tmp_path, PITCH_33_READ_32, "__global__ void f() {\n  Ks[r * (D + 1) + c] = "
+                           "k[(size_t)(j0 + r) * D + c];\n  for (int x = 0; x < D; ++x) s += qi[x] * Ks[jj * D + x];\n}\n",
+                           inp)
+    step = score_inputs.ScoreInputs()
+    assert step.applies(ctx)
+    found = step.run(ctx)
+    assert ctx.runs == 2 and ctx.facts["named"] and found[0].kind == "measured", found
+    assert "every term fits a tile of 32 keys written at a pitch of 33 floats a key and read at 32" in found[0].lines[0]
+    assert found[0].lines[-1].startswith("lines with a tile's pitch in hw4.cu: 2 `Ks[r * (D + 1) + c]")
+    assert "3 `for (int x = 0; x < D; ++x) s += qi[x] * Ks[jj * D + x];`" in found[0].lines[-1]
