@@ -71,7 +71,7 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
     assert len(re.findall(r"src='", page)) == 2
     assert "alice ~ bob (hw4.cpp)" in page  # bob's is alice's with one line added
     said = [json.loads(p.read_text())["errors"] for p in (folder / "records").glob("[!.]*.json")]
-    assert sum("generated c01" in text for text in said) == 1 and (folder / "class.csv").is_file()
+    assert not any("generated c01" in text for text in said) and (folder / "class.csv").is_file()  # made before
 
 
 @needs_bwrap
@@ -347,7 +347,7 @@ def test_programs_judged_side_by_side_never_run_beside_a_timed_run(tmp_path, cpu
     spans = sorted((float(a), float(b), who, name) for who, name, a, b in (l.split() for l in log.read_text().splitlines()))
     # a student's timed runs are its first on each case: fa run judges every case, then looks for causes
     timed = [next(s for s in spans if s[2:] == (who, case)) for who in ("alice", "bob", "eve")
-             for case in {s[3] for s in spans}]
+             for case in {s[3] for s in spans if Path(s[3]).name in ("t01.in", "t02.in")}]
     assert len(timed) == 6 and len(spans) > 6, spans  # two cases of three students, and bob's reruns
     for a, b, who, case in timed:
         assert [s for s in spans if s[0] < b and a < s[1]] == [(a, b, who, case)], spans

@@ -61,3 +61,17 @@ def test_without_a_lock_named_no_turn_is_taken(tmp_path, monkeypatch):
     with gpu_turns.turn(True), gpu_turns.turn(True):  # (would wait forever on a lock)
         pass
     assert list(tmp_path.iterdir()) == []
+
+
+def test_what_a_search_waits_for_its_turns_is_not_taken_from_its_budget(tmp_path, monkeypatch):
+    from fa_cli.judge.tool_logs import Budget
+    monkeypatch.setenv("FA_GPU_TURNS", str(tmp_path / "turns"))
+    held = threading.Event()
+    other = holder(True, [], "timed", 0.5, held)  # another program's timed run holds the GPU
+    other.start()
+    held.wait(5)
+    budget = Budget(10.0)
+    with gpu_turns.turn(False):  # this search's rerun waits about 0.5 s
+        pass
+    other.join(10)
+    assert budget.used < 0.2 and budget.left > 9.8

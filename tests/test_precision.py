@@ -83,3 +83,17 @@ def test_a_running_sum_kept_in_half_precision_is_named(tmp_path):
     said, named = precision.read(out.astype(np.float64), inp.output(), inp)
     assert named and said.startswith("the output is float64 attention with the softmax's running sum l, key after "
                                      "key, kept in fp16"), said
+
+
+def test_the_format_that_gives_the_output_is_named_before_one_that_misses_it():
+    """Weights rounded to tf32 are tf32's, not fp16's (its small weights are subnormal there), though
+    fp16 comes first in the table; an accumulator in bf16 past fp16's range is bf16's."""
+    inp = probe()
+    out = precision.attention(inp.q, inp.k, inp.v, "tf32", "weights")
+    said, named = precision.read(out, inp.output(), inp)
+    assert named and said.startswith("the output is float64 attention with P and V of the product P V rounded to "
+                                     "tf32: it misses that by at most 0,"), said
+    large = inp.with_v(inp.v * 1e5, "V past fp16's range")
+    out = precision.online(large.q, large.k, large.v, "bf16", "accumulator")
+    said, named = precision.read(out, large.output(), large)
+    assert named and "the output's running accumulator, key after key, kept in bf16" in said, said

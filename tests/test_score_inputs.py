@@ -44,7 +44,20 @@ def read_back(read_k, N=N, d=D):
 def test_a_right_program_reads_every_term_from_its_own_element():
     found, spread = read_back(lambda k: k)
     assert spread < 1e-4 and (found == np.arange(N * D).reshape(N, D)).all()
-    assert score_inputs.fitting(found, N, D) is None or (found == np.arange(N * D).reshape(N, D)).all()
+
+
+def test_weights_that_are_no_softmax_of_k_elements_are_read_as_none_of_k_and_named_by_no_formula():
+    """Scores sqrt(d) times too large (no 1/sqrt(d)): the log ratios are no differences of K's
+    values; the terms land on K only by chance, and no formula is said of them."""
+    found, _ = read_back(lambda k: k * np.sqrt(D))
+    assert (found >= 0).mean() < score_inputs.OF_K and score_inputs.fitting(found, N, D) is None
+
+
+def test_keys_taken_from_k_itself_where_a_formula_places_none_are_not_that_formula():
+    """Key j reads K[j + 1] and the last key K[0] (a wrap no formula has): not called keys shifted
+    with the last ones past K's end."""
+    found, _ = read_back(lambda k: np.roll(k, -1, axis=0))
+    assert score_inputs.fitting(found, N, D) is None
 
 
 @pytest.mark.parametrize("pad_value", [0.0, 1.2345])
@@ -58,7 +71,8 @@ def test_a_padded_tile_read_at_the_unpadded_pitch_is_named_with_its_pitches_and_
 @pytest.mark.parametrize("read_k, words", [
     (lambda k: k.ravel()[np.arange(D)[None, :] * N + np.arange(N)[:, None]],
      "K read as if stored d x N: k[j, x] taken from K[x*N + j]"),
-    (lambda k: np.roll(k, -1, axis=0), "keys shifted: k[j, x] taken from K[j + 1, x] (32 terms past K's last element)"),
+    (lambda k: np.concatenate([k[1:], np.full((1, D), 7.0)]),  # past K's last key: what follows it, not K
+     "keys shifted: k[j, x] taken from K[j + 1, x] (32 terms past K's last element)"),
     (lambda k: np.roll(k, -2, axis=1), "dims shifted: k[j, x] taken from K[j, (x + 2) mod d]"),
     (lambda k: np.concatenate([k.ravel(), np.zeros(N)])[np.arange(N)[:, None] * (D + 1) + np.arange(D)[None, :]],
      "rows read at a pitch of 33 floats (d +1): k[j, x] taken from K's flat element j*33 + x"),

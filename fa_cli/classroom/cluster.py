@@ -14,10 +14,11 @@ import json
 from pathlib import Path
 
 from .. import settings
-from ..cases import suite
 from ..errors import ExitStatus, FaError
 from ..files import atomic_file
+from ..judge import expected, verdict
 from ..programs import slurm
+from ..report import tables
 from .judging import Task, judge, kept_record
 from .submissions import Submission
 
@@ -45,10 +46,12 @@ def partitions_of(given: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def inputs_first(cases: list[str]) -> None:
-    """Every case's input in the class's cache before any task runs (here, on every core)."""
-    for name in cases:
-        suite.ensure_input(suite.case(name))
+def cases_first(cases: list[str]) -> None:
+    """Every case's input and expected output in the class's cache before any program runs (here:
+    on every core, and on the GPU where PyTorch has one): each made once, and never beside another
+    program's timed run."""
+    targets = [verdict.target_for(name) for name in cases]
+    expected.ensure(expected.missing(targets), None, tables.progress)
 
 
 def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s: float, sandboxed: bool,

@@ -67,14 +67,19 @@ def kept_record(class_folder: Path, task: Task, cases: list[str], sandboxed: boo
 
 def workers(jobs: int) -> int:
     """Builds at once: `jobs`, or one a core where it is 0."""
-    return jobs or os.cpu_count() or 1
+    return jobs or cores()
+
+
+def cores() -> int:
+    """The cores this process may use (a Slurm job's or a container's share, not the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def side_by_side() -> int:
     """Students judged at once here: their timed runs take turns on the GPU alone (gpu_turns), the
     rest (fa's checks of an output, the search for a cause) goes on beside them. One for every 4
     cores, 4 at most: on a small machine fa's own work beside a CPU program's timed run would slow it."""
-    return max(1, min(4, (os.cpu_count() or 1) // 4))
+    return max(1, min(4, cores() // 4))
 
 
 def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, str | None]:
@@ -93,16 +98,17 @@ def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, s
 
 
 def judge(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
-          build_error: str | None, turns: Path | None = None) -> dict:
+          build_error: str | None, turns: Path | None = None, at_once: int = 1) -> dict:
     """The task judged (or its build error kept, its paths told from the class folder) and its
-    record written; turns: the lock through which fa runs side by side take their turns on the GPU."""
+    record written; turns: the lock through which the at_once fa runs side by side take their turns
+    on the GPU."""
     if build_error is not None:
         build_error = build_error.replace(f"{class_folder}/", "")
     record = new_record(task, cases, sandboxed, build_error)
     path = record_path(class_folder, task)
     path.parent.mkdir(parents=True, exist_ok=True)
     if build_error is None:
-        record.update(_fa_run(class_folder, task, cases, time_limits_s, sandboxed, turns))
+        record.update(_fa_run(class_folder, task, cases, time_limits_s, sandboxed, turns, at_once))
     with atomic_file(path) as f:
         f.write(json.dumps(record, indent=1).encode())
     report = class_folder / REPORTS / f"{task.label}.txt"
@@ -123,7 +129,7 @@ def new_record(task: Task, cases: list[str], sandboxed: bool, build_error: str |
                 errors=f"fa: error: {why_not_run}\n" if why_not_run else "")
 
 def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
-            turns: Path | None) -> dict:
+            turns: Path | None, at_once: int) -> dict:
     """fa run of one source, in a process of its own (its own session: a wall limit ends all it
     started); its words, its records and its exit status."""
     results = class_folder / RECORDS / f".{task.label}.runs.json"
@@ -134,8 +140,10 @@ def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: flo
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (settings.gpu_turns_through(str(turns))
                                                                        if turns else {})
     try:
-        proc = run_tool(argv, timeout=2 * time_limits_s + WALL_MARGIN_S, cwd=class_folder, env=env,
-                        why_timeout=" (fa class: twice the cases' limits and more)")
+        # side by side, a run may wait for each of the others' turns as long as for its own
+        wall = (2 * time_limits_s + WALL_MARGIN_S) * (at_once if turns else 1)
+        proc = run_tool(argv, timeout=wall, cwd=class_folder, env=env,
+                        why_timeout=" (fa class: twice the cases' limits and more, for each program side by side)")
         runs = records.load(results) if results.exists() else []
     finally:
         results.unlink(missing_ok=True)

@@ -83,8 +83,9 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
                  at_once: int) -> None:
     """The built tasks judged here, at_once side by side (each timed run alone on the GPU:
     gpu_turns), or over Slurm."""
+    if todo:
+        cluster.cases_first(c.cases)
     if slurm is not None and todo:
-        cluster.inputs_first(c.cases)
         c.unjudged = cluster.judge_all(c.folder, todo, c.cases, limits, c.sandboxed, built, **slurm)
         c.done.update({t.label: r for t in todo if (r := judging.kept_record(c.folder, t, c.cases, c.sandboxed,
                                                                              whole=False))})
@@ -94,14 +95,15 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
     turns = c.folder / ".gpu-turns" if at_once > 1 else None
 
     def judge(task: Task) -> None:
-        c.done[task.label] = judging.judge(c.folder, task, c.cases, limits, c.sandboxed, built[task.label], turns)
+        c.done[task.label] = judging.judge(c.folder, task, c.cases, limits, c.sandboxed, built[task.label], turns,
+                                           at_once)
         advance()
     with tables.progress("judging", len(todo), steps=True, enabled=bool(todo)) as advance:
         pool = ThreadPoolExecutor(at_once)
         try:
             for _ in pool.map(judge, todo):  # in order; the first error raised here
                 pass
-        except BaseException:  # Ctrl-C, or one task's error: the others' fa runs stopped, unrecorded
+        except KeyboardInterrupt:  # the others' fa runs stopped, unrecorded (another error lets them end first)
             processes.stop_all()
             raise
         finally:

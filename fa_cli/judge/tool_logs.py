@@ -58,12 +58,15 @@ def gpu_kind(program: Program) -> str:
 
 @dataclass
 class Budget:
+    """Seconds a search may take, counted from its start, less what it waited for its turns on the
+    GPU (fa class: another program's timed run)."""
     seconds: float
     start: float = field(default_factory=time.perf_counter)
+    waited_before: float = field(default_factory=gpu_turns.waited_s)
 
     @property
     def used(self) -> float:
-        return time.perf_counter() - self.start
+        return time.perf_counter() - self.start - (gpu_turns.waited_s() - self.waited_before)
 
     @property
     def left(self) -> float:

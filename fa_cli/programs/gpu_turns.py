@@ -12,9 +12,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 
 from .. import settings
+
+
+_waited = [0.0]  # seconds this process has waited for its turns: no budget of its own counts them
+
+
+def waited_s() -> float:
+    return _waited[0]
 
 
 @contextlib.contextmanager
@@ -26,8 +34,10 @@ def turn(timed: bool) -> Iterator[None]:
         return
     gpu = _open(path)
     try:
+        asked = time.monotonic()
         with _locked(path + ".gate", fcntl.LOCK_EX):
             fcntl.flock(gpu, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
+        _waited[0] += time.monotonic() - asked
         yield
     finally:
         os.close(gpu)  # the lock goes with the descriptor

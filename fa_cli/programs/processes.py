@@ -63,6 +63,9 @@ def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_time
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             preexec_fn=die_with_fa(), **kwargs)
     _live[proc.pid] = proc
+    if _stopping.is_set():  # stop_all() came between the check above and now: it never saw this one
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     if watch is not None:
         watch(proc)
     try:

@@ -268,9 +268,14 @@ def paths_in(line: str) -> list[Path]:
     """The existing absolute paths a command line names (a header fa's build flags include), but for
     those the view has its own way (/dev/null bound read-only would refuse `> /dev/null`)."""
     words = [w.strip("'\"").split("=", 1)[-1] for w in line.split()]
-    own = (*SYSTEM, *TOP_LEVEL, "/dev", "/proc", "/sys")
-    return [Path(w) for w in words if w.startswith("/") and os.path.exists(w)
+    own = (*SYSTEM, *TOP_LEVEL, "/proc", "/sys")
+    return [Path(w) for w in words if w.startswith("/") and os.path.exists(w) and not _a_device(w)
             and not any(w == top or w.startswith(top + "/") for top in own)]
+
+
+def _a_device(path: str) -> bool:
+    """A node of /dev (the view's own /dev has it), not a file in /dev/shm's memory."""
+    return path.startswith("/dev/") and not path.startswith("/dev/shm/")
 
 
 LAYER_SOURCES = ("src_cuda", "src_hip", "src_common")  # fa's layer headers include each other across these

@@ -32,6 +32,7 @@ CODE_SEED = 20261129
 SLOTS = 8  # K's values take one grid place in this many
 MATCH_TOL = 4e-5  # a term read back names an element of K within this: under half the grid's step (4 / 8 / 4096 at most)
 TINY_WEIGHT = 1e-30
+OF_K = 0.75  # the share of terms that must land on an element of K for the reading to say which
 ROWS_AGREE = 1e-2  # the rows' log ratios of one key, all alike within this: one score per key
 PITCHES = (-1, 1, 2, 4)  # a pitch of d plus these: padding of a row, or a row read short
 # The source lines shown: where a tile of K is indexed with a pitch (its writes and its reads).
@@ -154,12 +155,16 @@ def tile_at_pitches(j, x, tile: int, wrote: int, read: int, N: int, d: int) -> n
 
 def fitting(found: np.ndarray, N: int, d: int) -> str | None:
     """The words of the first family that gives every term it places on K (at least half of them),
-    with a quarter at most read as none of K or placed off K (a pad slot, past the last key)."""
+    with a quarter at most read as none of K or placed off K (a pad slot, past the last key); where
+    it places none, what was read must be no element of K but by chance (a few distinct ones: a
+    pad that happens to hold a value of K), not K's elements of another formula."""
     read = found >= 0
     for words, off, predicted in formulas(N, d):
         placed = predicted >= 0
+        strays = np.unique(found[~placed & read])
         if ((found == predicted) | ~placed | ~read).all() and (read & placed).sum() >= N * d // 2 \
-                and (~read).sum() <= N * d // 4 and (~placed).sum() <= N * d // 4:
+                and (~read).sum() <= N * d // 4 and (~placed).sum() <= N * d // 4 \
+                and strays.size <= max(2, (~placed).sum() // 4):
             return words + (f" ({int((~placed).sum())} terms {off})" if (~placed).any() else "")
     return None
 
@@ -193,6 +198,11 @@ class ScoreInputs(Probe):
         right = found == np.arange(N * d).reshape(N, d)
         if right.all():
             return []
+        if (found >= 0).mean() < OF_K:  # the log ratios are no differences of K's values: nothing read of K
+            return [Finding(Kind.OBSERVED, [
+                f"probe: the scores read back ({where}): {(found >= 0).mean():.0%} of the terms land on an element "
+                f"of K (one in {SLOTS} would by chance): its weights are no softmax of scores q . k' over elements of "
+                "K (a factor on the scores, or a step of the softmax written otherwise: the later steps look)"])]
         head = (f"probe: the scores read back ({where}): {int(right.sum())} of {N * d} terms q[x] k[j, x] take "
                 f"k[j, x]; {int((found < 0).sum())} take no element of K")
         if words := fitting(found, N, d):
