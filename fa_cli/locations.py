@@ -78,6 +78,12 @@ def cache_dir() -> Path:
     return path
 
 
+def sources() -> Path:
+    """The folder holding fa's sources (src_cuda, src_hip, src_common): the checkout's, or the
+    installed package's own copy, read in place (source_tree() is where they may be built)."""
+    return checkout() or package_data("sources")
+
+
 def source_tree() -> Path:
     """A folder with the Makefile and the sources, where `make cpu|cuda|hip|hip-cuda` may run."""
     root = checkout()

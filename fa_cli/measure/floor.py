@@ -40,7 +40,7 @@ class Floor:
 
 
 def source():
-    root = locations.checkout() or locations.package_data("sources")
+    root = locations.sources()
     return root / "src_cuda" / "context_only.cu"
 
 

@@ -18,7 +18,7 @@ LABEL = ("under the GTX 1080's rules (the judge's GPU): its launch limits (1024 
 
 
 def header() -> Path:
-    root = locations.checkout() or locations.package_data("sources")
+    root = locations.sources()
     return root / "src_cuda" / "gtx1080" / "fa_gtx1080.h"
 
 

@@ -284,7 +284,7 @@ LAYER_SOURCES = ("src_cuda", "src_hip", "src_common")  # fa's layer headers incl
 def _with_layer_neighbours(paths: list[Path]) -> list[Path]:
     """The paths a build names, with fa's own source folders where one of its layer headers is named
     (src_cuda/gtx1080/fa_gtx1080.h includes ../launch_hook.h): a header alone would not compile."""
-    root = locations.checkout() or locations.package_data("sources")
+    root = locations.sources()
     layer = [root / name for name in LAYER_SOURCES]
     if not any(folder in p.parents for p in paths for folder in layer):
         return paths

@@ -26,7 +26,7 @@ LABEL = ("an emulation of the MI210 on the NVIDIA GPU: verdicts follow the MI210
 
 def layer_dir() -> Path:
     """The folder that goes first on the include path: its hip/hip_runtime.h is ours."""
-    root = locations.checkout() or locations.package_data("sources")
+    root = locations.sources()
     return root / "src_hip" / "wave64"
 
 

@@ -18,8 +18,8 @@ UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "tf32": 2.0 ** -11}
 MATCH = 0.2  # a rounding is named where the output misses it by at most this share of its error against float64
 # Where a source computes in a lower precision: its types, conversions and tensor-core fragments.
 LOOK = r"\b(__half2?|half|__nv_bfloat16|bfloat16|_Float16|__float2half\w*|__float2bfloat16\w*|wmma|tf32)\b"
-SIZE_FACTOR = 4.0
-WORST_SHARE, WORST = 0.999, 64  # all but 0.1% of the values within this many unit roundoffs: no few far off  # an error "the size of a format's rounding": median relative error within this factor
+SIZE_FACTOR = 4.0  # an error "the size of a format's rounding": median relative error within this factor
+WORST_SHARE, WORST = 0.999, 64  # all but 0.1% of the values within this many unit roundoffs: no few far off
 
 
 def rounded(x: np.ndarray, form: str) -> np.ndarray:

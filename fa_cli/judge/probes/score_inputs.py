@@ -1,13 +1,14 @@
 """The scores the program used, read back: which element of the input each term of a score took.
 
-One run. Every batch has the same K, coded: values drawn apart (uniform in [-2, 2), float32), so
-that a value read back names the one element it came from. Batch x * n + t has every row's Q
+One run. Every batch has the same K, coded: values drawn without repeat from one place in SLOTS
+of a grid in [-2, 2), so that a value read back names the one element it came from. Batch x * n + t has every row's Q
 one-hot at dim x, at sqrt(d) (the score's term for dim x is then k[j, x] itself), and V one-hot
 at keys t*d .. t*d + d - 1 (column c of the output is then the weight of key t*d + c). So each
 row's weights are read for Q along each dim in turn, and their log ratios are the scores'
 differences: s[j] - s[j0] = K'[j, x] - K'[j0, x], where K' is what the program read for K. The
-one constant per dim is the value that makes the most of K' elements of K (a few of the N*d
-hold what the input does not: memory never written). Then K' against K, element by element:
+one constant per dim is an element of K less the term of one of the first four keys: the one
+under which the most of 12 terms land on elements of K, then applied to all (a few of the N*d
+may hold what the input does not: memory never written). Then K' against K, element by element:
 
   right       every term takes k[j, x]: the scores are right; the step says nothing
   formula     one of a family fits every term read: K read transposed (K[x*N + j]), keys or dims
@@ -15,8 +16,8 @@ hold what the input does not: memory never written). Then K' against K, element 
               pitch and read at another (its pad slots never written): said with its figures
   examples    otherwise, which element the first wrong terms took
 
-Where the weights are not those of scores (a row that sums nothing, weights of 0), or too few
-terms are elements of K, it says so in numbers.
+Where the weights are not those of scores (weights of 0, rows that disagree), or fewer than OF_K
+of the terms land on elements of K, it says so in numbers and names nothing.
 """
 from __future__ import annotations
 
