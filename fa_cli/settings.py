@@ -15,6 +15,8 @@ commands); child processes still get the whole environment (os.environ passed on
     FA_GTX1080_RULES 0: a student's hw4.cu runs without the GTX 1080's rules (fa run --no-gtx1080-rules)
     FA_GPU_TURNS     a lock file's path: fa processes judging side by side (fa class) take turns on
                      the GPU through it, a timed run alone (programs/gpu_turns.py)
+    FA_DEVICE_DELAY_MS  set by fa for a student's program under its launch layer: the device made
+                     slower (judge/slow_device.py; read by src_cuda/launch_log.h)
     COLUMNS          the width fa folds its words and tables to (else a terminal's)
     TMPDIR           where temporary files go; set, fa run's drawn inputs go there too (else to
                      /dev/shm where it has room: file_pages.memory_folder_for)
@@ -91,6 +93,12 @@ def gpu_turns() -> str | None:
 def gpu_turns_through(path: str) -> dict[str, str]:
     """The environment that has the fa processes fa class starts take their turns through PATH."""
     return {"FA_GPU_TURNS": path}
+
+
+def device_delay(ms: int) -> str:
+    """The assignment (for env's command line) that has fa's launch layer make the device slower:
+    each of a student's first launches preceded by `ms` of waiting on its stream."""
+    return f"FA_DEVICE_DELAY_MS={ms}"
 
 
 def visible_gpus() -> str:

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fa_cli.cases import suite  # noqa: E402
 from fa_cli.commands import group, run as run_command  # noqa: E402
-from fa_cli.judge import cause, expected, race_check, verdict, verify  # noqa: E402
+from fa_cli.judge import expected, investigation, race_check, verdict, verify  # noqa: E402
 from fa_cli.measure import floor, judge_column  # noqa: E402
 
 IMPORTS_S = time.perf_counter() - START
@@ -42,8 +42,8 @@ STEPS = [  # (module or class, function, what it is)
     (run_command, "show_results", "the table and its notes"),
     (judge_column, "for_results", "the judge GPU's estimate"),
     (floor, "measure", "the start-up floor"),
-    (race_check, "passing_builds", "the race check of a passing build"),
-    (cause, "explain", "the search for a cause"),
+    (race_check, "check", "the race check of a passing build"),
+    (investigation, "explain", "the search for a cause, the race check included"),
 ]
 
 

@@ -154,9 +154,43 @@ inline void end(cudaEvent_t start, cudaStream_t stream, const Shape& shape) {
   if (pending().size() >= 1024) collect(false);  // a program of many launches: keep the list short
 }
 
+// The device made slower (FA_DEVICE_DELAY_MS, set by fa's SlowDevice step): each of the first
+// kDelayedLaunches launches preceded by a kernel that waits that long on the launch's stream, so
+// that the student's kernel, and whatever is queued after it, comes that much later. A program
+// that synchronizes before it writes its output is unchanged; one that reads before the device
+// finished (a copy not waited for, a copy on a stream that does not wait for the kernel's) writes
+// what was there. Only the first few: a program of thousands of launches stays quick, and stream
+// order carries the wait to everything after.
+constexpr int kDelayedLaunches = 4;
+
+__global__ void fa_device_delay(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+#if __CUDA_ARCH__ >= 700
+    __nanosleep(1000);
+#endif
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+inline void delay_before(cudaStream_t stream) {
+  static int delayed = 0;
+  const int ms = fa::settings().device_delay_ms;
+  if (ms <= 0 || delayed >= kDelayedLaunches) return;
+  ++delayed;  // before the launch: should the runtime route it back through the layer, it is not delayed again
+  unsigned long long ns = (unsigned long long)ms * 1000000ull;
+  void* args[] = {&ns};
+  // the runtime's own entry, not the layer's __cudaLaunchKernel: this launch is fa's, not the student's
+  if (cudaLaunchKernel(reinterpret_cast<const void*>(&fa_device_delay), dim3(1), dim3(1), args, 0, stream) !=
+      cudaSuccess)
+    std::fprintf(stderr, "fa-launch: FA_DEVICE_DELAY_MS: the wait could not be launched\n");
+}
+
 // One launch, timed and counted under its shape where it was accepted.
 template <class Launch>
 inline cudaError_t timed(const Shape& shape, cudaStream_t stream, Launch&& launch) {
+  delay_before(stream);
   const cudaEvent_t start = begin(stream);
   const cudaError_t launched = launch();
   if (launched == cudaSuccess)

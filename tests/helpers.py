@@ -135,5 +135,5 @@ def stand_in_context(tmp_path: Path, script: str, source_text: str, inp):
     source.write_text(source_text)
     ctx = Context(programs.Program("stand-in", program, source=source), None, tmp_path, Budget(60.0), lambda line: None,
                   5e-3, inp, "t01")
-    ctx.facts.update(out=ctx.run(inp), true=inp.output())
+    ctx.facts.out, ctx.facts.true = ctx.run(inp), inp.output()
     return ctx

@@ -1,6 +1,7 @@
 """On an NVIDIA GPU, each class of real student mistake is named with its evidence: a student's
 hw4.cu (tests/data/planted_hw4.cu, one mistake planted by PLANT) given to fa as its source."""
 import json
+import shutil
 import time
 
 import pytest
@@ -13,11 +14,13 @@ from fa_cli.judge import tool_logs
 pytestmark = pytest.mark.gpu
 
 
-def source(tmp_path, plant: str | None):
-    """hw4.cu as the student has it: the planted program with one mistake switched on."""
+def source(tmp_path, plant: str | None, whole: bool = False):
+    """hw4.cu as the student has it: the planted program with one mistake switched on (its text
+    included, or whole: the lines fa shows are then the file's own)."""
     path = tmp_path / (f"hw4_{plant.lower()}" if plant else "hw4") / "hw4.cu"
     path.parent.mkdir()
-    path.write_text((f"#define PLANT {plant}\n" if plant else "") + f'#include "{DATA / "planted_hw4.cu"}"\n')
+    body = (DATA / "planted_hw4.cu").read_text() if whole else f'#include "{DATA / "planted_hw4.cu"}"\n'
+    path.write_text((f"#define PLANT {plant}\n" if plant else "") + body)
     return path
 
 
@@ -42,6 +45,19 @@ def cause_lines(stdout: str) -> list[str]:
 def test_the_correct_program_passes(tmp_path, inputs):
     proc = fa("run", "t01", "t02", inputs["small"], "--program", source(tmp_path, None))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "device made slower" not in proc.stdout  # it synchronizes: the slower device changes nothing
+
+
+@pytest.mark.parametrize("confined", [False, True], ids=["here", "sandboxed"])
+def test_an_output_written_before_the_device_finished_is_warned_with_the_device_made_slower(tmp_path, confined):
+    if confined and not shutil.which("bwrap"):
+        pytest.skip("needs bubblewrap")
+    proc = fa("run", "t01", "--program", source(tmp_path, "UNSYNCED", whole=True), *(["--sandbox"] if confined else []))
+    print(proc.stdout, proc.stderr)
+    assert proc.returncode == 0 and "PASS" in proc.stdout  # here the GPU finishes before the host writes
+    [line] = [l for l in proc.stdout.splitlines() if "with the device made slower" in l]
+    assert line.startswith("passes here, but with the device made slower") and "values wrong on t01" in line
+    assert "cudaMemcpyAsync" in line  # the lines that order host and device
 
 
 def test_a_missing_syncthreads_is_named_a_race(tmp_path, inputs):

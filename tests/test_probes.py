@@ -2,14 +2,12 @@
 weights built to hold one mechanism (and staying silent on the right ones), the layout and index
 searches, and the planted sets of tests/data/planted_sets/ judged through fa run against their
 answer keys (marked slow)."""
-import re
 import shutil
 
 import numpy as np
 import pytest
 
-from helpers import DATA, ROOT, fa
-from fa_cli.judge import probes
+from helpers import DATA, fa
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge.probes import factors, indexing, layout, readings, softmax_steps
@@ -256,9 +254,32 @@ def test_a_named_step_shows_the_lines_of_the_source_it_is_in(tmp_path):
     assert "lines with exp in r04.cpp: 88 `const float alpha = expf(m[r] - mnew);`" in proc.stdout, proc.stdout
 
 
-def test_docs_diagnosis_tables_steps_are_the_codes_in_its_order():
-    """docs/diagnosis.md's table of the probes names every step of probes.STEPS, in that order,
-    and no other."""
-    table = (ROOT / "docs" / "diagnosis.md").read_text().split("## The probes", 1)[1].split("\n\n## ", 1)[0]
-    named = [name for row in re.findall(r"^\| ([A-Z][^|(]*)\(", table, re.M) for name in re.findall(r"\w+", row)]
-    assert named == [type(step).__name__ for step in probes.STEPS]
+def rows_left(B: int, N: int, still) -> list[str]:
+    """RowsNotWritten on W = P with the (batch, row) pairs of `still` never written (0 whatever V is)."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=B, N=N, d=32)
+    W, out = inp.weights(), inp.output().astype(np.float32)
+    W[still], out[still] = 0.0, 0.0
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.out = W, out
+    return [line for f in readings.RowsNotWritten().run(ctx) for line in f.lines]
+
+
+def test_rows_not_written_are_said_by_the_largest_pattern_they_fill():
+    """Whole batches (a copy back of one batch), the tail of B * N rows taken together (a grid over
+    B * N rows that rounds down), the tail of every batch (a query-tile count), everything."""
+    batch = np.zeros((3, 200), dtype=bool)
+    batch[1:] = True
+    assert "batches 1, 2 hold 0 in every row" in rows_left(3, 200, batch)[0]
+    tail = np.zeros((2, 200), dtype=bool)
+    tail[1, 184:] = True  # 400 % 128 = 16: the last 16 of the 400 rows
+    [line] = rows_left(2, 200, tail)
+    assert "the last 16 of the B * N = 400 rows taken together (batch 1 from row 184 on)" in line
+    assert "for blocks of T = 24, 32, 48, 64, 96, 128, 192 rows" in line
+    every = np.zeros((2, 200), dtype=bool)
+    every[:, 192:] = True
+    assert "the last 8 rows (192..199)" in rows_left(2, 200, every)[0]
+    assert "nothing the program computes reaches the output" in rows_left(2, 200, np.ones((2, 200), bool))[0]
+    assert rows_left(2, 200, np.zeros((2, 200), bool)) == []

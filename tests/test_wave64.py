@@ -14,6 +14,10 @@ import pytest
 from helpers import DATA, ROOT, fa
 from fa_cli.programs import devices, programs, student_build, wave64
 from fa_cli.programs.devices import Device
+from fa_cli.judge import investigation
+from fa_cli.judge.findings import Kind
+from fa_cli.judge.steps import Context
+from fa_cli.judge.tool_logs import Budget
 
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 PLANTS = ("LANE32", "BALLOT32", "LDS_OVER_64K", "BLOCK32", "CUDA_CALL")
@@ -281,8 +285,9 @@ def test_planted_port_is_named(tmp_path, plant):
 
 @needs_nvcc  # its source hint, as above
 def test_run_notes_say_it_is_an_emulation(monkeypatch, tmp_path):
-    """Under fa run's table: what the run was, the layer's notes once each, and for a wrong answer
-    the AMD-only pattern of the source; nothing for a hw4.hip built for AMD."""
+    """Under fa run's table: what the run was, the layer's notes once each; for a wrong answer the
+    investigation's MI210Hints step says the AMD-only pattern of the source; nothing for a
+    hw4.hip built for AMD."""
     from types import SimpleNamespace
     with_devices(monkeypatch, "nvidia")
     program = programs.from_source(student_hip(tmp_path, "LANE32"))
@@ -290,11 +295,15 @@ def test_run_notes_say_it_is_an_emulation(monkeypatch, tmp_path):
     results = [SimpleNamespace(run=SimpleNamespace(stderr=note), ok=False),
                SimpleNamespace(run=SimpleNamespace(stderr=note), ok=True)]
     lines = wave64.run_notes(program, results)
-    assert lines[0] == f"hw4.hip ran as {wave64.LABEL}"
-    assert lines[1] == "note: attention<32>: blocks of 32 threads: on the MI210 32 of the 64 lanes ..."
-    assert len(lines) == 3 and lines[2].startswith("looks like (MI210 only): planted_hw4.hip line ")
+    assert lines == [f"hw4.hip ran as {wave64.LABEL}",
+                     "note: attention<32>: blocks of 32 threads: on the MI210 32 of the 64 lanes ..."]
+    ctx = Context(program, None, tmp_path, Budget(60.0), lambda line: None, 5e-3, None, "", results=results)
+    hints = investigation.take((investigation.MI210Hints(),), ctx)  # the investigation's step on the run
+    assert hints and all(f.kind == Kind.HYPOTHESIS for f in hints)
+    assert hints[0].lines[0].startswith("looks like (MI210 only): planted_hw4.hip line ")
     with_devices(monkeypatch, "nvidia", "amd")
     assert wave64.run_notes(program, results) == []
+    assert not investigation.MI210Hints().applies(ctx)
 
 
 def test_compare_names_what_passes_as_cuda_and_fails_as_hip():

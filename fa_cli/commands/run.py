@@ -10,8 +10,7 @@ import click
 from .. import locations, settings
 from ..cases import suite
 from ..errors import ExitStatus
-from ..judge import cause, expected, outlook, race_check, verdict, verify
-from ..judge.findings import Kind
+from ..judge import expected, investigation, outlook, verdict, verify
 from ..measure import gtx1080_report, judge_column
 from ..programs import gtx1080, programs, sandbox, wave64
 from ..report import lines, tables
@@ -39,9 +38,9 @@ from .shared import check_names, make_launcher, note, runnable, selected_cases
 @click.option("--why", "why_case",
               help="Judge this case and look for the cause with the tools (run twice more, compute-sanitizer, a "
                    "debugger), whatever its verdict.")
-@click.option("--why-budget", type=click.FloatRange(min=0), default=cause.BUDGET_S, show_default=True,
-              help="Seconds the search for a cause may take (on the smallest failing case of each kind, a "
-                   "crash first); 0: none.")
+@click.option("--why-budget", type=click.FloatRange(min=0), default=investigation.BUDGET_S, show_default=True,
+              help="Seconds the search for a cause may take, the race check of a passing build included (on "
+                   "the smallest failing case of each kind, a crash first); 0: none.")
 @click.option("-o", "--output", "results_file", type=OutputPath(),
               help="Also add the results to this file (JSON, for fa report); extended if it exists.")
 @click.option("--without-gpu", is_flag=True,
@@ -88,7 +87,7 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
     check_names(names)
     prog = runnable(program, runner, check=not without_gpu)
     with_expected = not (sample_rows or full)
-    results, stopped, across, hazards = [], None, [], []
+    results, stopped, found = [], None, []
     with locations.shared_workdir(runner is not None and runner.remote) as workdir, \
             verdict.CaseInputs(names, keep_inputs, with_expected, note, workdir) as inputs:
         inputs.why = why_case
@@ -102,12 +101,9 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
             chosen = next(r for r, name in zip(results, names) if name == why_case) if why_case else None
             searching = why_budget > 0 and (chosen or any(r.verdict in ("WRONG", "ERROR") for r in results))
             with tables.progress(f"looking for the cause ({why_budget:g} s at most)", None, enabled=bool(searching)):
-                across = cause.explain(results, options, note, why_budget, chosen=chosen)
-            if not no_race_check:
-                hazards = race_check.passing_builds(prog, results, runner, note, why_case, workdir)
-    show_results(results, prog, across, why_case, sample_rows)
-    for finding in hazards:
-        lines.echo(" ".join(finding.lines) + "\n")
+                found = investigation.explain(results, options, note, why_budget, chosen, prog, not no_race_check,
+                                              why_case)
+    show_results(results, prog, found, why_case, sample_rows)
     if results_file and results:
         append(results_file, [verdict.as_record(r, options) for r in results])
         lines.echo(f"{tables.plural(len(results), 'record')} added to {results_file}")
@@ -135,7 +131,7 @@ def confined(runner, program: str):
     return box
 
 
-def show_results(results, prog, across, why_case, sample_rows) -> None:
+def show_results(results, prog, found, why_case, sample_rows) -> None:
     """The table, what sampling did, each case's diagnosis, what the cases say together and what
     the MI210 emulation says."""
     judge_gpu = judge_column.for_results(prog, results)  # the judge's GPU's time
@@ -154,11 +150,9 @@ def show_results(results, prog, across, why_case, sample_rows) -> None:
                    "output was cached, and a full compare of it costs less than a sample")
     if any(not r.ok for r in results) or why_case:
         lines.echo(tables.diagnoses(results, always=bool(why_case)) + "\n")
+    for finding in found:  # what the investigation's steps on the whole run found (investigation.RUN_STEPS)
+        lines.echo(" ".join(finding.lines) + "\n")
     emulation = wave64.run_notes(prog, results)  # hw4.hip on the NVIDIA GPU: what the emulation says
-    named = any(line.startswith("looks like") for line in emulation)  # then no cases to run are suggested
-    for finding in across:
-        if not (named and finding.kind == Kind.SUGGEST):
-            lines.echo("across the cases: " + " ".join(finding.lines) + "\n")
     rules = gtx1080.run_notes(prog, results)  # the judge's GPUs' rules, where they applied
     sm61 = gtx1080_report.run_notes(prog) if rules else []  # and the GTX 1080's own compiler report
     for line in emulation + rules + sm61:

@@ -74,14 +74,14 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
     for what, holds in SPLITS:
         if all(holds(s) for s in failed) and not any(holds(s) for s in passed):
             axis = "N" if what.startswith("N") else what[0]
-            found.append(Finding("split", [
+            found.append(Finding(Kind.SPLIT, [
                 f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
                 f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)})"], dict(only_where=what)))
             if what.startswith("N is not"):
                 break  # the smallest tile that splits says it; the larger ones follow from it
     lowest = min(s.N for s in failed)
     if not found and all(s.N < lowest for s in passed):
-        found.append(Finding("split", [
+        found.append(Finding(Kind.SPLIT, [
             f"split: fails from N = {lowest} on, passes up to N = {max(s.N for s in passed)} (a buffer sized for a "
             "largest N, shared memory or registers that grow with N?)"], dict(from_N=lowest)))
     return found

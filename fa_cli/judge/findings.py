@@ -1,14 +1,16 @@
 """What the search for a cause found: one finding, its kind and its lines.
 
-The kinds are named once here (Kind); every module that makes or reads a finding uses these
-names, and CAUSES says which kinds explain a failure.
+The kinds are named once here (Kind, an enum whose values are the words results files keep);
+every module that makes or reads a finding uses these names, and CAUSES says which kinds explain
+a failure.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 
-class Kind:
+class Kind(StrEnum):
     RACE = "race"  # the output changes between runs
     INTERMITTENT = "intermittent"  # the verdict changes between runs
     HARMLESS = "harmless"  # tiny differences between runs: not a cause
@@ -17,12 +19,15 @@ class Kind:
     CRASH = "crash"
     ASAN = "asan"
     SIZE = "size"  # across cases: a 32-bit size
+    SPLIT = "split"  # across cases: verdicts that change with a size or a split
     SUGGEST = "suggest"  # across cases: cases to run
     MEASURED = "measured"  # a mechanism pinned down by the probes' measurements
     OBSERVED = "observed"  # what the probes measured where it pins no mechanism down
     WARNING = "warning"  # a hazard in a program that passes (racecheck on a passing build)
     MISSING_TOOL = "missing-tool"  # a tool that is not here, or that stopped, and what it would tell
     CLEAN = "clean"  # the steps that ran and found nothing: said as observations, never an all-clear
+    HYPOTHESIS = "hypothesis"  # what the output or the source looks like (the catalogue, the MI210 source hints):
+    # a lead the measuring steps may refine, never a cause by itself
 
 
 CAUSES = frozenset({Kind.RACE, Kind.INTERMITTENT, Kind.MEMCHECK, Kind.RACECHECK, Kind.CRASH, Kind.ASAN, Kind.SIZE,
@@ -31,9 +36,12 @@ CAUSES = frozenset({Kind.RACE, Kind.INTERMITTENT, Kind.MEMCHECK, Kind.RACECHECK,
 
 @dataclass
 class Finding:
-    kind: str  # one of Kind's names
+    kind: Kind
     lines: list[str]
     fields: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.kind = Kind(self.kind)  # a word read back from a results file, or a typo: refused here
 
     @property
     def is_cause(self) -> bool:

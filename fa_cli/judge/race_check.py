@@ -21,7 +21,8 @@ from ..files import atomic_file
 from ..programs.programs import Launcher, Program
 from .cause import with_lines
 from .findings import Finding, Kind
-from .tool_logs import find_tool, gpu_kind, sanitize, sanitizer_lines
+from .steps import Context, Step
+from .tool_logs import Budget, find_tool, gpu_kind, sanitize, sanitizer_lines
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
@@ -44,8 +45,8 @@ def cache_file(program: Program, d: int) -> Path:
     return locations.cache_dir() / "race-check" / f"{digest}-d{d}.json"
 
 
-def check(program: Program, d: int, launcher: Launcher | None, work: Path,
-          say: Callable[[str], None]) -> list[Finding]:
+def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: Callable[[str], None],
+          budget: Budget) -> list[Finding]:
     """The three tools on a RACE_B x RACE_N x d input, or what was kept of an earlier check of the
     same build."""
     kept = cache_file(program, d)
@@ -61,12 +62,19 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path,
     case = work / f"race-{shape}.in"
     generate.write_input(case, shape, seed=7)
     lined = with_lines(program)
-    found = []
+    found, done = [], []
     for tool, what in TOOLS.items():
+        if budget.left < 1:
+            found.append(Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(t for t in TOOLS if t not in done)} not "
+                                                     f"run: the {budget.seconds:g} s of the search for a cause were "
+                                                     "spent (fa run --why-budget)"]))
+            break
+        done.append(tool)
         say(f"race check: compute-sanitizer --tool {tool} on {shape} (once per build)")
-        said = sanitize(tool, lined.argv, case, work, TOOL_TIMEOUT_S, (launcher or Launcher()).wrap)
+        timeout = min(TOOL_TIMEOUT_S, budget.left)
+        said = sanitize(tool, lined.argv, case, work, timeout, (launcher or Launcher()).wrap)
         if not said.first and not said.finished:
-            found.append(Finding(Kind.MISSING_TOOL, [f"race check: {tool} stopped after {TOOL_TIMEOUT_S:g} s with "
+            found.append(Finding(Kind.MISSING_TOOL, [f"race check: {tool} stopped after {timeout:g} s with "
                                                      "nothing reported"]))
             continue
         if said.first:
@@ -88,14 +96,20 @@ def keep(path: Path, found: list[Finding]) -> None:
                                                                       if k != "report"}) for x in found]).encode())
 
 
-def passing_builds(program: Program, results: list, launcher: Launcher | None, say: Callable[[str], None],
-                   why: str | None = None, workdir: Path | None = None) -> list[Finding]:
+class PassingBuild(Step):
     """The check for a run's program where a case passed (or --why named one), once, at the d of
-    the first such case (the --why case's first): racecheck's cost grows with every shared access."""
-    if not applies(program):
-        return []
-    passed = [r for r in results if r.target.name == why] + [r for r in results if r.verdict == "PASS"]
-    if not passed:
-        return []
-    with locations.scratch("race", workdir) as work:
-        return check(program, passed[0].target.shape.d, launcher, Path(work), say)
+    the first such case (the --why case's first): racecheck's cost grows with every shared access.
+    Each tool gets TOOL_TIMEOUT_S at most, and no more than the investigation's budget has left."""
+
+    name = "the race check of a passing build"
+
+    def applies(self, ctx: Context) -> bool:
+        return applies(ctx.program) and bool(self.passed(ctx))
+
+    @staticmethod
+    def passed(ctx: Context) -> list:
+        return [r for r in ctx.results if r.target.name == ctx.case_label] + \
+            [r for r in ctx.results if r.verdict == "PASS"]
+
+    def run(self, ctx: Context) -> list[Finding]:
+        return check(ctx.program, self.passed(ctx)[0].target.shape.d, ctx.launcher, ctx.work, ctx.say, ctx.budget)

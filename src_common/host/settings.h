@@ -24,6 +24,7 @@ struct Settings {
   bool simt_small = false;                // FA_SIMT_SMALL
   InputMode input = InputMode::kMapped;   // FA_INPUT
   bool named_output_temp = false;         // FA_OUTPUT_TEMP=named
+  int device_delay_ms = 0;                // FA_DEVICE_DELAY_MS: a wait before each of a student's first launches
 };
 
 // One row per setting: the listing of --settings and the order it is printed in.
@@ -42,6 +43,8 @@ constexpr SettingInfo kSettingInfo[] = {
     {"FA_INPUT", "read|refused|refused-later", "fa-cuda", "read the input instead of locking its pages, or act "
      "as if the device refused them"},
     {"FA_OUTPUT_TEMP", "named|unnamed", "every program", "named: write through a named temporary, as on NFS"},
+    {"FA_DEVICE_DELAY_MS", "1..1000", "a student's program under fa's launch layer", "each of its first launches "
+     "preceded by that many ms of waiting on the launch's stream: a host that reads before the device finished"},
 };
 
 // The variable's value, "" when unset.
@@ -81,6 +84,11 @@ inline Settings read_settings() {
   const std::string temp = setting_text("FA_OUTPUT_TEMP");
   if (!temp.empty() && temp != "named" && temp != "unnamed") bad_setting("FA_OUTPUT_TEMP", temp, "named or unnamed");
   s.named_output_temp = temp == "named";
+  const std::string delay = setting_text("FA_DEVICE_DELAY_MS");
+  s.device_delay_ms = delay.empty() ? 0 : std::atoi(delay.c_str());
+  if (!delay.empty() && (s.device_delay_ms < 1 || s.device_delay_ms > 1000 ||
+                         delay.find_first_not_of("0123456789") != std::string::npos))
+    bad_setting("FA_DEVICE_DELAY_MS", delay, "a whole number of ms from 1 to 1000");
   return s;
 }
 

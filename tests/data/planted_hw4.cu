@@ -14,10 +14,15 @@
 //                 the last bit, vary run to run (right)
 //   BATCH0        every block reads batch 0's Q, K, V (the batch offset left out): wrong the same
 //                 way every run, no race
+//   UNSYNCED      the kernel on a stream of its own and the output copied back on it into pinned
+//                 memory with cudaMemcpyAsync, never waited for: the host prints the input's range
+//                 (a debug line, 20 ms of host work) and writes. Right here, where the GPU finishes
+//                 first; wrong where the device is slower than that host work
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 #define RACE 1
 #define MISALIGNED 2
@@ -25,6 +30,7 @@
 #define HOST_OVERRUN 4
 #define JITTER 5
 #define BATCH0 6
+#define UNSYNCED 7
 #ifndef PLANT
 #define PLANT 0
 #endif
@@ -141,17 +147,34 @@ int main(int argc, char** argv) {
   }
   cudaMemcpy(d_qkv, qkv, B * per_batch * sizeof(float), cudaMemcpyHostToDevice);
   dim3 grid((N + BR - 1) / BR * COPIES, B);
+  cudaStream_t stream = 0;
+  if (PLANT == UNSYNCED) {
+    cudaStreamCreate(&stream);
+    free(out);
+    cudaMallocHost(&out, values * sizeof(float));
+  }
   if (d == 32)
-    attention<32><<<grid, BR>>>(d_qkv, d_out, d_scores, N);
+    attention<32><<<grid, BR, 0, stream>>>(d_qkv, d_out, d_scores, N);
   else
-    attention<64><<<grid, BR>>>(d_qkv, d_out, d_scores, N);
-  cudaMemcpy(out, d_out, values * sizeof(float), cudaMemcpyDeviceToHost);
+    attention<64><<<grid, BR, 0, stream>>>(d_qkv, d_out, d_scores, N);
+  if (PLANT == UNSYNCED) {
+    cudaMemcpyAsync(out, d_out, values * sizeof(float), cudaMemcpyDeviceToHost, stream);
+    double lo = qkv[0], hi = qkv[0];  // the input's range, a debug line: host work while the device runs
+    for (size_t i = 0; i < B * per_batch; ++i) lo = fmin(lo, qkv[i]), hi = fmax(hi, qkv[i]);
+    fprintf(stderr, "input values in [%g, %g]\n", lo, hi);
+    usleep(20000);  // and 20 ms more of it (a sleep stands for it here): the GPU finishes first, here
+  } else {
+    cudaMemcpy(out, d_out, values * sizeof(float), cudaMemcpyDeviceToHost);
+  }
 
   FILE* f = fopen(argv[2], "wb");
   fwrite(out, sizeof(float), values, f);
   fclose(f);
   free(qkv);
-  free(out);
+  if (PLANT == UNSYNCED)
+    cudaFreeHost(out);
+  else
+    free(out);
   cudaFree(d_qkv);
   cudaFree(d_out);
   cudaFree(d_scores);

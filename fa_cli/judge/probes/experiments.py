@@ -30,15 +30,15 @@ class BatchAlone(Probe):
     name = "a wrong later batch run alone (B = 1)"
 
     def applies(self, ctx: Context) -> bool:
-        if ctx.facts.get("named") or "out" not in ctx.facts:
+        if ctx.facts.named or ctx.facts.out is None:
             return False
-        bad = ~(np.abs(ctx.facts["out"] - ctx.facts["true"]) <= ctx.tol)
+        bad = ~(np.abs(ctx.facts.out - ctx.facts.true) <= ctx.tol)
         per_batch = bad.any(axis=(1, 2))
-        ctx.facts["wrong_batches"] = np.flatnonzero(per_batch)
+        ctx.facts.wrong_batches = np.flatnonzero(per_batch)
         return not per_batch[0] and per_batch[1:].any()
 
     def run(self, ctx: Context) -> list[Finding]:
-        b = int(ctx.facts["wrong_batches"][0])
+        b = int(ctx.facts.wrong_batches[0])
         alone = design.shrunk(ctx.probe, B=1, first_batch=b)
         if right(ctx, ctx.run(alone), alone):
             return measured(ctx, [
@@ -53,7 +53,7 @@ class WholeTiles(Probe):
     name = "N cut to whole tiles"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.get("named") and "out" in ctx.facts and ctx.probe.shape.N % KEY_TILES[-1] != 0
+        return not ctx.facts.named and ctx.facts.out is not None and ctx.probe.shape.N % KEY_TILES[-1] != 0
 
     def run(self, ctx: Context) -> list[Finding]:
         N = ctx.probe.shape.N
@@ -81,7 +81,7 @@ class Wavefronts(Probe):
     name = "hw4.hip with 32-lane wavefronts"
 
     def applies(self, ctx: Context) -> bool:
-        return wave64.emulates(ctx.source) and "out" in ctx.facts
+        return wave64.emulates(ctx.source) and ctx.facts.out is not None
 
     def run(self, ctx: Context) -> list[Finding]:
         try:
@@ -109,10 +109,10 @@ class NotFinite(Probe):
     name = "NaN or inf: with one key, with one tile"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.get("named") and "out" in ctx.facts and not np.isfinite(ctx.facts["out"]).all()
+        return not ctx.facts.named and ctx.facts.out is not None and not np.isfinite(ctx.facts.out).all()
 
     def run(self, ctx: Context) -> list[Finding]:
-        out = ctx.facts["out"]
+        out = ctx.facts.out
         share = 1 - np.isfinite(out).mean()
         tried = []
         for n in (1, 16, 32, 64):

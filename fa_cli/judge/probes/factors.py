@@ -232,7 +232,7 @@ class Factors(WeightReading):
     name = "W / P by row and by key tile, and log W against the logits"
 
     def run(self, ctx: Context) -> list[Finding]:
-        W, P = ctx.facts["W"], ctx.facts["P"]
+        W, P = ctx.facts.W, ctx.facts.P
         s = logits(ctx.probe.q, ctx.probe.k)
         for reading in (per_row_factor(W, P, s), per_tile_factor(W, P, s), logit_slope(W, s, ctx.probe.shape.d)):
             if reading:

@@ -142,11 +142,11 @@ class InputReading(Probe):
     name = "index formulas for Q, K and V"
 
     def applies(self, ctx: Context) -> bool:
-        return "out" in ctx.facts and not ctx.facts.get("named")
+        return ctx.facts.out is not None and not ctx.facts.named
 
     def run(self, ctx: Context) -> list[Finding]:
         B, N, d = ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d
-        found = search(ctx.facts["out"], ctx.probe.flat(), B, N, d, ctx.tol)
+        found = search(ctx.facts.out, ctx.probe.flat(), B, N, d, ctx.tol)
         if not found:
             return []
         words, batches = found

@@ -87,13 +87,13 @@ class OutputLayout(Probe):
     name = "where the right values went"
 
     def applies(self, ctx: Context) -> bool:
-        return ("out" in ctx.facts or "raw" in ctx.facts) and not ctx.facts.get("named")
+        return (ctx.facts.out is not None or ctx.facts.raw is not None) and not ctx.facts.named
 
     def run(self, ctx: Context) -> list[Finding]:
-        true = ctx.facts["true"]
-        out = ctx.facts.get("out")
+        true = ctx.facts.true
+        out = ctx.facts.out
         if out is None:  # the wrong size: compared where it overlaps, every value placed by the search
-            raw = ctx.facts["raw"]
+            raw = ctx.facts.raw
             out = np.full(true.size, np.nan, dtype=np.float32)
             out[:min(raw.size, true.size)] = raw[:true.size]
             out = out.reshape(true.shape)

@@ -60,7 +60,7 @@ class LinearMap(Probe):
 
     def applies(self, ctx: Context) -> bool:
         shape = ctx.probe.shape
-        return not ctx.facts.get("named") and "out" in ctx.facts and map_rows(shape.N, shape.d) >= 2
+        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d) >= 2
 
     def run(self, ctx: Context) -> list[Finding]:
         inp, batch = ctx.probe, first_wrong_batch(ctx)
@@ -107,7 +107,7 @@ def first_found(ctx: Context, looks: tuple[tuple[str, str], ...]) -> tuple[str, 
 
 
 def first_wrong_batch(ctx: Context) -> int:
-    wrong = ~(np.abs(ctx.facts["out"] - ctx.facts["true"]) <= ctx.tol)
+    wrong = ~(np.abs(ctx.facts.out - ctx.facts.true) <= ctx.tol)
     return int(np.argmax(wrong.any(axis=(1, 2))))
 
 

@@ -7,10 +7,34 @@ from pathlib import Path
 
 import numpy as np
 
+from ... import locations
 from ...files import atomic_file
 from ...report.charts import pyplot
+from ..findings import Finding, Kind
+from ..steps import Context, Step
 
 ROWS_SHOWN = 64
+
+
+class Picture(Step):
+    """The picture of W against P, for the first batch the probe got wrong, in fa's cache by
+    program and case (diagnosis/PROGRAM-CASE-weights.png)."""
+
+    name = "the picture of W against P"
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.facts.W is not None and ctx.target is not None
+
+    def run(self, ctx: Context) -> list[Finding]:
+        path = locations.cache_dir() / "diagnosis" / f"{Path(ctx.program.path).name}-{ctx.case_label}-weights.png"
+        wrong = ~(np.abs(ctx.facts.out - ctx.facts.true) <= ctx.tol)
+        batch = int(np.argmax(wrong.any(axis=(1, 2))))
+        try:
+            draw(ctx.facts.W, ctx.facts.P, batch, ctx.probe.label, path)
+        except OSError as e:
+            return [Finding(Kind.MISSING_TOOL, [f"picture of W against P not written: {e}"])]
+        return [Finding(Kind.OBSERVED, [f"picture: P, W and W / P for the first rows of batch {batch}: {path}"],
+                        dict(picture=str(path)))]
 
 
 def draw(W: np.ndarray, P: np.ndarray, batch: int, label: str, path: Path) -> Path:

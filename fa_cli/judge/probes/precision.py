@@ -85,10 +85,10 @@ class Precision(Probe):
     name = "a lower precision's rounding"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.get("named") and "out" in ctx.facts and bool(np.isfinite(ctx.facts["out"]).all())
+        return not ctx.facts.named and ctx.facts.out is not None and bool(np.isfinite(ctx.facts.out).all())
 
     def run(self, ctx: Context) -> list[Finding]:
-        said, named = read(ctx.facts["out"].astype(np.float64), ctx.facts["true"], ctx.probe)
+        said, named = read(ctx.facts.out.astype(np.float64), ctx.facts.true, ctx.probe)
         if said is None:
             return []
         if named:

@@ -33,7 +33,7 @@ def span(values) -> str:
 def measured(ctx: Context, lines: list[str], look: tuple[str, str] | None = None, **fields) -> list[Finding]:
     """A mechanism named from measurements; look: (what, a pattern) whose lines of the source, where
     fa has it, are shown under it ("lines with exp in hw4.cu: 84 `...`")."""
-    ctx.facts["named"] = True
+    ctx.facts.named = True
     shown = source_lines(ctx.source, look[1]) if look and ctx.source else []
     if shown:
         lines = [*lines, f"lines with {look[0]} in {ctx.source.name}: " + ", ".join(f"{n} `{c}`" for n, c in shown)]
@@ -45,7 +45,7 @@ class WeightReading(Probe):
     reading has named a mechanism."""
 
     def applies(self, ctx: Context) -> bool:
-        return ctx.facts.get("linear", False) and not ctx.facts.get("named")
+        return ctx.facts.linear and not ctx.facts.named
 
 
 # ---------------------------------------------------------------- rows holding other rows' weights
@@ -95,7 +95,7 @@ class OtherRows(WeightReading):
     name = "rows of W against the rows of P"
 
     def run(self, ctx: Context) -> list[Finding]:
-        W, P, N = ctx.facts["W"], ctx.facts["P"], ctx.probe.shape.N
+        W, P, N = ctx.facts.W, ctx.facts.P, ctx.probe.shape.N
         found = row_sources(W, P)
         if found is None:
             return []
@@ -116,23 +116,50 @@ class OtherRows(WeightReading):
 
 
 class RowsNotWritten(WeightReading):
-    """Rows that hold the same values whatever V is (0, or what the memory held): never written."""
+    """Rows that hold the same values whatever V is (0, or what the memory held): never written.
+    Said by the largest pattern they fill: whole batches, the tail of the B*N rows taken together
+    (a grid over B*N rows that rounds down), else the rows of a batch (a query-tile count)."""
 
     name = "rows that never change"
 
     def run(self, ctx: Context) -> list[Finding]:
-        W, out, N = ctx.facts["W"], ctx.facts["out"], ctx.probe.shape.N
+        W, out = ctx.facts.W, ctx.facts.out
+        B, N = ctx.probe.shape.B, ctx.probe.shape.N
         still = (np.abs(W) <= ZERO).all(axis=2) & (out == out[:, :, :1]).all(axis=2)
-        rows = np.flatnonzero(still.any(axis=0))
-        if not len(rows):
+        if not still.any():
             return []
-        zero = bool((out[still] == 0).all())
-        which, code = describe_keys(rows, N)
-        which = which.replace("keys", "rows").replace("key", "row")
-        code = code.replace("key-tile", "query-tile").replace("key loop", "row loop (or the grid)")
-        return measured(ctx, [
-            f"measured: {which} hold {'0' if zero else 'the same values'} in every run, whatever V is: never written "
-            f"(left as they were); look at {code}"], rows_not_written=[int(r) for r in rows])
+        held = "0" if bool((out[still] == 0).all()) else "the same values"
+        flat = np.flatnonzero(still.ravel())  # rows counted over all batches: b * N + r
+        whole = np.flatnonzero(still.all(axis=1))
+        if still.all():  # no row of any batch: nothing reaches the output, not one tile's bound
+            what = (f"every row of every batch holds {held} in every run, whatever V is: nothing the program computes "
+                    "reaches the output (a kernel that does not run or does not store, or a copy back that is missing "
+                    "or comes before the kernel)")
+        elif len(whole) and not still[~still.all(axis=1)].any():
+            what = (f"{plural_batches(whole)} {'holds' if len(whole) == 1 else 'hold'} {held} in every row in every "
+                    "run, whatever V is, the others are written: never written (left as they were); look at what "
+                    "covers the batches: the copy back's size (B * N * d values), the grid's batches, the output's "
+                    "batch offset")
+        elif B > 1 and np.array_equal(flat, np.arange(flat[0], B * N)):  # the other batches' same rows written
+            m = len(flat)
+            tiles = [T for T in range(16, 257) if (B * N) % T == m]
+            shown = ", ".join(map(str, tiles[:8])) + (" ..." if len(tiles) > 8 else "")
+            what = (f"the last {m} of the B * N = {B * N} rows taken together (batch {flat[0] // N} from row "
+                    f"{flat[0] % N} on) hold {held} in every run, whatever V is: never written; a grid over B * N rows "
+                    f"that rounds down: B * N % T = {m} for blocks of T = {shown} rows (use (B * N + T - 1) / T "
+                    "blocks and skip the rows past B * N)")
+        else:
+            rows = np.flatnonzero(still.any(axis=0))
+            which, code = describe_keys(rows, N)
+            which = which.replace("keys", "rows").replace("key", "row")
+            code = code.replace("key-tile", "query-tile").replace("key loop", "row loop (or the grid)")
+            what = f"{which} hold {held} in every run, whatever V is: never written (left as they were); look at {code}"
+        return measured(ctx, [f"measured: {what}"], rows_not_written=int(still.sum()))
+
+
+def plural_batches(batches: np.ndarray) -> str:
+    shown = ", ".join(map(str, batches[:6])) + (", ..." if len(batches) > 6 else "")
+    return f"batch {shown}" if len(batches) == 1 else f"batches {shown}"
 
 
 # ---------------------------------------------------------------- keys with no weight
@@ -169,7 +196,7 @@ class KeysWithoutWeight(WeightReading):
     name = "keys that get no weight"
 
     def run(self, ctx: Context) -> list[Finding]:
-        W, P, N = ctx.facts["W"], ctx.facts["P"], ctx.probe.shape.N
+        W, P, N = ctx.facts.W, ctx.facts.P, ctx.probe.shape.N
         dead = np.flatnonzero((np.abs(W) <= ZERO).all(axis=(0, 1)) & (P.max(axis=(0, 1)) > 1e-5))
         if not len(dead):
             return []
@@ -186,7 +213,7 @@ class KeysWithoutWeight(WeightReading):
         elif np.abs(W[..., kept] - P[..., kept]).max() <= ROW_ATOL:
             rest = "the other weights are P's: those keys count in the sum l but their P V terms are never added"
         else:
-            ctx.facts["dead_keys"] = dead
+            ctx.facts.dead_keys = dead
             return [Finding(Kind.OBSERVED, [f"measured: {which} {'gets' if len(dead) == 1 else 'get'} no weight in "
                                             "any row; the other weights are neither P's nor the softmax over the "
                                             "other keys"], dict(keys_without_weight=[int(k) for k in dead]))]
@@ -206,10 +233,10 @@ class Summary(Probe):
     name = "W against P in numbers"
 
     def applies(self, ctx: Context) -> bool:
-        return "W" in ctx.facts and not ctx.facts.get("named")
+        return ctx.facts.W is not None and not ctx.facts.named
 
     def run(self, ctx: Context) -> list[Finding]:
-        W, P = ctx.facts["W"], ctx.facts["P"]
+        W, P = ctx.facts.W, ctx.facts.P
         if not np.isfinite(W).any():
             return [Finding(Kind.OBSERVED, [f"measured on {ctx.probe.label}: every weight read is NaN or infinite"])]
         diff = np.where(np.isfinite(W), np.abs(W - P), 0.0)
@@ -217,9 +244,11 @@ class Summary(Probe):
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = (W / P)[P > 1e-6]
         rows = W.sum(axis=2)
-        linear = "" if ctx.facts.get("linear") else " (the output is not W V: these weights are what one-hot V read)"
+        linear = "" if ctx.facts.linear else " (the output is not W V: these weights are what one-hot V read)"
+        pinned = f"nothing more precise than the catalogue's lead ({'; '.join(ctx.hypothesis)}) pinned down" \
+            if ctx.hypothesis else "no mechanism pinned down"
         return [Finding(Kind.OBSERVED, [
-            f"measured on {ctx.probe.label}, no mechanism pinned down{linear}: W against the true P: max |W - P| "
+            f"measured on {ctx.probe.label}, {pinned}{linear}: W against the true P: max |W - P| "
             f"{fmt(diff.max())} (batch {b}, row {i}, key {j}: W {fmt(W[b, i, j])}, P {fmt(P[b, i, j])}); row sums of "
             f"W {span(rows)}; W / P {span(ratio)} where P > 1e-6"],
             dict(max_diff=float(diff.max()), row_sums=[float(rows.min()), float(rows.max())]))]

@@ -21,6 +21,8 @@ of the terms land on elements of K, it says so in numbers and names nothing.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ..findings import Finding, Kind
@@ -75,7 +77,8 @@ def weights_by_dim(out: np.ndarray, N: int, d: int) -> np.ndarray:
 def read_terms(W: np.ndarray) -> tuple[np.ndarray, float]:
     """(d, N) differences K'[j, x] - K'[0, x] (NaN where a weight is 0), from the rows' log ratios
     (their median), and the largest disagreement between rows."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a key no row weighs: its term is NaN, said as such
         logs = np.where(W > TINY_WEIGHT, np.log(np.maximum(W, TINY_WEIGHT)), np.nan)
         diffs = logs - logs[:, :, :1]
         terms = np.nanmedian(diffs, axis=1)
@@ -176,7 +179,7 @@ class ScoreInputs(Probe):
     name = "the scores read back: which element of K each term took"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.get("named") and "out" in ctx.facts and map_rows(ctx.probe.shape.N, ctx.probe.shape.d) >= 4
+        return not ctx.facts.named and ctx.facts.out is not None and map_rows(ctx.probe.shape.N, ctx.probe.shape.d) >= 4
 
     def run(self, ctx: Context) -> list[Finding]:
         N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d), ctx.probe.shape.d

@@ -132,7 +132,7 @@ class SoftmaxSteps(WeightReading):
     name = "the online softmax's steps, one written otherwise"
 
     def run(self, ctx: Context) -> list[Finding]:
-        W = ctx.facts["W"]
+        W = ctx.facts.W
         found = search(W, logits(ctx.probe.q, ctx.probe.k))
         if not found:
             return []

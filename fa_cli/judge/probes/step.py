@@ -1,26 +1,22 @@
-"""One step of the measurement of a failing program, and what the steps share.
+"""The probes' inputs and what their steps share.
 
-A step (Probe) asks one question of the program, runs it on inputs of its own design (through
-Context.run), and answers in Findings whose every sentence states what was measured. Steps read
-what earlier steps measured from Context.facts (the judged probe output, the weights W, ...) and
-leave there what later steps may use.
+A probe (Probe, a step of the investigation: ..steps.Step) asks one question of the program, runs
+it on inputs of its own design (ProbeInput, through Context.run), and answers in Findings whose
+every sentence states what was measured. Probes read what earlier ones measured from Context.facts
+(the judged probe output, the weights W, ...) and leave there what later ones may use.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from ...cases.format import HEADER_BYTES, Shape, header_bytes, open_output
-from ...programs import programs
-from ...programs.programs import Launcher, Program
+from ...cases.format import HEADER_BYTES, Shape, header_bytes
 from .. import reference
-from ..findings import Finding
-from ..tool_logs import Budget
+from ..steps import Context, Step
 
-RUN_TIMEOUT_S = 30.0  # one probe run at most (a probe input is small: seconds even for a slow program)
+__all__ = ["Context", "Probe", "ProbeInput", "fmt", "logits", "softmax_rows", "read_payload"]
 
 
 def fmt(x: float) -> str:
@@ -77,61 +73,15 @@ def softmax_rows(s: np.ndarray) -> np.ndarray:
         return p / p.sum(axis=-1, keepdims=True)
 
 
-@dataclass
-class Context:
-    """What every step of one investigation shares: the program, how it runs, the time left, the
-    case's probe input, and the facts measured so far."""
+class Probe(Step):
+    """A step that measures the program on probe inputs of its own design (ctx.probe, ctx.run):
+    it applies to a wrong answer or an output of the wrong size that no step before it explained,
+    while the probes have something left to measure."""
 
-    program: Program
-    launcher: Launcher | None
-    work: Path
-    budget: Budget
-    say: Callable[[str], None]
-    tol: float
-    probe: ProbeInput  # the case's own Q and K (and V) at the probe's size
-    case_label: str  # the failing case, as fa names it
-    case_path: Path | None = None  # its input file and shape: a probe of another size is cut from it
-    case_shape: Shape | None = None
-    kind: str = "cpu"  # cpu, cuda or hip: what the program runs its kernels on
-    facts: dict = field(default_factory=dict)
-    runs: int = 0
-    raw: np.ndarray | None = None  # the last run's output, where it had the wrong size (float32 values)
-
-    @property
-    def source(self) -> Path | None:
-        return self.program.source
-
-    def run(self, inp: ProbeInput, program: Program | None = None) -> np.ndarray | None:
-        """The program's output on inp (B, N, d) float32, or None where it wrote none of the right
-        size, crashed or ran out of time."""
-        self.runs += 1
-        path, out = self.work / "probe.in", self.work / "probe.out"
-        inp.write(path)
-        out.unlink(missing_ok=True)
-        timeout = min(RUN_TIMEOUT_S, max(1.0, self.budget.left))
-        result = programs.run(program or self.program, path, out, self.launcher, timeout=timeout, timed=False)
-        self.raw = None
-        if result.timed_out or result.returncode != 0 or not out.exists():
-            return None
-        if out.stat().st_size != inp.shape.output_bytes:
-            size = out.stat().st_size
-            if size % 4 == 0 and 0 < size <= 4 * inp.shape.output_bytes:  # kept for the layout's search
-                self.raw = np.fromfile(out, dtype="<f4")
-            return None
-        return np.array(open_output(out, inp.shape), dtype=np.float32)
-
-
-class Probe:
-    """A step of the measurement: one question, its inputs, its measurement and its words."""
-
-    name = "probe"  # as the progress line says it
+    measures = True
 
     def applies(self, ctx: Context) -> bool:
-        """Whether the step has something to measure, from the facts gathered so far."""
         return True
-
-    def run(self, ctx: Context) -> list[Finding]:
-        raise NotImplementedError
 
 
 def read_payload(path: Path, shape: Shape, batches: int, rows: int) -> tuple[np.ndarray, ...]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from . import design
+from ..steps import Facts
 from .step import Context, Probe, fmt
 
 # W V must give the output with the case's V to within this (float32 programs: about 1e-6).
@@ -28,12 +29,12 @@ class ProbeRuns(Probe):
     def run(self, ctx: Context) -> list[Finding]:
         found = self.measure(ctx)
         shape = ctx.case_shape
-        if ctx.facts.get("probe_right") and shape is not None and ctx.probe.shape.N < min(shape.N, design.WHOLE_N):
+        if ctx.facts.probe_right and shape is not None and ctx.probe.shape.N < min(shape.N, design.WHOLE_N):
             small = ctx.probe.label  # right at the small N: the case's own N (up to WHOLE_N rows) instead
             ctx.probe = design.from_case(ctx.case_path, shape, ctx.case_label, min(shape.N, design.WHOLE_N))
-            ctx.facts.clear()
+            ctx.facts = Facts()
             found = self.measure(ctx)
-            if not ctx.facts.get("probe_right"):
+            if not ctx.facts.probe_right:
                 found.insert(0, Finding(Kind.OBSERVED, [f"probe: on {small} the output is right; on {ctx.probe.label} "
                                                         "it is wrong: the probes use that"]))
         return found
@@ -42,28 +43,28 @@ class ProbeRuns(Probe):
         inp = ctx.probe
         first, second = ctx.run(inp), ctx.run(inp)
         if first is None and ctx.raw is not None:  # an output of the wrong size: where did its values go?
-            ctx.facts.update(raw=ctx.raw, true=inp.output())
+            ctx.facts.raw, ctx.facts.true = ctx.raw, inp.output()
             return [Finding(Kind.OBSERVED, [f"probe: on {inp.label} the output has {ctx.raw.size} values, "
                                             f"{ctx.raw.size - inp.shape.B * inp.shape.N * inp.shape.d:+d} against "
                                             "B*N*d"])]
         if first is None or second is None:
-            ctx.facts["stop"] = True
+            ctx.facts.stop = True
             return [Finding(Kind.OBSERVED, [f"probe: the program wrote no output of the right size on {inp.label}: "
                                             "its weights cannot be read"])]
         true = inp.output()
-        ctx.facts.update(out=first, true=true)
+        ctx.facts.out, ctx.facts.true = first, true
         with np.errstate(invalid="ignore"):
             changed = ~((first == second) | (np.isnan(first) & np.isnan(second)))
         if changed.any():
-            ctx.facts["stop"] = True
+            ctx.facts.stop = True
             diff = np.nanmax(np.abs(first.astype(np.float64) - second)[changed], initial=0.0)
             return [Finding(Kind.OBSERVED, [f"probe: two runs on {inp.label} differ in {int(changed.sum())} values "
                                             f"(up to {fmt(diff)}): an output that changes cannot be read as weights"])]
         err = np.abs(first - true)
         worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
-        ctx.facts["probe_fails"] = worst > ctx.tol
+        ctx.facts.probe_fails = worst > ctx.tol
         if worst <= ctx.tol:
-            ctx.facts["stop"] = ctx.facts["probe_right"] = True
+            ctx.facts.stop = ctx.facts.probe_right = True
             return [Finding(Kind.OBSERVED, [f"probe: on {inp.label} the output is right (max error {fmt(worst)}): "
                                             f"what fails in {ctx.case_label} needs more of it (its N, its B)"])]
         return []
@@ -75,8 +76,8 @@ class ReadWeights(Probe):
     name = "the weights W, read with one-hot V"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.get("named") and design.onehot_runs(ctx.probe.shape) <= MAX_ONEHOT_RUNS and \
-            "out" in ctx.facts and bool(np.isfinite(ctx.facts["out"]).all())
+        return not ctx.facts.named and design.onehot_runs(ctx.probe.shape) <= MAX_ONEHOT_RUNS and \
+            ctx.facts.out is not None and bool(np.isfinite(ctx.facts.out).all())
 
     def run(self, ctx: Context) -> list[Finding]:
         inp = ctx.probe
@@ -94,15 +95,15 @@ class ReadWeights(Probe):
             inside = keys < N
             W[:, :, keys[inside]] = got[:, :, inside]
             if not inside.all() and np.abs(got[:, :, ~inside]).max(initial=0) > LINEAR_ATOL:
-                ctx.facts["columns_mixed"] = True  # a column of V with no 1 gave something: not W V
+                ctx.facts.columns_mixed = True  # a column of V with no 1 gave something: not W V
         predicted = np.matmul(W, inp.v.astype(np.float64))
-        out = ctx.facts["out"].astype(np.float64)
+        out = ctx.facts.out.astype(np.float64)
         with np.errstate(invalid="ignore"):
             off = np.abs(predicted - out)
         ok = off <= LINEAR_ATOL + LINEAR_RTOL * np.abs(out)
-        ctx.facts["W"], ctx.facts["P"] = W, inp.weights()
-        if ok.all() and not ctx.facts.get("columns_mixed"):
-            ctx.facts["linear"] = True
+        ctx.facts.W, ctx.facts.P = W, inp.weights()
+        if ok.all() and not ctx.facts.columns_mixed:
+            ctx.facts.linear = True
             return []
         share = 1 - ok.mean()
         return [Finding(Kind.OBSERVED, [

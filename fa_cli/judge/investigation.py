@@ -1,0 +1,183 @@
+"""One investigation: every way fa looks for why a program fails (or may fail), as steps of one
+interface (steps.Step) in one ordered table, within one time budget (docs/diagnosis.md shows the
+table; a test ties it to this code).
+
+CASE_STEPS run on each failing case looked into (the most telling first: an ERROR, then a WRONG,
+each once while the budget lasts); RUN_STEPS then run once on the run's program. A step runs
+where it applies, judged from what the steps before it found (the Context): the catalogue's lead
+is a hypothesis the later steps may refine, never a gate; the tools stand aside once a cause is
+found; the probes measure a wrong answer that nothing before them explained.
+
+Adding a step: a Step subclass in the module of its kind, and a row of the table here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from .. import locations
+from ..cases import suite
+from ..programs import wave64
+from ..programs.programs import Launcher, Program
+from . import expected, probes, race_check
+from .slow_device import SlowDevice
+from .across_cases import across_cases
+from .cause import AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun
+from .diagnose import Diagnosis, signal_name
+from .findings import Finding, Kind
+from .reruns import TrialCase
+from .steps import Context, Step
+from .tool_logs import Budget, CRASH_SIGNALS, gpu_kind
+
+BUDGET_S = 60.0  # fa run --why-budget's default: the whole investigation of a run
+MIN_STEP_S = 1.0  # a probe is started only with this much of the budget left
+FIRST = ("ERROR", "WRONG")  # the kinds of failure investigated, each once, in this order: a crash says most
+MIN_SECOND_S = 5.0  # a second kind is investigated only with this much of the budget left
+
+
+class Catalogue(Step):
+    """What the quick look (mistakes.py, in the case's diagnosis) said the output looks like: kept
+    as the lead the measuring steps may refine, said already under the case."""
+
+    name = "the catalogue's lead"
+
+    def applies(self, ctx: Context) -> bool:
+        return bool(ctx.hypothesis)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        return [Finding(Kind.HYPOTHESIS, [], dict(looks_like=ctx.hypothesis))]
+
+
+class MI210Hints(Step):
+    """A hw4.hip run through the MI210 emulation that failed: the AMD-only patterns of its source."""
+
+    name = "the MI210's patterns in the source"
+
+    def applies(self, ctx: Context) -> bool:
+        source = ctx.source
+        return source is not None and source.suffix == ".hip" and wave64.emulated() and \
+            any(not r.ok for r in ctx.results)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        return [Finding(Kind.HYPOTHESIS, [f"looks like (MI210 only): {hint}"], dict(source_hint=hint))
+                for hint in wave64.source_hints(ctx.source)]
+
+
+class AcrossCases(Step):
+    """What the verdicts say together: a 32-bit size, a split by N or d; cases to run next only
+    where every failure is a wrong answer and nothing was named (a mistake, a race or a crash
+    says more)."""
+
+    name = "the cases together"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        results = ctx.results
+        passed = [r.target.shape for r in results if r.verdict == "PASS"]
+        failed = [r.target.shape for r in results if r.verdict in ("WRONG", "ERROR")]
+        wrong = [r.target.shape for r in results if r.verdict == "WRONG"]
+        named = ctx.found_cause or ctx.has(Kind.HYPOTHESIS) or any(
+            r.diagnosis and r.diagnosis.fields.get("looks_like") for r in results)
+        found = across_cases(passed, failed, suite.cases("c"), suggest=len(wrong) == len(failed) and not named)
+        return [Finding(f.kind, ["across the cases: " + " ".join(f.lines)], f.fields) for f in found]
+
+
+# The table: what is looked at, in order. The probes' own order is probes.PROBES.
+CASE_STEPS: tuple[Step, ...] = (Catalogue(), NoGpuHere(), HostCrash(), Rerun(), Racecheck(first=True), Memcheck(),
+                                Racecheck(first=False), *probes.PROBES, AmdTools(), NothingMore())
+RUN_STEPS: tuple[Step, ...] = (MI210Hints(), AcrossCases(), race_check.PassingBuild(), SlowDevice())
+
+
+def probing(ctx: Context) -> bool:
+    """The probes measure a wrong answer or an output of the wrong size that no rerun, sanitizer or
+    crash explains, until one names a mechanism or nothing is left to measure."""
+    return ctx.verdict in ("WRONG", "ERROR") and ctx.signal not in CRASH_SIGNALS and not ctx.facts.stop and \
+        (ctx.facts.named or not ctx.found_cause)
+
+
+def take(steps: tuple[Step, ...], ctx: Context) -> list[Finding]:
+    """Each step that applies, in order, within the budget; what it found added to ctx.findings."""
+    for step in steps:
+        if ctx.ended:
+            break
+        if step.measures:
+            if not probing(ctx):
+                continue
+            if ctx.probe is None:
+                ctx.probe = probes.design.from_case(ctx.case_path, ctx.case_shape, ctx.case_label)
+        if not step.applies(ctx):
+            continue
+        if step.measures:
+            if ctx.budget.left < MIN_STEP_S:
+                ctx.findings.append(Finding(Kind.MISSING_TOOL, [f"probe: out of time before {step.name}"]))
+                ctx.facts.stop = True
+                continue
+            ctx.say(f"why {ctx.case_label}: probe: {step.name} ({ctx.budget.used:.0f} s of {ctx.budget.seconds:g} s)")
+        try:
+            ctx.findings += step.run(ctx)
+        except Exception as e:  # fa's own fault: said as such, the verdict and the other steps stand
+            if not step.measures:
+                raise
+            ctx.findings.append(Finding(Kind.MISSING_TOOL, [f"probe: {step.name} stopped on an error of fa's own "
+                                                            f"({type(e).__name__}: {e}); the other steps went on"]))
+    return ctx.findings
+
+
+def investigate(case, tol: float, launcher: Launcher | None, say: Callable[[str], None], budget: Budget,
+                work: Path) -> list[Finding]:
+    """CASE_STEPS on one case's result (verdict.CaseResult), with what the budget has left."""
+    target, program = case.target, case.program
+    correct = expected.output_of(target)
+    ctx = Context(program, launcher, work, budget, say, tol, None, target.name, case_path=target.input_path,
+                  case_shape=target.shape, kind=gpu_kind(program), target=target, verdict=case.verdict,
+                  signal=signal_name(case.run.returncode), judged=case.judged, correct=correct,
+                  hypothesis=list(case.diagnosis.fields.get("looks_like", [])) if case.diagnosis else [])
+    ctx.whole = TrialCase(target.name, target.input_path, target.shape, correct)
+    ctx.trial = ctx.whole
+    return take(CASE_STEPS, ctx)
+
+
+def smallest_failure(results: list) -> object | None:
+    """The failing case (WRONG or ERROR) with the least work: where the tools are fastest."""
+    failed = [r for r in results if r.verdict in ("WRONG", "ERROR")]
+    return min(failed, key=lambda r: (r.target.shape.flops, r.target.shape.input_bytes), default=None)
+
+
+def explain(results: list, options, say: Callable[[str], None], budget_s: float = BUDGET_S,
+            chosen: object | None = None, program: Program | None = None, race_check_too: bool = True,
+            why: str | None = None) -> list[Finding]:
+    """The whole investigation of a run, within budget_s seconds: `chosen` (whatever its verdict),
+    else the smallest case of each kind of failure, the most telling first, each with what the
+    budget has left, its findings added to the case's diagnosis; then RUN_STEPS on the program.
+    Returns what the run's steps found."""
+    budget = Budget(budget_s)
+    all_found: list[Finding] = []
+    with locations.scratch("why", options.output_dir) as tmp:
+        looked = []
+        for case in [chosen] if chosen else [smallest_failure([r for r in results if r.verdict == v]) for v in FIRST]:
+            if case is None or case.verdict == "TLE" or (budget.left <= 0 and not looked):
+                continue
+            if looked and budget.left < MIN_SECOND_S:  # said, so that no one reads its silence as nothing found
+                found = [Finding(Kind.MISSING_TOOL, [
+                    f"not looked into: {budget.left:.1f} s of the {budget_s:g} s were left after {looked[0]}'s "
+                    f"{looked[1]}, under the {MIN_SECOND_S:g} s a second case takes (fa run {case.target.name} --why "
+                    f"{case.target.name} looks into this one)"])]
+            else:
+                found = investigate(case, options.tol, options.launcher, say, budget, Path(tmp))
+                looked = [case.target.name, case.verdict]
+            attach(case, found)
+            all_found += found
+        if program is None:
+            return []
+        ctx = Context(program, options.launcher, Path(tmp), budget, say, options.tol, None, why or "",
+                      kind=gpu_kind(program), results=results, findings=list(all_found))
+        steps = tuple(s for s in RUN_STEPS if race_check_too or not isinstance(s, race_check.PassingBuild))
+        return take(steps, ctx)[len(all_found):]
+
+
+def attach(case, found: list[Finding]) -> None:
+    """A case's findings, as lines under its diagnosis and as fields of its record."""
+    if case.diagnosis is None:
+        case.diagnosis = Diagnosis([], {})
+    for f in found:
+        case.diagnosis.lines += f.lines
+    case.diagnosis.fields["causes"] = [dict(kind=f.kind, lines=f.lines, **f.fields) for f in found]

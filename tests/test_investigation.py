@@ -1,0 +1,117 @@
+"""One investigation (fa_cli/judge/investigation.py): its table is docs/diagnosis.md's, its steps
+run in order where they apply, the catalogue is a lead and not a gate, one budget for all."""
+import json
+import re
+
+import pytest
+
+from helpers import ROOT
+from fa_cli.judge import investigation, probes
+from fa_cli.judge.findings import Finding, Kind
+from fa_cli.judge.probes.step import Probe
+from fa_cli.judge.steps import Context, Step
+from fa_cli.judge.tool_logs import Budget
+from fa_cli.programs.programs import Program
+
+
+def doc_section(title: str) -> str:
+    return (ROOT / "docs" / "diagnosis.md").read_text().split(f"## {title}", 1)[1].split("\n\n## ", 1)[0]
+
+
+def test_docs_steps_table_is_the_codes_in_its_order():
+    """docs/diagnosis.md's table of the steps, its PROBES row opened into the table of the probes,
+    names every step of CASE_STEPS and RUN_STEPS in that order, and no other."""
+    steps = re.findall(r"^\| ([A-Z]\w*) \| [\w/.]+ \|", doc_section("The steps"), re.M)
+    probe_rows = re.findall(r"^\| ([A-Z][^|(]*)\(", doc_section("The probes"), re.M)
+    named_probes = [name for row in probe_rows for name in re.findall(r"\w+", row)]
+    opened = [name for step in steps for name in (named_probes if step == "PROBES" else [step])]
+    assert opened == [type(s).__name__ for s in investigation.CASE_STEPS + investigation.RUN_STEPS]
+    assert named_probes == [type(s).__name__ for s in probes.PROBES]
+
+
+class Stub(Step):
+    """A step that notes it ran and returns what it is given."""
+
+    def __init__(self, name: str, found=(), named: bool = False, fails: bool = False):
+        self.name, self.found, self.named, self.fails = name, list(found), named, fails
+
+    def run(self, ctx):
+        ctx.done.append(self.name)
+        if self.fails:
+            raise ValueError("a fault of fa's")
+        ctx.facts.named = ctx.facts.named or self.named
+        return list(self.found)
+
+
+class ProbeStub(Stub, Probe):
+    measures = True
+
+
+def context(tmp_path, budget_s=60.0, **case) -> Context:
+    return Context(Program("p", tmp_path / "p"), None, tmp_path, Budget(budget_s), lambda line: None, 5e-3,
+                   object(), "t01", **case)
+
+
+def test_the_catalogues_lead_is_kept_and_the_probes_still_measure(tmp_path):
+    ctx = context(tmp_path, hypothesis=["no 1/sqrt(d) scale"])
+    found = investigation.take((investigation.Catalogue(), ProbeStub("probe")), ctx)
+    assert ctx.done == ["probe"]
+    assert found[0].kind == Kind.HYPOTHESIS and found[0].fields["looks_like"] == ["no 1/sqrt(d) scale"]
+    assert found[0].lines == []  # said once, under the case, by the quick look
+
+
+def test_a_cause_found_by_a_tool_keeps_the_probes_out(tmp_path):
+    ctx = context(tmp_path)
+    investigation.take((Stub("rerun", [Finding(Kind.RACE, ["a race"])]), ProbeStub("probe"), Stub("after")), ctx)
+    assert ctx.done == ["rerun", "after"]
+
+
+def test_after_a_probe_names_a_mechanism_the_later_probes_decide_for_themselves(tmp_path):
+    ctx = context(tmp_path)
+    named = ProbeStub("names", [Finding(Kind.MEASURED, ["measured: x"])], named=True)
+    investigation.take((named, ProbeStub("reads on")), ctx)
+    assert ctx.done == ["names", "reads on"]
+
+
+@pytest.mark.parametrize("verdict, signal", [("PASS", None), ("TLE", None), ("ERROR", "SIGSEGV")])
+def test_the_probes_measure_only_a_wrong_answer_or_an_error_without_a_crash(tmp_path, verdict, signal):
+    ctx = context(tmp_path, verdict=verdict, signal=signal)
+    investigation.take((ProbeStub("probe"), Stub("tool")), ctx)
+    assert ctx.done == ["tool"]
+
+
+def test_a_probe_past_the_budget_is_said_and_the_probes_stop(tmp_path):
+    ctx = context(tmp_path, budget_s=0.0)
+    found = investigation.take((ProbeStub("first"), ProbeStub("second")), ctx)
+    assert ctx.done == [] and [f.lines for f in found] == [["probe: out of time before first"]]
+
+
+def test_an_error_of_fas_own_in_a_probe_is_said_and_the_others_go_on(tmp_path):
+    ctx = context(tmp_path)
+    found = investigation.take((ProbeStub("broken", fails=True), ProbeStub("next")), ctx)
+    assert ctx.done == ["broken", "next"]
+    assert found[0].kind == Kind.MISSING_TOOL
+    assert "broken stopped on an error of fa's own (ValueError" in found[0].lines[0]
+
+
+def test_an_error_of_fas_own_in_a_tool_step_is_not_hidden(tmp_path):
+    with pytest.raises(ValueError):
+        investigation.take((Stub("broken", fails=True),), context(tmp_path))
+
+
+def test_an_ended_case_takes_no_more_steps(tmp_path):
+    class Ends(Stub):
+        def run(self, ctx):
+            ctx.ended = True
+            return super().run(ctx)
+
+    ctx = context(tmp_path)
+    investigation.take((Ends("no gpu"), Stub("rerun"), ProbeStub("probe")), ctx)
+    assert ctx.done == ["no gpu"]
+
+
+def test_a_findings_kind_is_typed_and_kept_as_its_word():
+    assert Finding("race", ["x"]).kind is Kind.RACE
+    assert json.dumps(dict(kind=Finding(Kind.MEASURED, []).kind)) == '{"kind": "measured"}'
+    with pytest.raises(ValueError):
+        Finding("a kind nobody named", [])
