@@ -17,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -163,7 +164,8 @@ inline void end(cudaEvent_t start, cudaStream_t stream, const Shape& shape) {
 // order carries the wait to everything after.
 constexpr int kDelayedLaunches = 4;
 
-__global__ void fa_device_delay(unsigned long long ns) {
+// static: every .cu of a student's Makefile includes the layer, each gets its own copy
+static __global__ void fa_device_delay(unsigned long long ns) {
   unsigned long long start, now;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
   do {
@@ -175,10 +177,10 @@ __global__ void fa_device_delay(unsigned long long ns) {
 }
 
 inline void delay_before(cudaStream_t stream) {
-  static int delayed = 0;
+  static std::atomic<int> delayed(0);  // a program may launch from several threads
   const int ms = fa::settings().device_delay_ms;
-  if (ms <= 0 || delayed >= kDelayedLaunches) return;
-  ++delayed;  // before the launch: should the runtime route it back through the layer, it is not delayed again
+  // counted before the launch: should the runtime route it back through the layer, it is not delayed again
+  if (ms <= 0 || delayed.fetch_add(1) >= kDelayedLaunches) return;
   unsigned long long ns = (unsigned long long)ms * 1000000ull;
   void* args[] = {&ns};
   // the runtime's own entry, not the layer's __cudaLaunchKernel: this launch is fa's, not the student's

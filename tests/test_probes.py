@@ -277,7 +277,7 @@ def test_rows_not_written_are_said_by_the_largest_pattern_they_fill():
     tail[1, 184:] = True  # 400 % 128 = 16: the last 16 of the 400 rows
     [line] = rows_left(2, 200, tail)
     assert "the last 16 of the B * N = 400 rows taken together (batch 1 from row 184 on)" in line
-    assert "for blocks of T = 24, 32, 48, 64, 96, 128, 192 rows" in line
+    assert "stops short: B * N % T = 16 for blocks of T = 24, 32, 48, 64, 96, 128, 192 rows" in line
     every = np.zeros((2, 200), dtype=bool)
     every[:, 192:] = True
     assert "the last 8 rows (192..199)" in rows_left(2, 200, every)[0]

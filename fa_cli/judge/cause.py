@@ -16,8 +16,9 @@
                 memcheck does not explain; on one batch cut to its first RACECHECK_ROWS rows (a race
                 in a kernel shows on any input it runs), then on the whole batch.
   Memcheck      compute-sanitizer's first error (misaligned or out-of-bounds access, a launch that
-                could not start) for a GPU program that wrote wrong values or failed.
-  AmdTools      hw4.hip: the tools that would tell, on the AMD node.
+                could not start) for a GPU program that wrote wrong values or failed. For a
+                hw4.hip on the MI210 emulation, Racecheck and Memcheck come after the probes.
+  AmdTools      hw4.hip built for AMD: the tools that would tell, on the AMD node.
   NothingMore   what ran and found nothing, said as observations, never an all-clear.
 
 A large case is tried on a copy of its first batches first (same N and d), where the tools are
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..programs import programs
+from ..programs import programs, wave64
 from ..programs.devices import list_devices
 from ..programs.programs import Program
 from .findings import Finding, Kind
@@ -119,13 +120,25 @@ def timing_shown(ctx: Context) -> bool:
 
 class Sanitizer(Step):
     """compute-sanitizer on a CUDA program's trial case; its first report, with lines where fa
-    rebuilt the program with -lineinfo."""
+    rebuilt the program with -lineinfo. A hw4.hip on the MI210 emulation (built by nvcc) gets its
+    rows after the probes (emulated=True): the 32-lane experiment says more of a port than the
+    sanitizers of its emulation, whose own exchanges between its two warps are not the student's."""
 
     tool = "memcheck"
+
+    def __init__(self, emulated: bool = False):
+        self.emulated = emulated
 
     @property
     def name(self) -> str:
         return f"compute-sanitizer --tool {self.tool}"
+
+    def on_this_program(self, ctx: Context) -> bool:
+        """A CUDA build not crashed: before the probes for hw4.cu, after them (and only where they
+        measured no mechanism) for hw4.hip on the emulation."""
+        if ctx.kind != "cuda" or crashed(ctx) or wave64.emulates(ctx.source) != self.emulated:
+            return False
+        return not (self.emulated and ctx.has(Kind.MEASURED))
 
     def sanitize(self, ctx: Context, case: TrialCase) -> bool:
         """The tool's first report as a finding; True where it found nothing (or could not run)."""
@@ -155,7 +168,7 @@ class Memcheck(Sanitizer):
     tool = "memcheck"
 
     def applies(self, ctx: Context) -> bool:
-        return ctx.kind == "cuda" and not crashed(ctx)
+        return self.on_this_program(ctx)
 
     def run(self, ctx: Context) -> list[Finding]:
         self.sanitize(ctx, ctx.trial)
@@ -170,11 +183,12 @@ class Racecheck(Sanitizer):
 
     tool = "racecheck"
 
-    def __init__(self, first: bool):
+    def __init__(self, first: bool, emulated: bool = False):
+        super().__init__(emulated)
         self.first = first
 
     def applies(self, ctx: Context) -> bool:
-        if ctx.kind != "cuda" or crashed(ctx):
+        if not self.on_this_program(ctx):
             return False
         if self.first:
             return timing_shown(ctx)
@@ -196,7 +210,7 @@ class AmdTools(Step):
     name = "the AMD node's tools"
 
     def applies(self, ctx: Context) -> bool:
-        return ctx.kind == "hip" and not crashed(ctx) and not ctx.found_cause
+        return ctx.kind == "hip" and not crashed(ctx)  # a build for AMD (the emulation's is nvcc's: "cuda")
 
     def run(self, ctx: Context) -> list[Finding]:
         return [Finding(Kind.MISSING_TOOL, [

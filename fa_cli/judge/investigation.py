@@ -20,7 +20,7 @@ from ..cases import suite
 from ..programs import wave64
 from ..programs.programs import Launcher, Program
 from . import expected, probes, race_check
-from .slow_device import SlowDevice
+from .slow_device import SlowDevice, SlowerThanHost
 from .across_cases import across_cases
 from .cause import AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun
 from .diagnose import Diagnosis, signal_name
@@ -54,9 +54,7 @@ class MI210Hints(Step):
     name = "the MI210's patterns in the source"
 
     def applies(self, ctx: Context) -> bool:
-        source = ctx.source
-        return source is not None and source.suffix == ".hip" and wave64.emulated() and \
-            any(not r.ok for r in ctx.results)
+        return wave64.emulates(ctx.source) and any(not r.ok for r in ctx.results)
 
     def run(self, ctx: Context) -> list[Finding]:
         return [Finding(Kind.HYPOTHESIS, [f"looks like (MI210 only): {hint}"], dict(source_hint=hint))
@@ -82,9 +80,13 @@ class AcrossCases(Step):
 
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
-CASE_STEPS: tuple[Step, ...] = (Catalogue(), NoGpuHere(), HostCrash(), Rerun(), Racecheck(first=True), Memcheck(),
-                                Racecheck(first=False), *probes.PROBES, AmdTools(), NothingMore())
-RUN_STEPS: tuple[Step, ...] = (MI210Hints(), AcrossCases(), race_check.PassingBuild(), SlowDevice())
+CASE_STEPS: tuple[Step, ...] = (
+    Catalogue(), NoGpuHere(), HostCrash(), Rerun(), SlowerThanHost(),
+    Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
+    *probes.PROBES,
+    Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
+    AmdTools(), NothingMore())
+RUN_STEPS: tuple[Step, ...] = (MI210Hints(), AcrossCases(), SlowDevice(), race_check.PassingBuild())
 
 
 def probing(ctx: Context) -> bool:

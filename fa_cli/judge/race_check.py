@@ -19,8 +19,11 @@ from ..cases import generate
 from ..cases.format import Shape
 from ..files import atomic_file
 from ..programs.programs import Launcher, Program
+from . import reference
 from .cause import with_lines
 from .findings import Finding, Kind
+from .probes.step import read_payload
+from .reruns import TrialCase
 from .steps import Context, Step
 from .tool_logs import Budget, find_tool, gpu_kind, sanitize, sanitizer_lines
 
@@ -45,6 +48,15 @@ def cache_file(program: Program, d: int) -> Path:
     return locations.cache_dir() / "race-check" / f"{digest}-d{d}.json"
 
 
+def check_case(work: Path, d: int) -> TrialCase:
+    """The checks' input (RACE_B x RACE_N x d, drawn once a folder) with its float64 output."""
+    shape = Shape(RACE_B, RACE_N, d)
+    path = work / f"race-{shape}.in"
+    if not path.exists():
+        generate.write_input(path, shape, seed=7)
+    return TrialCase(str(shape), path, shape, reference.attention(*read_payload(path, shape, shape.B, shape.N)))
+
+
 def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: Callable[[str], None],
           budget: Budget) -> list[Finding]:
     """The three tools on a RACE_B x RACE_N x d input, or what was kept of an earlier check of the
@@ -58,16 +70,14 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if find_tool("compute-sanitizer") is None:
         return [Finding(Kind.MISSING_TOOL, ["race check: compute-sanitizer is not installed here: its racecheck "
                                             "would show a shared-memory race that this GPU's schedule hides"])]
-    shape = Shape(RACE_B, RACE_N, d)
-    case = work / f"race-{shape}.in"
-    generate.write_input(case, shape, seed=7)
+    case, shape = check_case(work, d).input_path, Shape(RACE_B, RACE_N, d)
     lined = with_lines(program)
     found, done = [], []
     for tool, what in TOOLS.items():
         if budget.left < 1:
             found.append(Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(t for t in TOOLS if t not in done)} not "
-                                                     f"run: the {budget.seconds:g} s of the search for a cause were "
-                                                     "spent (fa run --why-budget)"]))
+                                                     f"run: {budget.left:.0f} s left of fa run --why-budget's "
+                                                     f"{budget.seconds:g} s"]))
             break
         done.append(tool)
         say(f"race check: compute-sanitizer --tool {tool} on {shape} (once per build)")

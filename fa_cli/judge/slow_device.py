@@ -1,14 +1,21 @@
 """A program that passes can still write its output before the device finished: a copy back
 queued on a stream and never waited for, a kernel on a stream the copy does not wait on, mapped
 memory read with no synchronization. Here the GPU may finish first every time; on the judge's it
-may not. So a student's GPU program that passes is run once more on its smallest passing case
-with the device made slower: fa's launch layer (the GTX 1080's rules for hw4.cu, the MI210
-emulation for hw4.hip) precedes each of its first launches with DELAY_MS of waiting on the
-launch's stream (FA_DEVICE_DELAY_MS, src_cuda/launch_log.h). A program that synchronizes before
-it writes is unchanged; one that does not writes what was there before the device finished:
+may not. So a student's GPU program that passes is run on the race check's small input (at the d
+of its smallest passing case) twice as built and twice with the device made slower: fa's launch
+layer (the GTX 1080's rules for hw4.cu, the MI210 emulation for hw4.hip) makes each of its first
+launches wait DELAY_MS on the launch's stream first (FA_DEVICE_DELAY_MS, src_cuda/launch_log.h).
+A program that synchronizes before it writes is unchanged; one that does not writes what was
+there before the device finished, the same each time:
 
-  passes here, but with the device made slower (each of its first 4 launches preceded by 100 ms
-  of waiting on its stream) it writes 8192 of 8192 values wrong on t01: ...
+  passes here, but with the device made slower (each of its first launches preceded by 100 ms
+  of waiting on its stream) it writes 16384 of 16384 values wrong in 2 of 2 runs on B=2, N=256,
+  d=32, the same output bit for bit, where as built it is right in 2 of 2: ...
+
+A failing case whose runs again showed a result that depends on timing (SlowerThanHost, a step
+on the case) is run SLOWED_RUNS times slowed: where every one fails, bit for bit the same, the
+failure that came and went is the order of host and device, not a race inside a kernel (a race
+there does not wait for the launch and changes from run to run).
 """
 from __future__ import annotations
 
@@ -18,17 +25,20 @@ import shutil
 import numpy as np
 
 from .. import settings
-from ..cases.format import open_output
-from ..programs import gtx1080, programs, wave64
+from ..programs import gtx1080, wave64
 from ..programs.programs import Program
-from . import expected
 from .diagnose import source_lines
 from .findings import Finding, Kind
-from .race_check import applies as student_gpu_program
+from .race_check import applies as student_gpu_program, check_case
+from .reruns import over, run_once
 from .steps import Context, Step
 
 DELAY_MS = 100
 RUN_TIMEOUT_S = 30.0
+SLOWED_RUNS = 3
+SLOWED = f"with the device made slower (each of its first launches preceded by {DELAY_MS} ms of waiting on its stream)"
+EARLY = ("it writes its output before the device finished (a copy back that is not waited for, a kernel on a stream "
+         "the copy does not wait on, mapped memory read with no synchronization)")
 # Where a program orders its host and device, the first line of each kind shown with the warning:
 # an asynchronous copy, a synchronization, a stream or host memory the device writes.
 ORDERING_LINES = (r"Memcpy\w*Async", r"[Ss]ynchronize", r"Stream\w*Create|MallocHost|HostAlloc|MallocManaged")
@@ -47,42 +57,95 @@ def layered(program: Program) -> bool:
     return source is not None and (gtx1080.applies(source) or wave64.emulates(source))
 
 
+def ordering_lines(ctx: Context) -> str:
+    shown = source_lines(ctx.source, ORDERING_LINES, len(ORDERING_LINES)) if ctx.source else []
+    return f"; lines that order host and device in {ctx.source.name}: " + \
+        ", ".join(f"{n} `{c}`" for n, c in shown) if shown else ""
+
+
+def outputs_of(ctx: Context, program: Program, case, runs: int, what: str) -> list | None:
+    """The program's outputs (None where it wrote none of the right size) in `runs` runs on a trial
+    case; None where the budget ended first."""
+    outputs = []
+    for k in range(runs):
+        if not ctx.starting(f"{what}, run {k + 1} of {runs} on {case.label}"):
+            return None
+        _, got = run_once(program, case, ctx.work / "slow.out", ctx.launcher, min(RUN_TIMEOUT_S, ctx.budget.left))
+        outputs.append(got)
+    return outputs
+
+
+def wrong_in(outputs: list, case, tol: float) -> list[int | None]:
+    """Values over the tolerance in each output (None: no output of the right size)."""
+    return [None if o is None else int(over(o, case.expected, tol).sum()) for o in outputs]
+
+
+def alike(outputs: list) -> bool:
+    return all(o is not None and np.array_equal(o, outputs[0], equal_nan=True) for o in outputs)
+
+
+class SlowerThanHost(Step):
+    """A failing case whose result depends on timing, run slowed: does it then fail every time,
+    the same way?"""
+
+    name = "the device made slower, on the failing case"
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.has(Kind.RACE, Kind.INTERMITTENT) and student_gpu_program(ctx.program) and layered(ctx.program)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        case = ctx.trial
+        outputs = outputs_of(ctx, delayed(ctx.program), case, SLOWED_RUNS, "the device made slower")
+        if outputs is None:
+            return []
+        wrong = wrong_in(outputs, case, ctx.tol)
+        if None in wrong:
+            return [Finding(Kind.OBSERVED, [f"{SLOWED} it wrote no output of the right size in {wrong.count(None)} "
+                                            f"of {SLOWED_RUNS} runs on {case.label}"])]
+        same = alike(outputs)
+        said = f"{SLOWED} it fails {sum(w > 0 for w in wrong)} of {SLOWED_RUNS} runs on {case.label}" + \
+            (", the same output bit for bit" if same else ", outputs that differ")
+        if not (same and all(wrong)):  # said as measured: no mechanism from it
+            return [Finding(Kind.OBSERVED, [f"{said} (wrong values: {', '.join(map(str, wrong))})"])]
+        return [Finding(Kind.MEASURED, [
+            f"measured: {said}, {wrong[0]} of {outputs[0].size} values wrong, where the runs again without it "
+            f"(above) depend on timing: {EARLY}; a race inside a kernel would not wait for the launch"
+            + ordering_lines(ctx)], dict(slow_device_wrong=wrong[0], case=case.label))]
+
+
 class SlowDevice(Step):
-    """A passing case run again with the device made slower: still right?"""
+    """A passing build, on the race check's small input at the d of its smallest passing case: run
+    twice as built and twice with the device made slower. Right as built, wrong and the same slowed:
+    a warning."""
 
     name = "the device made slower"
+    runs = 2
 
     def applies(self, ctx: Context) -> bool:
         return student_gpu_program(ctx.program) and layered(ctx.program) and \
             any(r.verdict == "PASS" for r in ctx.results)
 
     def run(self, ctx: Context) -> list[Finding]:
-        case = min((r for r in ctx.results if r.verdict == "PASS"), key=lambda r: r.target.shape.flops)
-        target = case.target
+        d = min((r for r in ctx.results if r.verdict == "PASS"), key=lambda r: r.target.shape.flops).target.shape.d
+        left = f"{ctx.budget.left:.0f} s left of fa run --why-budget's {ctx.budget.seconds:g} s"
         if ctx.budget.left < 2:
-            return [Finding(Kind.MISSING_TOOL, [f"the device made slower: not run, the {ctx.budget.seconds:g} s of the "
-                                                "search for a cause were spent (fa run --why-budget)"])]
-        ctx.say(f"the device made slower ({DELAY_MS} ms after each of the first launches) on {target.name}")
-        out = ctx.work / "slow.out"
-        result = programs.run(delayed(ctx.program), target.input_path, out, ctx.launcher,
-                              timeout=min(RUN_TIMEOUT_S, ctx.budget.left), timed=False)
-        slowed = f"with the device made slower (each of its first launches preceded by {DELAY_MS} ms of waiting " \
-                 "on its stream)"
-        if result.timed_out or result.returncode != 0 or not out.exists() or \
-                out.stat().st_size != target.shape.output_bytes:
-            how = "ran out of time" if result.timed_out else f"exited with {result.returncode}" \
-                if result.returncode else "wrote no output of the right size"
-            return [Finding(Kind.OBSERVED, [f"{slowed} it {how} on {target.name}"], dict(slow_device=how))]
-        got = np.asarray(open_output(out, target.shape), dtype=np.float64)
-        err = np.abs(got - expected.output_of(target))
-        wrong = int((~(err <= ctx.tol)).sum())
-        if not wrong:
+            return [Finding(Kind.MISSING_TOOL, [f"the device made slower: not run: {left}"])]
+        case = check_case(ctx.work, d)
+        built = outputs_of(ctx, ctx.program, case, self.runs, "as built")
+        slowed = outputs_of(ctx, delayed(ctx.program), case, self.runs, "the device made slower") if built else None
+        if built is None or slowed is None:
+            return [Finding(Kind.MISSING_TOOL, [f"the device made slower: stopped: {left}"])]
+        if any(w != 0 for w in wrong_in(built, case, ctx.tol)):
+            return [Finding(Kind.OBSERVED, [f"the device made slower: not tried: as built it is not right in every "
+                                            f"one of {self.runs} runs on {case.label}"])]
+        wrong = wrong_in(slowed, case, ctx.tol)
+        if all(w == 0 for w in wrong):
             return []
-        shown = source_lines(ctx.source, ORDERING_LINES, len(ORDERING_LINES)) if ctx.source else []
-        where = f"; lines that order host and device in {ctx.source.name}: " + \
-            ", ".join(f"{n} `{c}`" for n, c in shown) if shown else ""
+        runs = f"in {sum(1 for w in wrong if w)} of {self.runs} runs on {case.label}"
+        if None in wrong or not (all(wrong) and alike(slowed)):
+            return [Finding(Kind.OBSERVED, [f"{SLOWED} it fails {runs} (wrong values: {wrong}), outputs that differ "
+                                            f"or none; as built it is right in {self.runs} of {self.runs}"])]
         return [Finding(Kind.WARNING, [
-            f"passes here, but {slowed} it writes {wrong} of {err.size} values wrong on {target.name}: it writes its "
-            "output before the device finished (a copy back that is not waited for, a kernel on a stream the copy "
-            f"does not wait on, mapped memory read with no synchronization); the judge's GPU may be that slow{where}"],
-            dict(slow_device_wrong=wrong, case=target.name))]
+            f"passes here, but {SLOWED} it writes {wrong[0]} of {slowed[0].size} values wrong {runs}, the same output "
+            f"bit for bit, where as built it is right in {self.runs} of {self.runs}: {EARLY}; the judge's GPU may be "
+            f"that slow{ordering_lines(ctx)}"], dict(slow_device_wrong=wrong[0], case=case.label))]

@@ -177,7 +177,7 @@ def run_notes(program, results) -> list[str]:
     """fa run's lines under its table for hw4.hip run through the emulation: what it is and the
     layer's notes (the AMD-only patterns of a failing source are a step of the investigation)."""
     source = getattr(program, "source", None)
-    if source is None or source.suffix != ".hip" or not emulated():
+    if not emulates(source):
         return []
     lines = [f"{source.name} ran as {LABEL}"]
     seen = set()

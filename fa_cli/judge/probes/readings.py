@@ -144,10 +144,11 @@ class RowsNotWritten(WeightReading):
             m = len(flat)
             tiles = [T for T in range(16, 257) if (B * N) % T == m]
             shown = ", ".join(map(str, tiles[:8])) + (" ..." if len(tiles) > 8 else "")
+            rounds = f": B * N % T = {m} for blocks of T = {shown} rows (use (B * N + T - 1) / T blocks and skip " \
+                "the rows past B * N)" if tiles else f" (no block of 16 to 256 rows leaves {m}: look at the bound)"
             what = (f"the last {m} of the B * N = {B * N} rows taken together (batch {flat[0] // N} from row "
-                    f"{flat[0] % N} on) hold {held} in every run, whatever V is: never written; a grid over B * N rows "
-                    f"that rounds down: B * N % T = {m} for blocks of T = {shown} rows (use (B * N + T - 1) / T "
-                    "blocks and skip the rows past B * N)")
+                    f"{flat[0] % N} on) hold {held} in every run, whatever V is: never written; a grid or a bound over "
+                    f"B * N rows that stops short{rounds}")
         else:
             rows = np.flatnonzero(still.any(axis=0))
             which, code = describe_keys(rows, N)
