@@ -113,10 +113,10 @@ def test_a_wrong_answer_that_matches_nothing_gets_no_name(student, inputs):
 
 
 def test_wrong_answer_says_where_and_how_much(student, inputs):
-    _, out = judged(student["GRID_TOO_SMALL"], inputs["uniform"])
+    _, out = judged(student["GRID_TOO_SMALL"], inputs["uniform"], "--why-budget", "0")  # where, not why
     assert "384 of 9600 values checked (4.0%) are over 0.005; none is NaN or infinite" in out
     assert "only the last partial tile: rows 96..99" in out and "(wrote 0, expected" in out
-    _, out = judged(student["NO_MAX"], inputs["large"])
+    _, out = judged(student["NO_MAX"], inputs["large"], "--why-budget", "0")
     assert "6144 are NaN or infinite" in out and "rows below 48" in out
 
 
