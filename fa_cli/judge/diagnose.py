@@ -228,7 +228,12 @@ def where_to_look(mistake: Mistake, source: Path | None) -> str:
     lines = source_lines(source, mistake.look)
     if not lines:
         return ""
-    return f"; lines to look at in {source.name}: " + ", ".join(f"{n} `{code}`" for n, code in lines)
+    return f"; lines to look at in {source.name}: " + quoted(lines)
+
+
+def quoted(lines: list[tuple[int, str]]) -> str:
+    """Source lines as fa shows them: "42 `float scale = ...`, 57 `...`"."""
+    return ", ".join(f"{n} `{code}`" for n, code in lines)
 
 
 def of_wrong(result: VerifyResult, shape: Shape, inp: AttentionInput | None = None,

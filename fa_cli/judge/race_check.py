@@ -70,7 +70,8 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if find_tool("compute-sanitizer") is None:
         return [Finding(Kind.MISSING_TOOL, ["race check: compute-sanitizer is not installed here: its racecheck "
                                             "would show a shared-memory race that this GPU's schedule hides"])]
-    case, shape = check_case(work, d).input_path, Shape(RACE_B, RACE_N, d)
+    trial = check_case(work, d)
+    case, shape = trial.input_path, trial.shape
     lined = with_lines(program)
     found, done = [], []
     for tool, what in TOOLS.items():

@@ -27,7 +27,7 @@ import numpy as np
 from .. import settings
 from ..programs import gtx1080, wave64
 from ..programs.programs import Program
-from .diagnose import source_lines
+from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
 from .race_check import applies as student_gpu_program, check_case
 from .reruns import over, run_once
@@ -59,8 +59,7 @@ def layered(program: Program) -> bool:
 
 def ordering_lines(ctx: Context) -> str:
     shown = source_lines(ctx.source, ORDERING_LINES, len(ORDERING_LINES)) if ctx.source else []
-    return f"; lines that order host and device in {ctx.source.name}: " + \
-        ", ".join(f"{n} `{c}`" for n, c in shown) if shown else ""
+    return f"; lines that order host and device in {ctx.source.name}: {quoted(shown)}" if shown else ""
 
 
 def outputs_of(ctx: Context, program: Program, case, runs: int, what: str) -> list | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..diagnose import source_lines
+from ..diagnose import quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES, QUERY_TILES
 from .step import Context, Probe, fmt, logits
@@ -36,7 +36,7 @@ def measured(ctx: Context, lines: list[str], look: tuple[str, str] | None = None
     ctx.facts.named = True
     shown = source_lines(ctx.source, look[1]) if look and ctx.source else []
     if shown:
-        lines = [*lines, f"lines with {look[0]} in {ctx.source.name}: " + ", ".join(f"{n} `{c}`" for n, c in shown)]
+        lines = [*lines, f"lines with {look[0]} in {ctx.source.name}: {quoted(shown)}"]
     return [Finding(Kind.MEASURED, lines, dict(measured_on=ctx.probe.label, runs=ctx.runs, **fields))]
 
 
