@@ -52,7 +52,7 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = rows(folder)
     assert (got["alice"]["t01"].split()[0], got["alice"]["passed"], got["alice"]["sandboxed"]) == ("PASS", "2/2", "yes")
-    assert got["bob"]["passed"] == "0/2" and "1/sqrt(d)" in got["bob"]["cause"]
+    assert got["bob"]["passed"] == "0/2" and "the scores are not divided by sqrt(d)" in got["bob"]["cause"]
     assert got["carol"]["build"].startswith("error: submissions/carol/hw4.cpp:1:") and "main" in got["carol"]["build"]
     assert got["dave"]["c01"].startswith("ERROR") and "dave saw 0 files" in got["dave"]["cause"]
     assert "4 students, 4 programs: 1 pass every case, 2 do not, 1 do not build" in proc.stdout
@@ -126,6 +126,9 @@ def test_a_cuda_submission_on_a_machine_without_the_gpu_is_built_and_said_not_ru
     row = rows(tmp_path / "class")["erin"]
     assert row["build"] == "ok" and row["cause"].startswith("not run: hw4.cu is a CUDA program")
     assert "no NVIDIA GPU" in row["cause"]
+    # built twice before any GPU time: as the course builds it, and with -g -lineinfo for the sanitizers
+    builds = [p for p in (tmp_path / "class" / "cache" / "student").glob("hw4-*/hw4") if p.is_file()]
+    assert len(builds) == 2
     again = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
     assert "0 judged before and unchanged, 1 to judge" in again.stdout  # judged again: on a GPU node, it runs
 
@@ -154,9 +157,16 @@ def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_r
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted:" in out, out
     judged_before = {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("[!.]*.json")}
-    assert 0 < len(judged_before) < 4 and not list((folder / "records").glob(".*"))  # no half-written runs
+    assert 0 < len(judged_before) < 4
+    # every case timed first, then the searches: the rest's timed halves kept whole, nothing half-written
+    halves = sorted(p.name.removesuffix(".timed.json").removesuffix(".judged") for p in (folder / "records").glob(".*"))
+    assert halves == sorted(2 * [p.name.removesuffix(".judged") for p in (folder / "records").glob(".*.judged")])
+    timed = len(halves) // 2  # the rest, but for a build error (nothing to time)
+    assert 0 < timed <= 4 - len(judged_before)
     again = fa("class", subs, "-o", folder, "t01", "t02", cwd=tmp_path)
-    assert f"{len(judged_before)} judged before and unchanged, {4 - len(judged_before)} to judge" in again.stdout
+    assert f"{len(judged_before)} judged before and unchanged, {4 - len(judged_before)} to judge ({timed} with its " \
+        "cases timed before)" in again.stdout
+    assert "every case of" not in again.stdout  # no case timed twice
     assert all((folder / "records" / n).stat().st_mtime_ns == t for n, t in judged_before.items())  # none twice
     assert verdict_columns(folder) == verdict_columns(tmp_path / "whole")
 
@@ -215,6 +225,21 @@ def test_a_row_says_the_first_failing_case_and_a_program_never_run(tmp_path):
     assert (row["passed"], row["cause"], row["t02"]) == ("1/2", "t02: past its limit", "TLE 2.000")
     record["words"] = "table\npasses here, but racecheck reports a shared-memory race at hw4.cu:88 on 2x128x32\n"
     assert table.row_of(record)["warnings"].startswith("passes here, but racecheck reports")
+
+
+def test_the_cause_column_says_where_then_the_cause_fa_named_on_whichever_case_it_named_it():
+    where = "1300388 of 1310720 values checked (99.2%) are over 0.005; none is NaN or infinite"
+    measured = "measured: batches 1, 2 hold 0 in every row in every run, whatever V is: never written"
+    causes = [dict(kind="hypothesis", lines=[], looks_like=["batches after the first not written"]),
+              dict(kind="observed", lines=["probe: the output is not a linear map of V"]),
+              dict(kind="measured", lines=[measured]), dict(kind="clean", lines=["also: memcheck clean"])]
+    runs = [dict(input="c01", verdict="WRONG", wall_s=0.5, diagnosis_text=[where, "worst: 2.97 at batch 16"]),
+            dict(input="c02", verdict="WRONG", wall_s=0.5, diagnosis_text=[where, "the probes' lines"],
+                 diagnosis=dict(causes=causes))]
+    record = dict(student="s", platform="cuda", cases=["c01", "c02"], sandboxed=True, build_error=None, runs=runs)
+    assert table.row_of(record)["cause"] == f"c02: {where}; {measured}"
+    runs[1]["diagnosis"]["causes"] = causes[:2]  # nothing named: the first failing case's diagnosis, as it is
+    assert table.row_of(record)["cause"] == f"c01: {where}; worst: 2.97 at batch 16"
 
 
 

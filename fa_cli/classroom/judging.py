@@ -22,8 +22,9 @@ from pathlib import Path
 import fa_cli
 
 from .. import settings
-from ..errors import FaError
+from ..errors import ExitStatus, FaError
 from ..files import atomic_file
+from ..judge import cause
 from ..programs import programs, sandbox
 from ..programs.processes import run_tool
 from ..report import records
@@ -75,6 +76,13 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def looked_into_side_by_side(timed_side_by_side: int) -> int:
+    """Students looked into at once, once every timed run is done: no run waits for a turn then,
+    and the searches for a cause share the GPU; three for every 4 cores (each search is mostly one
+    process on one core at a time), the timed runs' number at least."""
+    return max(timed_side_by_side, cores() * 3 // 4)
+
+
 def side_by_side() -> int:
     """Students judged at once here: their timed runs take turns on the GPU alone (gpu_turns), the
     rest (fa's checks of an output, the search for a cause) goes on beside them. One for every 4
@@ -84,11 +92,16 @@ def side_by_side() -> int:
 
 def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, str | None]:
     """Every task's source built (confined where a sandbox is in force), `jobs` at once (0: one a
-    core): label -> None where it built, else why not, in one line."""
+    core), a GPU source's build for the sanitizers with it (cause.with_lines, kept in the class's
+    cache as fa run would keep it): label -> None where it built, else why not, in one line."""
     def build(task: Task) -> str | None:
         try:
             program = programs.from_source(task.source)
-            return None if program.path.exists() else programs.build_error(program)
+            if not program.path.exists() and (error := programs.build_error(program)) is not None:
+                return error
+            if task.platform in ("cuda", "hip"):  # the tools' build too (-g -lineinfo): none left for the GPU's time
+                cause.with_lines(program)
+            return None
         except FaError as e:  # a compiler not installed, say: that row's reason, not the class's end
             return str(e)
         finally:
@@ -98,25 +111,77 @@ def build_all(tasks: list[Task], jobs: int, advance=lambda: None) -> dict[str, s
 
 
 def judge(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
-          build_error: str | None, turns: Path | None = None, at_once: int = 1) -> dict:
-    """The task judged (or its build error kept, its paths told from the class folder) and its
-    record written; turns: the lock through which the at_once fa runs side by side take their turns
-    on the GPU."""
+          build_error: str | None) -> dict:
+    """The task judged whole, its cases timed then looked into, in one go (a Slurm task on a GPU of
+    its own), and its record written."""
+    if build_error is None:
+        time_cases(class_folder, task, cases, time_limits_s, sandboxed)
+    return look_into(class_folder, task, cases, time_limits_s, sandboxed, build_error)
+
+
+def time_cases(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
+               turns: Path | None = None, at_once: int = 1) -> None:
+    """The first half of the task's fa run: its cases judged and timed (turns: the lock through
+    which the at_once fa runs side by side take turns on the GPU, each timed run alone), the
+    results kept for look_into (judge/judged_state.py). Kept already for this submission, this fa
+    and this sandbox (a class run stopped between the halves): not judged again."""
+    timed, state = _halfway(class_folder, task, sandboxed)
+    if timed.exists():
+        return
+    timed.parent.mkdir(parents=True, exist_ok=True)
+    words = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--save-judged", str(state)], turns,
+                    at_once)
+    with atomic_file(timed) as f:
+        f.write(json.dumps(words).encode())
+
+
+def failed_when_timed(class_folder: Path, task: Task, sandboxed: bool) -> bool:
+    """The task's timed half ended other than in a pass of every case (a failure to look into)."""
+    try:
+        return json.loads(_halfway(class_folder, task, sandboxed)[0].read_text())["exit_code"] != 0
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def timed_before(class_folder: Path, task: Task, sandboxed: bool) -> bool:
+    """The task's cases timed already (its first half kept), its search for a cause still to do."""
+    return _halfway(class_folder, task, sandboxed)[0].exists()
+
+
+def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
+              build_error: str | None) -> dict:
+    """The second half: the timed results taken back (where the first half kept them), the search
+    for a cause, and the task's record written (or its build error kept, its paths told from the
+    class folder)."""
     if build_error is not None:
         build_error = build_error.replace(f"{class_folder}/", "")
     record = new_record(task, cases, sandboxed, build_error)
+    timed, state = _halfway(class_folder, task, sandboxed)
+    if build_error is None:
+        first = json.loads(timed.read_text())
+        judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and state.exists()  # else: its own words
+        rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)]) \
+            if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="")
+        record.update(rest, words=first["words"] + rest["words"], errors=first["errors"] + rest["errors"])
     path = record_path(class_folder, task)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if build_error is None:
-        record.update(_fa_run(class_folder, task, cases, time_limits_s, sandboxed, turns, at_once))
     with atomic_file(path) as f:
         f.write(json.dumps(record, indent=1).encode())
     report = class_folder / REPORTS / f"{task.label}.txt"
     report.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(report) as f:
         f.write((record["words"] + record["errors"] or f"does not build: {build_error}\n").encode())
+    timed.unlink(missing_ok=True)
+    state.unlink(missing_ok=True)
     return record
 
+
+def _halfway(class_folder: Path, task: Task, sandboxed: bool) -> tuple[Path, Path]:
+    """Where the first half of a task's fa run leaves its words and its judged cases: named by
+    what they hold for (the submission's digest, the sandbox, fa's version: the state file checks
+    its cases and fa)."""
+    stem = class_folder / RECORDS / f".{task.label}.{task.submission.digest[:16]}.{int(sandboxed)}"
+    return stem.with_name(stem.name + ".timed.json"), stem.with_name(stem.name + ".judged")
 
 
 def new_record(task: Task, cases: list[str], sandboxed: bool, build_error: str | None = None,
@@ -128,14 +193,16 @@ def new_record(task: Task, cases: list[str], sandboxed: bool, build_error: str |
                 build_error=build_error, exit_code=None, runs=[], words="",
                 errors=f"fa: error: {why_not_run}\n" if why_not_run else "")
 
+
 def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
-            turns: Path | None, at_once: int) -> dict:
-    """fa run of one source, in a process of its own (its own session: a wall limit ends all it
-    started); its words, its records and its exit status."""
+            half: list[str], turns: Path | None = None, at_once: int = 1) -> dict:
+    """fa run of one source, one half of it (half: --save-judged or --from-judged), in a process of
+    its own (its own session: a wall limit ends all it started); its words, its records and its
+    exit status."""
     results = class_folder / RECORDS / f".{task.label}.runs.json"
     results.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "fa_cli", "run", *cases, "--program", str(task.source), "--keep-inputs",
-            "-o", str(results), *(["--sandbox"] if sandboxed else [])]
+            "-o", str(results), *half, *(["--sandbox"] if sandboxed else [])]
     # its words into pipes, unfolded (no COLUMNS): each message one line, as the cause column takes it
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (settings.gpu_turns_through(str(turns))
                                                                        if turns else {})

@@ -12,9 +12,11 @@ from pathlib import Path
 from rich.table import Table
 
 from ..files import atomic_file
+from ..judge.findings import CAUSES
 from ..report.tables import plural
 
 COLUMNS = ("student", "platform", "build", "passed", "time_s", "judge_gpu_s", "cause", "warnings", "sandboxed")
+CAUSE_CHARS = 400  # the cause column's length: where the values are wrong, then the cause named
 WARNING = "passes here, but "  # how fa run starts a passing build's hazard (a race the sanitizers saw)
 
 
@@ -37,8 +39,9 @@ def row_of(record: dict) -> dict:
 
 
 def cause_of(record: dict) -> str:
-    """What fa said of it in one line: its build error, why it was not run, or the first failing
-    case's diagnosis."""
+    """What fa said of it in one line: its build error, why it was not run, or a failing case's
+    diagnosis: its first line (where the values are wrong, the error), then the cause fa named (the
+    case where it named one first)."""
     if record.get("build_error") is not None:
         return "does not build (the build column)"
     runs = record.get("runs") or []
@@ -46,11 +49,21 @@ def cause_of(record: dict) -> str:
         said = [l.removeprefix("fa: error: ") for l in record.get("errors", "").splitlines() if l.strip()]
         return "not run: " + (_briefly(said[-1]) if said else
                               f"fa run ended with exit status {record.get('exit_code')}")
-    for r in runs:
-        if r.get("verdict") != "PASS":
-            text = r.get("diagnosis_text") or [r.get("error") or r.get("verdict")]
-            return f"{r['input']}: {' '.join(text) if isinstance(text, list) else text}"[:300]
+    failed = [r for r in runs if r.get("verdict") != "PASS"]
+    for r in sorted(failed, key=lambda r: not named_cause(r)):  # a case with a cause named first
+        text = r.get("diagnosis_text") or [r.get("error") or r.get("verdict")]
+        text = text if isinstance(text, list) else [text]
+        named = named_cause(r)
+        said = [text[0], named] if named and named not in text[0] else text
+        return f"{r['input']}: " + "; ".join(said)[:CAUSE_CHARS]
     return ""
+
+
+def named_cause(run: dict) -> str:
+    """The first cause fa's investigation named for a case (a mechanism measured, a race, a crash,
+    a sanitizer's report), in one line; "" where it named none."""
+    causes = (run.get("diagnosis") or {}).get("causes") or []
+    return next((" ".join(c["lines"]) for c in causes if c.get("kind") in CAUSES and c.get("lines")), "")
 
 
 

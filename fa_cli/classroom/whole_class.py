@@ -32,6 +32,11 @@ class Class:
         return [t for t in self.tasks if t.label not in self.done]
 
     @property
+    def timed_before(self) -> int:
+        """Of todo, the tasks whose cases were timed before (a class run stopped between its halves)."""
+        return sum(judging.timed_before(self.folder, t, self.sandboxed) for t in self.todo)
+
+    @property
     def kept(self) -> list[dict]:
         """The table's records: each judged task's, and a record saying why for each that Slurm ended
         unjudged (never written: the next fa class judges it)."""
@@ -81,8 +86,9 @@ def judge(c: Class, jobs: int, slurm: dict | None, at_once: int = 1) -> None:
 
 def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limits: float, slurm: dict | None,
                  at_once: int) -> None:
-    """The built tasks judged here, at_once side by side (each timed run alone on the GPU:
-    gpu_turns), or over Slurm."""
+    """The built tasks judged here, or over Slurm. Here, in two halves: every program's cases timed,
+    at_once side by side (each timed run alone on the GPU: gpu_turns), then every search for a cause
+    and race check, more side by side (no timed run left to wait for them)."""
     if todo:
         cluster.cases_first(c.cases)
     if slurm is not None and todo:
@@ -93,17 +99,30 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
             lines.echo(f"fa class: {label}: {why}")
         return
     turns = c.folder / ".gpu-turns" if at_once > 1 else None
+    timing = [t for t in todo if built[t.label] is None and not judging.timed_before(c.folder, t, c.sandboxed)]
+    start = time.monotonic()
+    _each("judging", timing, at_once, lambda t: judging.time_cases(c.folder, t, c.cases, limits, c.sandboxed, turns,
+                                                                    at_once))
+    if timing:
+        lines.echo(f"fa class: every case of {tables.plural(len(timing), 'program')} timed in "
+                   f"{time.monotonic() - start:.1f} s; then the searches for a cause")
 
-    def judge(task: Task) -> None:
-        c.done[task.label] = judging.judge(c.folder, task, c.cases, limits, c.sandboxed, built[task.label], turns,
-                                           at_once)
-        advance()
-    with tables.progress("judging", len(todo), steps=True, enabled=bool(todo)) as advance:
+    def finish(task: Task) -> None:
+        c.done[task.label] = judging.look_into(c.folder, task, c.cases, limits, c.sandboxed, built[task.label])
+    # the longest first: a failing program's search takes up to its budget, a passing one's race check less
+    longest_first = sorted(todo, key=lambda t: not judging.failed_when_timed(c.folder, t, c.sandboxed))
+    _each("looking into", longest_first, judging.looked_into_side_by_side(at_once), finish)
+
+
+def _each(what: str, tasks: list[Task], at_once: int, do) -> None:
+    """do(task) for every task, at_once side by side, with a progress bar; interrupted, the fa runs
+    under way are stopped (another error lets them end first)."""
+    with tables.progress(what, len(tasks), steps=True, enabled=bool(tasks)) as advance:
         pool = ThreadPoolExecutor(at_once)
         try:
-            for _ in pool.map(judge, todo):  # in order; the first error raised here
+            for _ in pool.map(lambda task: (do(task), advance()), tasks):  # in order; the first error raised here
                 pass
-        except KeyboardInterrupt:  # the others' fa runs stopped, unrecorded (another error lets them end first)
+        except KeyboardInterrupt:
             processes.stop_all()
             raise
         finally:

@@ -65,6 +65,7 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
     lines.echo(f"fa class: {tables.plural(len(the_class.tasks), 'program')} of "
                f"{tables.plural(len(the_class.copies), 'student')}; {len(the_class.done)} judged before and "
                f"unchanged, {len(the_class.todo)} to judge"
+               + (f" ({timed} with its cases timed before)" if (timed := the_class.timed_before) else "")
                + ("" if not unsandboxed else "; UNSANDBOXED: every build and run sees this machine as you do"))
     slurm = dict(partitions=partition_of, sbatch_args=sbatch_args, throttle=throttle) if launcher == "slurm" else None
     stopped = False

@@ -10,7 +10,7 @@ import click
 from .. import locations, settings
 from ..cases import suite
 from ..errors import ExitStatus
-from ..judge import expected, investigation, outlook, verdict, verify
+from ..judge import expected, investigation, judged_state, outlook, verdict, verify
 from ..measure import gtx1080_report, judge_column
 from ..programs import gtx1080, programs, sandbox, wave64
 from ..report import lines, tables
@@ -59,11 +59,17 @@ from .shared import check_names, make_launcher, note, runnable, selected_cases
               help="Build and run the program confined (bubblewrap): for code that is not your own. It sees "
                    "only the system, its input and its output's folder; no network, no home folder; limits on "
                    "processes, file size and memory (docs/sandbox.md).")
+# fa class's two halves of one fa run (hidden: a class's own grammar): every program's cases timed first,
+# each alone on the GPU, and looked into after, side by side (judge/judged_state.py)
+@click.option("--save-judged", type=click.Path(dir_okay=False), hidden=True,
+              help="Judge the cases, keep the results in this file and stop before the search for a cause.")
+@click.option("--from-judged", type=click.Path(exists=True, dir_okay=False), hidden=True,
+              help="Take the judged cases from this file (--save-judged) and go on from there.")
 @force_option
 @launcher_options
 def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limit, no_time_limit, why_case,
         why_budget, results_file, without_gpu, no_race_check, keep_inputs, sandboxed, launcher, partition, gres,
-        srun_args) -> None:
+        srun_args, save_judged, from_judged) -> None:
     """Judge PROGRAM on test cases (t01..t30, c01..c30 or input files): time, verify, print a
     table, and for each case that did not pass, why: where the wrong values are and which usual
     mistake explains them, the signal that ended a program, how far a short output got.
@@ -92,17 +98,19 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
             verdict.CaseInputs(names, keep_inputs, with_expected, note, workdir) as inputs:
         inputs.why = why_case
         options = verdict.JudgeOptions(tol, verify.RowCheck(sample_rows, full), not no_time_limit, runner, workdir)
-        ahead = outlook_of(prog, names, inputs.needs)
-        try:
-            judge_cases(prog, names, inputs, options, time_limit, with_expected, results, ahead)
-        except (KeyboardInterrupt, Terminated) as e:  # what is done is kept: its table, its records
-            stopped = e
+        if from_judged:
+            results = judged_state.load(from_judged, names)
+        else:
+            try:
+                judge_cases(prog, names, inputs, options, time_limit, with_expected, results,
+                            outlook_of(prog, names, inputs.needs))
+            except (KeyboardInterrupt, Terminated) as e:  # what is done is kept: its table, its records
+                stopped = e
+        if save_judged and not stopped:
+            judged_state.save(save_judged, names, results)
+            sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
         if not stopped:
-            chosen = next(r for r, name in zip(results, names) if name == why_case) if why_case else None
-            searching = why_budget > 0 and (chosen or any(r.verdict in ("WRONG", "ERROR") for r in results))
-            with tables.progress(f"looking for the cause ({why_budget:g} s at most)", None, enabled=bool(searching)):
-                found = investigation.explain(results, options, note, why_budget, chosen, prog, not no_race_check,
-                                              why_case)
+            found = look_into(results, names, options, why_case, why_budget, prog, not no_race_check)
     show_results(results, prog, found, why_case, sample_rows)
     if results_file and results:
         append(results_file, [verdict.as_record(r, options) for r in results])
@@ -118,6 +126,15 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
         sys.exit(ExitStatus.INTERRUPTED if signum == signal.SIGINT else 128 + signum)
     lines.echo(tables.run_summary(results))
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
+
+
+def look_into(results, names, options, why_case, why_budget, prog, race_check_too) -> list:
+    """The search for a cause of the cases that did not pass (and of --why's case, whatever its
+    verdict), with its progress line; what the investigation's steps on the whole run found."""
+    chosen = next(r for r, name in zip(results, names) if name == why_case) if why_case else None
+    searching = why_budget > 0 and (chosen or any(r.verdict in ("WRONG", "ERROR") for r in results))
+    with tables.progress(f"looking for the cause ({why_budget:g} s at most)", None, enabled=bool(searching)):
+        return investigation.explain(results, options, note, why_budget, chosen, prog, race_check_too, why_case)
 
 
 def confined(runner, program: str):

@@ -20,7 +20,7 @@ from ..cases import suite
 from ..programs import wave64
 from ..programs.programs import Launcher, Program
 from . import expected, probes, race_check
-from .slow_device import SlowDevice, SlowerThanHost
+from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
 from .across_cases import across_cases
 from .cause import AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun
 from .diagnose import Diagnosis, signal_name
@@ -81,7 +81,7 @@ class AcrossCases(Step):
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
-    Catalogue(), NoGpuHere(), HostCrash(), Rerun(), SlowerThanHost(),
+    Catalogue(), NoGpuHere(), HostCrash(), Rerun(), SlowerThanHost(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     *probes.PROBES,
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip

@@ -16,6 +16,11 @@ A failing case whose runs again showed a result that depends on timing (SlowerTh
 on the case) is run SLOWED_RUNS times slowed: where every one fails, bit for bit the same, the
 failure that came and went is the order of host and device, not a race inside a kernel (a race
 there does not wait for the launch and changes from run to run).
+
+A failing case whose runs again all failed alike (LaunchesWaited) is run WAITED_RUNS times with
+every launch waited for (CUDA_LAUNCH_BLOCKING=1): right every time, where as built it never was,
+the host went on before the device finished (a loaded machine can make an early write fail every
+run). A race inside a kernel, a wrong index or a wrong formula stay wrong.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from .steps import Context, Step
 DELAY_MS = 100
 RUN_TIMEOUT_S = 30.0
 SLOWED_RUNS = 3
+WAITED_RUNS = 3
 SLOWED = f"with the device made slower (each of its first launches preceded by {DELAY_MS} ms of waiting on its stream)"
 EARLY = ("it writes its output before the device finished (a copy back that is not waited for, a kernel on a stream "
          "the copy does not wait on, mapped memory read with no synchronization)")
@@ -44,11 +50,16 @@ EARLY = ("it writes its output before the device finished (a copy back that is n
 ORDERING_LINES = (r"Memcpy\w*Async", r"[Ss]ynchronize", r"Stream\w*Create|MallocHost|HostAlloc|MallocManaged")
 
 
+def with_setting(program: Program, assignment: str) -> Program:
+    """The same build, run with one variable set on env's command line (a sandbox passes on no
+    variable of fa's own; the command line reaches the program everywhere)."""
+    return dataclasses.replace(program, interpreter=(shutil.which("env") or "/usr/bin/env", assignment,
+                                                     *program.interpreter))
+
+
 def delayed(program: Program) -> Program:
-    """The same build, run with the device made slower (env FA_DEVICE_DELAY_MS=...: a sandbox
-    passes on no variable of fa's own, the command line reaches the program everywhere)."""
-    return dataclasses.replace(program, interpreter=(shutil.which("env") or "/usr/bin/env",
-                                                     settings.device_delay(DELAY_MS), *program.interpreter))
+    """The same build, run with the device made slower (FA_DEVICE_DELAY_MS)."""
+    return with_setting(program, settings.device_delay(DELAY_MS))
 
 
 def layered(program: Program) -> bool:
@@ -110,6 +121,34 @@ class SlowerThanHost(Step):
             f"measured: {said}, {wrong[0]} of {outputs[0].size} values wrong, where the runs again without it "
             f"(above) depend on timing: {EARLY}; a race inside a kernel would not wait for the launch"
             + ordering_lines(ctx)], dict(slow_device_wrong=wrong[0], case=case.label))]
+
+
+class LaunchesWaited(Step):
+    """A failing case whose runs again all failed alike, run with every launch waited for: right
+    every time, the host did not wait for the device."""
+
+    name = "every launch waited for, on the failing case"
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.verdict == "WRONG" and student_gpu_program(ctx.program) and ctx.kind != "hip" and \
+            not ctx.found_cause and bool(ctx.done)  # ctx.done: the runs again agreed (Rerun)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        case = ctx.trial
+        waited = f"with every launch waited for ({settings.launches_waited()})"
+        outputs = outputs_of(ctx, with_setting(ctx.program, settings.launches_waited()), case, WAITED_RUNS,
+                             "every launch waited for")
+        if outputs is None:
+            return []
+        wrong = wrong_in(outputs, case, ctx.tol)
+        if any(w != 0 for w in wrong):  # None (no output) or wrong: not a matter of waiting
+            ctx.done.append(f"wrong {waited} too")
+            return []
+        return [Finding(Kind.MEASURED, [
+            f"measured: {waited} it is right in {WAITED_RUNS} of {WAITED_RUNS} runs on {case.label}, where as built "
+            f"every run failed alike: the host goes on before the device finished (a copy back or a read of the "
+            f"output not waited for, a kernel on a stream that does not wait for another's)" + ordering_lines(ctx)],
+            dict(waited_right=WAITED_RUNS, case=case.label))]
 
 
 class SlowDevice(Step):
