@@ -38,6 +38,7 @@ class Facts:
     probe_fails: bool = False
     wrong_batches: np.ndarray | None = None
     dead_keys: np.ndarray | None = None
+    query_side: bool = False  # ScoreInputs read K right, or rows whose scores differ where their Q was alike
     named: bool = False  # a mechanism is named: the later readings stand aside
     stop: bool = False  # nothing more to measure on probe inputs (no output, or one that changes)
 

@@ -17,6 +17,8 @@ Where none names one, Summary says what was measured; Picture draws W against P.
                      column, scores by dim, values moved, a band of keys  linear_map.py
   ScoreInputs        the scores read back with Q one-hot by dim and K coded: which element of
                      K each term took, by formula                         score_inputs.py
+  QueryInputs        then Q's side, with Q coded and each key one-hot at a dim: which element
+                     of Q each term took, by formula or batch             query_inputs.py
   ReadWeights        W from runs with one-hot V; is the output W V?       weights.py
   RowsNotWritten, OtherRows, KeysWithoutWeight   W against P              readings.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
@@ -36,13 +38,14 @@ from .linear_map import LinearMap
 from .picture import Picture
 from .precision import Precision
 from .readings import KeysWithoutWeight, OtherRows, RowsNotWritten, Summary
+from .query_inputs import QueryInputs
 from .score_inputs import ScoreInputs
 from .softmax_steps import SoftmaxSteps
 from .step import Step
 from .weights import ProbeRuns, ReadWeights
 
 PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
-                             LinearMap(), ScoreInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
+                             LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
                              KeysWithoutWeight(), SoftmaxSteps(), Factors(), BatchAlone(), WholeTiles(), Summary(),
                              Picture())
 

@@ -22,6 +22,7 @@ of the terms land on elements of K, it says so in numbers and names nothing.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,10 +47,16 @@ def coded_keys(N: int, d: int) -> np.ndarray:
     """K of the run: N*d values that name their element, drawn without repeat from SLOTS times as
     many places a grid step apart in [-2, 2): a term read back with a wrong constant lands on one
     of them one time in SLOTS."""
-    rng = np.random.default_rng(CODE_SEED)
-    places = SLOTS * N * d
-    chosen = rng.choice(places, size=N * d, replace=False)
-    return ((chosen - places / 2) * (4.0 / places)).astype(np.float32).reshape(N, d)
+    return coded((N, d))
+
+
+def coded(shape: tuple[int, ...], seed: int = CODE_SEED) -> np.ndarray:
+    """Values that name their element (coded_keys), of any shape."""
+    rng = np.random.default_rng(seed)
+    count = int(np.prod(shape))
+    places = SLOTS * count
+    chosen = rng.choice(places, size=count, replace=False)
+    return ((chosen - places / 2) * (4.0 / places)).astype(np.float32).reshape(shape)
 
 
 def design(N: int, d: int, k: np.ndarray) -> ProbeInput:
@@ -86,7 +93,7 @@ def read_terms(W: np.ndarray) -> tuple[np.ndarray, float]:
     return terms, float(spread)
 
 
-def sources(terms: np.ndarray, k: np.ndarray) -> np.ndarray:
+def sources(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> np.ndarray:
     """(N, d) the flat index into K of the element each term took (-1: none within MATCH_TOL), each
     dim's constant the one under which the most terms are elements of K."""
     d, N = terms.shape
@@ -101,7 +108,7 @@ def sources(terms: np.ndarray, k: np.ndarray) -> np.ndarray:
         # the constant K'[0, x] is an element of K less the term of one of the first keys read (the next
         # where key 0's own term holds no element of K)
         for r in range(min(4, seen.size)):
-            hits, at = _matches(values, values - seen[r], seen)
+            hits, at = _matches(values, values - seen[r], seen, tol)
             if best is None or hits.sum() > best[0].sum():
                 best = hits, at
             if hits.sum() >= 0.9 * seen.size:
@@ -110,44 +117,63 @@ def sources(terms: np.ndarray, k: np.ndarray) -> np.ndarray:
     return found
 
 
-def _matches(values: np.ndarray, constants: np.ndarray, seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _matches(values: np.ndarray, constants: np.ndarray, seen: np.ndarray,
+             tol: float) -> tuple[np.ndarray, np.ndarray]:
     """For the constant under which the most terms land on a value of K (chosen on a few terms, then
     applied to all): which do, and where."""
     few = seen[np.linspace(0, seen.size - 1, min(seen.size, 12)).astype(int)]
-    best = int(_nearest(values, constants[:, None] + few[None, :])[1].sum(axis=1).argmax())
-    at, hit = _nearest(values, constants[best] + seen)
+    best = int(_nearest(values, constants[:, None] + few[None, :], tol)[1].sum(axis=1).argmax())
+    at, hit = _nearest(values, constants[best] + seen, tol)
     return hit, at
 
 
-def _nearest(values: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The index of the value of K nearest each wanted one, and whether it is within MATCH_TOL."""
+def _nearest(values: np.ndarray, wanted: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """The index of the value of K nearest each wanted one, and whether it is within tol."""
     at = np.clip(np.searchsorted(values, wanted), 1, values.size - 1)
     nearest = np.where(np.abs(values[at] - wanted) < np.abs(values[at - 1] - wanted), at, at - 1)
-    return nearest, np.abs(values[nearest] - wanted) <= MATCH_TOL
+    return nearest, np.abs(values[nearest] - wanted) <= tol
 
 
-def formulas(N: int, d: int):
-    """(words, what a term placed on no element of K is, the flat index each term would take: -1 for
-    none) of the families tried."""
+@dataclass(frozen=True)
+class Names:
+    """How the words name the operand read back: K's keys by default, Q's rows for query_inputs."""
+
+    one: str = "k"
+    whole: str = "K"
+    items: str = "keys"
+    item: str = "key"
+    index: str = "j"
+    per_row: bool = False  # one constant per row (Q's side), not per dim (K's)
+
+
+KEYS = Names()
+
+
+def formulas(N: int, d: int, names: Names = KEYS):
+    """(words, what a term placed on no element of the operand is, the flat index each term would
+    take: -1 for none) of the families tried."""
     j, x = np.meshgrid(np.arange(N), np.arange(d), indexing="ij")
-    past = "past K's last element"
-    yield "K read as if stored d x N: k[j, x] taken from K[x*N + j]", past, x * N + j
+    o, W, i, it = names.one, names.whole, names.index, names.items
+    past = f"past {W}'s last element"
+    yield f"{W} read as if stored d x N: {o}[{i}, x] taken from {W}[x*N + {i}]", past, x * N + j
     for s in range(1, min(N, 4)):
-        yield f"keys shifted: k[j, x] taken from K[j + {s}, x]", past, np.where(j + s < N, (j + s) * d + x, -1)
-        yield f"keys shifted: k[j, x] taken from K[j - {s}, x]", "before K", np.where(j >= s, (j - s) * d + x, -1)
+        yield f"{it} shifted: {o}[{i}, x] taken from {W}[{i} + {s}, x]", past, np.where(j + s < N, (j + s) * d + x, -1)
+        yield f"{it} shifted: {o}[{i}, x] taken from {W}[{i} - {s}, x]", f"before {W}", \
+            np.where(j >= s, (j - s) * d + x, -1)
     for s in range(1, min(d, 4)):
-        yield f"dims shifted: k[j, x] taken from K[j, (x + {s}) mod d]", past, j * d + (x + s) % d
+        yield f"dims shifted: {o}[{i}, x] taken from {W}[{i}, (x + {s}) mod d]", past, j * d + (x + s) % d
     for p in PITCHES:
         flat = j * (d + p) + x
-        yield (f"rows read at a pitch of {d + p} floats (d {p:+d}): k[j, x] taken from K's flat element "
-               f"j*{d + p} + x"), past, np.where(flat < N * d, flat, -1)
+        yield (f"rows read at a pitch of {d + p} floats (d {p:+d}): {o}[{i}, x] taken from {W}'s flat element "
+               f"{i}*{d + p} + x"), past, np.where(flat < N * d, flat, -1)
     for tile in KEY_TILES:
         for wrote in (d, *(d + p for p in PITCHES)):
             for read in (d, *(d + p for p in PITCHES)):
                 if wrote != read and tile < N:
-                    yield (f"a tile of {tile} keys written at a pitch of {wrote} floats a key and read at {read}: key "
-                           f"j0 + jj, dim x takes the tile's float jj*{read} + x, which holds key (jj*{read} + x) // "
-                           f"{wrote}, dim (jj*{read} + x) % {wrote} of the tile"), \
+                    yield (f"a tile of {tile} {it} written at a pitch of {wrote} floats a {names.item} and read at "
+                           f"{read}: {names.item} {i}0 + {i}{i}, dim x takes the tile's float {i}{i}*{read} + x, "
+                           f"which holds {names.item} ({i}{i}*{read} + x) // {wrote}, dim ({i}{i}*{read} + x) % "
+                           f"{wrote} of the tile"), \
                         "on the tile's pad slots, never written", tile_at_pitches(j, x, tile, wrote, read, N, d)
 
 
@@ -157,15 +183,17 @@ def tile_at_pitches(j, x, tile: int, wrote: int, read: int, N: int, d: int) -> n
     return np.where((dim < d) & (key < N), key * d + dim, -1)
 
 
-def fitting(found: np.ndarray, N: int, d: int) -> str | None:
+def fitting(found: np.ndarray, N: int, d: int, names: Names = KEYS) -> str | None:
     """The words of the first family that gives every term it places on K (at least half of them),
     with a quarter at most read as none of K or placed off K (a pad slot, past the last key); where
     it places none, what was read must be no element of K but by chance (a few distinct ones: a
     pad that happens to hold a value of K), not K's elements of another formula."""
     read = found >= 0
-    for words, off, predicted in formulas(N, d):
+    for words, off, predicted in formulas(N, d, names):
         placed = predicted >= 0
         strays = np.unique(found[~placed & read])
+        if names.per_row:  # a row most of whose terms fall off has its one constant from the few: unknown
+            placed &= (placed.sum(axis=1, keepdims=True) * 2 > d)
         if ((found == predicted) | ~placed | ~read).all() and (read & placed).sum() >= N * d // 2 \
                 and (~read).sum() <= N * d // 4 and (~placed).sum() <= N * d // 4 \
                 and strays.size <= max(2, (~placed).sum() // 4):
@@ -194,6 +222,7 @@ class ScoreInputs(Probe):
             return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {np.isnan(terms).mean():.0%} of "
                                             "the keys' weights are 0 in every row: not read"])]
         if spread > ROWS_AGREE:
+            ctx.facts.query_side = True  # rows alike in Q that score the keys otherwise: Q read at other places?
             return [Finding(Kind.OBSERVED, [
                 f"probe: the scores read back ({where}): the rows' weights disagree by up to {spread:.3g} in their "
                 "log ratios: not one score per key shared by the rows (the rows' scores differ, or the weights "
@@ -201,6 +230,7 @@ class ScoreInputs(Probe):
         found = sources(terms, k)
         right = found == np.arange(N * d).reshape(N, d)
         if right.all():
+            ctx.facts.query_side = True  # Q's side is read next (query_inputs.py)
             return []
         if (found >= 0).mean() < OF_K:  # the log ratios are no differences of K's values: nothing read of K
             return [Finding(Kind.OBSERVED, [
@@ -215,9 +245,11 @@ class ScoreInputs(Probe):
                                         "(transposed, shifted keys or dims, another pitch, a tile's two pitches)"])]
 
 
-def examples(found: np.ndarray, right: np.ndarray, d: int) -> str:
+def examples(found: np.ndarray, right: np.ndarray, d: int, names: Names = KEYS) -> str:
     """Where the wrong terms are, and the first three: which element each took."""
     wrong = np.argwhere(~right)[:3]
-    said = "; ".join(f"key {a}, dim {b} took " + (f"K[{found[a, b] // d}, {found[a, b] % d}]" if found[a, b] >= 0
-                                                   else "no element of K") for a, b in wrong)
-    return f"wrong in keys {spans(np.flatnonzero((~right).any(axis=1)))[:80]}; e.g. {said}"
+    W = names.whole
+    said = "; ".join(f"{names.item} {a}, dim {b} took " + (f"{W}[{found[a, b] // d}, {found[a, b] % d}]"
+                                                          if found[a, b] >= 0 else f"no element of {W}")
+                     for a, b in wrong)
+    return f"wrong in {names.items} {spans(np.flatnonzero((~right).any(axis=1)))[:80]}; e.g. {said}"

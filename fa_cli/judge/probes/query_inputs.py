@@ -1,0 +1,100 @@
+"""The scores' other side: which element of Q each term of a row's scores took.
+
+Once ScoreInputs found every term taking its own element of K, or rows whose Q was alike scoring
+the keys otherwise (Q read at other places), one run of BATCHES batches reads Q's side. Q is
+coded (its values name their element, as score_inputs codes K), every key j is one-hot at dim
+j mod d, at sqrt(d) (the score of row r and key j is then q'[r, j mod d] itself), and V is
+one-hot at keys 0 .. d - 1 (column c of the output is the weight of key c).
+So each row's log weight ratios give Q'[r, c] - Q'[r, 0], where Q' is what the program read for
+Q; the one constant per row is found as score_inputs finds K's per dim. Then Q' against Q: every
+batch's rows taking batch 0's (a missing batch offset on Q), else one formula of score_inputs'
+family for every batch (Q read transposed, rows or dims shifted, rows at another pitch, a tile of
+rows written at one pitch and read at another), else the first wrong terms by example.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding, Kind
+from .linear_map import map_rows
+from .readings import measured
+from .score_inputs import CODE_SEED, OF_K, TINY_WEIGHT, Names, coded, examples, fitting, sources
+from .step import Context, Probe, ProbeInput
+
+BATCHES = 2
+MATCH_TOL = 2.5e-5  # under half the grid's step for BATCHES * 4096 coded values (4 / 8 / 8192)
+ROWS = Names(one="q", whole="Q", items="rows", item="row", index="r", per_row=True)
+# The source lines shown: where Q (or a tile of it) is indexed.
+LOOK = ("Q's index", r"\b[qQ]\w*\s*\[[^\]]*\]")
+
+
+def design(N: int, d: int, q: np.ndarray) -> ProbeInput:
+    """BATCHES batches: Q coded, key j one-hot at dim j mod d (sqrt(d)), V one-hot at keys 0 .. d - 1."""
+    k = np.zeros((N, d), dtype=np.float32)
+    k[np.arange(N), np.arange(N) % d] = np.sqrt(d)
+    v = np.zeros((N, d), dtype=np.float32)
+    v[np.arange(d), np.arange(d)] = 1.0
+    return ProbeInput(q, np.broadcast_to(k, q.shape), np.broadcast_to(v, q.shape), "the query side's batches")
+
+
+def read_terms(out: np.ndarray) -> np.ndarray:
+    """(B*N, d) differences Q'[r, c] - Q'[r, 0] from each row's log weight ratios (NaN where a
+    weight is 0): one constant per row to find, as score_inputs.sources finds one per dim."""
+    B, N, d = out.shape
+    W = out.reshape(B * N, d).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logs = np.where(W > TINY_WEIGHT, np.log(np.maximum(W, TINY_WEIGHT)), np.nan)
+    return logs - logs[:, :1]
+
+
+def batch_of_reading(found: np.ndarray, B: int, N: int, d: int) -> tuple[str, np.ndarray] | None:
+    """Where every batch's rows read one batch's Q: (words, the terms as that batch's own indices)."""
+    per = found.reshape(B, N, d)
+    owner = np.where(per >= 0, per // (N * d), -1)
+    if (owner == np.arange(B)[:, None, None]).mean() >= OF_K:
+        return "", per - (np.arange(B) * N * d)[:, None, None]
+    if B > 1 and (owner == 0).mean() >= OF_K:
+        return "every batch's scores take batch 0's Q (a missing batch offset on Q); ", per
+    return None
+
+
+class QueryInputs(Probe):
+    """Which element of Q each term of each row's scores took, read back in one run."""
+
+    name = "the scores read back: which element of Q each term took"
+
+    def applies(self, ctx: Context) -> bool:
+        N, d = ctx.probe.shape.N, ctx.probe.shape.d
+        return not ctx.facts.named and ctx.facts.query_side and map_rows(N, d) >= d
+
+    def run(self, ctx: Context) -> list[Finding]:
+        N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d), ctx.probe.shape.d
+        q = coded((BATCHES, N, d), CODE_SEED + 1)
+        got = ctx.run(design(N, d, q))
+        where = f"{BATCHES} batches of {N} rows, Q coded, key j one-hot at dim j mod d"
+        if got is None:
+            return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {where}: Q's side not read"])]
+        terms = read_terms(got)
+        if np.isfinite(terms).mean() < 0.5:
+            return [Finding(Kind.OBSERVED, [f"probe: Q's side read back ({where}): {np.isnan(terms).mean():.0%} of "
+                                            "the weights are 0: not read"])]
+        found = sources(terms, q, MATCH_TOL).T  # (B*N, d): the flat index into Q of each term
+        right = found == np.arange(found.size).reshape(found.shape)
+        if right.all():
+            return []
+        if (found >= 0).mean() < OF_K:
+            return [Finding(Kind.OBSERVED, [
+                f"probe: Q's side read back ({where}): {(found >= 0).mean():.0%} of the terms land on an element "
+                "of Q: its rows' weights are no softmax of q' . k over elements of Q"])]
+        head = (f"probe: Q's side read back ({where}): {int(right.sum())} of {found.size} terms q[r, x] k[j, x] "
+                f"take q[r, x]; {int((found < 0).sum())} take no element of Q")
+        batch = batch_of_reading(found, BATCHES, N, d)
+        if batch is not None:
+            said = {fitting(local, N, d, ROWS) if not (local == np.arange(N * d).reshape(N, d)).all() else "right"
+                    for local in batch[1]}
+            if len(said) == 1 and None not in said and (batch[0] or said != {"right"}):
+                words = batch[0] + ("" if said == {"right"} else f"every term fits {said.pop()}")
+                return measured(ctx, [f"{head}; {words.removesuffix('; ')}"], look=LOOK, query_inputs=words)
+        return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, d, ROWS)}; no formula of those tried fits "
+                                        "(another batch's Q, transposed, shifted rows or dims, another pitch, a "
+                                        "tile's two pitches)"])]
