@@ -15,7 +15,8 @@ import pytest
 from helpers import DATA, fa, path_without_bwrap
 from test_sandbox import bwrap_works
 
-from fa_cli.classroom import similarity, submissions, table
+import fa_cli
+from fa_cli.classroom import judging, similarity, submissions, table
 from fa_cli.errors import FaError
 from fa_cli.programs.devices import list_devices
 
@@ -378,3 +379,31 @@ def test_programs_judged_side_by_side_never_run_beside_a_timed_run(tmp_path, cpu
         assert [s for s in spans if s[0] < b and a < s[1]] == [(a, b, who, case)], spans
     assert {s: r["t01"].split()[0] for s, r in rows(tmp_path / "class").items()} == dict(
         alice="PASS", bob="WRONG", eve="PASS")
+
+
+def test_a_timed_half_holds_for_its_submission_cases_fa_and_sandbox_only(tmp_path, monkeypatch):
+    """A class stopped between its halves, then run with other cases (or another fa, or the other
+    sandbox setting): the kept half is not taken for them; it is removed, and the cases timed again."""
+    task = judging.Task(submissions.Submission("ann", tmp_path, {"hw4.cpp": "00"}, "ab" * 32), tmp_path / "hw4.cpp")
+    kept = judging._halfway(tmp_path, task, ["t01"], True)
+    others = [judging._halfway(tmp_path, task, ["t01", "t02"], True), judging._halfway(tmp_path, task, ["t01"], False)]
+    monkeypatch.setattr(fa_cli, "__version__", "0.0.0-other")
+    others.append(judging._halfway(tmp_path, task, ["t01"], True))
+    assert len({kept, *others}) == 4
+    monkeypatch.undo()
+    for path in kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    timed = []
+
+    def fa_run(class_folder, task, cases, limits, sandboxed, half, turns=None, at_once=1):
+        timed.append(cases)
+        Path(half[1]).write_bytes(b"state")
+        return dict(exit_code=0, runs=[], words="", errors="")
+    monkeypatch.setattr(judging, "_fa_run", fa_run)
+    judging.time_cases(tmp_path, task, ["t01", "t02"], 4.0, True)
+    new = judging._halfway(tmp_path, task, ["t01", "t02"], True)
+    assert timed == [["t01", "t02"]] and not any(p.exists() for p in kept)
+    assert json.loads(new[0].read_text())["saved"] and judging.timed_before(tmp_path, task, ["t01", "t02"], True)
+    judging.time_cases(tmp_path, task, ["t01", "t02"], 4.0, True)
+    assert timed == [["t01", "t02"]]  # kept for these cases: not timed twice

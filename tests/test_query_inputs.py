@@ -58,9 +58,15 @@ def test_other_readings_of_q_are_named_by_their_formula_in_every_batch(read_q, w
     assert said_of(read_back(read_q)) == ("", {words})
 
 
-def test_rows_read_in_an_order_no_formula_gives_are_not_named():
+def test_rows_read_in_an_order_no_formula_gives_are_not_named_and_said_by_batch():
     order = np.random.default_rng(5).permutation(N)
-    assert None in said_of(read_back(lambda b, q: q[b][order]))[1]
+    found = read_back(lambda b, q: q[b][order])
+    assert None in said_of(found)[1]
+    right = found == np.arange(found.size).reshape(found.shape)
+    said = query_inputs.examples(found, right, N, D)
+    a = int(np.flatnonzero(~right.all(axis=1))[0])  # the first wrong row, in batch 0
+    assert said.startswith(f"wrong in {(~right.all(axis=1)).sum()} of {2 * N} rows") and \
+        f"batch 0, row {a}, dim 0 took Q[0][{order[a]}, 0]" in said, said
 
 
 Q_PITCH = """#!{python}

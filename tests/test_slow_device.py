@@ -24,31 +24,42 @@ def ctx(tmp_path, monkeypatch):
     return c
 
 
-def runs_giving(monkeypatch, outputs):
-    """outputs_of stubbed: the settings each call ran with (its env assignment) noted."""
-    called = []
+def runs_giving(monkeypatch, outputs, built=None):
+    """outputs_of stubbed: each call's setting (its env assignment, () as built) and runs noted;
+    runs with a setting give `outputs` in turn, runs as built `built` in turn."""
+    called, given = [], {(): list(built or []), "set": list(outputs)}
 
-    def outputs_of(ctx, program, case, runs, what):
-        called.append((program.interpreter[1:2], runs))
-        return [o.copy() if o is not None else None for o in outputs[:runs]]
+    def outputs_of(ctx, program, case, runs, what, counted=True):
+        setting = program.interpreter[1:2]
+        called.append((setting, runs))
+        queue = given[() if not setting else "set"]
+        return [None if o is None else o.copy() for o in (queue.pop(0) for _ in range(runs))]
     monkeypatch.setattr(slow_device, "outputs_of", outputs_of)
     return called
 
 
-def test_right_with_every_launch_waited_for_names_the_host_going_on_early(ctx, monkeypatch):
+def test_right_with_every_launch_waited_for_and_wrong_alike_between_names_the_host_going_on_early(ctx, monkeypatch):
     ctx.done.append("failed 5 of 5 runs on t01: the same output in every run")
-    called = runs_giving(monkeypatch, [RIGHT] * 3)
+    called = runs_giving(monkeypatch, [RIGHT] * 3, built=[RIGHT + 1] * 3)
     step = slow_device.LaunchesWaited()
     assert step.applies(ctx)
     [found] = step.run(ctx)
-    assert called == [(("CUDA_LAUNCH_BLOCKING=1",), 3)]
-    assert found.kind == Kind.MEASURED and "right in 3 of 3 runs on t01" in found.lines[0]
+    assert called == [((), 1), (("CUDA_LAUNCH_BLOCKING=1",), 1)] * 3  # by turns: each pair under one load
+    assert found.kind == Kind.MEASURED and "right in 3 of 3 runs on t01, and as built, run by turns" in found.lines[0]
     assert "1 `cudaMemcpyAsync(" in found.lines[0]  # the line that orders host and device
+
+
+def test_right_waited_for_but_right_as_built_too_between_claims_nothing(ctx, monkeypatch):
+    """A failure that depends on the load: the runs as built between the waited ones pass once."""
+    ctx.done.append("failed 5 of 5 runs on t01")
+    runs_giving(monkeypatch, [RIGHT] * 3, built=[RIGHT + 1, RIGHT, RIGHT + 1])
+    [found] = slow_device.LaunchesWaited().run(ctx)
+    assert found.kind == Kind.OBSERVED and "no claim" in found.lines[0] and "wrong values: 8, 0, 8" in found.lines[0]
 
 
 def test_still_wrong_with_every_launch_waited_for_claims_nothing(ctx, monkeypatch):
     ctx.done.append("failed 5 of 5 runs on t01")
-    runs_giving(monkeypatch, [RIGHT, RIGHT + 1, RIGHT])
+    runs_giving(monkeypatch, [RIGHT, RIGHT + 1, RIGHT], built=[RIGHT + 1] * 3)
     assert slow_device.LaunchesWaited().run(ctx) == []
     assert ctx.done[-1] == "wrong with every launch waited for (CUDA_LAUNCH_BLOCKING=1) too"
 

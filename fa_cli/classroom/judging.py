@@ -12,6 +12,7 @@ class judges again only what is missing or no longer holds.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -32,6 +33,7 @@ from .submissions import PLATFORM, Submission
 
 RECORDS = "records"
 REPORTS = "reports"
+LOOKED_INTO_AT_MOST = 12  # searches sharing one GPU: more would leave each less than its budget counts on
 WALL_MARGIN_S = 120  # a whole submission's run may take its cases' limits, twice, and this more
 
 
@@ -79,8 +81,8 @@ def cores() -> int:
 def looked_into_side_by_side(timed_side_by_side: int) -> int:
     """Students looked into at once, once every timed run is done: no run waits for a turn then,
     and the searches for a cause share the GPU; three for every 4 cores (each search is mostly one
-    process on one core at a time), the timed runs' number at least."""
-    return max(timed_side_by_side, cores() * 3 // 4)
+    process on one core at a time), LOOKED_INTO_AT_MOST on one GPU, the timed runs' number at least."""
+    return max(timed_side_by_side, min(LOOKED_INTO_AT_MOST, cores() * 3 // 4))
 
 
 def side_by_side() -> int:
@@ -125,27 +127,31 @@ def time_cases(class_folder: Path, task: Task, cases: list[str], time_limits_s: 
     which the at_once fa runs side by side take turns on the GPU, each timed run alone), the
     results kept for look_into (judge/judged_state.py). Kept already for this submission, this fa
     and this sandbox (a class run stopped between the halves): not judged again."""
-    timed, state = _halfway(class_folder, task, sandboxed)
+    timed, state = _halfway(class_folder, task, cases, sandboxed)
     if timed.exists():
         return
     timed.parent.mkdir(parents=True, exist_ok=True)
+    for stale in timed.parent.glob(f".{task.label}.*"):  # halves kept for another submission, cases, fa, sandbox
+        if stale.name.endswith((".timed.json", ".judged")):
+            stale.unlink(missing_ok=True)
     words = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--save-judged", str(state)], turns,
                     at_once)
+    words["saved"] = state.exists()  # this run's state, none left of another (removed above)
     with atomic_file(timed) as f:
         f.write(json.dumps(words).encode())
 
 
-def failed_when_timed(class_folder: Path, task: Task, sandboxed: bool) -> bool:
+def failed_when_timed(class_folder: Path, task: Task, cases: list[str], sandboxed: bool) -> bool:
     """The task's timed half ended other than in a pass of every case (a failure to look into)."""
     try:
-        return json.loads(_halfway(class_folder, task, sandboxed)[0].read_text())["exit_code"] != 0
+        return json.loads(_halfway(class_folder, task, cases, sandboxed)[0].read_text())["exit_code"] != 0
     except (OSError, ValueError, KeyError):
         return False
 
 
-def timed_before(class_folder: Path, task: Task, sandboxed: bool) -> bool:
+def timed_before(class_folder: Path, task: Task, cases: list[str], sandboxed: bool) -> bool:
     """The task's cases timed already (its first half kept), its search for a cause still to do."""
-    return _halfway(class_folder, task, sandboxed)[0].exists()
+    return _halfway(class_folder, task, cases, sandboxed)[0].exists()
 
 
 def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
@@ -156,10 +162,10 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
     if build_error is not None:
         build_error = build_error.replace(f"{class_folder}/", "")
     record = new_record(task, cases, sandboxed, build_error)
-    timed, state = _halfway(class_folder, task, sandboxed)
+    timed, state = _halfway(class_folder, task, cases, sandboxed)
     if build_error is None:
         first = json.loads(timed.read_text())
-        judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and state.exists()  # else: its own words
+        judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and first["saved"]  # else: its own words
         rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)]) \
             if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="")
         record.update(rest, words=first["words"] + rest["words"], errors=first["errors"] + rest["errors"])
@@ -176,11 +182,11 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
     return record
 
 
-def _halfway(class_folder: Path, task: Task, sandboxed: bool) -> tuple[Path, Path]:
+def _halfway(class_folder: Path, task: Task, cases: list[str], sandboxed: bool) -> tuple[Path, Path]:
     """Where the first half of a task's fa run leaves its words and its judged cases: named by
-    what they hold for (the submission's digest, the sandbox, fa's version: the state file checks
-    its cases and fa)."""
-    stem = class_folder / RECORDS / f".{task.label}.{task.submission.digest[:16]}.{int(sandboxed)}"
+    what they hold for (the submission's digest, the cases, fa's version, the sandbox)."""
+    holds = json.dumps([task.submission.digest, cases, fa_cli.__version__, sandboxed])
+    stem = class_folder / RECORDS / f".{task.label}.{hashlib.sha256(holds.encode()).hexdigest()[:16]}"
     return stem.with_name(stem.name + ".timed.json"), stem.with_name(stem.name + ".judged")
 
 

@@ -34,7 +34,7 @@ class Class:
     @property
     def timed_before(self) -> int:
         """Of todo, the tasks whose cases were timed before (a class run stopped between its halves)."""
-        return sum(judging.timed_before(self.folder, t, self.sandboxed) for t in self.todo)
+        return sum(judging.timed_before(self.folder, t, self.cases, self.sandboxed) for t in self.todo)
 
     @property
     def kept(self) -> list[dict]:
@@ -60,7 +60,7 @@ def gathered(where: Path, folder: Path, cases: list[str], sandboxed: bool) -> Cl
     return Class(folder, cases, sandboxed, copies, tasks, done)
 
 
-def judge(c: Class, jobs: int, slurm: dict | None, at_once: int = 1) -> None:
+def judge(c: Class, jobs: int, slurm: dict | None, at_once: int = 1, looked_at_once: int | None = None) -> None:
     """What is to judge, built on every core, then judged here (at_once side by side) or over Slurm
     (slurm: cluster.judge_all's partitions, sbatch_args and throttle); records join c.done as
     they come (an interrupt keeps them)."""
@@ -75,7 +75,7 @@ def judge(c: Class, jobs: int, slurm: dict | None, at_once: int = 1) -> None:
                    f"{judging.workers(jobs)} at once")
     start = time.monotonic()
     try:
-        _judge_built(c, todo, built, limits, slurm, at_once)
+        _judge_built(c, todo, built, limits, slurm, at_once, looked_at_once or at_once)
     finally:
         if todo:
             runs = sum(r.get("wall_s") or 0 for t in todo for r in (c.done.get(t.label) or {}).get("runs") or [])
@@ -85,7 +85,7 @@ def judge(c: Class, jobs: int, slurm: dict | None, at_once: int = 1) -> None:
 
 
 def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limits: float, slurm: dict | None,
-                 at_once: int) -> None:
+                 at_once: int, looked_at_once: int) -> None:
     """The built tasks judged here, or over Slurm. Here, in two halves: every program's cases timed,
     at_once side by side (each timed run alone on the GPU: gpu_turns), then every search for a cause
     and race check, more side by side (no timed run left to wait for them)."""
@@ -99,7 +99,8 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
             lines.echo(f"fa class: {label}: {why}")
         return
     turns = c.folder / ".gpu-turns" if at_once > 1 else None
-    timing = [t for t in todo if built[t.label] is None and not judging.timed_before(c.folder, t, c.sandboxed)]
+    timing = [t for t in todo
+              if built[t.label] is None and not judging.timed_before(c.folder, t, c.cases, c.sandboxed)]
     start = time.monotonic()
     _each("judging", timing, at_once, lambda t: judging.time_cases(c.folder, t, c.cases, limits, c.sandboxed, turns,
                                                                     at_once))
@@ -110,8 +111,8 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
     def finish(task: Task) -> None:
         c.done[task.label] = judging.look_into(c.folder, task, c.cases, limits, c.sandboxed, built[task.label])
     # the longest first: a failing program's search takes up to its budget, a passing one's race check less
-    longest_first = sorted(todo, key=lambda t: not judging.failed_when_timed(c.folder, t, c.sandboxed))
-    _each("looking into", longest_first, judging.looked_into_side_by_side(at_once), finish)
+    longest_first = sorted(todo, key=lambda t: not judging.failed_when_timed(c.folder, t, c.cases, c.sandboxed))
+    _each("looking into", longest_first, looked_at_once, finish)
 
 
 def _each(what: str, tasks: list[Task], at_once: int, do) -> None:

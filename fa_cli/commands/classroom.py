@@ -28,8 +28,9 @@ from .shared import check_names, selected_cases
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Builds at once (default: one a core).")
 @click.option("--side-by-side", "at_once", type=click.IntRange(min=1), default=None,
-              help="Programs judged at once here, each timed run alone on the GPU while the others' checks go on "
-                   "(default: one for every 4 cores, 4 at most).")
+              help="Programs judged at once here: their cases timed, each timed run alone on the GPU while the "
+                   "others' checks go on (default: one for every 4 cores, 4 at most), then their searches for a "
+                   "cause (default: 3 for every 4 cores, 12 at most).")
 @click.option("--launcher", type=click.Choice(["direct", "slurm"]), default="direct", show_default=True,
               help="Judge here, or as Slurm job arrays (CLASS where the nodes see it).")
 @click.option("--partition", "partitions", multiple=True,
@@ -70,7 +71,8 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
     slurm = dict(partitions=partition_of, sbatch_args=sbatch_args, throttle=throttle) if launcher == "slurm" else None
     stopped = False
     try:
-        whole_class.judge(the_class, jobs or 0, slurm, at_once or judging.side_by_side())
+        whole_class.judge(the_class, jobs or 0, slurm, at_once or judging.side_by_side(),
+                          at_once or judging.looked_into_side_by_side(judging.side_by_side()))
     except KeyboardInterrupt:
         stopped = True
     whole_class.outputs(the_class)

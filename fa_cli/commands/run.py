@@ -108,9 +108,12 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
                 stopped = e
         if save_judged and not stopped:
             judged_state.save(save_judged, names, results)
-            sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
-        if not stopped:
+        elif not stopped:
             found = look_into(results, names, options, why_case, why_budget, prog, not no_race_check)
+    if save_judged and not stopped:  # fa class's first half: the table and the rest are --from-judged's
+        if line := inputs.kept_line():
+            note(line)
+        sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
     show_results(results, prog, found, why_case, sample_rows)
     if results_file and results:
         append(results_file, [verdict.as_record(r, options) for r in results])
@@ -118,14 +121,18 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
     if line := inputs.kept_line():
         note(line)
     if stopped:
-        signum = stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT
-        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        during = f" during {names[len(results)]}" if len(results) < len(names) else ""
-        note(f"{how}{during}: {len(results)} of {len(names)} cases judged"
-             + (" (the table above)" if results else ""))
-        sys.exit(ExitStatus.INTERRUPTED if signum == signal.SIGINT else 128 + signum)
+        end_stopped(stopped, names, results)
     lines.echo(tables.run_summary(results))
     sys.exit(ExitStatus.OK if all(r.ok for r in results) else ExitStatus.FAILED)
+
+
+def end_stopped(stopped, names, results) -> None:
+    """An interrupted or terminated run: how far it got, and the exit status of its signal."""
+    signum = stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT
+    how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    during = f" during {names[len(results)]}" if len(results) < len(names) else ""
+    note(f"{how}{during}: {len(results)} of {len(names)} cases judged" + (" (the table above)" if results else ""))
+    sys.exit(ExitStatus.INTERRUPTED if signum == signal.SIGINT else 128 + signum)
 
 
 def look_into(results, names, options, why_case, why_budget, prog, race_check_too) -> list:

@@ -17,10 +17,11 @@ on the case) is run SLOWED_RUNS times slowed: where every one fails, bit for bit
 failure that came and went is the order of host and device, not a race inside a kernel (a race
 there does not wait for the launch and changes from run to run).
 
-A failing case whose runs again all failed alike (LaunchesWaited) is run WAITED_RUNS times with
-every launch waited for (CUDA_LAUNCH_BLOCKING=1): right every time, where as built it never was,
-the host went on before the device finished (a loaded machine can make an early write fail every
-run). A race inside a kernel, a wrong index or a wrong formula stay wrong.
+A failing case whose runs again all failed alike (LaunchesWaited) is run WAITED_RUNS times as
+built and as many with every launch waited for (CUDA_LAUNCH_BLOCKING=1), by turns: right every
+time waited, and wrong and the same every time as built, the host went on before the device
+finished (a loaded machine can make an early write fail every run). A race inside a kernel, a
+wrong index or a wrong formula stay wrong.
 """
 from __future__ import annotations
 
@@ -73,12 +74,12 @@ def ordering_lines(ctx: Context) -> str:
     return f"; lines that order host and device in {ctx.source.name}: {quoted(shown)}" if shown else ""
 
 
-def outputs_of(ctx: Context, program: Program, case, runs: int, what: str) -> list | None:
+def outputs_of(ctx: Context, program: Program, case, runs: int, what: str, counted: bool = True) -> list | None:
     """The program's outputs (None where it wrote none of the right size) in `runs` runs on a trial
-    case; None where the budget ended first."""
+    case (each said as `what`, counted or not); None where the budget ended first."""
     outputs = []
     for k in range(runs):
-        if not ctx.starting(f"{what}, run {k + 1} of {runs} on {case.label}"):
+        if not ctx.starting(f"{what}, run {k + 1} of {runs} on {case.label}" if counted else f"{what} on {case.label}"):
             return None
         _, got = run_once(program, case, ctx.work / "slow.out", ctx.launcher, min(RUN_TIMEOUT_S, ctx.budget.left))
         outputs.append(got)
@@ -124,30 +125,41 @@ class SlowerThanHost(Step):
 
 
 class LaunchesWaited(Step):
-    """A failing case whose runs again all failed alike, run with every launch waited for: right
-    every time, the host did not wait for the device."""
+    """A failing case whose runs again all failed alike, run as built and with every launch waited
+    for, by turns (each pair under the same load): right every time waited, wrong and the same
+    every time as built, the host did not wait for the device."""
 
     name = "every launch waited for, on the failing case"
 
     def applies(self, ctx: Context) -> bool:
         return ctx.verdict == "WRONG" and student_gpu_program(ctx.program) and ctx.kind != "hip" and \
-            not ctx.found_cause and bool(ctx.done)  # ctx.done: the runs again agreed (Rerun)
+            not ctx.found_cause and bool(ctx.done)  # ctx.done: the runs again ended without a cause (Rerun)
 
     def run(self, ctx: Context) -> list[Finding]:
-        case = ctx.trial
-        waited = f"with every launch waited for ({settings.launches_waited()})"
-        outputs = outputs_of(ctx, with_setting(ctx.program, settings.launches_waited()), case, WAITED_RUNS,
-                             "every launch waited for")
-        if outputs is None:
-            return []
-        wrong = wrong_in(outputs, case, ctx.tol)
-        if any(w != 0 for w in wrong):  # None (no output) or wrong: not a matter of waiting
+        case, waited = ctx.trial, f"with every launch waited for ({settings.launches_waited()})"
+        programs = {"as built": ctx.program, "every launch waited for": with_setting(ctx.program,
+                                                                                    settings.launches_waited())}
+        outputs = {what: [] for what in programs}
+        for k in range(WAITED_RUNS):
+            for what, program in programs.items():
+                got = outputs_of(ctx, program, case, 1, f"{what}, run {k + 1} of {WAITED_RUNS}", counted=False)
+                if got is None:
+                    return []
+                outputs[what] += got
+        built, right = wrong_in(outputs["as built"], case, ctx.tol), wrong_in(outputs["every launch waited for"],
+                                                                            case, ctx.tol)
+        if any(w != 0 for w in right):  # None (no output) or wrong: not a matter of waiting
             ctx.done.append(f"wrong {waited} too")
             return []
+        if None in built or not all(built) or not alike(outputs["as built"]):
+            return [Finding(Kind.OBSERVED, [f"{waited} it is right in {WAITED_RUNS} of {WAITED_RUNS} runs on "
+                                            f"{case.label}, but the runs as built between them are not all wrong "
+                                            f"alike (wrong values: {', '.join(map(str, built))}): no claim"])]
         return [Finding(Kind.MEASURED, [
-            f"measured: {waited} it is right in {WAITED_RUNS} of {WAITED_RUNS} runs on {case.label}, where as built "
-            f"every run failed alike: the host goes on before the device finished (a copy back or a read of the "
-            f"output not waited for, a kernel on a stream that does not wait for another's)" + ordering_lines(ctx)],
+            f"measured: {waited} it is right in {WAITED_RUNS} of {WAITED_RUNS} runs on {case.label}, and as built, "
+            f"run by turns with them, wrong in every one, the same output bit for bit ({built[0]} values): the host "
+            f"goes on before the device finished (a copy back or a read of the output not waited for, a kernel on "
+            f"a stream that does not wait for another's)" + ordering_lines(ctx)],
             dict(waited_right=WAITED_RUNS, case=case.label))]
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..findings import Finding, Kind
 from .linear_map import map_rows
 from .readings import measured
-from .score_inputs import CODE_SEED, OF_K, TINY_WEIGHT, Names, coded, examples, fitting, sources
+from .score_inputs import CODE_SEED, OF_K, TINY_WEIGHT, Names, coded, fitting, sources
 from .step import Context, Probe, ProbeInput
 
 BATCHES = 2
@@ -95,6 +95,18 @@ class QueryInputs(Probe):
             if len(said) == 1 and None not in said and (batch[0] or said != {"right"}):
                 words = batch[0] + ("" if said == {"right"} else f"every term fits {said.pop()}")
                 return measured(ctx, [f"{head}; {words.removesuffix('; ')}"], look=LOOK, query_inputs=words)
-        return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, d, ROWS)}; no formula of those tried fits "
+        return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, N, d)}; no formula of those tried fits "
                                         "(another batch's Q, transposed, shifted rows or dims, another pitch, a "
                                         "tile's two pitches)"])]
+
+
+def examples(found: np.ndarray, right: np.ndarray, N: int, d: int) -> str:
+    """Where the wrong terms are, and the first three: which element each took, by batch."""
+    def at(flat: int) -> str:
+        return f"Q[{flat // (N * d)}][{flat // d % N}, {flat % d}]"
+    said = "; ".join(f"batch {a // N}, row {a % N}, dim {b} took " + (at(found[a, b]) if found[a, b] >= 0 else
+                                                                     "no element of Q")
+                     for a, b in np.argwhere(~right)[:3])
+    rows = np.flatnonzero((~right).any(axis=1))
+    return f"wrong in {rows.size} of {right.shape[0]} rows (batch 0 {(rows < N).sum()}, later {(rows >= N).sum()}); " \
+        f"e.g. {said}"
