@@ -165,7 +165,7 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
     timed, state = _halfway(class_folder, task, cases, sandboxed)
     if build_error is None:
         first = json.loads(timed.read_text())
-        judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and first["saved"]  # else: its own words
+        judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and first.get("saved")  # else: its words
         rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)]) \
             if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="")
         record.update(rest, words=first["words"] + rest["words"], errors=first["errors"] + rest["errors"])
