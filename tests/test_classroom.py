@@ -57,6 +57,11 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
     assert got["carol"]["build"].startswith("error: submissions/carol/hw4.cpp:1:") and "main" in got["carol"]["build"]
     assert got["dave"]["c01"].startswith("ERROR") and "dave saw 0 files" in got["dave"]["cause"]
     assert "4 students, 4 programs: 1 pass every case, 2 do not, 1 do not build" in proc.stdout
+    # each half's wall in the record; the searches' longest said with their time
+    halves = json.loads((folder / "records" / "bob.cpu.json").read_text())["seconds"]
+    assert halves["timed"] > 0 and halves["looked_into"] > 0
+    assert re.search(r"fa class: the searches for a cause in [\d.]+ s, \d+ side by side; the longest: \w+\.cpu \d+ s",
+                     proc.stdout), proc.stdout
     alone = fa("run", "t01", "--program", subs / "bob" / "hw4.cpp", env={**os.environ, "COLUMNS": "120"}, cwd=tmp_path)
     report = (folder / "reports" / "bob.cpu.txt").read_text()
     assert alone.stdout.splitlines()[-1].split(";")[0] == "1 case: 1 WRONG"

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,8 +168,9 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
         first = json.loads(timed.read_text())
         judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and first.get("saved")  # else: its words
         rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)]) \
-            if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="")
-        record.update(rest, words=first["words"] + rest["words"], errors=first["errors"] + rest["errors"])
+            if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="", seconds=0.0)
+        record.update(rest, words=first["words"] + rest["words"], errors=first["errors"] + rest["errors"],
+                      seconds=dict(timed=first.get("seconds"), looked_into=rest["seconds"]))  # each half's wall
     path = record_path(class_folder, task)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(path) as f:
@@ -215,12 +217,14 @@ def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: flo
     try:
         # side by side, a run may wait for each of the others' turns as long as for its own
         wall = (2 * time_limits_s + WALL_MARGIN_S) * (at_once if turns else 1)
+        start = time.monotonic()
         proc = run_tool(argv, timeout=wall, cwd=class_folder, env=env,
                         why_timeout=" (fa class: twice the cases' limits and more, for each program side by side)")
         runs = records.load(results) if results.exists() else []
     finally:
         results.unlink(missing_ok=True)
-    return dict(exit_code=proc.returncode, runs=runs, words=proc.stdout, errors=proc.stderr)
+    return dict(exit_code=proc.returncode, runs=runs, words=proc.stdout, errors=proc.stderr,
+                seconds=round(time.monotonic() - start, 1))
 
 
 def tasks_of(submissions: list[Submission]) -> list[Task]:

@@ -112,7 +112,12 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
         c.done[task.label] = judging.look_into(c.folder, task, c.cases, limits, c.sandboxed, built[task.label])
     # the longest first: a failing program's search takes up to its budget, a passing one's race check less
     longest_first = sorted(todo, key=lambda t: not judging.failed_when_timed(c.folder, t, c.cases, c.sandboxed))
+    start = time.monotonic()
     _each("looking into", longest_first, looked_at_once, finish)
+    if todo:
+        took = sorted(((c.done[t.label].get("seconds") or {}).get("looked_into") or 0, t.label) for t in todo)[::-1]
+        lines.echo(f"fa class: the searches for a cause in {time.monotonic() - start:.1f} s, {looked_at_once} side by "
+                   f"side; the longest: " + ", ".join(f"{label} {s:.0f} s" for s, label in took[:3]))
 
 
 def _each(what: str, tasks: list[Task], at_once: int, do) -> None:
