@@ -13,6 +13,23 @@ class ExitStatus(enum.IntEnum):
     TERMINATED = 128 + signal.SIGTERM
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised where fa is (commands/group.py), so that it unwinds like Ctrl-C:
+    running programs are stopped and temporary files removed on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def stopped_how(stopped: BaseException) -> tuple[str, int]:
+    """How a run was stopped (Ctrl-C, or the signal of a Terminated), in words, and its exit status."""
+    signum = stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT
+    if signum == signal.SIGINT:
+        return "interrupted", ExitStatus.INTERRUPTED
+    return f"stopped by {signal.Signals(signum).name}", 128 + signum
+
+
 class FaError(Exception):
     """An error the user can act on."""
 

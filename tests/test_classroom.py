@@ -147,8 +147,12 @@ def verdict_columns(folder):
 
 @pytest.mark.slow
 @needs_bwrap
-@pytest.mark.parametrize("at_once", ["1", "3"])
-def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_run(tmp_path, cpu_program, at_once):
+@pytest.mark.parametrize("at_once, stop, said", [("1", signal.SIGINT, "interrupted:"), ("3", signal.SIGINT, "interrupted:"),
+                                                 ("3", signal.SIGTERM, "stopped by SIGTERM:")])
+def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_run(tmp_path, cpu_program, at_once,
+                                                                                  stop, said):
+    """Ctrl-C, or SIGTERM (a Slurm job's end, a TA's kill): the fa runs under way stopped, what is
+    judged kept and shown; run again, nothing judged twice and the table a whole run's."""
     subs = a_class(tmp_path)
     whole = fa("class", subs, "-o", tmp_path / "whole", "t01", "t02", cwd=tmp_path)
     assert whole.returncode == 0
@@ -159,9 +163,9 @@ def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_r
     deadline = time.monotonic() + 60
     while not list((folder / "records").glob("[!.]*.json")) and time.monotonic() < deadline:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "interrupted:" in out, out
+    assert proc.returncode == 128 + stop and said in out, out
     judged_before = {p.name: p.stat().st_mtime_ns for p in (folder / "records").glob("[!.]*.json")}
     assert 0 < len(judged_before) < 4
     # every case timed first, then the searches: the rest's timed halves kept whole, nothing half-written

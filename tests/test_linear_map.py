@@ -190,3 +190,52 @@ def test_the_step_reads_a_program_whose_lanes_sum_half_the_dims(tmp_path):
     assert any("dims 0-15 at 1/sqrt(d); dims 16-31 not at all" in line for line in found[0].lines)
     assert found[0].lines[-1] == ("lines with shuffles in hw4.cu: 3 `for (int o = 8; o > 0; o >>= 1) s += "
                                   "__shfl_xor_sync(~0u, s, o);`")
+
+
+def test_layouts_of_the_block_are_named_by_their_formula():
+    """The block read column by column, transposed twice the same way (a real student's earlier
+    version: a d x N result transposed back as though it were N x d), and 8 x 8 tiles transposed in
+    place: each is named by the formula of its layout."""
+    q, k = qk()
+    P = weights(q, k)
+
+    def t(f):
+        return f % N * D + f // N
+
+    def read(source):
+        return linear_map.read_map(moved_map(P, source), P, q, k)[0]
+    assert "flat position c*N + r (the block read column by column" in read(lambda r, c: divmod((r * D + c) % D * N + (r * D + c) // D, D))
+    said = read(lambda r, c: divmod(t(t(r * D + c)), D))
+    assert "flat position t(t(r*d + c)), t(f) = (f mod N)*d + f div N: the block transposed twice" in said
+    assert "e.g. row 0, column 1 holds row" in said
+    said = read(lambda r, c: (8 * (r // 8) + c % 8, 8 * (c // 8) + r % 8))
+    assert "each 8 x 8 tile transposed in place" in said
+
+
+TRANSPOSED_BACK_AS_N_BY_D = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+q, k, v = x[:, 0], x[:, 1], x[:, 2]
+s = q @ k.transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True)); p /= p.sum(axis=2, keepdims=True)
+o_t = (p @ v).transpose(0, 2, 1)  # the result kept d x N, then 'transposed back' as though it were N x d
+out = o_t.reshape(B, N, d).transpose(0, 2, 1).reshape(B, N, d)
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_the_step_names_a_result_transposed_back_with_its_sizes_swapped(tmp_path):
+    """A real student's earlier version, as a stand-in: O computed as d x N, then transposed by a
+    kernel given (N, d) where its buffer is d x N. The map is named by its formula, with the line
+    that writes the output."""
+    q, k = qk()
+    v = RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32)
+    inp = ProbeInput(np.stack([q, q]), np.stack([k, k]), v)
+    ctx = stand_in_context(tmp_path, TRANSPOSED_BACK_AS_N_BY_D, "__global__ void t(float *in, float *output) {\n"
+                           "  output[out_idx] = tile[threadIdx.x][threadIdx.y];\n}\n", inp)
+    found = linear_map.LinearMap().run(ctx)
+    assert found and found[0].kind == "measured", found
+    assert "the block transposed twice the same way" in found[0].lines[0]
+    assert found[0].lines[-1].startswith("lines with the output's index in hw4.cu: 2 `output[out_idx] = tile")

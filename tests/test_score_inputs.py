@@ -37,8 +37,13 @@ def padded_tile_read_unpadded(k: np.ndarray, pad_value: float = 0.0, tile: int =
 def read_back(read_k, N=N, d=D):
     k = score_inputs.coded_keys(N, d)
     inp = score_inputs.design(N, d, k)
-    terms, spread = score_inputs.read_terms(score_inputs.weights_by_dim(attention(inp, read_k).astype(np.float64), N, d))
-    return score_inputs.sources(terms, k), spread
+    return read(attention(inp, read_k).astype(np.float64), k, N, d)
+
+
+def read(out: np.ndarray, k: np.ndarray, N=N, d=D):
+    """What the step reads of an output: each batch's keys with their own constant per dim."""
+    terms, spread = score_inputs.read_terms(score_inputs.weights_by_dim(out, N, d), block=d)
+    return np.concatenate([score_inputs.sources(terms[:, t:t + d], k) for t in range(0, N, d)]), spread
 
 
 def test_a_right_program_reads_every_term_from_its_own_element():
@@ -128,3 +133,22 @@ def test_the_step_reads_a_program_whose_tile_pitches_differ(tmp_path):
     assert "every term fits a tile of 32 keys written at a pitch of 33 floats a key and read at 32" in found[0].lines[0]
     assert found[0].lines[-1].startswith("lines with a tile's pitch in hw4.cu: 2 `Ks[r * (D + 1) + c]")
     assert "3 `for (int x = 0; x < D; ++x) s += qi[x] * Ks[jj * D + x];`" in found[0].lines[-1]
+
+
+def test_a_tile_of_k_read_at_the_padded_pitch_past_ks_end_into_v_is_named():
+    """A tile of 32 keys loaded from K's flat elements j0*d + jj*(d + 1) + x (a padded pitch given
+    to the global read): the last key reads past K's end into V, whose values differ by batch, so
+    the batches' softmax sums differ; each batch read with its own constant, the formula fits."""
+    k = score_inputs.coded_keys(N, D)
+    inp = score_inputs.design(N, D, k)
+    j, x = np.arange(N)[:, None], np.arange(D)[None, :]
+    kv = np.concatenate([inp.k.reshape(len(inp.k), -1), inp.v.reshape(len(inp.v), -1)], axis=1).astype(np.float64)
+    taken = kv[:, (j - j % 32) * D + (j % 32) * (D + 1) + x]  # (B, N, d)
+    s = inp.q.astype(np.float64) @ taken.transpose(0, 2, 1) / np.sqrt(D)
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    out = (p / p.sum(axis=2, keepdims=True)) @ inp.v.astype(np.float64)
+    found, spread = read(out, k)
+    assert spread < 1e-6
+    assert score_inputs.fitting(found, N, D) == (
+        "a tile of 32 keys read at a pitch of 33 floats a key where K's rows are d = 32: key j0 + jj, dim x takes "
+        "K's flat element j0*32 + jj*33 + x (31 terms past K's last element)")

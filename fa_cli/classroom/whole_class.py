@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..cases import suite
-from ..errors import FaError
+from ..errors import FaError, Terminated
 from ..programs import processes
 from ..report import lines, tables
 from . import cluster, judging, page, similarity, submissions, table
@@ -128,7 +128,7 @@ def _each(what: str, tasks: list[Task], at_once: int, do) -> None:
         try:
             for _ in pool.map(lambda task: (do(task), advance()), tasks):  # in order; the first error raised here
                 pass
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated):  # the fa runs under way stopped, not waited for
             processes.stop_all()
             raise
         finally:

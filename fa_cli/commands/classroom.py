@@ -9,7 +9,7 @@ import click
 from .. import settings
 from ..cases import suite
 from ..classroom import cluster, judging, whole_class
-from ..errors import ExitStatus, FaError
+from ..errors import ExitStatus, FaError, Terminated, stopped_how
 from ..programs import sandbox
 from ..report import lines, tables
 from .group import main
@@ -69,17 +69,18 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
                + (f" ({timed} with its cases timed before)" if (timed := the_class.timed_before) else "")
                + ("" if not unsandboxed else "; UNSANDBOXED: every build and run sees this machine as you do"))
     slurm = dict(partitions=partition_of, sbatch_args=sbatch_args, throttle=throttle) if launcher == "slurm" else None
-    stopped = False
+    stopped = None
     try:
         whole_class.judge(the_class, jobs or 0, slurm, at_once or judging.side_by_side(),
                           at_once or judging.looked_into_side_by_side(judging.side_by_side()))
-    except KeyboardInterrupt:
-        stopped = True
+    except (KeyboardInterrupt, Terminated) as e:  # what is judged is kept, and shown
+        stopped = e
     whole_class.outputs(the_class)
     judged, programs = len(the_class.done), len(the_class.tasks)
-    if stopped:
-        lines.echo(f"interrupted: {judged} of {programs} programs judged; fa class again goes on from there")
-        sys.exit(ExitStatus.INTERRUPTED)
+    if stopped is not None:
+        how, status = stopped_how(stopped)
+        lines.echo(f"{how}: {judged} of {programs} programs judged; fa class again goes on from there")
+        sys.exit(status)
     sys.exit(ExitStatus.OK if judged == programs else ExitStatus.FAILED)
 
 

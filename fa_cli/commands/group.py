@@ -9,17 +9,8 @@ import sys
 import click
 
 from .. import settings
-from ..errors import ExitStatus, FaError
+from ..errors import ExitStatus, FaError, Terminated
 from ..report import lines
-
-
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP, raised where fa is, so that it unwinds like Ctrl-C: running programs
-    are stopped and temporary files removed on the way out."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
 
 
 def raise_terminated(signum, frame):

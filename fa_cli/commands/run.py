@@ -2,20 +2,19 @@
 from __future__ import annotations
 
 import dataclasses
-import signal
 import sys
 
 import click
 
 from .. import locations, settings
 from ..cases import suite
-from ..errors import ExitStatus
+from ..errors import ExitStatus, Terminated, stopped_how
 from ..judge import expected, investigation, judged_state, outlook, verdict, verify
 from ..measure import gtx1080_report, judge_column
 from ..programs import gtx1080, programs, sandbox, wave64
 from ..report import lines, tables
 from ..report.records import append, check_extendable
-from .group import Terminated, main
+from .group import main
 from .options import (SECONDS, TOLERANCE, OutputPath, case_options, force_option, launcher_options,
                       program_option)
 from .shared import check_names, make_launcher, note, runnable, selected_cases
@@ -128,11 +127,10 @@ def run(cases, all_cases, suite_text, program, tol, sample_rows, full, time_limi
 
 def end_stopped(stopped, names, results) -> None:
     """An interrupted or terminated run: how far it got, and the exit status of its signal."""
-    signum = stopped.signum if isinstance(stopped, Terminated) else signal.SIGINT
-    how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    how, status = stopped_how(stopped)
     during = f" during {names[len(results)]}" if len(results) < len(names) else ""
     note(f"{how}{during}: {len(results)} of {len(names)} cases judged" + (" (the table above)" if results else ""))
-    sys.exit(ExitStatus.INTERRUPTED if signum == signal.SIGINT else 128 + signum)
+    sys.exit(status)
 
 
 def look_into(results, names, options, why_case, why_budget, prog, race_check_too) -> list:

@@ -71,14 +71,19 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
     if not passed or not failed:
         return []
     found = []
-    for what, holds in SPLITS:
-        if all(holds(s) for s in failed) and not any(holds(s) for s in passed):
-            axis = "N" if what.startswith("N") else what[0]
-            found.append(Finding(Kind.SPLIT, [
-                f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
-                f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)})"], dict(only_where=what)))
-            if what.startswith("N is not"):
-                break  # the smallest tile that splits says it; the larger ones follow from it
+    splitting = [what for what, holds in SPLITS if all(holds(s) for s in failed) and not any(holds(s) for s in passed)]
+    tiles = [what.rsplit(" ", 1)[1] for what in splitting if what.startswith("N is not")]
+    for what in splitting:
+        if what.startswith("N is not") and not what.endswith(f" {tiles[0]}"):
+            continue  # the tiles said once, in the smallest one's line
+        axis = "N" if what.startswith("N") else what[0]
+        alike = ""
+        if what.startswith("N is not") and len(tiles) > 1:
+            others = ", ".join(tiles[1:-1]) + (" or " if len(tiles) > 2 else "") + tiles[-1]
+            alike = f"; not a multiple of {others} fits them as well: these cases do not tell the tiles apart"
+        found.append(Finding(Kind.SPLIT, [
+            f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
+            f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)}{alike})"], dict(only_where=what)))
     lowest = min(s.N for s in failed)
     if not found and all(s.N < lowest for s in passed):
         found.append(Finding(Kind.SPLIT, [

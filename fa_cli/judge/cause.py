@@ -152,7 +152,9 @@ class Sanitizer(Step):
             return True
         said = sanitize(tool, with_lines(ctx.program).argv, case.input_path, ctx.work, ctx.budget.left, ctx.on_node)
         if not said.first:
-            if said.finished:
+            if said.checked_nothing:
+                ctx.done.append(f"{tool} checked nothing on {case.label}: the program made no CUDA call there")
+            elif said.finished:
                 ctx.done.append(f"{tool} clean on {case.label}")
             else:
                 ctx.findings.append(Finding(Kind.MISSING_TOOL, [f"{tool}: stopped after the time budget with nothing "

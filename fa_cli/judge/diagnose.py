@@ -67,7 +67,7 @@ def describe_rows(bad: np.ndarray, checked: np.ndarray, N: int) -> str:
         return "every row" + (" checked" if sampled else "")
     R = int(bad[0])
     if np.array_equal(bad, checked[checked >= R]):
-        tiles = [T for T in KEY_TILES if N % T and N - N % T == R]
+        tiles = last_partial_tiles(bad, checked, N)
         if tiles:
             return f"only the last partial tile: rows {R}..{N - 1} (N = {N} is not a multiple of {tiles[0]})"
         return f"rows from {R} on{about}"
@@ -80,6 +80,14 @@ def describe_rows(bad: np.ndarray, checked: np.ndarray, N: int) -> str:
     if len(bad) == 1:
         return f"row {bad[0]} only"
     return f"rows {listing(bad)}" if len(bad) <= 12 else f"{len(bad)} scattered rows (of {len(checked)} checked)"
+
+
+def last_partial_tiles(bad: np.ndarray, checked: np.ndarray, N: int) -> list[int]:
+    """The tiles T (of KEY_TILES) whose last, partial tile of rows is exactly the rows wrong, every
+    row checked; [] where none is."""
+    if len(checked) < N or not len(bad) or not np.array_equal(bad, np.arange(bad[0], N)):
+        return []
+    return [T for T in KEY_TILES if N % T and N - N % T == bad[0]]
 
 
 def ordinal(k: int) -> str:
@@ -107,9 +115,10 @@ def where_wrong(result: VerifyResult, shape: Shape) -> dict:
     batches, rows, bad = result.wrong.arrays()
     wrong_batches = np.unique(batches[bad > 0])
     in_wrong = np.isin(batches, wrong_batches)
+    bad_rows, checked_rows = np.unique(rows[in_wrong & (bad > 0)]), np.unique(rows[in_wrong])
     return dict(batches=describe_batches(wrong_batches, np.unique(batches), shape.B),
-                rows=describe_rows(np.unique(rows[in_wrong & (bad > 0)]), np.unique(rows[in_wrong]), shape.N),
-                columns=describe_columns(result.wrong.column_bad))
+                rows=describe_rows(bad_rows, checked_rows, shape.N), columns=describe_columns(result.wrong.column_bad),
+                last_partial_tiles=last_partial_tiles(bad_rows, checked_rows, shape.N))
 
 
 # ---------------------------------------------------------------- which mistake explains it

@@ -21,6 +21,7 @@ from ..programs import wave64
 from ..programs.programs import Launcher, Program
 from . import expected, probes, race_check
 from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
+from .leaving_early import LeftBeforeBarrier
 from .across_cases import across_cases
 from .cause import AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun
 from .diagnose import Diagnosis, signal_name
@@ -83,7 +84,7 @@ class AcrossCases(Step):
 CASE_STEPS: tuple[Step, ...] = (
     Catalogue(), NoGpuHere(), HostCrash(), Rerun(), SlowerThanHost(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
-    *probes.PROBES,
+    LeftBeforeBarrier(), *probes.PROBES,
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
     AmdTools(), NothingMore())
 RUN_STEPS: tuple[Step, ...] = (MI210Hints(), AcrossCases(), SlowDevice(), race_check.PassingBuild())
@@ -132,7 +133,8 @@ def investigate(case, tol: float, launcher: Launcher | None, say: Callable[[str]
     ctx = Context(program, launcher, work, budget, say, tol, None, target.name, case_path=target.input_path,
                   case_shape=target.shape, kind=gpu_kind(program), target=target, verdict=case.verdict,
                   signal=signal_name(case.run.returncode), judged=case.judged, correct=correct,
-                  hypothesis=list(case.diagnosis.fields.get("looks_like", [])) if case.diagnosis else [])
+                  hypothesis=list(case.diagnosis.fields.get("looks_like", [])) if case.diagnosis else [],
+                  pattern=dict(case.diagnosis.fields.get("pattern") or {}) if case.diagnosis else {})
     ctx.whole = TrialCase(target.name, target.input_path, target.shape, correct)
     ctx.trial = ctx.whole
     return take(CASE_STEPS, ctx)

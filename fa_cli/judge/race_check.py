@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -25,12 +26,14 @@ from .findings import Finding, Kind
 from .probes.step import read_payload
 from .reruns import TrialCase
 from .steps import Context, Step
-from .tool_logs import Budget, find_tool, gpu_kind, sanitize, sanitizer_lines
+from .tool_logs import Budget, SanitizerReport, find_tool, gpu_kind, sanitize, sanitizer_lines
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
 RACE_B = 2
 TOOL_TIMEOUT_S = 60.0
+NOTHING = ("the program made no CUDA call there (compute-sanitizer: target application terminated before first "
+           "instrumented API call)")
 TOOLS = {  # tool: what a report of it is, in a student's words
     "racecheck": "a shared-memory race",
     "synccheck": "a barrier used where not every thread of the block reaches it",
@@ -73,31 +76,36 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     trial = check_case(work, d)
     case, shape = trial.input_path, trial.shape
     lined = with_lines(program)
-    found, done = [], []
-    for tool, what in TOOLS.items():
-        if budget.left < 1:
-            found.append(Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(t for t in TOOLS if t not in done)} not "
-                                                     f"run: {budget.left:.0f} s left of fa run --why-budget's "
-                                                     f"{budget.seconds:g} s"]))
-            break
-        done.append(tool)
-        say(f"race check: compute-sanitizer --tool {tool} on {shape} (once per build)")
-        timeout = min(TOOL_TIMEOUT_S, budget.left)
-        said = sanitize(tool, lined.argv, case, work, timeout, (launcher or Launcher()).wrap)
-        if not said.first and not said.finished:
-            found.append(Finding(Kind.MISSING_TOOL, [f"race check: {tool} stopped after {timeout:g} s with "
-                                                     "nothing reported"]))
-            continue
-        if said.first:
-            lines = sanitizer_lines(said.first)
-            told = lines[0] if tool == "racecheck" else f"{what}: " + "; ".join(lines)
-            total = f" ({said.count} in all)" if said.count else ""
-            found.append(Finding(Kind.WARNING, [f"passes here, but {tool} reports {told}{total} on {shape}; the "
-                                                "judge's GPU may schedule it otherwise"],
-                                 dict(tool=tool, report=said.first, count=said.count)))
+    if budget.left < 1:
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} not run: {budget.left:.0f} s left of "
+                                            f"fa run --why-budget's {budget.seconds:g} s"])]
+    say(f"race check: compute-sanitizer's {', '.join(TOOLS)} side by side on {shape} (once per build)")
+    timeout = min(TOOL_TIMEOUT_S, budget.left)
+    with ThreadPoolExecutor(len(TOOLS)) as pool:  # each its own log and output (tool_logs.sanitize)
+        reports = list(pool.map(lambda tool: sanitize(tool, lined.argv, case, work, timeout,
+                                                      (launcher or Launcher()).wrap), TOOLS))
+    if all(said.checked_nothing for said in reports):  # said once
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} checked nothing on {shape}: {NOTHING}"])]
+    found = [finding for said in reports for finding in told(said, shape, timeout)]
     if not any(f.kind == Kind.MISSING_TOOL for f in found):
         keep(kept, found)
     return found
+
+
+def told(said: SanitizerReport, shape: Shape, timeout: float) -> list[Finding]:
+    """One tool's report as fa says it: a hazard as a warning with its lines, a tool stopped at its
+    time limit with nothing reported, or nothing."""
+    if said.checked_nothing:
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} checked nothing on {shape}: {NOTHING}"])]
+    if not said.first:
+        return [] if said.finished else [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} stopped after "
+                                                                     f"{timeout:g} s with nothing reported"])]
+    lines = sanitizer_lines(said.first)
+    what = lines[0] if said.tool == "racecheck" else f"{TOOLS[said.tool]}: " + "; ".join(lines)
+    total = f" ({said.count} in all)" if said.count else ""
+    return [Finding(Kind.WARNING, [f"passes here, but {said.tool} reports {what}{total} on {shape}; the judge's "
+                                   "GPU may schedule it otherwise"],
+                    dict(tool=said.tool, report=said.first, count=said.count))]
 
 
 def keep(path: Path, found: list[Finding]) -> None:

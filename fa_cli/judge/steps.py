@@ -71,6 +71,7 @@ class Context:
     trial: object | None = None  # reruns.TrialCase: what the tools run on (a copy of the first batches, or all)
     whole: object | None = None  # reruns.TrialCase of the whole case
     hypothesis: list[str] = field(default_factory=list)  # what the catalogue said it looks like
+    pattern: dict = field(default_factory=dict)  # where the judged output is wrong (diagnose.where_wrong)
     findings: list[Finding] = field(default_factory=list)
     done: list[str] = field(default_factory=list)  # steps that ran to the end and found nothing
     ended: bool = False  # nothing more can be learnt of this case (no GPU here, a host crash looked into)

@@ -98,12 +98,14 @@ def _captured(argv: list[str], timeout: float, env: dict | None) -> tuple[int | 
 @dataclass
 class SanitizerReport:
     """What one compute-sanitizer tool said of one run: its first error (empty where none), the
-    errors in all (memcheck, synccheck, initcheck: racecheck counts only what it shows), and whether
-    it ran to the end (not stopped at its time limit)."""
+    errors in all (memcheck, synccheck, initcheck: racecheck counts only what it shows), whether
+    it ran to the end (not stopped at its time limit), and whether the program made any CUDA call
+    for it to check (a program that exits first, or computes on the host, gives it nothing)."""
     tool: str
     first: list[str]
     count: int | None
     finished: bool
+    checked_nothing: bool = False
 
 
 def sanitize(tool: str, program_argv: list[str], input_path: Path, work: Path, timeout: float,
@@ -122,16 +124,22 @@ def sanitize(tool: str, program_argv: list[str], input_path: Path, work: Path, t
     text = without_layer(log.read_text(errors="replace") if log.exists() else output)
     first = first_sanitizer_error(text)
     return SanitizerReport(tool, first, sanitizer_count(text) if first and tool != "racecheck" else None,
-                           finished=code is not None)
+                           finished=code is not None, checked_nothing=NO_CUDA_CALL in text)
 
 # ---------------------------------------------------------------- what the tools said
+NO_CUDA_CALL = "Target application terminated before first instrumented API call"  # the tool's words: no
+# CUDA call seen, so nothing checked (an error of the tool's, not a report on the program)
+
+
+TOOLS_OWN = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Target application")  # not reports
+
+
 def first_sanitizer_error(log: str) -> list[str]:
     """compute-sanitizer's first error: its headline and the lines that place it."""
     lines = [l.removeprefix("=========").rstrip() for l in log.splitlines() if l.startswith("=========")]
     for i, line in enumerate(lines):
         text = line.strip()
-        if not text or line.startswith("     ") or text.startswith(("COMPUTE-SANITIZER", "ERROR SUMMARY",
-                                                                     "RACECHECK SUMMARY", "Target application")):
+        if not text or line.startswith("     ") or text.removeprefix("Error: ").startswith(TOOLS_OWN):
             continue
         if "Maximum number of" in text or "Environment variable" in text:  # a note on the tool's limits
             continue

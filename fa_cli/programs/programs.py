@@ -276,16 +276,16 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
                                 start_new_session=True, preexec_fn=die_with_fa())
     except OSError as e:
         raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=ExitStatus.FAILED) from None
-    # The clock starts once the program is exec'd (Popen returns then): the fork before it is fa's,
-    # and costs in proportion to fa's memory (25 ms in a long test run), not the program's.
-    start = time.perf_counter()
-    if watch := getattr(launcher, "watch", None):  # a sandbox counts what the program starts
-        watch(proc)
     # The program's own exit ends the run, not the end of its stderr: a child it leaves behind
     # holding the pipe is killed with its process group, and never turns a finished run into a TLE.
-    # From here on, whatever stops fa (Ctrl-C, SIGTERM, SIGHUP, raised here) stops the program first.
+    # From its start on, whatever stops fa (Ctrl-C, SIGTERM, SIGHUP, raised here) stops the program first.
     chunks: list[str] = []
     try:
+        # The clock starts once the program is exec'd (Popen returns then): the fork before it is fa's,
+        # and costs in proportion to fa's memory (25 ms in a long test run), not the program's.
+        start = time.perf_counter()
+        if sandbox_watch := getattr(launcher, "watch", None):  # a sandbox counts what the program starts
+            sandbox_watch(proc)
         reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stderr.readline, "")), daemon=True)
         reader.start()
         watch = ExitWatch(proc)

@@ -14,7 +14,8 @@ where fa has the source):
               as log W = a . (q * k) + row constant: which of q . k's d terms each score took, and
               at what scale
   map         every output value is a right value of another place: the map, as a formula where
-              one fits (columns or rows moved, the block written transposed), else examples
+              one fits (columns or rows moved, a layout of the block: written or read column by
+              column, transposed twice the same way, tiles transposed in place), else examples
   scores      one set of weights for all columns, from scores of some dims only: said the same
               way (one factor on every dim is the Factors step's to name; weights that no scores
               fit come of the softmax, and the steps after read it)
@@ -274,8 +275,8 @@ def moved(T: np.ndarray, P: np.ndarray) -> list[str]:
 
 
 def map_formula(r, c, rr, cc, N: int, d: int) -> str:
-    """The map as a formula, among: columns moved within each row, rows moved, the N x d block
-    written column by column (transposed), a shift of the flat index."""
+    """The map as a formula, among: columns moved within each row, rows moved, a layout of the
+    N x d block (LAYOUTS), a shift of the flat index."""
     flat, true_flat = r * d + c, rr * d + cc
     if (rr == r).all():
         shifts = np.unique((cc - c) % d)
@@ -287,10 +288,38 @@ def map_formula(r, c, rr, cc, N: int, d: int) -> str:
     if (cc == c).all():
         shifts = np.unique((rr - r) % N)
         return f"row (r + {shifts[0]}) mod N, column c" if shifts.size == 1 else "another row, column c"
-    if (true_flat == (flat % N) * d + flat // N).all():
-        return "the element at flat position r*d + c read as the block's transpose (written column by column)"
+    for words, source in layouts(N, d):
+        if (source(flat, r, c) == true_flat).all():
+            return words
     shifts = np.unique((true_flat - flat) % (N * d))
     return f"flat position (r*d + c + {shifts[0]}) mod N*d" if shifts.size == 1 else ""
+
+
+def layouts(N: int, d: int):
+    """The layouts of a batch's N x d block that a program's transposes make, each as the right
+    value's flat position (r'*d + c') that output position (r, c) (flat f = r*d + c) holds: the
+    block written column by column, read column by column, transposed twice the same way (a
+    transpose given the sizes swapped), and each T x T tile transposed in place."""
+    def by_columns(f):  # f = c'*N + r': the right (r', c') stored column by column
+        return (f % N) * d + f // N
+
+    def read_by_columns(f):  # (r, c) takes the right block's flat element c*N + r
+        return (f % d) * N + f // d
+    yield ("the element at flat position r*d + c read as the block's transpose (written column by column: "
+           "(r, c) at c*N + r)"), lambda f, r, c: by_columns(f)
+    yield ("flat position c*N + r (the block read column by column, as though it were d x N)",
+           lambda f, r, c: read_by_columns(f))
+    yield ("flat position t(t(r*d + c)), t(f) = (f mod N)*d + f div N: the block transposed twice the same way "
+           "(a d x N block transposed back as though it were N x d: a transpose given its sizes swapped)"), \
+        lambda f, r, c: by_columns(by_columns(f))
+    yield ("flat position t(t(r*d + c)), t(f) = (f mod d)*N + f div d: the block transposed twice the same way "
+           "(an N x d block transposed as though it were d x N: a transpose given its sizes swapped)"), \
+        lambda f, r, c: read_by_columns(read_by_columns(f))
+    for T in (8, 16, 32, 64):
+        if N % T == 0 and d % T == 0:
+            yield (f"row {T}*(r div {T}) + c mod {T}, column {T}*(c div {T}) + r mod {T}: each {T} x {T} tile "
+                   "transposed in place (a tile's row and column index swapped where it is loaded or stored)"), \
+                (lambda T: lambda f, r, c: (T * (r // T) + c % T) * d + T * (c // T) + r % T)(T)
 
 
 def crossing(across: np.ndarray) -> list[str]:

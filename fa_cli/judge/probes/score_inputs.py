@@ -5,15 +5,18 @@ of a grid in [-2, 2), so that a value read back names the one element it came fr
 one-hot at dim x, at sqrt(d) (the score's term for dim x is then k[j, x] itself), and V one-hot
 at keys t*d .. t*d + d - 1 (column c of the output is then the weight of key t*d + c). So each
 row's weights are read for Q along each dim in turn, and their log ratios are the scores'
-differences: s[j] - s[j0] = K'[j, x] - K'[j0, x], where K' is what the program read for K. The
-one constant per dim is an element of K less the term of one of the first four keys: the one
-under which the most of 12 terms land on elements of K, then applied to all (a few of the N*d
-may hold what the input does not: memory never written). Then K' against K, element by element:
+differences: s[j] - s[j0] = K'[j, x] - K'[j0, x], where K' is what the program read for K, j0 a
+key of j's batch (batches need not share a softmax sum: a program that reads past K's end reads
+V's values, which differ by batch). The one constant per dim and batch is an element of K less the
+term of one of the batch's first four keys: the one under which the most of 12 terms land on
+elements of K, then applied to the batch (a few may hold what the input does not: memory never
+written). Then K' against K, element by element:
 
   right       every term takes k[j, x]: the scores are right; the step says nothing
   formula     one of a family fits every term read: K read transposed (K[x*N + j]), keys or dims
-              shifted, rows read at another pitch (K[j*P + x]), or a tile of keys written at one
-              pitch and read at another (its pad slots never written): said with its figures
+              shifted, rows read at another pitch (K[j*P + x]), a tile of K's rows read at another
+              pitch (K[j0*d + jj*P + x]), or a tile of keys written at one pitch and read at
+              another (its pad slots never written): said with its figures
   examples    otherwise, which element the first wrong terms took
 
 Where the weights are not those of scores (weights of 0, rows that disagree), or fewer than OF_K
@@ -81,13 +84,22 @@ def weights_by_dim(out: np.ndarray, N: int, d: int) -> np.ndarray:
     return W[:, :, :N]
 
 
-def read_terms(W: np.ndarray) -> tuple[np.ndarray, float]:
-    """(d, N) differences K'[j, x] - K'[0, x] (NaN where a weight is 0), from the rows' log ratios
-    (their median), and the largest disagreement between rows."""
+def read_terms(W: np.ndarray, block: int | None = None) -> tuple[np.ndarray, float]:
+    """(d, N) differences K'[j, x] - K'[j0, x] (NaN where a weight is 0), from the rows' log ratios
+    (their median), j0 the first key of j's block of `block` keys (all N by default) that every row
+    weighs, and the largest disagreement between rows. A block is one batch's keys: batches whose
+    softmax sums differ (a program that reads V's values as K's past K's end) share no constant."""
+    d, rows, N = W.shape
+    block = block or N
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a key no row weighs: its term is NaN, said as such
         logs = np.where(W > TINY_WEIGHT, np.log(np.maximum(W, TINY_WEIGHT)), np.nan)
-        diffs = logs - logs[:, :, :1]
+        diffs = np.full_like(logs, np.nan)
+        for start in range(0, N, block):
+            keys = logs[:, :, start:start + block]
+            weighed = np.flatnonzero(np.isfinite(keys).all(axis=(0, 1)))
+            if weighed.size:
+                diffs[:, :, start:start + block] = keys - keys[:, :, weighed[0]:weighed[0] + 1]
         terms = np.nanmedian(diffs, axis=1)
         spread = np.nanmax(np.abs(diffs - terms[:, None, :])) if np.isfinite(diffs).any() else np.inf
     return terms, float(spread)
@@ -169,7 +181,11 @@ def formulas(N: int, d: int, names: Names = KEYS):
     for tile in KEY_TILES:
         for wrote in (d, *(d + p for p in PITCHES)):
             for read in (d, *(d + p for p in PITCHES)):
-                if wrote != read and tile < N:
+                if wrote == d and read != d and tile < N:  # K's own rows, a tile of them read at another pitch
+                    yield (f"a tile of {tile} {it} read at a pitch of {read} floats a {names.item} where {W}'s rows "
+                           f"are d = {d}: {names.item} {i}0 + {i}{i}, dim x takes {W}'s flat element {i}0*{d} + "
+                           f"{i}{i}*{read} + x"), past, tile_at_pitches(j, x, tile, wrote, read, N, d)
+                elif wrote != read and tile < N:
                     yield (f"a tile of {tile} {it} written at a pitch of {wrote} floats a {names.item} and read at "
                            f"{read}: {names.item} {i}0 + {i}{i}, dim x takes the tile's float {i}{i}*{read} + x, "
                            f"which holds {names.item} ({i}{i}*{read} + x) // {wrote}, dim ({i}{i}*{read} + x) % "
@@ -217,7 +233,7 @@ class ScoreInputs(Probe):
         where = f"{inp.shape.B} batches of {N} rows, Q one-hot by dim, K coded"
         if got is None:
             return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {where}: the scores not read"])]
-        terms, spread = read_terms(weights_by_dim(got.astype(np.float64), N, d))
+        terms, spread = read_terms(weights_by_dim(got.astype(np.float64), N, d), block=d)  # a batch's keys
         if np.isfinite(terms).mean() < 0.5:
             return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {np.isnan(terms).mean():.0%} of "
                                             "the keys' weights are 0 in every row: not read"])]
@@ -227,7 +243,7 @@ class ScoreInputs(Probe):
                 f"probe: the scores read back ({where}): the rows' weights disagree by up to {spread:.3g} in their "
                 "log ratios: not one score per key shared by the rows (the rows' scores differ, or the weights "
                 "are no softmax of scores)"])]
-        found = sources(terms, k)
+        found = np.concatenate([sources(terms[:, start:start + d], k) for start in range(0, N, d)])  # by batch
         right = found == np.arange(N * d).reshape(N, d)
         if right.all():
             ctx.facts.query_side = True  # Q's side is read next (query_inputs.py)

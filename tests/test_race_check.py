@@ -1,0 +1,64 @@
+"""fa_cli/judge/race_check.py, without a GPU: the passing build's three tools read through a
+stand-in compute-sanitizer that writes a given log, so that what fa says of each log is checked
+(the GPU runs are in test_probes_gpu.py)."""
+import os
+
+import pytest
+
+from fa_cli.judge import race_check
+from fa_cli.judge.findings import Kind
+from fa_cli.judge.tool_logs import Budget
+from fa_cli.programs.programs import Program
+
+from test_tool_logs import RACECHECK_LOG
+
+NO_CUDA_LOG = """========= COMPUTE-SANITIZER
+========= Error: Target application terminated before first instrumented API call
+========= Tool execution finished with errors
+"""
+
+
+@pytest.fixture
+def sanitizer_saying(tmp_path, monkeypatch):
+    """A stand-in compute-sanitizer on PATH that writes the log given to it (for every tool) and
+    counts its calls."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "compute-sanitizer").write_text(
+        "#!/bin/sh\necho x >> \"$(dirname \"$0\")/calls\"\n"
+        "while [ \"$1\" != --log-file ]; do shift; done; cp \"$(dirname \"$0\")/log.txt\" \"$2\"\n")
+    (tools / "compute-sanitizer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+
+    def saying(log: str):
+        (tools / "log.txt").write_text(log)
+        (tools / "calls").unlink(missing_ok=True)
+        return lambda: len((tools / "calls").read_text().split())
+    return saying
+
+
+def checked(tmp_path, name: str):
+    binary = tmp_path / name
+    binary.write_bytes(name.encode())  # its bytes name its kept verdict
+    return race_check.check(Program(name, binary), 32, None, tmp_path, lambda line: None, Budget(60))
+
+
+def test_a_program_that_makes_no_cuda_call_is_said_to_be_unchecked_never_warned(tmp_path, sanitizer_saying):
+    """compute-sanitizer's 'Target application terminated before first instrumented API call' is
+    the tool seeing no CUDA call (a program that computes on the host, or exits first): one line
+    says nothing was checked, and no tool's warning is made of it."""
+    calls = sanitizer_saying(NO_CUDA_LOG)
+    found = checked(tmp_path, "host-only")
+    assert [f.kind for f in found] == [Kind.MISSING_TOOL] and calls() == 3
+    assert found[0].lines[0].startswith("race check: racecheck, synccheck, initcheck checked nothing on B=2, N=256, "
+                                        "d=32: the program made no CUDA call there")
+    assert not race_check.cache_file(Program("host-only", tmp_path / "host-only"), 32).exists()  # checked again
+
+
+def test_a_hazard_is_a_warning_with_its_lines_and_kept(tmp_path, sanitizer_saying):
+    calls = sanitizer_saying(RACECHECK_LOG)
+    found = checked(tmp_path, "racy")
+    assert calls() == 3 and found and all(f.kind == Kind.WARNING for f in found)
+    assert found[0].lines[0].startswith("passes here, but racecheck reports a shared-memory race: a write at "
+                                        "attention<(int)32>+0x1a0, hw4.cu:70")
+    assert race_check.cache_file(Program("racy", tmp_path / "racy"), 32).exists()
