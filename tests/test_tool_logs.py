@@ -52,6 +52,13 @@ def test_memchecks_report_in_two_lines():
                      "Address 0x104 is misaligned"]
 
 
+def test_a_program_that_made_no_cuda_call_gives_no_report():
+    """compute-sanitizer's own error where it saw no CUDA call is no report on the program."""
+    log = ("========= COMPUTE-SANITIZER\n========= Error: Target application terminated before first instrumented "
+           "API call\n========= Tool execution finished with errors\n")
+    assert tool_logs.first_sanitizer_error(log) == [] and tool_logs.NO_CUDA_CALL in log
+
+
 def test_a_clean_log_has_no_error():
     assert tool_logs.first_sanitizer_error("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == []
 

@@ -151,10 +151,11 @@ class Sanitizer(Step):
         if not ctx.starting(f"compute-sanitizer --tool {tool} on {case.label}"):
             return True
         said = sanitize(tool, with_lines(ctx.program).argv, case.input_path, ctx.work, ctx.budget.left, ctx.on_node)
+        if said.checked_nothing:  # the tool's own error, whatever it printed after
+            ctx.done.append(f"{tool} checked nothing on {case.label}: the program made no CUDA call there")
+            return True
         if not said.first:
-            if said.checked_nothing:
-                ctx.done.append(f"{tool} checked nothing on {case.label}: the program made no CUDA call there")
-            elif said.finished:
+            if said.finished:
                 ctx.done.append(f"{tool} clean on {case.label}")
             else:
                 ctx.findings.append(Finding(Kind.MISSING_TOOL, [f"{tool}: stopped after the time budget with nothing "

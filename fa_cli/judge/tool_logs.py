@@ -131,7 +131,8 @@ NO_CUDA_CALL = "Target application terminated before first instrumented API call
 # CUDA call seen, so nothing checked (an error of the tool's, not a report on the program)
 
 
-TOOLS_OWN = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Target application")  # not reports
+TOOLS_OWN = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Target application",  # not reports
+             "Tool execution finished")
 
 
 def first_sanitizer_error(log: str) -> list[str]:
