@@ -42,8 +42,8 @@ def test_a_split_by_tile_multiple_is_named():
     found = across_cases.split_findings([Shape(2, 1024, 32), Shape(2, 48, 64)], [Shape(2, 1000, 32)])
     assert found[0].lines[0].endswith("(failing N: 1000; passing N: 48, 1024)")  # 48: a multiple of 16 alone
     found = across_cases.split_findings([Shape(2, 128, 32), Shape(3, 256, 64)], [Shape(1, 200, 64)])
-    assert [f.lines[0] for f in found] == ["split: fails only where N is not a multiple of 16 (failing N: 200; passing N: "
-                                           "128, 256; not a multiple of 32, 64 or 128 fits them as well: these cases "
+    assert [f.lines[0] for f in found] == ["split: fails only where N is not a multiple of 16 (failing N: 200; "
+                                           "passing N: 128, 256; not a multiple of 32, 64 or 128 fits them as well: these cases "
                                            "do not tell the tiles apart)"]
 
 

@@ -147,7 +147,8 @@ def verdict_columns(folder):
 
 @pytest.mark.slow
 @needs_bwrap
-@pytest.mark.parametrize("at_once, stop, said", [("1", signal.SIGINT, "interrupted:"), ("3", signal.SIGINT, "interrupted:"),
+@pytest.mark.parametrize("at_once, stop, said", [("1", signal.SIGINT, "interrupted:"),
+                                                 ("3", signal.SIGINT, "interrupted:"),
                                                  ("3", signal.SIGTERM, "stopped by SIGTERM:")])
 def test_interrupted_and_run_again_it_judges_nothing_twice_and_ends_as_a_whole_run(tmp_path, cpu_program, at_once,
                                                                                   stop, said):

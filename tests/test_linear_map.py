@@ -204,7 +204,8 @@ def test_layouts_of_the_block_are_named_by_their_formula():
 
     def read(source):
         return linear_map.read_map(moved_map(P, source), P, q, k)[0]
-    assert "flat position c*N + r (the block read column by column" in read(lambda r, c: divmod((r * D + c) % D * N + (r * D + c) // D, D))
+    by_columns = read(lambda r, c: divmod((r * D + c) % D * N + (r * D + c) // D, D))
+    assert "flat position c*N + r (the block read column by column" in by_columns
     said = read(lambda r, c: divmod(t(t(r * D + c)), D))
     assert "flat position t(t(r*d + c)), t(f) = (f mod N)*d + f div N: the block transposed twice" in said
     assert "e.g. row 0, column 1 holds row" in said

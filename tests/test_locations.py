@@ -48,7 +48,8 @@ def test_another_runs_directory_stays(in_tmp):
 
 
 def test_removed_when_fa_is_terminated(in_tmp):
-    """SIGTERM reaches fa as an exception (errors.Terminated, raised by commands/group.py): the directory goes on the way out."""
+    """SIGTERM reaches fa as an exception (errors.Terminated, raised by commands/group.py): the
+    directory goes on the way out."""
     code = ("import time, signal\nfrom fa_cli import locations\nfrom fa_cli.commands import group\n"
             "signal.signal(signal.SIGTERM, group.raise_terminated)\n"
             "with locations.shared_workdir() as w:\n    print(w, flush=True)\n    time.sleep(60)\n")

@@ -178,3 +178,22 @@ def test_one_sanitizer_call_runs_the_tool_where_the_program_runs_and_reads_its_l
     assert said.count is None and said.first and "--racecheck-report analysis" in (tools / "argv").read_text()
     monkeypatch.setattr(tool_logs, "find_tool", lambda name: None)  # not installed
     assert tool_logs.sanitize("memcheck", ["./hw4"], tmp_path / "in.bin", tmp_path, 30) is None
+
+
+def test_tools_side_by_side_share_one_time_limit_and_are_stopped_at_it(tmp_path, monkeypatch):
+    """Three tools at once that would run for 30 s each, given 1 s: all three started before that
+    limit (one after another, the second would start after it), each stopped and said unfinished,
+    none left running."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "compute-sanitizer").write_text(f"#!/bin/sh\necho $$ $(date +%s.%N) >> {tmp_path}/started\n"
+                                             "exec sleep 30\n")
+    (tools / "compute-sanitizer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    said = tool_logs.sanitize_side_by_side(("racecheck", "synccheck", "initcheck"), ["./hw4"], tmp_path / "in.bin",
+                                           tmp_path, 1.0)
+    assert [r.tool for r in said] == ["racecheck", "synccheck", "initcheck"] and not any(r.finished for r in said)
+    started = [line.split() for line in (tmp_path / "started").read_text().splitlines()]
+    times = [float(t) for _, t in started]
+    assert len(started) == 3 and max(times) - min(times) < 1.0
+    assert not [pid for pid, _ in started if os.path.exists(f"/proc/{pid}")]

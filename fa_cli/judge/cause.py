@@ -36,9 +36,9 @@ from .findings import Finding, Kind
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
 from .steps import Context, Step
-from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, asan_report, backtrace, caught_in,
-                        debugger_exit, find_tool, frame_text, is_own_frame, is_system_frame, run_captured, sanitize,
-                        sanitizer_lines)
+from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, NO_CUDA_CALL_SAID, asan_report, backtrace,
+                        caught_in, debugger_exit, find_tool, frame_text, is_own_frame, is_system_frame, run_captured,
+                        sanitize, sanitizer_lines)
 
 
 def crashed(ctx: Context) -> bool:
@@ -152,7 +152,7 @@ class Sanitizer(Step):
             return True
         said = sanitize(tool, with_lines(ctx.program).argv, case.input_path, ctx.work, ctx.budget.left, ctx.on_node)
         if said.checked_nothing:  # the tool's own error, whatever it printed after
-            ctx.done.append(f"{tool} checked nothing on {case.label}: the program made no CUDA call there")
+            ctx.done.append(f"{tool} checked nothing on {case.label}: {NO_CUDA_CALL_SAID}")
             return True
         if not said.first:
             if said.finished:

@@ -20,33 +20,52 @@ from .steps import Context, Step
 
 KERNEL = re.compile(r"__global__")
 # a return guarded by a condition, on one line: if (row >= N) return; / if (!valid) { return; }
-GUARDED_RETURN = re.compile(r"\bif\s*\(.*\)\s*\{?\s*return\s*;")
+GUARDED_RETURN = re.compile(r"\bif\s*\((?P<condition>.*)\)\s*\{?\s*return\s*;")
 BARRIER = re.compile(r"\b__syncthreads\s*\(")
+THREAD_NAME = re.compile(r"(\w+)\s*=[^;,=][^;,]*")  # a name given a value: `i = blockIdx.x * 128 + threadIdx.x`
 SHOWN = 70  # characters of a line shown
 
 
+def code_lines(source: Path) -> list[str]:
+    """The source's lines, comments blanked (// and /* */), line numbers kept."""
+    text = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group()), source.read_text(errors="replace"),
+                  flags=re.S)
+    return [line.split("//")[0].rstrip() for line in text.splitlines()]
+
+
 def returns_before_barriers(source: Path) -> list[tuple[tuple[int, str], tuple[int, str]]]:
-    """Each guarded return inside a kernel that a barrier of the same kernel follows: (its line,
-    the first barrier after it), each as (number, text), comments left out."""
+    """Each return inside a kernel, on a condition that differs between the threads of a block
+    (it names threadIdx, or a name given a value from it), that a barrier of the same kernel
+    follows: (its line, the first barrier after it), each as (number, text). A kernel ends where
+    the next top-level line begins (one not indented)."""
     try:
-        lines = [line.split("//")[0].rstrip() for line in source.read_text(errors="replace").splitlines()]
+        lines = code_lines(source)
     except OSError:
         return []
-    found, kernel, leaving = [], False, None
+    found, kernel, body, leaving, per_thread = [], False, False, None, set()
     for number, code in enumerate(lines, 1):
-        if KERNEL.search(code):
-            kernel, leaving = True, None  # a new kernel: a return of the one before does not count
-        elif kernel and GUARDED_RETURN.search(code):
+        top_level = code[:1] not in ("", " ", "\t", "}", "{", ")", ",")
+        if KERNEL.search(code) or (top_level and body):  # a kernel begins, or the one before ended
+            kernel, body, leaving, per_thread = bool(KERNEL.search(code)), False, None, set()
+        body = body or (kernel and "{" in code)  # top-level lines before its body are its signature
+        if not kernel:
+            continue
+        for name, value in ((m.group(1), m.group()) for m in THREAD_NAME.finditer(code)):
+            if "threadIdx" in value or any(re.search(rf"\b{n}\b", value.split("=", 1)[1]) for n in per_thread):
+                per_thread.add(name)
+        guard = GUARDED_RETURN.search(code)
+        if guard and ("threadIdx" in guard["condition"]
+                      or any(re.search(rf"\b{n}\b", guard["condition"]) for n in per_thread)):
             leaving = leaving or (number, code.strip()[:SHOWN])
-        elif kernel and leaving and BARRIER.search(code):
+        elif leaving and BARRIER.search(code):
             found.append((leaving, (number, code.strip()[:SHOWN])))
             leaving = None
     return found
 
 
 class LeftBeforeBarrier(Step):
-    """A GPU program wrong in exactly the last, partial block's rows, whose source returns early
-    before a barrier of its kernel."""
+    """A GPU program wrong in exactly the last, partial block's rows, whose source returns early,
+    thread by thread, before a barrier of its kernel."""
 
     name = "threads that leave before a barrier"
 
@@ -58,13 +77,15 @@ class LeftBeforeBarrier(Step):
         pairs = returns_before_barriers(ctx.program.source)
         if not pairs:
             return []
-        N, T = ctx.case_shape.N, max(ctx.pattern["last_partial_tiles"])
+        N, tiles = ctx.case_shape.N, ctx.pattern["last_partial_tiles"]
+        first = N - N % tiles[0]
+        blocks = ", ".join(map(str, tiles[:-1])) + (" or " if len(tiles) > 1 else "") + str(tiles[-1])
         name = ctx.program.source.name
         (leave, leaving), (wait, waiting) = pairs[0]
         return [Finding(Kind.MEASURED, [
-            f"measured: wrong in exactly the rows of the last, partial block of {T} rows ({N - N % T}..{N - 1} of "
-            f"N = {N}) and right in every whole block; {name}:{leave} `{leaving}` lets the threads past row N leave "
-            f"before the kernel's barrier at {name}:{wait} `{waiting}`: that block's other rows then compute with "
-            "the shared data those threads never loaded, at a barrier not every thread reaches (undefined); a "
-            "thread past N must still load its share and reach every barrier, only its store left out"],
-            dict(left_at=leave, barrier_at=wait))]
+            f"measured: wrong in exactly the rows of the last, partial block of rows ({first}..{N - 1} of N = {N}, "
+            f"for blocks of {blocks} rows) and right in every whole block; {name}:{leave} `{leaving}` lets the "
+            f"threads past row N leave before the kernel's barrier at {name}:{wait} `{waiting}`: that block's other "
+            "rows then compute with the shared data those threads never loaded, at a barrier not every thread "
+            "reaches (undefined); a thread past N must still load its share and reach every barrier, only its "
+            "store left out"], dict(left_at=leave, barrier_at=wait))]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -26,14 +25,13 @@ from .findings import Finding, Kind
 from .probes.step import read_payload
 from .reruns import TrialCase
 from .steps import Context, Step
-from .tool_logs import Budget, SanitizerReport, find_tool, gpu_kind, sanitize, sanitizer_lines
+from .tool_logs import (NO_CUDA_CALL_SAID, Budget, SanitizerReport, find_tool, gpu_kind, sanitize_side_by_side,
+                        sanitizer_lines)
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
 RACE_B = 2
 TOOL_TIMEOUT_S = 60.0
-NOTHING = ("the program made no CUDA call there (compute-sanitizer: target application terminated before first "
-           "instrumented API call)")
 TOOLS = {  # tool: what a report of it is, in a student's words
     "racecheck": "a shared-memory race",
     "synccheck": "a barrier used where not every thread of the block reaches it",
@@ -81,11 +79,10 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
     say(f"race check: compute-sanitizer's {', '.join(TOOLS)} side by side on {shape} (once per build)")
     timeout = min(TOOL_TIMEOUT_S, budget.left)
-    with ThreadPoolExecutor(len(TOOLS)) as pool:  # each its own log and output (tool_logs.sanitize)
-        reports = list(pool.map(lambda tool: sanitize(tool, lined.argv, case, work, timeout,
-                                                      (launcher or Launcher()).wrap), TOOLS))
+    reports = sanitize_side_by_side(tuple(TOOLS), lined.argv, case, work, timeout, (launcher or Launcher()).wrap)
     if all(said.checked_nothing for said in reports):  # said once
-        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} checked nothing on {shape}: {NOTHING}"])]
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} checked nothing on {shape}: "
+                                            f"{NO_CUDA_CALL_SAID}"])]
     found = [finding for said in reports for finding in told(said, shape, timeout)]
     if not any(f.kind == Kind.MISSING_TOOL for f in found):
         keep(kept, found)
@@ -96,7 +93,8 @@ def told(said: SanitizerReport, shape: Shape, timeout: float) -> list[Finding]:
     """One tool's report as fa says it: a hazard as a warning with its lines, a tool stopped at its
     time limit with nothing reported, or nothing."""
     if said.checked_nothing:
-        return [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} checked nothing on {shape}: {NOTHING}"])]
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} checked nothing on {shape}: "
+                                            f"{NO_CUDA_CALL_SAID}"])]
     if not said.first:
         return [] if said.finished else [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} stopped after "
                                                                      f"{timeout:g} s with nothing reported"])]

@@ -113,22 +113,61 @@ def sanitize(tool: str, program_argv: list[str], input_path: Path, work: Path, t
     """compute-sanitizer --tool TOOL on PROGRAM INPUT WORK/TOOL.out (racecheck with its analysis
     report), where the program runs (wrap: srun on a cluster), its log read back without fa's
     launch layer; None where compute-sanitizer is not installed."""
+    reports = sanitize_side_by_side((tool,), program_argv, input_path, work, timeout, wrap)
+    return reports[0] if reports else None
+
+
+def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input_path: Path, work: Path,
+                          timeout: float, wrap: Callable[[list[str]], list[str]] = lambda argv: argv
+                          ) -> list[SanitizerReport] | None:
+    """sanitize() for each tool, all at once, within one timeout (each its own log, output and
+    console file in WORK); None where compute-sanitizer is not installed."""
     sanitizer = find_tool("compute-sanitizer")
     if sanitizer is None:
         return None
-    log = work / f"{tool}.log"
-    extra = ["--racecheck-report", "analysis"] if tool == "racecheck" else []
-    argv = wrap([sanitizer, "--tool", tool, *extra, "--print-limit", "100", "--log-file", str(log), *program_argv,
-                 str(input_path), str(work / f"{tool}.out")])
-    code, output = run_captured(argv, timeout)
-    text = without_layer(log.read_text(errors="replace") if log.exists() else output)
-    first = first_sanitizer_error(text)
-    return SanitizerReport(tool, first, sanitizer_count(text) if first and tool != "racecheck" else None,
-                           finished=code is not None, checked_nothing=NO_CUDA_CALL in text)
+    argvs = [wrap([sanitizer, "--tool", tool, *(["--racecheck-report", "analysis"] if tool == "racecheck" else []),
+                   "--print-limit", "100", "--log-file", str(work / f"{tool}.log"), *program_argv, str(input_path),
+                   str(work / f"{tool}.out")]) for tool in tools]
+    with gpu_turns.turn(timed=False):
+        ended = _side_by_side(argvs, [work / f"{tool}.console" for tool in tools], timeout)
+    reports = []
+    for tool, code in zip(tools, ended):
+        log, console = work / f"{tool}.log", work / f"{tool}.console"
+        text = without_layer(log.read_text(errors="replace") if log.exists() else console.read_text(errors="replace"))
+        first = first_sanitizer_error(text)
+        reports.append(SanitizerReport(tool, first, sanitizer_count(text) if first and tool != "racecheck" else None,
+                                       finished=code is not None, checked_nothing=NO_CUDA_CALL in text))
+    return reports
+
+
+def _side_by_side(argvs: list[list[str]], consoles: list[Path], timeout: float) -> list[int | None]:
+    """Each command started at once, its stdout and stderr into its console file; their exit codes
+    (None: stopped at the common timeout). Interrupted, every one is stopped before fa goes on."""
+    procs = []
+    try:
+        for argv, console in zip(argvs, consoles):
+            with open(console, "w") as out:
+                procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                              preexec_fn=programs.die_with_fa()))
+        deadline, codes = time.monotonic() + max(timeout, 0.1), []
+        for proc in procs:
+            try:
+                codes.append(proc.wait(timeout=max(deadline - time.monotonic(), 0.1)))
+            except subprocess.TimeoutExpired:
+                programs.stop(proc, output=None)
+                codes.append(None)
+        return codes
+    except BaseException:
+        for proc in procs:
+            programs.stop(proc, output=None)
+        raise
+
 
 # ---------------------------------------------------------------- what the tools said
 NO_CUDA_CALL = "Target application terminated before first instrumented API call"  # the tool's words: no
-# CUDA call seen, so nothing checked (an error of the tool's, not a report on the program)
+# CUDA call seen, so nothing checked (an error of the tool's, not a report on the program); fa's:
+NO_CUDA_CALL_SAID = ("the program made no CUDA call there (compute-sanitizer: target application terminated "
+                     "before first instrumented API call)")
 
 
 TOOLS_OWN = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Target application",  # not reports

@@ -271,6 +271,7 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
     launcher = launcher or Launcher()
     argv = launcher.wrap([*program.argv, str(input_path), str(output_path)])
     full_env = {**os.environ, "FA_TIMING": "1", **(env or {})}
+    chunks: list[str] = []
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env,
                                 start_new_session=True, preexec_fn=die_with_fa())
@@ -279,7 +280,6 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
     # The program's own exit ends the run, not the end of its stderr: a child it leaves behind
     # holding the pipe is killed with its process group, and never turns a finished run into a TLE.
     # From its start on, whatever stops fa (Ctrl-C, SIGTERM, SIGHUP, raised here) stops the program first.
-    chunks: list[str] = []
     try:
         # The clock starts once the program is exec'd (Popen returns then): the fork before it is fa's,
         # and costs in proportion to fa's memory (25 ms in a long test run), not the program's.

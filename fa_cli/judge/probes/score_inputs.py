@@ -5,12 +5,13 @@ of a grid in [-2, 2), so that a value read back names the one element it came fr
 one-hot at dim x, at sqrt(d) (the score's term for dim x is then k[j, x] itself), and V one-hot
 at keys t*d .. t*d + d - 1 (column c of the output is then the weight of key t*d + c). So each
 row's weights are read for Q along each dim in turn, and their log ratios are the scores'
-differences: s[j] - s[j0] = K'[j, x] - K'[j0, x], where K' is what the program read for K, j0 a
-key of j's batch (batches need not share a softmax sum: a program that reads past K's end reads
-V's values, which differ by batch). The one constant per dim and batch is an element of K less the
-term of one of the batch's first four keys: the one under which the most of 12 terms land on
-elements of K, then applied to the batch (a few may hold what the input does not: memory never
-written). Then K' against K, element by element:
+differences: s[j] - s[j0] = K'[j, x] - K'[j0, x], where K' is what the program read for K. The
+one constant per dim is an element of K less the term of one of the first four keys: the one
+under which the most of 12 terms land on elements of K, then applied to all (a few of the N*d
+may hold what the input does not: memory never written). Where that fits no formula, the terms
+are read again batch by batch, each against a key of its batch with constants of its own (a
+program that reads past K's end reads V, whose values differ by batch: the batches' softmax sums
+differ), and taken only where a formula fits them. Then K' against K, element by element:
 
   right       every term takes k[j, x]: the scores are right; the step says nothing
   formula     one of a family fits every term read: K read transposed (K[x*N + j]), keys or dims
@@ -233,7 +234,8 @@ class ScoreInputs(Probe):
         where = f"{inp.shape.B} batches of {N} rows, Q one-hot by dim, K coded"
         if got is None:
             return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {where}: the scores not read"])]
-        terms, spread = read_terms(weights_by_dim(got.astype(np.float64), N, d), block=d)  # a batch's keys
+        W = weights_by_dim(got.astype(np.float64), N, d)
+        terms, spread = read_terms(W)
         if np.isfinite(terms).mean() < 0.5:
             return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {np.isnan(terms).mean():.0%} of "
                                             "the keys' weights are 0 in every row: not read"])]
@@ -243,22 +245,34 @@ class ScoreInputs(Probe):
                 f"probe: the scores read back ({where}): the rows' weights disagree by up to {spread:.3g} in their "
                 "log ratios: not one score per key shared by the rows (the rows' scores differ, or the weights "
                 "are no softmax of scores)"])]
-        found = np.concatenate([sources(terms[:, start:start + d], k) for start in range(0, N, d)])  # by batch
+        found = sources(terms, k)
         right = found == np.arange(N * d).reshape(N, d)
         if right.all():
             ctx.facts.query_side = True  # Q's side is read next (query_inputs.py)
             return []
-        if (found >= 0).mean() < OF_K:  # the log ratios are no differences of K's values: nothing read of K
+        by_batch = read_by_batch(W, k, N, d)
+        if (words := fitting(found, N, d)) is None and (words := fitting(by_batch, N, d)):
+            found, right = by_batch, by_batch == np.arange(N * d).reshape(N, d)  # batches whose softmax sums differ
+        if words is None and (found >= 0).mean() < OF_K:  # the log ratios are no differences of K's values
             return [Finding(Kind.OBSERVED, [
                 f"probe: the scores read back ({where}): {(found >= 0).mean():.0%} of the terms land on an element "
                 f"of K (one in {SLOTS} would by chance): its weights are no softmax of scores q . k' over elements of "
                 "K (a factor on the scores, or a step of the softmax written otherwise: the later steps look)"])]
         head = (f"probe: the scores read back ({where}): {int(right.sum())} of {N * d} terms q[x] k[j, x] take "
                 f"k[j, x]; {int((found < 0).sum())} take no element of K")
-        if words := fitting(found, N, d):
+        if words:
             return measured(ctx, [f"{head}; every term fits {words}"], look=LOOK, score_inputs=words)
         return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, d)}; no formula of those tried fits "
                                         "(transposed, shifted keys or dims, another pitch, a tile's two pitches)"])]
+
+
+def read_by_batch(W: np.ndarray, k: np.ndarray, N: int, d: int) -> np.ndarray:
+    """The terms read with each batch's keys against a key of that batch, each batch's constants its
+    own: for a program whose batches' softmax sums differ (it reads past K's end into V, whose values
+    differ by batch), where one constant per dim does not hold across them. Only a formula that fits
+    it is taken (a batch of a few keys leaves its constant loosely fixed)."""
+    terms, _ = read_terms(W, block=d)
+    return np.concatenate([sources(terms[:, start:start + d], k) for start in range(0, N, d)])
 
 
 def examples(found: np.ndarray, right: np.ndarray, d: int, names: Names = KEYS) -> str:
