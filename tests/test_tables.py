@@ -128,3 +128,7 @@ def test_bench_and_compare_show_the_gtx1080_estimate_where_a_record_has_one():
     assert "kernel TFLOP/s" in compare.long_rows([ours])[0]
     wide_header, wide_body = compare.rows([student, ours])
     assert wide_body[0][wide_header.index("hw4.cu on GPU GTX 1080 s")] == "1.00-2.25"
+
+
+def test_one_of_lists_alternatives():
+    assert [tables.one_of(x) for x in ([16], [16, 32], [16, 32, 64])] == ["16", "16 or 32", "16, 32 or 64"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from ..cases.format import Shape
+from ..report.tables import one_of
 from .findings import Finding, Kind
 from .mistakes import KEY_TILES
 
@@ -79,8 +80,8 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
         axis = "N" if what.startswith("N") else what[0]
         alike = ""
         if what.startswith("N is not") and len(tiles) > 1:
-            others = ", ".join(tiles[1:-1]) + (" or " if len(tiles) > 2 else "") + tiles[-1]
-            alike = f"; not a multiple of {others} fits them as well: these cases do not tell the tiles apart"
+            alike = f"; not a multiple of {one_of(tiles[1:])} fits them as well: these cases do not tell the " \
+                "tiles apart"
         found.append(Finding(Kind.SPLIT, [
             f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
             f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)}{alike})"], dict(only_where=what)))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ..report.tables import one_of
 from .findings import Finding, Kind
 from .steps import Context, Step
 
@@ -79,12 +80,11 @@ class LeftBeforeBarrier(Step):
             return []
         N, tiles = ctx.case_shape.N, ctx.pattern["last_partial_tiles"]
         first = N - N % tiles[0]
-        blocks = ", ".join(map(str, tiles[:-1])) + (" or " if len(tiles) > 1 else "") + str(tiles[-1])
         name = ctx.program.source.name
         (leave, leaving), (wait, waiting) = pairs[0]
         return [Finding(Kind.MEASURED, [
             f"measured: wrong in exactly the rows of the last, partial block of rows ({first}..{N - 1} of N = {N}, "
-            f"for blocks of {blocks} rows) and right in every whole block; {name}:{leave} `{leaving}` lets the "
+            f"for blocks of {one_of(tiles)} rows) and right in every whole block; {name}:{leave} `{leaving}` lets the "
             f"threads past row N leave before the kernel's barrier at {name}:{wait} `{waiting}`: that block's other "
             "rows then compute with the shared data those threads never loaded, at a barrier not every thread "
             "reaches (undefined); a thread past N must still load its share and reach every barrier, only its "

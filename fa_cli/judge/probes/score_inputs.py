@@ -250,9 +250,10 @@ class ScoreInputs(Probe):
         if right.all():
             ctx.facts.query_side = True  # Q's side is read next (query_inputs.py)
             return []
-        by_batch = read_by_batch(W, k, N, d)
-        if (words := fitting(found, N, d)) is None and (words := fitting(by_batch, N, d)):
-            found, right = by_batch, by_batch == np.arange(N * d).reshape(N, d)  # batches whose softmax sums differ
+        if (words := fitting(found, N, d)) is None:  # read again by batch: batches whose softmax sums differ
+            by_batch = read_by_batch(W, k, N, d)
+            if words := fitting(by_batch, N, d):
+                found, right = by_batch, by_batch == np.arange(N * d).reshape(N, d)
         if words is None and (found >= 0).mean() < OF_K:  # the log ratios are no differences of K's values
             return [Finding(Kind.OBSERVED, [
                 f"probe: the scores read back ({where}): {(found >= 0).mean():.0%} of the terms land on an element "
