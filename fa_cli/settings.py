@@ -17,8 +17,9 @@ commands); child processes still get the whole environment (os.environ passed on
                      the GPU through it, a timed run alone (programs/gpu_turns.py)
     FA_DEVICE_DELAY_MS  set by fa for a student's program under its launch layer: the device made
                      slower (judge/slow_device.py; read by src_cuda/launch_log.h)
-    CUDA_LAUNCH_BLOCKING  set by fa for a student's failing GPU program: every launch waited for
-                     (judge/slow_device.py's LaunchesWaited)
+    CUDA_LAUNCH_BLOCKING, FA_COPIES_WAITED  set by fa for a student's failing GPU program: every
+                     launch and asynchronous copy waited for (judge/slow_device.py's LaunchesWaited;
+                     the second read by src_cuda/launch_log.h)
     COLUMNS          the width fa folds its words and tables to (else a terminal's)
     TMPDIR           where temporary files go; set, fa run's drawn inputs go there too (else to
                      /dev/shm where it has room: file_pages.memory_folder_for)
@@ -97,10 +98,11 @@ def gpu_turns_through(path: str) -> dict[str, str]:
     return {"FA_GPU_TURNS": path}
 
 
-def launches_waited() -> str:
-    """The assignment (for env's command line) that has the CUDA runtime wait for every launch
-    before the host goes on: CUDA_LAUNCH_BLOCKING, the runtime's own."""
-    return "CUDA_LAUNCH_BLOCKING=1"
+def launches_waited() -> tuple[str, ...]:
+    """The assignments (for env's command line) that have every launch and every asynchronous copy
+    waited for before the host goes on: CUDA_LAUNCH_BLOCKING, the runtime's own, waits for kernels;
+    FA_COPIES_WAITED, read by fa's launch layer, for cudaMemcpyAsync."""
+    return ("CUDA_LAUNCH_BLOCKING=1", "FA_COPIES_WAITED=1")
 
 
 def device_delay(ms: int) -> str:

@@ -210,3 +210,16 @@ inline void before_reset() {
 }
 
 }  // namespace fa_launch_log
+
+// Every asynchronous copy waited for (FA_COPIES_WAITED=1, set beside CUDA_LAUNCH_BLOCKING=1 by
+// fa's LaunchesWaited step): CUDA_LAUNCH_BLOCKING waits for kernels, not for cudaMemcpyAsync, so a
+// host that writes its output before a copy into pinned memory has ended is right only with this.
+// The device runtime defines cudaMemcpyAsync too, so the student's calls are renamed to this one
+// (hipMemcpyAsync too, through the MI210 emulation, whose header includes this one first).
+inline cudaError_t fa_copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                 cudaStream_t stream = 0) {
+  const cudaError_t e = cudaMemcpyAsync(dst, src, count, kind, stream);
+  if (e != cudaSuccess || !fa::settings().copies_waited) return e;
+  return cudaStreamSynchronize(stream);
+}
+#define cudaMemcpyAsync fa_copy_async

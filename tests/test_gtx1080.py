@@ -165,3 +165,39 @@ def test_bench_and_compare_show_the_estimate_of_a_hw4_cu(tmp_path):
         assert "GTX 1080 s: an estimate of each case's time on the judge's GTX 1080 from the runs here" in text, \
             proc.stdout
         assert re.search(r"\d+\.\d\d-\d+\.\d\d", proc.stdout)
+
+
+# A host that reads an asynchronous copy's destination without waiting for it: the kernel spins
+# 200 ms before it writes, the copy into pinned memory follows it on the stream.
+LATE_COPY = r'''
+#include <cstdio>
+__global__ void late(float* y) {
+  long long start = clock64();
+  while (clock64() - start < 400000000LL) {}
+  y[0] = 42.f;
+}
+int main() {
+  float *y, *h; cudaMalloc(&y, sizeof(float)); cudaMallocHost(&h, sizeof(float)); h[0] = 0.f;
+  cudaStream_t s; cudaStreamCreate(&s);
+  late<<<1, 1, 0, s>>>(y);
+  cudaMemcpyAsync(h, y, sizeof(float), cudaMemcpyDeviceToHost, s);
+  cudaMemcpyAsync(h, y, 0, cudaMemcpyDeviceToHost);  // the default stream's form builds too
+  printf("read %g\n", h[0]);
+  cudaDeviceSynchronize();
+  return 0;
+}
+'''
+
+
+def test_every_asynchronous_copy_is_waited_for_where_fa_asks(tmp_path):
+    """FA_COPIES_WAITED=1 (the LaunchesWaited step's, beside CUDA_LAUNCH_BLOCKING=1) has the host read
+    the copy's value; CUDA_LAUNCH_BLOCKING alone waits for the kernel, which the copy only follows."""
+    (tmp_path / "late.cu").write_text(LATE_COPY)
+    nvcc = shutil.which("nvcc") or "nvcc"
+    subprocess.run([nvcc, "-O3", "-arch=native", *gtx1080.build_flags(nvcc), "-o", tmp_path / "late",
+                    tmp_path / "late.cu"], check=True, capture_output=True)
+    waited = subprocess.run([tmp_path / "late"], capture_output=True, text=True,
+                            env={**os.environ, "FA_COPIES_WAITED": "1"})
+    assert "read 42" in waited.stdout, waited.stderr
+    as_built = subprocess.run([tmp_path / "late"], capture_output=True, text=True)
+    assert "read 0" in as_built.stdout  # 200 ms of spinning: the host reads long before the copy

@@ -62,10 +62,10 @@ def test_rounding_sized_errors_beside_values_far_off_are_not_called_rounding():
     assert precision.read(out, true, inp) == (None, False)
 
 
-def half_sum_program(tmp_path):
-    """tests/data/half_sum_attention.c built with gcc: its attend(), or None where gcc or _Float16 is missing."""
-    library = tmp_path / "half_sum.so"
-    built = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(library), str(DATA / "half_sum_attention.c"),
+def half_sum_program(tmp_path, name="half_sum_attention.c"):
+    """A C program of tests/data built with gcc: its attend(), or None where gcc or _Float16 is missing."""
+    library = tmp_path / f"{name}.so"
+    built = subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(library), str(DATA / name),
                             "-lm"], capture_output=True) if shutil.which("gcc") else None
     return ctypes.CDLL(str(library)).attend if built is not None and built.returncode == 0 else None
 
@@ -83,6 +83,24 @@ def test_a_running_sum_kept_in_half_precision_is_named(tmp_path):
     said, named = precision.read(out.astype(np.float64), inp.output(), inp)
     assert named and said.startswith("the output is float64 attention with the softmax's running sum l, key after "
                                      "key, kept in fp16"), said
+
+
+@pytest.mark.parametrize("fused, words", [(1, "q, k and each fused multiply-add in fp16)"),
+                                          (0, "each product and each sum in fp16)")])
+def test_scores_summed_in_half_precision_are_named_with_how(tmp_path, fused, words):
+    """A C program's _Float16 dot product (its own arithmetic) is read as the scores summed in fp16,
+    by fused multiply-adds or by products rounded and added, q scaled first."""
+    attend = half_sum_program(tmp_path, "half_dot_attention.c")
+    if attend is None:
+        pytest.skip("needs gcc with _Float16")
+    inp = probe(N=128)
+    out = np.zeros(inp.q.shape, dtype=np.float32)
+    pointer = ctypes.POINTER(ctypes.c_float)
+    attend(*(np.ascontiguousarray(a).ctypes.data_as(pointer) for a in (inp.q, inp.k, inp.v, out)), *inp.q.shape, fused)
+    assert np.abs(out - inp.output()).max() > 5e-3
+    said, named = precision.read(out.astype(np.float64), inp.output(), inp)
+    assert named and said.startswith("the output is float64 attention with the scores' dot product, dim after dim "
+                                     f"(q scaled first; {words}"), said
 
 
 def test_the_format_that_gives_the_output_is_named_before_one_that_misses_it():

@@ -104,6 +104,55 @@ def test_values_moved_by_a_batch_or_rows_are_found_as_a_mapping(moved, coef, wor
     assert list(found) == coef and words in layout.meaning(found, (3, 100, 32))
 
 
+def test_rows_that_repeat_another_row_are_copies_and_rows_shifted_are_moves():
+    """Every odd row a copy of the row before it (two lanes that broadcast one row's scores): the
+    values placed are right in their own rows too, copies; rows written 5 rows early are not."""
+    inp = probe(B=2, N=64, d=32)
+    true = inp.output()
+    shape = (2, 64, 32)
+    for out, copies in ((np.repeat(true[:, ::2], 2, axis=1), True),
+                        (np.concatenate([true[:, 5:], np.zeros_like(true[:, :5])], axis=1), False)):
+        out = out.astype(np.float32)
+        dest, src = layout.pairs(out, true, 5e-3)
+        coef, _ = layout.fit(dest, src, shape, int(np.count_nonzero(np.abs(out - true) > 5e-3)))
+        assert layout.copied(out, true, 5e-3, dest, src, coef, shape) is copies
+
+
+def test_b_and_n_swapped_at_the_call_are_found_among_the_index_formulas():
+    """A C function given (N, B) for (B, N) (its own loops, not fa's reshape): the input cut as N
+    batches of B rows."""
+    inp = probe(B=2, N=96, d=32)
+    flat = inp.flat().astype(np.float64)
+    out = np.zeros(2 * 96 * 32)
+    B, N, d = 96, 2, 32  # what the called function believes
+    for b in range(B):
+        base = b * 3 * N * d
+        for i in range(N):
+            s = [flat[base + i * d:base + (i + 1) * d] @ flat[base + N * d + j * d:base + N * d + (j + 1) * d]
+                 / np.sqrt(d) for j in range(N)]
+            w = np.exp(np.array(s) - max(s))
+            out[(b * N + i) * d:(b * N + i + 1) * d] = sum(w[j] * flat[base + 2 * N * d + j * d:][:d]
+                                                           for j in range(N)) / w.sum()
+    words, _ = indexing.search(out.reshape(2, 96, 32).astype(np.float32), inp.flat(), 2, 96, 32, 5e-3)
+    assert words.startswith("the sizes B and N swapped")
+
+
+def test_a_reduction_that_spans_two_rows_lanes_is_found_among_the_readings():
+    """Half-warps of 16 lanes a row whose butterfly starts at 16: each score sums the partial dot
+    products of both rows of the warp (modelled lane by lane here), so rows 2i and 2i + 1 both weigh
+    softmax((q_2i + q_2i+1) . k)."""
+    inp = probe(B=2, N=64, d=32)
+    q, k = inp.q.astype(np.float64), inp.k.astype(np.float64)
+    partial = np.stack([(q[:, :, None, lane::16] * k[:, None, :, lane::16]).sum(-1) for lane in range(16)], -1)
+    warp = partial.reshape(2, 32, 2, 64, 16).transpose(0, 1, 3, 2, 4).reshape(2, 32, 64, 32)  # 32 lanes of 2 rows
+    for offset in (16, 8, 4, 2, 1):
+        warp = warp + warp[..., np.arange(32) ^ offset]
+    s = warp[..., [0, 16]].transpose(0, 1, 3, 2).reshape(2, 64, 64) / np.sqrt(32)
+    out = np.matmul(softmax_rows(s), inp.v.astype(np.float64)).astype(np.float32)
+    words, _ = indexing.search(out, inp.flat(), 2, 64, 32, 5e-3)
+    assert words.startswith("each row's scores taken from the sum of q over its aligned group of 2 rows")
+
+
 def test_k_read_transposed_is_found_among_the_index_formulas():
     inp = probe(B=2, N=96, d=32)
     flat = inp.flat()

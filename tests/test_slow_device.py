@@ -61,7 +61,7 @@ def test_still_wrong_with_every_launch_waited_for_claims_nothing(ctx, monkeypatc
     ctx.done.append("failed 5 of 5 runs on t01")
     runs_giving(monkeypatch, [RIGHT, RIGHT + 1, RIGHT], built=[RIGHT + 1] * 3)
     assert slow_device.LaunchesWaited().run(ctx) == []
-    assert ctx.done[-1] == "wrong with every launch waited for (CUDA_LAUNCH_BLOCKING=1) too"
+    assert ctx.done[-1] == "wrong with every launch and copy waited for (CUDA_LAUNCH_BLOCKING=1 FA_COPIES_WAITED=1) too"
 
 
 def test_every_launch_waited_for_only_where_the_runs_again_agreed(ctx):

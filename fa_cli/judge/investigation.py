@@ -23,6 +23,7 @@ from . import expected, probes, race_check
 from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
 from .leaving_early import LeftBeforeBarrier
 from .across_cases import across_cases
+from .batch_coverage import BatchesCovered
 from .cause import AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun
 from .diagnose import Diagnosis, signal_name
 from .findings import Finding, Kind
@@ -87,7 +88,7 @@ CASE_STEPS: tuple[Step, ...] = (
     LeftBeforeBarrier(), *probes.PROBES,
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
     AmdTools(), NothingMore())
-RUN_STEPS: tuple[Step, ...] = (MI210Hints(), AcrossCases(), SlowDevice(), race_check.PassingBuild())
+RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), SlowDevice(), race_check.PassingBuild())
 
 
 def probing(ctx: Context) -> bool:

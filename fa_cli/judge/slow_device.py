@@ -18,7 +18,8 @@ failure that came and went is the order of host and device, not a race inside a 
 there does not wait for the launch and changes from run to run).
 
 A failing case whose runs again all failed alike (LaunchesWaited) is run WAITED_RUNS times as
-built and as many with every launch waited for (CUDA_LAUNCH_BLOCKING=1), by turns: right every
+built and as many with every launch and asynchronous copy waited for (CUDA_LAUNCH_BLOCKING=1 and
+FA_COPIES_WAITED=1, fa's launch layer's: the runtime's own waits for kernels only), by turns: right every
 time waited, and wrong and the same every time as built, the host went on before the device
 finished (a loaded machine can make an early write fail every run). A race inside a kernel, a
 wrong index or a wrong formula stay wrong.
@@ -51,10 +52,10 @@ EARLY = ("it writes its output before the device finished (a copy back that is n
 ORDERING_LINES = (r"Memcpy\w*Async", r"[Ss]ynchronize", r"Stream\w*Create|MallocHost|HostAlloc|MallocManaged")
 
 
-def with_setting(program: Program, assignment: str) -> Program:
-    """The same build, run with one variable set on env's command line (a sandbox passes on no
+def with_setting(program: Program, *assignments: str) -> Program:
+    """The same build, run with variables set on env's command line (a sandbox passes on no
     variable of fa's own; the command line reaches the program everywhere)."""
-    return dataclasses.replace(program, interpreter=(shutil.which("env") or "/usr/bin/env", assignment,
+    return dataclasses.replace(program, interpreter=(shutil.which("env") or "/usr/bin/env", *assignments,
                                                      *program.interpreter))
 
 
@@ -129,16 +130,16 @@ class LaunchesWaited(Step):
     for, by turns (each pair under the same load): right every time waited, wrong and the same
     every time as built, the host did not wait for the device."""
 
-    name = "every launch waited for, on the failing case"
+    name = "every launch and copy waited for, on the failing case"
 
     def applies(self, ctx: Context) -> bool:
         return ctx.verdict == "WRONG" and student_gpu_program(ctx.program) and ctx.kind != "hip" and \
             not ctx.found_cause and bool(ctx.done)  # ctx.done: the runs again ended without a cause (Rerun)
 
     def run(self, ctx: Context) -> list[Finding]:
-        case, waited = ctx.trial, f"with every launch waited for ({settings.launches_waited()})"
-        programs = {"as built": ctx.program, "every launch waited for": with_setting(ctx.program,
-                                                                                    settings.launches_waited())}
+        case, waited = ctx.trial, f"with every launch and copy waited for ({' '.join(settings.launches_waited())})"
+        programs = {"as built": ctx.program, "every launch and copy waited for": with_setting(ctx.program,
+                                                                                    *settings.launches_waited())}
         outputs = {what: [] for what in programs}
         for k in range(WAITED_RUNS):
             for what, program in programs.items():
@@ -146,7 +147,7 @@ class LaunchesWaited(Step):
                 if got is None:
                     return []
                 outputs[what] += got
-        built, right = wrong_in(outputs["as built"], case, ctx.tol), wrong_in(outputs["every launch waited for"],
+        built, right = wrong_in(outputs["as built"], case, ctx.tol), wrong_in(outputs["every launch and copy waited for"],
                                                                             case, ctx.tol)
         if any(w != 0 for w in right):  # None (no output) or wrong: not a matter of waiting
             ctx.done.append(f"wrong {waited} too")

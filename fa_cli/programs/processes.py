@@ -57,7 +57,7 @@ def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_time
     """subprocess.run for a tool fa waits on (a compiler, say): in a session of its own that dies
     with fa, and stopped with everything it started if fa is interrupted or past `timeout`
     (then its stderr says so, and why_timeout after); watch(proc), where given, is called once
-    it has started (a sandbox's count of what it starts)."""
+    it has started (a sandbox's count of what it starts) and the thread it returns joined at the end."""
     if _stopping.is_set():
         raise KeyboardInterrupt
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -66,8 +66,7 @@ def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_time
     if _stopping.is_set():  # stop_all() came between the check above and now: it never saw this one
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    if watch is not None:
-        watch(proc)
+    watcher = watch(proc) if watch is not None else None
     try:
         out, err = proc.communicate(timeout=timeout)
         if _stopping.is_set():
@@ -84,4 +83,6 @@ def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_time
         raise
     finally:
         _live.pop(proc.pid, None)
+        if watcher is not None:
+            watcher.join()
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -284,8 +284,8 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
         # The clock starts once the program is exec'd (Popen returns then): the fork before it is fa's,
         # and costs in proportion to fa's memory (25 ms in a long test run), not the program's.
         start = time.perf_counter()
-        if sandbox_watch := getattr(launcher, "watch", None):  # a sandbox counts what the program starts
-            sandbox_watch(proc)
+        sandbox_watch = getattr(launcher, "watch", None)  # a sandbox counts what the program starts
+        watcher = sandbox_watch(proc) if sandbox_watch else None
         reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stderr.readline, "")), daemon=True)
         reader.start()
         watch = ExitWatch(proc)
@@ -297,12 +297,14 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
         stop(proc, output=None)
         reaped = watch.wait(KILL_GRACE_S)  # its status, once the stopped program is reaped
         reader.join(KILL_GRACE_S)
+        _settled(watcher)
         returncode = reaped.returncode if reaped else proc.returncode
         return RunResult(argv, returncode, time.perf_counter() - start, "".join(chunks), timed_out=True)
     wall = ended.at - start
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
     reader.join(KILL_GRACE_S)
+    _settled(watcher)
     stderr = "".join(chunks)
     result = RunResult(argv, ended.returncode, wall, stderr, *parse_timing(stderr),
                        cpu_user_s=ended.cpu_user_s, cpu_system_s=ended.cpu_system_s)
@@ -311,6 +313,12 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
         if why:
             result.stderr += f"\n{why}"
     return result
+
+
+def _settled(watcher: threading.Thread | None) -> None:
+    """The sandbox's watcher joined: it ends once every process the program started is gone."""
+    if watcher is not None:
+        watcher.join()
 
 
 @dataclass(frozen=True)

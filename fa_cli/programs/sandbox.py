@@ -147,14 +147,18 @@ class Sandbox:
         return [*self._prlimit(limits or self.limits), *bwrap]
 
     def watch(self, proc, folders: list[Path] | None = None, limits: Limits | None = None,
-              remember: bool = True) -> None:
+              remember: bool = True) -> threading.Thread:
         """Beside a confined command (programs.run calls it once the command has started; a
         build, with its own folders and limits): the processes of its namespace counted every
         WATCH_S, and all of them killed past the limit (RLIMIT_NPROC does that for a user, but
         not for root, whom the kernel never limits), or where it wrote more than it may.
-        remember: the reason kept for explain_failure (a run's; builds run side by side)."""
+        remember: the reason kept for explain_failure (a run's; builds run side by side).
+        The thread it returns ends once the command has ended and its namespace is empty: joined,
+        nothing the command started outlives it."""
         args = (proc, list(folders if folders is not None else self.watched), limits or self.run_limits, remember)
-        threading.Thread(target=self._count, args=args, daemon=True).start()
+        watcher = threading.Thread(target=self._count, args=args, daemon=True)
+        watcher.start()
+        return watcher
 
     def _count(self, proc, folders: list[Path], limits: Limits, remember: bool) -> None:
         namespace, why = None, None
@@ -172,8 +176,10 @@ class Sandbox:
                     self.killed = why
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)  # bwrap goes, and its namespace with it
-                return
+                break
             time.sleep(WATCH_S)
+        _until_empty(namespace)
+
 
     def _prlimit(self, limits: Limits) -> list[str]:
         words = ["prlimit", f"--nproc={_user_processes() + limits.processes}", f"--fsize={limits.file_bytes}",
@@ -226,6 +232,16 @@ def _namespace_under(pid: int) -> str | None:
             nxt += _children(p)
         frontier = nxt
     return None
+
+
+SETTLE_S = 10  # the most a namespace's processes take to go once its first process has (a few thousand reaped)
+
+
+def _until_empty(namespace: str | None) -> None:
+    """Waits (at most SETTLE_S) for the kernel to end every process of a namespace whose first process is gone."""
+    deadline = time.monotonic() + SETTLE_S
+    while namespace and _processes_in(namespace) and time.monotonic() < deadline:
+        time.sleep(WATCH_S)
 
 
 def _processes_in(namespace: str) -> int:
@@ -320,6 +336,6 @@ def build_run(argv: list[str], work: Path, env: dict[str, str]) -> tuple[list[st
     confined = box.confine(argv, readable=named, writable=writable, cwd=work, env=kept)
     folders = [Path(w).resolve() for w in writable]
 
-    def watch(proc) -> None:
-        box.watch(proc, folders, box.limits, remember=False)
+    def watch(proc) -> threading.Thread:
+        return box.watch(proc, folders, box.limits, remember=False)
     return confined, dict(watch=watch, timeout=BUILD_S)

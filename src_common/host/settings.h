@@ -25,6 +25,7 @@ struct Settings {
   InputMode input = InputMode::kMapped;   // FA_INPUT
   bool named_output_temp = false;         // FA_OUTPUT_TEMP=named
   int device_delay_ms = 0;                // FA_DEVICE_DELAY_MS: a wait before each of a student's first launches
+  bool copies_waited = false;             // FA_COPIES_WAITED: every cudaMemcpyAsync of a student's waited for
 };
 
 // One row per setting: the listing of --settings and the order it is printed in.
@@ -45,6 +46,8 @@ constexpr SettingInfo kSettingInfo[] = {
     {"FA_OUTPUT_TEMP", "named|unnamed", "every program", "named: write through a named temporary, as on NFS"},
     {"FA_DEVICE_DELAY_MS", "1..1000", "a student's program under fa's launch layer", "each of its first launches "
      "preceded by that many ms of waiting on the launch's stream: a host that reads before the device finished"},
+    {"FA_COPIES_WAITED", "0|1", "a student's program under fa's launch layer", "1: each of its asynchronous copies "
+     "waited for before the host goes on (CUDA_LAUNCH_BLOCKING waits for kernels only)"},
 };
 
 // The variable's value, "" when unset.
@@ -89,6 +92,7 @@ inline Settings read_settings() {
   if (!delay.empty() && (s.device_delay_ms < 1 || s.device_delay_ms > 1000 ||
                          delay.find_first_not_of("0123456789") != std::string::npos))
     bad_setting("FA_DEVICE_DELAY_MS", delay, "a whole number of ms from 1 to 1000");
+  s.copies_waited = flag_setting("FA_COPIES_WAITED");
   return s;
 }
 

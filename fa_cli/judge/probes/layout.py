@@ -112,11 +112,32 @@ class OutputLayout(Probe):
         rest = rest_of_wrong(out, true, ctx.tol, placed, wrong)
         formula = " + ".join(t for t in (term(alpha, "b"), term(beta, "r"), term(gamma, "c")) if t)
         formula += f" {'+' if delta >= 0 else '-'} {abs(delta)}" if delta else ""
-        return measured(ctx, [
-            f"measured: the right values in the wrong places: the value of batch b, row r, column c was written at "
-            f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)}), for {placed} of the "
-            f"{wrong} wrong values on {ctx.probe.label}{rest}; look at the index of the output's write"],
-            layout=[alpha, beta, gamma, delta])
+        where = f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)})"
+        share = f"for {placed} of the {wrong} wrong values on {ctx.probe.label}{rest}"
+        if copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape):
+            said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
+                    f"and still in its own place, {share}: two threads computed the same row (a write to a wrong place "
+                    "would move the value, not copy it); look at the row a thread takes its Q row or its scores from "
+                    "(its row index, a broadcast or shuffle across rows), not at the output's write")
+        else:
+            said = (f"measured: the right values in the wrong places: the value of batch b, row r, column c was written "
+                    f"at {where}, {share}; look at the index of the output's write")
+        return measured(ctx, [said], layout=[alpha, beta, gamma, delta])
+
+
+COPIED = 0.9  # of the values placed, still right in their own place: copies, not moves
+
+
+def copied(out, true, tol, dest, src, coef, shape) -> bool:
+    """Whether the values the formula places are also right where they belong (copied there)."""
+    B, N, d = shape
+    b, rest = np.divmod(src, N * d)
+    r, c = np.divmod(rest, d)
+    hit = (coef[0] * b + coef[1] * r + coef[2] * c + coef[3]) == dest
+    if not hit.any():
+        return False
+    home = src[hit]
+    return bool(np.mean(np.abs(out.ravel()[home].astype(np.float64) - true.ravel()[home]) <= tol) >= COPIED)
 
 
 def term(coef: int, name: str) -> str:

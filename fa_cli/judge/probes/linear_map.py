@@ -29,6 +29,7 @@ import numpy as np
 
 from ..diagnose import source_lines
 from ..findings import Finding, Kind
+from . import pairing
 from .readings import measured
 from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows
 
@@ -87,7 +88,8 @@ class LinearMap(Probe):
         said = without_v(constant) + mapped
         if not said:
             return []
-        look = first_found(ctx, LOOK[look_for(mapped)])
+        paired = mapped[0].startswith(pairing.LEAD)
+        look = pairing.look(mapped[0], ctx.source) if paired else first_found(ctx, LOOK[look_for(mapped)])
         return measured(ctx, [f"probe: the output read as a linear map of V ({where}): {said[0]}", *said[1:]],
                         look=look, map_rows=N)
 
@@ -145,6 +147,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
     across[:, np.arange(d), :, np.arange(d)] = 0.0
     if found := moved(T, P):
         return found
+    if (pairs := pairing.read_pairs(T, P)) is not None:
+        return [pairing.said(*pairs)]
     if np.abs(across).max() > MAP_ATOL:
         return crossing(across)
     weights = T[:, np.arange(d), :, np.arange(d)]  # (d, N, N): column c's weights

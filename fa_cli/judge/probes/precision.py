@@ -1,7 +1,8 @@
 """Whether a wrong output is a lower precision's rounding rather than a wrong formula: the probe's
 output against float64 attention with one part rounded to fp16, bf16 or tf32 (the inputs, Q and K
 of the scores' product, P before P V, the output; an online softmax's running sum or accumulator,
-rounded key after key). A rounding that gives the output to a fraction
+rounded key after key; the scores' dot product summed in the format dim after dim, by fused
+multiply-adds or by products rounded and added, q scaled before or the sum after). A rounding that gives the output to a fraction
 of its error against float64 is named; where none does but the error is the size of a format's
 rounding (its median relative error within a factor of 4 of the unit roundoff, and all but a few
 values within 64 of them), that is said as measured."""
@@ -68,14 +69,40 @@ def online(q, k, v, form: str, part: str) -> np.ndarray:
     return acc / np.exp(s - last[..., None]).sum(axis=2)[..., None]
 
 
+def dot_in(q, k, v, form: str, part: str) -> np.ndarray:
+    """float64 attention whose scores' dot product runs in the format, dim after dim, as one thread
+    sums it: q scaled by 1/sqrt(d) before (or the sum after); each step either a fused multiply-add
+    of rounded q and k rounded once ("fma"), or the float product rounded and then added ("sum")."""
+    d = q.shape[-1]
+    scale = 1.0 / np.sqrt(d)
+    before = part.endswith("before")
+    # q scaled and each product taken in float32, as the program does before it converts: a tie of the
+    # format decided in float64 instead would move a score by a unit in one of every few thousand
+    q, k = q.astype(np.float32) * np.float32(scale if before else 1.0), k.astype(np.float32)
+    s = np.zeros(q.shape[:2] + k.shape[1:2])
+    for x in range(d):
+        qx, kx = q[:, :, None, x], k[:, None, :, x]
+        step = rounded(qx, form) * rounded(kx, form) if part.startswith("fma") else rounded(qx * kx, form)
+        s = rounded(s + step, form)
+    return np.matmul(softmax_rows(s * (1.0 if before else scale)), v.astype(np.float64))
+
+
 def simulated(q, k, v, form: str, part: str) -> np.ndarray:
-    return online(q, k, v, form, part) if part in RUNNING else attention(q, k, v, form, part)
+    if part in RUNNING:
+        return online(q, k, v, form, part)
+    return dot_in(q, k, v, form, part) if part in DOT else attention(q, k, v, form, part)
 
 
 PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product", "weights": "P and V of the product P V",
          "output": "the output", "sum": "the softmax's running sum l, key after key,",
-         "accumulator": "the output's running accumulator, key after key,"}
+         "accumulator": "the output's running accumulator, key after key,",
+         "fma before": "the scores' dot product, dim after dim (q scaled first; q, k and each fused multiply-add",
+         "sum before": "the scores' dot product, dim after dim (q scaled first; each product and each sum",
+         "fma after": "the scores' dot product, dim after dim (scaled after; q, k and each fused multiply-add",
+         "sum after": "the scores' dot product, dim after dim (scaled after; each product and each sum"}
+DOT = ("fma before", "sum before", "fma after", "sum after")  # the scores summed in the format, one dim at a time
 RUNNING = ("sum", "accumulator")  # kept in the format as they run, not rounded once
+SOME_ROWS = RUNNING + DOT  # simulated step by step: on the first ONLINE_ROWS rows of each batch
 ONLINE_ROWS = 64  # rows of each batch a part kept key after key is simulated on
 
 
@@ -98,13 +125,13 @@ class Precision(Probe):
 
 def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
     """(what to say, whether it names the rounding) of an output against its true value. A part kept
-    key after key is simulated on the first ONLINE_ROWS rows of each batch (its keys all): its cost
+    key after key (or dim after dim) is simulated on the first ONLINE_ROWS rows of each batch (its keys all): its cost
     grows with N * N * d, one key at a time."""
     rows = slice(0, ONLINE_ROWS)
     misses = {}  # (format, part): (its miss, float64's miss on the same rows)
     for form in UNIT_ROUNDOFF:
         for part in PARTS:
-            q, o, t = (inp.q[:, rows], out[:, rows], true[:, rows]) if part in RUNNING else (inp.q, out, true)
+            q, o, t = (inp.q[:, rows], out[:, rows], true[:, rows]) if part in SOME_ROWS else (inp.q, out, true)
             with np.errstate(over="ignore", invalid="ignore"):  # a format's range passed: its miss is inf
                 miss = np.nan_to_num(np.abs(o - simulated(q, inp.k, inp.v, form, part)).max(), nan=np.inf)
             misses[(form, part)] = (miss, np.abs(o - t).max())
@@ -114,9 +141,10 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
         # first of them in the table's order is named, the others said as the same here
         forms = [f for f in UNIT_ROUNDOFF if misses[(f, part)][0] <= max(1.5 * miss, 1e-9)]
         also = f" (or {', '.join(forms[1:])}: the same here)" if forms[1:] else ""
-        how = "kept in" if part in RUNNING else "rounded to"
-        on = f" (on the first {ONLINE_ROWS} rows of each batch)" if part in RUNNING and out.shape[1] > ONLINE_ROWS else ""
-        return (f"the output is float64 attention with {PARTS[part]} {how} {forms[0]}{also}: it misses that by at "
+        how = "kept in" if part in RUNNING else "in" if part in DOT else "rounded to"
+        closing = ")" if part in DOT else ""
+        on = f" (on the first {ONLINE_ROWS} rows of each batch)" if part in SOME_ROWS and out.shape[1] > ONLINE_ROWS else ""
+        return (f"the output is float64 attention with {PARTS[part]} {how} {forms[0]}{closing}{also}: it misses that by at "
                 f"most {fmt(misses[(forms[0], part)][0])}, float64's by {fmt(against)}{on}"), True
     scale = np.maximum(np.abs(true), np.abs(true).mean())
     relative = np.abs(out - true) / scale
@@ -127,5 +155,6 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
         return None, False
     return (f"the error is the size of {' or '.join(sorted(set(sizes)))} rounding (median relative error "
             f"{fmt(typical)}; unit roundoff {', '.join(f'{f} {fmt(UNIT_ROUNDOFF[f])}' for f in sorted(set(sizes)))}), "
-            "but no rounding fa simulated (inputs, Q and K, P and V, the output, the running sum, the accumulator) "
+            "but no rounding fa simulated (inputs, Q and K, P and V, the output, the running sum, the accumulator, "
+            "the scores' dot product summed in the format) "
             "gives the output"), False

@@ -1,0 +1,137 @@
+"""Which weight meets which element of V: the linear map T read as pairs.
+
+Where every value of T[r, c, :, :] is one of P's weights of row r, the program multiplies key j's
+weight by one element of V in output column c, V[k, c'], where it should multiply V[j, c]. The
+pairs (c, j) -> (k, c') are read from T by value (each large enough entry against row r's
+weights, where exactly one is that close), agreed by the rows, checked by building T back from P
+and the pairs, and then said by formula:
+
+  xor       V's row j xor (c mod W): the weights of a warp's lanes paired by an xor of the lane
+            (a shuffle's source lane an xor where the key's own lane was meant)
+  rotated   V's row j0 + ((j - j0 + c) mod T) within its tile of T keys
+  tile      the V tile of T keys stored transposed (d x T) and read as T x d, or the reverse: key
+            j0 + jj meets the tile's element jj*d + c counted in the other layout
+
+else with examples. A GPU program's mechanics (which weight meets which V row), not its softmax.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+SURE_WEIGHT = 1e-4  # entries of T this large are paired with a weight of P by value
+MATCH_RTOL = 1e-4  # an entry "is" a weight of P within this share of it (a float32 program's exp)
+APART = 20.0  # the next nearest weight of the row must be this many times further: one weight, no doubt
+AGREE = 0.9  # of the rows that pair (c, j) the same way
+CHECK_ATOL = 1e-4  # T built back from P and the pairs against the T read (weights below SURE_WEIGHT unpaired)
+EXAMPLES = 4
+LEAD = "in output column c, key j's weight multiplies "
+
+
+def read_pairs(T: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(K, C), each (d, N): key j's weight in output column c meets V[K[c, j], C[c, j]] (-1 where no
+    row told); None where T is not made of P's weights paired so, or is the right map."""
+    N, d = T.shape[:2]
+    r, c, k, cc = np.nonzero(np.abs(T) > SURE_WEIGHT)
+    if r.size == 0:
+        return None
+    values = T[r, c, k, cc]
+    lifted = (P + 2.0 * np.arange(N)[:, None]).ravel()  # every row's weights on one line, rows 2 apart
+    order = np.argsort(lifted)
+    line = np.r_[-np.inf, -np.inf, lifted[order], np.inf, np.inf]  # two beyond each end: never the nearest
+    at = np.searchsorted(line, values + 2.0 * r)
+    around = at[None, :] + np.arange(-2, 2)[:, None]  # the two weights below and the two above
+    with np.errstate(invalid="ignore"):
+        distance = np.abs(line[around] - 2.0 * r - values)
+    nearest = np.argsort(distance, axis=0)
+    best, second = np.take_along_axis(distance, nearest[:2], axis=0)
+    pick = np.take_along_axis(around, nearest[:1], axis=0)[0]
+    sure = (best <= MATCH_RTOL * values) & (second > APART * np.maximum(best, MATCH_RTOL * values))
+    if sure.mean() < 0.5:
+        return None  # most entries are no weight of P: not a pairing
+    j = order[pick - 2] % N
+    K, C = np.full((d, N), -1), np.full((d, N), -1)
+    key, code = c[sure] * N + j[sure], k[sure] * d + cc[sure]
+    combos, counts = np.unique(key * (N * d) + code, return_counts=True)
+    by_key = combos // (N * d)
+    for kk in np.unique(by_key):
+        mine = by_key == kk
+        top = np.argmax(counts[mine])
+        if counts[mine][top] < AGREE * counts[mine].sum():
+            return None  # the rows disagree on what key j's weight meets: no one pairing
+        K.flat[kk], C.flat[kk] = divmod(int(combos[mine][top] % (N * d)), d)
+    if ((K == np.arange(N)[None, :]) | (K < 0)).all() and ((C == np.arange(d)[:, None]) | (C < 0)).all():
+        return None  # every weight meets its own V element: the right pairing (or another weight's problem)
+    return (K, C) if np.abs(rebuilt(P, K, C, d) - T).max() <= CHECK_ATOL else None
+
+
+def rebuilt(P: np.ndarray, K: np.ndarray, C: np.ndarray, d: int) -> np.ndarray:
+    """T made of P's weights paired as (K, C) say."""
+    N = P.shape[0]
+    T = np.zeros((N, d, N, d))
+    c, j = np.nonzero(K >= 0)
+    np.add.at(T, (slice(None), c, K[c, j], C[c, j]), P[:, j])
+    return T
+
+
+def formulas(N: int, d: int):
+    """(words, K(c, j), C(c, j)) of the pairings a GPU program's mechanics make."""
+    c, j = np.meshgrid(np.arange(d), np.arange(N), indexing="ij")
+    for W in (8, 16, 32, 64):
+        if W <= N and W <= d * 2:
+            yield (f"V's row j xor (c mod {W}), column c: each lane of {W} takes the weights of the key whose place "
+                   "in its tile is its own place xor the lane (the weights exchanged between lanes by an xor, where "
+                   "each key's own weight was meant)"), j ^ (c % W), c
+    for T in (8, 16, 32, 64, 128):
+        if N % T == 0:
+            j0, jj = j - j % T, j % T
+            yield (f"V's row j0 + (j - j0 + c) mod {T} in its tile of {T} keys from j0, column c (each column's weights "
+                   "rotated against the keys)"), j0 + (jj + c) % T, c
+            f = jj * d + c
+            yield (f"element jj*d + c of its tile of {T} keys read from a tile stored column by column: "
+                   f"V[j0 + (jj*d + c) mod {T}, (jj*d + c) div {T}] for key j = j0 + jj (the V tile stored transposed, "
+                   "d x T, and read row by row)"), j0 + f % T, f // T
+            f = c * T + jj
+            yield (f"element c*{T} + jj of its tile of {T} keys read row by row: V[j0 + (c*{T} + jj) div d, "
+                   f"(c*{T} + jj) mod d] for key j = j0 + jj (the V tile stored row by row and read as though "
+                   "transposed)"), j0 + f // d, f % d
+
+
+def said(K: np.ndarray, C: np.ndarray) -> str:
+    """The pairing in words: a formula where one fits every pair read, else examples."""
+    d, N = K.shape
+    known = K >= 0
+    for words, KF, CF in formulas(N, d):
+        if (KF[known] == K[known]).all() and (CF[known] == C[known]).all():
+            return LEAD + words + example(K, C, KF, CF)
+    return LEAD + "another element of V than V[j, c] (no formula of those tried fits)" + example(K, C, K, C)
+
+
+def example(K, C, KF, CF) -> str:
+    d, N = K.shape
+    wrong = [(c, j) for c in range(d) for j in range(N) if K[c, j] >= 0 and (K[c, j], C[c, j]) != (j, c)]
+    shown = "; ".join(f"column {c}, key {j}: V[{KF[c, j]}, {CF[c, j]}]" for c, j in wrong[:EXAMPLES])
+    return f"; e.g. {shown} ({len(wrong)} of {int((K >= 0).sum())} pairs read are not V[j, c])"
+
+
+SHUFFLES = ("shuffles", r"__shfl\w*")
+SHARED = re.compile(r"__shared__\s+[\w\s]*?(\w+)\s*\[")  # a shared array's declaration: its name
+
+
+def look(words: str, source: Path | None) -> tuple[str, str]:
+    """The source lines to show under a pairing: the shuffles where lanes exchange weights, else the
+    lines that index a shared tile of V (a shared array named for V where one is, else every one)."""
+    if "xor" in words or "lane" in words:
+        return SHUFFLES
+    try:
+        text = source.read_text(errors="replace") if source else ""
+    except OSError:
+        text = ""
+    names = set(SHARED.findall(text))
+    names |= {m for base in names for m in re.findall(rf"\*\s*(\w+)\s*=\s*{re.escape(base)}\b", text)}  # carved from it
+    named_v = sorted(n for n in names if "v" in n.lower()) or sorted(names)
+    if not named_v:
+        return SHUFFLES
+    return "the shared tile's index", rf"\b({'|'.join(map(re.escape, named_v))})\s*\["

@@ -1,0 +1,93 @@
+"""fa_cli/judge/batch_coverage.py: the batches each case got wrong, read together. Runs made of
+the wrong batches a host-side mistake leaves (computed here from its own model of the program:
+which blocks a grid launches, which batches two halves copy, how many floats a copy moves) are
+named as that mistake; a run that no model fits, or whose failing cases are wrong everywhere, is not."""
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from fa_cli.cases.format import Shape
+from fa_cli.judge import batch_coverage
+from fa_cli.judge.steps import Context
+from fa_cli.judge.tool_logs import Budget
+from fa_cli.programs.programs import Program
+
+SHAPES = [Shape(2, 128, 32), Shape(2, 128, 64), Shape(3, 256, 64), Shape(16, 128, 64), Shape(1, 200, 64),
+          Shape(3, 200, 32)]
+
+
+def case(shape: Shape, wrong: np.ndarray):
+    """A case's result as the step reads it: every row checked, `wrong` (B, N) the rows over the tolerance."""
+    batches, rows = np.meshgrid(np.arange(shape.B), np.arange(shape.N), indexing="ij")
+    arrays = (batches.ravel(), rows.ravel(), wrong.ravel().astype(int))
+    check = SimpleNamespace(sampled=False, wrong=SimpleNamespace(arrays=lambda: arrays))
+    return SimpleNamespace(verdict="WRONG" if wrong.any() else "PASS", target=SimpleNamespace(shape=shape), check=check)
+
+
+def swapped_grid_program(shape: Shape, br: int = 128) -> np.ndarray:
+    """The blocks dim3(B, tiles) launches, each taken as (tile = blockIdx.x, batch = blockIdx.y):
+    the rows no block computed."""
+    tiles = -(-shape.N // br)
+    written = np.zeros((shape.B, tiles * br), dtype=bool)
+    for x in range(shape.B):  # blockIdx.x runs over B, read as the tile
+        for y in range(tiles):  # blockIdx.y runs over the tiles, read as the batch
+            if x < tiles and y < shape.B:
+                written[y, x * br:(x + 1) * br] = True
+    return ~written[:, :shape.N]
+
+
+def two_halves_program(shape: Shape) -> np.ndarray:
+    """Two streams, each given B / 2 batches from its start (0 and B / 2)."""
+    done = np.zeros((shape.B, shape.N), dtype=bool)
+    for start in (0, shape.B // 2):
+        done[start:start + shape.B // 2] = True
+    return ~done
+
+
+def bytes_as_floats_program(shape: Shape) -> np.ndarray:
+    """The input copy moves 3*B*N*d bytes of a 3*B*N*d-float payload: a batch is right where its Q, K
+    and V are all inside it (a batch cut anywhere is wrong in every row: its K or V is zero)."""
+    copied = 3 * shape.B * shape.N * shape.d // 4
+    inside = (np.arange(shape.B) + 1) * 3 * shape.N * shape.d <= copied
+    return np.broadcast_to(~inside[:, None], (shape.B, shape.N))
+
+
+def said(results, tmp_path, text="dim3 grid(in.B, tiles);\nkernel<<<grid, 128>>>(q, o);\n"):
+    source = tmp_path / "hw4.cu"
+    source.write_text(text)
+    ctx = Context(Program("hw4", source.with_suffix(""), source=source), None, tmp_path, Budget(60), lambda s: None, 5e-3,
+                  None, "", results=results)
+    step = batch_coverage.BatchesCovered()
+    return step.run(ctx) if step.applies(ctx) else []
+
+
+def test_a_grid_with_its_axes_swapped_is_named_with_its_tile_and_lines(tmp_path):
+    found = said([case(s, swapped_grid_program(s)) for s in SHAPES], tmp_path)
+    assert len(found) == 1 and found[0].is_cause
+    text = "\n".join(found[0].lines)
+    assert "3x256x64: batch 2 wrong" in text and "launch grid with its axes swapped" in text
+    assert "(of 128 rows)" in text and "1 `dim3 grid(in.B, tiles);`, 2 `kernel<<<grid, 128>>>(q, o);`" in text
+
+
+def test_the_last_batch_left_out_where_b_is_odd_is_named_and_not_taken_for_a_grid(tmp_path):
+    found = said([case(s, two_halves_program(s)) for s in SHAPES], tmp_path)
+    assert len(found) == 1 and "the last batch left out where B is odd" in found[0].lines[0]
+    assert "grid" not in found[0].lines[0]
+
+
+def test_a_copy_of_a_quarter_is_named(tmp_path):
+    found = said([case(s, bytes_as_floats_program(s)) for s in SHAPES], tmp_path, "cudaMemcpy(d, h, n, H2D);\n")
+    assert len(found) == 1 and "only the first quarter of the input" in found[0].lines[0]
+    assert "16x128x64: batches 4..15 wrong" in found[0].lines[0] and "cudaMemcpy(d, h, n, H2D);" in found[0].lines[1]
+
+
+def test_runs_no_model_fits_or_wrong_everywhere_name_nothing(tmp_path):
+    every = [case(s, np.ones((s.B, s.N), dtype=bool)) for s in SHAPES]
+    assert said(every, tmp_path) == []  # every batch wrong: nothing of its own
+    first = [case(s, np.arange(s.B)[:, None] == np.zeros((1, s.N))) for s in SHAPES]
+    assert said(first, tmp_path) == []  # batch 0 wrong: no model's
+    only = [case(s, two_halves_program(s)) if s.B == 3 and s.N == 256 else case(s, np.zeros((s.B, s.N), dtype=bool))
+            for s in SHAPES]
+    assert said(only, tmp_path) == []  # one failing case (the others pass): too little to tell
+

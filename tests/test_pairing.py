@@ -1,0 +1,75 @@
+"""fa_cli/judge/probes/pairing.py: which weight meets which element of V. Maps built in NumPy from
+the right weights paired as a GPU program's mechanics pair them (lanes exchanging weights by an
+xor, a V tile stored transposed) are read back as that pairing, by formula; the right map, and a
+map whose values are no weights of P, say nothing."""
+import numpy as np
+import pytest
+
+from fa_cli.judge.probes import linear_map, pairing
+from fa_cli.judge.probes.step import logits, softmax_rows
+
+RNG = np.random.default_rng(5)
+
+
+def weights(N, d):
+    q, k = (RNG.uniform(-3, 3, size=(N, d)).astype(np.float32) for _ in range(2))
+    return q, k, softmax_rows(logits(q[None], k[None]))[0]
+
+
+def paired_map(P, d, key_row, column):
+    """T whose column c takes key j's weight (rounded to float32, as a program computes it) on
+    V[key_row(c, j), column(c, j)]."""
+    N = P.shape[0]
+    c, j = np.meshgrid(np.arange(d), np.arange(N), indexing="ij")
+    T = np.zeros((N, d, N, d))
+    np.add.at(T, (slice(None), c, key_row(c, j), column(c, j)), P[:, j].astype(np.float32))
+    return T
+
+
+def test_weights_exchanged_between_lanes_by_an_xor_are_named_with_the_formula_and_examples():
+    q, k, P = weights(64, 32)
+    T = paired_map(P, 32, lambda c, j: j ^ (c % 32), lambda c, j: c)
+    said = linear_map.read_map(T, P, q, k)
+    assert len(said) == 1 and said[0].startswith(pairing.LEAD + "V's row j xor (c mod 32), column c")
+    assert "column 1, key 0: V[1, 1]; column 1, key 1: V[0, 1]" in said[0]
+    assert pairing.look(said[0], None) == pairing.SHUFFLES
+
+
+@pytest.mark.parametrize("d", [32, 64])
+def test_a_v_tile_stored_transposed_and_read_row_by_row_is_named_for_either_d(d):
+    """Key j0 + jj meets the tile's element jj*d + c of a tile stored d x 32: for d = 64, V[j0 + c mod
+    32, 2*jj + c div 32]."""
+    q, k, P = weights(64, d)
+    T = paired_map(P, d, lambda c, j: j - j % 32 + (j % 32 * d + c) % 32, lambda c, j: (j % 32 * d + c) // 32)
+    said = linear_map.read_map(T, P, q, k)
+    assert said[0].startswith(pairing.LEAD + "element jj*d + c of its tile of 32 keys read from a tile stored "
+                              "column by column")
+    assert f"column 0, key 1: V[0, {d // 32}]" in said[0]  # element 1*d + 0 of a tile stored 32 to a column
+
+
+def test_a_pairing_that_no_formula_fits_is_said_with_examples():
+    N, d = 32, 8
+    q, k, P = weights(N, d)
+    swap = np.arange(N)
+    swap[[3, 17]] = swap[[17, 3]]  # column 2 takes key 3's weight on V row 17 and the reverse
+    T = paired_map(P, d, lambda c, j: np.where(c == 2, swap[j], j), lambda c, j: c)
+    said = pairing.said(*pairing.read_pairs(T, P))
+    assert "no formula of those tried fits" in said and "column 2, key 3: V[17, 2]" in said and "(2 of 256" in said
+
+
+def test_the_right_map_and_values_that_are_no_weights_say_nothing():
+    N, d = 32, 8
+    q, k, P = weights(N, d)
+    assert pairing.read_pairs(paired_map(P, d, lambda c, j: j, lambda c, j: c), P) is None
+    assert pairing.read_pairs(RNG.uniform(0.01, 0.5, size=(N, d, N, d)), P) is None
+
+
+def test_the_lines_shown_under_a_tile_are_the_shared_tile_of_v(tmp_path):
+    source = tmp_path / "hw4.cu"
+    source.write_text("__shared__ float Ks[32 * 33];\n__shared__ float Vs[32 * 32];\nextern __shared__ float sm[];\n"
+                      "float* vt = sm + 64;\nKs[r * 33 + c] = k[i];\nVs[c * 32 + r] = v[i];\n")
+    what, pattern = pairing.look("the V tile stored transposed", source)
+    assert what == "the shared tile's index"
+    import re
+    assert re.search(pattern, "Vs[c * 32 + r] = v[i];") and re.search(pattern, "vt[3] = 1;")
+    assert not re.search(pattern, "Ks[r * 33 + c] = k[i];")
