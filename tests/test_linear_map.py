@@ -240,3 +240,18 @@ def test_the_step_names_a_result_transposed_back_with_its_sizes_swapped(tmp_path
     assert found and found[0].kind == "measured", found
     assert "the block transposed twice the same way" in found[0].lines[0]
     assert found[0].lines[-1].startswith("lines with the output's index in hw4.cu: 2 `output[out_idx] = tile")
+
+
+def test_a_sum_each_lane_keeps_of_its_own_keys_is_named_with_its_lanes():
+    """Lane c of 16 keeps l over the keys j = c mod 16 only and divides its output column by it
+    (modelled here from exp of the scores, not from fa's P): each column's weights are P's times
+    a factor a row, the lanes' formula named."""
+    q, k = qk()
+    s = logits(q[None], k[None])[0]
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    keys = np.arange(N)
+    T = diagonal_map([p / p[:, keys % 16 == c % 16].sum(axis=1, keepdims=True) for c in range(D)])
+    said = linear_map.read_map(T, weights(q, k), q, k)
+    assert said[0].startswith("every column's weights are P's times a factor of its own for each row")
+    assert "column c's is P summed over the keys j = c mod 16 alone" in said[0]
+    assert linear_map.look_for(said) == "sums"

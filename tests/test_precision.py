@@ -44,6 +44,19 @@ def test_bf16_weights_are_named_and_a_wrong_formula_is_not():
     assert precision.read(wrong, inp.output(), inp) == (None, False)
 
 
+def test_k_and_v_kept_in_bf16_are_named_apart_from_every_input_rounded():
+    """K and V rounded to bf16's 8 significant bits (frexp and round here, ties to even), Q kept: a
+    program's K and V tiles in bf16."""
+    inp = probe()
+
+    def bf16(x):
+        m, e = np.frexp(x.astype(np.float64))
+        return np.ldexp(np.round(np.ldexp(m, 8)), e - 8)
+    out = ProbeInput(inp.q, bf16(inp.k).astype(np.float32), bf16(inp.v).astype(np.float32)).output()
+    said, named = precision.read(out, inp.output(), inp)
+    assert named and "with K and V (tiles of keys and values kept in it, Q not) rounded to bf16" in said, said
+
+
 def test_an_error_of_a_formats_size_that_no_rounding_gives_is_said_as_measured():
     inp = probe()
     true = inp.output()

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from helpers import DATA, fa
+from helpers import DATA, fa, stand_in_context
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge.probes import factors, indexing, layout, readings, softmax_steps
@@ -153,6 +153,32 @@ def test_a_reduction_that_spans_two_rows_lanes_is_found_among_the_readings():
     assert words.startswith("each row's scores taken from the sum of q over its aligned group of 2 rows")
 
 
+INPUT_COPIED_BACK = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12)
+x[:B * N * d].tofile(sys.argv[2])  # the copy back reads the input's buffer: its first B*N*d floats
+"""
+
+
+def test_an_output_that_is_the_input_copied_back_is_named_with_its_blocks(tmp_path):
+    inp = probe(B=3, N=32, d=32)
+    ctx = stand_in_context(tmp_path, INPUT_COPIED_BACK, "int main() {\n  cudaMemcpy(h, d_in, n, D2H);\n}\n", inp)
+    [found] = layout.OutputLayout().run(ctx)
+    assert "output batch b is input block 1*b + 0 of N*d floats (Q_0, K_0, V_0)" in found.lines[0]
+    assert "the input in its own order" in found.lines[0] and "2 `cudaMemcpy(h, d_in, n, D2H);`" in found.lines[-1]
+
+
+def test_q_dims_past_the_warp_read_as_their_lane_mod_32_are_found_among_the_readings():
+    """d = 64 with q spread a dim a lane and fetched by a shuffle from lane x: lanes 32..63 wrap."""
+    inp = probe(B=2, N=48, d=64)
+    q = inp.q[..., np.arange(64) % 32]
+    out = np.matmul(softmax_rows(logits(q, inp.k)), inp.v.astype(np.float64)).astype(np.float32)
+    words, _ = indexing.search(out, inp.flat(), 2, 48, 64, 5e-3)
+    assert words.startswith("Q's dim x read as dim x mod 32")
+
+
 def test_k_read_transposed_is_found_among_the_index_formulas():
     inp = probe(B=2, N=96, d=32)
     flat = inp.flat()
@@ -171,6 +197,27 @@ def test_one_step_of_the_online_softmax_written_otherwise_is_found_with_its_tile
     step, words, tiles = softmax_steps.search(W, s)
     assert (step, words, tiles) == ("sum", "l = l + sum(p) (l not rescaled)", [20])
     assert softmax_steps.search(softmax_rows(s), s) is None  # the right weights fit no other form
+
+
+def test_a_tiles_factor_applied_at_every_key_is_found_from_a_program_written_key_by_key():
+    """A tile-by-tile program (its own loops here, not fa's simulation) whose output update sits in
+    the loop over the tile's keys: acc *= alpha once a key, with the tile's alpha."""
+    inp = probe(B=1, N=96)
+    s = logits(inp.q, inp.k)[0]
+    W = np.zeros((96, 96))
+    for i in range(96):
+        m, l, acc = -np.inf, 0.0, np.zeros(96)
+        for j0 in range(0, 96, 32):
+            m_new = max(m, s[i, j0:j0 + 32].max())
+            alpha, p = np.exp(m - m_new), np.exp(s[i, j0:j0 + 32] - m_new)
+            l = l * alpha + p.sum()
+            for jj in range(32):
+                acc *= alpha
+                acc[j0 + jj] += p[jj]
+            m = m_new
+        W[i] = acc / l
+    step, words, tiles = softmax_steps.search(W[None], s[None])
+    assert step == "output" and words.startswith("acc = acc * alpha + p_j V_j at every key j") and tiles == [32]
 
 
 def test_keys_dropped_at_the_end_name_every_tile_they_fit():

@@ -75,6 +75,9 @@ def test_a_padded_tile_read_at_the_unpadded_pitch_is_named_with_its_pitches_and_
     (lambda k: np.concatenate([k[1:], np.full((1, D), 7.0)]),  # past K's last key: what follows it, not K
      "keys shifted: k[j, x] taken from K[j + 1, x] (32 terms past K's last element)"),
     (lambda k: np.roll(k, -2, axis=1), "dims shifted: k[j, x] taken from K[j, (x + 2) mod d]"),
+    # half-warps of 16 lanes: q's dims loaded 2 in a row a lane (lane h: 2h, 2h + 1), K's every 16th (h, h + 16)
+    (lambda k: k[:, [h + 16 * t for h in range(16) for t in range(2)]],
+     "dims in another order: k[j, x] taken from K[j, x div 2 + 16*(x mod 2)]"),
     (lambda k: np.concatenate([k.ravel(), np.zeros(N)])[np.arange(N)[:, None] * (D + 1) + np.arange(D)[None, :]],
      "rows read at a pitch of 33 floats (d +1): k[j, x] taken from K's flat element j*33 + x"),
 ])

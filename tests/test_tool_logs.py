@@ -1,6 +1,7 @@
 """fa_cli/judge/tool_logs.py: what compute-sanitizer, a debugger and AddressSanitizer print, read
 as fa run quotes it; what a program runs on, read from its binary."""
 import os
+import time
 
 from fa_cli.judge import tool_logs
 from fa_cli.programs import programs
@@ -197,3 +198,12 @@ def test_tools_side_by_side_share_one_time_limit_and_are_stopped_at_it(tmp_path,
     times = [float(t) for _, t in started]
     assert len(started) == 3 and max(times) - min(times) < 1.0
     assert not [pid for pid, _ in started if os.path.exists(f"/proc/{pid}")]
+
+
+def test_a_build_of_another_form_is_not_counted_in_the_budget():
+    budget = tool_logs.Budget(60.0)
+    with budget.build():
+        time.sleep(0.3)
+    assert budget.used < 0.1
+    time.sleep(0.2)
+    assert 0.2 <= budget.used < 0.4

@@ -3,6 +3,7 @@ error, a debugger's backtrace and exit, AddressSanitizer's report; the tools fou
 CUDA toolkit keeps them; a program's kind (cpu, cuda, hip) read from its binary."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -59,14 +60,25 @@ def gpu_kind(program: Program) -> str:
 @dataclass
 class Budget:
     """Seconds a search may take, counted from its start, less what it waited for its turns on the
-    GPU (fa class: another program's timed run)."""
+    GPU (fa class: another program's timed run) and what it spent building another form of the
+    program (a build is the compiler's time, as the judged build's is, not the search's)."""
     seconds: float
     start: float = field(default_factory=time.perf_counter)
     waited_before: float = field(default_factory=gpu_turns.waited_s)
+    building_s: float = 0.0
 
     @property
     def used(self) -> float:
-        return time.perf_counter() - self.start - (gpu_turns.waited_s() - self.waited_before)
+        return time.perf_counter() - self.start - (gpu_turns.waited_s() - self.waited_before) - self.building_s
+
+    @contextlib.contextmanager
+    def build(self):
+        """A build of another form of the program: not counted."""
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.building_s += time.perf_counter() - began
 
     @property
     def left(self) -> float:

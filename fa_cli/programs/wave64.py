@@ -148,16 +148,19 @@ LANES_MACRO = "FA_WAVE64_LANES"  # -DFA_WAVE64_LANES=32: the emulation with 32-l
 LANE_CODE = re.compile(r"(?:__|fa_wave64_)shfl|warpSize|fa_wave64_warp_size|(?:__|fa_wave64_)lane_id|%\s*32\b|&\s*31\b")
 
 
-# A count of 32 lanes written out: a step, a division or a mask by 32 (not a head dim's `<32>` or `== 32`).
-LANES_32 = re.compile(r"[/%*]\s*32\b|\b32\s*[*/%]|[+-]=\s*32\b|&\s*31\b|=\s*32\s*;|<\s*32\s*;")
+# Where a 32-lane assumption is written out: a shuffle started at 16 or given a width of 32, then a
+# lane count of 32 in arithmetic (a mask by 31, a division or a step by 32).
+SHUFFLE_32 = re.compile(r"shfl\w*\s*\([^;]*,\s*(16|32)\s*\)|\boff\w*\s*=\s*16\b")
+LANES_32 = re.compile(r"&\s*31\b|%\s*32\b|/\s*32\b|[+-]=\s*32\b|=\s*32\s*;")
 
 
 def lane_lines(source: Path) -> list[tuple[str, int, str]]:
     """The student's lines that use lanes: shuffles, warpSize, lane ids, indices modulo 32; those
-    that count 32 lanes in a literal first (where a 64-lane wavefront breaks an assumption, the
-    literal is where it is written; warpSize and shuffles are right on either)."""
-    lines = [line for line in student_lines(source) if LANE_CODE.search(line[2]) or LANES_32.search(line[2])]
-    return sorted(lines, key=lambda line: not LANES_32.search(line[2]))
+    that write a 32-lane assumption out first (where a 64-lane wavefront breaks one, the literal is
+    where it is written; warpSize and shuffles of a computed width are right on either)."""
+    lines = [line for line in student_lines(source)
+             if LANE_CODE.search(line[2]) or LANES_32.search(line[2]) or SHUFFLE_32.search(line[2])]
+    return sorted(lines, key=lambda line: 0 if SHUFFLE_32.search(line[2]) else 1 if LANES_32.search(line[2]) else 2)
 
 
 # ---------------------------------------------------------------- what the run said

@@ -85,7 +85,9 @@ class Wavefronts(Probe):
 
     def run(self, ctx: Context) -> list[Finding]:
         try:
-            narrow = programs.ensure_built(programs.from_source(ctx.source, (f"-D{wave64.LANES_MACRO}=32",), "wave32"))
+            with ctx.budget.build():  # the compiler's time, as the judged build's, not the search's
+                narrow = programs.ensure_built(programs.from_source(ctx.source, (f"-D{wave64.LANES_MACRO}=32",),
+                                                                    "wave32"))
         except Exception as e:  # a build that fails with 32 lanes says nothing of the 64-lane one
             return [Finding(Kind.MISSING_TOOL, [f"the 32-lane build of {ctx.source.name} failed: {e}"])]
         got = ctx.run(ctx.probe, program=narrow)

@@ -130,6 +130,14 @@ def whole_readings(flat: np.ndarray, B: int, N: int, d: int):
             yield ("the sizes B and N swapped (the input cut as N batches of B rows: a kernel or function given N "
                    "for B and B for N)"), o.reshape(B, N, d)
         qkv = flat.reshape(B, 3, N, d).astype(np.float64)
+        for lanes in (16, 32):  # a dim past the lanes read as dim x mod lanes: a lane index that wraps
+            if d > lanes:
+                for role in (0, 1):
+                    read = qkv[:, :3].copy()
+                    read[:, role] = read[:, role][..., np.arange(d) % lanes]
+                    yield (f"{ROLES[role]}'s dim x read as dim x mod {lanes} (its first {lanes} dims again in dims "
+                           f"{lanes} on: a lane or shuffle source that wraps at {lanes}, e.g. __shfl_sync(mask, v, x) "
+                           f"with x past the warp)"), np.matmul(softmax_rows(logits(read[:, 0], read[:, 1])), read[:, 2])
         for G in ROW_GROUPS:
             if N % G == 0 and N > G:
                 q = np.repeat(qkv[:, 0].reshape(B, N // G, G, d).sum(axis=2), G, axis=1)

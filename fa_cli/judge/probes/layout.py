@@ -103,11 +103,11 @@ class OutputLayout(Probe):
         shape = (ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d)
         wrong = int(np.count_nonzero(~(np.abs(out - true) <= ctx.tol)))
         dest, src = pairs(np.concatenate([out.ravel(), extra]).reshape(-1), true, ctx.tol)
-        if wrong == 0 or len(np.unique(dest)) < wrong / 2 or len(dest) < 4:
+        if wrong == 0:
             return []
-        found = fit(dest, src, shape, wrong)
+        found = fit(dest, src, shape, wrong) if len(np.unique(dest)) >= wrong / 2 and len(dest) >= 4 else None
         if found is None:
-            return []
+            return input_held(ctx, out, shape)
         (alpha, beta, gamma, delta), placed = found
         rest = rest_of_wrong(out, true, ctx.tol, placed, wrong)
         formula = " + ".join(t for t in (term(alpha, "b"), term(beta, "r"), term(gamma, "c")) if t)
@@ -126,6 +126,33 @@ class OutputLayout(Probe):
 
 
 COPIED = 0.9  # of the values placed, still right in their own place: copies, not moves
+HELD = 0.9  # of an output batch's values, the same bits as an input block's: that block, copied
+
+
+def input_held(ctx: Context, out: np.ndarray, shape) -> list[Finding]:
+    """Where each output batch holds, bit for bit, a block of N*d floats of the input (Q, K or V of
+    some batch): which block, as a formula of b (the input in its order: a copy back from the
+    input's buffer; V_b: nothing computed)."""
+    B, N, d = shape
+    blocks = ctx.probe.flat().reshape(3 * B, N * d)
+    held = []
+    for b in range(B):
+        same = (blocks == out[b].reshape(1, -1).astype("<f4")).mean(axis=1)
+        held.append(int(np.argmax(same)) if same.max() >= HELD else -1)
+    if -1 in held:
+        return []
+    m = np.array(held)
+    names = [f"{'QKV'[x % 3]}_{x // 3}" for x in held]
+    slope = int(m[1] - m[0]) if B > 1 else 0
+    formula = (f"block {slope}*b + {m[0]}" if B > 1 and (m == m[0] + slope * np.arange(B)).all() else
+               "blocks " + ", ".join(map(str, held)))
+    what = "the input in its own order (Q_0, K_0, V_0, Q_1, ...): a copy back whose source is the input's " \
+        "buffer (or another pointer into it), not the output's" if (m == np.arange(B)).all() else \
+        "one matrix of the input: nothing of the attention reaches the output"
+    return measured(ctx, [
+        f"measured: the output holds the input's values, bit for bit: output batch b is input {formula} of N*d "
+        f"floats ({', '.join(names[:4])}{' ...' if B > 4 else ''}) on {ctx.probe.label}: {what}; look at the copy "
+        "back's source and the output's pointer"], look=("copies", r"Memcpy\w*\s*\("), held_blocks=held)
 
 
 def copied(out, true, tol, dest, src, coef, shape) -> bool:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..diagnose import source_lines
+from ..mistakes import SUM_LINES
 from ..findings import Finding, Kind
 from . import pairing
 from .readings import measured
@@ -46,6 +47,7 @@ LANES = ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")
 LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
         "width": (("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
+        "sums": (("the row's sum", SUM_LINES),),
         "band": (("a loop bound by the row's index", r"for\s*\([^;]*;[^;]*[<>]=?\s*\(?\s*(i|row|r|qi|q_row|gi|global_row)\b"),)}
 TELLING = 1e-4  # a key with this much of P that the program gives no weight is a key left out
 
@@ -99,6 +101,8 @@ def look_for(mapped: list[str]) -> str:
     first = mapped[0] if mapped else ""
     if first.startswith("each row weighs"):
         return "band"
+    if first.startswith("every column's weights are P's"):
+        return "sums"
     if first.startswith("the weights differ"):
         return "width" if any(line.endswith("made of no row of V") for line in mapped) else "columns"
     return "columns" if first.startswith("one set of weights") else "place"
@@ -159,6 +163,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it
         named = fit is not None and fit[1] <= FIT_RESIDUAL and len(distinct(fit[0])) > 1
         return [f"one set of weights for every column; {score_words(*fit)}"] if named else []
+    if found := lane_sums(weights, P):
+        return found
     lines = [f"the weights differ by output column: {len(groups)} sets"]
     for cols in groups:
         W = weights[cols[0]]
@@ -167,6 +173,34 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
             else f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
         lines.append(f"columns {spans(cols)}: {state}")
     return lines
+
+
+LANE_WIDTHS = (16, 32, 64)  # the lanes a row's keys may be dealt to, key j to lane j mod L
+FACTOR_RTOL = 1e-3  # a column's weights are P times one factor a row: W / P the same over its keys, to this
+
+
+def lane_sums(weights: np.ndarray, P: np.ndarray) -> list[str]:
+    """Every column's weights P times a factor per row, each column's its own: said, and where the
+    factor is 1 / (P summed over the keys j = c mod L) for a lane width L, named: each lane divides
+    by the sum of its own keys' weights, never added across the lanes."""
+    d = weights.shape[0]
+    telling = P > 1e-6
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(telling[None], weights / P[None], np.nan)  # (c, r, j)
+    factor = np.nanmedian(ratio, axis=2)  # (c, r)
+    if not (np.isfinite(factor).all() and (factor > 0).all()) or np.allclose(factor, 1.0, rtol=FACTOR_RTOL) or \
+            not np.all(np.abs(ratio - factor[..., None]) <= FACTOR_RTOL * factor[..., None], where=telling[None]):
+        return []  # a column made of no V, the right weights, or weights no factor a row makes
+    said = (f"every column's weights are P's times a factor of its own for each row (from {fmt(np.nanmin(factor))} "
+            f"to {fmt(np.nanmax(factor))}): the right scores and softmax, divided by another sum in each column")
+    keys = np.arange(P.shape[1])
+    for L in LANE_WIDTHS:
+        share = np.stack([P[:, keys % L == c % L].sum(axis=1) for c in range(d)])  # (c, r)
+        if np.allclose(factor * share, 1.0, rtol=10 * FACTOR_RTOL):
+            return [f"{said}: column c's is P summed over the keys j = c mod {L} alone, the share of the row's sum "
+                    f"l that lane c of {L} keeps of its own keys, never added across the lanes (a sum reduced in no "
+                    "shuffle or shared memory)"]
+    return [said]
 
 
 def band(W: np.ndarray, P: np.ndarray) -> list[str]:

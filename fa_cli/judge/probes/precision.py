@@ -1,6 +1,6 @@
 """Whether a wrong output is a lower precision's rounding rather than a wrong formula: the probe's
 output against float64 attention with one part rounded to fp16, bf16 or tf32 (the inputs, Q and K
-of the scores' product, P before P V, the output; an online softmax's running sum or accumulator,
+of the scores' product, K and V (tiles kept in the format), P before P V, the output; an online softmax's running sum or accumulator,
 rounded key after key; the scores' dot product summed in the format dim after dim, by fused
 multiply-adds or by products rounded and added, q scaled before or the sum after). A rounding that gives the output to a fraction
 of its error against float64 is named; where none does but the error is the size of a format's
@@ -41,6 +41,8 @@ def attention(q, k, v, form: str, part: str) -> np.ndarray:
         q, k, v = rounded(q, form), rounded(k, form), rounded(v, form)
     if part == "scores":
         q, k = rounded(q, form), rounded(k, form)
+    if part == "keys and values":
+        k, v = rounded(k, form), rounded(v, form)
     p = softmax_rows(logits(q, k))
     if part == "weights":
         p, v = rounded(p, form), rounded(v, form)
@@ -93,7 +95,8 @@ def simulated(q, k, v, form: str, part: str) -> np.ndarray:
     return dot_in(q, k, v, form, part) if part in DOT else attention(q, k, v, form, part)
 
 
-PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product", "weights": "P and V of the product P V",
+PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product", "keys and values": "K and V (tiles of keys "
+         "and values kept in it, Q not)", "weights": "P and V of the product P V",
          "output": "the output", "sum": "the softmax's running sum l, key after key,",
          "accumulator": "the output's running accumulator, key after key,",
          "fma before": "the scores' dot product, dim after dim (q scaled first; q, k and each fused multiply-add",
@@ -155,6 +158,6 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
         return None, False
     return (f"the error is the size of {' or '.join(sorted(set(sizes)))} rounding (median relative error "
             f"{fmt(typical)}; unit roundoff {', '.join(f'{f} {fmt(UNIT_ROUNDOFF[f])}' for f in sorted(set(sizes)))}), "
-            "but no rounding fa simulated (inputs, Q and K, P and V, the output, the running sum, the accumulator, "
+            "but no rounding fa simulated (inputs, Q and K, K and V, P and V, the output, the running sum, the accumulator, "
             "the scores' dot product summed in the format) "
             "gives the output"), False

@@ -175,6 +175,15 @@ def formulas(N: int, d: int, names: Names = KEYS):
             np.where(j >= s, (j - s) * d + x, -1)
     for s in range(1, min(d, 4)):
         yield f"dims shifted: {o}[{i}, x] taken from {W}[{i}, (x + {s}) mod d]", past, j * d + (x + s) % d
+    for lanes in (4, 8, 16, 32):  # a row's dims dealt to lanes: by blocks on one side, strided on the other
+        per = d // lanes
+        if d % lanes == 0 and per > 1:
+            yield (f"dims in another order: {o}[{i}, x] taken from {W}[{i}, x div {per} + {lanes}*(x mod {per})]: the "
+                   f"other operand's dims dealt to {lanes} lanes {per} in a row (lane h: h*{per} ...) where these are "
+                   f"every {lanes}th (lane h: h, h + {lanes}, ...)"), past, j * d + x // per + lanes * (x % per)
+            yield (f"dims in another order: {o}[{i}, x] taken from {W}[{i}, (x mod {lanes})*{per} + x div {lanes}]: "
+                   f"the other operand's dims dealt to {lanes} lanes every {lanes}th where these are {per} in a "
+                   "row"), past, j * d + (x % lanes) * per + x // lanes
     for p in PITCHES:
         flat = j * (d + p) + x
         yield (f"rows read at a pitch of {d + p} floats (d {p:+d}): {o}[{i}, x] taken from {W}'s flat element "

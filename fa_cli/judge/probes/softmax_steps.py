@@ -61,7 +61,9 @@ STEP_FORMS = {
                ("acc = (acc + p V) * alpha (the tile's own terms rescaled too)",
                 lambda acc, alpha, p_full: (acc + p_full) * alpha[..., None]),
                ("acc = acc / alpha + p V (divided by the factor)",
-                lambda acc, alpha, p_full: acc / alpha[..., None] + p_full)),
+                lambda acc, alpha, p_full: acc / alpha[..., None] + p_full),
+               ("acc = acc * alpha + p_j V_j at every key j of the tile (the tile's factor applied once a key, "
+                "not once a tile)", lambda acc, alpha, p_full: rescaled_each_key(acc, alpha, p_full))),
     "update": (("m = m_new", lambda m_new, tmax: m_new),
                ("m = tile max (the max kept for the next tile is this tile's own)", lambda m_new, tmax: tmax)),
     "final": (("O = acc / l", lambda acc, l: acc / l[..., None]),
@@ -69,6 +71,17 @@ STEP_FORMS = {
               ("O = acc / l^2 (divided twice)", lambda acc, l: acc / (l * l)[..., None])),
 }
 RIGHT = {step: forms[0][1] for step, forms in STEP_FORMS.items()}
+
+
+def rescaled_each_key(acc: np.ndarray, alpha: np.ndarray, p_full: np.ndarray) -> np.ndarray:
+    """acc after a tile whose keys were added one at a time, each after acc was multiplied by the
+    tile's alpha: the tile's k-th of T keys weighs alpha^(T-1-k), what came before alpha^T (the
+    tile's keys are where p_full is not 0)."""
+    keys = np.flatnonzero((p_full != 0).reshape(-1, p_full.shape[-1]).any(axis=0))
+    powers = np.zeros(p_full.shape[-1])
+    powers[keys] = np.arange(len(keys))[::-1]
+    with np.errstate(invalid="ignore"):
+        return acc * alpha[..., None] ** len(keys) + p_full * alpha[..., None] ** powers
 
 
 def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
