@@ -61,8 +61,8 @@ def bytes_as_floats_program(shape: Shape) -> np.ndarray:
 def said(results, tmp_path, text="dim3 grid(in.B, tiles);\nkernel<<<grid, 128>>>(q, o);\n"):
     source = tmp_path / "hw4.cu"
     source.write_text(text)
-    ctx = Context(Program("hw4", source.with_suffix(""), source=source), None, tmp_path, Budget(60), lambda s: None, 5e-3,
-                  None, "", results=results)
+    ctx = Context(Program("hw4", source.with_suffix(""), source=source), None, tmp_path, Budget(60), lambda s: None,
+                  5e-3, None, "", results=results)
     step = batch_coverage.BatchesCovered()
     return step.run(ctx) if step.applies(ctx) else []
 

@@ -76,8 +76,8 @@ def test_a_failure_that_comes_and_goes_as_the_host_writes_early_is_named_with_th
     elif "WRONG" in said:  # every run failed alike (a loaded GPU: the host won every time): waited for, right
         assert not claims
         [line] = [l.strip() for l in said.splitlines() if "measured: with every launch and copy waited for" in l]
-        assert "(CUDA_LAUNCH_BLOCKING=1 FA_COPIES_WAITED=1) it is right in 3 of 3 runs on t01, and as built, run by turns with them, " \
-            "wrong in every one" in line and "cudaMemcpyAsync" in line
+        assert "(CUDA_LAUNCH_BLOCKING=1 FA_COPIES_WAITED=1) it is right in 3 of 3 runs on t01, and as built, run by " \
+            "turns with them, wrong in every one" in line and "cudaMemcpyAsync" in line
     else:  # every run won by the GPU: a pass, warned with the device made slower
         assert not claims and "passes here, but with the device made slower" in said, said
 

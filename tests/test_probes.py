@@ -45,6 +45,19 @@ def test_a_running_sum_never_rescaled_is_named_with_its_tile():
     assert factors.per_row_factor(P, P, s) is None  # the right weights: nothing to say
 
 
+def test_a_sum_counted_twice_halves_every_output_and_is_said_so():
+    """A butterfly over 64 lanes that starts at 64: its first step adds each lane's value to itself."""
+    inp = probe()
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    said, _ = factors.per_row_factor(P / 2, P, s)
+    assert said.endswith("a constant factor on the output: 1 / 2: the running sum l is 2 times the right one (a "
+                         "reduction that adds each value more than once, e.g. a butterfly over lanes that starts at "
+                         "the full width, not half)")
+    said, _ = factors.per_row_factor(P * 0.7, P, s)
+    assert said.endswith("a constant factor on the output")
+
+
 def test_a_partial_output_never_rescaled_is_a_factor_per_key_tile():
     inp = probe(N=256)
     s = logits(inp.q, inp.k)
@@ -218,6 +231,44 @@ def test_a_tiles_factor_applied_at_every_key_is_found_from_a_program_written_key
         W[i] = acc / l
     step, words, tiles = softmax_steps.search(W[None], s[None])
     assert step == "output" and words.startswith("acc = acc * alpha + p_j V_j at every key j") and tiles == [32]
+
+
+def test_an_output_kept_normalised_and_a_max_reduced_in_place_are_found_from_programs_written_tile_by_tile():
+    """Two programs' own loops: one keeps o divided by l and updates it as (o * alpha + p V) / l_new
+    (o's old l left out); one reduces the tile's max in the lane's score, so every key of a tile
+    weighs exp(tile max - m)."""
+    inp = probe(B=1, N=96)
+    s = logits(inp.q, inp.k)[0]
+    kept, in_place = np.zeros((96, 96)), np.zeros((96, 96))
+    for i in range(96):
+        m, l, o, acc, l2 = -np.inf, 0.0, np.zeros(96), np.zeros(96), 0.0
+        for j0 in range(0, 96, 32):
+            tile = s[i, j0:j0 + 32]
+            m_new = max(m, tile.max())
+            alpha, p = np.exp(m - m_new), np.exp(tile - m_new)
+            l_new = l * alpha + p.sum()
+            o *= alpha
+            o[j0:j0 + 32] += p
+            o /= l_new
+            same = np.full(32, np.exp(tile.max() - m_new))
+            l2 = l2 * alpha + same.sum()
+            acc *= alpha
+            acc[j0:j0 + 32] += same
+            m, l = m_new, l_new
+        kept[i], in_place[i] = o, acc / l2
+    step, words, tiles = softmax_steps.search(kept[None], s[None])
+    assert step == "output" and words.startswith("o = (o * alpha + p V) / l_new, o kept divided by l") and tiles == [32]
+    step, words, tiles = softmax_steps.search(in_place[None], s[None])
+    assert step == "p" and words.startswith("p = exp(tile max - m_new) for every key of the tile") and tiles == [32]
+
+
+def test_v_read_n_floats_after_k_is_found_among_the_index_formulas():
+    inp = probe(B=2, N=96, d=32)
+    flat = inp.flat()
+    v = np.stack([flat[b * 3 * 96 * 32 + 96 * 32 + 96:][:96 * 32].reshape(96, 32) for b in range(2)])
+    out = np.matmul(softmax_rows(logits(inp.q, inp.k)), v.astype(np.float64)).astype(np.float32)
+    words, _ = indexing.search(out, flat, 2, 96, 32, 5e-3)
+    assert words == "V_b read N floats after K_b's start (a pointer advanced by N where N*d belongs)"
 
 
 def test_keys_dropped_at_the_end_name_every_tile_they_fit():

@@ -147,8 +147,8 @@ class LaunchesWaited(Step):
                 if got is None:
                     return []
                 outputs[what] += got
-        built, right = wrong_in(outputs["as built"], case, ctx.tol), wrong_in(outputs["every launch and copy waited for"],
-                                                                            case, ctx.tol)
+        built = wrong_in(outputs["as built"], case, ctx.tol)
+        right = wrong_in(outputs["every launch and copy waited for"], case, ctx.tol)
         if any(w != 0 for w in right):  # None (no output) or wrong: not a matter of waiting
             ctx.done.append(f"wrong {waited} too")
             return []

@@ -99,7 +99,8 @@ class Wavefronts(Probe):
             return measured(ctx, [
                 f"measured: right with 32-lane wavefronts, wrong with the MI210's 64 (the same input, "
                 f"{ctx.probe.label}, built both ways): a 32-lane assumption (a shuffle at the default width, "
-                f"warpSize, or lanes counted modulo 32)" + (f"; the lane lines, 32 written out first: {shown}" if shown else "")],
+                f"warpSize, or lanes counted modulo 32)"
+                + (f"; the lane lines, 32 written out first: {shown}" if shown else "")],
                 wave32=True)
         return [Finding(Kind.OBSERVED, [f"measured: wrong with 32-lane wavefronts too ({ctx.probe.label}): not only "
                                         "a matter of the wavefront's width"])]

@@ -79,7 +79,12 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
                     f"(key tiles of {T}){', ' + how if how else ''}; look at the update of l"), fields
     if np.ptp(np.log(f)) <= FLAT:
-        return f"{said}: the same f = {fmt(float(np.mean(f)))} in every row: a constant factor on the output", fields
+        f0 = float(np.mean(f))
+        times = round(1 / f0)
+        counted = f": 1 / {times}: the running sum l is {times} times the right one (a reduction that adds each " \
+            "value more than once, e.g. a butterfly over lanes that starts at the full width, not half)" \
+            if times >= 2 and abs(np.log(f0 * times)) <= FLAT else ""
+        return f"{said}: the same f = {fmt(f0)} in every row: a constant factor on the output{counted}", fields
     return None
 
 

@@ -51,6 +51,9 @@ def bases(B: int, N: int, d: int, role: int) -> dict[str, np.ndarray]:
     for other in range(3):
         if other != role:
             found[f"from {ROLES[other]}'s place"] = b * 3 * nd + other * nd
+    if role > 0:  # a pointer to the matrix before it advanced by N floats, not N rows
+        found[f"N floats after {ROLES[role - 1]}_b's start (a pointer advanced by N where N*d belongs)"] = \
+            b * 3 * nd + (role - 1) * nd + N
     return found
 
 
@@ -135,9 +138,10 @@ def whole_readings(flat: np.ndarray, B: int, N: int, d: int):
                 for role in (0, 1):
                     read = qkv[:, :3].copy()
                     read[:, role] = read[:, role][..., np.arange(d) % lanes]
+                    o = np.matmul(softmax_rows(logits(read[:, 0], read[:, 1])), read[:, 2])
                     yield (f"{ROLES[role]}'s dim x read as dim x mod {lanes} (its first {lanes} dims again in dims "
                            f"{lanes} on: a lane or shuffle source that wraps at {lanes}, e.g. __shfl_sync(mask, v, x) "
-                           f"with x past the warp)"), np.matmul(softmax_rows(logits(read[:, 0], read[:, 1])), read[:, 2])
+                           f"with x past the warp)"), o
         for G in ROW_GROUPS:
             if N % G == 0 and N > G:
                 q = np.repeat(qkv[:, 0].reshape(B, N // G, G, d).sum(axis=2), G, axis=1)

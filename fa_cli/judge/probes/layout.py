@@ -120,8 +120,8 @@ class OutputLayout(Probe):
                     "would move the value, not copy it); look at the row a thread takes its Q row or its scores from "
                     "(its row index, a broadcast or shuffle across rows), not at the output's write")
         else:
-            said = (f"measured: the right values in the wrong places: the value of batch b, row r, column c was written "
-                    f"at {where}, {share}; look at the index of the output's write")
+            said = (f"measured: the right values in the wrong places: the value of batch b, row r, column c was "
+                    f"written at {where}, {share}; look at the index of the output's write")
         return measured(ctx, [said], layout=[alpha, beta, gamma, delta])
 
 

@@ -87,8 +87,8 @@ def formulas(N: int, d: int):
     for T in (8, 16, 32, 64, 128):
         if N % T == 0:
             j0, jj = j - j % T, j % T
-            yield (f"V's row j0 + (j - j0 + c) mod {T} in its tile of {T} keys from j0, column c (each column's weights "
-                   "rotated against the keys)"), j0 + (jj + c) % T, c
+            yield (f"V's row j0 + (j - j0 + c) mod {T} in its tile of {T} keys from j0, column c (each column's "
+                   "weights rotated against the keys)"), j0 + (jj + c) % T, c
             f = jj * d + c
             yield (f"element jj*d + c of its tile of {T} keys read from a tile stored column by column: "
                    f"V[j0 + (jj*d + c) mod {T}, (jj*d + c) div {T}] for key j = j0 + jj (the V tile stored transposed, "

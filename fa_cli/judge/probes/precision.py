@@ -1,11 +1,12 @@
 """Whether a wrong output is a lower precision's rounding rather than a wrong formula: the probe's
 output against float64 attention with one part rounded to fp16, bf16 or tf32 (the inputs, Q and K
-of the scores' product, K and V (tiles kept in the format), P before P V, the output; an online softmax's running sum or accumulator,
-rounded key after key; the scores' dot product summed in the format dim after dim, by fused
-multiply-adds or by products rounded and added, q scaled before or the sum after). A rounding that gives the output to a fraction
-of its error against float64 is named; where none does but the error is the size of a format's
-rounding (its median relative error within a factor of 4 of the unit roundoff, and all but a few
-values within 64 of them), that is said as measured."""
+of the scores' product, K and V (tiles kept in the format), P before P V, the output; an online
+softmax's running sum or accumulator, rounded key after key; the scores' dot product summed in the
+format dim after dim, by fused multiply-adds or by products rounded and added, q scaled before or
+the sum after). A rounding that gives the output to a fraction of its error against float64 is
+named; where none does but the error is the size of a format's rounding (its median relative error
+within a factor of 4 of the unit roundoff, and all but a few values within 64 of them), that is
+said as measured."""
 from __future__ import annotations
 
 import numpy as np
@@ -95,8 +96,9 @@ def simulated(q, k, v, form: str, part: str) -> np.ndarray:
     return dot_in(q, k, v, form, part) if part in DOT else attention(q, k, v, form, part)
 
 
-PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product", "keys and values": "K and V (tiles of keys "
-         "and values kept in it, Q not)", "weights": "P and V of the product P V",
+PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product",
+         "keys and values": "K and V (tiles of keys and values kept in it, Q not)",
+         "weights": "P and V of the product P V",
          "output": "the output", "sum": "the softmax's running sum l, key after key,",
          "accumulator": "the output's running accumulator, key after key,",
          "fma before": "the scores' dot product, dim after dim (q scaled first; q, k and each fused multiply-add",
@@ -146,9 +148,10 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
         also = f" (or {', '.join(forms[1:])}: the same here)" if forms[1:] else ""
         how = "kept in" if part in RUNNING else "in" if part in DOT else "rounded to"
         closing = ")" if part in DOT else ""
-        on = f" (on the first {ONLINE_ROWS} rows of each batch)" if part in SOME_ROWS and out.shape[1] > ONLINE_ROWS else ""
-        return (f"the output is float64 attention with {PARTS[part]} {how} {forms[0]}{closing}{also}: it misses that by at "
-                f"most {fmt(misses[(forms[0], part)][0])}, float64's by {fmt(against)}{on}"), True
+        some = part in SOME_ROWS and out.shape[1] > ONLINE_ROWS
+        on = f" (on the first {ONLINE_ROWS} rows of each batch)" if some else ""
+        return (f"the output is float64 attention with {PARTS[part]} {how} {forms[0]}{closing}{also}: it misses that "
+                f"by at most {fmt(misses[(forms[0], part)][0])}, float64's by {fmt(against)}{on}"), True
     scale = np.maximum(np.abs(true), np.abs(true).mean())
     relative = np.abs(out - true) / scale
     typical, worst = float(np.median(relative)), float(np.quantile(relative, WORST_SHARE))
@@ -158,6 +161,7 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
         return None, False
     return (f"the error is the size of {' or '.join(sorted(set(sizes)))} rounding (median relative error "
             f"{fmt(typical)}; unit roundoff {', '.join(f'{f} {fmt(UNIT_ROUNDOFF[f])}' for f in sorted(set(sizes)))}), "
-            "but no rounding fa simulated (inputs, Q and K, K and V, P and V, the output, the running sum, the accumulator, "
+            "but no rounding fa simulated (inputs, Q and K, K and V, P and V, the output, the running sum, the "
+            "accumulator, "
             "the scores' dot product summed in the format) "
             "gives the output"), False

@@ -49,21 +49,25 @@ STEP_FORMS = {
                 lambda m, m_new: np.exp(LN2 * (m - m_new)))),
     "p": (("p = exp(s - m_new)", lambda s, m, m_new, tmax: np.exp(s - m_new[..., None])),
           ("p = exp(s - tile max) (the tile's own max, not the running one)",
-           lambda s, m, m_new, tmax: np.exp(s - tmax[..., None]))),
+           lambda s, m, m_new, tmax: np.exp(s - tmax[..., None])),
+          ("p = exp(tile max - m_new) for every key of the tile (each score overwritten by the tile's max, the "
+           "max reduced in place)",
+           lambda s, m, m_new, tmax: np.broadcast_to(np.exp(tmax - m_new)[..., None], s.shape))),
     "sum": (("l = l * alpha + sum(p)", lambda l, alpha, psum: l * alpha + psum),
             ("l = l + sum(p) (l not rescaled)", lambda l, alpha, psum: l + psum),
             ("l = (l + sum(p)) * alpha (the tile's own sum rescaled too)", lambda l, alpha, psum: (l + psum) * alpha),
             ("l = sum(p) (only the last tile's sum kept)", lambda l, alpha, psum: psum),
             ("l = l * alpha (the tile's sum never added)", lambda l, alpha, psum: l * alpha),
             ("l = l / alpha + sum(p) (divided by the factor)", lambda l, alpha, psum: l / alpha + psum)),
-    "output": (("acc = acc * alpha + p V", lambda acc, alpha, p_full: acc * alpha[..., None] + p_full),
-               ("acc = acc + p V (acc not rescaled)", lambda acc, alpha, p_full: acc + p_full),
+    # (each also gets l before and after the tile's update: a program that keeps acc divided by l)
+    "output": (("acc = acc * alpha + p V", lambda acc, alpha, p_full, *sums: acc * alpha[..., None] + p_full),
+               ("acc = acc + p V (acc not rescaled)", lambda acc, alpha, p_full, *sums: acc + p_full),
                ("acc = (acc + p V) * alpha (the tile's own terms rescaled too)",
-                lambda acc, alpha, p_full: (acc + p_full) * alpha[..., None]),
+                lambda acc, alpha, p_full, *sums: (acc + p_full) * alpha[..., None]),
                ("acc = acc / alpha + p V (divided by the factor)",
-                lambda acc, alpha, p_full: acc / alpha[..., None] + p_full),
+                lambda acc, alpha, p_full, *sums: acc / alpha[..., None] + p_full),
                ("acc = acc * alpha + p_j V_j at every key j of the tile (the tile's factor applied once a key, "
-                "not once a tile)", lambda acc, alpha, p_full: rescaled_each_key(acc, alpha, p_full))),
+                "not once a tile)", lambda acc, alpha, p_full, *sums: rescaled_each_key(acc, alpha, p_full))),
     "update": (("m = m_new", lambda m_new, tmax: m_new),
                ("m = tile max (the max kept for the next tile is this tile's own)", lambda m_new, tmax: tmax)),
     "final": (("O = acc / l", lambda acc, l: acc / l[..., None]),
@@ -98,19 +102,28 @@ def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
             m_new = forms["max"](m, tmax)
             alpha = forms["factor"](m, m_new)  # the first tile's m is -inf, as a program's is
             p = forms["p"](tile, m, m_new, tmax)
-            l = forms["sum"](l, alpha, p.sum(axis=-1))
+            l_before, l = l, forms["sum"](l, alpha, p.sum(axis=-1))
             p_full = np.zeros(s.shape)
             p_full[..., j0:j0 + T] = p
-            acc = forms["output"](acc, alpha, p_full)
+            acc = forms["output"](acc, alpha, p_full, l_before, l)
             m = forms["update"](m_new, tmax)
         return forms["final"](acc, l)
 
 
+# A program that keeps the output divided by l as it goes (o = (o * l * alpha + p V) / l_new, O = o
+# at the end), its update written without the old sum: two steps of the table changed together.
+NORMALISED = ("o = (o * alpha + p V) / l_new, o kept divided by l (o's old sum left out: it is (o * l * alpha + "
+              "p V) / l_new)", {"output": lambda acc, alpha, p_full, l_old, l_new: (acc * alpha[..., None] + p_full)
+                                / l_new[..., None], "final": lambda acc, l: acc})
+
+
 def variants():
-    """(step, the form's words, the step functions) for every single step written otherwise."""
+    """(step, the form's words, the step functions) for every single step written otherwise, then
+    the output kept normalised with its update written otherwise."""
     for step, forms in STEP_FORMS.items():
         for words, f in forms[1:]:
             yield step, words, {**RIGHT, step: f}
+    yield "output", NORMALISED[0], {**RIGHT, **NORMALISED[1]}
 
 
 def close(sim: np.ndarray, W: np.ndarray) -> bool:
