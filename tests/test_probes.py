@@ -262,6 +262,26 @@ def test_an_output_kept_normalised_and_a_max_reduced_in_place_are_found_from_pro
     assert step == "p" and words.startswith("p = exp(tile max - m_new) for every key of the tile") and tiles == [32]
 
 
+def test_a_tiles_sum_never_set_back_to_zero_is_found_from_a_program_written_tile_by_tile():
+    """psum declared before the tile loop and only added to: l takes every tile's sum so far."""
+    inp = probe(B=1, N=96)
+    s = logits(inp.q, inp.k)[0]
+    W = np.zeros((96, 96))
+    for i in range(96):
+        m, l, psum, acc = -np.inf, 0.0, 0.0, np.zeros(96)
+        for j0 in range(0, 96, 32):
+            m_new = max(m, s[i, j0:j0 + 32].max())
+            alpha, p = np.exp(m - m_new), np.exp(s[i, j0:j0 + 32] - m_new)
+            psum += p.sum()
+            l = l * alpha + psum
+            acc *= alpha
+            acc[j0:j0 + 32] += p
+            m = m_new
+        W[i] = acc / l
+    step, words, tiles = softmax_steps.search(W[None], s[None])
+    assert step == "sum" and words.startswith("l = l * alpha + the sum of p over every tile so far") and tiles == [32]
+
+
 def test_v_read_n_floats_after_k_is_found_among_the_index_formulas():
     inp = probe(B=2, N=96, d=32)
     flat = inp.flat()
@@ -269,6 +289,25 @@ def test_v_read_n_floats_after_k_is_found_among_the_index_formulas():
     out = np.matmul(softmax_rows(logits(inp.q, inp.k)), v.astype(np.float64)).astype(np.float32)
     words, _ = indexing.search(out, flat, 2, 96, 32, 5e-3)
     assert words == "V_b read N floats after K_b's start (a pointer advanced by N where N*d belongs)"
+
+
+def test_keys_without_weight_but_the_last_tiles_point_at_the_state_carried_between_tiles():
+    which, code = readings.describe_keys(np.arange(96), 128)
+    assert which == "the first 96 keys (0..95), all but the last tile's (tiles of 32)"
+    assert code.startswith("the state carried from tile to tile")
+    assert readings.describe_keys(np.arange(40), 128)[1] == "the key loop's start"
+
+
+def test_k_read_through_a_float4_pointer_at_a_rows_length_in_floats_is_found():
+    """k4[j * D + x4] for k4[j * D / 4 + x4]: row j read at 4*j*d floats (= j*N where N = 4d: said)."""
+    for n, same in ((96, ""), (128, " (= N here)")):
+        inp = probe(B=2, N=n, d=32)
+        flat = inp.flat()
+        past = np.concatenate([flat, np.zeros(4 * n * 32, np.float32)])  # what follows the input: here, zeros
+        k = np.stack([past[b * 3 * n * 32 + n * 32:][np.arange(n)[:, None] * 128 + np.arange(32)] for b in range(2)])
+        out = np.matmul(softmax_rows(logits(inp.q, k)), inp.v.astype(np.float64)).astype(np.float32)
+        words, _ = indexing.search(out, flat, 2, n, 32, 5e-3)
+        assert words.startswith(f"K_b read with a row stride of 4*d{same} (element (i, x) at i*4*d + x")
 
 
 def test_keys_dropped_at_the_end_name_every_tile_they_fit():

@@ -78,12 +78,24 @@ def test_every_launch_waited_for_only_where_the_runs_again_agreed(ctx):
 def test_slowed_runs_that_fail_alike_after_a_failure_that_came_and_went_are_named(ctx, monkeypatch):
     ctx.findings.append(Finding(Kind.INTERMITTENT, ["intermittent: ..."]))
     monkeypatch.setattr(slow_device, "layered", lambda program: True)
-    called = runs_giving(monkeypatch, [RIGHT + 1] * 3)
+    called = runs_giving(monkeypatch, [RIGHT + 1] * 3 + [RIGHT] * 3)
     step = slow_device.SlowerThanHost()
     assert step.applies(ctx)
     [found] = step.run(ctx)
-    assert called == [((f"FA_DEVICE_DELAY_MS={slow_device.DELAY_MS}",), 3)]
+    assert called == [((f"FA_DEVICE_DELAY_MS={slow_device.DELAY_MS}",), 3), (("CUDA_LAUNCH_BLOCKING=1",), 3)]
     assert found.kind == Kind.MEASURED and "fails 3 of 3 runs on t01, the same output bit for bit" in found.lines[0]
+    assert "with every launch and copy waited for it is right in 3 of 3" in found.lines[0]
+
+
+def test_slowed_runs_that_fail_alike_but_stay_wrong_waited_for_claim_nothing(ctx, monkeypatch):
+    """A kernel that reads memory other blocks write (past its input, into the output) changes from
+    run to run and may settle slowed: waiting for the device does not make it right, so no claim."""
+    ctx.findings.append(Finding(Kind.RACE, ["race: ..."]))
+    monkeypatch.setattr(slow_device, "layered", lambda program: True)
+    runs_giving(monkeypatch, [RIGHT + 1] * 3 + [RIGHT + 1, RIGHT + 1, RIGHT])
+    [found] = slow_device.SlowerThanHost().run(ctx)
+    assert found.kind == Kind.OBSERVED and "it is not right either (wrong values: 8, 8, 0)" in found.lines[0]
+    assert "no claim" in found.lines[0]
 
 
 def test_slowed_runs_that_differ_are_said_without_a_claim(ctx, monkeypatch):

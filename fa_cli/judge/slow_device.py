@@ -13,9 +13,11 @@ there before the device finished, the same each time:
   d=32, the same output bit for bit, where as built it is right in 2 of 2: ...
 
 A failing case whose runs again showed a result that depends on timing (SlowerThanHost, a step
-on the case) is run SLOWED_RUNS times slowed: where every one fails, bit for bit the same, the
-failure that came and went is the order of host and device, not a race inside a kernel (a race
-there does not wait for the launch and changes from run to run).
+on the case) is run SLOWED_RUNS times slowed: where every one fails, bit for bit the same, and
+WAITED_RUNS runs with every launch and copy waited for are right, the failure that came and went
+is the order of host and device, not a race inside a kernel (a race there does not wait for the
+launch; a kernel that reads memory other blocks write can settle slowed, but waiting does not
+make it right).
 
 A failing case whose runs again all failed alike (LaunchesWaited) is run WAITED_RUNS times as
 built and as many with every launch and asynchronous copy waited for (CUDA_LAUNCH_BLOCKING=1 and
@@ -98,7 +100,7 @@ def alike(outputs: list) -> bool:
 
 class SlowerThanHost(Step):
     """A failing case whose result depends on timing, run slowed: does it then fail every time,
-    the same way?"""
+    the same way, and is it right with every launch and copy waited for?"""
 
     name = "the device made slower, on the failing case"
 
@@ -119,9 +121,21 @@ class SlowerThanHost(Step):
             (", the same output bit for bit" if same else ", outputs that differ")
         if not (same and all(wrong)):  # said as measured: no mechanism from it
             return [Finding(Kind.OBSERVED, [f"{said} (wrong values: {', '.join(map(str, wrong))})"])]
+        # Slowed and wrong alike is the host's order only where waiting for the device makes it right: a
+        # kernel that reads memory another block is writing can settle into one wrong output slowed, too.
+        waited_for = with_setting(ctx.program, *settings.launches_waited())
+        waited = outputs_of(ctx, waited_for, case, WAITED_RUNS, "every launch and copy waited for")
+        right = wrong_in(waited, case, ctx.tol) if waited is not None else None
+        if right is None or any(w != 0 for w in right):
+            shown = "no output" if right is None else f"wrong values: {', '.join(map(str, right))}"
+            return [Finding(Kind.OBSERVED, [
+                f"{said} ({wrong[0]} values wrong), but with every launch and copy waited for "
+                f"({' '.join(settings.launches_waited())}) it is not right either ({shown}): not the order of host "
+                "and device alone; no claim from it"])]
         return [Finding(Kind.MEASURED, [
             f"measured: {said}, {wrong[0]} of {outputs[0].size} values wrong, where the runs again without it "
-            f"(above) depend on timing: {EARLY}; a race inside a kernel would not wait for the launch"
+            f"(above) depend on timing, and with every launch and copy waited for it is right in {WAITED_RUNS} of "
+            f"{WAITED_RUNS}: {EARLY}; a race inside a kernel would not wait for the launch"
             + ordering_lines(ctx)], dict(slow_device_wrong=wrong[0], case=case.label))]
 
 

@@ -183,6 +183,12 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
                     "given 0 keys (use (N + T - 1) / T tiles, the last min(T, N - start) wide)")
         return f"the last {n} keys ({keys[0]}..{N - 1})", "the key loop's bound"
     if contiguous and keys[0] == 0:
+        last = [T for T in KEY_TILES if N - n == T or (N % T and N - n == N % T)]  # only the last tile kept
+        if last:
+            return (f"the first {n} keys (0..{keys[-1]}), all but the last tile's (tiles of {last[0]})",
+                    "the state carried from tile to tile: the running max, l and the output set back at every "
+                    "tile (a running max declared again inside the tile loop, so the one carried stays -inf and "
+                    "alpha = 0, or l and acc reset there), or the key loop's start")
         return f"the first {n} keys (0..{keys[-1]})", "the key loop's start"
     for T in KEY_TILES:
         offsets = np.unique(keys % T)

@@ -53,12 +53,16 @@ STEP_FORMS = {
           ("p = exp(tile max - m_new) for every key of the tile (each score overwritten by the tile's max, the "
            "max reduced in place)",
            lambda s, m, m_new, tmax: np.broadcast_to(np.exp(tmax - m_new)[..., None], s.shape))),
-    "sum": (("l = l * alpha + sum(p)", lambda l, alpha, psum: l * alpha + psum),
-            ("l = l + sum(p) (l not rescaled)", lambda l, alpha, psum: l + psum),
-            ("l = (l + sum(p)) * alpha (the tile's own sum rescaled too)", lambda l, alpha, psum: (l + psum) * alpha),
-            ("l = sum(p) (only the last tile's sum kept)", lambda l, alpha, psum: psum),
-            ("l = l * alpha (the tile's sum never added)", lambda l, alpha, psum: l * alpha),
-            ("l = l / alpha + sum(p) (divided by the factor)", lambda l, alpha, psum: l / alpha + psum)),
+    # (each also gets the tiles' sums so far, each relative to its own tile's max: a sum never reset)
+    "sum": (("l = l * alpha + sum(p)", lambda l, alpha, psum, so_far: l * alpha + psum),
+            ("l = l + sum(p) (l not rescaled)", lambda l, alpha, psum, so_far: l + psum),
+            ("l = (l + sum(p)) * alpha (the tile's own sum rescaled too)",
+             lambda l, alpha, psum, so_far: (l + psum) * alpha),
+            ("l = sum(p) (only the last tile's sum kept)", lambda l, alpha, psum, so_far: psum),
+            ("l = l * alpha (the tile's sum never added)", lambda l, alpha, psum, so_far: l * alpha),
+            ("l = l / alpha + sum(p) (divided by the factor)", lambda l, alpha, psum, so_far: l / alpha + psum),
+            ("l = l * alpha + the sum of p over every tile so far (the tile's sum kept across tiles, never set back "
+             "to 0)", lambda l, alpha, psum, so_far: l * alpha + so_far)),
     # (each also gets l before and after the tile's update: a program that keeps acc divided by l)
     "output": (("acc = acc * alpha + p V", lambda acc, alpha, p_full, *sums: acc * alpha[..., None] + p_full),
                ("acc = acc + p V (acc not rescaled)", lambda acc, alpha, p_full, *sums: acc + p_full),
@@ -93,7 +97,7 @@ def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
     shape = s.shape[:-1]
     N = s.shape[-1]
     m = np.full(shape, -np.inf)
-    l = np.zeros(shape)
+    l, so_far = np.zeros(shape), np.zeros(shape)
     acc = np.zeros(s.shape)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for j0 in range(0, N, T):
@@ -102,7 +106,8 @@ def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
             m_new = forms["max"](m, tmax)
             alpha = forms["factor"](m, m_new)  # the first tile's m is -inf, as a program's is
             p = forms["p"](tile, m, m_new, tmax)
-            l_before, l = l, forms["sum"](l, alpha, p.sum(axis=-1))
+            so_far = so_far + p.sum(axis=-1)
+            l_before, l = l, forms["sum"](l, alpha, p.sum(axis=-1), so_far)
             p_full = np.zeros(s.shape)
             p_full[..., j0:j0 + T] = p
             acc = forms["output"](acc, alpha, p_full, l_before, l)
