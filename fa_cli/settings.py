@@ -98,11 +98,12 @@ def gpu_turns_through(path: str) -> dict[str, str]:
     return {"FA_GPU_TURNS": path}
 
 
-def launches_waited() -> tuple[str, ...]:
-    """The assignments (for env's command line) that have every launch and every asynchronous copy
-    waited for before the host goes on: CUDA_LAUNCH_BLOCKING, the runtime's own, waits for kernels;
-    FA_COPIES_WAITED, read by fa's launch layer, for cudaMemcpyAsync."""
-    return ("CUDA_LAUNCH_BLOCKING=1", "FA_COPIES_WAITED=1")
+def launches_waited(copies: bool = True) -> tuple[str, ...]:
+    """The assignments (for env's command line) that have every launch, and with copies every
+    asynchronous copy, waited for before the host goes on: CUDA_LAUNCH_BLOCKING, the runtime's own,
+    waits for kernels; FA_COPIES_WAITED, read by fa's launch layer (only a build with it), for
+    cudaMemcpyAsync."""
+    return ("CUDA_LAUNCH_BLOCKING=1", "FA_COPIES_WAITED=1") if copies else ("CUDA_LAUNCH_BLOCKING=1",)
 
 
 def device_delay(ms: int) -> str:

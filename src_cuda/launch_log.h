@@ -215,11 +215,19 @@ inline void before_reset() {
 // fa's LaunchesWaited step): CUDA_LAUNCH_BLOCKING waits for kernels, not for cudaMemcpyAsync, so a
 // host that writes its output before a copy into pinned memory has ended is right only with this.
 // The device runtime defines cudaMemcpyAsync too, so the student's calls are renamed to this one
-// (hipMemcpyAsync too, through the MI210 emulation, whose header includes this one first).
-inline cudaError_t fa_copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
-                                 cudaStream_t stream = 0) {
+// (hipMemcpyAsync too, through the MI210 emulation, whose header includes this one first): host and
+// device both, a device call (dynamic parallelism) passed on as it is. A stream being captured
+// into a graph is not waited for: a synchronize there would end the capture.
+__host__ __device__ inline cudaError_t fa_copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
+                                                     cudaStream_t stream = 0) {
+#ifdef __CUDA_ARCH__
+  return cudaMemcpyAsync(dst, src, count, kind, stream);
+#else
   const cudaError_t e = cudaMemcpyAsync(dst, src, count, kind, stream);
   if (e != cudaSuccess || !fa::settings().copies_waited) return e;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return e;
   return cudaStreamSynchronize(stream);
+#endif
 }
 #define cudaMemcpyAsync fa_copy_async

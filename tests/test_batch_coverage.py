@@ -96,3 +96,16 @@ def test_runs_no_model_fits_or_wrong_everywhere_name_nothing(tmp_path):
             for s in SHAPES]
     assert said(only, tmp_path) == []  # one failing case (the others pass): too little to tell
 
+
+def test_a_grid_whose_batch_axis_counts_tiles_is_not_taken_for_axes_swapped(tmp_path):
+    """dim3(tiles, tiles): batches b < tiles right, every row; on cases where B >= tiles it leaves the
+    batches axes swapped leaves, and no case shows the rows past B tiles that would tell them apart."""
+    shapes = [Shape(2, 128, 32), Shape(3, 256, 64), Shape(16, 128, 64), Shape(4, 256, 32)]
+
+    def square_grid(shape):
+        tiles = -(-shape.N // 128)
+        return np.broadcast_to((np.arange(shape.B) >= tiles)[:, None], (shape.B, shape.N)).copy()
+    assert said([case(s, square_grid(s)) for s in shapes], tmp_path) == []
+    with_rows = [*shapes, Shape(1, 200, 64)]  # the case that tells them apart, from the swapped grid
+    found = said([case(s, swapped_grid_program(s)) for s in with_rows], tmp_path)
+    assert len(found) == 1 and "axes swapped" in found[0].lines[0]

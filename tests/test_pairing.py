@@ -73,3 +73,38 @@ def test_the_lines_shown_under_a_tile_are_the_shared_tile_of_v(tmp_path):
     import re
     assert re.search(pattern, "Vs[c * 32 + r] = v[i];") and re.search(pattern, "vt[3] = 1;")
     assert not re.search(pattern, "Ks[r * 33 + c] = k[i];")
+
+
+def test_a_v_row_taken_from_the_lanes_own_key_is_named_by_its_tile_and_lane():
+    """A warp scores a tile of 32 keys a lane each, then adds p_jj * V[j][c] with j the lane's own key
+    (j0 + lane) where j0 + jj belongs: column c holds each tile's whole weight on V row j0 + c."""
+    N, d = 64, 32
+    q, k, P = weights(N, d)
+    T = np.zeros((N, d, N, d))
+    for c in range(d):
+        for j0 in range(0, N, 32):
+            T[:, c, j0 + c % 32, c] = P[:, j0:j0 + 32].sum(axis=1)
+    said = linear_map.read_map(T, P, q, k)
+    assert said == ["the weights differ by output column: each tile of 32 keys' whole weight meets one row of V in "
+                    "column c, row j0 + (c mod 32): a V row indexed by the lane's own key (c mod 32) where the key "
+                    "of the loop over the tile belongs"]
+    assert linear_map.look_for(said) == "rows of V"
+
+
+def test_keys_in_another_order_the_same_in_every_column_are_said_as_either_side():
+    """A K tile loaded one row off gives the same map as V's rows rotated: fa says the keys' order
+    differs between scores and V rows, on either side, and shows every shared tile's lines."""
+    N, d = 64, 8
+    q, k, P = weights(N, d)
+    T = paired_map(P, d, lambda c, j: j - j % 32 + (j % 32 + 1) % 32, lambda c, j: c)
+    said = pairing.said(*pairing.read_pairs(T, P))
+    assert said.startswith(pairing.LEAD + "V's row p(j), the same in every column") and "or V's" in said
+    assert "column 0, key 0: V[1, 0]" in said
+
+
+def test_at_t_equal_to_d_both_directions_of_a_transposed_tile_are_said():
+    N, d = 64, 32
+    q, k, P = weights(N, d)
+    T = paired_map(P, d, lambda c, j: j - j % 32 + c, lambda c, j: j % 32)
+    said = pairing.said(*pairing.read_pairs(T, P))
+    assert "stored one way and read the other" in said

@@ -300,14 +300,15 @@ def test_keys_without_weight_but_the_last_tiles_point_at_the_state_carried_betwe
 
 def test_k_read_through_a_float4_pointer_at_a_rows_length_in_floats_is_found():
     """k4[j * D + x4] for k4[j * D / 4 + x4]: row j read at 4*j*d floats (= j*N where N = 4d: said)."""
-    for n, same in ((96, ""), (128, " (= N here)")):
+    for n, expected in ((96, "K_b read with a row stride of 4*d (element (i, x) at i*4*d + x: a float4 pointer"),
+                        (128, "K_b read with a row stride of 128 floats (element (i, x) at i*128 + x): N, or 4*d")):
         inp = probe(B=2, N=n, d=32)
         flat = inp.flat()
         past = np.concatenate([flat, np.zeros(4 * n * 32, np.float32)])  # what follows the input: here, zeros
         k = np.stack([past[b * 3 * n * 32 + n * 32:][np.arange(n)[:, None] * 128 + np.arange(32)] for b in range(2)])
         out = np.matmul(softmax_rows(logits(inp.q, k)), inp.v.astype(np.float64)).astype(np.float32)
         words, _ = indexing.search(out, flat, 2, n, 32, 5e-3)
-        assert words.startswith(f"K_b read with a row stride of 4*d{same} (element (i, x) at i*4*d + x")
+        assert words.startswith(expected)
 
 
 def test_keys_dropped_at_the_end_name_every_tile_they_fit():

@@ -30,7 +30,7 @@ def runs_giving(monkeypatch, outputs, built=None):
     called, given = [], {(): list(built or []), "set": list(outputs)}
 
     def outputs_of(ctx, program, case, runs, what, counted=True):
-        setting = program.interpreter[1:2]
+        setting = program.interpreter[1:]
         called.append((setting, runs))
         queue = given[() if not setting else "set"]
         return [None if o is None else o.copy() for o in (queue.pop(0) for _ in range(runs))]
@@ -57,11 +57,16 @@ def test_right_waited_for_but_right_as_built_too_between_claims_nothing(ctx, mon
     assert found.kind == Kind.OBSERVED and "no claim" in found.lines[0] and "wrong values: 8, 0, 8" in found.lines[0]
 
 
-def test_still_wrong_with_every_launch_waited_for_claims_nothing(ctx, monkeypatch):
+@pytest.mark.parametrize("layered, said", [
+    (True, "wrong with every launch and copy waited for (CUDA_LAUNCH_BLOCKING=1 FA_COPIES_WAITED=1) too"),
+    (False, "wrong with every launch waited for (CUDA_LAUNCH_BLOCKING=1) too")])  # no layer: its copies not waited
+def test_still_wrong_with_every_launch_waited_for_claims_nothing(ctx, monkeypatch, layered, said):
+    monkeypatch.setattr(slow_device, "layered", lambda program: layered)
     ctx.done.append("failed 5 of 5 runs on t01")
-    runs_giving(monkeypatch, [RIGHT, RIGHT + 1, RIGHT], built=[RIGHT + 1] * 3)
+    called = runs_giving(monkeypatch, [RIGHT, RIGHT + 1, RIGHT], built=[RIGHT + 1] * 3)
     assert slow_device.LaunchesWaited().run(ctx) == []
-    assert ctx.done[-1] == "wrong with every launch and copy waited for (CUDA_LAUNCH_BLOCKING=1 FA_COPIES_WAITED=1) too"
+    assert ctx.done[-1] == said
+    assert called[1][0] == (("CUDA_LAUNCH_BLOCKING=1", "FA_COPIES_WAITED=1") if layered else ("CUDA_LAUNCH_BLOCKING=1",))
 
 
 def test_every_launch_waited_for_only_where_the_runs_again_agreed(ctx):
@@ -82,7 +87,8 @@ def test_slowed_runs_that_fail_alike_after_a_failure_that_came_and_went_are_name
     step = slow_device.SlowerThanHost()
     assert step.applies(ctx)
     [found] = step.run(ctx)
-    assert called == [((f"FA_DEVICE_DELAY_MS={slow_device.DELAY_MS}",), 3), (("CUDA_LAUNCH_BLOCKING=1",), 3)]
+    assert called == [((f"FA_DEVICE_DELAY_MS={slow_device.DELAY_MS}",), 3),
+                      (("CUDA_LAUNCH_BLOCKING=1", "FA_COPIES_WAITED=1"), 3)]
     assert found.kind == Kind.MEASURED and "fails 3 of 3 runs on t01, the same output bit for bit" in found.lines[0]
     assert "with every launch and copy waited for it is right in 3 of 3" in found.lines[0]
 

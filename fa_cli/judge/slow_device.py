@@ -61,6 +61,16 @@ def with_setting(program: Program, *assignments: str) -> Program:
                                                      *program.interpreter))
 
 
+def waiting(program: Program) -> tuple[Program, str]:
+    """The same build with everything it starts waited for, and those words: every launch and every
+    asynchronous copy under fa's launch layer, every launch alone without it (nothing there to wait
+    for the copies)."""
+    copies = layered(program)
+    assignments = settings.launches_waited(copies)
+    what = "every launch and copy waited for" if copies else "every launch waited for"
+    return with_setting(program, *assignments), f"{what} ({' '.join(assignments)})"
+
+
 def delayed(program: Program) -> Program:
     """The same build, run with the device made slower (FA_DEVICE_DELAY_MS)."""
     return with_setting(program, settings.device_delay(DELAY_MS))
@@ -123,18 +133,17 @@ class SlowerThanHost(Step):
             return [Finding(Kind.OBSERVED, [f"{said} (wrong values: {', '.join(map(str, wrong))})"])]
         # Slowed and wrong alike is the host's order only where waiting for the device makes it right: a
         # kernel that reads memory another block is writing can settle into one wrong output slowed, too.
-        waited_for = with_setting(ctx.program, *settings.launches_waited())
-        waited = outputs_of(ctx, waited_for, case, WAITED_RUNS, "every launch and copy waited for")
+        waited_for, words = waiting(ctx.program)
+        waited = outputs_of(ctx, waited_for, case, WAITED_RUNS, words.split(" (")[0])
         right = wrong_in(waited, case, ctx.tol) if waited is not None else None
         if right is None or any(w != 0 for w in right):
             shown = "no output" if right is None else f"wrong values: {', '.join(map(str, right))}"
             return [Finding(Kind.OBSERVED, [
-                f"{said} ({wrong[0]} values wrong), but with every launch and copy waited for "
-                f"({' '.join(settings.launches_waited())}) it is not right either ({shown}): not the order of host "
-                "and device alone; no claim from it"])]
+                f"{said} ({wrong[0]} values wrong), but with {words} it is not right either ({shown}): not the "
+                "order of host and device alone; no claim from it"])]
         return [Finding(Kind.MEASURED, [
             f"measured: {said}, {wrong[0]} of {outputs[0].size} values wrong, where the runs again without it "
-            f"(above) depend on timing, and with every launch and copy waited for it is right in {WAITED_RUNS} of "
+            f"(above) depend on timing, and with {words.split(' (')[0]} it is right in {WAITED_RUNS} of "
             f"{WAITED_RUNS}: {EARLY}; a race inside a kernel would not wait for the launch"
             + ordering_lines(ctx)], dict(slow_device_wrong=wrong[0], case=case.label))]
 
@@ -151,9 +160,9 @@ class LaunchesWaited(Step):
             not ctx.found_cause and bool(ctx.done)  # ctx.done: the runs again ended without a cause (Rerun)
 
     def run(self, ctx: Context) -> list[Finding]:
-        case, waited = ctx.trial, f"with every launch and copy waited for ({' '.join(settings.launches_waited())})"
-        programs = {"as built": ctx.program, "every launch and copy waited for": with_setting(ctx.program,
-                                                                                    *settings.launches_waited())}
+        waited_for, words = waiting(ctx.program)
+        case, waited = ctx.trial, f"with {words}"
+        programs = {"as built": ctx.program, words.split(" (")[0]: waited_for}
         outputs = {what: [] for what in programs}
         for k in range(WAITED_RUNS):
             for what, program in programs.items():
@@ -162,7 +171,7 @@ class LaunchesWaited(Step):
                     return []
                 outputs[what] += got
         built = wrong_in(outputs["as built"], case, ctx.tol)
-        right = wrong_in(outputs["every launch and copy waited for"], case, ctx.tol)
+        right = wrong_in(outputs[words.split(" (")[0]], case, ctx.tol)
         if any(w != 0 for w in right):  # None (no output) or wrong: not a matter of waiting
             ctx.done.append(f"wrong {waited} too")
             return []

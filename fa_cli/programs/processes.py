@@ -12,6 +12,7 @@ import sys
 import threading
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+SETTLE_BOUND_S = 15.0  # the most fa waits for a sandbox's watcher after its command ended (sandbox.SETTLE_S and more)
 
 
 @functools.cache
@@ -83,6 +84,6 @@ def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_time
         raise
     finally:
         _live.pop(proc.pid, None)
-        if watcher is not None:
-            watcher.join()
+        if watcher is not None:  # bounded: a process the kernel never reaps is not waited for forever
+            watcher.join(SETTLE_BOUND_S)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)

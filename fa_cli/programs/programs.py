@@ -28,7 +28,7 @@ from .. import locations
 from ..errors import ExitStatus, FaError
 from ..settings import compiler_command
 from . import gpu_turns, gtx1080, student_build, timing, wave64
-from .processes import die_with_fa
+from .processes import SETTLE_BOUND_S, die_with_fa
 from .student_build import SOURCE_COMPILERS, source_compiler
 from .devices import list_devices
 
@@ -316,9 +316,10 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
 
 
 def _settled(watcher: threading.Thread | None) -> None:
-    """The sandbox's watcher joined: it ends once every process the program started is gone."""
+    """The sandbox's watcher joined: it ends once every process the program started is gone (a
+    process the kernel never reaps, one stuck in a driver call, is not waited for past the bound)."""
     if watcher is not None:
-        watcher.join()
+        watcher.join(SETTLE_BOUND_S)
 
 
 @dataclass(frozen=True)

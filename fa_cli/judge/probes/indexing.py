@@ -33,13 +33,14 @@ SCREEN_ROWS = 24  # query rows of batch 0 a reading is tried on first, before th
 
 def strides(N: int, d: int) -> dict[str, tuple[int, int]]:
     """The strides tried, by name; a stride two names give (4*d = N) is said with both."""
-    same = " (= N here)" if 4 * d == N else ""
-    found = {"": (d, 1), "read as d x N (element (i, x) at x*N + i)": (1, N),
-             f"read with a row stride of 4*d{same} (element (i, x) at i*4*d + x: a float4 pointer indexed with a "
-             "row's length in floats, j*d, where j*d/4 belongs)": (4 * d, 1)}
-    if 4 * d != N:
-        found["read with a row stride of N (element (i, x) at i*N + x)"] = (N, 1)
-    return found
+    float4 = "a float4 pointer indexed with a row's length in floats, j*d, where j*d/4 belongs"
+    if 4 * d == N:  # one reading, two mistakes: said as both
+        return {"": (d, 1), "read as d x N (element (i, x) at x*N + i)": (1, N),
+                f"read with a row stride of {N} floats (element (i, x) at i*{N} + x): N, or 4*d ({float4}): "
+                "4*d = N on this input, which cannot tell them apart": (N, 1)}
+    return {"": (d, 1), "read as d x N (element (i, x) at x*N + i)": (1, N),
+            "read with a row stride of N (element (i, x) at i*N + x)": (N, 1),
+            f"read with a row stride of 4*d (element (i, x) at i*4*d + x: {float4})": (4 * d, 1)}
 
 
 def bases(B: int, N: int, d: int, role: int) -> dict[str, np.ndarray]:

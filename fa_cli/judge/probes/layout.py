@@ -114,7 +114,13 @@ class OutputLayout(Probe):
         formula += f" {'+' if delta >= 0 else '-'} {abs(delta)}" if delta else ""
         where = f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)})"
         share = f"for {placed} of the {wrong} wrong values on {ctx.probe.label}{rest}"
-        if copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape):
+        whole_batches = (beta, gamma) == (shape[2], 1) and delta % (shape[1] * shape[2]) == 0
+        if copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape) and whole_batches:
+            said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
+                    f"and still in its own place, {share}: whole batches repeated (a copy back, or its offset, that "
+                    "takes a batch twice, or a batch index two blocks share); look at the copy back and the batch "
+                    "index")
+        elif copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape):
             said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
                     f"and still in its own place, {share}: two threads computed the same row (a write to a wrong place "
                     "would move the value, not copy it); look at the row a thread takes its Q row or its scores from "
@@ -137,8 +143,10 @@ def input_held(ctx: Context, out: np.ndarray, shape) -> list[Finding]:
     blocks = ctx.probe.flat().reshape(3 * B, N * d)
     held = []
     for b in range(B):
-        same = (blocks == out[b].reshape(1, -1).astype("<f4")).mean(axis=1)
-        held.append(int(np.argmax(same)) if same.max() >= HELD else -1)
+        same = np.sort((blocks == out[b].reshape(1, -1).astype("<f4")).mean(axis=1))
+        # the block it holds, where no other block is anywhere near as alike (inputs of repeated values)
+        best = int(np.argmax((blocks == out[b].reshape(1, -1).astype("<f4")).mean(axis=1)))
+        held.append(best if same[-1] >= HELD and (same.size < 2 or same[-2] <= HELD / 2) else -1)
     if -1 in held:
         return []
     m = np.array(held)
@@ -148,7 +156,7 @@ def input_held(ctx: Context, out: np.ndarray, shape) -> list[Finding]:
                "blocks " + ", ".join(map(str, held)))
     what = "the input in its own order (Q_0, K_0, V_0, Q_1, ...): a copy back whose source is the input's " \
         "buffer (or another pointer into it), not the output's" if (m == np.arange(B)).all() else \
-        "one matrix of the input: nothing of the attention reaches the output"
+        "blocks of the input: nothing of the attention reaches the output"
     return measured(ctx, [
         f"measured: the output holds the input's values, bit for bit: output batch b is input {formula} of N*d "
         f"floats ({', '.join(names[:4])}{' ...' if B > 4 else ''}) on {ctx.probe.label}: {what}; look at the copy "

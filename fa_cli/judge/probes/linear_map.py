@@ -9,10 +9,12 @@ program wrote there, T is what the program computes (and its batches did not mee
 against the right map, P times the identity (each reading named with the source lines of its kind,
 where fa has the source):
 
-  columns     T is zero across columns but its weights differ by output column: which columns
-              share weights (lanes, halves, tiles), and for each set the scores it used, read back
-              as log W = a . (q * k) + row constant: which of q . k's d terms each score took, and
-              at what scale
+  pairs       every entry one of P's weights, met with another element of V (pairing.py)
+  columns     T is zero across columns but its weights differ by output column: P times a factor a
+              row for each column (each lane's own share of l), a tile's whole weight on one row of
+              V (pairing.py), else which columns share weights (lanes, halves, tiles), and for each
+              set the scores it used, read back as log W = a . (q * k) + row constant: which of
+              q . k's d terms each score took, and at what scale
   map         every output value is a right value of another place: the map, as a formula where
               one fits (columns or rows moved, a layout of the block: written or read column by
               column, transposed twice the same way, tiles transposed in place), else examples
@@ -28,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..diagnose import source_lines
-from ..mistakes import SUM_LINES
+from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
 from . import pairing
 from .readings import measured
@@ -48,6 +50,7 @@ LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
         "width": (("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
         "sums": (("the row's sum", SUM_LINES),),
+        "rows of V": (("V's index", V_LINES),),
         "band": (("a loop bound by the row's index", r"for\s*\([^;]*;[^;]*[<>]=?\s*\(?\s*(i|row|r|qi|q_row|gi|global_row)\b"),)}
 TELLING = 1e-4  # a key with this much of P that the program gives no weight is a key left out
 
@@ -99,6 +102,8 @@ class LinearMap(Probe):
 def look_for(mapped: list[str]) -> str:
     """Which lines of the source to show under what the map says."""
     first = mapped[0] if mapped else ""
+    if first.startswith(pairing.LEAD_TILES + "each tile"):
+        return "rows of V"
     if first.startswith("each row weighs"):
         return "band"
     if first.startswith("every column's weights are P's"):
@@ -165,6 +170,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
         return [f"one set of weights for every column; {score_words(*fit)}"] if named else []
     if found := lane_sums(weights, P):
         return found
+    if gathered := pairing.tile_gathered(weights, P):
+        return [pairing.LEAD_TILES + gathered]
     lines = [f"the weights differ by output column: {len(groups)} sets"]
     for cols in groups:
         W = weights[cols[0]]

@@ -12,7 +12,9 @@ and the pairs, and then said by formula:
   tile      the V tile of T keys stored transposed (d x T) and read as T x d, or the reverse: key
             j0 + jj meets the tile's element jj*d + c counted in the other layout
 
-else with examples. A GPU program's mechanics (which weight meets which V row), not its softmax.
+else with examples. Where a column's entries are sums of weights instead, each key tile's whole
+weight on one row of V (tile_gathered), the row is said: j0 + (c mod T), a V row indexed by the
+lane's own key. A GPU program's mechanics (which weight meets which V row), not its softmax.
 """
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ APART = 20.0  # the next nearest weight of the row must be this many times furth
 AGREE = 0.9  # of the rows that pair (c, j) the same way
 CHECK_ATOL = 1e-4  # T built back from P and the pairs against the T read (weights below SURE_WEIGHT unpaired)
 EXAMPLES = 4
+SCREEN = 4096  # entries of T tried first: where most are no weight of P, the rest are not read
 LEAD = "in output column c, key j's weight multiplies "
+LEAD_TILES = "the weights differ by output column: "
 
 
 def read_pairs(T: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -38,20 +42,12 @@ def read_pairs(T: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray] | 
     if r.size == 0:
         return None
     values = T[r, c, k, cc]
-    lifted = (P + 2.0 * np.arange(N)[:, None]).ravel()  # every row's weights on one line, rows 2 apart
-    order = np.argsort(lifted)
-    line = np.r_[-np.inf, -np.inf, lifted[order], np.inf, np.inf]  # two beyond each end: never the nearest
-    at = np.searchsorted(line, values + 2.0 * r)
-    around = at[None, :] + np.arange(-2, 2)[:, None]  # the two weights below and the two above
-    with np.errstate(invalid="ignore"):
-        distance = np.abs(line[around] - 2.0 * r - values)
-    nearest = np.argsort(distance, axis=0)
-    best, second = np.take_along_axis(distance, nearest[:2], axis=0)
-    pick = np.take_along_axis(around, nearest[:1], axis=0)[0]
-    sure = (best <= MATCH_RTOL * values) & (second > APART * np.maximum(best, MATCH_RTOL * values))
+    few = np.random.default_rng(0).choice(r.size, size=min(r.size, SCREEN), replace=False)
+    if weights_matched(P, r[few], values[few])[1].mean() < 0.5:
+        return None  # most entries are no weight of P (a few thousand tell): not a pairing
+    j, sure = weights_matched(P, r, values)
     if sure.mean() < 0.5:
-        return None  # most entries are no weight of P: not a pairing
-    j = order[pick - 2] % N
+        return None
     K, C = np.full((d, N), -1), np.full((d, N), -1)
     key, code = c[sure] * N + j[sure], k[sure] * d + cc[sure]
     combos, counts = np.unique(key * (N * d) + code, return_counts=True)
@@ -65,6 +61,24 @@ def read_pairs(T: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray] | 
     if ((K == np.arange(N)[None, :]) | (K < 0)).all() and ((C == np.arange(d)[:, None]) | (C < 0)).all():
         return None  # every weight meets its own V element: the right pairing (or another weight's problem)
     return (K, C) if np.abs(rebuilt(P, K, C, d) - T).max() <= CHECK_ATOL else None
+
+
+def weights_matched(P: np.ndarray, rows: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each value of T in its row: the key whose weight of P it is, and whether that is sure
+    (within MATCH_RTOL of it, and the row's next nearest weight APART times further)."""
+    N = P.shape[0]
+    lifted = (P + 2.0 * np.arange(N)[:, None]).ravel()  # every row's weights on one line, rows 2 apart
+    order = np.argsort(lifted)
+    line = np.r_[-np.inf, -np.inf, lifted[order], np.inf, np.inf]  # two beyond each end: never the nearest
+    at = np.searchsorted(line, values + 2.0 * rows)
+    around = at[None, :] + np.arange(-2, 2)[:, None]  # the two weights below and the two above
+    with np.errstate(invalid="ignore"):
+        distance = np.abs(line[around] - 2.0 * rows - values)
+    nearest = np.argsort(distance, axis=0)
+    best, second = np.take_along_axis(distance, nearest[:2], axis=0)
+    pick = np.take_along_axis(around, nearest[:1], axis=0)[0]
+    sure = (best <= MATCH_RTOL * values) & (second > APART * np.maximum(best, MATCH_RTOL * values))
+    return order[pick - 2] % N, sure
 
 
 def rebuilt(P: np.ndarray, K: np.ndarray, C: np.ndarray, d: int) -> np.ndarray:
@@ -99,13 +113,27 @@ def formulas(N: int, d: int):
                    "transposed)"), j0 + f // d, f % d
 
 
+BOTH_SIDES = "the same in every column: the keys' order differs between the scores and the V rows they weigh"
+
+
 def said(K: np.ndarray, C: np.ndarray) -> str:
-    """The pairing in words: a formula where one fits every pair read, else examples."""
+    """The pairing in words: a formula where one fits every pair read, else examples. A pairing the
+    same in every column is a permutation of the keys that K's side makes as well as V's; where the
+    two tile layouts coincide (T = d), both are said."""
     d, N = K.shape
     known = K >= 0
-    for words, KF, CF in formulas(N, d):
-        if (KF[known] == K[known]).all() and (CF[known] == C[known]).all():
-            return LEAD + words + example(K, C, KF, CF)
+    rows = np.where(known, K, -1).max(axis=0)  # each key's V row, where one column told it
+    if ((K == rows[None]) | ~known).all() and ((C == np.arange(d)[:, None]) | ~known).all():
+        return (LEAD + f"V's row p(j), {BOTH_SIDES} (K's rows loaded in another order, or V's)"
+                + example(K, C, K, C))
+    fits = [(words, KF, CF) for words, KF, CF in formulas(N, d)
+            if (KF[known] == K[known]).all() and (CF[known] == C[known]).all()]
+    if len(fits) > 1 and all("tile stored" in w or "as though transposed" in w for w, _, _ in fits):
+        words = fits[0][0].split(" (the V tile")[0]
+        return (LEAD + words + " (the V tile stored one way and read the other: at T = d the two directions give "
+                "the same map)" + example(K, C, fits[0][1], fits[0][2]))
+    if fits:
+        return LEAD + fits[0][0] + example(K, C, fits[0][1], fits[0][2])
     return LEAD + "another element of V than V[j, c] (no formula of those tried fits)" + example(K, C, K, C)
 
 
@@ -122,7 +150,8 @@ SHARED = re.compile(r"__shared__\s+[\w\s]*?(\w+)\s*\[")  # a shared array's decl
 
 def look(words: str, source: Path | None) -> tuple[str, str]:
     """The source lines to show under a pairing: the shuffles where lanes exchange weights, else the
-    lines that index a shared tile of V (a shared array named for V where one is, else every one)."""
+    lines that index a shared tile of V (a shared array named for V where one is, else every one;
+    every one where the keys' order may be K's as well)."""
     if "xor" in words or "lane" in words:
         return SHUFFLES
     try:
@@ -131,7 +160,37 @@ def look(words: str, source: Path | None) -> tuple[str, str]:
         text = ""
     names = set(SHARED.findall(text))
     names |= {m for base in names for m in re.findall(rf"\*\s*(\w+)\s*=\s*{re.escape(base)}\b", text)}  # carved from it
-    named_v = sorted(n for n in names if "v" in n.lower()) or sorted(names)
+    either = BOTH_SIDES in words  # K's tile or V's: every shared array's lines
+    named_v = sorted(names) if either else sorted(n for n in names if "v" in n.lower()) or sorted(names)
     if not named_v:
         return SHUFFLES
     return "the shared tile's index", rf"\b({'|'.join(map(re.escape, named_v))})\s*\["
+
+
+TILE_SUM_RTOL = 1e-3  # a column's weight on a V row against the whole tile's weight of P
+
+
+def tile_gathered(weights: np.ndarray, P: np.ndarray) -> str | None:
+    """Every column's weights one V row per key tile, carrying the whole tile's weight of P: the
+    row, as j0 + (c mod T) where that fits (a V row indexed by the lane's own key where the key
+    of the loop over the tile belongs), else an example. None where no tile size fits."""
+    d, N = weights.shape[0], P.shape[1]
+    for T in (16, 32, 64):
+        if N % T or N == T:
+            continue
+        sums = P.reshape(N, N // T, T).sum(axis=2)  # (r, tile)
+        got = weights.reshape(d, N, N // T, T)  # (c, r, tile, key in tile)
+        on = np.abs(got).max(axis=1) > SURE_WEIGHT  # (c, tile, key in tile): keys weighted in some row
+        if not (on.sum(axis=2) == 1).all():
+            continue
+        where = on.argmax(axis=2)  # (c, tile): the one row of V each tile's weight meets
+        held = np.take_along_axis(got, where[:, None, :, None], axis=3)[..., 0]  # (c, r, tile)
+        if not np.allclose(held, sums[None], rtol=TILE_SUM_RTOL, atol=1e-7):
+            continue
+        if (where == (np.arange(d) % T)[:, None]).all():
+            return (f"each tile of {T} keys' whole weight meets one row of V in column c, row j0 + (c mod {T}): a V "
+                    "row indexed by the lane's own key (c mod " + str(T) + ") where the key of the loop over the "
+                    "tile belongs")
+        return (f"each tile of {T} keys' whole weight meets one row of V in each column (e.g. column 1: row "
+                f"j0 + {where[1 % d, 0]} of tile 0): a V row indexed by something other than the loop's key")
+    return None
