@@ -115,12 +115,13 @@ class OutputLayout(Probe):
         where = f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)})"
         share = f"for {placed} of the {wrong} wrong values on {ctx.probe.label}{rest}"
         whole_batches = (beta, gamma) == (shape[2], 1) and delta % (shape[1] * shape[2]) == 0
-        if copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape) and whole_batches:
+        copies = copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape)
+        if copies and whole_batches:
             said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
                     f"and still in its own place, {share}: whole batches repeated (a copy back, or its offset, that "
                     "takes a batch twice, or a batch index two blocks share); look at the copy back and the batch "
                     "index")
-        elif copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape):
+        elif copies:
             said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
                     f"and still in its own place, {share}: two threads computed the same row (a write to a wrong place "
                     "would move the value, not copy it); look at the row a thread takes its Q row or its scores from "
@@ -143,10 +144,10 @@ def input_held(ctx: Context, out: np.ndarray, shape) -> list[Finding]:
     blocks = ctx.probe.flat().reshape(3 * B, N * d)
     held = []
     for b in range(B):
-        same = np.sort((blocks == out[b].reshape(1, -1).astype("<f4")).mean(axis=1))
+        same = (blocks == out[b].reshape(1, -1).astype("<f4")).mean(axis=1)
         # the block it holds, where no other block is anywhere near as alike (inputs of repeated values)
-        best = int(np.argmax((blocks == out[b].reshape(1, -1).astype("<f4")).mean(axis=1)))
-        held.append(best if same[-1] >= HELD and (same.size < 2 or same[-2] <= HELD / 2) else -1)
+        second = np.sort(same)[-2] if same.size > 1 else 0.0
+        held.append(int(np.argmax(same)) if same.max() >= HELD and second <= HELD / 2 else -1)
     if -1 in held:
         return []
     m = np.array(held)

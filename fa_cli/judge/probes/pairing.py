@@ -189,8 +189,7 @@ def tile_gathered(weights: np.ndarray, P: np.ndarray) -> str | None:
             continue
         if (where == (np.arange(d) % T)[:, None]).all():
             return (f"each tile of {T} keys' whole weight meets one row of V in column c, row j0 + (c mod {T}): a V "
-                    "row indexed by the lane's own key (c mod " + str(T) + ") where the key of the loop over the "
-                    "tile belongs")
+                    f"row indexed by the lane's own key (c mod {T}) where the key of the loop over the tile belongs")
         return (f"each tile of {T} keys' whole weight meets one row of V in each column (e.g. column 1: row "
                 f"j0 + {where[1 % d, 0]} of tile 0): a V row indexed by something other than the loop's key")
     return None
