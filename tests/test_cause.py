@@ -5,6 +5,7 @@ ZEROS_THEN_SEGV) judged as a student runs them, and the reruns
 cases in test_across_cases.py. The GPU classes (a race, a misaligned access, a 32-bit size, on
 tests/data/planted_hw4.cu) are in test_cause_gpu.py."""
 import json
+import os
 import shutil
 import subprocess
 
@@ -14,7 +15,10 @@ import pytest
 from helpers import DATA, build_students, fa, have_nvidia_gpu
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
-from fa_cli.judge import reruns
+from fa_cli.judge import cause, reruns
+from fa_cli.judge.findings import Finding, Kind
+from fa_cli.judge.steps import Context
+from fa_cli.judge.tool_logs import Budget
 from fa_cli.programs import programs, student_build
 
 PLANTED = ["NONE", "SCATTERED", "FLAKY", "JITTER", "HOST_OVERRUN", "ZEROS_THEN_SEGV"]
@@ -310,3 +314,65 @@ def test_a_gpu_program_where_no_gpu_is_said_once_with_no_reruns(tmp_path):
     assert proc.returncode == 1 and "ERROR" in proc.stdout, proc.stdout + proc.stderr
     assert "this machine has no NVIDIA GPU: the program's first GPU call fails here" in proc.stdout
     assert "rerun" not in proc.stderr and "compute-sanitizer" not in proc.stdout + proc.stderr
+
+
+SYNCCHECK_LOG = """========= COMPUTE-SANITIZER
+========= Barrier error detected. Divergent thread(s) in block.
+=========     at void attention<(int)32>(const float *, float *, int, int)+0x1f0 in /home/s/hw4.cu:131
+=========     by thread (72,0,0) in block (1,0,0)
+=========
+========= ERROR SUMMARY: 16 errors
+"""
+
+
+def test_synccheck_and_initcheck_run_side_by_side_where_nothing_named_a_cause(tmp_path, monkeypatch):
+    """A wrong hw4.cu that no run, tool or probe explained: a stand-in compute-sanitizer whose
+    synccheck reports a divergent barrier and whose initcheck reports nothing; the barrier is a
+    cause with its line, initcheck is said clean, and a case where a probe named a mechanism takes
+    neither tool."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "synccheck.txt").write_text(SYNCCHECK_LOG)
+    (tools / "initcheck.txt").write_text("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+    (tools / "compute-sanitizer").write_text(
+        "#!/bin/sh\necho \"$2\" >> \"$(dirname \"$0\")/ran\"\ntool=$2\n"
+        "while [ \"$1\" != --log-file ]; do shift; done; cp \"$(dirname \"$0\")/$tool.txt\" \"$2\"\n")
+    (tools / "compute-sanitizer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    source = tmp_path / "hw4.cu"
+    source.write_text("// a student's program\n")
+    program = programs.Program("hw4.cu", tmp_path / "hw4", source=source)
+    monkeypatch.setattr(cause, "with_lines", lambda p: p)  # no rebuild with -lineinfo here
+    trial = reruns.TrialCase("t01", tmp_path / "t01.in", Shape(2, 128, 32), None)
+    ctx = Context(program, None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "t01", kind="cuda")
+    ctx.trial = trial
+    step = cause.SyncInitcheck()
+    assert step.applies(ctx)
+    step.run(ctx)
+    assert sorted((tools / "ran").read_text().split()) == ["initcheck", "synccheck"]
+    [found] = ctx.findings
+    assert found.kind == Kind.SYNCCHECK and found.is_cause
+    assert found.lines[0] == ("synccheck on t01 (16 errors in all): a barrier used where not every thread of the "
+                              "block reaches it:")
+    assert any("hw4.cu:131" in line for line in found.lines[1:]), found.lines
+    assert "initcheck clean on t01" in ctx.done
+    named = Context(program, None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "t01", kind="cuda")
+    named.findings.append(Finding(Kind.MEASURED, ["measured: ..."]))
+    assert not step.applies(named)
+
+
+def test_a_run_the_sandbox_ended_at_a_limit_is_said_once_and_tried_no_more(tmp_path):
+    """The sandbox's own reason (RunResult.launcher_says, never the program's stderr, which a
+    program could fill with the same words) ends the case's investigation: nothing to rerun."""
+    program = programs.Program("hw4.cpp", tmp_path / "hw4")
+    said = "killed: more than the sandbox's 256 processes at once"
+    ctx = Context(program, None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "t01", verdict="ERROR",
+                  launcher_says=said)
+    step = cause.SandboxLimit()
+    assert step.applies(ctx)
+    [found] = step.run(ctx)
+    assert found.kind == Kind.LIMIT and found.is_cause and ctx.ended
+    assert found.lines[0].startswith("the sandbox ended the run: more than the sandbox's 256 processes at once;")
+    for other in (None, "slurm: job cancelled", "hw4: killed: a message of its own"):
+        assert not step.applies(Context(program, None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "t01",
+                                        verdict="ERROR", launcher_says=other))

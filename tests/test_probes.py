@@ -150,6 +150,40 @@ def test_b_and_n_swapped_at_the_call_are_found_among_the_index_formulas():
     assert words.startswith("the sizes B and N swapped")
 
 
+def kernel_for(d2: int, flat: np.ndarray, N: int, batches: int) -> np.ndarray:
+    """A kernel built for head dimension d2, written out row by row: `batches` batches of 3*N*d2
+    floats read from the start of flat, N*d2 values each written from the start of its output."""
+    out = []
+    for b in range(batches):
+        base = b * 3 * N * d2
+        for i in range(N):
+            q = flat[base + i * d2:][:d2]
+            s = np.array([q @ flat[base + N * d2 + j * d2:][:d2] for j in range(N)]) / np.sqrt(d2)
+            w = np.exp(s - s.max())
+            out.append(sum(w[j] * flat[base + 2 * N * d2 + j * d2:][:d2] for j in range(N)) / w.sum())
+    return np.concatenate(out)
+
+
+def test_a_kernel_for_another_d_is_found_with_the_part_of_the_output_it_writes():
+    """d = 64 data through the d = 32 kernel, once per batch (a dispatch that calls the d = 32
+    kernel on each half of the batches, here of one batch each) and once on the whole input given
+    B, the rest of the output never written. A right output: no reading."""
+    inp = probe(B=2, N=200, d=64)
+    flat = inp.flat().astype(np.float64)
+    out = np.zeros((2, 200 * 64))
+    for b in range(2):
+        out[b, :200 * 32] = kernel_for(32, flat[b * 3 * 200 * 64:], 200, 1)
+    words, _ = indexing.search(out.reshape(2, 200, 64).astype(np.float32), inp.flat(), 2, 200, 64, 5e-3)
+    assert words.startswith("each batch's input read by a kernel for d = 32 from the batch's start"), words
+    assert words.endswith("the other 12800 values of the output hold 0 (never written)"), words
+    whole = np.zeros(2 * 200 * 64)
+    whole[:2 * 200 * 32] = kernel_for(32, flat, 200, 2)
+    words, _ = indexing.search(whole.reshape(2, 200, 64).astype(np.float32), inp.flat(), 2, 200, 64, 5e-3)
+    assert words.startswith("the input read by a kernel for d = 32 (rows of 32 floats, a batch every 3*N*32"), words
+    assert words.endswith("the other 12800 values of the output hold 0 (never written)"), words
+    assert indexing.search(inp.output().astype(np.float32), inp.flat(), 2, 200, 64, 5e-3) is None
+
+
 def test_a_reduction_that_spans_two_rows_lanes_is_found_among_the_readings():
     """Half-warps of 16 lanes a row whose butterfly starts at 16: each score sums the partial dot
     products of both rows of the warp (modelled lane by lane here), so rows 2i and 2i + 1 both weigh
@@ -181,6 +215,33 @@ def test_an_output_that_is_the_input_copied_back_is_named_with_its_blocks(tmp_pa
     [found] = layout.OutputLayout().run(ctx)
     assert "output batch b is input block 1*b + 0 of N*d floats (Q_0, K_0, V_0)" in found.lines[0]
     assert "the input in its own order" in found.lines[0] and "2 `cudaMemcpy(h, d_in, n, D2H);`" in found.lines[-1]
+
+
+LAST_BATCH_DRAWN = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+out = np.matmul(np.exp(x[:, 0] @ x[:, 1].transpose(0, 2, 1) / d), x[:, 2])  # scaled by 1/d: wrong alike each run
+out /= np.exp(x[:, 0] @ x[:, 1].transpose(0, 2, 1) / d).sum(axis=2, keepdims=True)
+out[-1] = np.random.default_rng().uniform(-3, 3, size=(N, d))  # its last batch: what other blocks wrote
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_a_probe_whose_last_batch_alone_changes_is_measured_with_a_batch_after_it(tmp_path):
+    """ProbeRuns: two runs that differ in the last batch only are run again with a batch of drawn
+    values after the probe's own; the batches before it hold still and are measured."""
+    from fa_cli.judge.probes.weights import ProbeRuns
+    inp = probe(B=2, N=32, d=32)
+    ctx = stand_in_context(tmp_path, LAST_BATCH_DRAWN, "int main() {}\n", inp)
+    found = ProbeRuns().measure(ctx)
+    assert ctx.guard == 1 and not ctx.facts.stop and ctx.facts.probe_fails, [f.lines for f in found]
+    assert "differ only in its last batch" in found[0].lines[0] and ctx.facts.out.shape == (2, 32, 32)
+    every_batch_drawn = LAST_BATCH_DRAWN.replace("out[-1] =", "out[:] =")  # no guard: the probes stop
+    ctx = stand_in_context(tmp_path, every_batch_drawn, "int main() {}\n", inp)
+    found = ProbeRuns().measure(ctx)
+    assert ctx.facts.stop and ctx.guard == 0 and "cannot be read as weights" in found[0].lines[0]
 
 
 def test_q_dims_past_the_warp_read_as_their_lane_mod_32_are_found_among_the_readings():
@@ -439,6 +500,42 @@ def test_a_named_step_shows_the_lines_of_the_source_it_is_in(tmp_path):
     generate.write_input(case, Shape(2, 200, 32), 3)
     proc = fa("run", case, "--program", SETS / "set3" / "r04.cpp")
     assert "lines with exp in r04.cpp: 88 `const float alpha = expf(m[r] - mnew);`" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+def test_keys_past_n_read_past_the_input_are_measured_with_a_batch_after_the_last(tmp_path):
+    """tests/data/unmasked_tile.cpp scores the last tile of 32 keys to its end: past N it reads the
+    floats after K and V, and past the last batch memory drawn anew at every run. Its runs differ, so
+    fa says so, yet the probes measure: the probe's last batch alone changes, a batch of drawn values
+    after it steadies the rest, and the keys past N are named with what they read."""
+    case = tmp_path / "case.in"
+    generate.write_input(case, Shape(1, 200, 32), 3)
+    proc = fa("run", case, "--program", DATA / "unmasked_tile.cpp")
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode == 1 and "race: the output changes between runs" in said, proc.stdout
+    assert "differ only in its last batch" in said and "a batch of drawn values after the last" in said, said
+    assert "right at N = 192, 128 (whole tiles), wrong at N = 200" in said, said
+    assert ("is attention over keys 0..223, the last tile of T = 32 keys scored to its end with K's rows past N read "
+            "from the floats after K (V's first rows) and V's from the floats after V (the next batch's Q)") in said
+
+
+def test_keys_past_n_scored_as_zero_are_told_from_keys_read_past_the_batch(tmp_path):
+    """A last tile of 16 keys zero-filled past N and never masked: each padded key scores 0 with V
+    0, so the rows shrink; unmasked_keys names the padding and its tile from the output alone, and
+    says nothing of a right output."""
+    from fa_cli.judge.probes.experiments import unmasked_keys
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=200, d=32)
+    k = np.concatenate([inp.k, np.zeros((2, 8, 32), np.float32)], axis=1)
+    v = np.concatenate([inp.v, np.zeros((2, 8, 32), np.float32)], axis=1)
+    ctx = Context(Program("p", "p"), None, tmp_path, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.out = np.matmul(softmax_rows(logits(inp.q, k)), v.astype(np.float64)).astype(np.float32)
+    said = unmasked_keys(ctx, [16, 32, 64, 128])
+    assert said and "attention over keys 0..207, the last tile of T = 16 keys" in said and "zero" in said, said
+    ctx.facts.out = inp.output().astype(np.float32)
+    assert unmasked_keys(ctx, [16, 32, 64, 128]) is None
 
 
 def rows_left(B: int, N: int, still) -> list[str]:

@@ -54,3 +54,18 @@ def test_a_32_lane_assumption_is_named_from_the_experiment(case):
 def test_a_q_row_without_its_blocks_offset_is_named_on_the_gpu(case):
     proc = fa("run", case, "--program", SETS / "set2" / "h02.cu")
     assert proc.returncode == 1 and "Q_b's row j read as row j % 64" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_shuffle_only_half_a_wavefront_calls_is_named_with_its_line(case, tmp_path):
+    """A hw4.hip whose shuffle sits in a branch that only the lower 32 lanes take stops on the
+    emulation with no output: the 32-lane experiment still runs, and the emulation's line names the
+    two calls the halves met at, the shuffle's own line among them."""
+    source = tmp_path / "hw4.hip"
+    source.write_text(f'#define PLANT HALF_BRANCH\n#include "{DATA / "planted_hw4.hip"}"\n')
+    shuffle = next(n for n, text in enumerate((DATA / "planted_hw4.hip").read_text().splitlines(), 1)
+                   if "if (__lane_id() < G) pj = __shfl(p, j);" in text)
+    proc = fa("run", case, "--program", source)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    line = " ".join(next(l for l in proc.stdout.splitlines() if "32-lane wavefronts" in l).split())
+    assert "right with 32-lane wavefronts; with the MI210's 64 it wrote no output" in line, proc.stdout
+    assert f"lanes 0..31 at __shfl line {shuffle}, lanes 32..63 at __ballot line" in line, line

@@ -156,7 +156,7 @@ def test_a_fault_launched_through_the_layers_hook_is_the_students_and_the_layers
 
 
 def test_one_sanitizer_call_runs_the_tool_where_the_program_runs_and_reads_its_log(tmp_path, monkeypatch):
-    """tool_logs.sanitize, the one call of compute-sanitizer (a failing case's cause, a passing
+    """tool_logs.sanitize_side_by_side, the one call of compute-sanitizer (a failing case's cause, a passing
     build's race check): a stand-in writes MEMCHECK_LOG to the --log-file it is given and records
     its arguments; the report is that log's first error and count, the command wrapped as given."""
     tools = tmp_path / "bin"
@@ -168,17 +168,17 @@ def test_one_sanitizer_call_runs_the_tool_where_the_program_runs_and_reads_its_l
     (tools / "compute-sanitizer").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
     wrapped = []
-    said = tool_logs.sanitize("memcheck", ["./hw4"], tmp_path / "in.bin", tmp_path, 30,
-                              wrap=lambda argv: wrapped.append(argv) or argv)
+    [said] = tool_logs.sanitize_side_by_side(("memcheck",), ["./hw4"], tmp_path / "in.bin", tmp_path, 30,
+                                             wrap=lambda argv: wrapped.append(argv) or argv)
     assert said.finished and said.count == 2 and said.first[0].startswith("Invalid __shared__ write of size 16")
     assert wrapped and (tools / "argv").read_text().split() == [
         "--tool", "memcheck", "--print-limit", "100", "--log-file", str(tmp_path / "memcheck.log"), "./hw4",
         str(tmp_path / "in.bin"), str(tmp_path / "memcheck.out")]
     (tools / "log.txt").write_text(RACECHECK_LOG)
-    said = tool_logs.sanitize("racecheck", ["./hw4"], tmp_path / "in.bin", tmp_path, 30)
+    [said] = tool_logs.sanitize_side_by_side(("racecheck",), ["./hw4"], tmp_path / "in.bin", tmp_path, 30)
     assert said.count is None and said.first and "--racecheck-report analysis" in (tools / "argv").read_text()
     monkeypatch.setattr(tool_logs, "find_tool", lambda name: None)  # not installed
-    assert tool_logs.sanitize("memcheck", ["./hw4"], tmp_path / "in.bin", tmp_path, 30) is None
+    assert tool_logs.sanitize_side_by_side(("memcheck",), ["./hw4"], tmp_path / "in.bin", tmp_path, 30) is None
 
 
 def test_tools_side_by_side_share_one_time_limit_and_are_stopped_at_it(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ from fa_cli.judge.steps import Context
 from fa_cli.judge.tool_logs import Budget
 
 needs_nvcc = pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
-PLANTS = ("LANE32", "BALLOT32", "LDS_OVER_64K", "BLOCK32", "CUDA_CALL")
+PLANTS = ("LANE32", "BALLOT32", "LDS_OVER_64K", "BLOCK32", "CUDA_CALL", "HALF_BRANCH")
 
 
 def student_hip(folder: Path, plant: str | None) -> Path:
@@ -254,12 +254,18 @@ def test_ports_pass_through_the_emulation(tmp_path, which):
     assert "not calibrated on measured data" in text and len(re.findall(r"\d+\.\d\d-\d+\.\d\d", proc.stdout)) == 3
 
 
+PLANT_LINES = {"HALF_BRANCH": next(n for n, text in enumerate((DATA / "planted_hw4.hip").read_text().splitlines(), 1)
+                                   if "if (__lane_id() < G) pj = __shfl(p, j);" in text)}
 PLANTED = {  # plant -> what fa must say of hw4.hip
     "LANE32": "a 32-lane assumption",
     "BALLOT32": "a ballot mask stored in 32 bits",
     "LDS_OVER_64K": "launch refused, as the MI210 refuses it",
     "BLOCK32": "blocks of 32 threads",
     "CUDA_CALL": "cudaDeviceSynchronize",  # in hipcc's error where it is installed, else in fa's line
+    # the emulation's fault line with the shuffle's own line: the upper half's next exchange is the
+    # chunk's __ballot (every wavefront of the grid stops at once: the lane that claims the fault
+    # gets its record out before any trap ends the kernel)
+    "HALF_BRANCH": f"lanes 0..31 at __shfl line {PLANT_LINES['HALF_BRANCH']}, lanes 32..63 at __ballot line",
 }
 
 

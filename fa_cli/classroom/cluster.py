@@ -49,9 +49,9 @@ def partitions_of(given: tuple[str, ...]) -> dict[str, str]:
 def cases_first(cases: list[str]) -> None:
     """Every case's input and expected output in the class's cache before any program runs (here:
     on every core, and on the GPU where PyTorch has one): each made once, and never beside another
-    program's timed run."""
+    program's timed run. Made while the programs build, so with no bar of its own."""
     targets = [verdict.target_for(name) for name in cases]
-    expected.ensure(expected.missing(targets), None, tables.progress)
+    expected.ensure(expected.missing(targets), None, lambda what, total: tables.progress(what, total, enabled=False))
 
 
 def judge_all(class_folder: Path, tasks: list[Task], cases: list[str], limits_s: float, sandboxed: bool,

@@ -3,6 +3,7 @@ judged already kept, the rest built then judged (here or over Slurm), and the cl
 (the table, the similar pairs, the page). fa class (commands/classroom.py) calls these."""
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -68,11 +69,13 @@ def judge(c: Class, jobs: int, slurm: dict | None, at_once: int = 1, looked_at_o
     judging.confine_builds(c.sandboxed)
     limits = sum(suite.case(n).time_limit for n in c.cases)
     start = time.monotonic()
+    cases = _Beside(cluster.cases_first, c.cases) if todo else None  # made while the programs build
     with tables.progress("building", len(todo), steps=True, enabled=bool(todo)) as advance:
         built = judging.build_all(todo, jobs, advance)
     if todo:
         lines.echo(f"fa class: {tables.plural(len(todo), 'build')} in {time.monotonic() - start:.1f} s, "
                    f"{judging.workers(jobs)} at once")
+        cases.result()
     start = time.monotonic()
     try:
         _judge_built(c, todo, built, limits, slurm, at_once, looked_at_once or at_once)
@@ -89,8 +92,6 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
     """The built tasks judged here, or over Slurm. Here, in two halves: every program's cases timed,
     at_once side by side (each timed run alone on the GPU: gpu_turns), then every search for a cause
     and race check, more side by side (no timed run left to wait for them)."""
-    if todo:
-        cluster.cases_first(c.cases)
     if slurm is not None and todo:
         c.unjudged = cluster.judge_all(c.folder, todo, c.cases, limits, c.sandboxed, built, **slurm)
         c.done.update({t.label: r for t in todo if (r := judging.kept_record(c.folder, t, c.cases, c.sandboxed,
@@ -118,6 +119,28 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
         took = sorted(((c.done[t.label].get("seconds") or {}).get("looked_into") or 0, t.label) for t in todo)[::-1]
         lines.echo(f"fa class: the searches for a cause in {time.monotonic() - start:.1f} s, {looked_at_once} side by "
                    f"side; the longest: " + ", ".join(f"{label} {s:.0f} s" for s, label in took[:3]))
+
+
+class _Beside:
+    """A function run on a thread of its own beside the caller's work; result() waits for it and
+    raises what it raised. A daemon: an interrupt of fa is not held up by it."""
+
+    def __init__(self, fn, *args):
+        self.value, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(fn, *args), daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, *args) -> None:
+        try:
+            self.value = fn(*args)
+        except BaseException as e:  # raised again in the caller's thread
+            self.error = e
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def _each(what: str, tasks: list[Task], at_once: int, do) -> None:

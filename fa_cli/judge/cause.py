@@ -2,6 +2,7 @@
 (investigation.py puts them in order with the others):
 
   NoGpuHere     a GPU program run where its GPU is not: said once, nothing else to try.
+  SandboxLimit  a run the sandbox ended at one of its limits: said once, as the sandbox saw it.
   HostCrash     a program killed by SIGSEGV, SIGABRT, SIGBUS or SIGFPE: the debugger's backtrace;
                 with the source (--program hw4.cu), a rebuild with -g -lineinfo and
                 AddressSanitizer on the host code, whose report names the line.
@@ -18,6 +19,8 @@
   Memcheck      compute-sanitizer's first error (misaligned or out-of-bounds access, a launch that
                 could not start) for a GPU program that wrote wrong values or failed. For a
                 hw4.hip on the MI210 emulation, Racecheck and Memcheck come after the probes.
+  SyncInitcheck synccheck and initcheck side by side, after the probes, where nothing above named
+                a cause: a barrier not every thread reaches, memory read before it was written.
   AmdTools      hw4.hip built for AMD: the tools that would tell, on the AMD node.
   NothingMore   what ran and found nothing, said as observations, never an all-clear.
 
@@ -29,16 +32,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..programs import programs, wave64
+from ..programs import programs, sandbox, wave64
 from ..programs.devices import list_devices
 from ..programs.programs import Program
 from .findings import Finding, Kind
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
 from .steps import Context, Step
-from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, NO_CUDA_CALL_SAID, asan_report, backtrace,
-                        caught_in, debugger_exit, find_tool, frame_text, is_own_frame, is_system_frame, run_captured,
-                        sanitize, sanitizer_lines)
+from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, NO_CUDA_CALL_SAID, TOOL_WORDS, SanitizerReport,
+                        asan_report, backtrace, caught_in, debugger_exit, find_tool, frame_text, is_own_frame,
+                        is_system_frame, run_captured, sanitize_side_by_side, sanitizer_lines)
 
 
 def crashed(ctx: Context) -> bool:
@@ -63,6 +66,22 @@ class NoGpuHere(Step):
             f"this machine has no {'NVIDIA' if vendor == 'nvidia' else 'AMD'} GPU: the program's first GPU call "
             "fails here whatever its code does (its stderr above says how); no rerun or tool can change that: run "
             "it where such a GPU is"], dict(no_gpu=vendor))]
+
+
+class SandboxLimit(Step):
+    """A run the sandbox ended at one of its limits (processes, files, bytes written, a file's size,
+    CPU time): said once, as the sandbox saw it; every run again would end there the same."""
+
+    name = "the sandbox's limits"
+
+    def applies(self, ctx: Context) -> bool:
+        return (ctx.launcher_says or "").startswith(sandbox.KILLED)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        ctx.ended = True
+        return [Finding(Kind.LIMIT, [
+            f"the sandbox ended the run: {ctx.launcher_says[len(sandbox.KILLED):]}; a program past the sandbox's "
+            "limits is stopped there whatever it computes, so no rerun, tool or probe was tried"])]
 
 
 class Rerun(Step):
@@ -140,17 +159,26 @@ class Sanitizer(Step):
             return False
         return not (self.emulated and ctx.has(Kind.MEASURED))
 
+    tools: tuple[str, ...] = ()  # several tools side by side, where a step runs more than self.tool
+
     def sanitize(self, ctx: Context, case: TrialCase) -> bool:
-        """The tool's first report as a finding; True where it found nothing (or could not run)."""
-        tool = self.tool
+        """Each tool's first report as a finding; True where none found anything (or could not run)."""
+        tools = self.tools or (self.tool,)
         if find_tool("compute-sanitizer") is None:
             ctx.findings.append(Finding(Kind.MISSING_TOOL, [
                 f"compute-sanitizer is not installed: `compute-sanitizer --tool {tool} {ctx.program.path} INPUT "
-                f"OUTPUT` would name {'the first invalid access' if tool == 'memcheck' else 'a shared-memory race'}"]))
+                f"OUTPUT` would name {TOOL_WORDS[tool]}" for tool in tools]))
             return True
-        if not ctx.starting(f"compute-sanitizer --tool {tool} on {case.label}"):
+        if not ctx.starting(f"compute-sanitizer --tool {', '.join(tools)} on {case.label}"):
             return True
-        said = sanitize(tool, with_lines(ctx.program).argv, case.input_path, ctx.work, ctx.budget.left, ctx.on_node)
+        reports = sanitize_side_by_side(tools, with_lines(ctx.program).argv, case.input_path, ctx.work,
+                                        ctx.budget.left, ctx.on_node)
+        return all([self.told(ctx, case, said) for said in reports])
+
+    @staticmethod
+    def told(ctx: Context, case: TrialCase, said: SanitizerReport) -> bool:
+        """One tool's report added to what the case's steps found; True where it found nothing."""
+        tool = said.tool
         if said.checked_nothing:  # the tool's own error, whatever it printed after
             ctx.done.append(f"{tool} checked nothing on {case.label}: {NO_CUDA_CALL_SAID}")
             return True
@@ -162,8 +190,9 @@ class Sanitizer(Step):
                                                              f"reported yet (fa run --why {ctx.case_label})"]))
             return True
         total = f" ({said.count} errors in all)" if said.count else ""
-        ctx.findings.append(Finding(Kind(tool), [f"{tool} on {case.label}{total}:", *sanitizer_lines(said.first)],
-                                    dict(report=said.first, count=said.count, on=case.label)))
+        words = "" if tool in ("memcheck", "racecheck") else f" {TOOL_WORDS[tool]}:"
+        lines = [f"{tool} on {case.label}{total}:{words}", *sanitizer_lines(said.first)]
+        ctx.findings.append(Finding(Kind(tool), lines, dict(report=said.first, count=said.count, on=case.label)))
         return False
 
 
@@ -206,6 +235,28 @@ class Racecheck(Sanitizer):
             tried.add(cut.shape)
             if not self.sanitize(ctx, cut) or ctx.has(Kind.MISSING_TOOL):
                 break
+        return []
+
+
+class SyncInitcheck(Sanitizer):
+    """synccheck and initcheck side by side, for a failing case that no run, memcheck, racecheck or
+    probe explains: a barrier that not every thread of the block reaches (a __syncthreads inside a
+    branch that depends on the thread), a warp mask that leaves out lanes that call with it, global
+    memory read before anything was written to it (said as seen: an unwritten read can be harmless)."""
+
+    tool = "synccheck"
+    tools = ("synccheck", "initcheck")
+
+    @property
+    def name(self) -> str:
+        return "compute-sanitizer --tool synccheck, initcheck"
+
+    def applies(self, ctx: Context) -> bool:
+        return self.on_this_program(ctx) and ctx.verdict in ("WRONG", "ERROR") and \
+            not ctx.has(Kind.MEMCHECK, Kind.RACECHECK, Kind.MEASURED)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        self.sanitize(ctx, ctx.trial)
         return []
 
 

@@ -16,7 +16,10 @@ class Kind(StrEnum):
     HARMLESS = "harmless"  # tiny differences between runs: not a cause
     MEMCHECK = "memcheck"
     RACECHECK = "racecheck"
+    SYNCCHECK = "synccheck"  # a barrier or a warp's mask not every thread it names reaches
+    INITCHECK = "initcheck"  # device memory read before anything was written to it: a lead, not a cause alone
     CRASH = "crash"
+    LIMIT = "limit"  # the sandbox ended the run at one of its limits
     ASAN = "asan"
     SIZE = "size"  # across cases: a 32-bit size
     SPLIT = "split"  # across cases: verdicts that change with a size or a split
@@ -30,8 +33,8 @@ class Kind(StrEnum):
     # a lead the measuring steps may refine, never a cause by itself
 
 
-CAUSES = frozenset({Kind.RACE, Kind.INTERMITTENT, Kind.MEMCHECK, Kind.RACECHECK, Kind.CRASH, Kind.ASAN, Kind.SIZE,
-                    Kind.MEASURED})
+CAUSES = frozenset({Kind.RACE, Kind.INTERMITTENT, Kind.MEMCHECK, Kind.RACECHECK, Kind.SYNCCHECK, Kind.CRASH, Kind.ASAN,
+                    Kind.LIMIT, Kind.SIZE, Kind.MEASURED})
 
 
 @dataclass

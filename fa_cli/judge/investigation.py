@@ -24,7 +24,8 @@ from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
 from .leaving_early import LeftBeforeBarrier
 from .across_cases import across_cases
 from .batch_coverage import BatchesCovered
-from .cause import AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun
+from .cause import (AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun, SandboxLimit,
+                    SyncInitcheck)
 from .diagnose import Diagnosis, signal_name
 from .findings import Finding, Kind
 from .reruns import TrialCase
@@ -83,9 +84,9 @@ class AcrossCases(Step):
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
-    Catalogue(), NoGpuHere(), HostCrash(), Rerun(), SlowerThanHost(), LaunchesWaited(),
+    Catalogue(), NoGpuHere(), SandboxLimit(), HostCrash(), Rerun(), SlowerThanHost(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
-    LeftBeforeBarrier(), *probes.PROBES,
+    LeftBeforeBarrier(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
     AmdTools(), NothingMore())
 RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), SlowDevice(), race_check.PassingBuild())
@@ -93,9 +94,12 @@ RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), Sl
 
 def probing(ctx: Context) -> bool:
     """The probes measure a wrong answer or an output of the wrong size that no rerun, sanitizer or
-    crash explains, until one names a mechanism or nothing is left to measure."""
+    crash explains, until one names a mechanism or nothing is left to measure. Runs that only showed
+    a result that depends on timing explain nothing by themselves (a program that reads past its
+    input reads what its own blocks are writing): the probes still measure."""
+    timing_only = all(f.kind in (Kind.RACE, Kind.INTERMITTENT) for f in ctx.findings if f.is_cause)
     return ctx.verdict in ("WRONG", "ERROR") and ctx.signal not in CRASH_SIGNALS and not ctx.facts.stop and \
-        (ctx.facts.named or not ctx.found_cause)
+        (ctx.facts.named or timing_only)
 
 
 def take(steps: tuple[Step, ...], ctx: Context) -> list[Finding]:
@@ -133,7 +137,8 @@ def investigate(case, tol: float, launcher: Launcher | None, say: Callable[[str]
     correct = expected.output_of(target)
     ctx = Context(program, launcher, work, budget, say, tol, None, target.name, case_path=target.input_path,
                   case_shape=target.shape, kind=gpu_kind(program), target=target, verdict=case.verdict,
-                  signal=signal_name(case.run.returncode), judged=case.judged, correct=correct,
+                  signal=signal_name(case.run.returncode), launcher_says=case.run.launcher_says, judged=case.judged,
+                  correct=correct,
                   hypothesis=list(case.diagnosis.fields.get("looks_like", [])) if case.diagnosis else [],
                   pattern=dict(case.diagnosis.fields.get("pattern") or {}) if case.diagnosis else {})
     ctx.whole = TrialCase(target.name, target.input_path, target.shape, correct)

@@ -25,18 +25,14 @@ from .findings import Finding, Kind
 from .probes.step import read_payload
 from .reruns import TrialCase
 from .steps import Context, Step
-from .tool_logs import (NO_CUDA_CALL_SAID, Budget, SanitizerReport, find_tool, gpu_kind, sanitize_side_by_side,
-                        sanitizer_lines)
+from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, find_tool, gpu_kind,
+                        sanitize_side_by_side, sanitizer_lines)
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
 RACE_B = 2
 TOOL_TIMEOUT_S = 60.0
-TOOLS = {  # tool: what a report of it is, in a student's words
-    "racecheck": "a shared-memory race",
-    "synccheck": "a barrier used where not every thread of the block reaches it",
-    "initcheck": "device memory read before anything was written to it",
-}
+TOOLS = {tool: TOOL_WORDS[tool] for tool in ("racecheck", "synccheck", "initcheck")}
 
 
 def applies(program: Program) -> bool:

@@ -41,6 +41,7 @@ class Facts:
     query_side: bool = False  # ScoreInputs read K right, or rows whose scores differ where their Q was alike
     named: bool = False  # a mechanism is named: the later readings stand aside
     stop: bool = False  # nothing more to measure on probe inputs (no output, or one that changes)
+    no_output: bool = False  # the probe input's runs wrote no output of the right size
 
 
 @dataclass
@@ -62,10 +63,14 @@ class Context:
     facts: Facts = field(default_factory=Facts)
     runs: int = 0
     raw: np.ndarray | None = None  # the last probe run's output, where it had the wrong size (float32 values)
+    error: str | None = None  # the last probe run's own complaint (RunResult.error), where it failed
+    guard: int = 0  # batches of drawn values written after each probe input's own, their output left out: a
+    # program that reads past its input then reads them, not memory its own blocks are writing
     # the case looked into, and what its steps found
     target: object | None = None  # cases.suite.Target of the case
     verdict: str = "WRONG"
     signal: str | None = None  # the signal that ended the judged run
+    launcher_says: str | None = None  # why the launcher ended the judged run (RunResult.launcher_says)
     judged: object | None = None  # verdict.JudgedOutput of the judged run, where it failed
     correct: np.ndarray | None = None  # its expected output
     trial: object | None = None  # reruns.TrialCase: what the tools run on (a copy of the first batches, or all)
@@ -105,19 +110,20 @@ class Context:
         the right size, crashed or ran out of time."""
         self.runs += 1
         path, out = self.work / "probe.in", self.work / "probe.out"
-        inp.write(path)
+        inp.write(path, self.guard)
+        written = Shape(inp.shape.B + self.guard, inp.shape.N, inp.shape.d)
         out.unlink(missing_ok=True)
         timeout = min(RUN_TIMEOUT_S, max(1.0, self.budget.left))
         result = programs.run(program or self.program, path, out, self.launcher, timeout=timeout, timed=False)
-        self.raw = None
+        self.raw, self.error = None, result.error
         if result.timed_out or result.returncode != 0 or not out.exists():
             return None
-        if out.stat().st_size != inp.shape.output_bytes:
+        if out.stat().st_size != written.output_bytes:
             size = out.stat().st_size
-            if size % 4 == 0 and 0 < size <= 4 * inp.shape.output_bytes:  # kept for the layout's search
+            if size % 4 == 0 and 0 < size <= 4 * written.output_bytes:  # kept for the layout's search
                 self.raw = np.fromfile(out, dtype="<f4")
             return None
-        return np.array(open_output(out, inp.shape), dtype=np.float32)
+        return np.array(open_output(out, written)[:inp.shape.B], dtype=np.float32)
 
 
 class Step:

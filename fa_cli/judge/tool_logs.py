@@ -107,6 +107,14 @@ def _captured(argv: list[str], timeout: float, env: dict | None) -> tuple[int | 
 
 
 
+TOOL_WORDS = {  # compute-sanitizer's tool: what a report of it is, in a student's words
+    "memcheck": "an invalid memory access",
+    "racecheck": "a shared-memory race",
+    "synccheck": "a barrier used where not every thread of the block reaches it",
+    "initcheck": "device memory read before anything was written to it",
+}
+
+
 @dataclass
 class SanitizerReport:
     """What one compute-sanitizer tool said of one run: its first error (empty where none), the
@@ -120,20 +128,13 @@ class SanitizerReport:
     checked_nothing: bool = False
 
 
-def sanitize(tool: str, program_argv: list[str], input_path: Path, work: Path, timeout: float,
-             wrap: Callable[[list[str]], list[str]] = lambda argv: argv) -> SanitizerReport | None:
-    """compute-sanitizer --tool TOOL on PROGRAM INPUT WORK/TOOL.out (racecheck with its analysis
-    report), where the program runs (wrap: srun on a cluster), its log read back without fa's
-    launch layer; None where compute-sanitizer is not installed."""
-    reports = sanitize_side_by_side((tool,), program_argv, input_path, work, timeout, wrap)
-    return reports[0] if reports else None
-
-
 def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input_path: Path, work: Path,
                           timeout: float, wrap: Callable[[list[str]], list[str]] = lambda argv: argv
                           ) -> list[SanitizerReport] | None:
-    """sanitize() for each tool, all at once, within one timeout (each its own log, output and
-    console file in WORK); None where compute-sanitizer is not installed."""
+    """compute-sanitizer --tool TOOL on PROGRAM INPUT WORK/TOOL.out for each tool, all at once,
+    within one timeout (racecheck with its analysis report; each tool its own log, output and
+    console file in WORK), where the program runs (wrap: srun on a cluster), each log read back
+    without fa's launch layer; None where compute-sanitizer is not installed."""
     sanitizer = find_tool("compute-sanitizer")
     if sanitizer is None:
         return None

@@ -223,6 +223,7 @@ class RunResult:
     timed_out: bool = False
     cpu_user_s: float | None = None    # its CPU time in user space and in the kernel (rusage)
     cpu_system_s: float | None = None
+    launcher_says: str | None = None  # why the launcher ended or failed it (a sandbox's limit, Slurm's error)
 
     @property
     def error(self) -> str | None:
@@ -312,6 +313,7 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
         why = launcher.explain_failure(ended.returncode, stderr)
         if why:
             result.stderr += f"\n{why}"
+            result.launcher_says = why
     return result
 
 

@@ -45,6 +45,7 @@ KEPT_VARIABLES = ("LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES
 
 
 OUTPUT_MARGIN = 16 << 20  # a run may write its output's size and this more, in any one file
+KILLED = "killed: "  # how the sandbox's reason for a run it ended begins (explain_failure)
 
 
 @dataclass(frozen=True)
@@ -166,11 +167,11 @@ class Sandbox:
         while proc.poll() is None:
             namespace = namespace or _namespace_under(proc.pid)
             if namespace and _processes_in(namespace) > limits.processes:
-                why = f"killed: more than the sandbox's {limits.processes} processes at once"
+                why = f"{KILLED}more than the sandbox's {limits.processes} processes at once"
             elif (written := _bytes_under(folders)) is None:
-                why = f"killed: it made more than the sandbox's {MOST_FILES} files"
+                why = f"{KILLED}it made more than the sandbox's {MOST_FILES} files"
             elif written - before > limits.written_bytes:
-                why = f"killed: it wrote more than the sandbox's {limits.written_bytes} bytes"
+                why = f"{KILLED}it wrote more than the sandbox's {limits.written_bytes} bytes"
             if why:
                 if remember:
                     self.killed = why
@@ -193,9 +194,9 @@ class Sandbox:
             said, self.killed = self.killed, None
             return said
         if returncode in (-25, 128 + 25):  # SIGXFSZ
-            return f"killed: a file it wrote passed the sandbox's {self.run_limits.file_bytes} bytes (SIGXFSZ)"
+            return f"{KILLED}a file it wrote passed the sandbox's {self.run_limits.file_bytes} bytes (SIGXFSZ)"
         if returncode in (-24, 128 + 24):  # SIGXCPU
-            return f"killed: it used the sandbox's {self.run_limits.cpu_s} s of CPU time (SIGXCPU)"
+            return f"{KILLED}it used the sandbox's {self.run_limits.cpu_s} s of CPU time (SIGXCPU)"
         if "bwrap:" in stderr:
             line = next(l for l in stderr.splitlines() if "bwrap:" in l)
             return f"the sandbox (bubblewrap) could not start it: {line.strip()}"

@@ -74,6 +74,9 @@ def _code_lines(text: str) -> list[str]:
 
 
 MARKER = re.compile(r'^# (\d+) "([^"]+)"')
+# The layer's cross-lane macros pass the caller's line first (wave64_device.h): left out here, so
+# that a call reads as the student wrote it.
+CALLER_LINE = re.compile(r"\b(fa_wave64_\w+)\(\s*\d+\s*(?:,\s*|(?=\)))")
 
 
 def student_lines(source: Path) -> list[tuple[str, int, str]]:
@@ -94,7 +97,7 @@ def student_lines(source: Path) -> list[tuple[str, int, str]]:
             keep = not path.startswith(theirs) and not path.startswith("<")
             continue
         if keep and line.strip():
-            found.append((name, number, line))
+            found.append((name, number, CALLER_LINE.sub(r"\1(", line)))
         number += 1
     return found
 

@@ -15,6 +15,8 @@
 //                 which an NVIDIA GPU takes and the MI210 refuses
 //   BLOCK32       one row per block, 32 threads: right, but half of every wavefront idle (a note)
 //   CUDA_CALL     a cudaDeviceSynchronize() left in the port: hipcc does not know it
+//   HALF_BRANCH   p broadcast at the default width inside `if (__lane_id() < G)`: every lane of a
+//                 32-lane warp, but only the lower half of a 64-lane wavefront calls the shuffle
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +27,7 @@
 #define LDS_OVER_64K 3
 #define BLOCK32 4
 #define CUDA_CALL 5
+#define HALF_BRANCH 6
 #ifndef PLANT
 #define PLANT 0
 #endif
@@ -93,7 +96,10 @@ __global__ void attention(const float* qkv, float* out, int N) {
       l = l * alpha + sum;
       for (int c = 0; c < D / G; ++c) o[c] *= alpha;
       for (int j = 0; j < G; ++j) {
-#if PLANT == LANE32 || defined(FA_AS_CUDA)
+#if PLANT == HALF_BRANCH
+        float pj = 0.f;
+        if (__lane_id() < G) pj = __shfl(p, j);  // the lanes of one row, as the writer thought of them
+#elif PLANT == LANE32 || defined(FA_AS_CUDA)
         const float pj = __shfl(p, j);  // lane j of the row: in a 32-lane warp, lane j is the row's
 #else
         const float pj = __shfl(p, j, G);  // width 32: lane j of this half of the wavefront

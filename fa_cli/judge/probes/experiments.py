@@ -17,7 +17,7 @@ from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from . import design
 from .readings import measured
-from .step import Context, Probe
+from .step import Context, Probe, guard_payload, logits, softmax_rows
 
 
 def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
@@ -70,20 +70,58 @@ class WholeTiles(Probe):
                                                                for n, ok in tried.items())
                 + f"; N = {N} wrong"])] if tried else []
         tiles = [T for T in KEY_TILES if N % T]
-        return measured(ctx, [
-            f"measured: right at N = {', '.join(map(str, tried))} (whole tiles), wrong at N = {N} "
-            f"({', '.join(f'N % {T} = {N % T}' for T in tiles)}): the last, partial tile of keys or query rows is "
-            "what it gets wrong; look at the bounds inside a tile (j < N, row < N) and the tile counts"],
-            whole_tiles=list(tried))
+        lines = [f"measured: right at N = {', '.join(map(str, tried))} (whole tiles), wrong at N = {N} "
+                 f"({', '.join(f'N % {T} = {N % T}' for T in tiles)}): the last, partial tile of keys or query rows is "
+                 "what it gets wrong; look at the bounds inside a tile (j < N, row < N) and the tile counts"]
+        unmasked = unmasked_keys(ctx, tiles)
+        return measured(ctx, lines + ([unmasked] if unmasked else []), whole_tiles=list(tried))
+
+
+# What the keys past N of an unmasked last tile hold: the floats that follow K and V in the input
+# (V's first rows, the next batch's Q), or zeros where the tile's load filled them so.
+PADDINGS = {"read past the batch": ("K's rows past N read from the floats after K (V's first rows) and V's from "
+                                    "the floats after V (the next batch's Q)"),
+            "zero": ("K's and V's rows past N zero (a load that fills the tile's padding with 0), each such key's "
+                     "score 0")}
+
+
+def unmasked_keys(ctx: Context, tiles: list[int]) -> str | None:
+    """The output as attention over the keys of the last tile up to its end (T * ceil(N / T)), for
+    the tiles T that N is not a multiple of: keys past N scored and summed as the others."""
+    inp, out = ctx.probe, ctx.facts.out
+    B, N, d = inp.shape.B, inp.shape.N, inp.shape.d
+    flat = np.concatenate([inp.flat(), guard_payload(ctx.guard, N, d).ravel()])
+    for T in tiles:
+        end = -(-N // T) * T
+        for padding, words in PADDINGS.items():
+            k, v = inp.k.astype(np.float64), inp.v.astype(np.float64)
+            past = np.zeros((B, end - N, d))
+            inside = np.ones(B, dtype=bool)
+            if padding == "read past the batch":
+                base = np.arange(B)[:, None] * 3 * N * d + (N + np.arange(end - N))[None, :] * d
+                rows = base[..., None] + np.arange(d)  # (B, end - N, d) offsets of K's rows past N
+                inside = (rows[:, :, -1] + 2 * N * d < flat.size).all(axis=1)
+                k_past, v_past = (flat[np.clip(rows + m * N * d, 0, flat.size - 1)] for m in (1, 2))
+            else:
+                k_past, v_past = past, past
+            with np.errstate(over="ignore", invalid="ignore"):
+                w = softmax_rows(logits(inp.q, np.concatenate([k, k_past], axis=1)))
+                o = np.matmul(w, np.concatenate([v, v_past], axis=1))
+            close = np.abs(o - out)[inside] <= ctx.tol / 5 + 1e-3 * np.abs(o[inside])
+            if inside.any() and close.mean() >= 0.99:
+                return (f"measured: the output on {inp.label} is attention over keys 0..{end - 1}, the last tile of "
+                        f"T = {T} keys scored to its end with {words}: no mask j < N on the tile's keys")
+    return None
 
 
 class Wavefronts(Probe):
     name = "hw4.hip with 32-lane wavefronts"
 
     def applies(self, ctx: Context) -> bool:
-        return wave64.emulates(ctx.source) and ctx.facts.out is not None
+        return wave64.emulates(ctx.source) and (ctx.facts.out is not None or ctx.facts.no_output)
 
     def run(self, ctx: Context) -> list[Finding]:
+        stopped = None if ctx.facts.out is not None else ctx.error or "no complaint of its own"
         try:
             with ctx.budget.build():  # the compiler's time, as the judged build's, not the search's
                 narrow = programs.ensure_built(programs.from_source(ctx.source, (f"-D{wave64.LANES_MACRO}=32",),
@@ -96,6 +134,12 @@ class Wavefronts(Probe):
             lines = [(name, n, own[n - 1] if name == ctx.source.name and n <= len(own) else text)
                      for name, n, text in wave64.lane_lines(ctx.source)]
             shown = "; ".join(f"{name} line {n}: {text.strip()[:60]}" for name, n, text in lines[:4])
+            if stopped:  # no output with 64 lanes: the emulation's own line, where it names the call
+                return measured(ctx, [
+                    f"measured: right with 32-lane wavefronts; with the MI210's 64 it wrote no output ({stopped}) "
+                    f"(the same input, {ctx.probe.label}, built both ways): a 32-lane assumption"
+                    + ("" if " line " in stopped or not shown else f"; the lane lines, 32 written out first: {shown}")],
+                    wave32=True)
             return measured(ctx, [
                 f"measured: right with 32-lane wavefronts, wrong with the MI210's 64 (the same input, "
                 f"{ctx.probe.label}, built both ways): a 32-lane assumption (a shuffle at the default width, "

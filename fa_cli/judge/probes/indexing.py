@@ -14,6 +14,10 @@ gives the program's output on the probe input:
             tile's start left out), j // T + j % T (the tile's number for its start), j - j % T
             (the tile's first row), (j - j % T) * d + j % T floats (the place in the tile counted
             in floats); each reading tried on a few rows first, then on the whole probe
+  whole     the input cut with B and N swapped; read by a kernel built for another d (a dispatch on
+            d that launches another kernel), on the whole input or batch by batch, the output it
+            does not write said as it is; Q's or K's dims past a warp read modulo 16 or 32; each
+            row's scores from q summed over a group of rows
 """
 from __future__ import annotations
 
@@ -158,12 +162,57 @@ def whole_readings(flat: np.ndarray, B: int, N: int, d: int):
                     np.matmul(softmax_rows(logits(q, qkv[:, 1])), qkv[:, 2])
 
 
+OTHER_DIMS = (16, 32, 64, 128)  # the head dimensions a kernel may be built for
+KNOWN_SHARE = 0.25  # a reading that says less of the output than this is not tried
+
+
+def other_d_readings(flat: np.ndarray, B: int, N: int, d: int):
+    """(words, output) of the input read by a kernel built for another head dimension d2 (a dispatch
+    on d that launches the d2 kernel, or d fixed at d2): rows of d2 floats, the whole input as one
+    call or each batch's from its start, the output written from the start at d2 floats a row; the
+    values it does not write are NaN (not known)."""
+    per_call = 3 * N
+    for d2 in OTHER_DIMS:
+        if d2 == d:
+            continue
+        fit = min(B, flat.size // (per_call * d2))  # batches of d2-float rows inside the input
+        if fit:
+            o = np.full(B * N * d, np.nan)
+            whole = attend(flat[:fit * per_call * d2].reshape(fit, 3, N, d2)).ravel()[:o.size]
+            o[:whole.size] = whole
+            yield (f"the input read by a kernel for d = {d2} (rows of {d2} floats, a batch every 3*N*{d2}: a "
+                   f"dispatch on d that launches the d = {d2} kernel, or d fixed at {d2}), its values written from "
+                   f"the output's start at {d2} a row"), o.reshape(B, N, d)
+        if d2 < d:
+            blocks = flat.reshape(B, per_call * d)[:, :per_call * d2].reshape(B, 3, N, d2)
+            o = np.full((B, N * d), np.nan)
+            o[:, :N * d2] = attend(blocks).reshape(B, N * d2)
+            yield (f"each batch's input read by a kernel for d = {d2} from the batch's start (rows of {d2} floats: a "
+                   f"dispatch on d that launches the d = {d2} kernel for each batch or group of batches), its "
+                   f"N*{d2} values written at the start of the batch's output"), o.reshape(B, N, d)
+
+
+def attend(qkv: np.ndarray) -> np.ndarray:
+    """(B, N, d) float64 attention of a (B, 3, N, d) block."""
+    qkv = qkv.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.matmul(softmax_rows(logits(qkv[:, 0], qkv[:, 1])), qkv[:, 2])
+
+
 def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: float):
     """The first reading whose output agrees with the program's on MATCH_SHARE of the values of the
-    batches it can say (at least one), and on the batches the right reading gets wrong."""
+    batches it can say (at least one), and on the batches the right reading gets wrong. A whole
+    reading may say part of the output (NaN where it does not): the rest is said as it is."""
     got = ctx_out.astype(np.float64)
-    for words, o in whole_readings(flat, B, N, d):
-        if np.mean(np.abs(o - got) <= tol / 5 + 1e-3 * np.abs(o)) >= MATCH_SHARE:
+    for words, o in (*whole_readings(flat, B, N, d), *other_d_readings(flat, B, N, d)):
+        known = np.isfinite(o)
+        if known.mean() < KNOWN_SHARE:
+            continue
+        if np.mean(np.abs(o - got)[known] <= tol / 5 + 1e-3 * np.abs(o[known])) >= MATCH_SHARE:
+            rest = got[~known]
+            if rest.size:
+                words += (f"; the other {rest.size} values of the output hold 0 (never written)" if not rest.any()
+                          else f"; the other {rest.size} values of the output are not its")
             return words, B
     rows = np.unique(np.r_[np.arange(min(SCREEN_ROWS // 2, N)), np.arange(max(0, N - SCREEN_ROWS // 2), N)])
     for words, q, k, v, inside in readings(flat, B, N, d):

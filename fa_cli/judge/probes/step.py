@@ -16,7 +16,15 @@ from ...cases.format import HEADER_BYTES, Shape, header_bytes
 from .. import reference
 from ..steps import Context, Step
 
-__all__ = ["Context", "Probe", "ProbeInput", "fmt", "logits", "softmax_rows", "read_payload"]
+__all__ = ["Context", "Probe", "ProbeInput", "fmt", "guard_payload", "logits", "softmax_rows", "read_payload"]
+
+
+GUARD_SEED = 20261129  # the guard batches' values (ProbeInput.write)
+
+
+def guard_payload(guard: int, N: int, d: int) -> np.ndarray:
+    """The values of `guard` batches written after a probe input's own (Context.guard): (guard, 3, N, d)."""
+    return np.random.default_rng(GUARD_SEED).uniform(-3, 3, size=(guard, 3, N, d)).astype("<f4")
 
 
 def fmt(x: float) -> str:
@@ -42,12 +50,15 @@ class ProbeInput:
         """The payload as the file holds it: Q_0 K_0 V_0 Q_1 ... (float32)."""
         return np.stack([self.q, self.k, self.v], axis=1).astype("<f4").ravel()
 
-    def write(self, path: Path) -> None:
-        """The input file, a batch at a time (a probe of thousands of batches is never copied whole)."""
+    def write(self, path: Path, guard: int = 0) -> None:
+        """The input file, a batch at a time (a probe of thousands of batches is never copied whole),
+        with `guard` batches of values drawn uniform in [-3, 3] after its own (Context.guard)."""
+        B, N, d = self.q.shape
         with open(path, "wb") as f:
-            f.write(header_bytes(self.shape))
-            for b in range(self.shape.B):
+            f.write(header_bytes(Shape(B + guard, N, d)))
+            for b in range(B):
                 f.write(np.stack([self.q[b], self.k[b], self.v[b]]).astype("<f4").tobytes())
+            f.write(guard_payload(guard, N, d).tobytes())
 
     def weights(self) -> np.ndarray:
         """(B, N, N) float64 P = softmax(Q K^T / sqrt(d))."""

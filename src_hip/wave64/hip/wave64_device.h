@@ -14,11 +14,12 @@
 // partner never arrives (a shuffle inside `if (threadIdx.x < 32)`) would wait forever, where a
 // student must get a line. So each half publishes its values in its slot and then raises a
 // counter; the other half waits for the counter, with a limit of kSpinCycles clock cycles after
-// which it reports the half that never came. Slots are double-buffered by the counter's parity:
-// a half can only write exchange n + 2's values after it has seen the other half arrive at
-// n + 1, that is after the other half has read exchange n's. Shared memory is not cleared
-// between blocks, so a counter carries a tag of its block (the grid's launch number, %gridid,
-// and the block's index): a value left by another block reads as "no exchange yet".
+// which it reports the half that never came; halves that meet from different calls (op and line)
+// are told at once, since on AMD both halves make every call together. Slots are double-buffered
+// by the counter's parity: a half can only write exchange n + 2's values after it has seen the
+// other half arrive at n + 1, that is after the other half has read exchange n's. Shared memory is
+// not cleared between blocks, so a counter carries a tag of its block (the grid's launch number,
+// %gridid, and the block's index): a value left by another block reads as "no exchange yet".
 //
 // Where the slots are: appended by the launch (hip_runtime.h) to the dynamic shared memory,
 // scratch_bytes() of it after the student's own; the device finds them from the end
@@ -31,14 +32,16 @@
 namespace fa_wave64 {
 
 // ---------------------------------------------------------------- the fault record
-enum FaultKind { kNoFault, kPartialWarp, kMissingLane, kPartnerAbsent, kNoScratch };
+enum FaultKind { kNoFault, kPartialWarp, kMissingLane, kPartnerAbsent, kNoScratch, kHalvesApart };
 enum Op { kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kActivemask };
 
 struct Fault {
   int kind, op;
   unsigned block[3], threads;  // the block, and its size in threads
-  int wave, lane, source;      // the wavefront, the lane that stopped, the lane it read
+  int wave, lane, source;      // the wavefront, the lane that stopped, the lane it read (kHalvesApart: the
+                               // other half's call, as site() codes it)
   unsigned active;             // the lanes of its warp that called
+  int line;                    // the student's line of the call (__LINE__ where the macro was used)
 };
 
 __device__ Fault* fault_record;  // host memory the device writes through (hip_runtime.h)
@@ -50,12 +53,17 @@ inline const char* op_name(int op) {
   return op >= 0 && op < 8 ? names[op] : "a cross-lane function";
 }
 
+// A call's op and line in one word, as the two halves compare them at each exchange.
+__host__ __device__ inline unsigned site(int op, int line) { return (unsigned)op << 24 | ((unsigned)line & 0xffffff); }
+
 // The fault in words, one line, what the student can act on.
 inline std::string describe(const Fault& f) {
   char where[160];
   std::snprintf(where, sizeof where, "block (%u,%u,%u) of %u threads, wavefront %d (threads %d..%d)", f.block[0],
                 f.block[1], f.block[2], f.threads, f.wave, 64 * f.wave, 64 * f.wave + 63);
-  const std::string op = op_name(f.op), at = std::string(where);
+  char line[32] = "";
+  if (f.line > 0) std::snprintf(line, sizeof line, " at line %d", f.line);
+  const std::string op = std::string(op_name(f.op)) + line, at = std::string(where);
   char text[512];
   switch (f.kind) {
     case kPartialWarp:
@@ -75,6 +83,16 @@ inline std::string describe(const Fault& f) {
                     op.c_str(), at.c_str(), f.lane & 32, (f.lane & 32) + 31, 32 - (f.lane & 32),
                     63 - (f.lane & 32));
       break;
+    case kHalvesApart: {
+      const unsigned mine = site(f.op, f.line), theirs = (unsigned)f.source;
+      const unsigned lower = f.lane < 32 ? mine : theirs, upper = f.lane < 32 ? theirs : mine;
+      std::snprintf(text, sizeof text, "the two halves of %s met at different cross-lane calls: lanes 0..31 at %s "
+                    "line %u, lanes 32..63 at %s line %u: a cross-lane function inside a branch or loop that not "
+                    "every lane of the 64-lane wavefront takes (on the MI210 it reads lanes that did not call it)",
+                    at.c_str(), op_name((int)(lower >> 24)), lower & 0xffffff, op_name((int)(upper >> 24)),
+                    upper & 0xffffff);
+      break;
+    }
     case kNoScratch:
       std::snprintf(text, sizeof text, "%s in %s: launched without fa's emulation layer (its scratch is missing)",
                     op.c_str(), at.c_str());
@@ -89,6 +107,7 @@ inline std::string describe(const Fault& f) {
 struct Slot {
   unsigned data[2][2][32];   // [parity][half][lane]
   unsigned long long tag[2];  // [half]: block tag in the high 32 bits, exchanges made in the low
+  unsigned sites[2][2];       // [parity][half]: the call (site()) each half made the exchange at
 };
 static_assert(sizeof(Slot) % 16 == 0, "slots keep the scratch 16-byte aligned");
 
@@ -119,30 +138,36 @@ __device__ __forceinline__ unsigned warp_lanes_mask(unsigned t) {
   return rest >= 32 ? 0xffffffffu : (1u << rest) - 1;
 }
 
-__device__ __noinline__ void fail(int kind, int op, unsigned t, int source, unsigned active) {
-  Fault* f = fault_record;
+__device__ __noinline__ void fail(int kind, int op, unsigned t, int source, unsigned active, int line) {
+  volatile Fault* v = fault_record;
   if (atomicCAS(&fault_claimed, 0, 1) == 0) {
-    if (f) {
-      volatile Fault* v = f;
+    if (v) {
       v->op = op, v->block[0] = blockIdx.x, v->block[1] = blockIdx.y, v->block[2] = blockIdx.z;
       v->threads = block_threads(), v->wave = t / 64, v->lane = t % 64, v->source = source, v->active = active;
+      v->line = line;
       __threadfence_system();
       v->kind = kind;  // last: the host reads a whole record once it sees a kind
       __threadfence_system();
     } else {
-      printf("fa-wave64: cross-lane function %d: fault %d in block (%u,%u,%u), lane %u\n", op, kind, blockIdx.x,
-             blockIdx.y, blockIdx.z, t % 64);
+      printf("fa-wave64: cross-lane function %d at line %d: fault %d in block (%u,%u,%u), lane %u\n", op, line,
+             kind, blockIdx.x, blockIdx.y, blockIdx.z, t % 64);
+    }
+  } else {
+    // Another lane claimed the fault (the lower halves of many wavefronts time out together): a
+    // trap here would end the kernel before that lane's record reached the host, so wait for it.
+    const long long start = clock64();
+    while (!(v && v->kind) && clock64() - start < kSpinCycles) {
     }
   }
   __trap();
 }
 
-__device__ __forceinline__ Slot* slot(unsigned t, int op) {
+__device__ __forceinline__ Slot* slot(unsigned t, int op, int line) {
   extern __shared__ __align__(16) unsigned char fa_wave64_dynamic[];
   unsigned size;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(size));
   const unsigned need = (unsigned)scratch_bytes(block_threads());
-  if (size < need) fail(kNoScratch, op, t, -1, cuda_activemask());
+  if (size < need) fail(kNoScratch, op, t, -1, cuda_activemask(), line);
   return reinterpret_cast<Slot*>(fa_wave64_dynamic + (size - need)) + t / 64;
 }
 
@@ -158,8 +183,8 @@ __device__ __forceinline__ unsigned long long block_tag() {
 // One exchange between the two halves of the wavefront: every calling lane (members) publishes
 // `value` (a vote: the leader alone, in position 0); returns the other half's values.
 __device__ __forceinline__ const volatile unsigned* meet(unsigned t, int op, unsigned value, unsigned members,
-                                                         bool vote) {
-  Slot* s = slot(t, op);
+                                                         bool vote, int line) {
+  Slot* s = slot(t, op, line);
   const int half = (t >> 5) & 1, lane = t & 31, leader = __ffs(members) - 1;
   volatile unsigned long long* tag = s->tag;
   const unsigned long long mine = block_tag();
@@ -168,6 +193,8 @@ __device__ __forceinline__ const volatile unsigned* meet(unsigned t, int op, uns
   volatile unsigned* out = s->data[n & 1][half];
   if (!vote) out[lane] = value;
   else if (lane == leader) out[0] = value;
+  const unsigned here = site(op, line);
+  if (lane == leader) ((volatile unsigned*)s->sites[n & 1])[half] = here;
   __threadfence_block();
   __syncwarp(members);
   if (lane == leader) tag[half] = mine | n;
@@ -176,9 +203,13 @@ __device__ __forceinline__ const volatile unsigned* meet(unsigned t, int op, uns
   for (;;) {
     const unsigned long long theirs = tag[half ^ 1];
     if ((theirs & ~0xffffffffull) == mine && (unsigned)theirs >= n) break;
-    if (clock64() - start > kSpinCycles) fail(kPartnerAbsent, op, t, -1, members);
+    if (clock64() - start > kSpinCycles) fail(kPartnerAbsent, op, t, -1, members, line);
   }
   __threadfence_block();
+  // On the MI210 both halves make every call together; halves at different calls took a branch
+  // apart, where the real wavefront runs the call with the other half's lanes switched off.
+  const unsigned there = ((volatile unsigned*)s->sites[n & 1])[half ^ 1];
+  if (there != here) fail(kHalvesApart, op, t, (int)there, members, line);
   return s->data[n & 1][half ^ 1];
 }
 
@@ -210,36 +241,36 @@ __host__ __device__ __forceinline__ bool crosses(int op, int arg, int width) {
   return width > 32 && arg != 0;
 }
 
-__device__ __forceinline__ unsigned shuffle32(int op, unsigned v, int arg, int width) {
+__device__ __forceinline__ unsigned shuffle32(int op, unsigned v, int arg, int width, int line) {
   const unsigned t = thread_index(), exists = warp_lanes_mask(t), members = cuda_activemask();
-  if ((members & exists) != exists) fail(kPartialWarp, op, t, -1, members);
+  if ((members & exists) != exists) fail(kPartialWarp, op, t, -1, members, line);
   const int self = t & 63;
   const int src = source_lane(op, self, arg, width) & 63;  // ds_bpermute: address bits [7:2]
-  if ((unsigned)src >= wave_lanes(t)) fail(kMissingLane, op, t, src, members);
+  if ((unsigned)src >= wave_lanes(t)) fail(kMissingLane, op, t, src, members, line);
   const unsigned near = __shfl_sync(members, v, src & 31);
   if (kWave == 32 || !crosses(op, arg, width) || wave_lanes(t) <= 32) return near;  // 32 lanes: one warp
-  const volatile unsigned* other = meet(t, op, v, members, false);
+  const volatile unsigned* other = meet(t, op, v, members, false, line);
   return (src >> 5) == (self >> 5) ? near : other[src & 31];
 }
 
 template <class T>
-__device__ __forceinline__ T shuffle(int op, T v, int arg, int width) {
+__device__ __forceinline__ T shuffle(int op, T v, int arg, int width, int line) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "HIP's shuffles take 32- and 64-bit values");
   unsigned w[2] = {0, 0};
   memcpy(w, &v, sizeof(T));
-  w[0] = shuffle32(op, w[0], arg, width);
-  if (sizeof(T) == 8) w[1] = shuffle32(op, w[1], arg, width);  // as HIP does: two 32-bit shuffles
+  w[0] = shuffle32(op, w[0], arg, width, line);
+  if (sizeof(T) == 8) w[1] = shuffle32(op, w[1], arg, width, line);  // as HIP does: two 32-bit shuffles
   memcpy(&v, w, sizeof(T));
   return v;
 }
 
 // A vote of the calling lanes of the wavefront: each half's word, combined.
-__device__ __forceinline__ unsigned long long vote(int op, int predicate) {
+__device__ __forceinline__ unsigned long long vote(int op, int predicate, int line) {
   const unsigned t = thread_index(), members = cuda_activemask();
   const unsigned ballot = __ballot_sync(members, predicate);
   unsigned word = op == kActivemask ? members : op == kAny ? ballot != 0 : op == kAll ? ballot == members : ballot;
   if (kWave == 32 || wave_lanes(t) <= 32) return word;
-  const unsigned theirs = meet(t, op, word, members, true)[0];
+  const unsigned theirs = meet(t, op, word, members, true, line)[0];
   if (op == kAny) return word | theirs;
   if (op == kAll) return word & theirs;
   const bool upper = (t >> 5) & 1;
@@ -251,40 +282,43 @@ __device__ __forceinline__ unsigned long long vote(int op, int predicate) {
 }  // namespace fa_wave64
 
 #ifdef __CUDACC__
-// HIP's names, each taken over by a macro: CUDA declares its own 32-lane __shfl, __ballot,
-// __activemask, __any and __all with other signatures.
+// HIP's names, each taken over by a function-like macro that passes the caller's line for the fault
+// line: CUDA declares its own 32-lane __shfl, __ballot, __activemask, __any and __all with other
+// signatures (its headers come first, so their declarations are not rewritten).
 template <class T>
-__device__ __forceinline__ T fa_wave64_shfl(T v, int src, int width = fa_wave64::kWave) {
-  return fa_wave64::shuffle(fa_wave64::kShfl, v, src, width);
+__device__ __forceinline__ T fa_wave64_shfl(int line, T v, int src, int width = fa_wave64::kWave) {
+  return fa_wave64::shuffle(fa_wave64::kShfl, v, src, width, line);
 }
 template <class T>
-__device__ __forceinline__ T fa_wave64_shfl_up(T v, unsigned delta, int width = fa_wave64::kWave) {
-  return fa_wave64::shuffle(fa_wave64::kShflUp, v, (int)delta, width);
+__device__ __forceinline__ T fa_wave64_shfl_up(int line, T v, unsigned delta, int width = fa_wave64::kWave) {
+  return fa_wave64::shuffle(fa_wave64::kShflUp, v, (int)delta, width, line);
 }
 template <class T>
-__device__ __forceinline__ T fa_wave64_shfl_down(T v, unsigned delta, int width = fa_wave64::kWave) {
-  return fa_wave64::shuffle(fa_wave64::kShflDown, v, (int)delta, width);
+__device__ __forceinline__ T fa_wave64_shfl_down(int line, T v, unsigned delta, int width = fa_wave64::kWave) {
+  return fa_wave64::shuffle(fa_wave64::kShflDown, v, (int)delta, width, line);
 }
 template <class T>
-__device__ __forceinline__ T fa_wave64_shfl_xor(T v, int mask, int width = fa_wave64::kWave) {
-  return fa_wave64::shuffle(fa_wave64::kShflXor, v, mask, width);
+__device__ __forceinline__ T fa_wave64_shfl_xor(int line, T v, int mask, int width = fa_wave64::kWave) {
+  return fa_wave64::shuffle(fa_wave64::kShflXor, v, mask, width, line);
 }
-__device__ __forceinline__ unsigned long long fa_wave64_ballot(int p) { return fa_wave64::vote(fa_wave64::kBallot, p); }
-__device__ __forceinline__ int fa_wave64_any(int p) { return (int)fa_wave64::vote(fa_wave64::kAny, p); }
-__device__ __forceinline__ int fa_wave64_all(int p) { return (int)fa_wave64::vote(fa_wave64::kAll, p); }
-__device__ __forceinline__ unsigned long long fa_wave64_activemask() {
-  return fa_wave64::vote(fa_wave64::kActivemask, 1);
+__device__ __forceinline__ unsigned long long fa_wave64_ballot(int line, int p) {
+  return fa_wave64::vote(fa_wave64::kBallot, p, line);
+}
+__device__ __forceinline__ int fa_wave64_any(int line, int p) { return (int)fa_wave64::vote(fa_wave64::kAny, p, line); }
+__device__ __forceinline__ int fa_wave64_all(int line, int p) { return (int)fa_wave64::vote(fa_wave64::kAll, p, line); }
+__device__ __forceinline__ unsigned long long fa_wave64_activemask(int line) {
+  return fa_wave64::vote(fa_wave64::kActivemask, 1, line);
 }
 __device__ __forceinline__ unsigned fa_wave64_lane_id() { return fa_wave64::thread_index() & (fa_wave64::kWave - 1); }
 
-#define __shfl fa_wave64_shfl
-#define __shfl_up fa_wave64_shfl_up
-#define __shfl_down fa_wave64_shfl_down
-#define __shfl_xor fa_wave64_shfl_xor
-#define __ballot fa_wave64_ballot
-#define __ballot64 fa_wave64_ballot
-#define __any fa_wave64_any
-#define __all fa_wave64_all
-#define __activemask fa_wave64_activemask
+#define __shfl(...) fa_wave64_shfl(__LINE__, __VA_ARGS__)
+#define __shfl_up(...) fa_wave64_shfl_up(__LINE__, __VA_ARGS__)
+#define __shfl_down(...) fa_wave64_shfl_down(__LINE__, __VA_ARGS__)
+#define __shfl_xor(...) fa_wave64_shfl_xor(__LINE__, __VA_ARGS__)
+#define __ballot(p) fa_wave64_ballot(__LINE__, p)
+#define __ballot64(p) fa_wave64_ballot(__LINE__, p)
+#define __any(p) fa_wave64_any(__LINE__, p)
+#define __all(p) fa_wave64_all(__LINE__, p)
+#define __activemask() fa_wave64_activemask(__LINE__)
 #define __lane_id fa_wave64_lane_id
 #endif  // __CUDACC__
