@@ -80,6 +80,17 @@ def test_a_factor_on_the_logits_is_named_by_its_value():
     assert factors.logit_slope(softmax_rows(s), s, 64) is None
 
 
+def test_a_scale_kept_in_whole_numbers_is_named_by_its_value():
+    """1 / floor(sqrt(32)) = 1/5 in place of 1/sqrt(32) (an int holding sqrt(d)); 1 / sqrt(d) in
+    integers, 0: every key weighs the same."""
+    inp = probe(d=32)
+    s = logits(inp.q, inp.k)
+    said, fields = factors.logit_slope(softmax_rows(s * np.sqrt(32) / 5), s, 32)
+    assert fields["named"] == "sqrt(d) / floor(sqrt(d))" and "sqrt(d) kept as a whole number" in said, said
+    said, fields = factors.logit_slope(softmax_rows(s * 0.0), s, 32)
+    assert fields["named"] == "0" and "every key weighs the same" in said, said
+
+
 def test_rows_holding_other_rows_are_found_as_a_formula():
     inp = probe(N=128)
     P = inp.weights()
@@ -175,12 +186,12 @@ def test_a_kernel_for_another_d_is_found_with_the_part_of_the_output_it_writes()
         out[b, :200 * 32] = kernel_for(32, flat[b * 3 * 200 * 64:], 200, 1)
     words, _ = indexing.search(out.reshape(2, 200, 64).astype(np.float32), inp.flat(), 2, 200, 64, 5e-3)
     assert words.startswith("each batch's input read by a kernel for d = 32 from the batch's start"), words
-    assert words.endswith("the other 12800 values of the output hold 0 (never written)"), words
+    assert words.endswith("the other 12800 values of the output, which that kernel does not write, hold 0"), words
     whole = np.zeros(2 * 200 * 64)
     whole[:2 * 200 * 32] = kernel_for(32, flat, 200, 2)
     words, _ = indexing.search(whole.reshape(2, 200, 64).astype(np.float32), inp.flat(), 2, 200, 64, 5e-3)
     assert words.startswith("the input read by a kernel for d = 32 (rows of 32 floats, a batch every 3*N*32"), words
-    assert words.endswith("the other 12800 values of the output hold 0 (never written)"), words
+    assert words.endswith("the other 12800 values of the output, which that kernel does not write, hold 0"), words
     assert indexing.search(inp.output().astype(np.float32), inp.flat(), 2, 200, 64, 5e-3) is None
 
 
@@ -238,6 +249,7 @@ def test_a_probe_whose_last_batch_alone_changes_is_measured_with_a_batch_after_i
     found = ProbeRuns().measure(ctx)
     assert ctx.guard == 1 and not ctx.facts.stop and ctx.facts.probe_fails, [f.lines for f in found]
     assert "differ only in its last batch" in found[0].lines[0] and ctx.facts.out.shape == (2, 32, 32)
+    assert found[0].lines[0].endswith("its output left out: with it, two runs agree, and the probes run so")
     every_batch_drawn = LAST_BATCH_DRAWN.replace("out[-1] =", "out[:] =")  # no guard: the probes stop
     ctx = stand_in_context(tmp_path, every_batch_drawn, "int main() {}\n", inp)
     found = ProbeRuns().measure(ctx)

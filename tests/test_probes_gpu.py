@@ -69,3 +69,12 @@ def test_a_shuffle_only_half_a_wavefront_calls_is_named_with_its_line(case, tmp_
     line = " ".join(next(l for l in proc.stdout.splitlines() if "32-lane wavefronts" in l).split())
     assert "right with 32-lane wavefronts; with the MI210's 64 it wrote no output" in line, proc.stdout
     assert f"lanes 0..31 at __shfl line {shuffle}, lanes 32..63 at __ballot line" in line, line
+
+
+def test_a_passing_program_wrong_only_at_larger_sizes_is_warned(case):
+    """set9's f05 skips keys under the running max less 10: right at N = 300, wrong from N = 512;
+    it passes the case and is warned from one run on a drawn 4 x 2048 x 64 input."""
+    proc = fa("run", case, "--program", SETS / "set9" / "f05.cu")
+    assert proc.returncode == 0 and "PASS" in proc.stdout, proc.stdout + proc.stderr
+    said = " ".join(proc.stdout.split())
+    assert "passes the cases run, but on a drawn B=4, N=2048, d=64 input" in said, said

@@ -152,12 +152,12 @@ class Sanitizer(Step):
     def name(self) -> str:
         return f"compute-sanitizer --tool {self.tool}"
 
-    def on_this_program(self, ctx: Context) -> bool:
+    def on_this_program(self, ctx: Context, after_a_mechanism: bool = False) -> bool:
         """A CUDA build not crashed: before the probes for hw4.cu, after them (and only where they
-        measured no mechanism) for hw4.hip on the emulation."""
+        measured no mechanism, unless after_a_mechanism) for hw4.hip on the emulation."""
         if ctx.kind != "cuda" or crashed(ctx) or wave64.emulates(ctx.source) != self.emulated:
             return False
-        return not (self.emulated and ctx.has(Kind.MEASURED))
+        return after_a_mechanism or not (self.emulated and ctx.has(Kind.MEASURED))
 
     tools: tuple[str, ...] = ()  # several tools side by side, where a step runs more than self.tool
 
@@ -220,10 +220,10 @@ class Racecheck(Sanitizer):
         self.first = first
 
     def applies(self, ctx: Context) -> bool:
+        if self.first:  # runs that depend on timing: racecheck's word whatever the probes measured
+            return self.on_this_program(ctx, after_a_mechanism=True) and timing_shown(ctx)
         if not self.on_this_program(ctx):
             return False
-        if self.first:
-            return timing_shown(ctx)
         return not timing_shown(ctx) and ctx.verdict == "WRONG" and not ctx.has(Kind.MEMCHECK)
 
     def run(self, ctx: Context) -> list[Finding]:
@@ -283,7 +283,7 @@ class NothingMore(Step):
             not ctx.has(Kind.HARMLESS)
 
     def run(self, ctx: Context) -> list[Finding]:
-        measured = ctx.has(Kind.OBSERVED, Kind.MEASURED)
+        measured = ctx.has(Kind.OBSERVED, Kind.MEASURED, Kind.INITCHECK)
         return [Finding(Kind.CLEAN, [f"{'also' if measured else 'nothing more found'}: {'; '.join(ctx.done)}"])]
 
 

@@ -24,6 +24,7 @@ from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
 from .leaving_early import LeftBeforeBarrier
 from .across_cases import across_cases
 from .batch_coverage import BatchesCovered
+from .larger_input import LargerInput
 from .cause import (AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun, SandboxLimit,
                     SyncInitcheck)
 from .diagnose import Diagnosis, signal_name
@@ -89,7 +90,8 @@ CASE_STEPS: tuple[Step, ...] = (
     LeftBeforeBarrier(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
     AmdTools(), NothingMore())
-RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), SlowDevice(), race_check.PassingBuild())
+RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), SlowDevice(), race_check.PassingBuild(),
+                               LargerInput())
 
 
 def probing(ctx: Context) -> bool:

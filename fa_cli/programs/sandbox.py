@@ -156,6 +156,8 @@ class Sandbox:
         remember: the reason kept for explain_failure (a run's; builds run side by side).
         The thread it returns ends once the command has ended and its namespace is empty: joined,
         nothing the command started outlives it."""
+        if remember:
+            self.killed = None  # a run stopped at its time limit is never explained: its reason goes with it
         args = (proc, list(folders if folders is not None else self.watched), limits or self.run_limits, remember)
         watcher = threading.Thread(target=self._count, args=args, daemon=True)
         watcher.start()
@@ -193,7 +195,9 @@ class Sandbox:
         if self.killed:
             said, self.killed = self.killed, None
             return said
-        if returncode in (-25, 128 + 25):  # SIGXFSZ
+        if returncode == -25 or returncode == 128 + 25 and _largest_file(self.watched) >= self.run_limits.file_bytes:
+            # SIGXFSZ (bwrap exits 128 + the signal that ended its child; a program's own exit(153) has no
+            # file at the limit)
             return f"{KILLED}a file it wrote passed the sandbox's {self.run_limits.file_bytes} bytes (SIGXFSZ)"
         if returncode in (-24, 128 + 24):  # SIGXCPU
             return f"{KILLED}it used the sandbox's {self.run_limits.cpu_s} s of CPU time (SIGXCPU)"
@@ -251,6 +255,13 @@ def _processes_in(namespace: str) -> int:
 
 
 MOST_FILES = 10000  # files and folders a confined command may make in the folders it may write to
+
+
+def _largest_file(folders: list[Path]) -> int:
+    """The size of the largest file directly in the folders (0 where none)."""
+    sizes = [entry.stat(follow_symlinks=False).st_size for folder in folders if folder.is_dir()
+             for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False)]
+    return max(sizes, default=0)
 
 
 def _bytes_under(folders: list[Path]) -> int | None:

@@ -91,8 +91,10 @@ def unmasked_keys(ctx: Context, tiles: list[int]) -> str | None:
     inp, out = ctx.probe, ctx.facts.out
     B, N, d = inp.shape.B, inp.shape.N, inp.shape.d
     flat = np.concatenate([inp.flat(), guard_payload(ctx.guard, N, d).ravel()])
+    ends: dict[int, list[int]] = {}  # tiles whose last tile ends at the same key give the same output
     for T in tiles:
-        end = -(-N // T) * T
+        ends.setdefault(-(-N // T) * T, []).append(T)
+    for end, same in ends.items():
         for padding, words in PADDINGS.items():
             k, v = inp.k.astype(np.float64), inp.v.astype(np.float64)
             past = np.zeros((B, end - N, d))
@@ -110,7 +112,8 @@ def unmasked_keys(ctx: Context, tiles: list[int]) -> str | None:
             close = np.abs(o - out)[inside] <= ctx.tol / 5 + 1e-3 * np.abs(o[inside])
             if inside.any() and close.mean() >= 0.99:
                 return (f"measured: the output on {inp.label} is attention over keys 0..{end - 1}, the last tile of "
-                        f"T = {T} keys scored to its end with {words}: no mask j < N on the tile's keys")
+                        f"T = {' or '.join(map(str, same))} keys scored to its end with {words}: no mask j < N on the "
+                        "tile's keys")
     return None
 
 
@@ -118,7 +121,8 @@ class Wavefronts(Probe):
     name = "hw4.hip with 32-lane wavefronts"
 
     def applies(self, ctx: Context) -> bool:
-        return wave64.emulates(ctx.source) and (ctx.facts.out is not None or ctx.facts.no_output)
+        refused = "launch refused" in (ctx.error or "")  # the MI210's limits: the same with 32 lanes
+        return wave64.emulates(ctx.source) and (ctx.facts.out is not None or ctx.facts.no_output and not refused)
 
     def run(self, ctx: Context) -> list[Finding]:
         stopped = None if ctx.facts.out is not None else ctx.error or "no complaint of its own"
@@ -136,9 +140,10 @@ class Wavefronts(Probe):
             shown = "; ".join(f"{name} line {n}: {text.strip()[:60]}" for name, n, text in lines[:4])
             if stopped:  # no output with 64 lanes: the emulation's own line, where it names the call
                 return measured(ctx, [
-                    f"measured: right with 32-lane wavefronts; with the MI210's 64 it wrote no output ({stopped}) "
-                    f"(the same input, {ctx.probe.label}, built both ways): a 32-lane assumption"
-                    + ("" if " line " in stopped or not shown else f"; the lane lines, 32 written out first: {shown}")],
+                    f"measured: right with 32-lane wavefronts; with the emulation's 64 no output of the right size "
+                    f"(its last run: {stopped}) (the same input, {ctx.probe.label}, built both ways): a 32-lane "
+                    "assumption" + ("" if " line " in stopped or not shown
+                                    else f"; the lane lines, 32 written out first: {shown}")],
                     wave32=True)
             return measured(ctx, [
                 f"measured: right with 32-lane wavefronts, wrong with the MI210's 64 (the same input, "
@@ -146,6 +151,9 @@ class Wavefronts(Probe):
                 f"warpSize, or lanes counted modulo 32)"
                 + (f"; the lane lines, 32 written out first: {shown}" if shown else "")],
                 wave32=True)
+        if got is None:
+            return [Finding(Kind.OBSERVED, [f"measured: no output of the right size with 32-lane wavefronts either "
+                                            f"({ctx.probe.label}: {ctx.error or 'no complaint of its own'})"])]
         return [Finding(Kind.OBSERVED, [f"measured: wrong with 32-lane wavefronts too ({ctx.probe.label}): not only "
                                         "a matter of the wavefront's width"])]
 

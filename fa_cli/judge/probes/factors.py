@@ -183,6 +183,8 @@ SLOPES = {
     "sqrt(d) * log2(e)": lambda d: np.sqrt(d) * np.log2(np.e), "ln 2 / sqrt(d)": lambda d: np.log(2) / np.sqrt(d),
     "sqrt(d) * ln 2": lambda d: np.sqrt(d) * np.log(2), "log2(e) / sqrt(d)": lambda d: np.log2(np.e) / np.sqrt(d),
     "sqrt(d / 32)": lambda d: np.sqrt(d / 32), "sqrt(d / 64)": lambda d: np.sqrt(d / 64),
+    "sqrt(d) / floor(sqrt(d))": lambda d: np.sqrt(d) / np.floor(np.sqrt(d)),
+    "sqrt(d) / round(sqrt(d))": lambda d: np.sqrt(d) / np.round(np.sqrt(d)),
 }
 SLOPE_WORDS = {
     "sqrt(d)": "the scores are not divided by sqrt(d)", "1/sqrt(d)": "the scores are divided by sqrt(d) twice (by d)",
@@ -192,6 +194,12 @@ SLOPE_WORDS = {
                 "log2(e) belongs",
     "sqrt(d / 32)": "the scale is 1/sqrt(32) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
     "sqrt(d / 64)": "the scale is 1/sqrt(64) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
+    "sqrt(d) / floor(sqrt(d))": "the scale is 1 / floor(sqrt(d)): sqrt(d) kept as a whole number (an int variable, "
+                                "or (int)sqrtf(d)), right only where d is a square",
+    "sqrt(d) / round(sqrt(d))": "the scale is 1 / round(sqrt(d)): sqrt(d) rounded to a whole number (lroundf, or "
+                                "an int given sqrtf(d) + 0.5), right only where d is a square",
+    "0": "the scores are multiplied by 0, so every key weighs the same (1 / sqrt(d) computed in whole numbers is 0: "
+         "1 / (int)sqrtf(d), or an int scale)",
 }
 
 
@@ -225,7 +233,8 @@ def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None
     resid = np.abs(dy - a * dx)[use]
     if np.quantile(resid, 0.99) > 1e-2 or abs(a - 1) <= 1e-2:
         return None
-    name = next((k for k, f in SLOPES.items() if abs(a / f(d) - 1) <= 1e-2), None) or constant_name(a, d)
+    name = "0" if abs(a) <= 1e-3 else \
+        next((k for k, f in SLOPES.items() if abs(a / f(d) - 1) <= 1e-2), None) or constant_name(a, d)
     said = f"log W = a * (the true logits) + a constant per row, with a = {a:.4g}"
     if name:
         said += f" = {name}" + (f": {SLOPE_WORDS[name]}" if name in SLOPE_WORDS else "")

@@ -167,29 +167,30 @@ KNOWN_SHARE = 0.25  # a reading that says less of the output than this is not tr
 
 
 def other_d_readings(flat: np.ndarray, B: int, N: int, d: int):
-    """(words, output) of the input read by a kernel built for another head dimension d2 (a dispatch
-    on d that launches the d2 kernel, or d fixed at d2): rows of d2 floats, the whole input as one
-    call or each batch's from its start, the output written from the start at d2 floats a row; the
-    values it does not write are NaN (not known)."""
+    """(words, output, known) of the input read by a kernel built for another head dimension d2 (a
+    dispatch on d that launches the d2 kernel, or d fixed at d2): rows of d2 floats, the whole input
+    as one call or each batch's from its start, the output written from the start at d2 floats a
+    row; known: the values it writes."""
     per_call = 3 * N
     for d2 in OTHER_DIMS:
         if d2 == d:
             continue
         fit = min(B, flat.size // (per_call * d2))  # batches of d2-float rows inside the input
         if fit:
-            o = np.full(B * N * d, np.nan)
+            o, known = np.zeros(B * N * d), np.zeros(B * N * d, dtype=bool)
             whole = attend(flat[:fit * per_call * d2].reshape(fit, 3, N, d2)).ravel()[:o.size]
-            o[:whole.size] = whole
+            o[:whole.size], known[:whole.size] = whole, True
             yield (f"the input read by a kernel for d = {d2} (rows of {d2} floats, a batch every 3*N*{d2}: a "
                    f"dispatch on d that launches the d = {d2} kernel, or d fixed at {d2}), its values written from "
-                   f"the output's start at {d2} a row"), o.reshape(B, N, d)
+                   f"the output's start at {d2} a row"), o.reshape(B, N, d), known.reshape(B, N, d)
         if d2 < d:
             blocks = flat.reshape(B, per_call * d)[:, :per_call * d2].reshape(B, 3, N, d2)
-            o = np.full((B, N * d), np.nan)
-            o[:, :N * d2] = attend(blocks).reshape(B, N * d2)
+            o, known = np.zeros((B, N * d)), np.zeros((B, N * d), dtype=bool)
+            o[:, :N * d2], known[:, :N * d2] = attend(blocks).reshape(B, N * d2), True
             yield (f"each batch's input read by a kernel for d = {d2} from the batch's start (rows of {d2} floats: a "
                    f"dispatch on d that launches the d = {d2} kernel for each batch or group of batches), its "
-                   f"N*{d2} values written at the start of the batch's output"), o.reshape(B, N, d)
+                   f"N*{d2} values written at the start of the batch's output"), o.reshape(B, N, d), \
+                known.reshape(B, N, d)
 
 
 def attend(qkv: np.ndarray) -> np.ndarray:
@@ -202,17 +203,20 @@ def attend(qkv: np.ndarray) -> np.ndarray:
 def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: float):
     """The first reading whose output agrees with the program's on MATCH_SHARE of the values of the
     batches it can say (at least one), and on the batches the right reading gets wrong. A whole
-    reading may say part of the output (NaN where it does not): the rest is said as it is."""
+    reading may say part of the output (known): the rest is said as it is."""
     got = ctx_out.astype(np.float64)
-    for words, o in (*whole_readings(flat, B, N, d), *other_d_readings(flat, B, N, d)):
-        known = np.isfinite(o)
+    whole = [(words, o, np.ones(o.shape, dtype=bool)) for words, o in whole_readings(flat, B, N, d)]
+    for words, o, known in (*whole, *other_d_readings(flat, B, N, d)):
         if known.mean() < KNOWN_SHARE:
             continue
-        if np.mean(np.abs(o - got)[known] <= tol / 5 + 1e-3 * np.abs(o[known])) >= MATCH_SHARE:
+        with np.errstate(invalid="ignore"):
+            close = np.abs(o - got)[known] <= tol / 5 + 1e-3 * np.abs(o[known])
+        if np.mean(close) >= MATCH_SHARE:
             rest = got[~known]
             if rest.size:
-                words += (f"; the other {rest.size} values of the output hold 0 (never written)" if not rest.any()
-                          else f"; the other {rest.size} values of the output are not its")
+                words += (f"; the other {rest.size} values of the output, which that kernel does not write, hold 0"
+                          if not rest.any() else f"; the other {rest.size} values, which it does not write, hold "
+                          "other values")
             return words, B
     rows = np.unique(np.r_[np.arange(min(SCREEN_ROWS // 2, N)), np.arange(max(0, N - SCREEN_ROWS // 2), N)])
     for words, q, k, v, inside in readings(flat, B, N, d):

@@ -46,9 +46,9 @@ class ProbeRuns(Probe):
         first, second = ctx.run(inp), ctx.run(inp)
         if first is None and ctx.raw is not None:  # an output of the wrong size: where did its values go?
             ctx.facts.raw, ctx.facts.true = ctx.raw, inp.output()
+            written = (inp.shape.B + ctx.guard) * inp.shape.N * inp.shape.d
             return [Finding(Kind.OBSERVED, [f"probe: on {inp.label} the output has {ctx.raw.size} values, "
-                                            f"{ctx.raw.size - inp.shape.B * inp.shape.N * inp.shape.d:+d} against "
-                                            "B*N*d"])]
+                                            f"{ctx.raw.size - written:+d} against B*N*d"])]
         if first is None or second is None:
             ctx.facts.no_output = True
             ctx.facts.stop = not wave64.emulates(ctx.source)  # a hw4.hip still gets its 32-lane build
@@ -62,11 +62,13 @@ class ProbeRuns(Probe):
             diff = np.nanmax(np.abs(first.astype(np.float64) - second)[changed], initial=0.0)
             if ctx.guard == 0 and not changed[:-1].any():  # only the last batch: memory past the input?
                 ctx.guard = GUARD_BATCHES
+                again = self.measure(ctx)
+                moved = any("cannot be read as weights" in line for f in again for line in f.lines)
+                held = "" if moved else ": with it, two runs agree, and the probes run so"
                 return [Finding(Kind.OBSERVED, [
                     f"probe: two runs on {inp.label} differ only in its last batch ({int(changed.sum())} values, up "
-                    f"to {fmt(diff)}): a program that reads past its input reads memory its own blocks write; the "
-                    "probes run with a batch of drawn values after the last, its output left out"])] + \
-                    self.measure(ctx)
+                    f"to {fmt(diff)}); run again with a batch of drawn values after the last (what a program that "
+                    f"reads past its input would then read), its output left out{held}"])] + again
             ctx.facts.stop = True
             return [Finding(Kind.OBSERVED, [f"probe: two runs on {inp.label} differ in {int(changed.sum())} values "
                                             f"(up to {fmt(diff)}): an output that changes cannot be read as weights"

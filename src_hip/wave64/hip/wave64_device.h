@@ -87,8 +87,9 @@ inline std::string describe(const Fault& f) {
       const unsigned mine = site(f.op, f.line), theirs = (unsigned)f.source;
       const unsigned lower = f.lane < 32 ? mine : theirs, upper = f.lane < 32 ? theirs : mine;
       std::snprintf(text, sizeof text, "the two halves of %s met at different cross-lane calls: lanes 0..31 at %s "
-                    "line %u, lanes 32..63 at %s line %u: a cross-lane function inside a branch or loop that not "
-                    "every lane of the 64-lane wavefront takes (on the MI210 it reads lanes that did not call it)",
+                    "line %u, lanes 32..63 at %s line %u, where a lane read the other half: a cross-lane call in a "
+                    "branch or loop that not every lane of the 64-lane wavefront takes (the MI210 runs it with the "
+                    "other lanes switched off; the emulation cannot run the halves apart)",
                     at.c_str(), op_name((int)(lower >> 24)), lower & 0xffffff, op_name((int)(upper >> 24)),
                     upper & 0xffffff);
       break;
@@ -181,9 +182,12 @@ __device__ __forceinline__ unsigned long long block_tag() {
 }
 
 // One exchange between the two halves of the wavefront: every calling lane (members) publishes
-// `value` (a vote: the leader alone, in position 0); returns the other half's values.
+// `value` (a vote: the leader alone, in position 0); returns the other half's values. `needs`: some
+// lane of this half reads the other half's (a vote always does); only then do halves met from
+// different calls spoil this half's result (a shuffle whose lanes all read their own half is right
+// whatever the other half called).
 __device__ __forceinline__ const volatile unsigned* meet(unsigned t, int op, unsigned value, unsigned members,
-                                                         bool vote, int line) {
+                                                         bool vote, bool needs, int line) {
   Slot* s = slot(t, op, line);
   const int half = (t >> 5) & 1, lane = t & 31, leader = __ffs(members) - 1;
   volatile unsigned long long* tag = s->tag;
@@ -209,7 +213,7 @@ __device__ __forceinline__ const volatile unsigned* meet(unsigned t, int op, uns
   // On the MI210 both halves make every call together; halves at different calls took a branch
   // apart, where the real wavefront runs the call with the other half's lanes switched off.
   const unsigned there = ((volatile unsigned*)s->sites[n & 1])[half ^ 1];
-  if (there != here) fail(kHalvesApart, op, t, (int)there, members, line);
+  if (there != here && needs) fail(kHalvesApart, op, t, (int)there, members, line);
   return s->data[n & 1][half ^ 1];
 }
 
@@ -249,8 +253,9 @@ __device__ __forceinline__ unsigned shuffle32(int op, unsigned v, int arg, int w
   if ((unsigned)src >= wave_lanes(t)) fail(kMissingLane, op, t, src, members, line);
   const unsigned near = __shfl_sync(members, v, src & 31);
   if (kWave == 32 || !crosses(op, arg, width) || wave_lanes(t) <= 32) return near;  // 32 lanes: one warp
-  const volatile unsigned* other = meet(t, op, v, members, false, line);
-  return (src >> 5) == (self >> 5) ? near : other[src & 31];
+  const bool across = (src >> 5) != (self >> 5);
+  const volatile unsigned* other = meet(t, op, v, members, false, __any_sync(members, across), line);
+  return across ? other[src & 31] : near;
 }
 
 template <class T>
@@ -270,7 +275,7 @@ __device__ __forceinline__ unsigned long long vote(int op, int predicate, int li
   const unsigned ballot = __ballot_sync(members, predicate);
   unsigned word = op == kActivemask ? members : op == kAny ? ballot != 0 : op == kAll ? ballot == members : ballot;
   if (kWave == 32 || wave_lanes(t) <= 32) return word;
-  const unsigned theirs = meet(t, op, word, members, true, line)[0];
+  const unsigned theirs = meet(t, op, word, members, true, true, line)[0];
   if (op == kAny) return word | theirs;
   if (op == kAll) return word & theirs;
   const bool upper = (t >> 5) & 1;

@@ -1,0 +1,111 @@
+"""A program that passes every case run can still be wrong at sizes the run did not reach: a key
+loop capped, keys skipped under a threshold only long rows pass, a persistent loop over too few
+blocks. So a student's GPU program that passed every case gets one run more, once per build (kept
+in fa's cache by the binary's bytes, as the race check is), on a drawn input larger than the cases
+it passed (LARGER_B x LARGER_N x d, inside the course's ranges). Wrong there is a warning with its
+numbers and the command that looks into it, never the verdict:
+
+  passes the cases run, but on a drawn 4x2048x64 input (larger than them; not one of the course's
+  cases) it writes 8120 of 524288 values wrong (max error 0.0127): ...
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import locations
+from ..cases import generate
+from ..cases.format import Shape, open_output
+from ..files import atomic_file
+from ..programs import programs
+from ..programs.programs import Launcher, Program
+from . import race_check, reference
+from .findings import Finding, Kind
+from .probes.step import read_payload
+from .steps import Context, Step
+from .tool_logs import Budget
+
+LARGER_B, LARGER_N = 4, 2048  # a course shape (N in its list, B * N * d far under its bound)
+LARGER_SEED = 29
+RUN_TIMEOUT_S = 30.0
+
+
+def larger_shape(passed: list[Shape]) -> Shape | None:
+    """The drawn input's shape, at the d of the first case passed; None where a case passed is as
+    large already."""
+    if not passed or any(s.N >= LARGER_N and s.B >= LARGER_B for s in passed):
+        return None
+    return Shape(LARGER_B, LARGER_N, passed[0].d)
+
+
+def cache_file(program: Program, shape: Shape) -> Path:
+    digest = hashlib.sha256(Path(program.path).read_bytes()).hexdigest()[:16]
+    return locations.cache_dir() / "larger-input" / f"{digest}-{shape.B}x{shape.N}x{shape.d}.json"
+
+
+def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path, say: Callable[[str], None],
+          budget: Budget) -> list[Finding]:
+    """One run on the drawn input of `shape` against float64 (or what was kept of an earlier one
+    of the same build): a warning where it is wrong or fails, nothing where it is right."""
+    kept = cache_file(program, shape)
+    if kept.exists():
+        try:
+            return [Finding(f["kind"], f["lines"]) for f in json.loads(kept.read_text())]
+        except (OSError, ValueError, KeyError):
+            pass  # run again
+    if budget.left < 2:
+        return [Finding(Kind.MISSING_TOOL, [f"larger input: not run, {budget.left:.0f} s left of the budget"])]
+    say(f"a drawn {shape} input, larger than the cases passed (once per build)")
+    path, out = work / "larger.in", work / "larger.out"
+    generate.write_input(path, shape, seed=LARGER_SEED)
+    result = programs.run(program, path, out, launcher, timeout=min(RUN_TIMEOUT_S, budget.left), timed=False)
+    found = told(result, out, shape, reference.attention(*read_payload(path, shape, shape.B, shape.N)), program)
+    if not result.timed_out:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_file(kept) as f:
+            f.write(json.dumps([dict(kind=x.kind, lines=x.lines) for x in found]).encode())
+    return found
+
+
+def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program, tol: float = 5e-3
+         ) -> list[Finding]:
+    """What the run on the larger input showed, in a warning's words."""
+    where = f"on a drawn {shape} input (larger than the cases passed; not one of the course's cases)"
+    look = (f"`fa gen --shape {shape.B},{shape.N},{shape.d} --seed {LARGER_SEED} -o larger.in && fa run larger.in "
+            f"--program {program.name}` looks into it")
+    if result.returncode != 0 or not out.exists():
+        return [Finding(Kind.WARNING, [f"passes the cases run, but {where} it fails: {result.error}; {look}"])]
+    try:
+        got = np.asarray(open_output(out, shape), dtype=np.float64)
+    except Exception as e:  # an output of another size: its words say which
+        return [Finding(Kind.WARNING, [f"passes the cases run, but {where} its output is not one to judge: {e}; "
+                                       f"{look}"])]
+    with np.errstate(invalid="ignore"):
+        err = np.abs(got - correct)
+    wrong = ~(err <= tol)
+    if not wrong.any():
+        return []
+    worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
+    return [Finding(Kind.WARNING, [
+        f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong (max error "
+        f"{worst:.3g}): a mistake that shows only at larger sizes; {look}"])]
+
+
+class LargerInput(Step):
+    """A student's GPU program that passed every case run: the check above, with what the
+    investigation's budget has left."""
+
+    name = "a larger input than the cases passed"
+
+    def applies(self, ctx: Context) -> bool:
+        results = ctx.results
+        return race_check.applies(ctx.program) and bool(results) and all(r.verdict == "PASS" for r in results) \
+            and larger_shape([r.target.shape for r in results]) is not None
+
+    def run(self, ctx: Context) -> list[Finding]:
+        shape = larger_shape([r.target.shape for r in ctx.results])
+        return check(ctx.program, shape, ctx.launcher, ctx.work, ctx.say, ctx.budget)

@@ -1,0 +1,39 @@
+"""A passing program run once more on a larger drawn input (fa_cli/judge/larger_input.py): a key loop
+capped at 1024 keys (tests/data/student_hw4.cpp, KEYS_CAPPED) passes N = 128 and is warned, with its
+numbers and the command that looks into it; the right program is not; each build is checked once."""
+import shutil
+
+import pytest
+
+from helpers import build_students
+from fa_cli.cases.format import Shape
+from fa_cli.judge import larger_input
+from fa_cli.judge.findings import Kind
+from fa_cli.judge.tool_logs import Budget
+from fa_cli.programs.programs import Program
+
+pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+
+
+def test_a_mistake_that_shows_only_past_the_cases_sizes_is_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    built = build_students(tmp_path, ["NONE", "KEYS_CAPPED"])
+    shape = larger_input.larger_shape([Shape(2, 128, 32), Shape(3, 200, 32)])
+    assert shape == Shape(4, 2048, 32)
+    said = []
+    capped = Program("hw4.cpp", built["KEYS_CAPPED"])
+    [found] = larger_input.check(capped, shape, None, tmp_path, said.append, Budget(60))
+    assert found.kind == Kind.WARNING, found.lines
+    line = found.lines[0]
+    assert line.startswith("passes the cases run, but on a drawn B=4, N=2048, d=32 input (larger than the cases "
+                           "passed; not one of the course's cases) it writes "), line
+    assert "a mistake that shows only at larger sizes; `fa gen --shape 4,2048,32 --seed 29 -o larger.in" in line
+    assert larger_input.check(Program("hw4.cpp", built["NONE"]), shape, None, tmp_path, said.append, Budget(60)) == []
+    assert len(said) == 2
+    again = larger_input.check(capped, shape, None, tmp_path, said.append, Budget(60))  # kept for the build
+    assert [f.lines for f in again] == [found.lines] and len(said) == 2
+
+
+def test_no_larger_run_where_a_case_passed_was_as_large():
+    assert larger_input.larger_shape([Shape(2, 128, 64), Shape(4, 2048, 64)]) is None
+    assert larger_input.larger_shape([]) is None
