@@ -95,6 +95,25 @@ def test_keys_read_in_an_order_no_formula_gives_are_said_by_example_not_named():
     assert score_inputs.examples(found, right, D).startswith("wrong in keys ")
 
 
+def test_keys_a_tile_load_never_wrote_are_named_by_the_pattern_they_repeat():
+    """A load loop that reaches only rows j mod 8 in {0, 1} of every tile: the other rows hold what
+    the memory held (here the same stale values every time); the keys read right repeat every 8."""
+    stale = np.random.default_rng(5).uniform(-2, 2, size=(N, D))
+    loaded = (np.arange(N) % 8 < 2)[:, None]
+    said = score_inputs.keys_in_part(*terms_of(lambda k: np.where(loaded, k, stale)))
+    assert said is not None and said.startswith("with key 0 read right, the keys j with j mod 8 in {0-1} (32 of 128) "
+                                                "take every term from their own row of K"), said
+    assert score_inputs.keys_in_part(*terms_of(lambda k: k)) is None
+    assert score_inputs.keys_in_part(*terms_of(lambda k: k * np.sqrt(D))) is None
+
+
+def terms_of(read_k):
+    k = score_inputs.coded_keys(N, D)
+    inp = score_inputs.design(N, D, k)
+    terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(attention(inp, read_k).astype(np.float64), N, D))
+    return terms, k
+
+
 PITCH_33_READ_32 = """#!{python}
 import sys
 import numpy as np

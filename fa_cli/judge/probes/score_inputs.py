@@ -18,6 +18,8 @@ differ), and taken only where a formula fits them. Then K' against K, element by
               shifted, rows read at another pitch (K[j*P + x]), a tile of K's rows read at another
               pitch (K[j0*d + jj*P + x]), or a tile of keys written at one pitch and read at
               another (its pad slots never written): said with its figures
+  in part     with key 0 read right, the keys read right repeat every m keys: rows of a tile of K
+              that its load never wrote
   examples    otherwise, which element the first wrong terms took
 
 Where the weights are not those of scores (weights of 0, rows that disagree), or fewer than OF_K
@@ -263,6 +265,8 @@ class ScoreInputs(Probe):
             by_batch = read_by_batch(W, k, N, d)
             if words := fitting(by_batch, N, d):
                 found, right = by_batch, by_batch == np.arange(N * d).reshape(N, d)
+        if words is None and (part := keys_in_part(terms, k)):
+            return measured(ctx, [f"probe: the scores read back ({where}): {part}"], look=LOAD_LOOK, keys_in_part=part)
         if words is None and (found >= 0).mean() < OF_K:  # the log ratios are no differences of K's values
             return [Finding(Kind.OBSERVED, [
                 f"probe: the scores read back ({where}): {(found >= 0).mean():.0%} of the terms land on an element "
@@ -274,6 +278,35 @@ class ScoreInputs(Probe):
             return measured(ctx, [f"{head}; every term fits {words}"], look=LOOK, score_inputs=words)
         return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, d)}; no formula of those tried fits "
                                         "(transposed, shifted keys or dims, another pitch, a tile's two pitches)"])]
+
+
+MAX_PERIOD = 256  # keys read right in a pattern that repeats every m keys, m up to this
+# The source lines shown: a loop that loads a tile cooperatively (its start and its stride).
+LOAD_LOOK = ("a tile's load loop", r"for\s*\([^;]*=\s*\w*(?:threadIdx|tid|lane|tx)\w*[^;]*;[^;]*;[^)]*\+=")
+
+
+def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:
+    """Where, with key 0 read right, some keys take every term from their own row of K and the
+    others do not, in a pattern that repeats every m keys: a tile of K loaded in part (a load loop
+    whose start or stride leaves rows of the tile as they were). Key 0 fixes each dim's constant
+    (sources() would choose it by the most terms landing on K, which a quarter of keys read right
+    cannot win against chance)."""
+    d, N = terms.shape
+    if not np.isfinite(terms[:, 0]).all():
+        return None
+    with np.errstate(invalid="ignore"):
+        own = np.abs(terms.T - terms[:, 0] + k[0] - k) <= tol  # (N, d): key j's term is k[j, x]
+    ok = own.all(axis=1)
+    if ok.all() or ok.sum() < 2:
+        return None
+    for m in range(2, min(MAX_PERIOD, N // 2) + 1):
+        first = ok[:m]
+        if np.array_equal(ok, np.resize(first, N)) and not first.all():
+            return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} "
+                    f"({int(ok.sum())} of {N}) take every term from their own row of K, the other "
+                    f"{int((~ok).sum())} keys none from theirs: rows of a tile of K that its load never wrote (a "
+                    f"cooperative load loop whose start or stride reaches only those rows of every {m})")
+    return None
 
 
 def read_by_batch(W: np.ndarray, k: np.ndarray, N: int, d: int) -> np.ndarray:
