@@ -37,6 +37,7 @@ from .readings import measured
 from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows
 
 MAX_BATCHES = 4096  # N*d batches in the run at most: 200 MB of input (N = 128 at d = 32, 64 at d = 64)
+MAX_BATCHES_CPU = 2048  # a CPU program's: its run costs N^3 d^2, a GPU's seconds a CPU's minute (N = 64 at d = 32)
 MAP_ATOL = 2e-5  # a float32 program's T against the right one (values of P, at most 1)
 FIT_RESIDUAL = 1e-3  # log W read back as a . (q * k) + row constant: the largest residual that fits
 ROUNDING = 4 * 2.0 ** -8  # the check's slack, of the output's largest value: four of bf16's unit roundoffs
@@ -55,9 +56,10 @@ LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
 TELLING = 1e-4  # a key with this much of P that the program gives no weight is a key left out
 
 
-def map_rows(N: int, d: int) -> int:
-    """The rows of the map's run: the probe's N, cut so that N*d batches stay within MAX_BATCHES."""
-    return min(N, MAX_BATCHES // d)
+def map_rows(N: int, d: int, kind: str = "cuda") -> int:
+    """The rows of the map's run: the probe's N, cut so that N*d batches stay within MAX_BATCHES
+    (MAX_BATCHES_CPU for a program that computes on the host: kind "cpu")."""
+    return min(N, (MAX_BATCHES_CPU if kind == "cpu" else MAX_BATCHES) // d)
 
 
 class LinearMap(Probe):
@@ -67,11 +69,11 @@ class LinearMap(Probe):
 
     def applies(self, ctx: Context) -> bool:
         shape = ctx.probe.shape
-        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d) >= 2
+        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d, ctx.kind) >= 2
 
     def run(self, ctx: Context) -> list[Finding]:
         inp, batch = ctx.probe, first_wrong_batch(ctx)
-        N, d = map_rows(inp.shape.N, inp.shape.d), inp.shape.d
+        N, d = map_rows(inp.shape.N, inp.shape.d, ctx.kind), inp.shape.d
         q, k, v = inp.q[batch, :N], inp.k[batch, :N], inp.v[batch, :N]
         got = ctx.run(basis_input(q, k, v))
         where = f"{N * d + 2} batches of {N} rows, batch {batch}'s Q and K"

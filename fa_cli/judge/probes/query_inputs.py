@@ -65,10 +65,10 @@ class QueryInputs(Probe):
 
     def applies(self, ctx: Context) -> bool:
         N, d = ctx.probe.shape.N, ctx.probe.shape.d
-        return not ctx.facts.named and ctx.facts.query_side and map_rows(N, d) >= d
+        return not ctx.facts.named and ctx.facts.query_side and map_rows(N, d, ctx.kind) >= d
 
     def run(self, ctx: Context) -> list[Finding]:
-        N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d), ctx.probe.shape.d
+        N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d, ctx.kind), ctx.probe.shape.d
         q = coded((BATCHES, N, d), CODE_SEED + 1)
         got = ctx.run(design(N, d, q))
         where = f"{BATCHES} batches of {N} rows, Q coded, key j one-hot at dim j mod d"

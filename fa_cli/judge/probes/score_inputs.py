@@ -235,10 +235,11 @@ class ScoreInputs(Probe):
     name = "the scores read back: which element of K each term took"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.named and ctx.facts.out is not None and map_rows(ctx.probe.shape.N, ctx.probe.shape.d) >= 4
+        shape = ctx.probe.shape
+        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d, ctx.kind) >= 4
 
     def run(self, ctx: Context) -> list[Finding]:
-        N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d), ctx.probe.shape.d
+        N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d, ctx.kind), ctx.probe.shape.d
         k = coded_keys(N, d)
         inp = design(N, d, k)
         got = ctx.run(inp)
