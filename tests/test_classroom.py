@@ -46,6 +46,7 @@ def rows(folder):
     return {r["student"]: r for r in json.loads((folder / "class.json").read_text())["rows"]}
 
 
+@pytest.mark.slow  # make test-all: a minute on 2 cores (docs/testing.md: what make test keeps of fa class)
 @needs_bwrap
 def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, cpu_program):
     subs, folder = a_class(tmp_path), tmp_path / "class"

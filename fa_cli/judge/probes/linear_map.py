@@ -69,7 +69,8 @@ class LinearMap(Probe):
 
     def applies(self, ctx: Context) -> bool:
         shape = ctx.probe.shape
-        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d, ctx.kind) >= 2
+        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d, ctx.kind) >= 2 \
+            and ctx.facts.out.any()  # an output of zeros everywhere reads as a map of nothing: W's readings say it
 
     def run(self, ctx: Context) -> list[Finding]:
         inp, batch = ctx.probe, first_wrong_batch(ctx)

@@ -236,7 +236,8 @@ class ScoreInputs(Probe):
 
     def applies(self, ctx: Context) -> bool:
         shape = ctx.probe.shape
-        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d, ctx.kind) >= 4
+        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d, ctx.kind) >= 4 \
+            and ctx.facts.out.any()  # zeros everywhere: no weight to read a score from
 
     def run(self, ctx: Context) -> list[Finding]:
         N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d, ctx.kind), ctx.probe.shape.d
