@@ -1,6 +1,7 @@
 """A passing program run once more on a larger drawn input (fa_cli/judge/larger_input.py): a key loop
-capped at 1024 keys (tests/data/student_hw4.cpp, KEYS_CAPPED) passes N = 128 and is warned, with its
-numbers and the command that looks into it; the right program is not; each build is checked once."""
+capped at 256 keys (tests/data/student_hw4.cpp, KEYS_CAPPED) passes N = 128 and is warned, with its
+numbers and the command that looks into it; the right program is not; each build is checked once.
+The larger input here is 4 x 512 x 32 (fa's is 4 x 2048 x d), for a CPU program's time."""
 import shutil
 
 import pytest
@@ -17,17 +18,18 @@ pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 
 def test_a_mistake_that_shows_only_past_the_cases_sizes_is_a_warning(tmp_path, monkeypatch):
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(larger_input, "LARGER_N", 512)
     built = build_students(tmp_path, ["NONE", "KEYS_CAPPED"])
     shape = larger_input.larger_shape([Shape(2, 128, 32), Shape(3, 200, 32)])
-    assert shape == Shape(4, 2048, 32)
+    assert shape == Shape(4, 512, 32)
     said = []
     capped = Program("hw4.cpp", built["KEYS_CAPPED"])
     [found] = larger_input.check(capped, shape, None, tmp_path, said.append, Budget(60))
     assert found.kind == Kind.WARNING, found.lines
     line = found.lines[0]
-    assert line.startswith("passes the cases run, but on a drawn B=4, N=2048, d=32 input (larger than the cases "
+    assert line.startswith("passes the cases run, but on a drawn B=4, N=512, d=32 input (larger than the cases "
                            "passed; not one of the course's cases) it writes "), line
-    assert "a mistake that shows only at larger sizes; `fa gen --shape 4,2048,32 --seed 29 -o larger.in" in line
+    assert "a mistake that shows only at larger sizes; `fa gen --shape 4,512,32 --seed 29 -o larger.in" in line
     assert larger_input.check(Program("hw4.cpp", built["NONE"]), shape, None, tmp_path, said.append, Budget(60)) == []
     assert len(said) == 2
     again = larger_input.check(capped, shape, None, tmp_path, said.append, Budget(60))  # kept for the build
