@@ -278,7 +278,7 @@ def test_a_crash_in_a_threaded_program_gives_its_frame(tmp_path, inputs, mistake
 def test_a_deterministic_mistake_is_never_called_a_race(tmp_path, inputs, mistake):
     program = tmp_path / f"hw4_{mistake.lower()}"
     subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", program, DATA / "student_hw4.cpp"], check=True)
-    proc = fa("run", inputs["many"], "--program", program, "--why-budget", "20")  # the runs again; the probes cut
+    proc = fa("run", inputs["many"], "--program", program, "--why-budget", "8")  # the runs again; the probes cut
     assert proc.returncode == 1 and "WRONG" in proc.stdout
     assert "race:" not in proc.stdout and "intermittent:" not in proc.stdout, proc.stdout
     assert "the same output in every run, bit for bit, the judged one's included" in proc.stdout, proc.stdout
