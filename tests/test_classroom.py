@@ -121,6 +121,7 @@ def test_a_rerun_judges_only_what_changed_and_an_edited_submission_again(tmp_pat
     assert "0 judged before and unchanged, 4 to judge" in other_cases.stdout
 
 
+@pytest.mark.slow  # make test-all: nvcc builds (docs/testing.md)
 @needs_bwrap
 @pytest.mark.skipif(shutil.which("nvcc") is None or any(d.vendor == "nvidia" for d in list_devices()),
                     reason="needs nvcc, and no NVIDIA GPU")
@@ -368,6 +369,7 @@ int main(int argc, char** argv) {  // the student's program, its run's span logg
 """
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md)
 def test_programs_judged_side_by_side_never_run_beside_a_timed_run(tmp_path, cpu_program):
     """Three students at once (--side-by-side 3, unconfined so that their runs share one log): each
     case's timed run overlaps no other run, the wrong program's probes (untimed) may overlap one

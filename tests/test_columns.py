@@ -62,6 +62,7 @@ def test_what_a_student_runs_fits(tmp_path, cpu_program):
     assert json.loads((tmp_path / "bench.json").read_text())
 
 
+@pytest.mark.slow  # make test-all: a whole search for a cause (docs/testing.md)
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 def test_a_diagnosis_fits(tmp_path):
     """A wrong program's diagnosis (its paragraphs, 'looks like' lines, source lines)."""

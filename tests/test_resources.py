@@ -186,6 +186,7 @@ def test_bad_arguments(tmp_path):
     assert proc.returncode == 2 and "not a target of hip" in proc.stderr
 
 
+@pytest.mark.slow  # make test-all: nvcc builds (docs/testing.md)
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
 def test_a_source_the_courses_standard_does_not_build_is_said_so(tmp_path):
     """fa resources compiles a student's source as the course does (-std=c++11 for a .cu): one that
