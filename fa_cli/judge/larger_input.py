@@ -10,8 +10,6 @@ numbers and the command that looks into it, never the verdict:
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -43,8 +41,7 @@ def larger_shape(passed: list[Shape]) -> Shape | None:
 
 
 def cache_file(program: Program, shape: Shape) -> Path:
-    digest = hashlib.sha256(Path(program.path).read_bytes()).hexdigest()[:16]
-    return locations.cache_dir() / "larger-input" / f"{digest}-{shape.B}x{shape.N}x{shape.d}.json"
+    return race_check.build_file(program, "larger-input", f"{shape.B}x{shape.N}x{shape.d}")
 
 
 def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path, say: Callable[[str], None],
@@ -52,11 +49,8 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     """One run on the drawn input of `shape` against float64 (or what was kept of an earlier one
     of the same build): a warning where it is wrong or fails, nothing where it is right."""
     kept = cache_file(program, shape)
-    if kept.exists():
-        try:
-            return [Finding(f["kind"], f["lines"]) for f in json.loads(kept.read_text())]
-        except (OSError, ValueError, KeyError):
-            pass  # run again
+    if (found := race_check.kept_findings(kept)) is not None:
+        return found
     if budget.left < 2:
         return [Finding(Kind.MISSING_TOOL, [f"larger input: not run, {budget.left:.0f} s left of the budget"])]
     say(f"a drawn {shape} input, larger than the cases passed (once per build)")
@@ -65,9 +59,7 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     result = programs.run(program, path, out, launcher, timeout=min(RUN_TIMEOUT_S, budget.left), timed=False)
     found = told(result, out, shape, correct_output(path, shape), program)
     if not result.timed_out:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_file(kept) as f:
-            f.write(json.dumps([dict(kind=x.kind, lines=x.lines) for x in found]).encode())
+        race_check.keep(kept, found)
     return found
 
 

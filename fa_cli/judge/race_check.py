@@ -40,9 +40,22 @@ def applies(program: Program) -> bool:
     return program.make_target is None and program.interpreter == () and gpu_kind(program) in ("cuda", "hip")
 
 
-def cache_file(program: Program, d: int) -> Path:
+def build_file(program: Program, folder: str, name: str) -> Path:
+    """Where a check of this build keeps what it found (fa's cache, named by the binary's bytes)."""
     digest = hashlib.sha256(Path(program.path).read_bytes()).hexdigest()[:16]
-    return locations.cache_dir() / "race-check" / f"{digest}-d{d}.json"
+    return locations.cache_dir() / folder / f"{digest}-{name}.json"
+
+
+def cache_file(program: Program, d: int) -> Path:
+    return build_file(program, "race-check", f"d{d}")
+
+
+def kept_findings(path: Path) -> list[Finding] | None:
+    """What keep() kept at path; None where nothing (readable) is kept."""
+    try:
+        return [Finding(f["kind"], f["lines"], f.get("fields", {})) for f in json.loads(path.read_text())]
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def check_case(work: Path, d: int) -> TrialCase:
@@ -59,11 +72,8 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     """The three tools on a RACE_B x RACE_N x d input, or what was kept of an earlier check of the
     same build."""
     kept = cache_file(program, d)
-    if kept.exists():
-        try:
-            return [Finding(f["kind"], f["lines"], f.get("fields", {})) for f in json.loads(kept.read_text())]
-        except (OSError, ValueError, KeyError):
-            pass  # checked again
+    if (found := kept_findings(kept)) is not None:
+        return found
     if find_tool("compute-sanitizer") is None:
         return [Finding(Kind.MISSING_TOOL, ["race check: compute-sanitizer is not installed here: its racecheck "
                                             "would show a shared-memory race that this GPU's schedule hides"])]
