@@ -35,6 +35,7 @@ NAMED = {
     "K_TRANSPOSED": "K read as if stored d x N (K[x*N + j] for K[j*d + x])",
     "V_TRANSPOSED": "V read as if stored d x N (V[x*N + j] for V[j*d + x])",
     "TILE_FIRST_ROW": "each query tile's first row written to every row of the tile, query tiles of 16",
+    "BATCH_TIMES4": "batch b's output written at batch f * b's place, f = 4",
 }
 OTHER = ["NONE", "NOISE", "SEGFAULT", "SHORT_OUTPUT"]
 
@@ -61,7 +62,9 @@ def inputs(tmp_path_factory):
             k = 4.5 * np.sign(k)
             q[:48] = 4.5 * np.sign(k[rng.integers(0, 96, size=48)])  # half the rows: one logit of 162
             f.write(np.stack([q, k, v]).astype("<f4").tobytes())
-    return {"uniform": uniform, "large": large}
+    batches = folder / "batches.in"  # 9 batches: the sampled 4 and 8 hold batches 1 and 2 where b is written at 4b
+    generate.write_input(batches, Shape(9, 40, 32), 4)
+    return {"uniform": uniform, "large": large, "batches": batches}
 
 
 def judged(program, inp, *extra):
@@ -76,7 +79,7 @@ QUICK = {"NO_SCALE", "LAST_TILE_SUM", "GRID_TOO_SMALL", "TRANSPOSED", "QK_SWAPPE
 
 @pytest.mark.parametrize("mistake", [m if m in QUICK else pytest.param(m, marks=pytest.mark.slow) for m in NAMED])
 def test_fa_run_names_the_mistake(student, inputs, mistake, tmp_path):
-    inp = inputs["large" if mistake == "NO_MAX" else "uniform"]
+    inp = inputs["large" if mistake == "NO_MAX" else "batches" if mistake == "BATCH_TIMES4" else "uniform"]
     results = tmp_path / "run.json"
     proc, out = judged(student[mistake], inp, "-o", results, "--why-budget", "0")  # the name, not the search
     assert proc.returncode == 1 and "WRONG" in out, out + proc.stderr
@@ -135,6 +138,23 @@ def test_a_hard_coded_head_dimension_is_named_from_the_output(tmp_path, D, shape
             f"d = {shape.d}: the head dimension taken as {D} (hard-coded?)") in out
     assert f"its first batch's values are what d = {D} gives on this input read as {D} columns" in out
     assert "it stops in batch" not in out  # not a short output
+
+
+@pytest.mark.parametrize("shape", [Shape(2, 100, 32), Shape(1, 60, 64)])
+def test_an_output_written_as_float64_is_named_and_not_taken_for_another_d(tmp_path, shape):
+    """Doubles where the format has floats: 8*B*N*d bytes, which at d = 32 is also d = 64's size;
+    read as float64 the values are right, so the size is said as doubles, never as a d taken."""
+    program = tmp_path / "hw4_double"
+    subprocess.run(["g++", "-O2", "-DMISTAKE=AS_DOUBLE", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, shape, 5)
+    proc, out = judged(program, inp, "--why-budget", "0")
+    said = " ".join(out.split())
+    assert proc.returncode == 1 and "ERROR" in out, out
+    assert (f"output has {8 * shape.B * shape.N * shape.d} bytes = 8*B*N*d: its values written as float64 (8 bytes "
+            "each) where the format has float32 (4 bytes)") in said, said
+    assert "read as float64, its first batch's values are the right ones" in said, said
+    assert "head dimension taken" not in said, said
 
 
 def test_where_to_look_in_the_source(tmp_path, inputs):
@@ -247,3 +267,15 @@ def test_batches_after_the_first_not_written_point_at_the_copy_back_and_the_laun
                       "cudaMemcpyDeviceToHost));\n}\n")
     mistake = next(m for m in mistakes.MISTAKES if m.name == "batches after the first not written (zeros)")
     assert [n for n, _ in diagnose.source_lines(source, mistake.look)] == [5, 3]  # the copy back first, then one launch
+
+
+def test_rows_of_blocks_that_span_two_batches_are_said_with_the_block_sizes():
+    """A flat grid of blocks of 96 rows whose rows all take the first row's batch: batch 1's rows
+    0..31 and batch 2's 0..63 wrong at N = 256 (flat rows 256..287, 512..575), nothing else."""
+    shape = Shape(3, 256, 32)
+    flat = np.arange(3 * 256)
+    batches, rows = flat // 256, flat % 256
+    bad = (((batches == 1) & (rows < 32)) | ((batches == 2) & (rows < 64))).astype(np.int32)
+    assert diagnose.straddling_blocks(batches, rows, bad, shape) == [72, 96, 144, 288]
+    assert diagnose.straddling_blocks(batches, rows, np.roll(bad, 5), shape) == []
+    assert diagnose.straddling_blocks(batches[:-1], rows[:-1], bad[:-1], shape) == []  # a row not checked

@@ -35,6 +35,7 @@ __global__ void heavy(float* y, int n) {
   y[threadIdx.x % n] = s;
 }
 __global__ void small(float* y) { extern __shared__ float s[]; s[threadIdx.x] = 1; y[0] = s[0]; }
+__global__ void __launch_bounds__(128) bounded(float* y) { y[threadIdx.x] = 1; }
 int main(int argc, char** argv) {
   float* y; cudaMalloc(&y, 4096 * sizeof(float));
   const char* what = argv[1];
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
     small<<<1, 32, 65536>>>(y);
   }
   if (!strcmp(what, "registers")) heavy<<<1, 1024>>>(y, 4096);
+  if (!strcmp(what, "bounds")) bounded<<<1, 256>>>(y);
   if (!strcmp(what, "fits")) small<<<1, 1024, 48 * 1024>>>(y);
   if (!strcmp(what, "many")) {  // the launch log: three shapes, one of them after a device reset
     for (int i = 0; i < 3000; ++i) small<<<40, 64, 256>>>(y);
@@ -77,6 +79,7 @@ def probe(tmp_path_factory):
     ("threads", "a block of 2048 threads (at most 1024)"),
     ("smem", "65536 bytes of dynamic shared memory (the GTX 1080 gives a block 49152"),
     ("registers", "registers a block, over the 65536 of an SM"),
+    ("bounds", "a block of 256 threads, over the 128 the kernel was built for (its maxThreadsPerBlock"),
 ])
 def test_what_the_judge_refuses_is_refused_naming_it(probe, what, said):
     proc = subprocess.run([str(probe), what], capture_output=True, text=True)

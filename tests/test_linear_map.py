@@ -52,6 +52,19 @@ def test_lanes_that_sum_half_the_dims_are_two_sets_of_columns_each_with_its_dims
     assert said[2].endswith("dims 0-15 not at all") and "dims 16-31 at 1/sqrt(d)" in said[2]
 
 
+def test_columns_that_hold_the_last_keys_v_row_are_said_with_the_state_that_restarts():
+    """Lanes 1..31 whose running max stays -inf (set by lane 0 only): each key restarts their sums,
+    so their columns hold V's last row; lane 0's column is right."""
+    q, k = qk()
+    P = weights(q, k)
+    last = np.zeros_like(P)
+    last[:, -1] = 1.0
+    said = linear_map.read_map(diagonal_map([P] + [last] * (D - 1)), P, q, k)
+    assert said[:2] == ["the weights differ by output column: 2 sets", "columns 0: right"], said
+    assert said[2].startswith(f"columns 1-31: every row's whole weight on key {N - 1}: these columns hold V's row "
+                              f"{N - 1} alone, the last key's: the running sums start over at every key"), said
+
+
 def test_one_set_of_weights_from_scores_of_some_dims_is_said_and_one_factor_on_all_is_left_to_the_factors():
     q, k = qk()
     said = linear_map.read_map(diagonal_map([weights(q, k, dims=np.arange(24))] * D), weights(q, k), q, k)

@@ -128,3 +128,27 @@ def test_the_format_that_gives_the_output_is_named_before_one_that_misses_it():
     out = precision.online(large.q, large.k, large.v, "bf16", "accumulator")
     said, named = precision.read(out, large.output(), large)
     assert named and "the output's running accumulator, key after key, kept in bf16" in said, said
+
+
+def softmax_v(s: np.ndarray, v: np.ndarray) -> np.ndarray:
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)) @ v.astype(np.float64)
+
+
+def test_scores_kept_in_an_int_are_named_whole_or_summed():
+    """A float score passed through an int builtin (truncated toward zero), and a score summed in
+    `auto s = 0` (an int: each partial sum truncated, q scaled first): each named as what it is."""
+    inp = probe()
+    q, k = inp.q.astype(np.float64), inp.k.astype(np.float64)
+    d = q.shape[-1]
+    out = softmax_v(np.fix(q @ k.transpose(0, 2, 1) / np.sqrt(d)), inp.v).astype(np.float32)
+    said, named = precision.read(out.astype(np.float64), inp.output(), inp)
+    assert named and said.startswith("the output is float64 attention with the scores truncated to whole numbers (an "
+                                     "int): it misses that by at most"), said
+    scaled = inp.q * np.float32(1 / np.sqrt(d))
+    s = np.zeros((q.shape[0], q.shape[1], k.shape[1]))
+    for x in range(d):  # the int's running sum: a float added, the sum truncated back
+        s = np.fix(s + scaled[:, :, None, x].astype(np.float32) * inp.k[:, None, :, x])
+    out = softmax_v(s, inp.v).astype(np.float32)
+    said, named = precision.read(out.astype(np.float64), inp.output(), inp)
+    assert named and "the scores' dot product summed in an int, each partial sum truncated (q scaled first)" in said, said

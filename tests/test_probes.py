@@ -579,3 +579,9 @@ def test_rows_not_written_are_said_by_the_largest_pattern_they_fill():
     assert "the last 8 rows (192..199)" in rows_left(2, 200, every)[0]
     assert "nothing the program computes reaches the output" in rows_left(2, 200, np.ones((2, 200), bool))[0]
     assert rows_left(2, 200, np.zeros((2, 200), bool)) == []
+    strided = np.zeros((2, 128), dtype=bool)
+    strided[:, np.arange(128) % 32 >= 8] = True  # a warp's row from blockDim.x (32) where blockDim.y (8) rows are
+    [line] = rows_left(2, 128, strided)
+    assert "rows at offsets 8..31 of every tile of 32 hold 0" in line, line
+    assert "look at the row each thread or warp computes" in line and "over a query tile's 32 rows" in line, line
+    assert "key" not in line, line

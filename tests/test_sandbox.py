@@ -233,3 +233,20 @@ def test_a_confined_build_that_includes_fas_layer_header_reads_the_headers_it_in
     assert proc.returncode == 0, proc.stderr
     hidden = subprocess.run(sandbox.Sandbox(gpu=False).confine(line, readable=[header]), capture_output=True, text=True)
     assert hidden.returncode != 0 and "launch_hook.h" in hidden.stderr  # (the header alone, as before, fails)
+
+
+def test_a_zombie_is_not_waited_for_as_living_and_a_running_process_is():
+    """bwrap leaves its namespace's first process to the machine's init to reap: a run waits for
+    what still runs in its namespace, never for a zombie that init may reap late or never."""
+    sleeper = subprocess.Popen(["sleep", "30"])
+    ended = subprocess.Popen(["true"])
+    try:
+        while Path(f"/proc/{ended.pid}/stat").read_text().split(") ")[1][:1] != "Z":
+            pass  # `true` ends at once; unreaped, it stays a zombie
+        assert not sandbox._living(ended.pid)
+        assert sandbox._living(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        ended.wait()
+    assert not sandbox._living(ended.pid)  # reaped: gone

@@ -80,11 +80,84 @@ def test_a_padded_tile_read_at_the_unpadded_pitch_is_named_with_its_pitches_and_
      "dims in another order: k[j, x] taken from K[j, x div 2 + 16*(x mod 2)]"),
     (lambda k: np.concatenate([k.ravel(), np.zeros(N)])[np.arange(N)[:, None] * (D + 1) + np.arange(D)[None, :]],
      "rows read at a pitch of 33 floats (d +1): k[j, x] taken from K's flat element j*33 + x"),
+    # a tile of 32 keys stored swizzled (element (r, c) at c xor r) and read plain
+    (lambda k: k[KEY, DIM ^ (KEY % 32)], "dims swizzled: k[j, x] taken from K[j, x xor (j mod 32)]"),
+    # K transposed to d x N by the host, then read with rows of d: element x*d + j of the transpose
+    (lambda k: k[(DIM * D + KEY) % N, (DIM * D + KEY) // N],
+     "K transposed (d x N: a row of N keys a dim) and read with rows of 32: k[j, x] taken from the transpose's "
+     "flat element x*32 + j"),
 ])
 def test_other_readings_of_k_are_named_by_their_formula(read_k, words):
     found, _ = read_back(read_k)
     said = score_inputs.fitting(found, N, D)
     assert said is not None and said.startswith(words), said
+
+
+KEY, DIM = np.meshgrid(np.arange(N), np.arange(D), indexing="ij")
+
+
+def test_a_float4_component_read_for_another_is_named_as_one_map_of_dims_for_every_key():
+    """q's .w meets k's .z in every float4 (x mod 4 = 3 reads x - 1): every key's terms come from
+    its own row, through one map of dims that no formula has."""
+    f = np.where(np.arange(D) % 4 == 3, np.arange(D) - 1, np.arange(D))
+    found, _ = read_back(lambda k: k[:, f])
+    assert score_inputs.fitting(found, N, D) is None
+    said = score_inputs.dim_map(found, N, D)
+    assert said.startswith("every key's dim x read from another dim of its row, the same for every key: dims "
+                           "3, 7, 11"), said
+    assert "(3 from 2, 7 from 6, 11 from 10, 15 from 14, ...); dims 3, 7, 11" in said, said
+    assert said.endswith("component .w of each float4 of K read as .z (a vector load whose components are paired "
+                         "wrong)"), said
+    assert score_inputs.dim_map(read_back(lambda k: k)[0], N, D) is None
+
+
+def halves_merged_unscaled(inp: ProbeInput) -> np.ndarray:
+    """Even and odd keys summed apart, each against its own running max, and added as they are."""
+    q, k, v = (a.astype(np.float64) for a in (inp.q, inp.k, inp.v))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    o, l = 0.0, 0.0
+    for part in (slice(0, None, 2), slice(1, None, 2)):
+        p = np.exp(s[:, :, part] - s[:, :, part].max(axis=2, keepdims=True))
+        o, l = o + p @ v[:, part], l + p.sum(axis=2, keepdims=True)
+    return (o / l).astype(np.float32)
+
+
+def test_two_sets_of_keys_merged_without_one_max_are_named_and_not_called_rows_never_loaded():
+    k = score_inputs.coded_keys(N, D)
+    terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
+        halves_merged_unscaled(score_inputs.design(N, D, k)).astype(np.float64), N, D))
+    assert score_inputs.keys_in_part(terms, k) is None
+    said = score_inputs.keys_apart(terms, k)
+    assert said is not None and said.startswith(
+        "with key 0 read right, the keys j with j mod 2 in {0} take their terms right, and the other 64 keys theirs "
+        "too but for one constant a row"), said
+    assert said.endswith("each part's l and o times exp(m_part - m) before the sum)"), said
+
+
+def clamped_last_tile(inp: ProbeInput, tile: int = 48) -> np.ndarray:
+    """Tiles of 48 keys whose slots past N hold key N - 1 (min(j, N - 1)), every slot added."""
+    q, k, v = (a.astype(np.float64) for a in (inp.q, inp.k, inp.v))
+    n = k.shape[1]
+    slots = np.minimum(np.arange(-(-n // tile) * tile), n - 1)
+    s = q @ k[:, slots].transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    return ((p @ v[:, slots]) / p.sum(axis=2, keepdims=True)).astype(np.float32)
+
+
+def test_a_last_key_counted_for_every_clamped_slot_is_named_with_its_count_and_tiles():
+    k = score_inputs.coded_keys(N, D)
+    terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
+        clamped_last_tile(score_inputs.design(N, D, k)).astype(np.float64), N, D))
+    said = score_inputs.keys_counted(terms, k)
+    assert said is not None and said.startswith(
+        "every key is read right, but the last key's weight counts 17 times (its terms all its own plus log 17): the "
+        "16 slots past N read as key N - 1 and added"), said
+    assert said.endswith("as a last tile of T = 18, 24, 36, 48, 72, 144 keys leaves"), said
+    assert score_inputs.keys_counted(*terms_of(lambda k: k)) is None
+
+
+def test_keys_whose_dims_are_swizzled_are_not_called_rows_never_loaded():
+    assert score_inputs.keys_in_part(*terms_of(lambda k: k[KEY, DIM ^ (KEY % 32)])) is None
 
 
 def test_keys_read_in_an_order_no_formula_gives_are_said_by_example_not_named():
@@ -105,6 +178,7 @@ def test_keys_a_tile_load_never_wrote_are_named_by_the_pattern_they_repeat():
                                                 "take every term from their own row of K"), said
     assert score_inputs.keys_in_part(*terms_of(lambda k: k)) is None
     assert score_inputs.keys_in_part(*terms_of(lambda k: k * np.sqrt(D))) is None
+    assert score_inputs.keys_apart(*terms_of(lambda k: np.where(loaded, k, stale))) is None
 
 
 def terms_of(read_k):

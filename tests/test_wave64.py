@@ -205,6 +205,14 @@ def documented(op: str, width: int, arg: int) -> list[int]:
         elif op == "all":
             out.append(int(arg >= 64))
             continue
+        elif op == "bpermute":
+            index = self + arg
+        elif op == "firstlane":
+            index = 0
+        elif op == "mbcnt":  # ARG's byte in every byte of both words: its set bits below the lane
+            mask = (arg & 0xff) * 0x0101010101010101
+            out.append(bin(mask & ((1 << self) - 1)).count("1"))
+            continue
         else:
             out.append(self + 1000)
             continue
@@ -216,14 +224,15 @@ def documented(op: str, width: int, arg: int) -> list[int]:
 def test_primitives_follow_amds_formulas(tmp_path):
     """Every lane of two wavefronts, for every (function, width, offset) of the table in
     wave64_primitives.hip, equals HIP's documented result: lane numbering 0..63, the width's
-    segments, out-of-range sources giving the caller's own value, lanes of the other 32-lane half."""
+    segments, out-of-range sources giving the caller's own value, lanes of the other 32-lane half;
+    and the AMD builtins a port may call: ds_bpermute's byte address, readfirstlane, mbcnt."""
     exe = tmp_path / "primitives"
     proc = emulation_build(DATA / "wave64_primitives.hip", exe)
     assert proc.returncode == 0, proc.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
-    assert len(lines) == 4 * 7 * 12 + 4 * 12
+    assert len(lines) == 4 * 7 * 12 + 7 * 12
     for line in lines:
         head, values = line.split(":")
         op, width, arg = head.split()

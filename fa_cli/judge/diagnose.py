@@ -116,9 +116,31 @@ def where_wrong(result: VerifyResult, shape: Shape) -> dict:
     wrong_batches = np.unique(batches[bad > 0])
     in_wrong = np.isin(batches, wrong_batches)
     bad_rows, checked_rows = np.unique(rows[in_wrong & (bad > 0)]), np.unique(rows[in_wrong])
+    rows_said = describe_rows(bad_rows, checked_rows, shape.N)
+    if not result.sampled and (blocks := straddling_blocks(batches, rows, bad, shape)):
+        rows_said += (f" (the rows of blocks of T = {', '.join(map(str, blocks[:6]))} flat rows, B * N taken together, "
+                      "that begin in the batch before: a block's rows all taken as its first row's batch)")
     return dict(batches=describe_batches(wrong_batches, np.unique(batches), shape.B),
-                rows=describe_rows(bad_rows, checked_rows, shape.N), columns=describe_columns(result.wrong.column_bad),
+                rows=rows_said, columns=describe_columns(result.wrong.column_bad),
                 last_partial_tiles=last_partial_tiles(bad_rows, checked_rows, shape.N))
+
+
+def straddling_blocks(batches: np.ndarray, rows: np.ndarray, bad: np.ndarray, shape: Shape) -> list[int]:
+    """The block sizes T (in flat rows, b * N + r) for which the wrong rows are exactly those of the
+    blocks that span two batches, from the batch boundary to the block's end: a block whose rows
+    all take the batch of its first row. Every row must have been checked."""
+    B, N = shape.B, shape.N
+    if B < 2 or batches.size != B * N:
+        return []
+    wrong = np.zeros((B, N), dtype=bool)
+    wrong[batches[bad > 0], rows[bad > 0]] = True
+    count = wrong.sum(axis=1)
+    if count[0] or not count.any() or any(wrong[b, :count[b]].sum() != count[b] for b in range(1, B)):
+        return []  # batch 0 wrong, or a batch's wrong rows not its first ones
+    T = np.arange(16, 2 * N + 1)[:, None]
+    starts = np.arange(1, B)[None, :] * N
+    reach = np.minimum(-(-starts // T) * T - starts, N)  # (T, B - 1): the rows past each boundary in its block
+    return [int(t) for t in T[(reach == count[1:][None, :]).all(axis=1), 0]]
 
 
 # ---------------------------------------------------------------- which mistake explains it
@@ -298,46 +320,66 @@ def short_output(size: int, shape: Shape) -> str:
 HEAD_DIMENSIONS = (32, 64)  # the course's d: a program may hard-code either
 
 
-def head_dimension_taken(output_size: int, shape: Shape, input_path: Path | None,
-                         output_path: Path | None) -> tuple[int, list[str]] | None:
-    """An output of 4*B*N*D bytes for the other d of the course: the head dimension taken as D. Where
-    the output's first batch is what D gives on the input read as D columns (Q, K, V of N x D
-    from the payload's start), the values say so too."""
+def size_explained(output_size: int, shape: Shape, input_path: Path | None,
+                   output_path: Path | None) -> tuple[dict, list[str]] | None:
+    """An output whose size is what another reading of the format gives: 8 bytes a value (float64
+    written where the format has float32), or 4*B*N*D for the other d of the course (the head
+    dimension taken as D). Each reading is checked on the first batch's values: the size alone
+    says only which readings fit (at d = 32 both give the same size)."""
+    doubles = output_size == 2 * shape.output_bytes
     other = [D for D in HEAD_DIMENSIONS if D != shape.d and output_size == 4 * shape.B * shape.N * D]
-    if not other:
+    if not doubles and not other:
         return None
+    paths = input_path is not None and output_path is not None
+    if doubles and paths and first_batch_as(shape.d, shape, input_path, output_path, "<f8"):
+        return dict(written_as="float64"), [
+            f"output has {output_size} bytes = 8*B*N*d: its values written as float64 (8 bytes each) where the "
+            "format has float32 (4 bytes)",
+            f"read as float64, its first batch's values are the right ones (checked on {HEAD_ROWS_CHECKED} rows)"]
+    if not other:
+        return dict(written_as=None), [
+            f"output has {output_size} bytes = 8*B*N*d, the size of float64 values, but read as float64 its first "
+            f"batch's values are not the right ones (checked on {HEAD_ROWS_CHECKED} rows)"]
     D = other[0]
-    lines = [f"output has {output_size} bytes = 4*B*N*{D}, the size for d = {D}, where this input has d = "
-             f"{shape.d}: the head dimension taken as {D} (hard-coded?)"]
-    seen = first_batch_as(D, shape, input_path, output_path) if input_path and output_path else None
-    if seen is not None:
-        lines.append(f"its first batch's values {'are' if seen else 'are not'} what d = {D} gives on this input "
-                     f"read as {D} columns (checked on {HEAD_ROWS_CHECKED} rows)")
-    return D, lines
+    seen = first_batch_as(D, shape, input_path, output_path) if paths else None
+    if seen or seen is None:
+        lines = [f"output has {output_size} bytes = 4*B*N*{D}, the size for d = {D}, where this input has d = "
+                 f"{shape.d}: the head dimension taken as {D} (hard-coded?)"]
+        if seen:
+            lines.append(f"its first batch's values are what d = {D} gives on this input read as {D} columns "
+                         f"(checked on {HEAD_ROWS_CHECKED} rows)")
+        return dict(head_dimension_taken=D), lines
+    also = " or 8*B*N*d, the size of float64 values," if doubles else ""
+    return dict(head_dimension_taken=None), [
+        f"output has {output_size} bytes = 4*B*N*{D}, the size for d = {D},{also} where this input has d = {shape.d}; "
+        f"neither reading fits its values: its first batch is not what d = {D} gives on this input read as {D} "
+        f"columns{', nor the right values read as float64' if doubles else ''} (checked on {HEAD_ROWS_CHECKED} rows)"]
 
 
 HEAD_ROWS_CHECKED = 16
 
 
-def first_batch_as(D: int, shape: Shape, input_path: Path, output_path: Path) -> bool | None:
-    """Whether the output's first batch is attention of Q, K, V read as N x D matrices from the
-    payload's start (scale 1/sqrt(D) or 1/sqrt(d)); None where the payload is too short for that."""
+def first_batch_as(D: int, shape: Shape, input_path: Path, output_path: Path, dtype: str = "<f4") -> bool | None:
+    """Whether the output's first batch, read as dtype, is attention of Q, K, V read as N x D
+    matrices from the payload's start (scale 1/sqrt(D) or 1/sqrt(d)); None where the payload is
+    too short for that."""
     N = shape.N
     need = 3 * N * D
     payload = np.fromfile(input_path, dtype="<f4", count=need, offset=12)
-    got = np.fromfile(output_path, dtype="<f4", count=N * D)
+    got = np.fromfile(output_path, dtype=dtype, count=N * D)
     if payload.size < need or got.size < N * D:
         return None
     q, k, v = (payload[i * N * D:(i + 1) * N * D].reshape(N, D).astype(np.float64) for i in range(3))
     rows = np.unique(np.r_[np.arange(min(8, N)), np.arange(max(0, N - 8), N)])
-    got = got.reshape(N, D)[rows]
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = got.reshape(N, D)[rows].astype(np.float64)
     for scale in (1 / np.sqrt(D), 1 / np.sqrt(shape.d)):
         with np.errstate(over="ignore", invalid="ignore"):
             logits = q[rows] @ k.T * scale
             p = np.exp(logits - logits.max(axis=1, keepdims=True))
             want = p @ v / p.sum(axis=1, keepdims=True)
-        if np.mean(np.abs(got - want) <= 5e-3 + MATCH_RELATIVE * np.abs(want)) >= MATCH_SHARE:
-            return True
+            if np.mean(np.abs(got - want) <= 5e-3 + MATCH_RELATIVE * np.abs(want)) >= MATCH_SHARE:
+                return True
     return False
 
 
@@ -360,10 +402,10 @@ def of_error(returncode: int, stderr: str, shape: Shape, output_size: int | None
         lines.append("exited 0 but wrote no output file")
     elif output_size is not None and output_size != shape.output_bytes:
         fields.update(output_bytes=output_size, expected_bytes=shape.output_bytes)
-        taken = head_dimension_taken(output_size, shape, input_path, output_path)
-        if taken:  # its size says more than how far it got
-            fields["head_dimension_taken"] = taken[0]
-            lines += taken[1]
+        explained = size_explained(output_size, shape, input_path, output_path)
+        if explained:  # its size says more than how far it got
+            fields.update(explained[0])
+            lines += explained[1]
         else:
             lines.append(short_output(output_size, shape))
     return Diagnosis(lines, fields)

@@ -145,6 +145,24 @@ def previous_batch(s: Sample) -> Iterator[Candidate]:
         yield Candidate(values, judged=judged)
 
 
+def batch_offset_times(s: Sample) -> Iterator[Candidate]:
+    """Batch b's output written at batch f * b's place (an output offset f times too large: bytes
+    added to a float pointer, f = 4): judged on the sampled batches f * b, which hold batch b's
+    (not batch 2 for f = 2: it would hold batch 1's for an offset of one batch as well)."""
+    for f in OFFSET_FACTORS:
+        judged = (s.batches > 0) & (s.batches % f == 0) & (s.batches // f != s.batches - 1)
+        if not judged.any():
+            continue
+        values = np.zeros_like(s.correct)
+        for g in np.flatnonzero(judged):
+            q, k, v = (np.asarray(x, dtype=np.float64) for x in s.qkv_of(int(s.batches[g]) // f))
+            values[g] = softmax_times(np.matmul(q[s.rows], k.T) / np.sqrt(s.d), v)
+        yield Candidate(values, f"f = {f}", judged=np.broadcast_to(judged[:, None], s.got.shape[:2]))
+
+
+OFFSET_FACTORS = (4, 2, 3, 8)  # sizeof(float) first: a byte count added to a float pointer
+
+
 def transposed(s: Sample) -> Iterator[Candidate]:
     """O_b written as d x N: the file's value at (row r, column c) is O_b[(r*d+c) % N, (r*d+c) // N].
     Judged on the first few sampled rows, which need d rows of O each."""
@@ -289,6 +307,9 @@ MISTAKES = (
     Mistake("rows not written", "the grid (or a bound) covers too few query rows", rows_not_written, ROW_LINES),
     Mistake("batch b holds batch b-1's output", "an offset of one batch in the output (or input) index",
             previous_batch, BATCH_LINES),
+    Mistake("batch b's output written at batch f * b's place", "an output offset f times too large: a size in "
+            "bytes added to a float pointer (f = 4), the batch's rows beyond f * b left as they were",
+            batch_offset_times, BATCH_LINES),
     Mistake("O written transposed (d x N per batch)", "O's index should be row * d + column", transposed, OUT_LINES),
     Mistake("Q and K swapped (softmax(K Q^T) V)", "scores are q_i . k_j for query row i", q_and_k_swapped),
     Mistake("V returned as O", "the output is V itself: nothing was computed or copied back", v_as_output),

@@ -243,15 +243,28 @@ SETTLE_S = 10  # the most a namespace's processes take to go once its first proc
 
 
 def _until_empty(namespace: str | None) -> None:
-    """Waits (at most SETTLE_S) for the kernel to end every process of a namespace whose first process is gone."""
+    """Waits (at most SETTLE_S) for the kernel to end every process of a namespace whose first process
+    is gone. Its zombies are not waited for: bwrap leaves its namespace's first process to the
+    machine's init to reap, which may take seconds or never come (1.9 s a run here, where every
+    confined run waited for it)."""
     deadline = time.monotonic() + SETTLE_S
-    while namespace and _processes_in(namespace) and time.monotonic() < deadline:
+    while namespace and _processes_in(namespace, living=True) and time.monotonic() < deadline:
         time.sleep(WATCH_S)
 
 
-def _processes_in(namespace: str) -> int:
-    """Processes (threads not counted) whose process namespace is this one."""
-    return sum(_pid_namespace(p) == namespace for p in os.listdir("/proc") if p.isdigit())
+def _processes_in(namespace: str, living: bool = False) -> int:
+    """Processes (threads not counted) whose process namespace is this one; living: not zombies."""
+    return sum(_pid_namespace(p) == namespace and (not living or _living(p))
+               for p in os.listdir("/proc") if p.isdigit())
+
+
+def _living(pid: int | str) -> bool:
+    """A process that has not ended: neither a zombie waiting to be reaped, nor gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:][:1] not in ("Z", "X")
 
 
 MOST_FILES = 10000  # files and folders a confined command may make in the folders it may write to

@@ -9,7 +9,8 @@
 //   - at most 48 KB of shared memory a block, static and dynamic together (Pascal has no opt-in
 //     above it: cudaFuncSetAttribute asking for more is refused too);
 //   - registers: a block's warps, each allocated its threads' registers in units of 256, within
-//     the 65536 of an SM. The count is this build's (this GPU's compiler), not sm_61's: said so.
+//     the 65536 of an SM. The count is this build's (this GPU's compiler), not sm_61's: said so;
+//   - no more threads a block than the kernel was built for (its __launch_bounds__), as any GPU.
 // cudaGetDeviceProperties reports the GTX 1080's figures where a program may size its tiles by
 // them (compute capability 6.1, 20 SMs, 48 KB a block, 96 KB an SM, 8 GB); cudaDeviceGetAttribute,
 // which the device runtime also defines, stays this GPU's. Times measured through it are
@@ -79,6 +80,12 @@ inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic
                      std::to_string(regs) + " registers a block, over the 65536 of an SM (the count is this GPU's "
                      "build; sm_61's can differ: fa resources --arch sm_61)");
     return cudaErrorLaunchOutOfResources;
+  }
+  if (threads > (unsigned long long)attr.maxThreadsPerBlock) {  // refused on any GPU: an invalid value, as here
+    refuse(name, "a block of " + std::to_string(threads) + " threads, over the " +
+                     std::to_string(attr.maxThreadsPerBlock) + " the kernel was built for (its maxThreadsPerBlock: "
+                     "a __launch_bounds__ of that many threads)");
+    return cudaErrorInvalidValue;
   }
   return cudaSuccess;
 }

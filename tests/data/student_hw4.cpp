@@ -50,6 +50,8 @@
 #define MAIN_SEGV 33      // the main thread writes through a null pointer while a worker thread runs
 #define ZEROS_THEN_SEGV 34  // all zeros where N <= 128; a write through a null pointer (SIGSEGV) beyond
 #define KEYS_CAPPED 35    // at most 256 keys a row (a fixed-size buffer of scores): right up to N = 256
+#define AS_DOUBLE 36      // the output written as float64: 8 bytes a value, right in double
+#define BATCH_TIMES4 37   // batch b's output written at batch 4b's place (a byte offset on a float pointer)
 #ifndef MISTAKE
 #define MISTAKE NONE
 #endif
@@ -201,6 +203,12 @@ int main(int argc, char** argv) {
     crash();
     worker.join();
   }
+  if (MISTAKE == BATCH_TIMES4) {  // slots past B dropped; the others left as allocated (zeros)
+    std::vector<float> moved(out.size(), 0.0f);
+    for (int b = 0; 4 * b < B; ++b)
+      std::memcpy(moved.data() + (size_t)4 * b * N * d, out.data() + (size_t)b * N * d, (size_t)N * d * 4);
+    out.swap(moved);
+  }
   const size_t n = out.size();
   if (MISTAKE == SCATTERED)
     for (size_t k = 0; k < 50; ++k) out[(k * 7919 + 13) % n] += 0.25f;
@@ -218,7 +226,12 @@ int main(int argc, char** argv) {
     staged = (float*)std::malloc((size_t)N * d * sizeof(float));
     for (int b = 0; b < B; ++b) std::memcpy(staged + (size_t)b * N * d, out.data() + (size_t)b * N * d, (size_t)N * d * 4);
   }
-  std::fwrite(staged, 4, values, o);
+  if (MISTAKE == AS_DOUBLE) {
+    std::vector<double> wide(staged, staged + values);
+    std::fwrite(wide.data(), 8, values, o);
+  } else {
+    std::fwrite(staged, 4, values, o);
+  }
   std::fclose(o);
   return 0;
 }

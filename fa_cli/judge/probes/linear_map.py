@@ -180,9 +180,25 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
         W = weights[cols[0]]
         error = np.abs(W - P).max()
         state = "right" if error <= MAP_ATOL else "every weight 0: made of no row of V" if np.abs(W).max() <= MAP_ATOL \
-            else f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
+            else one_key(W) or f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
         lines.append(f"columns {spans(cols)}: {state}")
     return lines
+
+
+def one_key(W: np.ndarray) -> str | None:
+    """Every row's whole weight on one key, the same for every row: the columns hold that row of V.
+    The last key's: a running state that starts over at every key (alpha = exp(m_old - m_new) = 0
+    each time, as where m stays -inf), so l and o end as the last key's alone."""
+    N = W.shape[1]
+    j = int(W[0].argmax())
+    if not (np.abs(W[:, j] - 1.0) <= MAP_ATOL).all() or np.abs(np.delete(W, j, axis=1)).max() > MAP_ATOL:
+        return None
+    said = f"every row's whole weight on key {j}: these columns hold V's row {j} alone"
+    if j == N - 1:
+        said += (", the last key's: the running sums start over at every key there (alpha = exp(m_old - m_new) "
+                 "is 0 at each key, as where the running max stays -inf: a max kept or updated by another lane "
+                 "only), so l and o end as the last key's")
+    return said
 
 
 LANE_WIDTHS = (16, 32, 64)  # the lanes a row's keys may be dealt to, key j to lane j mod L

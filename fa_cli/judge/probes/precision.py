@@ -3,7 +3,7 @@ output against float64 attention with one part rounded to fp16, bf16 or tf32 (th
 of the scores' product, K and V (tiles kept in the format), P before P V, the output; an online
 softmax's running sum or accumulator, rounded key after key; the scores' dot product summed in the
 format dim after dim, by fused multiply-adds or by products rounded and added, q scaled before or
-the sum after). A rounding that gives the output to a fraction of its error against float64 is
+the sum after); or the scores kept in an int (each truncated, or summed in an int). A rounding that gives the output to a fraction of its error against float64 is
 named; where none does but the error is the size of a format's rounding (its median relative error
 within a factor of 4 of the unit roundoff, and all but a few values within 64 of them), that is
 said as measured."""
@@ -90,7 +90,31 @@ def dot_in(q, k, v, form: str, part: str) -> np.ndarray:
     return np.matmul(softmax_rows(s * (1.0 if before else scale)), v.astype(np.float64))
 
 
+def whole_scores(q, k, v, part: str) -> np.ndarray:
+    """float64 attention with the scores kept in an int: each score truncated toward zero
+    ("scores"), or the dot product summed in an int, every partial sum truncated (q scaled first,
+    or the sum scaled after); the products themselves in float32, as a float times a float is."""
+    d = q.shape[-1]
+    scale = 1.0 / np.sqrt(d)
+    if part == "scores":
+        return np.matmul(softmax_rows(np.trunc(logits(q.astype(np.float64), k.astype(np.float64)))),
+                         v.astype(np.float64))
+    before = part == "int sum before"
+    q, k = q.astype(np.float32) * np.float32(scale if before else 1.0), k.astype(np.float32)
+    s = np.zeros(q.shape[:2] + k.shape[1:2])
+    for x in range(d):
+        s = np.trunc(s + (q[:, :, None, x] * k[:, None, :, x]).astype(np.float64))
+    return np.matmul(softmax_rows(s * (1.0 if before else scale)), v.astype(np.float64))
+
+
+WHOLE = {"scores": "the scores truncated to whole numbers (an int)",
+         "int sum before": "the scores' dot product summed in an int, each partial sum truncated (q scaled first)",
+         "int sum after": "the scores' dot product summed in an int, each partial sum truncated (scaled after)"}
+
+
 def simulated(q, k, v, form: str, part: str) -> np.ndarray:
+    if form == "int":
+        return whole_scores(q, k, v, part)
     if part in RUNNING:
         return online(q, k, v, form, part)
     return dot_in(q, k, v, form, part) if part in DOT else attention(q, k, v, form, part)
@@ -140,7 +164,15 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
             with np.errstate(over="ignore", invalid="ignore"):  # a format's range passed: its miss is inf
                 miss = np.nan_to_num(np.abs(o - simulated(q, inp.k, inp.v, form, part)).max(), nan=np.inf)
             misses[(form, part)] = (miss, np.abs(o - t).max())
-    (_, part), (miss, against) = min(misses.items(), key=lambda item: item[1][0] / max(item[1][1], 1e-30))
+    for part in WHOLE:
+        q, o, t = (inp.q[:, rows], out[:, rows], true[:, rows]) if part != "scores" else (inp.q, out, true)
+        misses[("int", part)] = (np.abs(o - simulated(q, inp.k, inp.v, "int", part)).max(), np.abs(o - t).max())
+    (form, part), (miss, against) = min(misses.items(), key=lambda item: item[1][0] / max(item[1][1], 1e-30))
+    if miss <= MATCH * against and form == "int":
+        some = part != "scores" and out.shape[1] > ONLINE_ROWS
+        on = f" (on the first {ONLINE_ROWS} rows of each batch)" if some else ""
+        return (f"the output is float64 attention with {WHOLE[part]}: it misses that by at most {fmt(miss)}, "
+                f"float64's by {fmt(against)}{on}"), True
     if miss <= MATCH * against:
         # formats that give the output as closely (fp16 and tf32 keep the same bits in range): the
         # first of them in the table's order is named, the others said as the same here

@@ -153,7 +153,10 @@ class RowsNotWritten(WeightReading):
             rows = np.flatnonzero(still.any(axis=0))
             which, code = describe_keys(rows, N)
             which = which.replace("keys", "rows").replace("key", "row")
-            code = code.replace("key-tile", "query-tile").replace("key loop", "row loop (or the grid)")
+            code = code.replace("key-tile", "query-tile").replace("key loop", "row loop (or the grid)").replace(
+                "the loop over a key tile's", "the row each thread or warp computes (a block's first row, blockIdx "
+                "times its rows, plus its own index: one block dimension used for another) or the loop over a "
+                "query tile's").replace(" keys (its bound", " rows (its bound")
             what = f"{which} hold {held} in every run, whatever V is: never written (left as they were); look at {code}"
         return measured(ctx, [f"measured: {what}"], rows_not_written=int(still.sum()))
 

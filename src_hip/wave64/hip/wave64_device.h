@@ -33,7 +33,7 @@ namespace fa_wave64 {
 
 // ---------------------------------------------------------------- the fault record
 enum FaultKind { kNoFault, kPartialWarp, kMissingLane, kPartnerAbsent, kNoScratch, kHalvesApart };
-enum Op { kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kActivemask };
+enum Op { kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kActivemask, kBpermute, kReadfirstlane };
 
 struct Fault {
   int kind, op;
@@ -49,8 +49,9 @@ __device__ int fault_claimed;    // the first fault is the one told
 
 inline const char* op_name(int op) {
   static const char* names[] = {"__shfl", "__shfl_up", "__shfl_down", "__shfl_xor",
-                                "__ballot", "__any", "__all", "__activemask"};
-  return op >= 0 && op < 8 ? names[op] : "a cross-lane function";
+                                "__ballot", "__any", "__all", "__activemask",
+                                "__builtin_amdgcn_ds_bpermute", "__builtin_amdgcn_readfirstlane"};
+  return op >= 0 && op < 10 ? names[op] : "a cross-lane function";
 }
 
 // A call's op and line in one word, as the two halves compare them at each exchange.
@@ -223,6 +224,8 @@ __device__ __forceinline__ const volatile unsigned* meet(unsigned t, int op, uns
 __host__ __device__ __forceinline__ int source_lane(int op, int self, int arg, int width) {
   switch (op) {
     case kShfl:  // index = (src & (width-1)) + (self & ~(width-1))
+    case kBpermute:  // the lane an address names (ds_bpermute's own arithmetic; its caller passes addr / 4)
+    case kReadfirstlane:  // the first active lane (its caller finds it)
       return (arg & (width - 1)) + (self & ~(width - 1));
     case kShflUp: {  // index = self - delta; own value below the segment's start
       const int index = self - arg;
@@ -241,7 +244,7 @@ __host__ __device__ __forceinline__ int source_lane(int op, int self, int arg, i
 // width and offset in every lane, as in any sensible use), so both decide alike.
 __host__ __device__ __forceinline__ bool crosses(int op, int arg, int width) {
   if (op == kShflXor) return (arg & 32) != 0;
-  if (op == kShfl) return width > 32;
+  if (op == kShfl || op == kBpermute || op == kReadfirstlane) return width > 32;
   return width > 32 && arg != 0;
 }
 
@@ -316,6 +319,25 @@ __device__ __forceinline__ unsigned long long fa_wave64_activemask(int line) {
 }
 __device__ __forceinline__ unsigned fa_wave64_lane_id() { return fa_wave64::thread_index() & (fa_wave64::kWave - 1); }
 
+// The AMD builtins a student may call directly, with the judged toolchain's (clang 15, ROCm 5.2)
+// signatures: int in and out, so a float passed is converted, as there.
+__device__ __forceinline__ int fa_wave64_ds_bpermute(int line, int address, int v) {  // the lane address / 4 names
+  return fa_wave64::shuffle(fa_wave64::kBpermute, v, address >> 2, fa_wave64::kWave, line);
+}
+__device__ __forceinline__ int fa_wave64_readfirstlane(int line, int v) {  // the first active lane's value
+  const unsigned long long active = fa_wave64::vote(fa_wave64::kReadfirstlane, 1, line);
+  return fa_wave64::shuffle(fa_wave64::kReadfirstlane, v, __ffsll((long long)active) - 1, fa_wave64::kWave, line);
+}
+// mbcnt: the set bits of the mask below this lane, the low word's (lanes 0..31) or the high word's (32..63).
+__device__ __forceinline__ unsigned fa_wave64_mbcnt_lo(unsigned mask, unsigned add) {
+  const unsigned lane = fa_wave64_lane_id();
+  return __popc(mask & (lane >= 32 ? 0xffffffffu : (1u << lane) - 1)) + add;
+}
+__device__ __forceinline__ unsigned fa_wave64_mbcnt_hi(unsigned mask, unsigned add) {
+  const unsigned lane = fa_wave64_lane_id();
+  return __popc(mask & (lane >= 32 ? (1u << (lane - 32)) - 1 : 0u)) + add;
+}
+
 #define __shfl(...) fa_wave64_shfl(__LINE__, __VA_ARGS__)
 #define __shfl_up(...) fa_wave64_shfl_up(__LINE__, __VA_ARGS__)
 #define __shfl_down(...) fa_wave64_shfl_down(__LINE__, __VA_ARGS__)
@@ -326,4 +348,8 @@ __device__ __forceinline__ unsigned fa_wave64_lane_id() { return fa_wave64::thre
 #define __all(p) fa_wave64_all(__LINE__, p)
 #define __activemask() fa_wave64_activemask(__LINE__)
 #define __lane_id fa_wave64_lane_id
+#define __builtin_amdgcn_ds_bpermute(address, v) fa_wave64_ds_bpermute(__LINE__, address, v)
+#define __builtin_amdgcn_readfirstlane(v) fa_wave64_readfirstlane(__LINE__, v)
+#define __builtin_amdgcn_mbcnt_lo(mask, add) fa_wave64_mbcnt_lo(mask, add)
+#define __builtin_amdgcn_mbcnt_hi(mask, add) fa_wave64_mbcnt_hi(mask, add)
 #endif  // __CUDACC__
