@@ -130,7 +130,7 @@ def test_a_cuda_submission_on_a_machine_without_the_gpu_is_built_and_said_not_ru
     assert fa("init", tmp_path / "starter").returncode == 0
     shutil.copy(tmp_path / "starter" / "hw4.cu", tmp_path / "subs" / "erin" / "hw4.cu")
     proc = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
-    assert proc.returncode == 0 and "1 not run" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "1 not run" in proc.stdout, proc.stdout + proc.stderr  # no verdict: no all-clear
     row = rows(tmp_path / "class")["erin"]
     assert row["build"] == "ok" and row["cause"].startswith("not run: hw4.cu is a CUDA program")
     assert "no NVIDIA GPU" in row["cause"]
@@ -228,6 +228,8 @@ def test_a_row_says_the_first_failing_case_and_a_program_never_run(tmp_path):
     record = dict(student="s", platform="cuda", cases=["t01", "t02"], sandboxed=True, build_error=None, runs=[],
                   errors="fa: error: this machine has no NVIDIA GPU\n", exit_code=2)
     assert table.row_of(record)["cause"] == "not run: this machine has no NVIDIA GPU"
+    killed = dict(record, errors="", exit_code=-9)  # its fa run killed from outside before any case
+    assert table.row_of(killed)["cause"] == "not run: fa run was killed by SIGKILL"
     record["errors"] = ("fa: error: hw4.cu builds (/c/cache/student/hw4-1f/hw4); /c/submissions/s/hw4.cu is a CUDA "
                         "program, and this machine has no NVIDIA GPU to run it\n")
     assert table.row_of(record)["cause"] == ("not run: hw4.cu is a CUDA program, and this machine has no NVIDIA GPU "

@@ -15,7 +15,7 @@ import pytest
 from helpers import build, fa
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
-from fa_cli.programs import programs
+from fa_cli.programs import processes, programs
 
 # (program, environment, input shape): an input each program works on long enough
 # to be caught mid-run, its output written in several pieces (fa-cpu: 64 MB chunks of input,
@@ -158,3 +158,17 @@ def test_fa_bench_writes_only_its_results(cpu_program, tmp_path):
     proc = fa("bench", "--program", "cpu", "--suite", "t01", "--repeat", 1, "-o", "r.json", env=env, cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [p.name for p in cwd.iterdir()] == ["r.json"] and list(tmp.iterdir()) == []
+
+
+def test_a_ctrl_c_while_a_program_starts_is_held_and_raised_once_it_has_started():
+    """Raised inside the fork (Python's at-fork hooks swallow it) a Ctrl-C would be lost and fa go
+    on; held while the program starts, it is raised after, where the program can be stopped."""
+    with processes.HeldWhileStarting() as held:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # delivered meanwhile: held, not raised here
+    assert held.pending == [signal.SIGINT]
+    with pytest.raises(KeyboardInterrupt):
+        held.release()
+    with processes.HeldWhileStarting() as quiet:
+        pass
+    quiet.release()  # nothing came: nothing raised

@@ -65,8 +65,13 @@ def kept_record(class_folder: Path, task: Task, cases: list[str], sandboxed: boo
     except (OSError, ValueError):
         return None
     wanted = dict(sha256=task.submission.digest, cases=cases, fa=fa_cli.__version__, sandboxed=sandboxed)
-    complete = record.get("build_error") is not None or len(record.get("runs") or []) == len(cases)
-    return record if (complete or not whole) and all(record.get(k) == v for k, v in wanted.items()) else None
+    return record if (is_whole(record) or not whole) and all(record.get(k) == v for k, v in wanted.items()) else None
+
+
+def is_whole(record: dict) -> bool:
+    """A build error, or every case of the record judged: not a run stopped (killed, interrupted),
+    nor one this machine could not make."""
+    return record.get("build_error") is not None or len(record.get("runs") or []) == len(record.get("cases") or [])
 
 
 def workers(jobs: int) -> int:

@@ -12,6 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from ..files import atomic_file
+from ..judge.diagnose import signal_name
 from ..judge.findings import CAUSES
 from ..report.tables import plural
 
@@ -47,8 +48,10 @@ def cause_of(record: dict) -> str:
     runs = record.get("runs") or []
     if not runs:  # fa run stopped before any case: its own line says why (no GPU here, say)
         said = [l.removeprefix("fa: error: ") for l in record.get("errors", "").splitlines() if l.strip()]
-        return "not run: " + (_briefly(said[-1]) if said else
-                              f"fa run ended with exit status {record.get('exit_code')}")
+        code = record.get("exit_code")
+        killed = signal_name(code) if isinstance(code, int) and code < 0 else None
+        return "not run: " + (_briefly(said[-1]) if said else f"fa run was killed by {killed}" if killed else
+                              f"fa run ended with exit status {code}")
     failed = [r for r in runs if r.get("verdict") != "PASS"]
     for r in sorted(failed, key=lambda r: not named_cause(r)):  # a case with a cause named first
         text = r.get("diagnosis_text") or [r.get("error") or r.get("verdict")]

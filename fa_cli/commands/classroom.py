@@ -76,12 +76,12 @@ def class_(folder, cases, all_cases, suite_text, class_folder, unsandboxed, jobs
     except (KeyboardInterrupt, Terminated) as e:  # what is judged is kept, and shown
         stopped = e
     whole_class.outputs(the_class)
-    judged, programs = len(the_class.done), len(the_class.tasks)
+    judged, programs = sum(map(judging.is_whole, the_class.done.values())), len(the_class.tasks)
     if stopped is not None:
         how, status = stopped_how(stopped)
         lines.echo(f"{how}: {judged} of {programs} programs judged; fa class again goes on from there")
         sys.exit(status)
-    sys.exit(ExitStatus.OK if judged == programs else ExitStatus.FAILED)
+    sys.exit(ExitStatus.OK if judged == programs else ExitStatus.FAILED)  # a row not run is no verdict
 
 
 @main.command("class-task", hidden=True)

@@ -163,6 +163,34 @@ def batch_offset_times(s: Sample) -> Iterator[Candidate]:
 OFFSET_FACTORS = (4, 2, 3, 8)  # sizeof(float) first: a byte count added to a float pointer
 
 
+def state_carried(s: Sample) -> Iterator[Candidate]:
+    """m, l and o carried from row i - T into row i (set once, not for each query tile of T rows):
+    row i's output is the right outputs of rows i, i - T, i - 2T, ... weighted by each row's whole
+    softmax sum, sum_j exp(s_rj). Judged on the rows from T on; a batch of at most MAX_CARRIED_N rows."""
+    if s.N > MAX_CARRIED_N:
+        return
+    logits = np.matmul(s.q, s.k.transpose(0, 2, 1)) / np.sqrt(s.d)  # (G, N, N): every row's
+    top = logits.max(axis=2, keepdims=True)
+    p = np.exp(logits - top)
+    mass = p.sum(axis=2)  # (G, N): each row's sum, times exp(-its max)
+    log_mass = np.log(mass) + top[..., 0]  # the log of sum_j exp(s_rj)
+    right = np.matmul(p, s.v) / mass[..., None]
+    for T in QUERY_TILES:
+        if T >= s.N:
+            continue
+        weight = np.exp(log_mass - log_mass.max(axis=1, keepdims=True))
+        num, den = right * weight[..., None], weight.copy()
+        for r in range(T, s.N):  # each row adds the carried sums of the row T before it
+            num[:, r] += num[:, r - T]
+            den[:, r] += den[:, r - T]
+        judged = np.broadcast_to(s.rows[None, :] >= T, s.got.shape[:2])
+        yield Candidate((num / den[..., None])[:, s.rows], f"query tiles of {T}", judged=judged)
+
+
+QUERY_TILES = (16, 32, 64, 128)  # the rows a block (or a thread's loop) takes at a time
+MAX_CARRIED_N = 1024  # the N x N scores of each sampled batch: larger batches are not tried
+
+
 def transposed(s: Sample) -> Iterator[Candidate]:
     """O_b written as d x N: the file's value at (row r, column c) is O_b[(r*d+c) % N, (r*d+c) // N].
     Judged on the first few sampled rows, which need d rows of O each."""
@@ -310,6 +338,9 @@ MISTAKES = (
     Mistake("batch b's output written at batch f * b's place", "an output offset f times too large: a size in "
             "bytes added to a float pointer (f = 4), the batch's rows beyond f * b left as they were",
             batch_offset_times, BATCH_LINES),
+    Mistake("the softmax state (m l o) carried from row i - T into row i (not set anew for each query tile)",
+            "m = -inf, l = 0 and o = 0 belong inside the loop over query tiles: each tile's rows start anew",
+            state_carried, SUM_LINES),
     Mistake("O written transposed (d x N per batch)", "O's index should be row * d + column", transposed, OUT_LINES),
     Mistake("Q and K swapped (softmax(K Q^T) V)", "scores are q_i . k_j for query row i", q_and_k_swapped),
     Mistake("V returned as O", "the output is V itself: nothing was computed or copied back", v_as_output),

@@ -37,6 +37,34 @@ def die_with_fa():
     return functools.partial(_die_with, os.getpid())
 
 
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the signals that stop fa (errors.py, commands)
+
+
+class HeldWhileStarting:
+    """A Ctrl-C, SIGTERM or SIGHUP that comes while a child is started is held, and raised by
+    release() once the start is over, where the caller can stop the child: raised inside the fork
+    (in Python's at-fork hooks, which swallow exceptions) it would be lost, and fa would go on as
+    though it never came. Signals reach Python's handlers in the main thread only: elsewhere this
+    holds nothing."""
+
+    def __enter__(self):
+        self.pending, self.handlers = [], {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOPPING:
+                self.handlers[sig] = signal.signal(sig, lambda number, frame: self.pending.append(number))
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for sig, handler in self.handlers.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        return False
+
+    def release(self) -> None:
+        """The held signal, if any, delivered again now to fa's own handler."""
+        if self.pending:
+            signal.raise_signal(self.pending[0])
+
+
 # The tools run_tool waits on now, in any thread, by pid; once stop_all() is called, each such wait
 # ends in KeyboardInterrupt, as the interrupt of the one thread a signal reaches would.
 _live: dict[int, subprocess.Popen] = {}
@@ -61,14 +89,17 @@ def run_tool(argv: list[str], watch=None, timeout: float | None = None, why_time
     it has started (a sandbox's count of what it starts) and the thread it returns joined at the end."""
     if _stopping.is_set():
         raise KeyboardInterrupt
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=die_with_fa(), **kwargs)
+    with HeldWhileStarting() as held:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=die_with_fa(), **kwargs)
     _live[proc.pid] = proc
     if _stopping.is_set():  # stop_all() came between the check above and now: it never saw this one
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    watcher = watch(proc) if watch is not None else None
+    watcher = None
     try:
+        held.release()
+        watcher = watch(proc) if watch is not None else None
         out, err = proc.communicate(timeout=timeout)
         if _stopping.is_set():
             raise KeyboardInterrupt

@@ -28,7 +28,7 @@ from .. import locations
 from ..errors import ExitStatus, FaError
 from ..settings import compiler_command
 from . import gpu_turns, gtx1080, student_build, timing, wave64
-from .processes import SETTLE_BOUND_S, die_with_fa
+from .processes import SETTLE_BOUND_S, HeldWhileStarting, die_with_fa
 from .student_build import SOURCE_COMPILERS, source_compiler
 from .devices import list_devices
 
@@ -274,8 +274,9 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
     full_env = {**os.environ, "FA_TIMING": "1", **(env or {})}
     chunks: list[str] = []
     try:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env,
-                                start_new_session=True, preexec_fn=die_with_fa())
+        with HeldWhileStarting() as held:
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=full_env,
+                                    start_new_session=True, preexec_fn=die_with_fa())
     except OSError as e:
         raise FaError(f"cannot start {argv[0]}: {e.strerror}", exit_code=ExitStatus.FAILED) from None
     # The program's own exit ends the run, not the end of its stderr: a child it leaves behind
@@ -285,6 +286,7 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
         # The clock starts once the program is exec'd (Popen returns then): the fork before it is fa's,
         # and costs in proportion to fa's memory (25 ms in a long test run), not the program's.
         start = time.perf_counter()
+        held.release()  # a Ctrl-C that came while it started: raised here, where the program is stopped
         sandbox_watch = getattr(launcher, "watch", None)  # a sandbox counts what the program starts
         watcher = sandbox_watch(proc) if sandbox_watch else None
         reader = threading.Thread(target=lambda: chunks.extend(iter(proc.stderr.readline, "")), daemon=True)

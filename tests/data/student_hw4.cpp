@@ -52,6 +52,7 @@
 #define KEYS_CAPPED 35    // at most 256 keys a row (a fixed-size buffer of scores): right up to N = 256
 #define AS_DOUBLE 36      // the output written as float64: 8 bytes a value, right in double
 #define BATCH_TIMES4 37   // batch b's output written at batch 4b's place (a byte offset on a float pointer)
+#define STATE_CARRIED 38  // m, l and the accumulator carried from row i - BR into row i (not reset per query tile)
 #ifndef MISTAKE
 #define MISTAKE NONE
 #endif
@@ -79,11 +80,15 @@ static void attention(const float* q, const float* k, const float* v, float* o, 
   if (MISTAKE == DROP_LAST_TILE) keys = N / BC * BC;
   if (MISTAKE == SKIP_LAST_KEY) keys = N - 1;
   if (MISTAKE == KEYS_CAPPED && keys > 256) keys = 256;
-  std::vector<float> acc(d), s(BC);
+  std::vector<float> acc(d), s(BC), carried_m(BR), carried_l(BR), carried_acc((size_t)BR * d);
   for (int i = 0; i < rows; ++i) {
     float m = -INFINITY, l = 0.f;
     const int qi = MISTAKE == TILE_FIRST_ROW ? i / BR * BR : i;  // the query row this row computes
     for (int x = 0; x < d; ++x) acc[x] = 0.f;
+    if (MISTAKE == STATE_CARRIED && i >= BR) {  // a thread's state from its row of the query tile before
+      m = carried_m[i % BR], l = carried_l[i % BR];
+      for (int x = 0; x < d; ++x) acc[x] = carried_acc[(i % BR) * d + x];
+    }
     for (int j0 = 0; j0 < keys; j0 += BC) {
       if (MISTAKE == FIRST_TILE_ONLY && j0 > 0) break;
       const int cols = keys - j0 < BC ? keys - j0 : BC;
@@ -107,6 +112,8 @@ static void attention(const float* q, const float* k, const float* v, float* o, 
       }
       m = m_new;
     }
+    carried_m[i % BR] = m, carried_l[i % BR] = l;
+    for (int x = 0; x < d; ++x) carried_acc[(i % BR) * d + x] = acc[x];
     for (int x = 0; x < d; ++x) {
       float value = MISTAKE == NOT_NORMALIZED ? acc[x] : acc[x] / l;
       if (MISTAKE == V_AS_O) value = v[i * d + x];
