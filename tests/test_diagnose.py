@@ -36,8 +36,7 @@ NAMED = {
     "V_TRANSPOSED": "V read as if stored d x N (V[x*N + j] for V[j*d + x])",
     "TILE_FIRST_ROW": "each query tile's first row written to every row of the tile, query tiles of 16",
     "BATCH_TIMES4": "batch b's output written at batch f * b's place, f = 4",
-    "STATE_CARRIED": "the softmax state (m l o) carried from row i - T into row i (not set anew for each query "
-                     "tile), query tiles of 16",
+    "STATE_CARRIED": "the softmax state carried from row i - T into row i (m l o not reset), query tiles of 16",
 }
 OTHER = ["NONE", "NOISE", "SEGFAULT", "SHORT_OUTPUT"]
 

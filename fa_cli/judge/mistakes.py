@@ -338,7 +338,7 @@ MISTAKES = (
     Mistake("batch b's output written at batch f * b's place", "an output offset f times too large: a size in "
             "bytes added to a float pointer (f = 4), the batch's rows beyond f * b left as they were",
             batch_offset_times, BATCH_LINES),
-    Mistake("the softmax state (m l o) carried from row i - T into row i (not set anew for each query tile)",
+    Mistake("the softmax state carried from row i - T into row i (m l o not reset)",
             "m = -inf, l = 0 and o = 0 belong inside the loop over query tiles: each tile's rows start anew",
             state_carried, SUM_LINES),
     Mistake("O written transposed (d x N per batch)", "O's index should be row * d + column", transposed, OUT_LINES),
