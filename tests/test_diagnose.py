@@ -280,3 +280,6 @@ def test_rows_of_blocks_that_span_two_batches_are_said_with_the_block_sizes():
     assert diagnose.straddling_blocks(batches, rows, bad, shape) == [72, 96, 144, 288]
     assert diagnose.straddling_blocks(batches, rows, np.roll(bad, 5), shape) == []
     assert diagnose.straddling_blocks(batches[:-1], rows[:-1], bad[:-1], shape) == []  # a row not checked
+    whole = Shape(2, 128, 32)  # batch 1 wrong in every row: a batch moved, not a block across two
+    flat = np.arange(256)
+    assert diagnose.straddling_blocks(flat // 128, flat % 128, (flat >= 128).astype(np.int32), whole) == []

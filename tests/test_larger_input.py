@@ -39,3 +39,33 @@ def test_a_mistake_that_shows_only_past_the_cases_sizes_is_a_warning(tmp_path, m
 def test_no_larger_run_where_a_case_passed_was_as_large():
     assert larger_input.larger_shape([Shape(2, 128, 64), Shape(4, 2048, 64)]) is None
     assert larger_input.larger_shape([]) is None
+
+
+def test_the_longest_rows_are_checked_on_sampled_rows_where_the_larger_input_passed(tmp_path, monkeypatch):
+    """After the larger input, the course's longest rows (here 1 x 1024 x 32 for a CPU program's
+    time), checked on a few rows of each batch: a cap of 512 keys passes 4 x 512 and is warned there,
+    with the rows checked said."""
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(larger_input, "LONGEST_B", 1)
+    monkeypatch.setattr(larger_input, "LONGEST_N", 1024)
+    built = build_students(tmp_path, ["KEYS_CAPPED", "NONE"])
+    shape = larger_input.longest_shape([Shape(2, 128, 32)])
+    assert shape == Shape(1, 1024, 32) and larger_input.longest_shape([Shape(1, 1024, 32)]) is None
+    rows = larger_input.sampled_rows(1024, 16)
+    assert rows[0] == 0 and rows[-1] == 1023 and len(rows) <= 16
+    [found] = larger_input.check(Program("hw4.cpp", built["KEYS_CAPPED"]), shape, None, tmp_path, lambda l: None,
+                                 Budget(60), 16)
+    assert found.kind == Kind.WARNING and f"values wrong (of {len(rows)} rows of each batch checked)" in found.lines[0]
+    assert larger_input.check(Program("hw4.cpp", built["NONE"]), shape, None, tmp_path, lambda l: None,
+                              Budget(60), 16) == []
+
+
+def test_a_run_stopped_at_its_limit_is_not_judged_and_not_called_wrong(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(larger_input, "RUN_TIMEOUT_S", 0.5)
+    slow = tmp_path / "slow"
+    slow.write_text("#!/bin/sh\nsleep 20\n")
+    slow.chmod(0o755)
+    [found] = larger_input.check(Program("slow", slow), Shape(1, 64, 32), None, tmp_path, lambda l: None, Budget(60))
+    assert found.kind == Kind.MISSING_TOOL and found.lines[0].endswith("was stopped at 0.5 s (the search's budget or "
+                                                                       "the run's limit): not judged"), found.lines

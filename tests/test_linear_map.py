@@ -5,7 +5,7 @@ its figures; the right map says nothing. Then the step end to end on a stand-in 
 import numpy as np
 from helpers import stand_in_context
 
-from fa_cli.judge.probes import linear_map
+from fa_cli.judge.probes import linear_map, step
 from fa_cli.judge.probes.step import Context, ProbeInput, logits, softmax_rows
 from fa_cli.judge.tool_logs import Budget
 from fa_cli.programs.programs import Program
@@ -168,7 +168,7 @@ def test_the_lines_shown_are_those_of_the_mechanism_measured(tmp_path):
 
 
 def test_spans():
-    assert linear_map.spans([0, 1, 2, 5, 6, 9]) == "0-2, 5-6, 9"
+    assert step.spans([0, 1, 2, 5, 6, 9]) == "0-2, 5-6, 9"
 
 
 HALF_LANES = """#!{python}
@@ -268,3 +268,35 @@ def test_a_sum_each_lane_keeps_of_its_own_keys_is_named_with_its_lanes():
     assert said[0].startswith("every column's weights are P's times a factor of its own for each row")
     assert "column c's is P summed over the keys j = c mod 16 alone" in said[0]
     assert linear_map.look_for(said) == "sums"
+
+
+NAN_LAST_ROWS = HALF_LANES.replace("out.astype", "out[:, -2:] = np.nan  # two rows whose sums overflow\nout.astype")
+
+
+def test_an_output_with_nan_is_not_read_as_a_map_and_says_so(tmp_path):
+    q, k = qk()
+    v = RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32)
+    ctx = stand_in_context(tmp_path, NAN_LAST_ROWS, "int main() {}\n", ProbeInput(np.stack([q, q]), np.stack([k, k]), v))
+    [finding] = linear_map.LinearMap().run(ctx)
+    said = " ".join(finding.lines)
+    assert f"holds NaN or inf in {N * D + 2} batches: not read as a map of V" in said, said
+
+
+def test_v_rows_weighed_with_another_keys_weight_are_said_by_their_map():
+    """One set of weights where V's row k takes key f(k)'s: a lane read at a quarter of its place
+    (ds_bpermute given a lane where a byte address belongs), and the upper keys of a tile all given
+    one key's weight (a lane index that counts only the lower lanes), l counted over those keys."""
+    n = 64
+    q, k = (RNG.uniform(-3, 3, size=(n, D)).astype(np.float32) for _ in range(2))
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    kk = np.arange(n)
+    quarter = P[:, kk - kk % 32 + (kk % 32) // 4]
+    said = linear_map.pairing.rows_weighed(quarter, P)
+    assert said.startswith("one set of weights for every column; V's row k weighed with key f(k)'s weight: key k0 + "
+                           "(k - k0) div 4 of its tile of 32"), said
+    upper = np.minimum(kk, 32)
+    e = np.exp(logits(q[None], k[None])[0].astype(np.float64))
+    shared = e[:, upper] / e[:, upper].sum(axis=1, keepdims=True)  # l over the keys weighed: key 32 32 times
+    said = linear_map.pairing.rows_weighed(shared, P)
+    assert "key k0 + min(k - k0, 32) of its tile of 64" in said and "times a factor of its own" in said, said
+    assert linear_map.pairing.rows_weighed(P, P) is None

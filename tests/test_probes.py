@@ -45,6 +45,22 @@ def test_a_running_sum_never_rescaled_is_named_with_its_tile():
     assert factors.per_row_factor(P, P, s) is None  # the right weights: nothing to say
 
 
+def test_a_division_whose_grid_covers_only_the_first_rows_is_said_with_them():
+    """A second kernel, one thread a value, launched with the rows' grid: the first B*N values (the
+    first B*N / d rows) divided by l, the others not."""
+    inp = probe(B=2, N=96, d=32)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    total = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)
+    W = (P * total[..., None]).reshape(2 * 96, 96)
+    W[:6] = P.reshape(2 * 96, 96)[:6]  # 2 * 96 values: 6 rows of 32
+    said, _ = factors.per_row_factor(W.reshape(2, 96, 96), P, s)
+    assert said.endswith("f = l: the final division of the output by the running sum l is missing, but for the first "
+                         "6 rows of the B*N taken together (6*d values), which are divided: a division whose grid "
+                         "covers fewer values than the output has (a launch sized for rows where it has a thread a "
+                         "value)"), said
+
+
 def test_a_sum_counted_twice_halves_every_output_and_is_said_so():
     """A butterfly over 64 lanes that starts at 64: its first step adds each lane's value to itself."""
     inp = probe()
@@ -69,6 +85,25 @@ def test_a_partial_output_never_rescaled_is_a_factor_per_key_tile():
     assert "tile of 64" in said and fields["tile_factor"] == [1.0, 0.0, 0.0]
     assert "acc is not rescaled" in said
     assert factors.per_tile_factor(P, P, s) is None
+
+
+@pytest.mark.parametrize("counts, words", [
+    ((1, 2, 3, 4), "later keys counted more: parts of the work (warps, blocks, splits) whose key ranges overlap"),
+    ((8, 4, 2, 1), "doubling back from the last tile: a running sum added to itself at every tile (o += a shuffle "
+                   "of o, where only the tile's own part should be added)"),
+])
+def test_key_tiles_counted_a_whole_number_of_times_are_said_with_their_counts(counts, words):
+    """Warps over overlapping key ranges (tile t counted t + 1 times); a partial output added to
+    itself at every tile (tile t counted 2^(T-1-t) times); l counted alike: the rows of W sum to 1."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    W = P * np.repeat(np.array(counts, dtype=float), 32)
+    W /= W.sum(axis=2, keepdims=True)
+    said, fields = factors.per_tile_factor(W, P, s)
+    assert f"({', '.join(map(str, counts))} for tiles 0..3): the keys of tile t added c_t times, the sum l alike" \
+        in said, said
+    assert said.endswith(words), said
 
 
 def test_a_factor_on_the_logits_is_named_by_its_value():
@@ -98,6 +133,27 @@ def test_rows_holding_other_rows_are_found_as_a_formula():
     wrong, sb, si = readings.row_sources(W, P)
     b, i = wrong[:, 0], wrong[:, 1]
     assert readings.row_formula(b, i, sb, si, 128) == "the first row of its tile of 16 rows, i - i % 16"
+
+
+def test_rows_that_weigh_every_key_alike_are_said_beside_rows_that_hold_another_rows():
+    """Query rows read from the wrong slot of a Q tile: rows 4g + 1 and 4g + 3 read padding (q = 0:
+    every key alike), rows 4g + 2 read row 4g + 1's q: both said, neither a rows-never-written."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=64, d=32)
+    P = inp.weights()
+    W = P.copy()
+    r = np.arange(64)
+    W[:, r % 4 == 2] = P[:, r[r % 4 == 2] - 1]
+    W[:, (r % 4 == 1) | (r % 4 == 3)] = 1.0 / 64
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = W, P
+    lines = [line for f in readings.OtherRows().run(ctx) for line in f.lines]
+    assert lines[0].startswith("measured: 32 rows of W hold another row's weights exactly"), lines
+    assert lines[1].startswith("measured: 64 rows of W weigh every key alike (1/N: their output the plain mean of V; "
+                               "batch 0 row 1, batch 0 row 3"), lines
+    assert "as where its q is read as zeros" in lines[1]
 
 
 def test_an_output_written_transposed_is_found_as_a_mapping():
@@ -159,6 +215,35 @@ def test_b_and_n_swapped_at_the_call_are_found_among_the_index_formulas():
                                                            for j in range(N)) / w.sum()
     words, _ = indexing.search(out.reshape(2, 96, 32).astype(np.float32), inp.flat(), 2, 96, 32, 5e-3)
     assert words.startswith("the sizes B and N swapped")
+
+
+def row_by_row(flat: np.ndarray, B: int, N: int, d: int, q_at, k_at, v_at) -> np.ndarray:
+    """A kernel written out row by row that finds q_i, k_j and v_j of batch b at q_at(b, i), ...
+    (float offsets into `flat`)."""
+    out = np.zeros((B, N, d))
+    for b in range(B):
+        for i in range(N):
+            s = np.array([flat[q_at(b, i):][:d] @ flat[k_at(b, j):][:d] for j in range(N)]) / np.sqrt(d)
+            w = np.exp(s - s.max())
+            out[b, i] = sum(w[j] * flat[v_at(b, j):][:d] for j in range(N)) / w.sum()
+    return out.astype(np.float32)
+
+
+def test_rows_packed_as_q_k_v_and_the_header_read_as_data_are_found_among_the_index_formulas():
+    """A batch read as N rows of [q k v] (3d floats a row); the file given from its start, so the
+    12-byte header comes first (every value read 3 floats early)."""
+    B, N, d = 2, 48, 32
+    inp = probe(B=B, N=N, d=d)
+    flat = inp.flat().astype(np.float64)
+    out = row_by_row(flat, B, N, d, lambda b, i: b * 3 * N * d + 3 * i * d, lambda b, j: b * 3 * N * d + 3 * j * d + d,
+                     lambda b, j: b * 3 * N * d + 3 * j * d + 2 * d)
+    words, _ = indexing.search(out, inp.flat(), B, N, d, 5e-3)
+    assert words.startswith("each batch read as N rows of [q k v], 3*d floats a row"), words
+    filed = np.concatenate([np.array([B, N, d], dtype="<i4").view("<f4"), inp.flat()]).astype(np.float64)
+    out = row_by_row(filed, B, N, d, lambda b, i: b * 3 * N * d + i * d, lambda b, j: b * 3 * N * d + N * d + j * d,
+                     lambda b, j: b * 3 * N * d + 2 * N * d + j * d)
+    words, _ = indexing.search(out, inp.flat(), B, N, d, 5e-3)
+    assert words.startswith("the whole input read 3 floats early: the file's 12-byte header (B, N, d)"), words
 
 
 def kernel_for(d2: int, flat: np.ndarray, N: int, batches: int) -> np.ndarray:
@@ -582,6 +667,10 @@ def test_rows_not_written_are_said_by_the_largest_pattern_they_fill():
     strided = np.zeros((2, 128), dtype=bool)
     strided[:, np.arange(128) % 32 >= 8] = True  # a warp's row from blockDim.x (32) where blockDim.y (8) rows are
     [line] = rows_left(2, 128, strided)
-    assert "rows at offsets 8..31 of every tile of 32 hold 0" in line, line
+    assert "rows at offsets 8-31 of every tile of 32 hold 0" in line, line
     assert "look at the row each thread or warp computes" in line and "over a query tile's 32 rows" in line, line
     assert "key" not in line, line
+    odd = np.zeros((2, 128), dtype=bool)
+    odd[:, 1::2] = True  # the second row of every pair: the period said is 2, not a tile's first..last offsets
+    [line] = rows_left(2, 128, odd)
+    assert "every 2nd row from row 1 hold 0" in line, line

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import stand_in_context
 
-from fa_cli.judge.probes import score_inputs
+from fa_cli.judge.probes import key_patterns, score_inputs
 from fa_cli.judge.probes.step import ProbeInput
 
 N, D = 128, 32
@@ -102,13 +102,13 @@ def test_a_float4_component_read_for_another_is_named_as_one_map_of_dims_for_eve
     f = np.where(np.arange(D) % 4 == 3, np.arange(D) - 1, np.arange(D))
     found, _ = read_back(lambda k: k[:, f])
     assert score_inputs.fitting(found, N, D) is None
-    said = score_inputs.dim_map(found, N, D)
+    said = key_patterns.dim_map(found, N, D)
     assert said.startswith("every key's dim x read from another dim of its row, the same for every key: dims "
                            "3, 7, 11"), said
     assert "(3 from 2, 7 from 6, 11 from 10, 15 from 14, ...); dims 3, 7, 11" in said, said
     assert said.endswith("component .w of each float4 of K read as .z (a vector load whose components are paired "
                          "wrong)"), said
-    assert score_inputs.dim_map(read_back(lambda k: k)[0], N, D) is None
+    assert key_patterns.dim_map(read_back(lambda k: k)[0], N, D) is None
 
 
 def halves_merged_unscaled(inp: ProbeInput) -> np.ndarray:
@@ -126,8 +126,8 @@ def test_two_sets_of_keys_merged_without_one_max_are_named_and_not_called_rows_n
     k = score_inputs.coded_keys(N, D)
     terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
         halves_merged_unscaled(score_inputs.design(N, D, k)).astype(np.float64), N, D))
-    assert score_inputs.keys_in_part(terms, k) is None
-    said = score_inputs.keys_apart(terms, k)
+    assert key_patterns.keys_in_part(terms, k) is None
+    said = key_patterns.keys_apart(terms, k)
     assert said is not None and said.startswith(
         "with key 0 read right, the keys j with j mod 2 in {0} take their terms right, and the other 64 keys theirs "
         "too but for one constant a row"), said
@@ -148,16 +148,35 @@ def test_a_last_key_counted_for_every_clamped_slot_is_named_with_its_count_and_t
     k = score_inputs.coded_keys(N, D)
     terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
         clamped_last_tile(score_inputs.design(N, D, k)).astype(np.float64), N, D))
-    said = score_inputs.keys_counted(terms, k)
+    said = key_patterns.keys_counted(terms, k)
     assert said is not None and said.startswith(
         "every key is read right, but the last key's weight counts 17 times (its terms all its own plus log 17): the "
         "16 slots past N read as key N - 1 and added"), said
     assert said.endswith("as a last tile of T = 18, 24, 36, 48, 72, 144 keys leaves"), said
-    assert score_inputs.keys_counted(*terms_of(lambda k: k)) is None
+    assert key_patterns.keys_counted(*terms_of(lambda k: k)) is None
+
+
+def weights_of_a_quarter_lane(inp: ProbeInput, tile: int = 64) -> np.ndarray:
+    """V row j0 + jj weighed with key j0 + jj / 4's weight (a lane number passed as a byte address
+    to ds_bpermute), the sum l right."""
+    q, k, v = (a.astype(np.float64) for a in (inp.q, inp.k, inp.v))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    j = np.arange(k.shape[1])
+    return ((p[:, :, j - j % tile + (j % tile) // 4] @ v) / p.sum(axis=2, keepdims=True)).astype(np.float32)
+
+
+def test_keys_that_take_another_keys_row_of_their_tile_are_not_called_rows_never_loaded():
+    """Weights handed to the wrong V rows read back as keys taking other keys' rows of the same
+    tile: no load left those rows as they were."""
+    k = score_inputs.coded_keys(N, D)
+    terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
+        weights_of_a_quarter_lane(score_inputs.design(N, D, k)).astype(np.float64), N, D))
+    assert key_patterns.keys_in_part(terms, k) is None
 
 
 def test_keys_whose_dims_are_swizzled_are_not_called_rows_never_loaded():
-    assert score_inputs.keys_in_part(*terms_of(lambda k: k[KEY, DIM ^ (KEY % 32)])) is None
+    assert key_patterns.keys_in_part(*terms_of(lambda k: k[KEY, DIM ^ (KEY % 32)])) is None
 
 
 def test_keys_read_in_an_order_no_formula_gives_are_said_by_example_not_named():
@@ -173,12 +192,12 @@ def test_keys_a_tile_load_never_wrote_are_named_by_the_pattern_they_repeat():
     the memory held (here the same stale values every time); the keys read right repeat every 8."""
     stale = np.random.default_rng(5).uniform(-2, 2, size=(N, D))
     loaded = (np.arange(N) % 8 < 2)[:, None]
-    said = score_inputs.keys_in_part(*terms_of(lambda k: np.where(loaded, k, stale)))
+    said = key_patterns.keys_in_part(*terms_of(lambda k: np.where(loaded, k, stale)))
     assert said is not None and said.startswith("with key 0 read right, the keys j with j mod 8 in {0-1} (32 of 128) "
                                                 "take every term from their own row of K"), said
-    assert score_inputs.keys_in_part(*terms_of(lambda k: k)) is None
-    assert score_inputs.keys_in_part(*terms_of(lambda k: k * np.sqrt(D))) is None
-    assert score_inputs.keys_apart(*terms_of(lambda k: np.where(loaded, k, stale))) is None
+    assert key_patterns.keys_in_part(*terms_of(lambda k: k)) is None
+    assert key_patterns.keys_in_part(*terms_of(lambda k: k * np.sqrt(D))) is None
+    assert key_patterns.keys_apart(*terms_of(lambda k: np.where(loaded, k, stale))) is None
 
 
 def terms_of(read_k):

@@ -140,7 +140,8 @@ def straddling_blocks(batches: np.ndarray, rows: np.ndarray, bad: np.ndarray, sh
     T = np.arange(16, 2 * N + 1)[:, None]
     starts = np.arange(1, B)[None, :] * N
     reach = np.minimum(-(-starts // T) * T - starts, N)  # (T, B - 1): the rows past each boundary in its block
-    return [int(t) for t in T[(reach == count[1:][None, :]).all(axis=1), 0]]
+    # a block that ends inside each batch it enters: one that covers whole batches is a batch moved
+    return [int(t) for t in T[((reach == count[1:][None, :]) & (reach < N)).all(axis=1), 0]]
 
 
 # ---------------------------------------------------------------- which mistake explains it

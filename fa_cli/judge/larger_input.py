@@ -2,7 +2,9 @@
 loop capped, keys skipped under a threshold only long rows pass, a persistent loop over too few
 blocks. So a student's GPU program that passed every case gets one run more, once per build (kept
 in fa's cache by the binary's bytes, as the race check is), on a drawn input larger than the cases
-it passed (LARGER_B x LARGER_N x d, inside the course's ranges). Wrong there is a warning with its
+it passed (LARGER_B x LARGER_N x d, inside the course's ranges); where that is right, one run more
+at the course's longest rows (LONGEST_B x LONGEST_N x d, B * N past what a grid of small blocks or a
+16-bit size holds), checked on SAMPLED_ROWS rows of each batch. Wrong there is a warning with its
 numbers and the command that looks into it, never the verdict:
 
   passes the cases run, but on a drawn 4x2048x64 input (larger than them; not one of the course's
@@ -29,6 +31,8 @@ from .tool_logs import Budget
 
 LARGER_B, LARGER_N = 4, 2048  # a course shape (N in its list, B * N * d far under its bound)
 LARGER_SEED = 29
+LONGEST_B, LONGEST_N = 2, 32768  # the course's longest rows (its t30 is 2 x 32768 x 64)
+SAMPLED_ROWS = 64  # rows of each batch the longest input is checked on: its float64 output is N^2 d a batch
 RUN_TIMEOUT_S = 30.0
 
 
@@ -40,14 +44,30 @@ def larger_shape(passed: list[Shape]) -> Shape | None:
     return Shape(LARGER_B, LARGER_N, passed[0].d)
 
 
+def longest_shape(passed: list[Shape]) -> Shape | None:
+    """The second drawn input, at the course's longest rows; None where a case passed reached them."""
+    if not passed or any(s.N >= LONGEST_N for s in passed):
+        return None
+    return Shape(LONGEST_B, LONGEST_N, passed[0].d)
+
+
+def sampled_rows(N: int, count: int | None) -> np.ndarray | None:
+    """The rows of each batch a large output is checked on (the first, the last, and evenly between);
+    None: every row."""
+    if count is None or count >= N:
+        return None
+    return np.unique(np.r_[np.linspace(0, N - 1, count - 2).astype(int), 1, N - 2])
+
+
 def cache_file(program: Program, shape: Shape) -> Path:
     return race_check.build_file(program, "larger-input", f"{shape.B}x{shape.N}x{shape.d}")
 
 
 def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path, say: Callable[[str], None],
-          budget: Budget) -> list[Finding]:
+          budget: Budget, rows: int | None = None) -> list[Finding]:
     """One run on the drawn input of `shape` against float64 (or what was kept of an earlier one
-    of the same build): a warning where it is wrong or fails, nothing where it is right."""
+    of the same build), on `rows` rows of each batch (None: all): a warning where it is wrong or
+    fails, nothing where it is right."""
     kept = cache_file(program, shape)
     if (found := race_check.kept_findings(kept)) is not None:
         return found
@@ -56,38 +76,46 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     say(f"a drawn {shape} input, larger than the cases passed (once per build)")
     path, out = work / "larger.in", work / "larger.out"
     generate.write_input(path, shape, seed=LARGER_SEED)
-    result = programs.run(program, path, out, launcher, timeout=min(RUN_TIMEOUT_S, budget.left), timed=False)
-    found = told(result, out, shape, correct_output(path, shape), program)
-    if not result.timed_out:
-        race_check.keep(kept, found)
+    limit = min(RUN_TIMEOUT_S, budget.left)
+    result = programs.run(program, path, out, launcher, timeout=limit, timed=False)
+    if result.timed_out:  # no verdict of its own: a slow program or a short budget, not a wrong one
+        return [Finding(Kind.MISSING_TOOL, [f"larger input: the run on a drawn {shape} input was stopped at "
+                                            f"{limit:g} s (the search's budget or the run's limit): not judged"])]
+    found = told(result, out, shape, correct_output(path, shape, sampled_rows(shape.N, rows)), program,
+                 sampled_rows(shape.N, rows))
+    race_check.keep(kept, found)
     return found
 
 
-def correct_output(path: Path, shape: Shape) -> np.ndarray:
-    """The drawn input's float64 output, computed once a machine (the same for every program of a d:
-    a class's passing programs share it), kept in fa's cache as float64."""
-    kept = locations.cache_dir() / "larger-input" / f"expected-{shape.B}x{shape.N}x{shape.d}-{LARGER_SEED}.npy"
+def correct_output(path: Path, shape: Shape, rows: np.ndarray | None = None) -> np.ndarray:
+    """The drawn input's float64 output (of `rows` of each batch, None: all), computed once a
+    machine (the same for every program of a d: a class's passing programs share it), kept in fa's
+    cache as float64."""
+    part = "" if rows is None else f"-{rows.size}rows"
+    kept = locations.cache_dir() / "larger-input" / f"expected-{shape.B}x{shape.N}x{shape.d}-{LARGER_SEED}{part}.npy"
     try:
         return np.load(kept)
     except (OSError, ValueError):
         pass
-    correct = reference.attention(*read_payload(path, shape, shape.B, shape.N))
+    q, k, v = read_payload(path, shape, shape.B, shape.N)
+    correct = reference.attention(q, k, v, None if rows is None else np.broadcast_to(rows, (shape.B, rows.size)))
     kept.parent.mkdir(parents=True, exist_ok=True)
     with atomic_file(kept) as f:
         np.save(f, correct)
     return correct
 
 
-def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program, tol: float = 5e-3
-         ) -> list[Finding]:
-    """What the run on the larger input showed, in a warning's words."""
+def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program, rows: np.ndarray | None = None,
+         tol: float = 5e-3) -> list[Finding]:
+    """What the run on the larger input showed, in a warning's words (checked on `rows` of each
+    batch, None: all)."""
     where = f"on a drawn {shape} input (larger than the cases passed; not one of the course's cases)"
     look = (f"`fa gen --shape {shape.B},{shape.N},{shape.d} --seed {LARGER_SEED} -o larger.in && fa run larger.in "
             f"--program {program.name}` looks into it")
     if result.returncode != 0 or not out.exists():
         return [Finding(Kind.WARNING, [f"passes the cases run, but {where} it fails: {result.error}; {look}"])]
     try:
-        got = np.asarray(open_output(out, shape), dtype=np.float64)
+        got = np.asarray(open_output(out, shape)[:, slice(None) if rows is None else rows], dtype=np.float64)
     except Exception as e:  # an output of another size: its words say which
         return [Finding(Kind.WARNING, [f"passes the cases run, but {where} its output is not one to judge: {e}; "
                                        f"{look}"])]
@@ -97,9 +125,10 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     if not wrong.any():
         return []
     worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
+    checked = "" if rows is None else f" (of {rows.size} rows of each batch checked)"
     return [Finding(Kind.WARNING, [
-        f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong (max error "
-        f"{worst:.3g}): a mistake that shows only at larger sizes; {look}"])]
+        f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
+        f"error {worst:.3g}): a mistake that shows only at larger sizes; {look}"])]
 
 
 class LargerInput(Step):
@@ -110,9 +139,14 @@ class LargerInput(Step):
 
     def applies(self, ctx: Context) -> bool:
         results = ctx.results
+        passed = [r.target.shape for r in results]
         return race_check.applies(ctx.program) and bool(results) and all(r.verdict == "PASS" for r in results) \
-            and larger_shape([r.target.shape for r in results]) is not None
+            and (larger_shape(passed) is not None or longest_shape(passed) is not None)
 
     def run(self, ctx: Context) -> list[Finding]:
-        shape = larger_shape([r.target.shape for r in ctx.results])
-        return check(ctx.program, shape, ctx.launcher, ctx.work, ctx.say, ctx.budget)
+        passed = [r.target.shape for r in ctx.results]
+        larger = larger_shape(passed)
+        found = check(ctx.program, larger, ctx.launcher, ctx.work, ctx.say, ctx.budget) if larger else []
+        if not found and (longest := longest_shape(passed)) is not None:  # right there: the course's longest rows
+            found = check(ctx.program, longest, ctx.launcher, ctx.work, ctx.say, ctx.budget, SAMPLED_ROWS)
+        return found

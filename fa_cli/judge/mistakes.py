@@ -187,7 +187,6 @@ def state_carried(s: Sample) -> Iterator[Candidate]:
         yield Candidate((num / den[..., None])[:, s.rows], f"query tiles of {T}", judged=judged)
 
 
-QUERY_TILES = (16, 32, 64, 128)  # the rows a block (or a thread's loop) takes at a time
 MAX_CARRIED_N = 1024  # the N x N scores of each sampled batch: larger batches are not tried
 
 

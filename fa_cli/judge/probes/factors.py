@@ -70,8 +70,10 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     said = f"W = f P with one factor f per row (f from {span(f)}; the row sums of W are f)"
     if np.mean(np.abs(np.log(f * total)) <= FLAT) >= FIT_SHARE:
         return f"{said}: f = 1 / l: the output is divided by l twice", fields
-    if np.mean(np.abs(np.log(f / total)) <= FLAT) >= FIT_SHARE:
-        return f"{said}: f = l: the final division of the output by the running sum l is missing", fields
+    undivided = np.abs(np.log(f / total)) <= FLAT
+    if np.mean(undivided) >= FIT_SHARE:
+        return f"{said}: f = l: the final division of the output by the running sum l is missing" \
+            + divided_first(undivided, np.abs(np.log(f)) <= FLAT), fields
     for T, tiles, ab, l_wrong in sum_variants(s):
         if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
             how = SUM_WORDS[ab]
@@ -86,6 +88,18 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             if times >= 2 and abs(np.log(f0 * times)) <= FLAT else ""
         return f"{said}: the same f = {fmt(f0)} in every row: a constant factor on the output{counted}", fields
     return None
+
+
+def divided_first(undivided: np.ndarray, right: np.ndarray) -> str:
+    """Where the rows that were divided are the first m of the B*N taken together and all the
+    others were not: the division's threads cover m rows' worth of values, not every value."""
+    flat_right, flat_undivided = right.ravel(), undivided.ravel()
+    m = int(flat_right.sum())
+    if not m or not flat_right[:m].all() or not flat_undivided[m:].all():
+        return ""
+    return (f", but for the first {m} rows of the B*N taken together ({m}*d values), which are divided: a division "
+            "whose grid covers fewer values than the output has (a launch sized for rows where it has a thread a "
+            "value)")
 
 
 def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
@@ -135,8 +149,32 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
         fields = dict(tile=T)
         if np.mean(fit <= 10 * FLAT) >= FIT_SHARE and np.abs(rounded).sum() > 0:
             return tile_words(said, tuple(float(v) for v in rounded), W, fields)
+        if counted := tiles_counted(g[rows_ok], W):
+            return f"{said}; {counted}", dict(fields, tile_counts=counted)
         return said + "; not a power of the running maxima fa tried", fields
     return None
+
+
+def tiles_counted(g: np.ndarray, W: np.ndarray) -> str | None:
+    """Each tile's factor a whole number of times the smallest one's, the same numbers in every row
+    (g: rows x tiles, log W / P): the keys of tile t added c_t times."""
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        c = np.exp(g - np.nanmin(g, axis=1, keepdims=True))
+    whole = np.round(c)
+    if not np.isfinite(c[0]).all() or (np.abs(c - whole) > 1e-3 * whole).any() or (whole != whole[0]).any():
+        return None
+    counts = [int(x) for x in whole[0]]
+    sums = W.sum(axis=2)
+    l_too = "the sum l alike" if np.abs(sums - 1).max() <= 1e-3 else f"l not alike (rows of W sum to {span(sums)})"
+    said = (f"each tile's keys weighed a whole number of times the least one's, the same in every row ({', '.join(map(str, counts))} "
+            f"for tiles 0..{len(counts) - 1}): the keys of tile t added c_t times, {l_too}")
+    if len(counts) > 1 and all(a == 2 * b for a, b in zip(counts, counts[1:])):
+        return said + ("; doubling back from the last tile: a running sum added to itself at every tile (o += a "
+                       "shuffle of o, where only the tile's own part should be added)")
+    if counts == sorted(counts) and counts[0] < counts[-1]:
+        return said + "; later keys counted more: parts of the work (warps, blocks, splits) whose key ranges overlap"
+    return said
 
 
 def tile_words(said: str, powers: tuple, W: np.ndarray, fields: dict) -> tuple[str, dict]:

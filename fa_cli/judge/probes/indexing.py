@@ -14,7 +14,8 @@ gives the program's output on the probe input:
             tile's start left out), j // T + j % T (the tile's number for its start), j - j % T
             (the tile's first row), (j - j % T) * d + j % T floats (the place in the tile counted
             in floats); each reading tried on a few rows first, then on the whole probe
-  whole     the input cut with B and N swapped; read by a kernel built for another d (a dispatch on
+  whole     the input cut with B and N swapped; each batch read as rows of [q k v]; the whole input
+            read 3 floats early (the header taken as data); read by a kernel built for another d (a dispatch on
             d that launches another kernel), on the whole input or batch by batch, the output it
             does not write said as it is; Q's or K's dims past a warp read modulo 16 or 32; each
             row's scores from q summed over a group of rows
@@ -143,6 +144,13 @@ def whole_readings(flat: np.ndarray, B: int, N: int, d: int):
             o = np.matmul(softmax_rows(logits(qkv[:, 0], qkv[:, 1])), qkv[:, 2])
             yield ("the sizes B and N swapped (the input cut as N batches of B rows: a kernel or function given N "
                    "for B and B for N)"), o.reshape(B, N, d)
+        packed = flat.reshape(B, N, 3, d).transpose(0, 2, 1, 3)  # each row's q, k, v side by side
+        yield ("each batch read as N rows of [q k v], 3*d floats a row (q_i at 3*i*d, k_j at 3*j*d + d, v_j at "
+               "3*j*d + 2*d), where the input holds Q, K and V as three N x d matrices"), attend(packed)
+        header = np.array([B, N, d], dtype="<i4").view("<f4")  # the file's first 12 bytes, read as floats
+        early = np.concatenate([header, flat.ravel()[:-3]]).reshape(B, 3, N, d)
+        yield ("the whole input read 3 floats early: the file's 12-byte header (B, N, d) taken as the first values "
+               "(the data given from the file's start where it begins after the header)"), attend(early)
         qkv = flat.reshape(B, 3, N, d).astype(np.float64)
         for lanes in (16, 32):  # a dim past the lanes read as dim x mod lanes: a lane index that wraps
             if d > lanes:

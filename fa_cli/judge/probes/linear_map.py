@@ -34,7 +34,7 @@ from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
 from . import pairing
 from .readings import measured
-from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows
+from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows, spans
 
 MAX_BATCHES = 4096  # N*d batches in the run at most: 200 MB of input (N = 128 at d = 32, 64 at d = 64)
 MAX_BATCHES_CPU = 2048  # a CPU program's: its run costs N^3 d^2, a GPU's seconds a CPU's minute (N = 64 at d = 32)
@@ -81,6 +81,10 @@ class LinearMap(Probe):
         if got is None:
             return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {where}, which read the output "
                                             "as a map of V"])]
+        if not np.isfinite(got).all():  # NaN or inf in some batch: no map to read (NotFinite's to say where)
+            return [Finding(Kind.OBSERVED, [f"probe: the output on the {where} holds NaN or inf in "
+                                            f"{int((~np.isfinite(got)).any(axis=(1, 2)).sum())} batches: not read as a "
+                                            "map of V"])]
         constant = got[-1].astype(np.float64)  # the output where V is 0: none, for a map of V
         T = as_map(got, N, d) - constant[:, :, None, None]
         checked = np.einsum("rckx,kx->rc", T, v.astype(np.float64)) + constant
@@ -167,6 +171,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
     groups = column_groups(weights)
     if len(groups) == 1 and (found := band(weights[0], P)):
         return found
+    if len(groups) == 1 and (found := pairing.rows_weighed(weights[0], P)):
+        return [found]
     if len(groups) == 1:  # scores of some dims only are said here; one factor on them all is the Factors step's
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it
         named = fit is not None and fit[1] <= FIT_RESIDUAL and len(distinct(fit[0])) > 1
@@ -394,16 +400,3 @@ def crossing(across: np.ndarray) -> list[str]:
     return [f"output columns take other columns of V: {int(taken.any(axis=1).sum())} of {d} columns "
             f"(column <- V's columns besides its own: {', '.join(shown)}{' ...' if taken.any(axis=1).sum() > 6 else ''}"
             f"); up to {fmt(np.abs(across).max())} a weight"]
-
-
-def spans(indices) -> str:
-    """0 1 2 5 6 -> 0-2, 5-6."""
-    values = [int(x) for x in indices]
-    out, start = [], None
-    for i, x in enumerate(values):
-        if start is None:
-            start = x
-        if i + 1 == len(values) or values[i + 1] != x + 1:
-            out.append(str(start) if start == x else f"{start}-{x}")
-            start = None
-    return ", ".join(out)

@@ -14,7 +14,10 @@ and the pairs, and then said by formula:
 
 else with examples. Where a column's entries are sums of weights instead, each key tile's whole
 weight on one row of V (tile_gathered), the row is said: j0 + (c mod T), a V row indexed by the
-lane's own key. A GPU program's mechanics (which weight meets which V row), not its softmax.
+lane's own key. Where one set of weights serves every column, V's row k weighed with key f(k)'s
+weight (rows_weighed): f by formula (a lane read at a quarter of its place, a tile's upper keys
+all given one key's weight), else examples. A GPU program's mechanics (which weight meets which V
+row), not its softmax.
 """
 from __future__ import annotations
 
@@ -193,3 +196,52 @@ def tile_gathered(weights: np.ndarray, P: np.ndarray) -> str | None:
         return (f"each tile of {T} keys' whole weight meets one row of V in each column (e.g. column 1: row "
                 f"j0 + {where[1 % d, 0]} of tile 0): a V row indexed by something other than the loop's key")
     return None
+
+
+LOG_ATOL = 1e-3  # log W less the row's factor against log P: one weight of P (a float32 program's exp)
+
+
+def rows_weighed(W: np.ndarray, P: np.ndarray) -> str | None:
+    """One set of weights for every column, in which V's row k is weighed with key f(k)'s weight
+    of P (times one factor a row, the same for every key: l counted over the keys the program
+    weighed), f not the identity: the map f by formula (a lane read at a quarter of its place;
+    the upper keys of a tile all given one key's weight), else examples. Key 0 is taken as its
+    own (its lane right): the row factor comes from it."""
+    N = P.shape[1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lw, lp = np.log(W), np.log(P)
+    if not (np.isfinite(lw[:, 0]).all() and np.isfinite(lp).all()):
+        return None
+    factor = lw[:, :1] - lp[:, :1]  # (r, 1): log of each row's factor, from key 0
+    near = np.abs((lw - factor)[:, :, None] - lp[:, None, :]).max(axis=0) <= LOG_ATOL  # (k, j): row k is key j's
+    weighed = np.isfinite(lw).all(axis=0)
+    if not weighed.any() or not near[weighed].any(axis=1).all():
+        return None
+    f = np.where(weighed, near.argmax(axis=1), -1)
+    if (f[weighed] == np.arange(N)[weighed]).all():
+        return None
+    scaled = "" if np.abs(factor).max() <= LOG_ATOL else \
+        " (each row's weights also times a factor of its own: the sum l counts other keys than those weighed)"
+    lead = "one set of weights for every column; V's row k weighed with key f(k)'s weight"
+    for words, g in row_maps(N):
+        if (g[weighed] == f[weighed]).all():
+            return f"{lead}: {words}{scaled}"
+    shown = ", ".join(f"row {k}: key {f[k]}" for k in np.flatnonzero(weighed & (f != np.arange(N)))[:4])
+    return f"{lead}, no formula of those tried (e.g. {shown}){scaled}"
+
+
+def row_maps(N: int):
+    """(words, f) of the maps a GPU program's lanes make: key k0 + kk's weight where V row k0 + kk
+    (of a tile of T from k0) meets another."""
+    k = np.arange(N)
+    for T in (32, 64, 128):
+        k0, kk = k - k % T, k % T
+        for s in (2, 4, 8):
+            yield (f"key k0 + (k - k0) div {s} of its tile of {T} (V row k0 + kk takes the weight of lane kk / {s}: "
+                   f"a lane number divided by {s}, or a lane given where its byte address is meant, 4 bytes a lane, "
+                   "as ds_bpermute takes it)"), k0 + kk // s
+        for h in (16, 32, 64):
+            if h < T:
+                yield (f"key k0 + min(k - k0, {h}) of its tile of {T} (V rows k0 + {h} .. k0 + {T - 1} all take key "
+                       f"k0 + {h}'s weight: the lanes from {h} on share one lane's index, as a lane index that "
+                       f"counts only the lower {h} lanes gives them)"), k0 + np.minimum(kk, h)

@@ -15,7 +15,7 @@ import numpy as np
 from ..diagnose import quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES, QUERY_TILES
-from .step import Context, Probe, fmt, logits
+from .step import Context, Probe, fmt, logits, spans
 
 ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
 ZERO = 1e-7  # a weight this small is no weight
@@ -100,19 +100,29 @@ class OtherRows(WeightReading):
         if found is None:
             return []
         wrong, sb, si = found
-        held = sb >= 0
-        if held.mean() < FIT_SHARE:
+        even = (np.abs(W[wrong[:, 0], wrong[:, 1]] - 1.0 / N) <= ROW_ATOL).all(axis=1)  # every key alike: q = 0
+        held = (sb >= 0) & ~even
+        if (held | even).mean() < FIT_SHARE:
             return []
-        b, i = wrong[held, 0], wrong[held, 1]
-        formula = row_formula(b, i, sb[held], si[held], N)
-        example = ", ".join(f"row {int(r)} holds row {int(s)}'s" for r, s in list(zip(i, si[held]))[:3])
-        what = f"row i holds the weights of {formula}" if formula else f"{example} ..."
-        code = "the batch offset" if formula and "batch" in formula else "the query row index (the row a thread " \
-            "or block computes, or the row of Q it reads)"
-        return measured(ctx, [
-            f"measured: {len(b)} rows of W hold another row's weights exactly (within {ROW_ATOL:g}): {what}; "
-            f"each of those rows was written, with another row's result; look at {code}"],
-            rows_from=formula or example)
+        lines = [evenly(wrong[even])] if even.any() else []
+        if held.any():
+            b, i = wrong[held, 0], wrong[held, 1]
+            formula = row_formula(b, i, sb[held], si[held], N)
+            example = ", ".join(f"row {int(r)} holds row {int(s)}'s" for r, s in list(zip(i, si[held]))[:3])
+            what = f"row i holds the weights of {formula}" if formula else f"{example} ..."
+            code = "the batch offset" if formula and "batch" in formula else "the query row index (the row a " \
+                "thread or block computes, or the row of Q it reads)"
+            lines.insert(0, f"measured: {len(b)} rows of W hold another row's weights exactly (within {ROW_ATOL:g}): "
+                            f"{what}; each of those rows was written, with another row's result; look at {code}")
+        return measured(ctx, lines, rows_from=lines[0])
+
+
+def evenly(rows: np.ndarray) -> str:
+    """Rows whose weights are all 1/N: every score alike, as where the row's q is read as zeros."""
+    shown = ", ".join(f"batch {int(b)} row {int(r)}" for b, r in rows[:4]) + (", ..." if len(rows) > 4 else "")
+    return (f"measured: {len(rows)} rows of W weigh every key alike (1/N: their output the plain mean of V; {shown}): "
+            "every score of the row equal, as where its q is read as zeros (a slot of a Q tile never written, or "
+            "read at another place than its row was stored)")
 
 
 class RowsNotWritten(WeightReading):
@@ -193,11 +203,12 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
                     "tile (a running max declared again inside the tile loop, so the one carried stays -inf and "
                     "alpha = 0, or l and acc reset there), or the key loop's start")
         return f"the first {n} keys (0..{keys[-1]})", "the key loop's start"
-    for T in KEY_TILES:
+    for T in (2, 4, 8, *KEY_TILES):  # the shortest period the keys repeat with
         offsets = np.unique(keys % T)
         if len(offsets) < T and np.array_equal(np.sort(keys), np.flatnonzero(np.isin(np.arange(N) % T, offsets))):
-            return (f"keys at offsets {offsets[0]}..{offsets[-1]} of every tile of {T}",
-                    f"the loop over a key tile's {T} keys (its bound or its start)")
+            which = f"every {T}{'nd' if T == 2 else 'th'} key from key {offsets[0]}" if len(offsets) == 1 else \
+                f"keys at offsets {spans(offsets)} of every tile of {T}"
+            return which, f"the loop over a key tile's {T} keys (its bound or its start)"
     shown = ", ".join(map(str, keys[:6])) + (", ..." if n > 6 else "")
     return f"{n} keys ({shown})", "which keys the loops visit"
 

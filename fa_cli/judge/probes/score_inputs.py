@@ -19,13 +19,9 @@ differ), and taken only where a formula fits them. Then K' against K, element by
               pitch (K[j0*d + jj*P + x]), a tile of keys written at one pitch and read at
               another (its pad slots never written), dims swizzled (K[j, x xor (j mod m)]), or
               K transposed and read with rows of d: said with its figures
-  in part     with key 0 read right, the keys read right repeat every m keys: rows of a tile of K
-              that its load never wrote (not where the others are their own row's after all)
-  apart       with key 0 read right, the others right but for one constant a row: two sets of
-              keys summed against maxima of their own and added without one max
-  dims mapped every key's dims read through one map of dims (a float4's components paired wrong)
-  counted     every key right but a few whose weights count c times (c whole): the last key's, a
-              tile's slots past N clamped to key N - 1 and not masked
+  patterns    where no formula fits (key_patterns.py): keys read right in a pattern that repeats
+              (rows a load never wrote), two sets of keys off by one factor a row (merged without
+              one max), a few keys counted c times (slots clamped to the last key), one map of dims
   examples    otherwise, which element the first wrong terms took
 
 Where the weights are not those of scores (weights of 0, rows that disagree), or fewer than OF_K
@@ -40,13 +36,13 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .linear_map import map_rows, spans
+from .key_patterns import LOAD_LOOK, MATCH_TOL, dim_map, keys_apart, keys_counted, keys_in_part
+from .linear_map import map_rows
 from .readings import measured
-from .step import Context, Probe, ProbeInput
+from .step import Context, Probe, ProbeInput, spans
 
 CODE_SEED = 20261129
 SLOTS = 8  # K's values take one grid place in this many
-MATCH_TOL = 4e-5  # a term read back names an element of K within this: under half the grid's step (4 / 8 / 4096 at most)
 TINY_WEIGHT = 1e-30
 OF_K = 0.75  # the share of terms that must land on an element of K for the reading to say which
 ROWS_AGREE = 1e-2  # the rows' log ratios of one key, all alike within this: one score per key
@@ -304,130 +300,6 @@ class ScoreInputs(Probe):
             return measured(ctx, [f"{head}; {mapped}"], score_inputs=mapped)
         return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, d)}; no formula of those tried fits "
                                         "(transposed, shifted keys or dims, another pitch, a tile's two pitches)"])]
-
-
-MAX_PERIOD = 256  # keys read right in a pattern that repeats every m keys, m up to this
-# The source lines shown: a loop that loads a tile cooperatively (its start and its stride).
-LOAD_LOOK = ("a tile's load loop", r"for\s*\([^;]*=\s*\w*(?:threadIdx|tid|lane|tx)\w*[^;]*;[^;]*;[^)]*\+=")
-
-
-def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:
-    """Where, with key 0 read right, some keys take every term from their own row of K and the
-    others do not, in a pattern that repeats every m keys: a tile of K loaded in part (a load loop
-    whose start or stride leaves rows of the tile as they were). Key 0 fixes each dim's constant
-    (sources() would choose it by the most terms landing on K, which a quarter of keys read right
-    cannot win against chance). Not said where the other keys' terms are their own row's after all,
-    off by a constant or in another order: those keys were read, and weighed otherwise."""
-    split = _periodic_split(terms, k, tol)
-    if split is None:
-        return None
-    m, first, ok, off = split
-    if _structured(off[~ok], k[~ok], terms.T[~ok] - terms[:, 0] + k[0], tol):
-        return None
-    N = ok.size
-    return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} "
-            f"({int(ok.sum())} of {N}) take every term from their own row of K, the other "
-            f"{int((~ok).sum())} keys none from theirs: rows of a tile of K that its load never wrote (a "
-            f"cooperative load loop whose start or stride reaches only those rows of every {m})")
-
-
-def keys_apart(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:
-    """Where, with key 0 read right, the keys of a pattern that repeats every m keys are read right
-    and the others are right too but for one constant a dim, the same for all of them: their
-    weights one factor off in each row (the rows of a batch share their q, so a constant a dim is a
-    factor a row). Two sets of keys summed apart, each part's exponentials against a running max
-    of its own, and added without bringing both parts to one max."""
-    split = _periodic_split(terms, k, tol)
-    if split is None:
-        return None
-    m, first, ok, off = split
-    shift = np.nanmedian(off[~ok], axis=0)  # (d,) the constant of each dim
-    if not (np.abs(off[~ok] - shift) <= 4 * tol).all() or not (np.abs(shift) > 4 * tol).any():
-        return None
-    return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} take their "
-            f"terms right, and the other {int((~ok).sum())} keys theirs too but for one constant a row, the same for "
-            f"all of them (from {shift.min():.3g} to {shift.max():.3g} as the rows' q change): their weights are "
-            "off by one factor a row: the two sets of keys summed apart, each against a running max of its own, and "
-            "added without bringing both to one max (each part's l and o times exp(m_part - m) before the sum)")
-
-
-def keys_counted(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:
-    """Where every key is read right but a few whose terms are all their own plus one constant
-    log c, c a whole number: those keys' weights counted c times. The last key counted 1 + (the
-    slots past N): a tile's keys past N read as key N - 1 (an index clamped) and not masked."""
-    d, N = terms.shape
-    if not np.isfinite(terms).all():
-        return None
-    off = terms.T - terms[:, 0] + k[0] - k  # (N, d)
-    right = (np.abs(off) <= tol).all(axis=1)
-    bad = np.flatnonzero(~right)
-    if not right[0] or not bad.size or bad.size > N // 8 or (np.ptp(off[bad], axis=1) > 4 * tol).any():
-        return None
-    times = np.exp(off[bad].mean(axis=1))
-    whole = np.round(times)
-    if (whole < 2).any() or (np.abs(times - whole) > 1e-3 * whole).any():
-        return None
-    if bad.tolist() == [N - 1]:
-        c = int(whole[0])
-        tiles = [T for T in range(2, 2 * N) if -(-N // T) * T - N == c - 1]
-        shown = ", ".join(map(str, tiles[:6])) + (" ..." if len(tiles) > 6 else "")
-        return (f"every key is read right, but the last key's weight counts {c} times (its terms all its own plus "
-                f"log {c}): the {c - 1} slots past N read as key N - 1 and added (an index clamped, min(j, N - 1), "
-                f"where the keys past N should be masked)" + (f", as a last tile of T = {shown} keys leaves"
-                                                              if tiles else ""))
-    counts = ", ".join(f"key {j} {int(c)} times" for j, c in zip(bad[:4], whole[:4]))
-    return f"every key is read right, but {bad.size} keys' weights count several times ({counts}): added more than once"
-
-
-def _periodic_split(terms: np.ndarray, k: np.ndarray, tol: float):
-    """With key 0's terms fixing each dim's constant: the period m of the keys read right (ok), its
-    first m, and every term's offset from its own element of K (N, d); None without such a split."""
-    d, N = terms.shape
-    if not np.isfinite(terms[:, 0]).all():
-        return None
-    with np.errstate(invalid="ignore"):
-        off = terms.T - terms[:, 0] + k[0] - k  # (N, d): 0 where key j's term is k[j, x]
-    ok = (np.abs(off) <= tol).all(axis=1)
-    if ok.all() or ok.sum() < 2:
-        return None
-    for m in range(2, min(MAX_PERIOD, N // 2) + 1):
-        first = ok[:m]
-        if np.array_equal(ok, np.resize(first, N)) and not first.all():
-            return m, first, ok, off
-    return None
-
-
-def _structured(off: np.ndarray, k: np.ndarray, read: np.ndarray, tol: float) -> bool:
-    """Whether keys' terms are their own row's after all: off by one constant a dim shared by the
-    keys, or one constant a key, or their own row's values in another order."""
-    if not np.isfinite(off).all():
-        return False
-    shared = (np.ptp(off, axis=0) <= 4 * tol).all()
-    per_key = (np.ptp(off, axis=1) <= 4 * tol).mean() >= 0.9
-    reordered = (np.abs(np.sort(read, axis=1) - np.sort(k, axis=1)) <= tol).all(axis=1).mean() >= 0.9
-    return bool(shared or per_key or reordered)
-
-
-def dim_map(found: np.ndarray, N: int, d: int) -> str | None:
-    """Where every term comes from its own key's row, dim x from dim f(x) with one f for every key
-    (not the identity): f's changes, and, where they follow the float4 of K's rows, which
-    component was read for which."""
-    if (found < 0).any() or not (found // d == np.arange(N)[:, None]).all():
-        return None
-    f = found % d
-    if not (f == f[0]).all() or (f[0] == np.arange(d)).all():
-        return None
-    changed = np.flatnonzero(f[0] != np.arange(d))
-    pairs = ", ".join(f"{x} from {f[0][x]}" for x in changed[:4])
-    unread = np.setdiff1d(np.arange(d), f[0])
-    words = (f"every key's dim x read from another dim of its row, the same for every key: dims {spans(changed)} "
-             f"({pairs}, ...)" + (f"; dims {spans(unread)} of K never read" if unread.size else ""))
-    comp = changed % 4
-    if np.unique(comp).size == 1 and (changed.size == d // 4) and np.unique(f[0][changed] % 4).size == 1:
-        xyzw = "xyzw"
-        words += (f": component .{xyzw[comp[0]]} of each float4 of K read as .{xyzw[f[0][changed[0]] % 4]} "
-                  "(a vector load whose components are paired wrong)")
-    return words
 
 
 def read_by_batch(W: np.ndarray, k: np.ndarray, N: int, d: int) -> np.ndarray:

@@ -100,3 +100,16 @@ def read_payload(path: Path, shape: Shape, batches: int, rows: int) -> tuple[np.
     values = np.memmap(path, dtype="<f4", mode="r", offset=HEADER_BYTES, shape=(shape.B, 3, shape.N, shape.d))
     block = np.array(values[:batches, :, :rows], dtype=np.float32)
     return block[:, 0], block[:, 1], block[:, 2]
+
+
+def spans(indices) -> str:
+    """0 1 2 5 6 -> 0-2, 5-6."""
+    values = [int(x) for x in indices]
+    out, start = [], None
+    for i, x in enumerate(values):
+        if start is None:
+            start = x
+        if i + 1 == len(values) or values[i + 1] != x + 1:
+            out.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ", ".join(out)
