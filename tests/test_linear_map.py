@@ -276,7 +276,8 @@ NAN_LAST_ROWS = HALF_LANES.replace("out.astype", "out[:, -2:] = np.nan  # two ro
 def test_an_output_with_nan_is_not_read_as_a_map_and_says_so(tmp_path):
     q, k = qk()
     v = RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32)
-    ctx = stand_in_context(tmp_path, NAN_LAST_ROWS, "int main() {}\n", ProbeInput(np.stack([q, q]), np.stack([k, k]), v))
+    inp = ProbeInput(np.stack([q, q]), np.stack([k, k]), v)
+    ctx = stand_in_context(tmp_path, NAN_LAST_ROWS, "int main() {}\n", inp)
     [finding] = linear_map.LinearMap().run(ctx)
     said = " ".join(finding.lines)
     assert f"holds NaN or inf in {N * D + 2} batches: not read as a map of V" in said, said

@@ -151,4 +151,5 @@ def test_scores_kept_in_an_int_are_named_whole_or_summed():
         s = np.fix(s + scaled[:, :, None, x].astype(np.float32) * inp.k[:, None, :, x])
     out = softmax_v(s, inp.v).astype(np.float32)
     said, named = precision.read(out.astype(np.float64), inp.output(), inp)
-    assert named and "the scores' dot product summed in an int, each partial sum truncated (q scaled first)" in said, said
+    assert named and "the scores' dot product summed in an int, each partial sum truncated (q scaled first)" in said, \
+        said

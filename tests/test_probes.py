@@ -156,6 +156,29 @@ def test_rows_that_weigh_every_key_alike_are_said_beside_rows_that_hold_another_
     assert "as where its q is read as zeros" in lines[1]
 
 
+def test_a_tile_scored_with_the_query_rows_key_is_said_with_its_rows():
+    """Lane tx of warp ty scores key j0 + ty (the K tile's row indexed by the query row's thread
+    where the lane's key belongs): every key of a tile weighs alike, the tile's score that of key
+    j0 + (r mod 16) for row r."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=64, d=32)
+    s = logits(inp.q, inp.k)
+    r = np.arange(64)
+    key = (r[None, :] // 32) * 32 + (r[:, None] % 16)  # (row, key): the key whose score each key takes
+    e = np.exp(np.take_along_axis(s, np.broadcast_to(key, s.shape), axis=2) - s.max(axis=2, keepdims=True))
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = e / e.sum(axis=2, keepdims=True), softmax_rows(s)
+    [finding] = readings.TilesAlike().run(ctx)
+    assert finding.lines[0] == ("measured: every key of a tile of 32 weighed alike in each row (one score a tile): "
+                                "row r's tiles scored with key j0 + (r mod 16) each (the row's place in a block of 16 "
+                                "rows): the tile's key taken from the query row's index (a thread's row) where the "
+                                "lane's own key belongs"), finding.lines
+    ctx.facts.W = softmax_rows(s)
+    assert readings.TilesAlike().run(ctx) == []
+
+
 def test_an_output_written_transposed_is_found_as_a_mapping():
     inp = probe(B=2, N=100, d=32)
     true = inp.output()

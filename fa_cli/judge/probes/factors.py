@@ -167,7 +167,8 @@ def tiles_counted(g: np.ndarray, W: np.ndarray) -> str | None:
     counts = [int(x) for x in whole[0]]
     sums = W.sum(axis=2)
     l_too = "the sum l alike" if np.abs(sums - 1).max() <= 1e-3 else f"l not alike (rows of W sum to {span(sums)})"
-    said = (f"each tile's keys weighed a whole number of times the least one's, the same in every row ({', '.join(map(str, counts))} "
+    shown = ", ".join(map(str, counts))
+    said = (f"each tile's keys weighed a whole number of times the least one's, the same in every row ({shown} "
             f"for tiles 0..{len(counts) - 1}): the keys of tile t added c_t times, {l_too}")
     if len(counts) > 1 and all(a == 2 * b for a, b in zip(counts, counts[1:])):
         return said + ("; doubling back from the last tile: a running sum added to itself at every tile (o += a "

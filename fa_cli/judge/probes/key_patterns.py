@@ -16,7 +16,7 @@ import numpy as np
 
 from .step import spans
 
-MATCH_TOL = 4e-5  # a term read back names an element of K within this: under half the grid's step (4 / 8 / 4096 at most)
+MATCH_TOL = 4e-5  # a term read back names an element of K within this: under half the grid's step
 MAX_PERIOD = 256  # keys read right in a pattern that repeats every m keys, m up to this
 # The source lines shown: a loop that loads a tile cooperatively (its start and its stride).
 LOAD_LOOK = ("a tile's load loop", r"for\s*\([^;]*=\s*\w*(?:threadIdx|tid|lane|tx)\w*[^;]*;[^;]*;[^)]*\+=")

@@ -3,7 +3,8 @@ output against float64 attention with one part rounded to fp16, bf16 or tf32 (th
 of the scores' product, K and V (tiles kept in the format), P before P V, the output; an online
 softmax's running sum or accumulator, rounded key after key; the scores' dot product summed in the
 format dim after dim, by fused multiply-adds or by products rounded and added, q scaled before or
-the sum after); or the scores kept in an int (each truncated, or summed in an int). A rounding that gives the output to a fraction of its error against float64 is
+the sum after); or the scores kept in an int (each truncated, or summed in an int). A rounding
+that gives the output to a fraction of its error against float64 is
 named; where none does but the error is the size of a format's rounding (its median relative error
 within a factor of 4 of the unit roundoff, and all but a few values within 64 of them), that is
 said as measured."""

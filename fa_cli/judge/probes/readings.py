@@ -242,6 +242,33 @@ class KeysWithoutWeight(WeightReading):
                               f"look at {code}"], keys_without_weight=[int(k) for k in dead])
 
 
+class TilesAlike(WeightReading):
+    """Every key of a tile weighed alike in each row: the tile's keys all scored with one key's
+    score. Where that key is j0 + (r mod R) for the row r, the tile's key was taken from the query
+    row's place in its block (a thread's row index where the lane's key belongs)."""
+
+    name = "keys of a tile weighed alike"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, N = ctx.facts.W, ctx.probe.shape.N
+        s = logits(ctx.probe.q, ctx.probe.k)
+        for T in (t for t in sorted(KEY_TILES, reverse=True) if t < N and N % t == 0):  # the largest alike
+            tiles = W.reshape(*W.shape[:2], N // T, T)
+            if np.ptp(tiles, axis=3).max() > ROW_ATOL or np.ptp(W, axis=2).max() <= ROW_ATOL:
+                continue  # not alike within the tiles, or alike across every key (Factors' case)
+            said = f"measured: every key of a tile of {T} weighed alike in each row (one score a tile)"
+            rows, starts = np.arange(N)[:, None], np.arange(0, N, T)[None, :]
+            for R in (r for r in (8, 16, 32, 64) if r <= T):
+                e = np.exp(s[:, rows, starts + rows % R] - s.max(axis=2, keepdims=True))  # (B, N, tiles)
+                if np.abs(tiles[..., 0] - e / (T * e.sum(axis=2, keepdims=True))).max() <= ROW_ATOL:
+                    return measured(ctx, [f"{said}: row r's tiles scored with key j0 + (r mod {R}) each (the row's "
+                                          f"place in a block of {R} rows): the tile's key taken from the query row's "
+                                          "index (a thread's row) where the lane's own key belongs"], tiles_alike=T)
+            return measured(ctx, [f"{said}: the tile's keys all scored with one key, not each with its own"],
+                            tiles_alike=T)
+        return []
+
+
 # What to show of the source for a reading: (the words, a pattern of its lines).
 EXP = r"\bexp2?f?\s*\(|__expf|__exp2f|\bexp2f?\b"
 LOOK = {"scale": ("the scale or the exponential", r"sqrt|\bscale|log2|LOG2|1\.44|0\.69|" + EXP),
