@@ -280,6 +280,10 @@ def test_rows_of_blocks_that_span_two_batches_are_said_with_the_block_sizes():
     assert diagnose.straddling_blocks(batches, rows, bad, shape) == [72, 96, 144, 288]
     assert diagnose.straddling_blocks(batches, rows, np.roll(bad, 5), shape) == []
     assert diagnose.straddling_blocks(batches[:-1], rows[:-1], bad[:-1], shape) == []  # a row not checked
-    whole = Shape(2, 128, 32)  # batch 1 wrong in every row: a batch moved, not a block across two
-    flat = np.arange(256)
+    whole = Shape(3, 128, 32)  # batches 1 and 2 wrong in every row: batches moved, not blocks across two
+    flat = np.arange(3 * 128)
     assert diagnose.straddling_blocks(flat // 128, flat % 128, (flat >= 128).astype(np.int32), whole) == []
+    two = Shape(2, 100, 32)  # one boundary: any first rows of batch 1 fit some block size; nothing said
+    flat = np.arange(200)
+    assert diagnose.straddling_blocks(flat // 100, flat % 100, ((flat >= 100) & (flat < 112)).astype(np.int32),
+                                      two) == []

@@ -299,5 +299,5 @@ def test_v_rows_weighed_with_another_keys_weight_are_said_by_their_map():
     e = np.exp(logits(q[None], k[None])[0].astype(np.float64))
     shared = e[:, upper] / e[:, upper].sum(axis=1, keepdims=True)  # l over the keys weighed: key 32 32 times
     said = linear_map.pairing.rows_weighed(shared, P)
-    assert "key k0 + min(k - k0, 32) of its tile of 64" in said and "times a factor of its own" in said, said
+    assert "key k0 + min(k - k0, 32) of its tile of 64" in said and "weights sum to 1: l is summed over the weights as given" in said, said
     assert linear_map.pairing.rows_weighed(P, P) is None

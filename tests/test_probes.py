@@ -56,9 +56,9 @@ def test_a_division_whose_grid_covers_only_the_first_rows_is_said_with_them():
     W[:6] = P.reshape(2 * 96, 96)[:6]  # 2 * 96 values: 6 rows of 32
     said, _ = factors.per_row_factor(W.reshape(2, 96, 96), P, s)
     assert said.endswith("f = l: the final division of the output by the running sum l is missing, but for the first "
-                         "6 rows of the B*N taken together (6*d values), which are divided: a division whose grid "
-                         "covers fewer values than the output has (a launch sized for rows where it has a thread a "
-                         "value)"), said
+                         "6 of the 192 rows taken together, which are divided: a division that stops short after B*N "
+                         "= 192 values, d = 32 of them a row (a launch sized for the rows where the division has a "
+                         "thread a value)"), said
 
 
 def test_a_sum_counted_twice_halves_every_output_and_is_said_so():

@@ -128,16 +128,17 @@ def where_wrong(result: VerifyResult, shape: Shape) -> dict:
 def straddling_blocks(batches: np.ndarray, rows: np.ndarray, bad: np.ndarray, shape: Shape) -> list[int]:
     """The block sizes T (in flat rows, b * N + r) for which the wrong rows are exactly those of the
     blocks that span two batches, from the batch boundary to the block's end: a block whose rows
-    all take the batch of its first row. Every row must have been checked."""
+    all take the batch of its first row. Every row must have been checked, and at least two
+    boundaries (B >= 3) tell the block size."""
     B, N = shape.B, shape.N
-    if B < 2 or batches.size != B * N:
+    if B < 3 or batches.size != B * N:  # two batches: one boundary, which any first c rows of batch 1 fit
         return []
     wrong = np.zeros((B, N), dtype=bool)
     wrong[batches[bad > 0], rows[bad > 0]] = True
     count = wrong.sum(axis=1)
     if count[0] or not count.any() or any(wrong[b, :count[b]].sum() != count[b] for b in range(1, B)):
         return []  # batch 0 wrong, or a batch's wrong rows not its first ones
-    T = np.arange(16, 2 * N + 1)[:, None]
+    T = np.arange(16, 2 * N + 1, 8)[:, None]  # a block's rows: a multiple of 8
     starts = np.arange(1, B)[None, :] * N
     reach = np.minimum(-(-starts // T) * T - starts, N)  # (T, B - 1): the rows past each boundary in its block
     # a block that ends inside each batch it enters: one that covers whole batches is a batch moved

@@ -42,27 +42,32 @@ STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the signals that st
 
 class HeldWhileStarting:
     """A Ctrl-C, SIGTERM or SIGHUP that comes while a child is started is held, and raised by
-    release() once the start is over, where the caller can stop the child: raised inside the fork
-    (in Python's at-fork hooks, which swallow exceptions) it would be lost, and fa would go on as
-    though it never came. Signals reach Python's handlers in the main thread only: elsewhere this
-    holds nothing."""
+    release() once the start is over, inside the caller's try that stops the child: raised inside
+    the fork (in Python's at-fork hooks, which swallow exceptions) it would be lost, and fa would go
+    on as though it never came. fa's own handlers come back in release() (or where the start
+    failed), SIGINT's last, so that a signal during the hand-back is held too. Signals reach
+    Python's handlers in the main thread only: elsewhere this holds nothing."""
 
     def __enter__(self):
         self.pending, self.handlers = [], {}
         if threading.current_thread() is threading.main_thread():
-            for sig in STOPPING:
+            for sig in reversed(STOPPING):  # SIGINT restored last
                 self.handlers[sig] = signal.signal(sig, lambda number, frame: self.pending.append(number))
         return self
 
-    def __exit__(self, *exc) -> bool:
-        for sig, handler in self.handlers.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    def __exit__(self, kind, *exc) -> bool:
+        if kind is not None:  # the start failed: fa's handlers back, and a held signal raised over the error
+            self.release()
         return False
 
     def release(self) -> None:
-        """The held signal, if any, delivered again now to fa's own handler."""
+        """fa's handlers back; the held signal, if any, delivered again now to fa's own handler."""
+        while self.handlers:
+            sig, handler = next(iter(self.handlers.items()))
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            del self.handlers[sig]
         if self.pending:
-            signal.raise_signal(self.pending[0])
+            signal.raise_signal(self.pending.pop(0))
 
 
 # The tools run_tool waits on now, in any thread, by pid; once stop_all() is called, each such wait

@@ -10,7 +10,8 @@
 //     above it: cudaFuncSetAttribute asking for more is refused too);
 //   - registers: a block's warps, each allocated its threads' registers in units of 256, within
 //     the 65536 of an SM. The count is this build's (this GPU's compiler), not sm_61's: said so;
-//   - no more threads a block than the kernel was built for (its __launch_bounds__), as any GPU.
+//   - a block over the kernel's maxThreadsPerBlock (its __launch_bounds__): the runtime's own
+//     refusal, with a line that says why.
 // cudaGetDeviceProperties reports the GTX 1080's figures where a program may size its tiles by
 // them (compute capability 6.1, 20 SMs, 48 KB a block, 96 KB an SM, 8 GB); cudaDeviceGetAttribute,
 // which the device runtime also defines, stays this GPU's. Times measured through it are
@@ -81,13 +82,21 @@ inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic
                      "build; sm_61's can differ: fa resources --arch sm_61)");
     return cudaErrorLaunchOutOfResources;
   }
-  if (threads > (unsigned long long)attr.maxThreadsPerBlock) {  // refused on any GPU: an invalid value, as here
-    refuse(name, "a block of " + std::to_string(threads) + " threads, over the " +
-                     std::to_string(attr.maxThreadsPerBlock) + " the kernel was built for (its maxThreadsPerBlock: "
-                     "a __launch_bounds__ of that many threads)");
-    return cudaErrorInvalidValue;
-  }
   return cudaSuccess;
+}
+
+// A block over the kernel's maxThreadsPerBlock (its __launch_bounds__, or the registers this GPU's
+// build uses): handed to the runtime, whose own refusal is the program's error; the line says why.
+inline cudaError_t over_the_kernels_bound(const void* func, dim3 block, const cudaFuncAttributes& attr,
+                                          cudaError_t refused) {
+  const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+  if (refused != cudaSuccess && threads > (unsigned long long)attr.maxThreadsPerBlock)
+    std::fprintf(stderr, "fa-gtx1080: %s: launch refused by the runtime (%s): a block of %llu threads, over the %d "
+                 "this build of the kernel takes (its maxThreadsPerBlock: a __launch_bounds__ of %d, or the "
+                 "registers it uses in this GPU's build; sm_61's can differ)\n",
+                 fa_launch_hook::kernel_name(func).c_str(), cudaGetErrorString(refused), threads,
+                 attr.maxThreadsPerBlock, attr.maxThreadsPerBlock);
+  return refused;
 }
 
 }  // namespace fa_gtx1080
@@ -101,6 +110,8 @@ extern "C" inline cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid,
   const void* func = reinterpret_cast<const void*>(kernel);
   cudaFuncAttributes attr{};
   const cudaError_t e = fa_gtx1080::check(func, grid, block, dynamic, attr);
+  if (e == cudaSuccess && (unsigned long long)block.x * block.y * block.z > (unsigned long long)attr.maxThreadsPerBlock)
+    return fa_gtx1080::over_the_kernels_bound(func, block, attr, next(kernel, grid, block, args, dynamic, stream));
   if (e == cudaSuccess)
     return fa_launch_log::timed({fa_launch_hook::kernel_name(func), {grid.x, grid.y, grid.z},
                                  {block.x, block.y, block.z}, attr.sharedSizeBytes + dynamic, attr.numRegs},

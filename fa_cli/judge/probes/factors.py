@@ -94,12 +94,14 @@ def divided_first(undivided: np.ndarray, right: np.ndarray) -> str:
     """Where the rows that were divided are the first m of the B*N taken together and all the
     others were not: the division's threads cover m rows' worth of values, not every value."""
     flat_right, flat_undivided = right.ravel(), undivided.ravel()
-    m = int(flat_right.sum())
+    m, rows = int(flat_right.sum()), flat_right.size
     if not m or not flat_right[:m].all() or not flat_undivided[m:].all():
         return ""
-    return (f", but for the first {m} rows of the B*N taken together ({m}*d values), which are divided: a division "
-            "whose grid covers fewer values than the output has (a launch sized for rows where it has a thread a "
-            "value)")
+    said = f", but for the first {m} of the {rows} rows taken together, which are divided: a division that stops short"
+    if rows % m == 0 and rows // m in (32, 64):  # m rows of d values: B*N values, one a row
+        said += (f" after B*N = {rows} values, d = {rows // m} of them a row (a launch sized for the rows where the "
+                 "division has a thread a value)")
+    return said
 
 
 def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:

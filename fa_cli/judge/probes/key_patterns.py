@@ -33,7 +33,9 @@ def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
     if split is None:
         return None
     m, first, ok, off = split
-    if _structured(off[~ok], k[~ok], terms.T[~ok] - terms[:, 0] + k[0], tol) or \
+    with np.errstate(invalid="ignore"):
+        partly = (np.abs(off[~ok]) <= tol).mean() > 0.05  # terms of theirs right: rows written in part
+    if partly or _structured(off[~ok], k[~ok], terms.T[~ok] - terms[:, 0] + k[0], tol) or \
             _of_their_tile(np.flatnonzero(~ok), terms.T - terms[:, 0] + k[0], k, m, tol):
         return None
     N = ok.size
@@ -81,12 +83,12 @@ def keys_counted(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
         return None
     if bad.tolist() == [N - 1]:
         c = int(whole[0])
-        tiles = [T for T in range(2, 2 * N) if -(-N // T) * T - N == c - 1]
+        tiles = [T for T in range(8, 2 * N, 8) if -(-N // T) * T - N == c - 1]
         shown = ", ".join(map(str, tiles[:6])) + (" ..." if len(tiles) > 6 else "")
         return (f"every key is read right, but the last key's weight counts {c} times (its terms all its own plus "
-                f"log {c}): the {c - 1} slots past N read as key N - 1 and added (an index clamped, min(j, N - 1), "
-                f"where the keys past N should be masked)" + (f", as a last tile of T = {shown} keys leaves"
-                                                              if tiles else ""))
+                f"log {c}): key N - 1 added {c - 1} times more" + (
+                    f", as where a last tile of T = {shown} keys reads its {c - 1} slots past N as key N - 1 (an index "
+                    "clamped, min(j, N - 1), where those keys should be masked)" if tiles else ""))
     counts = ", ".join(f"key {j} {int(c)} times" for j, c in zip(bad[:4], whole[:4]))
     return f"every key is read right, but {bad.size} keys' weights count several times ({counts}): added more than once"
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .step import fmt
+
 SURE_WEIGHT = 1e-4  # entries of T this large are paired with a weight of P by value
 MATCH_RTOL = 1e-4  # an entry "is" a weight of P within this share of it (a float32 program's exp)
 APART = 20.0  # the next nearest weight of the row must be this many times further: one weight, no doubt
@@ -210,23 +212,25 @@ def rows_weighed(W: np.ndarray, P: np.ndarray) -> str | None:
     N = P.shape[1]
     with np.errstate(divide="ignore", invalid="ignore"):
         lw, lp = np.log(W), np.log(P)
-    if not (np.isfinite(lw[:, 0]).all() and np.isfinite(lp).all()):
-        return None
+    if not (np.isfinite(lw).all() and np.isfinite(lp).all()):
+        return None  # a V row with no weight: not this reading (KeysWithoutWeight's)
     factor = lw[:, :1] - lp[:, :1]  # (r, 1): log of each row's factor, from key 0
     near = np.abs((lw - factor)[:, :, None] - lp[:, None, :]).max(axis=0) <= LOG_ATOL  # (k, j): row k is key j's
-    weighed = np.isfinite(lw).all(axis=0)
-    if not weighed.any() or not near[weighed].any(axis=1).all():
+    if not near.any(axis=1).all():
+        return None  # a V row that no key's weight gives
+    f = near.argmax(axis=1)
+    if (f == np.arange(N)).all():
         return None
-    f = np.where(weighed, near.argmax(axis=1), -1)
-    if (f[weighed] == np.arange(N)[weighed]).all():
-        return None
+    sums = W.sum(axis=1)
     scaled = "" if np.abs(factor).max() <= LOG_ATOL else \
-        " (each row's weights also times a factor of its own: the sum l counts other keys than those weighed)"
+        " (each row's weights sum to 1: l is summed over the weights as given, key f(k)'s once for every V row it " \
+        "meets)" if np.abs(sums - 1).max() <= 1e-3 else \
+        f" (the rows' weights sum to {fmt(sums.min())} to {fmt(sums.max())}: l counts other keys than those weighed)"
     lead = "one set of weights for every column; V's row k weighed with key f(k)'s weight"
     for words, g in row_maps(N):
-        if (g[weighed] == f[weighed]).all():
+        if (g == f).all():
             return f"{lead}: {words}{scaled}"
-    shown = ", ".join(f"row {k}: key {f[k]}" for k in np.flatnonzero(weighed & (f != np.arange(N)))[:4])
+    shown = ", ".join(f"row {k}: key {f[k]}" for k in np.flatnonzero(f != np.arange(N))[:4])
     return f"{lead}, no formula of those tried (e.g. {shown}){scaled}"
 
 

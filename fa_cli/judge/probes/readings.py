@@ -101,6 +101,8 @@ class OtherRows(WeightReading):
             return []
         wrong, sb, si = found
         even = (np.abs(W[wrong[:, 0], wrong[:, 1]] - 1.0 / N) <= ROW_ATOL).all(axis=1)  # every key alike: q = 0
+        if even.all() and len(even) == W.shape[0] * W.shape[1]:
+            return []  # every row alike: a scale of 0 fits as well (the Factors step's to say)
         held = (sb >= 0) & ~even
         if (held | even).mean() < FIT_SHARE:
             return []
@@ -264,8 +266,7 @@ class TilesAlike(WeightReading):
                     return measured(ctx, [f"{said}: row r's tiles scored with key j0 + (r mod {R}) each (the row's "
                                           f"place in a block of {R} rows): the tile's key taken from the query row's "
                                           "index (a thread's row) where the lane's own key belongs"], tiles_alike=T)
-            return measured(ctx, [f"{said}: the tile's keys all scored with one key, not each with its own"],
-                            tiles_alike=T)
+            return measured(ctx, [f"{said}: a tile's keys given one weight, not each its own"], tiles_alike=T)
         return []
 
 

@@ -325,6 +325,9 @@ __device__ __forceinline__ int fa_wave64_ds_bpermute(int line, int address, int 
   return fa_wave64::shuffle(fa_wave64::kBpermute, v, address >> 2, fa_wave64::kWave, line);
 }
 __device__ __forceinline__ int fa_wave64_readfirstlane(int line, int v) {  // the first active lane's value
+  const unsigned t = fa_wave64::thread_index(), members = fa_wave64::cuda_activemask();
+  if ((members & fa_wave64::warp_lanes_mask(t)) != fa_wave64::warp_lanes_mask(t))  // in a branch: legal on AMD;
+    return __shfl_sync(members, v, __ffs(members) - 1);  // this half's first active lane (the other's not asked)
   const unsigned long long active = fa_wave64::vote(fa_wave64::kReadfirstlane, 1, line);
   return fa_wave64::shuffle(fa_wave64::kReadfirstlane, v, __ffsll((long long)active) - 1, fa_wave64::kWave, line);
 }
