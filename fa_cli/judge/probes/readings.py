@@ -106,7 +106,7 @@ class OtherRows(WeightReading):
         held = (sb >= 0) & ~even
         if (held | even).mean() < FIT_SHARE:
             return []
-        lines = [evenly(wrong[even])] if even.any() else []
+        lines, source = ([evenly(wrong[even])], "every key alike") if even.any() else ([], "")
         if held.any():
             b, i = wrong[held, 0], wrong[held, 1]
             formula = row_formula(b, i, sb[held], si[held], N)
@@ -116,7 +116,8 @@ class OtherRows(WeightReading):
                 "thread or block computes, or the row of Q it reads)"
             lines.insert(0, f"measured: {len(b)} rows of W hold another row's weights exactly (within {ROW_ATOL:g}): "
                             f"{what}; each of those rows was written, with another row's result; look at {code}")
-        return measured(ctx, lines, rows_from=lines[0])
+            source = formula or example
+        return measured(ctx, lines, rows_from=source)
 
 
 def evenly(rows: np.ndarray) -> str:
