@@ -87,10 +87,9 @@ inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic
 
 // A block over the kernel's maxThreadsPerBlock (its __launch_bounds__, or the registers this GPU's
 // build uses): handed to the runtime, whose own refusal is the program's error; the line says why.
-inline cudaError_t over_the_kernels_bound(const void* func, dim3 block, const cudaFuncAttributes& attr,
+inline cudaError_t over_the_kernels_bound(const void* func, unsigned long long threads, const cudaFuncAttributes& attr,
                                           cudaError_t refused) {
-  const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-  if (refused != cudaSuccess && threads > (unsigned long long)attr.maxThreadsPerBlock)
+  if (refused != cudaSuccess)
     std::fprintf(stderr, "fa-gtx1080: %s: launch refused by the runtime (%s): a block of %llu threads, over the %d "
                  "this build of the kernel takes (its maxThreadsPerBlock: a __launch_bounds__ of %d, or the "
                  "registers it uses in this GPU's build; sm_61's can differ)\n",
@@ -110,8 +109,9 @@ extern "C" inline cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid,
   const void* func = reinterpret_cast<const void*>(kernel);
   cudaFuncAttributes attr{};
   const cudaError_t e = fa_gtx1080::check(func, grid, block, dynamic, attr);
-  if (e == cudaSuccess && (unsigned long long)block.x * block.y * block.z > (unsigned long long)attr.maxThreadsPerBlock)
-    return fa_gtx1080::over_the_kernels_bound(func, block, attr, next(kernel, grid, block, args, dynamic, stream));
+  const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+  if (e == cudaSuccess && threads > (unsigned long long)attr.maxThreadsPerBlock)
+    return fa_gtx1080::over_the_kernels_bound(func, threads, attr, next(kernel, grid, block, args, dynamic, stream));
   if (e == cudaSuccess)
     return fa_launch_log::timed({fa_launch_hook::kernel_name(func), {grid.x, grid.y, grid.z},
                                  {block.x, block.y, block.z}, attr.sharedSizeBytes + dynamic, attr.numRegs},

@@ -35,8 +35,8 @@ def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
     m, first, ok, off = split
     with np.errstate(invalid="ignore"):
         partly = (np.abs(off[~ok]) <= tol).mean() > 0.05  # terms of theirs right: rows written in part
-    if partly or _structured(off[~ok], k[~ok], terms.T[~ok] - terms[:, 0] + k[0], tol) or \
-            _of_their_tile(np.flatnonzero(~ok), terms.T - terms[:, 0] + k[0], k, m, tol):
+    read = off + k  # what each key's terms took, on K's scale
+    if partly or _structured(off[~ok], k[~ok], read[~ok], tol) or _of_their_tile(np.flatnonzero(~ok), read, k, m, tol):
         return None
     N = ok.size
     return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} "
@@ -72,7 +72,7 @@ def keys_counted(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
     d, N = terms.shape
     if not np.isfinite(terms).all():
         return None
-    off = terms.T - terms[:, 0] + k[0] - k  # (N, d)
+    off = _offsets(terms, k)
     right = (np.abs(off) <= tol).all(axis=1)
     bad = np.flatnonzero(~right)
     if not right[0] or not bad.size or bad.size > N // 8 or (np.ptp(off[bad], axis=1) > 4 * tol).any():
@@ -93,14 +93,20 @@ def keys_counted(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
     return f"every key is read right, but {bad.size} keys' weights count several times ({counts}): added more than once"
 
 
+def _offsets(terms: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """(N, d) each term's offset from its own element of K, key 0's terms fixing each dim's
+    constant: 0 where key j's term is k[j, x]."""
+    with np.errstate(invalid="ignore"):
+        return terms.T - terms[:, 0] + k[0] - k
+
+
 def _periodic_split(terms: np.ndarray, k: np.ndarray, tol: float):
     """With key 0's terms fixing each dim's constant: the period m of the keys read right (ok), its
     first m, and every term's offset from its own element of K (N, d); None without such a split."""
     d, N = terms.shape
     if not np.isfinite(terms[:, 0]).all():
         return None
-    with np.errstate(invalid="ignore"):
-        off = terms.T - terms[:, 0] + k[0] - k  # (N, d): 0 where key j's term is k[j, x]
+    off = _offsets(terms, k)
     ok = (np.abs(off) <= tol).all(axis=1)
     if ok.all() or ok.sum() < 2:
         return None
