@@ -9,7 +9,9 @@
 //
 // smem is a block's static plus dynamic shared memory, regs this build's registers a thread, ms
 // the launches' summed GPU time (launches on several streams may overlap: their sum is an upper
-// bound on the span). The kernel's name comes last: it may hold spaces. One more line gives what
+// bound on the span). error=NAME comes before the name where a launch's end was read with an
+// error (cudaErrorMisalignedAddress: a kernel's fault, which the runtime keeps for every later
+// call). The kernel's name comes last: it may hold spaces. One more line gives what
 // an SM of the GPU at hand holds (cudaDeviceGetAttribute: the real GPU's, not the GTX 1080's):
 //
 //   fa-launch: gpu sms=132 smem_sm=233472 regs_sm=65536 threads_sm=2048 blocks_sm=32
@@ -42,6 +44,7 @@ struct Shape {  // what one kind of launch asks: the key its launches are added 
 struct Totals {
   long long launches = 0, untimed = 0;
   double ms = 0;
+  cudaError_t failed = cudaSuccess;  // the first error its end was read with (a kernel's fault is sticky)
 };
 struct Pending {
   Shape shape;
@@ -95,6 +98,7 @@ inline void collect(bool wait) {
       t.ms += ms;
     } else {
       ++t.untimed;  // a failed launch or a lost context: counted, not timed
+      if (t.failed == cudaSuccess && done != cudaSuccess) t.failed = done;
     }
     give(p.start);
     give(p.stop);
@@ -120,9 +124,12 @@ inline void print() {
   for (const auto& entry : totals()) {  // C++11: the course's line builds with -std=c++11
     const Shape& s = entry.first;
     const Totals& t = entry.second;
-    std::fprintf(stderr, "fa-launch: launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d kernel=%s\n",
+    // error=NAME only where the end of a launch was read with an error: the program's own checks
+    // may have missed it (a kernel's fault reaches only the calls after it)
+    std::fprintf(stderr, "fa-launch: launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d%s%s kernel=%s\n",
                  t.launches, t.untimed, t.ms, s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2],
-                 s.smem, s.regs, s.kernel.c_str());
+                 s.smem, s.regs, t.failed == cudaSuccess ? "" : " error=",
+                 t.failed == cudaSuccess ? "" : cudaGetErrorName(t.failed), s.kernel.c_str());
   }
   totals().clear();
 }

@@ -131,6 +131,8 @@ def test_a_misaligned_float4_store_is_quoted_from_memcheck(tmp_path, inputs):
     line = next(i for i, l in enumerate((DATA / "planted_hw4.cu").read_text().splitlines(), 1)
                 if "*(float4*)&Ks[t][x] = kv" in l)
     assert f"planted_hw4.cu:{line}" in proc.stdout  # rebuilt with -lineinfo from the source: the line
+    # the judged run's own launch log saw the fault first, before any rerun or tool
+    assert "a kernel failed on the device: the end of its launches read cudaErrorMisalignedAddress" in proc.stdout
 
 
 def test_a_32bit_size_is_named_where_it_overflows(tmp_path, inputs):

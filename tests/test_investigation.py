@@ -124,3 +124,18 @@ def test_a_findings_kind_is_typed_and_kept_as_its_word():
     assert json.dumps(dict(kind=Finding(Kind.MEASURED, []).kind)) == '{"kind": "measured"}'
     with pytest.raises(ValueError):
         Finding("a kind nobody named", [])
+
+
+def test_a_kernels_fault_in_the_launch_log_is_said_first_with_its_kernel(tmp_path):
+    """The judged run's stderr holds a launch whose end read an error: KernelFault says it, as a
+    cause, naming the kernel; a launch log without one (or a crash by a signal) leaves it out."""
+    from fa_cli.judge.launch_errors import KernelFault
+    ctx = context(tmp_path)
+    ctx.run_stderr = ("fa-launch: launches=1 untimed=1 ms=0.000000 grid=2x1x1 block=128x1x1 smem=0 regs=32 "
+                      "error=cudaErrorMisalignedAddress kernel=void flash(float *)\n")
+    assert KernelFault().applies(ctx)
+    [found] = KernelFault().run(ctx)
+    assert found.is_cause and found.fields["kernels"] == "void flash(float *)"
+    assert "read cudaErrorMisalignedAddress (a misaligned address" in found.lines[0]
+    ctx.run_stderr = ctx.run_stderr.replace("error=cudaErrorMisalignedAddress ", "")
+    assert not KernelFault().applies(ctx)

@@ -45,6 +45,24 @@ def test_a_running_sum_never_rescaled_is_named_with_its_tile():
     assert factors.per_row_factor(P, P, s) is None  # the right weights: nothing to say
 
 
+def test_no_factor_per_row_is_said_where_a_row_weighs_one_key_or_drops_keys_p_weighs():
+    """Scores scaled by a huge constant weigh each row's largest key alone: one key a row fits any
+    factor, so none is said; nor where W leaves out keys that P weighs, however the rest compare."""
+    inp = probe()
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    argmax = (s == s.max(axis=2, keepdims=True)).astype(float)
+    assert factors.per_row_factor(argmax, P, s) is None
+    said, _ = factors.all_on_the_largest(argmax, s)
+    assert said.startswith("in 100% of the rows all the weight is on the key of the row's largest score"), said
+    assert factors.all_on_the_largest(P, s) is None
+    right = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)
+    W = P * right[..., None]  # the division by l missing ...
+    assert "f = l" in factors.per_row_factor(W, P, s)[0]
+    W[..., ::7] = 0  # ... and every 7th key left out
+    assert factors.per_row_factor(W, P, s) is None
+
+
 def test_a_division_whose_grid_covers_only_the_first_rows_is_said_with_them():
     """A second kernel, one thread a value, launched with the rows' grid: the first B*N values (the
     first B*N / d rows) divided by l, the others not."""
@@ -59,6 +77,24 @@ def test_a_division_whose_grid_covers_only_the_first_rows_is_said_with_them():
                          "6 of the 192 rows taken together, which are divided: a division that stops short after B*N "
                          "= 192 values, d = 32 of them a row (a launch sized for the rows where the division has a "
                          "thread a value)"), said
+
+
+def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
+    """l summed over each tile's largest weight (the tile's sum reduced with fmaxf): named with its
+    tile; a row factor no variant explains: said as the right softmax divided by another sum."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    own, _, final, sums = factors.tile_maxima(s, 32)
+    W = P * (sums.sum(axis=2) / np.exp(own - final).sum(axis=2))[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert fields["sum_tile"] == 32 and fields["sum_tile_max"], said
+    assert "each tile's largest weight where the tile's sum belongs" in said, said
+    W = P * RNG.uniform(1.5, 3.0, size=P.shape[:2])[..., None]
+    said, _ = factors.per_row_factor(W, P, s)
+    assert said.endswith("divided by another sum than theirs (f = the right l / the l it divided by), none of the "
+                         "running sums fa tried (tiles of 16 to 128 left out, not rescaled, rescaled twice, a tile's "
+                         "largest weight for its sum); look at how l is summed"), said
 
 
 def test_a_sum_counted_twice_halves_every_output_and_is_said_so():
@@ -85,6 +121,19 @@ def test_a_partial_output_never_rescaled_is_a_factor_per_key_tile():
     assert "tile of 64" in said and fields["tile_factor"] == [1.0, 0.0, 0.0]
     assert "acc is not rescaled" in said
     assert factors.per_tile_factor(P, P, s) is None
+
+
+def test_splits_normalised_apart_and_merged_without_their_sums_are_said_so():
+    """Split-K: each split of 32 keys gives o_s / l_s, merged with weights exp(m_s - M) / L: W / P
+    is 1 / l_s in the keys of split s."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    own, _, final, sums = factors.tile_maxima(s, 32)
+    W = P / np.repeat(sums * np.exp(final - own), 32, axis=2)
+    said, fields = factors.per_tile_factor(W, P, s)
+    assert "tile of 32" in said and fields.get("own_sums"), said
+    assert "normalised by its own sum, then merged with weights exp(m_tile - m_final) alone" in said, said
 
 
 @pytest.mark.parametrize("counts, words", [
@@ -658,16 +707,17 @@ def test_keys_past_n_scored_as_zero_are_told_from_keys_read_past_the_batch(tmp_p
     assert unmasked_keys(ctx, [16, 32, 64, 128]) is None
 
 
-def rows_left(B: int, N: int, still) -> list[str]:
-    """RowsNotWritten on W = P with the (batch, row) pairs of `still` never written (0 whatever V is)."""
+def rows_left(B: int, N: int, still, zeros: float | None = None) -> list[str]:
+    """RowsNotWritten on W = P with the (batch, row) pairs of `still` never written (0 whatever V is);
+    zeros: a factor on the right values those rows hold instead (-0.0 where divided by -inf)."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.tool_logs import Budget
     from fa_cli.programs.programs import Program
     inp = probe(B=B, N=N, d=32)
-    W, out = inp.weights(), inp.output().astype(np.float32)
-    W[still], out[still] = 0.0, 0.0
+    W, out, true = inp.weights(), inp.output().astype(np.float32), inp.output()
+    W[still], out[still] = 0.0, 0.0 if zeros is None else out[still] * np.float32(zeros)
     ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
-    ctx.facts.W, ctx.facts.out = W, out
+    ctx.facts.W, ctx.facts.out, ctx.facts.true = W, out, true
     return [line for f in readings.RowsNotWritten().run(ctx) for line in f.lines]
 
 
@@ -686,6 +736,10 @@ def test_rows_not_written_are_said_by_the_largest_pattern_they_fill():
     every[:, 192:] = True
     assert "the last 8 rows (192..199)" in rows_left(2, 200, every)[0]
     assert "nothing the program computes reaches the output" in rows_left(2, 200, np.ones((2, 200), bool))[0]
+    [line] = rows_left(2, 200, np.ones((2, 200), bool), zeros=-0.0)  # o / l with l = -inf: -0 where o > 0
+    assert "zeros carry the opposite of the right values' signs" in line and "divided by -infinity" in line, line
+    [line] = rows_left(2, 200, np.ones((2, 200), bool), zeros=0.0)  # o times a factor that underflowed: +-0
+    assert "zeros carry the right values' signs" in line, line
     assert rows_left(2, 200, np.zeros((2, 200), bool)) == []
     strided = np.zeros((2, 128), dtype=bool)
     strided[:, np.arange(128) % 32 >= 8] = True  # a warp's row from blockDim.x (32) where blockDim.y (8) rows are

@@ -62,3 +62,28 @@ def test_a_hazard_is_a_warning_with_its_lines_and_kept(tmp_path, sanitizer_sayin
     assert found[0].lines[0].startswith("passes here, but racecheck reports a shared-memory race: a write at "
                                         "attention<(int)32>+0x1a0, hw4.cu:70")
     assert race_check.cache_file(Program("racy", tmp_path / "racy"), 32).exists()
+
+
+def test_on_the_emulation_a_hazard_with_no_source_line_is_not_said_as_the_programs(tmp_path, sanitizer_saying,
+                                                                                     monkeypatch):
+    """A hw4.hip on the MI210 emulation: a hazard placed by kernel and offset alone may be the
+    emulation's own exchange between a wavefront's two warps: said as unplaced, never a warning;
+    one with the program's line stays a warning."""
+    from fa_cli.programs import wave64
+    monkeypatch.setattr(wave64, "emulated", lambda: True)
+    source = tmp_path / "hw4.hip"
+    source.write_text("")
+    unplaced = RACECHECK_LOG.replace(" in /home/s/hw4.cu:70", "").replace(" in /home/s/hw4.cu:80", "")
+    sanitizer_saying(unplaced)
+    binary = tmp_path / "emulated"
+    binary.write_bytes(b"emulated")
+    found = race_check.check(Program("hw4.hip", binary, source=source), 32, None, tmp_path, lambda line: None,
+                             Budget(60))
+    assert not any(f.kind == Kind.WARNING and "racecheck" in f.lines[0] for f in found), found
+    said = next(f.lines[0] for f in found if f.lines[0].startswith("race check: racecheck reports"))
+    assert "with no source line: not said as the program's" in said, said
+    sanitizer_saying(RACECHECK_LOG)
+    binary.write_bytes(b"emulated, with lines")
+    found = race_check.check(Program("hw4.hip", binary, source=source), 32, None, tmp_path, lambda line: None,
+                             Budget(60))
+    assert any(f.kind == Kind.WARNING and "hw4.cu:70" in f.lines[0] for f in found), found

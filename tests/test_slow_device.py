@@ -40,11 +40,12 @@ def runs_giving(monkeypatch, outputs, built=None):
 
 def test_right_with_every_launch_waited_for_and_wrong_alike_between_names_the_host_going_on_early(ctx, monkeypatch):
     ctx.done.append("failed 5 of 5 runs on t01: the same output in every run")
-    called = runs_giving(monkeypatch, [RIGHT] * 3, built=[RIGHT + 1] * 3)
+    called = runs_giving(monkeypatch, [RIGHT] * 4, built=[RIGHT + 1] * 3)
     step = slow_device.LaunchesWaited()
     assert step.applies(ctx)
     [found] = step.run(ctx)
-    assert called == [((), 1), (("CUDA_LAUNCH_BLOCKING=1",), 1)] * 3  # by turns: each pair under one load
+    waited = (("CUDA_LAUNCH_BLOCKING=1",), 1)
+    assert called == [waited] + [((), 1), waited] * 3  # one waited first, then by turns: each pair under one load
     assert found.kind == Kind.MEASURED and "right in 3 of 3 runs on t01, and as built, run by turns" in found.lines[0]
     assert "1 `cudaMemcpyAsync(" in found.lines[0]  # the line that orders host and device
 
@@ -52,7 +53,7 @@ def test_right_with_every_launch_waited_for_and_wrong_alike_between_names_the_ho
 def test_right_waited_for_but_right_as_built_too_between_claims_nothing(ctx, monkeypatch):
     """A failure that depends on the load: the runs as built between the waited ones pass once."""
     ctx.done.append("failed 5 of 5 runs on t01")
-    runs_giving(monkeypatch, [RIGHT] * 3, built=[RIGHT + 1, RIGHT, RIGHT + 1])
+    runs_giving(monkeypatch, [RIGHT] * 4, built=[RIGHT + 1, RIGHT, RIGHT + 1])
     [found] = slow_device.LaunchesWaited().run(ctx)
     assert found.kind == Kind.OBSERVED and "no claim" in found.lines[0] and "wrong values: 8, 0, 8" in found.lines[0]
 
@@ -61,12 +62,16 @@ def test_right_waited_for_but_right_as_built_too_between_claims_nothing(ctx, mon
     (True, "wrong with every launch and copy waited for (CUDA_LAUNCH_BLOCKING=1 FA_COPIES_WAITED=1) too"),
     (False, "wrong with every launch waited for (CUDA_LAUNCH_BLOCKING=1) too")])  # no layer: its copies not waited
 def test_still_wrong_with_every_launch_waited_for_claims_nothing(ctx, monkeypatch, layered, said):
+    """Wrong in the first run waited for: said, and no runs by turns; right there, wrong in a later
+    one: the same."""
     monkeypatch.setattr(slow_device, "layered", lambda program: layered)
     ctx.done.append("failed 5 of 5 runs on t01")
-    called = runs_giving(monkeypatch, [RIGHT, RIGHT + 1, RIGHT], built=[RIGHT + 1] * 3)
+    called = runs_giving(monkeypatch, [RIGHT + 1], built=[])
     assert slow_device.LaunchesWaited().run(ctx) == []
     assert ctx.done[-1] == said
-    assert called[1][0] == (("CUDA_LAUNCH_BLOCKING=1", "FA_COPIES_WAITED=1") if layered else ("CUDA_LAUNCH_BLOCKING=1",))
+    assert called == [(("CUDA_LAUNCH_BLOCKING=1", "FA_COPIES_WAITED=1") if layered else ("CUDA_LAUNCH_BLOCKING=1",), 1)]
+    runs_giving(monkeypatch, [RIGHT, RIGHT, RIGHT + 1, RIGHT], built=[RIGHT + 1] * 3)
+    assert slow_device.LaunchesWaited().run(ctx) == [] and ctx.done[-1] == said
 
 
 def test_every_launch_waited_for_only_where_the_runs_again_agreed(ctx):

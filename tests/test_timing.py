@@ -45,7 +45,8 @@ def test_the_launch_log_is_read_as_the_header_prints_it():
     """launch_log.h's format string and the parser agree: the keys it prints are the ones read,
     a kernel name with spaces comes whole, a broken line is left out, and none is the program's."""
     header = (ROOT / "src_cuda" / "launch_log.h").read_text()
-    assert "launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d kernel=%s" in header
+    assert "launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d%s%s kernel=%s" in header
+    assert '" error="' in header
     assert "gpu sms=%d smem_sm=%d regs_sm=%d threads_sm=%d blocks_sm=%d" in header
     stderr = ("fa-launch: launches=54 untimed=0 ms=1.944000 grid=20x8x1 block=128x1x1 smem=33280 regs=49 "
               "kernel=void flash<float, 64>\n"
@@ -58,6 +59,9 @@ def test_the_launch_log_is_read_as_the_header_prints_it():
     assert timing.gpu_limits(stderr) == timing.SmLimits(132, 233472, 65536, 2048, 32)
     assert [l for l in stderr.splitlines() if not timing.is_timing_line(l)] == ["hw4: done"]
     assert timing.launches("hw4: done\n") == [] and timing.gpu_limits("") is None
+    [failed] = timing.launches("fa-launch: launches=1 untimed=1 ms=0.000000 grid=2x1x1 block=128x1x1 smem=0 regs=32 "
+                               "error=cudaErrorMisalignedAddress kernel=k\n")
+    assert failed.error == "cudaErrorMisalignedAddress" and failed.kernel == "k" and found.error == ""
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")

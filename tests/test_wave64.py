@@ -239,6 +239,54 @@ def test_primitives_follow_amds_formulas(tmp_path):
         assert [int(v) for v in values.split()] == documented(op, int(width), int(arg)), head
 
 
+WAVE_BARRIER = r"""
+#include <hip/hip_runtime.h>
+#include <cstdio>
+// Lane 63 stores, the wavefront's barrier, lane 0 reads: one wavefront's lanes are there together.
+// The grid width is chosen by the target macro on the host (none) and checked on the device (gfx90a).
+__global__ void exchange(int* out) {
+  __shared__ int cell[2];
+  const int w = threadIdx.x / 64, lane = threadIdx.x % 64;
+  if (lane == 63) cell[w] = 1000 + w;
+  __builtin_amdgcn_wave_barrier();
+  if (lane == 0) out[w] = cell[w];
+#ifdef __gfx90a__
+  if (threadIdx.x == 0) out[2] = 90;
+#endif
+}
+int main() {
+#ifdef __gfx90a__
+  const int host = 90;
+#else
+  const int host = 0;
+#endif
+  int *d, h[3] = {0, 0, 0};
+  hipMalloc(&d, sizeof h);
+  hipMemset(d, 0, sizeof h);
+  for (int i = 0; i < 200; ++i) {
+    hipLaunchKernelGGL(exchange, dim3(1), dim3(128), 0, 0, d);
+    hipMemcpy(h, d, sizeof h, hipMemcpyDeviceToHost);
+    if (h[0] != 1000 || h[1] != 1001) return 1;
+  }
+  std::printf("host %d device %d\n", host, h[2]);
+  return 0;
+}
+"""
+
+
+@pytest.mark.gpu
+def test_a_wavefronts_barrier_meets_its_two_halves_and_the_target_macro_is_the_device_passes(tmp_path):
+    """__builtin_amdgcn_wave_barrier: what lane 63 stored before it, lane 0 reads after it, in every
+    one of 200 launches (the wavefront's two warps meet there); __gfx90a__ is defined in the device
+    pass and not in the host's, as hipcc defines its target's macro."""
+    source, exe = tmp_path / "barrier.hip", tmp_path / "barrier"
+    source.write_text(WAVE_BARRIER)
+    proc = emulation_build(source, exe)
+    assert proc.returncode == 0, proc.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "host 0 device 90", run.stdout + run.stderr
+
+
 def judged(tmp_path, source: Path, *cases, rules: bool = True) -> subprocess.CompletedProcess:
     return fa("run", *cases, "--program", source, "--why-budget", "0", *([] if rules else ["--no-gtx1080-rules"]),
               cwd=tmp_path)

@@ -170,6 +170,9 @@ class Sanitizer(Step):
                 f"OUTPUT` would name {TOOL_WORDS[tool]}" for tool in tools]))
             return True
         if not ctx.starting(f"compute-sanitizer --tool {', '.join(tools)} on {case.label}"):
+            ctx.findings.append(Finding(Kind.MISSING_TOOL, [
+                f"{', '.join(tools)} not run on {case.label}: fa run --why-budget's {ctx.budget.seconds:g} s were "
+                f"spent before it (it looks for {' or '.join(TOOL_WORDS[tool] for tool in tools)})"]))
             return True
         reports = sanitize_side_by_side(tools, with_lines(ctx.program).argv, case.input_path, ctx.work,
                                         ctx.budget.left, ctx.on_node)

@@ -21,6 +21,7 @@ from ..programs import wave64
 from ..programs.programs import Launcher, Program
 from . import expected, probes, race_check
 from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
+from .launch_errors import KernelFault
 from .leaving_early import LeftBeforeBarrier
 from .across_cases import across_cases
 from .batch_coverage import BatchesCovered
@@ -85,7 +86,7 @@ class AcrossCases(Step):
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
-    Catalogue(), NoGpuHere(), SandboxLimit(), HostCrash(), Rerun(), SlowerThanHost(), LaunchesWaited(),
+    Catalogue(), NoGpuHere(), SandboxLimit(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     LeftBeforeBarrier(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
@@ -140,6 +141,7 @@ def investigate(case, tol: float, launcher: Launcher | None, say: Callable[[str]
     ctx = Context(program, launcher, work, budget, say, tol, None, target.name, case_path=target.input_path,
                   case_shape=target.shape, kind=gpu_kind(program), target=target, verdict=case.verdict,
                   signal=signal_name(case.run.returncode), launcher_says=case.run.launcher_says, judged=case.judged,
+                  run_stderr=case.run.stderr or "",
                   correct=correct,
                   hypothesis=list(case.diagnosis.fields.get("looks_like", [])) if case.diagnosis else [],
                   pattern=dict(case.diagnosis.fields.get("pattern") or {}) if case.diagnosis else {})

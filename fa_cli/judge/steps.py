@@ -71,6 +71,7 @@ class Context:
     verdict: str = "WRONG"
     signal: str | None = None  # the signal that ended the judged run
     launcher_says: str | None = None  # why the launcher ended the judged run (RunResult.launcher_says)
+    run_stderr: str = ""  # what the judged run wrote on stderr (its launch log's lines among it)
     judged: object | None = None  # verdict.JudgedOutput of the judged run, where it failed
     correct: np.ndarray | None = None  # its expected output
     trial: object | None = None  # reruns.TrialCase: what the tools run on (a copy of the first batches, or all)

@@ -14,10 +14,11 @@ a student's program: without it fa has only the whole process's wall time.
 A student's hw4.cu or hw4.hip built under its judge's layer (src_cuda/launch_log.h) adds, at
 exit, one line per kernel and launch shape: what its launches asked and their GPU time here,
 
-    fa-launch: launches=N untimed=N ms=MS grid=XxYxZ block=XxYxZ smem=BYTES regs=N kernel=NAME
+    fa-launch: launches=N untimed=N ms=MS grid=XxYxZ block=XxYxZ smem=BYTES regs=N [error=NAME] kernel=NAME
     fa-launch: gpu sms=N smem_sm=BYTES regs_sm=N threads_sm=N blocks_sm=N   (the GPU at hand's SM)
 
-read by `launches` below for the estimate of the judge's time (fa_cli/measure/judge_time.py).
+read by `launches` below for the estimate of the judge's time (fa_cli/measure/judge_time.py) and
+for a kernel's fault the program never checked (error=, judge/launch_errors.py).
 """
 from __future__ import annotations
 
@@ -85,6 +86,7 @@ class Launch:
     block: tuple[int, int, int]
     smem: int  # bytes a block, static and dynamic
     regs: int  # registers a thread (this build's)
+    error: str = ""  # the CUDA error a launch's end was read with (a kernel's fault), "" where none
 
     @property
     def blocks(self) -> int:
@@ -128,7 +130,8 @@ def launches(stderr: str) -> list[Launch]:
         try:
             fields = dict(item.split("=", 1) for item in head.split())
             found.append(Launch(kernel.strip(), int(fields["launches"]), int(fields["untimed"]), float(fields["ms"]),
-                                _dims(fields["grid"]), _dims(fields["block"]), int(fields["smem"]), int(fields["regs"])))
+                                _dims(fields["grid"]), _dims(fields["block"]), int(fields["smem"]), int(fields["regs"]),
+                                fields.get("error", "")))
         except (KeyError, ValueError):
             continue
     return found

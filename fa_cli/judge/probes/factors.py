@@ -13,7 +13,7 @@ import numpy as np
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
-from .step import Context, fmt, logits
+from .step import Context, fmt, logits, softmax_rows
 
 def tile_maxima(s: np.ndarray, T: int):
     """Per key tile of T: the tile's own max, the running max after it, and the final max
@@ -40,8 +40,12 @@ SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where
              (0, 0): ""}
 
 
+TILE_MAX_WORDS = "each tile's largest weight where the tile's sum belongs (a max reduction where a sum belongs)"
+
+
 def sum_variants(s: np.ndarray):
-    """(T, tiles added, (a, b), l) for every variant of the running sum."""
+    """(T, tiles added, (a, b), how, l) for every variant of the running sum: a tile's terms summed
+    and carried (SUM_WORDS), or its largest term alone."""
     for T in KEY_TILES:
         if T >= s.shape[2]:
             continue
@@ -51,16 +55,20 @@ def sum_variants(s: np.ndarray):
             for words, part in SUM_TILES.items():
                 if (a, b) == (0, 0) and words == "every tile":
                     continue  # the right sum
-                yield T, words, (a, b), term[..., part].sum(axis=2)
+                yield T, words, (a, b), SUM_WORDS[(a, b)], term[..., part].sum(axis=2)
+        yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
 
 
 def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
     """W = f_i P for each row i: the factor and which sum l gives it."""
     use = P > 1e-6
+    # A key P weighs that W leaves at 0 is no factor of its row (exp of a score within 14 of the
+    # max never underflows), and a row with one weighed key fits any factor: neither is a fit.
     with np.errstate(divide="ignore", invalid="ignore"):
-        logr = np.where(use & (W > 0), np.log(W / P), np.nan)
+        logr = np.where(use & (W > 0), np.log(W / P), np.where(use, -np.inf, np.nan))
+    weighed = (use & (W > 0)).sum(axis=2)
     hi, lo = np.nanmax(logr, axis=2), np.nanmin(logr, axis=2)
-    if np.isnan(hi).any() or np.mean(hi - lo <= FLAT) < FIT_SHARE:
+    if np.isnan(hi).any() or np.mean((hi - lo <= FLAT) & (weighed >= 2)) < FIT_SHARE:
         return None
     f = np.exp(np.nanmean(logr, axis=2))
     if np.abs(np.log(f)).max() <= FLAT:
@@ -74,10 +82,9 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     if np.mean(undivided) >= FIT_SHARE:
         return f"{said}: f = l: the final division of the output by the running sum l is missing" \
             + divided_first(undivided, np.abs(np.log(f)) <= FLAT), fields
-    for T, tiles, ab, l_wrong in sum_variants(s):
+    for T, tiles, ab, how, l_wrong in sum_variants(s):
         if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
-            how = SUM_WORDS[ab]
-            fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab))
+            fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
             return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
                     f"(key tiles of {T}){', ' + how if how else ''}; look at the update of l"), fields
     if np.ptp(np.log(f)) <= FLAT:
@@ -87,7 +94,9 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             "value more than once, e.g. a butterfly over lanes that starts at the full width, not half)" \
             if times >= 2 and abs(np.log(f0 * times)) <= FLAT else ""
         return f"{said}: the same f = {fmt(f0)} in every row: a constant factor on the output{counted}", fields
-    return None
+    return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
+            "divided by), none of the running sums fa tried (tiles of 16 to 128 left out, not rescaled, rescaled "
+            "twice, a tile's largest weight for its sum); look at how l is summed"), fields
 
 
 def divided_first(undivided: np.ndarray, right: np.ndarray) -> str:
@@ -153,8 +162,25 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
             return tile_words(said, tuple(float(v) for v in rounded), W, fields)
         if counted := tiles_counted(g[rows_ok], W):
             return f"{said}; {counted}", dict(fields, tile_counts=counted)
+        if own_sums(g, s, T, valid, rows_ok):
+            return (f"{said}; each tile's factor is 1 / (the tile's own sum of exp(s - m_tile)): each tile of keys "
+                    "(a split) normalised by its own sum, then merged with weights exp(m_tile - m_final) alone, not "
+                    "l_tile * exp(m_tile - m_final): look at the merge of the splits"), dict(fields, own_sums=True)
         return said + "; not a power of the running maxima fa tried", fields
     return None
+
+
+def own_sums(g: np.ndarray, s: np.ndarray, T: int, valid: np.ndarray, rows_ok: np.ndarray) -> bool:
+    """log W / P per tile (g) = -log of the tile's own sum, sum of exp(s - m_tile) over its keys, and
+    a constant per row: parts normalised apart and merged without their sums."""
+    own, _, final, sums = tile_maxima(s, T)
+    with np.errstate(divide="ignore"):
+        model = -(np.log(sums) + (final - own))
+    gap = np.where(valid, g - model, np.nan)[rows_ok]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        gap = gap - np.nanmean(gap, axis=1, keepdims=True)
+    return bool(np.mean(np.abs(gap[valid[rows_ok]]) <= 10 * FLAT) >= FIT_SHARE)
 
 
 def tiles_counted(g: np.ndarray, W: np.ndarray) -> str | None:
@@ -283,13 +309,27 @@ def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None
                                                                                  look="scale")
 
 
+def all_on_the_largest(W: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
+    """Each row's whole weight on its largest score's key: a softmax whose scores were multiplied
+    by a factor so large that only the max counts (W / P fits no factor there: one key a row)."""
+    top = np.take_along_axis(W, s.argmax(axis=2)[..., None], axis=2)[..., 0]
+    alone = (np.abs(top - 1) <= 1e-3) & (np.abs(W.sum(axis=2) - top) <= 1e-3)
+    if np.mean(alone) < FIT_SHARE or np.allclose(W, softmax_rows(s), atol=1e-3):
+        return None
+    return (f"in {np.mean(alone):.0%} of the rows all the weight is on the key of the row's largest score (1 "
+            "there, 0 on every other key): the scores were multiplied by a factor far above 1/sqrt(d) (a scale "
+            "read from the wrong place, or copied as another type), or the softmax was taken as a max"), \
+        dict(look="scale")
+
+
 class Factors(WeightReading):
     name = "W / P by row and by key tile, and log W against the logits"
 
     def run(self, ctx: Context) -> list[Finding]:
         W, P = ctx.facts.W, ctx.facts.P
         s = logits(ctx.probe.q, ctx.probe.k)
-        for reading in (per_row_factor(W, P, s), per_tile_factor(W, P, s), logit_slope(W, s, ctx.probe.shape.d)):
+        for reading in (all_on_the_largest(W, s), per_row_factor(W, P, s), per_tile_factor(W, P, s),
+                        logit_slope(W, s, ctx.probe.shape.d)):
             if reading:
                 said, fields = reading
                 if "not a power" in said:

@@ -144,7 +144,9 @@ class RowsNotWritten(WeightReading):
         held = "0" if bool((out[still] == 0).all()) else "the same values"
         flat = np.flatnonzero(still.ravel())  # rows counted over all batches: b * N + r
         whole = np.flatnonzero(still.all(axis=1))
-        if still.all():  # no row of any batch: nothing reaches the output, not one tile's bound
+        if still.all() and held == "0" and (signed := signed_zeros(out, ctx.facts.true)):
+            what = f"every row of every batch holds 0 in every run, whatever V is, {signed}"
+        elif still.all():  # no row of any batch: nothing reaches the output, not one tile's bound
             what = (f"every row of every batch holds {held} in every run, whatever V is: nothing the program computes "
                     "reaches the output (a kernel that does not run or does not store, or a copy back that is missing "
                     "or comes before the kernel)")
@@ -172,6 +174,25 @@ class RowsNotWritten(WeightReading):
                 "query tile's").replace(" keys (its bound", " rows (its bound")
             what = f"{which} hold {held} in every run, whatever V is: never written (left as they were); look at {code}"
         return measured(ctx, [f"measured: {what}"], rows_not_written=int(still.sum()))
+
+
+def signed_zeros(out: np.ndarray, true: np.ndarray | None) -> str:
+    """Where an output of zeros carries signs that follow the right values' (each, or each's
+    opposite): computed values divided by an infinite sum, not memory nothing wrote ("" else)."""
+    material = np.abs(true) > 1e-3 if true is not None else None
+    if material is None or not material.any() or not np.signbit(out).any():
+        return ""
+    same = float(np.mean(np.signbit(out[material]) == (true[material] < 0)))
+    if same >= 0.99:
+        return (f"but its zeros carry the right values' signs (-0 where the right value is negative, in {same:.1%} of "
+                "them): the values were computed, then divided by +infinity (a running sum l that overflowed) or "
+                "multiplied by a factor that underflowed to 0; look at l and the factors on the output")
+    if same <= 0.01:
+        return (f"but its zeros carry the opposite of the right values' signs (-0 where the right value is positive, "
+                f"in {1 - same:.1%} of them): the values were computed, then divided by -infinity (o / l with l = "
+                "-inf: a sum that took in -INFINITY, the identity of a max, e.g. a reduction shared by the max and "
+                "the sum); look at the running sum l")
+    return ""
 
 
 def plural_batches(batches: np.ndarray) -> str:

@@ -12,7 +12,9 @@
 //           in one line, as the MI210 refuses it;
 //   device  warpSize == 64 and the wavefront's cross-lane functions with HIP's own semantics
 //           (wave64_device.h): __shfl, __shfl_up, __shfl_down, __shfl_xor at any width up to
-//           64, __ballot and __activemask as 64-bit masks, __any, __all, __lane_id.
+//           64, __ballot and __activemask as 64-bit masks, __any, __all, __lane_id; the AMD
+//           builtins a homework calls (ds_bpermute, readfirstlane, mbcnt, wave_barrier, s_barrier);
+//           __gfx90a__ defined in the device pass only, as hipcc does.
 // Times measured through it are the NVIDIA GPU's, never an MI210's.
 #pragma once
 
@@ -50,6 +52,11 @@
 #define FA_WAVE64_LANES 64
 #endif
 static_assert(FA_WAVE64_LANES == 64 || FA_WAVE64_LANES == 32, "the emulation runs 64- or 32-lane wavefronts");
+// hipcc defines its target's macro in the device pass only, never in the host's: a program that
+// picks its wavefront width by it has two widths there, and so here (the 32-lane build: none).
+#if defined(__CUDA_ARCH__) && FA_WAVE64_LANES == 64 && !defined(__gfx90a__)
+#define __gfx90a__ 1
+#endif
 namespace fa_wave64 {
 constexpr int kWave = FA_WAVE64_LANES;     // lanes of a CDNA wavefront (64)
 constexpr int kMaxThreads = 1024;          // threads of a workgroup

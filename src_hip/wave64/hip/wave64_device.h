@@ -33,7 +33,8 @@ namespace fa_wave64 {
 
 // ---------------------------------------------------------------- the fault record
 enum FaultKind { kNoFault, kPartialWarp, kMissingLane, kPartnerAbsent, kNoScratch, kHalvesApart };
-enum Op { kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kActivemask, kBpermute, kReadfirstlane };
+enum Op { kShfl, kShflUp, kShflDown, kShflXor, kBallot, kAny, kAll, kActivemask, kBpermute, kReadfirstlane,
+          kWaveBarrier };
 
 struct Fault {
   int kind, op;
@@ -50,8 +51,9 @@ __device__ int fault_claimed;    // the first fault is the one told
 inline const char* op_name(int op) {
   static const char* names[] = {"__shfl", "__shfl_up", "__shfl_down", "__shfl_xor",
                                 "__ballot", "__any", "__all", "__activemask",
-                                "__builtin_amdgcn_ds_bpermute", "__builtin_amdgcn_readfirstlane"};
-  return op >= 0 && op < 10 ? names[op] : "a cross-lane function";
+                                "__builtin_amdgcn_ds_bpermute", "__builtin_amdgcn_readfirstlane",
+                                "__builtin_amdgcn_wave_barrier"};
+  return op >= 0 && op < 11 ? names[op] : "a cross-lane function";
 }
 
 // A call's op and line in one word, as the two halves compare them at each exchange.
@@ -341,6 +343,17 @@ __device__ __forceinline__ unsigned fa_wave64_mbcnt_hi(unsigned mask, unsigned a
   return __popc(mask & (lane >= 32 ? (1u << (lane - 32)) - 1 : 0u)) + add;
 }
 
+// wave_barrier: on CDNA a wavefront's lanes run in step, so it waits for no other wavefront of the
+// block (only s_barrier, __syncthreads, does); here a wavefront is two warps, which meet at it as
+// one wavefront's lanes would be there together. A branch taken by part of a warp meets nothing.
+__device__ __forceinline__ void fa_wave64_wave_barrier(int line) {
+  const unsigned t = fa_wave64::thread_index(), members = fa_wave64::cuda_activemask();
+  __threadfence_block();
+  if (members == fa_wave64::warp_lanes_mask(t)) (void)fa_wave64::vote(fa_wave64::kWaveBarrier, 1, line);
+  else __syncwarp(members);
+  __threadfence_block();
+}
+
 #define __shfl(...) fa_wave64_shfl(__LINE__, __VA_ARGS__)
 #define __shfl_up(...) fa_wave64_shfl_up(__LINE__, __VA_ARGS__)
 #define __shfl_down(...) fa_wave64_shfl_down(__LINE__, __VA_ARGS__)
@@ -355,4 +368,6 @@ __device__ __forceinline__ unsigned fa_wave64_mbcnt_hi(unsigned mask, unsigned a
 #define __builtin_amdgcn_readfirstlane(v) fa_wave64_readfirstlane(__LINE__, v)
 #define __builtin_amdgcn_mbcnt_lo(mask, add) fa_wave64_mbcnt_lo(mask, add)
 #define __builtin_amdgcn_mbcnt_hi(mask, add) fa_wave64_mbcnt_hi(mask, add)
+#define __builtin_amdgcn_wave_barrier() fa_wave64_wave_barrier(__LINE__)
+#define __builtin_amdgcn_s_barrier() __syncthreads()
 #endif  // __CUDACC__

@@ -1,0 +1,46 @@
+"""A kernel that failed where the program never checked: the judges' launch log reads the end of
+every launch at the program's exit (src_cuda/launch_log.h), and a fault on the device (a
+misaligned or illegal address, a trap) comes back there as the runtime's error, which it keeps for
+every call after it. The program's own unchecked cudaMemcpy then copies back whatever the output
+held: the verdict says WRONG (often all zeros), this step says why, before any rerun or tool.
+"""
+from __future__ import annotations
+
+from ..programs.timing import launches
+from .findings import Finding, Kind
+from .steps import Context, Step
+from .tool_logs import CRASH_SIGNALS
+
+# The runtime's errors a failed kernel leaves, in a student's words.
+ERROR_WORDS = {
+    "cudaErrorMisalignedAddress": "a misaligned address (a float4 or float2 access at an offset that is not a "
+                                  "multiple of its size, as a row of d + 1 floats gives)",
+    "cudaErrorIllegalAddress": "an address outside every allocation (an index past the end of an array)",
+    "cudaErrorLaunchFailure": "an unspecified fault in the kernel",
+    "cudaErrorIllegalInstruction": "an illegal instruction",
+    "cudaErrorAssert": "a device-side assert",
+    "cudaErrorHardwareStackError": "a stack overflow in the kernel (deep recursion or large local arrays)",
+    "cudaErrorLaunchTimeout": "a kernel stopped for running too long",
+}
+
+
+class KernelFault(Step):
+    """The judged run's launch log: a launch whose end was read with an error."""
+
+    name = "a kernel's fault the program did not check"
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.verdict in ("WRONG", "ERROR") and ctx.signal not in CRASH_SIGNALS and \
+            any(launch.error for launch in launches(ctx.run_stderr))
+
+    def run(self, ctx: Context) -> list[Finding]:
+        failed = [launch for launch in launches(ctx.run_stderr) if launch.error]
+        error = failed[0].error
+        kernels = ", ".join(dict.fromkeys(launch.kernel for launch in failed))
+        words = ERROR_WORDS.get(error, "a fault on the device")
+        return [Finding(Kind.CRASH, [
+            f"a kernel failed on the device: the end of its launches read {error} ({words}) in fa's launch log at "
+            f"the program's exit (kernels whose launches ended so: {kernels}; the runtime keeps a kernel's fault for "
+            "every call after it, so the first of them is the one at fault); the program went on without checking "
+            "it, and wrote what its output buffer held; memcheck, where it runs, names the access and its line"],
+            dict(kernel_error=error, kernels=kernels))]
