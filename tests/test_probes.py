@@ -541,6 +541,14 @@ def test_k_read_through_a_float4_pointer_at_a_rows_length_in_floats_is_found():
         assert words.startswith(expected)
 
 
+def test_every_key_past_the_first_tile_dropped_is_said_with_both_ways_a_program_does_it():
+    """Keys 32..127 without weight: a key loop that stops after one tile, or tile pointers that never
+    advance (every tile reads keys 0..31 again: the same weights at N = 128)."""
+    which, code = readings.describe_keys(np.arange(32, 128), 128)
+    assert which == "the last 96 keys (32..127), every key past the first tile of 32"
+    assert code.startswith("the key loop's bound, or where each tile's keys are read: a K and V tile pointer")
+
+
 def test_keys_dropped_at_the_end_name_every_tile_they_fit():
     which, code = readings.describe_keys(np.arange(216, 240), 240)
     assert "T = 27, 36, 54, 72, 108" in which and "a whole last tile of 24" in which

@@ -329,7 +329,8 @@ MISTAKES = (
     Mistake("not normalized", "O must be divided by the row sum l at the end", not_normalized, SUM_LINES),
     Mistake("normalized by the last key tile's sum only",
             "l must carry over tiles: l = l * exp(m_old - m_new) + sum of this tile", last_tile_sum_only, SUM_LINES),
-    Mistake("only the first key tile attended", "the loop over K/V tiles stops after one tile", first_tile_only,
+    Mistake("only the first key tile attended", "the loop over K/V tiles stops after one tile, or every tile "
+            "loads the first tile's keys again (a K/V tile pointer or offset that never advances)", first_tile_only,
             KEY_LOOP_LINES),
     Mistake("rows not written", "the grid (or a bound) covers too few query rows", rows_not_written, ROW_LINES),
     Mistake("batch b holds batch b-1's output", "an offset of one batch in the output (or input) index",

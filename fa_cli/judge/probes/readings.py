@@ -218,6 +218,10 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
                     + " or ".join(w for w in (partial, whole) if w),
                     "the key-tile count and the last tile's width: a count N / T that rounds down, or a last tile "
                     "given 0 keys (use (N + T - 1) / T tiles, the last min(T, N - start) wide)")
+        if N - n in KEY_TILES:  # the first tile alone kept: a loop that stops, or one that reads tile 0 again
+            return (f"the last {n} keys ({keys[0]}..{N - 1}), every key past the first tile of {N - n}",
+                    f"the key loop's bound, or where each tile's keys are read: a K and V tile pointer or offset "
+                    f"that never advances reads the first {N - n} keys at every tile (the same weights)")
         return f"the last {n} keys ({keys[0]}..{N - 1})", "the key loop's bound"
     if contiguous and keys[0] == 0:
         last = [T for T in KEY_TILES if N - n == T or (N % T and N - n == N % T)]  # only the last tile kept
