@@ -118,6 +118,13 @@ inline void print_gpu() {
                value[2], value[3], value[4]);
 }
 
+// The error's name as one word ("" for none): a code this runtime has no name for as its number.
+inline std::string error_word(cudaError_t e) {
+  if (e == cudaSuccess) return "";
+  const std::string name = cudaGetErrorName(e);
+  return name.find(' ') == std::string::npos ? name : "cudaError" + std::to_string((int)e);
+}
+
 inline void print() {
   collect(true);
   if (!totals().empty()) print_gpu();
@@ -128,8 +135,8 @@ inline void print() {
     // may have missed it (a kernel's fault reaches only the calls after it)
     std::fprintf(stderr, "fa-launch: launches=%lld untimed=%lld ms=%.6f grid=%ux%ux%u block=%ux%ux%u smem=%zu regs=%d%s%s kernel=%s\n",
                  t.launches, t.untimed, t.ms, s.grid[0], s.grid[1], s.grid[2], s.block[0], s.block[1], s.block[2],
-                 s.smem, s.regs, t.failed == cudaSuccess ? "" : " error=",
-                 t.failed == cudaSuccess ? "" : cudaGetErrorName(t.failed), s.kernel.c_str());
+                 s.smem, s.regs, t.failed == cudaSuccess ? "" : " error=", error_word(t.failed).c_str(),
+                 s.kernel.c_str());
   }
   totals().clear();
 }

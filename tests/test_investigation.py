@@ -137,5 +137,11 @@ def test_a_kernels_fault_in_the_launch_log_is_said_first_with_its_kernel(tmp_pat
     [found] = KernelFault().run(ctx)
     assert found.is_cause and found.fields["kernels"] == "void flash(float *)"
     assert "read cudaErrorMisalignedAddress (a misaligned address" in found.lines[0]
-    ctx.run_stderr = ctx.run_stderr.replace("error=cudaErrorMisalignedAddress ", "")
+    ctx.verdict = "ERROR"  # the program stopped on it: its own words say it
+    assert not KernelFault().applies(ctx)
+    ctx.verdict = "WRONG"
+    reset = ctx.run_stderr.replace("cudaErrorMisalignedAddress", "cudaErrorInvalidResourceHandle")
+    ctx.run_stderr = reset  # events a device reset destroyed: no kernel's fault
+    assert not KernelFault().applies(ctx)
+    ctx.run_stderr = ctx.run_stderr.replace("error=cudaErrorInvalidResourceHandle ", "")
     assert not KernelFault().applies(ctx)

@@ -93,8 +93,12 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     W = P * RNG.uniform(1.5, 3.0, size=P.shape[:2])[..., None]
     said, _ = factors.per_row_factor(W, P, s)
     assert said.endswith("divided by another sum than theirs (f = the right l / the l it divided by), none of the "
-                         "running sums fa tried (tiles of 16 to 128 left out, not rescaled, rescaled twice, a tile's "
-                         "largest weight for its sum); look at how l is summed"), said
+                         "running sums fa tried (key tiles of 16, 32, 64: tiles left out, not rescaled, rescaled "
+                         "twice, a tile's largest weight for its sum); look at how l is summed"), said
+    assert "the row right" not in said
+    W[:, :6] = P[:, :6]  # six rows of each batch right: said with their count
+    said, _ = factors.per_row_factor(W, P, s)
+    assert "f = 1, the row right, in 12 of the 256 rows" in said, said
 
 
 def test_a_sum_counted_twice_halves_every_output_and_is_said_so():

@@ -244,10 +244,10 @@ WAVE_BARRIER = r"""
 #include <cstdio>
 // Lane 63 stores, the wavefront's barrier, lane 0 reads: one wavefront's lanes are there together.
 // The grid width is chosen by the target macro on the host (none) and checked on the device (gfx90a).
-__global__ void exchange(int* out) {
+__global__ void exchange(int* out, int launch) {
   __shared__ int cell[2];
   const int w = threadIdx.x / 64, lane = threadIdx.x % 64;
-  if (lane == 63) cell[w] = 1000 + w;
+  if (lane == 63) cell[w] = 1000 * launch + w;  // a value of this launch: shared memory keeps the last one's
   __builtin_amdgcn_wave_barrier();
   if (lane == 0) out[w] = cell[w];
 #ifdef __gfx90a__
@@ -263,10 +263,10 @@ int main() {
   int *d, h[3] = {0, 0, 0};
   hipMalloc(&d, sizeof h);
   hipMemset(d, 0, sizeof h);
-  for (int i = 0; i < 200; ++i) {
-    hipLaunchKernelGGL(exchange, dim3(1), dim3(128), 0, 0, d);
+  for (int i = 1; i <= 200; ++i) {
+    hipLaunchKernelGGL(exchange, dim3(1), dim3(128), 0, 0, d, i);
     hipMemcpy(h, d, sizeof h, hipMemcpyDeviceToHost);
-    if (h[0] != 1000 || h[1] != 1001) return 1;
+    if (h[0] != 1000 * i || h[1] != 1000 * i + 1) return 1;
   }
   std::printf("host %d device %d\n", host, h[2]);
   return 0;

@@ -30,17 +30,22 @@ class KernelFault(Step):
     name = "a kernel's fault the program did not check"
 
     def applies(self, ctx: Context) -> bool:
-        return ctx.verdict in ("WRONG", "ERROR") and ctx.signal not in CRASH_SIGNALS and \
-            any(launch.error for launch in launches(ctx.run_stderr))
+        # WRONG only: a program that checked and stopped says its error itself (ERROR); an error
+        # that is not a kernel's fault (events a device reset destroyed) says nothing of a kernel
+        return ctx.verdict == "WRONG" and ctx.signal not in CRASH_SIGNALS and bool(faulted(ctx.run_stderr))
 
     def run(self, ctx: Context) -> list[Finding]:
-        failed = [launch for launch in launches(ctx.run_stderr) if launch.error]
+        failed = faulted(ctx.run_stderr)
         error = failed[0].error
         kernels = ", ".join(dict.fromkeys(launch.kernel for launch in failed))
-        words = ERROR_WORDS.get(error, "a fault on the device")
         return [Finding(Kind.CRASH, [
-            f"a kernel failed on the device: the end of its launches read {error} ({words}) in fa's launch log at "
-            f"the program's exit (kernels whose launches ended so: {kernels}; the runtime keeps a kernel's fault for "
-            "every call after it, so the first of them is the one at fault); the program went on without checking "
-            "it, and wrote what its output buffer held; memcheck, where it runs, names the access and its line"],
-            dict(kernel_error=error, kernels=kernels))]
+            f"a kernel failed on the device: the end of its launches read {error} ({ERROR_WORDS[error]}) in fa's "
+            f"launch log at the program's exit (kernels whose launches ended so: {kernels}; the runtime keeps a "
+            "kernel's fault for every call after it, so the one at fault is among them); the program went on "
+            "without stopping on it and wrote what its output buffer held; memcheck, where it runs, names the "
+            "access and its line"], dict(kernel_error=error, kernels=kernels))]
+
+
+def faulted(stderr: str) -> list:
+    """The launch log's launches whose end read a kernel's fault (ERROR_WORDS)."""
+    return [launch for launch in launches(stderr) if launch.error in ERROR_WORDS]

@@ -91,18 +91,19 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if all(said.checked_nothing for said in reports):  # said once
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} checked nothing on {shape}: "
                                             f"{NO_CUDA_CALL_SAID}"])]
-    emulated = wave64.emulates(program.source)
-    found = [finding for said in reports for finding in told(said, shape, timeout, emulated)]
+    placed_in = program.source.name if wave64.emulates(program.source) else None
+    found = [finding for said in reports for finding in told(said, shape, timeout, placed_in)]
     if not any(f.kind == Kind.MISSING_TOOL for f in found):
         keep(kept, found)
     return found
 
 
-def told(said: SanitizerReport, shape: Shape, timeout: float, emulated: bool = False) -> list[Finding]:
+def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | None = None) -> list[Finding]:
     """One tool's report as fa says it: a hazard as a warning with its lines, a tool stopped at its
-    time limit with nothing reported, or nothing. On the MI210 emulation a hazard with no source
-    line is not said as the program's: a wavefront's two warps meet through shared memory there
-    (the emulation's code, inlined in the student's kernel), and only a line tells the two apart."""
+    time limit with nothing reported, or nothing. placed_in: on the MI210 emulation, the student's
+    file: a hazard with no line in it is not said as the program's (a wavefront's two warps meet
+    through shared memory there, in the emulation's code inlined in the student's kernel; the
+    reports whose lines name the emulation's header are dropped before, tool_logs.without_layer)."""
     if said.checked_nothing:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} checked nothing on {shape}: "
                                             f"{NO_CUDA_CALL_SAID}"])]
@@ -110,7 +111,7 @@ def told(said: SanitizerReport, shape: Shape, timeout: float, emulated: bool = F
         return [] if said.finished else [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} stopped after "
                                                                      f"{timeout:g} s with nothing reported"])]
     lines = sanitizer_lines(said.first)
-    if emulated and said.tool == "racecheck" and not re.search(r"\.\w+:\d+", " ".join(said.first)):
+    if placed_in and said.tool == "racecheck" and not re.search(re.escape(placed_in) + r":\d+", " ".join(said.first)):
         return [Finding(Kind.MISSING_TOOL, [f"race check: racecheck reports {lines[0].split(': ', 1)[-1]} on {shape} "
                                             "with no source line: not said as the program's, since on the MI210 "
                                             "emulation a wavefront's two warps also meet through shared memory, in "

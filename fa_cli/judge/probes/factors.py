@@ -68,14 +68,20 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
         logr = np.where(use & (W > 0), np.log(W / P), np.where(use, -np.inf, np.nan))
     weighed = (use & (W > 0)).sum(axis=2)
     hi, lo = np.nanmax(logr, axis=2), np.nanmin(logr, axis=2)
-    if np.isnan(hi).any() or np.mean((hi - lo <= FLAT) & (weighed >= 2)) < FIT_SHARE:
+    fits = (hi - lo <= FLAT) & (weighed >= 2)
+    if np.isnan(hi).any() or np.mean(fits) < FIT_SHARE:
         return None
-    f = np.exp(np.nanmean(logr, axis=2))
-    if np.abs(np.log(f)).max() <= FLAT:
+    with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row with no finite ratio: its f is NaN, unused
+        f = np.exp(np.nanmean(np.where(fits[..., None], logr, np.nan), axis=2))
+    off = np.abs(np.log(f[fits])) > FLAT
+    if not off.any():
         return None
     total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)  # the right l (relative to the final max)
-    fields = dict(row_factor=[float(np.min(f)), float(np.max(f))])
-    said = f"W = f P with one factor f per row (f from {span(f)}; the row sums of W are f)"
+    fields = dict(row_factor=[float(np.min(f[fits])), float(np.max(f[fits]))])
+    right = int((~off).sum())
+    said = f"W = f P with one factor f per row (f from {span(f[fits])}; the row sums of W are f" + \
+        (f"; f = 1, the row right, in {right} of the {off.size} rows" if right else "") + ")"
     if np.mean(np.abs(np.log(f * total)) <= FLAT) >= FIT_SHARE:
         return f"{said}: f = 1 / l: the output is divided by l twice", fields
     undivided = np.abs(np.log(f / total)) <= FLAT
@@ -87,16 +93,17 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
             return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
                     f"(key tiles of {T}){', ' + how if how else ''}; look at the update of l"), fields
-    if np.ptp(np.log(f)) <= FLAT:
-        f0 = float(np.mean(f))
+    if np.ptp(np.log(f[fits])) <= FLAT:
+        f0 = float(np.mean(f[fits]))
         times = round(1 / f0)
         counted = f": 1 / {times}: the running sum l is {times} times the right one (a reduction that adds each " \
             "value more than once, e.g. a butterfly over lanes that starts at the full width, not half)" \
             if times >= 2 and abs(np.log(f0 * times)) <= FLAT else ""
         return f"{said}: the same f = {fmt(f0)} in every row: a constant factor on the output{counted}", fields
+    tiles = ", ".join(str(T) for T in KEY_TILES if T < s.shape[2])
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
-            "divided by), none of the running sums fa tried (tiles of 16 to 128 left out, not rescaled, rescaled "
-            "twice, a tile's largest weight for its sum); look at how l is summed"), fields
+            f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'}: tiles left out, not "
+            "rescaled, rescaled twice, a tile's largest weight for its sum); look at how l is summed"), fields
 
 
 def divided_first(undivided: np.ndarray, right: np.ndarray) -> str:

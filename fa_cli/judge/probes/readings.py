@@ -186,12 +186,13 @@ def signed_zeros(out: np.ndarray, true: np.ndarray | None) -> str:
     if same >= 0.99:
         return (f"but its zeros carry the right values' signs (-0 where the right value is negative, in {same:.1%} of "
                 "them): the values were computed, then divided by +infinity (a running sum l that overflowed) or "
-                "multiplied by a factor that underflowed to 0; look at l and the factors on the output")
+                "multiplied by 0 (a factor that is 0 or underflowed to it); look at l and the factors on the output")
     if same <= 0.01:
         return (f"but its zeros carry the opposite of the right values' signs (-0 where the right value is positive, "
                 f"in {1 - same:.1%} of them): the values were computed, then divided by -infinity (o / l with l = "
                 "-inf: a sum that took in -INFINITY, the identity of a max, e.g. a reduction shared by the max and "
-                "the sum); look at the running sum l")
+                "the sum), or negated and then divided by +infinity or multiplied by 0; look at the running sum l "
+                "and the output's sign")
     return ""
 
 

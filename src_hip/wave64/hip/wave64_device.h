@@ -345,12 +345,12 @@ __device__ __forceinline__ unsigned fa_wave64_mbcnt_hi(unsigned mask, unsigned a
 
 // wave_barrier: on CDNA a wavefront's lanes run in step, so it waits for no other wavefront of the
 // block (only s_barrier, __syncthreads, does); here a wavefront is two warps, which meet at it as
-// one wavefront's lanes would be there together. A branch taken by part of a warp meets nothing.
+// one wavefront's lanes would be there together (the lanes of each half that reach it). Not
+// emulated: a wave barrier that one half of a wavefront never reaches (a branch on lane < 32),
+// legal on AMD: the other half waits for it and is told as absent, as a shuffle would be.
 __device__ __forceinline__ void fa_wave64_wave_barrier(int line) {
-  const unsigned t = fa_wave64::thread_index(), members = fa_wave64::cuda_activemask();
   __threadfence_block();
-  if (members == fa_wave64::warp_lanes_mask(t)) (void)fa_wave64::vote(fa_wave64::kWaveBarrier, 1, line);
-  else __syncwarp(members);
+  (void)fa_wave64::vote(fa_wave64::kWaveBarrier, 1, line);
   __threadfence_block();
 }
 
