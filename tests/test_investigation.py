@@ -145,3 +145,27 @@ def test_a_kernels_fault_in_the_launch_log_is_said_first_with_its_kernel(tmp_pat
     assert not KernelFault().applies(ctx)
     ctx.run_stderr = ctx.run_stderr.replace("error=cudaErrorInvalidResourceHandle ", "")
     assert not KernelFault().applies(ctx)
+
+
+def test_a_pass_with_an_error_no_float32_program_makes_is_warned_with_its_lines(tmp_path):
+    """An error of 3e-3 on a case of N = 128 that passes (an fp16 copy of the input): a warning, with
+    the source's __half line; 3e-4 at N = 32768 (float32's own there) or 1e-5 at N = 128: nothing."""
+    from types import SimpleNamespace
+    from fa_cli.cases.format import Shape
+    from fa_cli.judge.error_size import ErrorOfAPass
+    source = tmp_path / "hw4.cu"
+    source.write_text("int main() {\n  __half* h = 0;\n}\n")
+    (tmp_path / "hw4").write_bytes(b"ELF ... .nv_fatbin ...")  # a CUDA build, as its sections say
+
+    def passed(err, N):
+        return SimpleNamespace(verdict="PASS", check=SimpleNamespace(max_err=err),
+                               target=SimpleNamespace(name=f"n{N}", shape=Shape(2, N, 32)))
+    ctx = Context(Program("hw4.cu", tmp_path / "hw4", source=source), None, tmp_path, Budget(60.0),
+                  lambda line: None, 5e-3, object(), "t01")
+    ctx.results = [passed(1e-5, 128), passed(3e-4, 32768)]
+    assert not ErrorOfAPass().applies(ctx)
+    ctx.results.append(passed(3.1e-3, 256))
+    assert ErrorOfAPass().applies(ctx)
+    [found] = ErrorOfAPass().run(ctx)
+    assert found.kind == Kind.WARNING and found.lines[0].startswith("passes n256, but its largest error there, 0.0031")
+    assert "lines with a lower precision in hw4.cu: 2 `__half* h = 0;`" in found.lines[0], found.lines[0]

@@ -101,6 +101,18 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     assert "f = 1, the row right, in 12 of the 256 rows" in said, said
 
 
+def test_clamped_slots_masked_after_the_sum_are_named_with_their_count():
+    """N = 200, tiles of 32: the last tile's 24 empty lanes read key 199 and are zeroed after the
+    butterfly: l holds key 199's weight 24 times more, the output's terms do not."""
+    inp = probe(N=200)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    right = np.exp(s - s.max(axis=2, keepdims=True))
+    W = P * (right.sum(axis=2) / (right.sum(axis=2) + 24 * right[..., -1]))[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert fields["sum_tile"] == 32 and "key N - 1's weight 24 times more: the 24 empty slots" in said, said
+
+
 def test_a_sum_counted_twice_halves_every_output_and_is_said_so():
     """A butterfly over 64 lanes that starts at 64: its first step adds each lane's value to itself."""
     inp = probe()

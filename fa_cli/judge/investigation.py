@@ -21,6 +21,7 @@ from ..programs import wave64
 from ..programs.programs import Launcher, Program
 from . import expected, probes, race_check
 from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
+from .error_size import ErrorOfAPass
 from .launch_errors import KernelFault
 from .leaving_early import LeftBeforeBarrier
 from .across_cases import across_cases
@@ -91,8 +92,8 @@ CASE_STEPS: tuple[Step, ...] = (
     LeftBeforeBarrier(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
     AmdTools(), NothingMore())
-RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), SlowDevice(), race_check.PassingBuild(),
-                               LargerInput())
+RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), ErrorOfAPass(), SlowDevice(),
+                               race_check.PassingBuild(), LargerInput())
 
 
 def probing(ctx: Context) -> bool:

@@ -41,6 +41,8 @@ SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where
 
 
 TILE_MAX_WORDS = "each tile's largest weight where the tile's sum belongs (a max reduction where a sum belongs)"
+CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty slots of the partial last tile of {T} "
+                 "read key N - 1 (a clamped index) and are masked after the sum's reduction, not before it")
 
 
 def sum_variants(s: np.ndarray):
@@ -57,6 +59,9 @@ def sum_variants(s: np.ndarray):
                     continue  # the right sum
                 yield T, words, (a, b), SUM_WORDS[(a, b)], term[..., part].sum(axis=2)
         yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
+        if extra := -s.shape[2] % T:  # a partial last tile's empty slots clamped to key N - 1, masked after the sum
+            last = np.exp(s[..., -1] - final[..., 0])
+            yield T, "every tile", (0, 0), CLAMPED_WORDS.format(extra=extra, T=T), sums.sum(axis=2) + extra * last
 
 
 def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
