@@ -207,3 +207,15 @@ def test_a_build_of_another_form_is_not_counted_in_the_budget():
     assert budget.used < 0.25  # the 0.3 s of the build are not in it, whatever the load
     time.sleep(0.2)
     assert budget.used >= 0.2
+
+
+def test_an_unwritten_part_of_the_output_is_placed_by_initchecks_copy_report():
+    """The copy back of a 2 x 128 x 32 output read unwritten from byte 16384: batch 1, row 0 (every
+    batch's launch wrote batch 0's place); a copy of another size is not placed."""
+    first = ["Host API memory access error at host access to 0x7f23ec818000 of size 32,768 bytes",
+             "Uninitialized access to 0x7f23ec81c000 on access by cudaMemcpy source"]
+    said = tool_logs.unwritten_output(first, 2, 128, 32)
+    assert said == ("the copy back is the whole output (32,768 bytes); the first value initcheck found unwritten in it "
+                    "is at byte 16,384: the output's batch 1, row 0, column 0")
+    assert tool_logs.unwritten_output(first, 2, 128, 64) is None
+    assert tool_logs.unwritten_output(first[:1], 2, 128, 32) is None

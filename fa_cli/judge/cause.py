@@ -41,7 +41,7 @@ from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHAR
 from .steps import Context, Step
 from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, NO_CUDA_CALL_SAID, TOOL_WORDS, SanitizerReport,
                         asan_report, backtrace, caught_in, debugger_exit, find_tool, frame_text, is_own_frame,
-                        is_system_frame, run_captured, sanitize_side_by_side, sanitizer_lines)
+                        is_system_frame, run_captured, sanitize_side_by_side, sanitizer_lines, unwritten_output)
 
 
 def crashed(ctx: Context) -> bool:
@@ -195,6 +195,8 @@ class Sanitizer(Step):
         total = f" ({said.count} errors in all)" if said.count else ""
         words = "" if tool in ("memcheck", "racecheck") else f" {TOOL_WORDS[tool]}:"
         lines = [f"{tool} on {case.label}{total}:{words}", *sanitizer_lines(said.first)]
+        if tool == "initcheck" and (where := unwritten_output(said.first, case.shape.B, case.shape.N, case.shape.d)):
+            lines.append(where)
         ctx.findings.append(Finding(Kind(tool), lines, dict(report=said.first, count=said.count, on=case.label)))
         return False
 

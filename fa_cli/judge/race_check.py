@@ -27,7 +27,7 @@ from .findings import Finding, Kind
 from .probes.step import read_payload
 from .reruns import TrialCase
 from .steps import Context, Step
-from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, find_tool, gpu_kind,
+from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, find_tool, gpu_kind, unwritten_output,
                         sanitize_side_by_side, sanitizer_lines)
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
@@ -117,6 +117,8 @@ def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | N
                                             "emulation a wavefront's two warps also meet through shared memory, in "
                                             "the emulation's own code within the same kernel"])]
     what = lines[0] if said.tool == "racecheck" else f"{TOOLS[said.tool]}: " + "; ".join(lines)
+    if said.tool == "initcheck" and (where := unwritten_output(said.first, shape.B, shape.N, shape.d)):
+        what += f" ({where})"
     total = f" ({said.count} in all)" if said.count else ""
     return [Finding(Kind.WARNING, [f"passes here, but {said.tool} reports {what}{total} on {shape}; the judge's "
                                    "GPU may schedule it otherwise"],

@@ -262,6 +262,22 @@ def sanitizer_lines(first: list[str]) -> list[str]:
     return [first[0].removeprefix("Error: ")] + (["; ".join(detail)] if detail else [])
 
 
+def unwritten_output(first: list[str], B: int, N: int, d: int) -> str | None:
+    """Where initcheck's report of a copy whose source was never written falls in the output, where
+    the copy is the whole output (B*N*d floats): its batch, row and column; None else."""
+    text = " ".join(first)
+    copy = re.search(r"host access to (0x[0-9a-f]+) of size ([\d,]+) bytes", text)
+    read = re.search(r"Uninitialized access to (0x[0-9a-f]+) on access by cudaMemcpy\w* source", text)
+    if not copy or not read:
+        return None
+    base, size, at = int(copy.group(1), 16), int(copy.group(2).replace(",", "")), int(read.group(1), 16)
+    if size != B * N * d * 4 or not base <= at < base + size:
+        return None
+    b, rest = divmod((at - base) // 4, N * d)
+    return (f"the copy back is the whole output ({size:,} bytes); the first value initcheck found unwritten in it "
+            f"is at byte {at - base:,}: the output's batch {b}, row {rest // d}, column {rest % d}")
+
+
 def sanitizer_count(log: str) -> int | None:
     match = re.search(r"(?:ERROR SUMMARY|RACECHECK SUMMARY): (\d+) (?:error|hazard)", log)
     return int(match.group(1)) if match else None
