@@ -61,14 +61,14 @@ def with_setting(program: Program, *assignments: str) -> Program:
                                                      *program.interpreter))
 
 
-def waiting(program: Program) -> tuple[Program, str]:
-    """The same build with everything it starts waited for, and those words: every launch and every
-    asynchronous copy under fa's launch layer, every launch alone without it (nothing there to wait
-    for the copies)."""
+def waiting(program: Program) -> tuple[Program, str, str]:
+    """The same build with everything it starts waited for, and those words, short and with the
+    settings: every launch and every asynchronous copy under fa's launch layer, every launch alone
+    without it (nothing there to wait for the copies)."""
     copies = layered(program)
     assignments = settings.launches_waited(copies)
     what = "every launch and copy waited for" if copies else "every launch waited for"
-    return with_setting(program, *assignments), f"{what} ({' '.join(assignments)})"
+    return with_setting(program, *assignments), what, f"{what} ({' '.join(assignments)})"
 
 
 def delayed(program: Program) -> Program:
@@ -133,8 +133,8 @@ class SlowerThanHost(Step):
             return [Finding(Kind.OBSERVED, [f"{said} (wrong values: {', '.join(map(str, wrong))})"])]
         # Slowed and wrong alike is the host's order only where waiting for the device makes it right: a
         # kernel that reads memory another block is writing can settle into one wrong output slowed, too.
-        waited_for, words = waiting(ctx.program)
-        waited = outputs_of(ctx, waited_for, case, WAITED_RUNS, words.split(" (")[0])
+        waited_for, short, words = waiting(ctx.program)
+        waited = outputs_of(ctx, waited_for, case, WAITED_RUNS, short)
         right = wrong_in(waited, case, ctx.tol) if waited is not None else None
         if right is None or any(w != 0 for w in right):
             shown = "no output" if right is None else f"wrong values: {', '.join(map(str, right))}"
@@ -143,7 +143,7 @@ class SlowerThanHost(Step):
                 "order of host and device alone; no claim from it"])]
         return [Finding(Kind.MEASURED, [
             f"measured: {said}, {wrong[0]} of {outputs[0].size} values wrong, where the runs again without it "
-            f"(above) depend on timing, and with {words.split(' (')[0]} it is right in {WAITED_RUNS} of "
+            f"(above) depend on timing, and with {short} it is right in {WAITED_RUNS} of "
             f"{WAITED_RUNS}: {EARLY}; a race inside a kernel would not wait for the launch"
             + ordering_lines(ctx)], dict(slow_device_wrong=wrong[0], case=case.label))]
 
@@ -160,16 +160,16 @@ class LaunchesWaited(Step):
             not ctx.found_cause and bool(ctx.done)  # ctx.done: the runs again ended without a cause (Rerun)
 
     def run(self, ctx: Context) -> list[Finding]:
-        waited_for, words = waiting(ctx.program)
+        waited_for, short, words = waiting(ctx.program)
         case, waited = ctx.trial, f"with {words}"
         # one run waited for first: wrong there too, and the pairs by turns would tell nothing more
-        first = outputs_of(ctx, waited_for, case, 1, f"{words.split(' (')[0]}, a first run", counted=False)
+        first = outputs_of(ctx, waited_for, case, 1, f"{short}, a first run", counted=False)
         if first is None:
             return []
         if any(w != 0 for w in wrong_in(first, case, ctx.tol)):
             ctx.done.append(f"wrong {waited} too")
             return []
-        programs = {"as built": ctx.program, words.split(" (")[0]: waited_for}
+        programs = {"as built": ctx.program, short: waited_for}
         outputs = {what: [] for what in programs}
         for k in range(WAITED_RUNS):
             for what, program in programs.items():
@@ -178,7 +178,7 @@ class LaunchesWaited(Step):
                     return []
                 outputs[what] += got
         built = wrong_in(outputs["as built"], case, ctx.tol)
-        right = wrong_in(outputs[words.split(" (")[0]], case, ctx.tol)
+        right = wrong_in(outputs[short], case, ctx.tol)
         if any(w != 0 for w in right):  # None (no output) or wrong: not a matter of waiting
             ctx.done.append(f"wrong {waited} too")
             return []

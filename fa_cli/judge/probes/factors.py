@@ -79,13 +79,14 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a row with no finite ratio: its f is NaN, unused
         f = np.exp(np.nanmean(np.where(fits[..., None], logr, np.nan), axis=2))
-    off = np.abs(np.log(f[fits])) > FLAT
+    fitted = f[fits]
+    off = np.abs(np.log(fitted)) > FLAT
     if not off.any():
         return None
     total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)  # the right l (relative to the final max)
-    fields = dict(row_factor=[float(np.min(f[fits])), float(np.max(f[fits]))])
+    fields = dict(row_factor=[float(np.min(fitted)), float(np.max(fitted))])
     right = int((~off).sum())
-    said = f"W = f P with one factor f per row (f from {span(f[fits])}; the row sums of W are f" + \
+    said = f"W = f P with one factor f per row (f from {span(fitted)}; the row sums of W are f" + \
         (f"; f = 1, the row right, in {right} of the {off.size} rows" if right else "") + ")"
     if np.mean(np.abs(np.log(f * total)) <= FLAT) >= FIT_SHARE:
         return f"{said}: f = 1 / l: the output is divided by l twice", fields
@@ -98,8 +99,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
             return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
                     f"(key tiles of {T}){', ' + how if how else ''}; look at the update of l"), fields
-    if np.ptp(np.log(f[fits])) <= FLAT:
-        f0 = float(np.mean(f[fits]))
+    if np.ptp(np.log(fitted)) <= FLAT:
+        f0 = float(np.mean(fitted))
         times = round(1 / f0)
         counted = f": 1 / {times}: the running sum l is {times} times the right one (a reduction that adds each " \
             "value more than once, e.g. a butterfly over lanes that starts at the full width, not half)" \
