@@ -75,3 +75,42 @@ def test_what_a_search_waits_for_its_turns_is_not_taken_from_its_budget(tmp_path
         pass
     other.join(10)
     assert budget.used < 0.2 and budget.left > 9.8
+
+
+def test_a_turn_given_back_inside_its_block_lets_the_next_timed_run_in(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_GPU_TURNS", str(tmp_path / "turns"))
+    log = []
+    with gpu_turns.turn(True) as gpu:
+        other = holder(True, log, "next", 0.0)
+        other.start()
+        time.sleep(0.2)
+        assert log == []  # held: the next timed run waits
+        gpu.give_back()
+        gpu.give_back()  # twice is once
+        other.join(5)
+        assert [w for _, w, _ in log] == ["in", "out"]  # in while this block still runs (fa's clean-up)
+
+
+def test_a_programs_run_gives_its_turn_back_before_fas_clean_up(tmp_path, monkeypatch):
+    """programs.run holds the GPU from the program's start to its exit, not while fa's reader and
+    the sandbox's watcher settle."""
+    from fa_cli.programs import programs
+    monkeypatch.setenv("FA_GPU_TURNS", str(tmp_path / "turns"))
+    order = []
+    real_give_back, real_settled = gpu_turns.Turn.give_back, programs._settled
+
+    def give_back(self):
+        order.append("given back" if self.fd is not None else "again")
+        real_give_back(self)
+
+    def settled(watcher):
+        order.append("settled")
+        real_settled(watcher)
+    monkeypatch.setattr(gpu_turns.Turn, "give_back", give_back)
+    monkeypatch.setattr(programs, "_settled", settled)
+    script = tmp_path / "prog.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    result = programs.run(programs.Program("prog", script), tmp_path / "in", tmp_path / "out")
+    assert result.returncode == 0
+    assert order == ["given back", "settled", "again"]

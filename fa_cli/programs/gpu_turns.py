@@ -25,22 +25,35 @@ def waited_s() -> float:
     return _waited[0]
 
 
+class Turn:
+    """A turn held; given back by give_back() (once the program exited: fa's clean-up after it
+    needs no GPU) or at the end of its with block, whichever comes first."""
+
+    def __init__(self, fd: int | None = None):
+        self.fd = fd
+
+    def give_back(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # the lock goes with the descriptor
+            self.fd = None
+
+
 @contextlib.contextmanager
-def turn(timed: bool) -> Iterator[None]:
+def turn(timed: bool) -> Iterator[Turn]:
     """The GPU held for one run: alone where timed, beside other untimed runs where not."""
     path = settings.gpu_turns()
     if path is None:
-        yield
+        yield Turn()
         return
-    gpu = _open(path)
+    held = Turn(_open(path))
     try:
         asked = time.monotonic()
         with _locked(path + ".gate", fcntl.LOCK_EX):
-            fcntl.flock(gpu, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
+            fcntl.flock(held.fd, fcntl.LOCK_EX if timed else fcntl.LOCK_SH)
         _waited[0] += time.monotonic() - asked
-        yield
+        yield held
     finally:
-        os.close(gpu)  # the lock goes with the descriptor
+        held.give_back()
 
 
 @contextlib.contextmanager

@@ -256,13 +256,14 @@ def run(
     """Run PROGRAM INPUT OUTPUT once, in its turn on the GPU (gpu_turns: alone where its time
     counts; untimed, a rerun that looks for a cause, beside others), timing the whole process from
     outside: from its exec to its exit."""
-    with gpu_turns.turn(timed):
-        return _run(program, input_path, output_path, launcher, timeout, env)
+    with gpu_turns.turn(timed) as gpu:
+        return _run(program, input_path, output_path, launcher, timeout, env, gpu)
 
 
 def _run(program: Program, input_path: Path, output_path: Path, launcher: Launcher | None, timeout: float | None,
-         env: dict[str, str] | None) -> RunResult:
-    """run(), its turn taken.
+         env: dict[str, str] | None, gpu: gpu_turns.Turn) -> RunResult:
+    """run(), its turn on the GPU taken (given back once the program and what it left running are
+    gone, before fa's clean-up: the next run's turn starts while this one's reader and watcher settle).
 
     Past `timeout` seconds the program is stopped as a judge would (RunResult.timed_out). The
     program runs in its own process group, so that stopping it reaches whatever it started;
@@ -306,6 +307,7 @@ def _run(program: Program, input_path: Path, output_path: Path, launcher: Launch
     wall = ended.at - start
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # whatever it left running
+    gpu.give_back()
     reader.join(KILL_GRACE_S)
     _settled(watcher)
     stderr = "".join(chunks)
