@@ -217,6 +217,8 @@ def test_verify_diagnoses_too(student, inputs, tmp_path):
     ([0, 2, 4], list(range(6)), 6, "every 2nd row (rows 0, 2, 4, ...)"),
     ([1, 4], list(range(6)), 6, "every 3rd row (rows 1, 4, 7, ...)"),
     (list(range(0, 128, 7)) + list(range(1, 128, 11)), list(range(128)), 128, "31 scattered rows (of 128 checked)"),
+    ([i for i in range(200) if i % 64 >= 32], list(range(200)), 200, "rows 32..63 of every 64 (rows i with i mod 64"),
+    ([i for i in range(256) if i % 32 < 16 and i > 0], list(range(256)), 256, "127 scattered rows"),
 ])
 def test_describe_rows(bad, checked, N, expected):
     assert diagnose.describe_rows(np.array(bad), np.array(checked), N).startswith(expected)

@@ -15,6 +15,13 @@ from fa_cli.judge.probes.step import ProbeInput
 RNG = np.random.default_rng(5)
 
 
+@pytest.fixture(autouse=True)
+def same_draws():
+    """Each test draws from the same seed whichever tests ran before it in its process (xdist)."""
+    global RNG
+    RNG = np.random.default_rng(5)
+
+
 def probe(B=2, N=96, d=32) -> ProbeInput:
     q, k, v = (RNG.uniform(-3, 3, size=(B, N, d)).astype(np.float32) for _ in range(3))
     return ProbeInput(q, k, v)
@@ -153,3 +160,20 @@ def test_scores_kept_in_an_int_are_named_whole_or_summed():
     said, named = precision.read(out.astype(np.float64), inp.output(), inp)
     assert named and "the scores' dot product summed in an int, each partial sum truncated (q scaled first)" in said, \
         said
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_a_query_row_kept_in_bf16_is_named_before_or_after_its_scale(scaled):
+    """q kept in bf16 registers (frexp and round here), K and V in float32: as it is, or after its
+    1/sqrt(d) scale (a scaled q row converted once, before the loop over keys)."""
+    inp = probe()
+    scale = np.float32(1 / np.sqrt(32))
+
+    def bf16(x):
+        m, e = np.frexp(x.astype(np.float64))
+        return np.ldexp(np.round(np.ldexp(m, 8)), e - 8)
+    q = bf16(inp.q * scale) / np.float64(scale) if scaled else bf16(inp.q)
+    out = ProbeInput(q.astype(np.float64), inp.k, inp.v).output()
+    said, named = precision.read(out, inp.output(), inp)
+    part = "Q scaled by 1/sqrt(d) (the query row kept in it after its scale" if scaled else "Q (the query row kept"
+    assert named and f"with {part}" in said and "rounded to bf16" in said, said

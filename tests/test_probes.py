@@ -11,9 +11,16 @@ from helpers import DATA, fa, stand_in_context
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge.probes import factors, indexing, layout, readings, softmax_steps
-from fa_cli.judge.probes.step import ProbeInput, logits, softmax_rows
+from fa_cli.judge.probes.step import ProbeInput, guard_payload, logits, softmax_rows
 
 RNG = np.random.default_rng(3)
+
+
+@pytest.fixture(autouse=True)
+def same_draws():
+    """Each test draws from the same seed whichever tests ran before it in its process (xdist)."""
+    global RNG
+    RNG = np.random.default_rng(3)
 
 
 def probe(B=2, N=200, d=32) -> ProbeInput:
@@ -94,11 +101,26 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     said, _ = factors.per_row_factor(W, P, s)
     assert said.endswith("divided by another sum than theirs (f = the right l / the l it divided by), none of the "
                          "running sums fa tried (key tiles of 16, 32, 64: tiles left out, not rescaled, rescaled "
-                         "twice, a tile's largest weight for its sum); look at how l is summed"), said
+                         "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys); look "
+                         "at how l is summed"), said
     assert "the row right" not in said
     W[:, :6] = P[:, :6]  # six rows of each batch right: said with their count
     said, _ = factors.per_row_factor(W, P, s)
     assert "f = 1, the row right, in 12 of the 256 rows" in said, said
+
+
+@pytest.mark.parametrize("N", [128, 200])
+def test_a_sum_over_half_of_every_group_of_keys_is_named_with_the_group(N):
+    """l reduced over 128 threads whose tree stops at 64 values and leaves out red[tid + 32]: the sum
+    holds the keys j mod 64 < 32 only (the scores' max over them too: it cancels in W)."""
+    inp = probe(N=N)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    W = P * (e.sum(axis=-1) / e[..., np.arange(N) % 64 < 32].sum(axis=-1))[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert fields["sum_half_of"] == 64 and fields["sum_half_low"], said
+    assert "its sum l holds only the keys with j mod 64 < 32 (the first 32 of every 64)" in said, said
 
 
 def test_clamped_slots_masked_after_the_sum_are_named_with_their_count():
@@ -755,7 +777,11 @@ def test_rows_not_written_are_said_by_the_largest_pattern_they_fill():
     tail[1, 184:] = True  # 400 % 128 = 16: the last 16 of the 400 rows
     [line] = rows_left(2, 200, tail)
     assert "the last 16 of the B * N = 400 rows taken together (batch 1 from row 184 on)" in line
-    assert "stops short: B * N % T = 16 for blocks of T = 24, 32, 48, 64, 96, 128, 192 rows" in line
+    assert "stops short: B * N % T = 16 for blocks of T = 32, 48, 64, 96, 128, 192 rows" in line
+    odd = np.zeros((2, 128), dtype=bool)
+    odd[1, 4:] = True  # 256 % 132 = 124: no block a grid would have (a batch written at another offset)
+    [line] = rows_left(2, 128, odd)
+    assert "no block of 16 to 256 rows (a multiple of 16) leaves 124" in line and "stops short" not in line, line
     every = np.zeros((2, 200), dtype=bool)
     every[:, 192:] = True
     assert "the last 8 rows (192..199)" in rows_left(2, 200, every)[0]
@@ -775,3 +801,44 @@ def test_rows_not_written_are_said_by_the_largest_pattern_they_fill():
     odd[:, 1::2] = True  # the second row of every pair: the period said is 2, not a tile's first..last offsets
     [line] = rows_left(2, 128, odd)
     assert "every 2nd row from row 1 hold 0" in line, line
+
+
+@pytest.mark.parametrize("k_placed, v_placed, start", [
+    (True, True, "K_b and V_b read from the query row's own place: row i's key j is the row i + j"),
+    (True, False, "K_b read from the query row's own place"),
+    (False, True, "V_b read from the query row's own place")])
+def test_k_or_v_read_from_the_query_rows_own_place_is_found_past_the_input_with_its_guard(k_placed, v_placed, start):
+    """A K (and V) pointer made from row i's Q pointer: key j of row i is the flat row i + j from
+    the matrix's start, running past it into the next matrix, and for the last batch into the guard
+    batch written after the input."""
+    B, N, d = 2, 96, 32
+    inp = probe(B=B, N=N, d=d)
+    guard = guard_payload(1, N, d)
+    filed = np.concatenate([inp.flat(), guard.ravel()]).astype(np.float64)
+    out = np.zeros((B, N, d))
+    for b in range(B):
+        base = b * 3 * N * d
+        for i in range(N):
+            keys = [base + N * d + ((i if k_placed else 0) + j) * d for j in range(N)]
+            values = [base + 2 * N * d + ((i if v_placed else 0) + j) * d for j in range(N)]
+            s = np.array([filed[base + i * d:][:d] @ filed[at:][:d] for at in keys]) / np.sqrt(d)
+            w = np.exp(s - s.max())
+            out[b, i] = sum(w[j] * filed[at:][:d] for j, at in enumerate(values)) / w.sum()
+    words, batches = indexing.search(out.astype(np.float32), inp.flat(), B, N, d, 5e-3, guard)
+    assert words.startswith(start) and batches == B, words
+    if v_placed:  # no guard: the last batch's rows that read past the input are not said
+        words, _ = indexing.search(out.astype(np.float32), inp.flat(), B, N, d, 5e-3)
+        assert words.startswith(start) and "whose rows read past the input, hold other values" in words, words
+
+
+def test_rows_read_at_a_pitch_fixed_in_the_source_are_found_for_every_matrix():
+    """A row macro that steps by an array's size, 64, at d = 32: Q, K and V rows read at i*64 from
+    their right bases (the last batch's V past the input: that batch not said)."""
+    B, N, d = 3, 96, 32
+    inp = probe(B=B, N=N, d=d)
+    flat = np.concatenate([inp.flat(), np.zeros(N * 64)]).astype(np.float64)
+    out = row_by_row(flat, B, N, d, lambda b, i: b * 3 * N * d + i * 64, lambda b, j: b * 3 * N * d + N * d + j * 64,
+                     lambda b, j: b * 3 * N * d + 2 * N * d + j * 64)
+    words, batches = indexing.search(out, inp.flat(), B, N, d, 5e-3)
+    assert words.startswith("Q_b, K_b and V_b all read with rows of 64 floats (element (i, x) at i*64 + x") \
+        and batches == B - 1, words

@@ -272,3 +272,37 @@ def test_a_tile_of_k_read_at_the_padded_pitch_past_ks_end_into_v_is_named():
     assert score_inputs.fitting(score_inputs.read_by_batch(W, k, N, D), N, D) == (
         "a tile of 32 keys read at a pitch of 33 floats a key where K's rows are d = 32: key j0 + jj, dim x takes "
         "K's flat element j0*32 + jj*33 + x (31 terms past K's last element)")
+
+
+def test_rows_never_written_are_left_out_and_the_rest_read_where_every_row_holds_none_it_is_said():
+    """Every 2nd row never written (0): the written rows' scores are read as they are, every term
+    from its own element. Where no row holds a value, or each row weighs keys of its own (its V
+    read from the row's own place), no score is read, and the words say what was measured."""
+    k = score_inputs.coded_keys(N, D)
+    inp = score_inputs.design(N, D, k)
+    out = attention(inp, lambda kb: kb).astype(np.float64)
+    out[:, 1::2] = 0.0
+    W = score_inputs.weights_by_dim(out, N, D)
+    terms, _ = score_inputs.read_terms(W)
+    assert (score_inputs.sources(terms, k) == np.arange(N * D).reshape(N, D)).all()
+    assert score_inputs.unread(np.zeros_like(W)) == (f"{N} of {N} rows hold 0 in every column for every Q (never "
+                                                     "written where the probe looks); no score is read")
+    whole = score_inputs.weights_by_dim(attention(inp, lambda kb: kb).astype(np.float64), N, D)
+    shifted = np.zeros_like(whole)  # row r's weights moved r keys on, those past the last key lost
+    for r in range(N):
+        shifted[:, r, r:] = whole[:, r, :N - r]
+    said = score_inputs.unread(shifted)
+    assert said.startswith(f"{N - 1} of {N} keys are not weighed by every row that holds values"), said
+
+
+def test_half_of_every_keys_dims_read_at_a_constant_offset_are_named_with_it():
+    """Thread h of a row's two holds dims h*d/2.., but reads K at h*32 + x (32 written where d / 2
+    belongs): at d = 32 dims 16..31 of key j take K[j + 1]'s dims 0..15, the last key's past K's end."""
+    def half_at_32(kb):
+        flat = np.concatenate([kb.ravel(), np.zeros(D)])  # past K's end: what follows (V here, zeros)
+        return np.stack([np.r_[flat[j * D:j * D + 16], flat[j * D + 32:j * D + 48]] for j in range(N)])
+    found, _ = read_back(half_at_32)
+    words = key_patterns.dims_shifted(found, N, D)
+    assert words and words.startswith("dims 16..31 of every key read 16 floats past their place (K[j, x] at j*d + x "
+                                      "+ 16 for x in 16..31"), words
+    assert key_patterns.dims_shifted(read_back(lambda k: k)[0], N, D) is None

@@ -279,16 +279,18 @@ class AmdTools(Step):
 
 class NothingMore(Step):
     """What ran and found nothing, where no run or tool explains the failure: observations, never
-    an all-clear ("also" beside what the probes measured)."""
+    an all-clear ("also" beside what the probes measured, or beside runs that differ: which tools
+    then saw no hazard is what there is to say of where)."""
 
     name = "what found nothing"
 
     def applies(self, ctx: Context) -> bool:
-        return bool(ctx.done) and not any(f.is_cause and f.kind != Kind.MEASURED for f in ctx.findings) and \
+        unlocated = (Kind.MEASURED, Kind.RACE, Kind.INTERMITTENT)  # causes that name no access nor line
+        return bool(ctx.done) and not any(f.is_cause and f.kind not in unlocated for f in ctx.findings) and \
             not ctx.has(Kind.HARMLESS)
 
     def run(self, ctx: Context) -> list[Finding]:
-        measured = ctx.has(Kind.OBSERVED, Kind.MEASURED, Kind.INITCHECK)
+        measured = ctx.has(Kind.OBSERVED, Kind.MEASURED, Kind.INITCHECK, Kind.RACE, Kind.INTERMITTENT)
         return [Finding(Kind.CLEAN, [f"{'also' if measured else 'nothing more found'}: {'; '.join(ctx.done)}"])]
 
 

@@ -79,7 +79,21 @@ def describe_rows(bad: np.ndarray, checked: np.ndarray, N: int) -> str:
             return f"every {ordinal(k)} row (rows {residue}, {residue + k}, {residue + 2 * k}, ...)"
     if len(bad) == 1:
         return f"row {bad[0]} only"
-    return f"rows {listing(bad)}" if len(bad) <= 12 else f"{len(bad)} scattered rows (of {len(checked)} checked)"
+    if len(bad) <= 12:
+        return f"rows {listing(bad)}"
+    return periodic_rows(bad, checked) or f"{len(bad)} scattered rows (of {len(checked)} checked)"
+
+
+def periodic_rows(bad: np.ndarray, checked: np.ndarray) -> str | None:
+    """Rows wrong in one run of places within every tile of T rows (T a power of 2 from 4 to 256):
+    "rows 32..63 of every 64", where every checked row in that run is wrong and no other is."""
+    for T in (4, 8, 16, 32, 64, 128, 256):
+        places = np.unique(bad % T)
+        run = np.arange(places[0], places[-1] + 1)
+        if len(places) < T and np.array_equal(places, run) and np.array_equal(bad, checked[np.isin(checked % T, run)]) \
+                and checked.max() >= T:
+            return f"rows {places[0]}..{places[-1]} of every {T} (rows i with i mod {T} in {places[0]}..{places[-1]})"
+    return None
 
 
 def last_partial_tiles(bad: np.ndarray, checked: np.ndarray, N: int) -> list[int]:

@@ -64,6 +64,21 @@ def sum_variants(s: np.ndarray):
             yield T, "every tile", (0, 0), CLAMPED_WORDS.format(extra=extra, T=T), sums.sum(axis=2) + extra * last
 
 
+HALF_GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)  # G: a reduction over 2G values that folds in only G of them
+
+
+def half_sums(s: np.ndarray):
+    """(G, the half kept, l) of a sum over the keys of one half of every group of 2G (j mod 2G < G,
+    or >= G), relative to the final max: a reduction over 2G threads or lanes that folds in only
+    half of them (a tree that stops one step early, or leaves out red[tid + G])."""
+    j = np.arange(s.shape[2])
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    for G in HALF_GROUPS:
+        if 2 * G <= s.shape[2]:
+            for low in (True, False):
+                yield G, low, e[..., (j % (2 * G) < G) == low].sum(axis=-1)
+
+
 def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
     """W = f_i P for each row i: the factor and which sum l gives it."""
     use = P > 1e-6
@@ -99,6 +114,14 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
             return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
                     f"(key tiles of {T}){', ' + how if how else ''}; look at the update of l"), fields
+    for G, low, l_wrong in half_sums(s):
+        if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
+            fields.update(sum_half_of=2 * G, sum_half_low=low)
+            half = f"j mod {2 * G} {'<' if low else '>='} {G}"
+            return (f"{said}, f = (the right l) / (l the program divided by): its sum l holds only the keys with "
+                    f"{half} (the {'first' if low else 'second'} {G} of every {2 * G}): a reduction of l over {2 * G} "
+                    f"threads or lanes that folds in half of them (a tree that stops one step early, or leaves out "
+                    f"the values {G} away); look at the reduction of l"), fields
     if np.ptp(np.log(fitted)) <= FLAT:
         f0 = float(np.mean(fitted))
         times = round(1 / f0)
@@ -109,7 +132,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     tiles = ", ".join(str(T) for T in KEY_TILES if T < s.shape[2])
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
             f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'}: tiles left out, not "
-            "rescaled, rescaled twice, a tile's largest weight for its sum); look at how l is summed"), fields
+            "rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys); "
+            "look at how l is summed"), fields
 
 
 def divided_first(undivided: np.ndarray, right: np.ndarray) -> str:

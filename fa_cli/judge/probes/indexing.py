@@ -6,7 +6,8 @@ col_stride of the payload. The search computes softmax(Q' K'^T / sqrt(d)) V' for
 in the families below (one matrix changed at a time, or the whole layout) and names the one that
 gives the program's output on the probe input:
 
-  strides   (d, 1) as it should; (1, N): read as d x N (transposed); (N, 1): a row stride of N
+  strides   (d, 1) as it should; (1, N): read as d x N (transposed); (N, 1): a row stride of N;
+            (P, 1): rows of a pitch fixed at 16, 32, 64 or 128 (one matrix, or all three)
   bases     Q_b, K_b, V_b swapped with each other; batch 0 for every batch; a batch stride of N*d
             (not 3*N*d); the batch before or after; all Q first, then all K, then all V; the
             matrix's start one row early or late
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..findings import Finding
 from .readings import measured
-from .step import Context, Probe, logits, softmax_rows
+from .step import Context, Probe, guard_payload, logits, softmax_rows
 
 MATCH_SHARE = 0.99
 ROLES = ("Q", "K", "V")
@@ -43,9 +44,21 @@ def strides(N: int, d: int) -> dict[str, tuple[int, int]]:
         return {"": (d, 1), "read as d x N (element (i, x) at x*N + i)": (1, N),
                 f"read with a row stride of {N} floats (element (i, x) at i*{N} + x): N, or 4*d ({float4}): "
                 "4*d = N on this input, which cannot tell them apart": (N, 1)}
-    return {"": (d, 1), "read as d x N (element (i, x) at x*N + i)": (1, N),
-            "read with a row stride of N (element (i, x) at i*N + x)": (N, 1),
-            f"read with a row stride of 4*d (element (i, x) at i*4*d + x: {float4})": (4 * d, 1)}
+    found = {"": (d, 1), "read as d x N (element (i, x) at x*N + i)": (1, N),
+             "read with a row stride of N (element (i, x) at i*N + x)": (N, 1),
+             f"read with a row stride of 4*d (element (i, x) at i*4*d + x: {float4})": (4 * d, 1)}
+    for P in FIXED_PITCHES:
+        if P not in (d, N, 4 * d):
+            found[fixed_pitch(P)] = (P, 1)
+    return found
+
+
+FIXED_PITCHES = (16, 32, 64, 128)  # a row pitch fixed in the source (an array's size, a head dimension)
+
+
+def fixed_pitch(P: int) -> str:
+    return f"read with rows of {P} floats (element (i, x) at i*{P} + x: a row pitch fixed at {P}, e.g. an array's " \
+        "size or another head dimension, where d belongs)"
 
 
 def bases(B: int, N: int, d: int, role: int) -> dict[str, np.ndarray]:
@@ -128,6 +141,11 @@ def readings(flat: np.ndarray, B: int, N: int, d: int):
         got = [gather(flat, bases(B, N, d, r)[bw], (d, 1), N, d) for r in range(3)]
         inside = np.logical_and.reduce([g[1] for g in got])
         yield f"Q_b, K_b and V_b all read {bw}", got[0][0], got[1][0], got[2][0], inside
+    for P in FIXED_PITCHES:
+        if P != d:
+            got = [gather(flat, bases(B, N, d, r)[""], (P, 1), N, d) for r in range(3)]
+            inside = np.logical_and.reduce([g[1] for g in got])
+            yield f"Q_b, K_b and V_b all {fixed_pitch(P)}", got[0][0], got[1][0], got[2][0], inside
 
 
 ROW_GROUPS = (2, 4, 8)  # rows a reduction's lanes may span where they should span one
@@ -174,8 +192,11 @@ OTHER_DIMS = (16, 32, 64, 128)  # the head dimensions a kernel may be built for
 KNOWN_SHARE = 0.25  # a reading that says less of the output than this is not tried
 
 
+UNWRITTEN = "which that kernel does not write"  # the output a reading does not say (known False): why
+
+
 def other_d_readings(flat: np.ndarray, B: int, N: int, d: int):
-    """(words, output, known) of the input read by a kernel built for another head dimension d2 (a
+    """(words, output, known, what the rest is) of the input read by a kernel built for another head dimension d2 (a
     dispatch on d that launches the d2 kernel, or d fixed at d2): rows of d2 floats, the whole input
     as one call or each batch's from its start, the output written from the start at d2 floats a
     row; known: the values it writes."""
@@ -190,7 +211,7 @@ def other_d_readings(flat: np.ndarray, B: int, N: int, d: int):
             o[:whole.size], known[:whole.size] = whole, True
             yield (f"the input read by a kernel for d = {d2} (rows of {d2} floats, a batch every 3*N*{d2}: a "
                    f"dispatch on d that launches the d = {d2} kernel, or d fixed at {d2}), its values written from "
-                   f"the output's start at {d2} a row"), o.reshape(B, N, d), known.reshape(B, N, d)
+                   f"the output's start at {d2} a row"), o.reshape(B, N, d), known.reshape(B, N, d), UNWRITTEN
         if d2 < d:
             blocks = flat.reshape(B, per_call * d)[:, :per_call * d2].reshape(B, 3, N, d2)
             o, known = np.zeros((B, N * d)), np.zeros((B, N * d), dtype=bool)
@@ -198,7 +219,46 @@ def other_d_readings(flat: np.ndarray, B: int, N: int, d: int):
             yield (f"each batch's input read by a kernel for d = {d2} from the batch's start (rows of {d2} floats: a "
                    f"dispatch on d that launches the d = {d2} kernel for each batch or group of batches), its "
                    f"N*{d2} values written at the start of the batch's output"), o.reshape(B, N, d), \
-                known.reshape(B, N, d)
+                known.reshape(B, N, d), UNWRITTEN
+
+
+ROW_PLACED = {  # which matrices row i reads from its own place on: (K, V)
+    (True, True): "K_b and V_b read from the query row's own place: row i's key j is the row i + j from K_b's start "
+                  "and its value the row i + j from V_b's start, past their ends into the next matrix (K and V "
+                  "pointers made from row i's Q pointer, which holds i*d already: q + N*d where the batch's "
+                  "base belongs)",
+    (True, False): "K_b read from the query row's own place: row i's key j is the row i + j from K_b's start, past "
+                   "its end into V_b (a K pointer made from row i's Q pointer, which holds i*d already: q + N*d "
+                   "where the batch's base belongs); V_b right",
+    (False, True): "V_b read from the query row's own place: row i's value j is the row i + j from V_b's start, past "
+                   "its end into the next batch's Q (a V pointer made from row i's Q pointer, which holds i*d "
+                   "already: q + 2*N*d where the batch's base belongs); K_b right",
+}
+
+
+def row_placed_readings(flat: np.ndarray, B: int, N: int, d: int):
+    """(words, output, known, what the rest is) of K, V or both read from each query row's own
+    place (ROW_PLACED); flat: the payload and whatever follows it in the input; known: the rows
+    whose reads stay in it. Row i's N rows from its own place are a sliding window (no copy)."""
+    rows = flat.size // d
+    payload = np.concatenate([flat[:rows * d].reshape(rows, d), np.zeros((2 * N, d))]).astype(np.float64)
+
+    def read(start: int, placed: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(N, d, N): row i's N rows (from start + i where placed, else start), and which rows stay inside."""
+        if not placed:
+            return np.broadcast_to(payload[start:start + N].T, (N, d, N)), np.full(N, start + N <= rows)
+        window = np.lib.stride_tricks.sliding_window_view(payload[start:start + 2 * N - 1], N, axis=0)
+        return window, start + np.arange(N) + N <= rows
+    for (k_placed, v_placed), words in ROW_PLACED.items():
+        o, known = np.zeros((B, N, d)), np.zeros((B, N, d), dtype=bool)
+        for b in range(B):
+            q_row = b * 3 * N
+            (keys, k_inside), (values, v_inside) = read(q_row + N, k_placed), read(q_row + 2 * N, v_placed)
+            with np.errstate(over="ignore", invalid="ignore"):
+                s = np.einsum("ix,ixj->ij", payload[q_row:q_row + N], keys) / np.sqrt(d)
+                o[b] = np.einsum("ij,ixj->ix", softmax_rows(s), values)
+            known[b, k_inside & v_inside] = True
+        yield words, o, known, "whose rows read past the input"
 
 
 def attend(qkv: np.ndarray) -> np.ndarray:
@@ -208,13 +268,15 @@ def attend(qkv: np.ndarray) -> np.ndarray:
         return np.matmul(softmax_rows(logits(qkv[:, 0], qkv[:, 1])), qkv[:, 2])
 
 
-def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: float):
+def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: float, after: np.ndarray | None = None):
     """The first reading whose output agrees with the program's on MATCH_SHARE of the values of the
     batches it can say (at least one), and on the batches the right reading gets wrong. A whole
-    reading may say part of the output (known): the rest is said as it is."""
+    reading may say part of the output (known): the rest is said as it is. after: what the input
+    holds past the payload (its guard batches), for the readings that run past it."""
     got = ctx_out.astype(np.float64)
-    whole = [(words, o, np.ones(o.shape, dtype=bool)) for words, o in whole_readings(flat, B, N, d)]
-    for words, o, known in (*whole, *other_d_readings(flat, B, N, d)):
+    whole = [(words, o, np.ones(o.shape, dtype=bool), "") for words, o in whole_readings(flat, B, N, d)]
+    placed = row_placed_readings(flat if after is None else np.concatenate([flat, after.ravel()]), B, N, d)
+    for words, o, known, rest_is in (*whole, *other_d_readings(flat, B, N, d), *placed):
         if known.mean() < KNOWN_SHARE:
             continue
         with np.errstate(invalid="ignore"):
@@ -222,9 +284,8 @@ def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: f
         if np.mean(close) >= MATCH_SHARE:
             rest = got[~known]
             if rest.size:
-                words += (f"; the other {rest.size} values of the output, which that kernel does not write, hold 0"
-                          if not rest.any() else f"; the other {rest.size} values, which it does not write, hold "
-                          "other values")
+                words += f"; the other {rest.size} values of the output, {rest_is}, hold " + \
+                    ("0" if not rest.any() else "other values")
             return words, B
     rows = np.unique(np.r_[np.arange(min(SCREEN_ROWS // 2, N)), np.arange(max(0, N - SCREEN_ROWS // 2), N)])
     for words, q, k, v, inside in readings(flat, B, N, d):
@@ -253,7 +314,7 @@ class InputReading(Probe):
 
     def run(self, ctx: Context) -> list[Finding]:
         B, N, d = ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d
-        found = search(ctx.facts.out, ctx.probe.flat(), B, N, d, ctx.tol)
+        found = search(ctx.facts.out, ctx.probe.flat(), B, N, d, ctx.tol, guard_payload(ctx.guard, N, d))
         if not found:
             return []
         words, batches = found

@@ -9,6 +9,8 @@
   counted     every key right but a few whose weights count c times (c whole): the last key's, a
               tile's slots past N clamped to key N - 1 and not masked
   dims mapped every key's dims read through one map of dims (a float4's components paired wrong)
+  dims off    one run of dims of every key read a fixed number of floats off their place (a part
+              of the row's offset written as a constant)
 """
 from __future__ import annotations
 
@@ -157,3 +159,30 @@ def dim_map(found: np.ndarray, N: int, d: int) -> str | None:
         words += (f": component .{xyzw[comp[0]]} of each float4 of K read as .{xyzw[f[0][changed[0]] % 4]} "
                   "(a vector load whose components are paired wrong)")
     return words
+
+
+SHIFTED_SHARE = 0.75  # of the wrong terms, those that must take the one offset
+
+
+def dims_shifted(found: np.ndarray, N: int, d: int) -> str | None:
+    """Where the wrong terms are one run of dims of nearly every key, and most of them take the
+    element a fixed number of floats from their own (the rest past K's end or none of K): dims
+    a..b of every key read c floats off their place, as an offset for part of a row written as a
+    constant where it depends on d would read them."""
+    place = np.arange(N * d).reshape(N, d)
+    wrong = found != place
+    dims = np.flatnonzero(wrong.mean(axis=0) >= 0.9)
+    if dims.size == 0 or dims.size == d or not (dims == np.arange(dims[0], dims[-1] + 1)).all() \
+            or wrong[:, np.setdiff1d(np.arange(d), dims)].any():
+        return None
+    read = found[:, dims] >= 0
+    offsets, counts = np.unique((found[:, dims] - place[:, dims])[read], return_counts=True)
+    if not counts.size or counts.max() < SHIFTED_SHARE * wrong[:, dims].sum() or offsets[counts.argmax()] == 0:
+        return None
+    c = int(offsets[counts.argmax()])
+    others = int(wrong[:, dims].sum() - counts.max())
+    return (f"dims {dims[0]}..{dims[-1]} of every key read {abs(c)} floats {'past' if c > 0 else 'before'} their place "
+            f"(K[j, x] at j*d + x {'+' if c > 0 else '-'} {abs(c)} for x in {dims[0]}..{dims[-1]}, the other dims "
+            "right" + (f"; {others} of those terms past K's end or on no element of K" if others else "") +
+            "): an offset for part of a row written as a constant where it depends on d (e.g. 32 where d / 2 "
+            "belongs), or counted from another dim")

@@ -1,6 +1,7 @@
 """Whether a wrong output is a lower precision's rounding rather than a wrong formula: the probe's
 output against float64 attention with one part rounded to fp16, bf16 or tf32 (the inputs, Q and K
-of the scores' product, K and V (tiles kept in the format), P before P V, the output; an online
+of the scores' product, K and V (tiles kept in the format), Q alone, Q after its 1/sqrt(d) scale,
+P before P V, the output; an online
 softmax's running sum or accumulator, rounded key after key; the scores' dot product summed in the
 format dim after dim, by fused multiply-adds or by products rounded and added, q scaled before or
 the sum after); or the scores kept in an int (each truncated, or summed in an int). A rounding
@@ -26,9 +27,11 @@ WORST_SHARE, WORST = 0.999, 64  # all but 0.1% of the values within this many un
 
 
 def rounded(x: np.ndarray, form: str) -> np.ndarray:
-    """x (float64) rounded to the format, to nearest even, back in float64."""
+    """x (float64) rounded to the format, to nearest even, back in float64: from float32, as a
+    program converts a float it computed (float64 to float32 to the format: a tie of the format
+    that float32 already rounded away is decided as the program decides it)."""
     if form == "fp16":
-        return x.astype(np.float16).astype(np.float64)
+        return x.astype(np.float32).astype(np.float16).astype(np.float64)
     drop = {"bf16": 16, "tf32": 13}[form]  # float32 mantissa bits the format does not keep
     bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
     half, keep = 1 << (drop - 1), ~((1 << drop) - 1) & 0xFFFFFFFF
@@ -45,6 +48,11 @@ def attention(q, k, v, form: str, part: str) -> np.ndarray:
         q, k = rounded(q, form), rounded(k, form)
     if part == "keys and values":
         k, v = rounded(k, form), rounded(v, form)
+    if part == "query":
+        q = rounded(q, form)
+    if part == "scaled query":  # q * (1/sqrt(d)) in float32, then kept in the format: the scale is in q
+        scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
+        q = rounded((q.astype(np.float32) * scale).astype(np.float64), form) / np.float64(scale)
     p = softmax_rows(logits(q, k))
     if part == "weights":
         p, v = rounded(p, form), rounded(v, form)
@@ -123,6 +131,8 @@ def simulated(q, k, v, form: str, part: str) -> np.ndarray:
 
 PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product",
          "keys and values": "K and V (tiles of keys and values kept in it, Q not)",
+         "query": "Q (the query row kept in it, K and V not)",
+         "scaled query": "Q scaled by 1/sqrt(d) (the query row kept in it after its scale, K and V not)",
          "weights": "P and V of the product P V",
          "output": "the output", "sum": "the softmax's running sum l, key after key,",
          "accumulator": "the output's running accumulator, key after key,",
@@ -194,7 +204,7 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
         return None, False
     return (f"the error is the size of {' or '.join(sorted(set(sizes)))} rounding (median relative error "
             f"{fmt(typical)}; unit roundoff {', '.join(f'{f} {fmt(UNIT_ROUNDOFF[f])}' for f in sorted(set(sizes)))}), "
-            "but no rounding fa simulated (inputs, Q and K, K and V, P and V, the output, the running sum, the "
-            "accumulator, "
+            "but no rounding fa simulated (inputs, Q and K, K and V, Q alone or scaled, P and V, the output, the "
+            "running sum, the accumulator, "
             "the scores' dot product summed in the format) "
             "gives the output"), False

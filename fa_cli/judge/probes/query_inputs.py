@@ -77,7 +77,8 @@ class QueryInputs(Probe):
         terms = read_terms(got)
         if np.isfinite(terms).mean() < 0.5:
             return [Finding(Kind.OBSERVED, [f"probe: Q's side read back ({where}): {np.isnan(terms).mean():.0%} of "
-                                            "the weights are 0: not read"])]
+                                            "the terms have a weight of 0 (their key's, or key 0's in their row): "
+                                            "no term of Q is read from them"])]
         found = sources(terms, q, MATCH_TOL).T  # (B*N, d): the flat index into Q of each term
         right = found == np.arange(found.size).reshape(found.shape)
         if right.all():

@@ -157,13 +157,14 @@ class RowsNotWritten(WeightReading):
                     "batch offset")
         elif B > 1 and np.array_equal(flat, np.arange(flat[0], B * N)):  # the other batches' same rows written
             m = len(flat)
-            tiles = [T for T in range(16, 257) if (B * N) % T == m]
+            tiles = [T for T in range(16, 257, 16) if (B * N) % T == m]  # a block's rows: a multiple of 16
             shown = ", ".join(map(str, tiles[:8])) + (" ..." if len(tiles) > 8 else "")
-            rounds = f": B * N % T = {m} for blocks of T = {shown} rows (use (B * N + T - 1) / T blocks and skip " \
-                "the rows past B * N)" if tiles else f" (no block of 16 to 256 rows leaves {m}: look at the bound)"
+            cause = (f"a grid or a bound over B * N rows that stops short: B * N % T = {m} for blocks of T = {shown} "
+                     "rows (use (B * N + T - 1) / T blocks and skip the rows past B * N)") if tiles else \
+                (f"no block of 16 to 256 rows (a multiple of 16) leaves {m}: look at what covers these rows (the "
+                 "grid and its bound, where each batch's rows are written)")
             what = (f"the last {m} of the B * N = {B * N} rows taken together (batch {flat[0] // N} from row "
-                    f"{flat[0] % N} on) hold {held} in every run, whatever V is: never written; a grid or a bound over "
-                    f"B * N rows that stops short{rounds}")
+                    f"{flat[0] % N} on) hold {held} in every run, whatever V is: never written; {cause}")
         else:
             rows = np.flatnonzero(still.any(axis=0))
             which, code = describe_keys(rows, N)

@@ -21,7 +21,8 @@ differ), and taken only where a formula fits them. Then K' against K, element by
               K transposed and read with rows of d: said with its figures
   patterns    where no formula fits (key_patterns.py): keys read right in a pattern that repeats
               (rows a load never wrote), two sets of keys off by one factor a row (merged without
-              one max), a few keys counted c times (slots clamped to the last key), one map of dims
+              one max), a few keys counted c times (slots clamped to the last key), one map of dims,
+              a run of dims read a fixed number of floats off their place
   examples    otherwise, which element the first wrong terms took
 
 Where the weights are not those of scores (weights of 0, rows that disagree), or fewer than OF_K
@@ -36,7 +37,7 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .key_patterns import LOAD_LOOK, MATCH_TOL, dim_map, keys_apart, keys_counted, keys_in_part
+from .key_patterns import LOAD_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_counted, keys_in_part
 from .linear_map import map_rows
 from .readings import measured
 from .step import Context, Probe, ProbeInput, spans
@@ -93,7 +94,7 @@ def weights_by_dim(out: np.ndarray, N: int, d: int) -> np.ndarray:
 def read_terms(W: np.ndarray, block: int | None = None) -> tuple[np.ndarray, float]:
     """(d, N) differences K'[j, x] - K'[j0, x] (NaN where a weight is 0), from the rows' log ratios
     (their median), j0 the first key of j's block of `block` keys (all N by default) that every row
-    weighs, and the largest disagreement between rows. A block is one batch's keys: batches whose
+    holding values weighs (a row never written is left out), and the largest disagreement between rows. A block is one batch's keys: batches whose
     softmax sums differ (a program that reads V's values as K's past K's end) share no constant."""
     d, rows, N = W.shape
     block = block or N
@@ -101,14 +102,28 @@ def read_terms(W: np.ndarray, block: int | None = None) -> tuple[np.ndarray, flo
         warnings.simplefilter("ignore", RuntimeWarning)  # a key no row weighs: its term is NaN, said as such
         logs = np.where(W > TINY_WEIGHT, np.log(np.maximum(W, TINY_WEIGHT)), np.nan)
         diffs = np.full_like(logs, np.nan)
+        written = np.isfinite(logs).any(axis=(0, 2))  # rows that hold values: a row never written weighs nothing
         for start in range(0, N, block):
             keys = logs[:, :, start:start + block]
-            weighed = np.flatnonzero(np.isfinite(keys).all(axis=(0, 1)))
+            weighed = np.flatnonzero(np.isfinite(keys[:, written]).all(axis=(0, 1)))
             if weighed.size:
                 diffs[:, :, start:start + block] = keys - keys[:, :, weighed[0]:weighed[0] + 1]
         terms = np.nanmedian(diffs, axis=1)
         spread = np.nanmax(np.abs(diffs - terms[:, None, :])) if np.isfinite(diffs).any() else np.inf
     return terms, float(spread)
+
+
+def unread(W: np.ndarray) -> str:
+    """Why most terms could not be read, as measured: rows that hold 0, and keys no written row weighs."""
+    d, N, _ = W.shape
+    empty = int((~(W > TINY_WEIGHT).any(axis=(0, 2))).sum())
+    unweighed = int((~(W[:, (W > TINY_WEIGHT).any(axis=(0, 2))] > TINY_WEIGHT).all(axis=(0, 1))).sum()) \
+        if empty < N else N
+    return (f"{empty} of {N} rows hold 0 in every column for every Q (never written where the probe looks); "
+            if empty else "") + \
+        (f"{unweighed} of {N} keys are not weighed by every row that holds values (each row's weights fall on keys "
+         "of their own, so no score difference is shared by the rows): no score is read" if empty < N else
+         "no score is read")
 
 
 def sources(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> np.ndarray:
@@ -264,8 +279,7 @@ class ScoreInputs(Probe):
         W = weights_by_dim(got.astype(np.float64), N, d)
         terms, spread = read_terms(W)
         if np.isfinite(terms).mean() < 0.5:
-            return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {np.isnan(terms).mean():.0%} of "
-                                            "the keys' weights are 0 in every row: not read"])]
+            return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {unread(W)}"])]
         if spread > ROWS_AGREE:
             ctx.facts.query_side = True  # rows alike in Q that score the keys otherwise: Q read at other places?
             return [Finding(Kind.OBSERVED, [
@@ -296,7 +310,7 @@ class ScoreInputs(Probe):
                 f"k[j, x]; {int((found < 0).sum())} take no element of K")
         if words:
             return measured(ctx, [f"{head}; every term fits {words}"], look=LOOK, score_inputs=words)
-        if mapped := dim_map(found, N, d):
+        if mapped := dim_map(found, N, d) or dims_shifted(found, N, d):
             return measured(ctx, [f"{head}; {mapped}"], score_inputs=mapped)
         return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, d)}; no formula of those tried fits "
                                         "(transposed, shifted keys or dims, another pitch, a tile's two pitches)"])]
