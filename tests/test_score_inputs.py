@@ -285,14 +285,20 @@ def test_rows_never_written_are_left_out_and_the_rest_read_where_every_row_holds
     W = score_inputs.weights_by_dim(out, N, D)
     terms, _ = score_inputs.read_terms(W)
     assert (score_inputs.sources(terms, k) == np.arange(N * D).reshape(N, D)).all()
-    assert score_inputs.unread(np.zeros_like(W)) == (f"{N} of {N} rows hold 0 in every column for every Q (never "
-                                                     "written where the probe looks); no score is read")
+    assert score_inputs.unread(np.zeros_like(W)) == (f"the batches of {D} of the {D} dims of Q hold 0 everywhere "
+                                                     "(never written): no score is read")
+    first_batch_only = W.copy()
+    first_batch_only[1:] = 0.0
+    said = score_inputs.unread(first_batch_only)
+    assert said.startswith(f"the batches of {D - 1} of the {D} dims of Q hold 0 everywhere (never written); "
+                           f"{N // 2} of {N} rows hold 0"), said
     whole = score_inputs.weights_by_dim(attention(inp, lambda kb: kb).astype(np.float64), N, D)
     shifted = np.zeros_like(whole)  # row r's weights moved r keys on, those past the last key lost
     for r in range(N):
         shifted[:, r, r:] = whole[:, r, :N - r]
     said = score_inputs.unread(shifted)
-    assert said.startswith(f"{N - 1} of {N} keys are not weighed by every row that holds values"), said
+    assert said == (f"{N - 1} of {N} keys are not weighed by every row that holds values, in every dim that does "
+                    "(each row's weights fall on keys of their own): no score is read"), said
 
 
 def test_half_of_every_keys_dims_read_at_a_constant_offset_are_named_with_it():

@@ -114,16 +114,24 @@ def read_terms(W: np.ndarray, block: int | None = None) -> tuple[np.ndarray, flo
 
 
 def unread(W: np.ndarray) -> str:
-    """Why most terms could not be read, as measured: rows that hold 0, and keys no written row weighs."""
+    """Why most terms could not be read, as measured: the batches (one a dim of Q) that hold 0
+    everywhere, rows that hold 0, and keys that the rows holding values do not all weigh."""
     d, N, _ = W.shape
-    empty = int((~(W > TINY_WEIGHT).any(axis=(0, 2))).sum())
-    unweighed = int((~(W[:, (W > TINY_WEIGHT).any(axis=(0, 2))] > TINY_WEIGHT).all(axis=(0, 1))).sum()) \
-        if empty < N else N
-    return (f"{empty} of {N} rows hold 0 in every column for every Q (never written where the probe looks); "
-            if empty else "") + \
-        (f"{unweighed} of {N} keys are not weighed by every row that holds values (each row's weights fall on keys "
-         "of their own, so no score difference is shared by the rows): no score is read" if empty < N else
-         "no score is read")
+    held = W > TINY_WEIGHT
+    dims = held.any(axis=(1, 2))  # a dim's batches that hold any value
+    rows = held[dims].any(axis=(0, 2))
+    said = []
+    if not dims.all():
+        said.append(f"the batches of {d - int(dims.sum())} of the {d} dims of Q hold 0 everywhere (never written)")
+    if dims.any() and not rows.all():
+        said.append(f"{N - int(rows.sum())} of {N} rows hold 0 in every column for every Q (never written where the "
+                    "probe looks)")
+    if dims.any() and rows.any():
+        unweighed = int((~held[dims][:, rows].all(axis=(0, 1))).sum())
+        if unweighed:
+            said.append(f"{unweighed} of {N} keys are not weighed by every row that holds values, in every dim "
+                        "that does (each row's weights fall on keys of their own)")
+    return "; ".join(said or ["the weights could not be read"]) + ": no score is read"
 
 
 def sources(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> np.ndarray:
