@@ -108,3 +108,22 @@ def test_at_t_equal_to_d_both_directions_of_a_transposed_tile_are_said():
     T = paired_map(P, d, lambda c, j: j - j % 32 + c, lambda c, j: j % 32)
     said = pairing.said(*pairing.read_pairs(T, P))
     assert "stored one way and read the other" in said
+
+
+def test_a_broadcast_shuffle_of_width_16_is_said_set_by_set_of_columns():
+    """A warp scores a tile of 32 keys a lane each, then broadcasts key jj's weight with
+    __shfl_sync(mask, p, jj, 16): lanes 0-15 (columns c mod 32 < 16) get lane jj mod 16's, lanes
+    16-31 lane 16 + jj mod 16's; l is the right sum. Each set of columns is said by its map."""
+    N, d = 64, 32
+    q, k, P = weights(N, d)
+    T = np.zeros((N, d, N, d))
+    kk = np.arange(N)
+    for c in range(d):
+        segment = (c % 32) // 16 * 16
+        T[:, c, kk, c] = P[:, kk - kk % 32 + segment + kk % 16]
+    said = linear_map.read_map(T, P, q, k)
+    assert said[0] == "the weights differ by output column: 2 sets", said
+    assert said[1].startswith("columns 0-15; V's row k weighed with key f(k)'s weight: key k0 + (k - k0) mod 16 of "
+                              "its tile of 32"), said
+    assert said[2].startswith("columns 16-31; V's row k weighed with key f(k)'s weight: key k0 + 16 + (k - k0) mod "
+                              "16 of its tile of 32") and "a shuffle of width 16" in said[2], said

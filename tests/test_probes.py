@@ -842,3 +842,23 @@ def test_rows_read_at_a_pitch_fixed_in_the_source_are_found_for_every_matrix():
     words, batches = indexing.search(out, inp.flat(), B, N, d, 5e-3)
     assert words.startswith("Q_b, K_b and V_b all read with rows of 64 floats (element (i, x) at i*64 + x") \
         and batches == B - 1, words
+
+
+def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():
+    """A key mask taken from the query tile's start (q0 + lane < N where j0 + lane belongs): rows
+    112..127 of N = 128 weigh only the keys j mod 32 < 16, the softmax over those; the other rows
+    right. A right W: nothing."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=128, d=32)
+    s = logits(inp.q, inp.k)
+    masked = s.copy()
+    masked[:, 112:, np.arange(128) % 32 >= 16] = -np.inf
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = softmax_rows(masked), softmax_rows(s)
+    [finding] = readings.KeysLeftOutByRow().run(ctx)
+    assert finding.lines[0].startswith("measured: rows 112-127 give no weight to keys at offsets 16-31 of every "
+                                       "tile of 32; the rows besides them leave out no key P weighs"), finding.lines
+    ctx.facts.W = softmax_rows(s)
+    assert readings.KeysLeftOutByRow().run(ctx) == []

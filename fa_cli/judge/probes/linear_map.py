@@ -181,6 +181,9 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
         return found
     if gathered := pairing.tile_gathered(weights, P):
         return [pairing.LEAD_TILES + gathered]
+    weighed = [pairing.rows_weighed(weights[cols[0]], P, f"columns {spans(cols)}") for cols in groups]
+    if all(weighed) and len(groups) <= MAPPED_SETS:
+        return [f"the weights differ by output column: {len(groups)} sets", *weighed]
     lines = [f"the weights differ by output column: {len(groups)} sets"]
     for cols in groups:
         W = weights[cols[0]]
@@ -207,6 +210,7 @@ def one_key(W: np.ndarray) -> str | None:
     return said
 
 
+MAPPED_SETS = 4  # sets of columns, each with a map of its own from V rows to keys, said set by set
 LANE_WIDTHS = (16, 32, 64)  # the lanes a row's keys may be dealt to, key j to lane j mod L
 FACTOR_RTOL = 1e-3  # a column's weights are P times one factor a row: W / P the same over its keys, to this
 

@@ -203,20 +203,23 @@ def tile_gathered(weights: np.ndarray, P: np.ndarray) -> str | None:
 LOG_ATOL = 1e-3  # log W less the row's factor against log P: one weight of P (a float32 program's exp)
 
 
-def rows_weighed(W: np.ndarray, P: np.ndarray) -> str | None:
-    """One set of weights for every column, in which V's row k is weighed with key f(k)'s weight
-    of P (times one factor a row, the same for every key: l counted over the keys the program
-    weighed), f not the identity: the map f by formula (a lane read at a quarter of its place;
-    the upper keys of a tile all given one key's weight), else examples. Key 0 is taken as its
-    own (its lane right): the row factor comes from it."""
+def rows_weighed(W: np.ndarray, P: np.ndarray, lead: str = "one set of weights for every column") -> str | None:
+    """One set of weights (for every column, or for the columns `lead` names), in which V's row k
+    is weighed with key f(k)'s weight of P (times one factor a row, the same for every key: l
+    counted over the keys the program weighed), f not the identity: the map f by formula (a lane
+    read at a quarter of its place; the upper keys of a tile all given one key's weight; a lane
+    read within its own segment of a shuffle's width), else examples. The row factor is 1 (the
+    right sum), or else key 0's (its lane right)."""
     N = P.shape[1]
     with np.errstate(divide="ignore", invalid="ignore"):
         lw, lp = np.log(W), np.log(P)
     if not (np.isfinite(lw).all() and np.isfinite(lp).all()):
         return None  # a V row with no weight: not this reading (KeysWithoutWeight's)
-    factor = lw[:, :1] - lp[:, :1]  # (r, 1): log of each row's factor, from key 0
-    near = np.abs((lw - factor)[:, :, None] - lp[:, None, :]).max(axis=0) <= LOG_ATOL  # (k, j): row k is key j's
-    if not near.any(axis=1).all():
+    for factor in (np.zeros((N, 1)), lw[:, :1] - lp[:, :1]):  # (r, 1): log of each row's factor
+        near = np.abs((lw - factor)[:, :, None] - lp[:, None, :]).max(axis=0) <= LOG_ATOL  # (k, j): row k is key j's
+        if near.any(axis=1).all():
+            break
+    else:
         return None  # a V row that no key's weight gives
     f = near.argmax(axis=1)
     if (f == np.arange(N)).all():
@@ -226,7 +229,7 @@ def rows_weighed(W: np.ndarray, P: np.ndarray) -> str | None:
         " (each row's weights sum to 1: l is summed over the weights as given, key f(k)'s once for every V row it " \
         "meets)" if np.abs(sums - 1).max() <= 1e-3 else \
         f" (the rows' weights sum to {fmt(sums.min())} to {fmt(sums.max())}: l counts other keys than those weighed)"
-    lead = "one set of weights for every column; V's row k weighed with key f(k)'s weight"
+    lead = f"{lead}; V's row k weighed with key f(k)'s weight"
     for words, g in row_maps(N):
         if (g == f).all():
             return f"{lead}: {words}{scaled}"
@@ -244,6 +247,12 @@ def row_maps(N: int):
             yield (f"key k0 + (k - k0) div {s} of its tile of {T} (V row k0 + kk takes the weight of lane kk / {s}: "
                    f"a lane number divided by {s}, or a lane given where its byte address is meant, 4 bytes a lane, "
                    "as ds_bpermute takes it)"), k0 + kk // s
+        for h in (8, 16, 32):  # a shuffle of width h: a lane reads lane kk mod h of its own segment of h
+            for seg in range(T // h if h < T else 0):
+                start = f"{seg * h} + " if seg else ""
+                yield (f"key k0 + {start}(k - k0) mod {h} of its tile of {T} (V row k0 + kk takes lane {start}kk mod "
+                       f"{h}'s weight: a shuffle of width {h} where the whole warp's belongs, its lanes reading "
+                       f"within their own {h}-lane segment)"), k0 + seg * h + kk % h
         for h in (16, 32, 64):
             if h < T:
                 yield (f"key k0 + min(k - k0, {h}) of its tile of {T} (V rows k0 + {h} .. k0 + {T - 1} all take key "

@@ -272,6 +272,34 @@ class KeysWithoutWeight(WeightReading):
                               f"look at {code}"], keys_without_weight=[int(k) for k in dead])
 
 
+class KeysLeftOutByRow(WeightReading):
+    """Keys with no weight in some rows only, every such row leaving out the same keys and the rest
+    of it the softmax over the keys it kept: said by the rows and the keys (a key mask that depends
+    on the row: the query tile's start or the row where the key's own place belongs)."""
+
+    name = "keys left out in some rows"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, P, N = ctx.facts.W, ctx.facts.P, ctx.probe.shape.N
+        dead = (np.abs(W) <= ZERO) & (P > 1e-5)
+        rows = np.flatnonzero(dead.any(axis=(0, 2)))  # row places (any batch) with a key left out
+        if not len(rows) or len(rows) == N or dead.all(axis=(0, 1)).any():
+            return []  # none, every row (KeysWithoutWeight's or another reading's), a key no row weighs
+        s = logits(ctx.probe.q, ctx.probe.k)
+        s[dead | ((np.abs(W) <= ZERO) & (P <= 1e-5))] = -np.inf
+        kept = np.exp(s - s.max(axis=-1, keepdims=True))
+        if np.abs(W - kept / kept.sum(axis=-1, keepdims=True)).max() > ROW_ATOL:
+            return []  # the other weights are not the softmax over the kept keys
+        left_out = np.flatnonzero(dead[:, rows].any(axis=(0, 1)))  # the keys those rows leave out, together
+        if (np.abs(W[:, rows][..., left_out]) > ZERO).any():
+            return []  # rows that leave out different keys: no one set said
+        which, _ = describe_keys(left_out, N)
+        return measured(ctx, [f"measured: rows {spans(rows)} give no weight to {which}; the rows besides them leave "
+                              "out no key P weighs, and the weights kept are the softmax over the keys kept: a key "
+                              "mask that depends on the row (a bound or a lane mask taken from the query tile's start "
+                              "or the row's index where the key's own place belongs)"], keys_left_out_by_row=len(rows))
+
+
 class TilesAlike(WeightReading):
     """Every key of a tile weighed alike in each row: the tile's keys all scored with one key's
     score. Where that key is j0 + (r mod R) for the row r, the tile's key was taken from the query
