@@ -219,3 +219,23 @@ def test_an_unwritten_part_of_the_output_is_placed_by_initchecks_copy_report():
                     "is at byte 16,384: the output's batch 1, row 0, column 0")
     assert tool_logs.unwritten_output(first, 2, 128, 64) is None
     assert tool_logs.unwritten_output(first[:1], 2, 128, 32) is None
+
+
+def test_a_tool_whose_every_report_is_in_fas_layers_is_not_said_clean():
+    """racecheck's reports all inside the MI210 emulation's own code: counted, and said as such, not
+    as a clean run; with none at all, clean."""
+    from types import SimpleNamespace
+    from fa_cli.judge.cause import Sanitizer
+    layer_only = WARNING_AND_ERROR_LOG.replace("/s/hw4.cu", "/x/wave64_device.h")
+    assert tool_logs.first_sanitizer_error(tool_logs.without_layer(layer_only)) == []
+    count = sum(map(tool_logs.in_layer, tool_logs.report_blocks(layer_only)))
+    assert count == 3
+    ctx = SimpleNamespace(done=[], findings=[])
+    case = SimpleNamespace(label="t01")
+    said = tool_logs.SanitizerReport("racecheck", [], None, finished=True, in_layers=count)
+    assert Sanitizer.told(ctx, case, said) is True
+    assert ctx.done == ["racecheck on t01: 3 reports, each in the code of fa's judge-GPU layer (the MI210 "
+                        "emulation's or the launch log's own), none at a line of the program's"], ctx.done
+    ctx.done.clear()
+    Sanitizer.told(ctx, case, tool_logs.SanitizerReport("racecheck", [], None, finished=True))
+    assert ctx.done == ["racecheck clean on t01"]

@@ -186,7 +186,11 @@ class Sanitizer(Step):
             ctx.done.append(f"{tool} checked nothing on {case.label}: {NO_CUDA_CALL_SAID}")
             return True
         if not said.first:
-            if said.finished:
+            if said.finished and said.in_layers:  # not clean: what it saw was in fa's layers' code alone
+                ctx.done.append(f"{tool} on {case.label}: {said.in_layers} report{'s' if said.in_layers > 1 else ''}, "
+                                "each in the code of fa's judge-GPU layer (the MI210 emulation's or the launch log's "
+                                "own), none at a line of the program's")
+            elif said.finished:
                 ctx.done.append(f"{tool} clean on {case.label}")
             else:
                 ctx.findings.append(Finding(Kind.MISSING_TOOL, [f"{tool}: stopped after the time budget with nothing "

@@ -119,13 +119,15 @@ TOOL_WORDS = {  # compute-sanitizer's tool: what a report of it is, in a student
 class SanitizerReport:
     """What one compute-sanitizer tool said of one run: its first error (empty where none), the
     errors in all (memcheck, synccheck, initcheck: racecheck counts only what it shows), whether
-    it ran to the end (not stopped at its time limit), and whether the program made any CUDA call
-    for it to check (a program that exits first, or computes on the host, gives it nothing)."""
+    it ran to the end (not stopped at its time limit), whether the program made any CUDA call
+    for it to check (a program that exits first, or computes on the host, gives it nothing), and
+    how many of its reports were left out as the judge GPUs' layers' own (in_layer)."""
     tool: str
     first: list[str]
     count: int | None
     finished: bool
     checked_nothing: bool = False
+    in_layers: int = 0
 
 
 def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input_path: Path, work: Path,
@@ -146,10 +148,12 @@ def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input
     reports = []
     for tool, code in zip(tools, ended):
         log, console = work / f"{tool}.log", work / f"{tool}.console"
-        text = without_layer(log.read_text(errors="replace") if log.exists() else console.read_text(errors="replace"))
+        raw = log.read_text(errors="replace") if log.exists() else console.read_text(errors="replace")
+        text = without_layer(raw)
         first = first_sanitizer_error(text)
         reports.append(SanitizerReport(tool, first, sanitizer_count(text) if first and tool != "racecheck" else None,
-                                       finished=code is not None, checked_nothing=NO_CUDA_CALL in text))
+                                       finished=code is not None, checked_nothing=NO_CUDA_CALL in text,
+                                       in_layers=sum(map(in_layer, report_blocks(raw)))))
     return reports
 
 
