@@ -862,3 +862,23 @@ def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():
                                        "tile of 32; the rows besides them leave out no key P weighs"), finding.lines
     ctx.facts.W = softmax_rows(s)
     assert readings.KeysLeftOutByRow().run(ctx) == []
+
+
+def test_a_batch_offset_missing_its_times_d_is_found_over_rows_nothing_wrote():
+    """out + b * N + i * D where out + (b * N + i) * D belongs: batch 1 written from 128 floats
+    (rows 4..131 of 2 x 128 x 32), on top of batch 0's rows where its blocks ran later, the rows
+    after never written (0)."""
+    inp = probe(B=2, N=128, d=32)
+    true = inp.output().astype(np.float32)
+    flat = np.zeros(2 * 128 * 32, dtype=np.float32)
+    flat[:128 * 32] = true[0].ravel()
+    flat[128:128 + 128 * 32] = true[1].ravel()
+    flat[4 * 32:64 * 32] = true[0].ravel()[4 * 32:64 * 32]  # batch 0's blocks last there: its own rows
+    out = flat.reshape(true.shape)
+    bad = ~(np.abs(out - true) <= 5e-3)
+    dest, src = layout.pairs(out, true, 5e-3)
+    written = int(bad.sum() - np.count_nonzero(out[bad] == 0))
+    coef, placed = layout.fit(dest, src, (2, 128, 32), written)
+    assert list(coef) == [128, 32, 1, 0], coef
+    assert layout.meaning(coef, (2, 128, 32)) == ("batch b's rows written from b * 128 floats where b * N*d = b * "
+                                                  "4096 belongs (128: N, a batch offset missing its * d)")

@@ -44,7 +44,9 @@ def pairs(out: np.ndarray, true: np.ndarray, tol: float) -> tuple[np.ndarray, np
 
 
 def fit(dest: np.ndarray, src: np.ndarray, shape: tuple[int, int, int], wrong: int, seed: int = 0):
-    """(alpha, beta, gamma, delta) and the wrong values it places, or None."""
+    """(alpha, beta, gamma, delta) and the wrong values it places, or None. Where the values placed
+    all belong to one batch b0, alpha and delta cannot be told apart: delta is taken as 0 (b0 > 0:
+    the batch's whole offset is alpha * b0) or alpha as N*d (b0 = 0: nothing tells it)."""
     B, N, d = shape
     b, rest = np.divmod(src, N * d)
     r, c = np.divmod(rest, d)
@@ -53,7 +55,14 @@ def fit(dest: np.ndarray, src: np.ndarray, shape: tuple[int, int, int], wrong: i
     best, placed = None, 0
     for _ in range(TRIES):
         pick = rng.choice(len(dest), size=4, replace=False)
-        coef, *_ = np.linalg.lstsq(X[pick], dest[pick].astype(np.float64), rcond=None)
+        one = np.unique(X[pick, 0])  # a sample of one batch: alpha and delta apart by the rule above
+        fixed = {} if one.size > 1 else {3: 0.0} if one[0] else {0: float(N * d)}  # column: its coefficient
+        free = [i for i in range(4) if i not in fixed]
+        known = sum(X[pick, i] * v for i, v in fixed.items())
+        coef = np.zeros(4)
+        coef[free], *_ = np.linalg.lstsq(X[pick][:, free], dest[pick].astype(np.float64) - known, rcond=None)
+        for i, v in fixed.items():
+            coef[i] = v
         coef = np.round(coef)
         hits = len(np.unique(dest[(X @ coef).astype(np.int64) == dest]))
         if hits > placed:
@@ -78,6 +87,9 @@ def meaning(coef, shape) -> str:
         return f"at row r {'+' if k > 0 else '-'} {abs(k)} (the output's row index)"
     if (alpha, beta, gamma) == (N * d, d, 1):
         return f"{delta:+d} values ({4 * delta:+d} bytes) from its place (the offset of the output or of its file)"
+    if (beta, gamma, delta) == (d, 1, 0) and alpha > 0:
+        why = {N: ": N, a batch offset missing its * d", 3 * N * d: ": 3*N*d, the input's batch stride"}.get(alpha, "")
+        return f"batch b's rows written from b * {alpha} floats where b * N*d = b * {N * d} belongs ({alpha}{why})"
     return "the output's index expression"
 
 
@@ -101,11 +113,13 @@ class OutputLayout(Probe):
         else:
             extra = np.zeros(0, dtype=np.float32)
         shape = (ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d)
-        wrong = int(np.count_nonzero(~(np.abs(out - true) <= ctx.tol)))
+        bad = ~(np.abs(out - true) <= ctx.tol)
+        wrong = int(np.count_nonzero(bad))
         dest, src = pairs(np.concatenate([out.ravel(), extra]).reshape(-1), true, ctx.tol)
         if wrong == 0:
             return []
-        found = fit(dest, src, shape, wrong) if len(np.unique(dest)) >= wrong / 2 and len(dest) >= 4 else None
+        written = wrong - int(np.count_nonzero(out[bad] == 0))  # zeros: places nothing was written to, no move
+        found = fit(dest, src, shape, written) if len(np.unique(dest)) >= written / 2 and len(dest) >= 4 else None
         if found is None:
             return input_held(ctx, out, shape)
         (alpha, beta, gamma, delta), placed = found
