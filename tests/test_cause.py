@@ -71,7 +71,7 @@ def test_an_output_that_changes_between_runs_is_named_a_race(student, inputs):
     assert proc.returncode == 1 and "WRONG" in proc.stdout
     line = next(l for l in proc.stdout.splitlines() if "race:" in l)
     assert "the output changes between runs" in line and "up to 0.25" in line, proc.stdout
-    assert "why many.in: rerun 1 (of up to 9) on many.in" in proc.stderr  # each step said as it starts
+    assert "why many.in: rerun 1 (of up to 5) on many.in" in proc.stderr  # each step said as it starts
 
 
 def test_tiny_differences_between_runs_pass_and_are_called_harmless(student, inputs):
@@ -91,7 +91,7 @@ def test_a_crash_is_investigated_first_and_the_wrong_answer_too(student):
     assert "gdb: SIGSEGV in main" in proc.stdout, proc.stdout
     why = [line.split(":")[1].strip() for line in proc.stderr.splitlines() if line.startswith("fa: why ")]
     assert why[0] == "why t03" and "why t01" in why, proc.stderr
-    assert "failed 10 of 10 runs on t01" in proc.stdout, proc.stdout
+    assert "failed 6 of 6 runs on t01" in proc.stdout, proc.stdout
     short = fa("run", "t01", "t03", "--program", student["ZEROS_THEN_SEGV"], "--why-budget", 2)
     assert "s were left after t03's ERROR, under the 5 s a second case takes (fa run t01 --why t01" in short.stdout, \
         short.stdout
