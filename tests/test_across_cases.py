@@ -68,3 +68,13 @@ def test_where_every_case_failed_cases_to_run_are_suggested():
     assert "fa run c02 (d = 64; every case run has d = 32)" in hint.lines[0]
     assert "fa gen -B 1 -N 128 -d 32 -o b1.in, then fa run b1.in" in hint.lines[0]
     assert across_cases.across_cases([], [Shape(320, 128, 32)], suite.cases("c"), suggest=False) == []
+
+
+def test_splits_on_two_axes_that_both_fit_are_said_as_not_told_apart():
+    """The failing cases are N = 200 with B = 1 and 3, the passing ones N = 128 with B = 2 and 16:
+    N not a multiple of 16 and B odd both fit; each line says so (the cases cannot tell which)."""
+    found = across_cases.split_findings([Shape(2, 128, 32), Shape(16, 128, 64)], [Shape(1, 200, 64), Shape(3, 200, 32)])
+    lines = [f.lines[0] for f in found]
+    assert len(lines) == 2 and lines[1].startswith("split: fails only where B is odd (failing B: 1, 3; passing B: 2, 16;"), lines
+    assert lines[1].endswith("where N is not a multiple of 16 fits them as well: these cases do not tell which)"), lines
+    assert "where B is odd fits them as well: these cases do not tell which" in lines[0], lines

@@ -301,3 +301,16 @@ def test_v_rows_weighed_with_another_keys_weight_are_said_by_their_map():
     said = linear_map.pairing.rows_weighed(shared, P)
     assert "key k0 + min(k - k0, 32) of its tile of 64" in said and "weights sum to 1: l is summed over the weights as given" in said, said
     assert linear_map.pairing.rows_weighed(P, P) is None
+
+
+def test_columns_left_undivided_by_l_are_said_by_their_columns():
+    """A warp per row whose lane stores o0 / l for dim lane and o1 (never divided) for dim lane + 32:
+    at d = 64, columns 32..63 hold P times l, columns 0..31 are right."""
+    n, d = 64, 64
+    q, k = (RNG.uniform(-3, 3, size=(n, d)).astype(np.float32) for _ in range(2))
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    l = 1 / P.max(axis=1)
+    weights = np.stack([P * (l[:, None] if c >= 32 else 1.0) for c in range(d)])
+    [said] = linear_map.lane_sums(weights, P)
+    assert said.endswith("columns 32-63's factor is the row's sum l itself (relative to its max): those columns are "
+                         "never divided by l, columns 0-31 are right"), said

@@ -177,3 +177,15 @@ def test_a_query_row_kept_in_bf16_is_named_before_or_after_its_scale(scaled):
     said, named = precision.read(out, inp.output(), inp)
     part = "Q scaled by 1/sqrt(d) (the query row kept in it after its scale" if scaled else "Q (the query row kept"
     assert named and f"with {part}" in said and "rounded to bf16" in said, said
+
+
+def test_scores_stored_in_half_precision_are_named():
+    """Each scaled score q . k / sqrt(d), summed in float32, stored in __half (a scores buffer
+    halved): named as the scores kept in fp16."""
+    inp = probe()
+    s = np.matmul(inp.q.astype(np.float32), inp.k.astype(np.float32).transpose(0, 2, 1)) * np.float32(1 / np.sqrt(32))
+    w = np.exp(s.astype(np.float16).astype(np.float64) - s.max(axis=-1, keepdims=True))
+    out = (w / w.sum(axis=-1, keepdims=True)) @ inp.v.astype(np.float64)
+    said, named = precision.read(out, inp.output(), inp)
+    assert named and "with each score q . k / sqrt(d) (a scores buffer or register kept in it" in said \
+        and "rounded to fp16" in said, said

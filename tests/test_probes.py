@@ -882,3 +882,15 @@ def test_a_batch_offset_missing_its_times_d_is_found_over_rows_nothing_wrote():
     assert list(coef) == [128, 32, 1, 0], coef
     assert layout.meaning(coef, (2, 128, 32)) == ("batch b's rows written from b * 128 floats where b * N*d = b * "
                                                   "4096 belongs (128: N, a batch offset missing its * d)")
+
+
+def test_v_rows_read_a_warps_width_on_are_found_among_the_readings():
+    """A loader warp's global V row j0 + t with t its thread index 32..63, where t - 32 belongs:
+    V_b's row j read as row j + 32, the last rows from the next batch's Q."""
+    B, N, d = 3, 96, 32
+    inp = probe(B=B, N=N, d=d)
+    flat = np.concatenate([inp.flat(), np.zeros(32 * d)]).astype(np.float64)
+    out = row_by_row(flat, B, N, d, lambda b, i: b * 3 * N * d + i * d, lambda b, j: b * 3 * N * d + N * d + j * d,
+                     lambda b, j: b * 3 * N * d + 2 * N * d + (j + 32) * d)
+    words, batches = indexing.search(out, inp.flat(), B, N, d, 5e-3)
+    assert words.startswith("V_b's row j read as row j + 32") and batches == B - 1, words

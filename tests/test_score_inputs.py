@@ -312,3 +312,12 @@ def test_half_of_every_keys_dims_read_at_a_constant_offset_are_named_with_it():
     assert words and words.startswith("dims 16..31 of every key read 16 floats past their place (K[j, x] at j*d + x "
                                       "+ 16 for x in 16..31"), words
     assert key_patterns.dims_shifted(read_back(lambda k: k)[0], N, D) is None
+
+
+def test_wrong_dims_in_two_runs_are_no_run_of_dims_shifted():
+    """Dims 0..1 and 16..28 wrong in every key (two runs apart): no one run of dims, no words (and
+    no error of fa's own: arrays of other lengths are never compared)."""
+    place = np.arange(N * D).reshape(N, D)
+    found = place.copy()
+    found[:, [0, 1, *range(16, 29)]] += 5
+    assert key_patterns.dims_shifted(found, N, D) is None

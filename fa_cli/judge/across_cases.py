@@ -75,14 +75,15 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
     found = []
     splitting = [what for what, holds in SPLITS if all(holds(s) for s in failed) and not any(holds(s) for s in passed)]
     tiles = [what.rsplit(" ", 1)[1] for what in splitting if what.startswith("N is not")]
-    for what in splitting:
-        if what.startswith("N is not") and not what.endswith(f" {tiles[0]}"):
-            continue  # the tiles said once, in the smallest one's line
+    said = [w for w in splitting if not w.startswith("N is not") or w.endswith(f" {tiles[0]}")]  # tiles said once
+    for what in said:
         axis = "N" if what.startswith("N") else what[0]
         alike = ""
         if what.startswith("N is not") and len(tiles) > 1:
             alike = f"; not a multiple of {one_of(tiles[1:])} fits them as well: these cases do not tell the " \
                 "tiles apart"
+        if others := [w for w in said if w != what]:  # splits on other axes that hold as well
+            alike += f"; where {' and where '.join(others)} fits them as well: these cases do not tell which"
         found.append(Finding(Kind.SPLIT, [
             f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
             f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)}{alike})"], dict(only_where=what)))

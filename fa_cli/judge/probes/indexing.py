@@ -11,7 +11,7 @@ gives the program's output on the probe input:
   bases     Q_b, K_b, V_b swapped with each other; batch 0 for every batch; a batch stride of N*d
             (not 3*N*d); the batch before or after; all Q first, then all K, then all V; the
             matrix's start one row early or late
-  rows      row j read as j + 1 or j - 1, or within tiles of any T from 2 to 128: j % T (the
+  rows      row j read as j +- 1, 2, 4, ..., 64, or within tiles of any T from 2 to 128: j % T (the
             tile's start left out), j // T + j % T (the tile's number for its start), j - j % T
             (the tile's first row), (j - j % T) * d + j % T floats (the place in the tile counted
             in floats); each reading tried on a few rows first, then on the whole probe
@@ -34,6 +34,7 @@ from .step import Context, Probe, guard_payload, logits, softmax_rows
 MATCH_SHARE = 0.99
 ROLES = ("Q", "K", "V")
 MAX_TILE = 128  # row maps are tried within tiles of every size from 2 to this
+ROW_SHIFTS = (2, 4, 8, 16, 32, 64)  # rows read this many rows off, besides 1
 SCREEN_ROWS = 24  # query rows of batch 0 a reading is tried on first, before the whole probe
 
 
@@ -89,6 +90,9 @@ def row_maps(N: int, d: int) -> dict[str, np.ndarray]:
     place in its tile counted in floats, not rows (the right map, j * d, left out)."""
     j = np.arange(N)
     found = {"row j + 1": (j + 1) * d, "row j - 1": (j - 1) * d}
+    for s in ROW_SHIFTS:  # a warp's or tile's offset added where it was already in the row (or left out)
+        found[f"row j + {s} (past the matrix's end into the next one)"] = (j + s) * d
+        found[f"row j - {s}"] = (j - s) * d
     for T in range(2, min(MAX_TILE, N - 1) + 1):
         start, within = j - j % T, j % T
         found[f"row j % {T} (the tile's start left out of the row index, tiles of {T})"] = within * d

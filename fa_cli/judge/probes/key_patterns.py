@@ -172,7 +172,7 @@ def dims_shifted(found: np.ndarray, N: int, d: int) -> str | None:
     place = np.arange(N * d).reshape(N, d)
     wrong = found != place
     dims = np.flatnonzero(wrong.mean(axis=0) >= 0.9)
-    if dims.size == 0 or dims.size == d or not (dims == np.arange(dims[0], dims[-1] + 1)).all() \
+    if dims.size == 0 or dims.size == d or dims.size != dims[-1] - dims[0] + 1 \
             or wrong[:, np.setdiff1d(np.arange(d), dims)].any():
         return None
     read = found[:, dims] >= 0

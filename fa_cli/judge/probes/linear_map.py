@@ -229,6 +229,12 @@ def lane_sums(weights: np.ndarray, P: np.ndarray) -> list[str]:
         return []  # a column made of no V, the right weights, or weights no factor a row makes
     said = (f"every column's weights are P's times a factor of its own for each row (from {fmt(np.nanmin(factor))} "
             f"to {fmt(np.nanmax(factor))}): the right scores and softmax, divided by another sum in each column")
+    right = np.all(np.abs(factor - 1.0) <= 10 * FACTOR_RTOL, axis=1)
+    undivided = np.all(np.abs(factor * P.max(axis=1)[None] - 1.0) <= 10 * FACTOR_RTOL, axis=1)  # factor = l
+    if (right | undivided).all() and undivided.any():
+        return [f"{said}: columns {spans(np.flatnonzero(undivided))}'s factor is the row's sum l itself (relative to "
+                "its max): those columns are never divided by l" + (f", columns {spans(np.flatnonzero(right))} are "
+                                                                     "right" if right.any() else "")]
     keys = np.arange(P.shape[1])
     for L in LANE_WIDTHS:
         share = np.stack([P[:, keys % L == c % L].sum(axis=1) for c in range(d)])  # (c, r)

@@ -142,17 +142,20 @@ class RowsNotWritten(WeightReading):
         if not still.any():
             return []
         held = "0" if bool((out[still] == 0).all()) else "the same values"
+        # zeros whatever V is: rows no thread wrote, or rows computed from a V that reads 0 (a tile never loaded)
+        never = "never written (left as they were)" if held != "0" else \
+            "never written, or computed from values of V that read 0 whatever V is (a tile of V never loaded)"
         flat = np.flatnonzero(still.ravel())  # rows counted over all batches: b * N + r
         whole = np.flatnonzero(still.all(axis=1))
         if still.all() and held == "0" and (signed := signed_zeros(out, ctx.facts.true)):
             what = f"every row of every batch holds 0 in every run, whatever V is, {signed}"
         elif still.all():  # no row of any batch: nothing reaches the output, not one tile's bound
             what = (f"every row of every batch holds {held} in every run, whatever V is: nothing the program computes "
-                    "reaches the output (a kernel that does not run or does not store, or a copy back that is missing "
-                    "or comes before the kernel)")
+                    "reaches the output (a kernel that does not run or does not store, a copy back that is missing "
+                    "or comes before the kernel, or a V that every load reads as 0)")
         elif len(whole) and not still[~still.all(axis=1)].any():
             what = (f"{plural_batches(whole)} {'holds' if len(whole) == 1 else 'hold'} {held} in every row in every "
-                    "run, whatever V is, the others are written: never written (left as they were); look at what "
+                    f"run, whatever V is, the others are written: {never}; look at what "
                     "covers the batches: the copy back's size (B * N * d values), the grid's batches, the output's "
                     "batch offset")
         elif B > 1 and np.array_equal(flat, np.arange(flat[0], B * N)):  # the other batches' same rows written
@@ -164,7 +167,7 @@ class RowsNotWritten(WeightReading):
                 (f"no block of 16 to 256 rows (a multiple of 16) leaves {m}: look at what covers these rows (the "
                  "grid and its bound, where each batch's rows are written)")
             what = (f"the last {m} of the B * N = {B * N} rows taken together (batch {flat[0] // N} from row "
-                    f"{flat[0] % N} on) hold {held} in every run, whatever V is: never written; {cause}")
+                    f"{flat[0] % N} on) hold {held} in every run, whatever V is: {never}; {cause}")
         else:
             rows = np.flatnonzero(still.any(axis=0))
             which, code = describe_keys(rows, N)
@@ -173,7 +176,7 @@ class RowsNotWritten(WeightReading):
                 "the loop over a key tile's", "the row each thread or warp computes (a block's first row, blockIdx "
                 "times its rows, plus its own index: one block dimension used for another) or the loop over a "
                 "query tile's").replace(" keys (its bound", " rows (its bound")
-            what = f"{which} hold {held} in every run, whatever V is: never written (left as they were); look at {code}"
+            what = f"{which} hold {held} in every run, whatever V is: {never}; look at {code}"
         return measured(ctx, [f"measured: {what}"], rows_not_written=int(still.sum()))
 
 
