@@ -1,0 +1,213 @@
+// s06.cu: FlashAttention forward for the course's homework 4 (a starting point made by `fa init`).
+//
+//   ./hw4 INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b for every batch b
+//
+// What is done: reading and checking the input (B, N, d, then Q_b K_b V_b per batch), the copies
+// to and from the GPU, writing the output (B*N*d floats), and a kernel that is plain and correct:
+// one thread per query row, walking every key once with an online softmax. What is yours: make
+// the kernel fast. The place is marked TODO(tiles). Check your work with `fa run t01 --program ./hw4`.
+//
+// With FA_TIMING=1 it also prints the time of each stage (optional: see "timing" below).
+//
+// Builds with the course's example line: nvcc -std=c++11 -O3 -Xptxas="-v" -arch=sm_61 -o hw4 hw4.cu -lm
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+// ---------------------------------------------------------------- errors
+// Every CUDA call goes through CHECK: a failure prints where it happened and what CUDA said.
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    cudaError_t err_ = (call);                                                                  \
+    if (err_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "hw4: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+static void fail(const char* what, const char* path) {
+  std::fprintf(stderr, "hw4: %s: %s\n", path, what);
+  std::exit(2);
+}
+
+// ---------------------------------------------------------------- input and output
+struct Input {
+  int B, N, d;
+  std::vector<float> qkv;  // per batch: Q (N x d), K (N x d), V (N x d)
+};
+
+static Input read_input(const char* path) {
+  FILE* f = std::fopen(path, "rb");
+  if (!f) fail("cannot open the input", path);
+  Input in;
+  int header[3];
+  if (std::fread(header, sizeof(int), 3, f) != 3) fail("no 12-byte header B, N, d", path);
+  in.B = header[0], in.N = header[1], in.d = header[2];
+  if (in.B <= 0 || in.N <= 0) fail("B and N must be positive", path);
+  if (in.d != 32 && in.d != 64) fail("d must be 32 or 64", path);
+  in.qkv.resize((size_t)in.B * 3 * in.N * in.d);
+  if (std::fread(in.qkv.data(), sizeof(float), in.qkv.size(), f) != in.qkv.size()) fail("file too short", path);
+  if (std::fgetc(f) != EOF) fail("file longer than 12 + 12*B*N*d bytes", path);
+  std::fclose(f);
+  return in;
+}
+
+static void write_output(const char* path, const std::vector<float>& out) {
+  FILE* f = std::fopen(path, "wb");
+  if (!f) fail("cannot write the output", path);
+  if (std::fwrite(out.data(), sizeof(float), out.size(), f) != out.size() || std::fclose(f) != 0)
+    fail("write failed", path);
+}
+
+// ---------------------------------------------------------------- timing (optional)
+// With FA_TIMING=1 in the environment the program prints one line on stderr, the seconds of each
+// stage, in the format of fa's own programs:
+//   fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S impl=NAME arch=ARCH device=NAME
+// fa sets FA_TIMING=1 when it runs a program, and `fa bench` and `fa compare --plot` show these
+// stages; without the line they show the whole process only. Nothing else depends on it: keep the
+// stage names and the format if you change it, or delete this section and the lines using it.
+static double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Timing {
+  double init, read, h2d, kernel, d2h, write, total;
+  std::string impl, arch, device;
+  Timing() : init(0), read(0), h2d(0), kernel(0), d2h(0), write(0), total(0), impl("attention_rows") {}
+  void print_if_asked() const {
+    const char* flag = std::getenv("FA_TIMING");
+    if (!flag || !*flag || std::strcmp(flag, "0") == 0) return;
+    std::string name = device;  // spaces written as '_', to keep the line key=value
+    for (size_t i = 0; i < name.size(); ++i)
+      if (name[i] == ' ') name[i] = '_';
+    std::fprintf(stderr,
+                 "fa-timing: init=%.6f read=%.6f h2d=%.6f kernel=%.6f d2h=%.6f write=%.6f total=%.6f impl=%s arch=%s "
+                 "device=%s\n",
+                 init, read, h2d, kernel, d2h, write, total, impl.c_str(), arch.c_str(), name.c_str());
+  }
+};
+
+// ---------------------------------------------------------------- the kernel
+// Keys split over the warps of a block: a block of WARPS warps serves 32 query rows of one batch
+// (lane = row, the same 32 rows in every warp); warp w walks the key tiles w, w + WARPS, w + 2*WARPS,
+// ... with the online softmax of its lane's row (every lane of a warp reads the same key: a
+// broadcast). At the end each warp leaves m, l and o of its rows in shared memory, and warp 0 folds
+// the other warps' partial results into its own: O = sum_w e^(m_w - M) o_w / sum_w e^(m_w - M) l_w.
+#ifndef WARPS
+#define WARPS 4  // warps per block, each a share of the keys
+#endif
+#ifndef BC
+#define BC 32  // keys per tile
+#endif
+
+const int THREADS = 32 * WARPS;
+static_assert(WARPS >= 1 && WARPS <= 8, "WARPS: 1 to 8 (shared memory holds WARPS * 32 rows of o)");
+
+template <int D>
+__global__ void __launch_bounds__(THREADS) attention_splitwarps(const float* qkv, float* out, int N) {
+  __shared__ float sm[WARPS][32], sl[WARPS][32];
+  __shared__ float so[WARPS * 32 * D];
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  const int b = blockIdx.y, i = blockIdx.x * 32 + lane;
+  const bool valid = i < N;
+  const float* q = qkv + (size_t)b * 3 * N * D + (size_t)(valid ? i : 0) * D;
+  const float* k = qkv + ((size_t)3 * b + 1) * N * D;
+  const float* v = k + (size_t)N * D;
+  const float scale = 1.0f / sqrtf((float)D);
+
+  float qi[D], o[D];
+  for (int x = 0; x < D; ++x) qi[x] = q[x] * scale, o[x] = 0.f;
+  float m = -INFINITY, l = 0.f;
+  for (int j0 = w * BC; j0 < N; j0 += WARPS * BC) {
+    const int end = min(N, j0 + BC);
+    for (int j = j0; j < end; ++j) {
+      float s = 0.f;
+      for (int x = 0; x < D; ++x) s += qi[x] * k[(size_t)j * D + x];
+      const float m_new = fmaxf(m, s);
+      const float alpha = __expf(m - m_new), p = __expf(s - m_new);
+      l = l * alpha + p;
+      for (int x = 0; x < D; ++x) o[x] = o[x] * alpha + p * v[(size_t)j * D + x];
+      m = m_new;
+    }
+  }
+  sm[w][lane] = m;
+  sl[w][lane] = l;
+  for (int x = 0; x < D; ++x) so[(w * 32 + lane) * D + x] = o[x];
+  __syncthreads();
+  if (w != 0 || !valid) return;
+  float M = m;  // warp 0 always has key tile 0, so m is finite
+  for (int u = 1; u < WARPS; ++u) M = fmaxf(M, sm[u][lane]);
+  const float a = __expf(m - M);
+  float L = l * a;
+  for (int x = 0; x < D; ++x) o[x] *= a;
+  for (int u = 0; u < WARPS; ++u) {
+    const float c = sm[u][lane] == -INFINITY ? 0.f : __expf(sm[u][lane] - M);  // a warp with no keys weighs 0
+    L += c * sl[u][lane];
+    for (int x = 0; x < D; ++x) o[x] += c * so[(u * 32 + lane) * D + x];
+  }
+  float* dst = out + ((size_t)b * N + i) * D;
+  for (int x = 0; x < D; ++x) dst[x] = o[x] / L;
+}
+
+// ---------------------------------------------------------------- main
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s INPUT OUTPUT\n", argv[0]);
+    return 2;
+  }
+  Timing timing;
+  const double start = seconds_now();
+  double t = start;
+  Input in = read_input(argv[1]);
+  timing.read = seconds_now() - t;
+  const size_t out_values = (size_t)in.B * in.N * in.d;
+  std::vector<float> out(out_values);
+
+  t = seconds_now();
+  CHECK(cudaFree(0));  // the GPU context is made here: its cost, not the first copy's
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  char arch[32];
+  std::snprintf(arch, sizeof arch, "sm_%d%d", prop.major, prop.minor);
+  timing.arch = arch, timing.device = prop.name;
+  timing.init = seconds_now() - t;
+
+  t = seconds_now();
+  float *d_qkv = NULL, *d_out = NULL;
+  CHECK(cudaMalloc(&d_qkv, in.qkv.size() * sizeof(float)));
+  CHECK(cudaMalloc(&d_out, out_values * sizeof(float)));
+  CHECK(cudaMemcpy(d_qkv, in.qkv.data(), in.qkv.size() * sizeof(float), cudaMemcpyHostToDevice));
+  timing.h2d = seconds_now() - t;
+
+  t = seconds_now();
+  if (in.B > 65535) {
+    std::fprintf(stderr, "hw4: B = %d: more batches than grid rows (65535)\n", in.B);
+    return 2;
+  }
+  const dim3 grid((unsigned)((in.N + 31) / 32), (unsigned)in.B);
+  if (in.d == 32)
+    attention_splitwarps<32><<<grid, THREADS>>>(d_qkv, d_out, in.N);
+  else
+    attention_splitwarps<64><<<grid, THREADS>>>(d_qkv, d_out, in.N);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  timing.kernel = seconds_now() - t;
+
+  t = seconds_now();
+  CHECK(cudaMemcpy(out.data(), d_out, out_values * sizeof(float), cudaMemcpyDeviceToHost));
+  timing.d2h = seconds_now() - t;
+  CHECK(cudaFree(d_qkv));
+  CHECK(cudaFree(d_out));
+  t = seconds_now();
+  write_output(argv[2], out);
+  timing.write = seconds_now() - t;
+  timing.total = seconds_now() - start;
+  timing.print_if_asked();
+  return 0;
+}
