@@ -894,3 +894,17 @@ def test_v_rows_read_a_warps_width_on_are_found_among_the_readings():
                      lambda b, j: b * 3 * N * d + 2 * N * d + (j + 32) * d)
     words, batches = indexing.search(out, inp.flat(), B, N, d, 5e-3)
     assert words.startswith("V_b's row j read as row j + 32") and batches == B - 1, words
+
+
+def test_exp_taken_of_the_weights_where_the_scores_belong_is_named():
+    """A third pass that reads a row whose scores the second pass overwrote with its weights p and
+    takes exp(p - m) / l of them: log W = P + a constant per row. The right W: nothing."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    W = np.exp(e - s.max(axis=-1, keepdims=True)) / e.sum(axis=-1, keepdims=True)
+    said, fields = factors.weights_as_scores(W, P)
+    assert said.startswith("log W = p + a constant per row, p the right weights (exp(s - m), before the division "
+                           "by l)"), said
+    assert factors.weights_as_scores(P, P) is None

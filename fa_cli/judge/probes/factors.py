@@ -346,6 +346,24 @@ def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None
                                                                                  look="scale")
 
 
+def weights_as_scores(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
+    """log W_ij = p_ij + c_i, p the right weights before the division by l (exp(s - m)) or after
+    (P): the exponential taken of the weights where the scores belong (a row of scores
+    overwritten by its weights, then a pass that takes exp(s - m) of it again)."""
+    if np.allclose(W, P, atol=1e-3) or np.ptp(P, axis=2).max() <= 1e-2:
+        return None
+    for which, p in (("exp(s - m), before the division by l", P / P.max(axis=2, keepdims=True)),
+                     ("P, after the division by l", P)):
+        with np.errstate(divide="ignore"):
+            y = np.log(W) - p
+        if np.isfinite(y).all() and np.mean(np.ptp(y, axis=2) <= 1e-3) >= FIT_SHARE:  # one constant a row
+            return (f"log W = p + a constant per row, p the right weights ({which}): the exponential taken of the "
+                    "weights where the scores belong (a row of scores overwritten by its weights, then exp(s - m) "
+                    "taken of it again); look at what the last pass reads"), dict(weights_as_scores=which,
+                                                                                  look="scale")
+    return None
+
+
 def all_on_the_largest(W: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
     """Each row's whole weight on its largest score's key: a softmax whose scores were multiplied
     by a factor so large that only the max counts (W / P fits no factor there: one key a row)."""
@@ -360,13 +378,13 @@ def all_on_the_largest(W: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
 
 
 class Factors(WeightReading):
-    name = "W / P by row and by key tile, and log W against the logits"
+    name = "W / P by row and by key tile, and log W against the logits and against P"
 
     def run(self, ctx: Context) -> list[Finding]:
         W, P = ctx.facts.W, ctx.facts.P
         s = logits(ctx.probe.q, ctx.probe.k)
         for reading in (all_on_the_largest(W, s), per_row_factor(W, P, s), per_tile_factor(W, P, s),
-                        logit_slope(W, s, ctx.probe.shape.d)):
+                        logit_slope(W, s, ctx.probe.shape.d), weights_as_scores(W, P)):
             if reading:
                 said, fields = reading
                 if "not a power" in said:
