@@ -219,6 +219,7 @@ def test_verify_diagnoses_too(student, inputs, tmp_path):
     (list(range(0, 128, 7)) + list(range(1, 128, 11)), list(range(128)), 128, "31 scattered rows (of 128 checked)"),
     ([i for i in range(200) if i % 64 >= 32], list(range(200)), 200, "rows 32..63 of every 64 (rows i with i mod 64"),
     ([i for i in range(256) if i % 32 < 16 and i > 0], list(range(256)), 256, "127 scattered rows"),
+    (list(range(40, 60)), list(range(100)), 100, "20 scattered rows"),  # one block: no run of every 64
 ])
 def test_describe_rows(bad, checked, N, expected):
     assert diagnose.describe_rows(np.array(bad), np.array(checked), N).startswith(expected)

@@ -312,5 +312,6 @@ def test_columns_left_undivided_by_l_are_said_by_their_columns():
     l = 1 / P.max(axis=1)
     weights = np.stack([P * (l[:, None] if c >= 32 else 1.0) for c in range(d)])
     [said] = linear_map.lane_sums(weights, P)
-    assert said.endswith("columns 32-63's factor is the row's sum l itself (relative to its max): those columns are "
-                         "never divided by l, columns 0-31 are right"), said
+    assert said == ("every column's weights are P's times a factor of its own for each row: in columns 32-63 the "
+                    "row's sum l itself (relative to its max), so those columns are never divided by l; columns 0-31 "
+                    "are right"), said

@@ -177,6 +177,10 @@ def test_a_query_row_kept_in_bf16_is_named_before_or_after_its_scale(scaled):
     said, named = precision.read(out, inp.output(), inp)
     part = "Q scaled by 1/sqrt(d) (the query row kept in it after its scale" if scaled else "Q (the query row kept"
     assert named and f"with {part}" in said and "rounded to bf16" in said, said
+    at_64 = probe(d=64)  # 1/sqrt(64) is a power of 2: the two roundings give one output
+    q = bf16(at_64.q * np.float32(1 / 8)) * 8.0 if scaled else bf16(at_64.q)
+    said, named = precision.read(ProbeInput(q, at_64.k, at_64.v).output(), at_64.output(), at_64)
+    assert named and "with Q, before or after its 1/sqrt(d) scale" in said and "the same output at this d" in said, said
 
 
 def test_scores_stored_in_half_precision_are_named():

@@ -864,24 +864,38 @@ def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():
     assert readings.KeysLeftOutByRow().run(ctx) == []
 
 
+def layout_said(inp: ProbeInput, out: np.ndarray) -> list[str]:
+    """OutputLayout's words on the probe input for the program's output `out`."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.out, ctx.facts.true = out, inp.output()
+    return [line for f in layout.OutputLayout().run(ctx) for line in f.lines]
+
+
 def test_a_batch_offset_missing_its_times_d_is_found_over_rows_nothing_wrote():
     """out + b * N + i * D where out + (b * N + i) * D belongs: batch 1 written from 128 floats
     (rows 4..131 of 2 x 128 x 32), on top of batch 0's rows where its blocks ran later, the rows
-    after never written (0)."""
+    after never written (0). A shift of batch 2 alone (its batch 1 right) is a shift, not a batch
+    offset."""
     inp = probe(B=2, N=128, d=32)
     true = inp.output().astype(np.float32)
     flat = np.zeros(2 * 128 * 32, dtype=np.float32)
     flat[:128 * 32] = true[0].ravel()
     flat[128:128 + 128 * 32] = true[1].ravel()
     flat[4 * 32:64 * 32] = true[0].ravel()[4 * 32:64 * 32]  # batch 0's blocks last there: its own rows
-    out = flat.reshape(true.shape)
-    bad = ~(np.abs(out - true) <= 5e-3)
-    dest, src = layout.pairs(out, true, 5e-3)
-    written = int(bad.sum() - np.count_nonzero(out[bad] == 0))
-    coef, placed = layout.fit(dest, src, (2, 128, 32), written)
-    assert list(coef) == [128, 32, 1, 0], coef
-    assert layout.meaning(coef, (2, 128, 32)) == ("batch b's rows written from b * 128 floats where b * N*d = b * "
-                                                  "4096 belongs (128: N, a batch offset missing its * d)")
+    [said] = layout_said(inp, flat.reshape(true.shape))
+    assert "batch b's rows written from b * 128 floats where b * N*d = b * 4096 belongs (128: N, a batch offset " \
+        "missing its * d)" in said, said
+    inp = probe(B=3, N=64, d=32)
+    true = inp.output().astype(np.float32)
+    flat = true.ravel().copy()
+    flat[2 * 2048:] = 0.0
+    flat[2 * 2048 + 64:] = true[2].ravel()[:2048 - 64]  # batch 2 alone written 64 floats late
+    [said] = layout_said(inp, flat.reshape(true.shape))
+    assert "written at offset 2048*b + 32*r + c + 64 of the output" in said and ", all in batch 2" in said \
+        and "batch b's rows written" not in said, said
 
 
 def test_v_rows_read_a_warps_width_on_are_found_among_the_readings():
@@ -908,3 +922,18 @@ def test_exp_taken_of_the_weights_where_the_scores_belong_is_named():
     assert said.startswith("log W = p + a constant per row, p the right weights (exp(s - m), before the division "
                            "by l)"), said
     assert factors.weights_as_scores(P, P) is None
+
+
+def test_rows_that_weigh_nothing_are_no_keys_left_out_by_row():
+    """Rows 112..127 hold nothing at all (every weight 0): not keys left out by a mask (no softmax
+    over kept keys is left to compare), nothing said by this reading."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=128, d=32)
+    P = softmax_rows(logits(inp.q, inp.k))
+    W = P.copy()
+    W[:, 112:] = 0.0
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = W, P
+    assert readings.KeysLeftOutByRow().run(ctx) == []

@@ -286,18 +286,20 @@ def test_rows_never_written_are_left_out_and_the_rest_read_where_every_row_holds
     terms, _ = score_inputs.read_terms(W)
     assert (score_inputs.sources(terms, k) == np.arange(N * D).reshape(N, D)).all()
     assert score_inputs.unread(np.zeros_like(W)) == (f"the batches of {D} of the {D} dims of Q hold 0 everywhere "
-                                                     "(never written): no score is read")
+                                                     "(never written, or computed as 0): no score is read")
     first_batch_only = W.copy()
     first_batch_only[1:] = 0.0
     said = score_inputs.unread(first_batch_only)
-    assert said.startswith(f"the batches of {D - 1} of the {D} dims of Q hold 0 everywhere (never written); "
-                           f"{N // 2} of {N} rows hold 0"), said
+    assert said.startswith(f"the batches of {D - 1} of the {D} dims of Q hold 0 everywhere (never written, or "
+                           f"computed as 0); {N // 2} of {N} rows hold 0"), said
+    said = score_inputs.unread(np.full_like(W, np.nan))
+    assert said == "100% of the values read are no weight (NaN, infinite or negative): no score is read", said
     whole = score_inputs.weights_by_dim(attention(inp, lambda kb: kb).astype(np.float64), N, D)
     shifted = np.zeros_like(whole)  # row r's weights moved r keys on, those past the last key lost
     for r in range(N):
         shifted[:, r, r:] = whole[:, r, :N - r]
     said = score_inputs.unread(shifted)
-    assert said == (f"{N - 1} of {N} keys are not weighed by every row that holds values, in every dim that does "
+    assert said == (f"{N - 1} of {N} keys are not weighed by every row that holds weights, in every dim that does "
                     "(each row's weights fall on keys of their own): no score is read"), said
 
 
@@ -321,3 +323,13 @@ def test_wrong_dims_in_two_runs_are_no_run_of_dims_shifted():
     found = place.copy()
     found[:, [0, 1, *range(16, 29)]] += 5
     assert key_patterns.dims_shifted(found, N, D) is None
+
+
+def test_dims_read_a_whole_key_off_are_said_as_another_keys():
+    """Dims 0..7 of key j taken from key j + 1 (an offset of d floats): said as another key's dims."""
+    place = np.arange(N * D).reshape(N, D)
+    found = place.copy()
+    found[:, :8] += D
+    found[-1, :8] = -1  # the last key's past K's end
+    words = key_patterns.dims_shifted(found, N, D)
+    assert words and words.startswith("dims 0..7 of every key j read from key j + 1's"), words

@@ -2,6 +2,7 @@
 as fa run quotes it; what a program runs on, read from its binary."""
 import os
 import time
+from pathlib import Path
 
 from fa_cli.judge import tool_logs
 from fa_cli.programs import programs
@@ -221,18 +222,23 @@ def test_an_unwritten_part_of_the_output_is_placed_by_initchecks_copy_report():
     assert tool_logs.unwritten_output(first[:1], 2, 128, 32) is None
 
 
-def test_a_tool_whose_every_report_is_in_fas_layers_is_not_said_clean():
+def test_a_tool_whose_every_report_is_in_fas_layers_is_not_said_clean(tmp_path, monkeypatch):
     """racecheck's reports all inside the MI210 emulation's own code: counted, and said as such, not
     as a clean run; with none at all, clean."""
     from types import SimpleNamespace
     from fa_cli.judge.cause import Sanitizer
     layer_only = WARNING_AND_ERROR_LOG.replace("/s/hw4.cu", "/x/wave64_device.h")
-    assert tool_logs.first_sanitizer_error(tool_logs.without_layer(layer_only)) == []
-    count = sum(map(tool_logs.in_layer, tool_logs.report_blocks(layer_only)))
-    assert count == 3
+
+    def tool_ran(argvs, consoles, timeout):  # compute-sanitizer as it logs: into --log-file
+        for argv in argvs:
+            Path(argv[argv.index("--log-file") + 1]).write_text(layer_only)
+        return [0] * len(argvs)
+    monkeypatch.setattr(tool_logs, "find_tool", lambda name: "/bin/compute-sanitizer")
+    monkeypatch.setattr(tool_logs, "_side_by_side", tool_ran)
+    [said] = tool_logs.sanitize_side_by_side(("racecheck",), ["prog"], tmp_path / "in", tmp_path, 10.0)
+    assert said.first == [] and said.in_layers == 3 and said.finished, said
     ctx = SimpleNamespace(done=[], findings=[])
     case = SimpleNamespace(label="t01")
-    said = tool_logs.SanitizerReport("racecheck", [], None, finished=True, in_layers=count)
     assert Sanitizer.told(ctx, case, said) is True
     assert ctx.done == ["racecheck on t01: 3 reports, each in the code of fa's judge-GPU layer (the MI210 "
                         "emulation's or the launch log's own), none at a line of the program's"], ctx.done

@@ -86,12 +86,13 @@ def describe_rows(bad: np.ndarray, checked: np.ndarray, N: int) -> str:
 
 def periodic_rows(bad: np.ndarray, checked: np.ndarray) -> str | None:
     """Rows wrong in one run of places within every tile of T rows (T a power of 2 from 4 to 256):
-    "rows 32..63 of every 64", where every checked row in that run is wrong and no other is."""
+    "rows 32..63 of every 64", where every checked row in that run is wrong, no other is, and the
+    run is wrong in two tiles at least."""
     for T in (4, 8, 16, 32, 64, 128, 256):
         places = np.unique(bad % T)
         run = np.arange(places[0], places[-1] + 1)
         if len(places) < T and np.array_equal(places, run) and np.array_equal(bad, checked[np.isin(checked % T, run)]) \
-                and checked.max() >= T:
+                and np.unique(bad // T).size >= 2:  # the run in two tiles at least: a pattern, not one block
             return f"rows {places[0]}..{places[-1]} of every {T} (rows i with i mod {T} in {places[0]}..{places[-1]})"
     return None
 

@@ -262,8 +262,9 @@ def run(
 
 def _run(program: Program, input_path: Path, output_path: Path, launcher: Launcher | None, timeout: float | None,
          env: dict[str, str] | None, gpu: gpu_turns.Turn) -> RunResult:
-    """run(), its turn on the GPU taken (given back once the program and what it left running are
-    gone, before fa's clean-up: the next run's turn starts while this one's reader and watcher settle).
+    """run(), its turn on the GPU taken (given back once the program has exited and what it left
+    running was sent SIGKILL, before fa's clean-up: the next run's turn starts while this one's
+    reader and watcher settle).
 
     Past `timeout` seconds the program is stopped as a judge would (RunResult.timed_out). The
     program runs in its own process group, so that stopping it reaches whatever it started;

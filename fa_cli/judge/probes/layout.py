@@ -44,9 +44,11 @@ def pairs(out: np.ndarray, true: np.ndarray, tol: float) -> tuple[np.ndarray, np
 
 
 def fit(dest: np.ndarray, src: np.ndarray, shape: tuple[int, int, int], wrong: int, seed: int = 0):
-    """(alpha, beta, gamma, delta) and the wrong values it places, or None. Where the values placed
-    all belong to one batch b0, alpha and delta cannot be told apart: delta is taken as 0 (b0 > 0:
-    the batch's whole offset is alpha * b0) or alpha as N*d (b0 = 0: nothing tells it)."""
+    """(alpha, beta, gamma, delta) and the wrong values it places, or None. Where a sample's values
+    all belong to one batch b0, alpha and delta cannot be told apart: for batch 1 the whole offset
+    is taken as alpha (delta 0: batch b at b * alpha, as a batch offset written otherwise makes it);
+    for any other batch alpha is taken as N*d and the shift as delta (nothing says the batches
+    between moved too)."""
     B, N, d = shape
     b, rest = np.divmod(src, N * d)
     r, c = np.divmod(rest, d)
@@ -56,7 +58,7 @@ def fit(dest: np.ndarray, src: np.ndarray, shape: tuple[int, int, int], wrong: i
     for _ in range(TRIES):
         pick = rng.choice(len(dest), size=4, replace=False)
         one = np.unique(X[pick, 0])  # a sample of one batch: alpha and delta apart by the rule above
-        fixed = {} if one.size > 1 else {3: 0.0} if one[0] else {0: float(N * d)}  # column: its coefficient
+        fixed = {} if one.size > 1 else {3: 0.0} if one[0] == 1 else {0: float(N * d)}  # column: its coefficient
         free = [i for i in range(4) if i not in fixed]
         known = sum(X[pick, i] * v for i, v in fixed.items())
         coef = np.zeros(4)
@@ -127,7 +129,9 @@ class OutputLayout(Probe):
         formula = " + ".join(t for t in (term(alpha, "b"), term(beta, "r"), term(gamma, "c")) if t)
         formula += f" {'+' if delta >= 0 else '-'} {abs(delta)}" if delta else ""
         where = f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)})"
-        share = f"for {placed} of the {wrong} wrong values on {ctx.probe.label}{rest}"
+        moved = np.unique(dest[placed_by(dest, src, (alpha, beta, gamma, delta), shape)] // (shape[1] * shape[2]))
+        only = f", all in batch {moved[0]}" if len(moved) == 1 and shape[0] > 1 else ""
+        share = f"for {placed} of the {wrong} wrong values on {ctx.probe.label}{only}{rest}"
         whole_batches = (beta, gamma) == (shape[2], 1) and delta % (shape[1] * shape[2]) == 0
         copies = copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape)
         if copies and whole_batches:
@@ -178,12 +182,17 @@ def input_held(ctx: Context, out: np.ndarray, shape) -> list[Finding]:
         "back's source and the output's pointer"], look=("copies", r"Memcpy\w*\s*\("), held_blocks=held)
 
 
-def copied(out, true, tol, dest, src, coef, shape) -> bool:
-    """Whether the values the formula places are also right where they belong (copied there)."""
+def placed_by(dest, src, coef, shape) -> np.ndarray:
+    """Which pairs the formula places: the value that belongs at src written at dest."""
     B, N, d = shape
     b, rest = np.divmod(src, N * d)
     r, c = np.divmod(rest, d)
-    hit = (coef[0] * b + coef[1] * r + coef[2] * c + coef[3]) == dest
+    return (coef[0] * b + coef[1] * r + coef[2] * c + coef[3]) == dest
+
+
+def copied(out, true, tol, dest, src, coef, shape) -> bool:
+    """Whether the values the formula places are also right where they belong (copied there)."""
+    hit = placed_by(dest, src, coef, shape)
     if not hit.any():
         return False
     home = src[hit]

@@ -286,13 +286,14 @@ class KeysLeftOutByRow(WeightReading):
         W, P, N = ctx.facts.W, ctx.facts.P, ctx.probe.shape.N
         dead = (np.abs(W) <= ZERO) & (P > 1e-5)
         rows = np.flatnonzero(dead.any(axis=(0, 2)))  # row places (any batch) with a key left out
-        if not len(rows) or len(rows) == N or dead.all(axis=(0, 1)).any():
-            return []  # none, every row (KeysWithoutWeight's or another reading's), a key no row weighs
+        if not len(rows) or len(rows) == N or dead.all(axis=(0, 1)).any() or (np.abs(W) <= ZERO).all(axis=2).any():
+            return []  # none, every row, a key no row weighs (KeysWithoutWeight's), a row that weighs nothing
         s = logits(ctx.probe.q, ctx.probe.k)
         s[dead | ((np.abs(W) <= ZERO) & (P <= 1e-5))] = -np.inf
         kept = np.exp(s - s.max(axis=-1, keepdims=True))
-        if np.abs(W - kept / kept.sum(axis=-1, keepdims=True)).max() > ROW_ATOL:
-            return []  # the other weights are not the softmax over the kept keys
+        with np.errstate(invalid="ignore"):
+            if not (np.abs(W - kept / kept.sum(axis=-1, keepdims=True)) <= ROW_ATOL).all():
+                return []  # the other weights are not the softmax over the kept keys (NaN is not)
         left_out = np.flatnonzero(dead[:, rows].any(axis=(0, 1)))  # the keys those rows leave out, together
         if (np.abs(W[:, rows][..., left_out]) > ZERO).any():
             return []  # rows that leave out different keys: no one set said

@@ -114,22 +114,28 @@ def read_terms(W: np.ndarray, block: int | None = None) -> tuple[np.ndarray, flo
 
 
 def unread(W: np.ndarray) -> str:
-    """Why most terms could not be read, as measured: the batches (one a dim of Q) that hold 0
-    everywhere, rows that hold 0, and keys that the rows holding values do not all weigh."""
+    """Why most terms could not be read, as measured: values that are no weight (NaN, infinite or
+    negative), the batches (one a dim of Q) that hold 0 everywhere, rows that hold 0, and keys that
+    the rows holding weights do not all weigh."""
     d, N, _ = W.shape
-    held = W > TINY_WEIGHT
-    dims = held.any(axis=(1, 2))  # a dim's batches that hold any value
-    rows = held[dims].any(axis=(0, 2))
     said = []
-    if not dims.all():
-        said.append(f"the batches of {d - int(dims.sum())} of the {d} dims of Q hold 0 everywhere (never written)")
-    if dims.any() and not rows.all():
-        said.append(f"{N - int(rows.sum())} of {N} rows hold 0 in every column for every Q (never written where the "
-                    "probe looks)")
+    odd = ~np.isfinite(W) | (W < -TINY_WEIGHT)
+    if odd.any():
+        said.append(f"{odd.mean():.0%} of the values read are no weight (NaN, infinite or negative)")
+    held = np.isfinite(W) & (W > TINY_WEIGHT)
+    dims = held.any(axis=(1, 2))  # a dim's batches that hold a weight
+    rows = held[dims].any(axis=(0, 2))
+    zero = np.where(np.isfinite(W), np.abs(W) <= TINY_WEIGHT, False)
+    if not dims.all() and zero[~dims].all():
+        said.append(f"the batches of {d - int(dims.sum())} of the {d} dims of Q hold 0 everywhere (never written, or "
+                    "computed as 0)")
+    if dims.any() and not rows.all() and zero[dims][:, ~rows].all():
+        said.append(f"{N - int(rows.sum())} of {N} rows hold 0 in every column for every Q (never written, or "
+                    "computed as 0)")
     if dims.any() and rows.any():
         unweighed = int((~held[dims][:, rows].all(axis=(0, 1))).sum())
         if unweighed:
-            said.append(f"{unweighed} of {N} keys are not weighed by every row that holds values, in every dim "
+            said.append(f"{unweighed} of {N} keys are not weighed by every row that holds weights, in every dim "
                         "that does (each row's weights fall on keys of their own)")
     return "; ".join(said or ["the weights could not be read"]) + ": no score is read"
 
