@@ -937,3 +937,15 @@ def test_rows_that_weigh_nothing_are_no_keys_left_out_by_row():
     ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
     ctx.facts.W, ctx.facts.P = W, P
     assert readings.KeysLeftOutByRow().run(ctx) == []
+
+
+def test_a_factor_taken_against_the_tiles_own_max_is_named():
+    """alpha = exp(m - tile max) where exp(m - m_new) belongs: a tile below the running max scales
+    what came before up. Named with its tile."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    form = "alpha = exp(m - tile max) (the tile's own max where the new running max belongs)"
+    forms = {**softmax_steps.RIGHT, "factor": dict(softmax_steps.STEP_FORMS["factor"])[form]}
+    W = softmax_steps.simulate(s, 32, forms)
+    step, words, tiles = softmax_steps.search(W, s)
+    assert step == "factor" and words == form and 32 in tiles, (step, words, tiles)

@@ -47,7 +47,7 @@ from .weights import ProbeRuns, ReadWeights
 
 PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
                              LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
-                             TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), SoftmaxSteps(), Factors(), BatchAlone(), WholeTiles(),
-                             Summary(), Picture())
+                             TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), SoftmaxSteps(), Factors(),
+                             BatchAlone(), WholeTiles(), Summary(), Picture())
 
 __all__ = ["PROBES", "design"]

@@ -181,12 +181,13 @@ def dims_shifted(found: np.ndarray, N: int, d: int) -> str | None:
         return None
     c = int(offsets[counts.argmax()])
     others = int(wrong[:, dims].sum() - counts.max())
+    stray = f"; {others} of those terms past K's end or on no element of K" if others else ""
     if c % d == 0:  # whole rows off: another key's dims
-        return (f"dims {dims[0]}..{dims[-1]} of every key j read from key j {'+' if c > 0 else '-'} {abs(c) // d}'s (the "
-                "other dims right" + (f"; {others} of those terms past K's end or on no element of K" if others else "")
-                + "): a row index for part of the dims off by a key")
+        other = f"key j {'+' if c > 0 else '-'} {abs(c) // d}"
+        return (f"dims {dims[0]}..{dims[-1]} of every key j read from {other}'s (the other dims right{stray}): a row "
+                "index for part of the dims off by a key")
     return (f"dims {dims[0]}..{dims[-1]} of every key read {abs(c)} floats {'past' if c > 0 else 'before'} their place "
             f"(K[j, x] at j*d + x {'+' if c > 0 else '-'} {abs(c)} for x in {dims[0]}..{dims[-1]}, the other dims "
-            "right" + (f"; {others} of those terms past K's end or on no element of K" if others else "") +
+            f"right{stray}" +
             "): an offset for part of a row written as a constant where it depends on d (e.g. 32 where d / 2 "
             "belongs), or counted from another dim")

@@ -233,8 +233,9 @@ def lane_sums(weights: np.ndarray, P: np.ndarray) -> list[str]:
     undivided = np.all(np.abs(factor * P.max(axis=1)[None] - 1.0) <= 10 * FACTOR_RTOL, axis=1)  # factor = l
     if (right | undivided).all() and undivided.any():
         return [f"every column's weights are P's times a factor of its own for each row: in columns "
-                f"{spans(np.flatnonzero(undivided))} the row's sum l itself (relative to its max), so those columns are "
-                "never divided by l" + (f"; columns {spans(np.flatnonzero(right))} are right" if right.any() else "")]
+                f"{spans(np.flatnonzero(undivided))} the row's sum l itself (relative to its max), so those columns "
+                "are never divided by l" + (f"; columns {spans(np.flatnonzero(right))} are right" if right.any()
+                                            else "")]
     keys = np.arange(P.shape[1])
     for L in LANE_WIDTHS:
         share = np.stack([P[:, keys % L == c % L].sum(axis=1) for c in range(d)])  # (c, r)

@@ -38,15 +38,18 @@ STEP_FORMS = {
     # (m_new = the tile's max alone is no mistake: alpha and p then share another reference, which
     # cancels in acc / l; the update below, which carries it to the next tile, is one)
     "max": (("m_new = max(m, tile max)", lambda m, tmax: np.maximum(m, tmax)),),
-    "factor": (("alpha = exp(m - m_new)", lambda m, m_new: np.exp(m - m_new)),
-               ("alpha = exp(m_new - m) (the factor inverted)", lambda m, m_new: np.exp(m_new - m)),
-               ("alpha = 1 (m updated before alpha is computed, or no rescale)", lambda m, m_new: np.ones_like(m_new)),
+    "factor": (("alpha = exp(m - m_new)", lambda m, m_new, tmax: np.exp(m - m_new)),
+               ("alpha = exp(m - tile max) (the tile's own max where the new running max belongs)",
+                lambda m, m_new, tmax: np.exp(m - tmax)),
+               ("alpha = exp(m_new - m) (the factor inverted)", lambda m, m_new, tmax: np.exp(m_new - m)),
+               ("alpha = 1 (m updated before alpha is computed, or no rescale)",
+                lambda m, m_new, tmax: np.ones_like(m_new)),
                ("alpha = exp2(m - m_new) (base 2 for a natural-log difference)",
-                lambda m, m_new: np.exp2(m - m_new)),
+                lambda m, m_new, tmax: np.exp2(m - m_new)),
                ("alpha = exp(m - m_new) of maxima kept in the log2 domain (exp where exp2 belongs)",
-                lambda m, m_new: np.exp(LOG2E * (m - m_new))),
+                lambda m, m_new, tmax: np.exp(LOG2E * (m - m_new))),
                ("alpha = exp2 of natural-log maxima times log2(e) twice",
-                lambda m, m_new: np.exp(LN2 * (m - m_new)))),
+                lambda m, m_new, tmax: np.exp(LN2 * (m - m_new)))),
     "p": (("p = exp(s - m_new)", lambda s, m, m_new, tmax: np.exp(s - m_new[..., None])),
           ("p = exp(s - tile max) (the tile's own max, not the running one)",
            lambda s, m, m_new, tmax: np.exp(s - tmax[..., None])),
@@ -104,7 +107,7 @@ def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
             tile = s[..., j0:j0 + T]
             tmax = tile.max(axis=-1)
             m_new = forms["max"](m, tmax)
-            alpha = forms["factor"](m, m_new)  # the first tile's m is -inf, as a program's is
+            alpha = forms["factor"](m, m_new, tmax)  # the first tile's m is -inf, as a program's is
             p = forms["p"](tile, m, m_new, tmax)
             so_far = so_far + p.sum(axis=-1)
             l_before, l = l, forms["sum"](l, alpha, p.sum(axis=-1), so_far)
