@@ -15,7 +15,7 @@ import numpy as np
 from ..diagnose import quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES, QUERY_TILES
-from .step import Context, Probe, fmt, logits, spans
+from .step import Context, Probe, fmt, logits, softmax_rows, spans
 
 ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
 ZERO = 1e-7  # a weight this small is no weight
@@ -259,8 +259,7 @@ class KeysWithoutWeight(WeightReading):
         kept[dead] = False
         s = logits(ctx.probe.q, ctx.probe.k)
         s[..., ~kept] = -np.inf
-        renorm = np.exp(s - s.max(axis=-1, keepdims=True))
-        renorm /= renorm.sum(axis=-1, keepdims=True)
+        renorm = softmax_rows(s)
         if np.abs(W - renorm).max() <= ROW_ATOL:
             rest = "the other weights are the softmax over the other keys: those keys are left out of the scores, " \
                    "the max, the sum and the output alike"
@@ -290,9 +289,8 @@ class KeysLeftOutByRow(WeightReading):
             return []  # none, every row, a key no row weighs (KeysWithoutWeight's), a row that weighs nothing
         s = logits(ctx.probe.q, ctx.probe.k)
         s[dead | ((np.abs(W) <= ZERO) & (P <= 1e-5))] = -np.inf
-        kept = np.exp(s - s.max(axis=-1, keepdims=True))
         with np.errstate(invalid="ignore"):
-            if not (np.abs(W - kept / kept.sum(axis=-1, keepdims=True)) <= ROW_ATOL).all():
+            if not (np.abs(W - softmax_rows(s)) <= ROW_ATOL).all():
                 return []  # the other weights are not the softmax over the kept keys (NaN is not)
         left_out = np.flatnonzero(dead[:, rows].any(axis=(0, 1)))  # the keys those rows leave out, together
         if (np.abs(W[:, rows][..., left_out]) > ZERO).any():

@@ -95,8 +95,8 @@ def read_terms(W: np.ndarray, block: int | None = None) -> tuple[np.ndarray, flo
     """(d, N) differences K'[j, x] - K'[j0, x] (NaN where a weight is 0), from the rows' log ratios
     (their median), j0 the first key of j's block of `block` keys (all N by default) that every row
     holding values weighs (a row never written is left out), and the largest disagreement between
-    rows. A block is one batch's keys: batches whose
-    softmax sums differ (a program that reads V's values as K's past K's end) share no constant."""
+    rows. A block is one batch's keys: batches whose softmax sums differ (a program that reads V's
+    values as K's past K's end) share no constant."""
     d, rows, N = W.shape
     block = block or N
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
