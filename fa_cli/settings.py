@@ -15,6 +15,8 @@ commands); child processes still get the whole environment (os.environ passed on
     FA_GTX1080_RULES 0: a student's hw4.cu runs without the GTX 1080's rules (fa run --no-gtx1080-rules)
     FA_GPU_TURNS     a lock file's path: fa processes judging side by side (fa class) take turns on
                      the GPU through it, a timed run alone (programs/gpu_turns.py)
+    FA_GPU_SHARES    a log's path: how many searches for a cause fa class runs at once, from which
+                     each one's budget counts its share of the time (programs/gpu_shares.py)
     FA_DEVICE_DELAY_MS  set by fa for a student's program under its launch layer: the device made
                      slower (judge/slow_device.py; read by src_cuda/launch_log.h)
     CUDA_LAUNCH_BLOCKING, FA_COPIES_WAITED  set by fa for a student's failing GPU program: every
@@ -96,6 +98,16 @@ def gpu_turns() -> str | None:
 def gpu_turns_through(path: str) -> dict[str, str]:
     """The environment that has the fa processes fa class starts take their turns through PATH."""
     return {"FA_GPU_TURNS": path}
+
+
+def gpu_shares() -> str | None:
+    """FA_GPU_SHARES: the log of how many searches run side by side (fa class's second half)."""
+    return os.environ.get("FA_GPU_SHARES") or None
+
+
+def gpu_shares_through(path: str) -> dict[str, str]:
+    """The environment that has a search fa class starts count its budget by its share of PATH's log."""
+    return {"FA_GPU_SHARES": path}
 
 
 def launches_waited(copies: bool = True) -> tuple[str, ...]:

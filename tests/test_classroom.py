@@ -394,6 +394,9 @@ def test_programs_judged_side_by_side_never_run_beside_a_timed_run(tmp_path, cpu
         assert [s for s in spans if s[0] < b and a < s[1]] == [(a, b, who, case)], spans
     assert {s: r["t01"].split()[0] for s, r in rows(tmp_path / "class").items()} == dict(
         alice="PASS", bob="WRONG", eve="PASS")
+    # the searches side by side, as their budgets count them: each started and ended in the log
+    counts = [int(line.split()[1]) for line in (tmp_path / "class" / ".gpu-shares").read_text().splitlines()]
+    assert len(counts) == 6 and counts[0] == 1 and counts[-1] == 0 and max(counts) >= 1
 
 
 def test_a_timed_half_holds_for_its_submission_cases_fa_and_sandbox_only(tmp_path, monkeypatch):
@@ -411,7 +414,7 @@ def test_a_timed_half_holds_for_its_submission_cases_fa_and_sandbox_only(tmp_pat
         path.write_text("{}")
     timed = []
 
-    def fa_run(class_folder, task, cases, limits, sandboxed, half, turns=None, at_once=1):
+    def fa_run(class_folder, task, cases, limits, sandboxed, half, beside=None, at_once=1):
         timed.append(cases)
         Path(half[1]).write_bytes(b"state")
         return dict(exit_code=0, runs=[], words="", errors="")

@@ -140,8 +140,9 @@ def time_cases(class_folder: Path, task: Task, cases: list[str], time_limits_s: 
     for stale in timed.parent.glob(f".{task.label}.*"):  # halves kept for another submission, cases, fa, sandbox
         if stale.name.endswith((".timed.json", ".judged")):
             stale.unlink(missing_ok=True)
-    words = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--save-judged", str(state)], turns,
-                    at_once)
+    beside = settings.gpu_turns_through(str(turns)) if turns else {}
+    words = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--save-judged", str(state)], beside,
+                    at_once if turns else 1)
     words["saved"] = state.exists()  # this run's state, none left of another (removed above)
     with atomic_file(timed) as f:
         f.write(json.dumps(words).encode())
@@ -161,10 +162,11 @@ def timed_before(class_folder: Path, task: Task, cases: list[str], sandboxed: bo
 
 
 def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
-              build_error: str | None) -> dict:
+              build_error: str | None, shares: Path | None = None, at_once: int = 1) -> dict:
     """The second half: the timed results taken back (where the first half kept them), the search
-    for a cause, and the task's record written (or its build error kept, its paths told from the
-    class folder)."""
+    for a cause (shares: the log of the at_once searches side by side, from which its budget counts
+    its share of the GPU: gpu_shares), and the task's record written (or its build error kept, its
+    paths told from the class folder)."""
     if build_error is not None:
         build_error = build_error.replace(f"{class_folder}/", "")
     record = new_record(task, cases, sandboxed, build_error)
@@ -172,8 +174,9 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
     if build_error is None:
         first = json.loads(timed.read_text())
         judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and first.get("saved")  # else: its words
-        rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)]) \
-            if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="", seconds=0.0)
+        beside = settings.gpu_shares_through(str(shares)) if shares else {}
+        rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)], beside,
+                       at_once) if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="", seconds=0.0)
         record.update(rest, words=first["words"] + rest["words"], errors=first["errors"] + rest["errors"],
                       seconds=dict(timed=first.get("seconds"), looked_into=rest["seconds"]))  # each half's wall
     path = record_path(class_folder, task)
@@ -208,20 +211,19 @@ def new_record(task: Task, cases: list[str], sandboxed: bool, build_error: str |
 
 
 def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: float, sandboxed: bool,
-            half: list[str], turns: Path | None = None, at_once: int = 1) -> dict:
+            half: list[str], beside: dict[str, str] | None = None, at_once: int = 1) -> dict:
     """fa run of one source, one half of it (half: --save-judged or --from-judged), in a process of
-    its own (its own session: a wall limit ends all it started); its words, its records and its
-    exit status."""
+    its own (its own session: a wall limit ends all it started), beside at_once - 1 others (beside:
+    the environment through which they share the GPU); its words, its records and its exit status."""
     results = class_folder / RECORDS / f".{task.label}.runs.json"
     results.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "fa_cli", "run", *cases, "--program", str(task.source), "--keep-inputs",
             "-o", str(results), *half, *(["--sandbox"] if sandboxed else [])]
     # its words into pipes, unfolded (no COLUMNS): each message one line, as the cause column takes it
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (settings.gpu_turns_through(str(turns))
-                                                                       if turns else {})
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (beside or {})
     try:
         # side by side, a run may wait for each of the others' turns as long as for its own
-        wall = (2 * time_limits_s + WALL_MARGIN_S) * (at_once if turns else 1)
+        wall = (2 * time_limits_s + WALL_MARGIN_S) * at_once
         start = time.monotonic()
         proc = run_tool(argv, timeout=wall, cwd=class_folder, env=env,
                         why_timeout=" (fa class: twice the cases' limits and more, for each program side by side)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..cases import suite
 from ..errors import FaError, Terminated
-from ..programs import processes
+from ..programs import gpu_shares, processes
 from ..report import lines, tables
 from . import cluster, judging, page, similarity, submissions, table
 from .judging import Task
@@ -91,7 +91,8 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
                  at_once: int, looked_at_once: int) -> None:
     """The built tasks judged here, or over Slurm. Here, in two halves: every program's cases timed,
     at_once side by side (each timed run alone on the GPU: gpu_turns), then every search for a cause
-    and race check, more side by side (no timed run left to wait for them)."""
+    and race check, more side by side (no timed run left to wait for them), each budget counting
+    its share of the GPU (gpu_shares): a search reaches what it reaches alone."""
     if slurm is not None and todo:
         c.unjudged = cluster.judge_all(c.folder, todo, c.cases, limits, c.sandboxed, built, **slurm)
         c.done.update({t.label: r for t in todo if (r := judging.kept_record(c.folder, t, c.cases, c.sandboxed,
@@ -109,8 +110,12 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
         lines.echo(f"fa class: every case of {tables.plural(len(timing), 'program')} timed in "
                    f"{time.monotonic() - start:.1f} s; then the searches for a cause")
 
+    sharing = gpu_shares.Sharing(c.folder / ".gpu-shares")  # each search's budget counts its share of the GPU
+
     def finish(task: Task) -> None:
-        c.done[task.label] = judging.look_into(c.folder, task, c.cases, limits, c.sandboxed, built[task.label])
+        with sharing.one():
+            c.done[task.label] = judging.look_into(c.folder, task, c.cases, limits, c.sandboxed, built[task.label],
+                                                   sharing.log, looked_at_once)
     # the longest first: a failing program's search takes up to its budget, a passing one's race check less
     longest_first = sorted(todo, key=lambda t: not judging.failed_when_timed(c.folder, t, c.cases, c.sandboxed))
     start = time.monotonic()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import settings
-from ..programs import gpu_turns, programs
+from ..programs import gpu_shares, gpu_turns, programs
 from ..programs.programs import Program
 
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
@@ -61,24 +61,27 @@ def gpu_kind(program: Program) -> str:
 class Budget:
     """Seconds a search may take, counted from its start, less what it waited for its turns on the
     GPU (fa class: another program's timed run) and what it spent building another form of the
-    program (a build is the compiler's time, as the judged build's is, not the search's)."""
+    program (a build is the compiler's time, as the judged build's is, not the search's). Beside
+    other searches (fa class's second half), each second counts as this search's share of it
+    (gpu_shares): it reaches the steps it reaches alone."""
     seconds: float
-    start: float = field(default_factory=time.perf_counter)
+    start: float = field(default_factory=time.monotonic)
     waited_before: float = field(default_factory=gpu_turns.waited_s)
     building_s: float = 0.0
 
     @property
     def used(self) -> float:
-        return time.perf_counter() - self.start - (gpu_turns.waited_s() - self.waited_before) - self.building_s
+        shared = gpu_shares.charged(self.start, time.monotonic())
+        return max(0.0, shared - (gpu_turns.waited_s() - self.waited_before) - self.building_s)
 
     @contextlib.contextmanager
     def build(self):
         """A build of another form of the program: not counted."""
-        began = time.perf_counter()
+        began = time.monotonic()
         try:
             yield
         finally:
-            self.building_s += time.perf_counter() - began
+            self.building_s += gpu_shares.charged(began, time.monotonic())
 
     @property
     def left(self) -> float:

@@ -6,7 +6,7 @@
 # records, words and exit status in /tmp/alone; /tmp/alone.end once all are done.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
-export FA_CACHE=/tmp/alone-cache
+export FA_CACHE=${ALONE_CACHE:-/tmp/alone-cache}  # another for each alone.sh side by side
 until grep -q "^fa: judging" /tmp/class.log 2>/dev/null; do sleep 2; done  # the class's cases made
 mkdir -p "$FA_CACHE" /tmp/alone
 cp -al /tmp/class/cache/c*.in /tmp/class/cache/stamps /tmp/class/cache/expected "$FA_CACHE"/
