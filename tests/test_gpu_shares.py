@@ -51,3 +51,14 @@ def test_a_budget_beside_three_other_searches_counts_a_quarter_of_its_seconds(tm
     assert 0.09 <= budget.used <= 0.2 and budget.left > 9.8
     monkeypatch.delenv("FA_GPU_SHARES")
     assert budget.used >= 0.4  # read alone: every second counts
+
+
+def test_a_wall_timeout_stretches_with_the_searches_running_now(tmp_path, monkeypatch):
+    log = tmp_path / "shares"
+    log.write_text("1.0 1\n2.0 4\n")
+    monkeypatch.setenv("FA_GPU_SHARES", str(log))
+    assert gpu_shares.running_now() == 4 and Budget.wall(5.0) == 20.0
+    log.write_text("1.0 1\n2.0 4\n3.0 0\n")
+    assert gpu_shares.running_now() == 1 and Budget.wall(5.0) == 5.0
+    monkeypatch.delenv("FA_GPU_SHARES")
+    assert Budget.wall(5.0) == 5.0

@@ -76,7 +76,7 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     say(f"a drawn {shape} input, larger than the cases passed (once per build)")
     path, out = work / "larger.in", work / "larger.out"
     generate.write_input(path, shape, seed=LARGER_SEED)
-    limit = min(RUN_TIMEOUT_S, budget.left)
+    limit = budget.wall(min(RUN_TIMEOUT_S, budget.left))
     result = programs.run(program, path, out, launcher, timeout=limit, timed=False)
     if result.timed_out:  # no verdict of its own: a slow program or a short budget, not a wrong one
         return [Finding(Kind.MISSING_TOOL, [f"larger input: the run on a drawn {shape} input was stopped at "

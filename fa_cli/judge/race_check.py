@@ -86,7 +86,7 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
     say(f"race check: compute-sanitizer's {', '.join(TOOLS)} side by side on {shape} (once per build)")
-    timeout = min(TOOL_TIMEOUT_S, budget.left)
+    timeout = budget.wall(min(TOOL_TIMEOUT_S, budget.left))
     reports = sanitize_side_by_side(tuple(TOOLS), lined.argv, case, work, timeout, (launcher or Launcher()).wrap)
     if all(said.checked_nothing for said in reports):  # said once
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} checked nothing on {shape}: "

@@ -87,6 +87,12 @@ class Budget:
     def left(self) -> float:
         return max(0.0, self.seconds - self.used)
 
+    @staticmethod
+    def wall(seconds: float) -> float:
+        """A tool's or run's wall timeout for `seconds` of this search's time: as many times longer
+        as searches run side by side now (each has its share of the GPU)."""
+        return seconds * gpu_shares.running_now()
+
 
 def run_captured(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
     """A tool's exit code and its output (stdout and stderr together); None past the timeout. Its
