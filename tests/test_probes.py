@@ -844,6 +844,86 @@ def test_rows_read_at_a_pitch_fixed_in_the_source_are_found_for_every_matrix():
         and batches == B - 1, words
 
 
+def transposed_tile_weights(s: np.ndarray, T: int) -> np.ndarray:
+    """W of a tiled online softmax whose weights, kept as p[row][key] per tile, meet V as p[key][row]:
+    row q0 + a's output takes sum_b p[b][a] V[j0 + b], each p against its own row's running max, the
+    rescalings and l row a's own."""
+    B, N, _ = s.shape
+    n = -(-N // T) * T  # rows padded with q = 0 (scores 0), keys padded masked out
+    s = np.pad(s, ((0, 0), (0, n - N), (0, n - N)))
+    s[:, :, N:] = -np.inf
+    W = np.zeros_like(s)
+    for q0 in range(0, n, T):
+        rows = slice(q0, q0 + T)
+        m = np.full((B, T), -np.inf)
+        l = np.zeros((B, T))
+        for j0 in range(0, n, T):
+            tile = s[:, rows, j0:j0 + T]
+            new_m = np.maximum(m, tile.max(axis=2))
+            alpha = np.exp(m - new_m)
+            p = np.exp(tile - new_m[:, :, None])  # p[a][b]: row a, key b
+            l = l * alpha + p.sum(axis=2)
+            W[:, rows, :j0] *= alpha[:, :, None]
+            W[:, rows, j0:j0 + T] = p.transpose(0, 2, 1)  # row a meets V row j0 + b with p[b][a]
+            m = new_m
+        W[:, rows] /= l[:, :, None]
+    return W[:, :N, :N]
+
+
+def test_a_weight_tile_read_transposed_is_named_with_its_tile():
+    """A tiled program that reads its weight buffer as P[key][row] where it multiplies into V: named
+    with the tile of 32 (whole tiles of N = 200), and the line that multiplies a weight into V; a
+    right W, and one with another row's weights whole (not transposed): nothing."""
+    from fa_cli.judge.probes import tile_transposed
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=200, d=32)
+    s = logits(inp.q, inp.k)
+    source = DATA / "student_hw4.cpp"
+    ctx = Context(Program("p", "p", source=source), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = transposed_tile_weights(s, 32), softmax_rows(s)
+    [finding] = tile_transposed.TransposedTiles().run(ctx)
+    assert finding.lines[0].startswith("measured: in each tile of 32 query rows by 32 keys, row q0 + a weighs key "
+                                       "j0 + b with the weight row q0 + b gives key j0 + a"), finding.lines
+    assert finding.fields["transposed_tile"] == 32
+    ctx.facts.named = False
+    ctx.facts.W = softmax_rows(s)
+    assert tile_transposed.TransposedTiles().run(ctx) == []
+    ctx.facts.W = softmax_rows(s)[:, (np.arange(200) + 1) % 200]
+    assert tile_transposed.TransposedTiles().run(ctx) == []
+
+
+def test_a_split_over_the_keys_merged_from_other_rows_is_said_by_the_range_each_row_weighs():
+    """A split-K combine that reads row g's partials at s * rows + g where they were written at
+    g * 4 + s: row g merges the partials of four other rows, each over key range g mod 4. Said with
+    r mod 4; rows that weigh their own range only said as such; a right W: nothing."""
+    from fa_cli.judge.probes import readings as r
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=128, d=32)
+    P = inp.weights()
+    flat, rows, S, L = P.reshape(256, 128), 256, 4, 32
+    W = np.zeros_like(flat)
+    for g in range(rows):
+        for s in range(S):
+            other, split = divmod(s * rows + g, S)  # the partial read: another row's, over range g mod 4
+            part = flat[other, split * L:(split + 1) * L]
+            W[g, split * L:(split + 1) * L] += RNG.uniform(0.1, 1.0) * part / part.sum()
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = W.reshape(2, 128, 128) / S, P
+    [finding] = r.OneKeyRangeARow().run(ctx)
+    assert finding.lines[0].startswith("measured: each row weighs the keys of one range of 32 of the 4 ranges of "
+                                       "N = 128 only, the range r mod 4, and none outside it"), finding.lines
+    own = np.where(np.arange(128)[:, None] // 32 == np.arange(128)[None, :] // 32, P, 0)
+    ctx.facts.W, ctx.facts.named = own / own.sum(axis=2, keepdims=True), False
+    [finding] = r.OneKeyRangeARow().run(ctx)
+    assert "its own (row r: the keys of range r div 32)" in finding.lines[0], finding.lines
+    ctx.facts.W, ctx.facts.named = P, False
+    assert r.OneKeyRangeARow().run(ctx) == []
+
+
 def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():
     """A key mask taken from the query tile's start (q0 + lane < N where j0 + lane belongs): rows
     112..127 of N = 128 weigh only the keys j mod 32 < 16, the softmax over those; the other rows

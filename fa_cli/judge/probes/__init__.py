@@ -21,7 +21,8 @@ Where none names one, Summary says what was measured; Picture draws W against P.
                      of Q each term took, by formula or batch             query_inputs.py
   ReadWeights        W from runs with one-hot V; is the output W V?       weights.py
   RowsNotWritten, OtherRows, TilesAlike,
-  KeysWithoutWeight, KeysLeftOutByRow             W against P              readings.py
+  KeysWithoutWeight, KeysLeftOutByRow, OneKeyRangeARow   W against P              readings.py
+  TransposedTiles    each tile's weights met with V by the other index       tile_transposed.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
   Factors            W / P per row, per key tile; log W against the logits   factors.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
@@ -38,16 +39,19 @@ from .layout import OutputLayout
 from .linear_map import LinearMap
 from .picture import Picture
 from .precision import Precision
-from .readings import KeysLeftOutByRow, KeysWithoutWeight, OtherRows, RowsNotWritten, Summary, TilesAlike
+from .readings import (KeysLeftOutByRow, KeysWithoutWeight, OneKeyRangeARow, OtherRows, RowsNotWritten, Summary,
+                       TilesAlike)
 from .query_inputs import QueryInputs
 from .score_inputs import ScoreInputs
 from .softmax_steps import SoftmaxSteps
+from .tile_transposed import TransposedTiles
 from .step import Step
 from .weights import ProbeRuns, ReadWeights
 
 PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
                              LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
-                             TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), SoftmaxSteps(), Factors(),
+                             TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(), TransposedTiles(), SoftmaxSteps(),
+                             Factors(),
                              BatchAlone(), WholeTiles(), Summary(), Picture())
 
 __all__ = ["PROBES", "design"]

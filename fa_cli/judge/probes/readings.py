@@ -302,6 +302,46 @@ class KeysLeftOutByRow(WeightReading):
                               "or the row's index where the key's own place belongs)"], keys_left_out_by_row=len(rows))
 
 
+RANGE_FORMULAS = (  # the key range a row weighs, from its row r in its batch b of N rows (S ranges of N/S keys)
+    ("r mod {S}", lambda b, r, N, S: r % S),
+    ("(b N + r) mod {S}", lambda b, r, N, S: (b * N + r) % S),
+    ("r div {L}, the row's own range", lambda b, r, N, S: r // (N // S)),
+)
+
+
+class OneKeyRangeARow(WeightReading):
+    """Every row weighs the keys of one range of N/S only (S = 2..16 ranges; its weights there
+    whatever they are): said with the range as a formula of the row, where one fits (the range
+    r mod S: a split over the keys whose partial results are merged from other places)."""
+
+    name = "one range of keys a row"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, N = ctx.facts.W, ctx.probe.shape.N
+        B = W.shape[0]
+        for S in (s for s in (16, 8, 4, 2) if N % s == 0 and N // s >= 2):  # the finest ranges that hold
+            ranges = (np.abs(W) > ZERO).reshape(B, N, S, N // S).any(axis=3)
+            if not (ranges.sum(axis=2) == 1).all():
+                continue
+            taken = ranges.argmax(axis=2)  # (B, N): the one range each row weighs
+            b, r = np.meshgrid(np.arange(B), np.arange(N), indexing="ij")
+            formula = next((f.format(S=S, L=N // S) for f, rule in RANGE_FORMULAS
+                            if np.array_equal(rule(b, r, N, S), taken)), None)
+            said = f"measured: each row weighs the keys of one range of {N // S} of the {S} ranges of N = {N} only"
+            if formula is None:
+                rows = ", ".join(f"row {i}: range {int(x)}" for i, x in enumerate(taken[0, :4]))
+                return [Finding(Kind.OBSERVED, [f"{said} ({rows}, ...), by no formula fa tried"],
+                                dict(key_range_a_row=S))]
+            if formula.endswith("own range"):
+                return measured(ctx, [f"{said}, its own (row r: the keys of range r div {N // S}): a loop over the "
+                                      "keys that visits only the row's own tile"], key_range_a_row=S)
+            return measured(ctx, [f"{said}, the range {formula}, and none outside it: as where a split over the keys "
+                                  "has its partial results merged from other places than they were written at (the "
+                                  "combine's index of a row's partial, [split][row] against [row][split])"],
+                            ("the partials' index", r"\bsplit|SPLIT|partial|\bpart\b"), key_range_a_row=S)
+        return []
+
+
 class TilesAlike(WeightReading):
     """Every key of a tile weighed alike in each row: the tile's keys all scored with one key's
     score. Where that key is j0 + (r mod R) for the row r, the tile's key was taken from the query
