@@ -176,7 +176,8 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
         judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and first.get("saved")  # else: its words
         beside = settings.gpu_shares_through(str(shares)) if shares else {}
         rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)], beside,
-                       at_once) if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="", seconds=0.0)
+                       at_once) if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="",
+                                                    seconds=0.0)
         record.update(rest, words=first["words"] + rest["words"], errors=first["errors"] + rest["errors"],
                       seconds=dict(timed=first.get("seconds"), looked_into=rest["seconds"]))  # each half's wall
     path = record_path(class_folder, task)

@@ -21,8 +21,9 @@ Where none names one, Summary says what was measured; Picture draws W against P.
                      of Q each term took, by formula or batch             query_inputs.py
   ReadWeights        W from runs with one-hot V; is the output W V?       weights.py
   RowsNotWritten, OtherRows, TilesAlike,
-  KeysWithoutWeight, KeysLeftOutByRow, OneKeyRangeARow   W against P              readings.py
-  TransposedTiles    each tile's weights met with V by the other index       tile_transposed.py
+  KeysWithoutWeight, KeysLeftOutByRow,
+  OneKeyRangeARow    W against P                                          readings.py
+  TransposedTiles    each tile's weights met with V by the other index    tile_transposed.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
   Factors            W / P per row, per key tile; log W against the logits   factors.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
@@ -50,8 +51,8 @@ from .weights import ProbeRuns, ReadWeights
 
 PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
                              LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
-                             TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(), TransposedTiles(), SoftmaxSteps(),
-                             Factors(),
-                             BatchAlone(), WholeTiles(), Summary(), Picture())
+                             TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
+                             TransposedTiles(), SoftmaxSteps(), Factors(), BatchAlone(), WholeTiles(), Summary(),
+                             Picture())
 
 __all__ = ["PROBES", "design"]

@@ -21,9 +21,9 @@ TINY = 1e-30  # a weight this small has no log worth fitting
 WEIGHT_TIMES_V = r"\w+\s*\[[^\]]+\](\s*\[[^\]]+\])?\s*\*\s*\w*[vV]\w*\s*\["  # a weight element times a V element
 
 
-def misfit(z: np.ndarray) -> float:
+def misfit(z: np.ndarray) -> np.ndarray:
     """How far a (tiles, T, T) array of logs is from a row part plus a key part, tile by tile: the
-    largest residual of the two-way fit (NaN in a tile that holds a weight too small to fit)."""
+    largest residual of the two-way fit, one a tile."""
     fitted = z.mean(axis=-1, keepdims=True) + z.mean(axis=-2, keepdims=True) - z.mean(axis=(-2, -1), keepdims=True)
     return np.abs(z - fitted).max(axis=(-2, -1))
 
