@@ -870,7 +870,7 @@ def transposed_tile_weights(s: np.ndarray, T: int) -> np.ndarray:
     return W[:, :N, :N]
 
 
-def test_a_weight_tile_read_transposed_is_named_with_its_tile():
+def test_a_weight_tile_read_transposed_is_named_with_its_tile(tmp_path):
     """A tiled program that reads its weight buffer as P[key][row] where it multiplies into V: named
     with the tile of 32 (whole tiles of N = 200), and the line that multiplies a weight into V; a
     right W, and one with another row's weights whole (not transposed): nothing."""
@@ -880,10 +880,13 @@ def test_a_weight_tile_read_transposed_is_named_with_its_tile():
     from fa_cli.programs.programs import Program
     inp = probe(B=2, N=200, d=32)
     s = logits(inp.q, inp.k)
-    source = DATA / "student_hw4.cpp"
+    source = tmp_path / "hw4.cu"
+    source.write_text("    Ps[ty][tx] = p;\n    __syncthreads();\n    for (int jj = 0; jj < 32; ++jj) {\n"
+                      "      const float w = Ps[jj][ty];\n      a0 += w * Vs[jj * D + tx];\n    }\n")
     ctx = Context(Program("p", "p", source=source), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
     ctx.facts.W, ctx.facts.P = transposed_tile_weights(s, 32), softmax_rows(s)
     [finding] = tile_transposed.TransposedTiles().run(ctx)
+    assert finding.lines[-1] == "lines with the weights read back in hw4.cu: 4 `const float w = Ps[jj][ty];`", finding.lines
     assert finding.lines[0].startswith("measured: in each tile of 32 query rows by 32 keys, row q0 + a weighs key "
                                        "j0 + b with the weight row q0 + b gives key j0 + a"), finding.lines
     assert finding.fields["transposed_tile"] == 32

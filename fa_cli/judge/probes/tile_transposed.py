@@ -18,7 +18,9 @@ from .step import Context, logits
 
 ADDITIVE = 1e-3  # the largest misfit of log W - S^T to a row part plus a key part, in a tile that fits
 TINY = 1e-30  # a weight this small has no log worth fitting
-WEIGHT_TIMES_V = r"\w+\s*\[[^\]]+\](\s*\[[^\]]+\])?\s*\*\s*\w*[vV]\w*\s*\["  # a weight element times a V element
+# where a tile's weights are read back to meet V: a weight buffer's element read (not written), else one times V
+WEIGHT_READ = (r"\b\w*[Pp]\w*\s*\[[^\]]+\]\s*\[[^\]]+\](?!\s*=[^=])",
+               r"\w+\s*\[[^\]]+\](\s*\[[^\]]+\])?\s*\*\s*\w*[vV]\w*\s*\[")
 
 
 def misfit(z: np.ndarray) -> np.ndarray:
@@ -63,5 +65,5 @@ class TransposedTiles(WeightReading):
                     f"weight row q0 + b gives key j0 + a (log W less the scores transposed within the tile is a part "
                     f"per row plus a part per key, to {ADDITIVE:g}, in {share:.0%} of the whole tiles): the tile's "
                     f"weights read with their two indices swapped where they meet V (P[key][row] where P[row][key] "
-                    f"belongs)"], ("a weight times V", WEIGHT_TIMES_V), transposed_tile=T)
+                    f"belongs)"], ("the weights read back", WEIGHT_READ), transposed_tile=T)
         return []
