@@ -130,3 +130,24 @@ def test_a_passing_output_reports_its_largest_error_and_where(big):
     result = verify.against_expected(out, exp, shape=shape)
     assert result.passed and result.where == (1, 321, 12)
     assert result.max_err == pytest.approx(0.002, rel=1e-3)
+
+
+def test_a_signalling_nan_in_an_output_is_wrong_and_no_warning(case, big):
+    """Garbage bits a program wrote (memory past a buffer) may be a signalling NaN, whose arithmetic
+    raises numpy's invalid flag: it counts as a NaN, and fa prints no RuntimeWarning of numpy's."""
+    import warnings
+    from fa_cli.judge import diagnose
+    signalling = np.array([0x7FA00000], dtype=np.uint32).view(np.float32)[0]
+    inp, exact = case
+    wrong = exact.copy()
+    wrong[1, 4, 2] = signalling
+    exp, shape = big
+    out = exp.copy()
+    out[0, 7, 9] = signalling
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = verify.against_reference(inp, wrong)
+        assert not result.passed and result.nonfinite == 1 and result.where == (1, 4, 2)
+        result = verify.against_expected(out, exp, shape=shape)
+        assert result.bad == 1 and result.nonfinite == 1
+        assert diagnose.take_sample(inp, wrong, 5e-3).wrong.sum() == 1

@@ -190,7 +190,8 @@ def take_sample(inp: AttentionInput, out: np.ndarray, tol: float, seed: int = 0,
     q, k, v = (np.stack([np.asarray(inp.qkv(int(b))[i][0], dtype=np.float64) for b in batches]) for i in range(3))
     got = np.asarray(out[batches][:, rows], dtype=np.float32)
     correct = reference.attention(q, k, v, np.broadcast_to(rows, (len(batches), len(rows))))
-    wrong = ~(np.abs(got - correct) <= tol)  # NaN counts as wrong
+    with np.errstate(invalid="ignore"):  # a signalling NaN (garbage bits) as any NaN
+        wrong = ~(np.abs(got - correct) <= tol)  # NaN counts as wrong
     return Sample(batches, rows, q, k, v, got, correct, wrong, lambda b: tuple(x[0] for x in inp.qkv(b)),
                   None if first_wrong is None else first_wrong[batches])
 
