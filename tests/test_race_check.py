@@ -87,3 +87,28 @@ def test_on_the_emulation_a_hazard_with_no_source_line_is_not_said_as_the_progra
     found = race_check.check(Program("hw4.hip", binary, source=source), 32, None, tmp_path, lambda line: None,
                              Budget(60))
     assert any(f.kind == Kind.WARNING and "hw4.hip:70" in f.lines[0] for f in found), found
+
+
+def test_a_passing_build_is_checked_at_each_d_that_passed_until_one_reports(tmp_path, sanitizer_saying):
+    """A race that needs d = 64's block to show: a build whose d = 32 and d = 64 cases passed is
+    checked at both (three tools each, each kept); a hazard at the first d ends the check there."""
+    from types import SimpleNamespace
+    from fa_cli.cases.format import Shape
+    from fa_cli.judge.steps import Context
+    results = [SimpleNamespace(verdict="PASS", target=SimpleNamespace(name=f"t{i}", shape=Shape(2, 128, d)))
+               for i, d in enumerate((32, 32, 64))]
+
+    def passing_build(name: str):
+        binary = tmp_path / name
+        binary.write_bytes(name.encode())
+        program = Program(name, binary)
+        ctx = Context(program, None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "", results=results)
+        return program, race_check.PassingBuild().run(ctx)
+    calls = sanitizer_saying("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+    program, found = passing_build("clean at both d")
+    assert calls() == 6 and not any(f.kind == Kind.WARNING for f in found), found
+    assert race_check.cache_file(program, 32).exists() and race_check.cache_file(program, 64).exists()
+    calls = sanitizer_saying(RACECHECK_LOG)
+    program, found = passing_build("racy at d = 32")
+    assert calls() == 3 and any(f.kind == Kind.WARNING and "d=32" in f.lines[0] for f in found)
+    assert not race_check.cache_file(program, 64).exists()
