@@ -220,6 +220,29 @@ def test_reruns_that_pass_after_a_failed_judgement_are_intermittent(tmp_path):
     assert found.kind == "intermittent" and "1 of 2 reruns on x wrote no output of the right size" in found.lines[0]
 
 
+def test_values_that_change_in_the_last_batch_only_are_not_called_a_race(tmp_path):
+    """Garbage past a buffer's end in the last batch's place: said as memory past a buffer, never
+    "race:"; values that change in two batches stay a race."""
+    from fa_cli.judge.verdict import judged_output
+    case = reruns.TrialCase("x", tmp_path / "x.in", Shape(3, 4, 2), np.zeros((3, 4, 2), np.float32))
+    wrong = case.expected + 1
+    runs = reruns.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    for garbage in (7.0, -3.0, 1e30):
+        got = wrong.copy()
+        got[2, 1, 0] = garbage
+        runs.add(got)
+    [found] = runs.findings("cuda")
+    assert found.kind == "race" and found.lines[0].startswith("the output changes between runs in its last batch "
+                                                              "only: 1 of 24 values"), found.lines
+    assert "race:" not in found.lines[0] and "past the end of a buffer" in found.lines[0]
+    racy = reruns.Reruns(case, 5e-3, judged_output(wrong, None), True)
+    for garbage in (7.0, -3.0):
+        got = wrong.copy()
+        got[0, 0, 0] = got[2, 1, 0] = garbage
+        racy.add(got)
+    assert racy.findings("cuda")[0].lines[0].startswith("race: the output changes between runs: 2 of 24")
+
+
 def test_an_openmp_race_is_built_with_openmp_and_never_cleared(tmp_path, inputs):
     """Shared row max and sum among OpenMP threads: built with -fopenmp as its author meant (without
     it the pragma is ignored and the program passes), then named a race whenever it fails."""

@@ -927,6 +927,27 @@ def test_a_split_over_the_keys_merged_from_other_rows_is_said_by_the_range_each_
     assert r.OneKeyRangeARow().run(ctx) == []
 
 
+def test_a_scale_applied_again_at_every_key_tile_is_named_by_its_ratio():
+    """q scaled by 1/sqrt(d) in place inside the loop over key tiles of 32: tile t's logits at
+    (1/sqrt(d))^t, one softmax over all of them. Named with the ratio; one factor for every key
+    (Factors' case) or a right W: nothing."""
+    from fa_cli.judge.probes import tile_logits
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=128, d=32)
+    s = logits(inp.q, inp.k)
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W = softmax_rows(s * (1 / np.sqrt(32)) ** (np.arange(128) // 32))
+    [finding] = tile_logits.LogitsByTile().run(ctx)
+    assert finding.lines[0].startswith("measured: the logits of each key tile of 32 weighed at a factor of the "
+                                       "tile's own, a_t = 1, 0.177, 0.0313, 0.00552 for tiles 0, 1, ..."), finding.lines
+    assert "the one before times sqrt(d)^-1, a scale applied once more at each key tile" in finding.lines[0]
+    for W in (softmax_rows(s * 2.0), softmax_rows(s)):
+        ctx.facts.W, ctx.facts.named = W, False
+        assert tile_logits.LogitsByTile().run(ctx) == []
+
+
 def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():
     """A key mask taken from the query tile's start (q0 + lane < N where j0 + lane belongs): rows
     112..127 of N = 128 weigh only the keys j mod 32 < 16, the softmax over those; the other rows

@@ -26,6 +26,7 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   TransposedTiles    each tile's weights met with V by the other index    tile_transposed.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
   Factors            W / P per row, per key tile; log W against the logits   factors.py
+  LogitsByTile       the logits at a factor of their key tile's own          tile_logits.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
   Summary            W against P in numbers, where nothing was pinned down  readings.py
   Picture            P, W and W / P as a PNG                              picture.py
@@ -45,6 +46,7 @@ from .readings import (KeysLeftOutByRow, KeysWithoutWeight, OneKeyRangeARow, Oth
 from .query_inputs import QueryInputs
 from .score_inputs import ScoreInputs
 from .softmax_steps import SoftmaxSteps
+from .tile_logits import LogitsByTile
 from .tile_transposed import TransposedTiles
 from .step import Step
 from .weights import ProbeRuns, ReadWeights
@@ -52,7 +54,7 @@ from .weights import ProbeRuns, ReadWeights
 PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
                              LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
                              TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
-                             TransposedTiles(), SoftmaxSteps(), Factors(), BatchAlone(), WholeTiles(), Summary(),
-                             Picture())
+                             TransposedTiles(), SoftmaxSteps(), Factors(), LogitsByTile(), BatchAlone(), WholeTiles(),
+                             Summary(), Picture())
 
 __all__ = ["PROBES", "design"]
