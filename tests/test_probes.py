@@ -941,11 +941,19 @@ def test_a_scale_applied_again_at_every_key_tile_is_named_by_its_ratio():
     ctx.facts.W = softmax_rows(s * (1 / np.sqrt(32)) ** (np.arange(128) // 32))
     [finding] = tile_logits.LogitsByTile().run(ctx)
     assert finding.lines[0].startswith("measured: the logits of each key tile of 32 weighed at a factor of the "
-                                       "tile's own, a_t = 1, 0.177, 0.0313, 0.00552 for tiles 0, 1, ..."), finding.lines
+                                       "tile's own, a_t = 1, 0.177, 0.031"), finding.lines  # 1/32 said to 3 digits
     assert "the one before times sqrt(d)^-1, a scale applied once more at each key tile" in finding.lines[0]
     for W in (softmax_rows(s * 2.0), softmax_rows(s)):
         ctx.facts.W, ctx.facts.named = W, False
         assert tile_logits.LogitsByTile().run(ctx) == []
+    # the last, partial tile of N = 200 scored without the scale: its keys alone at sqrt(d)
+    inp = probe(B=2, N=200, d=32)
+    s = logits(inp.q, inp.k)
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W = softmax_rows(s * np.where(np.arange(200) >= 192, np.sqrt(32), 1.0))
+    [finding] = tile_logits.LogitsByTile().run(ctx)
+    assert finding.lines[0].startswith("measured: the logits of keys 192..199, past the last whole tile of 64, "
+                                       "weighed at 5.66 times the others' (= sqrt(d))"), finding.lines
 
 
 def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():

@@ -24,6 +24,7 @@ from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
 from .error_size import ErrorOfAPass
 from .launch_errors import KernelFault
 from .leaving_early import LeftBeforeBarrier
+from .refused_input import RefusedInput
 from .across_cases import across_cases
 from .batch_coverage import BatchesCovered
 from .larger_input import LargerInput
@@ -87,7 +88,8 @@ class AcrossCases(Step):
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
-    Catalogue(), NoGpuHere(), SandboxLimit(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(), LaunchesWaited(),
+    Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(),
+    LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     LeftBeforeBarrier(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip

@@ -1,0 +1,56 @@
+"""A program that refuses its input with its own words, where the input is well formed: its check
+of the file is what is wrong (an end-of-file test after reading exactly the data, a size
+computed in another unit, a header read in another order). fa checks the input as the course's
+format has it and says the two side by side.
+"""
+from __future__ import annotations
+
+import re
+
+from ..cases.format import FormatError, read_header
+from .diagnose import quoted, source_lines
+from .findings import Finding, Kind
+from .steps import Context, Step
+
+# words of a program's own complaint about its input file (not the runtime's: those name no file)
+REFUSAL = re.compile(r"long|short|size|bytes|header|format|invalid|corrupt|truncat|mismatch|expect|cannot (open|read)"
+                     r"|could not (open|read)|fail(ed)? to (open|read)|unexpected|end of file|eof", re.IGNORECASE)
+# the lines shown: the first check of the file's end or size, then the first read of it
+FILE_CHECKS = (r"feof|\.eof\s*\(|ftell|st_size|\bstat\s*\(|tellg|seekg|fseek", r"fread|\.read\s*\(|\bread\s*\(")
+
+
+def complaint(ctx: Context) -> str | None:
+    """The program's own line on stderr that names its input file and refuses it."""
+    if ctx.case_path is None:
+        return None
+    name = ctx.case_path.name
+    for line in ctx.run_stderr.splitlines():
+        if name in line and not line.startswith("fa-") and REFUSAL.search(line.split(name, 1)[-1]):
+            return line.strip()
+    return None
+
+
+class RefusedInput(Step):
+    """An ERROR whose program said, in its own words, that its input file is wrong."""
+
+    name = "a well-formed input refused"
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.verdict == "ERROR" and ctx.signal is None and complaint(ctx) is not None
+
+    def run(self, ctx: Context) -> list[Finding]:
+        said = complaint(ctx)
+        try:
+            shape = read_header(ctx.case_path)
+        except FormatError as e:  # the input itself is wrong: the program was right to refuse it
+            return [Finding(Kind.OBSERVED, [f"the program refused its input, and fa finds it malformed too: {e}"])]
+        ctx.ended = True  # a deterministic refusal: no rerun or tool says more of it
+        lines = [f"measured: the program refused its input ({said!r}), yet the input is well formed: its header "
+                 f"says B={shape.B}, N={shape.N}, d={shape.d} and the file holds 12 + 12*B*N*d = {shape.input_bytes} "
+                 "bytes exactly, as the course's format has it; look at how the program opens, reads and checks "
+                 "its input (the size it expects, the header's order, an end-of-file test after reading exactly "
+                 "the data)"]
+        shown = source_lines(ctx.source, FILE_CHECKS) if ctx.source else []
+        if shown:
+            lines.append(f"lines that read or check the file in {ctx.source.name}: {quoted(shown)}")
+        return [Finding(Kind.MEASURED, lines, dict(refused_input=said))]
