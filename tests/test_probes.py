@@ -915,10 +915,15 @@ def test_a_split_over_the_keys_merged_from_other_rows_is_said_by_the_range_each_
             part = flat[other, split * L:(split + 1) * L]
             W[g, split * L:(split + 1) * L] += RNG.uniform(0.1, 1.0) * part / part.sum()
     ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
-    ctx.facts.W, ctx.facts.P = W.reshape(2, 128, 128) / S, P
+    ctx.facts.W, ctx.facts.P, ctx.facts.linear = W.reshape(2, 128, 128) / S, P, True
     [finding] = r.OneKeyRangeARow().run(ctx)
     assert finding.lines[0].startswith("measured: each row weighs the keys of one range of 32 of the 4 ranges of "
                                        "N = 128 only, the range r mod 4, and none outside it"), finding.lines
+    ctx.facts.linear, ctx.facts.named = False, False  # its partials from other batches: the output is not W V
+    assert r.OneKeyRangeARow().applies(ctx)
+    [finding] = r.OneKeyRangeARow().run(ctx)
+    assert "only (W read with one-hot V, though the output is not W V), the range r mod 4" in finding.lines[0]
+    ctx.facts.linear = True
     own = np.where(np.arange(128)[:, None] // 32 == np.arange(128)[None, :] // 32, P, 0)
     ctx.facts.W, ctx.facts.named = own / own.sum(axis=2, keepdims=True), False
     [finding] = r.OneKeyRangeARow().run(ctx)

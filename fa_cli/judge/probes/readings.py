@@ -316,6 +316,11 @@ class OneKeyRangeARow(WeightReading):
 
     name = "one range of keys a row"
 
+    def applies(self, ctx: Context) -> bool:
+        """Which keys' V rows reach a row at all holds whether or not the output is W V (a combine
+        that mixes rows of other batches is not): read wherever W was."""
+        return ctx.facts.W is not None and not ctx.facts.named
+
     def run(self, ctx: Context) -> list[Finding]:
         W, N = ctx.facts.W, ctx.probe.shape.N
         B = W.shape[0]
@@ -327,7 +332,8 @@ class OneKeyRangeARow(WeightReading):
             b, r = np.meshgrid(np.arange(B), np.arange(N), indexing="ij")
             formula = next((f.format(S=S, L=N // S) for f, rule in RANGE_FORMULAS
                             if np.array_equal(rule(b, r, N, S), taken)), None)
-            said = f"measured: each row weighs the keys of one range of {N // S} of the {S} ranges of N = {N} only"
+            said = f"measured: each row weighs the keys of one range of {N // S} of the {S} ranges of N = {N} only" + \
+                ("" if ctx.facts.linear else " (W read with one-hot V, though the output is not W V)")
             if formula is None:
                 rows = ", ".join(f"row {i}: range {int(x)}" for i, x in enumerate(taken[0, :4]))
                 return [Finding(Kind.OBSERVED, [f"{said} ({rows}, ...), by no formula fa tried"],
