@@ -49,8 +49,8 @@ def test_a_program_that_makes_no_cuda_call_is_said_to_be_unchecked_never_warned(
     says nothing was checked, and no tool's warning is made of it."""
     calls = sanitizer_saying(NO_CUDA_LOG)
     found = checked(tmp_path, "host-only")
-    assert [f.kind for f in found] == [Kind.MISSING_TOOL] and calls() == 3
-    assert found[0].lines[0].startswith("race check: racecheck, synccheck, initcheck checked nothing on B=2, N=256, "
+    assert [f.kind for f in found] == [Kind.MISSING_TOOL] and calls() == 4
+    assert found[0].lines[0].startswith("race check: racecheck, synccheck, initcheck, memcheck checked nothing on B=2, N=256, "
                                         "d=32: the program made no CUDA call there")
     assert not race_check.cache_file(Program("host-only", tmp_path / "host-only"), 32).exists()  # checked again
 
@@ -58,7 +58,7 @@ def test_a_program_that_makes_no_cuda_call_is_said_to_be_unchecked_never_warned(
 def test_a_hazard_is_a_warning_with_its_lines_and_kept(tmp_path, sanitizer_saying):
     calls = sanitizer_saying(RACECHECK_LOG)
     found = checked(tmp_path, "racy")
-    assert calls() == 3 and found and all(f.kind == Kind.WARNING for f in found)
+    assert calls() == 4 and found and all(f.kind == Kind.WARNING for f in found)
     assert found[0].lines[0].startswith("passes here, but racecheck reports a shared-memory race: a write at "
                                         "attention<(int)32>+0x1a0, hw4.cu:70")
     assert race_check.cache_file(Program("racy", tmp_path / "racy"), 32).exists()
@@ -91,7 +91,7 @@ def test_on_the_emulation_a_hazard_with_no_source_line_is_not_said_as_the_progra
 
 def test_a_passing_build_is_checked_at_each_d_that_passed_until_one_reports(tmp_path, sanitizer_saying):
     """A race that needs d = 64's block to show: a build whose d = 32 and d = 64 cases passed is
-    checked at both (three tools each, each kept); a hazard at the first d ends the check there."""
+    checked at both (four tools each, each kept); a hazard at the first d ends the check there."""
     from types import SimpleNamespace
     from fa_cli.cases.format import Shape
     from fa_cli.judge.steps import Context
@@ -106,9 +106,23 @@ def test_a_passing_build_is_checked_at_each_d_that_passed_until_one_reports(tmp_
         return program, race_check.PassingBuild().run(ctx)
     calls = sanitizer_saying("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
     program, found = passing_build("clean at both d")
-    assert calls() == 6 and not any(f.kind == Kind.WARNING for f in found), found
+    assert calls() == 8 and not any(f.kind == Kind.WARNING for f in found), found
     assert race_check.cache_file(program, 32).exists() and race_check.cache_file(program, 64).exists()
     calls = sanitizer_saying(RACECHECK_LOG)
     program, found = passing_build("racy at d = 32")
-    assert calls() == 3 and any(f.kind == Kind.WARNING and "d=32" in f.lines[0] for f in found)
+    assert calls() == 4 and any(f.kind == Kind.WARNING and "d=32" in f.lines[0] for f in found)
     assert not race_check.cache_file(program, 64).exists()
+
+
+def test_memcheck_runs_on_a_partial_tile_input_and_its_report_is_a_warning_with_that_shape(tmp_path, sanitizer_saying):
+    """memcheck of a passing build runs on B=2, N=200 (a partial last tile for every tile of 16 to
+    128): rows stored past N into the next batch's place, or past the output's end, are reported
+    there; its report is a warning that names that input."""
+    from test_tool_logs import MEMCHECK_LOG
+    sanitizer_saying(MEMCHECK_LOG)
+    found = checked(tmp_path, "stores past n")
+    said = [f.lines[0] for f in found if f.kind == Kind.WARNING and "memcheck" in f.lines[0]]
+    assert said and said[0].startswith("passes here, but memcheck reports an invalid memory access: Invalid "
+                                       "__shared__ write of size 16 bytes"), found
+    assert "on B=2, N=200, d=32" in said[0]
+    assert (tmp_path / "race-B=2, N=200, d=32.in").is_file()

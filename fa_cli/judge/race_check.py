@@ -33,8 +33,10 @@ from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
 RACE_B = 2
+PARTIAL_N = 200  # memcheck's input: N a multiple of 8 and of no tile of 16 to 128, so a partial last tile's
+# rows and keys past N (stored into the next batch's place, or past the output's end) are accessed
 TOOL_TIMEOUT_S = 60.0
-TOOLS = {tool: TOOL_WORDS[tool] for tool in ("racecheck", "synccheck", "initcheck")}
+TOOLS = {tool: TOOL_WORDS[tool] for tool in ("racecheck", "synccheck", "initcheck", "memcheck")}
 
 
 def applies(program: Program) -> bool:
@@ -60,9 +62,9 @@ def kept_findings(path: Path) -> list[Finding] | None:
         return None
 
 
-def check_case(work: Path, d: int) -> TrialCase:
-    """The checks' input (RACE_B x RACE_N x d, drawn once a folder) with its float64 output."""
-    shape = Shape(RACE_B, RACE_N, d)
+def check_case(work: Path, d: int, N: int = RACE_N) -> TrialCase:
+    """The checks' input (RACE_B x N x d, drawn once a folder) with its float64 output."""
+    shape = Shape(RACE_B, N, d)
     path = work / f"race-{shape}.in"
     if not path.exists():
         generate.write_input(path, shape, seed=7)
@@ -85,14 +87,18 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if budget.left < 1:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
-    say(f"race check: compute-sanitizer's {', '.join(TOOLS)} side by side on {shape} (once per build)")
+    partial = check_case(work, d, PARTIAL_N)
+    say(f"race check: compute-sanitizer's racecheck, synccheck, initcheck on {shape} and memcheck on "
+        f"{partial.shape}, side by side (once per build)")
     timeout = budget.wall(min(TOOL_TIMEOUT_S, budget.left))
-    reports = sanitize_side_by_side(tuple(TOOLS), lined.argv, case, work, timeout, (launcher or Launcher()).wrap)
+    reports = sanitize_side_by_side(tuple(TOOLS), lined.argv, case, work, timeout, (launcher or Launcher()).wrap,
+                                    inputs=dict(memcheck=partial.input_path))
     if all(said.checked_nothing for said in reports):  # said once
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} checked nothing on {shape}: "
                                             f"{NO_CUDA_CALL_SAID}"])]
     placed_in = program.source.name if wave64.emulates(program.source) else None
-    found = [finding for said in reports for finding in told(said, shape, timeout, placed_in)]
+    found = [finding for said in reports
+             for finding in told(said, partial.shape if said.tool == "memcheck" else shape, timeout, placed_in)]
     if not any(f.kind == Kind.MISSING_TOOL for f in found):
         keep(kept, found)
     return found

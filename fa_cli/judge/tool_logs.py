@@ -140,18 +140,19 @@ class SanitizerReport:
 
 
 def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input_path: Path, work: Path,
-                          timeout: float, wrap: Callable[[list[str]], list[str]] = lambda argv: argv
-                          ) -> list[SanitizerReport] | None:
+                          timeout: float, wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
+                          inputs: dict[str, Path] | None = None) -> list[SanitizerReport] | None:
     """compute-sanitizer --tool TOOL on PROGRAM INPUT WORK/TOOL.out for each tool, all at once,
     within one timeout (racecheck with its analysis report; each tool its own log, output and
-    console file in WORK), where the program runs (wrap: srun on a cluster), each log read back
-    without fa's launch layer; None where compute-sanitizer is not installed."""
+    console file in WORK; inputs: another input for some tools), where the program runs (wrap:
+    srun on a cluster), each log read back without fa's launch layer; None where compute-sanitizer
+    is not installed."""
     sanitizer = find_tool("compute-sanitizer")
     if sanitizer is None:
         return None
     argvs = [wrap([sanitizer, "--tool", tool, *(["--racecheck-report", "analysis"] if tool == "racecheck" else []),
-                   "--print-limit", "100", "--log-file", str(work / f"{tool}.log"), *program_argv, str(input_path),
-                   str(work / f"{tool}.out")]) for tool in tools]
+                   "--print-limit", "100", "--log-file", str(work / f"{tool}.log"), *program_argv,
+                   str((inputs or {}).get(tool, input_path)), str(work / f"{tool}.out")]) for tool in tools]
     with gpu_turns.turn(timed=False):
         ended = _side_by_side(argvs, [work / f"{tool}.console" for tool in tools], timeout)
     reports = []
