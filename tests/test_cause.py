@@ -220,9 +220,10 @@ def test_reruns_that_pass_after_a_failed_judgement_are_intermittent(tmp_path):
     assert found.kind == "intermittent" and "1 of 2 reruns on x wrote no output of the right size" in found.lines[0]
 
 
-def test_values_that_change_in_the_last_batch_only_are_not_called_a_race(tmp_path):
-    """Garbage past a buffer's end in the last batch's place: said as memory past a buffer, never
-    "race:"; values that change in two batches stay a race."""
+def test_values_that_change_in_the_last_batch_only_are_said_with_both_things_that_do_it(tmp_path):
+    """Values that change in the last batch only: said with both things that do it (a race there, or
+    memory past a buffer's end), never as "race:" alone; values that change in two batches stay a
+    race."""
     from fa_cli.judge.verdict import judged_output
     case = reruns.TrialCase("x", tmp_path / "x.in", Shape(3, 4, 2), np.zeros((3, 4, 2), np.float32))
     wrong = case.expected + 1
@@ -234,7 +235,8 @@ def test_values_that_change_in_the_last_batch_only_are_not_called_a_race(tmp_pat
     [found] = runs.findings("cuda")
     assert found.kind == "race" and found.lines[0].startswith("the output changes between runs in its last batch "
                                                               "only: 1 of 24 values"), found.lines
-    assert "race:" not in found.lines[0] and "past the end of a buffer" in found.lines[0]
+    assert "race:" not in found.lines[0] and "a race in the last batch's blocks, or memory past the end of a " \
+        "buffer read there" in found.lines[0]
     racy = reruns.Reruns(case, 5e-3, judged_output(wrong, None), True)
     for garbage in (7.0, -3.0):
         got = wrong.copy()

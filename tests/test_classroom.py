@@ -396,7 +396,7 @@ def test_programs_judged_side_by_side_never_run_beside_a_timed_run(tmp_path, cpu
         alice="PASS", bob="WRONG", eve="PASS")
     # the searches side by side, as their budgets count them: each started and ended in the log
     counts = [int(line.split()[1]) for line in (tmp_path / "class" / ".gpu-shares").read_text().splitlines()]
-    assert len(counts) == 6 and counts[0] == 1 and counts[-1] == 0 and max(counts) >= 1
+    assert len(counts) == 6 and counts[0] == 1 and counts[-1] == 0 and max(counts) >= 2  # started together
 
 
 def test_a_timed_half_holds_for_its_submission_cases_fa_and_sandbox_only(tmp_path, monkeypatch):

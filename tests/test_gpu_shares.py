@@ -48,17 +48,22 @@ def test_a_budget_beside_three_other_searches_counts_a_quarter_of_its_seconds(tm
     monkeypatch.setenv("FA_GPU_SHARES", str(log))
     budget = Budget(10.0)
     time.sleep(0.4)
-    assert 0.09 <= budget.used <= 0.2 and budget.left > 9.8
+    assert 0.09 <= budget.used <= 0.3 and budget.left > 9.7
     monkeypatch.delenv("FA_GPU_SHARES")
     assert budget.used >= 0.4  # read alone: every second counts
 
 
-def test_a_wall_timeout_stretches_with_the_searches_running_now(tmp_path, monkeypatch):
+def test_the_sanitizers_timeout_counts_a_share_of_each_second_beside_other_searches(tmp_path, monkeypatch):
+    """A tool run beside three other searches is stopped once its share of the time reaches the
+    timeout (4 x the wall); alone, at the timeout itself."""
+    from fa_cli.judge import tool_logs
     log = tmp_path / "shares"
-    log.write_text("1.0 1\n2.0 4\n")
-    monkeypatch.setenv("FA_GPU_SHARES", str(log))
-    assert gpu_shares.running_now() == 4 and Budget.wall(5.0) == 20.0
-    log.write_text("1.0 1\n2.0 4\n3.0 0\n")
-    assert gpu_shares.running_now() == 1 and Budget.wall(5.0) == 5.0
-    monkeypatch.delenv("FA_GPU_SHARES")
-    assert Budget.wall(5.0) == 5.0
+    log.write_text(f"{time.monotonic() - 1:.6f} 4\n")
+    for shared, low, high in ((True, 1.5, 3.5), (False, 0.4, 1.2)):
+        if shared:
+            monkeypatch.setenv("FA_GPU_SHARES", str(log))
+        else:
+            monkeypatch.delenv("FA_GPU_SHARES")
+        began = time.monotonic()
+        codes = tool_logs._side_by_side([["sleep", "20"], ["true"]], [tmp_path / "a", tmp_path / "b"], 0.5)
+        assert codes[0] is None and codes[1] == 0 and low <= time.monotonic() - began <= high

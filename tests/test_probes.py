@@ -930,6 +930,8 @@ def test_a_split_over_the_keys_merged_from_other_rows_is_said_by_the_range_each_
     assert "its own (row r: the keys of range r div 32)" in finding.lines[0], finding.lines
     ctx.facts.W, ctx.facts.named = P, False
     assert r.OneKeyRangeARow().run(ctx) == []
+    ctx.facts.W = np.broadcast_to(np.eye(128), (2, 128, 128)).copy()  # each row its own key alone: O = V
+    assert r.OneKeyRangeARow().run(ctx) == []
 
 
 def test_a_scale_applied_again_at_every_key_tile_is_named_by_its_ratio():

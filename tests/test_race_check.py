@@ -114,15 +114,27 @@ def test_a_passing_build_is_checked_at_each_d_that_passed_until_one_reports(tmp_
     assert not race_check.cache_file(program, 64).exists()
 
 
-def test_memcheck_runs_on_a_partial_tile_input_and_its_report_is_a_warning_with_that_shape(tmp_path, sanitizer_saying):
-    """memcheck of a passing build runs on B=2, N=200 (a partial last tile for every tile of 16 to
-    128): rows stored past N into the next batch's place, or past the output's end, are reported
-    there; its report is a warning that names that input."""
+def test_memcheck_runs_on_a_passing_cases_partial_tile_n_and_its_report_is_a_warning(tmp_path, sanitizer_saying):
+    """memcheck of a passing build runs on RACE_N (the course's N are powers of 2, and a program may
+    rely on that), or on the N of a passing case with a partial last tile (N = 200): rows stored
+    past N into the next batch's place, or past the output's end, are reported there, as a warning
+    that names that input and says the access left this output right."""
+    from types import SimpleNamespace
+    from fa_cli.cases.format import Shape
+    from fa_cli.judge.steps import Context
     from test_tool_logs import MEMCHECK_LOG
     sanitizer_saying(MEMCHECK_LOG)
     found = checked(tmp_path, "stores past n")
     said = [f.lines[0] for f in found if f.kind == Kind.WARNING and "memcheck" in f.lines[0]]
     assert said and said[0].startswith("passes here, but memcheck reports an invalid memory access: Invalid "
                                        "__shared__ write of size 16 bytes"), found
-    assert "on B=2, N=200, d=32" in said[0]
-    assert (tmp_path / "race-B=2, N=200, d=32.in").is_file()
+    assert "on B=2, N=256, d=32; an access outside its buffers that left this output right" in said[0]
+    results = [SimpleNamespace(verdict="PASS", target=SimpleNamespace(name=n, shape=Shape(1, N, 64)))
+               for n, N in (("t02", 128), ("drawn", 200))]
+    binary = tmp_path / "partial"
+    binary.write_bytes(b"partial")
+    ctx = Context(Program("partial", binary), None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "",
+                  results=results)
+    found = race_check.PassingBuild().run(ctx)
+    assert any("memcheck" in f.lines[0] and "on B=2, N=200, d=64" in f.lines[0] for f in found), found
+    assert (tmp_path / "race-B=2, N=200, d=64.in").is_file()

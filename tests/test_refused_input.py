@@ -21,4 +21,18 @@ def test_a_program_that_refuses_a_well_formed_input_is_said_so_with_its_check(tm
             "bytes'), yet the input is well formed: its header says B=2, N=64, d=32 and the file holds "
             "12 + 12*B*N*d = 49164 bytes exactly") in said, said
     assert "lines that read or check the file in refuses_input.cpp: " in said and "std::feof(f)" in said, said
-    assert "rerun" not in said  # a deterministic refusal: nothing more tried
+
+
+
+def test_only_a_programs_words_about_its_file_are_a_refusal():
+    """The runtime's errors that print the file's name, or a line that only reports it, are not."""
+    from pathlib import Path
+    from types import SimpleNamespace
+    from fa_cli.judge.refused_input import complaint
+    said = lambda line: complaint(SimpleNamespace(case_path=Path("/cases/c3.in"), run_stderr=line + "\n"))
+    assert said("hw4: /cases/c3.in: file longer than 12 + 12*B*N*d bytes")
+    assert said("error: cannot open /cases/c3.in")
+    assert said("/cases/c3.in: short header")
+    assert not said("hw4: /cases/c3.in: CUDA error: invalid configuration argument")
+    assert not said("loaded /cases/c3.in: 49164 bytes")
+    assert not said("hw4: /cases/c3.in: an illegal memory access was encountered")

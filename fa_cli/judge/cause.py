@@ -109,7 +109,7 @@ class Rerun(Step):
             up_to = MAX_RUNS - runs.count + runs.reruns
             if not ctx.starting(f"rerun {runs.reruns + 1} (of up to {up_to}) on {case.label}"):
                 break
-            _, got = run_once(ctx.program, case, ctx.work / "rerun.out", ctx.launcher, ctx.budget.wall(ctx.budget.left))
+            _, got = run_once(ctx.program, case, ctx.work / "rerun.out", ctx.launcher, ctx.budget.left)
             if runs.reruns == 0 and judged_failed is None and case is not whole and runs.passes(got):
                 # nothing known of where the judged run failed, and the copy passes: the whole case
                 ctx.say(f"why {ctx.case_label}: {case.label} passes; the runs use the whole case")
@@ -175,7 +175,7 @@ class Sanitizer(Step):
                 f"spent before it (it looks for {' or '.join(TOOL_WORDS[tool] for tool in tools)})"]))
             return True
         reports = sanitize_side_by_side(tools, with_lines(ctx.program).argv, case.input_path, ctx.work,
-                                        ctx.budget.wall(ctx.budget.left), ctx.on_node)
+                                        ctx.budget.left, ctx.on_node)
         return all([self.told(ctx, case, said) for said in reports])
 
     @staticmethod
@@ -346,7 +346,7 @@ class HostCrash(Step):
         if not ctx.starting(f"the AddressSanitizer build on {ctx.whole.label}"):
             return True
         code, output = run_captured(ctx.on_node([*asan.argv, str(ctx.whole.input_path), str(ctx.work / "asan.out")]),
-                                    ctx.budget.wall(ctx.budget.left), env=ASAN_ENV)
+                                    ctx.budget.left, env=ASAN_ENV)
         report = asan_report(output)
         if report:
             ctx.findings.append(Finding(Kind.ASAN, report, dict(report=report)))
@@ -360,7 +360,7 @@ class HostCrash(Step):
 def debug(ctx: Context, debugger: str, program: Program, case: TrialCase, build: str = "") -> None:
     argv = ctx.on_node([debugger, "-q", "-nx", "-batch", "-ex", "set pagination off", "-ex", "run", "-ex", "bt",
                         "--args", *program.argv, str(case.input_path), str(ctx.work / "gdb.out")])
-    code, output = run_captured(argv, ctx.budget.wall(ctx.budget.left))
+    code, output = run_captured(argv, ctx.budget.left)
     signal, frames = backtrace(output)
     name = Path(debugger).name
     if signal is None:

@@ -76,7 +76,7 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     say(f"a drawn {shape} input, larger than the cases passed (once per build)")
     path, out = work / "larger.in", work / "larger.out"
     generate.write_input(path, shape, seed=LARGER_SEED)
-    limit = budget.wall(min(RUN_TIMEOUT_S, budget.left))
+    limit = min(RUN_TIMEOUT_S, budget.left)
     result = programs.run(program, path, out, launcher, timeout=limit, timed=False)
     if result.timed_out:  # no verdict of its own: a slow program or a short budget, not a wrong one
         return [Finding(Kind.MISSING_TOOL, [f"larger input: the run on a drawn {shape} input was stopped at "
@@ -115,7 +115,8 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     if result.returncode != 0 or not out.exists():
         return [Finding(Kind.WARNING, [f"passes the cases run, but {where} it fails: {result.error}; {look}"])]
     try:
-        got = np.asarray(open_output(out, shape)[:, slice(None) if rows is None else rows], dtype=np.float64)
+        with np.errstate(invalid="ignore"):  # a signalling NaN among garbage: a NaN, without numpy's warning
+            got = np.asarray(open_output(out, shape)[:, slice(None) if rows is None else rows], dtype=np.float64)
     except Exception as e:  # an output of another size: its words say which
         return [Finding(Kind.WARNING, [f"passes the cases run, but {where} its output is not one to judge: {e}; "
                                        f"{look}"])]

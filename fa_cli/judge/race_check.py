@@ -33,8 +33,6 @@ from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
 RACE_B = 2
-PARTIAL_N = 200  # memcheck's input: N a multiple of 8 and of no tile of 16 to 128, so a partial last tile's
-# rows and keys past N (stored into the next batch's place, or past the output's end) are accessed
 TOOL_TIMEOUT_S = 60.0
 TOOLS = {tool: TOOL_WORDS[tool] for tool in ("racecheck", "synccheck", "initcheck", "memcheck")}
 
@@ -50,8 +48,10 @@ def build_file(program: Program, folder: str, name: str) -> Path:
     return locations.cache_dir() / folder / f"{digest}-{name}.json"
 
 
-def cache_file(program: Program, d: int) -> Path:
-    return build_file(program, "race-check", f"d{d}")
+def cache_file(program: Program, d: int, memcheck_n: int = RACE_N) -> Path:
+    """Named by the build, d and memcheck's N (a check of three tools, kept before memcheck joined
+    them, is not taken for one of four)."""
+    return build_file(program, "race-check", f"d{d}-memcheck-n{memcheck_n}")
 
 
 def kept_findings(path: Path) -> list[Finding] | None:
@@ -72,10 +72,10 @@ def check_case(work: Path, d: int, N: int = RACE_N) -> TrialCase:
 
 
 def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: Callable[[str], None],
-          budget: Budget) -> list[Finding]:
-    """The three tools on a RACE_B x RACE_N x d input, or what was kept of an earlier check of the
-    same build."""
-    kept = cache_file(program, d)
+          budget: Budget, memcheck_n: int = RACE_N) -> list[Finding]:
+    """racecheck, synccheck and initcheck on a RACE_B x RACE_N x d input, memcheck beside them on
+    RACE_B x memcheck_n x d, or what was kept of an earlier check of the same build."""
+    kept = cache_file(program, d, memcheck_n)
     if (found := kept_findings(kept)) is not None:
         return found
     if find_tool("compute-sanitizer") is None:
@@ -87,10 +87,10 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if budget.left < 1:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
-    partial = check_case(work, d, PARTIAL_N)
+    partial = check_case(work, d, memcheck_n)
     say(f"race check: compute-sanitizer's racecheck, synccheck, initcheck on {shape} and memcheck on "
-        f"{partial.shape}, side by side (once per build)")
-    timeout = budget.wall(min(TOOL_TIMEOUT_S, budget.left))
+        f"{partial.shape}, side by side (once per build and d)")
+    timeout = min(TOOL_TIMEOUT_S, budget.left)
     reports = sanitize_side_by_side(tuple(TOOLS), lined.argv, case, work, timeout, (launcher or Launcher()).wrap,
                                     inputs=dict(memcheck=partial.input_path))
     if all(said.checked_nothing for said in reports):  # said once
@@ -126,8 +126,9 @@ def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | N
     if said.tool == "initcheck" and (where := unwritten_output(said.first, shape.B, shape.N, shape.d)):
         what += f" ({where})"
     total = f" ({said.count} in all)" if said.count else ""
-    return [Finding(Kind.WARNING, [f"passes here, but {said.tool} reports {what}{total} on {shape}; the judge's "
-                                   "GPU may schedule it otherwise"],
+    then = "an access outside its buffers that left this output right; on another GPU or run it may not" \
+        if said.tool == "memcheck" else "the judge's GPU may schedule it otherwise"
+    return [Finding(Kind.WARNING, [f"passes here, but {said.tool} reports {what}{total} on {shape}; {then}"],
                     dict(tool=said.tool, report=said.first, count=said.count))]
 
 
@@ -141,8 +142,9 @@ def keep(path: Path, found: list[Finding]) -> None:
 class PassingBuild(Step):
     """The check for a run's program where a case passed (or --why named one), once a build and d:
     at the d of the first such case (the --why case's first), then at each other d that passed,
-    until one reports a hazard (a race may need d = 64's block or tile to show). Each tool gets
-    TOOL_TIMEOUT_S at most, and no more than the investigation's budget has left."""
+    until one reports a hazard (a race may need d = 64's block or tile to show); memcheck on a
+    passing case's N where one is a multiple of no tile (a partial last tile), else on RACE_N.
+    Each tool gets TOOL_TIMEOUT_S at most, and no more than the investigation's budget has left."""
 
     name = "the race check of a passing build"
 
@@ -156,8 +158,12 @@ class PassingBuild(Step):
 
     def run(self, ctx: Context) -> list[Finding]:
         found: list[Finding] = []
-        for d in dict.fromkeys(r.target.shape.d for r in self.passed(ctx)):
-            found += check(ctx.program, d, ctx.launcher, ctx.work, ctx.say, ctx.budget)
+        passed = self.passed(ctx)
+        for d in dict.fromkeys(r.target.shape.d for r in passed):
+            # memcheck where a case of this d passed with a partial last tile (N a multiple of no tile of 16
+            # or more), else at RACE_N: the course's N are powers of 2, and a program may rely on that
+            n = next((r.target.shape.N for r in passed if r.target.shape.d == d and r.target.shape.N % 16), RACE_N)
+            found += check(ctx.program, d, ctx.launcher, ctx.work, ctx.say, ctx.budget, n)
             if any(f.kind in (Kind.WARNING, Kind.MISSING_TOOL) for f in found):
                 break  # a hazard said, or a tool that could not say: the other d adds nothing sure
         return found

@@ -12,9 +12,11 @@ from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
 from .steps import Context, Step
 
-# words of a program's own complaint about its input file (not the runtime's: those name no file)
-REFUSAL = re.compile(r"long|short|size|bytes|header|format|invalid|corrupt|truncat|mismatch|expect|cannot (open|read)"
-                     r"|could not (open|read)|fail(ed)? to (open|read)|unexpected|end of file|eof", re.IGNORECASE)
+# a program's own complaint about its input file: the file's length, header or end, or its opening or reading
+REFUSAL = re.compile(r"\b(file|input)\b.*\b(long|longer|short|shorter|size|bytes|header|truncated|format)\b"
+                     r"|\b(too (long|short)|short (read|header)|end of file|eof)\b"
+                     r"|\b(cannot|can't|could not|couldn't|failed to|unable to) (open|read)\b", re.IGNORECASE)
+RUNTIME = re.compile(r"cuda|hip[A-Z_]|\bhip\b|illegal|launch|device|kernel", re.IGNORECASE)  # the runtime's, not the file's
 # the lines shown: the first check of the file's end or size, then the first read of it
 FILE_CHECKS = (r"feof|\.eof\s*\(|ftell|st_size|\bstat\s*\(|tellg|seekg|fseek", r"fread|\.read\s*\(|\bread\s*\(")
 
@@ -25,13 +27,15 @@ def complaint(ctx: Context) -> str | None:
         return None
     name = ctx.case_path.name
     for line in ctx.run_stderr.splitlines():
-        if name in line and not line.startswith("fa-") and REFUSAL.search(line.split(name, 1)[-1]):
+        words = line.replace(str(ctx.case_path), "").replace(name, "")  # the path's own letters are no words
+        if name in line and not line.startswith("fa-") and REFUSAL.search(words) and not RUNTIME.search(words):
             return line.strip()
     return None
 
 
 class RefusedInput(Step):
-    """An ERROR whose program said, in its own words, that its input file is wrong."""
+    """An ERROR whose program said, in its own words, that its input file is wrong; the later steps
+    still run (a refusal fa cannot tell from another failure that prints the file's name)."""
 
     name = "a well-formed input refused"
 
@@ -44,7 +48,6 @@ class RefusedInput(Step):
             shape = read_header(ctx.case_path)
         except FormatError as e:  # the input itself is wrong: the program was right to refuse it
             return [Finding(Kind.OBSERVED, [f"the program refused its input, and fa finds it malformed too: {e}"])]
-        ctx.ended = True  # a deterministic refusal: no rerun or tool says more of it
         lines = [f"measured: the program refused its input ({said!r}), yet the input is well formed: its header "
                  f"says B={shape.B}, N={shape.N}, d={shape.d} and the file holds 12 + 12*B*N*d = {shape.input_bytes} "
                  "bytes exactly, as the course's format has it; look at how the program opens, reads and checks "

@@ -83,8 +83,9 @@ def run_once(program: Program, case: TrialCase, out: Path, launcher: Launcher | 
 
 
 def over(a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
-    """Where a and b differ by more than tol (NaN counts)."""
-    return ~(np.abs(a.astype(np.float64) - b) <= tol)
+    """Where a and b differ by more than tol (NaN counts, a signalling one without numpy's warning)."""
+    with np.errstate(invalid="ignore"):
+        return ~(np.abs(a.astype(np.float64) - b) <= tol)
 
 
 # ---------------------------------------------------------------- runs again
@@ -165,12 +166,13 @@ class Reruns:
                 f"intermittent: failed {k} of {n} runs on {on} ({counted}): a result that depends on timing: {words}"],
                 fields))
         last_only = len(self.batches_differ) > 1 and self.batches_differ[-1] and not self.batches_differ[:-1].any()
-        if self.over and last_only:  # past a buffer's end changes between runs; a race seldom keeps to one batch
+        if self.over and last_only:  # a race, or what lies past a buffer's end: the runs cannot tell which
             found.append(Finding(Kind.RACE, [
                 f"the output changes between runs in its last batch only: {self.over} of {self.case.expected.size} "
-                f"values differ by more than {self.tol:g} (up to {self.worst:.3g}) on {on}, the batches before it the "
-                f"same in every run, failed {k} of {n} runs: memory past the end of a buffer (read past the input, "
-                "or a host buffer one batch short) holds other values in every run"], fields))
+                f"values differ by more than {self.tol:g} (up to {self.worst:.3g}) on {on}, no value of the batches "
+                f"before it by more than {self.tol:g}, failed {k} of {n} runs: a race in the last batch's blocks, or "
+                "memory past the end of a buffer read there (past the input, or a host buffer one batch short), "
+                "whose contents change from run to run"], fields))
         elif self.over:
             why = "" if found else f"; a result that depends on timing is a race ({words})"
             found.append(Finding(Kind.RACE, [

@@ -94,8 +94,7 @@ def outputs_of(ctx: Context, program: Program, case, runs: int, what: str, count
     for k in range(runs):
         if not ctx.starting(f"{what}, run {k + 1} of {runs} on {case.label}" if counted else f"{what} on {case.label}"):
             return None
-        _, got = run_once(program, case, ctx.work / "slow.out", ctx.launcher,
-                          ctx.budget.wall(min(RUN_TIMEOUT_S, ctx.budget.left)))
+        _, got = run_once(program, case, ctx.work / "slow.out", ctx.launcher, min(RUN_TIMEOUT_S, ctx.budget.left))
         outputs.append(got)
     return outputs
 

@@ -114,7 +114,7 @@ class Context:
         inp.write(path, self.guard)
         written = Shape(inp.shape.B + self.guard, inp.shape.N, inp.shape.d)
         out.unlink(missing_ok=True)
-        timeout = self.budget.wall(min(RUN_TIMEOUT_S, max(1.0, self.budget.left)))
+        timeout = min(RUN_TIMEOUT_S, max(1.0, self.budget.left))
         result = programs.run(program or self.program, path, out, self.launcher, timeout=timeout, timed=False)
         self.raw, self.error = None, result.error
         if result.timed_out or result.returncode != 0 or not out.exists():

@@ -20,6 +20,7 @@ from ..programs.programs import Program
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 SANITIZER_LINES = 3  # of a sanitizer's report, quoted after its first line
 BACKTRACE_FRAMES = 4
+SANITIZER_POLL_S = 0.05  # how often the tools side by side are looked at against their timeout
 
 
 # ---------------------------------------------------------------- the tools
@@ -86,12 +87,6 @@ class Budget:
     @property
     def left(self) -> float:
         return max(0.0, self.seconds - self.used)
-
-    @staticmethod
-    def wall(seconds: float) -> float:
-        """A tool's or run's wall timeout for `seconds` of this search's time: as many times longer
-        as searches run side by side now (each has its share of the GPU)."""
-        return seconds * gpu_shares.running_now()
 
 
 def run_captured(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
@@ -169,20 +164,26 @@ def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input
 
 def _side_by_side(argvs: list[list[str]], consoles: list[Path], timeout: float) -> list[int | None]:
     """Each command started at once, its stdout and stderr into its console file; their exit codes
-    (None: stopped at the common timeout). Interrupted, every one is stopped before fa goes on."""
+    (None: stopped at the common timeout, counted as a search's budget counts it: beside other
+    searches, its share of each second, gpu_shares). Interrupted, every one is stopped before fa
+    goes on."""
     procs = []
     try:
         for argv, console in zip(argvs, consoles):
             with open(console, "w") as out:
                 procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                               preexec_fn=programs.die_with_fa()))
-        deadline, codes = time.monotonic() + max(timeout, 0.1), []
+        start = time.monotonic()
+        while any(proc.poll() is None for proc in procs) and \
+                gpu_shares.charged(start, time.monotonic()) < max(timeout, 0.1):
+            time.sleep(SANITIZER_POLL_S)
+        codes = []
         for proc in procs:
-            try:
-                codes.append(proc.wait(timeout=max(deadline - time.monotonic(), 0.1)))
-            except subprocess.TimeoutExpired:
+            if proc.poll() is None:
                 programs.stop(proc, output=None)
                 codes.append(None)
+            else:
+                codes.append(proc.returncode)
         return codes
     except BaseException:
         for proc in procs:

@@ -59,13 +59,6 @@ def charged(start: float, end: float, log: str | None = None) -> float:
     return total + (end - at) / max(count, 1)
 
 
-def running_now(log: str | None = None) -> int:
-    """The searches running now, as the log last says (one with no log)."""
-    log = log if log is not None else settings.gpu_shares()
-    changes = _read(log) if log else []
-    return max(1, changes[-1][1]) if changes else 1
-
-
 def _read(log: str) -> list[tuple[float, int]]:
     try:
         text = Path(log).read_text()

@@ -325,10 +325,13 @@ class OneKeyRangeARow(WeightReading):
         W, N = ctx.facts.W, ctx.probe.shape.N
         B = W.shape[0]
         for S in (s for s in (16, 8, 4, 2) if N % s == 0 and N // s >= 2):  # the finest ranges that hold
-            ranges = (np.abs(W) > ZERO).reshape(B, N, S, N // S).any(axis=3)
+            weighed = (np.abs(W) > ZERO).reshape(B, N, S, N // S)
+            ranges = weighed.any(axis=3)
             if not (ranges.sum(axis=2) == 1).all():
                 continue
             taken = ranges.argmax(axis=2)  # (B, N): the one range each row weighs
+            if np.take_along_axis(weighed, taken[..., None, None], axis=2).mean() < 0.5:
+                return []  # a few keys a row (one key: the output a row of V), not a range of keys weighed
             b, r = np.meshgrid(np.arange(B), np.arange(N), indexing="ij")
             formula = next((f.format(S=S, L=N // S) for f, rule in RANGE_FORMULAS
                             if np.array_equal(rule(b, r, N, S), taken)), None)
