@@ -16,7 +16,8 @@ from .steps import Context, Step
 REFUSAL = re.compile(r"\b(file|input)\b.*\b(long|longer|short|shorter|size|bytes|header|truncated|format)\b"
                      r"|\b(too (long|short)|short (read|header)|end of file|eof)\b"
                      r"|\b(cannot|can't|could not|couldn't|failed to|unable to) (open|read)\b", re.IGNORECASE)
-RUNTIME = re.compile(r"cuda|hip[A-Z_]|\bhip\b|illegal|launch|device|kernel", re.IGNORECASE)  # the runtime's, not the file's
+# the runtime's words, not the file's: a CUDA or HIP error that prints the input's name
+RUNTIME = re.compile(r"cuda|hip[A-Z_]|\bhip\b|illegal|launch|device|kernel", re.IGNORECASE)
 # the lines shown: the first check of the file's end or size, then the first read of it
 FILE_CHECKS = (r"feof|\.eof\s*\(|ftell|st_size|\bstat\s*\(|tellg|seekg|fseek", r"fread|\.read\s*\(|\bread\s*\(")
 
