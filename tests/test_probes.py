@@ -993,6 +993,22 @@ def layout_said(inp: ProbeInput, out: np.ndarray) -> list[str]:
     return [line for f in layout.OutputLayout().run(ctx) for line in f.lines]
 
 
+def test_an_output_written_from_batch_1_on_is_found_on_two_batches_beside_the_garbage_after():
+    """Slot b of the output written from batch b + 1 (1-based batches), the last slot from memory
+    past the host's buffer: on a 2-batch probe half the wrong values are right values of batch 1,
+    the other half garbage; the move is still said, with its one batch."""
+    inp = probe(B=2, N=128, d=32)
+    true = inp.output().astype(np.float32)
+    out = np.empty_like(true)
+    out[0] = true[1]
+    out[1] = RNG.uniform(-1e3, 1e3, true[1].shape)
+    [said] = layout_said(inp, out)
+    assert said.startswith("measured: the right values in the wrong places: the value of batch b, row r, column c "
+                           "was written at offset 32*r + c of the output (in batch 0 whatever b: no batch offset in "
+                           "the output's index, or one batch short where only batch 1 was seen there)"), said
+    assert "all in batch 0" in said
+
+
 def test_a_batch_offset_missing_its_times_d_is_found_over_rows_nothing_wrote():
     """out + b * N + i * D where out + (b * N + i) * D belongs: batch 1 written from 128 floats
     (rows 4..131 of 2 x 128 x 32), on top of batch 0's rows where its blocks ran later, the rows
