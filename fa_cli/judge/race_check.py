@@ -87,18 +87,18 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if budget.left < 1:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
-    partial = check_case(work, d, memcheck_n)
+    memchecked = check_case(work, d, memcheck_n)
     say(f"race check: compute-sanitizer's racecheck, synccheck, initcheck on {shape} and memcheck on "
-        f"{partial.shape}, side by side (once per build and d)")
+        f"{memchecked.shape}, side by side (once per build and d)")
     timeout = min(TOOL_TIMEOUT_S, budget.left)
     reports = sanitize_side_by_side(tuple(TOOLS), lined.argv, case, work, timeout, (launcher or Launcher()).wrap,
-                                    inputs=dict(memcheck=partial.input_path))
+                                    inputs=dict(memcheck=memchecked.input_path))
     if all(said.checked_nothing for said in reports):  # said once
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} checked nothing on {shape}: "
                                             f"{NO_CUDA_CALL_SAID}"])]
     placed_in = program.source.name if wave64.emulates(program.source) else None
     found = [finding for said in reports
-             for finding in told(said, partial.shape if said.tool == "memcheck" else shape, timeout, placed_in)]
+             for finding in told(said, memchecked.shape if said.tool == "memcheck" else shape, timeout, placed_in)]
     if not any(f.kind == Kind.MISSING_TOOL for f in found):
         keep(kept, found)
     return found
