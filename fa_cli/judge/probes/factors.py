@@ -12,7 +12,7 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
+from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
 from .step import Context, fmt, logits, softmax_rows
 
 def tile_maxima(s: np.ndarray, T: int):
@@ -325,7 +325,7 @@ def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None
     """log W_ij = a s_ij + c_i: the factor a on the logits, where it fits."""
     with np.errstate(divide="ignore"):
         y = np.log(W)
-    use = np.isfinite(y) & (W > 1e-30)
+    use = np.isfinite(y) & (W > TINY_WEIGHT)
     if use.mean() < 0.5:
         return None
     yc = np.where(use, y, 0.0)

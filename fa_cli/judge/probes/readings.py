@@ -19,6 +19,7 @@ from .step import Context, Probe, fmt, logits, softmax_rows, spans
 
 ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
 ZERO = 1e-7  # a weight this small is no weight
+TINY_WEIGHT = 1e-30  # a weight this small (or 0, an underflow) has no logarithm worth fitting
 FLAT = 2e-3  # spread of log(W / P) within a row or a tile that counts as constant
 FIT_SHARE = 0.95  # of rows (or tiles) a reading must hold for
 MAX_TILE = 128  # tile sizes a dropped partial tile is said for: every T up to this with N % T = the keys dropped

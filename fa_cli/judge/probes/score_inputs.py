@@ -39,12 +39,11 @@ from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .key_patterns import LOAD_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_counted, keys_in_part
 from .linear_map import map_rows
-from .readings import measured
+from .readings import TINY_WEIGHT, measured
 from .step import Context, Probe, ProbeInput, spans
 
 CODE_SEED = 20261129
 SLOTS = 8  # K's values take one grid place in this many
-TINY_WEIGHT = 1e-30
 OF_K = 0.75  # the share of terms that must land on an element of K for the reading to say which
 ROWS_AGREE = 1e-2  # the rows' log ratios of one key, all alike within this: one score per key
 PITCHES = (-1, 1, 2, 4)  # a pitch of d plus these: padding of a row, or a row read short

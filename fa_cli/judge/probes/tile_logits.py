@@ -17,11 +17,10 @@ import numpy as np
 from ..findings import Finding
 from ..mistakes import KEY_TILES
 from .factors import constant_name
-from .readings import LOOK, WeightReading, measured
+from .readings import LOOK, TINY_WEIGHT, WeightReading, measured
 from .step import Context, fmt, logits
 
 FITS = 1e-2  # the largest misfit of log W, at the 99th percentile of the weights, that counts as a fit
-TINY = 1e-30  # a weight this small (or 0) is left out of the fits
 ALIKE = 1e-2  # tiles whose factors differ by less than this (relative) are one factor (logit_slope's case)
 
 
@@ -68,7 +67,7 @@ class LogitsByTile(WeightReading):
 
     def run(self, ctx: Context) -> list[Finding]:
         W, N, d = ctx.facts.W, ctx.probe.shape.N, ctx.probe.shape.d
-        usable = W > TINY  # a weight of 0 (underflow) has no logarithm: left out of the fits
+        usable = W > TINY_WEIGHT  # a weight of 0 (underflow) has no logarithm: left out of the fits
         if usable.mean() < 0.5 or not usable.any(axis=2).all():
             return []
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -13,11 +13,10 @@ import numpy as np
 
 from ..findings import Finding
 from ..mistakes import KEY_TILES
-from .readings import FIT_SHARE, WeightReading, measured
+from .readings import FIT_SHARE, TINY_WEIGHT, WeightReading, measured
 from .step import Context, logits
 
 ADDITIVE = 1e-3  # the largest misfit of log W - S^T to a row part plus a key part, in a tile that fits
-TINY = 1e-30  # a weight this small has no log worth fitting
 # where a tile's weights are read back to meet V: a weight buffer's element read (not written), else one times V
 WEIGHT_READ = (r"\b\w*[Pp]\w*\s*\[[^\]]+\]\s*\[[^\]]+\](?!\s*=[^=])",
                r"\w+\s*\[[^\]]+\](\s*\[[^\]]+\])?\s*\*\s*\w*[vV]\w*\s*\[")
@@ -38,10 +37,10 @@ def blocks(a: np.ndarray, T: int) -> np.ndarray:
 
 
 def fits(W: np.ndarray, s: np.ndarray, T: int, transposed: bool) -> float:
-    """The share of whole T x T tiles (every weight above TINY) where log W - S (or S transposed
+    """The share of whole T x T tiles (every weight above TINY_WEIGHT) where log W - S (or S transposed
     within the tile) is a row part plus a key part."""
     w, sc = blocks(W, T), blocks(s, T)
-    usable = (w > TINY).all(axis=(1, 2))
+    usable = (w > TINY_WEIGHT).all(axis=(1, 2))
     if not usable.any():
         return 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
