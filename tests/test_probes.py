@@ -1009,6 +1009,19 @@ def test_an_output_written_from_batch_1_on_is_found_on_two_batches_beside_the_ga
     assert "all in batch 0" in said
 
 
+def test_a_move_seen_in_one_batch_keeps_no_batch_coefficient_from_chance_matches():
+    """As above, but the last slot holds another input's attention output (a batch of drawn values
+    after the last, as the probe appends one): values in the true range, a few of which equal a true
+    value of batch 0 by chance. Only batch 1 was seen moved, so no coefficient of b is said."""
+    inp, other = probe(B=2, N=128, d=32), probe(B=2, N=128, d=32)
+    true = inp.output().astype(np.float32)
+    out = np.empty_like(true)
+    out[0], out[1] = true[1], other.output()[0].astype(np.float32)
+    out[1].flat[::97] = true[0].flat[::97]  # chance matches, as many as a 2e-6 window catches and more
+    [said] = layout_said(inp, out)
+    assert "was written at offset 32*r + c of the output (in batch 0 whatever b" in said and "all in batch 0" in said, said
+
+
 def test_a_batch_offset_missing_its_times_d_is_found_over_rows_nothing_wrote():
     """out + b * N + i * D where out + (b * N + i) * D belongs: batch 1 written from 128 floats
     (rows 4..131 of 2 x 128 x 32), on top of batch 0's rows where its blocks ran later, the rows

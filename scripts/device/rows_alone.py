@@ -1,12 +1,16 @@
 """Here, after class_and_alone.sh: each student's row of the class table against the row that fa run
 of the same program alone gives (alone.sh's records, words and exit status), column by column: the
 cases passed, each case's verdict, the cause and the warnings (times differ run to run: each case's
-is shown where its verdict differs).
+is shown where its verdict differs). A row that differs only in what the tools report differently
+from run to run (memcheck's error count and first thread, racecheck's hazard count, an address, the
+values a race changed, a stopped run's hundredths) is counted apart, the figures shown; so is a
+verdict that flipped between PASS and TLE where the passing run came within NEAR_LIMIT of its limit.
 
 Usage: python3 scripts/device/rows_alone.py CLASS_FOLDER ALONE_FOLDER"""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +18,29 @@ from fa_cli.classroom import table
 from fa_cli.report import records
 
 COMPARED = ("passed", "cause", "warnings")
+NEAR_LIMIT = 0.10  # a time this close to its limit (either side) may fall on either side from run to run
+RUN_TO_RUN = (  # what a tool or a race reports differently between two runs of one build
+    (r"\(\d+ errors in all\)", "(N errors in all)"), (r"\(\d+ in all\)", "(N in all)"),
+    (r"\[\d+ hazards\]", "[N hazards]"), (r"by thread \(\d+,\d+,\d+\) in block \(\d+,\d+,\d+\)", "by thread T in block K"),
+    (r"\b(Access to|Address) 0x[0-9a-f]+", r"\1 ADDRESS"), (r"after \d+\.\d+ s", "after T s"),
+    (r"\d+ of \d+ values differ by more than ([\d.e-]+) \(up to [^)]*\)", r"N of M values differ by more than \1 (up to X)"),
+)
+RACED = r"\d+ of \d+ values checked \([\d.]+%\)"  # a race's wrong values: as many as the run's schedule made
+
+
+def without_run_to_run(text: str) -> str:
+    for pattern, placeholder in RUN_TO_RUN:
+        text = re.sub(pattern, placeholder, text)
+    return re.sub(RACED, "N values checked", text) if "changes between runs" in text else text
+
+
+def near_limit(in_class: str, alone: str, limit: float | None) -> bool:
+    """A verdict that flipped between PASS and TLE where the passing run came within NEAR_LIMIT of
+    the limit (a stopped run's time is the limit's, whatever the program would have taken)."""
+    verdicts = {in_class.split()[0], alone.split()[0]}
+    passed = next((v for v in (in_class, alone) if v.split()[0] == "PASS"), "")
+    return (limit is not None and verdicts == {"PASS", "TLE"} and len(passed.split()) == 2
+            and float(passed.split()[1]) >= (1 - NEAR_LIMIT) * limit)
 
 
 def alone_record(folder: Path, student: str, class_record: dict) -> dict:
@@ -24,31 +51,50 @@ def alone_record(folder: Path, student: str, class_record: dict) -> dict:
                 errors=(folder / f"{student}.errors").read_text(errors="replace"), seconds=float(seconds))
 
 
-def differences(in_class: dict, alone: dict) -> list[str]:
-    """What differs between two rows: the compared columns, then each case whose verdict differs."""
-    said = [f"{column}: class {in_class.get(column)!r} / alone {alone.get(column)!r}"
-            for column in COMPARED if in_class.get(column) != alone.get(column)]
-    for case in sorted(set(in_class) | set(alone)):
-        if case[:1] == "c" and case[1:].isdigit():
-            ours, theirs = str(in_class.get(case)), str(alone.get(case))
-            if ours.split()[0] != theirs.split()[0]:
-                said.append(f"{case}: class {ours} / alone {theirs}")
-    return said
+def differences(in_class: dict, alone: dict, limits: dict[str, float]) -> tuple[list[str], list[str]]:
+    """What differs between two rows: (the differences, those of them that runs of one build differ
+    by too: the tools' run-to-run figures, and verdicts of a time near its limit). The compared
+    columns, then each case whose verdict differs; "passed" follows the cases'."""
+    said, run_to_run = [], []
+    for column in COMPARED:
+        ours, theirs = in_class.get(column), alone.get(column)
+        if ours != theirs:
+            line = f"{column}: class {ours!r} / alone {theirs!r}"
+            said.append(line)
+            if column != "passed" and without_run_to_run(str(ours)) == without_run_to_run(str(theirs)):
+                run_to_run.append(line)
+    cases = [c for c in sorted(set(in_class) | set(alone)) if c[:1] == "c" and c[1:].isdigit()]
+    flipped = [c for c in cases if str(in_class.get(c)).split()[0] != str(alone.get(c)).split()[0]]
+    for case in flipped:
+        line = f"{case}: class {in_class.get(case)} / alone {alone.get(case)}"
+        said.append(line)
+        if near_limit(str(in_class.get(case)), str(alone.get(case)), limits.get(case)):
+            run_to_run.append(line)
+    near = all(near_limit(str(in_class.get(c)), str(alone.get(c)), limits.get(c)) for c in flipped)
+    for line in said:  # a cause or a passed count that moved with a verdict near its limit moves with it
+        if line.startswith(("passed:", "cause:")) and flipped and near and line not in run_to_run:
+            run_to_run.append(line)
+    return said, run_to_run
 
 
 def main(class_folder: Path, alone_folder: Path) -> int:
-    same = 0
+    same = tools_only = 0
     students = sorted(p.stem for p in alone_folder.glob("*.rc"))
     for student in students:
         kept = next((class_folder / "records").glob(f"{student}.*.json"))
         in_class = json.loads(kept.read_text())
         alone = alone_record(alone_folder, student, in_class)
-        said = differences(table.row_of(in_class), table.row_of(alone))
+        limits = {r["input"]: r.get("time_limit") for r in in_class.get("runs") or []}
+        said, run_to_run = differences(table.row_of(in_class), table.row_of(alone), limits)
         same += not said
-        print(f"{student}: " + ("the same row" if not said else "differs"), f"(alone {alone['seconds']:.0f} s)")
+        tools_only += bool(said) and len(run_to_run) == len(said)
+        verdict = ("the same row" if not said else "differs only as runs of one build do"
+                   if len(run_to_run) == len(said) else "differs")
+        print(f"{student}: {verdict} (alone {alone['seconds']:.0f} s)")
         for line in said:
-            print(f"  {line}")
-    print(f"{same} of {len(students)} rows the same")
+            print(f"  {'(run to run) ' if line in run_to_run else ''}{line}")
+    print(f"{same} of {len(students)} rows the same; {tools_only} more differ only as runs of one build do "
+          f"(the tools' run-to-run figures, a verdict within {NEAR_LIMIT:.0%} of its limit)")
     return 0
 
 

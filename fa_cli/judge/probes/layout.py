@@ -72,7 +72,25 @@ def fit(dest: np.ndarray, src: np.ndarray, shape: tuple[int, int, int], wrong: i
     matched = len(np.unique(dest))
     if best is None or placed < EXPLAINED * matched or placed < wrong / 3:  # a third: two batches, one garbage
         return None
-    return best, placed
+    best = one_batch_form(best, dest, src, shape)
+    return best, len(np.unique(dest[placed_by(dest, src, best, shape)]))
+
+
+ONE_BATCH = 0.98  # of the values a formula places, from one batch: the rest are chance matches
+
+
+def one_batch_form(coef, dest, src, shape) -> np.ndarray:
+    """A formula whose values come from one batch b0 (but for a few values that equal a true value by
+    chance, in a batch of garbage) was seen only as alpha * b0 + delta: a sample that took a chance
+    match fixed alpha at random. Written by fit's one-batch rule instead."""
+    B, N, d = shape
+    batches, counts = np.unique(src[placed_by(dest, src, coef, shape)] // (N * d), return_counts=True)
+    if counts.size == 0 or counts.max() < ONE_BATCH * counts.sum():
+        return coef
+    b0 = int(batches[np.argmax(counts)])
+    offset = int(coef[0]) * b0 + int(coef[3])
+    alpha, delta = (offset, 0) if b0 == 1 else (N * d, offset - N * d * b0)
+    return np.array([alpha, coef[1], coef[2], delta], dtype=int)
 
 
 def meaning(coef, shape) -> str:

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the device: what one passing build's check costs, tool by tool (the check fa run and fa class
+# give a passing CUDA program: racecheck, synccheck, initcheck on 2x256xd, memcheck on 2x200xd, at
+# each d): wall seconds and the CPU seconds (user + system) of each compute-sanitizer run alone,
+# then the four side by side. CPU seconds near wall seconds mean a run is held by the host's CPU,
+# not the GPU. Usage: sanitizer_cost.sh SOURCE.cu [D...] (default d: 32 64). Log: $OUT/sanitizer-cost.log.
+set -uo pipefail
+source "$(dirname "$0")/env.sh"
+source_file=$1; shift
+work=/tmp/sanitizer-cost && mkdir -p "$work"
+nvcc -O3 -g -lineinfo -std=c++17 -arch=sm_90 -o "$work/prog" "$source_file" -lm || exit 1
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+timed() {  # LABEL COMMAND...: one line, wall and CPU seconds of COMMAND (its children's included)
+  local TIMEFORMAT="$1: wall %R s, cpu %U + %S s"
+  time "${@:2}" >/dev/null 2>&1
+}
+ds=("$@"); [ ${#ds[@]} -gt 0 ] || ds=(32 64)
+{
+  for d in "${ds[@]}"; do
+    for n in 256 200; do fa gen -B 2 -N $n -d $d -o "$work/2x${n}x$d.in" >/dev/null; done
+    timed "d=$d plain run" "$work/prog" "$work/2x256x$d.in" "$work/out"
+    for tool in racecheck synccheck initcheck memcheck; do
+      n=$([ $tool = memcheck ] && echo 200 || echo 256)
+      timed "d=$d $tool" "$sanitizer" --tool $tool --print-limit 100 "$work/prog" "$work/2x${n}x$d.in" "$work/out-$tool"
+    done
+    start=$(date +%s%N)
+    for tool in racecheck synccheck initcheck memcheck; do
+      n=$([ $tool = memcheck ] && echo 200 || echo 256)
+      "$sanitizer" --tool $tool --print-limit 100 "$work/prog" "$work/2x${n}x$d.in" "$work/side-$tool" >/dev/null 2>&1 &
+    done
+    wait
+    echo "d=$d the four side by side: wall $(( ($(date +%s%N) - start) / 1000000 )) ms"
+  done
+  echo "cores: $(nproc)"
+} 2>&1 | tee "$OUT/sanitizer-cost.log"
