@@ -124,6 +124,12 @@ def device_delay(ms: int) -> str:
     return f"FA_DEVICE_DELAY_MS={ms}"
 
 
+def shared_poison(value: str) -> str:
+    """The assignment (for env's command line) that has fa's launch layer fill each SM's shared
+    memory with `value` ("nan" or a number) before each of a student's launches."""
+    return f"FA_SHARED_POISON={value}"
+
+
 def visible_gpus() -> str:
     """CUDA_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES as set: which GPUs a measurement here was of."""
     return f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')} {os.environ.get('HIP_VISIBLE_DEVICES', '')}"

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <atomic>
 #include <cstdio>
@@ -203,10 +204,50 @@ inline void delay_before(cudaStream_t stream) {
     std::fprintf(stderr, "fa-launch: FA_DEVICE_DELAY_MS: the wait could not be launched\n");
 }
 
+// Each SM's shared memory filled with FA_SHARED_POISON before every launch of a student's (fa's
+// UnwrittenShared step): a block's shared memory starts with what the kernel before it on that SM
+// left there, so a kernel that reads shared memory no thread of its block wrote reads the poison.
+// One block of the most a block may have (the opt-in, asked of the runtime's own entry: the GTX
+// 1080's layer refuses over 48 KB to the student's kernels) on each SM, twice over.
+static __global__ void fa_shared_poison(float value, int floats) {
+  extern __shared__ float fa_poisoned[];
+  volatile float* words = fa_poisoned;  // stores nothing reads: volatile keeps them
+  for (int i = threadIdx.x; i < floats; i += blockDim.x) words[i] = value;
+}
+
+inline int poison_bytes(int& sms) {  // the opt-in where the runtime grants it, else the default 48 KB
+  using SetFn = cudaError_t (*)(const void*, enum cudaFuncAttribute, int);
+  static const auto set = reinterpret_cast<SetFn>(dlsym(RTLD_NEXT, "cudaFuncSetAttribute"));
+  int device = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
+      cudaSuccess)
+    return 0;
+  const void* poison = reinterpret_cast<const void*>(&fa_shared_poison);
+  if (set && cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+      set(poison, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) == cudaSuccess)
+    return optin;
+  return 48 * 1024;
+}
+
+inline void poison_before(cudaStream_t stream) {
+  if (!fa::settings().shared_poisoned) return;
+  static int sms = 0;
+  static const int bytes = poison_bytes(sms);
+  float value = fa::settings().shared_poison;
+  int floats = bytes / (int)sizeof(float);
+  void* args[] = {&value, &floats};
+  if (bytes <= 0 || cudaLaunchKernel(reinterpret_cast<const void*>(&fa_shared_poison), dim3(2 * sms), dim3(1024),
+                                     args, bytes, stream) != cudaSuccess) {
+    cudaGetLastError();  // fa's launch's error, not for the program's next cudaGetLastError to find
+    std::fprintf(stderr, "fa-launch: FA_SHARED_POISON: shared memory could not be filled\n");
+  }
+}
+
 // One launch, timed and counted under its shape where it was accepted.
 template <class Launch>
 inline cudaError_t timed(const Shape& shape, cudaStream_t stream, Launch&& launch) {
   delay_before(stream);
+  poison_before(stream);
   const cudaEvent_t start = begin(stream);
   const cudaError_t launched = launch();
   if (launched == cudaSuccess)

@@ -1,0 +1,93 @@
+"""A kernel that reads shared memory no thread of its block wrote: a tile load that leaves part of
+a tile unwritten (its bound, its vector width, its count of threads). compute-sanitizer's initcheck
+sees only global memory, and the GPU here may leave zeros or the last kernel's values there, the
+same every run. A block's shared memory starts with what the kernel before it on that SM left, so
+fa's launch layer can fill each SM's shared memory before every launch (FA_SHARED_POISON,
+src_cuda/launch_log.h): a failing case whose runs again agreed bit for bit is run once with NaN
+there and once with POISON_VALUE. An output that then holds NaN where it held none, or changes,
+read what shared memory held before the kernel:
+
+  measured: with each SM's shared memory filled with NaN before each of its launches, 8190 of
+  8192 values are NaN (none as built), and with 1000.0 there 8191 values change: its kernel reads
+  shared memory that no thread of its block wrote first; ...
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .. import settings
+from .diagnose import quoted, source_lines
+from .findings import Finding, Kind
+from .race_check import applies as student_gpu_program
+from .reruns import run_once
+from .slow_device import layered, with_setting
+from .steps import Context, Step
+
+POISON_VALUE = 1000.0  # far outside the course's values of Q, K and V (within [-3, 3])
+RUN_TIMEOUT_S = 30.0
+SHARED_ARRAY = re.compile(r"__shared__\s+(?:[\w:<>]+\s+)+?(\w+)\s*\[")  # static or extern shared arrays
+
+
+def poisoned(ctx: Context, value: str) -> np.ndarray | None:
+    """The program's output on the trial case with shared memory filled with `value` first."""
+    program = with_setting(ctx.program, settings.shared_poison(value))
+    _, got = run_once(program, ctx.trial, ctx.work / "poisoned.out", ctx.launcher, min(RUN_TIMEOUT_S, ctx.budget.left))
+    return got
+
+
+def store_lines(ctx: Context) -> str:
+    """The lines that store into the source's shared arrays, where fa has the source."""
+    if ctx.source is None:
+        return ""
+    try:
+        names = sorted(set(SHARED_ARRAY.findall(ctx.source.read_text(errors="replace"))))
+    except OSError:
+        return ""
+    if not names:
+        return ""
+    alternatives = "|".join(map(re.escape, names))
+    stores = source_lines(ctx.source, rf"\b(?:{alternatives})\b\s*(?:\[[^;]*?\]\s*[-+*/]?=(?!=)|\+)", 3)
+    return f"; lines that store into its shared arrays ({', '.join(names)}) in {ctx.source.name}: {quoted(stores)}" \
+        if stores else ""
+
+
+class UnwrittenShared(Step):
+    """A failing case whose runs again agreed bit for bit, run with each SM's shared memory filled
+    first: does the output read what was there before the kernel?"""
+
+    name = "shared memory filled before each launch"
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.verdict == "WRONG" and student_gpu_program(ctx.program) and layered(ctx.program) and \
+            ctx.trial is not None and not ctx.found_cause and not ctx.has(Kind.RACE, Kind.INTERMITTENT)
+
+    def run(self, ctx: Context) -> list[Finding]:
+        outputs = []
+        for value in ("nan", f"{POISON_VALUE:g}"):
+            if not ctx.starting(f"shared memory filled with {value} before each launch, on {ctx.trial.label}"):
+                return []
+            outputs.append(poisoned(ctx, value))
+        if not ctx.starting(f"as built, on {ctx.trial.label}"):
+            return []
+        _, built = run_once(ctx.program, ctx.trial, ctx.work / "built.out", ctx.launcher,
+                            min(RUN_TIMEOUT_S, ctx.budget.left))
+        with_nan, with_value = outputs
+        if built is None or with_nan is None or with_value is None:
+            return [Finding(Kind.OBSERVED, ["shared memory filled before each launch: a run wrote no output of the "
+                                            "right size; no claim from it"])]
+        nans = int(np.count_nonzero(np.isnan(with_nan) & ~np.isnan(built)))
+        changed = int(np.count_nonzero(~((with_value == built) | (np.isnan(with_value) & np.isnan(built)))))
+        if not nans and not changed:
+            ctx.done.append(f"the same output with shared memory filled with NaN and with {POISON_VALUE:g} before "
+                            f"each launch on {ctx.trial.label}")
+            return []
+        size = built.size
+        return [Finding(Kind.MEASURED, [
+            f"measured: with each SM's shared memory filled with NaN before each of its launches, {nans} of {size} "
+            f"values are NaN where as built they are not, and with {POISON_VALUE:g} there {changed} of {size} values "
+            f"change, on {ctx.trial.label}, where its runs as built agree bit for bit: its kernel reads shared memory "
+            "that no thread of its block wrote first (a tile load that leaves part of a tile unwritten: its bound, "
+            "its vector width or its count of threads; initcheck sees global memory only)" + store_lines(ctx)],
+            dict(poisoned_nan=nans, poisoned_changed=changed, case=ctx.trial.label))]
