@@ -124,6 +124,12 @@ def device_delay(ms: int) -> str:
     return f"FA_DEVICE_DELAY_MS={ms}"
 
 
+def copied_back(folder: str) -> str:
+    """The assignment (for env's command line) that has fa's launch layer keep each of a student's
+    copies from the device to the host in `folder`, one file a copy."""
+    return f"FA_COPIED_BACK={folder}"
+
+
 def shared_poison(value: str) -> str:
     """The assignment (for env's command line) that has fa's launch layer fill each SM's shared
     memory with `value` ("nan" or a number) before each of a student's launches."""

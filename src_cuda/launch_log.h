@@ -273,16 +273,64 @@ inline void before_reset() {
 // (hipMemcpyAsync too, through the MI210 emulation, whose header includes this one first): host and
 // device both, a device call (dynamic parallelism) passed on as it is. A stream being captured
 // into a graph is not waited for: a synchronize there would end the capture.
+//
+// Every copy from the device to the host kept too, where fa asks (FA_COPIED_BACK: a folder): one file
+// a copy, copy-0001.bin on, in the order they were made, an asynchronous one once its stream is
+// waited for. fa's CopiedBack step compares them with the output file: a file that holds other
+// values than the device sent back was written from other memory (or before the copy), where one
+// that holds them got its wrong values from the device. cudaMemcpy is renamed to fa_copy for it.
+namespace fa_launch_log {
+
+constexpr size_t kCopiedBackBytes = size_t(512) << 20;  // kept at most, over all copies (a trial case is small)
+
+inline bool device_to_host(void* dst, const void* src, cudaMemcpyKind kind) {
+  if (kind == cudaMemcpyDeviceToHost) return true;
+  if (kind != cudaMemcpyDefault) return false;
+  cudaPointerAttributes from{}, to{};
+  const bool known = cudaPointerGetAttributes(&from, src) == cudaSuccess &&
+                     cudaPointerGetAttributes(&to, dst) == cudaSuccess;
+  if (!known) cudaGetLastError();  // fa's question's error, not for the program's next cudaGetLastError
+  return known && from.type == cudaMemoryTypeDevice && to.type != cudaMemoryTypeDevice &&
+         to.type != cudaMemoryTypeManaged;
+}
+
+inline void keep_copied_back(const void* dst, size_t count) {
+  static int copies = 0;
+  static size_t kept = 0;
+  const std::string& folder = fa::settings().copied_back;
+  if (kept + count > kCopiedBackBytes) return;
+  char name[32];
+  std::snprintf(name, sizeof name, "/copy-%04d.bin", ++copies);
+  FILE* f = std::fopen((folder + name).c_str(), "wb");
+  const bool written = f != nullptr && std::fwrite(dst, 1, count, f) == count;
+  if (f != nullptr) std::fclose(f);
+  if (!written) std::fprintf(stderr, "fa-launch: FA_COPIED_BACK: %s%s could not be written\n", folder.c_str(), name);
+  kept += count;
+}
+
+}  // namespace fa_launch_log
+
 __host__ __device__ inline cudaError_t fa_copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
                                                      cudaStream_t stream = 0) {
 #ifdef __CUDA_ARCH__
   return cudaMemcpyAsync(dst, src, count, kind, stream);
 #else
   const cudaError_t e = cudaMemcpyAsync(dst, src, count, kind, stream);
-  if (e != cudaSuccess || !fa::settings().copies_waited) return e;
+  const bool keep = !fa::settings().copied_back.empty() && fa_launch_log::device_to_host(dst, src, kind);
+  if (e != cudaSuccess || !(fa::settings().copies_waited || keep)) return e;
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone) return e;
-  return cudaStreamSynchronize(stream);
+  const cudaError_t waited = cudaStreamSynchronize(stream);
+  if (waited == cudaSuccess && keep) fa_launch_log::keep_copied_back(dst, count);
+  return waited;
 #endif
 }
 #define cudaMemcpyAsync fa_copy_async
+
+inline cudaError_t fa_copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  const cudaError_t e = cudaMemcpy(dst, src, count, kind);
+  if (e == cudaSuccess && !fa::settings().copied_back.empty() && fa_launch_log::device_to_host(dst, src, kind))
+    fa_launch_log::keep_copied_back(dst, count);
+  return e;
+}
+#define cudaMemcpy fa_copy

@@ -69,3 +69,33 @@ def test_a_run_stopped_at_its_limit_is_not_judged_and_not_called_wrong(tmp_path,
     [found] = larger_input.check(Program("slow", slow), Shape(1, 64, 32), None, tmp_path, lambda l: None, Budget(60))
     assert found.kind == Kind.MISSING_TOOL and found.lines[0].endswith("was stopped at 0.5 s (the search's budget or "
                                                                        "the run's limit): not judged"), found.lines
+
+
+def test_the_most_batches_come_last_at_the_course_shape_of_the_d_passed():
+    assert larger_input.most_batches_shape([Shape(2, 128, 32)]) == Shape(13600, 128, 32)
+    assert larger_input.most_batches_shape([Shape(2, 256, 64)]) == Shape(9600, 128, 64)
+    assert larger_input.most_batches_shape([Shape(2, 128, 64), Shape(4800, 128, 64)]) is None  # half as many values
+    assert larger_input.most_batches_shape([]) is None
+
+
+@pytest.mark.parametrize("wrong_at, checked", [(None, 3), ("longest", 2), ("larger", 1)])
+def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, monkeypatch, wrong_at, checked):
+    """4 x 2048, then 2 x 32768 on sampled rows, then the most batches on fewer rows: the first that
+    is wrong is the warning, and nothing after it runs."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.findings import Finding
+    names = {Shape(4, 2048, 32): "larger", Shape(2, 32768, 32): "longest", Shape(13600, 128, 32): "most"}
+    ran = []
+
+    def check(program, shape, launcher, work, say, budget, rows=None):
+        ran.append((names[shape], rows))
+        return [Finding(Kind.WARNING, ["passes the cases run, but ..."])] if names[shape] == wrong_at else []
+    monkeypatch.setattr(larger_input, "check", check)
+    monkeypatch.setattr(larger_input.race_check, "applies", lambda program: True)
+    result = type("Result", (), dict(verdict="PASS", target=type("Target", (), dict(shape=Shape(2, 128, 32)))))
+    ctx = Context(Program("hw4", tmp_path / "hw4"), None, tmp_path, Budget(60), lambda l: None, 5e-3, None, "t01")
+    ctx.results = [result]
+    assert larger_input.LargerInput().applies(ctx)
+    found = larger_input.LargerInput().run(ctx)
+    assert ran == [("larger", None), ("longest", larger_input.SAMPLED_ROWS), ("most", larger_input.MOST_ROWS)][:checked]
+    assert bool(found) == (wrong_at is not None)

@@ -26,6 +26,7 @@ from .launch_errors import KernelFault
 from .leaving_early import LeftBeforeBarrier
 from .refused_input import RefusedInput
 from .shared_poison import UnwrittenShared
+from .copied_back import CopiedBack
 from .across_cases import across_cases
 from .batch_coverage import BatchesCovered
 from .larger_input import LargerInput
@@ -92,7 +93,7 @@ CASE_STEPS: tuple[Step, ...] = (
     Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(),
     LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
-    LeftBeforeBarrier(), UnwrittenShared(), *probes.PROBES, SyncInitcheck(),
+    LeftBeforeBarrier(), CopiedBack(), UnwrittenShared(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
     AmdTools(), NothingMore())
 RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), ErrorOfAPass(), SlowDevice(),

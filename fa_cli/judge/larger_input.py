@@ -4,7 +4,9 @@ blocks. So a student's GPU program that passed every case gets one run more, onc
 in fa's cache by the binary's bytes, as the race check is), on a drawn input larger than the cases
 it passed (LARGER_B x LARGER_N x d, inside the course's ranges); where that is right, one run more
 at the course's longest rows (LONGEST_B x LONGEST_N x d, B * N past what a grid of small blocks or a
-16-bit size holds), checked on SAMPLED_ROWS rows of each batch. Wrong there is a warning with its
+16-bit size holds), checked on SAMPLED_ROWS rows of each batch; where that is right too, one at the
+course's most batches (MOST_B[d] x MOST_N x d, its t11 and t12: an input of 0.6 to 0.9 GB, past
+what one chunk of a chunked copy, or one stream's share, holds). Wrong there is a warning with its
 numbers and the command that looks into it, never the verdict:
 
   passes the cases run, but on a drawn 4x2048x64 input (larger than them; not one of the course's
@@ -32,7 +34,9 @@ from .tool_logs import Budget
 LARGER_B, LARGER_N = 4, 2048  # a course shape (N in its list, B * N * d far under its bound)
 LARGER_SEED = 29
 LONGEST_B, LONGEST_N = 2, 32768  # the course's longest rows (its t30 is 2 x 32768 x 64)
+MOST_B, MOST_N = {32: 13600, 64: 9600}, 128  # the course's most batches (its t11 and t12)
 SAMPLED_ROWS = 64  # rows of each batch the longest input is checked on: its float64 output is N^2 d a batch
+MOST_ROWS = 8  # rows of each batch the input of most batches is checked on (thousands of batches)
 RUN_TIMEOUT_S = 30.0
 
 
@@ -49,6 +53,16 @@ def longest_shape(passed: list[Shape]) -> Shape | None:
     if not passed or any(s.N >= LONGEST_N for s in passed):
         return None
     return Shape(LONGEST_B, LONGEST_N, passed[0].d)
+
+
+def most_batches_shape(passed: list[Shape]) -> Shape | None:
+    """The third drawn input, at the course's most batches; None where a case passed held half as
+    many values or more."""
+    if not passed:
+        return None
+    d = passed[0].d
+    shape = Shape(MOST_B.get(d, MOST_B[32]), MOST_N, d)
+    return None if any(s.B * s.N * s.d * 2 >= shape.B * shape.N * shape.d for s in passed) else shape
 
 
 def sampled_rows(N: int, count: int | None) -> np.ndarray | None:
@@ -142,7 +156,7 @@ class LargerInput(Step):
         results = ctx.results
         passed = [r.target.shape for r in results]
         return race_check.applies(ctx.program) and bool(results) and all(r.verdict == "PASS" for r in results) \
-            and (larger_shape(passed) is not None or longest_shape(passed) is not None)
+            and any(shape(passed) is not None for shape in (larger_shape, longest_shape, most_batches_shape))
 
     def run(self, ctx: Context) -> list[Finding]:
         passed = [r.target.shape for r in ctx.results]
@@ -150,4 +164,6 @@ class LargerInput(Step):
         found = check(ctx.program, larger, ctx.launcher, ctx.work, ctx.say, ctx.budget) if larger else []
         if not found and (longest := longest_shape(passed)) is not None:  # right there: the course's longest rows
             found = check(ctx.program, longest, ctx.launcher, ctx.work, ctx.say, ctx.budget, SAMPLED_ROWS)
+        if not found and (most := most_batches_shape(passed)) is not None:  # and its most batches
+            found = check(ctx.program, most, ctx.launcher, ctx.work, ctx.say, ctx.budget, MOST_ROWS)
         return found

@@ -27,6 +27,7 @@ struct Settings {
   bool named_output_temp = false;         // FA_OUTPUT_TEMP=named
   int device_delay_ms = 0;                // FA_DEVICE_DELAY_MS: a wait before each of a student's first launches
   bool copies_waited = false;             // FA_COPIES_WAITED: every cudaMemcpyAsync of a student's waited for
+  std::string copied_back;                // FA_COPIED_BACK: a folder that gets each device-to-host copy of a student's
   bool shared_poisoned = false;           // FA_SHARED_POISON set: shared memory filled before each student launch
   float shared_poison = 0.0f;             //   with this value
 };
@@ -51,6 +52,8 @@ constexpr SettingInfo kSettingInfo[] = {
      "preceded by that many ms of waiting on the launch's stream: a host that reads before the device finished"},
     {"FA_COPIES_WAITED", "0|1", "a student's program under fa's launch layer", "1: each of its asynchronous copies "
      "waited for before the host goes on (CUDA_LAUNCH_BLOCKING waits for kernels only)"},
+    {"FA_COPIED_BACK", "a folder", "a student's program under fa's launch layer", "each copy from the device to the "
+     "host written there as it arrives (an asynchronous one once its stream is waited for), one file a copy"},
     {"FA_SHARED_POISON", "nan|a number", "a student's program under fa's launch layer", "each SM's shared memory "
      "filled with that value before each of its launches: a kernel that reads shared memory it never wrote reads it"},
 };
@@ -98,6 +101,7 @@ inline Settings read_settings() {
                          delay.find_first_not_of("0123456789") != std::string::npos))
     bad_setting("FA_DEVICE_DELAY_MS", delay, "a whole number of ms from 1 to 1000");
   s.copies_waited = flag_setting("FA_COPIES_WAITED");
+  s.copied_back = setting_text("FA_COPIED_BACK");
   const std::string poison = setting_text("FA_SHARED_POISON");
   if (!poison.empty()) {
     char* end = nullptr;

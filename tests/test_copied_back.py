@@ -1,0 +1,149 @@
+"""The copies from the device kept and laid over the right output (fa_cli/judge/copied_back.py):
+where the copies lie, and what the step claims, with the run stubbed; on an NVIDIA GPU, the launch
+layer's copies (FA_COPIED_BACK) and a planted program whose file is written from a buffer nothing
+fills."""
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from helpers import DATA, fa
+from fa_cli.cases import generate
+from fa_cli.cases.format import Shape
+from fa_cli.judge import copied_back
+from fa_cli.judge.findings import Finding, Kind
+from fa_cli.judge.reruns import TrialCase
+from fa_cli.judge.steps import Context
+from fa_cli.judge.tool_logs import Budget
+from fa_cli.programs import gtx1080
+from fa_cli.programs.programs import Program
+
+W08 = DATA / "planted_sets" / "set22" / "w08.cu"  # the file written from a vector nothing fills
+RNG = np.random.default_rng(5)
+RIGHT = RNG.uniform(-1, 1, (2, 16, 8))
+
+
+def test_copies_a_batch_each_are_placed_whole_and_cover_the_output():
+    flat = RIGHT.ravel()
+    kept = [flat[:128].astype(np.float32), flat[128:].astype(np.float32)]
+    assert [copied_back.placed(c, flat, 5e-3) for c in kept] == [0, 128]
+    assert copied_back.covered(kept, flat, 5e-3) == (1.0, 2)
+    wrong = kept[1] + 1
+    assert copied_back.placed(wrong, flat, 5e-3) is None and copied_back.covered([kept[0], wrong], flat, 5e-3) == (0.5, 1)
+
+
+def test_a_file_is_what_was_copied_whole_or_end_to_end():
+    out = RIGHT.astype(np.float32)
+    assert copied_back.file_is_copied([out.ravel()], out)
+    assert copied_back.file_is_copied([out.ravel()[:100], out.ravel()[100:]], out)
+    assert not copied_back.file_is_copied([out.ravel()[:100]], out)
+
+
+@pytest.fixture
+def ctx(tmp_path, monkeypatch):
+    monkeypatch.setattr(copied_back, "student_gpu_program", lambda program: True)
+    monkeypatch.setattr(copied_back, "layered", lambda program: True)  # built with the launch layer (a GPU there)
+    c = Context(Program("w08", tmp_path / "w08", source=W08), None, tmp_path, Budget(60.0), lambda line: None, 5e-3,
+                None, "t01", kind="cuda", verdict="WRONG")
+    c.trial = TrialCase("t01", tmp_path / "t01.in", Shape(2, 16, 8), RIGHT)
+    return c
+
+
+def run_keeping(monkeypatch, kept: list[np.ndarray], out: np.ndarray | None):
+    """The run stubbed: it leaves `kept` as its copies in the folder its setting names, and `out`."""
+    def run_once(program, case, path, launcher, timeout):
+        folder = next(a.split("=", 1)[1] for a in program.interpreter if a.startswith("FA_COPIED_BACK="))
+        for k, copy in enumerate(kept, 1):
+            copy.astype("<f4").tofile(f"{folder}/copy-{k:04d}.bin")
+        return None, out
+    monkeypatch.setattr(copied_back, "run_once", run_once)
+
+
+def test_right_copies_and_a_file_of_zeros_name_the_hosts_writing(ctx, monkeypatch):
+    run_keeping(monkeypatch, [RIGHT.ravel()], np.zeros(RIGHT.shape, np.float32))
+    step = copied_back.CopiedBack()
+    assert step.applies(ctx)
+    [found] = step.run(ctx)
+    said = found.lines[0]
+    wrong = int((np.abs(RIGHT) > 5e-3).sum())  # zeros where the right value is 0 within the tolerance are right
+    assert found.kind == Kind.MEASURED and said.startswith("measured: the copies back from the device held the right "
+                                                           "output (1 of 1 copy from the device (1024 bytes) hold it, "
+                                                           "100% of its values in place), yet the output file has "
+                                                           f"{wrong} of 256 values wrong, on t01"), said
+    assert "61 `if (std::fwrite(out.data()" in said and "213 `CHECK(cudaMemcpyAsync(h_out, d_out" in said
+
+
+def test_right_copies_and_no_file_of_the_right_size_name_the_hosts_writing(ctx, monkeypatch):
+    run_keeping(monkeypatch, [RIGHT.ravel()[:128], RIGHT.ravel()[128:]], None)
+    [found] = copied_back.CopiedBack().run(ctx)
+    assert "yet the output file is not the output's size, or was not written" in found.lines[0]
+    assert "(2 of 2 copies" in found.lines[0]
+
+
+def test_a_file_that_is_what_the_device_sent_is_said_among_what_was_tried(ctx, monkeypatch):
+    wrong = (RIGHT + 1).astype(np.float32)
+    run_keeping(monkeypatch, [wrong.ravel()], wrong)
+    assert copied_back.CopiedBack().run(ctx) == []
+    assert ctx.done[-1].startswith("the output file holds what 1 copy from the device (1024 bytes) brought, bit for "
+                                   "bit: its wrong values came from the device")
+
+
+def test_no_copies_seen_claims_nothing(ctx, monkeypatch):
+    run_keeping(monkeypatch, [], np.zeros(RIGHT.shape, np.float32))
+    assert copied_back.CopiedBack().run(ctx) == [] and "no copy from the device to the host seen" in ctx.done[-1]
+
+
+def test_copies_of_other_values_claim_nothing(ctx, monkeypatch):
+    run_keeping(monkeypatch, [(RIGHT + 1).ravel()], np.zeros(RIGHT.shape, np.float32))
+    assert copied_back.CopiedBack().run(ctx) == [] and "0% of the right output among them" in ctx.done[-1]
+
+
+def test_a_race_found_before_leaves_the_step_out(ctx):
+    ctx.findings.append(Finding(Kind.INTERMITTENT, ["intermittent: failed 2 of 4 runs"]))
+    assert not copied_back.CopiedBack().applies(ctx)
+
+
+COPIES = r'''
+#include <cstdio>
+#include <cuda_runtime.h>
+int main() {
+  float h[4] = {1, 2, 3, 4}, back[4], *d, *pinned;
+  cudaMalloc(&d, sizeof h);
+  cudaMallocHost(&pinned, sizeof h);
+  cudaMemcpy(d, h, sizeof h, cudaMemcpyHostToDevice);       // to the device: not kept
+  cudaMemcpy(back, d, sizeof h, cudaMemcpyDeviceToHost);    // kept first
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  cudaMemcpyAsync(pinned, d, 2 * sizeof(float), cudaMemcpyDefault, s);  // kept second, once waited for
+  cudaStreamSynchronize(s);
+  printf("%g %g\n", back[3], pinned[1]);
+  return 0;
+}
+'''
+
+
+@pytest.mark.gpu
+def test_the_launch_layer_keeps_each_copy_from_the_device_in_order(tmp_path):
+    (tmp_path / "copies.cu").write_text(COPIES)
+    nvcc = shutil.which("nvcc") or "nvcc"
+    subprocess.run([nvcc, "-O3", "-arch=native", *gtx1080.build_flags(nvcc), "-o", tmp_path / "copies",
+                    tmp_path / "copies.cu"], check=True, capture_output=True)
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    proc = subprocess.run([tmp_path / "copies"], capture_output=True, text=True,
+                          env={**os.environ, "FA_COPIED_BACK": str(folder)})
+    assert proc.returncode == 0 and "4 2" in proc.stdout, proc.stdout + proc.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["copy-0001.bin", "copy-0002.bin"]
+    assert np.fromfile(folder / "copy-0001.bin", "<f4").tolist() == [1, 2, 3, 4]
+    assert np.fromfile(folder / "copy-0002.bin", "<f4").tolist() == [1, 2]
+
+
+@pytest.mark.gpu
+def test_a_file_written_from_a_buffer_nothing_fills_is_named_with_its_lines():
+    proc = fa("run", "t01", "--program", W08)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    said = proc.stdout.replace("\n    ", " ")
+    line = next(l for l in said.splitlines() if "copies back from the device held the right output" in l)
+    assert "yet the output file has" in line and "w08.cu: 61" in line and "213 `CHECK(cudaMemcpyAsync(h_out" in line
