@@ -147,3 +147,13 @@ def test_a_file_written_from_a_buffer_nothing_fills_is_named_with_its_lines():
     said = proc.stdout.replace("\n    ", " ")
     line = next(l for l in said.splitlines() if "copies back from the device held the right output" in l)
     assert "yet the output file has" in line and "w08.cu: 61" in line and "213 `CHECK(cudaMemcpyAsync(h_out" in line
+
+
+def test_right_copies_and_a_file_written_from_batch_1_on_say_where_the_file_holds_them(ctx, monkeypatch):
+    """The file written from the right buffer at another place: the layout's formula said too."""
+    out = np.zeros(RIGHT.shape, np.float32)
+    out[0] = RIGHT[1]
+    run_keeping(monkeypatch, [RIGHT.ravel()], out)
+    [found] = copied_back.CopiedBack().run(ctx)
+    assert "; the file holds the value of batch b, row r, column c at offset 8*r + c of the output (in batch 0 " \
+        "whatever b" in found.lines[0], found.lines[0]

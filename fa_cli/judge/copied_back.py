@@ -18,6 +18,7 @@ import numpy as np
 from .. import settings
 from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
+from .probes.layout import moved
 from .race_check import applies as student_gpu_program
 from .reruns import over, run_once
 from .slow_device import layered, with_setting
@@ -108,4 +109,15 @@ class CopiedBack(Step):
             f"measured: the copies back from the device held the right output ({holding} of {n} hold it, "
             f"{share:.0%} of its values in place), yet {file}, on {case.label}: the device computed it; the host "
             f"wrote the file from other memory than the copies' destination, from another place in it, or before "
-            f"they arrived{lines}"], dict(copies=len(kept), copies_right=holding, case=case.label))]
+            f"they arrived{placed_in_file(out, case, ctx.tol)}{lines}"], dict(copies=len(kept), copies_right=holding,
+                                                                    case=case.label))]
+
+
+def placed_in_file(out: np.ndarray | None, case, tol: float) -> str:
+    """Where the file holds the right values at other places (the probes' layout search, on the
+    trial case): "; the file holds ... at offset FORMULA (MEANING) ..."; "" where it does not."""
+    if out is None:
+        return ""
+    move = moved(out.astype(np.float32), np.asarray(case.expected), tol, (case.shape.B, case.shape.N, case.shape.d))
+    return "" if move is None else (f"; the file holds the value of batch b, row r, column c at {move.where}, for "
+                                    f"{move.placed} of its {move.wrong} wrong values")

@@ -11,6 +11,8 @@ column shift are all such a formula; fa says the formula and what it means.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..findings import Finding
@@ -136,22 +138,15 @@ class OutputLayout(Probe):
         else:
             extra = np.zeros(0, dtype=np.float32)
         shape = (ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d)
-        bad = ~(np.abs(out - true) <= ctx.tol)
-        wrong = int(np.count_nonzero(bad))
-        dest, src = pairs(np.concatenate([out.ravel(), extra]).reshape(-1), true, ctx.tol)
-        if wrong == 0:
+        if not (~(np.abs(out - true) <= ctx.tol)).any():
             return []
-        written = wrong - int(np.count_nonzero(out[bad] == 0))  # zeros: places nothing was written to, no move
-        found = fit(dest, src, shape, written) if len(np.unique(dest)) >= written / 3 and len(dest) >= 4 else None
+        found = moved(out, true, ctx.tol, shape, extra)
         if found is None:
             return input_held(ctx, out, shape)
-        (alpha, beta, gamma, delta), placed = found
+        (alpha, beta, gamma, delta), placed, wrong, where, (dest, src) = found
         rest = rest_of_wrong(out, true, ctx.tol, placed, wrong)
-        formula = " + ".join(t for t in (term(alpha, "b"), term(beta, "r"), term(gamma, "c")) if t)
-        formula += f" {'+' if delta >= 0 else '-'} {abs(delta)}" if delta else ""
-        where = f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)})"
-        moved = np.unique(dest[placed_by(dest, src, (alpha, beta, gamma, delta), shape)] // (shape[1] * shape[2]))
-        only = f", all in batch {moved[0]}" if len(moved) == 1 and shape[0] > 1 else ""
+        moved_from = np.unique(dest[placed_by(dest, src, (alpha, beta, gamma, delta), shape)] // (shape[1] * shape[2]))
+        only = f", all in batch {moved_from[0]}" if len(moved_from) == 1 and shape[0] > 1 else ""
         share = f"for {placed} of the {wrong} wrong values on {ctx.probe.label}{only}{rest}"
         whole_batches = (beta, gamma) == (shape[2], 1) and delta % (shape[1] * shape[2]) == 0
         copies = copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape)
@@ -169,6 +164,33 @@ class OutputLayout(Probe):
             said = (f"measured: the right values in the wrong places: the value of batch b, row r, column c was "
                     f"written at {where}, {share}; look at the index of the output's write")
         return measured(ctx, [said], layout=[alpha, beta, gamma, delta])
+
+
+class Move(NamedTuple):
+    """Where an output's wrong values are right values of other places."""
+    coef: tuple[int, int, int, int]  # written at = alpha b + beta r + gamma c + delta
+    placed: int  # the wrong values the formula places
+    wrong: int  # the wrong values
+    where: str  # "offset FORMULA of the output (MEANING)"
+    pairs: tuple[np.ndarray, np.ndarray]  # (written at, belongs at): what it was fitted on
+
+
+def moved(out: np.ndarray, true: np.ndarray, tol: float, shape, extra: np.ndarray | None = None) -> Move | None:
+    """The Move that places the output's wrong values, or None where no formula places them. extra:
+    values written past the output's size, searched too."""
+    bad = ~(np.abs(out - true) <= tol)
+    wrong = int(np.count_nonzero(bad))
+    flat = out.ravel() if extra is None else np.concatenate([out.ravel(), extra])
+    dest, src = pairs(flat, true, tol)
+    written = wrong - int(np.count_nonzero(out[bad] == 0))  # zeros: places nothing was written to, no move
+    found = fit(dest, src, shape, written) if len(np.unique(dest)) >= written / 3 and len(dest) >= 4 else None
+    if wrong == 0 or found is None:
+        return None
+    (alpha, beta, gamma, delta), placed = found
+    formula = " + ".join(t for t in (term(alpha, "b"), term(beta, "r"), term(gamma, "c")) if t)
+    formula += f" {'+' if delta >= 0 else '-'} {abs(delta)}" if delta else ""
+    where = f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)})"
+    return Move((alpha, beta, gamma, delta), placed, wrong, where, (dest, src))
 
 
 COPIED = 0.9  # of the values placed, still right in their own place: copies, not moves
