@@ -158,6 +158,23 @@ def test_an_output_written_as_float64_is_named_and_not_taken_for_another_d(tmp_p
     assert "head dimension taken" not in said, said
 
 
+@pytest.mark.parametrize("mistake, words", [
+    ("ALPHA_AFTER_MAX", "(alpha = exp(m_old - m_new)) is what is wrong, for acc and l alike"),
+    ("SUM_NOT_RESCALED", "its running sum l holds every tile (one key at a time), not rescaled when the running max grows"),
+])
+def test_an_online_softmax_key_by_key_is_read_one_key_at_a_time(tmp_path, mistake, words):
+    """A program whose online softmax takes one key at a time (BC = 1): its alpha taken after the
+    max is updated, or its l not rescaled, named from the weights as for a tile of keys."""
+    program = tmp_path / f"hw4_{mistake.lower()}"
+    subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-DBC=1", "-o", program, DATA / "student_hw4.cpp"],
+                   check=True)
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, Shape(2, 128, 32), 5)
+    proc, out = judged(program, inp)
+    said = " ".join(out.split())
+    assert proc.returncode == 1 and words in said, said
+
+
 def test_where_to_look_in_the_source(tmp_path, inputs):
     """With the source, a named mistake points at the lines that write it."""
     source = tmp_path / "hw4.cpp"

@@ -52,6 +52,35 @@ def test_a_running_sum_never_rescaled_is_named_with_its_tile():
     assert factors.per_row_factor(P, P, s) is None  # the right weights: nothing to say
 
 
+def test_a_running_sum_updated_key_by_key_without_its_rescale_is_named_one_key_at_a_time():
+    """l += p for each key (an online softmax over one key at a time) where l = l * alpha + p belongs,
+    the output rescaled right: a per-row factor no tile of 16 to 128 explains."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    right = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)
+    W = P * (right / tiled_l(s, 1, rescaled=False))[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert fields["sum_tile"] == 1 and "its running sum l holds every tile (one key at a time), not rescaled" in said
+
+
+def test_alpha_from_the_max_already_updated_key_by_key_is_named_as_the_factor_itself():
+    """m = m_new before alpha = exp(m - m_new): alpha is 1 at every key, acc and l alike never
+    rescaled; W / P per key is exp(m_final - m_after_key), a row's constant apart."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    running = np.maximum.accumulate(s, axis=2)
+    W = np.exp(s - running)
+    W /= W.sum(axis=2, keepdims=True)
+    said, fields = factors.per_tile_factor(W, P, s)
+    assert fields["tile"] == 1 and said.startswith("W / P changes from key to key as a power of the running maxima, "
+                                                   "one key at a time"), said
+    assert "(alpha = exp(m_old - m_new)) is what is wrong, for acc and l alike" in said, said
+    noise = P * np.exp(RNG.normal(0, 0.5, P.shape))  # a factor per key that no power of the maxima gives: nothing
+    assert factors.per_tile_factor(noise / noise.sum(axis=2, keepdims=True), P, s) is None
+
+
 def test_no_factor_per_row_is_said_where_a_row_weighs_one_key_or_drops_keys_p_weighs():
     """Scores scaled by a huge constant weigh each row's largest key alone: one key a row fits any
     factor, so none is said; nor where W leaves out keys that P weighs, however the rest compare."""
@@ -100,7 +129,8 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     W = P * RNG.uniform(1.5, 3.0, size=P.shape[:2])[..., None]
     said, _ = factors.per_row_factor(W, P, s)
     assert said.endswith("divided by another sum than theirs (f = the right l / the l it divided by), none of the "
-                         "running sums fa tried (key tiles of 16, 32, 64: tiles left out, not rescaled, rescaled "
+                         "running sums fa tried (key tiles of 16, 32, 64 and one key at a time: tiles left out, not "
+                         "rescaled, rescaled "
                          "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys); look "
                          "at how l is summed"), said
     assert "the row right" not in said

@@ -12,10 +12,13 @@ from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
 from .steps import Context, Step
 
-# a program's own complaint about its input file: the file's length, header or end, or its opening or reading
+# a program's own complaint about its input file: the file's length, header or end, its opening or
+# reading, or the header's values (B, N or d refused: "d must be 32 or 64")
 REFUSAL = re.compile(r"\b(file|input)\b.*\b(long|longer|short|shorter|size|bytes|header|truncated|format)\b"
                      r"|\b(too (long|short)|short (read|header)|end of file|eof)\b"
-                     r"|\b(cannot|can't|could not|couldn't|failed to|unable to) (open|read)\b", re.IGNORECASE)
+                     r"|\b(cannot|can't|could not|couldn't|failed to|unable to) (open|read)\b"
+                     r"|\b[BNd]\b.*\b(must be|should be|unsupported|not supported|invalid|out of range)\b",
+                     re.IGNORECASE)
 # the runtime's words, not the file's: a CUDA or HIP error that prints the input's name
 RUNTIME = re.compile(r"cuda|hip[A-Z_]|\bhip\b|illegal|launch|device|kernel", re.IGNORECASE)
 # the lines shown: the first check of the file's end or size, then the first read of it
@@ -52,9 +55,18 @@ class RefusedInput(Step):
         lines = [f"measured: the program refused its input ({said!r}), yet the input is well formed: its header "
                  f"says B={shape.B}, N={shape.N}, d={shape.d} and the file holds 12 + 12*B*N*d = {shape.input_bytes} "
                  "bytes exactly, as the course's format has it; look at how the program opens, reads and checks "
-                 "its input (the size it expects, the header's order, an end-of-file test after reading exactly "
-                 "the data)"]
-        shown = source_lines(ctx.source, FILE_CHECKS) if ctx.source else []
+                 "its input (the size it expects, the header's order, its test of B, N or d, an end-of-file test "
+                 "after reading exactly the data)"]
+        shown = (refusing_line(ctx.source, said, ctx.case_path) + source_lines(ctx.source, FILE_CHECKS)
+                 if ctx.source else [])
         if shown:
-            lines.append(f"lines that read or check the file in {ctx.source.name}: {quoted(shown)}")
+            lines.append(f"lines that read or check the file in {ctx.source.name}: {quoted(list(dict.fromkeys(shown)))}")
         return [Finding(Kind.MEASURED, lines, dict(refused_input=said))]
+
+
+def refusing_line(source, said: str, path) -> list[tuple[int, str]]:
+    """The source line that holds the refusal's own words (its longest part between colons, the
+    input's path left out): the check that refused, first of the lines shown."""
+    words = said.replace(str(path), "").replace(path.name, "")
+    message = max(re.split(r":\s*", words), key=len).strip()
+    return source_lines(source, re.escape(message[:40]), 1) if len(message) >= 6 else []

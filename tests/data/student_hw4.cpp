@@ -53,6 +53,8 @@
 #define AS_DOUBLE 36      // the output written as float64: 8 bytes a value, right in double
 #define BATCH_TIMES4 37   // batch b's output written at batch 4b's place (a byte offset on a float pointer)
 #define STATE_CARRIED 38  // m, l and the accumulator carried from row i - BR into row i (not reset per query tile)
+#define ALPHA_AFTER_MAX 39  // alpha from the max already updated: exp(m_new - m_new) = 1, acc and l never rescaled
+#define SUM_NOT_RESCALED 40  // l = l + sum where l * alpha + sum belongs (acc rescaled right)
 #ifndef MISTAKE
 #define MISTAKE NONE
 #endif
@@ -101,10 +103,10 @@ static void attention(const float* q, const float* k, const float* v, float* o, 
         if (s[j] > m_new) m_new = s[j];
       }
       if (MISTAKE == NO_MAX) m_new = 0.f;
-      const float alpha = std::exp(m - m_new);
+      const float alpha = MISTAKE == ALPHA_AFTER_MAX ? 1.f : std::exp(m - m_new);
       float sum = 0.f;
       for (int j = 0; j < cols; ++j) sum += (s[j] = std::exp(s[j] - m_new));
-      l = MISTAKE == LAST_TILE_SUM ? sum : l * alpha + sum;
+      l = MISTAKE == LAST_TILE_SUM ? sum : MISTAKE == SUM_NOT_RESCALED ? l + sum : l * alpha + sum;
       for (int x = 0; x < d; ++x) {
         float a = acc[x] * alpha;
         for (int j = 0; j < cols; ++j) a += s[j] * (MISTAKE == V_TRANSPOSED ? v[x * N + j0 + j] : v[(j0 + j) * d + x]);

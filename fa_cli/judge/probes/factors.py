@@ -15,6 +15,15 @@ from ..mistakes import KEY_TILES
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
 from .step import Context, fmt, logits, softmax_rows
 
+# The key tiles a factor is looked for over: the usual tiles, then one key at a time (an online
+# softmax that updates its max, its sum and its output key by key).
+FACTOR_TILES = (*KEY_TILES, 1)
+
+
+def tiles_named(T: int) -> str:
+    return "one key at a time" if T == 1 else f"key tiles of {T}"
+
+
 def tile_maxima(s: np.ndarray, T: int):
     """Per key tile of T: the tile's own max, the running max after it, and the final max
     (B, N, tiles) each; and each tile's sum of exp(s - final max)."""
@@ -48,7 +57,7 @@ CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty s
 def sum_variants(s: np.ndarray):
     """(T, tiles added, (a, b), how, l) for every variant of the running sum: a tile's terms summed
     and carried (SUM_WORDS), or its largest term alone."""
-    for T in KEY_TILES:
+    for T in FACTOR_TILES:
         if T >= s.shape[2]:
             continue
         own, running, final, sums = tile_maxima(s, T)
@@ -113,7 +122,7 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
         if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
             fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
             return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
-                    f"(key tiles of {T}){', ' + how if how else ''}; look at the update of l"), fields
+                    f"({tiles_named(T)}){', ' + how if how else ''}; look at the update of l"), fields
     for G, low, l_wrong in half_sums(s):
         if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
             fields.update(sum_half_of=2 * G, sum_half_low=low)
@@ -131,7 +140,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
         return f"{said}: the same f = {fmt(f0)} in every row: a constant factor on the output{counted}", fields
     tiles = ", ".join(str(T) for T in KEY_TILES if T < s.shape[2])
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
-            f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'}: tiles left out, not "
+            f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'} and one key at a time: "
+            "tiles left out, not "
             "rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys); "
             "look at how l is summed"), fields
 
@@ -157,7 +167,7 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
     use = P > 1e-6
     with np.errstate(divide="ignore", invalid="ignore"):
         logr = np.where(use & (W > 0), np.log(W / P), np.nan)
-    for T in sorted(KEY_TILES, reverse=True):  # the largest tile it holds for: the program's own
+    for T in sorted(FACTOR_TILES, reverse=True):  # the largest tile it holds for: the program's own
         tiles = -(-N // T)
         if tiles < 2:
             continue
@@ -191,12 +201,17 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
         rounded = np.round(coef * 2) / 2
         fit = np.abs(xc[use] @ rounded - yc[use])
         first = g[rows_ok][0]
-        example = ", ".join("none" if np.isnan(v) else fmt(v) for v in np.exp(first - first[~np.isnan(first)][0]))
+        shown = np.exp(first - first[~np.isnan(first)][0])
+        example = ", ".join("none" if np.isnan(v) else fmt(v) for v in shown[:8]) + (", ..." if shown.size > 8 else "")
         said = (f"W / P is constant within each key tile of {T} and changes between tiles (one row's factors, tile "
-                f"by tile, relative to the first: {example})")
+                f"by tile, relative to the first: {example})") if T > 1 else \
+            (f"W / P changes from key to key as a power of the running maxima, one key at a time (one row's factors, "
+             f"key by key, relative to the first: {example})")
         fields = dict(tile=T)
         if np.mean(fit <= 10 * FLAT) >= FIT_SHARE and np.abs(rounded).sum() > 0:
             return tile_words(said, tuple(float(v) for v in rounded), W, fields)
+        if T == 1:  # any W / P is constant over one key: only a power of the maxima says something
+            continue
         if counted := tiles_counted(g[rows_ok], W):
             return f"{said}; {counted}", dict(fields, tile_counts=counted)
         if own_sums(g, s, T, valid, rows_ok):
