@@ -242,7 +242,9 @@ def test_a_row_says_the_first_failing_case_and_a_program_never_run(tmp_path):
     assert table.row_of(record)["warnings"].startswith("passes here, but racecheck reports")
 
 
-def test_the_cause_column_says_where_then_the_cause_fa_named_on_whichever_case_it_named_it():
+def test_the_cause_column_says_the_cause_fa_named_then_where_on_whichever_case_it_named_it():
+    """The cause named first: a terminal shows the column's start, and the cause is what a TA reads
+    it for."""
     where = "1300388 of 1310720 values checked (99.2%) are over 0.005; none is NaN or infinite"
     measured = "measured: batches 1, 2 hold 0 in every row in every run, whatever V is: never written"
     causes = [dict(kind="hypothesis", lines=[], looks_like=["batches after the first not written"]),
@@ -252,7 +254,7 @@ def test_the_cause_column_says_where_then_the_cause_fa_named_on_whichever_case_i
             dict(input="c02", verdict="WRONG", wall_s=0.5, diagnosis_text=[where, "the probes' lines"],
                  diagnosis=dict(causes=causes))]
     record = dict(student="s", platform="cuda", cases=["c01", "c02"], sandboxed=True, build_error=None, runs=runs)
-    assert table.row_of(record)["cause"] == f"c02: {where}; {measured}"
+    assert table.row_of(record)["cause"] == f"c02: {measured}; {where}"
     runs[1]["diagnosis"]["causes"] = causes[:2]  # nothing named: the first failing case's diagnosis, as it is
     assert table.row_of(record)["cause"] == f"c01: {where}; worst: 2.97 at batch 16"
 

@@ -17,7 +17,7 @@ from ..judge.findings import CAUSES
 from ..report.tables import plural
 
 COLUMNS = ("student", "platform", "build", "passed", "time_s", "judge_gpu_s", "cause", "warnings", "sandboxed")
-CAUSE_CHARS = 400  # the cause column's length: where the values are wrong, then the cause named
+CAUSE_CHARS = 400  # the cause column's length: the cause named, then where the values are wrong
 WARNING = "passes here, but "  # how fa run starts a passing build's hazard (a race the sanitizers saw)
 
 
@@ -41,8 +41,8 @@ def row_of(record: dict) -> dict:
 
 def cause_of(record: dict) -> str:
     """What fa said of it in one line: its build error, why it was not run, or a failing case's
-    diagnosis: its first line (where the values are wrong, the error), then the cause fa named (the
-    case where it named one first)."""
+    diagnosis: the cause fa named first (the case where it named one), then the case's first line
+    (where the values are wrong, the error); a terminal shows the start of the column."""
     if record.get("build_error") is not None:
         return "does not build (the build column)"
     runs = record.get("runs") or []
@@ -57,7 +57,7 @@ def cause_of(record: dict) -> str:
         text = r.get("diagnosis_text") or [r.get("error") or r.get("verdict")]
         text = text if isinstance(text, list) else [text]
         named = named_cause(r)
-        said = [text[0], named] if named and named not in text[0] else text
+        said = [named, text[0]] if named and named not in text[0] else text
         return f"{r['input']}: " + "; ".join(said)[:CAUSE_CHARS]
     return ""
 
