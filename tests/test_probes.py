@@ -1127,3 +1127,31 @@ def test_a_factor_taken_against_the_tiles_own_max_is_named():
     W = softmax_steps.simulate(s, 32, forms)
     step, words, tiles = softmax_steps.search(W, s)
     assert step == "factor" and words == form and 32 in tiles, (step, words, tiles)
+
+
+@pytest.mark.parametrize("d", [32, 64])
+def test_a_tile_mask_on_the_flat_element_index_is_named_by_the_keys_each_tile_keeps(d):
+    """A K and V tile loader masked with j0 + e < N, e the tile's flat element index (r * d + c),
+    where j0 + r < N belongs: tile j0 keeps its first ceil((N - j0) / d) keys, the rest loaded as 0
+    (a score of 0, some weight in l, no V), so W is neither P nor the softmax over the kept keys. A
+    tail of keys dropped is not this."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    N, T = 128, 32
+    inp = probe(B=2, N=N, d=d)
+    s = logits(inp.q, inp.k)
+    j = np.arange(N)
+    dead = (j - j // T * T) >= np.ceil((N - j // T * T) / d)
+    zeroed = s.copy()
+    zeroed[..., dead] = 0.0  # K = 0: a score of 0
+    W = softmax_rows(zeroed)
+    W[..., dead] = 0.0  # V = 0: nothing of those keys reaches the output (W read with one-hot V)
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = W, softmax_rows(s)
+    [found] = readings.KeysWithoutWeight().run(ctx)
+    kept = int((~dead).sum())
+    assert found.kind == "measured" and found.lines[0].startswith(
+        f"measured: each key tile of {T} at j0 keeps its first ceil((N - j0) / d) keys and gives the rest no weight "
+        f"in any row ({kept} of {N} keys kept, d = {d}): a bound of N on the tile's flat element index"), found.lines
+    assert readings.flat_bound_tile(np.arange(120, 128), N, d) is None  # the last 8 keys: a loop's bound

@@ -247,6 +247,22 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
     return f"{n} keys ({shown})", "which keys the loops visit"
 
 
+def flat_bound_tile(keys: np.ndarray, N: int, d: int) -> int | None:
+    """The key tile T (of KEY_TILES, two tiles or more) whose tile at j0 keeps exactly its first
+    ceil((N - j0) / d) keys and no more, where `keys` get no weight: a bound of N set on the tile's
+    flat element index (key r's element c at r * d + c) where the key's index j0 + r < N belongs."""
+    dead = np.zeros(N, dtype=bool)
+    dead[keys] = True
+    j = np.arange(N)
+    for T in KEY_TILES:
+        if N // T < 2:
+            continue
+        j0 = j // T * T
+        if np.array_equal(dead, (j - j0) >= np.ceil((N - j0) / d)):
+            return T
+    return None
+
+
 class KeysWithoutWeight(WeightReading):
     name = "keys that get no weight"
 
@@ -255,6 +271,14 @@ class KeysWithoutWeight(WeightReading):
         dead = np.flatnonzero((np.abs(W) <= ZERO).all(axis=(0, 1)) & (P.max(axis=(0, 1)) > 1e-5))
         if not len(dead):
             return []
+        if T := flat_bound_tile(dead, N, ctx.probe.shape.d):
+            d = ctx.probe.shape.d
+            return measured(ctx, [
+                f"measured: each key tile of {T} at j0 keeps its first ceil((N - j0) / d) keys and gives the rest no "
+                f"weight in any row ({N - len(dead)} of {N} keys kept, d = {d}): a bound of N on the tile's flat "
+                f"element index (key r's element c at r * d + c < N - j0) where the key's own index j0 + r < N "
+                "belongs; look at the tile loader's bound or mask"], keys_without_weight=[int(k) for k in dead],
+                flat_bound_tile=T)
         which, code = describe_keys(dead, N)
         kept = np.ones(N, dtype=bool)
         kept[dead] = False
