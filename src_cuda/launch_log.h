@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -231,6 +232,11 @@ inline int poison_bytes(int& sms) {  // the opt-in where the runtime grants it, 
 
 inline void poison_before(cudaStream_t stream) {
   if (!fa::settings().shared_poisoned) return;
+  // An error the program has not read yet is left for it: fa's launch, which would replace it, is not made.
+  if (cudaPeekAtLastError() != cudaSuccess) {
+    std::fprintf(stderr, "fa-launch: FA_SHARED_POISON: shared memory could not be filled (an error pending)\n");
+    return;
+  }
   static int sms = 0;
   static const int bytes = poison_bytes(sms);
   float value = fa::settings().shared_poison;
@@ -238,8 +244,12 @@ inline void poison_before(cudaStream_t stream) {
   void* args[] = {&value, &floats};
   if (bytes <= 0 || cudaLaunchKernel(reinterpret_cast<const void*>(&fa_shared_poison), dim3(2 * sms), dim3(1024),
                                      args, bytes, stream) != cudaSuccess) {
-    cudaGetLastError();  // fa's launch's error, not for the program's next cudaGetLastError to find
+    cudaGetLastError();  // fa's launch's own error (none was pending), not for the program's cudaGetLastError
     std::fprintf(stderr, "fa-launch: FA_SHARED_POISON: shared memory could not be filled\n");
+  } else if (bytes < 64 * 1024) {
+    static bool said = false;  // once: the runtime granted no opt-in above the default
+    if (!said) std::fprintf(stderr, "fa-launch: FA_SHARED_POISON: only %d bytes a block filled\n", bytes);
+    said = true;
   }
 }
 
@@ -278,40 +288,49 @@ inline void before_reset() {
 // a copy, copy-0001.bin on, in the order they were made, an asynchronous one once its stream is
 // waited for. fa's CopiedBack step compares them with the output file: a file that holds other
 // values than the device sent back was written from other memory (or before the copy), where one
-// that holds them got its wrong values from the device. cudaMemcpy is renamed to fa_copy for it.
+// that holds them got its wrong values from the device. cudaMemcpy is renamed for it (to a name no
+// student's helper takes), as cudaMemcpyAsync is above.
 namespace fa_launch_log {
 
 constexpr size_t kCopiedBackBytes = size_t(512) << 20;  // kept at most, over all copies (a trial case is small)
 
 inline bool device_to_host(void* dst, const void* src, cudaMemcpyKind kind) {
   if (kind == cudaMemcpyDeviceToHost) return true;
-  if (kind != cudaMemcpyDefault) return false;
+  // cudaMemcpyDefault: the pointers asked about, unless an error the program has not read is pending
+  // (fa's questions could replace it)
+  if (kind != cudaMemcpyDefault || cudaPeekAtLastError() != cudaSuccess) return false;
   cudaPointerAttributes from{}, to{};
   const bool known = cudaPointerGetAttributes(&from, src) == cudaSuccess &&
                      cudaPointerGetAttributes(&to, dst) == cudaSuccess;
-  if (!known) cudaGetLastError();  // fa's question's error, not for the program's next cudaGetLastError
+  if (!known) cudaGetLastError();  // fa's question's own error: none was pending
   return known && from.type == cudaMemoryTypeDevice && to.type != cudaMemoryTypeDevice &&
          to.type != cudaMemoryTypeManaged;
 }
 
 inline void keep_copied_back(const void* dst, size_t count) {
+  static std::mutex one_at_a_time;  // copies back from several host threads: each its own file, counted once
   static int copies = 0;
   static size_t kept = 0;
+  std::lock_guard<std::mutex> lock(one_at_a_time);
   const std::string& folder = fa::settings().copied_back;
-  if (kept + count > kCopiedBackBytes) return;
   char name[32];
   std::snprintf(name, sizeof name, "/copy-%04d.bin", ++copies);
+  if (kept + count > kCopiedBackBytes) {
+    std::fprintf(stderr, "fa-launch: FA_COPIED_BACK: copy %d not kept: %zu bytes kept already\n", copies, kept);
+    return;
+  }
   FILE* f = std::fopen((folder + name).c_str(), "wb");
   const bool written = f != nullptr && std::fwrite(dst, 1, count, f) == count;
-  if (f != nullptr) std::fclose(f);
-  if (!written) std::fprintf(stderr, "fa-launch: FA_COPIED_BACK: %s%s could not be written\n", folder.c_str(), name);
-  kept += count;
+  if (f != nullptr && std::fclose(f) != 0 && written) std::remove((folder + name).c_str());
+  if (written) kept += count;
+  else std::fprintf(stderr, "fa-launch: FA_COPIED_BACK: copy %d not kept: %s%s could not be written\n", copies,
+                    folder.c_str(), name);
 }
 
 }  // namespace fa_launch_log
 
-__host__ __device__ inline cudaError_t fa_copy_async(void* dst, const void* src, size_t count, cudaMemcpyKind kind,
-                                                     cudaStream_t stream = 0) {
+__host__ __device__ inline cudaError_t fa_layer_memcpy_async(void* dst, const void* src, size_t count,
+                                                             cudaMemcpyKind kind, cudaStream_t stream = 0) {
 #ifdef __CUDA_ARCH__
   return cudaMemcpyAsync(dst, src, count, kind, stream);
 #else
@@ -325,12 +344,12 @@ __host__ __device__ inline cudaError_t fa_copy_async(void* dst, const void* src,
   return waited;
 #endif
 }
-#define cudaMemcpyAsync fa_copy_async
+#define cudaMemcpyAsync fa_layer_memcpy_async
 
-inline cudaError_t fa_copy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+inline cudaError_t fa_layer_memcpy(void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   const cudaError_t e = cudaMemcpy(dst, src, count, kind);
   if (e == cudaSuccess && !fa::settings().copied_back.empty() && fa_launch_log::device_to_host(dst, src, kind))
     fa_launch_log::keep_copied_back(dst, count);
   return e;
 }
-#define cudaMemcpy fa_copy
+#define cudaMemcpy fa_layer_memcpy

@@ -159,8 +159,10 @@ def test_an_output_written_as_float64_is_named_and_not_taken_for_another_d(tmp_p
 
 
 @pytest.mark.parametrize("mistake, words", [
-    ("ALPHA_AFTER_MAX", "(alpha = exp(m_old - m_new)) is what is wrong, for acc and l alike"),
-    ("SUM_NOT_RESCALED", "its running sum l holds every tile (one key at a time), not rescaled when the running max grows"),
+    ("ALPHA_AFTER_MAX", "the tiled online softmax's (one key at a time) with its factor step written as `alpha = 1 (m "
+                        "updated before alpha is computed, or no rescale)`"),
+    ("SUM_NOT_RESCALED", "the tiled online softmax's (one key at a time) with its sum step written as `l = l + sum(p) "
+                         "(l not rescaled)`"),
 ])
 def test_an_online_softmax_key_by_key_is_read_one_key_at_a_time(tmp_path, mistake, words):
     """A program whose online softmax takes one key at a time (BC = 1): its alpha taken after the

@@ -64,21 +64,22 @@ def test_a_running_sum_updated_key_by_key_without_its_rescale_is_named_one_key_a
     assert fields["sum_tile"] == 1 and "its running sum l holds every tile (one key at a time), not rescaled" in said
 
 
-def test_alpha_from_the_max_already_updated_key_by_key_is_named_as_the_factor_itself():
+def test_alpha_from_the_max_already_updated_key_by_key_is_named_as_the_step_one_key_at_a_time():
     """m = m_new before alpha = exp(m - m_new): alpha is 1 at every key, acc and l alike never
-    rescaled; W / P per key is exp(m_final - m_after_key), a row's constant apart."""
-    inp = probe(N=128)
+    rescaled: the softmax steps' search names the factor step over tiles of one key. A wrong scale
+    on the scores (softmax(8 s) at d = 64) is no step of it, nor a factor per tile: it reaches the
+    reading of the logits' slope."""
+    inp = probe(N=128, d=64)
     s = logits(inp.q, inp.k)
     P = softmax_rows(s)
     running = np.maximum.accumulate(s, axis=2)
     W = np.exp(s - running)
     W /= W.sum(axis=2, keepdims=True)
-    said, fields = factors.per_tile_factor(W, P, s)
-    assert fields["tile"] == 1 and said.startswith("W / P changes from key to key as a power of the running maxima, "
-                                                   "one key at a time"), said
-    assert "(alpha = exp(m_old - m_new)) is what is wrong, for acc and l alike" in said, said
-    noise = P * np.exp(RNG.normal(0, 0.5, P.shape))  # a factor per key that no power of the maxima gives: nothing
-    assert factors.per_tile_factor(noise / noise.sum(axis=2, keepdims=True), P, s) is None
+    step, words, tiles = softmax_steps.search(W, s)
+    assert (step, tiles) == ("factor", [1]) and words.startswith("alpha = 1"), (step, words, tiles)
+    scaled = softmax_rows(8 * s)
+    assert softmax_steps.search(scaled, s) is None and factors.per_tile_factor(scaled, P, s) is None
+    assert factors.per_row_factor(scaled, P, s) is None
 
 
 def test_no_factor_per_row_is_said_where_a_row_weighs_one_key_or_drops_keys_p_weighs():

@@ -3,9 +3,10 @@ layer keeps every copy from the device to the host when asked (FA_COPIED_BACK, s
 launch_log.h: one file a copy, in order). A failing case whose runs again agreed bit for bit is run
 once so, and the copies are laid over the right output:
 
-- the copies hold the right output, and the file does not: the host wrote the file from other
-  memory than the copies' destination, or from the wrong place in it, or before they arrived
-  (a cause, with the lines that write the file and that copy back);
+- the copies hold the right output (within the tolerance), and the file does not: the file is not
+  what they brought (written from other memory than their destination, from another place in it,
+  before they arrived, or changed on the host after; a cause, with the lines that write the file
+  and that copy back);
 - the file holds what the copies brought: its wrong values came from the device (said among what
   was tried; the probes then measure the device's arithmetic).
 """
@@ -25,7 +26,7 @@ from .slow_device import layered, with_setting
 from .steps import Context, Step
 
 RUN_TIMEOUT_S = 30.0
-MATCH_ATOL = 2e-6  # a copied value "is" a right value within this (float32 against float64)
+NOT_KEPT = "fa-launch: FA_COPIED_BACK: "  # the layer's line where a copy was not kept
 COVERED = 0.99  # of the right output, placed by copies that hold it: the copies hold the right output
 # the lines the claim points at: what writes the output file, then what copies back
 WRITE_LINES = (r"\bfwrite\s*\(|\.write\s*\(", r"Memcpy\w*\s*\(.*(DeviceToHost|Default)")
@@ -38,13 +39,31 @@ def copies(folder: Path) -> list[np.ndarray]:
     return [np.fromfile(p, dtype="<f4") for p in kept if p.stat().st_size % 4 == 0]
 
 
-def placed(copy: np.ndarray, right: np.ndarray, tol: float) -> int | None:
-    """Where in the right output (flat) the copy lies whole, within tol; None where nowhere. Tried at
-    the places whose first value equals the copy's first (within MATCH_ATOL), the lowest first."""
-    if copy.size == 0 or copy.size > right.size or not np.isfinite(copy[0]):
+FIRST_VALUES = 4  # values that must match where a copy is tried (the rest is then checked whole)
+TRIED = 64  # places tried, the lowest first
+
+
+def lies_in(part: np.ndarray, whole: np.ndarray, tol: float) -> int | None:
+    """Where `part` lies whole in `whole` (both flat), within tol; None where nowhere. Tried where
+    its first FIRST_VALUES values match."""
+    if part.size == 0 or part.size > whole.size or not np.isfinite(part[:FIRST_VALUES]).all():
         return None
-    starts = np.flatnonzero(np.abs(right[:right.size - copy.size + 1] - copy[0]) <= MATCH_ATOL)[:64]
-    return next((int(s) for s in starts if not over(copy, right[s:s + copy.size], tol).any()), None)
+    places = whole.size - part.size + 1
+    match = np.ones(places, dtype=bool)
+    for k in range(min(FIRST_VALUES, part.size)):
+        match &= np.abs(whole[k:k + places] - part[k]) <= tol
+    return next((int(at) for at in np.flatnonzero(match)[:TRIED] if not over(part, whole[at:at + part.size], tol).any()),
+                None)
+
+
+def placed(copy: np.ndarray, right: np.ndarray, tol: float) -> tuple[int, int] | None:
+    """(where in the right output, how many of its values) a copy holds, within tol: the copy whole
+    at its place in the output, or the whole output inside a longer copy (an output buffer that holds
+    more: a row's max or sum beside it); None where neither."""
+    if copy.size <= right.size:
+        at = lies_in(copy, right, tol)
+        return None if at is None else (at, copy.size)
+    return None if lies_in(right, copy, tol) is None else (0, right.size)
 
 
 def covered(kept: list[np.ndarray], right: np.ndarray, tol: float) -> tuple[float, int]:
@@ -52,9 +71,8 @@ def covered(kept: list[np.ndarray], right: np.ndarray, tol: float) -> tuple[floa
     mask = np.zeros(right.size, dtype=bool)
     holding = 0
     for copy in kept:
-        at = placed(copy, right, tol)
-        if at is not None:
-            mask[at:at + copy.size] = True
+        if (where := placed(copy, right, tol)) is not None:
+            mask[where[0]:where[0] + where[1]] = True
             holding += 1
     return float(mask.mean()), holding
 
@@ -85,39 +103,44 @@ class CopiedBack(Step):
         if not ctx.starting(f"every copy from the device kept, on {case.label}"):
             return []
         program = with_setting(ctx.program, settings.copied_back(str(folder)))
-        _, out = run_once(program, case, ctx.work / "copied.out", ctx.launcher, min(RUN_TIMEOUT_S, ctx.budget.left))
+        result, out = run_once(program, case, ctx.work / "copied.out", ctx.launcher,
+                               min(RUN_TIMEOUT_S, ctx.budget.left))
+        if out is None:  # its judged run wrote an output of the right size: this run failed on its own
+            ctx.done.append(f"the run with every copy from the device kept wrote no output of the right size on "
+                            f"{case.label} ({result.error or 'another size'}): no claim from it")
+            return []
         kept = copies(folder)
+        missing = "; not every copy kept (fa's launch layer's lines on stderr)" if NOT_KEPT in result.stderr else ""
         if not kept:
             ctx.done.append(f"no copy from the device to the host seen on {case.label} (mapped or managed memory, "
-                            "or copies fa's launch layer does not see)")
+                            f"or copies fa's launch layer does not see){missing}")
             return []
         right = np.asarray(case.expected, dtype=np.float64).ravel()
         share, holding = covered(kept, right, ctx.tol)
         n = f"{len(kept)} cop{'y' if len(kept) == 1 else 'ies'} from the device ({sum(c.size for c in kept) * 4} bytes)"
-        if out is not None and file_is_copied(kept, out):
+        if file_is_copied(kept, out):
             ctx.done.append(f"the output file holds what {n} brought, bit for bit: its wrong values came from the "
                             "device")
             return []
-        if share < COVERED or (out is not None and not over(out, case.expected, ctx.tol).any()):
-            ctx.done.append(f"{n} kept on {case.label}: {share:.0%} of the right output among them")
+        if share < COVERED or not over(out, case.expected, ctx.tol).any():
+            ctx.done.append(f"{n} kept on {case.label}: {share:.0%} of the right output among them, within "
+                            f"{ctx.tol:g}{missing}")
             return []
         shown = source_lines(ctx.source, WRITE_LINES, 2) if ctx.source else []
         lines = f"; lines that write the file and copy back in {ctx.source.name}: {quoted(shown)}" if shown else ""
-        file = f"the output file has {int(over(out, case.expected, ctx.tol).sum())} of {out.size} values wrong" \
-            if out is not None else "the output file is not the output's size, or was not written"
         return [Finding(Kind.MEASURED, [
             f"measured: the copies back from the device held the right output ({holding} of {n} hold it, "
-            f"{share:.0%} of its values in place), yet {file}, on {case.label}: the device computed it; the host "
-            f"wrote the file from other memory than the copies' destination, from another place in it, or before "
-            f"they arrived{placed_in_file(out, case, ctx.tol)}{lines}"], dict(copies=len(kept), copies_right=holding,
-                                                                    case=case.label))]
+            f"{share:.0%} of its values in place, within {ctx.tol:g}), yet the output file has "
+            f"{int(over(out, case.expected, ctx.tol).sum())} of {out.size} values wrong, on {case.label}: the device "
+            "computed it; the file is not what the copies brought (written from other memory than their "
+            "destination, from another place in it, before they arrived, or changed on the host after)"
+            f"{placed_in_file(out, case, ctx.tol)}{lines}"], dict(copies=len(kept), copies_right=holding,
+                                                                 case=case.label))]
 
 
-def placed_in_file(out: np.ndarray | None, case, tol: float) -> str:
+def placed_in_file(out: np.ndarray, case, tol: float) -> str:
     """Where the file holds the right values at other places (the probes' layout search, on the
     trial case): "; the file holds ... at offset FORMULA (MEANING) ..."; "" where it does not."""
-    if out is None:
-        return ""
     move = moved(out.astype(np.float32), np.asarray(case.expected), tol, (case.shape.B, case.shape.N, case.shape.d))
     return "" if move is None else (f"; the file holds the value of batch b, row r, column c at {move.where}, for "
                                     f"{move.placed} of its {move.wrong} wrong values")

@@ -17,7 +17,7 @@ from .steps import Context, Step
 REFUSAL = re.compile(r"\b(file|input)\b.*\b(long|longer|short|shorter|size|bytes|header|truncated|format)\b"
                      r"|\b(too (long|short)|short (read|header)|end of file|eof)\b"
                      r"|\b(cannot|can't|could not|couldn't|failed to|unable to) (open|read)\b"
-                     r"|\b[BNd]\b.*\b(must be|should be|unsupported|not supported|invalid|out of range)\b",
+                     r"|\b(?-i:[BNdD])\b.*\b(must be|should be|unsupported|not supported|invalid|out of range)\b",
                      re.IGNORECASE)
 # the runtime's words, not the file's: a CUDA or HIP error that prints the input's name
 RUNTIME = re.compile(r"cuda|hip[A-Z_]|\bhip\b|illegal|launch|device|kernel", re.IGNORECASE)

@@ -21,20 +21,23 @@ from .. import settings
 from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
 from .race_check import applies as student_gpu_program
-from .reruns import run_once
+from .reruns import over, run_once
 from .slow_device import layered, with_setting
 from .steps import Context, Step
 
 POISON_VALUE = 1000.0  # far outside the course's values of Q, K and V (within [-3, 3])
 RUN_TIMEOUT_S = 30.0
+NOT_FILLED = "fa-launch: FA_SHARED_POISON: "  # the layer's line where a fill failed or was partial
 SHARED_ARRAY = re.compile(r"__shared__\s+(?:[\w:<>]+\s+)+?(\w+)\s*\[")  # static or extern shared arrays
 
 
-def poisoned(ctx: Context, value: str) -> np.ndarray | None:
-    """The program's output on the trial case with shared memory filled with `value` first."""
+def poisoned(ctx: Context, value: str) -> tuple[np.ndarray | None, bool]:
+    """The program's output on the trial case with shared memory filled with `value` first, and
+    whether fa's launch layer filled it whole (it says on stderr where it could not)."""
     program = with_setting(ctx.program, settings.shared_poison(value))
-    _, got = run_once(program, ctx.trial, ctx.work / "poisoned.out", ctx.launcher, min(RUN_TIMEOUT_S, ctx.budget.left))
-    return got
+    result, got = run_once(program, ctx.trial, ctx.work / "poisoned.out", ctx.launcher,
+                           min(RUN_TIMEOUT_S, ctx.budget.left))
+    return got, NOT_FILLED not in (result.stderr if result is not None else "")
 
 
 def store_lines(ctx: Context) -> str:
@@ -61,14 +64,16 @@ class UnwrittenShared(Step):
 
     def applies(self, ctx: Context) -> bool:
         return ctx.verdict == "WRONG" and student_gpu_program(ctx.program) and layered(ctx.program) and \
-            ctx.trial is not None and not ctx.found_cause and not ctx.has(Kind.RACE, Kind.INTERMITTENT)
+            ctx.trial is not None and not ctx.found_cause and not ctx.has(Kind.RACE, Kind.INTERMITTENT, Kind.HARMLESS)
 
     def run(self, ctx: Context) -> list[Finding]:
-        outputs = []
+        outputs, whole = [], True
         for value in ("nan", f"{POISON_VALUE:g}"):
             if not ctx.starting(f"shared memory filled with {value} before each launch, on {ctx.trial.label}"):
                 return []
-            outputs.append(poisoned(ctx, value))
+            got, filled = poisoned(ctx, value)
+            outputs.append(got)
+            whole = whole and filled
         if not ctx.starting(f"as built, on {ctx.trial.label}"):
             return []
         _, built = run_once(ctx.program, ctx.trial, ctx.work / "built.out", ctx.launcher,
@@ -78,16 +83,24 @@ class UnwrittenShared(Step):
             return [Finding(Kind.OBSERVED, ["shared memory filled before each launch: a run wrote no output of the "
                                             "right size; no claim from it"])]
         nans = int(np.count_nonzero(np.isnan(with_nan) & ~np.isnan(built)))
-        changed = int(np.count_nonzero(~((with_value == built) | (np.isnan(with_value) & np.isnan(built)))))
+        both_nan = np.isnan(with_value) & np.isnan(built)
+        changed = int((over(with_value, built, ctx.tol) & ~both_nan).sum())  # past the tolerance: no last-bit noise
+        size, case = built.size, ctx.trial.label
         if not nans and not changed:
             ctx.done.append(f"the same output with shared memory filled with NaN and with {POISON_VALUE:g} before "
-                            f"each launch on {ctx.trial.label}")
+                            f"each launch on {case}" + ("" if whole else " (fa's launch layer could not fill all of "
+                                                                           "it: see its lines on stderr)"))
             return []
-        size = built.size
+        filled = f"with each SM's shared memory filled with NaN before each of its launches, {nans} of {size} " \
+            f"values are NaN where as built they are not, and with {POISON_VALUE:g} there {changed} of {size} " \
+            f"values change by more than {ctx.tol:g}, on {case}"
+        if not changed:  # NaN spreads where a finite value does not matter: a read that is not the failure
+            return [Finding(Kind.OBSERVED, [
+                f"shared memory: {filled}: its kernel reads shared memory no thread of its block wrote, but a finite "
+                "value there changes nothing: not what makes the output wrong" + store_lines(ctx)],
+                dict(poisoned_nan=nans, case=case))]
         return [Finding(Kind.MEASURED, [
-            f"measured: with each SM's shared memory filled with NaN before each of its launches, {nans} of {size} "
-            f"values are NaN where as built they are not, and with {POISON_VALUE:g} there {changed} of {size} values "
-            f"change, on {ctx.trial.label}, where its runs as built agree bit for bit: its kernel reads shared memory "
-            "that no thread of its block wrote first (a tile load that leaves part of a tile unwritten: its bound, "
-            "its vector width or its count of threads; initcheck sees global memory only)" + store_lines(ctx)],
-            dict(poisoned_nan=nans, poisoned_changed=changed, case=ctx.trial.label))]
+            f"measured: {filled}, where its runs as built agree bit for bit: its kernel reads shared memory that no "
+            "thread of its block wrote first (a tile load that leaves part of a tile unwritten: its bound, its vector "
+            "width or its count of threads; initcheck sees global memory only)" + store_lines(ctx)],
+            dict(poisoned_nan=nans, poisoned_changed=changed, case=case))]

@@ -23,15 +23,18 @@ RUN_TO_RUN = (  # what a tool or a race reports differently between two runs of 
     (r"\(\d+ errors in all\)", "(N errors in all)"), (r"\(\d+ in all\)", "(N in all)"),
     (r"\[\d+ hazards\]", "[N hazards]"), (r"by thread \(\d+,\d+,\d+\) in block \(\d+,\d+,\d+\)", "by thread T in block K"),
     (r"\b(Access to|Address) 0x[0-9a-f]+", r"\1 ADDRESS"), (r"after \d+\.\d+ s", "after T s"),
+)
+RACED = (  # a race's figures: as many wrong values as the run's schedule made (only where a race is said)
+    (r"\d+ of \d+ values checked \([\d.]+%\)", "N values checked"),
     (r"\d+ of \d+ values differ by more than ([\d.e-]+) \(up to [^)]*\)", r"N of M values differ by more than \1 (up to X)"),
 )
-RACED = r"\d+ of \d+ values checked \([\d.]+%\)"  # a race's wrong values: as many as the run's schedule made
 
 
 def without_run_to_run(text: str) -> str:
-    for pattern, placeholder in RUN_TO_RUN:
+    raced = "changes between runs" in text
+    for pattern, placeholder in RUN_TO_RUN + (RACED if raced else ()):
         text = re.sub(pattern, placeholder, text)
-    return re.sub(RACED, "N values checked", text) if "changes between runs" in text else text
+    return text
 
 
 def near_limit(in_class: str, alone: str, limit: float | None) -> bool:
@@ -71,8 +74,9 @@ def differences(in_class: dict, alone: dict, limits: dict[str, float]) -> tuple[
         if near_limit(str(in_class.get(case)), str(alone.get(case)), limits.get(case)):
             run_to_run.append(line)
     near = all(near_limit(str(in_class.get(c)), str(alone.get(c)), limits.get(c)) for c in flipped)
-    for line in said:  # a cause or a passed count that moved with a verdict near its limit moves with it
-        if line.startswith(("passed:", "cause:")) and flipped and near and line not in run_to_run:
+    for line in said:  # a passed count, or a cause of a time limit, that moved with a verdict near its limit
+        moved = line.startswith("passed:") or (line.startswith("cause:") and "time limit" in line)
+        if moved and flipped and near and line not in run_to_run:
             run_to_run.append(line)
     return said, run_to_run
 

@@ -15,9 +15,10 @@ from ..mistakes import KEY_TILES
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
 from .step import Context, fmt, logits, softmax_rows
 
-# The key tiles a factor is looked for over: the usual tiles, then one key at a time (an online
-# softmax that updates its max, its sum and its output key by key).
-FACTOR_TILES = (*KEY_TILES, 1)
+# The key tiles a running sum l is looked for over: the usual tiles, then one key at a time (an
+# online softmax that updates its max, its sum and its output key by key). Not a per-tile factor's:
+# over one key, exp(m_final - m_tile) is exp(m_final - s_j), and a wrong scale on the scores fits it.
+SUM_TILES_TRIED = (*KEY_TILES, 1)
 
 
 def tiles_named(T: int) -> str:
@@ -57,7 +58,7 @@ CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty s
 def sum_variants(s: np.ndarray):
     """(T, tiles added, (a, b), how, l) for every variant of the running sum: a tile's terms summed
     and carried (SUM_WORDS), or its largest term alone."""
-    for T in FACTOR_TILES:
+    for T in SUM_TILES_TRIED:
         if T >= s.shape[2]:
             continue
         own, running, final, sums = tile_maxima(s, T)
@@ -167,7 +168,7 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
     use = P > 1e-6
     with np.errstate(divide="ignore", invalid="ignore"):
         logr = np.where(use & (W > 0), np.log(W / P), np.nan)
-    for T in sorted(FACTOR_TILES, reverse=True):  # the largest tile it holds for: the program's own
+    for T in sorted(KEY_TILES, reverse=True):  # the largest tile it holds for: the program's own
         tiles = -(-N // T)
         if tiles < 2:
             continue
@@ -204,14 +205,10 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
         shown = np.exp(first - first[~np.isnan(first)][0])
         example = ", ".join("none" if np.isnan(v) else fmt(v) for v in shown[:8]) + (", ..." if shown.size > 8 else "")
         said = (f"W / P is constant within each key tile of {T} and changes between tiles (one row's factors, tile "
-                f"by tile, relative to the first: {example})") if T > 1 else \
-            (f"W / P changes from key to key as a power of the running maxima, one key at a time (one row's factors, "
-             f"key by key, relative to the first: {example})")
+                f"by tile, relative to the first: {example})")
         fields = dict(tile=T)
         if np.mean(fit <= 10 * FLAT) >= FIT_SHARE and np.abs(rounded).sum() > 0:
             return tile_words(said, tuple(float(v) for v in rounded), W, fields)
-        if T == 1:  # any W / P is constant over one key: only a power of the maxima says something
-            continue
         if counted := tiles_counted(g[rows_ok], W):
             return f"{said}; {counted}", dict(fields, tile_counts=counted)
         if own_sums(g, s, T, valid, rows_ok):

@@ -12,7 +12,7 @@ The tiled online softmax of one query row, over key tiles of T, is these steps:
   final   after the last tile, O = acc / l
 
 Each step has other ways a program may write it (STEP_FORMS: the right form first). The search
-simulates the algorithm with one step replaced, for every tile size T from 2 to 128 (the largest
+simulates the algorithm with one step replaced, for every tile size T from 1 (key by key) to 128 (the largest
 first among those that fit equally), on a few rows first and then on every row of the probe,
 and names the step and its form where the simulated weights are the program's. W here is the
 coefficient of each key's V row in the output: what ReadWeights measured.
@@ -141,11 +141,11 @@ def close(sim: np.ndarray, W: np.ndarray) -> bool:
 
 def search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int] | None] | None:
     """(step, its form, the tile sizes T) whose simulation gives W, on a few rows then on all;
-    every T from 2 to 128 that fits (several where the measurement cannot tell them apart), or
+    every T from 1 to 128 that fits (several where the measurement cannot tell them apart), or
     None where the whole row as one tile fits too (the form does not depend on the tiles)."""
     rows = (slice(0, 1), slice(0, min(SCREEN_ROWS, s.shape[1])))
     N = s.shape[-1]
-    sizes = range(2, min(MAX_TILE, N - 1) + 1)
+    sizes = range(1, min(MAX_TILE, N - 1) + 1)  # 1: an online softmax updated key by key
     for step, words, forms in variants():
         fit = [T for T in sizes if close(simulate(s[rows], T, forms), W[rows]) and fits(s, T, forms, W)]
         if fit:
@@ -173,7 +173,7 @@ class SoftmaxSteps(WeightReading):
         step, words, T = found
         right = STEP_FORMS[step][0][0]
         tiles = "any tile size: this step does not depend on it" if T is None else \
-            f"key tiles of {T[0]}" if len(T) == 1 else \
+            "one key at a time" if T == [1] else f"key tiles of {T[0]}" if len(T) == 1 else \
             f"key tiles of {', '.join(map(str, T[:6]))}{' ...' if len(T) > 6 else ''}: each fits, this probe cannot " \
             "tell them apart"
         return measured(ctx, [
