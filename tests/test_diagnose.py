@@ -309,3 +309,14 @@ def test_rows_of_blocks_that_span_two_batches_are_said_with_the_block_sizes():
     flat = np.arange(200)
     assert diagnose.straddling_blocks(flat // 100, flat % 100, ((flat >= 100) & (flat < 112)).astype(np.int32),
                                       two) == []
+
+
+def test_rows_not_written_point_at_the_grid_first_then_the_rows_index():
+    """Rows from 64 on never written, where a d = 64 kernel of 64-row blocks was launched on a grid
+    counted with the d = 32 kernel's 128 rows: the grid's line first."""
+    from fa_cli.judge.diagnose import where_to_look
+    from fa_cli.judge.mistakes import MISTAKES
+    rows = next(m for m in MISTAKES if m.name == "rows not written")
+    said = where_to_look(rows, DATA / "planted_sets" / "set23" / "x05.cu")
+    assert said == ("; lines to look at in x05.cu: 188 `const dim3 grid((in.N + BR - 1) / BR, in.B);`, 113 `const int t "
+                    "= threadIdx.x, b = blockIdx.y;`"), said

@@ -251,9 +251,11 @@ def source_lines(source: Path, pattern: str | tuple[str, ...], limit: int = SOUR
     """The first lines of a source that match a mistake's pattern (Mistake.look), comments left out:
     (line number, the line's text). A tuple of patterns: the first line of each, in their order
     (each kind of line that may be at fault shown once)."""
-    if isinstance(pattern, tuple):
-        found = [line for p in pattern for line in source_lines(source, p, 1)]
-        return list(dict.fromkeys(found))[:limit]
+    if isinstance(pattern, tuple):  # a pattern named twice gives its second line the second time
+        found: list[tuple[int, str]] = []
+        for p in pattern:
+            found += [line for line in source_lines(source, p, len(found) + 1) if line not in found][:1]
+        return found[:limit]
     if not pattern:
         return []
     try:
@@ -274,7 +276,8 @@ def where_to_look(mistake: Mistake, source: Path | None) -> str:
     """"; lines to look at in hw4.cu: 42 `float scale = ...`" where fa has the source."""
     if source is None:
         return ""
-    lines = source_lines(source, mistake.look)
+    look = mistake.look
+    lines = source_lines(source, look, max(SOURCE_LINES_SHOWN, len(look) if isinstance(look, tuple) else 0))
     if not lines:
         return ""
     return f"; lines to look at in {source.name}: " + quoted(lines)

@@ -315,6 +315,9 @@ BATCH_LINES = r"blockIdx\.(y|z)|\bbatch\w*\s*\*|\bb\s*\*\s*\(?\s*(N|n|3)|\bB\s*\
 # what covers every batch's rows: the output's copy back to the host, then the kernels' launch (one line of each)
 COVER_LINES = (r"Memcpy\w*\s*\([^;]*(DeviceToHost|D2H)", r"<<<|hipLaunchKernelGGL")
 ROW_LINES = r"threadIdx\.(x|y)|\brow\w*\s*="
+# where the grid's rows are counted: a dim3 grid, or a ceiling division of N (one line), then the row's index
+GRID_LINES = r"dim3\s+\w*[Gg]rid\w*\s*[({]|\b[Gg]rid\w*\s*=\s*dim3|\(\s*[\w.>-]*\bN\s*\+\s*\w+\s*-\s*1\s*\)\s*/"
+ROWS_COVERED_LINES = (GRID_LINES, ROW_LINES, ROW_LINES)  # the grid, then two lines of the row's index
 K_LINES = r"\bK\w*\s*\[|\bk\w*\s*\["
 V_LINES = r"\bV\w*\s*\[|\bv\w*\s*\["
 OUT_LINES = r"\bO\w*\s*\[|\bout\w*\s*\[|\bo\s*\["
@@ -332,7 +335,8 @@ MISTAKES = (
     Mistake("only the first key tile attended", "the loop over K/V tiles stops after one tile, or every tile "
             "loads the first tile's keys again (a K/V tile pointer or offset that never advances)", first_tile_only,
             KEY_LOOP_LINES),
-    Mistake("rows not written", "the grid (or a bound) covers too few query rows", rows_not_written, ROW_LINES),
+    Mistake("rows not written", "the grid (or a bound) covers too few query rows", rows_not_written,
+            ROWS_COVERED_LINES),
     Mistake("batch b holds batch b-1's output", "an offset of one batch in the output (or input) index",
             previous_batch, BATCH_LINES),
     Mistake("batch b's output written at batch f * b's place", "an output offset f times too large: a size in "
