@@ -3,6 +3,7 @@ hold one mechanism each (a GPU program's: lanes of a warp summing half the dims,
 transposed, columns moved, a scale, terms across columns) are read back as that mechanism, with
 its figures; the right map says nothing. Then the step end to end on a stand-in program."""
 import numpy as np
+import pytest
 from helpers import stand_in_context
 
 from fa_cli.judge.probes import linear_map, step
@@ -315,3 +316,20 @@ def test_columns_left_undivided_by_l_are_said_by_their_columns():
     assert said == ("every column's weights are P's times a factor of its own for each row: in columns 32-63 the "
                     "row's sum l itself (relative to its max), so those columns are never divided by l; columns 0-31 "
                     "are right"), said
+
+
+@pytest.mark.parametrize("M, steps", [(2, "its last 1 step"), (4, "its last 2 steps")])
+def test_a_butterfly_sum_that_stops_early_is_named_by_the_lanes_each_column_adds(M, steps):
+    """A warp per row, key j at lane j mod 32, lane c keeps dims c and c + 32: a xor butterfly for l
+    that leaves out offset 1 (and 2) sums at lane c only the lanes of c's residue mod 2 (mod 4), so
+    column c is divided by P summed over the keys j = c mod M alone."""
+    n, d = 128, 64
+    q, k = (RNG.uniform(-3, 3, size=(n, d)).astype(np.float32) for _ in range(2))
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    keys = np.arange(n)
+    weights = np.stack([P / P[:, keys % M == c % M].sum(axis=1, keepdims=True) for c in range(d)])
+    [said] = linear_map.lane_sums(weights, P)
+    assert said.endswith(f"column c's is P summed over the keys j = c mod {M} alone: a butterfly sum over a warp's "
+                         f"lanes (key j at lane j mod 32, column c's lane c mod 32) that stops before {steps} "
+                         f"(offsets below {M}: each lane adds only the lanes {M} apart from its own); look at the sum's "
+                         "shuffle loop (its bound)"), said

@@ -212,6 +212,7 @@ def one_key(W: np.ndarray) -> str | None:
 
 MAPPED_SETS = 4  # sets of columns, each with a map of its own from V rows to keys, said set by set
 LANE_WIDTHS = (16, 32, 64)  # the lanes a row's keys may be dealt to, key j to lane j mod L
+BUTTERFLY_LEFT = (2, 4, 8)  # a xor butterfly over 32 lanes that stops k steps early sums lanes j = c mod 2^k
 FACTOR_RTOL = 1e-3  # a column's weights are P times one factor a row: W / P the same over its keys, to this
 
 
@@ -237,12 +238,18 @@ def lane_sums(weights: np.ndarray, P: np.ndarray) -> list[str]:
                 "are never divided by l" + (f"; columns {spans(np.flatnonzero(right))} are right" if right.any()
                                             else "")]
     keys = np.arange(P.shape[1])
-    for L in LANE_WIDTHS:
+    for L in (*BUTTERFLY_LEFT, *LANE_WIDTHS):
         share = np.stack([P[:, keys % L == c % L].sum(axis=1) for c in range(d)])  # (c, r)
-        if np.allclose(factor * share, 1.0, rtol=10 * FACTOR_RTOL):
-            return [f"{said}: column c's is P summed over the keys j = c mod {L} alone, the share of the row's sum "
-                    f"l that lane c of {L} keeps of its own keys, never added across the lanes (a sum reduced in no "
-                    "shuffle or shared memory)"]
+        if not np.allclose(factor * share, 1.0, rtol=10 * FACTOR_RTOL):
+            continue
+        if L in BUTTERFLY_LEFT:
+            return [f"{said}: column c's is P summed over the keys j = c mod {L} alone: a butterfly sum over a "
+                    f"warp's lanes (key j at lane j mod 32, column c's lane c mod 32) that stops before its last "
+                    f"{L.bit_length() - 1} step{'s' if L > 2 else ''} (offsets below {L}: each lane adds only the "
+                    f"lanes {L} apart from its own); look at the sum's shuffle loop (its bound)"]
+        return [f"{said}: column c's is P summed over the keys j = c mod {L} alone, the share of the row's sum "
+                f"l that lane c of {L} keeps of its own keys, never added across the lanes (a sum reduced in no "
+                "shuffle or shared memory)"]
     return [said]
 
 
