@@ -1156,3 +1156,25 @@ def test_a_tile_mask_on_the_flat_element_index_is_named_by_the_keys_each_tile_ke
         f"measured: each key tile of {T} at j0 keeps its first ceil((N - j0) / d) keys and gives the rest no weight "
         f"in any row ({kept} of {N} keys kept, d = {d}): a bound of N on the tile's flat element index"), found.lines
     assert readings.flat_bound_tile(np.arange(120, 128), N, d) is None  # the last 8 keys: a loop's bound
+
+
+def test_acc_rescaled_twice_a_tile_is_found_with_its_tile():
+    """`acc *= alpha` left in place before `acc = acc * alpha + p V` (l rescaled once): a tile of 64,
+    from a program's own loops, not fa's simulation."""
+    inp = probe(N=200)
+    s = logits(inp.q, inp.k)[0]
+    N, T = s.shape[1], 64
+    m, l, acc = np.full(N, -np.inf), np.zeros(N), np.zeros((N, N))
+    for j0 in range(0, N, T):
+        tile = s[:, j0:j0 + T]
+        m_new = np.maximum(m, tile.max(axis=1))
+        alpha = np.exp(m - m_new)
+        p = np.exp(tile - m_new[:, None])
+        l = l * alpha + p.sum(axis=1)
+        acc *= alpha[:, None]  # the first rescale
+        acc[:, j0:j0 + T] += p
+        acc[:, :j0] *= alpha[:, None]  # the update's own rescale, of what came before the tile
+        m = m_new
+    W = acc / l[:, None]
+    step, words, tiles = softmax_steps.search(W[None], s[None])
+    assert step == "output" and words.startswith("acc = acc * alpha * alpha + p V") and tiles == [64], (step, words, tiles)

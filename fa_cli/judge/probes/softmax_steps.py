@@ -64,6 +64,7 @@ STEP_FORMS = {
             ("l = sum(p) (only the last tile's sum kept)", lambda l, alpha, psum, so_far: psum),
             ("l = l * alpha (the tile's sum never added)", lambda l, alpha, psum, so_far: l * alpha),
             ("l = l / alpha + sum(p) (divided by the factor)", lambda l, alpha, psum, so_far: l / alpha + psum),
+            ("l = l * alpha * alpha + sum(p) (l rescaled twice)", lambda l, alpha, psum, so_far: l * alpha * alpha + psum),
             ("l = l * alpha + the sum of p over every tile so far (the tile's sum kept across tiles, never set back "
              "to 0)", lambda l, alpha, psum, so_far: l * alpha + so_far)),
     # (each also gets l before and after the tile's update: a program that keeps acc divided by l)
@@ -73,6 +74,8 @@ STEP_FORMS = {
                 lambda acc, alpha, p_full, *sums: (acc + p_full) * alpha[..., None]),
                ("acc = acc / alpha + p V (divided by the factor)",
                 lambda acc, alpha, p_full, *sums: acc / alpha[..., None] + p_full),
+               ("acc = acc * alpha * alpha + p V (acc rescaled twice: once on its own and again in the update)",
+                lambda acc, alpha, p_full, *sums: acc * (alpha * alpha)[..., None] + p_full),
                ("acc = acc * alpha + p_j V_j at every key j of the tile (the tile's factor applied once a key, "
                 "not once a tile)", lambda acc, alpha, p_full, *sums: rescaled_each_key(acc, alpha, p_full))),
     "update": (("m = m_new", lambda m_new, tmax: m_new),
