@@ -318,7 +318,7 @@ def test_columns_left_undivided_by_l_are_said_by_their_columns():
                     "are right"), said
 
 
-@pytest.mark.parametrize("M, steps", [(2, "its last 1 step"), (4, "its last 2 steps")])
+@pytest.mark.parametrize("M, steps", [(2, "its last step"), (4, "its last 2 steps")])
 def test_a_butterfly_sum_that_stops_early_is_named_by_the_lanes_each_column_adds(M, steps):
     """A warp per row, key j at lane j mod 32, lane c keeps dims c and c + 32: a xor butterfly for l
     that leaves out offset 1 (and 2) sums at lane c only the lanes of c's residue mod 2 (mod 4), so

@@ -244,8 +244,9 @@ def lane_sums(weights: np.ndarray, P: np.ndarray) -> list[str]:
             continue
         if L in BUTTERFLY_LEFT:
             return [f"{said}: column c's is P summed over the keys j = c mod {L} alone: a butterfly sum over a "
-                    f"warp's lanes (key j at lane j mod 32, column c's lane c mod 32) that stops before its last "
-                    f"{L.bit_length() - 1} step{'s' if L > 2 else ''} (offsets below {L}: each lane adds only the "
+                    f"warp's lanes (key j at lane j mod 32, column c's lane c mod 32) that stops before "
+                    f"{'its last step' if L == 2 else f'its last {L.bit_length() - 1} steps'} (offsets below {L}: each "
+                    f"lane adds only the "
                     f"lanes {L} apart from its own); look at the sum's shuffle loop (its bound)"]
         return [f"{said}: column c's is P summed over the keys j = c mod {L} alone, the share of the row's sum "
                 f"l that lane c of {L} keeps of its own keys, never added across the lanes (a sum reduced in no "
