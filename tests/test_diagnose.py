@@ -313,10 +313,13 @@ def test_rows_of_blocks_that_span_two_batches_are_said_with_the_block_sizes():
 
 def test_rows_not_written_point_at_the_grid_first_then_the_rows_index():
     """Rows from 64 on never written, where a d = 64 kernel of 64-row blocks was launched on a grid
-    counted with the d = 32 kernel's 128 rows: the grid's line first."""
+    counted with the d = 32 kernel's 128 rows: the grid's line and a launch first."""
     from fa_cli.judge.diagnose import where_to_look
     from fa_cli.judge.mistakes import MISTAKES
     rows = next(m for m in MISTAKES if m.name == "rows not written")
     said = where_to_look(rows, DATA / "planted_sets" / "set23" / "x05.cu")
-    assert said == ("; lines to look at in x05.cu: 188 `const dim3 grid((in.N + BR - 1) / BR, in.B);`, 113 `const int t "
-                    "= threadIdx.x, b = blockIdx.y;`"), said
+    assert said == ("; lines to look at in x05.cu: 188 `const dim3 grid((in.N + BR - 1) / BR, in.B);`, 190 "
+                    "`flash_cols<32><<<grid, Rows<32>::value>>>(d_qkv, d_out, in.N);`, 113 `const int t = threadIdx.x, "
+                    "b = blockIdx.y;`"), said
+    base = where_to_look(rows, DATA / "planted_sets" / "set1" / "base.cu")  # no dim3 grid: the launch, not a
+    assert base.startswith("; lines to look at in base.cu: 136 `attention_kernel<<<")  # kernel's ceil(N / BC)

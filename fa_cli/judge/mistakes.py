@@ -315,9 +315,10 @@ BATCH_LINES = r"blockIdx\.(y|z)|\bbatch\w*\s*\*|\bb\s*\*\s*\(?\s*(N|n|3)|\bB\s*\
 # what covers every batch's rows: the output's copy back to the host, then the kernels' launch (one line of each)
 COVER_LINES = (r"Memcpy\w*\s*\([^;]*(DeviceToHost|D2H)", r"<<<|hipLaunchKernelGGL")
 ROW_LINES = r"threadIdx\.(x|y)|\brow\w*\s*="
-# where the grid's rows are counted: a dim3 grid, or a ceiling division of N (one line), then the row's index
-GRID_LINES = r"dim3\s+\w*[Gg]rid\w*\s*[({]|\b[Gg]rid\w*\s*=\s*dim3|\(\s*[\w.>-]*\bN\s*\+\s*\w+\s*-\s*1\s*\)\s*/"
-ROWS_COVERED_LINES = (GRID_LINES, ROW_LINES, ROW_LINES)  # the grid, then two lines of the row's index
+# where the host sizes the grid: a dim3 grid, or a launch (its grid written in it); not a ceiling division of
+# N alone, which a kernel's key-tile count is too
+GRID_LINES = r"dim3\s+\w*[Gg]rid\w*\s*[({]|\b[Gg]rid\w*\s*=\s*dim3|<<<|hipLaunchKernelGGL"
+ROWS_COVERED_LINES = (GRID_LINES, GRID_LINES, ROW_LINES)  # two grid or launch lines (one a d), then a thread's index
 K_LINES = r"\bK\w*\s*\[|\bk\w*\s*\["
 V_LINES = r"\bV\w*\s*\[|\bv\w*\s*\["
 OUT_LINES = r"\bO\w*\s*\[|\bout\w*\s*\[|\bo\s*\["

@@ -211,8 +211,10 @@ def one_key(W: np.ndarray) -> str | None:
 
 
 MAPPED_SETS = 4  # sets of columns, each with a map of its own from V rows to keys, said set by set
-LANE_WIDTHS = (16, 32, 64)  # the lanes a row's keys may be dealt to, key j to lane j mod L
-BUTTERFLY_LEFT = (2, 4, 8)  # a xor butterfly over 32 lanes that stops k steps early sums lanes j = c mod 2^k
+LANE_WIDTHS = (32, 64)  # the lanes a row's keys may be dealt to, key j to lane j mod L
+# l summed over lanes j = c mod L only: a xor butterfly over 32 lanes missing its offsets below L, or L
+# threads a row (keys dealt to them in turn) whose sums are never added: the two give the same weights
+PART_SUMS = (2, 4, 8, 16)
 FACTOR_RTOL = 1e-3  # a column's weights are P times one factor a row: W / P the same over its keys, to this
 
 
@@ -238,16 +240,15 @@ def lane_sums(weights: np.ndarray, P: np.ndarray) -> list[str]:
                 "are never divided by l" + (f"; columns {spans(np.flatnonzero(right))} are right" if right.any()
                                             else "")]
     keys = np.arange(P.shape[1])
-    for L in (*BUTTERFLY_LEFT, *LANE_WIDTHS):
+    for L in (*PART_SUMS, *LANE_WIDTHS):
         share = np.stack([P[:, keys % L == c % L].sum(axis=1) for c in range(d)])  # (c, r)
         if not np.allclose(factor * share, 1.0, rtol=10 * FACTOR_RTOL):
             continue
-        if L in BUTTERFLY_LEFT:
-            return [f"{said}: column c's is P summed over the keys j = c mod {L} alone: a butterfly sum over a "
-                    f"warp's lanes (key j at lane j mod 32, column c's lane c mod 32) that stops before "
-                    f"{'its last step' if L == 2 else f'its last {L.bit_length() - 1} steps'} (offsets below {L}: each "
-                    f"lane adds only the "
-                    f"lanes {L} apart from its own); look at the sum's shuffle loop (its bound)"]
+        if L in PART_SUMS:
+            return [f"{said}: column c's is P summed over the keys j = c mod {L} alone: l added over only the lanes "
+                    f"or threads whose index is c mod {L} (a xor butterfly over a warp's 32 lanes missing its offsets "
+                    f"below {L}, or {L} threads a row whose sums are never added); look at the sum's shuffle loop "
+                    "(its start and bound) or the threads that share a row"]
         return [f"{said}: column c's is P summed over the keys j = c mod {L} alone, the share of the row's sum "
                 f"l that lane c of {L} keeps of its own keys, never added across the lanes (a sum reduced in no "
                 "shuffle or shared memory)"]

@@ -138,8 +138,11 @@ def variants():
 
 
 def close(sim: np.ndarray, W: np.ndarray) -> bool:
-    with np.errstate(invalid="ignore"):
-        return bool(np.all(np.abs(sim - W) <= ATOL + RTOL * np.abs(W)))
+    """The simulated weights are the measured ones; a weight that is not finite fits nothing (inf
+    is within any relative tolerance of inf, and of every finite value)."""
+    if not (np.isfinite(sim).all() and np.isfinite(W).all()):
+        return False
+    return bool(np.all(np.abs(sim - W) <= ATOL + RTOL * np.abs(W)))
 
 
 def search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int] | None] | None:
