@@ -63,18 +63,18 @@ def ctx(tmp_path, monkeypatch):
     return c
 
 
-def run_keeping(monkeypatch, kept: list[np.ndarray], out: np.ndarray | None, stderr: str = ""):
+def run_keeping(monkeypatch, ctx, kept: list[np.ndarray], out: np.ndarray | None, stderr: str = ""):
     """The run stubbed: it leaves `kept` as its copies in the folder its setting names, and `out`."""
-    def run_once(program, case, path, launcher, timeout):
+    def run_trial(program, name):
         folder = next(a.split("=", 1)[1] for a in program.interpreter if a.startswith("FA_COPIED_BACK="))
         for k, copy in enumerate(kept, 1):
             copy.astype("<f4").tofile(f"{folder}/copy-{k:04d}.bin")
         return SimpleNamespace(stderr=stderr, error=None if out is not None else "stopped at the time limit"), out
-    monkeypatch.setattr(copied_back, "run_once", run_once)
+    monkeypatch.setattr(ctx, "run_trial", run_trial)
 
 
 def test_right_copies_and_a_file_of_zeros_name_the_hosts_writing(ctx, monkeypatch):
-    run_keeping(monkeypatch, [RIGHT.ravel()], np.zeros(RIGHT.shape, np.float32))
+    run_keeping(monkeypatch, ctx, [RIGHT.ravel()], np.zeros(RIGHT.shape, np.float32))
     step = copied_back.CopiedBack()
     assert step.applies(ctx)
     [found] = step.run(ctx)
@@ -91,21 +91,21 @@ def test_right_copies_and_a_file_of_zeros_name_the_hosts_writing(ctx, monkeypatc
 def test_a_run_that_wrote_no_output_claims_nothing_whatever_its_copies(ctx, monkeypatch):
     """The judged run wrote an output of the right size (a WRONG): a run that then writes none (stopped,
     crashed) failed on its own, and its copies say nothing of the file."""
-    run_keeping(monkeypatch, [RIGHT.ravel()[:128], RIGHT.ravel()[128:]], None)
+    run_keeping(monkeypatch, ctx, [RIGHT.ravel()[:128], RIGHT.ravel()[128:]], None)
     assert copied_back.CopiedBack().run(ctx) == []
     assert ctx.done[-1].startswith("the run with every copy from the device kept wrote no output of the right size "
                                    "on t01 (stopped at the time limit): no claim")
 
 
 def test_right_copies_and_a_file_the_host_scaled_name_the_file_as_not_what_they_brought(ctx, monkeypatch):
-    run_keeping(monkeypatch, [RIGHT.ravel()], (RIGHT * 0.5).astype(np.float32))
+    run_keeping(monkeypatch, ctx, [RIGHT.ravel()], (RIGHT * 0.5).astype(np.float32))
     [found] = copied_back.CopiedBack().run(ctx)
     assert "the file is not what the copies brought (written from other memory than their destination, from " \
         "another place in it, before they arrived, or changed on the host after)" in found.lines[0]
 
 
 def test_copies_the_layer_could_not_keep_are_said_with_what_was_kept(ctx, monkeypatch):
-    run_keeping(monkeypatch, [(RIGHT + 1).ravel()[:8]], np.zeros(RIGHT.shape, np.float32),
+    run_keeping(monkeypatch, ctx, [(RIGHT + 1).ravel()[:8]], np.zeros(RIGHT.shape, np.float32),
                 stderr="fa-launch: FA_COPIED_BACK: copy 2 not kept: 536870912 bytes kept already\n")
     assert copied_back.CopiedBack().run(ctx) == []
     assert ctx.done[-1].endswith("0% of the right output among them, within 0.005; not every copy kept (fa's launch "
@@ -114,19 +114,19 @@ def test_copies_the_layer_could_not_keep_are_said_with_what_was_kept(ctx, monkey
 
 def test_a_file_that_is_what_the_device_sent_is_said_among_what_was_tried(ctx, monkeypatch):
     wrong = (RIGHT + 1).astype(np.float32)
-    run_keeping(monkeypatch, [wrong.ravel()], wrong)
+    run_keeping(monkeypatch, ctx, [wrong.ravel()], wrong)
     assert copied_back.CopiedBack().run(ctx) == []
     assert ctx.done[-1].startswith("the output file holds what 1 copy from the device (1024 bytes) brought, bit for "
                                    "bit: its wrong values came from the device")
 
 
 def test_no_copies_seen_claims_nothing(ctx, monkeypatch):
-    run_keeping(monkeypatch, [], np.zeros(RIGHT.shape, np.float32))
+    run_keeping(monkeypatch, ctx, [], np.zeros(RIGHT.shape, np.float32))
     assert copied_back.CopiedBack().run(ctx) == [] and "no copy from the device to the host seen" in ctx.done[-1]
 
 
 def test_copies_of_other_values_claim_nothing(ctx, monkeypatch):
-    run_keeping(monkeypatch, [(RIGHT + 1).ravel()], np.zeros(RIGHT.shape, np.float32))
+    run_keeping(monkeypatch, ctx, [(RIGHT + 1).ravel()], np.zeros(RIGHT.shape, np.float32))
     assert copied_back.CopiedBack().run(ctx) == [] and "0% of the right output among them" in ctx.done[-1]
 
 
@@ -183,7 +183,7 @@ def test_right_copies_and_a_file_written_from_batch_1_on_say_where_the_file_hold
     """The file written from the right buffer at another place: the layout's formula said too."""
     out = np.zeros(RIGHT.shape, np.float32)
     out[0] = RIGHT[1]
-    run_keeping(monkeypatch, [RIGHT.ravel()], out)
+    run_keeping(monkeypatch, ctx, [RIGHT.ravel()], out)
     [found] = copied_back.CopiedBack().run(ctx)
     assert "; the file holds the value of batch b, row r, column c at offset 8*r + c of the output (in batch 0 " \
         "whatever b" in found.lines[0], found.lines[0]

@@ -34,18 +34,18 @@ def ctx(tmp_path, monkeypatch):
     return c
 
 
-def runs_giving(monkeypatch, with_nan, with_value, built=BUILT, filled=True):
+def runs_giving(monkeypatch, ctx, with_nan, with_value, built=BUILT, filled=True):
     """The poisoned runs give with_nan, then with_value (the layer's fill whole or not); the run as
     built gives built."""
     given = [with_nan, with_value]
     monkeypatch.setattr(shared_poison, "poisoned", lambda ctx, value: (given.pop(0), filled))
-    monkeypatch.setattr(shared_poison, "run_once", lambda *args: (None, built))
+    monkeypatch.setattr(ctx, "run_trial", lambda program, name: (None, built))
 
 
 def test_nan_where_there_was_none_names_shared_memory_read_before_it_was_written(ctx, monkeypatch):
     with_nan = BUILT.copy()
     with_nan[0, :2] = np.nan
-    runs_giving(monkeypatch, with_nan, BUILT + 1)
+    runs_giving(monkeypatch, ctx, with_nan, BUILT + 1)
     step = shared_poison.UnwrittenShared()
     assert step.applies(ctx)
     [found] = step.run(ctx)
@@ -58,7 +58,7 @@ def test_nan_where_there_was_none_names_shared_memory_read_before_it_was_written
 
 
 def test_an_output_the_fill_leaves_alone_claims_nothing(ctx, monkeypatch):
-    runs_giving(monkeypatch, BUILT.copy(), BUILT.copy())
+    runs_giving(monkeypatch, ctx, BUILT.copy(), BUILT.copy())
     assert shared_poison.UnwrittenShared().run(ctx) == []
     assert ctx.done[-1].startswith("the same output with shared memory filled with NaN and with 1000")
 
@@ -67,14 +67,14 @@ def test_nan_as_built_too_is_not_counted(ctx, monkeypatch):
     """A NaN the program writes anyway is not the fill's: only what changes counts."""
     built = BUILT.copy()
     built[0, 0] = np.nan
-    runs_giving(monkeypatch, built.copy(), built.copy(), built=built)
+    runs_giving(monkeypatch, ctx, built.copy(), built.copy(), built=built)
     assert shared_poison.UnwrittenShared().run(ctx) == []
 
 
 def test_noise_under_the_tolerance_is_no_change_and_a_fill_not_whole_is_said(ctx, monkeypatch):
     """A program whose last bits change from run to run (float atomics' order): not a read of
     unwritten shared memory; where the layer could not fill it all, the unchanged output says so."""
-    runs_giving(monkeypatch, BUILT + 6e-8, BUILT - 6e-8, filled=False)
+    runs_giving(monkeypatch, ctx, BUILT + 6e-8, BUILT - 6e-8, filled=False)
     assert shared_poison.UnwrittenShared().run(ctx) == []
     assert ctx.done[-1].endswith("(fa's launch layer could not fill all of it: see its lines on stderr)")
 
@@ -84,14 +84,14 @@ def test_nan_that_spreads_where_a_finite_value_changes_nothing_is_no_cause(ctx, 
     said as observed, and the probes still run (no cause)."""
     with_nan = BUILT.copy()
     with_nan[0, 0] = np.nan
-    runs_giving(monkeypatch, with_nan, BUILT.copy())
+    runs_giving(monkeypatch, ctx, with_nan, BUILT.copy())
     [found] = shared_poison.UnwrittenShared().run(ctx)
     assert found.kind == Kind.OBSERVED and not found.is_cause
     assert "a finite value there changes nothing: not what makes the output wrong" in found.lines[0]
 
 
 def test_a_run_with_no_output_claims_nothing(ctx, monkeypatch):
-    runs_giving(monkeypatch, None, BUILT)
+    runs_giving(monkeypatch, ctx, None, BUILT)
     [found] = shared_poison.UnwrittenShared().run(ctx)
     assert found.kind == Kind.OBSERVED and "no claim" in found.lines[0]
 

@@ -21,11 +21,10 @@ from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
 from .probes.layout import moved
 from .race_check import applies as student_gpu_program
-from .reruns import over, run_once
+from .reruns import over
 from .slow_device import layered, with_setting
 from .steps import Context, Step
 
-RUN_TIMEOUT_S = 30.0
 NOT_KEPT = "fa-launch: FA_COPIED_BACK: "  # the layer's line where a copy was not kept
 COVERED = 0.99  # of the right output, placed by copies that hold it: the copies hold the right output
 # the lines the claim points at: what writes the output file, then what copies back
@@ -103,8 +102,7 @@ class CopiedBack(Step):
         if not ctx.starting(f"every copy from the device kept, on {case.label}"):
             return []
         program = with_setting(ctx.program, settings.copied_back(str(folder)))
-        result, out = run_once(program, case, ctx.work / "copied.out", ctx.launcher,
-                               min(RUN_TIMEOUT_S, ctx.budget.left))
+        result, out = ctx.run_trial(program, "copied.out")
         if out is None:  # its judged run wrote an output of the right size: this run failed on its own
             ctx.done.append(f"the run with every copy from the device kept wrote no output of the right size on "
                             f"{case.label} ({result.error or 'another size'}): no claim from it")

@@ -21,12 +21,11 @@ from .. import settings
 from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
 from .race_check import applies as student_gpu_program
-from .reruns import over, run_once
+from .reruns import over
 from .slow_device import layered, with_setting
 from .steps import Context, Step
 
 POISON_VALUE = 1000.0  # far outside the course's values of Q, K and V (within [-3, 3])
-RUN_TIMEOUT_S = 30.0
 NOT_FILLED = "fa-launch: FA_SHARED_POISON: "  # the layer's line where a fill failed or was partial
 SHARED_ARRAY = re.compile(r"__shared__\s+(?:[\w:<>]+\s+)+?(\w+)\s*\[")  # static or extern shared arrays
 
@@ -35,8 +34,7 @@ def poisoned(ctx: Context, value: str) -> tuple[np.ndarray | None, bool]:
     """The program's output on the trial case with shared memory filled with `value` first, and
     whether fa's launch layer filled it whole (it says on stderr where it could not)."""
     program = with_setting(ctx.program, settings.shared_poison(value))
-    result, got = run_once(program, ctx.trial, ctx.work / "poisoned.out", ctx.launcher,
-                           min(RUN_TIMEOUT_S, ctx.budget.left))
+    result, got = ctx.run_trial(program, "poisoned.out")
     return got, NOT_FILLED not in (result.stderr if result is not None else "")
 
 
@@ -76,8 +74,7 @@ class UnwrittenShared(Step):
             whole = whole and filled
         if not ctx.starting(f"as built, on {ctx.trial.label}"):
             return []
-        _, built = run_once(ctx.program, ctx.trial, ctx.work / "built.out", ctx.launcher,
-                            min(RUN_TIMEOUT_S, ctx.budget.left))
+        _, built = ctx.run_trial(ctx.program, "built.out")
         with_nan, with_value = outputs
         if built is None or with_nan is None or with_value is None:
             return [Finding(Kind.OBSERVED, ["shared memory filled before each launch: a run wrote no output of the "

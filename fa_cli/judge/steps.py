@@ -18,6 +18,7 @@ from ..cases.format import Shape, open_output
 from ..programs import programs
 from ..programs.programs import Launcher, Program
 from .findings import Finding, Kind
+from .reruns import run_once
 from .tool_logs import Budget
 
 RUN_TIMEOUT_S = 30.0  # one probe run at most (a probe input is small: seconds even for a slow program)
@@ -101,6 +102,12 @@ class Context:
             return False
         self.say(f"why {self.case_label}: {what} ({self.budget.used:.0f} s of {self.budget.seconds:g} s)")
         return True
+
+    def run_trial(self, program: Program, name: str):
+        """(the run's result, its output on the trial case, None where it wrote none of the right
+        size): the program, or a variant of it (a setting, the device made slower), within
+        RUN_TIMEOUT_S and the budget; the output at WORK/NAME."""
+        return run_once(program, self.trial, self.work / name, self.launcher, min(RUN_TIMEOUT_S, self.budget.left))
 
     def on_node(self, argv: list[str]) -> list[str]:
         """A tool's command where the program runs: here, or on a cluster node through srun."""
