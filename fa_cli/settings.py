@@ -17,6 +17,8 @@ commands); child processes still get the whole environment (os.environ passed on
                      the GPU through it, a timed run alone (programs/gpu_turns.py)
     FA_GPU_SHARES    a log's path: how many searches for a cause fa class runs at once, from which
                      each one's budget counts its share of the time (programs/gpu_shares.py)
+    FA_MATH_THREADS  set by fa class for each fa run side by side: the threads NumPy's math library
+                     may use in that fa (its share of the cores); read by fa, not by a program
     FA_DEVICE_DELAY_MS  set by fa for a student's program under its launch layer: the device made
                      slower (judge/slow_device.py; read by src_cuda/launch_log.h)
     CUDA_LAUNCH_BLOCKING, FA_COPIES_WAITED  set by fa for a student's failing GPU program: every
@@ -108,6 +110,17 @@ def gpu_shares() -> str | None:
 def gpu_shares_through(path: str) -> dict[str, str]:
     """The environment that has a search fa class starts count its budget by its share of PATH's log."""
     return {"FA_GPU_SHARES": path}
+
+
+def math_threads() -> int | None:
+    """FA_MATH_THREADS, where it is a positive number."""
+    text = os.environ.get("FA_MATH_THREADS", "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def math_threads_through(threads: int) -> dict[str, str]:
+    """The environment that limits the math library's threads of an fa process fa class starts."""
+    return {"FA_MATH_THREADS": str(threads)}
 
 
 def launches_waited(copies: bool = True) -> tuple[str, ...]:

@@ -427,3 +427,19 @@ def test_a_timed_half_holds_for_its_submission_cases_fa_and_sandbox_only(tmp_pat
     assert json.loads(new[0].read_text())["saved"] and judging.timed_before(tmp_path, task, ["t01", "t02"], True)
     judging.time_cases(tmp_path, task, ["t01", "t02"], 4.0, True)
     assert timed == [["t01", "t02"]]  # kept for these cases: not timed twice
+
+
+def test_each_fa_run_side_by_side_gets_its_share_of_the_cores_for_numpys_math(tmp_path, monkeypatch):
+    """A dozen searches side by side, each with NumPy's math library on every core, would leave the
+    sanitizers beside them none: each fa run fa class starts gets cores / side by side (1 at least)."""
+    task = judging.Task(submissions.Submission("ann", tmp_path, {"hw4.cpp": "00"}, "ab" * 32), tmp_path / "hw4.cpp")
+    seen = []
+
+    def run_tool(argv, env, **kwargs):
+        seen.append(env["FA_MATH_THREADS"])
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    monkeypatch.setattr(judging, "run_tool", run_tool)
+    monkeypatch.setattr(judging, "cores", lambda: 16)
+    for at_once in (1, 4, 12, 32):
+        judging._fa_run(tmp_path, task, ["t01"], 4.0, True, ["--from-judged", str(tmp_path / "state")], None, at_once)
+    assert seen == ["16", "4", "1", "1"]

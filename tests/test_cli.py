@@ -225,3 +225,19 @@ def test_compare_says_hip_runs_on_nvidia_are_not_amd_figures(tmp_path):
     amd = {**base, "program": "hip", "device": "AMD Instinct MI210"}
     assert "not AMD measurements" in compare.amd_note([cuda, nvidia_hip]) and "ESTIMATE" in compare.amd_note([nvidia_hip])
     assert compare.amd_note([cuda]) is None and compare.amd_note([cuda, nvidia_hip, amd]) is None
+
+
+def test_fa_math_threads_limits_numpys_math_library_in_that_fa():
+    """fa class gives each fa run side by side its share of the cores (FA_MATH_THREADS): the limit
+    reaches the math library NumPy loaded in that fa, and without it the library keeps its own."""
+    show = ("from fa_cli.commands import main\nfrom threadpoolctl import threadpool_info\n"
+            "try:\n    main(['gen', '--help'], prog_name='fa')\nexcept SystemExit:\n    pass\n"
+            "print(*sorted({i['num_threads'] for i in threadpool_info()}))")
+
+    def threads(**env):
+        base = {k: v for k, v in os.environ.items() if k != "FA_MATH_THREADS"}
+        out = subprocess.run([sys.executable, "-c", show], env=base | env, capture_output=True, text=True, check=True)
+        return out.stdout.split()[-1]
+    assert threads(FA_MATH_THREADS="1") == "1"
+    assert threads(FA_MATH_THREADS="1", OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="2") == "1"
+    assert threads(OPENBLAS_NUM_THREADS="2", OMP_NUM_THREADS="2") == "2"  # without it: what the library took

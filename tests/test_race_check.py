@@ -91,7 +91,8 @@ def test_on_the_emulation_a_hazard_with_no_source_line_is_not_said_as_the_progra
 
 def test_a_passing_build_is_checked_at_each_d_that_passed_until_one_reports(tmp_path, sanitizer_saying):
     """A race that needs d = 64's block to show: a build whose d = 32 and d = 64 cases passed is
-    checked at both (four tools each, each kept); a hazard at the first d ends the check there."""
+    checked at both (the four tools at the first, racecheck at the second, each kept); a hazard at
+    the first d ends the check there."""
     from types import SimpleNamespace
     from fa_cli.cases.format import Shape
     from fa_cli.judge.steps import Context
@@ -106,12 +107,16 @@ def test_a_passing_build_is_checked_at_each_d_that_passed_until_one_reports(tmp_
         return program, race_check.PassingBuild().run(ctx)
     calls = sanitizer_saying("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
     program, found = passing_build("clean at both d")
-    assert calls() == 8 and not any(f.kind == Kind.WARNING for f in found), found
-    assert race_check.cache_file(program, 32).exists() and race_check.cache_file(program, 64).exists()
+    assert calls() == 5 and not any(f.kind == Kind.WARNING for f in found), found
+    assert race_check.cache_file(program, 32).exists() and race_check.cache_file(program, 64, tools=("racecheck",)).exists()
     calls = sanitizer_saying(RACECHECK_LOG)
     program, found = passing_build("racy at d = 32")
     assert calls() == 4 and any(f.kind == Kind.WARNING and "d=32" in f.lines[0] for f in found)
-    assert not race_check.cache_file(program, 64).exists()
+    assert not race_check.cache_file(program, 64, tools=("racecheck",)).exists()
+    results[2] = SimpleNamespace(verdict="PASS", target=SimpleNamespace(name="t2", shape=Shape(2, 200, 64)))
+    calls = sanitizer_saying("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+    program, found = passing_build("a partial tile at d = 64")  # memcheck joins racecheck there
+    assert calls() == 6 and race_check.cache_file(program, 64, 200, ("racecheck", "memcheck")).exists()
 
 
 def test_memcheck_runs_on_a_passing_cases_partial_tile_n_and_its_report_is_a_warning(tmp_path, sanitizer_saying):

@@ -221,7 +221,7 @@ def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: flo
     argv = [sys.executable, "-m", "fa_cli", "run", *cases, "--program", str(task.source), "--keep-inputs",
             "-o", str(results), *half, *(["--sandbox"] if sandboxed else [])]
     # its words into pipes, unfolded (no COLUMNS): each message one line, as the cause column takes it
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | (beside or {})
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | threads_each(at_once) | (beside or {})
     try:
         # side by side, a run may wait for each of the others' turns as long as for its own
         wall = (2 * time_limits_s + WALL_MARGIN_S) * at_once
@@ -233,6 +233,13 @@ def _fa_run(class_folder: Path, task: Task, cases: list[str], time_limits_s: flo
         results.unlink(missing_ok=True)
     return dict(exit_code=proc.returncode, runs=runs, words=proc.stdout, errors=proc.stderr,
                 seconds=round(time.monotonic() - start, 1))
+
+
+def threads_each(at_once: int) -> dict[str, str]:
+    """The environment that gives each of at_once fa runs side by side its share of the cores for
+    NumPy's math library (which takes every core by default: a dozen searches each spinning up as
+    many threads as cores leave none for the compute-sanitizer processes beside them)."""
+    return settings.math_threads_through(max(1, cores() // max(1, at_once)))
 
 
 def tasks_of(submissions: list[Submission]) -> list[Task]:

@@ -40,6 +40,10 @@ class FaGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         signal.signal(signal.SIGTERM, raise_terminated)
+        if (threads := settings.math_threads()) is not None:  # fa class's share of the cores for this fa
+            import numpy  # noqa: F401  (loaded first: the limit reaches only the libraries loaded)
+            from threadpoolctl import threadpool_limits
+            threadpool_limits(threads)
         if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored
             signal.signal(signal.SIGHUP, raise_terminated)
         try:

@@ -48,10 +48,12 @@ def build_file(program: Program, folder: str, name: str) -> Path:
     return locations.cache_dir() / folder / f"{digest}-{name}.json"
 
 
-def cache_file(program: Program, d: int, memcheck_n: int = RACE_N) -> Path:
-    """Named by the build, d and memcheck's N (a check of three tools, kept before memcheck joined
-    them, is not taken for one of four)."""
-    return build_file(program, "race-check", f"d{d}-memcheck-n{memcheck_n}")
+def cache_file(program: Program, d: int, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS)) -> Path:
+    """Named by the build, d, the tools and memcheck's N (a check of three tools, kept before memcheck
+    joined them, is not taken for one of four)."""
+    name = f"d{d}-memcheck-n{memcheck_n}" if tools == tuple(TOOLS) else \
+        "-".join([f"d{d}", *tools] + ([f"n{memcheck_n}"] if "memcheck" in tools else []))
+    return build_file(program, "race-check", name)
 
 
 def kept_findings(path: Path) -> list[Finding] | None:
@@ -72,10 +74,10 @@ def check_case(work: Path, d: int, N: int = RACE_N) -> TrialCase:
 
 
 def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: Callable[[str], None],
-          budget: Budget, memcheck_n: int = RACE_N) -> list[Finding]:
-    """racecheck, synccheck and initcheck on a RACE_B x RACE_N x d input, memcheck beside them on
-    RACE_B x memcheck_n x d, or what was kept of an earlier check of the same build."""
-    kept = cache_file(program, d, memcheck_n)
+          budget: Budget, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS)) -> list[Finding]:
+    """The tools (of racecheck, synccheck, initcheck) on a RACE_B x RACE_N x d input, memcheck beside
+    them on RACE_B x memcheck_n x d, or what was kept of an earlier check of the same build."""
+    kept = cache_file(program, d, memcheck_n, tools)
     if (found := kept_findings(kept)) is not None:
         return found
     if find_tool("compute-sanitizer") is None:
@@ -85,16 +87,18 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     case, shape = trial.input_path, trial.shape
     lined = with_lines(program)
     if budget.left < 1:
-        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} not run: {budget.left:.0f} s left of "
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(tools)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
     memchecked = check_case(work, d, memcheck_n)
-    say(f"race check: compute-sanitizer's racecheck, synccheck, initcheck on {shape} and memcheck on "
-        f"{memchecked.shape}, side by side (once per build and d)")
+    on_case = [tool for tool in tools if tool != "memcheck"]
+    say(f"race check: compute-sanitizer's {', '.join(on_case)} on {shape}"
+        + (f" and memcheck on {memchecked.shape}" if "memcheck" in tools else "")
+        + (", side by side" if len(tools) > 1 else "") + " (once per build and d)")
     timeout = min(TOOL_TIMEOUT_S, budget.left)
-    reports = sanitize_side_by_side(tuple(TOOLS), lined.argv, case, work, timeout, (launcher or Launcher()).wrap,
+    reports = sanitize_side_by_side(tools, lined.argv, case, work, timeout, (launcher or Launcher()).wrap,
                                     inputs=dict(memcheck=memchecked.input_path))
     if all(said.checked_nothing for said in reports):  # said once
-        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(TOOLS)} checked nothing on {shape}: "
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(tools)} checked nothing on {shape}: "
                                             f"{NO_CUDA_CALL_SAID}"])]
     placed_in = program.source.name if wave64.emulates(program.source) else None
     found = [finding for said in reports
@@ -141,9 +145,11 @@ def keep(path: Path, found: list[Finding]) -> None:
 
 class PassingBuild(Step):
     """The check for a run's program where a case passed (or --why named one), once a build and d:
-    at the d of the first such case (the --why case's first), then at each other d that passed,
-    until one reports a hazard (a race may need d = 64's block or tile to show); memcheck on a
-    passing case's N where one is a multiple of no tile (a partial last tile), else on RACE_N.
+    the four tools at the d of the first such case (the --why case's first), then racecheck at each
+    other d that passed, until one reports a hazard (a race may need d = 64's block or tile to
+    show; the other tools' findings seldom depend on d, and each run of theirs costs a class's
+    searches as much as a racecheck's); memcheck on a passing case's N where one is a multiple of no
+    tile (a partial last tile), else on RACE_N, and at a later d too where it has such an N.
     Each tool gets TOOL_TIMEOUT_S at most, and no more than the investigation's budget has left."""
 
     name = "the race check of a passing build"
@@ -159,11 +165,12 @@ class PassingBuild(Step):
     def run(self, ctx: Context) -> list[Finding]:
         found: list[Finding] = []
         passed = self.passed(ctx)
-        for d in dict.fromkeys(r.target.shape.d for r in passed):
+        for i, d in enumerate(dict.fromkeys(r.target.shape.d for r in passed)):
             # memcheck where a case of this d passed with a partial last tile (N a multiple of no tile of 16
             # or more), else at RACE_N: the course's N are powers of 2, and a program may rely on that
             n = next((r.target.shape.N for r in passed if r.target.shape.d == d and r.target.shape.N % 16), RACE_N)
-            found += check(ctx.program, d, ctx.launcher, ctx.work, ctx.say, ctx.budget, n)
+            tools = tuple(TOOLS) if i == 0 else ("racecheck",) + (("memcheck",) if n != RACE_N else ())
+            found += check(ctx.program, d, ctx.launcher, ctx.work, ctx.say, ctx.budget, n, tools)
             if any(f.kind in (Kind.WARNING, Kind.MISSING_TOOL) for f in found):
                 break  # a hazard said, or a tool that could not say: the other d adds nothing sure
         return found

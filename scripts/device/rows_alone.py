@@ -48,7 +48,7 @@ def near_limit(in_class: str, alone: str, limit: float | None) -> bool:
 
 def alone_record(folder: Path, student: str, class_record: dict) -> dict:
     """fa run's results for one student, as a class record holds them."""
-    code, seconds = (folder / f"{student}.rc").read_text().split()
+    code, seconds = (folder / f"{student}.rc").read_text().split()[:2]  # then the GPU, where said
     return dict(class_record, runs=records.load(folder / f"{student}.json"), exit_code=int(code),
                 words=(folder / f"{student}.words").read_text(errors="replace"),
                 errors=(folder / f"{student}.errors").read_text(errors="replace"), seconds=float(seconds))

@@ -3,7 +3,11 @@
 # give a passing CUDA program: racecheck, synccheck, initcheck on 2x256xd, memcheck on 2x200xd, at
 # each d): wall seconds and the CPU seconds (user + system) of each compute-sanitizer run alone,
 # then the four side by side. CPU seconds near wall seconds mean a run is held by the host's CPU,
-# not the GPU. Usage: sanitizer_cost.sh SOURCE.cu [D...] (default d: 32 64). Log: $OUT/sanitizer-cost.log.
+# not the GPU. With SIDE_BY_SIDE=K (a list: SIDE_BY_SIDE="1 6 12"), then K of those four-tool groups side by side
+# at the first d, as K programs' checks meet in fa class's searches: near K times one group's wall
+# means the runs are served one after another (the GPU's time slices or the host), near one group's
+# wall means they share well. Usage: sanitizer_cost.sh SOURCE.cu [D...] (default d: 32 64).
+# Log: $OUT/sanitizer-cost.log.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 source_file=$1; shift
@@ -30,6 +34,25 @@ ds=("$@"); [ ${#ds[@]} -gt 0 ] || ds=(32 64)
     done
     wait
     echo "d=$d the four side by side: wall $(( ($(date +%s%N) - start) / 1000000 )) ms"
+  done
+  for k in ${SIDE_BY_SIDE:-}; do
+    d=${ds[0]}; start=$(date +%s%N); TIMEFORMAT="$k groups of four side by side at d=$d: wall %R s, cpu %U + %S s"
+    time {
+      for i in $(seq "$k"); do
+        for tool in racecheck synccheck initcheck memcheck; do
+          n=$([ $tool = memcheck ] && echo 200 || echo 256)
+          "$sanitizer" --tool $tool --print-limit 100 "$work/prog" "$work/2x${n}x$d.in" "$work/g$i-$tool" >/dev/null 2>&1 &
+        done
+      done
+      wait
+    }
+    TIMEFORMAT="$k racechecks side by side at d=$d: wall %R s, cpu %U + %S s"
+    time {
+      for i in $(seq "$k"); do
+        "$sanitizer" --tool racecheck --print-limit 100 "$work/prog" "$work/2x256x$d.in" "$work/r$i" >/dev/null 2>&1 &
+      done
+      wait
+    }
   done
   echo "cores: $(nproc)"
 } 2>&1 | tee "$OUT/sanitizer-cost.log"
