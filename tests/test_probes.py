@@ -1178,3 +1178,17 @@ def test_acc_rescaled_twice_a_tile_is_found_with_its_tile():
     W = acc / l[:, None]
     step, words, tiles = softmax_steps.search(W[None], s[None])
     assert step == "output" and words.startswith("acc = acc * alpha * alpha + p V") and tiles == [64], (step, words, tiles)
+
+
+def test_weights_of_either_sign_fit_no_factor_model_and_warn_nothing():
+    """W with negative values (l summed from the scores, not the weights: held-out set24's y10) is
+    no factor of P: each factor model says so, without NumPy's warnings in fa's words."""
+    import warnings
+    rng = np.random.default_rng(1)
+    P = rng.random((2, 8, 16))
+    P /= P.sum(axis=2, keepdims=True)
+    W, s = P * rng.normal(size=P.shape) * 3, rng.normal(size=P.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert factors.per_row_factor(W, P, s) is None and factors.logit_slope(W, s, 32) is None
+        assert factors.weights_as_scores(W, P) is None

@@ -29,7 +29,7 @@ def runs_giving(monkeypatch, outputs, built=None):
     runs with a setting give `outputs` in turn, runs as built `built` in turn."""
     called, given = [], {(): list(built or []), "set": list(outputs)}
 
-    def outputs_of(ctx, program, case, runs, what, counted=True):
+    def outputs_of(ctx, program, case, runs, what, counted=True, first=1, of=None):
         setting = program.interpreter[1:]
         called.append((setting, runs))
         queue = given[() if not setting else "set"]
@@ -115,3 +115,34 @@ def test_slowed_runs_that_differ_are_said_without_a_claim(ctx, monkeypatch):
     runs_giving(monkeypatch, [RIGHT + 1, RIGHT + 2, RIGHT + 1])
     [found] = slow_device.SlowerThanHost().run(ctx)
     assert found.kind == Kind.OBSERVED and "outputs that differ" in found.lines[0]
+
+
+def passing(ctx, monkeypatch, tmp_path):
+    """ctx as the run's step sees it: a case of d = 32 passed; the race check's input stubbed."""
+    from types import SimpleNamespace
+    from fa_cli.cases.format import Shape
+    ctx.results = [SimpleNamespace(verdict="PASS", target=SimpleNamespace(name="t01", shape=Shape(1, 4, 2)))]
+    monkeypatch.setattr(slow_device, "layered", lambda program: True)
+    monkeypatch.setattr(slow_device, "check_case", lambda work, d: TrialCase("B=1, N=4, d=2", tmp_path / "x.in",
+                                                                             None, RIGHT))
+    return slow_device.SlowDevice()
+
+
+def test_a_passing_build_right_slowed_takes_one_run_each_way(ctx, monkeypatch, tmp_path):
+    """A class runs this for every passing program: right as built and slowed is two runs, no claim."""
+    step = passing(ctx, monkeypatch, tmp_path)
+    called = runs_giving(monkeypatch, [RIGHT], built=[RIGHT])
+    assert step.applies(ctx) and step.run(ctx) == []
+    assert [runs for _, runs in called] == [1, 1]
+
+
+def test_a_passing_build_wrong_slowed_is_run_again_each_way_before_the_warning(ctx, monkeypatch, tmp_path):
+    step = passing(ctx, monkeypatch, tmp_path)
+    called = runs_giving(monkeypatch, [RIGHT + 1, RIGHT + 1], built=[RIGHT, RIGHT])
+    [found] = step.run(ctx)
+    assert [runs for _, runs in called] == [1, 1, 1, 1]
+    assert found.kind == Kind.WARNING and "wrong in 2 of 2 runs" in found.lines[0]
+    assert "as built it is right in 2 of 2" in found.lines[0]
+    called = runs_giving(monkeypatch, [RIGHT + 1, RIGHT], built=[RIGHT, RIGHT])  # wrong once slowed, then right
+    [found] = step.run(ctx)
+    assert found.kind == Kind.OBSERVED and "in 1 of 2 runs" in found.lines[0] and len(called) == 4

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# On the device: what one passing build's check costs, tool by tool (the check fa run and fa class
-# give a passing CUDA program: racecheck, synccheck, initcheck on 2x256xd, memcheck on 2x200xd, at
-# each d): wall seconds and the CPU seconds (user + system) of each compute-sanitizer run alone,
-# then the four side by side. CPU seconds near wall seconds mean a run is held by the host's CPU,
-# not the GPU. With SIDE_BY_SIDE=K (a list: SIDE_BY_SIDE="1 6 12"), then K of those four-tool groups side by side
-# at the first d, as K programs' checks meet in fa class's searches: near K times one group's wall
-# means the runs are served one after another (the GPU's time slices or the host), near one group's
-# wall means they share well. Usage: sanitizer_cost.sh SOURCE.cu [D...] (default d: 32 64).
-# Log: $OUT/sanitizer-cost.log.
+# On the device: what a passing build's check costs, tool by tool (racecheck, synccheck, initcheck
+# on 2x256xd and memcheck on 2x200xd, a partial tile's N, at each d given): wall seconds and the CPU
+# seconds (user + system) of each compute-sanitizer run alone, then the four side by side. CPU
+# seconds near wall seconds mean a run is held by the host's CPU, not the GPU. With SIDE_BY_SIDE=K
+# (a list: SIDE_BY_SIDE="1 4 12"), then at the first d K of those four-tool groups side by side, K
+# plain runs, K racechecks, as K programs' checks meet in fa class's searches: near K times one's
+# wall means they are served one after another (the GPU's time slices, the driver or the host),
+# near one's wall that they share well (each plain run starts a CUDA context of its own, as every
+# run of a search does). Set CUDA_VISIBLE_DEVICES as fa class's runs have it.
+# Usage: sanitizer_cost.sh SOURCE.cu [D...] (default d: 32 64). Log: $OUT/sanitizer-cost.log.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 source_file=$1; shift
@@ -44,6 +45,11 @@ ds=("$@"); [ ${#ds[@]} -gt 0 ] || ds=(32 64)
           "$sanitizer" --tool $tool --print-limit 100 "$work/prog" "$work/2x${n}x$d.in" "$work/g$i-$tool" >/dev/null 2>&1 &
         done
       done
+      wait
+    }
+    TIMEFORMAT="$k plain runs side by side at d=$d: wall %R s, cpu %U + %S s"
+    time {
+      for i in $(seq "$k"); do "$work/prog" "$work/2x256x$d.in" "$work/p$i" >/dev/null 2>&1 & done
       wait
     }
     TIMEFORMAT="$k racechecks side by side at d=$d: wall %R s, cpu %U + %S s"

@@ -97,8 +97,9 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     with np.errstate(divide="ignore", invalid="ignore"):
         logr = np.where(use & (W > 0), np.log(W / P), np.where(use, -np.inf, np.nan))
     weighed = (use & (W > 0)).sum(axis=2)
-    hi, lo = np.nanmax(logr, axis=2), np.nanmin(logr, axis=2)
-    fits = (hi - lo <= FLAT) & (weighed >= 2)
+    with np.errstate(invalid="ignore"):  # W negative (no weight): its row's ratios inf - inf, no fit
+        hi, lo = np.nanmax(logr, axis=2), np.nanmin(logr, axis=2)
+        fits = (hi - lo <= FLAT) & (weighed >= 2)
     if np.isnan(hi).any() or np.mean(fits) < FIT_SHARE:
         return None
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
@@ -335,7 +336,7 @@ def power_of(name: str, p: int) -> str:
 
 def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None:
     """log W_ij = a s_ij + c_i: the factor a on the logits, where it fits."""
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # W of 0 or negative: no logit, unused
         y = np.log(W)
     use = np.isfinite(y) & (W > TINY_WEIGHT)
     if use.mean() < 0.5:
@@ -366,7 +367,7 @@ def weights_as_scores(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
         return None
     for which, p in (("exp(s - m), before the division by l", P / P.max(axis=2, keepdims=True)),
                      ("P, after the division by l", P)):
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # W of 0 or negative: no fit
             y = np.log(W) - p
         if np.isfinite(y).all() and np.mean(np.ptp(y, axis=2) <= 1e-3) >= FIT_SHARE:  # one constant a row
             return (f"log W = p + a constant per row, p the right weights ({which}): the exponential taken of the "
