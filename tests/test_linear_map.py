@@ -304,6 +304,21 @@ def test_v_rows_weighed_with_another_keys_weight_are_said_by_their_map():
     assert linear_map.pairing.rows_weighed(P, P) is None
 
 
+def test_v_rows_met_with_the_tile_befores_keys_are_said_by_their_map():
+    """A K tile loaded one tile late (a register prefetch of the current tile where the next belongs:
+    held-out set24's y07): from the second tile of 32 on, key k is scored with K's row k - 32 and
+    meets V's row k; l over those weights."""
+    n = 128
+    q, k = (RNG.uniform(-3, 3, size=(n, D)).astype(np.float32) for _ in range(2))
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    kk = np.arange(n)
+    late = np.where(kk < 32, kk, kk - 32)
+    e = np.exp(logits(q[None], k[None])[0].astype(np.float64))
+    said = linear_map.pairing.rows_weighed(e[:, late] / e[:, late].sum(axis=1, keepdims=True), P)
+    assert "V's row k weighed with key f(k)'s weight: key k - 32 from the second tile of 32 on" in said, said
+    assert "a prefetch of the current tile where the next belongs" in said
+
+
 def test_columns_left_undivided_by_l_are_said_by_their_columns():
     """A warp per row whose lane stores o0 / l for dim lane and o1 (never divided) for dim lane + 32:
     at d = 64, columns 32..63 hold P times l, columns 0..31 are right."""

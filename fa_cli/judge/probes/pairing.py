@@ -258,3 +258,9 @@ def row_maps(N: int):
                 yield (f"key k0 + min(k - k0, {h}) of its tile of {T} (V rows k0 + {h} .. k0 + {T - 1} all take key "
                        f"k0 + {h}'s weight: the lanes from {h} on share one lane's index, as a lane index that "
                        f"counts only the lower {h} lanes gives them)"), k0 + np.minimum(kk, h)
+    for T in (16, 32, 64, 128):
+        if T < N:
+            yield (f"key k - {T} from the second tile of {T} on (V row k of tile t >= 1 takes key k - {T}'s weight: "
+                   f"each tile's V met with the tile before's K, as a K tile loaded one tile late gives: a prefetch "
+                   f"of the current tile where the next belongs, or K's buffers swapped without V's)"), \
+                np.where(k < T, k, k - T)
