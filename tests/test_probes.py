@@ -1192,3 +1192,20 @@ def test_weights_of_either_sign_fit_no_factor_model_and_warn_nothing():
         warnings.simplefilter("error")
         assert factors.per_row_factor(W, P, s) is None and factors.logit_slope(W, s, 32) is None
         assert factors.weights_as_scores(W, P) is None
+
+
+def test_a_sum_of_the_scores_where_the_weights_belong_is_named_with_its_tile():
+    """l += the butterfly of the tile's scores, not its weights (held-out set24's y10, tiles of 64):
+    W = P times a factor per row, negative in some; the factor is the right l over that sum."""
+    rng = np.random.default_rng(5)
+    B, N, d, T = 2, 128, 32, 64
+    q, k = (rng.normal(size=(B, N, d)) for _ in range(2))
+    s = logits(q, k)
+    P = softmax_rows(s)
+    _, running, final, _ = factors.tile_maxima(s, T)
+    l_scores = (s.reshape(B, N, N // T, T).sum(axis=3) * np.exp(running - final)).sum(axis=2)
+    W = np.exp(s - s.max(axis=-1, keepdims=True)) / l_scores[..., None]
+    said, fields = factors.signed_row_factor(W, P, s)
+    assert "negative in" in said and "the scores' sum, key tiles of 64, rescaled as l is" in said, said
+    assert fields["sum_tile"] == 64
+    assert factors.signed_row_factor(P * 2.0, P, s) is None  # a positive factor: per_row_factor's

@@ -99,3 +99,23 @@ def test_the_step_names_q_read_at_a_pitch_where_rows_alike_in_q_scored_otherwise
     assert "every term fits rows read at a pitch of 33 floats (d +1): q[r, x] taken from Q's flat element r*33 + x" \
         in found.lines[0]
     assert found.lines[-1] == "lines with Q's index in hw4.cu: 2 `float qi = q[row * (D + 1) + x];`"
+
+
+def test_a_threads_second_row_scored_with_its_first_rows_q_is_named():
+    """A thread owning rows q0 + t and q0 + 64 + t (blocks of 128) that gives the second row the
+    first one's scores (held-out set24's y04 gives it the first one's weights): rows 64..127 of every
+    128 take row r - 64's Q; the rows of the first half are right. Any other set of wrong rows is not
+    this reading."""
+    def second_from_first(b, q):
+        read = q[b].copy()
+        for q0 in range(0, N, 128):
+            read[q0 + 64:q0 + 128] = q[b][q0:q0 + 64]
+        return read
+    found = read_back(second_from_first)
+    right = found == np.arange(found.size).reshape(found.shape)
+    said = query_inputs.second_rows_take_the_first(found, right, N, D)
+    assert said.startswith("rows q0 + 64 .. q0 + 127 of every 128 are wrong, and each of their terms that lands on Q "
+                           "(100%) takes row r - 64's own element"), said
+    shifted = read_back(lambda b, q: np.roll(q[b], 64, axis=0))  # every row another's: not a thread's two rows
+    assert query_inputs.second_rows_take_the_first(
+        shifted, shifted == np.arange(shifted.size).reshape(shifted.shape), N, D) is None

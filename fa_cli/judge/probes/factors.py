@@ -148,6 +148,44 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             "look at how l is summed"), fields
 
 
+SIGNED_RTOL = 1e-2  # a row's W / P within 1% of its median: one factor, of either sign
+
+
+def signed_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
+    """W = f_i P with factors of either sign, some negative: the right weights divided by a sum l
+    that no sum of weights (each positive) gives; the scores summed where the weights belong (l +=
+    the tile's sum of s, rescaled as l is), over the tiles tried, where that fits."""
+    if not (W < 0).any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row with no key where P > 1e-6: no factor
+        r = np.where(P > 1e-6, W / P, np.nan)
+        f = np.nanmedian(r, axis=2)
+        fits = np.nanmax(np.abs(r - f[..., None]), axis=2) <= SIGNED_RTOL * np.abs(f)
+    if np.mean(fits) < FIT_SHARE or not (f[fits] < 0).any():
+        return None
+    fitted = f[fits]
+    fields = dict(row_factor=[float(fitted.min()), float(fitted.max())], negative_rows=int((fitted < 0).sum()))
+    said = (f"W = f P with one factor f per row, of either sign (f from {span(fitted)}, negative in "
+            f"{int((fitted < 0).sum())} of {fitted.size} rows): the right weights divided by a sum l that is negative "
+            "in some rows, which no sum of weights (each positive) gives")
+    B, N, _ = s.shape
+    total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
+    for T in SUM_TILES_TRIED:
+        if T >= N:
+            continue
+        _, running, final, _ = tile_maxima(s, T)
+        pad = np.zeros((B, N, running.shape[2] * T))
+        pad[..., :N] = s
+        l_scores = (pad.reshape(B, N, -1, T).sum(axis=3) * np.exp(running - final)).sum(axis=2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if np.mean(np.abs(f * l_scores / total - 1) <= SIGNED_RTOL) >= FIT_SHARE:
+                fields.update(sum_tile=T, sum_of_scores=True)
+                return (f"{said}; f = (the right l) / (the scores' sum, {tiles_named(T)}, rescaled as l is): l adds "
+                        "each tile's scores s where their weights p belong; look at what the update of l sums"), fields
+    return f"{said}; look at what l sums", fields
+
+
 def divided_first(undivided: np.ndarray, right: np.ndarray) -> str:
     """Where the rows that were divided are the first m of the B*N taken together and all the
     others were not: the division's threads cover m rows' worth of values, not every value."""
@@ -396,8 +434,8 @@ class Factors(WeightReading):
     def run(self, ctx: Context) -> list[Finding]:
         W, P = ctx.facts.W, ctx.facts.P
         s = logits(ctx.probe.q, ctx.probe.k)
-        for reading in (all_on_the_largest(W, s), per_row_factor(W, P, s), per_tile_factor(W, P, s),
-                        logit_slope(W, s, ctx.probe.shape.d), weights_as_scores(W, P)):
+        for reading in (all_on_the_largest(W, s), per_row_factor(W, P, s), signed_row_factor(W, P, s),
+                        per_tile_factor(W, P, s), logit_slope(W, s, ctx.probe.shape.d), weights_as_scores(W, P)):
             if reading:
                 said, fields = reading
                 if "not a power" in said:

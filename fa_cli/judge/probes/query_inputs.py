@@ -96,9 +96,34 @@ class QueryInputs(Probe):
             if len(said) == 1 and None not in said and (batch[0] or said != {"right"}):
                 words = batch[0] + ("" if said == {"right"} else f"every term fits {said.pop()}")
                 return measured(ctx, [f"{head}; {words.removesuffix('; ')}"], look=LOOK, query_inputs=words)
+        if (words := second_rows_take_the_first(found, right, N, d)) is not None:
+            return measured(ctx, [f"{head}; {words}"], query_inputs=words)  # Q's index is not where it goes wrong
         return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, N, d)}; no formula of those tried fits "
                                         "(another batch's Q, transposed, shifted rows or dims, another pitch, a "
                                         "tile's two pitches)"])]
+
+
+SECOND_ROWS_AT = (32, 64, 128)  # R: a thread's rows q0 + t and q0 + R + t, blocks of 2R rows
+
+
+def second_rows_take_the_first(found: np.ndarray, right: np.ndarray, N: int, d: int) -> str | None:
+    """Exactly the second R rows of every 2R wrong, and the terms of theirs that land on Q (half of
+    them at least: a row's weights taken in part, the rest met with another scale, land on none)
+    all on row r - R's own element: a thread that owns rows q0 + t and q0 + R + t and gives the
+    second its first row's scores or weights somewhere."""
+    rows = np.arange(found.shape[0])
+    wrong = (~right).any(axis=1)
+    for R in SECOND_ROWS_AT:
+        if N % (2 * R) or not (wrong == (rows % N % (2 * R) >= R)).all():
+            continue
+        lands = found[wrong] >= 0
+        first = (rows[wrong] - R)[:, None] * d + np.arange(d)
+        if lands.mean() >= 0.5 and (found[wrong][lands] == first[lands]).all():
+            return (f"rows q0 + {R} .. q0 + {2 * R - 1} of every {2 * R} are wrong, and each of their terms that lands "
+                    f"on Q ({lands.mean():.0%}) takes row r - {R}'s own element: a thread that owns rows q0 + t and "
+                    f"q0 + {R} + t gives the second its first row's scores or weights (the other terms land on no "
+                    "element of Q)")
+    return None
 
 
 def examples(found: np.ndarray, right: np.ndarray, N: int, d: int) -> str:
