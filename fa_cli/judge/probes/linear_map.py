@@ -377,12 +377,29 @@ def map_formula(r, c, rr, cc, N: int, d: int) -> str:
         return "row r, columns moved: " + ", ".join(f"{x}<-{y}" for x, y in zip(c[0][:6], cc[0][:6])) + " ..."
     if (cc == c).all():
         shifts = np.unique((rr - r) % N)
-        return f"row (r + {shifts[0]}) mod N, column c" if shifts.size == 1 else "another row, column c"
+        return f"row (r + {shifts[0]}) mod N, column c" if shifts.size == 1 else \
+            rows_in_blocks(r, rr, N) or "another row, column c"
     for words, source in layouts(N, d):
         if (source(flat, r, c) == true_flat).all():
             return words
     shifts = np.unique((true_flat - flat) % (N * d))
     return f"flat position (r*d + c + {shifts[0]}) mod N*d" if shifts.size == 1 else ""
+
+
+def rows_in_blocks(r: np.ndarray, rr: np.ndarray, N: int) -> str:
+    """Rows moved within each block of R rows as two indices combined in the other order: row
+    q0 + i holds row q0 + (i mod a) * b + i div a (a * b = R); '' where none fits."""
+    for R in (8, 16, 32, 64, 128, 256):
+        if N % R:
+            continue
+        i, q0 = r % R, r - r % R
+        for a in (x for x in range(2, R) if R % x == 0):
+            b = R // a
+            if (rr == q0 + (i % a) * b + i // a).all():
+                return (f"row q0 + (i mod {a})*{b} + i div {a}, column c (i = r - q0, each block of {R} rows from q0): "
+                        f"the rows numbered {b}*x + y when computed (x < {a}, y < {b}: say x a warp, y its row) are "
+                        f"stored at {a}*y + x, the two indices combined in the other order")
+    return ""
 
 
 def layouts(N: int, d: int):
