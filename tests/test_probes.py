@@ -1209,3 +1209,9 @@ def test_a_sum_of_the_scores_where_the_weights_belong_is_named_with_its_tile():
     assert "negative in" in said and "the scores' sum, key tiles of 64, rescaled as l is" in said, said
     assert fields["sum_tile"] == 64
     assert factors.signed_row_factor(P * 2.0, P, s) is None  # a positive factor: per_row_factor's
+    said, _ = factors.signed_row_factor(-P, P, s)  # the output negated: no l named
+    assert "negative in every row): the same f = -1 in every row: a constant factor on the output, its sign " \
+           "flipped" in said and "scores' sum" not in said, said
+    mixed = P * np.where(np.arange(N) % 2, -1.0, 3.0)[None, :, None]
+    said, _ = factors.signed_row_factor(mixed, P, s)
+    assert "negative in 128 of 256 rows): as if divided by an l that is negative there" in said, said

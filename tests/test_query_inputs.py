@@ -102,10 +102,11 @@ def test_the_step_names_q_read_at_a_pitch_where_rows_alike_in_q_scored_otherwise
 
 
 def test_a_threads_second_row_scored_with_its_first_rows_q_is_named():
-    """A thread owning rows q0 + t and q0 + 64 + t (blocks of 128) that gives the second row the
-    first one's scores (held-out set24's y04 gives it the first one's weights): rows 64..127 of every
-    128 take row r - 64's Q; the rows of the first half are right. Any other set of wrong rows is not
-    this reading."""
+    """Rows 64..127 of every 128 taking row r - 64's Q in every term: an index of Q that leaves out
+    64, or a thread owning both rows that gives the second the first's scores (the reading cannot
+    tell them apart, and says both). With some terms landing on no element (held-out set24's y04:
+    the first row's weights met with the second row's scale), only the second. Any other set of
+    wrong rows is not this reading."""
     def second_from_first(b, q):
         read = q[b].copy()
         for q0 in range(0, N, 128):
@@ -113,9 +114,15 @@ def test_a_threads_second_row_scored_with_its_first_rows_q_is_named():
         return read
     found = read_back(second_from_first)
     right = found == np.arange(found.size).reshape(found.shape)
-    said = query_inputs.second_rows_take_the_first(found, right, N, D)
+    said, q_index = query_inputs.second_rows_take_the_first(found, right, N, D)
     assert said.startswith("rows q0 + 64 .. q0 + 127 of every 128 are wrong, and each of their terms that lands on Q "
-                           "(100%) takes row r - 64's own element"), said
+                           "(100%) takes row r - 64's own element: row q0 + 64 + t scored with row q0 + t's Q") and \
+        "or a thread that owns both rows" in said and q_index, said
+    partly = found.copy()
+    for q0 in range(0, partly.shape[0], 128):  # half of each wrong row's terms on no element of Q, every batch
+        partly[q0 + 64:q0 + 128, D // 2:] = -1
+    said, q_index = query_inputs.second_rows_take_the_first(partly, right, N, D)
+    assert "(50%) takes row r - 64's own element, the others no element of Q" in said and not q_index, said
     shifted = read_back(lambda b, q: np.roll(q[b], 64, axis=0))  # every row another's: not a thread's two rows
     assert query_inputs.second_rows_take_the_first(
         shifted, shifted == np.arange(shifted.size).reshape(shifted.shape), N, D) is None

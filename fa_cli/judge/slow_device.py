@@ -199,9 +199,9 @@ class LaunchesWaited(Step):
 
 class SlowDevice(Step):
     """A passing build, on the race check's small input at the d of its smallest passing case: run
-    once as built and once with the device made slower; where the slowed run is not right, once
-    more each (a class runs this for every passing program: the usual, right, answer takes two
-    runs). Right as built, wrong and the same slowed: a warning."""
+    once as built and once with the device made slower; where either is not right, once more each
+    (a class runs this for every passing program: the usual, right, answer takes two runs). Right
+    as built, wrong and the same slowed: a warning."""
 
     name = "the device made slower"
     runs = 2

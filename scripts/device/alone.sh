@@ -16,7 +16,7 @@ if [ "${AFTER_CLASS:-0}" = 1 ]; then
   until [ -f /tmp/class.end ]; do sleep 2; done
 else  # when the class's searches began: /tmp/class.searching
   ( until grep -q "then the searches" /tmp/class.log 2>/dev/null || [ -f /tmp/class.end ]; do sleep 1; done
-    date +%s > /tmp/class.searching ) &
+    date +%s > /tmp/class.searching.new && mv /tmp/class.searching.new /tmp/class.searching ) &  # whole when seen
 fi
 mkdir -p "$FA_CACHE" /tmp/alone
 cp -al /tmp/class/cache/c*.in /tmp/class/cache/stamps /tmp/class/cache/expected "$FA_CACHE"/ 2>/dev/null
@@ -41,7 +41,7 @@ while [ -n "$(left "$@")" ]; do
       echo "$student: $start..$end overlapped the class's searches" >> /tmp/alone/overlapped.log
       rm -f "/tmp/alone/$student.json"; rmdir "/tmp/alone/$student.claim"; continue
     fi
-    echo "$code $(( end - start )) $CUDA_VISIBLE_DEVICES" > "/tmp/alone/$student.rc"
+    echo "$code $(( end - start )) ${CUDA_VISIBLE_DEVICES:-}" > "/tmp/alone/$student.rc"
   done
   [ "$claimed" = 1 ] || break  # the rest claimed by the other sequence
 done

@@ -10,7 +10,7 @@ make -s cpu >/dev/null 2>&1
 rm -rf /tmp/class /tmp/class.end /tmp/class.searching /tmp/alone /tmp/alone.end /tmp/alone-cache*
 date +%s > /tmp/class.start
 CUDA_VISIBLE_DEVICES=0 setsid bash -c 'python3 -m fa_cli class .device/class -o /tmp/class --all --suite c \
-  > /tmp/class.log 2>&1; echo "rc=$?" >> /tmp/class.log; date +%s > /tmp/class.end' </dev/null &
+  > /tmp/class.log 2>&1; echo "rc=$?" >> /tmp/class.log; date +%s > /tmp/class.end.new; mv /tmp/class.end.new /tmp/class.end' </dev/null &
 CUDA_VISIBLE_DEVICES=1 setsid bash "$(dirname "$0")/alone.sh" "$@" </dev/null > /tmp/alone.log 2>&1 &
 CUDA_VISIBLE_DEVICES=0 AFTER_CLASS=1 ALONE_CACHE=/tmp/alone-cache0 setsid bash "$(dirname "$0")/alone.sh" "$@" \
   </dev/null > /tmp/alone0.log 2>&1 &

@@ -152,9 +152,8 @@ SIGNED_RTOL = 1e-2  # a row's W / P within 1% of its median: one factor, of eith
 
 
 def signed_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
-    """W = f_i P with factors of either sign, some negative: the right weights divided by a sum l
-    that no sum of weights (each positive) gives; the scores summed where the weights belong (l +=
-    the tile's sum of s, rescaled as l is), over the tiles tried, where that fits."""
+    """W = f_i P with factors of either sign, some negative: named only where a model fits (l += a
+    tile's sum of the scores s, rescaled as l is; one factor for every row, a negated output)."""
     if not (W < 0).any():
         return None
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
@@ -165,10 +164,10 @@ def signed_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str,
     if np.mean(fits) < FIT_SHARE or not (f[fits] < 0).any():
         return None
     fitted = f[fits]
-    fields = dict(row_factor=[float(fitted.min()), float(fitted.max())], negative_rows=int((fitted < 0).sum()))
-    said = (f"W = f P with one factor f per row, of either sign (f from {span(fitted)}, negative in "
-            f"{int((fitted < 0).sum())} of {fitted.size} rows): the right weights divided by a sum l that is negative "
-            "in some rows, which no sum of weights (each positive) gives")
+    negative = int((fitted < 0).sum())
+    fields = dict(row_factor=[float(fitted.min()), float(fitted.max())], negative_rows=negative)
+    where = "every row" if negative == fitted.size else f"{negative} of {fitted.size} rows"
+    said = f"W = f P with one factor f per row, of either sign (f from {span(fitted)}, negative in {where})"
     B, N, _ = s.shape
     total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
     for T in SUM_TILES_TRIED:
@@ -182,8 +181,13 @@ def signed_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str,
             if np.mean(np.abs(f * l_scores / total - 1) <= SIGNED_RTOL) >= FIT_SHARE:
                 fields.update(sum_tile=T, sum_of_scores=True)
                 return (f"{said}; f = (the right l) / (the scores' sum, {tiles_named(T)}, rescaled as l is): l adds "
-                        "each tile's scores s where their weights p belong; look at what the update of l sums"), fields
-    return f"{said}; look at what l sums", fields
+                        "each tile's scores s where their weights p belong (a sum of weights is never negative); "
+                        "look at what the update of l sums"), fields
+    if np.ptp(fitted) <= SIGNED_RTOL * np.abs(fitted).max():
+        return f"{said}: the same f = {fmt(float(np.median(fitted)))} in every row: a constant factor on the output, " \
+            "its sign flipped", fields
+    return (f"{said}: as if divided by an l that is negative there (no sum of weights is), or the output negated "
+            "in those rows; none of the scores' sums fa tried fits; look at what l sums and at the output's sign"), fields
 
 
 def divided_first(undivided: np.ndarray, right: np.ndarray) -> str:

@@ -96,8 +96,9 @@ class QueryInputs(Probe):
             if len(said) == 1 and None not in said and (batch[0] or said != {"right"}):
                 words = batch[0] + ("" if said == {"right"} else f"every term fits {said.pop()}")
                 return measured(ctx, [f"{head}; {words.removesuffix('; ')}"], look=LOOK, query_inputs=words)
-        if (words := second_rows_take_the_first(found, right, N, d)) is not None:
-            return measured(ctx, [f"{head}; {words}"], query_inputs=words)  # Q's index is not where it goes wrong
+        if (second := second_rows_take_the_first(found, right, N, d)) is not None:
+            words, q_index = second
+            return measured(ctx, [f"{head}; {words}"], look=LOOK if q_index else None, query_inputs=words)
         return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, N, d)}; no formula of those tried fits "
                                         "(another batch's Q, transposed, shifted rows or dims, another pitch, a "
                                         "tile's two pitches)"])]
@@ -106,11 +107,12 @@ class QueryInputs(Probe):
 SECOND_ROWS_AT = (32, 64, 128)  # R: a thread's rows q0 + t and q0 + R + t, blocks of 2R rows
 
 
-def second_rows_take_the_first(found: np.ndarray, right: np.ndarray, N: int, d: int) -> str | None:
+def second_rows_take_the_first(found: np.ndarray, right: np.ndarray, N: int, d: int) -> tuple[str, bool] | None:
     """Exactly the second R rows of every 2R wrong, and the terms of theirs that land on Q (half of
-    them at least: a row's weights taken in part, the rest met with another scale, land on none)
-    all on row r - R's own element: a thread that owns rows q0 + t and q0 + R + t and gives the
-    second its first row's scores or weights somewhere."""
+    them at least) all on row r - R's own element: (the words, whether Q's index may be the place).
+    Every term landing: row q0 + R + t read q0 + t's Q, or was given its scores; some landing on no
+    element: not one row's Q read for another (that lands every term), a thread's two rows mixed in
+    its weights."""
     rows = np.arange(found.shape[0])
     wrong = (~right).any(axis=1)
     for R in SECOND_ROWS_AT:
@@ -118,11 +120,16 @@ def second_rows_take_the_first(found: np.ndarray, right: np.ndarray, N: int, d: 
             continue
         lands = found[wrong] >= 0
         first = (rows[wrong] - R)[:, None] * d + np.arange(d)
-        if lands.mean() >= 0.5 and (found[wrong][lands] == first[lands]).all():
-            return (f"rows q0 + {R} .. q0 + {2 * R - 1} of every {2 * R} are wrong, and each of their terms that lands "
-                    f"on Q ({lands.mean():.0%}) takes row r - {R}'s own element: a thread that owns rows q0 + t and "
-                    f"q0 + {R} + t gives the second its first row's scores or weights (the other terms land on no "
-                    "element of Q)")
+        if lands.mean() < 0.5 or not (found[wrong][lands] == first[lands]).all():
+            continue
+        head = (f"rows q0 + {R} .. q0 + {2 * R - 1} of every {2 * R} are wrong, and each of their terms that lands "
+                f"on Q ({lands.mean():.0%}) takes row r - {R}'s own element")
+        if lands.all():
+            return (f"{head}: row q0 + {R} + t scored with row q0 + t's Q (an index of Q that leaves out {R}), or a "
+                    f"thread that owns both rows giving the second the first's scores"), True
+        return (f"{head}, the others no element of Q (one row's Q read for another would land every term): the "
+                f"second row of a thread that owns rows q0 + t and q0 + {R} + t has weights partly its first "
+                "row's"), False
     return None
 
 
