@@ -330,7 +330,11 @@ def test_v_rows_met_with_the_tile_befores_keys_are_said_by_their_map():
     e = np.exp(logits(q[None], k[None])[0].astype(np.float64))
     said = linear_map.pairing.rows_weighed(e[:, late] / e[:, late].sum(axis=1, keepdims=True), P)
     assert "V's row k weighed with key f(k)'s weight: key k - 32 from the second tile of 32 on" in said, said
-    assert "a prefetch of the current tile where the next belongs" in said
+    assert "a prefetch of the current tile where the next belongs" in said and "fits as well" not in said
+    P64, late64 = P[:64, :64] / P[:64, :64].sum(axis=1, keepdims=True), late[:64]  # at N = 64 a width-32 shuffle agrees
+    e64 = e[:64, :64]
+    said = linear_map.pairing.rows_weighed(e64[:, late64] / e64[:, late64].sum(axis=1, keepdims=True), P64)
+    assert "; at N = 64 it fits as well key k - 32 from the second tile of 32 on" in said, said
 
 
 def test_columns_left_undivided_by_l_are_said_by_their_columns():

@@ -230,9 +230,9 @@ def rows_weighed(W: np.ndarray, P: np.ndarray, lead: str = "one set of weights f
         "meets)" if np.abs(sums - 1).max() <= 1e-3 else \
         f" (the rows' weights sum to {fmt(sums.min())} to {fmt(sums.max())}: l counts other keys than those weighed)"
     lead = f"{lead}; V's row k weighed with key f(k)'s weight"
-    for words, g in row_maps(N):
-        if (g == f).all():
-            return f"{lead}: {words}{scaled}"
+    fitting = [words for words, g in row_maps(N) if (g == f).all()]
+    if fitting:  # two maps that agree at this N are both said: a larger N tells them apart
+        return f"{lead}: {fitting[0]}{scaled}" + (f"; at N = {N} it fits as well {fitting[1]}" if len(fitting) > 1 else "")
     shown = ", ".join(f"row {k}: key {f[k]}" for k in np.flatnonzero(f != np.arange(N))[:4])
     return f"{lead}, no formula of those tried (e.g. {shown}){scaled}"
 
@@ -241,7 +241,7 @@ def row_maps(N: int):
     """(words, f) of the maps a GPU program's lanes make: key k0 + kk's weight where V row k0 + kk
     (of a tile of T from k0) meets another."""
     k = np.arange(N)
-    for T in (32, 64, 128):
+    for T in (t for t in (32, 64, 128) if t <= N):  # a tile past N is the whole row again
         k0, kk = k - k % T, k % T
         for s in (2, 4, 8):
             yield (f"key k0 + (k - k0) div {s} of its tile of {T} (V row k0 + kk takes the weight of lane kk / {s}: "
