@@ -1215,3 +1215,21 @@ def test_a_sum_of_the_scores_where_the_weights_belong_is_named_with_its_tile():
     mixed = P * np.where(np.arange(N) % 2, -1.0, 3.0)[None, :, None]
     said, _ = factors.signed_row_factor(mixed, P, s)
     assert "negative in 128 of 256 rows): as if divided by an l that is negative there" in said, said
+
+
+def test_two_chains_merged_without_their_sums_factors_are_named():
+    """Even keys in one state and odd keys in another (held-out set24's y09): the outputs merged with
+    their factors, l = la + lb without them: W = f P, f = the right l / (la + lb), each part's sum
+    against its own max. The right l says nothing."""
+    from fa_cli.judge.probes import partial_sums
+    rng = np.random.default_rng(9)
+    q, k = (rng.normal(size=(2, 64, 32)) for _ in range(2))
+    s = logits(q, k)
+    P = softmax_rows(s)
+    j = np.arange(64)
+    L = sum(partial_sums.own_max_sum(s[..., j % 2 == g]) for g in range(2))
+    W = np.exp(s - s.max(axis=-1, keepdims=True)) / L[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert "its l adds the sums of 2 interleaved chains of keys (key j in chain j mod 2), each against the part's " \
+           "own max" in said, said
+    assert factors.per_row_factor(P, P, s) is None

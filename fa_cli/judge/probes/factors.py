@@ -13,6 +13,7 @@ import numpy as np
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
+from .partial_sums import half_sums, parts_unmerged
 from .step import Context, fmt, logits, softmax_rows
 
 # The key tiles a running sum l is looked for over: the usual tiles, then one key at a time (an
@@ -74,21 +75,6 @@ def sum_variants(s: np.ndarray):
             yield T, "every tile", (0, 0), CLAMPED_WORDS.format(extra=extra, T=T), sums.sum(axis=2) + extra * last
 
 
-HALF_GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)  # G: a reduction over 2G values that folds in only G of them
-
-
-def half_sums(s: np.ndarray):
-    """(G, the half kept, l) of a sum over the keys of one half of every group of 2G (j mod 2G < G,
-    or >= G), relative to the final max: a reduction over 2G threads or lanes that folds in only
-    half of them (a tree that stops one step early, or leaves out red[tid + G])."""
-    j = np.arange(s.shape[2])
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    for G in HALF_GROUPS:
-        if 2 * G <= s.shape[2]:
-            for low in (True, False):
-                yield G, low, e[..., (j % (2 * G) < G) == low].sum(axis=-1)
-
-
 def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
     """W = f_i P for each row i: the factor and which sum l gives it."""
     use = P > 1e-6
@@ -133,6 +119,12 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
                     f"{half} (the {'first' if low else 'second'} {G} of every {2 * G}): a reduction of l over {2 * G} "
                     f"threads or lanes that folds in half of them (a tree that stops one step early, or leaves out "
                     f"the values {G} away); look at the reduction of l"), fields
+    for words, l_wrong in parts_unmerged(s):
+        if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
+            fields.update(sum_parts=words)
+            return (f"{said}, f = (the right l) / (l the program divided by): its l adds the sums of {words}, each "
+                    "against the part's own max, without the factors exp(m_part - m) that bring them to one max "
+                    "(the partial outputs may have them); look at where the parts are merged"), fields
     if np.ptp(np.log(fitted)) <= FLAT:
         f0 = float(np.mean(fitted))
         times = round(1 / f0)
@@ -144,7 +136,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
             f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'} and one key at a time: "
             "tiles left out, not "
-            "rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys); "
+            "rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys; "
+            "parts of the keys summed against their own maxima and added without their factors); "
             "look at how l is summed"), fields
 
 
