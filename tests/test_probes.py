@@ -132,7 +132,8 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     assert said.endswith("divided by another sum than theirs (f = the right l / the l it divided by), none of the "
                          "running sums fa tried (key tiles of 16, 32, 64 and one key at a time: tiles left out, not "
                          "rescaled, rescaled "
-                         "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys); look "
+                         "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys; 2 to "
+                         "32 interleaved chains of keys, each against its own max, added without their factors); look "
                          "at how l is summed"), said
     assert "the row right" not in said
     W[:, :6] = P[:, :6]  # six rows of each batch right: said with their count

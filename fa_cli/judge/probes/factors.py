@@ -137,7 +137,7 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'} and one key at a time: "
             "tiles left out, not "
             "rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys; "
-            "parts of the keys summed against their own maxima and added without their factors); "
+            "2 to 32 interleaved chains of keys, each against its own max, added without their factors); "
             "look at how l is summed"), fields
 
 
