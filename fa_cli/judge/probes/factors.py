@@ -124,7 +124,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             fields.update(sum_parts=words)
             return (f"{said}, f = (the right l) / (l the program divided by): its l adds the sums of {words}, each "
                     "against the part's own max, without the factors exp(m_part - m) that bring them to one max "
-                    "(the partial outputs may have them); look at where the parts are merged"), fields
+                    "(the output's parts have them: W is P times one factor a row); look at where the parts are "
+                    "merged"), fields
     if np.ptp(np.log(fitted)) <= FLAT:
         f0 = float(np.mean(fitted))
         times = round(1 / f0)
