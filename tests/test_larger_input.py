@@ -30,10 +30,43 @@ def test_a_mistake_that_shows_only_past_the_cases_sizes_is_a_warning(tmp_path, m
     assert line.startswith("passes the cases run, but on a drawn B=4, N=512, d=32 input (larger than the cases "
                            "passed; not one of the course's cases) it writes "), line
     assert "a mistake that shows only at larger sizes; `fa gen --shape 4,512,32 --seed 29 -o larger.in" in line
+    assert line.endswith("; wrong again in one run with every launch waited for (CUDA_LAUNCH_BLOCKING=1)"), line
     assert larger_input.check(Program("hw4.cpp", built["NONE"]), shape, None, tmp_path, said.append, Budget(60)) == []
-    assert len(said) == 2
+    assert len(said) == 3  # the capped program's two runs (as built, then waited for), the right one's one
     again = larger_input.check(capped, shape, None, tmp_path, said.append, Budget(60))  # kept for the build
-    assert [f.lines for f in again] == [found.lines] and len(said) == 2
+    assert [f.lines for f in again] == [found.lines] and len(said) == 3
+
+
+WRONG_UNLESS_WAITED = """#!{python}
+import os, sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True))
+o = (p / p.sum(axis=2, keepdims=True)) @ x[:, 2]
+if os.environ.get("CUDA_LAUNCH_BLOCKING") != "1":
+    o[B // 2:] = o[:B - B // 2]  # the later chunks' buffer reused before the earlier work read it
+o.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_a_larger_input_wrong_as_built_and_right_with_every_launch_waited_for_says_so(tmp_path, monkeypatch):
+    """Chunks on streams sharing a buffer (held-out set24's y05: wrong only past one chunk): the
+    warning says the run with every launch waited for was right, one run each way."""
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    program = tmp_path / "stand-in"
+    program.write_text(WRONG_UNLESS_WAITED.format(python=sys.executable))
+    program.chmod(0o755)
+    said = []
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(4, 256, 32), None, tmp_path, said.append,
+                                 Budget(60))
+    assert found.kind == Kind.WARNING and "a mistake that shows only at larger sizes" in found.lines[0]
+    assert found.lines[0].endswith("; right in one run with every launch waited for (CUDA_LAUNCH_BLOCKING=1): wrong "
+                                   "only where launches or copies overlap (a buffer, a stream or a copy reused "
+                                   "before the work that reads it has ended)"), found.lines
+    assert said[-1] == "the drawn B=4, N=256, d=32 input again, every launch waited for"
 
 
 def test_no_larger_run_where_a_case_passed_was_as_large():

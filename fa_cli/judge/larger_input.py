@@ -28,6 +28,7 @@ from ..programs.programs import Launcher, Program
 from . import race_check, reference
 from .findings import Finding, Kind
 from .probes.step import read_payload
+from .slow_device import waiting
 from .steps import Context, Step
 from .tool_logs import Budget
 
@@ -95,10 +96,32 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     if result.timed_out:  # no verdict of its own: a slow program or a short budget, not a wrong one
         return [Finding(Kind.MISSING_TOOL, [f"larger input: the run on a drawn {shape} input was stopped at "
                                             f"{limit:g} s (the search's budget or the run's limit): not judged"])]
-    found = told(result, out, shape, correct_output(path, shape, sampled_rows(shape.N, rows)), program,
-                 sampled_rows(shape.N, rows))
+    correct, sampled = correct_output(path, shape, sampled_rows(shape.N, rows)), sampled_rows(shape.N, rows)
+    found = told(result, out, shape, correct, program, sampled)
+    if found and found[0].fields.get("larger_wrong") and budget.left >= 2:
+        found = waited_again(found[0], program, path, out, shape, correct, sampled, launcher, budget, say)
     race_check.keep(kept, found)
     return found
+
+
+def waited_again(warned: Finding, program: Program, path: Path, out: Path, shape: Shape, correct: np.ndarray,
+                 rows: np.ndarray | None, launcher: Launcher | None, budget: Budget,
+                 say: Callable[[str], None]) -> list[Finding]:
+    """The wrong run on the larger input once more with every launch (and under fa's launch layer
+    every copy) waited for: what that run gave, said beside the warning (one run each way: an
+    ordering the larger input's many chunks or streams need shows there, or does not)."""
+    waited, what, setting = waiting(program)
+    say(f"the drawn {shape} input again, {what}")
+    result = programs.run(waited, path, out, launcher, timeout=min(RUN_TIMEOUT_S, budget.left), timed=False)
+    if result.timed_out:
+        then = f"; run again with {setting}, it was stopped at its limit"
+    elif not (again := told(result, out, shape, correct, program, rows)):
+        then = (f"; right in one run with {setting}: wrong only where launches or copies overlap (a buffer, a "
+                "stream or a copy reused before the work that reads it has ended)")
+    else:
+        then = f"; wrong again in one run with {setting}" if again[0].fields.get("larger_wrong") else \
+            f"; run again with {setting}, it failed"
+    return [Finding(warned.kind, [warned.lines[0] + then, *warned.lines[1:]], dict(warned.fields, waited=then))]
 
 
 def correct_output(path: Path, shape: Shape, rows: np.ndarray | None = None) -> np.ndarray:
@@ -143,7 +166,7 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     checked = "" if rows is None else f" (of {rows.size} rows of each batch checked)"
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
-        f"error {worst:.3g}): a mistake that shows only at larger sizes; {look}"])]
+        f"error {worst:.3g}): a mistake that shows only at larger sizes; {look}"], dict(larger_wrong=int(wrong.sum())))]
 
 
 class LargerInput(Step):
