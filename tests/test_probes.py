@@ -1234,3 +1234,24 @@ def test_two_chains_merged_without_their_sums_factors_are_named():
     assert "its l adds the sums of 2 interleaved chains of keys (key j in chain j mod 2), each against the part's " \
            "own max" in said, said
     assert factors.per_row_factor(P, P, s) is None
+
+
+def test_keys_counted_twice_by_parts_whose_ranges_overlap_are_named_with_the_keys():
+    """Four warps each taking a quarter of N = 200 keys (50) in tiles of 16, each one's last tile run
+    to its full 16 keys (held-out set24's y03): keys 50-63, 100-113 and 150-163 added by two warps,
+    in o and l alike. A right W, and one factor a row, are not this reading."""
+    from fa_cli.judge.probes import partial_sums
+    rng = np.random.default_rng(3)
+    q, k = (rng.normal(size=(2, 200, 32)) for _ in range(2))
+    s = logits(q, k)
+    P = softmax_rows(s)
+    c = np.ones(200)
+    for start in (50, 100, 150):
+        c[start:start + 14] = 2
+    e = c * np.exp(s - s.max(axis=-1, keepdims=True))
+    said, fields = partial_sums.keys_counted(e / e.sum(axis=-1, keepdims=True), P)
+    assert said.startswith("keys weighed a whole number of times: keys 50-63, 100-113, 150-163 2 times, the others "
+                           "once (each row's weights sum to 1: l counts them as often): parts of the work"), said
+    assert partial_sums.keys_counted(P, P) is None and partial_sums.keys_counted(P * 1.7, P) is None
+    noisy = P * rng.uniform(0.5, 2.5, size=P.shape)
+    assert partial_sums.keys_counted(noisy, P) is None

@@ -25,7 +25,8 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   OneKeyRangeARow    W against P                                          readings.py
   TransposedTiles    each tile's weights met with V by the other index    tile_transposed.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
-  Factors            W / P per row, per key tile; log W against the logits   factors.py
+  Factors            W / P per row, per key tile, per key (keys counted twice); log W against
+                     the logits                          factors.py, partial_sums.py
   LogitsByTile       the logits at a factor of their key tile's own          tile_logits.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
   Summary            W against P in numbers, where nothing was pinned down  readings.py

@@ -13,7 +13,7 @@ import numpy as np
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
-from .partial_sums import half_sums, parts_unmerged
+from .partial_sums import half_sums, keys_counted, parts_unmerged
 from .step import Context, fmt, logits, softmax_rows
 
 # The key tiles a running sum l is looked for over: the usual tiles, then one key at a time (an
@@ -433,7 +433,8 @@ class Factors(WeightReading):
         W, P = ctx.facts.W, ctx.facts.P
         s = logits(ctx.probe.q, ctx.probe.k)
         for reading in (all_on_the_largest(W, s), per_row_factor(W, P, s), signed_row_factor(W, P, s),
-                        per_tile_factor(W, P, s), logit_slope(W, s, ctx.probe.shape.d), weights_as_scores(W, P)):
+                        per_tile_factor(W, P, s), keys_counted(W, P), logit_slope(W, s, ctx.probe.shape.d),
+                        weights_as_scores(W, P)):
             if reading:
                 said, fields = reading
                 if "not a power" in said:

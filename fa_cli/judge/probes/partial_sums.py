@@ -1,10 +1,14 @@
 """Sums over parts of the keys that a program may divide by where l belongs: half of every group of
 2G keys (a reduction that folds in half of its values), and interleaved chains of the keys, each
 summed against its own max and added without the factors that bring them to one max (contiguous
-ranges are key tiles, factors.sum_variants'). factors.per_row_factor compares each with the right l."""
+ranges are key tiles, factors.sum_variants'). factors.per_row_factor compares each with the right l.
+And keys counted more than once (keys_counted): parts of the keys that overlap."""
 from __future__ import annotations
 
 import numpy as np
+
+from .readings import FIT_SHARE, FLAT, span
+from .step import spans
 
 HALF_GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)  # G: a reduction over 2G values that folds in only G of them
 
@@ -37,3 +41,28 @@ def parts_unmerged(s: np.ndarray):
 
 def own_max_sum(part: np.ndarray) -> np.ndarray:
     return np.exp(part - part.max(axis=-1, keepdims=True)).sum(axis=-1)
+
+
+def keys_counted(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
+    """W_ij = c_j P_ij times one factor a row, c_j whole, 1 for some keys and 2 or more for others:
+    keys weighed c_j times (parts of the work whose key ranges overlap, each adding those keys).
+    Each row's smallest ratio is taken as a key counted once."""
+    N = P.shape[2]
+    use = (P > 1e-6) & (W > 0)
+    if use.mean() < 0.5:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.where(use, np.log(W / P), np.nan)
+        g -= np.nanmin(g, axis=2, keepdims=True)
+        counts = np.round(np.exp(np.nanmedian(g.reshape(-1, N), axis=0)))
+    if np.isnan(counts).any() or counts.min() < 1 or counts.max() < 2:
+        return None
+    if np.mean(np.abs(g - np.log(counts))[use] <= 10 * FLAT) < FIT_SHARE:
+        return None
+    times = ", ".join(f"keys {spans(np.flatnonzero(counts == n))} {int(n)} times" for n in np.unique(counts) if n >= 2)
+    sums = W.sum(axis=2)
+    l_too = " (each row's weights sum to 1: l counts them as often)" if np.abs(sums - 1).max() <= 1e-3 else \
+        f" (the rows' weights sum to {span(sums)}: l counts them otherwise)"
+    return (f"keys weighed a whole number of times: {times}, the others once{l_too}: parts of the work (warps, "
+            "blocks, splits of the keys) whose key ranges overlap, each adding those keys; look at where each part's "
+            "range of keys ends"), dict(keys_counted=times)
