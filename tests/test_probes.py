@@ -10,7 +10,7 @@ import pytest
 from helpers import DATA, fa, stand_in_context
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
-from fa_cli.judge.probes import factors, indexing, layout, readings, softmax_steps
+from fa_cli.judge.probes import factors, indexing, layout, partial_sums, readings, softmax_steps
 from fa_cli.judge.probes.step import ProbeInput, guard_payload, logits, softmax_rows
 
 RNG = np.random.default_rng(3)
@@ -122,7 +122,7 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     inp = probe(N=128)
     s = logits(inp.q, inp.k)
     P = softmax_rows(s)
-    own, _, final, sums = factors.tile_maxima(s, 32)
+    own, _, final, sums = partial_sums.tile_maxima(s, 32)
     W = P * (sums.sum(axis=2) / np.exp(own - final).sum(axis=2))[..., None]
     said, fields = factors.per_row_factor(W, P, s)
     assert fields["sum_tile"] == 32 and fields["sum_tile_max"], said
@@ -184,7 +184,7 @@ def test_a_partial_output_never_rescaled_is_a_factor_per_key_tile():
     inp = probe(N=256)
     s = logits(inp.q, inp.k)
     P = softmax_rows(s)
-    own, running, final, _ = factors.tile_maxima(s, 64)
+    own, running, final, _ = partial_sums.tile_maxima(s, 64)
     factor = np.repeat(np.exp(final - running), 64, axis=2)[..., :256]
     W = P * factor
     said, fields = factors.per_tile_factor(W, P, s)
@@ -199,7 +199,7 @@ def test_splits_normalised_apart_and_merged_without_their_sums_are_said_so():
     inp = probe(N=128)
     s = logits(inp.q, inp.k)
     P = softmax_rows(s)
-    own, _, final, sums = factors.tile_maxima(s, 32)
+    own, _, final, sums = partial_sums.tile_maxima(s, 32)
     W = P / np.repeat(sums * np.exp(final - own), 32, axis=2)
     said, fields = factors.per_tile_factor(W, P, s)
     assert "tile of 32" in said and fields.get("own_sums"), said
@@ -1203,7 +1203,7 @@ def test_a_sum_of_the_scores_where_the_weights_belong_is_named_with_its_tile():
     q, k = (rng.normal(size=(B, N, d)) for _ in range(2))
     s = logits(q, k)
     P = softmax_rows(s)
-    _, running, final, _ = factors.tile_maxima(s, T)
+    _, running, final, _ = partial_sums.tile_maxima(s, T)
     l_scores = (s.reshape(B, N, N // T, T).sum(axis=3) * np.exp(running - final)).sum(axis=2)
     W = np.exp(s - s.max(axis=-1, keepdims=True)) / l_scores[..., None]
     said, fields = factors.signed_row_factor(W, P, s)
@@ -1222,7 +1222,6 @@ def test_two_chains_merged_without_their_sums_factors_are_named():
     """Even keys in one state and odd keys in another (held-out set24's y09): the outputs merged with
     their factors, l = la + lb without them: W = f P, f = the right l / (la + lb), each part's sum
     against its own max. The right l says nothing."""
-    from fa_cli.judge.probes import partial_sums
     rng = np.random.default_rng(9)
     q, k = (rng.normal(size=(2, 64, 32)) for _ in range(2))
     s = logits(q, k)
@@ -1240,7 +1239,6 @@ def test_keys_counted_twice_by_parts_whose_ranges_overlap_are_named_with_the_key
     """Four warps each taking a quarter of N = 200 keys (50) in tiles of 16, each one's last tile run
     to its full 16 keys (held-out set24's y03): keys 50-63, 100-113 and 150-163 added by two warps,
     in o and l alike. A right W, and one factor a row, are not this reading."""
-    from fa_cli.judge.probes import partial_sums
     rng = np.random.default_rng(3)
     q, k = (rng.normal(size=(2, 200, 32)) for _ in range(2))
     s = logits(q, k)

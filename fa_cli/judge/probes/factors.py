@@ -12,8 +12,8 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
+from .partial_sums import half_sums, keys_counted, parts_unmerged, tile_maxima
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
-from .partial_sums import half_sums, keys_counted, parts_unmerged
 from .step import Context, fmt, logits, softmax_rows
 
 # The key tiles a running sum l is looked for over: the usual tiles, then one key at a time (an
@@ -24,20 +24,6 @@ SUM_TILES_TRIED = (*KEY_TILES, 1)
 
 def tiles_named(T: int) -> str:
     return "one key at a time" if T == 1 else f"key tiles of {T}"
-
-
-def tile_maxima(s: np.ndarray, T: int):
-    """Per key tile of T: the tile's own max, the running max after it, and the final max
-    (B, N, tiles) each; and each tile's sum of exp(s - final max)."""
-    B, N, _ = s.shape
-    tiles = -(-N // T)
-    pad = np.full((B, N, tiles * T), -np.inf)
-    pad[..., :N] = s
-    own = pad.reshape(B, N, tiles, T).max(axis=3)
-    running = np.maximum.accumulate(own, axis=2)
-    final = running[..., -1:]
-    sums = np.exp(pad - final[..., :1]).reshape(B, N, tiles, T).sum(axis=3)
-    return own, running, final, sums
 
 
 # The sum l a program divides by, over the online softmax's variants: the tiles it adds, and the
@@ -106,26 +92,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     if np.mean(undivided) >= FIT_SHARE:
         return f"{said}: f = l: the final division of the output by the running sum l is missing" \
             + divided_first(undivided, np.abs(np.log(f)) <= FLAT), fields
-    for T, tiles, ab, how, l_wrong in sum_variants(s):
-        if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
-            fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
-            return (f"{said}, f = (the right l) / (l the program divided by): its running sum l holds {tiles} "
-                    f"({tiles_named(T)}){', ' + how if how else ''}; look at the update of l"), fields
-    for G, low, l_wrong in half_sums(s):
-        if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
-            fields.update(sum_half_of=2 * G, sum_half_low=low)
-            half = f"j mod {2 * G} {'<' if low else '>='} {G}"
-            return (f"{said}, f = (the right l) / (l the program divided by): its sum l holds only the keys with "
-                    f"{half} (the {'first' if low else 'second'} {G} of every {2 * G}): a reduction of l over {2 * G} "
-                    f"threads or lanes that folds in half of them (a tree that stops one step early, or leaves out "
-                    f"the values {G} away); look at the reduction of l"), fields
-    for words, l_wrong in parts_unmerged(s):
-        if np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE:
-            fields.update(sum_parts=words)
-            return (f"{said}, f = (the right l) / (l the program divided by): its l adds the sums of {words}, each "
-                    "against the part's own max, without the factors exp(m_part - m) that bring them to one max "
-                    "(the output's parts have them: W is P times one factor a row); look at where the parts are "
-                    "merged"), fields
+    if (which := wrong_sum(f, s, total, fields)) is not None:
+        return f"{said}, f = (the right l) / (l the program divided by): {which}", fields
     if np.ptp(np.log(fitted)) <= FLAT:
         f0 = float(np.mean(fitted))
         times = round(1 / f0)
@@ -136,10 +104,35 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     tiles = ", ".join(str(T) for T in KEY_TILES if T < s.shape[2])
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
             f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'} and one key at a time: "
-            "tiles left out, not "
-            "rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys; "
-            "2 to 32 interleaved chains of keys, each against its own max, added without their factors); "
-            "look at how l is summed"), fields
+            "tiles left out, not rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group "
+            "of 2 to 256 keys; 2 to 32 interleaved chains of keys, each against its own max, added without their "
+            "factors); look at how l is summed"), fields
+
+
+def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> str | None:
+    """Which sum l the program divided by, where f = total / l fits one of the running sums'
+    variants, half sums or interleaved chains (its fields added); None where none fits."""
+    def fits(l_wrong: np.ndarray) -> bool:
+        return np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE
+    for T, tiles, ab, how, l_wrong in sum_variants(s):
+        if fits(l_wrong):
+            fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
+            return f"its running sum l holds {tiles} ({tiles_named(T)}){', ' + how if how else ''}; look at the " \
+                "update of l"
+    for G, low, l_wrong in half_sums(s):
+        if fits(l_wrong):
+            fields.update(sum_half_of=2 * G, sum_half_low=low)
+            return (f"its sum l holds only the keys with j mod {2 * G} {'<' if low else '>='} {G} (the "
+                    f"{'first' if low else 'second'} {G} of every {2 * G}): a reduction of l over {2 * G} threads or "
+                    f"lanes that folds in half of them (a tree that stops one step early, or leaves out the values {G} "
+                    "away); look at the reduction of l")
+    for words, l_wrong in parts_unmerged(s):
+        if fits(l_wrong):
+            fields.update(sum_parts=words)
+            return (f"its l adds the sums of {words}, each against the part's own max, without the factors "
+                    "exp(m_part - m) that bring them to one max (the output's parts have them: W is P times one "
+                    "factor a row); look at where the parts are merged")
+    return None
 
 
 SIGNED_RTOL = 1e-2  # a row's W / P within 1% of its median: one factor, of either sign

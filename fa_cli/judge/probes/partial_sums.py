@@ -2,13 +2,29 @@
 2G keys (a reduction that folds in half of its values), and interleaved chains of the keys, each
 summed against its own max and added without the factors that bring them to one max (contiguous
 ranges are key tiles, factors.sum_variants'). factors.per_row_factor compares each with the right l.
-And keys counted more than once (keys_counted): parts of the keys that overlap."""
+And keys counted more than once (keys_counted): parts of the keys that overlap. tile_maxima: the
+maxima and sums of key tiles, from which factors.py builds the running sums."""
 from __future__ import annotations
 
 import numpy as np
 
 from .readings import FIT_SHARE, FLAT, span
 from .step import spans
+
+
+def tile_maxima(s: np.ndarray, T: int):
+    """Per key tile of T: the tile's own max, the running max after it, and the final max
+    (B, N, tiles) each; and each tile's sum of exp(s - final max)."""
+    B, N, _ = s.shape
+    tiles = -(-N // T)
+    pad = np.full((B, N, tiles * T), -np.inf)
+    pad[..., :N] = s
+    own = pad.reshape(B, N, tiles, T).max(axis=3)
+    running = np.maximum.accumulate(own, axis=2)
+    final = running[..., -1:]
+    sums = np.exp(pad - final[..., :1]).reshape(B, N, tiles, T).sum(axis=3)
+    return own, running, final, sums
+
 
 HALF_GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)  # G: a reduction over 2G values that folds in only G of them
 
