@@ -13,7 +13,7 @@ import pytest
 from helpers import DATA, fa
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
-from fa_cli.judge import copied_back
+from fa_cli.judge import copied_back, slow_device
 from fa_cli.judge.findings import Finding, Kind
 from fa_cli.judge.reruns import TrialCase
 from fa_cli.judge.steps import Context
@@ -55,8 +55,8 @@ def test_a_file_is_what_was_copied_whole_or_end_to_end():
 
 @pytest.fixture
 def ctx(tmp_path, monkeypatch):
-    monkeypatch.setattr(copied_back, "student_gpu_program", lambda program: True)
-    monkeypatch.setattr(copied_back, "layered", lambda program: True)  # built with the launch layer (a GPU there)
+    monkeypatch.setattr(slow_device, "student_gpu_program", lambda program: True)
+    monkeypatch.setattr(slow_device, "layered", lambda program: True)  # built with the launch layer (a GPU there)
     c = Context(Program("w08", tmp_path / "w08", source=W08), None, tmp_path, Budget(60.0), lambda line: None, 5e-3,
                 None, "t01", kind="cuda", verdict="WRONG")
     c.trial = TrialCase("t01", tmp_path / "t01.in", Shape(2, 16, 8), RIGHT)

@@ -12,7 +12,7 @@ import pytest
 from helpers import DATA, build, fa
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
-from fa_cli.judge import shared_poison
+from fa_cli.judge import shared_poison, slow_device
 from fa_cli.judge.findings import Finding, Kind
 from fa_cli.judge.reruns import TrialCase
 from fa_cli.judge.steps import Context
@@ -26,8 +26,8 @@ BUILT = np.full((1, 4, 2), 0.5, np.float32)
 
 @pytest.fixture
 def ctx(tmp_path, monkeypatch):
-    monkeypatch.setattr(shared_poison, "student_gpu_program", lambda program: True)
-    monkeypatch.setattr(shared_poison, "layered", lambda program: True)  # built with the launch layer (a GPU there)
+    monkeypatch.setattr(slow_device, "student_gpu_program", lambda program: True)
+    monkeypatch.setattr(slow_device, "layered", lambda program: True)  # built with the launch layer (a GPU there)
     c = Context(Program("w09", tmp_path / "w09", source=W09), None, tmp_path, Budget(60.0), lambda line: None, 5e-3,
                 None, "t01", kind="cuda", verdict="WRONG")
     c.trial = TrialCase("t01", tmp_path / "t01.in", None, np.zeros((1, 4, 2)))

@@ -20,9 +20,8 @@ from .. import settings
 from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
 from .probes.layout import moved
-from .race_check import applies as student_gpu_program
 from .reruns import over
-from .slow_device import layered, with_setting
+from .slow_device import layered_wrong_trial, with_setting
 from .steps import Context, Step
 
 NOT_KEPT = "fa-launch: FA_COPIED_BACK: "  # the layer's line where a copy was not kept
@@ -90,8 +89,7 @@ class CopiedBack(Step):
     name = "the copies back from the device, kept"
 
     def applies(self, ctx: Context) -> bool:
-        return ctx.verdict == "WRONG" and student_gpu_program(ctx.program) and layered(ctx.program) and \
-            ctx.trial is not None and not ctx.found_cause and not ctx.has(Kind.RACE, Kind.INTERMITTENT)
+        return layered_wrong_trial(ctx, Kind.RACE, Kind.INTERMITTENT)
 
     def run(self, ctx: Context) -> list[Finding]:
         case = ctx.trial
@@ -120,7 +118,8 @@ class CopiedBack(Step):
             ctx.done.append(f"the output file holds what {n} brought, bit for bit: its wrong values came from the "
                             "device")
             return []
-        if share < COVERED or not over(out, case.expected, ctx.tol).any():
+        wrong = int(over(out, case.expected, ctx.tol).sum())
+        if share < COVERED or not wrong:
             ctx.done.append(f"{n} kept on {case.label}: {share:.0%} of the right output among them, within "
                             f"{ctx.tol:g}{missing}")
             return []
@@ -129,7 +128,7 @@ class CopiedBack(Step):
         return [Finding(Kind.MEASURED, [
             f"measured: the copies back from the device held the right output ({holding} of {n} hold it, "
             f"{share:.0%} of its values in place, within {ctx.tol:g}), yet the output file has "
-            f"{int(over(out, case.expected, ctx.tol).sum())} of {out.size} values wrong, on {case.label}: the device "
+            f"{wrong} of {out.size} values wrong, on {case.label}: the device "
             "computed it; the file is not what the copies brought (written from other memory than their "
             "destination, from another place in it, before they arrived, or changed on the host after)"
             f"{placed_in_file(out, case, ctx.tol)}{lines}"], dict(copies=len(kept), copies_right=holding,

@@ -20,9 +20,8 @@ import numpy as np
 from .. import settings
 from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
-from .race_check import applies as student_gpu_program
 from .reruns import over
-from .slow_device import layered, with_setting
+from .slow_device import layered_wrong_trial, with_setting
 from .steps import Context, Step
 
 POISON_VALUE = 1000.0  # far outside the course's values of Q, K and V (within [-3, 3])
@@ -61,8 +60,7 @@ class UnwrittenShared(Step):
     name = "shared memory filled before each launch"
 
     def applies(self, ctx: Context) -> bool:
-        return ctx.verdict == "WRONG" and student_gpu_program(ctx.program) and layered(ctx.program) and \
-            ctx.trial is not None and not ctx.found_cause and not ctx.has(Kind.RACE, Kind.INTERMITTENT, Kind.HARMLESS)
+        return layered_wrong_trial(ctx, Kind.RACE, Kind.INTERMITTENT, Kind.HARMLESS)
 
     def run(self, ctx: Context) -> list[Finding]:
         outputs, whole = [], True

@@ -82,6 +82,14 @@ def layered(program: Program) -> bool:
     return source is not None and (gtx1080.applies(source) or wave64.emulates(source))
 
 
+def layered_wrong_trial(ctx: Context, *not_after: Kind) -> bool:
+    """A wrong case of a student's build under fa's launch layer, with its trial case, that no step
+    has named a cause of, nor found any of `not_after` (kinds whose outputs a variant run would not
+    tell apart): where a run of a variant of the build (copies kept, shared memory filled) applies."""
+    return ctx.verdict == "WRONG" and student_gpu_program(ctx.program) and layered(ctx.program) and \
+        ctx.trial is not None and not ctx.found_cause and not ctx.has(*not_after)
+
+
 def ordering_lines(ctx: Context) -> str:
     shown = source_lines(ctx.source, ORDERING_LINES, len(ORDERING_LINES)) if ctx.source else []
     return f"; lines that order host and device in {ctx.source.name}: {quoted(shown)}" if shown else ""
