@@ -17,6 +17,8 @@ commands); child processes still get the whole environment (os.environ passed on
                      the GPU through it, a timed run alone (programs/gpu_turns.py)
     FA_GPU_SHARES    a log's path: how many searches for a cause fa class runs at once, from which
                      each one's budget counts its share of the time (programs/gpu_shares.py)
+    FA_TOOL_SLOTS    FOLDER:COUNT, set by fa class for its searches: at most COUNT compute-sanitizer
+                     runs at once among them (programs/gpu_turns.py's tool_slot)
     FA_MATH_THREADS  set by fa class for each fa run side by side: the threads NumPy's math library
                      may use in that fa (its share of the cores); read by fa, not by a program
     FA_DEVICE_DELAY_MS  set by fa for a student's program under its launch layer: the device made
@@ -110,6 +112,17 @@ def gpu_shares() -> str | None:
 def gpu_shares_through(path: str) -> dict[str, str]:
     """The environment that has a search fa class starts count its budget by its share of PATH's log."""
     return {"FA_GPU_SHARES": path}
+
+
+def tool_slots() -> tuple[str, int] | None:
+    """FA_TOOL_SLOTS as (folder, count), where it names both."""
+    folder, _, count = os.environ.get("FA_TOOL_SLOTS", "").rpartition(":")
+    return (folder, int(count)) if folder and count.isdigit() and int(count) > 0 else None
+
+
+def tool_slots_through(folder: str, count: int) -> dict[str, str]:
+    """The environment that has the searches fa class starts share COUNT sanitizer slots in FOLDER."""
+    return {"FA_TOOL_SLOTS": f"{folder}:{count}"}
 
 
 def math_threads() -> int | None:

@@ -61,8 +61,8 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
     # each half's wall in the record; the searches' longest said with their time
     halves = json.loads((folder / "records" / "bob.cpu.json").read_text())["seconds"]
     assert halves["timed"] > 0 and halves["looked_into"] > 0
-    assert re.search(r"fa class: the searches for a cause in [\d.]+ s, \d+ side by side; the longest: \w+\.cpu \d+ s",
-                     proc.stdout), proc.stdout
+    assert re.search(r"fa class: the searches for a cause in [\d.]+ s, \d+ side by side, compute-sanitizer \d+ at "
+                     r"a time; the longest: \w+\.cpu \d+ s", proc.stdout), proc.stdout
     alone = fa("run", "t01", "--program", subs / "bob" / "hw4.cpp", env={**os.environ, "COLUMNS": "120"}, cwd=tmp_path)
     report = (folder / "reports" / "bob.cpu.txt").read_text()
     assert alone.stdout.splitlines()[-1].split(";")[0] == "1 case: 1 WRONG"
@@ -443,3 +443,26 @@ def test_each_fa_run_side_by_side_gets_its_share_of_the_cores_for_numpys_math(tm
     for at_once in (1, 4, 12, 32):
         judging._fa_run(tmp_path, task, ["t01"], 4.0, True, ["--from-judged", str(tmp_path / "state")], None, at_once)
     assert seen == ["16", "4", "1", "1"]
+
+
+def test_the_searches_side_by_side_share_a_few_sanitizer_slots(tmp_path, monkeypatch):
+    """The second half's fa runs get FA_TOOL_SLOTS (a folder in the class folder; 4 slots, one for
+    every 4 cores on a smaller host): a dozen searches' sanitizers at once get through fewer."""
+    task = judging.Task(submissions.Submission("ann", tmp_path, {"hw4.cpp": "00"}, "ab" * 32), tmp_path / "hw4.cpp")
+    timed, state = judging._halfway(tmp_path, task, ["t01"], True)
+    timed.parent.mkdir(parents=True, exist_ok=True)
+    timed.write_text(json.dumps(dict(exit_code=0, saved=True, words="", errors="", seconds=1.0)))
+    seen = []
+
+    def fa_run(class_folder, task, cases, limits, sandboxed, half, beside=None, at_once=1):
+        seen.append(beside)
+        return dict(exit_code=0, runs=[], words="", errors="", seconds=0.5)
+    monkeypatch.setattr(judging, "_fa_run", fa_run)
+    monkeypatch.setattr(judging, "cores", lambda: 16)
+    judging.look_into(tmp_path, task, ["t01"], 4.0, True, None, tmp_path / "shares", 12)
+    assert seen[0]["FA_TOOL_SLOTS"] == f"{tmp_path / '.tool-slots'}:4" and (tmp_path / ".tool-slots").is_dir()
+    assert seen[0]["FA_GPU_SHARES"] == str(tmp_path / "shares")
+    monkeypatch.setattr(judging, "cores", lambda: 8)
+    timed.write_text(json.dumps(dict(exit_code=0, saved=True, words="", errors="", seconds=1.0)))  # taken back above
+    judging.look_into(tmp_path, task, ["t01"], 4.0, True, None, tmp_path / "shares", 12)
+    assert seen[1]["FA_TOOL_SLOTS"].endswith(":2")

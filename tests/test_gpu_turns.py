@@ -114,3 +114,40 @@ def test_a_programs_run_gives_its_turn_back_before_fas_clean_up(tmp_path, monkey
     result = programs.run(programs.Program("prog", script), tmp_path / "in", tmp_path / "out")
     assert result.returncode == 0
     assert order == ["given back", "settled", "again"]
+
+
+def test_at_most_count_sanitizer_runs_hold_a_slot_at_once_and_the_wait_is_not_budgeted(tmp_path, monkeypatch):
+    """FA_TOOL_SLOTS=FOLDER:2: of three runs that ask at once, two go in, the third when one leaves;
+    its wait joins the turns' (no budget counts it)."""
+    monkeypatch.setenv("FA_TOOL_SLOTS", f"{tmp_path}:2")
+    log, inside, most = [], [0], [0]
+    lock = threading.Lock()
+
+    def body(name):
+        with gpu_turns.tool_slot():
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            log.append((name, "in", time.monotonic()))
+            time.sleep(0.3)
+            with lock:
+                inside[0] -= 1
+            log.append((name, "out", time.monotonic()))
+    waited = gpu_turns.waited_s()
+    threads = [threading.Thread(target=body, args=(f"run{i}",)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert most[0] == 2 and len(log) == 6
+    last_in = max(at(log, f"run{i}", "in") for i in range(3))
+    assert last_in >= min(at(log, f"run{i}", "out") for i in range(3)) - 0.01
+    assert gpu_turns.waited_s() - waited >= 0.25  # the third run's wait
+
+
+def test_no_slot_is_taken_where_none_is_named(monkeypatch):
+    monkeypatch.delenv("FA_TOOL_SLOTS", raising=False)
+    start = time.monotonic()
+    with gpu_turns.tool_slot(), gpu_turns.tool_slot():
+        pass
+    assert time.monotonic() - start < 0.05

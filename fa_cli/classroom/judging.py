@@ -34,6 +34,7 @@ from .submissions import PLATFORM, Submission
 
 RECORDS = "records"
 REPORTS = "reports"
+SANITIZERS_AT_MOST = 4  # compute-sanitizer runs among the searches at once (sanitizers_at_once)
 LOOKED_INTO_AT_MOST = 12  # searches sharing one GPU: more would leave each less than its budget counts on
 WALL_MARGIN_S = 120  # a whole submission's run may take its cases' limits, twice, and this more
 
@@ -89,6 +90,21 @@ def looked_into_side_by_side(timed_side_by_side: int) -> int:
     and the searches for a cause share the GPU; three for every 4 cores (each search is mostly one
     process on one core at a time), LOOKED_INTO_AT_MOST on one GPU, the timed runs' number at least."""
     return max(timed_side_by_side, min(LOOKED_INTO_AT_MOST, cores() * 3 // 4))
+
+
+def sanitizers_at_once() -> int:
+    """compute-sanitizer runs (a few tools side by side) among the searches at once: SANITIZERS_AT_MOST
+    (on two H200s of one host, four groups of four tools side by side went through at 1.5 s each,
+    twelve at 1.9 s: the runs are served largely one after another), one for every 4 cores on a
+    smaller host."""
+    return min(SANITIZERS_AT_MOST, max(1, cores() // 4))
+
+
+def tool_slots(class_folder: Path) -> dict[str, str]:
+    """The environment that has the searches side by side share sanitizers_at_once() slots."""
+    folder = class_folder / ".tool-slots"
+    folder.mkdir(exist_ok=True)
+    return settings.tool_slots_through(str(folder), sanitizers_at_once())
 
 
 def side_by_side() -> int:
@@ -174,7 +190,7 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
     if build_error is None:
         first = json.loads(timed.read_text())
         judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and first.get("saved")  # else: its words
-        beside = settings.gpu_shares_through(str(shares)) if shares else {}
+        beside = settings.gpu_shares_through(str(shares)) | tool_slots(class_folder) if shares else {}
         rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)], beside,
                        at_once) if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="",
                                                     seconds=0.0)

@@ -76,6 +76,8 @@ def judge(c: Class, jobs: int, slurm: dict | None, at_once: int = 1, looked_at_o
         lines.echo(f"fa class: {tables.plural(len(todo), 'build')} in {time.monotonic() - start:.1f} s, "
                    f"{judging.workers(jobs)} at once")
         cases.result()
+        lines.echo(f"fa class: the cases and their expected outputs ready {time.monotonic() - start:.1f} s after the "
+                   "builds began")
     start = time.monotonic()
     try:
         _judge_built(c, todo, built, limits, slurm, at_once, looked_at_once or at_once)
@@ -123,7 +125,7 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
     if todo:
         took = sorted(((c.done[t.label].get("seconds") or {}).get("looked_into") or 0, t.label) for t in todo)[::-1]
         lines.echo(f"fa class: the searches for a cause in {time.monotonic() - start:.1f} s, {looked_at_once} side by "
-                   f"side; the longest: " + ", ".join(f"{label} {s:.0f} s" for s, label in took[:3]))
+                   f"side, compute-sanitizer {judging.sanitizers_at_once()} at a time; the longest: " + ", ".join(f"{label} {s:.0f} s" for s, label in took[:3]))
 
 
 class _Beside:

@@ -207,9 +207,9 @@ class LaunchesWaited(Step):
 
 class SlowDevice(Step):
     """A passing build, on the race check's small input at the d of its smallest passing case: run
-    once as built and once with the device made slower; where either is not right, once more each
-    (a class runs this for every passing program: the usual, right, answer takes two runs). Right
-    as built, wrong and the same slowed: a warning."""
+    once with the device made slower; where that is right, nothing more (a class runs this for every
+    passing program: the usual answer takes one run). Where it is not: runs as built and one more
+    slowed. Right as built, wrong and the same slowed: a warning."""
 
     name = "the device made slower"
     runs = 2
@@ -224,19 +224,19 @@ class SlowDevice(Step):
         if ctx.budget.left < 2:
             return [Finding(Kind.MISSING_TOOL, [f"the device made slower: not run: {left}"])]
         case = check_case(ctx.work, d)
-        built, slowed = self.runs_of(ctx, case, 1)
-        if built is not None and slowed is not None and all(w == 0 for w in wrong_in(built + slowed, case, ctx.tol)):
-            return []  # right both ways
-        more_built, more_slowed = self.runs_of(ctx, case, self.runs - 1, first=2) if slowed is not None else (None, None)
-        if more_built is None or more_slowed is None:
+        slowed = outputs_of(ctx, delayed(ctx.program), case, 1, "the device made slower", of=self.runs)
+        if slowed is not None and wrong_in(slowed, case, ctx.tol) == [0]:
+            return []  # right slowed: nothing to tell apart from a run as built
+        built = outputs_of(ctx, ctx.program, case, self.runs, "as built") if slowed is not None else None
+        more = outputs_of(ctx, delayed(ctx.program), case, self.runs - 1, "the device made slower", first=2,
+                          of=self.runs) if built is not None else None
+        if more is None:
             return [Finding(Kind.MISSING_TOOL, [f"the device made slower: stopped: {left}"])]
-        built, slowed = built + more_built, slowed + more_slowed
+        slowed = slowed + more
         if any(w != 0 for w in wrong_in(built, case, ctx.tol)):
             return [Finding(Kind.OBSERVED, [f"the device made slower: not tried: as built it is not right in every "
                                             f"one of {self.runs} runs on {case.label}"])]
         wrong = wrong_in(slowed, case, ctx.tol)
-        if all(w == 0 for w in wrong):
-            return []
         runs = f"in {sum(1 for w in wrong if w)} of {self.runs} runs on {case.label}"
         if None in wrong or not (all(wrong) and alike(slowed)):
             return [Finding(Kind.OBSERVED, [f"{SLOWED} it fails {runs} (wrong values: {wrong}), outputs that differ "
@@ -245,12 +245,3 @@ class SlowDevice(Step):
             f"passes here, but {SLOWED} it writes {wrong[0]} of {slowed[0].size} values wrong {runs}, the same output "
             f"bit for bit, where as built it is right in {self.runs} of {self.runs}: {EARLY}; the judge's GPU may be "
             f"that slow{ordering_lines(ctx)}"], dict(slow_device_wrong=wrong[0], case=case.label))]
-
-    def runs_of(self, ctx: Context, case, count: int, first: int = 1) -> tuple[list | None, list | None]:
-        """count runs as built, then count slowed (numbered from first, of self.runs); None for
-        those the budget left unrun."""
-        built = outputs_of(ctx, ctx.program, case, count, "as built", first=first, of=self.runs)
-        if built is None:
-            return None, None
-        return built, outputs_of(ctx, delayed(ctx.program), case, count, "the device made slower", first=first,
-                                 of=self.runs)

@@ -148,7 +148,7 @@ def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input
     argvs = [wrap([sanitizer, "--tool", tool, *(["--racecheck-report", "analysis"] if tool == "racecheck" else []),
                    "--print-limit", "100", "--log-file", str(work / f"{tool}.log"), *program_argv,
                    str((inputs or {}).get(tool, input_path)), str(work / f"{tool}.out")]) for tool in tools]
-    with gpu_turns.turn(timed=False):
+    with gpu_turns.tool_slot(), gpu_turns.turn(timed=False):
         ended = _side_by_side(argvs, [work / f"{tool}.console" for tool in tools], timeout)
     reports = []
     for tool, code in zip(tools, ended):

@@ -6,7 +6,12 @@ timed run. Where FA_GPU_TURNS names no lock (one fa alone), no turn is taken.
 Two lock files (flock: released by the kernel when their holder dies), a timed turn first in
 line: a timed run takes the gate, then the GPU alone, then lets the gate go; an untimed run takes
 the gate only to pass it, then the GPU beside others. So untimed runs that keep coming never
-keep a timed run waiting past the ones already running."""
+keep a timed run waiting past the ones already running.
+
+Where FA_TOOL_SLOTS names a folder and a count (fa class's searches), a compute-sanitizer run
+also takes one of that many slots (tool_slot): sanitizer runs on one GPU are served largely one
+after another (measured: twelve groups of four tools side by side cost 1.9 s of wall each, four at
+a time 1.5 s), so a few at a time get through more of them."""
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +21,10 @@ import time
 from collections.abc import Iterator
 
 from .. import settings
+from . import gpu_shares
 
 
+SLOT_POLL_S = 0.05
 _waited = [0.0]  # seconds this process has waited for its turns: no budget of its own counts them
 
 
@@ -54,6 +61,34 @@ def turn(timed: bool) -> Iterator[Turn]:
         yield held
     finally:
         held.give_back()
+
+
+@contextlib.contextmanager
+def tool_slot() -> Iterator[None]:
+    """One of FA_TOOL_SLOTS's slots held for one compute-sanitizer run (its tools side by side),
+    waited for (a slot is a file locked with flock: its holder's end frees it); no slot where none
+    is named. The wait is counted with the turns', as a budget charged it (gpu_shares): no budget counts it."""
+    slots = settings.tool_slots()
+    if slots is None:
+        yield
+        return
+    folder, count = slots
+    asked = time.monotonic()
+    while True:
+        for i in range(count):
+            fd = _open(os.path.join(folder, f"slot-{i}"))
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            _waited[0] += gpu_shares.charged(asked, time.monotonic())  # as the budget charged it
+            try:
+                yield
+            finally:
+                os.close(fd)
+            return
+        time.sleep(SLOT_POLL_S)
 
 
 @contextlib.contextmanager
