@@ -50,7 +50,7 @@ def test_a_program_that_makes_no_cuda_call_is_said_to_be_unchecked_never_warned(
     calls = sanitizer_saying(NO_CUDA_LOG)
     found = checked(tmp_path, "host-only")
     assert [f.kind for f in found] == [Kind.MISSING_TOOL] and calls() == 4
-    assert found[0].lines[0].startswith("race check: racecheck, synccheck, initcheck, memcheck checked nothing on B=2, N=256, "
+    assert found[0].lines[0].startswith("race check: racecheck, synccheck, initcheck, memcheck checked nothing on B=1, N=256, "
                                         "d=32: the program made no CUDA call there")
     assert not race_check.cache_file(Program("host-only", tmp_path / "host-only"), 32).exists()  # checked again
 

@@ -32,7 +32,9 @@ from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, 
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
-RACE_B = 2
+RACE_B = 1  # racecheck, synccheck, initcheck: a block of the second batch runs the code a block of the first
+# does, so one batch has their hazards (and each tool's work, 7 CPU-s of racecheck's analysis, goes by the blocks)
+MEMCHECK_B = 2  # memcheck and the slowed check: an offset past the first batch is an access only a second makes
 TOOL_TIMEOUT_S = 60.0
 TOOLS = {tool: TOOL_WORDS[tool] for tool in ("racecheck", "synccheck", "initcheck", "memcheck")}
 
@@ -51,8 +53,8 @@ def build_file(program: Program, folder: str, name: str) -> Path:
 def cache_file(program: Program, d: int, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS)) -> Path:
     """Named by the build, d, the tools and memcheck's N (a check of three tools, kept before memcheck
     joined them, is not taken for one of four)."""
-    name = f"d{d}-memcheck-n{memcheck_n}" if tools == tuple(TOOLS) else \
-        "-".join([f"d{d}", *tools] + ([f"n{memcheck_n}"] if "memcheck" in tools else []))
+    name = f"d{d}-b{RACE_B}-memcheck-n{memcheck_n}" if tools == tuple(TOOLS) else \
+        "-".join([f"d{d}", f"b{RACE_B}", *tools] + ([f"n{memcheck_n}"] if "memcheck" in tools else []))
     return build_file(program, "race-check", name)
 
 
@@ -64,9 +66,9 @@ def kept_findings(path: Path) -> list[Finding] | None:
         return None
 
 
-def check_case(work: Path, d: int, N: int = RACE_N) -> TrialCase:
-    """The checks' input (RACE_B x N x d, drawn once a folder) with its float64 output."""
-    shape = Shape(RACE_B, N, d)
+def check_case(work: Path, d: int, N: int = RACE_N, B: int = RACE_B) -> TrialCase:
+    """The checks' input (B x N x d, drawn once a folder) with its float64 output."""
+    shape = Shape(B, N, d)
     path = work / f"race-{shape}.in"
     if not path.exists():
         generate.write_input(path, shape, seed=7)
@@ -76,7 +78,7 @@ def check_case(work: Path, d: int, N: int = RACE_N) -> TrialCase:
 def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: Callable[[str], None],
           budget: Budget, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS)) -> list[Finding]:
     """The tools (of racecheck, synccheck, initcheck) on a RACE_B x RACE_N x d input, memcheck beside
-    them on RACE_B x memcheck_n x d, or what was kept of an earlier check of the same build."""
+    them on MEMCHECK_B x memcheck_n x d, or what was kept of an earlier check of the same build."""
     kept = cache_file(program, d, memcheck_n, tools)
     if (found := kept_findings(kept)) is not None:
         return found
@@ -89,7 +91,7 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if budget.left < 1:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(tools)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
-    memchecked = check_case(work, d, memcheck_n)
+    memchecked = check_case(work, d, memcheck_n, MEMCHECK_B)
     on_case = [tool for tool in tools if tool != "memcheck"]
     say(f"race check: compute-sanitizer's {', '.join(on_case)} on {shape}"
         + (f" and memcheck on {memchecked.shape}" if "memcheck" in tools else "")
