@@ -32,7 +32,7 @@ import numpy as np
 from ..diagnose import source_lines
 from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
-from . import pairing
+from . import pairing, row_weights
 from .readings import measured
 from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows, spans
 
@@ -52,6 +52,7 @@ LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
         "sums": (("the row's sum", SUM_LINES),),
         "rows of V": (("V's index", V_LINES),),
+        "weights met": (("where a weight meets V", r"\+=[^;\n]*\*[^;\n]*\b[vV]\w*|\+=[^;\n]*\b[vV]\w*[^;\n]*\*"),),
         "band": (("a loop bound by the row's index", r"for\s*\([^;]*;[^;]*[<>]=?\s*\(?\s*(i|row|r|qi|q_row|gi|global_row)\b"),)}
 TELLING = 1e-4  # a key with this much of P that the program gives no weight is a key left out
 
@@ -113,6 +114,8 @@ def look_for(mapped: list[str]) -> str:
         return "rows of V"
     if first.startswith("each row weighs"):
         return "band"
+    if row_weights.LEAD in first:
+        return "weights met"
     if first.startswith("every column's weights are P's"):
         return "sums"
     if first.startswith("the weights differ"):
@@ -171,7 +174,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
     groups = column_groups(weights)
     if len(groups) == 1 and (found := band(weights[0], P)):
         return found
-    if len(groups) == 1 and (found := pairing.rows_weighed(weights[0], P)):
+    if len(groups) == 1 and (found := pairing.rows_weighed(weights[0], P) or row_weights.another_rows(
+            weights[0], P, MAP_ATOL)):
         return [found]
     if len(groups) == 1:  # scores of some dims only are said here; one factor on them all is the Factors step's
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it

@@ -1,0 +1,64 @@
+"""One set of weights W (every output column's), whose wrong rows each weigh the keys with another
+row's weights of P, rescaled by a factor of each key tile's own: W[r, j] = f(r, tile of j) P[r', j].
+
+A thread that owns two query rows (register tiling: rows q0 + t and q0 + R + t) and accumulates
+the second with the first's weight leaves exactly this: the first row's exp(s - m) over its own
+running max, rescaled by the second row's factors at each later tile and divided by the second
+row's sum. The rows r' are found by the ratio W[r] / P[r'] being constant within every key tile
+(of the largest width that holds); the map r -> r' said as a formula where one fits.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .step import spans
+
+LOG_ATOL = 1e-3  # log W[r] - log P[r'] within a key tile: one float32 program's exp and rescales
+TILES = (8, 16, 32, 64, 128, 256)
+TINY = 1e-30  # weights below this carry no readable log
+LEAD = "each weigh the keys with another row's weights"
+
+
+def another_rows(W: np.ndarray, P: np.ndarray, right_atol: float) -> str | None:
+    """The words where every wrong row of W is another row's weights of P times a factor a key tile
+    (right rows: max |W[r] - P[r]| <= right_atol); None where some wrong row is no such row."""
+    rows, N = P.shape
+    wrong = np.flatnonzero(np.abs(W - P).max(axis=1) > right_atol)
+    if wrong.size == 0 or (W[wrong] < TINY).any() or (P < TINY).any():
+        return None  # a key with no weight: not this reading (KeysWithoutWeight's)
+    ratio = np.log(W[wrong])[:, None, :] - np.log(P)[None, :, :]  # (wrong row, r', key)
+    found = None
+    for width in sorted({N, *(t for t in TILES if t < N)}, reverse=True):  # the whole row first
+        fits = _constant_by_tile(ratio, width) & (np.arange(rows)[None, :] != wrong[:, None])
+        if fits.any(axis=1).all():
+            found = width, fits.argmax(axis=1)
+            break
+    if found is None:
+        return None
+    width, source = found
+    tiles = "one factor a row" if width == N else f"a factor of each key tile of {width}"
+    return (f"one set of weights for every column; rows {spans(wrong)} {LEAD}: row r's are row {_formula(wrong, source)}'s of P, times {tiles} (W[r] / P[r'] constant "
+            f"within each; e.g. row {wrong[0]}: row {source[0]}'s): the weight of one query row met with another "
+            "row's output (a thread that owns two rows accumulating the second with the first's weights, or a "
+            "row's weights read from the wrong place)")
+
+
+def _constant_by_tile(ratio: np.ndarray, width: int) -> np.ndarray:
+    """(wrong row, r'): the log ratio constant within every key tile of `width` (the last partial)."""
+    N = ratio.shape[2]
+    spread = np.zeros(ratio.shape[:2])
+    for j0 in range(0, N, width):
+        part = ratio[:, :, j0:j0 + width]
+        spread = np.maximum(spread, part.max(axis=2) - part.min(axis=2))
+    return spread <= LOG_ATOL
+
+
+def _formula(r: np.ndarray, source: np.ndarray) -> str:
+    """r' as a formula of r: a shift, a row within blocks, else examples."""
+    shifts = np.unique(source - r)
+    if shifts.size == 1:
+        return f"r {'-' if shifts[0] < 0 else '+'} {abs(int(shifts[0]))}"
+    for m in (8, 16, 32, 64, 128):
+        if (source == r % m).all():
+            return f"r mod {m}"
+    return "r' (no formula of those tried: " + ", ".join(f"{a} <- {b}" for a, b in zip(r[:4], source[:4])) + ")"
