@@ -80,3 +80,42 @@ def test_right_weights_and_weights_of_no_row_say_nothing():
     assert row_weights.another_rows(P, P, 2e-5) is None
     noise = P * RNG.uniform(0.5, 1.5, size=P.shape)
     assert row_weights.another_rows(noise / noise.sum(axis=1, keepdims=True), P, 2e-5) is None
+
+
+TWO_ROWS = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+q, k, v = x[:, 0], x[:, 1], x[:, 2]
+s = q @ k.transpose(0, 2, 1) / np.sqrt(d)
+m = np.full((B, N), -np.inf); l = np.zeros((B, N)); o = np.zeros((B, N, d))
+for j0 in range(0, N, 8):  # key tiles of 8; rows q0 + t and q0 + 8 + t of each 16 one thread's
+    part = s[:, :, j0:j0 + 8]
+    new = np.maximum(m, part.max(axis=2)); alpha = np.exp(m - new)
+    p = np.exp(part - new[..., None])
+    met = p.copy()
+    for q0 in range(0, N, 16):
+        met[:, q0 + 8:q0 + 16] = p[:, q0:q0 + 8]
+    l = l * alpha + p.sum(axis=2); o = o * alpha[..., None] + met @ v[:, j0:j0 + 8]; m = new
+(o / l[..., None]).astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_the_step_names_a_thread_s_second_row_weighed_with_the_first_s_on_a_stand_in(tmp_path):
+    """LinearMap on a stand-in program (NumPy, the course's format) whose thread owns rows q0 + t and
+    q0 + 8 + t of each 16 and accumulates the second with the first's weight: named with the rows,
+    the formula and the key tiles, and the line where the weight meets V."""
+    from helpers import stand_in_context
+    from fa_cli.judge.probes.step import ProbeInput
+    q, k, v = (RNG.uniform(-2, 2, size=(2, 32, 16)).astype(np.float32) for _ in range(3))
+    ctx = stand_in_context(tmp_path, TWO_ROWS, "__global__ void f() {\n  float pa = __expf(sa - ma);\n"
+                           "  for (int x = 0; x < D; ++x) oc[x] += pa * v_s[j][x];\n}\n", ProbeInput(q, k, v))
+    step = linear_map.LinearMap()
+    assert step.applies(ctx)
+    found = step.run(ctx)
+    assert ctx.facts.named and found[0].kind == "measured", found
+    assert "rows 8-15, 24-31 each weigh the keys with another row's weights: row r's are row r - 8's" in \
+        found[0].lines[0] and "a factor of each key tile of 8" in found[0].lines[0]
+    assert found[0].lines[-1] == "lines with where a weight meets V in hw4.cu: 3 `for (int x = 0; x < D; ++x) " \
+        "oc[x] += pa * v_s[j][x];`"
