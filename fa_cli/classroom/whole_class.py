@@ -125,7 +125,8 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
     if todo:
         took = sorted(((c.done[t.label].get("seconds") or {}).get("looked_into") or 0, t.label) for t in todo)[::-1]
         lines.echo(f"fa class: the searches for a cause in {time.monotonic() - start:.1f} s, {looked_at_once} side by "
-                   f"side, compute-sanitizer {judging.sanitizers_at_once()} at a time; the longest: " + ", ".join(f"{label} {s:.0f} s" for s, label in took[:3]))
+                   f"side, compute-sanitizer {judging.sanitizers_at_once()} at a time; the longest: "
+                   + ", ".join(f"{label} {s:.0f} s" for s, label in took[:3]))
 
 
 class _Beside:

@@ -33,7 +33,7 @@ from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
 RACE_B = 1  # racecheck, synccheck, initcheck: a block of the second batch runs the code a block of the first
-# does, so one batch has their hazards (and each tool's work, 7 CPU-s of racecheck's analysis, goes by the blocks)
+# does, so one batch has their hazards, with half the blocks for each tool to watch
 MEMCHECK_B = 2  # memcheck and the slowed check: an offset past the first batch is an access only a second makes
 TOOL_TIMEOUT_S = 60.0
 TOOLS = {tool: TOOL_WORDS[tool] for tool in ("racecheck", "synccheck", "initcheck", "memcheck")}

@@ -46,13 +46,14 @@ TINY_WEIGHT = 1e-20  # weights below this carry no readable log
 # split a row's dims (weights by column: the reduction across lanes; where a set of columns is made
 # of no V, the lanes' width), where the output is written (values moved, a part made of no V), where
 # a key loop is bound by the row (a band of keys).
+WEIGHT_MEETS_V = r"\+=[^;\n]*\*[^;\n]*\b[vV]\w*|\+=[^;\n]*\b[vV]\w*[^;\n]*\*"  # acc += w * v (or v * w)
 LANES = ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")
 LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
         "width": (("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
         "sums": (("the row's sum", SUM_LINES),),
         "rows of V": (("V's index", V_LINES),),
-        "weights met": (("where a weight meets V", r"\+=[^;\n]*\*[^;\n]*\b[vV]\w*|\+=[^;\n]*\b[vV]\w*[^;\n]*\*"),),
+        "weights met": (("where a weight meets V", WEIGHT_MEETS_V),),
         "band": (("a loop bound by the row's index", r"for\s*\([^;]*;[^;]*[<>]=?\s*\(?\s*(i|row|r|qi|q_row|gi|global_row)\b"),)}
 TELLING = 1e-4  # a key with this much of P that the program gives no weight is a key left out
 

@@ -37,9 +37,9 @@ def another_rows(W: np.ndarray, P: np.ndarray, right_atol: float) -> str | None:
         return None
     width, source = found
     tiles = "one factor a row" if width == N else f"a factor of each key tile of {width}"
-    return (f"one set of weights for every column; rows {spans(wrong)} {LEAD}: row r's are row {_formula(wrong, source)}'s of P, times {tiles} (W[r] / P[r'] constant "
-            f"within each; e.g. row {wrong[0]}: row {source[0]}'s): the weight of one query row met with another "
-            "row's output (a thread that owns two rows accumulating the second with the first's weights, or a "
+    return (f"one set of weights for every column; rows {spans(wrong)} {LEAD}: row r's are row "
+            f"{_formula(wrong, source)}'s of P, times {tiles} (W[r] / P[r'] constant within each; e.g. row "
+            f"{wrong[0]}: row {source[0]}'s): the weight of one query row met with another row's output (a thread that owns two rows accumulating the second with the first's weights, or a "
             "row's weights read from the wrong place)")
 
 
