@@ -151,3 +151,16 @@ def test_no_slot_is_taken_where_none_is_named(monkeypatch):
     with gpu_turns.tool_slot(), gpu_turns.tool_slot():
         pass
     assert time.monotonic() - start < 0.05
+
+
+def test_a_slot_is_given_back_when_its_run_raises(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_TOOL_SLOTS", f"{tmp_path}:1")
+    try:
+        with gpu_turns.tool_slot():
+            raise RuntimeError("the sanitizer's run failed")
+    except RuntimeError:
+        pass
+    start = time.monotonic()
+    with gpu_turns.tool_slot():  # the one slot free again
+        pass
+    assert time.monotonic() - start < 0.5

@@ -25,7 +25,8 @@ def sanitizer_saying(tmp_path, monkeypatch):
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "compute-sanitizer").write_text(
-        "#!/bin/sh\necho x >> \"$(dirname \"$0\")/calls\"\n"
+        "#!/bin/sh\nfor a in \"$@\"; do input=$last; last=$a; done\n"  # PROGRAM INPUT OUTPUT last
+        "echo \"$2 $(basename \"$input\")\" >> \"$(dirname \"$0\")/calls\"\n"  # --tool TOOL first
         "while [ \"$1\" != --log-file ]; do shift; done; cp \"$(dirname \"$0\")/log.txt\" \"$2\"\n")
     (tools / "compute-sanitizer").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
@@ -33,7 +34,7 @@ def sanitizer_saying(tmp_path, monkeypatch):
     def saying(log: str):
         (tools / "log.txt").write_text(log)
         (tools / "calls").unlink(missing_ok=True)
-        return lambda: len((tools / "calls").read_text().split())
+        return lambda: len((tools / "calls").read_text().splitlines())
     return saying
 
 
@@ -50,9 +51,23 @@ def test_a_program_that_makes_no_cuda_call_is_said_to_be_unchecked_never_warned(
     calls = sanitizer_saying(NO_CUDA_LOG)
     found = checked(tmp_path, "host-only")
     assert [f.kind for f in found] == [Kind.MISSING_TOOL] and calls() == 4
-    assert found[0].lines[0].startswith("race check: racecheck, synccheck, initcheck, memcheck checked nothing on B=1, N=256, "
-                                        "d=32: the program made no CUDA call there")
+    assert found[0].lines[0].startswith("race check: racecheck, synccheck on B=1, N=256, d=32 and initcheck, memcheck "
+                                        "on B=2, N=256, d=32: checked nothing: the program made no CUDA call there")
     assert not race_check.cache_file(Program("host-only", tmp_path / "host-only"), 32).exists()  # checked again
+
+
+def test_racecheck_and_synccheck_watch_one_batch_initcheck_and_memcheck_two(tmp_path, sanitizer_saying):
+    """Shared memory and barriers are a block's own (one batch has every block's code); global
+    memory past the first batch's place is touched only by a second batch."""
+    sanitizer_saying("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+    said, binary = [], tmp_path / "clean"
+    binary.write_bytes(b"clean")  # its bytes name its kept verdict
+    race_check.check(Program("clean", binary), 32, None, tmp_path, said.append, Budget(60))
+    ran = sorted((tmp_path / "bin" / "calls").read_text().splitlines())
+    assert ran == ["initcheck race-B=2, N=256, d=32.in", "memcheck race-B=2, N=256, d=32.in",
+                   "racecheck race-B=1, N=256, d=32.in", "synccheck race-B=1, N=256, d=32.in"]
+    assert said == ["race check: compute-sanitizer's racecheck, synccheck on B=1, N=256, d=32 and initcheck, "
+                    "memcheck on B=2, N=256, d=32, side by side (once per build and d)"]
 
 
 def test_a_hazard_is_a_warning_with_its_lines_and_kept(tmp_path, sanitizer_saying):

@@ -74,6 +74,28 @@ def test_a_stale_max_is_its_own_rows_weights_and_not_this_reading():
     assert row_weights.another_rows(W, P, 2e-5) is None
 
 
+def test_a_rows_own_weights_times_factors_are_not_another_rows_even_where_rows_repeat():
+    """Q with repeated rows (rows 32..63 the same as 0..31: P's rows alike): a stale max (a factor a
+    tile of the row's own weights) and a wrong sum (one factor a row) fit another row too, and are
+    still the row's own: not this reading."""
+    q, k, _ = scores(64)
+    q[32:] = q[:32]
+    s = logits(q[None], k[None])[0]
+    P = softmax_rows(s[None])[0]
+    assert row_weights.another_rows(online_weights(s, 16, stale_max=True), P, 2e-5) is None
+    assert row_weights.another_rows(0.7 * P, P, 2e-5) is None
+    W = online_weights(s, 16, second_of=8)  # rows 8.. of each: the earlier row's weight, where rows repeat too
+    said = row_weights.another_rows(W, P, 2e-5)
+    assert said is not None and "row r - 8's" in said, said
+
+
+def test_weights_of_a_tile_of_24_are_said_at_24():
+    q, k, s = scores(96)
+    W, P = online_weights(s, 24, second_of=48), softmax_rows(s[None])[0]
+    said = row_weights.another_rows(W, P, 2e-5)
+    assert said is not None and "a factor of each key tile of 24" in said and "row r - 48's" in said, said
+
+
 def test_right_weights_and_weights_of_no_row_say_nothing():
     _, _, s = scores(64)
     P = softmax_rows(s[None])[0]

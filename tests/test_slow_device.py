@@ -123,8 +123,11 @@ def passing(ctx, monkeypatch, tmp_path):
     from fa_cli.cases.format import Shape
     ctx.results = [SimpleNamespace(verdict="PASS", target=SimpleNamespace(name="t01", shape=Shape(1, 4, 2)))]
     monkeypatch.setattr(slow_device, "layered", lambda program: True)
-    monkeypatch.setattr(slow_device, "check_case", lambda work, d, B: TrialCase("B=1, N=4, d=2", tmp_path / "x.in",
-                                                                             None, RIGHT))
+
+    def check_case(work, d, B):
+        assert B == 2  # two batches: a copy back or an offset past the first batch shows
+        return TrialCase("B=2, N=4, d=2", tmp_path / "x.in", None, RIGHT)
+    monkeypatch.setattr(slow_device, "check_case", check_case)
     return slow_device.SlowDevice()
 
 

@@ -95,8 +95,8 @@ def looked_into_side_by_side(timed_side_by_side: int) -> int:
 def sanitizers_at_once() -> int:
     """compute-sanitizer runs (a few tools side by side) among the searches at once: SANITIZERS_AT_MOST
     (on two H200s of one host, four groups of four tools side by side went through at 1.5 s each,
-    twelve at 1.9 s: the runs are served largely one after another), one for every 4 cores on a
-    smaller host."""
+    twelve at 1.9 s: the runs are served largely one after another; only 1, 4 and 12 were tried),
+    one for every 4 cores on a smaller host (a guess, not measured)."""
     return min(SANITIZERS_AT_MOST, max(1, cores() // 4))
 
 

@@ -32,9 +32,11 @@ from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, 
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
-RACE_B = 1  # racecheck, synccheck, initcheck: a block of the second batch runs the code a block of the first
-# does, so one batch has their hazards, with half the blocks for each tool to watch
-MEMCHECK_B = 2  # memcheck and the slowed check: an offset past the first batch is an access only a second makes
+RACE_B = 1  # racecheck, synccheck: within a block; a block of the second batch runs the code a block of the
+# first does, so one batch has their hazards, with half the blocks for each tool to watch
+GLOBAL_B = 2  # initcheck, memcheck and the slowed check: global memory past the first batch's place (an
+# offset, a scratch buffer's second part) is an access only a second batch makes
+ON_ONE_BATCH = ("racecheck", "synccheck")
 TOOL_TIMEOUT_S = 60.0
 TOOLS = {tool: TOOL_WORDS[tool] for tool in ("racecheck", "synccheck", "initcheck", "memcheck")}
 
@@ -53,8 +55,9 @@ def build_file(program: Program, folder: str, name: str) -> Path:
 def cache_file(program: Program, d: int, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS)) -> Path:
     """Named by the build, d, the tools and memcheck's N (a check of three tools, kept before memcheck
     joined them, is not taken for one of four)."""
-    name = f"d{d}-b{RACE_B}-memcheck-n{memcheck_n}" if tools == tuple(TOOLS) else \
-        "-".join([f"d{d}", f"b{RACE_B}", *tools] + ([f"n{memcheck_n}"] if "memcheck" in tools else []))
+    batches = f"b{RACE_B}-{GLOBAL_B}"
+    name = f"d{d}-{batches}-memcheck-n{memcheck_n}" if tools == tuple(TOOLS) else \
+        "-".join([f"d{d}", batches, *tools] + ([f"n{memcheck_n}"] if "memcheck" in tools else []))
     return build_file(program, "race-check", name)
 
 
@@ -77,37 +80,42 @@ def check_case(work: Path, d: int, N: int = RACE_N, B: int = RACE_B) -> TrialCas
 
 def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: Callable[[str], None],
           budget: Budget, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS)) -> list[Finding]:
-    """The tools (of racecheck, synccheck, initcheck) on a RACE_B x RACE_N x d input, memcheck beside
-    them on MEMCHECK_B x memcheck_n x d, or what was kept of an earlier check of the same build."""
+    """The tools, side by side: racecheck and synccheck on RACE_B x RACE_N x d, initcheck on GLOBAL_B x
+    RACE_N x d, memcheck on GLOBAL_B x memcheck_n x d; or what was kept of an earlier check of the
+    same build."""
     kept = cache_file(program, d, memcheck_n, tools)
     if (found := kept_findings(kept)) is not None:
         return found
     if find_tool("compute-sanitizer") is None:
         return [Finding(Kind.MISSING_TOOL, ["race check: compute-sanitizer is not installed here: its racecheck "
                                             "would show a shared-memory race that this GPU's schedule hides"])]
-    trial = check_case(work, d)
-    case, shape = trial.input_path, trial.shape
     lined = with_lines(program)
     if budget.left < 1:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(tools)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
-    memchecked = check_case(work, d, memcheck_n, MEMCHECK_B)
-    on_case = [tool for tool in tools if tool != "memcheck"]
-    say(f"race check: compute-sanitizer's {', '.join(on_case)} on {shape}"
-        + (f" and memcheck on {memchecked.shape}" if "memcheck" in tools else "")
-        + (", side by side" if len(tools) > 1 else "") + " (once per build and d)")
+    cases = {tool: check_case(work, d, memcheck_n if tool == "memcheck" else RACE_N,
+                              RACE_B if tool in ON_ONE_BATCH else GLOBAL_B) for tool in tools}
+    where = on_shapes(cases)
+    say(f"race check: compute-sanitizer's {where}" + (", side by side" if len(tools) > 1 else "")
+        + " (once per build and d)")
     timeout = min(TOOL_TIMEOUT_S, budget.left)
-    reports = sanitize_side_by_side(tools, lined.argv, case, work, timeout, (launcher or Launcher()).wrap,
-                                    inputs=dict(memcheck=memchecked.input_path))
+    reports = sanitize_side_by_side(tools, lined.argv, cases[tools[0]].input_path, work, timeout,
+                                    (launcher or Launcher()).wrap, inputs={t: c.input_path for t, c in cases.items()})
     if all(said.checked_nothing for said in reports):  # said once
-        return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(tools)} checked nothing on {shape}: "
-                                            f"{NO_CUDA_CALL_SAID}"])]
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {where}: checked nothing: {NO_CUDA_CALL_SAID}"])]
     placed_in = program.source.name if wave64.emulates(program.source) else None
-    found = [finding for said in reports
-             for finding in told(said, memchecked.shape if said.tool == "memcheck" else shape, timeout, placed_in)]
+    found = [finding for said in reports for finding in told(said, cases[said.tool].shape, timeout, placed_in)]
     if not any(f.kind == Kind.MISSING_TOOL for f in found):
         keep(kept, found)
     return found
+
+
+def on_shapes(cases: dict[str, TrialCase]) -> str:
+    """"racecheck, synccheck on B=1, N=256, d=32 and initcheck, memcheck on B=2, ...": each shape once."""
+    by_shape: dict[str, list[str]] = {}
+    for tool, case in cases.items():
+        by_shape.setdefault(str(case.shape), []).append(tool)
+    return " and ".join(f"{', '.join(tools)} on {shape}" for shape, tools in by_shape.items())
 
 
 def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | None = None) -> list[Finding]:

@@ -38,7 +38,7 @@ from ..programs import gtx1080, wave64
 from ..programs.programs import Program
 from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
-from .race_check import MEMCHECK_B, applies as student_gpu_program, check_case
+from .race_check import GLOBAL_B, applies as student_gpu_program, check_case
 from .reruns import over, run_once
 from .steps import Context, Step
 
@@ -206,10 +206,12 @@ class LaunchesWaited(Step):
 
 
 class SlowDevice(Step):
-    """A passing build, on memcheck's input of the race check at the d of its smallest passing case: run
-    once with the device made slower; where that is right, nothing more (a class runs this for every
-    passing program: the usual answer takes one run). Where it is not: runs as built and one more
-    slowed. Right as built, wrong and the same slowed: a warning."""
+    """A passing build, on the race check's two-batch input (GLOBAL_B x RACE_N x d) at the d of its
+    smallest passing case: run once with the device made slower; where that is right, nothing more
+    (a class runs this for every passing program: the usual answer takes one run; a build wrong as
+    built there and right slowed is not looked at here, a larger input's run is LargerInput's).
+    Where it is not: runs as built and one more slowed. Right as built, wrong and the same slowed:
+    a warning."""
 
     name = "the device made slower"
     runs = 2
@@ -223,7 +225,7 @@ class SlowDevice(Step):
         left = f"{ctx.budget.left:.0f} s left of fa run --why-budget's {ctx.budget.seconds:g} s"
         if ctx.budget.left < 2:
             return [Finding(Kind.MISSING_TOOL, [f"the device made slower: not run: {left}"])]
-        case = check_case(ctx.work, d, B=MEMCHECK_B)
+        case = check_case(ctx.work, d, B=GLOBAL_B)
         slowed = outputs_of(ctx, delayed(ctx.program), case, 1, "the device made slower", of=self.runs)
         if slowed is not None and wrong_in(slowed, case, ctx.tol) == [0]:
             return []  # right slowed: nothing to tell apart from a run as built

@@ -10,8 +10,8 @@ keep a timed run waiting past the ones already running.
 
 Where FA_TOOL_SLOTS names a folder and a count (fa class's searches), a compute-sanitizer run
 also takes one of that many slots (tool_slot): sanitizer runs on one GPU are served largely one
-after another (measured: twelve groups of four tools side by side cost 1.9 s of wall each, four at
-a time 1.5 s), so a few at a time get through more of them."""
+after another (measured alone: twelve groups of four tools side by side cost 1.9 s of wall each,
+four at a time 1.5 s; docs/sandbox.md), so a dozen at once gain nothing over a few."""
 from __future__ import annotations
 
 import contextlib
@@ -67,7 +67,8 @@ def turn(timed: bool) -> Iterator[Turn]:
 def tool_slot() -> Iterator[None]:
     """One of FA_TOOL_SLOTS's slots held for one compute-sanitizer run (its tools side by side),
     waited for (a slot is a file locked with flock: its holder's end frees it); no slot where none
-    is named. The wait is counted with the turns', as a budget charged it (gpu_shares): no budget counts it."""
+    is named. The wait is counted with the turns', as a budget charged it (gpu_shares): no budget
+    counts it. Not to be nested: a second slot asked for while one is held may wait for the first."""
     slots = settings.tool_slots()
     if slots is None:
         yield
@@ -82,8 +83,8 @@ def tool_slot() -> Iterator[None]:
             except BlockingIOError:
                 os.close(fd)
                 continue
-            _waited[0] += gpu_shares.charged(asked, time.monotonic())  # as the budget charged it
             try:
+                _waited[0] += gpu_shares.charged(asked, time.monotonic())  # as the budget charged it
                 yield
             finally:
                 os.close(fd)

@@ -14,43 +14,59 @@ import numpy as np
 from .step import spans
 
 LOG_ATOL = 1e-3  # log W[r] - log P[r'] within a key tile: one float32 program's exp and rescales
-TILES = (8, 16, 32, 64, 128, 256)
+TILES = (8, 16, 24, 32, 48, 64, 96, 128, 256)
 TINY = 1e-30  # weights below this carry no readable log
 LEAD = "each weigh the keys with another row's weights"
 
 
 def another_rows(W: np.ndarray, P: np.ndarray, right_atol: float) -> str | None:
     """The words where every wrong row of W is another row's weights of P times a factor a key tile
-    (right rows: max |W[r] - P[r]| <= right_atol); None where some wrong row is no such row."""
+    (right rows: max |W[r] - P[r]| <= right_atol), and not its own row's so (a stale max, a wrong
+    sum: the factor readings' to name, even where another row's P is the same as its own); None
+    where some wrong row is no such row."""
     rows, N = P.shape
     wrong = np.flatnonzero(np.abs(W - P).max(axis=1) > right_atol)
-    if wrong.size == 0 or (W[wrong] < TINY).any() or (P < TINY).any():
+    if wrong.size == 0 or (W[wrong] < TINY).any():
         return None  # a key with no weight: not this reading (KeysWithoutWeight's)
-    ratio = np.log(W[wrong])[:, None, :] - np.log(P)[None, :, :]  # (wrong row, r', key)
-    found = None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.log(W[wrong])[:, None, :] - np.log(P)[None, :, :]  # (wrong row, r', key); a tiny P: no fit
+    own = np.arange(rows)[None, :] == wrong[:, None]
     for width in sorted({N, *(t for t in TILES if t < N)}, reverse=True):  # the whole row first
-        fits = _constant_by_tile(ratio, width) & (np.arange(rows)[None, :] != wrong[:, None])
+        fits = _constant_by_tile(ratio, width)
+        if (fits & own).any():
+            return None  # a row's own weights times a factor a tile: not another row's
         if fits.any(axis=1).all():
-            found = width, fits.argmax(axis=1)
-            break
-    if found is None:
-        return None
-    width, source = found
+            return _said(wrong, _sources(wrong, fits), width, N)
+    return None
+
+
+def _sources(wrong: np.ndarray, fits: np.ndarray) -> np.ndarray:
+    """Each wrong row's r' among those that fit: at the shift r' - r most rows share where that fits
+    (rows whose P are alike fit more than one), else the first."""
+    shifts = [np.flatnonzero(f) - r for f, r in zip(fits, wrong)]
+    values, counts = np.unique(np.concatenate(shifts), return_counts=True)
+    common = values[counts.argmax()]
+    return np.array([r + common if common in s else r + s[0] for r, s in zip(wrong, shifts)])
+
+
+def _said(wrong: np.ndarray, source: np.ndarray, width: int, N: int) -> str:
     tiles = "one factor a row" if width == N else f"a factor of each key tile of {width}"
     return (f"one set of weights for every column; rows {spans(wrong)} {LEAD}: row r's are row "
             f"{_formula(wrong, source)}'s of P, times {tiles} (W[r] / P[r'] constant within each; e.g. row "
-            f"{wrong[0]}: row {source[0]}'s): the weight of one query row met with another row's output (a thread that owns two rows accumulating the second with the first's weights, or a "
-            "row's weights read from the wrong place)")
+            f"{wrong[0]}: row {source[0]}'s): the weight of one query row met with another row's output "
+            "(a thread that owns two rows accumulating the second with the first's weights, or a row's weights "
+            "read from the wrong place)")
 
 
 def _constant_by_tile(ratio: np.ndarray, width: int) -> np.ndarray:
     """(wrong row, r'): the log ratio constant within every key tile of `width` (the last partial)."""
     N = ratio.shape[2]
     spread = np.zeros(ratio.shape[:2])
-    for j0 in range(0, N, width):
-        part = ratio[:, :, j0:j0 + width]
-        spread = np.maximum(spread, part.max(axis=2) - part.min(axis=2))
-    return spread <= LOG_ATOL
+    with np.errstate(invalid="ignore"):  # inf - inf where a P underflows: NaN, no fit
+        for j0 in range(0, N, width):
+            part = ratio[:, :, j0:j0 + width]
+            spread = np.maximum(spread, part.max(axis=2) - part.min(axis=2))
+        return spread <= LOG_ATOL
 
 
 def _formula(r: np.ndarray, source: np.ndarray) -> str:
