@@ -93,8 +93,10 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if budget.left < 1:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(tools)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
-    cases = {tool: check_case(work, d, memcheck_n if tool == "memcheck" else RACE_N,
-                              RACE_B if tool in ON_ONE_BATCH else GLOBAL_B) for tool in tools}
+    sizes = {tool: (memcheck_n if tool == "memcheck" else RACE_N, RACE_B if tool in ON_ONE_BATCH else GLOBAL_B)
+             for tool in tools}
+    made = {size: check_case(work, d, *size) for size in set(sizes.values())}  # each input and output once
+    cases = {tool: made[size] for tool, size in sizes.items()}
     where = on_shapes(cases)
     say(f"race check: compute-sanitizer's {where}" + (", side by side" if len(tools) > 1 else "")
         + " (once per build and d)")
