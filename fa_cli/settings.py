@@ -19,6 +19,8 @@ commands); child processes still get the whole environment (os.environ passed on
                      each one's budget counts its share of the time (programs/gpu_shares.py)
     FA_TOOL_SLOTS    FOLDER:COUNT, set by fa class for its searches: at most COUNT compute-sanitizer
                      runs at once among them (programs/gpu_turns.py's tool_slot)
+    FA_STEP_TIMES    a file's path, set by fa class for each search: where each step of the search
+                     and each compute-sanitizer run writes how long it took (judge/step_times.py)
     FA_MATH_THREADS  set by fa class for each fa run side by side: the threads NumPy's math library
                      may use in that fa (its share of the cores); read by fa, not by a program
     FA_DEVICE_DELAY_MS  set by fa for a student's program under its launch layer: the device made
@@ -123,6 +125,16 @@ def tool_slots() -> tuple[str, int] | None:
 def tool_slots_through(folder: str, count: int) -> dict[str, str]:
     """The environment that has the searches fa class starts share COUNT sanitizer slots in FOLDER."""
     return {"FA_TOOL_SLOTS": f"{folder}:{count}"}
+
+
+def step_times() -> str | None:
+    """FA_STEP_TIMES: the file each step of a search appends its seconds to (fa class's records)."""
+    return os.environ.get("FA_STEP_TIMES") or None
+
+
+def step_times_through(path: str) -> dict[str, str]:
+    """The environment that has a search fa class starts write its steps' seconds to PATH."""
+    return {"FA_STEP_TIMES": path}
 
 
 def math_threads() -> int | None:

@@ -18,6 +18,7 @@ from test_sandbox import bwrap_works
 import fa_cli
 from fa_cli.classroom import judging, similarity, submissions, table
 from fa_cli.errors import FaError
+from fa_cli.judge import step_times
 from fa_cli.programs.devices import list_devices
 
 needs_bwrap = pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap (bwrap) able to make namespaces")
@@ -59,10 +60,16 @@ def test_a_class_is_judged_in_one_command_each_row_as_fa_run_says_it(tmp_path, c
     assert got["dave"]["c01"].startswith("ERROR") and "dave saw 0 files" in got["dave"]["cause"]
     assert "4 students, 4 programs: 1 pass every case, 2 do not, 1 do not build" in proc.stdout
     # each half's wall in the record; the searches' longest said with their time
-    halves = json.loads((folder / "records" / "bob.cpu.json").read_text())["seconds"]
-    assert halves["timed"] > 0 and halves["looked_into"] > 0
+    bob = json.loads((folder / "records" / "bob.cpu.json").read_text())
+    assert bob["seconds"]["timed"] > 0 and bob["seconds"]["looked_into"] > 0
+    # and each step of its search with its seconds, the longest step named beside the longest searches
+    assert {"runs again", "the probe input, run twice"} <= {line["what"] for line in bob["steps"]}, bob["steps"]
+    assert {line["case"] for line in bob["steps"]} <= {"t01", "c01", ""}, bob["steps"]  # "": the run's own steps
+    assert all(line["wall_s"] >= line["waited_s"] >= 0 for line in bob["steps"]), bob["steps"]
     assert re.search(r"fa class: the searches for a cause in [\d.]+ s, \d+ side by side, compute-sanitizer \d+ at "
                      r"a time; the longest: \w+\.cpu \d+ s", proc.stdout), proc.stdout
+    assert f"bob.cpu {bob['seconds']['looked_into']:.0f} s" + (f" ({said})" if (said := step_times.longest(
+        bob["steps"])) else ",") in proc.stdout  # a step of a second or more said beside its search
     alone = fa("run", "t01", "--program", subs / "bob" / "hw4.cpp", env={**os.environ, "COLUMNS": "120"}, cwd=tmp_path)
     report = (folder / "reports" / "bob.cpu.txt").read_text()
     assert alone.stdout.splitlines()[-1].split(";")[0] == "1 case: 1 WRONG"

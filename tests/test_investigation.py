@@ -2,11 +2,12 @@
 run in order where they apply, the catalogue is a lead and not a gate, one budget for all."""
 import json
 import re
+import time
 
 import pytest
 
 from helpers import ROOT
-from fa_cli.judge import investigation, probes
+from fa_cli.judge import investigation, probes, step_times
 from fa_cli.judge.findings import Finding, Kind
 from fa_cli.judge.probes.step import Probe
 from fa_cli.judge.steps import Context, Step
@@ -106,6 +107,24 @@ def test_an_error_of_fas_own_in_a_probe_is_said_and_the_others_go_on(tmp_path):
 def test_an_error_of_fas_own_in_a_tool_step_is_not_hidden(tmp_path):
     with pytest.raises(ValueError):
         investigation.take((Stub("broken", fails=True),), context(tmp_path))
+
+
+def test_each_step_taken_writes_its_seconds_where_fa_class_asks(tmp_path, monkeypatch):
+    """FA_STEP_TIMES: one line a step that ran (the skipped probe none), with its wall seconds and
+    the case; nothing written where it is not set."""
+    class Sleeps(Stub):
+        def run(self, ctx):
+            time.sleep(0.2)
+            return super().run(ctx)
+
+    investigation.take((Stub("before"),), context(tmp_path))
+    assert not list(tmp_path.glob("*.steps"))
+    monkeypatch.setenv("FA_STEP_TIMES", str(tmp_path / "case.steps"))
+    investigation.take((Sleeps("slow tool"), ProbeStub("probe"), Stub("quick")), context(tmp_path, verdict="PASS"))
+    lines = step_times.read(tmp_path / "case.steps")
+    assert [(line["what"], line["case"]) for line in lines] == [("slow tool", "t01"), ("quick", "t01")]
+    assert lines[0]["wall_s"] >= 0.2 > lines[1]["wall_s"] and lines[0]["counted_s"] >= 0.2
+    assert step_times.longest(lines) == ""  # under a second: not said
 
 
 def test_an_ended_case_takes_no_more_steps(tmp_path):

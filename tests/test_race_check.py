@@ -158,3 +158,29 @@ def test_memcheck_runs_on_a_passing_cases_partial_tile_n_and_its_report_is_a_war
     found = race_check.PassingBuild().run(ctx)
     assert any("memcheck" in f.lines[0] and "on B=2, N=200, d=64" in f.lines[0] for f in found), found
     assert (tmp_path / "race-B=2, N=200, d=64.in").is_file()
+
+
+def test_each_sanitizer_run_notes_its_wait_and_which_tools_finished(tmp_path, sanitizer_saying, monkeypatch):
+    """Where fa class asks (FA_STEP_TIMES), a group of tools side by side writes one line: its tools,
+    its wall seconds, the part spent waiting for a slot, and whether each tool finished."""
+    from fa_cli.judge import step_times
+    monkeypatch.setenv("FA_STEP_TIMES", str(tmp_path / "steps"))
+    sanitizer_saying("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+    checked(tmp_path, "timed")
+    line, = step_times.read(tmp_path / "steps")
+    assert line["what"] == "compute-sanitizer racecheck, synccheck, initcheck, memcheck"
+    assert line["finished"] == dict(racecheck=True, synccheck=True, initcheck=True, memcheck=True)
+    assert line["wall_s"] >= line["waited_s"] >= 0
+
+
+def test_a_tool_stopped_after_its_first_report_says_it_stopped(tmp_path):
+    """A report from a tool fa stopped at its limit has no count: the warning says the tool stopped,
+    so that no one reads the missing count as a whole run's."""
+    from fa_cli.cases.format import Shape
+    from fa_cli.judge.tool_logs import SanitizerReport, first_sanitizer_error
+    from test_tool_logs import MEMCHECK_LOG
+    first = first_sanitizer_error(MEMCHECK_LOG)
+    whole, = race_check.told(SanitizerReport("memcheck", first, 2, finished=True), Shape(2, 256, 32), 60.0)
+    stopped, = race_check.told(SanitizerReport("memcheck", first, None, finished=False), Shape(2, 256, 32), 60.0)
+    assert "(2 in all)" in whole.lines[0] and "stopped" not in whole.lines[0]
+    assert "(the tool stopped at fa's 60 s limit after it) on B=2, N=256, d=32" in stopped.lines[0]

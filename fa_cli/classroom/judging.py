@@ -26,7 +26,7 @@ import fa_cli
 from .. import settings
 from ..errors import ExitStatus, FaError
 from ..files import atomic_file
-from ..judge import cause
+from ..judge import cause, step_times
 from ..programs import programs, sandbox
 from ..programs.processes import run_tool
 from ..report import records
@@ -190,10 +190,17 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
     if build_error is None:
         first = json.loads(timed.read_text())
         judged = first["exit_code"] in (ExitStatus.OK, ExitStatus.FAILED) and first.get("saved")  # else: its words
-        beside = settings.gpu_shares_through(str(shares)) | tool_slots(class_folder) if shares else {}
-        rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)], beside,
-                       at_once) if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="",
-                                                    seconds=0.0)
+        steps = state.with_name(state.name + ".steps")  # each step's seconds (step_times), kept in the record
+        beside = settings.step_times_through(str(steps)) | \
+            (settings.gpu_shares_through(str(shares)) | tool_slots(class_folder) if shares else {})
+        try:
+            steps.unlink(missing_ok=True)
+            rest = _fa_run(class_folder, task, cases, time_limits_s, sandboxed, ["--from-judged", str(state)], beside,
+                           at_once) if judged else dict(exit_code=first["exit_code"], runs=[], words="", errors="",
+                                                        seconds=0.0)
+            rest["steps"] = step_times.read(steps)
+        finally:
+            steps.unlink(missing_ok=True)
         record.update(rest, words=first["words"] + rest["words"], errors=first["errors"] + rest["errors"],
                       seconds=dict(timed=first.get("seconds"), looked_into=rest["seconds"]))  # each half's wall
     path = record_path(class_folder, task)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..cases import suite
 from ..errors import FaError, Terminated
+from ..judge import step_times
 from ..programs import gpu_shares, processes
 from ..report import lines, tables
 from . import cluster, judging, page, similarity, submissions, table
@@ -126,7 +127,8 @@ def _judge_built(c: Class, todo: list[Task], built: dict[str, str | None], limit
         took = sorted(((c.done[t.label].get("seconds") or {}).get("looked_into") or 0, t.label) for t in todo)[::-1]
         lines.echo(f"fa class: the searches for a cause in {time.monotonic() - start:.1f} s, {looked_at_once} side by "
                    f"side, compute-sanitizer {judging.sanitizers_at_once()} at a time; the longest: "
-                   + ", ".join(f"{label} {s:.0f} s" for s, label in took[:3]))
+                   + ", ".join(f"{label} {s:.0f} s" + (f" ({step})" if (step := step_times.longest(
+                       c.done[label].get("steps") or [])) else "") for s, label in took[:3]))
 
 
 class _Beside:

@@ -19,7 +19,7 @@ from .. import locations
 from ..cases import suite
 from ..programs import wave64
 from ..programs.programs import Launcher, Program
-from . import expected, probes, race_check
+from . import expected, probes, race_check, step_times
 from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
 from .error_size import ErrorOfAPass
 from .launch_errors import KernelFault
@@ -129,7 +129,9 @@ def take(steps: tuple[Step, ...], ctx: Context) -> list[Finding]:
                 continue
             ctx.say(f"why {ctx.case_label}: probe: {step.name} ({ctx.budget.used:.0f} s of {ctx.budget.seconds:g} s)")
         try:
-            ctx.findings += step.run(ctx)
+            with step_times.timed(step.name, lambda: ctx.budget.used, case=ctx.case_label,
+                                  left_s=round(ctx.budget.left, 1)):
+                ctx.findings += step.run(ctx)
         except Exception as e:  # fa's own fault: said as such, the verdict and the other steps stand
             if not step.measures:
                 raise

@@ -142,6 +142,8 @@ def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | N
     if said.tool == "initcheck" and (where := unwritten_output(said.first, shape.B, shape.N, shape.d)):
         what += f" ({where})"
     total = f" ({said.count} in all)" if said.count else ""
+    if not said.finished:  # its count and later reports unknown: said, not left for a reader to guess
+        total += f" (the tool stopped at fa's {timeout:g} s limit after it)"
     then = "an access outside its buffers that left this output right; on another GPU or run it may not" \
         if said.tool == "memcheck" else "the judge's GPU may schedule it otherwise"
     return [Finding(Kind.WARNING, [f"passes here, but {said.tool} reports {what}{total} on {shape}; {then}"],

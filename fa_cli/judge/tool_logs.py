@@ -16,6 +16,7 @@ from typing import Callable
 from .. import settings
 from ..programs import gpu_shares, gpu_turns, programs
 from ..programs.programs import Program
+from . import step_times
 
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 SANITIZER_LINES = 3  # of a sanitizer's report, quoted after its first line
@@ -148,8 +149,13 @@ def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input
     argvs = [wrap([sanitizer, "--tool", tool, *(["--racecheck-report", "analysis"] if tool == "racecheck" else []),
                    "--print-limit", "100", "--log-file", str(work / f"{tool}.log"), *program_argv,
                    str((inputs or {}).get(tool, input_path)), str(work / f"{tool}.out")]) for tool in tools]
+    asked = time.monotonic()
     with gpu_turns.tool_slot(), gpu_turns.turn(timed=False):
+        began = time.monotonic()
         ended = _side_by_side(argvs, [work / f"{tool}.console" for tool in tools], timeout)
+    step_times.note("compute-sanitizer " + ", ".join(tools), wall_s=round(time.monotonic() - asked, 2),
+                    waited_s=round(began - asked, 2), limit_s=round(timeout, 1),
+                    finished={tool: code is not None for tool, code in zip(tools, ended)})
     reports = []
     for tool, code in zip(tools, ended):
         log, console = work / f"{tool}.log", work / f"{tool}.console"

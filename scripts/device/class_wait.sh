@@ -16,7 +16,7 @@ if [ -f /tmp/class.end ]; then
 fi
 if [ -f /tmp/alone.log ]; then
   echo "== alone: $(ls /tmp/alone/*.rc 2>/dev/null | wc -l) judged$( [ -f /tmp/alone.end ] && echo ', all')"
-  tar -czf "$OUT/alone.tgz" -C /tmp alone alone.log $(cd /tmp && ls alone0.log 2>/dev/null) 2>/dev/null
+  tar -czf "$OUT/alone.tgz" -C /tmp alone alone.log $(cd /tmp && ls alone[0-9]*.log 2>/dev/null) 2>/dev/null
 fi
 if [ ! -f /tmp/class.end ]; then
   echo "== still running at $(( $(date +%s) - $(cat /tmp/class.start) )) s"; tail -c 1500 /tmp/class.log
