@@ -239,6 +239,10 @@ def test_layouts_of_the_block_are_named_by_their_formula():
     assert "e.g. row 0, column 1 holds row" in said
     said = read(lambda r, c: (8 * (r // 8) + c % 8, 8 * (c // 8) + r % 8))
     assert "each 8 x 8 tile transposed in place" in said
+    # a lane's two columns computed at lane*2 + y and stored at lane + 16*y: the two indices swapped
+    said = read(lambda r, c: (r, (c % 16) * 2 + c // 16))
+    assert "column c0 + (i mod 16)*2 + i div 16 (i = c - c0, each block of 32 columns from c0)" in said, said
+    assert "a thread's columns indexed lane*2 + y where lane + 16*y belongs" in said
 
 
 TRANSPOSED_BACK_AS_N_BY_D = """#!{python}

@@ -162,6 +162,18 @@ def test_scores_kept_in_an_int_are_named_whole_or_summed():
         said
 
 
+def test_scores_divided_by_d_are_not_taken_for_a_sum_in_an_int():
+    """Scores scaled twice (by 1/d) weigh keys nearly alike, as scores summed in an int (mostly
+    truncated to 0) do: the int's model lands nearer than float64 but fits few values, so no
+    rounding is named."""
+    rng = np.random.default_rng(0)  # a draw where the int's model misses by 0.498, float64 by 2.56
+    inp = ProbeInput(*(rng.uniform(-3, 3, (2, 128, 32)).astype(np.float32) for _ in range(3)))
+    q, k = inp.q.astype(np.float64), inp.k.astype(np.float64)
+    out = softmax_v(q @ k.transpose(0, 2, 1) / q.shape[-1], inp.v).astype(np.float32)
+    said, named = precision.read(out.astype(np.float64), inp.output(), inp)
+    assert not named, said
+
+
 @pytest.mark.parametrize("scaled", [False, True])
 def test_a_query_row_kept_in_bf16_is_named_before_or_after_its_scale(scaled):
     """q kept in bf16 registers (frexp and round here), K and V in float32: as it is, or after its

@@ -59,6 +59,13 @@ def onehot_v(shape: Shape, r: int) -> np.ndarray:
     return v
 
 
+def grown(inp: ProbeInput, N: int) -> ProbeInput:
+    """The probe with rows drawn uniform in [-3, 3] (as the course's are) after its own, up to N."""
+    extra = np.random.default_rng(DRAW_SEED).uniform(-3, 3, (3, inp.shape.B, N - inp.shape.N, inp.shape.d))
+    q, k, v = (np.concatenate([m, e.astype(np.float32)], axis=1) for m, e in zip((inp.q, inp.k, inp.v), extra))
+    return ProbeInput(q, k, v, f"{inp.shape.B}x{N}x{inp.shape.d}")
+
+
 def shrunk(inp: ProbeInput, N: int | None = None, B: int | None = None, first_batch: int = 0) -> ProbeInput:
     """The probe cut to N rows and B batches from first_batch (an experiment's input)."""
     N = inp.shape.N if N is None else N

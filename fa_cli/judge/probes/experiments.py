@@ -69,12 +69,73 @@ class WholeTiles(Probe):
                 "measured: N cut to whole tiles: " + ", ".join(f"N = {n} {'right' if ok else 'wrong'}"
                                                                for n, ok in tried.items())
                 + f"; N = {N} wrong"])] if tried else []
-        tiles = [T for T in KEY_TILES if N % T]
-        lines = [f"measured: right at N = {', '.join(map(str, tried))} (whole tiles), wrong at N = {N} "
-                 f"({', '.join(f'N % {T} = {N % T}' for T in tiles)}): the last, partial tile of keys or query rows is "
-                 "what it gets wrong; look at the bounds inside a tile (j < N, row < N) and the tile counts"]
-        unmasked = unmasked_keys(ctx, tiles)
-        return measured(ctx, lines + ([unmasked] if unmasked else []), whole_tiles=list(tried))
+        ran = {**tried, **rounded_up(ctx, N, tried), N: False}
+        said = ", ".join(f"N = {n} {'right' if ok else 'wrong'}" for n, ok in sorted(ran.items()))
+        partial = [T for T in KEY_TILES if all((n % T != 0) == (ok is False) for n, ok in ran.items())]
+        odd = [T for T in KEY_TILES if odd_counts_wrong(ran, T)]
+        if partial and odd and (n := telling_n(N, partial[0], odd[0], ran)) is not None:
+            grid = design.grown(ctx.probe, n) if n > N else design.shrunk(ctx.probe, N=n)
+            ran[n] = right(ctx, ctx.run(grid), grid)  # wrong: the partial tile; right: the count's parity
+            said = ", ".join(f"N = {n} {'right' if ok else 'wrong'}" for n, ok in sorted(ran.items()))
+            partial = [T for T in KEY_TILES if all((n % T != 0) == (ok is False) for n, ok in ran.items())]
+            odd = [T for T in KEY_TILES if odd_counts_wrong(ran, T)]
+        if not partial:
+            return tile_parity(ctx, ran, said, odd)
+        T = partial[0]
+        also = (f"; or, alike at each of these N, an odd count of key tiles of {odd[0]}: {PARITY_WORDS}") if odd else ""
+        lines = [f"measured: {said}: wrong exactly where N is no multiple of {T}: the last, partial tile of {T} keys "
+                 f"or query rows is what it gets wrong{also}; look at the bounds inside a tile (j < N, row < N) and "
+                 f"the tile counts{' and where the buffer index is set' if odd else ''}"]
+        unmasked = unmasked_keys(ctx, [t for t in KEY_TILES if N % t])
+        return measured(ctx, lines + ([unmasked] if unmasked else []), whole_tiles=sorted(ran), partial_tile=T)
+
+
+PARITY_WORDS = ("a state carried from tile to tile that an odd count leaves wrong (a double buffer's index not reset "
+                "where the next block or batch begins, or a ping-pong that assumes an even count)")
+
+
+def rounded_up(ctx: Context, N: int, tried: dict[int, bool | None]) -> dict[int, bool | None]:
+    """N rounded up to whole tiles of each T it is no multiple of (as many tiles as N's, none of T
+    partial), each run: right or not."""
+    ups: dict[int, bool | None] = {}
+    for n in (-(-N // T) * T for T in KEY_TILES if N % T):
+        if n not in tried and n not in ups:
+            up = design.grown(ctx.probe, n)
+            ups[n] = right(ctx, ctx.run(up), up)
+    return ups
+
+
+def telling_n(N: int, T: int, T2: int, ran: dict) -> int | None:
+    """An N near N that no multiple of T is yet with an even count of tiles of T2: wrong there only
+    where the partial tile of T is at fault, right only where an odd count of tiles of T2 is."""
+    return next((n for n in range(max(T2, N - 2 * T), N + 2 * T) if n % T and -(-n // T2) % 2 == 0 and n not in ran),
+                None)
+
+
+def odd_counts_wrong(ran: dict[int, bool | None], T: int) -> bool:
+    """Wrong exactly where N has an odd count of tiles of T (and the runs hold both counts)."""
+    counts = {n: -(-n // T) for n in ran}
+    return len({c % 2 for c in counts.values()}) > 1 and all((counts[n] % 2 == 1) == (ok is False)
+                                                               for n, ok in ran.items())
+
+
+def tile_parity(ctx: Context, ran: dict[int, bool | None], said: str, odd: list[int]) -> list[Finding]:
+    """No partial tile of any T fits the runs: where an odd count of tiles of T does, one more
+    whole-tile N with another odd count decides it (named); else the runs said as measured."""
+    for T in odd:
+        counts = {n: -(-n // T) for n in ran}
+        more = next((c for c in (3, 5, 9, 11) if c not in counts.values() and c * T <= ctx.probe.shape.N), None)
+        if more is None:
+            continue
+        cut = design.shrunk(ctx.probe, N=more * T)
+        if right(ctx, ctx.run(cut), cut) is False:
+            return measured(ctx, [
+                f"measured: {said}, N = {more * T} wrong: wrong exactly where the count of key tiles of {T} is odd "
+                f"({', '.join(f'{n}: {c}' for n, c in sorted(counts.items()))}; {more * T}: {more}), and no partial "
+                f"tile of {', '.join(map(str, KEY_TILES))} fits: {PARITY_WORDS}; look at where the buffer's index "
+                "is set"], tile_parity=T)
+    return [Finding(Kind.OBSERVED, [f"measured: {said}: no partial tile of {', '.join(map(str, KEY_TILES))} keys "
+                                    "fits which N are wrong"])]
 
 
 # What the keys past N of an unmasked last tile hold: the floats that follow K and V in the input

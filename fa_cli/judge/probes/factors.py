@@ -40,6 +40,11 @@ SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where
 TILE_MAX_WORDS = "each tile's largest weight where the tile's sum belongs (a max reduction where a sum belongs)"
 CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty slots of the partial last tile of {T} "
                  "read key N - 1 (a clamped index) and are masked after the sum's reduction, not before it")
+PADDED_WORDS = ("and exp(0) for each of the {extra} empty slots of the partial last tile of {T}: slots past N scored 0 "
+                "where -inf belongs (a mask or a reset of the scores to 0), counted in l, not in the output")
+STALE_WORDS = ("and keys {a}..{b}'s weights again: the {extra} empty slots of the partial last tile of {T} keep the "
+               "scores of the tile before (a score register or buffer not reset to -inf each tile), counted in l, "
+               "not in the output")
 
 
 def sum_variants(s: np.ndarray):
@@ -56,9 +61,15 @@ def sum_variants(s: np.ndarray):
                     continue  # the right sum
                 yield T, words, (a, b), SUM_WORDS[(a, b)], term[..., part].sum(axis=2)
         yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
-        if extra := -s.shape[2] % T:  # a partial last tile's empty slots clamped to key N - 1, masked after the sum
-            last = np.exp(s[..., -1] - final[..., 0])
-            yield T, "every tile", (0, 0), CLAMPED_WORDS.format(extra=extra, T=T), sums.sum(axis=2) + extra * last
+        if extra := -s.shape[2] % T:  # the partial last tile's empty slots: counted in l with some score
+            N, right = s.shape[2], sums.sum(axis=2)
+            last = np.exp(s[..., -1] - final[..., 0])  # clamped to key N - 1, masked after the sum
+            yield T, "every tile", (0, 0), CLAMPED_WORDS.format(extra=extra, T=T), right + extra * last
+            yield T, "every tile", (0, 0), PADDED_WORDS.format(extra=extra, T=T), right + extra * np.exp(-final[..., 0])
+            if N > T:  # the tile before's scores in the same slots: keys N - T .. N - T + extra - 1, counted again
+                a = N - T
+                stale = np.exp(s[..., a:a + extra] - final).sum(axis=2)
+                yield T, "every tile", (0, 0), STALE_WORDS.format(a=a, b=a + extra - 1, extra=extra, T=T), right + stale
 
 
 def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:

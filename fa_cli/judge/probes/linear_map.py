@@ -33,11 +33,13 @@ from ..diagnose import source_lines
 from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
 from . import pairing, row_weights
+from .map_formulas import map_formula
 from .readings import measured
 from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows, spans
 
 MAX_BATCHES = 4096  # N*d batches in the run at most: 200 MB of input (N = 128 at d = 32, 64 at d = 64)
 MAX_BATCHES_CPU = 2048  # a CPU program's: its run costs N^3 d^2, a GPU's seconds a CPU's minute (N = 64 at d = 32)
+SETS_SAID = 4  # sets of columns said one by one
 MAP_ATOL = 2e-5  # a float32 program's T against the right one (values of P, at most 1)
 FIT_RESIDUAL = 1e-3  # log W read back as a . (q * k) + row constant: the largest residual that fits
 ROUNDING = 4 * 2.0 ** -8  # the check's slack, of the output's largest value: four of bf16's unit roundoffs
@@ -190,12 +192,16 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
     if all(weighed) and len(groups) <= MAPPED_SETS:
         return [f"the weights differ by output column: {len(groups)} sets", *weighed]
     lines = [f"the weights differ by output column: {len(groups)} sets"]
-    for cols in groups:
+    for cols in groups[:SETS_SAID]:
         W = weights[cols[0]]
         error = np.abs(W - P).max()
         state = "right" if error <= MAP_ATOL else "every weight 0: made of no row of V" if np.abs(W).max() <= MAP_ATOL \
             else one_key(W) or f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
         lines.append(f"columns {spans(cols)}: {state}")
+    if rest := groups[SETS_SAID:]:  # a set for nearly every column: the first said, the others in numbers
+        errors = [np.abs(weights[cols[0]] - P).max() for cols in rest]
+        lines.append(f"and {len(rest)} more sets (columns {spans(sorted(c for cols in rest for c in cols))}): "
+                     f"max |W - P| from {fmt(min(errors))} to {fmt(max(errors))}")
     return lines
 
 
@@ -367,71 +373,6 @@ def moved(T: np.ndarray, P: np.ndarray) -> list[str]:
     return [f"every value is a right value of another place: O's row r, column c holds the right value of "
             f"{formula or 'another row and column (no formula of those tried fits)'}; "
             f"e.g. row {a}, column {b} holds row {source_row[a, b]}, column {source_col[a, b]}'s"]
-
-
-def map_formula(r, c, rr, cc, N: int, d: int) -> str:
-    """The map as a formula, among: columns moved within each row, rows moved, a layout of the
-    N x d block (LAYOUTS), a shift of the flat index."""
-    flat, true_flat = r * d + c, rr * d + cc
-    if (rr == r).all():
-        shifts = np.unique((cc - c) % d)
-        if shifts.size == 1:
-            return f"row r, column (c + {shifts[0]}) mod d"
-        if (cc == (c ^ cc[0, 0])).all():
-            return f"row r, column c xor {cc[0, 0]}"
-        return "row r, columns moved: " + ", ".join(f"{x}<-{y}" for x, y in zip(c[0][:6], cc[0][:6])) + " ..."
-    if (cc == c).all():
-        shifts = np.unique((rr - r) % N)
-        return f"row (r + {shifts[0]}) mod N, column c" if shifts.size == 1 else \
-            rows_in_blocks(r, rr, N) or "another row, column c"
-    for words, source in layouts(N, d):
-        if (source(flat, r, c) == true_flat).all():
-            return words
-    shifts = np.unique((true_flat - flat) % (N * d))
-    return f"flat position (r*d + c + {shifts[0]}) mod N*d" if shifts.size == 1 else ""
-
-
-def rows_in_blocks(r: np.ndarray, rr: np.ndarray, N: int) -> str:
-    """Rows moved within each block of R rows as two indices combined in the other order: row
-    q0 + i holds row q0 + (i mod a) * b + i div a (a * b = R); '' where none fits."""
-    for R in (8, 16, 32, 64, 128, 256):
-        if N % R:
-            continue
-        i, q0 = r % R, r - r % R
-        for a in (x for x in range(2, R) if R % x == 0):
-            b = R // a
-            if (rr == q0 + (i % a) * b + i // a).all():
-                return (f"row q0 + (i mod {a})*{b} + i div {a}, column c (i = r - q0, each block of {R} rows from q0): "
-                        f"the rows numbered {b}*x + y when computed (x < {a}, y < {b}: say x a warp, y its row) are "
-                        f"stored at {a}*y + x, the two indices combined in the other order")
-    return ""
-
-
-def layouts(N: int, d: int):
-    """The layouts of a batch's N x d block that a program's transposes make, each as the right
-    value's flat position (r'*d + c') that output position (r, c) (flat f = r*d + c) holds: the
-    block written column by column, read column by column, transposed twice the same way (a
-    transpose given the sizes swapped), and each T x T tile transposed in place."""
-    def by_columns(f):  # f = c'*N + r': the right (r', c') stored column by column
-        return (f % N) * d + f // N
-
-    def read_by_columns(f):  # (r, c) takes the right block's flat element c*N + r
-        return (f % d) * N + f // d
-    yield ("the element at flat position r*d + c read as the block's transpose (written column by column: "
-           "(r, c) at c*N + r)"), lambda f, r, c: by_columns(f)
-    yield ("flat position c*N + r (the block read column by column, as though it were d x N)",
-           lambda f, r, c: read_by_columns(f))
-    yield ("flat position t(t(r*d + c)), t(f) = (f mod N)*d + f div N: the block transposed twice the same way "
-           "(a d x N block transposed back as though it were N x d: a transpose given its sizes swapped)"), \
-        lambda f, r, c: by_columns(by_columns(f))
-    yield ("flat position t(t(r*d + c)), t(f) = (f mod d)*N + f div d: the block transposed twice the same way "
-           "(an N x d block transposed as though it were d x N: a transpose given its sizes swapped)"), \
-        lambda f, r, c: read_by_columns(read_by_columns(f))
-    for T in (8, 16, 32, 64):
-        if N % T == 0 and d % T == 0:
-            yield (f"row {T}*(r div {T}) + c mod {T}, column {T}*(c div {T}) + r mod {T}: each {T} x {T} tile "
-                   "transposed in place (a tile's row and column index swapped where it is loaded or stored)"), \
-                (lambda T: lambda f, r, c: (T * (r // T) + c % T) * d + T * (c // T) + r % T)(T)
 
 
 def crossing(across: np.ndarray) -> list[str]:

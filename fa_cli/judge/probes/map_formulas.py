@@ -1,0 +1,88 @@
+"""The formulas a moved output is said by: where every output value is a right value of another
+place (linear_map.moved), which place, as columns moved within each row, rows moved, two indices of
+a block combined in the other order, a layout of the N x d block, or a shift of the flat index."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def map_formula(r, c, rr, cc, N: int, d: int) -> str:
+    """The map as a formula, among: columns moved within each row, rows moved, a layout of the
+    N x d block (LAYOUTS), a shift of the flat index."""
+    flat, true_flat = r * d + c, rr * d + cc
+    if (rr == r).all():
+        shifts = np.unique((cc - c) % d)
+        if shifts.size == 1:
+            return f"row r, column (c + {shifts[0]}) mod d"
+        if (cc == (c ^ cc[0, 0])).all():
+            return f"row r, column c xor {cc[0, 0]}"
+        return columns_in_blocks(c, cc, d) or \
+            "row r, columns moved: " + ", ".join(f"{x}<-{y}" for x, y in zip(c[0][:6], cc[0][:6])) + " ..."
+    if (cc == c).all():
+        shifts = np.unique((rr - r) % N)
+        return f"row (r + {shifts[0]}) mod N, column c" if shifts.size == 1 else \
+            rows_in_blocks(r, rr, N) or "another row, column c"
+    for words, source in layouts(N, d):
+        if (source(flat, r, c) == true_flat).all():
+            return words
+    shifts = np.unique((true_flat - flat) % (N * d))
+    return f"flat position (r*d + c + {shifts[0]}) mod N*d" if shifts.size == 1 else ""
+
+
+def two_indices_swapped(i: np.ndarray, src: np.ndarray, n: int) -> tuple[int, int, int] | None:
+    """(R, a, b) where index q0 + j holds q0 + (j mod a)*b + j div a in every block of R (a*b = R)."""
+    for R in (8, 16, 32, 64, 128, 256):
+        if n % R == 0:
+            for a in (x for x in range(2, R) if R % x == 0):
+                if (src == i - i % R + (i % R % a) * (R // a) + i % R // a).all():
+                    return R, a, R // a
+    return None
+
+
+def rows_in_blocks(r: np.ndarray, rr: np.ndarray, N: int) -> str:
+    """Rows moved within each block of R rows as two indices combined in the other order; '' where
+    none fits."""
+    if (found := two_indices_swapped(r, rr, N)) is None:
+        return ""
+    R, a, b = found
+    return (f"row q0 + (i mod {a})*{b} + i div {a}, column c (i = r - q0, each block of {R} rows from q0): "
+            f"the rows numbered {b}*x + y when computed (x < {a}, y < {b}: say x a warp, y its row) are "
+            f"stored at {a}*y + x, the two indices combined in the other order")
+
+
+def columns_in_blocks(c: np.ndarray, cc: np.ndarray, d: int) -> str:
+    """Columns moved within each block of R columns as two indices combined in the other order."""
+    if (found := two_indices_swapped(c, cc, d)) is None:
+        return ""
+    R, a, b = found
+    return (f"row r, column c0 + (i mod {a})*{b} + i div {a} (i = c - c0, each block of {R} columns from c0): the "
+            f"columns numbered {b}*x + y when computed (x < {a}, y < {b}: say x a lane, y its column of {b}) are "
+            f"stored at {a}*y + x (a thread's columns indexed lane*{b} + y where lane + {a}*y belongs, or the other "
+            "way round)")
+
+
+def layouts(N: int, d: int):
+    """The layouts of a batch's N x d block that a program's transposes make, each as the right
+    value's flat position (r'*d + c') that output position (r, c) (flat f = r*d + c) holds: the
+    block written column by column, read column by column, transposed twice the same way (a
+    transpose given the sizes swapped), and each T x T tile transposed in place."""
+    def by_columns(f):  # f = c'*N + r': the right (r', c') stored column by column
+        return (f % N) * d + f // N
+
+    def read_by_columns(f):  # (r, c) takes the right block's flat element c*N + r
+        return (f % d) * N + f // d
+    yield ("the element at flat position r*d + c read as the block's transpose (written column by column: "
+           "(r, c) at c*N + r)"), lambda f, r, c: by_columns(f)
+    yield ("flat position c*N + r (the block read column by column, as though it were d x N)",
+           lambda f, r, c: read_by_columns(f))
+    yield ("flat position t(t(r*d + c)), t(f) = (f mod N)*d + f div N: the block transposed twice the same way "
+           "(a d x N block transposed back as though it were N x d: a transpose given its sizes swapped)"), \
+        lambda f, r, c: by_columns(by_columns(f))
+    yield ("flat position t(t(r*d + c)), t(f) = (f mod d)*N + f div d: the block transposed twice the same way "
+           "(an N x d block transposed as though it were d x N: a transpose given its sizes swapped)"), \
+        lambda f, r, c: read_by_columns(read_by_columns(f))
+    for T in (8, 16, 32, 64):
+        if N % T == 0 and d % T == 0:
+            yield (f"row {T}*(r div {T}) + c mod {T}, column {T}*(c div {T}) + r mod {T}: each {T} x {T} tile "
+                   "transposed in place (a tile's row and column index swapped where it is loaded or stored)"), \
+                (lambda T: lambda f, r, c: (T * (r // T) + c % T) * d + T * (c // T) + r % T)(T)
