@@ -243,6 +243,9 @@ def test_layouts_of_the_block_are_named_by_their_formula():
     said = read(lambda r, c: (r, (c % 16) * 2 + c // 16))
     assert "column c0 + (i mod 16)*2 + i div 16 (i = c - c0, each block of 32 columns from c0)" in said, said
     assert "a thread's columns indexed lane*2 + y where lane + 16*y belongs" in said
+    # float4 loads of V started at column i where 4*i belongs: column c holds column c div 4 + c mod 4
+    said = read(lambda r, c: (r, c // 4 + c % 4))
+    assert "column c div 4 + c mod 4: the 4 floats of vector i (columns 4*i ..) taken from column i on" in said, said
 
 
 TRANSPOSED_BACK_AS_N_BY_D = """#!{python}

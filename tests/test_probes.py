@@ -185,6 +185,20 @@ def test_empty_slots_of_the_last_tile_counted_in_the_sum_are_named_with_what_the
             "keep the scores of the tile before") in said, said
 
 
+def test_splits_merged_with_exp_where_exp2_belongs_are_named_by_the_factors_slope():
+    """Two halves of the keys (tiles of 64) merged with exp(m_half - m) of maxima kept in base 2
+    (where exp2 belongs), l merged with the same factors: W / P = exp((log2 e - 1)(m_half - m)) / a
+    row's constant."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    own, _, final, sums = partial_sums.tile_maxima(s, 64)
+    f = np.exp((np.log2(np.e) - 1) * (own - final))  # each half's wrong factor against the right one
+    W = P * np.repeat(f, 64, axis=2) / (f * sums).sum(axis=2, keepdims=True) * sums.sum(axis=2, keepdims=True)
+    said, fields = factors.per_tile_factor(W, P, s)
+    assert fields["base_mixed"] and "exp(0.443 (m_tile - m_final))" in said and "exp and exp2 mixed" in said, said
+
+
 def test_a_sum_counted_twice_halves_every_output_and_is_said_so():
     """A butterfly over 64 lanes that starts at 64: its first step adds each lane's value to itself."""
     inp = probe()
@@ -707,17 +721,31 @@ NAMED = {
     ("set26", "s10"): "`alpha = exp(m - tile max)",
     ("set26", "s11"): "column c0 + (i mod 32)*2 + i div 32",
     ("set26", "s12"): "batches 1, 2 hold 0 in every row in every run",
-}
 # Measured and said, with no mechanism named (what fa says of them is checked word for word).
+    # set27 (CPU emulations of an optimised kernel): judged once, 8 of 12; since, these too
+    ("set27", "t01"): "column c div 4 + c mod 4: the 4 floats of vector i",
+    ("set27", "t02"): "every score of the row equal, as where its q is read as zeros",
+    ("set27", "t05"): "row q0 + (i mod 4)*4 + i div 4",
+    ("set27", "t06"): "a = 0.6931 = ln 2: exp2 is given the logits without the factor log2(e)",
+    ("set27", "t07"): "exp(m_part - m) where exp2 belongs",
+    ("set27", "t08"): "summed with each tile's own max, not the running max",
+    ("set27", "t09"): "keys 100-127 2 times",
+    ("set27", "t10"): "K_b read with a batch stride of N*d",
+    ("set27", "t12"): "its sum l holds only the keys with j mod 8 < 4",
+    ("set27", "t04"): "wrong exactly where N is no multiple of 32: the last, partial tile of 32",  # partly: the place
+    ("set27", "t11"): "the right values in the wrong places",  # partly: the output's write, a third of its values
+}
 SAID = {("set26", "s01"): "the keys j with j mod 32 in {0} (2 of 64) take every term from their own row of K",
         ("set26", "s03"): "the weights differ by output column: 32 sets"}
-INPUTS = {"set1": Shape(3, 300, 32), "set2": Shape(3, 331, 32), "set3": Shape(3, 300, 32), "set26": Shape(3, 200, 32)}
-ON = {("set1", "p13"): Shape(2, 200, 64), ("set2", "q03"): Shape(3, 240, 32), ("set26", "s11"): Shape(2, 200, 64)}
+INPUTS = {"set1": Shape(3, 300, 32), "set2": Shape(3, 331, 32), "set3": Shape(3, 300, 32), "set26": Shape(3, 200, 32),
+          "set27": Shape(3, 200, 32)}
+ON = {("set1", "p13"): Shape(2, 200, 64), ("set2", "q03"): Shape(3, 240, 32), ("set26", "s11"): Shape(2, 200, 64),
+      ("set27", "t03"): Shape(2, 200, 64), ("set27", "t11"): Shape(2, 200, 64)}
 
 
 def planted():
-    for name in ("set1", "set2", "set3", "set26"):
-        for source in sorted((SETS / name).glob("[pqrs][0-9][0-9].cpp")):
+    for name in ("set1", "set2", "set3", "set26", "set27"):
+        for source in sorted((SETS / name).glob("[pqrst][0-9][0-9].cpp")):
             yield name, source.stem
 
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .partial_sums import half_sums, keys_counted, parts_unmerged, tile_maxima
+from .partial_sums import base_mixed, half_sums, keys_counted, parts_unmerged, tile_maxima
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
 from .step import Context, fmt, logits, softmax_rows
 
@@ -42,9 +42,8 @@ CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty s
                  "read key N - 1 (a clamped index) and are masked after the sum's reduction, not before it")
 PADDED_WORDS = ("and exp(0) for each of the {extra} empty slots of the partial last tile of {T}: slots past N scored 0 "
                 "where -inf belongs (a mask or a reset of the scores to 0), counted in l, not in the output")
-STALE_WORDS = ("and keys {a}..{b}'s weights again: the {extra} empty slots of the partial last tile of {T} keep the "
-               "scores of the tile before (a score register or buffer not reset to -inf each tile), counted in l, "
-               "not in the output")
+STALE_WORDS = ("and keys {a}..{b}'s weights again: the {extra} empty slots of the partial last tile of {T} keep "
+               "the scores of the tile before (a score register or buffer not reset to -inf each tile), in l only")
 
 
 def sum_variants(s: np.ndarray):
@@ -256,6 +255,8 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
             return (f"{said}; each tile's factor is 1 / (the tile's own sum of exp(s - m_tile)): each tile of keys "
                     "(a split) normalised by its own sum, then merged with weights exp(m_tile - m_final) alone, not "
                     "l_tile * exp(m_tile - m_final): look at the merge of the splits"), dict(fields, own_sums=True)
+        if mixed := base_mixed(g, s, T, valid, rows_ok):
+            return f"{said}; {mixed}", dict(fields, base_mixed=True)
         return said + "; not a power of the running maxima fa tried", fields
     return None
 

@@ -16,7 +16,7 @@ def map_formula(r, c, rr, cc, N: int, d: int) -> str:
             return f"row r, column (c + {shifts[0]}) mod d"
         if (cc == (c ^ cc[0, 0])).all():
             return f"row r, column c xor {cc[0, 0]}"
-        return columns_in_blocks(c, cc, d) or \
+        return columns_in_blocks(c, cc, d) or vectors_at_float_index(c, cc) or \
             "row r, columns moved: " + ", ".join(f"{x}<-{y}" for x, y in zip(c[0][:6], cc[0][:6])) + " ..."
     if (cc == c).all():
         shifts = np.unique((rr - r) % N)
@@ -86,3 +86,14 @@ def layouts(N: int, d: int):
             yield (f"row {T}*(r div {T}) + c mod {T}, column {T}*(c div {T}) + r mod {T}: each {T} x {T} tile "
                    "transposed in place (a tile's row and column index swapped where it is loaded or stored)"), \
                 (lambda T: lambda f, r, c: (T * (r // T) + c % T) * d + T * (c // T) + r % T)(T)
+
+
+def vectors_at_float_index(c: np.ndarray, cc: np.ndarray) -> str:
+    """Column c holding column c div w + c mod w: a load or store of w floats at a time (float2,
+    float4) whose start is its vector's index where w times it belongs; '' where no w fits."""
+    for w in (2, 4, 8):
+        if (cc == c // w + c % w).all():
+            return (f"row r, column c div {w} + c mod {w}: the {w} floats of vector i (columns {w}*i ..) taken from "
+                    f"column i on, a load or store of {w} floats at a time started at i where {w}*i belongs")
+    return ""
+

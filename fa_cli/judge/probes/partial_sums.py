@@ -3,13 +3,16 @@
 summed against its own max and added without the factors that bring them to one max (contiguous
 ranges are key tiles, factors.sum_variants'). factors.per_row_factor compares each with the right l.
 And keys counted more than once (keys_counted): parts of the keys that overlap. tile_maxima: the
-maxima and sums of key tiles, from which factors.py builds the running sums."""
+maxima and sums of key tiles, from which factors.py builds the running sums. base_mixed: parts
+brought to one max in the wrong base (exp where exp2 belongs)."""
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 from .readings import FIT_SHARE, FLAT, span
-from .step import spans
+from .step import fmt, spans
 
 
 def tile_maxima(s: np.ndarray, T: int):
@@ -82,3 +85,26 @@ def keys_counted(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
     return (f"keys weighed a whole number of times: {times}, the others once{l_too}: parts of the work (warps, "
             "blocks, splits of the keys) whose key ranges overlap, each adding those keys; look at where each part's "
             "range of keys ends"), dict(keys_counted=times)
+
+
+# A merge's factors exp(m_part - m) in the wrong base: log W / P = c (m_part - m) + a row's constant.
+BASE_MIXED = {float(np.log2(np.e) - 1): "exp(m_part - m) where exp2 belongs (the maxima kept in base 2, as the "
+                                        "scores are: exp and exp2 mixed)",
+              float(np.log(2) - 1): "exp2(m_part - m) where exp belongs (the maxima in base e: exp2 and exp mixed)"}
+
+
+def base_mixed(g: np.ndarray, s: np.ndarray, T: int, valid: np.ndarray, rows_ok: np.ndarray) -> str | None:
+    """Each tile's (part's) factor, log W / P = g, as its rescale to the final max taken in the wrong
+    base: c (m_tile - m_final) with c = log2(e) - 1 or ln 2 - 1, and a constant per row (l merged with
+    the same factors)."""
+    own, _, final, _ = tile_maxima(s, T)
+    for c, words in BASE_MIXED.items():
+        gap = np.where(valid, g - c * (own - final), np.nan)[rows_ok]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gap = gap - np.nanmean(gap, axis=1, keepdims=True)
+        if np.mean(np.abs(gap[valid[rows_ok]]) <= 10 * FLAT) >= FIT_SHARE:
+            return (f"each tile's factor is exp({fmt(c)} (m_tile - m_final)): the parts (tiles, splits) brought to one "
+                    f"max with {words}; look at the merge's factors")
+    return None
+
