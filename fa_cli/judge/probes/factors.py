@@ -47,18 +47,15 @@ STALE_WORDS = ("and keys {a}..{b}'s weights again: the {extra} empty slots of th
 
 
 def sum_variants(s: np.ndarray):
-    """(T, tiles added, (a, b), how, l) for every variant of the running sum: a tile's terms summed
-    and carried (SUM_WORDS), or its largest term alone."""
+    """(T, tiles added, (a, b), how, l) for each running sum: SUM_WORDS's, a tile's largest term, slots."""
     for T in SUM_TILES_TRIED:
         if T >= s.shape[2]:
             continue
         own, running, final, sums = tile_maxima(s, T)
         for (a, b) in SUM_WORDS:
             term = sums * np.exp(a * (final - running) + b * (final - own))
-            for words, part in SUM_TILES.items():
-                if (a, b) == (0, 0) and words == "every tile":
-                    continue  # the right sum
-                yield T, words, (a, b), SUM_WORDS[(a, b)], term[..., part].sum(axis=2)
+            yield from ((T, words, (a, b), SUM_WORDS[(a, b)], term[..., part].sum(axis=2))
+                        for words, part in SUM_TILES.items() if (a, b) != (0, 0) or words != "every tile")  # not l
         yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
         if extra := -s.shape[2] % T:  # the partial last tile's empty slots: counted in l with some score
             N, right = s.shape[2], sums.sum(axis=2)
@@ -126,9 +123,10 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
         return np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE
     for T, tiles, ab, how, l_wrong in sum_variants(s):
         if fits(l_wrong):
+            slots = "empty slots" in how  # the partial tile's slots past N, counted: where they are masked
             fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
-            return f"its running sum l holds {tiles} ({tiles_named(T)}){', ' + how if how else ''}; look at the " \
-                "update of l"
+            return f"its running sum l holds {tiles} ({tiles_named(T)}){', ' + how if how else ''}; look at " + \
+                ("where the keys past N are masked" if slots else "the update of l")
     for G, low, l_wrong in half_sums(s):
         if fits(l_wrong):
             fields.update(sum_half_of=2 * G, sum_half_low=low)
