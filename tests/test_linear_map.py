@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import stand_in_context
 
-from fa_cli.judge.probes import linear_map, step
+from fa_cli.judge.probes import linear_map, pairing, step
 from fa_cli.judge.probes.step import Context, ProbeInput, logits, softmax_rows
 from fa_cli.judge.tool_logs import Budget
 from fa_cli.programs.programs import Program
@@ -218,6 +218,21 @@ def test_the_step_reads_a_program_whose_lanes_sum_half_the_dims(tmp_path):
     assert any("dims 0-15 at 1/sqrt(d); dims 16-31 not at all" in line for line in found[0].lines)
     assert found[0].lines[-1] == ("lines with shuffles in hw4.cu: 3 `for (int o = 8; o > 0; o >>= 1) s += "
                                   "__shfl_xor_sync(~0u, s, o);`")
+
+
+def test_a_v_tile_loaded_from_another_tiles_start_is_named_with_the_rows_no_key_meets():
+    """Key k's weight meets V's row (k div 32)*16 + k mod 32 (a V tile of 32 keys loaded from row
+    j*16): V rows meet the sums of the keys that land on them, rows past the last start none."""
+    s = np.random.default_rng(5).uniform(-3, 3, (64, 64))
+    P = np.exp(s - s.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    keys = np.arange(64)
+    W = np.zeros_like(P)
+    np.add.at(W, (slice(None), (keys // 32) * 16 + keys % 32), P)  # a tile of 32 loaded from row j*16
+    said = pairing.tiles_moved(W, P)
+    assert said and "key k's weight meets V's row (k div 32)*16 + k mod 32" in said, said
+    assert said.endswith("V's rows 48-63 meet no key"), said
+    assert pairing.tiles_moved(P, P) is None
 
 
 def test_layouts_of_the_block_are_named_by_their_formula():

@@ -594,6 +594,44 @@ def test_an_output_kept_normalised_and_a_max_reduced_in_place_are_found_from_pro
     assert step == "p" and words.startswith("p = exp(tile max - m_new) for every key of the tile") and tiles == [32]
 
 
+@pytest.mark.parametrize("written, words", [
+    ("new sum", "o = (l_new * alpha * o + p V) / l_new, o kept divided by l (the new sum where o's old one belongs"),
+    ("updated first", "o = (l_new * o + p V) / l_new, o kept divided by l (m and l set to their new values before"),
+    ("no factor", "acc = acc + p V (acc not rescaled)")])  # (l * o + p V) / l_new is acc + p V, O = acc / l
+def test_flashattention_1s_update_written_otherwise_is_named(written, words):
+    """FlashAttention-1's o = (l * exp(m - m_new) * o + p V) / l_new, written by a program tile by
+    tile with the new sum where the old one belongs, with m and l stored before o's update reads
+    them, or without o's factor (the same weights as acc not rescaled, and said so)."""
+    inp = probe(B=1, N=96)
+    s = logits(inp.q, inp.k)[0]
+    W = np.zeros((96, 96))
+    for i in range(96):
+        m, l, o = -np.inf, 0.0, np.zeros(96)
+        for j0 in range(0, 96, 32):
+            tile = s[i, j0:j0 + 32]
+            m_new = max(m, tile.max())
+            alpha, p = np.exp(m - m_new), np.zeros(96)
+            p[j0:j0 + 32] = np.exp(tile - m_new)
+            l_new = l * alpha + p.sum()
+            old, factor = {"new sum": (l_new, alpha), "updated first": (l_new, 1.0), "no factor": (l, 1.0)}[written]
+            o = (old * factor * o + p) / l_new
+            m, l = m_new, l_new
+        W[i] = o
+    step, said, tiles = softmax_steps.search(W[None], s[None])
+    assert step == "output" and said.startswith(words) and tiles == [32], said
+
+
+def test_a_state_carried_from_one_batch_to_the_next_is_named():
+    """m and l set once, before the batch loop: batch b divides by the sums of batches 0..b."""
+    inp = probe(B=3, N=96)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    own = np.log(np.exp(s).sum(axis=2))
+    W = P * np.exp(own - np.logaddexp.accumulate(own, axis=0))[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert fields["sum_carried"] and "start each batch where the batch before ended" in said, said
+
+
 def test_a_tiles_sum_never_set_back_to_zero_is_found_from_a_program_written_tile_by_tile():
     """psum declared before the tile loop and only added to: l takes every tile's sum so far."""
     inp = probe(B=1, N=96)
@@ -732,20 +770,31 @@ NAMED = {
     ("set27", "t09"): "keys 100-127 2 times",
     ("set27", "t10"): "K_b read with a batch stride of N*d",
     ("set27", "t12"): "its sum l holds only the keys with j mod 8 < 4",
+    # set28 (CPU emulations of a class's FlashAttention-1 kernels): judged once, 5 of 12; since, these too
+    ("set28", "u01"): "o = (l_new * alpha * o + p V) / l_new, o kept divided by l (the new sum where o's old one",
+    ("set28", "u02"): "acc = acc + p V (acc not rescaled)",
+    ("set28", "u03"): "o = (l_new * o + p V) / l_new, o kept divided by l (m and l set to their new values before",
+    ("set28", "u04"): "start each batch where the batch before ended",
+    ("set28", "u05"): "exp(0) for each of the 24 empty slots of the partial last tile of 32",
+    ("set28", "u06"): "the scale is 1 / floor(sqrt(d))",
+    ("set28", "u10"): "key k's weight meets V's row (k div 32)*16 + k mod 32",
+    ("set28", "u11"): "Q_b, K_b and V_b all read with a batch stride of N*d",
+    ("set28", "u12"): "the last key tile dropped where N is not a multiple of the tile",
     ("set27", "t04"): "wrong exactly where N is no multiple of 32: the last, partial tile of 32",  # partly: the place
     ("set27", "t11"): "the right values in the wrong places",  # partly: the output's write, a third of its values
 }
 SAID = {("set26", "s01"): "the keys j with j mod 32 in {0} (2 of 64) take every term from their own row of K",
         ("set26", "s03"): "the weights differ by output column: 32 sets"}
 INPUTS = {"set1": Shape(3, 300, 32), "set2": Shape(3, 331, 32), "set3": Shape(3, 300, 32), "set26": Shape(3, 200, 32),
-          "set27": Shape(3, 200, 32)}
+          "set27": Shape(3, 200, 32), "set28": Shape(3, 200, 32)}
 ON = {("set1", "p13"): Shape(2, 200, 64), ("set2", "q03"): Shape(3, 240, 32), ("set26", "s11"): Shape(2, 200, 64),
-      ("set27", "t03"): Shape(2, 200, 64), ("set27", "t11"): Shape(2, 200, 64)}
+      ("set27", "t03"): Shape(2, 200, 64), ("set27", "t11"): Shape(2, 200, 64), ("set28", "u07"): Shape(2, 200, 64),
+      ("set28", "u08"): Shape(2, 256, 64)}
 
 
 def planted():
-    for name in ("set1", "set2", "set3", "set26", "set27"):
-        for source in sorted((SETS / name).glob("[pqrst][0-9][0-9].cpp")):
+    for name in ("set1", "set2", "set3", "set26", "set27", "set28"):
+        for source in sorted((SETS / name).glob("[pqrstu][0-9][0-9].cpp")):
             yield name, source.stem
 
 

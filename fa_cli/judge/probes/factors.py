@@ -13,60 +13,9 @@ import numpy as np
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .partial_sums import base_mixed, half_sums, keys_counted, parts_unmerged, tile_maxima
+from .running_sums import CARRIED_WORDS, TILE_MAX_WORDS, carried_over, sum_variants, tiles_named
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
 from .step import Context, fmt, logits, softmax_rows
-
-# The key tiles a running sum l is looked for over: the usual tiles, then one key at a time (an
-# online softmax that updates its max, its sum and its output key by key). Not a per-tile factor's:
-# over one key, exp(m_final - m_tile) is exp(m_final - s_j), and a wrong scale on the scores fits it.
-SUM_TILES_TRIED = (*KEY_TILES, 1)
-
-
-def tiles_named(T: int) -> str:
-    return "one key at a time" if T == 1 else f"key tiles of {T}"
-
-
-# The sum l a program divides by, over the online softmax's variants: the tiles it adds, and the
-# factor each tile's sum carries (a: powers of exp(m_final - m_running), b: of exp(m_final - m_own)).
-SUM_TILES = {"every tile": slice(None), "only the last tile": slice(-1, None), "only the first tile": slice(0, 1),
-             "every tile but the first": slice(1, None), "every tile but the last": slice(None, -1)}
-SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where l = l * exp(m_old - m_new) + sum)",
-             (2, 0): "multiplied by exp(m_new - m_old), the inverse of the rescale",
-             (-1, 0): "rescaled twice by exp(m_old - m_new)",
-             (0, 1): "summed with each tile's own max, not the running max",
-             (0, 0): ""}
-
-
-TILE_MAX_WORDS = "each tile's largest weight where the tile's sum belongs (a max reduction where a sum belongs)"
-CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty slots of the partial last tile of {T} "
-                 "read key N - 1 (a clamped index) and are masked after the sum's reduction, not before it")
-PADDED_WORDS = ("and exp(0) for each of the {extra} empty slots of the partial last tile of {T}: slots past N scored 0 "
-                "where -inf belongs (a mask or a reset of the scores to 0), counted in l, not in the output")
-STALE_WORDS = ("and keys {a}..{b}'s weights again: the {extra} empty slots of the partial last tile of {T} keep "
-               "the scores of the tile before (a score register or buffer not reset to -inf each tile), in l only")
-
-
-def sum_variants(s: np.ndarray):
-    """(T, tiles added, (a, b), how, l) for each running sum: SUM_WORDS's, a tile's largest term, slots."""
-    for T in SUM_TILES_TRIED:
-        if T >= s.shape[2]:
-            continue
-        own, running, final, sums = tile_maxima(s, T)
-        for (a, b) in SUM_WORDS:
-            term = sums * np.exp(a * (final - running) + b * (final - own))
-            yield from ((T, words, (a, b), SUM_WORDS[(a, b)], term[..., part].sum(axis=2))
-                        for words, part in SUM_TILES.items() if (a, b) != (0, 0) or words != "every tile")  # not l
-        yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
-        if extra := -s.shape[2] % T:  # the partial last tile's empty slots: counted in l with some score
-            N, right = s.shape[2], sums.sum(axis=2)
-            last = np.exp(s[..., -1] - final[..., 0])  # clamped to key N - 1, masked after the sum
-            yield T, "every tile", (0, 0), CLAMPED_WORDS.format(extra=extra, T=T), right + extra * last
-            yield T, "every tile", (0, 0), PADDED_WORDS.format(extra=extra, T=T), right + extra * np.exp(-final[..., 0])
-            if N > T:  # the tile before's scores in the same slots: keys N - T .. N - T + extra - 1, counted again
-                a = N - T
-                stale = np.exp(s[..., a:a + extra] - final).sum(axis=2)
-                yield T, "every tile", (0, 0), STALE_WORDS.format(a=a, b=a + extra - 1, extra=extra, T=T), right + stale
-
 
 def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
     """W = f_i P for each row i: the factor and which sum l gives it."""
@@ -134,6 +83,9 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
                     f"{'first' if low else 'second'} {G} of every {2 * G}): a reduction of l over {2 * G} threads or "
                     f"lanes that folds in half of them (a tree that stops one step early, or leaves out the values {G} "
                     "away); look at the reduction of l")
+    if s.shape[0] > 1 and fits(carried_over(s)):
+        fields.update(sum_carried=True)
+        return CARRIED_WORDS
     for words, l_wrong in parts_unmerged(s):
         if fits(l_wrong):
             fields.update(sum_parts=words)

@@ -178,7 +178,7 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
     if len(groups) == 1 and (found := band(weights[0], P)):
         return found
     if len(groups) == 1 and (found := pairing.rows_weighed(weights[0], P) or row_weights.another_rows(
-            weights[0], P, MAP_ATOL)):
+            weights[0], P, MAP_ATOL) or pairing.tiles_moved(weights[0], P)):
         return [found]
     if len(groups) == 1:  # scores of some dims only are said here; one factor on them all is the Factors step's
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it

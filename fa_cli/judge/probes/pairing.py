@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .step import fmt
+from .step import fmt, spans
 
 SURE_WEIGHT = 1e-4  # entries of T this large are paired with a weight of P by value
 MATCH_RTOL = 1e-4  # an entry "is" a weight of P within this share of it (a float32 program's exp)
@@ -264,3 +264,29 @@ def row_maps(N: int):
                    f"each tile's V met with the tile before's K, as a K tile loaded one tile late gives: a prefetch "
                    f"of the current tile where the next belongs, or K's buffers swapped without V's)"), \
                 np.where(k < T, k, k - T)
+
+
+TILE_STARTS = (16, 32, 64, 128)  # a tile's width, and the width its index may be multiplied by where it is not
+
+
+def tiles_moved(W: np.ndarray, P: np.ndarray, lead: str = "one set of weights for every column") -> str | None:
+    """One set of weights whose V rows take sums of P's weights: key k's weight meets V's row
+    (k div T)*S + k mod T (S != T: each tile of T keys meets V's rows from its index times S, a
+    tile's start counted with another tile's width), those past N none; said with the V rows no key
+    meets. None where no T, S fits within CHECK_ATOL."""
+    N = P.shape[1]
+    k = np.arange(N)
+    for T in (t for t in TILE_STARTS if t < N):
+        for S in (t for t in TILE_STARTS if t != T):
+            row = (k // T) * S + k % T
+            met = np.zeros_like(W)
+            inside = row < N
+            np.add.at(met, (slice(None), row[inside]), P[:, k[inside]])
+            if np.abs(met - W).max() <= CHECK_ATOL:
+                alone = np.setdiff1d(k, row[inside])
+                none = f"; V's rows {spans(alone)} meet no key" if alone.size else ""
+                return (f"{lead}; key k's weight meets V's row (k div {T})*{S} + k mod {T}: each tile of {T} keys "
+                        f"meets V's rows from its index times {S} where times {T} belongs (a V tile loaded from row "
+                        f"j*{S} where j*{T} belongs: one tile size for another){none}")
+    return None
+

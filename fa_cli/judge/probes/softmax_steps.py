@@ -121,20 +121,32 @@ def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
         return forms["final"](acc, l)
 
 
-# A program that keeps the output divided by l as it goes (o = (o * l * alpha + p V) / l_new, O = o
-# at the end), its update written without the old sum: two steps of the table changed together.
-NORMALISED = ("o = (o * alpha + p V) / l_new, o kept divided by l (o's old sum left out: it is (o * l * alpha + "
-              "p V) / l_new)", {"output": lambda acc, alpha, p_full, l_old, l_new: (acc * alpha[..., None] + p_full)
-                                / l_new[..., None], "final": lambda acc, l: acc})
+# A program that keeps the output divided by l as it goes (FlashAttention-1's update: o = (l * alpha * o +
+# p V) / l_new, O = o at the end), its update written otherwise: two steps of the table changed together.
+def kept_divided(output) -> dict:
+    """The step functions of an output kept divided by l: `output` its update, no division at the end."""
+    return {"output": output, "final": lambda acc, l: acc}
+
+
+NORMALISED = (
+    ("o = (o * alpha + p V) / l_new, o kept divided by l (o's old sum left out: it is (o * l * alpha + p V) / l_new)",
+     lambda acc, alpha, p_full, l_old, l_new: (acc * alpha[..., None] + p_full) / l_new[..., None]),
+    ("o = (l_new * alpha * o + p V) / l_new, o kept divided by l (the new sum where o's old one belongs: it is "
+     "(l * alpha * o + p V) / l_new)",
+     lambda acc, alpha, p_full, l_old, l_new: acc * alpha[..., None] + p_full / l_new[..., None]),
+    ("o = (l_new * o + p V) / l_new, o kept divided by l (m and l set to their new values before o's update reads "
+     "them: its old sum and its factor read as the new ones; it is (l * exp(m - m_new) * o + p V) / l_new)",
+     lambda acc, alpha, p_full, l_old, l_new: acc + p_full / l_new[..., None]))  # (l * o + p V) / l_new: acc + p V
 
 
 def variants():
     """(step, the form's words, the step functions) for every single step written otherwise, then
-    the output kept normalised with its update written otherwise."""
+    the output kept divided by l with its update written otherwise."""
     for step, forms in STEP_FORMS.items():
         for words, f in forms[1:]:
             yield step, words, {**RIGHT, step: f}
-    yield "output", NORMALISED[0], {**RIGHT, **NORMALISED[1]}
+    for words, output in NORMALISED:
+        yield "output", words, {**RIGHT, **kept_divided(output)}
 
 
 def close(sim: np.ndarray, W: np.ndarray) -> bool:
@@ -177,7 +189,8 @@ class SoftmaxSteps(WeightReading):
         if not found:
             return []
         step, words, T = found
-        right = STEP_FORMS[step][0][0]
+        right = "o = (l * alpha * o + p V) / l_new, o kept divided by l" if words.startswith("o = ") else \
+            STEP_FORMS[step][0][0]
         tiles = "any tile size: this step does not depend on it" if T is None else \
             "one key at a time" if T == [1] else f"key tiles of {T[0]}" if len(T) == 1 else \
             f"key tiles of {', '.join(map(str, T[:6]))}{' ...' if len(T) > 6 else ''}: each fits, this probe cannot " \
