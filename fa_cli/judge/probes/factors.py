@@ -13,7 +13,7 @@ import numpy as np
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .partial_sums import base_mixed, half_sums, keys_counted, parts_unmerged, tile_maxima
-from .running_sums import CARRIED_WORDS, TILE_MAX_WORDS, carried_over, sum_variants, tiles_named
+from .running_sums import CARRIED_WORDS, SUM_TILES_TRIED, TILE_MAX_WORDS, carried_over, sum_variants, tiles_named
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
 from .step import Context, fmt, logits, softmax_rows
 
