@@ -133,8 +133,9 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
                          "running sums fa tried (key tiles of 16, 32, 64 and one key at a time: tiles left out, not "
                          "rescaled, rescaled "
                          "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys; 2 to "
-                         "32 interleaved chains of keys, each against its own max, added without their factors); look "
-                         "at how l is summed"), said
+                         "64 interleaved chains of keys, each against its own max, added without their factors, or not "
+                         "rescaled as their max grows, or merged by a butterfly that rescales one side; batch 0's sum "
+                         "for every batch, or the batch before's carried on); look at how l is summed"), said
     assert "the row right" not in said
     W[:, :6] = P[:, :6]  # six rows of each batch right: said with their count
     said, _ = factors.per_row_factor(W, P, s)
@@ -621,6 +622,44 @@ def test_flashattention_1s_update_written_otherwise_is_named(written, words):
     assert step == "output" and said.startswith(words) and tiles == [32], said
 
 
+def lane_sums(s: np.ndarray, G: int):
+    """Each of G lanes' (max, sum) over its keys j mod G."""
+    lanes = s.reshape(*s.shape[:-1], -1, G)
+    m = lanes.max(axis=-2)
+    return m, np.exp(lanes - m[..., None, :]).sum(axis=-2)
+
+
+@pytest.mark.parametrize("mistake", ["chains not rescaled", "partner not rescaled", "batch 0's statistics"])
+def test_a_sum_over_lanes_merged_otherwise_or_another_batchs_is_named(mistake):
+    """32 lanes each with the keys j mod 32: a lane's l not rescaled as its max grows (merged right),
+    or merged by a butterfly that leaves the partner's l unrescaled; or every batch dividing by
+    batch 0's l and m (read without the batch's offset)."""
+    inp = probe(B=2, N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    top = s.max(axis=2)
+    right = np.exp(s - top[..., None]).sum(axis=2)
+    if mistake == "chains not rescaled":
+        chains = s.reshape(2, 128, -1, 32)
+        running = np.maximum.accumulate(chains, axis=2)
+        l = (np.exp(chains - running).sum(axis=2) * np.exp(running[:, :, -1] - top[..., None])).sum(axis=2)
+        words = "its l adds 32 interleaved chains of keys (key j in chain j mod 32"
+    elif mistake == "partner not rescaled":
+        m, l = lane_sums(s, 32)
+        for off in (16, 8, 4, 2, 1):
+            other = np.arange(32) ^ off
+            new = np.maximum(m, m[..., other])
+            l, m = l * np.exp(m - new) + l[..., other], new
+        l = l[..., 0]
+        words = "merged by a xor butterfly whose step leaves the partner's sum unrescaled"
+    else:
+        lse = np.log(right) + top
+        l = np.exp(lse[:1] - top)
+        words = "every batch divides by batch 0's sum l"
+    said, _ = factors.per_row_factor(P * (right / l)[..., None], P, s)
+    assert words in said, said
+
+
 def test_a_state_carried_from_one_batch_to_the_next_is_named():
     """m and l set once, before the batch loop: batch b divides by the sums of batches 0..b."""
     inp = probe(B=3, N=96)
@@ -780,21 +819,34 @@ NAMED = {
     ("set28", "u10"): "key k's weight meets V's row (k div 32)*16 + k mod 32",
     ("set28", "u11"): "Q_b, K_b and V_b all read with a batch stride of N*d",
     ("set28", "u12"): "the last key tile dropped where N is not a multiple of the tile",
+    # set29 (CPU emulations of a two-pass kernel, a warp a row): judged once, 6 of 12; since, these too
+    ("set29", "v01"): "its sum l holds only the keys with j mod 2 < 1",
+    ("set29", "v02"): "its l adds 32 interleaved chains of keys (key j in chain j mod 32",
+    ("set29", "v03"): "merged by a xor butterfly whose step leaves the partner's sum unrescaled",
+    ("set29", "v04"): "every batch divides by batch 0's sum l",
+    ("set29", "v05"): "the last 8 keys (192..199)",
+    ("set29", "v06"): "the scale is 1 / floor(sqrt(d))",
+    ("set29", "v08"): "Q_b, K_b and V_b all read with a batch stride of N*d",
+    ("set29", "v09"): "rows not written, rows from 192 on",
+    ("set29", "v12"): "the logits are multiplied by log2(e) and then given to exp, not exp2",
     ("set27", "t04"): "wrong exactly where N is no multiple of 32: the last, partial tile of 32",  # partly: the place
     ("set27", "t11"): "the right values in the wrong places",  # partly: the output's write, a third of its values
 }
-SAID = {("set26", "s01"): "the keys j with j mod 32 in {0} (2 of 64) take every term from their own row of K",
+SAID = {("set29", "v07"): "columns 32-63: every weight 0: made of no row of V",
+        ("set29", "v10"): "key j's weight multiplies V's row p(j), the same in every column",
+        ("set29", "v11"): "key j's weight multiplies V's row p(j), the same in every column",
+        ("set26", "s01"): "the keys j with j mod 32 in {0} (2 of 64) take every term from their own row of K",
         ("set26", "s03"): "the weights differ by output column: 32 sets"}
 INPUTS = {"set1": Shape(3, 300, 32), "set2": Shape(3, 331, 32), "set3": Shape(3, 300, 32), "set26": Shape(3, 200, 32),
-          "set27": Shape(3, 200, 32), "set28": Shape(3, 200, 32)}
+          "set27": Shape(3, 200, 32), "set28": Shape(3, 200, 32), "set29": Shape(3, 200, 32)}
 ON = {("set1", "p13"): Shape(2, 200, 64), ("set2", "q03"): Shape(3, 240, 32), ("set26", "s11"): Shape(2, 200, 64),
       ("set27", "t03"): Shape(2, 200, 64), ("set27", "t11"): Shape(2, 200, 64), ("set28", "u07"): Shape(2, 200, 64),
-      ("set28", "u08"): Shape(2, 256, 64)}
+      ("set28", "u08"): Shape(2, 256, 64), ("set29", "v07"): Shape(2, 200, 64)}
 
 
 def planted():
-    for name in ("set1", "set2", "set3", "set26", "set27", "set28"):
-        for source in sorted((SETS / name).glob("[pqrstu][0-9][0-9].cpp")):
+    for name in ("set1", "set2", "set3", "set26", "set27", "set28", "set29"):
+        for source in sorted((SETS / name).glob("[pqrstuv][0-9][0-9].cpp")):
             yield name, source.stem
 
 

@@ -13,7 +13,9 @@ import numpy as np
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .partial_sums import base_mixed, half_sums, keys_counted, parts_unmerged, tile_maxima
-from .running_sums import CARRIED_WORDS, SUM_TILES_TRIED, TILE_MAX_WORDS, carried_over, sum_variants, tiles_named
+from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAINS_WORDS, FIRST_BATCH_WORDS,
+                           SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
+                           first_batchs, sum_variants, tiles_named)
 from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
 from .step import Context, fmt, logits, softmax_rows
 
@@ -61,8 +63,9 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
             f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'} and one key at a time: "
             "tiles left out, not rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group "
-            "of 2 to 256 keys; 2 to 32 interleaved chains of keys, each against its own max, added without their "
-            "factors); look at how l is summed"), fields
+            "of 2 to 256 keys; 2 to 64 interleaved chains of keys, each against its own max, added without their "
+            "factors, or not rescaled as their max grows, or merged by a butterfly that rescales one side; batch 0's "
+            "sum for every batch, or the batch before's carried on); look at how l is summed"), fields
 
 
 def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> str | None:
@@ -86,6 +89,17 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
     if s.shape[0] > 1 and fits(carried_over(s)):
         fields.update(sum_carried=True)
         return CARRIED_WORDS
+    if s.shape[0] > 1 and fits(first_batchs(s)):
+        fields.update(sum_first_batch=True)
+        return FIRST_BATCH_WORDS
+    for G, l_wrong in chains_not_rescaled(s):
+        if fits(l_wrong):
+            fields.update(sum_chains=G)
+            return CHAINS_WORDS.format(G=G)
+    for G, whose, l_wrong in butterflies_unrescaled(s):
+        if fits(l_wrong):
+            fields.update(sum_butterfly=G, sum_unrescaled=whose)
+            return BUTTERFLY_WORDS.format(G=G, whose=whose, step=BUTTERFLY_STEPS[whose])
     for words, l_wrong in parts_unmerged(s):
         if fits(l_wrong):
             fields.update(sum_parts=words)

@@ -66,6 +66,69 @@ CARRIED_WORDS = ("its running sum l (and max m) start each batch where the batch
                  "are initialised")
 
 
+FIRST_BATCH_WORDS = ("every batch divides by batch 0's sum l (and its max m): each row's statistics read without the "
+                     "batch's offset (row where b*N + row belongs); look at where m and l are indexed")
+CHAINS_WORDS = ("its l adds {G} interleaved chains of keys (key j in chain j mod {G}: a lane's or thread's own keys), "
+                "each chain's sum not rescaled as the chain's own max grows (l = l + p where l = l * exp(m_old - "
+                "m_new) + p belongs), the chains then merged with their factors; look at the update of each lane's l")
+
+
+def first_batchs(s: np.ndarray) -> np.ndarray:
+    """l of each batch (B, N) relative to its row's max, where every batch takes batch 0's."""
+    top = s.max(axis=-1)
+    own = np.log(np.exp(s - top[..., None]).sum(axis=-1)) + top
+    return np.exp(own[:1] - top)
+
+
+def chains_not_rescaled(s: np.ndarray):
+    """(G, l) for G interleaved chains of keys (j mod G), each summed key by key against its own
+    running max without rescaling its sum, merged with the factors exp(m_chain - m): l relative to
+    the row's max."""
+    top = s.max(axis=-1, keepdims=True)
+    for G in (2, 4, 8, 16, 32, 64):
+        if G >= s.shape[-1]:
+            continue
+        total = np.zeros(s.shape[:-1])
+        for g in range(G):
+            chain = s[..., g::G]
+            running = np.maximum.accumulate(chain, axis=-1)
+            total += np.exp(chain - running).sum(axis=-1) * np.exp(running[..., -1] - top[..., 0])
+        yield G, total
+
+
+BUTTERFLY_WORDS = ("its l is {G} lanes' sums (lane g: the keys j mod {G} = g, each against the lane's own max) merged "
+                   "by a xor butterfly whose step leaves {whose} sum unrescaled ({step}); look at the merge of the "
+                   "lanes' l")
+BUTTERFLY_STEPS = {
+    "the partner's": "l = l * exp(m - m_new) + l_partner where l_partner * exp(m_partner - m_new) belongs",
+    "its own": "l = l + l_partner * exp(m_partner - m_new) where l * exp(m - m_new) belongs"}
+
+
+def butterflies_unrescaled(s: np.ndarray):
+    """(G, whose, l): G lanes' sums of the keys j mod G, each against its lane's max, merged by a xor
+    butterfly that rescales only one side at each step ("the partner's" or "its own" left as it is):
+    lane 0's l, relative to the row's max."""
+    top = s.max(axis=-1, keepdims=True)
+    for G in (16, 32, 64):
+        if G >= s.shape[-1]:
+            continue
+        padded = np.full((*s.shape[:-1], -(-s.shape[-1] // G) * G), -np.inf)  # keys past N: no weight
+        padded[..., :s.shape[-1]] = s
+        lanes = padded.reshape(*s.shape[:-1], -1, G)  # (..., keys a lane, G)
+        m0 = lanes.max(axis=-2)
+        l0 = np.exp(lanes - m0[..., None, :]).sum(axis=-2)
+        for whose in ("the partner's", "its own"):
+            m, l = m0.copy(), l0.copy()
+            off = G // 2
+            while off:
+                partner = np.arange(G) ^ off
+                new = np.maximum(m, m[..., partner])
+                l = l * np.exp(m - new) + l[..., partner] if whose == "the partner's" else \
+                    l + l[..., partner] * np.exp(m[..., partner] - new)
+                m, off = new, off // 2
+            yield G, whose, l[..., 0] * np.exp(m[..., 0] - top[..., 0])
+
+
 def carried_over(s: np.ndarray) -> np.ndarray:
     """l of each batch (B, N) relative to its row's max, where l and m are never set back between
     batches: the sums of exp(s) over the keys of this batch and every batch before, for the same row."""
