@@ -42,3 +42,12 @@ def test_the_longest_step_is_said_with_its_wait_and_a_sanitizer_run_is_not_a_ste
     assert step_times.longest(lines[:1]) == "12 s in the reruns"
     assert step_times.longest([lines[1]]) == "" == step_times.longest([])
     assert step_times.longest([dict(what="quick", wall_s=0.4, waited_s=0, counted_s=0.4)]) == ""  # not worth a word
+
+
+def test_an_unwritable_file_never_ends_a_search_and_lines_not_fas_are_left_out(tmp_path, monkeypatch):
+    monkeypatch.setenv("FA_STEP_TIMES", str(tmp_path / "no such folder" / "steps"))
+    with step_times.timed("a step"):
+        pass  # nothing raised: the note is dropped
+    path = tmp_path / "steps"
+    path.write_text('[1, 2]\n{"what": "x", "counted_s": 1}\n{"what": "y", "wall_s": 2, "waited_s": 0, "counted_s": 2}\n')
+    assert [line["what"] for line in step_times.read(path)] == ["y"]

@@ -20,7 +20,7 @@ def note(what: str, **figures) -> None:
     """One line for `what`, where FA_STEP_TIMES names a file (else nothing)."""
     path = settings.step_times()
     if path:
-        with open(path, "a") as f:
+        with contextlib.suppress(OSError), open(path, "a") as f:  # a record of time, never a search's end
             f.write(json.dumps(dict(what=what, **figures)) + "\n")
 
 
@@ -37,7 +37,8 @@ def timed(what: str, counted: Callable[[], float] = lambda: 0.0, **figures) -> I
 
 
 def read(path: Path) -> list[dict]:
-    """The lines kept at path (none where there is no file; a line cut short by a stop is left out)."""
+    """The lines kept at path (none where there is no file; a line cut short by a stop, or one that
+    is not fa's, is left out)."""
     try:
         text = path.read_text()
     except OSError:
@@ -45,7 +46,9 @@ def read(path: Path) -> list[dict]:
     kept = []
     for line in text.splitlines():
         with contextlib.suppress(ValueError):
-            kept.append(json.loads(line))
+            entry = json.loads(line)
+            if isinstance(entry, dict) and all(isinstance(entry.get(k), (int, float)) for k in ("wall_s", "waited_s")):
+                kept.append(entry)  # (another program with the variable in its environment may write here too)
     return kept
 
 

@@ -69,13 +69,14 @@ class WholeTiles(Probe):
                 "measured: N cut to whole tiles: " + ", ".join(f"N = {n} {'right' if ok else 'wrong'}"
                                                                for n, ok in tried.items())
                 + f"; N = {N} wrong"])] if tried else []
-        ran = {**tried, **rounded_up(ctx, N, tried), N: False}
+        ran = {n: ok for n, ok in {**tried, **rounded_up(ctx, N, tried)}.items() if ok is not None} | {N: False}
         said = ", ".join(f"N = {n} {'right' if ok else 'wrong'}" for n, ok in sorted(ran.items()))
         partial = [T for T in KEY_TILES if all((n % T != 0) == (ok is False) for n, ok in ran.items())]
         odd = [T for T in KEY_TILES if odd_counts_wrong(ran, T)]
         if partial and odd and (n := telling_n(N, partial[0], odd[0], ran)) is not None:
             grid = design.grown(ctx.probe, n) if n > N else design.shrunk(ctx.probe, N=n)
-            ran[n] = right(ctx, ctx.run(grid), grid)  # wrong: the partial tile; right: the count's parity
+            if (told := right(ctx, ctx.run(grid), grid)) is not None:  # wrong: the partial tile; right: parity
+                ran[n] = told
             said = ", ".join(f"N = {n} {'right' if ok else 'wrong'}" for n, ok in sorted(ran.items()))
             partial = [T for T in KEY_TILES if all((n % T != 0) == (ok is False) for n, ok in ran.items())]
             odd = [T for T in KEY_TILES if odd_counts_wrong(ran, T)]

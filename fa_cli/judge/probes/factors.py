@@ -71,8 +71,11 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
 def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> str | None:
     """Which sum l the program divided by, where f = total / l fits one of the running sums'
     variants, half sums or interleaved chains (its fields added); None where none fits."""
+    off = np.abs(np.log(f)) > FLAT  # the wrong rows: a sum must give them, not only the right ones
+
     def fits(l_wrong: np.ndarray) -> bool:
-        return np.mean(np.abs(np.log(f * l_wrong / total)) <= FLAT) >= FIT_SHARE
+        close = np.abs(np.log(f * l_wrong / total)) <= FLAT
+        return np.mean(close) >= FIT_SHARE and np.mean(close[off]) >= FIT_SHARE
     for T, tiles, ab, how, l_wrong in sum_variants(s):
         if fits(l_wrong):
             slots = "empty slots" in how  # the partial tile's slots past N, counted: where they are masked

@@ -49,7 +49,8 @@ def sum_variants(s: np.ndarray):
             term = sums * np.exp(a * (final - running) + b * (final - own))
             yield from ((T, words, (a, b), SUM_WORDS[(a, b)], term[..., part].sum(axis=2))
                         for words, part in SUM_TILES.items() if (a, b) != (0, 0) or words != "every tile")  # not l
-        yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
+        if T > 1:  # a key's largest term is the key's own: the right l
+            yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
         if extra := -s.shape[2] % T:  # the partial last tile's empty slots: counted in l with some score
             N, right = s.shape[2], sums.sum(axis=2)
             last = np.exp(s[..., -1] - final[..., 0])  # clamped to key N - 1, masked after the sum
