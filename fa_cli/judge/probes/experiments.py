@@ -70,16 +70,12 @@ class WholeTiles(Probe):
                                                                for n, ok in tried.items())
                 + f"; N = {N} wrong"])] if tried else []
         ran = {n: ok for n, ok in {**tried, **rounded_up(ctx, N, tried)}.items() if ok is not None} | {N: False}
-        said = ", ".join(f"N = {n} {'right' if ok else 'wrong'}" for n, ok in sorted(ran.items()))
-        partial = [T for T in KEY_TILES if all((n % T != 0) == (ok is False) for n, ok in ran.items())]
-        odd = [T for T in KEY_TILES if odd_counts_wrong(ran, T)]
+        said, partial, odd = tiles_fitting(ran)
         if partial and odd and (n := telling_n(N, partial[0], odd[0], ran)) is not None:
             grid = design.grown(ctx.probe, n) if n > N else design.shrunk(ctx.probe, N=n)
             if (told := right(ctx, ctx.run(grid), grid)) is not None:  # wrong: the partial tile; right: parity
                 ran[n] = told
-            said = ", ".join(f"N = {n} {'right' if ok else 'wrong'}" for n, ok in sorted(ran.items()))
-            partial = [T for T in KEY_TILES if all((n % T != 0) == (ok is False) for n, ok in ran.items())]
-            odd = [T for T in KEY_TILES if odd_counts_wrong(ran, T)]
+                said, partial, odd = tiles_fitting(ran)
         if not partial:
             return tile_parity(ctx, ran, said, odd)
         T = partial[0]
@@ -111,6 +107,14 @@ def telling_n(N: int, T: int, T2: int, ran: dict) -> int | None:
     where the partial tile of T is at fault, right only where an odd count of tiles of T2 is."""
     return next((n for n in range(max(T2, N - 2 * T), N + 2 * T) if n % T and -(-n // T2) % 2 == 0 and n not in ran),
                 None)
+
+
+def tiles_fitting(ran: dict[int, bool]) -> tuple[str, list[int], list[int]]:
+    """The runs in words; the tiles T whose partial last tile, and those whose odd count, is wrong
+    exactly where the runs were."""
+    said = ", ".join(f"N = {n} {'right' if ok else 'wrong'}" for n, ok in sorted(ran.items()))
+    partial = [T for T in KEY_TILES if all((n % T != 0) == (not ok) for n, ok in ran.items())]
+    return said, partial, [T for T in KEY_TILES if odd_counts_wrong(ran, T)]
 
 
 def odd_counts_wrong(ran: dict[int, bool | None], T: int) -> bool:

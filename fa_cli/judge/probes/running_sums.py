@@ -1,7 +1,9 @@
 """The running sums l a program may divide by where the right l belongs, for factors.per_row_factor
 to compare with W = f P: the online softmax's variants over key tiles (a tile's sum left out, not
 rescaled, rescaled twice, against its own max; its largest term for its sum; the partial last
-tile's empty slots counted), and a sum carried from one batch to the next."""
+tile's empty slots counted); lanes' sums of the keys j mod G not rescaled as their max grows, or
+merged by a butterfly that rescales one side; a sum carried from one batch to the next, or batch
+0's for every batch."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,8 +67,6 @@ def sum_variants(s: np.ndarray):
 CARRIED_WORDS = ("its running sum l (and max m) start each batch where the batch before ended: batch b divides by the "
                  "sum over batches 0..b (m and l set to -inf and 0 once, not for each batch); look at where m and l "
                  "are initialised")
-
-
 FIRST_BATCH_WORDS = ("every batch divides by batch 0's sum l (and its max m): each row's statistics read without the "
                      "batch's offset (row where b*N + row belongs); look at where m and l are indexed")
 CHAINS_WORDS = ("its l adds {G} interleaved chains of keys (key j in chain j mod {G}: a lane's or thread's own keys), "
@@ -74,10 +74,15 @@ CHAINS_WORDS = ("its l adds {G} interleaved chains of keys (key j in chain j mod
                 "m_new) + p belongs), the chains then merged with their factors; look at the update of each lane's l")
 
 
+def log_sums(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's largest score and log of its sum of exp(s) (B, N), each batch's own."""
+    top = s.max(axis=-1)
+    return top, np.log(np.exp(s - top[..., None]).sum(axis=-1)) + top
+
+
 def first_batchs(s: np.ndarray) -> np.ndarray:
     """l of each batch (B, N) relative to its row's max, where every batch takes batch 0's."""
-    top = s.max(axis=-1)
-    own = np.log(np.exp(s - top[..., None]).sum(axis=-1)) + top
+    top, own = log_sums(s)
     return np.exp(own[:1] - top)
 
 
@@ -133,6 +138,5 @@ def butterflies_unrescaled(s: np.ndarray):
 def carried_over(s: np.ndarray) -> np.ndarray:
     """l of each batch (B, N) relative to its row's max, where l and m are never set back between
     batches: the sums of exp(s) over the keys of this batch and every batch before, for the same row."""
-    top = s.max(axis=-1)
-    own = np.log(np.exp(s - top[..., None]).sum(axis=-1)) + top  # each batch's log-sum-exp
+    top, own = log_sums(s)
     return np.exp(np.logaddexp.accumulate(own, axis=0) - top)
