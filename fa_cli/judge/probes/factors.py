@@ -413,5 +413,3 @@ class Factors(WeightReading):
                     return [Finding(Kind.OBSERVED, [f"measured: {said}"], fields)]
                 return measured(ctx, [f"measured: {said}"], look=LOOK.get(fields.pop("look", "")), **fields)
         return []
-
-

@@ -96,4 +96,3 @@ def vectors_at_float_index(c: np.ndarray, cc: np.ndarray) -> str:
             return (f"row r, column c div {w} + c mod {w}: the {w} floats of vector i (columns {w}*i ..) taken from "
                     f"column i on, a load or store of {w} floats at a time started at i where {w}*i belongs")
     return ""
-

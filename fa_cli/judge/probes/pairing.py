@@ -289,4 +289,3 @@ def tiles_moved(W: np.ndarray, P: np.ndarray, lead: str = "one set of weights fo
                         f"meets V's rows from its index times {S} where times {T} belongs (a V tile loaded from row "
                         f"j*{S} where j*{T} belongs: one tile size for another){none}")
     return None
-

@@ -107,4 +107,3 @@ def base_mixed(g: np.ndarray, s: np.ndarray, T: int, valid: np.ndarray, rows_ok:
             return (f"each tile's factor is exp({fmt(c)} (m_tile - m_final)): the parts (tiles, splits) brought to one "
                     f"max with {words}; look at the merge's factors")
     return None
-
