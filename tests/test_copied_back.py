@@ -88,6 +88,34 @@ def test_right_copies_and_a_file_of_zeros_name_the_hosts_writing(ctx, monkeypatc
     assert "61 `if (std::fwrite(out.data()" in said and "213 `CHECK(cudaMemcpyAsync(h_out, d_out" in said
 
 
+def short_file(values: int) -> np.ndarray:
+    """The file as a copy back of the first `values` values leaves it: the rest as the host buffer held it (0)."""
+    out = np.zeros(RIGHT.size, np.float32)
+    out[:values] = RIGHT.ravel()[:values]
+    return out.reshape(RIGHT.shape)
+
+
+def test_a_copy_back_of_a_pointers_size_is_named_with_its_bytes_and_lines(ctx, monkeypatch):
+    """sizeof of the output's pointer as the copy's size: 8 bytes of 1024 reach the host."""
+    run_keeping(monkeypatch, ctx, [RIGHT.ravel()[:2]], short_file(2))
+    [found] = copied_back.CopiedBack().run(ctx)
+    said = found.lines[0]
+    assert found.kind == Kind.MEASURED and said.startswith(
+        "measured on t01: the copies from the device to the host (1 copy) brought 8 bytes of the output's 1,024 (1 of "
+        "them hold right values in place, within 0.005)"), said
+    assert "the rest of the output never left the device (a copy back given too few bytes; 8 bytes, the size of a "         "pointer" in said and "213 `CHECK(cudaMemcpyAsync(h_out, d_out" in said
+
+
+def test_a_copy_back_of_as_many_bytes_as_values_is_named_so_and_a_whole_copy_is_not_short(ctx, monkeypatch):
+    run_keeping(monkeypatch, ctx, [RIGHT.ravel()[:64]], short_file(64))
+    [found] = copied_back.CopiedBack().run(ctx)
+    assert "brought 256 bytes of the output's 1,024" in found.lines[0]
+    assert "as many bytes as the output has values: a count of floats given where bytes belong" in found.lines[0]
+    assert copied_back.too_few_bytes([RIGHT.ravel()], short_file(64), RIGHT.ravel(), 5e-3) is None
+    # the part not copied right all the same (a 0 where 0 is right): not most of it wrong, no claim
+    assert copied_back.too_few_bytes([RIGHT.ravel()[:64]], RIGHT.astype(np.float32), RIGHT.ravel(), 5e-3) is None
+
+
 def test_a_run_that_wrote_no_output_claims_nothing_whatever_its_copies(ctx, monkeypatch):
     """The judged run wrote an output of the right size (a WRONG): a run that then writes none (stopped,
     crashed) failed on its own, and its copies say nothing of the file."""

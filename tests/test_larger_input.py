@@ -4,6 +4,7 @@ numbers and the command that looks into it; the right program is not; each build
 The larger input here is 4 x 512 x 32 (fa's is 4 x 2048 x d), for a CPU program's time."""
 import shutil
 
+import numpy as np
 import pytest
 
 from helpers import build_students
@@ -12,6 +13,8 @@ from fa_cli.judge import larger_input
 from fa_cli.judge.findings import Kind
 from fa_cli.judge.tool_logs import Budget
 from fa_cli.programs.programs import Program
+
+RNG = np.random.default_rng(11)
 
 pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 
@@ -132,3 +135,36 @@ def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, 
     found = larger_input.LargerInput().run(ctx)
     assert ran == [("larger", None), ("longest", larger_input.SAMPLED_ROWS), ("most", larger_input.MOST_ROWS)][:checked]
     assert bool(found) == (wrong_at is not None)
+
+
+def test_rows_left_unwritten_past_a_grid_of_65535_blocks_are_read_as_its_end():
+    """A 1-D grid of 8-row blocks capped at 65535: rows b * N + i from 524280 on hold 0. Checked
+    on sampled rows, as the input of most batches is: the first wrong row checked and the cap's
+    rows a block."""
+    shape = Shape(4200, 128, 4)
+    rows = larger_input.sampled_rows(shape.N, larger_input.MOST_ROWS)
+    correct = RNG.uniform(-1, 1, (shape.B, rows.size, shape.d))
+    flat = np.arange(shape.B)[:, None] * shape.N + rows[None, :]
+    got = np.where((flat >= 65535 * 8)[:, :, None], 0.0, correct)
+    wrong = np.abs(got - correct) > 5e-3
+    said = larger_input.wrong_from(got, wrong, shape, rows)
+    assert said.startswith("every row checked is right before batch 4095, row 126 and wrong from there on, every "
+                           "wrong value 0 (as where nothing was written): where a grid of 65535 blocks of 8 rows "
+                           "ends"), said
+    shifted = np.where((flat >= 300000)[:, :, None], correct + 1, correct)  # wrong from a row no cap explains
+    said = larger_input.wrong_from(shifted, np.abs(shifted - correct) > 5e-3, shape, rows)
+    assert said.startswith("every row checked is right before batch 2343, row 101") and "grid" not in said \
+        and "nothing was written" not in said
+    every = correct + 1
+    assert larger_input.wrong_from(every, np.abs(every - correct) > 5e-3, shape, rows) is None
+
+
+def test_rows_that_are_the_right_rows_scaled_are_read_with_their_factors():
+    correct = RNG.uniform(-1, 1, (2, 16, 8))
+    factor = RNG.uniform(0.02, 0.2, (2, 16, 1))
+    got = correct * factor
+    said = larger_input.rows_scaled(got, correct, np.abs(got - correct) > 5e-3)
+    assert said.startswith("every wrong row is the right row times a factor of its own (from "
+                           f"{factor.min():.3g} to "), said
+    noisy = got + RNG.normal(0, 0.05, got.shape)
+    assert larger_input.rows_scaled(noisy, correct, np.abs(noisy - correct) > 5e-3) is None

@@ -69,6 +69,17 @@ def test_rows_read_in_an_order_no_formula_gives_are_not_named_and_said_by_batch(
         f"batch 0, row {a}, dim 0 took Q[0][{order[a]}, 0]" in said, said
 
 
+def test_a_row_whose_dims_all_land_on_one_element_is_not_said_to_read_it():
+    """A row of Q overwritten by values of another buffer (equal dims): its terms land on one coded
+    element by chance; the example says so rather than naming that element."""
+    found = read_back(lambda b, q: q[b])
+    found[0, 1:] = 1234  # row 0's dims 1.. all one element
+    right = found == np.arange(found.size).reshape(found.shape)
+    said = query_inputs.examples(found, right, N, D)
+    assert f"batch 0, row 0, dim 1 took the value {D - 2} other dims of its row took too (no element of Q" in said, said
+    assert "Q[0][38" not in said
+
+
 Q_PITCH = """#!{python}
 import sys
 import numpy as np

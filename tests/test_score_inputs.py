@@ -333,3 +333,46 @@ def test_dims_read_a_whole_key_off_are_said_as_another_keys():
     found[-1, :8] = -1  # the last key's past K's end
     words = key_patterns.dims_shifted(found, N, D)
     assert words and words.startswith("dims 0..7 of every key j read from key j + 1's"), words
+
+
+def masked_attention(inp: ProbeInput, scored) -> np.ndarray:
+    """Attention whose softmax and output take only the keys j with scored(j) (the others never
+    scored: a lane mask), in float32."""
+    q, k, v = (a.astype(np.float64) for a in (inp.q, inp.k, inp.v))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    s[:, :, ~scored(np.arange(k.shape[1]))] = -np.inf
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    return ((p / p.sum(axis=2, keepdims=True)) @ v).astype(np.float32)
+
+
+def test_keys_never_scored_are_named_by_their_pattern_and_not_called_rows_never_loaded():
+    """Lanes 32-63 of a 64-lane wavefront left out (key j scored by lane j mod 64): those keys get
+    no weight for any Q. Not a load left in part: such keys would still be scored."""
+    k = score_inputs.coded_keys(N, D)
+    W = score_inputs.weights_by_dim(masked_attention(score_inputs.design(N, D, k), lambda j: j % 64 < 32)
+                                    .astype(np.float64), N, D)
+    said = key_patterns.keys_unweighed(W, score_inputs.TINY_WEIGHT)
+    assert said is not None and said.startswith("the keys j with j mod 64 in {32-63} (64 of 128) get no weight in "
+                                                "any row for any Q"), said
+    assert "lanes 32-63 are left out" in said
+    terms, _ = score_inputs.read_terms(W)
+    assert key_patterns.keys_in_part(terms, k) is None
+    every_8th = masked_attention(score_inputs.design(N, D, k), lambda j: j % 8 != 3).astype(np.float64)
+    every_8th = score_inputs.weights_by_dim(every_8th, N, D)
+    said = key_patterns.keys_unweighed(every_8th, score_inputs.TINY_WEIGHT)
+    assert said is not None and "j mod 8 in {3} (16 of 128)" in said and "lanes 32-63" not in said
+    right = score_inputs.weights_by_dim(attention(score_inputs.design(N, D, k), lambda k: k).astype(np.float64), N, D)
+    assert key_patterns.keys_unweighed(right, score_inputs.TINY_WEIGHT) is None
+    v_unread = right.copy()  # scored (in each row's sum) but their V rows never read: no mask
+    v_unread[:, :, np.arange(N) % 64 >= 32] = 0
+    assert key_patterns.keys_unweighed(v_unread, score_inputs.TINY_WEIGHT) is None
+
+
+def test_k_transposed_in_blocks_whose_insides_stay_as_they_were_is_named_by_its_formula():
+    """A tiled transpose of K that moves each 32 x 32 block and writes it back untransposed, read as
+    K^T: key j's dim x is K[j - j % 32 + x % 32, x - x % 32 + j % 32]."""
+    j, x = np.meshgrid(np.arange(N), np.arange(D), indexing="ij")
+    found, _ = read_back(lambda k: k[j - j % 32 + x % 32, x - x % 32 + j % 32])
+    said = score_inputs.fitting(found, N, D)
+    assert said is not None and said.startswith("K transposed in blocks of 32 x 32, each block moved to its place but "
+                                                 "not transposed inside"), said

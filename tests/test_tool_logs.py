@@ -201,6 +201,37 @@ def test_tools_side_by_side_share_one_time_limit_and_are_stopped_at_it(tmp_path,
     assert not [pid for pid, _ in started if os.path.exists(f"/proc/{pid}")]
 
 
+def test_a_tool_that_has_printed_its_print_limit_is_stopped_there_and_said_so(tmp_path, monkeypatch):
+    """initcheck writes its 100 reports, then would go on counting for 30 s: fa stops it once its log
+    holds them (finished, not stopped at the limit), its first report kept, its count said as the
+    first 100 shown; racecheck, whose analysis comes at its end, is never stopped so."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    report = ("========= Uninitialized __global__ memory read of size 4 bytes\n"
+              "=========     at attention+0x21f0 in /x/hw4.cu:187\n"
+              "=========     by thread (0,0,0) in block (0,1,0)\n")
+    (tools / "report.txt").write_text(report * 100)
+    (tools / "compute-sanitizer").write_text(
+        "#!/bin/sh\nwhile [ \"$1\" != --log-file ]; do shift; done\n"
+        "cp \"$(dirname \"$0\")/report.txt\" \"$2\"; exec sleep 30\n")
+    (tools / "compute-sanitizer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    start = time.monotonic()
+    [init, race] = tool_logs.sanitize_side_by_side(("initcheck", "racecheck"), ["./hw4"], tmp_path / "in.bin",
+                                                   tmp_path, 3.0)
+    assert init.shown_all and init.finished and init.first[0].startswith("Uninitialized __global__ memory read")
+    assert init.counted() == "the first 100 shown: fa stopped the tool there, the rest would only be counted"
+    assert not race.shown_all and not race.finished  # ran to fa's limit
+    assert time.monotonic() - start < 10
+    assert tool_logs.reports_in(tmp_path / "initcheck.log") == 100 and tool_logs.reports_in(tmp_path / "none") == 0
+    layer = tmp_path / "layer.log"  # reports in the code of fa's MI210 emulation do not count toward the limit
+    layer.write_text(report.replace("/x/hw4.cu:187", "/x/wave64_device.h:40") * 100 + report)
+    assert tool_logs.reports_in(layer) == 1
+    whole = tool_logs.SanitizerReport("memcheck", ["x"], 21533, finished=True)
+    assert whole.counted("errors") == "21533 errors in all" and whole.counted() == "21533 in all"
+    assert tool_logs.SanitizerReport("memcheck", [], None, finished=True).counted() is None
+
+
 def test_a_build_of_another_form_is_not_counted_in_the_budget():
     budget = tool_logs.Budget(60.0)
     with budget.build():
@@ -229,7 +260,7 @@ def test_a_tool_whose_every_report_is_in_fas_layers_is_not_said_clean(tmp_path, 
     from fa_cli.judge.cause import Sanitizer
     layer_only = WARNING_AND_ERROR_LOG.replace("/s/hw4.cu", "/x/wave64_device.h")
 
-    def tool_ran(argvs, consoles, timeout):  # compute-sanitizer as it logs: into --log-file
+    def tool_ran(argvs, consoles, timeout, watched=None):  # compute-sanitizer as it logs: into --log-file
         for argv in argvs:
             Path(argv[argv.index("--log-file") + 1]).write_text(layer_only)
         return [0] * len(argvs)

@@ -196,7 +196,7 @@ class Sanitizer(Step):
                 ctx.findings.append(Finding(Kind.MISSING_TOOL, [f"{tool}: stopped after the time budget with nothing "
                                                              f"reported yet (fa run --why {ctx.case_label})"]))
             return True
-        total = f" ({said.count} errors in all)" if said.count else ""
+        total = f" ({said.counted('errors')})" if said.counted() else ""
         words = "" if tool in ("memcheck", "racecheck") else f" {TOOL_WORDS[tool]}:"
         lines = [f"{tool} on {case.label}{total}:{words}", *sanitizer_lines(said.first)]
         if tool == "initcheck" and (where := unwritten_output(said.first, case.shape.B, case.shape.N, case.shape.d)):

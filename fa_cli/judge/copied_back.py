@@ -7,6 +7,8 @@ once so, and the copies are laid over the right output:
   what they brought (written from other memory than their destination, from another place in it,
   before they arrived, or changed on the host after; a cause, with the lines that write the file
   and that copy back);
+- the copies bring fewer bytes than the output holds, and the file is wrong past them: the rest of
+  the output never left the device (a copy back given too few bytes; a cause, with the copy's lines);
 - the file holds what the copies brought: its wrong values came from the device (said among what
   was tried; the probes then measure the device's arithmetic).
 """
@@ -112,6 +114,11 @@ class CopiedBack(Step):
                             f"or copies fa's launch layer does not see){missing}")
             return []
         right = np.asarray(case.expected, dtype=np.float64).ravel()
+        if not missing and (short := too_few_bytes(kept, out, right, ctx.tol)):
+            shown = source_lines(ctx.source, WRITE_LINES[1], 2) if ctx.source else []
+            lines = f"; lines that copy back in {ctx.source.name}: {quoted(shown)}" if shown else ""
+            return [Finding(Kind.MEASURED, [f"measured on {case.label}: {short}{lines}"],
+                            dict(copies=len(kept), copied_bytes=sum(c.size for c in kept) * 4, case=case.label))]
         share, holding = covered(kept, right, ctx.tol)
         n = f"{len(kept)} cop{'y' if len(kept) == 1 else 'ies'} from the device ({sum(c.size for c in kept) * 4} bytes)"
         if file_is_copied(kept, out):
@@ -133,6 +140,26 @@ class CopiedBack(Step):
             "destination, from another place in it, before they arrived, or changed on the host after)"
             f"{placed_in_file(out, case, ctx.tol)}{lines}"], dict(copies=len(kept), copies_right=holding,
                                                                  case=case.label))]
+
+
+def too_few_bytes(kept: list[np.ndarray], out: np.ndarray, right: np.ndarray, tol: float) -> str | None:
+    """Where the copies from the device bring fewer values than the output holds and the file is
+    wrong in most of the rest: what they brought, against the output's size, and what the count
+    they were given looks like (a pointer's size, the count of values given as bytes) where it
+    does; None otherwise."""
+    brought, size = sum(c.size for c in kept), out.size
+    wrong = int(over(out.ravel(), right, tol).sum())
+    if brought >= size or wrong < (size - brought) / 2:
+        return None
+    holding = sum(placed(c, right, tol) is not None for c in kept)
+    n = f"{len(kept)} cop{'y' if len(kept) == 1 else 'ies'}"
+    looks = {8: "8 bytes, the size of a pointer: sizeof of the output's pointer where its size in bytes belongs",
+             size: "as many bytes as the output has values: a count of floats given where bytes belong"}
+    said = looks.get(brought * 4, "")
+    return (f"the copies from the device to the host ({n}) brought {brought * 4:,} bytes of the output's {size * 4:,} "
+            f"({holding} of them hold right values in place, within {tol:g}), and {wrong:,} of its {size:,} values "
+            f"in the file are wrong: the rest of the output never left the device (a copy back given too few bytes"
+            + (f"; {said}" if said else "") + ")")
 
 
 def placed_in_file(out: np.ndarray, case, tol: float) -> str:

@@ -164,9 +164,58 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
         return []
     worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
     checked = "" if rows is None else f" (of {rows.size} rows of each batch checked)"
+    readings = (wrong_from(got, wrong, shape, rows), rows_scaled(got, correct, wrong))
+    seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
-        f"error {worst:.3g}): a mistake that shows only at larger sizes; {look}"], dict(larger_wrong=int(wrong.sum())))]
+        f"error {worst:.3g}){seen}: a mistake that shows only at larger sizes; {look}"],
+        dict(larger_wrong=int(wrong.sum())))]
+
+
+GRID_CAP = 65535  # blocks along a grid's y or z (x allows 2**31 - 1): a 1-D grid capped here leaves the rest out
+ROWS_A_BLOCK = tuple(2 ** k for k in range(9))  # rows a block of a 1-D grid over (batch, row tile) may take
+
+
+def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarray | None) -> str | None:
+    """Where every row checked is right before one flat row (b * N + i) and wrong from it on: that
+    row, whether the wrong values are all 0 (never written), and the rows a block of a grid capped
+    at GRID_CAP blocks would take for its end to fall there; None otherwise."""
+    index = np.arange(shape.N) if rows is None else rows
+    flat = (np.arange(shape.B)[:, None] * shape.N + index[None, :]).ravel()  # each checked row's b * N + i
+    bad = wrong.any(axis=2).ravel()
+    if not bad.any() or bad.all() or not bad[np.argmax(bad):].all():
+        return None
+    first = int(np.argmax(bad))
+    after, at = int(flat[first - 1]) if first else -1, int(flat[first])
+    b, i = divmod(at, shape.N)
+    zeros = bool((got[wrong] == 0).all())
+    said = (f"every row checked is right before batch {b}, row {i} and wrong from there on"
+            + (", every wrong value 0 (as where nothing was written)" if zeros else ""))
+    fits = [k for k in ROWS_A_BLOCK if after < GRID_CAP * k <= at]
+    if fits:
+        k = fits[0]
+        said += (f": where a grid of {GRID_CAP} blocks of {k} rows ends ({GRID_CAP} x {k} = {GRID_CAP * k}, the rows "
+                 f"b * N + i): blocks past {GRID_CAP} never ran, as with a grid's x capped at {GRID_CAP} (the limit "
+                 "of y and z; x allows 2^31 - 1) and no loop over the blocks left")
+    return said
+
+
+SCALED_FIT = 1e-3  # a wrong row is the right one times a factor where the rest misses by under this (relative)
+
+
+def rows_scaled(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray) -> str | None:
+    """Where every wrong row is the right row times a factor of its own (not 1): their range; None
+    otherwise."""
+    rows = wrong.any(axis=2)
+    g, c = got[rows], correct[rows]
+    if not g.size or not np.isfinite(g).all():
+        return None
+    factor = (g * c).sum(axis=1) / np.maximum((c * c).sum(axis=1), 1e-300)
+    miss = np.abs(g - factor[:, None] * c).max(axis=1) / np.maximum(np.abs(c).max(axis=1), 1e-30)
+    if (miss > SCALED_FIT).any() or (np.abs(factor - 1) < SCALED_FIT).any():
+        return None
+    return (f"every wrong row is the right row times a factor of its own (from {factor.min():.3g} to "
+            f"{factor.max():.3g}): the right weights, divided by another sum, or the output scaled once more")
 
 
 class LargerInput(Step):

@@ -141,8 +141,8 @@ def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | N
     what = lines[0] if said.tool == "racecheck" else f"{TOOLS[said.tool]}: " + "; ".join(lines)
     if said.tool == "initcheck" and (where := unwritten_output(said.first, shape.B, shape.N, shape.d)):
         what += f" ({where})"
-    counted = ([f"{said.count} in all"] if said.count else []) + \
-        ([] if said.finished else [f"the tool stopped at fa's {timeout:g} s limit after it"])  # its count unknown
+    counted = ([said.counted()] if said.counted() else []) + \
+        ([] if said.finished else [f"the tool stopped at fa's {timeout:.0f} s limit after it"])  # its count unknown
     total = f" ({'; '.join(counted)})" if counted else ""
     then = "an access outside its buffers that left this output right; on another GPU or run it may not" \
         if said.tool == "memcheck" else "the judge's GPU may schedule it otherwise"

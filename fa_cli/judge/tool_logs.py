@@ -22,6 +22,23 @@ CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 SANITIZER_LINES = 3  # of a sanitizer's report, quoted after its first line
 BACKTRACE_FRAMES = 4
 SANITIZER_POLL_S = 0.05  # how often the tools side by side are looked at against their timeout
+PRINT_LIMIT = 100  # reports a tool prints (--print-limit); past them it only counts
+# Stopped once they have printed PRINT_LIMIT reports: past it a report only counts, and each is a round trip
+# the GPU's other work slows (16,384 of initcheck's: 3.3 s alone, 17 s beside four busy runs on the H200).
+COUNTING = ("memcheck", "initcheck", "synccheck")  # racecheck's analysis comes at its end: it runs whole
+SHOWN_ALL = "shown all"  # _side_by_side's code for a tool stopped at its print limit
+REPORT_HEAD = re.compile(r"^========= (?!(?:COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|Target application|"
+                         r"Tool execution finished|Saved host backtrace))\S", re.MULTILINE)
+
+
+def reports_in(log: Path) -> int:
+    """The program's reports a tool's log holds so far (those in the code of fa's layers left out,
+    in_layer: they do not stand for the program's); 0 where there is no log yet."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return 0
+    return sum(1 for block in report_blocks(text) if REPORT_HEAD.match(block[0]) and not in_layer(block))
 
 
 # ---------------------------------------------------------------- the tools
@@ -133,6 +150,14 @@ class SanitizerReport:
     finished: bool
     checked_nothing: bool = False
     in_layers: int = 0
+    shown_all: bool = False  # stopped by fa once it had printed PRINT_LIMIT reports: the rest only counted
+
+    def counted(self, noun: str = "") -> str | None:
+        """The reports in all, as words ("16384 errors in all" with noun "errors"), or where fa
+        stopped the tool at its print limit, that; None where the tool gave no count."""
+        if self.shown_all:
+            return f"the first {PRINT_LIMIT} shown: fa stopped the tool there, the rest would only be counted"
+        return f"{self.count} {noun + ' ' if noun else ''}in all" if self.count else None
 
 
 def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input_path: Path, work: Path,
@@ -147,45 +172,62 @@ def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input
     if sanitizer is None:
         return None
     argvs = [wrap([sanitizer, "--tool", tool, *(["--racecheck-report", "analysis"] if tool == "racecheck" else []),
-                   "--print-limit", "100", "--log-file", str(work / f"{tool}.log"), *program_argv,
+                   "--print-limit", str(PRINT_LIMIT), "--log-file", str(work / f"{tool}.log"), *program_argv,
                    str((inputs or {}).get(tool, input_path)), str(work / f"{tool}.out")]) for tool in tools]
+    for tool in tools:  # a log left by an earlier run in the same folder is not this run's
+        (work / f"{tool}.log").unlink(missing_ok=True)
+    watched = [work / f"{tool}.log" if tool in COUNTING else None for tool in tools]
     asked = time.monotonic()
     with gpu_turns.tool_slot(), gpu_turns.turn(timed=False):
         began = time.monotonic()
-        ended = _side_by_side(argvs, [work / f"{tool}.console" for tool in tools], timeout)
+        ended = _side_by_side(argvs, [work / f"{tool}.console" for tool in tools], timeout, watched)
     step_times.note("compute-sanitizer " + ", ".join(tools), wall_s=round(time.monotonic() - asked, 2),
                     waited_s=round(began - asked, 2), limit_s=round(timeout, 1),
                     finished={tool: code is not None for tool, code in zip(tools, ended)})
     reports = []
     for tool, code in zip(tools, ended):
+        shown_all = code == SHOWN_ALL
+        code = None if shown_all else code
         log, console = work / f"{tool}.log", work / f"{tool}.console"
         raw = log.read_text(errors="replace") if log.exists() else console.read_text(errors="replace")
         text = without_layer(raw)
         first = first_sanitizer_error(text)
         reports.append(SanitizerReport(tool, first, sanitizer_count(text) if first and tool != "racecheck" else None,
-                                       finished=code is not None, checked_nothing=NO_CUDA_CALL in text,
-                                       in_layers=sum(map(in_layer, report_blocks(raw)))))
+                                       finished=code is not None or shown_all, checked_nothing=NO_CUDA_CALL in text,
+                                       in_layers=sum(map(in_layer, report_blocks(raw))), shown_all=shown_all))
     return reports
 
 
-def _side_by_side(argvs: list[list[str]], consoles: list[Path], timeout: float) -> list[int | None]:
+def _side_by_side(argvs: list[list[str]], consoles: list[Path], timeout: float,
+                  watched: list[Path | None] | None = None) -> list[int | str | None]:
     """Each command started at once, its stdout and stderr into its console file; their exit codes
     (None: stopped at the common timeout, counted as a search's budget counts it: beside other
-    searches, its share of each second, gpu_shares). Interrupted, every one is stopped before fa
-    goes on."""
-    procs = []
+    searches, its share of each second, gpu_shares; SHOWN_ALL: stopped once its log, where
+    watched, held PRINT_LIMIT reports). Interrupted, every one is stopped before fa goes on."""
+    procs, shown = [], set()
+    watched = watched or [None] * len(argvs)
     try:
         for argv, console in zip(argvs, consoles):
             with open(console, "w") as out:
                 procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                               preexec_fn=programs.die_with_fa()))
-        start = time.monotonic()
+        start, sizes = time.monotonic(), {}
         while any(proc.poll() is None for proc in procs) and \
                 gpu_shares.charged(start, time.monotonic()) < max(timeout, 0.1):
+            for k, (proc, log) in enumerate(zip(procs, watched)):
+                size = log.stat().st_size if log is not None and log.exists() else 0
+                if log is None or proc.poll() is not None or sizes.get(k) == size:
+                    continue  # read again only once the log has grown
+                sizes[k] = size
+                if reports_in(log) >= PRINT_LIMIT:
+                    programs.stop(proc, output=None)
+                    shown.add(k)
             time.sleep(SANITIZER_POLL_S)
-        codes = []
-        for proc in procs:
-            if proc.poll() is None:
+        codes: list[int | str | None] = []
+        for k, proc in enumerate(procs):
+            if k in shown:
+                codes.append(SHOWN_ALL)
+            elif proc.poll() is None:
                 programs.stop(proc, output=None)
                 codes.append(None)
             else:

@@ -1,6 +1,9 @@
 """The patterns of keys read wrong that no formula of score_inputs.py gives, read from the terms
 (d, N: what each key's score took in each dim, less key 0's) against the coded K:
 
+  unweighed   keys no row weighs for any Q, repeating every m keys: keys never scored (a mask of
+              lanes or keys), not rows a load left unwritten (those are scored, against what the
+              memory held)
   in part     with key 0 read right, the keys read right repeat every m keys: rows of a tile of K
               that its load never wrote (not where the others are their own row's after all: off
               by a constant, reordered, or another key's row of their own tile)
@@ -22,6 +25,38 @@ MATCH_TOL = 4e-5  # a term read back names an element of K within this: under ha
 MAX_PERIOD = 256  # keys read right in a pattern that repeats every m keys, m up to this
 # The source lines shown: a loop that loads a tile cooperatively (its start and its stride).
 LOAD_LOOK = ("a tile's load loop", r"for\s*\([^;]*=\s*\w*(?:threadIdx|tid|lane|tx)\w*[^;]*;[^;]*;[^)]*\+=")
+# A mask that leaves keys out: a ballot, a bit of a mask taken by the lane, a test of the lane's index.
+MASK_LOOK = ("a mask of lanes or keys", r"ballot|<<\s*\(?\s*(?:lane|tx|threadIdx\.x)\b|"
+             r"\bif\s*\(\s*!?\s*\(?\s*(?:lane|tx|threadIdx\.x)\s*[<>]")
+SUMS_TO_ONE = 1e-3  # the weighed keys' weights make up each row's whole softmax: the others were never scored
+WAVE = 64  # a wavefront's lanes on the MI210: a 64-lane mask read through 32 bits leaves lanes 32..63 out
+
+
+def keys_unweighed(W: np.ndarray, tiny: float) -> str | None:
+    """Where the keys that no row holding values weighs, for any Q, repeat every m keys (not all,
+    not none): keys never scored, the others weighed. A load that left rows of a tile unwritten
+    does not do this (those keys are scored, against what the memory held): a mask of lanes or
+    keys, or a loop's bound, that leaves them out."""
+    d, rows, N = W.shape
+    held = np.isfinite(W) & (W > tiny)
+    zero = np.isfinite(W) & (np.abs(W) <= tiny)
+    written = held.any(axis=(0, 2))  # rows that hold weights
+    none = zero[:, written].all(axis=(0, 1)) if written.any() else np.zeros(N, dtype=bool)
+    if not none.any() or none.all():
+        return None
+    m = next((m for m in range(2, min(MAX_PERIOD, N // 2) + 1) if np.array_equal(none, np.resize(none[:m], N))), None)
+    sums = W[:, written].sum(axis=2)  # a key scored whose V row was never read takes its share of the sum
+    if m is None or not (np.abs(sums[np.isfinite(sums)] - 1) <= SUMS_TO_ONE).all():
+        return None
+    left = np.flatnonzero(none[:m])
+    words = (f"the keys j with j mod {m} in {{{spans(left)}}} ({int(none.sum())} of {N}) get no weight in any row for "
+             f"any Q, the others are weighed: those keys are never scored (a mask of lanes or keys, or a loop's "
+             f"bound, that leaves them out; not a load: a row a load left unwritten is still scored, against what "
+             f"the memory held)")
+    if m == WAVE and left.tolist() == list(range(WAVE // 2, WAVE)):
+        words += (", as where lane j mod 64 of a 64-lane wavefront scores key j and lanes 32-63 are left out: a "
+                  "64-bit mask of lanes read through 32 bits (1u << lane, an unsigned int mask)")
+    return words
 
 
 def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:
@@ -35,6 +70,8 @@ def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
     if split is None:
         return None
     m, first, ok, off = split
+    if not np.isfinite(off[~ok]).any():  # no weight at all: never scored (keys_unweighed), not loaded in part
+        return None
     with np.errstate(invalid="ignore"):
         partly = (np.abs(off[~ok]) <= tol).mean() > 0.05  # terms of theirs right: rows written in part
     read = off + k  # what each key's terms took, on K's scale

@@ -137,9 +137,14 @@ def examples(found: np.ndarray, right: np.ndarray, N: int, d: int) -> str:
     """Where the wrong terms are, and the first three: which element each took, by batch."""
     def at(flat: int) -> str:
         return f"Q[{flat // (N * d)}][{flat // d % N}, {flat % d}]"
-    said = "; ".join(f"batch {a // N}, row {a % N}, dim {b} took " + (at(found[a, b]) if found[a, b] >= 0 else
-                                                                     "no element of Q")
-                     for a, b in np.argwhere(~right)[:3])
+
+    def took(a: int, b: int) -> str:  # one element for several dims of a row is a value met by chance, no read
+        if found[a, b] < 0:
+            return "no element of Q"
+        same = int((found[a] == found[a, b]).sum()) - 1
+        return at(found[a, b]) if not same else (f"the value {same} other dims of its row took too (no element of "
+                                                 "Q: the row overwritten, or read as one value)")
+    said = "; ".join(f"batch {a // N}, row {a % N}, dim {b} took {took(a, b)}" for a, b in np.argwhere(~right)[:3])
     rows = np.flatnonzero((~right).any(axis=1))
     return f"wrong in {rows.size} of {right.shape[0]} rows (batch 0 {(rows < N).sum()}, later {(rows >= N).sum()}); " \
         f"e.g. {said}"

@@ -17,10 +17,12 @@ differ), and taken only where a formula fits them. Then K' against K, element by
   formula     one of a family fits every term read: K read transposed (K[x*N + j]), keys or dims
               shifted, rows read at another pitch (K[j*P + x]), a tile of K's rows read at another
               pitch (K[j0*d + jj*P + x]), a tile of keys written at one pitch and read at
-              another (its pad slots never written), dims swizzled (K[j, x xor (j mod m)]), or
-              K transposed and read with rows of d: said with its figures
-  patterns    where no formula fits (key_patterns.py): keys read right in a pattern that repeats
-              (rows a load never wrote), two sets of keys off by one factor a row (merged without
+              another (its pad slots never written), dims swizzled (K[j, x xor (j mod m)]),
+              K transposed and read with rows of d, or K transposed in blocks whose insides
+              stay as they were: said with its figures
+  patterns    where no formula fits (key_patterns.py): keys no row weighs, in a pattern that
+              repeats (never scored), keys read right in a pattern that repeats (rows a load
+              never wrote), two sets of keys off by one factor a row (merged without
               one max), a few keys counted c times (slots clamped to the last key), one map of dims,
               a run of dims read a fixed number of floats off their place
   examples    otherwise, which element the first wrong terms took
@@ -37,7 +39,8 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .key_patterns import LOAD_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_counted, keys_in_part
+from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_counted,
+                           keys_in_part, keys_unweighed)
 from .linear_map import map_rows
 from .readings import TINY_WEIGHT, measured
 from .step import Context, Probe, ProbeInput, spans
@@ -220,6 +223,13 @@ def formulas(N: int, d: int, names: Names = KEYS):
         yield (f"{W} transposed (d x N: a row of N {it} a dim) and read with rows of {L}: {o}[{i}, x] taken from "
                f"the transpose's flat element x*{L} + {i}, which is {W}[(x*{L} + {i}) mod N, (x*{L} + {i}) div N]"), \
             past, np.where(flat < N * d, (flat % N) * d + flat // N, -1)
+    for T in (8, 16, 32):  # a transpose through a shared tile: each block moved, its inside left as it was
+        row, dim = j - j % T + x % T, x - x % T + j % T
+        if T <= d and T < N:
+            yield (f"{W} transposed in blocks of {T} x {T}, each block moved to its place but not transposed inside "
+                   f"(a tiled transpose that writes back tile[r][c] where tile[c][r] belongs): {o}[{i}, x] taken from "
+                   f"{W}[{i} - {i} mod {T} + x mod {T}, x - x mod {T} + {i} mod {T}]"), past, \
+                np.where((row < N) & (dim < d), row * d + dim, -1)
     for lanes in (4, 8, 16, 32):  # a row's dims dealt to lanes: by blocks on one side, strided on the other
         per = d // lanes
         if d % lanes == 0 and per > 1:
@@ -309,6 +319,9 @@ class ScoreInputs(Probe):
             by_batch = read_by_batch(W, k, N, d)
             if words := fitting(by_batch, N, d):
                 found, right = by_batch, by_batch == np.arange(N * d).reshape(N, d)
+        if words is None and (unweighed := keys_unweighed(W, TINY_WEIGHT)):
+            return measured(ctx, [f"probe: the scores read back ({where}): {unweighed}"], look=MASK_LOOK,
+                            keys_unweighed=unweighed)
         if words is None and (part := keys_in_part(terms, k)):
             return measured(ctx, [f"probe: the scores read back ({where}): {part}"], look=LOAD_LOOK, keys_in_part=part)
         if words is None and (apart := keys_apart(terms, k)):
