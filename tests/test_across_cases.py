@@ -78,3 +78,17 @@ def test_splits_on_two_axes_that_both_fit_are_said_as_not_told_apart():
     assert len(lines) == 2 and lines[1].startswith("split: fails only where B is odd (failing B: 1, 3; passing B: 2, 16;"), lines
     assert lines[1].endswith("where N is not a multiple of 16 fits them as well: these cases do not tell which)"), lines
     assert "where B is odd fits them as well: these cases do not tell which" in lines[0], lines
+
+
+def test_two_features_that_split_together_are_named_beside_an_n_that_fits_too():
+    """One failing case, 2x256x64, against 2x128x32, 3x200x32 and 1x200x64: no feature alone splits
+    them; d = 64 with B > 1 does, and so does N from 256: both said, neither alone."""
+    found = across_cases.split_findings([Shape(2, 128, 32), Shape(3, 200, 32), Shape(1, 200, 64)], [Shape(2, 256, 64)])
+    lines = [f.lines[0] for f in found]
+    assert lines[0].startswith("split: fails only where d = 64 and B > 1 (a batch's offset or stride written with 32 "
+                               "where d belongs"), lines
+    assert "from N = 256 on fits them as well: these cases do not tell which" in lines[0]
+    assert lines[1].startswith("split: fails from N = 256 on") and "where d = 64 and B > 1 fits them as well" in lines[1]
+    # a feature alone that splits leaves pairs unsaid
+    alone = across_cases.split_findings([Shape(2, 128, 64), Shape(1, 200, 64)], [Shape(2, 128, 32), Shape(3, 256, 32)])
+    assert [f.fields for f in alone] == [{"only_where": "d = 32"}]

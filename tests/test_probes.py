@@ -10,6 +10,7 @@ import pytest
 from helpers import DATA, fa, stand_in_context
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
+from fa_cli.judge.findings import Kind
 from fa_cli.judge.probes import factors, indexing, layout, partial_sums, readings, softmax_steps
 from fa_cli.judge.probes.step import ProbeInput, guard_payload, logits, softmax_rows
 
@@ -529,6 +530,39 @@ def test_a_probe_whose_last_batch_alone_changes_is_measured_with_a_batch_after_i
     assert ctx.facts.stop and ctx.guard == 0 and "cannot be read as weights" in found[0].lines[0]
 
 
+BATCH_STRIDE_32 = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+flat = np.zeros(B * N * d)
+for b in range(B):  # each batch's output written from b*N*32: 32 where d belongs
+    s = x[b, 0] @ x[b, 1].T / np.sqrt(d)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    flat[b * N * 32:b * N * 32 + N * d] = ((p / p.sum(axis=1, keepdims=True)) @ x[b, 2]).ravel()
+flat.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_batches_that_meet_are_placed_by_the_row_the_next_batch_lands_on(tmp_path):
+    """At d = 64, batch 1's output written from float N*32 lands on batch 0's rows N/2..: batch 0
+    alone is right, and the row it goes wrong from is the stride's constant, 32."""
+    from fa_cli.judge.probes.experiments import BatchAlone
+    from fa_cli.judge.probes.weights import ProbeRuns
+    ctx = stand_in_context(tmp_path, BATCH_STRIDE_32, "int main() {}\n", probe(B=2, N=32, d=64))
+    ProbeRuns().measure(ctx)
+    step = BatchAlone()
+    assert step.applies(ctx)
+    [found] = step.run(ctx)
+    assert found.kind == Kind.MEASURED and "batch 0 is right as the only batch" in found.lines[0]
+    assert "in rows 16..31 (16 of 32): the batches meet" in found.lines[0]
+    assert found.lines[0].endswith("as with a batch offset of b*N*32 where b*N*d belongs (32 written for d = 64)")
+    right_stride = stand_in_context(tmp_path, BATCH_STRIDE_32.replace("N * 32", "N * d"), "int main() {}\n",
+                                    probe(B=2, N=32, d=64))
+    ProbeRuns().measure(right_stride)
+    assert not BatchAlone().applies(right_stride)
+
+
 def test_q_dims_past_the_warp_read_as_their_lane_mod_32_are_found_among_the_readings():
     """d = 64 with q spread a dim a lane and fetched by a shuffle from lane x: lanes 32..63 wrap."""
     inp = probe(B=2, N=48, d=64)
@@ -829,6 +863,7 @@ NAMED = {
     ("set28", "u04"): "start each batch where the batch before ended",
     ("set28", "u05"): "exp(0) for each of the 24 empty slots of the partial last tile of 32",
     ("set28", "u06"): "the scale is 1 / floor(sqrt(d))",
+    ("set28", "u08"): "as with a batch offset of b*N*32 where b*N*d belongs (32 written for d = 64)",
     ("set28", "u10"): "key k's weight meets V's row (k div 32)*16 + k mod 32",
     ("set28", "u11"): "Q_b, K_b and V_b all read with a batch stride of N*d",
     ("set28", "u12"): "the last key tile dropped where N is not a multiple of the tile",
@@ -1330,6 +1365,25 @@ def test_a_tile_mask_on_the_flat_element_index_is_named_by_the_keys_each_tile_ke
         f"measured: each key tile of {T} at j0 keeps its first ceil((N - j0) / d) keys and gives the rest no weight "
         f"in any row ({kept} of {N} keys kept, d = {d}): a bound of N on the tile's flat element index"), found.lines
     assert readings.flat_bound_tile(np.arange(120, 128), N, d) is None  # the last 8 keys: a loop's bound
+
+
+def test_a_partial_tile_left_out_shows_the_line_that_counts_the_tiles(tmp_path):
+    """The last 8 keys of N = 200 left out of everything (tiles of 32 counted N / 32): said with the
+    line that divides N by the tile, not every line that mentions N."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=1, N=200, d=32)
+    s = logits(inp.q, inp.k)
+    s[..., 192:] = -np.inf
+    source = tmp_path / "hw4.cu"
+    source.write_text("int main() {\n  int N = read_n();\n  const int ntiles = N / BC;\n"
+                      "  int rows = (N + BR - 1) / BR;\n}\n")
+    ctx = Context(Program("p", "p", source=source), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = softmax_rows(s), softmax_rows(logits(inp.q, inp.k))
+    [found] = readings.KeysWithoutWeight().run(ctx)
+    assert "the last 8 keys (192..199), as many as the partial last tile" in found.lines[0]
+    assert found.lines[-1] == "lines with a count of tiles in hw4.cu: 3 `const int ntiles = N / BC;`", found.lines
 
 
 def test_acc_rescaled_twice_a_tile_is_found_with_its_tile():

@@ -2,6 +2,7 @@
 passes 2^31 (a 32-bit size), or with N or d not a multiple of a tile; the cases to run next."""
 from __future__ import annotations
 
+import itertools
 
 from ..cases.format import Shape
 from ..report.tables import one_of
@@ -88,10 +89,36 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
             f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
             f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)}{alike})"], dict(only_where=what)))
     lowest = min(s.N for s in failed)
-    if not found and all(s.N < lowest for s in passed):
+    from_n = not found and all(s.N < lowest for s in passed)
+    pairs = [] if found else pair_splits(passed, failed)
+    for what in pairs[:1]:
+        alike = f"; from N = {lowest} on fits them as well: these cases do not tell which" if from_n else ""
+        alike += "".join(f"; where {other} fits them as well" for other in pairs[1:2])
+        found.append(Finding(Kind.SPLIT, [f"split: fails only where {what}{PAIR_HINTS.get(what, '')}{alike}"],
+                             dict(only_where=what)))
+    if from_n:
+        alike = f"; where {pairs[0]} fits them as well: these cases do not tell which" if pairs else ""
         found.append(Finding(Kind.SPLIT, [
             f"split: fails from N = {lowest} on, passes up to N = {max(s.N for s in passed)} (a buffer sized for a "
-            "largest N, shared memory or registers that grow with N?)"], dict(from_N=lowest)))
+            f"largest N, shared memory or registers that grow with N?{alike})"], dict(from_N=lowest)))
+    return found
+
+
+# Two features that together split where neither alone does, with what such a split suggests.
+PAIR_HINTS = {"d = 64 and B > 1": " (a batch's offset or stride written with 32 where d belongs: right at d = 32?)",
+              "d = 32 and B > 1": " (a batch's offset or stride written with 64 where d belongs: right at d = 64?)"}
+
+
+def pair_splits(passed: list[Shape], failed: list[Shape]) -> list[str]:
+    """Two features of SPLITS (not of one axis) true together of every failing case and of no
+    passing one, where no feature alone splits them: "d = 64 and B > 1"."""
+    found = []
+    for (a, holds_a), (b, holds_b) in itertools.combinations(SPLITS, 2):
+        if a[0] == b[0]:  # one axis (two tiles of N, d = 32 and d = 64, two of B): no pair
+            continue
+        both = lambda s: holds_a(s) and holds_b(s)  # noqa: E731
+        if all(both(s) for s in failed) and not any(both(s) for s in passed):
+            found.append(f"{b} and {a}" if a.startswith("N") else f"{a} and {b}")
     return found
 
 

@@ -1,6 +1,9 @@
 """Experiments that tell causes apart: the probe rerun with one thing changed.
 
-  batch alone   a later batch that is wrong among B batches, run as the only batch (B = 1)
+  batch alone   a later batch that is wrong among B batches, run as the only batch (B = 1); batch 0
+                wrong in some of its rows among them, run alone: right so, the batches meet (the
+                row it is wrong from placed as the next batch's output at b*N*c, c a constant where
+                d belongs)
   whole tiles   N cut to a multiple of 16, 32, 64 and 128 in turn: where the program is right
                 at every multiple and wrong at the case's N, the partial tile is what it gets wrong
   wavefronts    hw4.hip through the MI210 emulation, built again with 32-lane wavefronts: right
@@ -27,18 +30,21 @@ def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
 
 
 class BatchAlone(Probe):
-    name = "a wrong later batch run alone (B = 1)"
+    name = "a wrong batch run alone (B = 1)"
 
     def applies(self, ctx: Context) -> bool:
-        if ctx.facts.named or ctx.facts.out is None:
+        if ctx.facts.named or ctx.facts.out is None or ctx.probe.shape.B < 2:
             return False
         bad = ~(np.abs(ctx.facts.out - ctx.facts.true) <= ctx.tol)
         per_batch = bad.any(axis=(1, 2))
         ctx.facts.wrong_batches = np.flatnonzero(per_batch)
-        return not per_batch[0] and per_batch[1:].any()
+        first_rows = bad[0].any(axis=1)  # batch 0 wrong in some rows, right in others: a batch may reach it
+        return bool(per_batch[1:].any()) and (not per_batch[0] or not first_rows.all())
 
     def run(self, ctx: Context) -> list[Finding]:
         b = int(ctx.facts.wrong_batches[0])
+        if b == 0:
+            return first_batch_alone(ctx)
         alone = design.shrunk(ctx.probe, B=1, first_batch=b)
         if right(ctx, ctx.run(alone), alone):
             return measured(ctx, [
@@ -47,6 +53,30 @@ class BatchAlone(Probe):
                 "or its O written: b * 3*N*d for the input, b * N*d for the output) is wrong"], batch_alone=b)
         return [Finding(Kind.OBSERVED, [f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; "
                                         f"batch {b} alone ({alone.label}) is wrong too"])]
+
+
+BATCH_STRIDES = (16, 32, 64, 128)  # a batch's stride written N*c with a constant c where N*d belongs
+
+
+def first_batch_alone(ctx: Context) -> list[Finding]:
+    """Batch 0 wrong among B batches: run as the only batch. Right alone, the batches meet: where
+    batch 0 is wrong from one row to its end, and that row starts at float N*c (c a constant, not
+    d), the next batch's output lands there: a batch offset of N*c where N*d belongs."""
+    alone = design.shrunk(ctx.probe, B=1, first_batch=0)
+    if not right(ctx, ctx.run(alone), alone):
+        return [Finding(Kind.OBSERVED, [f"measured: batch 0 is wrong on {ctx.probe.label}, and as the only batch "
+                                        f"({alone.label}) too: not a matter of the batches meeting"])]
+    B, N, d = ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d
+    rows = np.flatnonzero((~(np.abs(ctx.facts.out[0] - ctx.facts.true[0]) <= ctx.tol)).any(axis=1))
+    said = (f"measured: batch 0 is right as the only batch ({alone.label}) and wrong among the {B} batches of "
+            f"{ctx.probe.label}, in rows {rows[0]}..{rows[-1]} ({rows.size} of {N}): the batches meet (one batch's "
+            "reads or writes reach another's place: its offset or stride)")
+    c = rows[0] * d // N
+    if rows.size == N - rows[0] and rows[0] * d % N == 0 and c in BATCH_STRIDES and c != d:
+        return measured(ctx, [said + f"; row {rows[0]} starts at float {rows[0] * d} = N*{c} of the batch: batch 1's "
+                              f"output lands there, as with a batch offset of b*N*{c} where b*N*d belongs ({c} written "
+                              f"for d = {d})"], batch_stride=c)
+    return [Finding(Kind.OBSERVED, [said])]
 
 
 class WholeTiles(Probe):

@@ -207,6 +207,12 @@ def plural_batches(batches: np.ndarray) -> str:
 
 
 # ---------------------------------------------------------------- keys with no weight
+TILE_COUNT = ("the key-tile count and the last tile's width: a count N / T that rounds down, or a last tile given 0 "
+              "keys (use (N + T - 1) / T tiles, the last min(T, N - start) wide)")
+# the lines shown with it: a count made by dividing N (or a length) by a tile, with no rounding up
+TILE_COUNT_LOOK = ("a count of tiles", r"=\s*\(?\s*(?:N|n|seq_?len\w*|len\w*)\s*/\s*\(?\w+\)?\s*\)?\s*;")
+
+
 def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
     """(which keys, what in the code drops them)."""
     keys = np.sort(keys)
@@ -222,8 +228,7 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
             partial = f"the partial last tile of tiles T with N % T = {n} (T = {shown})" if tiles else ""
             return (f"the last {n} keys ({keys[0]}..{N - 1}), as many as "
                     + " or ".join(w for w in (partial, whole) if w),
-                    "the key-tile count and the last tile's width: a count N / T that rounds down, or a last tile "
-                    "given 0 keys (use (N + T - 1) / T tiles, the last min(T, N - start) wide)")
+                    TILE_COUNT)
         if N - n in KEY_TILES:  # the first tile alone kept: a loop that stops, or one that reads tile 0 again
             return (f"the last {n} keys ({keys[0]}..{N - 1}), every key past the first tile of {N - n}",
                     f"the key loop's bound, or where each tile's keys are read: a K and V tile pointer or offset "
@@ -296,7 +301,8 @@ class KeysWithoutWeight(WeightReading):
                                             "any row; the other weights are neither P's nor the softmax over the "
                                             "other keys"], dict(keys_without_weight=[int(k) for k in dead]))]
         return measured(ctx, [f"measured: {which} {'gets' if len(dead) == 1 else 'get'} no weight in any row ({rest}); "
-                              f"look at {code}"], keys_without_weight=[int(k) for k in dead])
+                              f"look at {code}"], look=TILE_COUNT_LOOK if code == TILE_COUNT else None,
+                        keys_without_weight=[int(k) for k in dead])
 
 
 class KeysLeftOutByRow(WeightReading):
