@@ -101,9 +101,11 @@ def test_a_copy_back_of_a_pointers_size_is_named_with_its_bytes_and_lines(ctx, m
     [found] = copied_back.CopiedBack().run(ctx)
     said = found.lines[0]
     assert found.kind == Kind.MEASURED and said.startswith(
-        "measured on t01: the copies from the device to the host (1 copy) brought 8 bytes of the output's 1,024 (1 of "
-        "them hold right values in place, within 0.005)"), said
-    assert "the rest of the output never left the device (a copy back given too few bytes; 8 bytes, the size of a "         "pointer" in said and "213 `CHECK(cudaMemcpyAsync(h_out, d_out" in said
+        "measured on t01: the copies from the device to the host (1 copy) brought 8 bytes of the output's 1,024: the "
+        "file's first 2 values, right; "), said
+    assert "the rest of the output never left the device (a copy back given too few bytes; 8 bytes, the size of a " \
+        "pointer" in said
+    assert "213 `CHECK(cudaMemcpyAsync(h_out, d_out" in said
 
 
 def test_a_copy_back_of_as_many_bytes_as_values_is_named_so_and_a_whole_copy_is_not_short(ctx, monkeypatch):
@@ -114,6 +116,20 @@ def test_a_copy_back_of_as_many_bytes_as_values_is_named_so_and_a_whole_copy_is_
     assert copied_back.too_few_bytes([RIGHT.ravel()], short_file(64), RIGHT.ravel(), 5e-3) is None
     # the part not copied right all the same (a 0 where 0 is right): not most of it wrong, no claim
     assert copied_back.too_few_bytes([RIGHT.ravel()[:64]], RIGHT.astype(np.float32), RIGHT.ravel(), 5e-3) is None
+
+
+def test_copies_that_are_not_the_files_first_values_are_no_short_copy_back():
+    """A half-precision output copied whole (half the bytes, other values) and converted on the host
+    wrong; a 4-byte error flag copied back beside an output in memory the layer does not see: the
+    copies are not the file's first values, right, so no short copy back is named."""
+    wrong = (RIGHT + 1).astype(np.float32)
+    halves = RNG.uniform(-1, 1, RIGHT.size // 2).astype(np.float32)
+    assert copied_back.too_few_bytes([halves], wrong, RIGHT.ravel(), 5e-3) is None
+    flag = np.array([0.0], np.float32)
+    assert copied_back.too_few_bytes([flag], wrong, RIGHT.ravel(), 5e-3) is None
+    flag_first = wrong.copy().ravel()
+    flag_first[0] = 0.0  # the flag's bits where the file's first value is, that value not right
+    assert copied_back.too_few_bytes([flag], flag_first.reshape(RIGHT.shape), RIGHT.ravel(), 5e-3) is None
 
 
 def test_a_run_that_wrote_no_output_claims_nothing_whatever_its_copies(ctx, monkeypatch):

@@ -349,23 +349,41 @@ def test_keys_never_scored_are_named_by_their_pattern_and_not_called_rows_never_
     """Lanes 32-63 of a 64-lane wavefront left out (key j scored by lane j mod 64): those keys get
     no weight for any Q. Not a load left in part: such keys would still be scored."""
     k = score_inputs.coded_keys(N, D)
-    W = score_inputs.weights_by_dim(masked_attention(score_inputs.design(N, D, k), lambda j: j % 64 < 32)
-                                    .astype(np.float64), N, D)
-    said = key_patterns.keys_unweighed(W, score_inputs.TINY_WEIGHT)
+
+    def read(scored):
+        W = score_inputs.weights_by_dim(masked_attention(score_inputs.design(N, D, k), scored).astype(np.float64), N, D)
+        return W, score_inputs.read_terms(W)[0]
+    W, terms = read(lambda j: j % 64 < 32)
+    said = key_patterns.keys_unweighed(W, terms, k, score_inputs.TINY_WEIGHT, wavefronts=True)
     assert said is not None and said.startswith("the keys j with j mod 64 in {32-63} (64 of 128) get no weight in "
                                                 "any row for any Q"), said
     assert "lanes 32-63 are left out" in said
-    terms, _ = score_inputs.read_terms(W)
+    assert "lanes 32-63" not in key_patterns.keys_unweighed(W, terms, k, score_inputs.TINY_WEIGHT)  # a hw4.cu
     assert key_patterns.keys_in_part(terms, k) is None
-    every_8th = masked_attention(score_inputs.design(N, D, k), lambda j: j % 8 != 3).astype(np.float64)
-    every_8th = score_inputs.weights_by_dim(every_8th, N, D)
-    said = key_patterns.keys_unweighed(every_8th, score_inputs.TINY_WEIGHT)
+    W8, terms8 = read(lambda j: j % 8 != 3)
+    said = key_patterns.keys_unweighed(W8, terms8, k, score_inputs.TINY_WEIGHT, wavefronts=True)
     assert said is not None and "j mod 8 in {3} (16 of 128)" in said and "lanes 32-63" not in said
     right = score_inputs.weights_by_dim(attention(score_inputs.design(N, D, k), lambda k: k).astype(np.float64), N, D)
-    assert key_patterns.keys_unweighed(right, score_inputs.TINY_WEIGHT) is None
+    assert key_patterns.keys_unweighed(right, score_inputs.read_terms(right)[0], k, score_inputs.TINY_WEIGHT) is None
     v_unread = right.copy()  # scored (in each row's sum) but their V rows never read: no mask
     v_unread[:, :, np.arange(N) % 64 >= 32] = 0
-    assert key_patterns.keys_unweighed(v_unread, score_inputs.TINY_WEIGHT) is None
+    assert key_patterns.keys_unweighed(v_unread, score_inputs.read_terms(v_unread)[0], k,
+                                       score_inputs.TINY_WEIGHT) is None
+
+
+def test_keys_whose_v_rows_come_from_other_keys_are_not_called_never_scored():
+    """A 64-key V tile loaded by 32 threads with no loop (row r holds V[j0 + r % 32]): every key is
+    scored, keys 32-63 of each tile weigh no V row of their own; one-hot V reads them as keys with
+    no weight and the keys 0-31 as taking both halves' weights. Their terms are not their own K's:
+    no mask is named."""
+    k = score_inputs.coded_keys(N, D)
+    inp = score_inputs.design(N, D, k)
+    j = np.arange(N)
+    v_read = inp.v[:, j - j % 64 + j % 32]
+    out = attention(score_inputs.ProbeInput(inp.q, inp.k, v_read, "t"), lambda k: k)
+    W = score_inputs.weights_by_dim(out.astype(np.float64), N, D)
+    terms, _ = score_inputs.read_terms(W)
+    assert key_patterns.keys_unweighed(W, terms, k, score_inputs.TINY_WEIGHT, wavefronts=True) is None
 
 
 def test_k_transposed_in_blocks_whose_insides_stay_as_they_were_is_named_by_its_formula():
@@ -374,5 +392,5 @@ def test_k_transposed_in_blocks_whose_insides_stay_as_they_were_is_named_by_its_
     j, x = np.meshgrid(np.arange(N), np.arange(D), indexing="ij")
     found, _ = read_back(lambda k: k[j - j % 32 + x % 32, x - x % 32 + j % 32])
     said = score_inputs.fitting(found, N, D)
-    assert said is not None and said.startswith("K transposed in blocks of 32 x 32, each block moved to its place but "
-                                                 "not transposed inside"), said
+    assert said is not None and said.startswith("each 32 x 32 block of K read transposed in place: k[j, x] taken "
+                                                 "from K[j - j mod 32 + x mod 32, x - x mod 32 + j mod 32]"), said

@@ -4,7 +4,9 @@ import os
 import time
 from pathlib import Path
 
-from fa_cli.judge import tool_logs
+from fa_cli.cases.format import Shape
+from fa_cli.judge import race_check, tool_logs
+from fa_cli.judge.findings import Kind
 from fa_cli.programs import programs
 
 
@@ -220,13 +222,20 @@ def test_a_tool_that_has_printed_its_print_limit_is_stopped_there_and_said_so(tm
     [init, race] = tool_logs.sanitize_side_by_side(("initcheck", "racecheck"), ["./hw4"], tmp_path / "in.bin",
                                                    tmp_path, 3.0)
     assert init.shown_all and init.finished and init.first[0].startswith("Uninitialized __global__ memory read")
-    assert init.counted() == "the first 100 shown: fa stopped the tool there, the rest would only be counted"
+    assert init.counted() == "its first 100 reports shown: fa stopped the tool there, any more would only be counted"
     assert not race.shown_all and not race.finished  # ran to fa's limit
     assert time.monotonic() - start < 10
     assert tool_logs.reports_in(tmp_path / "initcheck.log") == 100 and tool_logs.reports_in(tmp_path / "none") == 0
-    layer = tmp_path / "layer.log"  # reports in the code of fa's MI210 emulation do not count toward the limit
-    layer.write_text(report.replace("/x/hw4.cu:187", "/x/wave64_device.h:40") * 100 + report)
-    assert tool_logs.reports_in(layer) == 1
+    # reports in the code of fa's MI210 emulation count toward the limit, as the tool's own print limit counts them;
+    # stopped there with none of the program's, the tool is not said to have run whole, nor the program clean
+    (tools / "report.txt").write_text(report.replace("/x/hw4.cu:187", "/x/wave64_device.h:40") * 100)
+    [init] = tool_logs.sanitize_side_by_side(("initcheck",), ["./hw4"], tmp_path / "in.bin", tmp_path, 3.0)
+    assert init.shown_all and not init.first and not init.finished and init.in_layers == 100
+    [said] = race_check.told(init, Shape(2, 256, 32), 3.0)
+    assert said.kind == Kind.MISSING_TOOL and said.lines[0] == (
+        "race check: initcheck on B=2, N=256, d=32: its first 100 reports all in the code of fa's judge-GPU layer (the "
+        "MI210 emulation's or the launch log's own); fa stopped it there, before any report at a line of the "
+        "program's")
     whole = tool_logs.SanitizerReport("memcheck", ["x"], 21533, finished=True)
     assert whole.counted("errors") == "21533 errors in all" and whole.counted() == "21533 in all"
     assert tool_logs.SanitizerReport("memcheck", [], None, finished=True).counted() is None

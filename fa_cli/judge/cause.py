@@ -39,9 +39,10 @@ from .findings import Finding, Kind
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
 from .steps import Context, Step
-from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, NO_CUDA_CALL_SAID, TOOL_WORDS, SanitizerReport,
-                        asan_report, backtrace, caught_in, debugger_exit, find_tool, frame_text, is_own_frame,
-                        is_system_frame, run_captured, sanitize_side_by_side, sanitizer_lines, unwritten_output)
+from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, LAYER_ONLY_SHOWN, NO_CUDA_CALL_SAID,
+                        TOOL_WORDS, SanitizerReport, asan_report, backtrace, caught_in, debugger_exit, find_tool,
+                        frame_text, is_own_frame, is_system_frame, run_captured, sanitize_side_by_side, sanitizer_lines,
+                        unwritten_output)
 
 
 def crashed(ctx: Context) -> bool:
@@ -186,7 +187,9 @@ class Sanitizer(Step):
             ctx.done.append(f"{tool} checked nothing on {case.label}: {NO_CUDA_CALL_SAID}")
             return True
         if not said.first:
-            if said.finished and said.in_layers:  # not clean: what it saw was in fa's layers' code alone
+            if said.shown_all:
+                ctx.findings.append(Finding(Kind.MISSING_TOOL, [f"{tool} on {case.label}: {LAYER_ONLY_SHOWN}"]))
+            elif said.finished and said.in_layers:  # not clean: what it saw was in fa's layers' code alone
                 ctx.done.append(f"{tool} on {case.label}: {said.in_layers} report{'s' if said.in_layers > 1 else ''}, "
                                 "each in the code of fa's judge-GPU layer (the MI210 emulation's or the launch log's "
                                 "own), none at a line of the program's")

@@ -143,22 +143,26 @@ class CopiedBack(Step):
 
 
 def too_few_bytes(kept: list[np.ndarray], out: np.ndarray, right: np.ndarray, tol: float) -> str | None:
-    """Where the copies from the device bring fewer values than the output holds and the file is
-    wrong in most of the rest: what they brought, against the output's size, and what the count
-    they were given looks like (a pointer's size, the count of values given as bytes) where it
-    does; None otherwise."""
-    brought, size = sum(c.size for c in kept), out.size
-    wrong = int(over(out.ravel(), right, tol).sum())
-    if brought >= size or wrong < (size - brought) / 2:
+    """Where the copies from the device, end to end, are the file's first values bit for bit, are
+    the right output there, and are fewer values than the output holds, with the file's wrong
+    values all past them (most of the rest): what they brought against the output's size, and what
+    the count they were given looks like (a pointer's size, the count of values given as bytes)
+    where it does; None otherwise (a copy of another buffer, a half-precision output, a flag)."""
+    flat, brought, size = out.ravel(), sum(c.size for c in kept), out.size
+    if not kept or brought >= size:
         return None
-    holding = sum(placed(c, right, tol) is not None for c in kept)
+    head = np.concatenate(kept)
+    wrong = over(flat, right, tol)
+    if not np.array_equal(head, flat[:brought], equal_nan=True) or wrong[:brought].any() \
+            or wrong[brought:].sum() < (size - brought) / 2:
+        return None
     n = f"{len(kept)} cop{'y' if len(kept) == 1 else 'ies'}"
     looks = {8: "8 bytes, the size of a pointer: sizeof of the output's pointer where its size in bytes belongs",
              size: "as many bytes as the output has values: a count of floats given where bytes belong"}
     said = looks.get(brought * 4, "")
-    return (f"the copies from the device to the host ({n}) brought {brought * 4:,} bytes of the output's {size * 4:,} "
-            f"({holding} of them hold right values in place, within {tol:g}), and {wrong:,} of its {size:,} values "
-            f"in the file are wrong: the rest of the output never left the device (a copy back given too few bytes"
+    return (f"the copies from the device to the host ({n}) brought {brought * 4:,} bytes of the output's {size * 4:,}: "
+            f"the file's first {brought:,} values, right; {int(wrong.sum()):,} of the {size - brought:,} after them "
+            f"are wrong: the rest of the output never left the device (a copy back given too few bytes"
             + (f"; {said}" if said else "") + ")")
 
 

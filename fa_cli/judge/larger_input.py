@@ -185,8 +185,8 @@ def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarra
     bad = wrong.any(axis=2).ravel()
     if not bad.any() or bad.all() or not bad[np.argmax(bad):].all():
         return None
-    first = int(np.argmax(bad))
-    after, at = int(flat[first - 1]) if first else -1, int(flat[first])
+    first = int(np.argmax(bad))  # not 0: the rows before it are right
+    after, at = int(flat[first - 1]), int(flat[first])
     b, i = divmod(at, shape.N)
     zeros = bool((got[wrong] == 0).all())
     said = (f"every row checked is right before batch {b}, row {i} and wrong from there on"

@@ -27,8 +27,8 @@ from .findings import Finding, Kind
 from .probes.step import read_payload
 from .reruns import TrialCase
 from .steps import Context, Step
-from .tool_logs import (NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, find_tool, gpu_kind, unwritten_output,
-                        sanitize_side_by_side, sanitizer_lines)
+from .tool_logs import (LAYER_ONLY_SHOWN, NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, find_tool,
+                        gpu_kind, unwritten_output, sanitize_side_by_side, sanitizer_lines)
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)
@@ -129,9 +129,11 @@ def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | N
     if said.checked_nothing:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} checked nothing on {shape}: "
                                             f"{NO_CUDA_CALL_SAID}"])]
+    if not said.first and said.shown_all:
+        return [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} on {shape}: {LAYER_ONLY_SHOWN}"])]
     if not said.first:
         return [] if said.finished else [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} stopped after "
-                                                                     f"{timeout:g} s with nothing reported"])]
+                                                                     f"{timeout:.0f} s with nothing reported"])]
     lines = sanitizer_lines(said.first)
     if placed_in and said.tool == "racecheck" and not re.search(re.escape(placed_in) + r":\d+", " ".join(said.first)):
         return [Finding(Kind.MISSING_TOOL, [f"race check: racecheck reports {lines[0].split(': ', 1)[-1]} on {shape} "

@@ -27,18 +27,20 @@ PRINT_LIMIT = 100  # reports a tool prints (--print-limit); past them it only co
 # the GPU's other work slows (16,384 of initcheck's: 3.3 s alone, 17 s beside four busy runs on the H200).
 COUNTING = ("memcheck", "initcheck", "synccheck")  # racecheck's analysis comes at its end: it runs whole
 SHOWN_ALL = "shown all"  # _side_by_side's code for a tool stopped at its print limit
+LAYER_ONLY_SHOWN = (f"its first {PRINT_LIMIT} reports all in the code of fa's judge-GPU layer (the MI210 "
+                    "emulation's or the launch log's own); fa stopped it there, before any report at a line of the "
+                    "program's")
 REPORT_HEAD = re.compile(r"^========= (?!(?:COMPUTE-SANITIZER|ERROR SUMMARY|RACECHECK SUMMARY|Target application|"
                          r"Tool execution finished|Saved host backtrace))\S", re.MULTILINE)
 
 
 def reports_in(log: Path) -> int:
-    """The program's reports a tool's log holds so far (those in the code of fa's layers left out,
-    in_layer: they do not stand for the program's); 0 where there is no log yet."""
+    """The reports a tool's log holds so far (their headlines, those in fa's layers' code too: the
+    tool's print limit counts them all); 0 where there is no log yet."""
     try:
-        text = log.read_text(errors="replace")
+        return len(REPORT_HEAD.findall(log.read_text(errors="replace")))
     except OSError:
         return 0
-    return sum(1 for block in report_blocks(text) if REPORT_HEAD.match(block[0]) and not in_layer(block))
 
 
 # ---------------------------------------------------------------- the tools
@@ -156,7 +158,7 @@ class SanitizerReport:
         """The reports in all, as words ("16384 errors in all" with noun "errors"), or where fa
         stopped the tool at its print limit, that; None where the tool gave no count."""
         if self.shown_all:
-            return f"the first {PRINT_LIMIT} shown: fa stopped the tool there, the rest would only be counted"
+            return f"its first {PRINT_LIMIT} reports shown: fa stopped the tool there, any more would only be counted"
         return f"{self.count} {noun + ' ' if noun else ''}in all" if self.count else None
 
 
@@ -183,7 +185,8 @@ def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input
         ended = _side_by_side(argvs, [work / f"{tool}.console" for tool in tools], timeout, watched)
     step_times.note("compute-sanitizer " + ", ".join(tools), wall_s=round(time.monotonic() - asked, 2),
                     waited_s=round(began - asked, 2), limit_s=round(timeout, 1),
-                    finished={tool: code is not None for tool, code in zip(tools, ended)})
+                    finished={tool: code is not None and code != SHOWN_ALL for tool, code in zip(tools, ended)},
+                    at_print_limit=[tool for tool, code in zip(tools, ended) if code == SHOWN_ALL])
     reports = []
     for tool, code in zip(tools, ended):
         shown_all = code == SHOWN_ALL
@@ -192,8 +195,10 @@ def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input
         raw = log.read_text(errors="replace") if log.exists() else console.read_text(errors="replace")
         text = without_layer(raw)
         first = first_sanitizer_error(text)
+        # stopped at the print limit with none of the program's own reports among them: not a whole run
         reports.append(SanitizerReport(tool, first, sanitizer_count(text) if first and tool != "racecheck" else None,
-                                       finished=code is not None or shown_all, checked_nothing=NO_CUDA_CALL in text,
+                                       finished=code is not None or (shown_all and bool(first)),
+                                       checked_nothing=NO_CUDA_CALL in text,
                                        in_layers=sum(map(in_layer, report_blocks(raw))), shown_all=shown_all))
     return reports
 

@@ -32,11 +32,14 @@ SUMS_TO_ONE = 1e-3  # the weighed keys' weights make up each row's whole softmax
 WAVE = 64  # a wavefront's lanes on the MI210: a 64-lane mask read through 32 bits leaves lanes 32..63 out
 
 
-def keys_unweighed(W: np.ndarray, tiny: float) -> str | None:
+def keys_unweighed(W: np.ndarray, terms: np.ndarray, k: np.ndarray, tiny: float, wavefronts: bool = False,
+                   tol: float = MATCH_TOL) -> str | None:
     """Where the keys that no row holding values weighs, for any Q, repeat every m keys (not all,
-    not none): keys never scored, the others weighed. A load that left rows of a tile unwritten
-    does not do this (those keys are scored, against what the memory held): a mask of lanes or
-    keys, or a loop's bound, that leaves them out."""
+    not none), each row's weights sum to 1 and every weighed key's terms are its own row of K: the
+    others never scored. A load that left rows of a tile unwritten does not do this (those keys
+    are scored, against what the memory held), nor V rows read from other keys (the weighed keys'
+    terms are then not their own): a mask of lanes or keys, or a loop's bound, that leaves them
+    out. wavefronts: a hw4.hip, where lanes 32-63 of 64 left out have a likely reading."""
     d, rows, N = W.shape
     held = np.isfinite(W) & (W > tiny)
     zero = np.isfinite(W) & (np.abs(W) <= tiny)
@@ -46,14 +49,19 @@ def keys_unweighed(W: np.ndarray, tiny: float) -> str | None:
         return None
     m = next((m for m in range(2, min(MAX_PERIOD, N // 2) + 1) if np.array_equal(none, np.resize(none[:m], N))), None)
     sums = W[:, written].sum(axis=2)  # a key scored whose V row was never read takes its share of the sum
-    if m is None or not (np.abs(sums[np.isfinite(sums)] - 1) <= SUMS_TO_ONE).all():
+    if m is None or not np.isfinite(sums).any() or not (np.abs(sums[np.isfinite(sums)] - 1) <= SUMS_TO_ONE).all():
+        return None
+    j0 = int(np.flatnonzero(~none)[0])  # the terms' constant: the first weighed key's
+    with np.errstate(invalid="ignore"):
+        off = terms.T - terms[:, j0] + k[j0] - k
+    if not (np.abs(off[~none]) <= tol).all():  # weighed keys read otherwise: not a mask alone
         return None
     left = np.flatnonzero(none[:m])
     words = (f"the keys j with j mod {m} in {{{spans(left)}}} ({int(none.sum())} of {N}) get no weight in any row for "
-             f"any Q, the others are weighed: those keys are never scored (a mask of lanes or keys, or a loop's "
-             f"bound, that leaves them out; not a load: a row a load left unwritten is still scored, against what "
-             f"the memory held)")
-    if m == WAVE and left.tolist() == list(range(WAVE // 2, WAVE)):
+             f"any Q, and the others are weighed as their own rows of K give, their weights each row's whole "
+             f"softmax: those keys are never scored (a mask of lanes or keys, or a loop's bound, that leaves them "
+             f"out; not a load: a row a load left unwritten is still scored, against what the memory held)")
+    if wavefronts and m == WAVE and left.tolist() == list(range(WAVE // 2, WAVE)):
         words += (", as where lane j mod 64 of a 64-lane wavefront scores key j and lanes 32-63 are left out: a "
                   "64-bit mask of lanes read through 32 bits (1u << lane, an unsigned int mask)")
     return words

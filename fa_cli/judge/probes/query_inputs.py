@@ -138,12 +138,13 @@ def examples(found: np.ndarray, right: np.ndarray, N: int, d: int) -> str:
     def at(flat: int) -> str:
         return f"Q[{flat // (N * d)}][{flat // d % N}, {flat % d}]"
 
-    def took(a: int, b: int) -> str:  # one element for several dims of a row is a value met by chance, no read
+    def took(a: int, b: int) -> str:  # most dims of a row on one element: a read of it, or a value met by chance
         if found[a, b] < 0:
             return "no element of Q"
         same = int((found[a] == found[a, b]).sum()) - 1
-        return at(found[a, b]) if not same else (f"the value {same} other dims of its row took too (no element of "
-                                                 "Q: the row overwritten, or read as one value)")
+        return at(found[a, b]) + ("" if 2 * (same + 1) <= d else
+                                  f", as did {same} other dims of its row (one element read for many, or a value of "
+                                  "another buffer met by chance where the row was overwritten)")
     said = "; ".join(f"batch {a // N}, row {a % N}, dim {b} took {took(a, b)}" for a, b in np.argwhere(~right)[:3])
     rows = np.flatnonzero((~right).any(axis=1))
     return f"wrong in {rows.size} of {right.shape[0]} rows (batch 0 {(rows < N).sum()}, later {(rows >= N).sum()}); " \

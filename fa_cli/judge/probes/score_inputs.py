@@ -18,8 +18,8 @@ differ), and taken only where a formula fits them. Then K' against K, element by
               shifted, rows read at another pitch (K[j*P + x]), a tile of K's rows read at another
               pitch (K[j0*d + jj*P + x]), a tile of keys written at one pitch and read at
               another (its pad slots never written), dims swizzled (K[j, x xor (j mod m)]),
-              K transposed and read with rows of d, or K transposed in blocks whose insides
-              stay as they were: said with its figures
+              K transposed and read with rows of d, or each T x T block of K read transposed
+              in place: said with its figures
   patterns    where no formula fits (key_patterns.py): keys no row weighs, in a pattern that
               repeats (never scored), keys read right in a pattern that repeats (rows a load
               never wrote), two sets of keys off by one factor a row (merged without
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...programs import wave64
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_counted,
@@ -226,9 +227,10 @@ def formulas(N: int, d: int, names: Names = KEYS):
     for T in (8, 16, 32):  # a transpose through a shared tile: each block moved, its inside left as it was
         row, dim = j - j % T + x % T, x - x % T + j % T
         if T <= d and T < N:
-            yield (f"{W} transposed in blocks of {T} x {T}, each block moved to its place but not transposed inside "
-                   f"(a tiled transpose that writes back tile[r][c] where tile[c][r] belongs): {o}[{i}, x] taken from "
-                   f"{W}[{i} - {i} mod {T} + x mod {T}, x - x mod {T} + {i} mod {T}]"), past, \
+            yield (f"each {T} x {T} block of {W} read transposed in place: {o}[{i}, x] taken from "
+                   f"{W}[{i} - {i} mod {T} + x mod {T}, x - x mod {T} + {i} mod {T}] (a tile of {T} {it} stored "
+                   f"transposed and read as stored, or a tiled transpose that moves each block and leaves its inside "
+                   f"as it was: tile[r][c] written back where tile[c][r] belongs)"), past, \
                 np.where((row < N) & (dim < d), row * d + dim, -1)
     for lanes in (4, 8, 16, 32):  # a row's dims dealt to lanes: by blocks on one side, strided on the other
         per = d // lanes
@@ -319,7 +321,8 @@ class ScoreInputs(Probe):
             by_batch = read_by_batch(W, k, N, d)
             if words := fitting(by_batch, N, d):
                 found, right = by_batch, by_batch == np.arange(N * d).reshape(N, d)
-        if words is None and (unweighed := keys_unweighed(W, TINY_WEIGHT)):
+        hip = ctx.source is not None and wave64.emulates(ctx.source)  # 64-lane wavefronts
+        if words is None and (unweighed := keys_unweighed(W, terms, k, TINY_WEIGHT, hip)):
             return measured(ctx, [f"probe: the scores read back ({where}): {unweighed}"], look=MASK_LOOK,
                             keys_unweighed=unweighed)
         if words is None and (part := keys_in_part(terms, k)):
