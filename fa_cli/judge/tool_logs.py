@@ -190,14 +190,13 @@ def sanitize_side_by_side(tools: tuple[str, ...], program_argv: list[str], input
     reports = []
     for tool, code in zip(tools, ended):
         shown_all = code == SHOWN_ALL
-        code = None if shown_all else code
         log, console = work / f"{tool}.log", work / f"{tool}.console"
         raw = log.read_text(errors="replace") if log.exists() else console.read_text(errors="replace")
         text = without_layer(raw)
         first = first_sanitizer_error(text)
         # stopped at the print limit with none of the program's own reports among them: not a whole run
         reports.append(SanitizerReport(tool, first, sanitizer_count(text) if first and tool != "racecheck" else None,
-                                       finished=code is not None or (shown_all and bool(first)),
+                                       finished=bool(first) if shown_all else code is not None,
                                        checked_nothing=NO_CUDA_CALL in text,
                                        in_layers=sum(map(in_layer, report_blocks(raw))), shown_all=shown_all))
     return reports

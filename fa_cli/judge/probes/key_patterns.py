@@ -51,9 +51,7 @@ def keys_unweighed(W: np.ndarray, terms: np.ndarray, k: np.ndarray, tiny: float,
     sums = W[:, written].sum(axis=2)  # a key scored whose V row was never read takes its share of the sum
     if m is None or not np.isfinite(sums).any() or not (np.abs(sums[np.isfinite(sums)] - 1) <= SUMS_TO_ONE).all():
         return None
-    j0 = int(np.flatnonzero(~none)[0])  # the terms' constant: the first weighed key's
-    with np.errstate(invalid="ignore"):
-        off = terms.T - terms[:, j0] + k[j0] - k
+    off = _offsets(terms, k, int(np.flatnonzero(~none)[0]))  # the first weighed key's terms fix the constants
     if not (np.abs(off[~none]) <= tol).all():  # weighed keys read otherwise: not a mask alone
         return None
     left = np.flatnonzero(none[:m])
@@ -140,11 +138,11 @@ def keys_counted(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
     return f"every key is read right, but {bad.size} keys' weights count several times ({counts}): added more than once"
 
 
-def _offsets(terms: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """(N, d) each term's offset from its own element of K, key 0's terms fixing each dim's
+def _offsets(terms: np.ndarray, k: np.ndarray, j0: int = 0) -> np.ndarray:
+    """(N, d) each term's offset from its own element of K, key j0's terms fixing each dim's
     constant: 0 where key j's term is k[j, x]."""
     with np.errstate(invalid="ignore"):
-        return terms.T - terms[:, 0] + k[0] - k
+        return terms.T - terms[:, j0] + k[j0] - k
 
 
 def _periodic_split(terms: np.ndarray, k: np.ndarray, tol: float):
