@@ -307,6 +307,23 @@ def test_a_sum_each_lane_keeps_of_its_own_keys_is_named_with_its_lanes():
     assert linear_map.look_for(said) == "sums"
 
 
+def test_a_sum_by_column_shows_the_sums_reduction_across_lanes_before_other_sum_lines(tmp_path):
+    """The lines under "divided by another sum in each column": the sum's shuffle first (where a lane
+    adds its own weight at each step), not the lane's index or the sum's declaration."""
+    from types import SimpleNamespace
+    from fa_cli.judge.diagnose import source_lines
+    source = tmp_path / "hw4.cu"
+    source.write_text("const int lane = threadIdx.x & 31;\nfloat m = -INFINITY, l = 0.f;\n"
+                      "for (int off = 16; off > 0; off >>= 1) psum += __shfl_xor_sync(FULL, p, off);\n"
+                      "l = l * alpha + psum;\n")
+    what, pattern = linear_map.first_found(SimpleNamespace(source=source), linear_map.LOOK["sums"])
+    assert what == "the row's sum summed across lanes" and [n for n, _ in source_lines(source, pattern)] == [3]
+    plain = tmp_path / "plain.cu"
+    plain.write_text("const int lane = threadIdx.x & 31;\nfloat m = -INFINITY, l = 0.f;\nl = l * alpha + s;\n")
+    what, pattern = linear_map.first_found(SimpleNamespace(source=plain), linear_map.LOOK["sums"])
+    assert what == "the row's sum" and [n for n, _ in source_lines(plain, pattern)] == [2, 3]  # not the lane's line
+
+
 NAN_LAST_ROWS = HALF_LANES.replace("out.astype", "out[:, -2:] = np.nan  # two rows whose sums overflow\nout.astype")
 
 

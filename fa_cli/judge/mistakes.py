@@ -309,7 +309,8 @@ class Mistake:
 # Source lines a mistake is written in, by what they do.
 SCALE_LINES = r"sqrt|rsqrt|scale"
 EXP_LINES = r"\bexpf?\s*\(|__expf|exp2f?\s*\("
-SUM_LINES = r"(\bl|sum|row_?sum|denom)\w*\s*(=|\+=|\*=)|/\s*(l|sum|row_?sum|denom)\w*\b"
+SUM_LINES = (r"(\b(?:l|li|l_\w+|l\d+)\b|\w*sum\w*|denom\w*)\s*(=|\+=|\*=)"  # l, l_i, psum, row_sum =; not lane =
+             r"|/\s*(\b(?:l|li|l_\w+|l\d+)\b|\w*sum\w*|denom\w*)")
 KEY_LOOP_LINES = r"for\s*\(.*(<|<=)\s*[^;]*\b(N|n|seq\w*|Tc|num_tiles)\b"
 BATCH_LINES = r"blockIdx\.(y|z)|\bbatch\w*\s*\*|\bb\s*\*\s*\(?\s*(N|n|3)|\bB\s*\*"
 # what covers every batch's rows: the output's copy back to the host, then the kernels' launch (one line of each)

@@ -53,7 +53,8 @@ LANES = ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")
 LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
         "width": (("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
-        "sums": (("the row's sum", SUM_LINES),),
+        "sums": (("the row's sum summed across lanes", r"(\w*sum\w*|\bl\w*)\s*\+?=[^;\n]*(__shfl\w*|__reduce\w*)"),
+                 ("the row's sum", SUM_LINES)),
         "rows of V": (("V's index", V_LINES),),
         "weights met": (("where a weight meets V", WEIGHT_MEETS_V),),
         "band": (("a loop bound by the row's index", r"for\s*\([^;]*;[^;]*[<>]=?\s*\(?\s*(i|row|r|qi|q_row|gi|global_row)\b"),)}
