@@ -101,6 +101,18 @@ def test_columns_moved_within_each_row_are_a_shift_or_an_xor_and_rows_moved_a_sh
     assert "row (r + 1) mod N, column c" in linear_map.read_map(moved_map(P, lambda r, c: ((r + 1) % N, c)), P, q, k)[0]
 
 
+def test_each_pair_of_columns_holding_its_first_is_said_as_one_value_packed_for_both():
+    """V packed in pairs with the first value in both halves (__float2half2_rn(v.x)): column 2c + 1
+    holds column 2c; said by the formula, with a pack's lines looked for."""
+    q, k = qk()
+    P = weights(q, k)
+    said = linear_map.read_map(moved_map(P, lambda r, c: (r, c - c % 2)), P, q, k)
+    assert "row r, column c - c mod 2 + 0: every column of each block of 2 holds the block's column 0" in said[0], said
+    assert linear_map.look_for(said) == "packed"
+    last = linear_map.read_map(moved_map(P, lambda r, c: (r, c - c % 4 + 3)), P, q, k)
+    assert "column c - c mod 4 + 3" in last[0], last
+
+
 def test_rows_stored_with_a_blocks_two_indices_combined_in_the_other_order_are_said_by_the_formula():
     """Warps of y rows each computing rows 4w + y of a block, stored at row 2y + w (held-out set24's
     y02 has 4 warps of 8 rows, blocks of 32; here 2 of 4, blocks of 8): row q0 + i holds row

@@ -32,7 +32,7 @@ import numpy as np
 from ..diagnose import source_lines
 from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
-from . import pairing, row_weights
+from . import map_formulas, pairing, row_weights
 from .map_formulas import map_formula
 from .readings import measured
 from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows, spans
@@ -53,6 +53,8 @@ LANES = ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")
 LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
         "width": (("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
+        "packed": (("a pack or a vector of values", r"__floats?2half2\w*|__float22half2\w*|\bhalf2\b|make_float[24]|"
+                                                   r"\bfloat[24]\b"), ("the output's index", r"\b(o|out|O|output)\s*\[")),
         "sums": (("the row's sum summed across lanes", r"(\w*sum\w*|\bl\w*)\s*\+?=[^;\n]*(__shfl\w*|__reduce\w*)"),
                  ("the row's sum", SUM_LINES)),
         "rows of V": (("V's index", V_LINES),),
@@ -124,6 +126,8 @@ def look_for(mapped: list[str]) -> str:
         return "sums"
     if first.startswith("the weights differ"):
         return "width" if any(line.endswith("made of no row of V") for line in mapped) else "columns"
+    if map_formulas.PACKED in first:
+        return "packed"
     return "columns" if first.startswith("one set of weights") else "place"
 
 

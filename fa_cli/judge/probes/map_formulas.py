@@ -16,7 +16,7 @@ def map_formula(r, c, rr, cc, N: int, d: int) -> str:
             return f"row r, column (c + {shifts[0]}) mod d"
         if (cc == (c ^ cc[0, 0])).all():
             return f"row r, column c xor {cc[0, 0]}"
-        return columns_in_blocks(c, cc, d) or vectors_at_float_index(c, cc) or \
+        return columns_in_blocks(c, cc, d) or vectors_at_float_index(c, cc) or one_column_of_each_block(c, cc, d) or \
             "row r, columns moved: " + ", ".join(f"{x}<-{y}" for x, y in zip(c[0][:6], cc[0][:6])) + " ..."
     if (cc == c).all():
         shifts = np.unique((rr - r) % N)
@@ -59,6 +59,20 @@ def columns_in_blocks(c: np.ndarray, cc: np.ndarray, d: int) -> str:
             f"columns numbered {b}*x + y when computed (x < {a}, y < {b}: say x a lane, y its column of {b}) are "
             f"stored at {a}*y + x (a thread's columns indexed lane*{b} + y where lane + {a}*y belongs, or the other "
             "way round)")
+
+
+PACKED = "a pack of"  # the words of one_column_of_each_block, which linear_map shows a pack's lines under
+
+
+def one_column_of_each_block(c: np.ndarray, cc: np.ndarray, d: int) -> str:
+    """Every column of each block of w columns holding the block's column k (one k for all)."""
+    for w in (2, 4, 8):
+        k = cc - (c - c % w)
+        if d % w == 0 and np.unique(k).size == 1 and 0 <= k.flat[0] < w:
+            return (f"row r, column c - c mod {w} + {k.flat[0]}: every column of each block of {w} holds the block's "
+                    f"column {k.flat[0]} ({PACKED} {w} values given one value for all, e.g. __float2half2_rn(x) "
+                    "where __floats2half2_rn(x, y) belongs, or a vector's components all taken from one)")
+    return ""
 
 
 def layouts(N: int, d: int):
