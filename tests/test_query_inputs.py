@@ -142,3 +142,20 @@ def test_a_threads_second_row_scored_with_its_first_rows_q_is_named():
     shifted = read_back(lambda b, q: np.roll(q[b], 64, axis=0))  # every row another's: not a thread's two rows
     assert query_inputs.second_rows_take_the_first(
         shifted, shifted == np.arange(shifted.size).reshape(shifted.shape), N, D) is None
+
+
+def test_one_row_of_every_tile_read_wrong_is_said_by_its_tile_and_row():
+    """Row 0 of every 16-row Q tile overwritten (a buffer before the Q tile written past its end):
+    said as row 0 of every tile of 16, not as an element of Q one term happens to land on."""
+    def overwritten(b, q):
+        x = q[b].copy()
+        x[np.arange(N) % 16 == 0, :31] = np.eye(31)[5]  # a one-hot V row's values
+        return x
+    found = read_back(overwritten)
+    right = found == np.arange(found.size).reshape(found.shape)
+    said = query_inputs.one_row_of_each_tile(right, N)
+    assert said.startswith("exactly row 0 of every tile of 16 rows is wrong (rows 0, 16, 32, ... of every batch;"), said
+    assert query_inputs.one_row_of_each_tile(np.ones_like(right), N) is None
+    two = right.copy()
+    two[1] = False  # row 1 wrong too: no one row of each tile
+    assert query_inputs.one_row_of_each_tile(two, N) is None

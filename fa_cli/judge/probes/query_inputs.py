@@ -99,9 +99,30 @@ class QueryInputs(Probe):
         if (second := second_rows_take_the_first(found, right, N, d)) is not None:
             words, q_index = second
             return measured(ctx, [f"{head}; {words}"], look=LOOK if q_index else None, query_inputs=words)
-        return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, N, d)}; no formula of those tried fits "
-                                        "(another batch's Q, transposed, shifted rows or dims, another pitch, a "
-                                        "tile's two pitches)"])]
+        said = one_row_of_each_tile(right, N) or examples(found, right, N, d)
+        return [Finding(Kind.OBSERVED, [f"{head}; {said}; no formula of those tried fits (another batch's Q, "
+                                        "transposed, shifted rows or dims, another pitch, a tile's two pitches)"])]
+
+
+ROW_TILES = (8, 16, 32, 64, 128)  # the query tiles whose one row a slot of shared memory may hold wrong
+
+
+def one_row_of_each_tile(right: np.ndarray, N: int) -> str | None:
+    """Where exactly row t of every tile of R rows is wrong (every batch), the rest right: said so,
+    with what fits (that row's slot of a Q tile not loaded, or written over: a buffer before it in
+    shared memory written past its end; or that row read from elsewhere); None otherwise."""
+    rows = np.arange(right.shape[0]) % N
+    wrong = (~right).any(axis=1)
+    for R in ROW_TILES:
+        ts = np.unique(rows[wrong] % R)
+        if N % R == 0 and ts.size == 1 and (wrong == (rows % R == ts[0])).all():
+            t = int(ts[0])
+            return (f"exactly row {t} of every tile of {R} rows is wrong (rows {t}, {t + R}, {t + 2 * R}, ... of every "
+                    f"batch; {int((~right[wrong]).sum())} of their {right[wrong].size} terms), the rows between them "
+                    f"right: as where that row's slot of a Q tile in shared memory is not loaded, or is written over "
+                    f"after its load (a buffer placed before it written past its end: a tile stored at a pitch of "
+                    f"d + 1 in a space of d a row), or that row is read from another place")
+    return None
 
 
 SECOND_ROWS_AT = (32, 64, 128)  # R: a thread's rows q0 + t and q0 + R + t, blocks of 2R rows
