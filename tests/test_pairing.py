@@ -127,3 +127,21 @@ def test_a_broadcast_shuffle_of_width_16_is_said_set_by_set_of_columns():
                               "its tile of 32"), said
     assert said[2].startswith("columns 16-31; V's row k weighed with key f(k)'s weight: key k0 + 16 + (k - k0) mod "
                               "16 of its tile of 32") and "a shuffle of width 16" in said[2], said
+
+
+def test_a_v_tile_stored_at_d_and_read_at_a_fixed_pitch_is_named_with_its_pitch():
+    """d = 32, a tile of 64 keys stored at 32 floats a row and read at 64 (an array's fixed width):
+    key j0 + jj meets V[j0 + 2*jj, c], keys 32..63 of each tile read past it (zeros: no weight met).
+    The map is the same in every column, so K's rows in that order are said to fit as well."""
+    N, d = 128, 32
+    q, k, P = weights(N, d)
+    c, j = np.meshgrid(np.arange(d), np.arange(N), indexing="ij")
+    f = j % 64 * 64 + c
+    inside = f < 64 * d
+    T = np.zeros((N, d, N, d))
+    np.add.at(T, (slice(None), c[inside], (j - j % 64 + f // d)[inside], (f % d)[inside]),
+              P[:, j[inside]].astype(np.float32))
+    said = pairing.said(*pairing.read_pairs(T, P))
+    assert said.startswith(pairing.LEAD + "element jj*64 + c of its tile of 64 keys stored at d = 32 floats a row"), said
+    assert "(the V tile stored at a pitch of d and read at 64, an array's fixed width)" in said
+    assert "(or K's rows loaded in that order)" in said and "column 0, key 1: V[2, 0]" in said

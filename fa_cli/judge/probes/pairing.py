@@ -116,6 +116,12 @@ def formulas(N: int, d: int):
             yield (f"element c*{T} + jj of its tile of {T} keys read row by row: V[j0 + (c*{T} + jj) div d, "
                    f"(c*{T} + jj) mod d] for key j = j0 + jj (the V tile stored row by row and read as though "
                    "transposed)"), j0 + f // d, f % d
+            for pitch in (p for p in (32, 64, 128) if p > d):  # stored at d floats a row, read at a fixed pitch
+                f = jj * pitch + c
+                yield (f"element jj*{pitch} + c of its tile of {T} keys stored at d = {d} floats a row: V[j0 + (jj*"
+                       f"{pitch} + c) div d, (jj*{pitch} + c) mod d] for key j = j0 + jj, none past the tile (the V "
+                       f"tile stored at a pitch of d and read at {pitch}, an array's fixed width)"), \
+                    np.where(f < T * d, j0 + f // d, -1), f % d
 
 
 BOTH_SIDES = "the same in every column: the keys' order differs between the scores and the V rows they weigh"
@@ -128,11 +134,14 @@ def said(K: np.ndarray, C: np.ndarray) -> str:
     d, N = K.shape
     known = K >= 0
     rows = np.where(known, K, -1).max(axis=0)  # each key's V row, where one column told it
-    if ((K == rows[None]) | ~known).all() and ((C == np.arange(d)[:, None]) | ~known).all():
-        return (LEAD + f"V's row p(j), {BOTH_SIDES} (K's rows loaded in another order, or V's)"
-                + example(K, C, K, C))
     fits = [(words, KF, CF) for words, KF, CF in formulas(N, d)
             if (KF[known] == K[known]).all() and (CF[known] == C[known]).all()]
+    if ((K == rows[None]) | ~known).all() and ((C == np.arange(d)[:, None]) | ~known).all():
+        if fits:  # a V tile's layout that moves whole rows: K's rows in that order would do the same
+            return (LEAD + fits[0][0] + f"; {BOTH_SIDES} (or K's rows loaded in that order)"
+                    + example(K, C, fits[0][1], fits[0][2]))
+        return (LEAD + f"V's row p(j), {BOTH_SIDES} (K's rows loaded in another order, or V's)"
+                + example(K, C, K, C))
     if len(fits) > 1 and all("tile stored" in w or "as though transposed" in w for w, _, _ in fits):
         words = fits[0][0].split(" (the V tile")[0]
         return (LEAD + words + " (the V tile stored one way and read the other: at T = d the two directions give "
