@@ -93,7 +93,7 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
     pairs = [] if found else pair_splits(passed, failed)
     for what in pairs[:1]:
         alike = f"; from N = {lowest} on fits them as well: these cases do not tell which" if from_n else ""
-        alike += "".join(f"; where {other} fits them as well" for other in pairs[1:2])
+        alike += f"; where {pairs[1]} fits them as well" if len(pairs) > 1 else ""
         found.append(Finding(Kind.SPLIT, [f"split: fails only where {what}{PAIR_HINTS.get(what, '')}{alike}"],
                              dict(only_where=what)))
     if from_n:

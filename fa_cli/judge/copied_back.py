@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import settings
+from ..report.tables import plural
 from .diagnose import quoted, source_lines
 from .findings import Finding, Kind
 from .probes.layout import moved
@@ -120,7 +121,7 @@ class CopiedBack(Step):
             return [Finding(Kind.MEASURED, [f"measured on {case.label}: {short}{lines}"],
                             dict(copies=len(kept), copied_bytes=sum(c.size for c in kept) * 4, case=case.label))]
         share, holding = covered(kept, right, ctx.tol)
-        n = f"{len(kept)} cop{'y' if len(kept) == 1 else 'ies'} from the device ({sum(c.size for c in kept) * 4} bytes)"
+        n = f"{plural(len(kept), 'copy', 'copies')} from the device ({sum(c.size for c in kept) * 4} bytes)"
         if file_is_copied(kept, out):
             ctx.done.append(f"the output file holds what {n} brought, bit for bit: its wrong values came from the "
                             "device")
@@ -156,11 +157,11 @@ def too_few_bytes(kept: list[np.ndarray], out: np.ndarray, right: np.ndarray, to
     if not np.array_equal(head, flat[:brought], equal_nan=True) or wrong[:brought].any() \
             or wrong[brought:].sum() < (size - brought) / 2:
         return None
-    n = f"{len(kept)} cop{'y' if len(kept) == 1 else 'ies'}"
     looks = {8: "8 bytes, the size of a pointer: sizeof of the output's pointer where its size in bytes belongs",
              size: "as many bytes as the output has values: a count of floats given where bytes belong"}
     said = looks.get(brought * 4, "")
-    return (f"the copies from the device to the host ({n}) brought {brought * 4:,} bytes of the output's {size * 4:,}: "
+    return (f"the copies from the device to the host ({plural(len(kept), 'copy', 'copies')}) brought {brought * 4:,} "
+            f"bytes of the output's {size * 4:,}: "
             f"the file's first {brought:,} values, right; {int(wrong.sum()):,} of the {size - brought:,} after them "
             f"are wrong: the rest of the output never left the device (a copy back given too few bytes"
             + (f"; {said}" if said else "") + ")")

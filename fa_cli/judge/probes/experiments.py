@@ -43,10 +43,11 @@ class BatchAlone(Probe):
 
     def run(self, ctx: Context) -> list[Finding]:
         b = int(ctx.facts.wrong_batches[0])
-        if b == 0:
-            return first_batch_alone(ctx)
         alone = design.shrunk(ctx.probe, B=1, first_batch=b)
-        if right(ctx, ctx.run(alone), alone):
+        right_alone = right(ctx, ctx.run(alone), alone)
+        if b == 0:
+            return first_batch_alone(ctx, alone, right_alone)
+        if right_alone:
             return measured(ctx, [
                 f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; batch {b}'s Q, K and V as the "
                 f"only batch ({alone.label}) give the right output: the batch offset (where batch b's Q, K, V are read "
@@ -58,12 +59,12 @@ class BatchAlone(Probe):
 BATCH_STRIDES = (16, 32, 64, 128)  # a batch's stride written N*c with a constant c where N*d belongs
 
 
-def first_batch_alone(ctx: Context) -> list[Finding]:
-    """Batch 0 wrong among B batches: run as the only batch. Right alone, the batches meet: where
-    batch 0 is wrong from one row to its end, and that row starts at float N*c (c a constant, not
-    d), the next batch's output lands there: a batch offset of N*c where N*d belongs."""
-    alone = design.shrunk(ctx.probe, B=1, first_batch=0)
-    if not right(ctx, ctx.run(alone), alone):
+def first_batch_alone(ctx: Context, alone, right_alone: bool | None) -> list[Finding]:
+    """Batch 0 wrong among B batches, and as the only batch (`alone`) right or not. Right alone,
+    the batches meet: where batch 0 is wrong from one row to its end, and that row starts at float
+    N*c (c a constant, not d), the next batch's output lands there: a batch offset of N*c where
+    N*d belongs."""
+    if not right_alone:
         return [Finding(Kind.OBSERVED, [f"measured: batch 0 is wrong on {ctx.probe.label}, and as the only batch "
                                         f"({alone.label}) too: not a matter of the batches meeting"])]
     B, N, d = ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d
