@@ -69,7 +69,7 @@ def differences(in_class: dict, alone: dict, limits: dict[str, float]) -> tuple[
     cases = [c for c in sorted(set(in_class) | set(alone)) if c[:1] == "c" and c[1:].isdigit()]
     flipped = [c for c in cases if str(in_class.get(c)).split()[0] != str(alone.get(c)).split()[0]]
     for case in flipped:
-        line = f"{case}: class {in_class.get(case)} / alone {alone.get(case)}"
+        line = f"{case}: class {in_class.get(case)} / alone {alone.get(case)}{spread(in_class, alone, case)}"
         said.append(line)
         if near_limit(str(in_class.get(case)), str(alone.get(case)), limits.get(case)):
             run_to_run.append(line)
@@ -79,6 +79,20 @@ def differences(in_class: dict, alone: dict, limits: dict[str, float]) -> tuple[
         if moved and flipped and near and line not in run_to_run:
             run_to_run.append(line)
     return said, run_to_run
+
+
+def spread(in_class: dict, alone: dict, flipped: str) -> str:
+    """Where a case's verdict flipped on a time: how far the same program's other cases' times lie
+    apart between the same two runs (the largest ratio, with its case), for the reader to weigh."""
+    def seconds(row: dict, case: str) -> float | None:
+        parts = str(row.get(case)).split()
+        return float(parts[1]) if len(parts) == 2 and parts[0] == "PASS" else None
+    ratios = [(max(a, b) / min(a, b), c, a, b) for c in in_class if c[:1] == "c" and c[1:].isdigit() and c != flipped
+              and (a := seconds(in_class, c)) and (b := seconds(alone, c))]
+    if not ratios:
+        return ""
+    ratio, case, a, b = max(ratios)
+    return f" (its other cases' times between the two runs: up to x{ratio:.2f}, {case} {a:.3f} / {b:.3f})"
 
 
 def main(class_folder: Path, alone_folder: Path) -> int:
