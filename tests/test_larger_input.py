@@ -168,3 +168,25 @@ def test_rows_that_are_the_right_rows_scaled_are_read_with_their_factors():
                            f"{factor.min():.3g} to "), said
     noisy = got + RNG.normal(0, 0.05, got.shape)
     assert larger_input.rows_scaled(noisy, correct, np.abs(noisy - correct) > 5e-3) is None
+    zeros = np.where(np.arange(16)[None, :, None] >= 8, 0.0, correct)  # rows never written: no factor to read
+    assert larger_input.rows_scaled(zeros, correct, np.abs(zeros - correct) > 5e-3) is None
+
+
+def test_a_failure_where_a_32_bit_size_first_reaches_2_31_says_which_products_do(tmp_path, monkeypatch):
+    """4 x 2048 right, 2 x 32768 failing (B*N*N = 2^31 there, its int wrapped): the warning names the
+    products that reach 2^31 there and on no input passed, the larger one that passed counted too."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.findings import Finding
+
+    def check(program, shape, launcher, work, say, budget, rows=None):
+        return [Finding(Kind.WARNING, ["passes the cases run, but ... it fails: out of memory"])] \
+            if shape == Shape(2, 32768, 32) else []
+    monkeypatch.setattr(larger_input, "check", check)
+    monkeypatch.setattr(larger_input.race_check, "applies", lambda program: True)
+    result = type("Result", (), dict(verdict="PASS", target=type("Target", (), dict(shape=Shape(2, 128, 32)))))
+    ctx = Context(Program("hw4", tmp_path / "hw4"), None, tmp_path, Budget(60), lambda l: None, 5e-3, None, "t01")
+    ctx.results = [result]
+    line, = larger_input.LargerInput().run(ctx)[0].lines
+    assert line.endswith("out of memory; there N*N*4 bytes = 4 GiB, B*N*N*4 bytes = 8 GiB, B*N*N = 2,147,483,648: "
+                         "2^31 or more, on no input passed: a 32-bit size? (an int holding a size or an index: "
+                         "compute it in size_t)"), line

@@ -64,6 +64,21 @@ def test_k_and_v_kept_in_bf16_are_named_apart_from_every_input_rounded():
     assert named and "with K and V (tiles of keys and values kept in it, Q not) rounded to bf16" in said, said
 
 
+def test_a_row_max_stored_in_half_precision_for_the_weights_is_named():
+    """Row statistics in one kernel, the output in another: l summed against the exact max, m stored
+    as __half and the weights exp(s - m_h) / l: every row off by its own exp(m - m_h), built here
+    with numpy's float16 directly."""
+    inp = probe(B=2, N=128, d=32)
+    s = inp.q.astype(np.float64) @ inp.k.astype(np.float64).transpose(0, 2, 1) / np.sqrt(32)
+    m = s.max(axis=2, keepdims=True)
+    m_h = m.astype(np.float32).astype(np.float16).astype(np.float64)
+    out = (np.exp(s - m_h) / np.exp(s - m).sum(axis=2, keepdims=True)) @ inp.v.astype(np.float64)
+    said, named = precision.read(out.astype(np.float32).astype(np.float64), inp.output(), inp)
+    assert named and said.startswith("the output is float64 attention with the row's max m as the weights use it (l "
+                                     "summed against the exact max, as where m is stored for a later kernel or pass) "
+                                     "kept in fp16"), said
+
+
 def test_an_error_of_a_formats_size_that_no_rounding_gives_is_said_as_measured():
     inp = probe()
     true = inp.output()

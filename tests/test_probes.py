@@ -117,6 +117,27 @@ def test_a_division_whose_grid_covers_only_the_first_rows_is_said_with_them():
                          "thread a value)"), said
 
 
+def test_the_last_batch_left_undivided_is_said_by_its_batch():
+    """A division launched per batch, one batch behind, nothing after the loop: the last batch's
+    rows are O * l, the others right; said as f = l there and f = 1 in every other batch. Rows of
+    the first batch undivided instead are said by their batch, with no launch order guessed."""
+    inp = probe(B=3, N=64, d=32)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    total = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)
+    W = P.copy()
+    W[2] *= total[2][:, None]
+    said, _ = factors.per_row_factor(W, P, s)
+    assert said.endswith("f = l in the last batch's rows (batch 2), f = 1 in every other: those rows never divided by "
+                         "their running sum l: a division launched batch by batch that leaves out the last (one that "
+                         "divides batch b - 1 after batch b's work, nothing after the loop)"), said
+    W = P.copy()
+    W[0] *= total[0][:, None]
+    said, _ = factors.per_row_factor(W, P, s)
+    assert said.endswith("f = l in the rows of batch 0, f = 1 in every other: those rows never divided by their "
+                         "running sum l"), said
+
+
 def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     """l summed over each tile's largest weight (the tile's sum reduced with fmaxf): named with its
     tile; a row factor no variant explains: said as the right softmax divided by another sum."""
@@ -878,7 +899,7 @@ NAMED = {
     ("set29", "v09"): "rows not written, rows from 192 on",
     ("set29", "v12"): "the logits are multiplied by log2(e) and then given to exp, not exp2",
     ("set29", "v11"): "the V tile stored at a pitch of d and read at 64, an array's fixed width",
-    ("set27", "t04"): "wrong exactly where N is no multiple of 32: the last, partial tile of 32",  # partly: the place
+    ("set27", "t04"): "wrong exactly where N is no multiple of 32; ",  # partly: the place
     ("set27", "t11"): "the right values in the wrong places",  # partly: the output's write, a third of its values
 }
 SAID = {("set29", "v07"): "columns 32-63: every weight 0: made of no row of V",
@@ -969,7 +990,8 @@ def test_keys_past_n_read_past_the_input_are_measured_with_a_batch_after_the_las
     assert proc.returncode == 1 and "race: the output changes between runs" in said, proc.stdout
     assert "differ only in its last batch" in said and "a batch of drawn values after the last" in said, said
     assert "N = 192 right, N = 200 wrong, N = 208 wrong, N = 224 right" in said, said
-    assert "wrong exactly where N is no multiple of 32: the last, partial tile of 32 keys" in said, said
+    assert "wrong exactly where N is no multiple of 32; not only the last tile's query rows: the last, partial tile " \
+        "of 32 keys" in said, said
     assert ("is attention over keys 0..223, the last tile of T = 32 keys scored to its end with K's rows past N read "
             "from the floats after K (V's first rows) and V's from the floats after V (the next batch's Q)") in said
 
@@ -1480,3 +1502,22 @@ def test_keys_counted_twice_by_parts_whose_ranges_overlap_are_named_with_the_key
     assert partial_sums.keys_counted(P, P) is None and partial_sums.keys_counted(P * 1.7, P) is None
     noisy = P * rng.uniform(0.5, 2.5, size=P.shape)
     assert partial_sums.keys_counted(noisy, P) is None
+
+
+def test_the_rows_a_partial_tile_leaves_wrong_tell_a_row_bound_from_a_row_pitch():
+    """N = 200, tiles of 32: only rows 192..199 wrong is a row bound; every row but row 0 of each
+    batch a row pitch of N against one rounded up to 32 (row 0 starts at 0 at either); every row the
+    keys' bound, said as such."""
+    from types import SimpleNamespace
+    from fa_cli.judge.probes.experiments import partial_rows
+    true = RNG.uniform(-1, 1, (2, 200, 8))
+
+    def said(wrong_rows):
+        out = true.copy()
+        out[:, wrong_rows] += 1
+        return partial_rows(SimpleNamespace(facts=SimpleNamespace(out=out, true=true), tol=5e-3,
+                                            probe=SimpleNamespace(shape=Shape(2, 200, 8))), 32)
+    assert said(slice(192, 200)).startswith("only rows 192..199, the last, partial tile of 32 query rows, are wrong")
+    assert said(slice(1, 200)).startswith("every row but row 0 of each batch is wrong: row 0 starts at float 0 at "
+                                          "any row pitch, so a row pitch of N in one place and N rounded up to 32")
+    assert said(slice(0, 200)).startswith("not only the last tile's query rows: the last, partial tile of 32 keys")

@@ -160,6 +160,30 @@ def test_memcheck_runs_on_a_passing_cases_partial_tile_n_and_its_report_is_a_war
     assert (tmp_path / "race-B=2, N=200, d=64.in").is_file()
 
 
+def test_a_build_that_fails_other_cases_has_its_hazard_said_beside_those_failures(tmp_path, sanitizer_saying):
+    """Where a case failed, the race check (run because another passed) does not say "passes here",
+    nor that the access left the output right (its own run checks no output): "besides the cases it
+    fails, memcheck reports ..."; the class table's warnings column takes that line too."""
+    from types import SimpleNamespace
+    from fa_cli.cases.format import Shape
+    from fa_cli.classroom import table
+    from fa_cli.judge.steps import Context
+    from test_tool_logs import MEMCHECK_LOG
+    sanitizer_saying(MEMCHECK_LOG)
+    results = [SimpleNamespace(verdict=v, target=SimpleNamespace(name=n, shape=Shape(B, 256, 32)))
+               for n, v, B in (("t01", "WRONG", 2), ("one", "PASS", 1))]
+    binary = tmp_path / "fails"
+    binary.write_bytes(b"fails")
+    ctx = Context(Program("fails", binary), None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "",
+                  results=results)
+    found = race_check.PassingBuild().run(ctx)  # the stand-in writes memcheck's log for every tool
+    assert not any("passes here" in f.lines[0] for f in found), found
+    said = [f.lines[0] for f in found if f.kind == Kind.WARNING and "memcheck reports" in f.lines[0]]
+    assert said and said[0].startswith("besides the cases it fails, memcheck reports an invalid memory access"), said
+    assert said[0].endswith("(2 in all) on B=2, N=256, d=32"), said
+    assert table.row_of(dict(student="s", platform="cuda", cases=["t01"], words="x\n" + said[0]))["warnings"] == said[0]
+
+
 def test_each_sanitizer_run_notes_its_wait_and_which_tools_finished(tmp_path, sanitizer_saying, monkeypatch):
     """Where fa class asks (FA_STEP_TIMES), a group of tools side by side writes one line: its tools,
     its wall seconds, the part spent waiting for a slot, and whether each tool finished."""

@@ -152,3 +152,17 @@ def test_a_passing_build_wrong_slowed_is_run_as_built_and_again_slowed_before_th
     runs_giving(monkeypatch, [RIGHT + 1, RIGHT + 1], built=[RIGHT, RIGHT + 1])  # wrong as built too: no claim
     [found] = step.run(ctx)
     assert found.kind == Kind.OBSERVED and "not tried: as built it is not right" in found.lines[0]
+
+
+def test_the_copies_back_come_first_among_the_lines_that_order_host_and_device(ctx):
+    """Copies in, a stream, a copy back in the loop, the last copy back and a synchronize: the two
+    copies back and the synchronize are shown, the input copy and the stream not."""
+    ctx.source.write_text("cudaStreamCreate(&s[0]);\n"
+                          "cudaMemcpyAsync(d_in, h_in, n, cudaMemcpyHostToDevice, st);\n"
+                          "cudaMemcpyAsync(h_out + pb, d_out + pb, n, cudaMemcpyDeviceToHost, st);\n"
+                          "cudaMemcpyAsync(h_out + lb, d_out + lb, n, cudaMemcpyDeviceToHost, s[1]);\n"
+                          "cudaDeviceSynchronize();\n")
+    said = slow_device.ordering_lines(ctx)
+    assert said.startswith("; lines that order host and device in hw4.cu: 3 `cudaMemcpyAsync(h_out + pb") and \
+        "4 `cudaMemcpyAsync(h_out + lb" in said and "5 `cudaDeviceSynchronize();`" in said, said
+    assert "HostToDevice" not in said and "StreamCreate" not in said, said

@@ -262,6 +262,27 @@ def test_an_unwritten_part_of_the_output_is_placed_by_initchecks_copy_report():
     assert tool_logs.unwritten_output(first[:1], 2, 128, 32) is None
 
 
+def test_an_atomic_add_onto_memory_never_written_is_said_as_an_accumulator_not_zeroed(tmp_path, monkeypatch):
+    """initcheck's first report read by an atomicAdd (a split's part added into an accumulator a
+    cudaMemset of too few bytes left unwritten): said as such; a kernel's own read is not."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    report = ("========= Uninitialized __global__ memory read of size 4 bytes\n"
+              "=========     at atomicAdd(float *, float)+0x2580 in /usr/local/cuda/include/sm_20_atomic_functions.hpp:84\n"
+              "=========     by thread (0,0,0) in block (3,2,0)\n"
+              "========= ERROR SUMMARY: 1 error\n")
+    (tools / "compute-sanitizer").write_text(
+        "#!/bin/sh\nwhile [ \"$1\" != --log-file ]; do shift; done\n"
+        f"cat > \"$2\" <<'LOG'\n{report}LOG\n")
+    (tools / "compute-sanitizer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    [init] = tool_logs.sanitize_side_by_side(("initcheck",), ["./hw4"], tmp_path / "in.bin", tmp_path, 10.0)
+    assert tool_logs.unwritten_output(init.first, 2, 128, 32) == tool_logs.ATOMIC_UNWRITTEN, init.first
+    assert tool_logs.ATOMIC_UNWRITTEN.startswith("an atomic add onto memory nothing wrote first")
+    own = [line.replace("atomicAdd(float *, float)", "attention") for line in init.first]
+    assert tool_logs.unwritten_output(own, 2, 128, 32) is None
+
+
 def test_a_tool_whose_every_report_is_in_fas_layers_is_not_said_clean(tmp_path, monkeypatch):
     """racecheck's reports all inside the MI210 emulation's own code: counted, and said as such, not
     as a clean run; with none at all, clean."""

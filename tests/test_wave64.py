@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import DATA, ROOT, fa
-from fa_cli.programs import devices, programs, student_build, wave64
+from fa_cli.programs import programs, student_build, wave64
 from fa_cli.programs.devices import Device
 from fa_cli.judge import investigation
 from fa_cli.judge.findings import Kind
@@ -169,6 +169,24 @@ def test_source_hints_name_the_amd_only_pattern(tmp_path, plant, named):
         assert hints == []
     else:
         assert len(hints) == 1 and named in hints[0] and hints[0].startswith("planted_hw4.hip line "), hints
+
+
+def test_warpsize_beside_a_written_out_32_comes_first_among_the_lane_lines(tmp_path):
+    """Rows of 32 threads (tid >> 5, tid & 31) whose statistics are stored by tid % warpSize == 0:
+    on 64 lanes the warpSize line is where the two disagree, so it comes first; a program with
+    only written-out 32s keeps the shuffle of 16 first."""
+    source = tmp_path / "rows.hip"
+    source.write_text("__global__ void k(float* m) {\n"
+                      "  const int tid = threadIdx.x, g = tid >> 5, t = tid & 31;\n"
+                      "  float v = m[t];\n"
+                      "  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor(v, off);\n"
+                      "  if (tid % warpSize == 0) m[g] = v;\n"
+                      "}\n")
+    lines, mixed = wave64.lane_lines(source)
+    assert mixed and [n for _, n, _ in lines[:3]] == [5, 4, 2], lines
+    source.write_text(source.read_text().replace("tid % warpSize == 0", "t == 0"))
+    lines, mixed = wave64.lane_lines(source)
+    assert not mixed and lines[0][1] == 4, lines
 
 
 @pytest.mark.slow  # builds through the layer

@@ -12,13 +12,14 @@ from pathlib import Path
 from rich.table import Table
 
 from ..files import atomic_file
+from ..judge import race_check
 from ..judge.diagnose import signal_name
 from ..judge.findings import CAUSES
 from ..report.tables import plural
 
 COLUMNS = ("student", "platform", "build", "passed", "time_s", "judge_gpu_s", "cause", "warnings", "sandboxed")
 CAUSE_CHARS = 400  # the cause column's length: the cause named, then where the values are wrong
-WARNING = "passes here, but "  # how fa run starts a passing build's hazard (a race the sanitizers saw)
+WARNING = (race_check.PASSING, race_check.FAILING)  # how fa run starts a build's hazard (what the sanitizers saw)
 
 
 def row_of(record: dict) -> dict:

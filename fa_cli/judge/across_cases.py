@@ -52,6 +52,19 @@ def size_finding(shapes_passed: list[Shape], shapes_failed: list[Shape]) -> Find
     return None
 
 
+def sizes_crossing(passed: list[Shape], failed: Shape) -> str | None:
+    """The usual products that reach 2^31 on one failing shape and on no passing one, in words; None
+    where none does."""
+    limit, limit_name = LIMITS[0]
+    crossing = [f"{name} = {binary_size(product(failed)) if 'bytes' in name else f'{product(failed):,}'}"
+                for name, product, _ in SIZE_PRODUCTS
+                if product(failed) >= limit and all(product(s) < limit for s in passed)]
+    if not crossing:
+        return None
+    return (f"there {', '.join(crossing)}: {limit_name} or more, on no input passed: a 32-bit size? (an int "
+            "holding a size or an index: compute it in size_t)")
+
+
 # ---------------------------------------------------------------- across cases: a split
 def not_multiple(tile: int):
     return (f"N is not a multiple of {tile}", lambda s: s.N % tile != 0)

@@ -30,6 +30,7 @@ from .copied_back import CopiedBack
 from .across_cases import across_cases
 from .batch_coverage import BatchesCovered
 from .larger_input import LargerInput
+from .batch_apart import ChangingBatchAlone
 from .cause import (AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun, SandboxLimit,
                     SyncInitcheck)
 from .diagnose import Diagnosis, signal_name
@@ -91,10 +92,11 @@ class AcrossCases(Step):
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
     Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(),
-    LaunchesWaited(),
+    ChangingBatchAlone(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     LeftBeforeBarrier(), CopiedBack(), UnwrittenShared(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip
+    SyncInitcheck(emulated=True),
     AmdTools(), NothingMore())
 RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), ErrorOfAPass(), SlowDevice(),
                                race_check.PassingBuild(), LargerInput())

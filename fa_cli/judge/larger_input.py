@@ -26,6 +26,7 @@ from ..files import atomic_file
 from ..programs import programs
 from ..programs.programs import Launcher, Program
 from . import race_check, reference
+from .across_cases import sizes_crossing
 from .findings import Finding, Kind
 from .probes.step import read_payload
 from .slow_device import waiting
@@ -205,14 +206,14 @@ SCALED_FIT = 1e-3  # a wrong row is the right one times a factor where the rest 
 
 def rows_scaled(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray) -> str | None:
     """Where every wrong row is the right row times a factor of its own (not 1): their range; None
-    otherwise."""
+    otherwise (a row of zeros is not one: nothing was written there)."""
     rows = wrong.any(axis=2)
     g, c = got[rows], correct[rows]
     if not g.size or not np.isfinite(g).all():
         return None
     factor = (g * c).sum(axis=1) / np.maximum((c * c).sum(axis=1), 1e-300)
     miss = np.abs(g - factor[:, None] * c).max(axis=1) / np.maximum(np.abs(c).max(axis=1), 1e-30)
-    if (miss > SCALED_FIT).any() or (np.abs(factor - 1) < SCALED_FIT).any():
+    if (miss > SCALED_FIT).any() or (np.abs(factor - 1) < SCALED_FIT).any() or (np.abs(factor) < SCALED_FIT).any():
         return None
     return (f"every wrong row is the right row times a factor of its own (from {factor.min():.3g} to "
             f"{factor.max():.3g}): the right weights, divided by another sum, or the output scaled once more")
@@ -232,10 +233,22 @@ class LargerInput(Step):
 
     def run(self, ctx: Context) -> list[Finding]:
         passed = [r.target.shape for r in ctx.results]
-        larger = larger_shape(passed)
-        found = check(ctx.program, larger, ctx.launcher, ctx.work, ctx.say, ctx.budget) if larger else []
-        if not found and (longest := longest_shape(passed)) is not None:  # right there: the course's longest rows
-            found = check(ctx.program, longest, ctx.launcher, ctx.work, ctx.say, ctx.budget, SAMPLED_ROWS)
-        if not found and (most := most_batches_shape(passed)) is not None:  # and its most batches
-            found = check(ctx.program, most, ctx.launcher, ctx.work, ctx.say, ctx.budget, MOST_ROWS)
+        tried = [(larger_shape(passed), None), (longest_shape(passed), SAMPLED_ROWS),  # the course's longest rows
+                 (most_batches_shape(passed), MOST_ROWS)]  # and its most batches
+        for shape, rows in tried:
+            if shape is None:
+                continue
+            if found := check(ctx.program, shape, ctx.launcher, ctx.work, ctx.say, ctx.budget, rows):
+                return with_sizes(found, passed, shape)
+            passed = passed + [shape]  # right there too
+        return []
+
+
+def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape) -> list[Finding]:
+    """The warning with the usual size products that reach 2^31 on the input it fails and on none
+    that passed (a 32-bit size is a mistake only larger inputs show)."""
+    said = sizes_crossing(passed, failed)
+    if not said or not found or found[0].kind != Kind.WARNING:
         return found
+    first = found[0]
+    return [Finding(first.kind, [f"{first.lines[0]}; {said}", *first.lines[1:]], first.fields), *found[1:]]

@@ -38,6 +38,13 @@ GLOBAL_B = 2  # initcheck, memcheck and the slowed check: global memory past the
 # offset, a scratch buffer's second part) is an access only a second batch makes
 ON_ONE_BATCH = ("racecheck", "synccheck")
 TOOL_TIMEOUT_S = 60.0
+PASSING = "passes here, but "  # a hazard of a build that passed every case run
+FAILING = "besides the cases it fails, "  # one of a build that fails some
+THEN = {  # what the hazard may do elsewhere, where the build passed
+    "memcheck": "an access outside its buffers that left this output right; on another GPU or run it may not",
+    "initcheck": "what that memory held left this output right here; on another GPU or run it may hold other values",
+    "racecheck": "the judge's GPU may schedule it otherwise",
+}
 TOOLS = {tool: TOOL_WORDS[tool] for tool in ("racecheck", "synccheck", "initcheck", "memcheck")}
 
 
@@ -146,10 +153,19 @@ def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | N
     counted = ([said.counted()] if said.counted() else []) + \
         ([] if said.finished else [f"the tool stopped at fa's {timeout:.0f} s limit after it"])  # its count unknown
     total = f" ({'; '.join(counted)})" if counted else ""
-    then = "an access outside its buffers that left this output right; on another GPU or run it may not" \
-        if said.tool == "memcheck" else "the judge's GPU may schedule it otherwise"
-    return [Finding(Kind.WARNING, [f"passes here, but {said.tool} reports {what}{total} on {shape}; {then}"],
+    then = THEN.get(said.tool, THEN["racecheck"])
+    return [Finding(Kind.WARNING, [f"{PASSING}{said.tool} reports {what}{total} on {shape}; {then}"],
                     dict(tool=said.tool, report=said.first, count=said.count))]
+
+
+def beside_failures(finding: Finding) -> Finding:
+    """A hazard of a build that fails other cases: said as seen beside those failures, without the
+    passing build's "left this output right" (the tool's run checks no output)."""
+    if finding.kind != Kind.WARNING or not finding.lines[0].startswith(PASSING):
+        return finding
+    line = finding.lines[0][len(PASSING):]
+    line = next((line[:-len(then) - 2] for then in THEN.values() if line.endswith("; " + then)), line)
+    return Finding(finding.kind, [FAILING + line] + finding.lines[1:], finding.fields)
 
 
 def keep(path: Path, found: list[Finding]) -> None:
@@ -189,4 +205,4 @@ class PassingBuild(Step):
             found += check(ctx.program, d, ctx.launcher, ctx.work, ctx.say, ctx.budget, n, tools)
             if any(f.kind in (Kind.WARNING, Kind.MISSING_TOOL) for f in found):
                 break  # a hazard said, or a tool that could not say: the other d adds nothing sure
-        return found
+        return [beside_failures(f) for f in found] if any(r.verdict != "PASS" for r in ctx.results) else found

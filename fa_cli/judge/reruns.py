@@ -54,24 +54,24 @@ def reduced_copy(target: Target, work: Path, correct: np.ndarray) -> TrialCase |
     return TrialCase(label, path, shape, correct[:REDUCED_BATCHES])
 
 
-def one_batch(case: TrialCase, work: Path, rows: int | None = None) -> TrialCase | None:
-    """Batch 0 of the trial case as an input of its own, its Q, K and V cut to their first `rows`
-    rows (None: all N); None where that is the trial case itself."""
+def one_batch(case: TrialCase, work: Path, rows: int | None = None, batch: int = 0) -> TrialCase | None:
+    """A batch of the trial case (batch 0 unless said) as an input of its own, its Q, K and V cut
+    to their first `rows` rows (None: all N); None where that is the trial case itself."""
     s = case.shape
     N = s.N if rows is None else min(rows, s.N)
     if s.B == 1 and N == s.N:
         return case if rows is None else None
     shape = Shape(1, N, s.d)
-    path = work / f"batch0-{N}.in"
+    path = work / f"batch{batch}-{N}.in"
     with open(case.input_path, "rb") as src, open(path, "wb") as dst:
         dst.write(header_bytes(shape))
-        for part in range(3):  # Q, K, V of batch 0, each cut to N rows
-            src.seek(HEADER_BYTES + part * s.N * s.d * 4)
+        for part in range(3):  # Q, K, V of the batch, each cut to N rows
+            src.seek(HEADER_BYTES + (3 * batch + part) * s.N * s.d * 4)
             dst.write(src.read(N * s.d * 4))
     cut = f", the first {N} rows of its Q, K and V" if N < s.N else ""
     # racecheck looks at accesses, not values: the cut input's correct output is not needed (nor known)
-    return TrialCase(f"batch 0 of {case.label}{cut} ({shape.B}x{shape.N}x{shape.d})", path, shape,
-                     case.expected[:1, :N])
+    return TrialCase(f"batch {batch} of {case.label}{cut} ({shape.B}x{shape.N}x{shape.d})", path, shape,
+                     case.expected[batch:batch + 1, :N])
 
 
 def run_once(program: Program, case: TrialCase, out: Path, launcher: Launcher | None, timeout: float):
@@ -159,7 +159,8 @@ class Reruns:
             plural_runs(self.reruns, "rerun")
         words = RACE_WORDS.get(kind, RACE_WORDS["cpu"])
         fields = dict(failed=k, runs=n, on=on, values_over_tol=self.over, max_diff=self.worst,
-                      values_changed=self.changed, reruns_unlike_judged=self.unlike_judged)
+                      values_changed=self.changed, reruns_unlike_judged=self.unlike_judged,
+                      batches_differ=[int(b) for b in np.flatnonzero(self.batches_differ)])
         found = []
         if self.intermittent:
             found.append(Finding(Kind.INTERMITTENT, [

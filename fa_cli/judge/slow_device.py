@@ -49,9 +49,13 @@ WAITED_RUNS = 3
 SLOWED = f"with the device made slower (each of its first launches preceded by {DELAY_MS} ms of waiting on its stream)"
 EARLY = ("it writes its output before the device finished (a copy back that is not waited for, a kernel on a stream "
          "the copy does not wait on, mapped memory read with no synchronization)")
-# Where a program orders its host and device, the first line of each kind shown with the warning:
-# an asynchronous copy, a synchronization, a stream or host memory the device writes.
-ORDERING_LINES = (r"Memcpy\w*Async", r"[Ss]ynchronize", r"Stream\w*Create|MallocHost|HostAlloc|MallocManaged")
+# Where a program orders its host and device, ORDERING_SHOWN lines with the warning: its first two
+# asynchronous copies back to the host (the output the host goes on with), a synchronization, then
+# the first line of each other kind: an asynchronous copy, a stream or host memory the device writes.
+COPY_BACK = r"Memcpy\w*Async\b.*DeviceToHost"
+ORDERING_LINES = (COPY_BACK, COPY_BACK, r"[Ss]ynchronize", r"Memcpy\w*Async",
+                  r"Stream\w*Create|MallocHost|HostAlloc|MallocManaged")
+ORDERING_SHOWN = 3
 
 
 def with_setting(program: Program, *assignments: str) -> Program:
@@ -91,7 +95,7 @@ def layered_wrong_trial(ctx: Context, *not_after: Kind) -> bool:
 
 
 def ordering_lines(ctx: Context) -> str:
-    shown = source_lines(ctx.source, ORDERING_LINES, len(ORDERING_LINES)) if ctx.source else []
+    shown = source_lines(ctx.source, ORDERING_LINES, ORDERING_SHOWN) if ctx.source else []
     return f"; lines that order host and device in {ctx.source.name}: {quoted(shown)}" if shown else ""
 
 

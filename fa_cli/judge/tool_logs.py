@@ -22,9 +22,8 @@ CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 SANITIZER_LINES = 3  # of a sanitizer's report, quoted after its first line
 BACKTRACE_FRAMES = 4
 SANITIZER_POLL_S = 0.05  # how often the tools side by side are looked at against their timeout
-PRINT_LIMIT = 100  # reports a tool prints (--print-limit); past them it only counts
-# Stopped once they have printed PRINT_LIMIT reports: past it a report only counts, and each is a round trip
-# the GPU's other work slows (16,384 of initcheck's: 3.3 s alone, 17 s beside four busy runs on the H200).
+PRINT_LIMIT = 100  # reports a tool prints (--print-limit); stopped there: past it a report only counts, and
+# each is a round trip the GPU's other work slows (16,384 of initcheck's: 3.3 s alone, 17 s beside 4 busy runs)
 COUNTING = ("memcheck", "initcheck", "synccheck")  # racecheck's analysis comes at its end: it runs whole
 SHOWN_ALL = "shown all"  # _side_by_side's code for a tool stopped at its print limit
 LAYER_ONLY_SHOWN = (f"its first {PRINT_LIMIT} reports all in the code of fa's judge-GPU layer (the MI210 "
@@ -35,8 +34,7 @@ REPORT_HEAD = re.compile(r"^========= (?!(?:COMPUTE-SANITIZER|ERROR SUMMARY|RACE
 
 
 def reports_in(log: Path) -> int:
-    """The reports a tool's log holds so far (their headlines, those in fa's layers' code too: the
-    tool's print limit counts them all); 0 where there is no log yet."""
+    """The reports in a tool's log so far (fa's layers' too: the print limit counts them); 0: none yet."""
     try:
         return len(REPORT_HEAD.findall(log.read_text(errors="replace")))
     except OSError:
@@ -110,8 +108,7 @@ class Budget:
 
 
 def run_captured(argv: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
-    """A tool's exit code and its output (stdout and stderr together); None past the timeout. Its
-    turn on the GPU is an untimed one (gpu_turns)."""
+    """A tool's exit code (None past the timeout) and stdout with stderr; an untimed turn on the GPU."""
     with gpu_turns.turn(timed=False):
         return _captured(argv, timeout, env)
 
@@ -130,7 +127,6 @@ def _captured(argv: list[str], timeout: float, env: dict | None) -> tuple[int | 
         raise
 
 
-
 TOOL_WORDS = {  # compute-sanitizer's tool: what a report of it is, in a student's words
     "memcheck": "an invalid memory access",
     "racecheck": "a shared-memory race",
@@ -141,11 +137,10 @@ TOOL_WORDS = {  # compute-sanitizer's tool: what a report of it is, in a student
 
 @dataclass
 class SanitizerReport:
-    """What one compute-sanitizer tool said of one run: its first error (empty where none), the
-    errors in all (memcheck, synccheck, initcheck: racecheck counts only what it shows), whether
-    it ran to the end (not stopped at its time limit), whether the program made any CUDA call
-    for it to check (a program that exits first, or computes on the host, gives it nothing), and
-    how many of its reports were left out as the judge GPUs' layers' own (in_layer)."""
+    """What one compute-sanitizer tool said of one run: its first error (empty where none), the errors
+    in all (racecheck counts only what it shows), whether it ran to the end (not stopped at its time
+    limit), whether the program made any CUDA call for it to check (one that exits first, or computes
+    on the host, gives it nothing), and how many reports were the judge GPUs' layers' own (in_layer)."""
     tool: str
     first: list[str]
     count: int | None
@@ -155,8 +150,7 @@ class SanitizerReport:
     shown_all: bool = False  # stopped by fa once it had printed PRINT_LIMIT reports: the rest only counted
 
     def counted(self, noun: str = "") -> str | None:
-        """The reports in all, as words ("16384 errors in all" with noun "errors"), or where fa
-        stopped the tool at its print limit, that; None where the tool gave no count."""
+        """The reports in all in words ("16384 errors in all"), or fa's stop at the print limit; None: no count."""
         if self.shown_all:
             return f"its first {PRINT_LIMIT} reports shown: fa stopped the tool there, any more would only be counted"
         return f"{self.count} {noun + ' ' if noun else ''}in all" if self.count else None
@@ -329,10 +323,17 @@ def sanitizer_lines(first: list[str]) -> list[str]:
     return [first[0].removeprefix("Error: ")] + (["; ".join(detail)] if detail else [])
 
 
+ATOMIC_UNWRITTEN = ("an atomic add onto memory nothing wrote first: an accumulator not zeroed there (no memset over "
+                    "it, or one of too few bytes: a count of floats where bytes belong)")
+
+
 def unwritten_output(first: list[str], B: int, N: int, d: int) -> str | None:
-    """Where initcheck's report of a copy whose source was never written falls in the output, where
-    the copy is the whole output (B*N*d floats): its batch, row and column; None else."""
+    """What initcheck's first report tells: a read by an atomic add (an accumulator never zeroed), or
+    where a copy back of the whole output (B*N*d floats) whose source was never written falls in it:
+    its batch, row and column; None else."""
     text = " ".join(first)
+    if re.search(r"Uninitialized __global__ memory read.*?\bat (?:void )?atomic", text):
+        return ATOMIC_UNWRITTEN
     copy = re.search(r"host access to (0x[0-9a-f]+) of size ([\d,]+) bytes", text)
     read = re.search(r"Uninitialized access to (0x[0-9a-f]+) on access by cudaMemcpy\w* source", text)
     if not copy or not read:

@@ -5,7 +5,8 @@
                 row it is wrong from placed as the next batch's output at b*N*c, c a constant where
                 d belongs)
   whole tiles   N cut to a multiple of 16, 32, 64 and 128 in turn: where the program is right
-                at every multiple and wrong at the case's N, the partial tile is what it gets wrong
+                at every multiple and wrong at the case's N, a partial tile is what it gets wrong,
+                said with the rows it leaves wrong (the last tile's, or all but row 0: a pitch)
   wavefronts    hw4.hip through the MI210 emulation, built again with 32-lane wavefronts: right
                 with 32 lanes and wrong with the MI210's 64 is a 32-lane assumption (the shuffle
                 and lane lines of the source are shown)
@@ -38,8 +39,7 @@ class BatchAlone(Probe):
         bad = ~(np.abs(ctx.facts.out - ctx.facts.true) <= ctx.tol)
         per_batch = bad.any(axis=(1, 2))
         ctx.facts.wrong_batches = np.flatnonzero(per_batch)
-        first_rows = bad[0].any(axis=1)  # batch 0 wrong in some rows, right in others: a batch may reach it
-        return bool(per_batch[1:].any()) and (not per_batch[0] or not first_rows.all())
+        return bool(per_batch.any())  # batch 0 wrong too, even in every row: a later batch's place may reach it
 
     def run(self, ctx: Context) -> list[Finding]:
         b = int(ctx.facts.wrong_batches[0])
@@ -111,11 +111,28 @@ class WholeTiles(Probe):
             return tile_parity(ctx, ran, said, odd)
         T = partial[0]
         also = (f"; or, alike at each of these N, an odd count of key tiles of {odd[0]}: {PARITY_WORDS}") if odd else ""
-        lines = [f"measured: {said}: wrong exactly where N is no multiple of {T}: the last, partial tile of {T} keys "
-                 f"or query rows is what it gets wrong{also}; look at the bounds inside a tile (j < N, row < N) and "
-                 f"the tile counts{' and where the buffer index is set' if odd else ''}"]
+        lines = [f"measured: {said}: wrong exactly where N is no multiple of {T}{also}; {partial_rows(ctx, T)}"
+                 f"{' and where the buffer index is set' if odd else ''}"]
         unmasked = unmasked_keys(ctx, [t for t in KEY_TILES if N % t])
         return measured(ctx, lines + ([unmasked] if unmasked else []), whole_tiles=sorted(ran), partial_tile=T)
+
+
+def partial_rows(ctx: Context, T: int) -> str:
+    """Which rows a partial last tile of T leaves wrong, and where to look: only the last tile's
+    query rows (a row bound), every row but row 0 of each batch (a row pitch of N against one
+    rounded up to T: row 0 starts at 0 at either pitch), or the rows in general (a key bound)."""
+    wrong = (~(np.abs(ctx.facts.out - ctx.facts.true) <= ctx.tol)).any(axis=2)  # (B, N): rows wrong
+    N = ctx.probe.shape.N
+    start = N - N % T
+    if not wrong[:, :start].any():
+        return (f"only rows {start}..{N - 1}, the last, partial tile of {T} query rows, are wrong; look at the "
+                "bounds inside a tile (row < N) and the tile counts")
+    if not wrong[:, 0].any() and wrong[:, 1:].all():
+        return (f"every row but row 0 of each batch is wrong: row 0 starts at float 0 at any row pitch, so a row "
+                f"pitch of N in one place and N rounded up to {T} (a padded row, as of a buffer of scores) in another "
+                "fits; look at the pitch each kernel is given and uses")
+    return (f"not only the last tile's query rows: the last, partial tile of {T} keys, or a size rounded up to "
+            f"{T} in one place and N in another; look at the bounds inside a tile (j < N, row < N) and the tile counts")
 
 
 PARITY_WORDS = ("a state carried from tile to tile that an odd count leaves wrong (a double buffer's index not reset "
@@ -232,21 +249,23 @@ class Wavefronts(Probe):
         got = ctx.run(ctx.probe, program=narrow)
         if right(ctx, got, ctx.probe):
             own = ctx.source.read_text(errors="replace").splitlines()
+            found, mixed = wave64.lane_lines(ctx.source)
             lines = [(name, n, own[n - 1] if name == ctx.source.name and n <= len(own) else text)
-                     for name, n, text in wave64.lane_lines(ctx.source)]
+                     for name, n, text in found]
+            order = "warpSize's first, beside a 32 written out" if mixed else "32 written out first"
             shown = "; ".join(f"{name} line {n}: {text.strip()[:60]}" for name, n, text in lines[:4])
             if stopped:  # no output with 64 lanes: the emulation's own line, where it names the call
                 return measured(ctx, [
                     f"measured: right with 32-lane wavefronts; with the emulation's 64 no output of the right size "
                     f"(its last run: {stopped}) (the same input, {ctx.probe.label}, built both ways): a 32-lane "
                     "assumption" + ("" if " line " in stopped or not shown
-                                    else f"; the lane lines, 32 written out first: {shown}")],
+                                    else f"; the lane lines, {order}: {shown}")],
                     wave32=True)
             return measured(ctx, [
                 f"measured: right with 32-lane wavefronts, wrong with the MI210's 64 (the same input, "
                 f"{ctx.probe.label}, built both ways): a 32-lane assumption (a shuffle at the default width, "
                 f"warpSize, or lanes counted modulo 32)"
-                + (f"; the lane lines, 32 written out first: {shown}" if shown else "")],
+                + (f"; the lane lines, {order}: {shown}" if shown else "")],
                 wave32=True)
         if got is None:
             return [Finding(Kind.OBSERVED, [f"measured: no output of the right size with 32-lane wavefronts either "
@@ -275,8 +294,8 @@ class NotFinite(Probe):
                          for n, ok in tried)
         lines = [f"measured: {share:.1%} of the output on {ctx.probe.label} is NaN or infinite; the probe cut to "
                  f"fewer keys: {said}"]
-        if tried and tried[0][1] is False:
-            lines.append("NaN with a single key already: the first tile's update makes it (the running max starts "
-                         "at -inf: exp(m_new - m_old) is inf there, and inf * 0 is NaN; or 0 / 0 in the division)")
-            return measured(ctx, lines, nonfinite_from_first_tile=True)
+        if tried and tried[0][1] is False:  # no mechanism yet: the tools after the probes still look
+            lines.append("NaN with a single key already: made by the first tile's work or the row's division, not "
+                         "by keys meeting (as where the running max starts at -inf and exp(m_new - m_old) is inf, "
+                         "inf * 0 NaN; or 0 / 0; or a row's max or sum read before anything wrote it)")
         return [Finding(Kind.OBSERVED, lines)]

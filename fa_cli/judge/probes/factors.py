@@ -46,10 +46,14 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
         (f"; f = 1, the row right, in {right} of the {off.size} rows" if right else "") + ")"
     if np.mean(np.abs(np.log(f * total)) <= FLAT) >= FIT_SHARE:
         return f"{said}: f = 1 / l: the output is divided by l twice", fields
-    undivided = np.abs(np.log(f / total)) <= FLAT
+    undivided, right_rows = np.abs(np.log(f / total)) <= FLAT, np.abs(np.log(f)) <= FLAT
     if np.mean(undivided) >= FIT_SHARE:
         return f"{said}: f = l: the final division of the output by the running sum l is missing" \
-            + divided_first(undivided, np.abs(np.log(f)) <= FLAT), fields
+            + divided_first(undivided, right_rows), fields
+    if (where := undivided_batches(undivided, right_rows)):
+        return f"{said}: f = l in {where}, f = 1 in every other: those rows never divided by their running sum l" \
+            + (": a division launched batch by batch that leaves out the last (one that divides batch b - 1 after "
+               "batch b's work, nothing after the loop)" if where.startswith("the last") else ""), fields
     if (which := wrong_sum(f, s, total, fields)) is not None:
         return f"{said}, f = (the right l) / (l the program divided by): {which}", fields
     if np.ptp(np.log(fitted)) <= FLAT:
@@ -152,6 +156,18 @@ def signed_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str,
             "its sign flipped", fields
     return (f"{said}: as if divided by an l that is negative there (no sum of weights is), or the output negated "
             "in those rows; none of the scores' sums fa tried fits; look at what l sums and at the output's sign"), fields
+
+
+def undivided_batches(undivided: np.ndarray, right: np.ndarray) -> str | None:
+    """Where some batches' rows are all undivided (f = l) and every other batch's right: those
+    batches in words ("the last batch's rows", "batches 1, 3"); None otherwise."""
+    whole, fine = undivided.all(axis=1), right.all(axis=1)
+    if not (whole | fine).all() or not whole.any() or whole.all():
+        return None
+    batches = np.flatnonzero(whole)
+    if batches.tolist() == [undivided.shape[0] - 1]:
+        return f"the last batch's rows (batch {batches[0]})"
+    return "the rows of batch" + ("es " if batches.size > 1 else " ") + ", ".join(map(str, batches))
 
 
 def divided_first(undivided: np.ndarray, right: np.ndarray) -> str:

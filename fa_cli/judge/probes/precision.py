@@ -1,8 +1,8 @@
 """Whether a wrong output is a lower precision's rounding rather than a wrong formula: the probe's
 output against float64 attention with one part rounded to fp16, bf16 or tf32 (the inputs, Q and K
 of the scores' product, K and V (tiles kept in the format), Q alone, Q after its 1/sqrt(d) scale,
-each score once it is summed and scaled, P before P V, the output; an online
-softmax's running sum or accumulator, rounded key after key; the scores' dot product summed in the
+each score once it is summed and scaled, P before P V, the output, the row max the weights use; an
+online softmax's running sum or accumulator, rounded key after key; the scores' dot product summed in the
 format dim after dim, by fused multiply-adds or by products rounded and added, q scaled before or
 the sum after); or the scores kept in an int (each truncated, or summed in an int). A rounding
 that gives the output to a fraction of its error against float64 is
@@ -56,6 +56,9 @@ def attention(q, k, v, form: str, part: str) -> np.ndarray:
         scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
         q = rounded((q.astype(np.float32) * scale).astype(np.float64), form) / np.float64(scale)
     s = logits(q, k)
+    if part == "row max":  # m stored in the format for the weights, l summed against the exact m
+        m = s.max(axis=-1, keepdims=True)
+        return np.matmul(np.exp(s - rounded(m, form)) / np.exp(s - m).sum(axis=-1, keepdims=True), v)
     p = softmax_rows(rounded(s, form) if part == "score values" else s)
     if part == "weights":
         p, v = rounded(p, form), rounded(v, form)
@@ -138,7 +141,10 @@ PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product",
          "score values": "each score q . k / sqrt(d) (a scores buffer or register kept in it, the sum in float32)",
          "scaled query": "Q scaled by 1/sqrt(d) (the query row kept in it after its scale, K and V not)",
          "weights": "P and V of the product P V",
-         "output": "the output", "sum": "the softmax's running sum l, key after key,",
+         "output": "the output",
+         "row max": "the row's max m as the weights use it (l summed against the exact max, as where m is stored "
+                    "for a later kernel or pass)",
+         "sum": "the softmax's running sum l, key after key,",
          "accumulator": "the output's running accumulator, key after key,",
          "fma before": "the scores' dot product, dim after dim (q scaled first; q, k and each fused multiply-add",
          "sum before": "the scores' dot product, dim after dim (q scaled first; each product and each sum",
@@ -200,7 +206,7 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
         # first of them in the table's order is named, the others said as the same here
         forms = [f for f in UNIT_ROUNDOFF if misses[(f, part)][0] <= max(1.5 * miss, 1e-9)]
         also = f" (or {', '.join(forms[1:])}: the same here)" if forms[1:] else ""
-        how = "kept in" if part in RUNNING else "in" if part in DOT else "rounded to"
+        how = "kept in" if part in RUNNING + ("row max",) else "in" if part in DOT else "rounded to"
         closing = ")" if part in DOT else ""
         some = part in SOME_ROWS and out.shape[1] > ONLINE_ROWS
         on = f" (on the first {ONLINE_ROWS} rows of each batch)" if some else ""
@@ -221,6 +227,6 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
     return (f"the error is the size of {' or '.join(sorted(set(sizes)))} rounding (median relative error "
             f"{fmt(typical)}; unit roundoff {', '.join(f'{f} {fmt(UNIT_ROUNDOFF[f])}' for f in sorted(set(sizes)))}), "
             "but no rounding fa simulated (inputs, Q and K, K and V, Q alone or scaled, the scores, P and V, the "
-            "output, the running sum, the accumulator, "
+            "output, the row max, the running sum, the accumulator, "
             "the scores' dot product summed in the format) "
             "gives the output"), False
