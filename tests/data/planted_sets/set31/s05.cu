@@ -1,0 +1,239 @@
+// hw4.cu: FlashAttention forward, homework 4 (persistent blocks taking work from a counter).
+//
+//   ./hw4 INPUT OUTPUT       O_b = softmax(Q_b K_b^T / sqrt(d)) V_b for every batch b
+//
+// A work item is one (batch, query tile of BR rows). Only as many blocks as fit on the GPU at once
+// are launched; each does the item of its own index first and then asks a global counter for the
+// next one until none is left. Inside an item: thread per row, K/V tiles in shared memory (K padded
+// to d + 1), online softmax per tile. Built from the course seed (fa init).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+// ---------------------------------------------------------------- errors
+// Every CUDA call goes through CHECK: a failure prints where it happened and what CUDA said.
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    cudaError_t err_ = (call);                                                                  \
+    if (err_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "hw4: %s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+static void fail(const char* what, const char* path) {
+  std::fprintf(stderr, "hw4: %s: %s\n", path, what);
+  std::exit(2);
+}
+
+// ---------------------------------------------------------------- input and output
+struct Input {
+  int B, N, d;
+  std::vector<float> qkv;  // per batch: Q (N x d), K (N x d), V (N x d)
+};
+
+static Input read_input(const char* path) {
+  FILE* f = std::fopen(path, "rb");
+  if (!f) fail("cannot open the input", path);
+  Input in;
+  int header[3];
+  if (std::fread(header, sizeof(int), 3, f) != 3) fail("no 12-byte header B, N, d", path);
+  in.B = header[0], in.N = header[1], in.d = header[2];
+  if (in.B <= 0 || in.N <= 0) fail("B and N must be positive", path);
+  if (in.d != 32 && in.d != 64) fail("d must be 32 or 64", path);
+  in.qkv.resize((size_t)in.B * 3 * in.N * in.d);
+  if (std::fread(in.qkv.data(), sizeof(float), in.qkv.size(), f) != in.qkv.size()) fail("file too short", path);
+  if (std::fgetc(f) != EOF) fail("file longer than 12 + 12*B*N*d bytes", path);
+  std::fclose(f);
+  return in;
+}
+
+static void write_output(const char* path, const std::vector<float>& out) {
+  FILE* f = std::fopen(path, "wb");
+  if (!f) fail("cannot write the output", path);
+  if (std::fwrite(out.data(), sizeof(float), out.size(), f) != out.size() || std::fclose(f) != 0)
+    fail("write failed", path);
+}
+
+// ---------------------------------------------------------------- timing (optional)
+// With FA_TIMING=1 in the environment the program prints one line on stderr, the seconds of each
+// stage, in the format of fa's own programs:
+//   fa-timing: init=S read=S h2d=S kernel=S d2h=S write=S total=S impl=NAME arch=ARCH device=NAME
+// fa sets FA_TIMING=1 when it runs a program, and `fa bench` and `fa compare --plot` show these
+// stages; without the line they show the whole process only. Nothing else depends on it: keep the
+// stage names and the format if you change it, or delete this section and the lines using it.
+static double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Timing {
+  double init, read, h2d, kernel, d2h, write, total;
+  std::string impl, arch, device;
+  Timing() : init(0), read(0), h2d(0), kernel(0), d2h(0), write(0), total(0), impl("attention_rows") {}
+  void print_if_asked() const {
+    const char* flag = std::getenv("FA_TIMING");
+    if (!flag || !*flag || std::strcmp(flag, "0") == 0) return;
+    std::string name = device;  // spaces written as '_', to keep the line key=value
+    for (size_t i = 0; i < name.size(); ++i)
+      if (name[i] == ' ') name[i] = '_';
+    std::fprintf(stderr,
+                 "fa-timing: init=%.6f read=%.6f h2d=%.6f kernel=%.6f d2h=%.6f write=%.6f total=%.6f impl=%s arch=%s "
+                 "device=%s\n",
+                 init, read, h2d, kernel, d2h, write, total, impl.c_str(), arch.c_str(), name.c_str());
+  }
+};
+
+// ---------------------------------------------------------------- the kernel
+#ifndef BR
+#define BR 64  // query rows per item: one thread each
+#endif
+#ifndef BC
+#define BC 32  // keys per K/V tile in shared memory
+#endif
+
+template <int D>
+__global__ void __launch_bounds__(BR) attention_persistent(const float* __restrict__ qkv, float* __restrict__ out,
+                                                           int N, int tiles, int total, int* next_item) {
+  __shared__ float Ks[BC * (D + 1)];
+  __shared__ float Vs[BC * D];
+  __shared__ int s_item;
+  const int tid = threadIdx.x;
+  const float scale = 1.0f / sqrtf((float)D);
+
+  int item = blockIdx.x;  // the first item of a block is its own index
+  while (item < total) {
+    const int b = item / tiles, i = (item % tiles) * BR + tid;
+    const bool valid = i < N;
+    const float* qb = qkv + (size_t)b * 3 * N * D;
+    const float* kb = qb + (size_t)N * D;
+    const float* vb = kb + (size_t)N * D;
+
+    float q[D], o[D];
+#pragma unroll
+    for (int x = 0; x < D; ++x) q[x] = valid ? qb[(size_t)i * D + x] * scale : 0.f, o[x] = 0.f;
+    float m = -INFINITY, l = 0.f;
+
+    for (int j0 = 0; j0 < N; j0 += BC) {
+      const int bc = min(BC, N - j0);
+      for (int e = tid; e < bc * D; e += BR) {
+        const int r = e / D, c = e % D;
+        Ks[r * (D + 1) + c] = kb[(size_t)(j0 + r) * D + c];
+        Vs[r * D + c] = vb[(size_t)(j0 + r) * D + c];
+      }
+      __syncthreads();
+      float s[BC];
+      float tmax = m;
+#pragma unroll
+      for (int jj = 0; jj < BC; ++jj) {
+        float acc = 0.f;
+#pragma unroll
+        for (int x = 0; x < D; ++x) acc += q[x] * Ks[jj * (D + 1) + x];
+        s[jj] = jj < bc ? acc : -INFINITY;
+        tmax = fmaxf(tmax, s[jj]);
+      }
+      const float alpha = __expf(m - tmax);
+#pragma unroll
+      for (int x = 0; x < D; ++x) o[x] *= alpha;
+      float psum = 0.f;
+#pragma unroll
+      for (int jj = 0; jj < BC; ++jj) {
+        if (jj < bc) {
+          const float p = __expf(s[jj] - tmax);
+          psum += p;
+#pragma unroll
+          for (int x = 0; x < D; ++x) o[x] += p * Vs[jj * D + x];
+        }
+      }
+      l = l * alpha + psum;
+      m = tmax;
+      __syncthreads();
+    }
+    if (valid) {
+      float* dst = out + ((size_t)b * N + i) * D;
+#pragma unroll
+      for (int x = 0; x < D; ++x) dst[x] = o[x] / l;
+    }
+
+    // the next item: the counter hands out the items after the first gridDim.x
+    if (tid == 0) s_item = atomicAdd(next_item, 1) + gridDim.x;
+    __syncthreads();
+    item = s_item;
+    __syncthreads();  // everyone has read s_item before thread 0 writes it again
+  }
+}
+
+template <int D>
+static void launch_persistent(const float* d_qkv, float* d_out, int B, int N, int* d_next,
+                              const cudaDeviceProp& prop) {
+  const int tiles = (N + BR - 1) / BR;
+  const int total = B * tiles;
+  int per_sm = 0;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_persistent<D>, BR, 0));
+  const int grid = std::min(total, std::max(1, per_sm) * prop.multiProcessorCount);
+  // items 0 .. grid - 1 are taken by the blocks' own indices: the counter starts after them
+  CHECK(cudaMemcpy(d_next, &grid, sizeof(int), cudaMemcpyHostToDevice));
+  attention_persistent<D><<<grid, BR>>>(d_qkv, d_out, N, tiles, total, d_next);
+}
+
+// ---------------------------------------------------------------- main
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s INPUT OUTPUT\n", argv[0]);
+    return 2;
+  }
+  Timing timing;
+  const double start = seconds_now();
+  double t = start;
+  Input in = read_input(argv[1]);
+  timing.read = seconds_now() - t;
+  const size_t out_values = (size_t)in.B * in.N * in.d;
+  std::vector<float> out(out_values);
+
+  t = seconds_now();
+  CHECK(cudaFree(0));  // the GPU context is made here: its cost, not the first copy's
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  char arch[32];
+  std::snprintf(arch, sizeof arch, "sm_%d%d", prop.major, prop.minor);
+  timing.arch = arch, timing.device = prop.name;
+  timing.init = seconds_now() - t;
+
+  t = seconds_now();
+  float *d_qkv = NULL, *d_out = NULL;
+  CHECK(cudaMalloc(&d_qkv, in.qkv.size() * sizeof(float)));
+  CHECK(cudaMalloc(&d_out, out_values * sizeof(float)));
+  CHECK(cudaMemcpy(d_qkv, in.qkv.data(), in.qkv.size() * sizeof(float), cudaMemcpyHostToDevice));
+  timing.h2d = seconds_now() - t;
+
+  t = seconds_now();
+  timing.impl = "attention_persistent";
+  int* d_next = NULL;
+  CHECK(cudaMalloc(&d_next, sizeof(int)));
+  if (in.d == 32)
+    launch_persistent<32>(d_qkv, d_out, in.B, in.N, d_next, prop);
+  else
+    launch_persistent<64>(d_qkv, d_out, in.B, in.N, d_next, prop);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  timing.kernel = seconds_now() - t;
+
+  t = seconds_now();
+  CHECK(cudaMemcpy(out.data(), d_out, out_values * sizeof(float), cudaMemcpyDeviceToHost));
+  timing.d2h = seconds_now() - t;
+  CHECK(cudaFree(d_next));
+  CHECK(cudaFree(d_qkv));
+  CHECK(cudaFree(d_out));
+  t = seconds_now();
+  write_output(argv[2], out);
+  timing.write = seconds_now() - t;
+  timing.total = seconds_now() - start;
+  timing.print_if_asked();
+  return 0;
+}
