@@ -48,17 +48,30 @@ def test_the_first_changing_batch_right_and_steady_alone_names_the_batches_meeti
     [found] = step.run(ctx)
     whole = np.fromfile(ctx.trial.input_path, dtype="<f4", offset=len(header_bytes(SHAPE)))
     assert len(seen) == 3 and np.array_equal(seen[0], whole.reshape(SHAPE.B, -1)[1])  # batch 1's Q, K and V
-    assert found.kind == Kind.MEASURED and found.lines[0].startswith(
+    assert found.kind == Kind.OBSERVED and found.lines[0].startswith(  # an observation: the tools after still look
         "measured: batch 1 of t01, whose values changed between runs there, run as the only batch (batch 1 of t01 "
-        "(1x8x4)) 3 times: right every time, the same bit for bit: the race is where the batches run together"), found
+        "(1x8x4)) 3 times: right every time, the same bit for bit: its values change only where other batches run "
+        "beside it"), found
 
 
 def test_a_batch_that_changes_alone_too_is_a_race_within_its_blocks(ctx, monkeypatch):
     right = ctx.trial.expected[1:2]
     alone_giving(monkeypatch, [right.copy(), right + 0.5, right.copy()])
     [found] = batch_apart.ChangingBatchAlone().run(ctx)
-    assert found.kind == Kind.OBSERVED and "its values change alone too (failed 1 of 3): a race within a batch's " \
-        "own blocks" in found.lines[0], found
+    assert found.kind == Kind.OBSERVED and "its values change alone too (failed 1 of 3): a race within the batch's " \
+        "own blocks, or memory past a buffer's end read there" in found.lines[0], found
+
+
+def test_runs_alone_with_no_output_or_cut_by_the_budget_say_only_that(ctx, monkeypatch):
+    right = ctx.trial.expected[1:2]
+    alone_giving(monkeypatch, [None, right.copy(), None])
+    [found] = batch_apart.ChangingBatchAlone().run(ctx)
+    assert found.lines[0].endswith("3 times: no output of the right size in 2 of 3 runs"), found
+    alone_giving(monkeypatch, [right.copy()] * 3)
+    ctx.budget = Budget(0.5)  # less than a run's second: none starts
+    [found] = batch_apart.ChangingBatchAlone().run(ctx)
+    assert found.kind == Kind.MISSING_TOOL and found.lines[0].endswith(
+        "(batch 1 of t01 (1x8x4)): 0 of 3 runs before the budget was spent: nothing said of them"), found
 
 
 def test_a_case_whose_runs_agreed_or_of_one_batch_is_not_looked_at(ctx):

@@ -171,10 +171,10 @@ def test_source_hints_name_the_amd_only_pattern(tmp_path, plant, named):
         assert len(hints) == 1 and named in hints[0] and hints[0].startswith("planted_hw4.hip line "), hints
 
 
-def test_warpsize_beside_a_written_out_32_comes_first_among_the_lane_lines(tmp_path):
+def test_a_warpsize_test_beside_threads_grouped_by_32_comes_early_among_the_lane_lines(tmp_path):
     """Rows of 32 threads (tid >> 5, tid & 31) whose statistics are stored by tid % warpSize == 0:
-    on 64 lanes the warpSize line is where the two disagree, so it comes first; a program with
-    only written-out 32s keeps the shuffle of 16 first."""
+    on 64 lanes the warpSize test is where the two disagree, so it comes right after the shuffle
+    written for 32 lanes, before the grouping; a program with only written-out 32s is not mixed."""
     source = tmp_path / "rows.hip"
     source.write_text("__global__ void k(float* m) {\n"
                       "  const int tid = threadIdx.x, g = tid >> 5, t = tid & 31;\n"
@@ -183,10 +183,14 @@ def test_warpsize_beside_a_written_out_32_comes_first_among_the_lane_lines(tmp_p
                       "  if (tid % warpSize == 0) m[g] = v;\n"
                       "}\n")
     lines, mixed = wave64.lane_lines(source)
-    assert mixed and [n for _, n, _ in lines[:3]] == [5, 4, 2], lines
+    assert mixed and [n for _, n, _ in lines[:3]] == [4, 5, 2], lines  # the shuffle of 16, the test, the grouping
     source.write_text(source.read_text().replace("tid % warpSize == 0", "t == 0"))
     lines, mixed = wave64.lane_lines(source)
     assert not mixed and lines[0][1] == 4, lines
+    # warpSize used right (a lane's own test, a constant tile of 32) beside no grouping by 32: not mixed
+    source.write_text("__global__ void k(float* m) {\n  const int BC = 32, lane = threadIdx.x % warpSize;\n"
+                      "  if (lane == 0) m[threadIdx.x / warpSize] = BC;\n}\n")
+    assert not wave64.lane_lines(source)[1]
 
 
 @pytest.mark.slow  # builds through the layer

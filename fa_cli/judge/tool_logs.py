@@ -332,7 +332,7 @@ def unwritten_output(first: list[str], B: int, N: int, d: int) -> str | None:
     where a copy back of the whole output (B*N*d floats) whose source was never written falls in it:
     its batch, row and column; None else."""
     text = " ".join(first)
-    if re.search(r"Uninitialized __global__ memory read.*?\bat (?:void )?atomic", text):
+    if re.search(r"Uninitialized __global__ memory read.*?\bat (?:void )?(?:unsafeA|a)tomicAdd\b", text):
         return ATOMIC_UNWRITTEN
     copy = re.search(r"host access to (0x[0-9a-f]+) of size ([\d,]+) bytes", text)
     read = re.search(r"Uninitialized access to (0x[0-9a-f]+) on access by cudaMemcpy\w* source", text)

@@ -157,21 +157,22 @@ SHUFFLE_32 = re.compile(r"shfl\w*\s*\([^;]*,\s*(16|32)\s*\)|\boff\w*\s*=\s*16\b"
 LANES_32 = re.compile(r"&\s*31\b|%\s*32\b|/\s*32\b|[+-]=\s*32\b|=\s*32\s*;")
 
 
-WARP_SIZE = re.compile(r"\bwarpSize\b|fa_wave64_warp_size")
+WARP_SIZE_TEST = re.compile(r"[%/]\s*(?:warpSize|fa_wave64_warp_size)\b|(?:warpSize|fa_wave64_warp_size)\s*-\s*1\b")
+GROUPED_BY_32 = re.compile(r"&\s*31\b|%\s*32\b|>>\s*5\b|/\s*32\b")  # threads grouped in 32s
 
 
 def lane_lines(source: Path) -> tuple[list[tuple[str, int, str]], bool]:
     """The student's lines that use lanes (shuffles, warpSize, lane ids, indices modulo 32), those
     that write a 32-lane assumption out first (where a 64-lane wavefront breaks one, the literal is
     where it is written; warpSize and shuffles of a computed width are right on either), and
-    whether warpSize meets a written-out 32: then its lines come first (threads grouped by 32 and
-    tested by warpSize, 64 on the MI210, disagree there)."""
+    whether threads grouped in 32s are also tested by warpSize (a lane taken modulo warpSize, 64
+    on the MI210): then those tests come right after the shuffles written for 32 lanes."""
     lines = [line for line in student_lines(source)
              if LANE_CODE.search(line[2]) or LANES_32.search(line[2]) or SHUFFLE_32.search(line[2])]
-    written = [line for line in lines if SHUFFLE_32.search(line[2]) or LANES_32.search(line[2])]
-    mixed = bool(written) and any(WARP_SIZE.search(line[2]) for line in lines)
-    return sorted(lines, key=lambda line: 0 if mixed and WARP_SIZE.search(line[2]) else
-                  1 if SHUFFLE_32.search(line[2]) else 2 if LANES_32.search(line[2]) else 3), mixed
+    mixed = any(GROUPED_BY_32.search(line[2]) for line in lines) and \
+        any(WARP_SIZE_TEST.search(line[2]) for line in lines)
+    return sorted(lines, key=lambda line: 0 if SHUFFLE_32.search(line[2]) else
+                  1 if mixed and WARP_SIZE_TEST.search(line[2]) else 2 if LANES_32.search(line[2]) else 3), mixed
 
 
 # ---------------------------------------------------------------- what the run said

@@ -64,14 +64,18 @@ def first_batch_alone(ctx: Context, alone, right_alone: bool | None) -> list[Fin
     the batches meet: where batch 0 is wrong from one row to its end, and that row starts at float
     N*c (c a constant, not d), the next batch's output lands there: a batch offset of N*c where
     N*d belongs."""
+    if right_alone is None:
+        return [Finding(Kind.OBSERVED, [f"measured: batch 0 is wrong on {ctx.probe.label}; as the only batch "
+                                        f"({alone.label}) it wrote no output of the right size"])]
     if not right_alone:
         return [Finding(Kind.OBSERVED, [f"measured: batch 0 is wrong on {ctx.probe.label}, and as the only batch "
                                         f"({alone.label}) too: not a matter of the batches meeting"])]
     B, N, d = ctx.probe.shape.B, ctx.probe.shape.N, ctx.probe.shape.d
     rows = np.flatnonzero((~(np.abs(ctx.facts.out[0] - ctx.facts.true[0]) <= ctx.tol)).any(axis=1))
     said = (f"measured: batch 0 is right as the only batch ({alone.label}) and wrong among the {B} batches of "
-            f"{ctx.probe.label}, in rows {rows[0]}..{rows[-1]} ({rows.size} of {N}): the batches meet (one batch's "
-            "reads or writes reach another's place: its offset or stride)")
+            f"{ctx.probe.label}, in rows {rows[0]}..{rows[-1]} ({rows.size} of {N}): what it computes depends on "
+            "the other batches or on B (one batch's reads or writes reaching another's place, a batch's offset or "
+            "stride, or an index or value computed with B)")
     c = rows[0] * d // N
     if rows.size == N - rows[0] and rows[0] * d % N == 0 and c in BATCH_STRIDES and c != d:
         return measured(ctx, [said + f"; row {rows[0]} starts at float {rows[0] * d} = N*{c} of the batch: batch 1's "
@@ -124,6 +128,9 @@ def partial_rows(ctx: Context, T: int) -> str:
     wrong = (~(np.abs(ctx.facts.out - ctx.facts.true) <= ctx.tol)).any(axis=2)  # (B, N): rows wrong
     N = ctx.probe.shape.N
     start = N - N % T
+    if not start:  # N under one tile: its only tile is the partial one
+        return (f"N = {N} is less than one tile of {T}, its only tile a partial one; look at the bounds inside a "
+                "tile (j < N, row < N) and the tile counts")
     if not wrong[:, :start].any():
         return (f"only rows {start}..{N - 1}, the last, partial tile of {T} query rows, are wrong; look at the "
                 "bounds inside a tile (row < N) and the tile counts")
@@ -252,7 +259,8 @@ class Wavefronts(Probe):
             found, mixed = wave64.lane_lines(ctx.source)
             lines = [(name, n, own[n - 1] if name == ctx.source.name and n <= len(own) else text)
                      for name, n, text in found]
-            order = "warpSize's first, beside a 32 written out" if mixed else "32 written out first"
+            order = ("32 written out first, then lanes taken modulo warpSize where threads go in 32s" if mixed
+                     else "32 written out first")
             shown = "; ".join(f"{name} line {n}: {text.strip()[:60]}" for name, n, text in lines[:4])
             if stopped:  # no output with 64 lanes: the emulation's own line, where it names the call
                 return measured(ctx, [
