@@ -214,7 +214,8 @@ def test_a_build_that_forks_without_end_is_killed_and_said(tmp_path):
     proc = fa("run", "t01", "--program", folder / "hw4.cpp", "--sandbox",
               env={**os.environ, "FA_CACHE": str(tmp_path / "cache")}, cwd=tmp_path)
     assert proc.returncode != 0 and "does not build" in proc.stderr, proc.stderr
-    assert not [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).startswith("sleep\x0030")]
+    # exactly the build's `sleep 30`: another `sleep 300` on the machine is none of its processes
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).split("\x00")[:2] == ["sleep", "30"]]
 
 
 def test_a_confined_build_that_includes_fas_layer_header_reads_the_headers_it_includes(tmp_path):
