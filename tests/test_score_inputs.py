@@ -394,3 +394,31 @@ def test_k_transposed_in_blocks_whose_insides_stay_as_they_were_is_named_by_its_
     said = score_inputs.fitting(found, N, D)
     assert said is not None and said.startswith("each 32 x 32 block of K read transposed in place: k[j, x] taken "
                                                  "from K[j - j mod 32 + x mod 32, x - x mod 32 + j mod 32]"), said
+
+
+def tile_stored_and_read_at_pitches(k: np.ndarray, stored: int, read_at: int, tile: int = 32) -> np.ndarray:
+    """Each tile of keys stored at a pitch of `stored` floats a key (pad slots 0, never written) and
+    read at `read_at`: a static array's pitch for the widest d on one side, the d at hand on the other."""
+    n, d = k.shape
+    out = np.empty_like(k)
+    for j0 in range(0, n, tile):
+        floats = np.zeros(tile * max(stored, read_at) + d)
+        for r in range(min(tile, n - j0)):
+            floats[r * stored:r * stored + d] = k[j0 + r]
+        for jj in range(min(tile, n - j0)):
+            out[j0 + jj] = floats[jj * read_at:jj * read_at + d]
+    return out
+
+
+def test_a_tile_stored_at_one_pitch_and_read_at_another_is_named_with_both_not_as_rows_never_loaded():
+    """Stored at 65 floats a key (the d = 64 array's padded pitch) and read at 33 (d = 32's): key 0
+    of each tile right, the others take K's elements at other dims in runs, or a pad slot's 0."""
+    k = score_inputs.coded_keys(64, D)
+    inp = score_inputs.design(64, D, k)
+    terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
+        attention(inp, lambda kb: tile_stored_and_read_at_pitches(kb, 65, 33)).astype(np.float64), 64, D))
+    said = key_patterns.keys_in_part(terms, k)
+    assert said is not None and "other elements of K, at other dims, in runs along K's rows (e.g. key 2, dim 0 took " \
+        "K[1, 1]" in said, said
+    assert "every one fits a tile of 32 keys stored at a pitch of 65 floats a row and read at 33" in said, said
+    assert "rows of a tile of K that its load never wrote (a cooperative" not in said, said

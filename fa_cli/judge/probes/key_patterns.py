@@ -6,7 +6,8 @@
               memory held)
   in part     with key 0 read right, the keys read right repeat every m keys: rows of a tile of K
               that its load never wrote (not where the others are their own row's after all: off
-              by a constant, reordered, or another key's row of their own tile)
+              by a constant, reordered, or another key's row of their own tile); where the others
+              take elements of K at other dims, the tile read at other places than it was stored
   apart       the others right but for one constant a row: two sets of keys summed against maxima
               of their own and added without one max
   counted     every key right but a few whose weights count c times (c whole): the last key's, a
@@ -84,6 +85,12 @@ def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
     if partly or _structured(off[~ok], k[~ok], read[~ok], tol) or _of_their_tile(np.flatnonzero(~ok), read, k, m, tol):
         return None
     N = ok.size
+    if moved := _elements_moved(np.flatnonzero(~ok), read, k, m, tol):
+        return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} "
+                f"({int(ok.sum())} of {N}) take every term from their own row of K, the other {int((~ok).sum())} "
+                f"keys {moved}: the tile read at other places than its load stored it (a pitch or an offset of the "
+                "store and of the read that differ), not rows a load left unwritten (those hold what was there, at "
+                "their own dims)")
     return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} "
             f"({int(ok.sum())} of {N}) take every term from their own row of K, the other "
             f"{int((~ok).sum())} keys none from theirs: rows of a tile of K that its load never wrote (a "
@@ -171,6 +178,62 @@ def _structured(off: np.ndarray, k: np.ndarray, read: np.ndarray, tol: float) ->
     per_key = (np.ptp(off, axis=1) <= 4 * tol).mean() >= 0.9
     reordered = (np.abs(np.sort(read, axis=1) - np.sort(k, axis=1)) <= tol).all(axis=1).mean() >= 0.9
     return bool(shared or per_key or reordered)
+
+
+def _elements_moved(bad: np.ndarray, read: np.ndarray, k: np.ndarray, m: int, tol: float) -> str | None:
+    """Where a quarter or more of the terms of the keys read wrong are elements of K at another dim
+    than the term's own, in runs (dims x and x + 1 of a key taking K's elements f and f + 1: a row
+    of K read from a shifted place, not values met by chance): those terms in words with examples;
+    None otherwise (rows a load left as they were hold an earlier tile's row at the same dims, or
+    what the memory held)."""
+    d = k.shape[1]
+    values = k.ravel()
+    order = np.argsort(values)
+    ordered = values[order]
+    r = read[bad]
+    pos = np.clip(np.searchsorted(ordered, np.nan_to_num(r, nan=np.inf)), 1, ordered.size - 1)
+    pick = np.where(np.abs(r - ordered[pos - 1]) <= np.abs(r - ordered[pos]), pos - 1, pos)
+    with np.errstate(invalid="ignore"):
+        hit = np.abs(ordered[pick] - r) <= tol
+    source = order[pick]
+    moved = hit & (source % d != np.arange(d)[None, :])
+    pairs = moved[:, :-1] & moved[:, 1:]
+    in_runs = pairs & (source[:, 1:] - source[:, :-1] == 1)
+    if moved.sum() < 0.25 * moved.size or moved.sum() < 0.9 * hit.sum() or in_runs.sum() < 0.8 * max(pairs.sum(), 8):
+        return None
+    shown = "; ".join(f"key {bad[a]}, dim {x} took K[{source[a, x] // d}, {source[a, x] % d}]"
+                      for a, x in np.argwhere(moved)[:3])
+    rest = "the rest from no element of K" if (hit == moved).all() else \
+        f"{(hit & ~moved).mean():.0%} at their own dims, the rest from no element of K"
+    said = (f"take {moved.mean():.0%} of their terms from other elements of K, at other dims, in runs along K's rows "
+            f"(e.g. {shown}), {rest}")
+    return said + (f"; every one fits {fits}" if (fits := two_pitches(bad, source, moved, d, m)) else "")
+
+
+PITCHES = (16, 17, 32, 33, 64, 65, 128, 129)  # a tile's row pitch in floats: a width, or one more (padded)
+
+
+def two_pitches(bad: np.ndarray, source: np.ndarray, moved: np.ndarray, d: int, m: int) -> str | None:
+    """A tile of m keys whose load stores row r at a pitch of p floats and whose read takes key r's
+    dims at a pitch of q (tile_at_pitches): the (p, q) that every element taken at another dim
+    fits, in words; None where none does (or more than one)."""
+    keys, dims = np.nonzero(moved)
+    N = int(bad.max()) + m  # past every key read wrong: no key is cut off by the end
+    fitting = [(p, q) for p in PITCHES for q in PITCHES if p != q and p >= d and
+               np.array_equal(source[keys, dims], tile_at_pitches(bad[keys], dims, m, p, q, N, d))]
+    if len(fitting) != 1:
+        return None
+    p, q = fitting[0]
+    return (f"a tile of {m} keys stored at a pitch of {p} floats a row and read at {q}: key j0 + r, dim x takes "
+            f"K[j0 + (r*{q} + x) // {p}, (r*{q} + x) % {p}] (the store's and the read's pitches differ)")
+
+
+def tile_at_pitches(j, x, tile: int, wrote: int, read: int, N: int, d: int) -> np.ndarray:
+    """The flat element of K that key j's dim x takes where a tile of keys is stored at a pitch of
+    `wrote` floats a key and read at `read`; -1 on a pad slot or past the last key."""
+    place = (j % tile) * read + x
+    key, dim = j - j % tile + place // wrote, place % wrote
+    return np.where((dim < d) & (key < N), key * d + dim, -1)
 
 
 def _of_their_tile(bad: np.ndarray, read: np.ndarray, k: np.ndarray, m: int, tol: float) -> bool:

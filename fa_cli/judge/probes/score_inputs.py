@@ -41,7 +41,7 @@ from ...programs import wave64
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_counted,
-                           keys_in_part, keys_unweighed)
+                           keys_in_part, keys_unweighed, tile_at_pitches)
 from .linear_map import map_rows
 from .readings import TINY_WEIGHT, measured
 from .step import Context, Probe, ProbeInput, spans
@@ -258,12 +258,6 @@ def formulas(N: int, d: int, names: Names = KEYS):
                            f"which holds {names.item} ({i}{i}*{read} + x) // {wrote}, dim ({i}{i}*{read} + x) % "
                            f"{wrote} of the tile"), \
                         "on the tile's pad slots, never written", tile_at_pitches(j, x, tile, wrote, read, N, d)
-
-
-def tile_at_pitches(j, x, tile: int, wrote: int, read: int, N: int, d: int) -> np.ndarray:
-    place = (j % tile) * read + x
-    key, dim = j - j % tile + place // wrote, place % wrote
-    return np.where((dim < d) & (key < N), key * d + dim, -1)
 
 
 def fitting(found: np.ndarray, N: int, d: int, names: Names = KEYS) -> str | None:
