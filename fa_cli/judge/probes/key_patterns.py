@@ -84,17 +84,14 @@ def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
     read = off + k  # what each key's terms took, on K's scale
     if partly or _structured(off[~ok], k[~ok], read[~ok], tol) or _of_their_tile(np.flatnonzero(~ok), read, k, m, tol):
         return None
-    N = ok.size
+    head = (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} "
+            f"({int(ok.sum())} of {ok.size}) take every term from their own row of K, the other {int((~ok).sum())} keys")
     if moved := _elements_moved(np.flatnonzero(~ok), read, k, m, tol):
-        return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} "
-                f"({int(ok.sum())} of {N}) take every term from their own row of K, the other {int((~ok).sum())} "
-                f"keys {moved}: the tile read at other places than its load stored it (a pitch or an offset of the "
+        return (f"{head} {moved}: the tile read at other places than its load stored it (a pitch or an offset of the "
                 "store and of the read that differ), not rows a load left unwritten (those hold what was there, at "
                 "their own dims)")
-    return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} "
-            f"({int(ok.sum())} of {N}) take every term from their own row of K, the other "
-            f"{int((~ok).sum())} keys none from theirs: rows of a tile of K that its load never wrote (a "
-            f"cooperative load loop whose start or stride reaches only those rows of every {m})")
+    return (f"{head} none from theirs: rows of a tile of K that its load never wrote (a cooperative load loop whose "
+            f"start or stride reaches only those rows of every {m})")
 
 
 def keys_apart(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:
@@ -180,6 +177,13 @@ def _structured(off: np.ndarray, k: np.ndarray, read: np.ndarray, tol: float) ->
     return bool(shared or per_key or reordered)
 
 
+def nearest(values: np.ndarray, wanted: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """The index of the value (of K, sorted) nearest each wanted one, and whether it is within tol."""
+    at = np.clip(np.searchsorted(values, wanted), 1, values.size - 1)
+    near = np.where(np.abs(values[at] - wanted) < np.abs(values[at - 1] - wanted), at, at - 1)
+    return near, np.abs(values[near] - wanted) <= tol
+
+
 def _elements_moved(bad: np.ndarray, read: np.ndarray, k: np.ndarray, m: int, tol: float) -> str | None:
     """Where a quarter or more of the terms of the keys read wrong are elements of K at another dim
     than the term's own, in runs (dims x and x + 1 of a key taking K's elements f and f + 1: a row
@@ -187,14 +191,9 @@ def _elements_moved(bad: np.ndarray, read: np.ndarray, k: np.ndarray, m: int, to
     None otherwise (rows a load left as they were hold an earlier tile's row at the same dims, or
     what the memory held)."""
     d = k.shape[1]
-    values = k.ravel()
-    order = np.argsort(values)
-    ordered = values[order]
-    r = read[bad]
-    pos = np.clip(np.searchsorted(ordered, np.nan_to_num(r, nan=np.inf)), 1, ordered.size - 1)
-    pick = np.where(np.abs(r - ordered[pos - 1]) <= np.abs(r - ordered[pos]), pos - 1, pos)
+    order = np.argsort(k.ravel())
     with np.errstate(invalid="ignore"):
-        hit = np.abs(ordered[pick] - r) <= tol
+        pick, hit = nearest(k.ravel()[order], np.nan_to_num(read[bad], nan=np.inf), tol)
     source = order[pick]
     moved = hit & (source % d != np.arange(d)[None, :])
     pairs = moved[:, :-1] & moved[:, 1:]

@@ -41,7 +41,7 @@ from ...programs import wave64
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_counted,
-                           keys_in_part, keys_unweighed, tile_at_pitches)
+                           keys_in_part, keys_unweighed, nearest, tile_at_pitches)
 from .linear_map import map_rows
 from .readings import TINY_WEIGHT, measured
 from .step import Context, Probe, ProbeInput, spans
@@ -173,16 +173,9 @@ def _matches(values: np.ndarray, constants: np.ndarray, seen: np.ndarray,
     """For the constant under which the most terms land on a value of K (chosen on a few terms, then
     applied to all): which do, and where."""
     few = seen[np.linspace(0, seen.size - 1, min(seen.size, 12)).astype(int)]
-    best = int(_nearest(values, constants[:, None] + few[None, :], tol)[1].sum(axis=1).argmax())
-    at, hit = _nearest(values, constants[best] + seen, tol)
+    best = int(nearest(values, constants[:, None] + few[None, :], tol)[1].sum(axis=1).argmax())
+    at, hit = nearest(values, constants[best] + seen, tol)
     return hit, at
-
-
-def _nearest(values: np.ndarray, wanted: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray]:
-    """The index of the value of K nearest each wanted one, and whether it is within tol."""
-    at = np.clip(np.searchsorted(values, wanted), 1, values.size - 1)
-    nearest = np.where(np.abs(values[at] - wanted) < np.abs(values[at - 1] - wanted), at, at - 1)
-    return nearest, np.abs(values[nearest] - wanted) <= tol
 
 
 @dataclass(frozen=True)
