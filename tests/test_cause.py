@@ -401,3 +401,24 @@ def test_a_run_the_sandbox_ended_at_a_limit_is_said_once_and_tried_no_more(tmp_p
     for other in (None, "slurm: job cancelled", "hw4: killed: a message of its own"):
         assert not step.applies(Context(program, None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "t01",
                                         verdict="ERROR", launcher_says=other))
+
+
+def test_a_race_the_emulation_made_is_no_finding_of_a_failing_hip_program():
+    """On the MI210 emulation a racecheck hazard with no line in the student's file is the
+    emulation's own two warps meeting (set30's s12: row_stats+0x1120 against +0x1510): said among
+    what was tried, not as the program's race, so the steps after it (initcheck) still run; the same
+    report with the student's line stays a finding."""
+    from types import SimpleNamespace
+    from fa_cli.judge.cause import Sanitizer
+    from fa_cli.judge.tool_logs import SanitizerReport
+    no_line = ["Error: Race reported between Write access at row_stats<(int)64>+0x1120",
+               "    and Read access at row_stats<(int)64>+0x1510 [32768 hazards]"]
+    ctx = SimpleNamespace(done=[], findings=[])
+    case = SimpleNamespace(label="batch 0 of t02 (1x128x64)", shape=None)
+    said = SanitizerReport("racecheck", no_line, 1, finished=True)
+    assert Sanitizer.told(ctx, case, said, "s12.hip") is True
+    assert ctx.findings == [] and "not said as the program's" in ctx.done[0], ctx.done
+    with_line = [no_line[0] + " in /s/s12.hip:130", no_line[1]]
+    assert Sanitizer.told(ctx, case, SanitizerReport("racecheck", with_line, 1, finished=True), "s12.hip") is False
+    assert ctx.findings and ctx.findings[0].kind.value == "racecheck", ctx.findings
+    assert Sanitizer.told(SimpleNamespace(done=[], findings=[]), case, said) is False  # hw4.cu: no such filter

@@ -30,6 +30,7 @@ what it would tell. The runs again are reruns.py; what the tools print is read i
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..programs import programs, sandbox, wave64
@@ -138,6 +139,17 @@ def timing_shown(ctx: Context) -> bool:
     return ctx.has(Kind.RACE, Kind.INTERMITTENT)
 
 
+NOT_THE_PROGRAMS = ("with no source line: not said as the program's, since on the MI210 emulation a wavefront's two "
+                    "warps also meet through shared memory, in the emulation's own code within the same kernel")
+
+
+def emulations_own(said: SanitizerReport, placed_in: str | None) -> bool:
+    """A racecheck hazard on the MI210 emulation with no line in the student's file (placed_in): the
+    emulation's own exchange between a wavefront's two warps, inlined in the student's kernel."""
+    return bool(placed_in) and said.tool == "racecheck" and bool(said.first) and \
+        not re.search(re.escape(placed_in) + r":\d+", " ".join(said.first))
+
+
 class Sanitizer(Step):
     """compute-sanitizer on a CUDA program's trial case; its first report, with lines where fa
     rebuilt the program with -lineinfo. A hw4.hip on the MI210 emulation (built by nvcc) gets its
@@ -177,14 +189,19 @@ class Sanitizer(Step):
             return True
         reports = sanitize_side_by_side(tools, with_lines(ctx.program).argv, case.input_path, ctx.work,
                                         ctx.budget.left, ctx.on_node)
-        return all([self.told(ctx, case, said) for said in reports])
+        placed_in = ctx.source.name if self.emulated and ctx.source else None
+        return all([self.told(ctx, case, said, placed_in) for said in reports])
 
     @staticmethod
-    def told(ctx: Context, case: TrialCase, said: SanitizerReport) -> bool:
-        """One tool's report added to what the case's steps found; True where it found nothing."""
+    def told(ctx: Context, case: TrialCase, said: SanitizerReport, placed_in: str | None = None) -> bool:
+        """One tool's report added to what the case's steps found; True where it found nothing.
+        placed_in: on the MI210 emulation, the student's file (race_check.emulations_own)."""
         tool = said.tool
         if said.checked_nothing:  # the tool's own error, whatever it printed after
             ctx.done.append(f"{tool} checked nothing on {case.label}: {NO_CUDA_CALL_SAID}")
+            return True
+        if emulations_own(said, placed_in):
+            ctx.done.append(f"{tool} on {case.label}: {sanitizer_lines(said.first)[0]} {NOT_THE_PROGRAMS}")
             return True
         if not said.first:
             if said.shown_all:

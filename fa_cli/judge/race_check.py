@@ -22,7 +22,7 @@ from ..files import atomic_file
 from ..programs import wave64
 from ..programs.programs import Launcher, Program
 from . import reference
-from .cause import with_lines
+from .cause import NOT_THE_PROGRAMS, emulations_own, with_lines
 from .findings import Finding, Kind
 from .probes.step import read_payload
 from .reruns import TrialCase
@@ -142,11 +142,9 @@ def told(said: SanitizerReport, shape: Shape, timeout: float, placed_in: str | N
         return [] if said.finished else [Finding(Kind.MISSING_TOOL, [f"race check: {said.tool} stopped after "
                                                                      f"{timeout:.0f} s with nothing reported"])]
     lines = sanitizer_lines(said.first)
-    if placed_in and said.tool == "racecheck" and not re.search(re.escape(placed_in) + r":\d+", " ".join(said.first)):
+    if emulations_own(said, placed_in):
         return [Finding(Kind.MISSING_TOOL, [f"race check: racecheck reports {lines[0].split(': ', 1)[-1]} on {shape} "
-                                            "with no source line: not said as the program's, since on the MI210 "
-                                            "emulation a wavefront's two warps also meet through shared memory, in "
-                                            "the emulation's own code within the same kernel"])]
+                                            f"{NOT_THE_PROGRAMS}"])]
     what = lines[0] if said.tool == "racecheck" else f"{TOOLS[said.tool]}: " + "; ".join(lines)
     if said.tool == "initcheck" and (where := unwritten_output(said.first, shape.B, shape.N, shape.d)):
         what += f" ({where})"
