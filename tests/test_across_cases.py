@@ -80,6 +80,17 @@ def test_splits_on_two_axes_that_both_fit_are_said_as_not_told_apart():
     assert "where B is odd fits them as well: these cases do not tell which" in lines[0], lines
 
 
+def test_a_split_that_an_n_from_which_every_case_fails_fits_too_says_so():
+    """set31's s10.hip: rows from 128 on never written fails 3x256x64, 1x200x64 and 3x200x32 and
+    passes the N = 128 cases, whose B are even: "B is odd" alone would be a false lead; from
+    N = 200 on fits them as well and is said beside it."""
+    found = across_cases.split_findings([Shape(2, 128, 32), Shape(2, 128, 64), Shape(16, 128, 64)],
+                                        [Shape(3, 256, 64), Shape(1, 200, 64), Shape(3, 200, 32)])
+    [line] = [f.lines[0] for f in found]
+    assert line.startswith("split: fails only where B is odd") and \
+        "from N = 200 on fits them as well: these cases do not tell which" in line, line
+
+
 def test_two_features_that_split_together_are_named_beside_an_n_that_fits_too():
     """One failing case, 2x256x64, against 2x128x32, 3x200x32 and 1x200x64: no feature alone splits
     them; d = 64 with B > 1 does, and so does N from 256: both said, neither alone."""

@@ -1226,6 +1226,29 @@ def test_a_scale_applied_again_at_every_key_tile_is_named_by_its_ratio():
                                        "weighed at 5.66 times the others' (= sqrt(d))"), finding.lines
 
 
+def test_some_rows_logits_at_a_factor_of_their_own_are_said_by_rows_and_named():
+    """set31's s07: a thread's second row (t + 64 of every 128) given the natural-base scale where
+    exp2 needs scale * log2(e): those rows weigh the logits times ln 2, the others right. Rows at
+    two factors of their own, or a right W: nothing."""
+    from fa_cli.judge.probes import tile_logits
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=128, d=32)
+    s = logits(inp.q, inp.k)
+    second = (np.arange(128) % 128 >= 64)[None, :, None]
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W = softmax_rows(np.where(second, s * np.log(2), s))
+    [finding] = tile_logits.LogitsByRow().run(ctx)
+    assert finding.lines[0].startswith("measured: rows 64..127 of every 128 (rows i with i mod 128 in 64..127) "
+                                       "(counted over the batches' rows, row b*N + r) weigh the scores at a factor "
+                                       "of their own"), finding.lines
+    assert "a = 0.693 = ln 2 (exp2 is given the logits without the factor log2(e))" in finding.lines[0], finding.lines
+    for W in (softmax_rows(s), softmax_rows(np.where(second, s * np.log(2), s * 2.0)), softmax_rows(s * 2.0)):
+        ctx.facts.W, ctx.facts.named = W, False
+        assert tile_logits.LogitsByRow().run(ctx) == []
+
+
 def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():
     """A key mask taken from the query tile's start (q0 + lane < N where j0 + lane belongs): rows
     112..127 of N = 128 weigh only the keys j mod 32 < 16, the softmax over those; the other rows

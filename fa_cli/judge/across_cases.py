@@ -90,9 +90,11 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
     splitting = [what for what, holds in SPLITS if all(holds(s) for s in failed) and not any(holds(s) for s in passed)]
     tiles = [what.rsplit(" ", 1)[1] for what in splitting if what.startswith("N is not")]
     said = [w for w in splitting if not w.startswith("N is not") or w.endswith(f" {tiles[0]}")]  # tiles said once
+    lowest = min(s.N for s in failed)
+    n_fits = all(s.N < lowest for s in passed)  # from some N on fits too: said beside a split, never left out
     for what in said:
         axis = "N" if what.startswith("N") else what[0]
-        alike = ""
+        alike = f"; from N = {lowest} on fits them as well: these cases do not tell which" if n_fits else ""
         if what.startswith("N is not") and len(tiles) > 1:
             alike = f"; not a multiple of {one_of(tiles[1:])} fits them as well: these cases do not tell the " \
                 "tiles apart"
@@ -101,8 +103,7 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
         found.append(Finding(Kind.SPLIT, [
             f"split: fails only where {what} (failing {axis}: {listing_of(getattr(s, axis) for s in failed)}; "
             f"passing {axis}: {listing_of(getattr(s, axis) for s in passed)}{alike})"], dict(only_where=what)))
-    lowest = min(s.N for s in failed)
-    from_n = not found and all(s.N < lowest for s in passed)
+    from_n = not found and n_fits
     pairs = [] if found else pair_splits(passed, failed)
     for what in pairs[:1]:
         alike = f"; from N = {lowest} on fits them as well: these cases do not tell which" if from_n else ""

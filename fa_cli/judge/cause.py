@@ -37,6 +37,7 @@ from ..programs import programs, sandbox, wave64
 from ..programs.devices import list_devices
 from ..programs.programs import Program
 from .findings import Finding, Kind
+from .launch_errors import shared_past_end
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
 from .steps import Context, Step
@@ -221,6 +222,8 @@ class Sanitizer(Step):
         lines = [f"{tool} on {case.label}{total}:{words}", *sanitizer_lines(said.first)]
         if tool == "initcheck" and (where := unwritten_output(said.first, case.shape.B, case.shape.N, case.shape.d)):
             lines.append(where)
+        if tool == "memcheck" and (past := shared_past_end(said.first, getattr(ctx, "run_stderr", ""))):
+            lines.append(past)
         ctx.findings.append(Finding(Kind(tool), lines, dict(report=said.first, count=said.count, on=case.label)))
         return False
 

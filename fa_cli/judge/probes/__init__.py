@@ -27,7 +27,8 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
   Factors            W / P per row, per key tile, per key (keys counted twice); log W against
                      the logits                          factors.py, partial_sums.py
-  LogitsByTile       the logits at a factor of their key tile's own          tile_logits.py
+  LogitsByTile,
+  LogitsByRow        the logits at a factor of their key tile's, or their row's, own  tile_logits.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
   Summary            W against P in numbers, where nothing was pinned down  readings.py
   Picture            P, W and W / P as a PNG                              picture.py
@@ -47,7 +48,7 @@ from .readings import (KeysLeftOutByRow, KeysWithoutWeight, OneKeyRangeARow, Oth
 from .query_inputs import QueryInputs
 from .score_inputs import ScoreInputs
 from .softmax_steps import SoftmaxSteps
-from .tile_logits import LogitsByTile
+from .tile_logits import LogitsByRow, LogitsByTile
 from .tile_transposed import TransposedTiles
 from .step import Step
 from .weights import ProbeRuns, ReadWeights
@@ -55,7 +56,7 @@ from .weights import ProbeRuns, ReadWeights
 PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
                              LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
                              TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
-                             TransposedTiles(), SoftmaxSteps(), Factors(), LogitsByTile(), BatchAlone(), WholeTiles(),
-                             Summary(), Picture())
+                             TransposedTiles(), SoftmaxSteps(), Factors(), LogitsByTile(), LogitsByRow(), BatchAlone(),
+                             WholeTiles(), Summary(), Picture())
 
 __all__ = ["PROBES", "design"]

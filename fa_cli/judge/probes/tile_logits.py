@@ -6,7 +6,8 @@ score it otherwise (its scale left out): then that tile's factor alone differs.
 
 Measured from W (one-hot V) and the true logits s: a_t by regression within each tile, the
 partial last one included (the row's constant cancels there), then the whole row checked against
-a_t s + one constant.
+a_t s + one constant. LogitsByRow: the same with a factor a_r of each row (rows whose scores were
+scaled otherwise: a thread's second row given the scale its first row's exp2 does not use).
 """
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import warnings
 
 import numpy as np
 
+from ..diagnose import periodic_rows
 from ..findings import Finding
 from ..mistakes import KEY_TILES
-from .factors import constant_name
+from .factors import SLOPE_WORDS, SLOPES, constant_name
 from .readings import LOOK, TINY_WEIGHT, WeightReading, measured
 from .step import Context, fmt, logits
 
@@ -103,3 +105,49 @@ class LogitsByTile(WeightReading):
             said += (f": each tile's factor the one before times {ratio}, a scale applied once more at each key tile "
                      "(the query or its scores scaled in place inside the loop over the tiles)")
         return said
+
+
+def row_slopes(y: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a, misfit): each row's factor a_r, the regression of log W on s within the row, and the
+    row's largest misfit of log W = a_r s + c_r (NaN in y: a weight too small to have a log)."""
+    st = np.where(np.isnan(y), np.nan, s)
+    dx = st - np.nanmean(st, axis=-1, keepdims=True)
+    dy = y - np.nanmean(y, axis=-1, keepdims=True)
+    a = np.nansum(dx * dy, axis=-1) / np.nansum(dx * dx, axis=-1)
+    return a, np.nanmax(np.abs(dy - a[..., None] * dx), axis=-1)
+
+
+def rows_in_words(rows: np.ndarray) -> str:
+    """Rows (B, N) as a pattern: a run within every tile of the flat rows, else a count."""
+    flat = np.flatnonzero(rows)
+    return periodic_rows(flat, np.arange(rows.size)) or (
+        f"rows {flat[0]}..{flat[-1]}" if np.array_equal(flat, np.arange(flat[0], flat[-1] + 1)) else
+        f"{flat.size} rows (e.g. {', '.join(map(str, flat[:4]))})")
+
+
+class LogitsByRow(WeightReading):
+    """Some rows' logits at one factor of their own (log W[r] = a s[r] + c_r with a != 1), the other
+    rows right: those rows' scores scaled otherwise than the rest."""
+
+    name = "the logits' factor by row"
+
+    def run(self, ctx: Context) -> list[Finding]:
+        W, d = ctx.facts.W, ctx.probe.shape.d
+        usable = W > TINY_WEIGHT
+        if usable.mean() < 0.5 or (usable.sum(axis=2) < 3).any():
+            return []
+        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            a, misfit = row_slopes(np.where(usable, np.log(W), np.nan), logits(ctx.probe.q, ctx.probe.k))
+        off = np.abs(a - 1) > ALIKE
+        if not np.isfinite(a).all() or np.nanmax(misfit) > FITS or not off.any() or off.all() or \
+                np.ptp(a[off]) > ALIKE * np.abs(a[off]).max():
+            return []
+        factor = float(a[off].mean())
+        name = next((k for k, f in SLOPES.items() if abs(factor / f(d) - 1) <= ALIKE), None) or constant_name(factor, d)
+        said = (f"measured: {rows_in_words(off)} (counted over the batches' rows, row b*N + r) weigh the scores at a "
+                f"factor of their own, log W = a * (the true logits) + a constant per row with a = {fmt(factor)}"
+                + (f" = {name}" + (f" ({SLOPE_WORDS[name]})" if name in SLOPE_WORDS else "") if name else "")
+                + ", every other row right (a = 1): those rows' scores are scaled otherwise (a second row of a "
+                "thread, or one part of the rows, given another scale)")
+        return measured(ctx, [said], LOOK["scale"], logit_factor=factor, named=name, rows=int(off.sum()))
