@@ -188,3 +188,40 @@ def test_a_pass_with_an_error_no_float32_program_makes_is_warned_with_its_lines(
     [found] = ErrorOfAPass().run(ctx)
     assert found.kind == Kind.WARNING and found.lines[0].startswith("passes n256, but its largest error there, 0.0031")
     assert "lines with a lower precision in hw4.cu: 2 `__half* h = 0;`" in found.lines[0], found.lines[0]
+
+
+def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing_case(tmp_path, monkeypatch):
+    """LargerInput's warning with every value checked names its input: the case steps run on it
+    as on a failing case (its own label, shape and float64 output), what they found said as the
+    larger input's; not where a case failed (that one was looked into), nor where the input is gone
+    (a warning kept from an earlier run of the build)."""
+    from types import SimpleNamespace
+    import numpy as np
+    from fa_cli.cases import generate
+    from fa_cli.cases.format import Shape
+    shape = Shape(2, 64, 32)
+    path = tmp_path / "larger-2x64x32.in"
+    generate.write_input(path, shape, seed=1)
+    warned = Finding(Kind.WARNING, ["passes the cases run, but ..."],
+                     dict(larger_wrong=5, larger_input=str(path), larger_shape=[2, 64, 32]))
+    seen = {}
+
+    def take(steps, ctx):
+        seen.update(label=ctx.case_label, shape=ctx.case_shape, verdict=ctx.verdict, correct=ctx.correct.shape,
+                    trial=ctx.trial.input_path, steps=steps)
+        return [Finding(Kind.OBSERVED, ["measured: something"]), Finding(Kind.HYPOTHESIS, [], {})]
+    monkeypatch.setattr(investigation, "take", take)
+    monkeypatch.setattr(investigation, "correct_output", lambda p, s, rows: np.zeros((s.B, s.N, s.d)))
+    ctx = Context(Program("p", "p"), None, tmp_path, Budget(60.0), lambda line: None, 5e-3, None, "", kind="cuda",
+                  results=[SimpleNamespace(verdict="PASS")], findings=[warned])
+    step = investigation.LargerLookedInto()
+    assert step.applies(ctx)
+    [said] = step.run(ctx)
+    assert said.lines == ["larger.in (the drawn B=2, N=64, d=32 input), looked into: measured: something"], said.lines
+    assert seen == dict(label="larger.in", shape=shape, verdict="WRONG", correct=(2, 64, 32), trial=path,
+                        steps=investigation.CASE_STEPS), seen
+    ctx.results = [SimpleNamespace(verdict="PASS"), SimpleNamespace(verdict="WRONG")]
+    assert not step.applies(ctx)
+    ctx.results = [SimpleNamespace(verdict="PASS")]
+    path.unlink()
+    assert not step.applies(ctx)

@@ -159,6 +159,29 @@ def test_rows_left_unwritten_past_a_grid_of_65535_blocks_are_read_as_its_end():
     assert larger_input.wrong_from(every, np.abs(every - correct) > 5e-3, shape, rows) is None
 
 
+def test_rows_wrong_from_the_end_of_a_logged_grids_first_pass_over_its_items_say_so():
+    """set31's s08 under the GTX 1080's rules: a grid-stride loop over 64-row items with a grid of
+    80 blocks (4 an SM) keeps its first item's queries: on 4 x 2048 x 32 every row from b * N + i =
+    5120 = 80 x 64 on is wrong. The launch log's grid places it; a row that is no such product, or
+    no log, says only where."""
+    from fa_cli.programs.timing import launches
+    shape = Shape(4, 2048, 32)
+    correct = RNG.uniform(-1, 1, (shape.B, shape.N, 4))
+    flat = np.arange(shape.B)[:, None] * shape.N + np.arange(shape.N)[None, :]
+    got = np.where((flat >= 5120)[:, :, None], correct + 1, correct)
+    wrong = np.abs(got - correct) > 5e-3
+    log = launches("fa-launch: launches=1 untimed=0 ms=0.5 grid=80x1x1 block=64x1x1 smem=16640 regs=40 "
+                   "kernel=void attention_items(const float *, float *, int, int)\n")
+    said = larger_input.wrong_from(got, wrong, shape, None, log)
+    assert said.startswith("every row checked is right before batch 2, row 1024 and wrong from there on: exactly where "
+                           "the first pass of attention_items's grid of 80 blocks over items of 64 rows ends (80 x "
+                           "64 = 5120"), said
+    assert larger_input.wrong_from(got, wrong, shape, None) == "every row checked is right before batch 2, row 1024 " \
+        "and wrong from there on"
+    other = np.where((flat >= 5000)[:, :, None], correct + 1, correct)
+    assert "first pass" not in larger_input.wrong_from(other, np.abs(other - correct) > 5e-3, shape, None, log)
+
+
 def test_rows_that_are_the_right_rows_scaled_are_read_with_their_factors():
     correct = RNG.uniform(-1, 1, (2, 16, 8))
     factor = RNG.uniform(0.02, 0.2, (2, 16, 1))

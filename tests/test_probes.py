@@ -11,7 +11,7 @@ from helpers import DATA, fa, stand_in_context
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge.findings import Kind
-from fa_cli.judge.probes import factors, indexing, layout, partial_sums, readings, softmax_steps
+from fa_cli.judge.probes import design, factors, indexing, layout, partial_sums, readings, softmax_steps
 from fa_cli.judge.probes.step import ProbeInput, guard_payload, logits, softmax_rows
 
 RNG = np.random.default_rng(3)
@@ -1548,3 +1548,62 @@ def test_the_rows_a_partial_tile_leaves_wrong_tell_a_row_bound_from_a_row_pitch(
     assert partial_rows(SimpleNamespace(facts=SimpleNamespace(out=true[:, :20] + 1, true=true[:, :20]), tol=5e-3,
                                         probe=SimpleNamespace(shape=Shape(2, 20, 8))), 32).startswith(
         "N = 20 is less than one tile of 32, its only tile a partial one")
+
+
+def test_key_splits_merged_with_their_rescale_reversed_are_named_by_their_parts():
+    """set31's s11: the keys in splits of N / 2 = 512, each merged with exp(M - m_split) where
+    exp(m_split - M) belongs: W / P constant within each part of 512 keys, its factor
+    exp(m_final - m_part)^2, said as the sign of the merge's rescale reversed."""
+    inp = probe(B=2, N=1024, d=32)
+    s = logits(inp.q, inp.k)
+    e = np.zeros_like(s)
+    for part in (slice(0, 512), slice(512, 1024)):
+        own = s[..., part].max(axis=2, keepdims=True)
+        e[..., part] = np.exp(s[..., part] - own) * np.exp(s.max(axis=2, keepdims=True) - own)
+    said, fields = factors.per_tile_factor(e / e.sum(axis=2, keepdims=True), softmax_rows(s), s)
+    assert fields["tile"] == 512 and fields["tile_factor"] == [0.0, 2.0, 0.0], fields
+    assert "the sign of the merge's rescale reversed" in said, said
+
+
+def test_one_hot_v_as_batches_of_one_run_reads_every_weight():
+    """design.onehot_batches: batch b * R + r holds batch b's Q and K with run r's one-hot V, so a
+    program whose batches are independent gives, in batch b * R + r, what run r gives in batch b."""
+    inp = probe(B=2, N=100, d=32)
+    together = design.onehot_batches(inp)
+    R = design.onehot_runs(inp.shape)
+    assert together.shape == Shape(2 * R, 100, 32)
+    out = together.output().reshape(2, R, 100, 32)
+    for r in range(R):
+        alone = inp.with_v(design.onehot_v(inp.shape, r), f"run {r}").output()
+        assert np.allclose(out[:, r], alone), r
+    assert design.larger_rows(256, 2048) == [512, 1024, 2048] and design.larger_rows(256, 1024) == [512, 1024]
+    assert design.larger_rows(200, 200) == [] and design.larger_rows(256, 4096) == [512, 1024, 2048]
+
+
+def test_a_designed_input_whose_last_batches_are_right_alone_and_wrong_within_it_is_left_out():
+    """set31's s08: a grid-stride loop that keeps its first item's queries computes the batches past
+    its grid with other rows' Q: within the many batches of a designed input the last ones are
+    wrong, run as the only two they are right. step.run_many says so and gives no output to read;
+    a program wrong in those batches alone as well (a batch offset left out) is read as before."""
+    from types import SimpleNamespace
+    from fa_cli.judge.probes.step import run_many
+    inp = probe(B=12, N=32, d=32)
+
+    def past_the_grid(x):
+        out = x.output().astype(np.float32)
+        if x.shape.B > 8:
+            out[-4:] = out[:4]
+        return out
+
+    def first_batchs_v(x):
+        return ProbeInput(x.q, x.k, np.repeat(x.v[:1], x.shape.B, axis=0)).output().astype(np.float32)
+
+    ctx = SimpleNamespace(tol=5e-3, run=past_the_grid)
+    got, apart = run_many(ctx, inp)
+    assert got is None and apart.startswith("batches 10 and 11 are wrong within this 12-batch input (by up to "), apart
+    assert "right run as the only two: what the program computes depends on a batch's place among many" in apart
+    ctx.run = first_batchs_v
+    got, apart = run_many(ctx, inp)
+    assert apart is None and got.shape == (12, 32, 32)
+    ctx.run = lambda x: x.output().astype(np.float32)
+    assert run_many(ctx, inp)[1] is None

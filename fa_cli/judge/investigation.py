@@ -17,6 +17,8 @@ from typing import Callable
 
 from .. import locations
 from ..cases import suite
+from ..cases.format import Shape
+from ..cases.suite import Target
 from ..programs import wave64
 from ..programs.programs import Launcher, Program
 from . import expected, probes, race_check, step_times
@@ -29,7 +31,7 @@ from .shared_poison import UnwrittenShared
 from .copied_back import CopiedBack
 from .across_cases import across_cases
 from .batch_coverage import BatchesCovered
-from .larger_input import LargerInput
+from .larger_input import LargerInput, correct_output
 from .batch_apart import ChangingBatchAlone
 from .cause import (AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun, SandboxLimit,
                     SyncInitcheck)
@@ -89,6 +91,38 @@ class AcrossCases(Step):
         return [Finding(f.kind, ["across the cases: " + " ".join(f.lines)], f.fields) for f in found]
 
 
+class LargerLookedInto(Step):
+    """A program that passed every case run and was wrong on LargerInput's drawn input, every value
+    checked: that input looked into as a failing case (CASE_STEPS), with what the budget has left;
+    what they found said as the larger input's."""
+
+    name = "the larger input, looked into as a failing case"
+
+    @staticmethod
+    def warned(ctx: Context) -> Finding | None:
+        return next((f for f in ctx.findings if f.fields.get("larger_input") and Path(f.fields["larger_input"]).exists()),
+                    None)
+
+    def applies(self, ctx: Context) -> bool:
+        return bool(ctx.results) and all(r.verdict == "PASS" for r in ctx.results) and \
+            self.warned(ctx) is not None and ctx.budget.left >= MIN_SECOND_S
+
+    def run(self, ctx: Context) -> list[Finding]:
+        warned = self.warned(ctx)
+        path, shape = Path(warned.fields["larger_input"]), Shape(*warned.fields["larger_shape"])
+        target = Target(LARGER_LABEL, path, shape, None)
+        case = Context(ctx.program, ctx.launcher, ctx.work, ctx.budget, ctx.say, ctx.tol, None, LARGER_LABEL,
+                       case_path=path, case_shape=shape, kind=ctx.kind, target=target, verdict="WRONG",
+                       correct=correct_output(path, shape, None))
+        case.whole = TrialCase(LARGER_LABEL, path, shape, case.correct)
+        case.trial = case.whole
+        return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {' '.join(f.lines)}"],
+                        f.fields) for f in take(CASE_STEPS, case) if f.lines]
+
+
+LARGER_LABEL = "larger.in"  # as the larger input's warning names it (its fa gen command writes that file)
+
+
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
     Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(),
@@ -99,7 +133,7 @@ CASE_STEPS: tuple[Step, ...] = (
     SyncInitcheck(emulated=True),
     AmdTools(), NothingMore())
 RUN_STEPS: tuple[Step, ...] = (MI210Hints(), BatchesCovered(), AcrossCases(), ErrorOfAPass(), SlowDevice(),
-                               race_check.PassingBuild(), LargerInput())
+                               race_check.PassingBuild(), LargerInput(), LargerLookedInto())
 
 
 def probing(ctx: Context) -> bool:

@@ -25,9 +25,11 @@ from ..cases.format import Shape, open_output
 from ..files import atomic_file
 from ..programs import programs
 from ..programs.programs import Launcher, Program
+from ..programs.timing import launches
 from . import race_check, reference
 from .across_cases import sizes_crossing
 from .findings import Finding, Kind
+from .launch_errors import base_name
 from .probes.step import read_payload
 from .slow_device import waiting
 from .steps import Context, Step
@@ -90,7 +92,7 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     if budget.left < 2:
         return [Finding(Kind.MISSING_TOOL, [f"larger input: not run, {budget.left:.0f} s left of the budget"])]
     say(f"a drawn {shape} input, larger than the cases passed (once per build)")
-    path, out = work / "larger.in", work / "larger.out"
+    path, out = work / f"larger-{shape.B}x{shape.N}x{shape.d}.in", work / "larger.out"
     generate.write_input(path, shape, seed=LARGER_SEED)
     limit = min(RUN_TIMEOUT_S, budget.left)
     result = programs.run(program, path, out, launcher, timeout=limit, timed=False)
@@ -101,6 +103,8 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     found = told(result, out, shape, correct, program, sampled)
     if found and found[0].fields.get("larger_wrong") and budget.left >= 2:
         found = waited_again(found[0], program, path, out, shape, correct, sampled, launcher, budget, say)
+    if found and found[0].fields.get("larger_wrong") and rows is None:  # every value checked: a case to look into
+        found[0].fields.update(larger_input=str(path), larger_shape=[shape.B, shape.N, shape.d])
     race_check.keep(kept, found)
     return found
 
@@ -165,7 +169,7 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
         return []
     worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
     checked = "" if rows is None else f" (of {rows.size} rows of each batch checked)"
-    readings = (wrong_from(got, wrong, shape, rows), rows_scaled(got, correct, wrong))
+    readings = (wrong_from(got, wrong, shape, rows, launches(result.stderr or "")), rows_scaled(got, correct, wrong))
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
@@ -177,10 +181,12 @@ GRID_CAP = 65535  # blocks along a grid's y or z (x allows 2**31 - 1): a 1-D gri
 ROWS_A_BLOCK = tuple(2 ** k for k in range(9))  # rows a block of a 1-D grid over (batch, row tile) may take
 
 
-def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarray | None) -> str | None:
+def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarray | None,
+               logged: list | None = None) -> str | None:
     """Where every row checked is right before one flat row (b * N + i) and wrong from it on: that
     row, whether the wrong values are all 0 (never written), and the rows a block of a grid capped
-    at GRID_CAP blocks would take for its end to fall there; None otherwise."""
+    at GRID_CAP blocks would take for its end to fall there, or where that row is exactly the end of
+    one pass of a logged launch's grid over items of 2^k rows (the run's launch log); None otherwise."""
     index = np.arange(shape.N) if rows is None else rows
     flat = (np.arange(shape.B)[:, None] * shape.N + index[None, :]).ravel()  # each checked row's b * N + i
     bad = wrong.any(axis=2).ravel()
@@ -198,7 +204,22 @@ def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarra
         said += (f": where a grid of {GRID_CAP} blocks of {k} rows ends ({GRID_CAP} x {k} = {GRID_CAP * k}, the rows "
                  f"b * N + i): blocks past {GRID_CAP} never ran, as with a grid's x capped at {GRID_CAP} (the limit "
                  "of y and z; x allows 2^31 - 1) and no loop over the blocks left")
+    elif passed := one_pass(at, logged or []):
+        said += passed
     return said
+
+
+def one_pass(at: int, logged: list) -> str | None:
+    """Where flat row `at` is exactly G * k, G a logged launch's blocks and k (16 to 256) rows an
+    item: the end of the grid's first pass over the items, in words."""
+    for launch in logged:
+        for k in (k for k in ROWS_A_BLOCK if k >= 16):
+            if launch.blocks > 1 and launch.blocks * k == at:
+                return (f": exactly where the first pass of {base_name(launch.kernel)}'s grid of {launch.blocks} "
+                        f"blocks over items of {k} rows ends ({launch.blocks} x {k} = {at}, fa's launch log; the rows "
+                        "b * N + i): the items past the grid's first pass are not done right (a grid-stride or "
+                        "persistent loop whose later items are skipped or computed with the first one's data)")
+    return None
 
 
 SCALED_FIT = 1e-3  # a wrong row is the right one times a factor where the rest misses by under this (relative)

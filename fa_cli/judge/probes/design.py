@@ -27,6 +27,14 @@ def probe_rows(N: int) -> int:
     return N if N <= SMALL_N else 2 * PROBE_TILE + N % PROBE_TILE
 
 
+def larger_rows(probe_n: int, case_n: int) -> list[int]:
+    """Where the probe of probe_n rows is right: the larger Ns to try in turn, up to the case's own
+    (at most WHOLE_N): the powers of 2 from 512 between them, then the case's N (a path a program
+    takes from some N on, as key splits from N = 1024, shows at the smallest N that takes it)."""
+    top = min(case_n, WHOLE_N)
+    return [n for n in (512, 1024) if probe_n < n < top] + ([top] if probe_n < top else [])
+
+
 def probe_batches(B: int) -> int:
     return min(max(B, 2), PROBE_BATCHES)
 
@@ -57,6 +65,16 @@ def onehot_v(shape: Shape, r: int) -> np.ndarray:
     inside = keys < N
     v[:, keys[inside], c[inside]] = 1.0
     return v
+
+
+def onehot_batches(inp: ProbeInput) -> ProbeInput:
+    """Every run's one-hot V as batches of one input: batch b * R + r holds batch b's Q and K with
+    run r's V (R = onehot_runs)."""
+    B, R = inp.shape.B, onehot_runs(inp.shape)
+    one = Shape(1, inp.shape.N, inp.shape.d)
+    v = np.concatenate([onehot_v(one, r) for r in range(R)])
+    return ProbeInput(np.repeat(inp.q, R, axis=0), np.repeat(inp.k, R, axis=0), np.tile(v, (B, 1, 1)),
+                      f"{B * R}x{inp.shape.N}x{inp.shape.d} ({inp.label}'s batches, each with every one-hot V)")
 
 
 def grown(inp: ProbeInput, N: int) -> ProbeInput:

@@ -191,7 +191,9 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
     use = P > 1e-6
     with np.errstate(divide="ignore", invalid="ignore"):
         logr = np.where(use & (W > 0), np.log(W / P), np.nan)
-    for T in sorted(KEY_TILES, reverse=True):  # the largest tile it holds for: the program's own
+    parts = {N // S for S in (2, 4, 8) if N % S == 0} | {256, 512}  # key splits' parts, past the tiles
+    sizes = set(KEY_TILES) | {p for p in parts if max(KEY_TILES) < p < N}
+    for T in sorted(sizes, reverse=True):  # the largest tile (or part) it holds for: the program's own
         tiles = -(-N // T)
         if tiles < 2:
             continue
@@ -306,6 +308,9 @@ TILE_WORDS = {  # (a, b, c): the powers of the three factors
     (0.0, 1.0, 0.0): "each tile's exponentials use the tile's own max m_tile, with no rescale to the running max",
     (-1.0, 1.0, 0.0): "each tile's p = exp(s - m_tile) uses the tile's own max where the rescale of acc follows "
                       "the running max (p should be exp(s - m_new))",
+    (0.0, 2.0, 0.0): "each part's terms weighed exp(m_final - m_tile) where exp(m_tile - m_final) belongs: the "
+                     "sign of the merge's rescale reversed (the parts, tiles or key splits, with the lower maxima "
+                     "weigh the most); look at the factor each part is merged with",
     (0.0, 0.0, 1.0): "each tile's own terms are multiplied by alpha = exp(m_old - m_new) too, where only acc's old "
                      "value should be (acc = (acc + p V) * alpha; for the first tile alpha = exp(-inf) = 0)",
 }

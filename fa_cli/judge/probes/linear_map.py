@@ -35,7 +35,7 @@ from ..findings import Finding, Kind
 from . import map_formulas, pairing, row_weights
 from .map_formulas import map_formula
 from .readings import measured
-from .step import Context, Probe, ProbeInput, fmt, logits, softmax_rows, spans
+from .step import Context, Probe, ProbeInput, fmt, logits, run_many, softmax_rows, spans
 
 MAX_BATCHES = 4096  # N*d batches in the run at most: 200 MB of input (N = 128 at d = 32, 64 at d = 64)
 MAX_BATCHES_CPU = 2048  # a CPU program's: its run costs N^3 d^2, a GPU's seconds a CPU's minute (N = 64 at d = 32)
@@ -83,8 +83,10 @@ class LinearMap(Probe):
         inp, batch = ctx.probe, first_wrong_batch(ctx)
         N, d = map_rows(inp.shape.N, inp.shape.d, ctx.kind), inp.shape.d
         q, k, v = inp.q[batch, :N], inp.k[batch, :N], inp.v[batch, :N]
-        got = ctx.run(basis_input(q, k, v))
+        got, apart = run_many(ctx, basis_input(q, k, v))
         where = f"{N * d + 2} batches of {N} rows, batch {batch}'s Q and K"
+        if apart:
+            return [Finding(Kind.OBSERVED, [f"probe: on the {where}: {apart}"])]
         if got is None:
             return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {where}, which read the output "
                                             "as a map of V"])]

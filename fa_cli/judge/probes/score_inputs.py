@@ -44,7 +44,7 @@ from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifte
                            keys_in_part, keys_unweighed, nearest, tile_at_pitches)
 from .linear_map import map_rows
 from .readings import TINY_WEIGHT, measured
-from .step import Context, Probe, ProbeInput, spans
+from .step import Context, Probe, ProbeInput, run_many, spans
 
 CODE_SEED = 20261129
 SLOTS = 8  # K's values take one grid place in this many
@@ -285,8 +285,10 @@ class ScoreInputs(Probe):
         N, d = map_rows(ctx.probe.shape.N, ctx.probe.shape.d, ctx.kind), ctx.probe.shape.d
         k = coded_keys(N, d)
         inp = design(N, d, k)
-        got = ctx.run(inp)
+        got, apart = run_many(ctx, inp)
         where = f"{inp.shape.B} batches of {N} rows, Q one-hot by dim, K coded"
+        if apart:
+            return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {apart}"])]
         if got is None:
             return [Finding(Kind.OBSERVED, [f"probe: no output of the right size on the {where}: the scores not read"])]
         W = weights_by_dim(got.astype(np.float64), N, d)

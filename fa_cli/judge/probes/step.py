@@ -71,6 +71,33 @@ class ProbeInput:
         return ProbeInput(self.q, self.k, v.astype(np.float32), label)
 
 
+APART_ABOVE = 8  # a designed input of more batches than this: its last two batches also run alone, where wrong
+
+
+def run_many(ctx: Context, inp: ProbeInput) -> tuple[np.ndarray | None, str | None]:
+    """The output on a designed input of many batches (each its own question), and, where its last
+    two batches are wrong within it and right run as the only two, words that say so (the input's
+    reading is then left out): what the program computes depends on a batch's place among many (a
+    grid or a persistent kernel's items that stop short of the work, a chunk), not on what it holds."""
+    got, B = ctx.run(inp), inp.shape.B
+    if got is None or B <= APART_ABOVE:
+        return got, None
+    tail = ProbeInput(inp.q[-2:], inp.k[-2:], inp.v[-2:], "its last 2 batches")
+    true = tail.output()
+    with np.errstate(invalid="ignore"):
+        within = np.abs(got[-2:] - true)
+        if (within <= ctx.tol).all():
+            return got, None
+        alone = ctx.run(tail)
+        if alone is None or not (np.abs(alone - true) <= ctx.tol).all():
+            return got, None
+    worst = float(np.nanmax(np.where(np.isnan(within), np.inf, within)))
+    return None, (f"batches {B - 2} and {B - 1} are wrong within this {B}-batch input (by up to {fmt(worst)}) and "
+                  "right run as the only two: what the program computes depends on a batch's place among many (a "
+                  "grid or a persistent kernel's items that stop short of the work, a chunk), not on what the batch "
+                  "holds; this input's reading is left out")
+
+
 def logits(q: np.ndarray, k: np.ndarray, scale: float | None = None) -> np.ndarray:
     """(B, N, M) float64 Q K^T * scale (1/sqrt(d) by default)."""
     d = q.shape[-1]

@@ -14,12 +14,13 @@ from ...programs import wave64
 from ..findings import Finding, Kind
 from . import design
 from ..steps import Facts
-from .step import Context, Probe, fmt
+from .step import Context, Probe, fmt, run_many
 
 # W V must give the output with the case's V to within this (float32 programs: about 1e-6).
 LINEAR_ATOL = 1e-4
 LINEAR_RTOL = 1e-3
-MAX_ONEHOT_RUNS = 16  # N / d runs at most (N = 512 at d = 32): beyond it W is not read
+MAX_ONEHOT_RUNS = 16  # N / d runs at most (N = 512 at d = 32): beyond it W is read in one run, or not at all
+MAX_BATCHED_RUNS = 64  # a GPU program's one-hot V as batches of one run, up to N = 2048 at d = 32
 GUARD_BATCHES = 1  # written after a probe input whose last batch alone changes between runs (Context.guard)
 
 
@@ -31,14 +32,16 @@ class ProbeRuns(Probe):
     def run(self, ctx: Context) -> list[Finding]:
         found = self.measure(ctx)
         shape = ctx.case_shape
-        if ctx.facts.probe_right and shape is not None and ctx.probe.shape.N < min(shape.N, design.WHOLE_N):
-            small = ctx.probe.label  # right at the small N: the case's own N (up to WHOLE_N rows) instead
-            ctx.probe = design.from_case(ctx.case_path, shape, ctx.case_label, min(shape.N, design.WHOLE_N))
+        right = []  # right at the small N: the smallest of the larger Ns (up to the case's own) where it is wrong
+        for N in design.larger_rows(ctx.probe.shape.N, shape.N) if ctx.facts.probe_right and shape else ():
+            right.append(ctx.probe.label)
+            ctx.probe = design.from_case(ctx.case_path, shape, ctx.case_label, N)
             ctx.facts = Facts()
             found = self.measure(ctx)
             if not ctx.facts.probe_right:
-                found.insert(0, Finding(Kind.OBSERVED, [f"probe: on {small} the output is right; on {ctx.probe.label} "
-                                                        "it is wrong: the probes use that"]))
+                found.insert(0, Finding(Kind.OBSERVED, [f"probe: on {' and on '.join(right)} the output is right; on "
+                                                        f"{ctx.probe.label} it is wrong: the probes use that"]))
+                break
         return found
 
     def measure(self, ctx: Context) -> list[Finding]:
@@ -84,24 +87,41 @@ class ProbeRuns(Probe):
         return []
 
 
+def batched(ctx: Context) -> bool:
+    """W read in one run whose batches hold the one-hot Vs (design.onehot_batches): a GPU program
+    whose probe needs more runs than MAX_ONEHOT_RUNS (a second of start-up each), up to
+    MAX_BATCHED_RUNS; the W V check then also tells batches that meet."""
+    return ctx.kind != "cpu" and MAX_ONEHOT_RUNS < design.onehot_runs(ctx.probe.shape) <= MAX_BATCHED_RUNS
+
+
 class ReadWeights(Probe):
     """W from ceil(N/d) runs with one-hot V; checked: W V gives the output with the case's V."""
 
     name = "the weights W, read with one-hot V"
 
     def applies(self, ctx: Context) -> bool:
-        return not ctx.facts.named and design.onehot_runs(ctx.probe.shape) <= MAX_ONEHOT_RUNS and \
+        runs = design.onehot_runs(ctx.probe.shape)
+        return not ctx.facts.named and (runs <= MAX_ONEHOT_RUNS or batched(ctx)) and \
             ctx.facts.out is not None and bool(np.isfinite(ctx.facts.out).all())
 
     def run(self, ctx: Context) -> list[Finding]:
         inp = ctx.probe
         B, N, d = inp.shape.B, inp.shape.N, inp.shape.d
         W = np.zeros((B, N, N))
-        for r in range(design.onehot_runs(inp.shape)):
-            if ctx.budget.left < 2:
-                return [Finding(Kind.MISSING_TOOL, [f"probe: out of time after {r} of "
-                                                    f"{design.onehot_runs(inp.shape)} runs with one-hot V"])]
-            got = ctx.run(inp.with_v(design.onehot_v(inp.shape, r), f"one-hot V, run {r}"))
+        runs = design.onehot_runs(inp.shape)
+        together, apart = run_many(ctx, design.onehot_batches(inp)) if batched(ctx) else (None, None)  # B * runs
+        if apart:
+            return [Finding(Kind.OBSERVED, [f"probe: one-hot V as {B * runs} batches of one run: {apart}"])]
+        if batched(ctx) and together is None:
+            return [Finding(Kind.OBSERVED, [f"probe: no output of the right size with one-hot V as {B * runs} batches "
+                                            "of one run: the weights were not read"])]
+        for r in range(runs):
+            if together is not None:
+                got = together.reshape(B, runs, N, d)[:, r]
+            elif ctx.budget.left < 2:
+                return [Finding(Kind.MISSING_TOOL, [f"probe: out of time after {r} of {runs} runs with one-hot V"])]
+            else:
+                got = ctx.run(inp.with_v(design.onehot_v(inp.shape, r), f"one-hot V, run {r}"))
             if got is None:
                 return [Finding(Kind.OBSERVED, [f"probe: no output of the right size with one-hot V (run {r}): "
                                                 "the weights were not read"])]
@@ -120,7 +140,9 @@ class ReadWeights(Probe):
             ctx.facts.linear = True
             return []
         share = 1 - ok.mean()
+        how = f"{B * runs} batches of one run, each batch of {inp.label} with one-hot V" if together is not None \
+            else f"{ctx.runs} runs on {inp.label}"
         return [Finding(Kind.OBSERVED, [
-            f"probe: the output is not W V for weights W read with one-hot V ({ctx.runs} runs on {inp.label}): "
+            f"probe: the output is not W V for weights W read with one-hot V ({how}): "
             f"W V misses the output with the case's V in {share:.1%} of the values (by up to {fmt(np.nanmax(off))}): "
             "column c of O depends on other elements of V than column c, or on V's values themselves"])]
