@@ -100,8 +100,8 @@ class LargerLookedInto(Step):
 
     @staticmethod
     def warned(ctx: Context) -> Finding | None:
-        return next((f for f in ctx.findings if f.fields.get("larger_input") and Path(f.fields["larger_input"]).exists()),
-                    None)
+        kept = (f for f in ctx.findings if f.fields.get("larger_input"))
+        return next((f for f in kept if Path(f.fields["larger_input"]).exists()), None)
 
     def applies(self, ctx: Context) -> bool:
         return bool(ctx.results) and all(r.verdict == "PASS" for r in ctx.results) and \

@@ -218,7 +218,8 @@ def one_pass(at: int, logged: list) -> str | None:
                 return (f": exactly where the first pass of {base_name(launch.kernel)}'s grid of {launch.blocks} "
                         f"blocks over items of {k} rows ends ({launch.blocks} x {k} = {at}, fa's launch log; the rows "
                         "b * N + i): the items past the grid's first pass are not done right (a grid-stride or "
-                        "persistent loop whose later items are skipped or computed with the first one's data)")
+                        "persistent loop whose later items are skipped or computed with the first one's data, or a "
+                        "grid sized to stop there with no loop)")
     return None
 
 
