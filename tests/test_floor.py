@@ -2,7 +2,6 @@
 program's whole process does not go below, and the copy rates of the host."""
 import os
 import shutil
-import statistics
 from pathlib import Path
 
 import pytest
@@ -38,7 +37,9 @@ def test_a_students_program_takes_no_less_than_the_floor(tmp_path):
     for _ in range(7):
         floors.append(programs.run(context_only, Path(os.devnull), Path(os.devnull)).wall_s)
         walls.append(programs.run(program, inp, tmp_path / "o.out", timeout=60).wall_s)
-    assert statistics.median(walls) > 0.9 * statistics.median(floors), (walls, floors)
+    # Each side's least: what a process takes with the load out of it (medians of 7 under four
+    # tests at a time swung by x2 from one run to the next: 0.17 to 0.35 s on the H200).
+    assert min(walls) > 0.9 * min(floors), (walls, floors)
 
 
 def test_a_floor_measured_here_is_kept_for_an_hour_of_this_boot(tmp_path, monkeypatch):
