@@ -196,7 +196,7 @@ class Sanitizer(Step):
     @staticmethod
     def told(ctx: Context, case: TrialCase, said: SanitizerReport, placed_in: str | None = None) -> bool:
         """One tool's report added to what the case's steps found; True where it found nothing.
-        placed_in: on the MI210 emulation, the student's file (race_check.emulations_own)."""
+        placed_in: on the MI210 emulation, the student's file (emulations_own)."""
         tool = said.tool
         if said.checked_nothing:  # the tool's own error, whatever it printed after
             ctx.done.append(f"{tool} checked nothing on {case.label}: {NO_CUDA_CALL_SAID}")
