@@ -89,6 +89,11 @@ def test_a_split_that_an_n_from_which_every_case_fails_fits_too_says_so():
     [line] = [f.lines[0] for f in found]
     assert line.startswith("split: fails only where B is odd") and \
         "from N = 200 on fits them as well: these cases do not tell which" in line, line
+    # where the tiles are not told apart either, both are said
+    line, _ = [f.lines[0] for f in across_cases.split_findings([Shape(2, 128, 32), Shape(2, 128, 64)],
+                                                               [Shape(3, 200, 64), Shape(1, 200, 32)])]
+    assert line.startswith("split: fails only where N is not a multiple of 16") and "from N = 200 on fits them as " \
+        "well" in line and "do not tell the tiles apart" in line, line
 
 
 def test_two_features_that_split_together_are_named_beside_an_n_that_fits_too():

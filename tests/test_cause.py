@@ -422,3 +422,14 @@ def test_a_race_the_emulation_made_is_no_finding_of_a_failing_hip_program():
     assert Sanitizer.told(ctx, case, SanitizerReport("racecheck", with_line, 1, finished=True), "s12.hip") is False
     assert ctx.findings and ctx.findings[0].kind.value == "racecheck", ctx.findings
     assert Sanitizer.told(SimpleNamespace(done=[], findings=[]), case, said) is False  # hw4.cu: no such filter
+
+
+def test_a_drawn_input_no_judged_run_ran_on_counts_no_judged_run():
+    """LargerLookedInto's case is an input fa drew, run by a run step, never judged: the reruns
+    count no judged run of it (cause.judged_failed_on: None), where a judged case counts its verdict."""
+    from types import SimpleNamespace
+    whole = object()
+    judged = SimpleNamespace(whole=whole, verdict="WRONG", judged=None, judged_run=True)
+    assert cause.judged_failed_on(judged, whole) is True
+    drawn = SimpleNamespace(whole=whole, verdict="WRONG", judged=None, judged_run=False)
+    assert cause.judged_failed_on(drawn, whole) is None

@@ -208,7 +208,7 @@ def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing
 
     def take(steps, ctx):
         seen.update(label=ctx.case_label, shape=ctx.case_shape, verdict=ctx.verdict, correct=ctx.correct.shape,
-                    trial=ctx.trial.input_path, steps=steps)
+                    trial=ctx.trial.input_path, steps=steps, judged_run=ctx.judged_run)
         return [Finding(Kind.OBSERVED, ["measured: something"]), Finding(Kind.HYPOTHESIS, [], {})]
     monkeypatch.setattr(investigation, "take", take)
     monkeypatch.setattr(investigation, "correct_output", lambda p, s, rows: np.zeros((s.B, s.N, s.d)))
@@ -219,7 +219,7 @@ def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing
     [said] = step.run(ctx)
     assert said.lines == ["larger.in (the drawn B=2, N=64, d=32 input), looked into: measured: something"], said.lines
     assert seen == dict(label="larger.in", shape=shape, verdict="WRONG", correct=(2, 64, 32), trial=path,
-                        steps=investigation.CASE_STEPS), seen
+                        steps=investigation.CASE_STEPS, judged_run=False), seen  # no judged run of it to count
     ctx.results = [SimpleNamespace(verdict="PASS"), SimpleNamespace(verdict="WRONG")]
     assert not step.applies(ctx)
     ctx.results = [SimpleNamespace(verdict="PASS")]

@@ -180,6 +180,20 @@ def test_rows_wrong_from_the_end_of_a_logged_grids_first_pass_over_its_items_say
         "and wrong from there on"
     other = np.where((flat >= 5000)[:, :, None], correct + 1, correct)
     assert "first pass" not in larger_input.wrong_from(other, np.abs(other - correct) > 5e-3, shape, None, log)
+    # batches 1.. wrong (a batch's own mistake) under a grid of 32 x 4 = 128 blocks of 16 rows, which covers
+    # every row in one pass: no first pass to speak of; nor with rows sampled ("exactly" unknown there)
+    whole = launches("fa-launch: launches=1 untimed=0 ms=0.5 grid=32x4x1 block=64x1x1 smem=0 regs=40 kernel=k\n")
+    from_batch_1 = np.where((flat >= 2048)[:, :, None], correct + 1, correct)
+    said = larger_input.wrong_from(from_batch_1, np.abs(from_batch_1 - correct) > 5e-3, shape, None, whole + log)
+    assert said == "every row checked is right before batch 1, row 0 and wrong from there on", said
+    covering = launches(f"fa-launch: launches=1 untimed=0 ms=0.5 grid={8192 // 64}x1x1 block=64x1x1 smem=0 regs=40 "
+                        "kernel=k\n")
+    at_6400 = np.where((flat >= 6400)[:, :, None], correct + 1, correct)  # 6400 = 100 x 64, yet 128 blocks cover all
+    assert "first pass" not in larger_input.wrong_from(at_6400, np.abs(at_6400 - correct) > 5e-3, shape, None,
+                                                       covering)
+    rows = np.arange(0, 2048, 8)
+    sampled = larger_input.wrong_from(got[:, rows], wrong[:, rows], shape, rows, log)
+    assert sampled.startswith("every row checked is right before batch 2, row 1024") and "first pass" not in sampled
 
 
 def test_rows_that_are_the_right_rows_scaled_are_read_with_their_factors():

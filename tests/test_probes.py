@@ -1238,13 +1238,16 @@ def test_some_rows_logits_at_a_factor_of_their_own_are_said_by_rows_and_named():
     s = logits(inp.q, inp.k)
     second = (np.arange(128) % 128 >= 64)[None, :, None]
     ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
-    ctx.facts.W = softmax_rows(np.where(second, s * np.log(2), s))
+    ctx.facts.W, ctx.facts.P = softmax_rows(np.where(second, s * np.log(2), s)), softmax_rows(s)
     [finding] = tile_logits.LogitsByRow().run(ctx)
     assert finding.lines[0].startswith("measured: rows 64..127 of every 128 (rows i with i mod 128 in 64..127) "
                                        "(counted over the batches' rows, row b*N + r) weigh the scores at a factor "
                                        "of their own"), finding.lines
     assert "a = 0.693 = ln 2 (exp2 is given the logits without the factor log2(e))" in finding.lines[0], finding.lines
-    for W in (softmax_rows(s), softmax_rows(np.where(second, s * np.log(2), s * 2.0)), softmax_rows(s * 2.0)):
+    # the other rows at a = 1 but not right (exp(s - m) never divided by l) are not said to be right
+    unnormalised = np.exp(s - s.max(axis=2, keepdims=True))
+    for W in (softmax_rows(s), softmax_rows(np.where(second, s * np.log(2), s * 2.0)), softmax_rows(s * 2.0),
+              np.where(second, softmax_rows(s * np.log(2)), unnormalised), np.where(second, 1 / 128, softmax_rows(s))):
         ctx.facts.W, ctx.facts.named = W, False
         assert tile_logits.LogitsByRow().run(ctx) == []
 
@@ -1606,4 +1609,13 @@ def test_a_designed_input_whose_last_batches_are_right_alone_and_wrong_within_it
     got, apart = run_many(ctx, inp)
     assert apart is None and got.shape == (12, 32, 32)
     ctx.run = lambda x: x.output().astype(np.float32)
+    assert run_many(ctx, inp)[1] is None
+    draws = iter(range(10))  # wrong within, right alone, but not the same twice: timing, not a place
+
+    def changing(x):
+        out = past_the_grid(x)
+        if x.shape.B > 8:
+            out[-1] += next(draws)
+        return out
+    ctx.run = changing
     assert run_many(ctx, inp)[1] is None

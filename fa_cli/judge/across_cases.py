@@ -96,7 +96,7 @@ def split_findings(passed: list[Shape], failed: list[Shape]) -> list[Finding]:
         axis = "N" if what.startswith("N") else what[0]
         alike = f"; from N = {lowest} on fits them as well: these cases do not tell which" if n_fits else ""
         if what.startswith("N is not") and len(tiles) > 1:
-            alike = f"; not a multiple of {one_of(tiles[1:])} fits them as well: these cases do not tell the " \
+            alike += f"; not a multiple of {one_of(tiles[1:])} fits them as well: these cases do not tell the " \
                 "tiles apart"
         if others := [w for w in said if w != what]:  # splits on other axes that hold as well
             alike += f"; where {' and where '.join(others)} fits them as well: these cases do not tell which"

@@ -130,6 +130,8 @@ class Rerun(Step):
 def judged_failed_on(ctx: Context, case: TrialCase) -> bool | None:
     """Whether the judged run failed on this trial case: True for the whole case (its verdict),
     from the judged output's wrong batches for a copy of the first batches, None if unknown."""
+    if not ctx.judged_run:
+        return None
     if case is ctx.whole:
         return ctx.verdict in ("WRONG", "ERROR")
     return ctx.judged.failed_within(case.shape.B) if ctx.judged else None

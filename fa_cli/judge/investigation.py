@@ -113,7 +113,7 @@ class LargerLookedInto(Step):
         target = Target(LARGER_LABEL, path, shape, None)
         case = Context(ctx.program, ctx.launcher, ctx.work, ctx.budget, ctx.say, ctx.tol, None, LARGER_LABEL,
                        case_path=path, case_shape=shape, kind=ctx.kind, target=target, verdict="WRONG",
-                       correct=correct_output(path, shape, None))
+                       judged_run=False, correct=correct_output(path, shape, None))
         case.whole = TrialCase(LARGER_LABEL, path, shape, case.correct)
         case.trial = case.whole
         return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {' '.join(f.lines)}"],

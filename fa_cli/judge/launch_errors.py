@@ -76,5 +76,5 @@ def shared_past_end(first: list[str], stderr: str) -> str | None:
         return None
     return (f"the {hit.group(1)} is at byte {at:,} of its block's shared memory, and {base_name(kernel)}'s launches "
             f"gave a block {sizes[0]:,} bytes (static and dynamic, fa's launch log of the judged run): an access past "
-            "the shared memory its launch gave (a dynamic size at the launch smaller than what the kernel's tiles "
-            "use: look at the launch's third argument and the size it is computed from)")
+            "the shared memory a block has (a dynamic size given at the launch, its third argument, smaller than "
+            "what the kernel's tiles use, or an index past the end of its shared array)")

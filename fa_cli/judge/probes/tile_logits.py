@@ -24,6 +24,7 @@ from .step import Context, fmt, logits
 
 FITS = 1e-2  # the largest misfit of log W, at the 99th percentile of the weights, that counts as a fit
 ALIKE = 1e-2  # tiles whose factors differ by less than this (relative) are one factor (logit_slope's case)
+RIGHT = 1e-3  # a row "right" beside the rows at a factor of their own: its weights within this of P's
 
 
 def tiles_of(N: int, T: int) -> list[slice]:
@@ -144,6 +145,8 @@ class LogitsByRow(WeightReading):
                 np.ptp(a[off]) > ALIKE * np.abs(a[off]).max():
             return []
         factor = float(a[off].mean())
+        if abs(factor) <= ALIKE or np.abs(W - ctx.facts.P)[~off].max() > RIGHT:  # rows alike; the rest not right
+            return []
         name = next((k for k, f in SLOPES.items() if abs(factor / f(d) - 1) <= ALIKE), None) or constant_name(factor, d)
         said = (f"measured: {rows_in_words(off)} (counted over the batches' rows, row b*N + r) weigh the scores at a "
                 f"factor of their own, log W = a * (the true logits) + a constant per row with a = {fmt(factor)}"

@@ -145,4 +145,6 @@ class ReadWeights(Probe):
         return [Finding(Kind.OBSERVED, [
             f"probe: the output is not W V for weights W read with one-hot V ({how}): "
             f"W V misses the output with the case's V in {share:.1%} of the values (by up to {fmt(np.nanmax(off))}): "
-            "column c of O depends on other elements of V than column c, or on V's values themselves"])]
+            "column c of O depends on other elements of V than column c, or on V's values themselves"
+            + (", or the batches of that one run meet (a batch's result depends on the others beside it)"
+               if together is not None else "")])]
