@@ -224,7 +224,7 @@ class Sanitizer(Step):
         lines = [f"{tool} on {case.label}{total}:{words}", *sanitizer_lines(said.first)]
         if tool == "initcheck" and (where := unwritten_output(said.first, case.shape.B, case.shape.N, case.shape.d)):
             lines.append(where)
-        if tool == "memcheck" and (past := shared_past_end(said.first, getattr(ctx, "run_stderr", ""))):
+        if tool == "memcheck" and (past := shared_past_end(said.first, ctx.run_stderr)):
             lines.append(past)
         ctx.findings.append(Finding(Kind(tool), lines, dict(report=said.first, count=said.count, on=case.label)))
         return False

@@ -114,10 +114,8 @@ class LargerLookedInto(Step):
         case = Context(ctx.program, ctx.launcher, ctx.work, ctx.budget, ctx.say, ctx.tol, None, LARGER_LABEL,
                        case_path=path, case_shape=shape, kind=ctx.kind, target=target, verdict="WRONG",
                        judged_run=False, correct=correct_output(path, shape, None))
-        case.whole = TrialCase(LARGER_LABEL, path, shape, case.correct)
-        case.trial = case.whole
         return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {' '.join(f.lines)}"],
-                        f.fields) for f in take(CASE_STEPS, case) if f.lines]
+                        f.fields) for f in case_steps(case) if f.lines]
 
 
 LARGER_LABEL = "larger.in"  # as the larger input's warning names it (its fa gen command writes that file)
@@ -188,7 +186,12 @@ def investigate(case, tol: float, launcher: Launcher | None, say: Callable[[str]
                   correct=correct,
                   hypothesis=list(case.diagnosis.fields.get("looks_like", [])) if case.diagnosis else [],
                   pattern=dict(case.diagnosis.fields.get("pattern") or {}) if case.diagnosis else {})
-    ctx.whole = TrialCase(target.name, target.input_path, target.shape, correct)
+    return case_steps(ctx)
+
+
+def case_steps(ctx: Context) -> list[Finding]:
+    """CASE_STEPS on the case of ctx (its target and correct output), the tools on the whole case."""
+    ctx.whole = TrialCase(ctx.case_label, ctx.case_path, ctx.case_shape, ctx.correct)
     ctx.trial = ctx.whole
     return take(CASE_STEPS, ctx)
 

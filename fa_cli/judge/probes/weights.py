@@ -109,10 +109,11 @@ class ReadWeights(Probe):
         B, N, d = inp.shape.B, inp.shape.N, inp.shape.d
         W = np.zeros((B, N, N))
         runs = design.onehot_runs(inp.shape)
-        together, apart = run_many(ctx, design.onehot_batches(inp)) if batched(ctx) else (None, None)  # B * runs
+        one_run = batched(ctx)
+        together, apart = run_many(ctx, design.onehot_batches(inp)) if one_run else (None, None)  # B * runs
         if apart:
             return [Finding(Kind.OBSERVED, [f"probe: one-hot V as {B * runs} batches of one run: {apart}"])]
-        if batched(ctx) and together is None:
+        if one_run and together is None:
             return [Finding(Kind.OBSERVED, [f"probe: no output of the right size with one-hot V as {B * runs} batches "
                                             "of one run: the weights were not read"])]
         for r in range(runs):
