@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   if (!strcmp(what, "registers")) heavy<<<1, 1024>>>(y, 4096);
   if (!strcmp(what, "bounds")) bounded<<<1, 256>>>(y);
   if (!strcmp(what, "fits")) small<<<1, 1024, 48 * 1024>>>(y);
+  if (!strcmp(what, "empty")) small<<<dim3(128 / 256, 2), 256>>>(y);  // rows / 256 rounded down: no block
   if (!strcmp(what, "many")) {  // the launch log: three shapes, one of them after a device reset
     for (int i = 0; i < 3000; ++i) small<<<40, 64, 256>>>(y);
     small<<<2, 32, 128>>>(y);
@@ -80,6 +81,7 @@ def probe(tmp_path_factory):
     ("smem", "65536 bytes of dynamic shared memory (the GTX 1080 gives a block 49152"),
     ("registers", "registers a block, over the 65536 of an SM"),
     ("bounds", "a block of 256 threads, over the 128 this build of the kernel takes (its maxThreadsPerBlock"),
+    ("empty", "small: a launch of a grid of 0 x 2 x 1 blocks of 256 x 1 x 1 threads: a dimension of 0, so no thread"),
 ])
 def test_what_the_judge_refuses_is_refused_naming_it(probe, what, said):
     proc = subprocess.run([str(probe), what], capture_output=True, text=True)

@@ -193,7 +193,8 @@ def test_a_pass_with_an_error_no_float32_program_makes_is_warned_with_its_lines(
 def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing_case(tmp_path, monkeypatch):
     """LargerInput's warning with every value checked names its input: the case steps run on it
     as on a failing case (its own label, shape and float64 output), what they found said as the
-    larger input's; not where a case failed (that one was looked into), nor where the input is gone
+    larger input's; a crash on it as an ERROR with its signal and stderr (no reference needed: the
+    debugger ends it); not where a case failed (that one was looked into), nor where the input is gone
     (a warning kept from an earlier run of the build)."""
     from types import SimpleNamespace
     import numpy as np
@@ -207,8 +208,9 @@ def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing
     seen = {}
 
     def take(steps, ctx):
-        seen.update(label=ctx.case_label, shape=ctx.case_shape, verdict=ctx.verdict, correct=ctx.correct.shape,
-                    trial=ctx.trial.input_path, steps=steps, judged_run=ctx.judged_run)
+        seen.update(label=ctx.case_label, shape=ctx.case_shape, verdict=ctx.verdict, trial=ctx.trial.input_path,
+                    correct=None if ctx.correct is None else ctx.correct.shape, steps=steps,
+                    judged_run=ctx.judged_run, signal=ctx.signal, stderr=ctx.run_stderr)
         return [Finding(Kind.OBSERVED, ["measured: something"]), Finding(Kind.HYPOTHESIS, [], {})]
     monkeypatch.setattr(investigation, "take", take)
     monkeypatch.setattr(investigation, "correct_output", lambda p, s, rows: np.zeros((s.B, s.N, s.d)))
@@ -219,7 +221,12 @@ def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing
     [said] = step.run(ctx)
     assert said.lines == ["larger.in (the drawn B=2, N=64, d=32 input), looked into: measured: something"], said.lines
     assert seen == dict(label="larger.in", shape=shape, verdict="WRONG", correct=(2, 64, 32), trial=path,
-                        steps=investigation.CASE_STEPS, judged_run=False), seen  # no judged run of it to count
+                        steps=investigation.CASE_STEPS, judged_run=False, signal=None, stderr=""), seen
+    # judged_run False: a drawn input has no judged run to count
+    warned.fields.update(larger_failed=-11, larger_stderr="hw4: reading the input\n")  # killed by SIGSEGV on it
+    step.run(ctx)
+    assert (seen["verdict"], seen["correct"]) == ("ERROR", None) and (seen["signal"], seen["stderr"]) == \
+        ("SIGSEGV", "hw4: reading the input\n")
     ctx.results = [SimpleNamespace(verdict="PASS"), SimpleNamespace(verdict="WRONG")]
     assert not step.applies(ctx)
     ctx.results = [SimpleNamespace(verdict="PASS")]

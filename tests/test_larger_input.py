@@ -3,6 +3,7 @@ capped at 256 keys (tests/data/student_hw4.cpp, KEYS_CAPPED) passes N = 128 and 
 numbers and the command that looks into it; the right program is not; each build is checked once.
 The larger input here is 4 x 512 x 32 (fa's is 4 x 2048 x d), for a CPU program's time."""
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -70,6 +71,30 @@ def test_a_larger_input_wrong_as_built_and_right_with_every_launch_waited_for_sa
                                    "only where launches or copies overlap (a buffer, a stream or a copy reused "
                                    "before the work that reads it has ended)"), found.lines
     assert said[-1] == "the drawn B=4, N=256, d=32 input again, every launch waited for"
+
+
+CRASHES_PAST_TWO_BATCHES = """#!{python}
+import os, signal, sys
+import numpy as np
+B = int(np.fromfile(sys.argv[1], dtype="<i4", count=1)[0])
+if B > 2:
+    os.kill(os.getpid(), signal.SIGSEGV)  # a host loop that reads past its input where B is large
+"""
+
+
+def test_a_larger_input_that_crashes_names_its_input_however_it_was_checked(tmp_path, monkeypatch):
+    """A crash on a larger input sampled by rows (the most batches) is still a case to look into:
+    no output is judged, so the rows sampled do not matter; its input, shape, exit and stderr kept."""
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    program = tmp_path / "stand-in"
+    program.write_text(CRASHES_PAST_TWO_BATCHES.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(4, 64, 32), None, tmp_path, lambda line: None,
+                                 Budget(60), rows=8)
+    assert found.kind == Kind.WARNING and "it fails: killed by SIGSEGV" in found.lines[0], found.lines
+    assert found.fields["larger_failed"] == -11 and found.fields["larger_shape"] == [4, 64, 32]
+    assert Path(found.fields["larger_input"]).exists()
 
 
 def test_no_larger_run_where_a_case_passed_was_as_large():

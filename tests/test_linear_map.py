@@ -192,6 +192,9 @@ def test_the_lines_shown_are_those_of_the_mechanism_measured(tmp_path):
     assert [n for n, _ in found(["the weights differ by output column: 2 sets",
                                  "columns 32-63: every weight 0: made of no row of V"])] == [1]
     assert [n for n, _ in found(["each row weighs only keys up to its own (a causal mask): ..."])] == [3]
+    source.write_text(source.read_text() + "for (int x4 = 0; x4 < 8; ++x4) dst[x4] = o4[x4];\n")
+    assert [n for n, _ in found(["the weights differ by output column: 2 sets",  # d = 32's 8 float4s, at d = 64
+                                 "columns 32-63: every weight 0: made of no row of V"])] == [5]
 
 
 def test_spans():
@@ -335,6 +338,9 @@ def test_a_sum_by_column_shows_the_sums_reduction_across_lanes_before_other_sum_
     plain.write_text("const int lane = threadIdx.x & 31;\nfloat m = -INFINITY, l = 0.f;\nl = l * alpha + s;\n")
     what, pattern = linear_map.first_found(SimpleNamespace(source=plain), linear_map.LOOK["sums"])
     assert what == "the row's sum" and [n for n, _ in source_lines(plain, pattern)] == [2, 3]  # not the lane's line
+    plain.write_text(plain.read_text() + "out[i * D + t] = acc / ls;\n")  # each column divided by its own sum
+    what, pattern = linear_map.first_found(SimpleNamespace(source=plain), linear_map.LOOK["sums"])
+    assert what == "the output's division" and [n for n, _ in source_lines(plain, pattern)] == [4]
 
 
 NAN_LAST_ROWS = HALF_LANES.replace("out.astype", "out[:, -2:] = np.nan  # two rows whose sums overflow\nout.astype")

@@ -1531,6 +1531,30 @@ def test_keys_counted_twice_by_parts_whose_ranges_overlap_are_named_with_the_key
     assert partial_sums.keys_counted(noisy, P) is None
 
 
+def test_a_last_tile_read_from_the_buffer_of_the_tile_before_is_named_with_both_ranges():
+    """Double-buffered tiles of 32, the last read from the buffer still holding the tile before
+    (set32's s04, N = 128): keys 64..95 twice, 96..127 never, in o and l alike: both ranges said,
+    the tile read in the other's place; keys left out alone, or counted twice alone, are not this."""
+    rng = np.random.default_rng(4)
+    q, k = (rng.normal(size=(2, 128, 32)) for _ in range(2))
+    P = softmax_rows(logits(q, k))
+    c = np.ones(128)
+    c[64:96], c[96:] = 2, 0
+    W = P * c / (P * c).sum(axis=-1, keepdims=True)
+    dead = np.arange(96, 128)
+    said, fields = partial_sums.read_in_place_of(W, P, dead)
+    assert said.startswith("keys 64-95 are weighed twice and keys 96-127 not at all, the others once (l counts them "
+                           "as often): the 32 keys from 96 were never read, and the 32 from 64 were read in their "
+                           "place"), said
+    assert fields["keys_counted"] == "64-95"
+    c[64:96] = 1  # left out alone: the softmax over the other keys, KeysWithoutWeight's to name
+    alone = P * c / (P * c).sum(axis=-1, keepdims=True)
+    assert partial_sums.read_in_place_of(alone, P, dead) is None
+    assert partial_sums.read_in_place_of(W, P, None) is None
+    noisy = W * rng.uniform(0.5, 2.5, size=W.shape)
+    assert partial_sums.read_in_place_of(noisy, P, dead) is None
+
+
 def test_the_rows_a_partial_tile_leaves_wrong_tell_a_row_bound_from_a_row_pitch():
     """N = 200, tiles of 32: only rows 192..199 wrong is a row bound; every row but row 0 of each
     batch a row pitch of N against one rounded up to 32 (row 0 starts at 0 at either); every row the

@@ -71,8 +71,9 @@ def test_layer_builds_the_ports(tmp_path):
 
 @needs_nvcc
 def test_launch_refused_as_the_mi210_refuses_it(tmp_path):
-    """A block of more than 1024 threads is refused before CUDA sees it, by hipLaunchKernelGGL and
-    <<<>>> alike, in one line, and hipGetLastError says so (the check needs no GPU)."""
+    """A block of more than 1024 threads, or a grid with a dimension of 0, is refused before CUDA
+    sees it, by hipLaunchKernelGGL and <<<>>> alike, in one line, and hipGetLastError says so (the
+    check needs no GPU)."""
     source = tmp_path / "wide.hip"
     source.write_text("#include <cstdio>\n#include <hip/hip_runtime.h>\n"
                       "__global__ void wide(float* x) { if (x) x[threadIdx.x] = 1.f; }\n"
@@ -80,14 +81,18 @@ def test_launch_refused_as_the_mi210_refuses_it(tmp_path):
                       "  hipLaunchKernelGGL(wide, dim3(1), dim3(2048), 0, 0, (float*)nullptr);\n"
                       "  printf(\"%d\\n\", hipGetLastError() == hipErrorInvalidConfiguration);\n"
                       "  wide<<<1, 1100>>>(nullptr);\n"
+                      "  printf(\"%d\\n\", hipGetLastError() == hipErrorInvalidConfiguration);\n"
+                      "  wide<<<dim3(128 / 256, 2), 256>>>(nullptr);\n"  # a count rounded down to 0
                       "  printf(\"%d\\n\", hipGetLastError() == hipErrorInvalidConfiguration);\n}\n")
     assert emulation_build(source, tmp_path / "wide").returncode == 0
     proc = subprocess.run([str(tmp_path / "wide")], capture_output=True, text=True)
-    assert proc.stdout.split() == ["1", "1"], proc
+    assert proc.stdout.split() == ["1", "1", "1"], proc
     lines = proc.stderr.splitlines()
-    assert len(lines) == 2 and all(l.startswith("fa-wave64: ") for l in lines), lines
+    assert len(lines) == 3 and all(l.startswith("fa-wave64: ") for l in lines), lines
     assert "launch refused, as the MI210 refuses it: a block of 2048 threads (at most 1024)" in lines[0]
     assert "a block of 1100 threads" in lines[1]
+    assert lines[2].endswith(": a launch of a grid of 0 x 2 x 1 blocks of 256 x 1 x 1 threads: a dimension of 0, so "
+                             "no thread runs (refused)"), lines  # the kernel's name, where a GPU is here
 
 
 def with_devices(monkeypatch, *vendors):
@@ -169,6 +174,24 @@ def test_source_hints_name_the_amd_only_pattern(tmp_path, plant, named):
         assert hints == []
     else:
         assert len(hints) == 1 and named in hints[0] and hints[0].startswith("planted_hw4.hip line "), hints
+
+
+def test_a_ballot_counted_in_32_bits_is_named_and_comes_first_among_the_lane_lines(tmp_path):
+    """__popc(__ballot(...)) counts lanes 0..31 of a 64-bit mask: named at its line (a hint of
+    its own, not the 32-bit store's), and the first lane line, before shuffles written for 32;
+    __popcll(__ballot(...)) is right on either width: not named."""
+    source = tmp_path / "keys.hip"
+    source.write_text("__global__ void k(float* m) {\n"
+                      "  const int lane = threadIdx.x % 32;\n"
+                      "  float v = m[lane];\n"
+                      "  const int nk = __popc(__ballot(v > 0));\n"
+                      "  m[lane] = v + nk;\n"
+                      "}\n")
+    hints = wave64.source_hints(source)
+    assert len(hints) == 1 and hints[0].startswith("keys.hip line 4: a ballot counted") and "__popcll" in hints[0]
+    assert wave64.lane_lines(source)[0][0][1] == 4
+    source.write_text(source.read_text().replace("__popc(", "__popcll("))
+    assert wave64.source_hints(source) == []
 
 
 def test_a_warpsize_test_beside_threads_grouped_by_32_comes_early_among_the_lane_lines(tmp_path):

@@ -27,6 +27,7 @@ from .error_size import ErrorOfAPass
 from .launch_errors import KernelFault
 from .leaving_early import LeftBeforeBarrier
 from .refused_input import RefusedInput
+from .freed_early import FreedBeforeUse
 from .shared_poison import UnwrittenShared
 from .copied_back import CopiedBack
 from .across_cases import across_cases
@@ -92,9 +93,9 @@ class AcrossCases(Step):
 
 
 class LargerLookedInto(Step):
-    """A program that passed every case run and was wrong on LargerInput's drawn input, every value
-    checked: that input looked into as a failing case (CASE_STEPS), with what the budget has left;
-    what they found said as the larger input's."""
+    """A program that passed every case run and was wrong on LargerInput's drawn input (every value
+    checked), or crashed or failed on it: that input looked into as a failing case (CASE_STEPS),
+    with what the budget has left; what they found said as the larger input's."""
 
     name = "the larger input, looked into as a failing case"
 
@@ -111,9 +112,13 @@ class LargerLookedInto(Step):
         warned = self.warned(ctx)
         path, shape = Path(warned.fields["larger_input"]), Shape(*warned.fields["larger_shape"])
         target = Target(LARGER_LABEL, path, shape, None)
+        failed = warned.fields.get("larger_failed", 0)
+        signal = signal_name(failed) if failed else None
         case = Context(ctx.program, ctx.launcher, ctx.work, ctx.budget, ctx.say, ctx.tol, None, LARGER_LABEL,
-                       case_path=path, case_shape=shape, kind=ctx.kind, target=target, verdict="WRONG",
-                       judged_run=False, correct=correct_output(path, shape, None))
+                       case_path=path, case_shape=shape, kind=ctx.kind, target=target,
+                       verdict="ERROR" if failed else "WRONG", signal=signal, judged_run=False,
+                       run_stderr=warned.fields.get("larger_stderr", ""),  # a crash ends at the debugger: no
+                       correct=None if signal in CRASH_SIGNALS else correct_output(path, shape, None))  # reference
         return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {' '.join(f.lines)}"],
                         f.fields) for f in case_steps(case) if f.lines]
 
@@ -123,8 +128,8 @@ LARGER_LABEL = "larger.in"  # as the larger input's warning names it (its fa gen
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
-    Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(),
-    ChangingBatchAlone(), LaunchesWaited(),
+    Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), FreedBeforeUse(), HostCrash(), KernelFault(), Rerun(),
+    SlowerThanHost(), ChangingBatchAlone(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     LeftBeforeBarrier(), CopiedBack(), UnwrittenShared(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip

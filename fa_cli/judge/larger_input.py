@@ -103,8 +103,9 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     found = told(result, out, shape, correct, program, sampled)
     if found and found[0].fields.get("larger_wrong") and budget.left >= 2:
         found = waited_again(found[0], program, path, out, shape, correct, sampled, launcher, budget, say)
-    if found and found[0].fields.get("larger_wrong") and rows is None:  # every value checked: a case to look into
-        found[0].fields.update(larger_input=str(path), larger_shape=[shape.B, shape.N, shape.d])
+    fields = found[0].fields if found else {}
+    if fields.get("larger_failed") or fields.get("larger_wrong") and rows is None:  # every value checked, or no
+        fields.update(larger_input=str(path), larger_shape=[shape.B, shape.N, shape.d])  # output: a case to look into
     race_check.keep(kept, found)
     return found
 
@@ -154,8 +155,9 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     where = f"on a drawn {shape} input (larger than the cases passed; not one of the course's cases)"
     look = (f"`fa gen --shape {shape.B},{shape.N},{shape.d} --seed {LARGER_SEED} -o larger.in && fa run larger.in "
             f"--program {program.name}` looks into it")
-    if result.returncode != 0 or not out.exists():
-        return [Finding(Kind.WARNING, [f"passes the cases run, but {where} it fails: {result.error}; {look}"])]
+    if result.returncode != 0 or not out.exists():  # a crash or an error: a case to look into, however checked
+        return [Finding(Kind.WARNING, [f"passes the cases run, but {where} it fails: {result.error}; {look}"],
+                        dict(larger_failed=result.returncode or 1, larger_stderr=result.stderr or ""))]
     try:
         with np.errstate(invalid="ignore"):  # a signalling NaN among garbage: a NaN, without numpy's warning
             got = np.asarray(open_output(out, shape)[:, slice(None) if rows is None else rows], dtype=np.float64)

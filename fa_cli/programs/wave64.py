@@ -126,6 +126,12 @@ THIRTY_TWO = re.compile(r"(?:threadIdx\.x|(?:__|fa_wave64_)lane_id\(\))\s*(?:%\s
 HINTS = (
     (re.compile(r"\b(?:unsigned(?:\s+int)?|int|uint32_t)\s+\w+\s*=\s*(?:__|fa_wave64_)ballot\s*\("),
      "a ballot mask stored in 32 bits: __ballot returns 64 bits on the MI210, and lanes 32..63 are lost", None),
+    (re.compile(r"\b(?:__|fa_wave64_)(?:popc|ffs|clz)\s*\(\s*(?:__|fa_wave64_)ballot\s*\("),
+     "a ballot counted or searched with a 32-bit function (__popc, __ffs, __clz): __ballot returns 64 bits on the "
+     "MI210, and lanes 32..63 are not counted (__popcll, __ffsll, __clzll take them)", None),
+)
+BALLOTS = HINTS[:2]  # a ballot's 64 bits cut to 32: where the lane lines start
+HINTS += (
     (re.compile(r"(?:__|fa_wave64_)shfl(?:_up|_down)?\s*\(\s*[^,()]+,\s*[^,()]+\)"),
      "a 32-lane assumption (lanes counted modulo 32) with a shuffle at HIP's default width, 64: the upper half of "
      "each wavefront reads the lower half's lanes (give the width, 32)", THIRTY_TWO),
@@ -167,11 +173,13 @@ def lane_lines(source: Path) -> tuple[list[tuple[str, int, str]], bool]:
     where it is written; warpSize and shuffles of a computed width are right on either), and
     whether threads grouped in 32s are also tested by warpSize (a lane taken modulo warpSize, 64
     on the MI210): then those tests come right after the shuffles written for 32 lanes."""
-    lines = [line for line in student_lines(source)
-             if LANE_CODE.search(line[2]) or LANES_32.search(line[2]) or SHUFFLE_32.search(line[2])]
+    code = student_lines(source)
+    hinted = [line for line in code if any(p.search(line[2]) for p, _, _ in BALLOTS)]
+    lines = [line for line in code if line in hinted or LANE_CODE.search(line[2]) or LANES_32.search(line[2]) or
+             SHUFFLE_32.search(line[2])]
     mixed = any(GROUPED_BY_32.search(line[2]) for line in lines) and \
         any(WARP_SIZE_TEST.search(line[2]) for line in lines)
-    return sorted(lines, key=lambda line: 0 if SHUFFLE_32.search(line[2]) else
+    return sorted(lines, key=lambda line: -1 if line in hinted else 0 if SHUFFLE_32.search(line[2]) else
                   1 if mixed and WARP_SIZE_TEST.search(line[2]) else 2 if LANES_32.search(line[2]) else 3), mixed
 
 

@@ -55,6 +55,7 @@ inline long long block_registers(int regs_per_thread, unsigned long long threads
 // The launch checked against the GTX 1080's limits; `attr` gets the kernel's attributes.
 inline cudaError_t check(const void* func, dim3 grid, dim3 block, size_t dynamic, cudaFuncAttributes& attr) {
   const std::string name = fa_launch_hook::kernel_name(func);
+  if (fa_launch_hook::empty_launch("fa-gtx1080", name, grid, block)) return cudaErrorInvalidConfiguration;
   const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
   if (threads > kMaxThreads) {
     refuse(name, "a block of " + std::to_string(threads) + " threads (at most 1024)");

@@ -259,8 +259,10 @@ class Wavefronts(Probe):
             found, mixed = wave64.lane_lines(ctx.source)
             lines = [(name, n, own[n - 1] if name == ctx.source.name and n <= len(own) else text)
                      for name, n, text in found]
-            order = ("32 written out first, then lanes taken modulo warpSize where threads go in 32s" if mixed
-                     else "32 written out first")
+            ballot = any(p.search(text) for p, _, _ in wave64.BALLOTS for _, _, text in found[:1])
+            order = ("a 64-bit ballot cut to 32 bits first, then " if ballot else "") + \
+                ("32 written out first, then lanes taken modulo warpSize where threads go in 32s" if mixed
+                 else "32 written out first")
             shown = "; ".join(f"{name} line {n}: {text.strip()[:60]}" for name, n, text in lines[:4])
             if stopped:  # no output with 64 lanes: the emulation's own line, where it names the call
                 return measured(ctx, [

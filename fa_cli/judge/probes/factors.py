@@ -12,7 +12,7 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .partial_sums import base_mixed, half_sums, keys_counted, parts_unmerged, tile_maxima
+from .partial_sums import base_mixed, half_sums, keys_counted, parts_unmerged, read_in_place_of, tile_maxima
 from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAINS_WORDS, FIRST_BATCH_WORDS,
                            SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
                            first_batchs, sum_variants, tiles_named)
@@ -425,7 +425,8 @@ class Factors(WeightReading):
     def run(self, ctx: Context) -> list[Finding]:
         W, P = ctx.facts.W, ctx.facts.P
         s = logits(ctx.probe.q, ctx.probe.k)
-        for reading in (all_on_the_largest(W, s), per_row_factor(W, P, s), signed_row_factor(W, P, s),
+        for reading in (read_in_place_of(W, P, ctx.facts.dead_keys), all_on_the_largest(W, s),
+                        per_row_factor(W, P, s), signed_row_factor(W, P, s),
                         per_tile_factor(W, P, s), keys_counted(W, P), logit_slope(W, s, ctx.probe.shape.d),
                         weights_as_scores(W, P)):
             if reading:

@@ -51,11 +51,13 @@ TINY_WEIGHT = 1e-20  # weights below this carry no readable log
 WEIGHT_MEETS_V = r"\+=[^;\n]*\*[^;\n]*\b[vV]\w*|\+=[^;\n]*\b[vV]\w*[^;\n]*\*"  # acc += w * v (or v * w)
 LANES = ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")
 LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
-        "width": (("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
+        "width": (("a loop bound of 32 values (16 float2s, 8 float4s)", r"for\s*\([^;]*;\s*\w+\s*<\s*(8|16|32)\s*;"),
+                  ("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
         "packed": (("a pack or a vector of values", r"__floats?2half2\w*|__float22half2\w*|\bhalf2\b|make_float[24]|"
                                                    r"\bfloat[24]\b"), ("the output's index", r"\b(o|out|O|output)\s*\[")),
         "sums": (("the row's sum summed across lanes", r"(\w*sum\w*|\bl\w*)\s*\+?=[^;\n]*(__shfl\w*|__reduce\w*)"),
+                 ("the output's division", r"\b(o|out|O|output|dst)\w*\s*\[[^;]*\]\s*=[^;]*/\s*[A-Za-z_(]"),
                  ("the row's sum", SUM_LINES)),
         "rows of V": (("V's index", V_LINES),),
         "weights met": (("where a weight meets V", WEIGHT_MEETS_V),),

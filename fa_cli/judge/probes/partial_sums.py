@@ -62,21 +62,33 @@ def own_max_sum(part: np.ndarray) -> np.ndarray:
     return np.exp(part - part.max(axis=-1, keepdims=True)).sum(axis=-1)
 
 
-def keys_counted(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
-    """W_ij = c_j P_ij times one factor a row, c_j whole, 1 for some keys and 2 or more for others:
-    keys weighed c_j times (parts of the work whose key ranges overlap, each adding those keys).
-    Each row's smallest ratio is taken as a key counted once."""
+def key_counts(W: np.ndarray, P: np.ndarray, dead: np.ndarray | None = None) -> np.ndarray | None:
+    """c_j where W_ij = c_j P_ij times one factor a row, c_j whole (0 for the `dead` keys, that no
+    row weighs), 1 for some keys and 2 or more for others; None where that does not fit. Each row's
+    smallest ratio is taken as a key counted once."""
     N = P.shape[2]
-    use = (P > 1e-6) & (W > 0)
-    if use.mean() < 0.5:
+    live = np.ones(N, dtype=bool)
+    if dead is not None:
+        live[dead] = False
+    use = (P > 1e-6) & (W > 0) & live
+    if use[..., live].mean() < 0.5:
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
         g = np.where(use, np.log(W / P), np.nan)
         g -= np.nanmin(g, axis=2, keepdims=True)
-        counts = np.round(np.exp(np.nanmedian(g.reshape(-1, N), axis=0)))
-    if np.isnan(counts).any() or counts.min() < 1 or counts.max() < 2:
+        counts = np.zeros(N)
+        counts[live] = np.round(np.exp(np.nanmedian(g[..., live].reshape(-1, int(live.sum())), axis=0)))
+    if np.isnan(counts).any() or counts[live].min() < 1 or counts.max() < 2:
         return None
-    if np.mean(np.abs(g - np.log(counts))[use] <= 10 * FLAT) < FIT_SHARE:
+    if np.mean(np.abs(g - np.log(np.maximum(counts, 1)))[use] <= 10 * FLAT) < FIT_SHARE:
+        return None
+    return counts
+
+
+def keys_counted(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
+    """Keys weighed c_j times (key_counts): parts of the work whose key ranges overlap, each adding
+    those keys."""
+    if (counts := key_counts(W, P)) is None:
         return None
     times = ", ".join(f"keys {spans(np.flatnonzero(counts == n))} {int(n)} times" for n in np.unique(counts) if n >= 2)
     sums = W.sum(axis=2)
@@ -85,6 +97,27 @@ def keys_counted(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
     return (f"keys weighed a whole number of times: {times}, the others once{l_too}: parts of the work (warps, "
             "blocks, splits of the keys) whose key ranges overlap, each adding those keys; look at where each part's "
             "range of keys ends"), dict(keys_counted=times)
+
+
+def read_in_place_of(W: np.ndarray, P: np.ndarray, dead: np.ndarray | None) -> tuple[str, dict] | None:
+    """Keys no row weighs beside keys weighed twice (key_counts, l alike): one range of keys read
+    where another belongs; where both are one range of the same width, a tile read from a place
+    that still held an earlier tile (a double buffer's stale half, an offset that did not move)."""
+    if dead is None or not len(dead) or (counts := key_counts(W, P, dead)) is None or counts.max() != 2:
+        return None
+    twice = np.flatnonzero(counts == 2)
+    sums = W.sum(axis=2)
+    l_too = "l counts them as often" if np.abs(sums - 1).max() <= 1e-3 else f"the rows' weights sum to {span(sums)}"
+    said = f"keys {spans(twice)} are weighed twice and keys {spans(dead)} not at all, the others once ({l_too})"
+    one_range = lambda keys: keys[-1] - keys[0] + 1 == len(keys)  # noqa: E731
+    if len(twice) == len(dead) and one_range(twice) and one_range(dead):
+        said += (f": the {len(dead)} keys from {dead[0]} were never read, and the {len(twice)} from {twice[0]} were "
+                 f"read in their place (a tile taken from a buffer that still held an earlier tile: a double buffer's "
+                 f"index off by one, or a tile's offset that did not move); look at where the tile from key "
+                 f"{dead[0]} is read from")
+    else:
+        said += ": some keys' weight went to others (a tile or a range of keys read in another's place)"
+    return said, dict(keys_counted=spans(twice), keys_without_weight=[int(k) for k in dead])
 
 
 # A merge's factors exp(m_part - m) in the wrong base: log W / P = c (m_part - m) + a row's constant.

@@ -214,6 +214,7 @@ inline cudaError_t launch(cudaKernel_t kernel, dim3 grid, dim3 block, void** arg
   const void* func = reinterpret_cast<const void*>(kernel);
   std::string name = fa_launch_hook::kernel_name(func);
   last_kernel() = name;
+  if (fa_launch_hook::empty_launch("fa-wave64", name, grid, block)) return cudaErrorInvalidConfiguration;
   const unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
   if (threads > kMaxThreads) {
     refuse(name, "a block of " + std::to_string(threads) + " threads (at most 1024)");
