@@ -263,7 +263,7 @@ class Wavefronts(Probe):
             order = ("a 64-bit ballot cut to 32 bits first, then " if ballot else "") + \
                 ("32 written out first, then lanes taken modulo warpSize where threads go in 32s" if mixed
                  else "32 written out first")
-            shown = "; ".join(f"{name} line {n}: {text.strip()[:60]}" for name, n, text in lines[:4])
+            shown = "; ".join(f"{name} line {n}: {text.strip().rstrip(';')[:60]}" for name, n, text in lines[:4])
             if stopped:  # no output with 64 lanes: the emulation's own line, where it names the call
                 return measured(ctx, [
                     f"measured: right with 32-lane wavefronts; with the emulation's 64 no output of the right size "

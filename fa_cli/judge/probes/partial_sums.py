@@ -73,7 +73,8 @@ def key_counts(W: np.ndarray, P: np.ndarray, dead: np.ndarray | None = None) -> 
     use = (P > 1e-6) & (W > 0) & live
     if use[..., live].mean() < 0.5:
         return None
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row or a key with no weight to read: NaN, said below
         g = np.where(use, np.log(W / P), np.nan)
         g -= np.nanmin(g, axis=2, keepdims=True)
         counts = np.zeros(N)
