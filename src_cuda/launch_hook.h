@@ -54,9 +54,12 @@ inline std::string kernel_name(const void* func) {
 
 // A grid or block with a dimension of 0 runs no thread, and the runtime refuses it with nothing
 // to say which size was 0 (a count that rounded down, N below a block's rows): said in one line
-// from `layer` with both sizes; true where it is so. The launch still goes to the runtime.
+// from `layer` with both sizes, once a kernel; true where it is so (the layer then refuses it).
 inline bool empty_launch(const char* layer, const std::string& kernel, dim3 grid, dim3 block) {
   if (grid.x && grid.y && grid.z && block.x && block.y && block.z) return false;
+  static auto& said = *new std::map<std::string, bool>;
+  if (said[kernel]) return true;
+  said[kernel] = true;
   std::fprintf(stderr, "%s: %s: a launch of a grid of %u x %u x %u blocks of %u x %u x %u threads: a dimension of 0, "
                "so no thread runs (refused)\n", layer, kernel.c_str(), grid.x, grid.y, grid.z, block.x, block.y,
                block.z);

@@ -1544,9 +1544,14 @@ def test_a_last_tile_read_from_the_buffer_of_the_tile_before_is_named_with_both_
     dead = np.arange(96, 128)
     said, fields = partial_sums.read_in_place_of(W, P, dead)
     assert said.startswith("keys 64-95 are weighed twice and keys 96-127 not at all, the others once (l counts them "
-                           "as often): the 32 keys from 96 were never read, and the 32 from 64 were read in their "
-                           "place"), said
+                           "as often): the 32 keys from 96 were never read, and an earlier tile of as many keys, from "
+                           "64, counts in their place (a tile taken from a buffer that still held an earlier "
+                           "tile"), said
     assert fields["keys_counted"] == "64-95"
+    later = np.ones(128)
+    later[:32], later[32:64] = 0, 2  # the first tile never read, the second twice: no buffer said, the loop's range
+    said, _ = partial_sums.read_in_place_of(P * later / (P * later).sum(axis=-1, keepdims=True), P, np.arange(32))
+    assert "a later tile of as many keys, from 32, counts in their place (a key loop's range shifted" in said, said
     c[64:96] = 1  # left out alone: the softmax over the other keys, KeysWithoutWeight's to name
     alone = P * c / (P * c).sum(axis=-1, keepdims=True)
     assert partial_sums.read_in_place_of(alone, P, dead) is None

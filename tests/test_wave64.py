@@ -164,6 +164,15 @@ def test_fault_line_is_the_runs_error():
     assert wave64.fault("hw4: wrong\n") is None
 
 
+def test_a_crash_after_an_empty_launch_is_said_as_the_crash():
+    """A launch of no block said by a layer is the run's error where the program then exits with
+    its own error, not where a signal ended it later (the crash says more)."""
+    stderr = ("fa-gtx1080: tail: a launch of a grid of 0 x 1 x 1 blocks of 64 x 1 x 1 threads: a dimension of 0, so "
+              "no thread runs (refused)\n")
+    assert programs.RunResult(["hw4"], -11, 0.1, stderr).error == "killed by SIGSEGV"
+    assert programs.RunResult(["hw4"], 1, 0.1, stderr).error.startswith("tail: a launch of a grid of 0 x 1 x 1")
+
+
 @needs_nvcc  # the hints read the code nvcc preprocesses (the student's #include'd files, #if's decided)
 @pytest.mark.parametrize("plant, named", [
     ("LANE32", "a 32-lane assumption"), ("BALLOT32", "a ballot mask stored in 32 bits"), (None, None)])

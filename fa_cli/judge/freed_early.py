@@ -1,7 +1,8 @@
 """An ERROR whose program named the line of the call that failed (a CHECK macro's file and line
-on stderr): where that call uses a buffer the same function freed on an earlier line, and nothing
-allocated it again between, the free comes before a use. The runtime's own words ("invalid
-argument", "an illegal memory access") say only that the pointer was bad, not that it was freed.
+on stderr): where that call uses a buffer the same function freed on an earlier line that runs on
+the way to it, and nothing allocated or assigned it again between, the free comes before a use.
+The runtime's own words ("invalid argument", "an illegal memory access") say only that the pointer
+was bad, not that it was freed. Said as an observation beside the tools, never in their place.
 """
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from .findings import Finding, Kind
 from .leaving_early import SHOWN, code_lines
 from .steps import Context, Step
 
-FREE = re.compile(r"\b(?:cuda|hip)(?:Free|FreeHost|HostFree|FreeAsync)\s*\(\s*(\w+)")
-ALLOC = r"\b(?:cuda|hip)(?:Malloc\w*|HostAlloc|MallocHost)\s*\(\s*(?:\([^)]*\)\s*)?&\s*{name}\b|\b{name}\s*=[^=]"
+# a plain pointer freed, `cudaFree(d_out)` or `cudaFree((void*)d_out)`: not a member or an element
+FREE = re.compile(r"\b(?:cuda|hip)(?:Free|FreeHost|HostFree|FreeAsync)\s*\(\s*(?:\(\s*void\s*\*\s*\)\s*)?"
+                  r"([A-Za-z_]\w*)\s*[,)]")
 FUNCTION_START = re.compile(r"^[A-Za-z_].*\(")  # a top-level line that opens a function: the search stops there
+CONDITIONAL = re.compile(r"\b(if|else|return|exit|goto|throw|catch|abort)\b")  # a free on a path that may not run
+UNBRACED = re.compile(r"^\s*(?:(?:if|for|while)\s*\(.*\)|else)\s*$")  # `if (err)` alone: the next line is its body
 
 
 def failed_line(ctx: Context) -> tuple[int, str] | None:
@@ -28,17 +32,42 @@ def failed_line(ctx: Context) -> tuple[int, str] | None:
     return None
 
 
+def uses(text: str, name: str) -> bool:
+    """The pointer itself on a line, not a member, an element or a name that holds it."""
+    return re.search(rf"(?<![\w.>]){re.escape(name)}\b(?!\s*(?:\.|->|\[))", text) is not None
+
+
+def given_again(text: str, name: str) -> bool:
+    """An allocation or assignment of the pointer: its address passed to a call, or `name = ...`."""
+    return re.search(rf"&\s*{re.escape(name)}\b|(?<![\w.>]){re.escape(name)}\s*=[^=]", text) is not None
+
+
+def without_inner_blocks(text: str) -> str:
+    """A line with its `{ ... }` parts taken out: what runs on it at the line's own depth."""
+    while (shorter := re.sub(r"\{[^{}]*\}", " ", text)) != text:
+        text = shorter
+    return text
+
+
 def freed_before(lines: list[str], number: int) -> tuple[str, int] | None:
-    """(name, line of its free) for a name the line `number` uses that an earlier line of the same
-    function freed, with no allocation or assignment of it between."""
-    used = set(re.findall(r"\b[A-Za-z_]\w*\b", lines[number - 1]))
+    """(name, line of its free) for a pointer the line `number` uses that an earlier line of the
+    same function freed on the path to it (not inside a block closed before it, not on a branch),
+    with no allocation or assignment of it after the free, the failing line included."""
+    depth = 0  # blocks closed between the line looked at and the failing line
     for at in range(number - 1, 0, -1):
         text = lines[at - 1]
         if FUNCTION_START.match(text):
             return None
-        for name in FREE.findall(text):
-            if name in used and not any(re.search(ALLOC.format(name=re.escape(name)), between)
-                                        for between in lines[at:number - 1]):
+        flat = without_inner_blocks(text)
+        here = depth + flat.count("}")
+        depth = max(0, here - flat.count("{"))
+        before = lines[at - 2] if at > 1 else ""
+        if here or CONDITIONAL.search(flat) or UNBRACED.match(before):
+            continue
+        for m in FREE.finditer(flat):
+            name = m.group(1)
+            after = [flat[m.end():], *lines[at:number]]
+            if uses(lines[number - 1], name) and not any(given_again(t, name) for t in after):
                 return name, at
     return None
 
@@ -60,8 +89,8 @@ class FreedBeforeUse(Step):
         if not 0 < number <= len(lines) or (found := freed_before(lines, number)) is None:
             return []
         name, freed = found
-        return [Finding(Kind.MEASURED, [
+        return [Finding(Kind.OBSERVED, [
             f"the call that failed, {ctx.source.name} line {number} (`{lines[number - 1].strip()[:SHOWN]}`"
-            f"{': ' + error if error else ''}), uses {name}, which line {freed} freed before it "
-            f"(`{lines[freed - 1].strip()[:SHOWN]}`), with nothing allocating it again between: a buffer used "
-            f"after it was freed (free it after its last use)"], dict(line=number, freed_at=freed))]
+            f"{': ' + error if error else ''}), uses {name}, which line {freed} freed before it on the way there "
+            f"(`{lines[freed - 1].strip()[:SHOWN]}`), with nothing allocating or assigning it again between: a "
+            f"buffer used after it was freed (free it after its last use)"], dict(line=number, freed_at=freed))]

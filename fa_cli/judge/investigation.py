@@ -93,8 +93,9 @@ class AcrossCases(Step):
 
 
 class LargerLookedInto(Step):
-    """A program that passed every case run and was wrong on LargerInput's drawn input (every value
-    checked), or crashed or failed on it: that input looked into as a failing case (CASE_STEPS),
+    """A program that passed every case run and was wrong on LargerInput's drawn input, or failed
+    on it (every value to be checked; a crash however checked: the debugger needs no reference):
+    that input looked into as a failing case (CASE_STEPS),
     with what the budget has left; what they found said as the larger input's."""
 
     name = "the larger input, looked into as a failing case"
@@ -117,6 +118,7 @@ class LargerLookedInto(Step):
         case = Context(ctx.program, ctx.launcher, ctx.work, ctx.budget, ctx.say, ctx.tol, None, LARGER_LABEL,
                        case_path=path, case_shape=shape, kind=ctx.kind, target=target,
                        verdict="ERROR" if failed else "WRONG", signal=signal, judged_run=False,
+                       launcher_says=warned.fields.get("larger_launcher_says"),
                        run_stderr=warned.fields.get("larger_stderr", ""),  # a crash ends at the debugger: no
                        correct=None if signal in CRASH_SIGNALS else correct_output(path, shape, None))  # reference
         return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {' '.join(f.lines)}"],

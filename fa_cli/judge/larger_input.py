@@ -28,12 +28,13 @@ from ..programs.programs import Launcher, Program
 from ..programs.timing import launches
 from . import race_check, reference
 from .across_cases import sizes_crossing
+from .diagnose import signal_name
 from .findings import Finding, Kind
 from .launch_errors import base_name
 from .probes.step import read_payload
 from .slow_device import waiting
 from .steps import Context, Step
-from .tool_logs import Budget
+from .tool_logs import CRASH_SIGNALS, Budget
 
 LARGER_B, LARGER_N = 4, 2048  # a course shape (N in its list, B * N * d far under its bound)
 LARGER_SEED = 29
@@ -104,8 +105,9 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     if found and found[0].fields.get("larger_wrong") and budget.left >= 2:
         found = waited_again(found[0], program, path, out, shape, correct, sampled, launcher, budget, say)
     fields = found[0].fields if found else {}
-    if fields.get("larger_failed") or fields.get("larger_wrong") and rows is None:  # every value checked, or no
-        fields.update(larger_input=str(path), larger_shape=[shape.B, shape.N, shape.d])  # output: a case to look into
+    crashed = signal_name(fields.get("larger_failed", 0)) in CRASH_SIGNALS  # the debugger's, no reference needed
+    if (fields.get("larger_failed") or fields.get("larger_wrong")) and (rows is None or crashed):
+        fields.update(larger_input=str(path), larger_shape=[shape.B, shape.N, shape.d])  # a case to look into
     race_check.keep(kept, found)
     return found
 
@@ -157,7 +159,8 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
             f"--program {program.name}` looks into it")
     if result.returncode != 0 or not out.exists():  # a crash or an error: a case to look into, however checked
         return [Finding(Kind.WARNING, [f"passes the cases run, but {where} it fails: {result.error}; {look}"],
-                        dict(larger_failed=result.returncode or 1, larger_stderr=result.stderr or ""))]
+                        dict(larger_failed=result.returncode or 1, larger_stderr=result.stderr or "",
+                             larger_launcher_says=result.launcher_says))]
     try:
         with np.errstate(invalid="ignore"):  # a signalling NaN among garbage: a NaN, without numpy's warning
             got = np.asarray(open_output(out, shape)[:, slice(None) if rows is None else rows], dtype=np.float64)

@@ -233,7 +233,8 @@ class RunResult:
         if self.returncode == 0:
             return None
         lines = [l for l in self.stderr.splitlines() if l.strip() and not timing.is_timing_line(l)]
-        if emulated := wave64.fault(self.stderr) or gtx1080.fault(self.stderr):  # a layer's own line says more
+        emulated = wave64.fault(self.stderr) or gtx1080.fault(self.stderr)  # a layer's own line says more
+        if emulated and not (self.returncode < 0 and EMPTY_LAUNCH in emulated):  # than all but a later crash
             return emulated
         if self.returncode < 0:  # ended by a signal: name it (SIGSEGV, SIGABRT, ...)
             try:
@@ -241,6 +242,9 @@ class RunResult:
             except ValueError:
                 return f"killed by signal {-self.returncode}"
         return lines[-1] if lines else f"exit code {self.returncode}"
+
+
+EMPTY_LAUNCH = "a dimension of 0, so no thread runs"  # the layers' line for a launch of no block (launch_hook.h)
 
 
 def parse_timing(stderr: str) -> tuple[dict[str, float], dict[str, str]]:

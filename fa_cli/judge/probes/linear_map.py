@@ -50,14 +50,17 @@ TINY_WEIGHT = 1e-20  # weights below this carry no readable log
 # a key loop is bound by the row (a band of keys).
 WEIGHT_MEETS_V = r"\+=[^;\n]*\*[^;\n]*\b[vV]\w*|\+=[^;\n]*\b[vV]\w*[^;\n]*\*"  # acc += w * v (or v * w)
 LANES = ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")
+# a loop of 8, 16 or 32 steps over something other than keys, warps or shuffle offsets: d = 32's count of columns
+COLUMN_LOOP_32 = r"for\s*\(\s*(?:int\s+|unsigned\s+)?(?!(?:j|jj|k|kk|t|w|s|off\w*|key\w*|tile\w*|warp\w*)\b)(\w+)" \
+    r"\s*=[^;]*;\s*\1\s*<\s*(8|16|32)\s*;"
 LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
-        "width": (("a loop bound of 32 values (16 float2s, 8 float4s)", r"for\s*\([^;]*;\s*\w+\s*<\s*(8|16|32)\s*;"),
+        "width": (("a loop bound of 8, 16 or 32 (d = 32's values, float2s or float4s)", COLUMN_LOOP_32),
                   ("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
         "packed": (("a pack or a vector of values", r"__floats?2half2\w*|__float22half2\w*|\bhalf2\b|make_float[24]|"
                                                    r"\bfloat[24]\b"), ("the output's index", r"\b(o|out|O|output)\s*\[")),
         "sums": (("the row's sum summed across lanes", r"(\w*sum\w*|\bl\w*)\s*\+?=[^;\n]*(__shfl\w*|__reduce\w*)"),
-                 ("the output's division", r"\b(o|out|O|output|dst)\w*\s*\[[^;]*\]\s*=[^;]*/\s*[A-Za-z_(]"),
+                 ("the output's division", r"\b(o|out|O|output|dst)(_\w*)?\s*\[[^;]*\]\s*(=[^;]*/\s*[A-Za-z_(]|/=)"),
                  ("the row's sum", SUM_LINES)),
         "rows of V": (("V's index", V_LINES),),
         "weights met": (("where a weight meets V", WEIGHT_MEETS_V),),
