@@ -376,6 +376,18 @@ def test_v_rows_weighed_with_another_keys_weight_are_said_by_their_map():
     assert linear_map.pairing.rows_weighed(P, P) is None
 
 
+def test_weights_all_alike_are_said_as_equal_scores_not_as_a_map_of_keys():
+    """Every score 0 (a scale copied to the device after the launch that reads it: held-out set33's
+    s05): every weight 1/N, which any key's weight would give; said as equal scores, no map f."""
+    n = 64
+    q, k = (RNG.uniform(-3, 3, size=(n, D)).astype(np.float32) for _ in range(2))
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    said = linear_map.pairing.rows_weighed(np.full((n, n), 1 / n), P)
+    assert said.startswith("one set of weights for every column: every key weighed alike in every row (each weight "
+                           "0.0156, 1/64 is 0.0156): every score of a row equal"), said
+    assert "f(k)" not in said
+
+
 def test_v_rows_met_with_the_tile_befores_keys_are_said_by_their_map():
     """A K tile loaded one tile late (a register prefetch of the current tile where the next belongs:
     held-out set24's y07): from the second tile of 32 on, key k is scored with K's row k - 32 and

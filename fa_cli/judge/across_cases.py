@@ -73,7 +73,8 @@ def not_multiple(tile: int):
 # Features of a shape that split a run's verdicts: (what, true of the failing cases).
 SPLITS = [*(not_multiple(t) for t in KEY_TILES),
           ("d = 32", lambda s: s.d == 32), ("d = 64", lambda s: s.d == 64), ("B > 1", lambda s: s.B > 1),
-          ("B is odd", lambda s: s.B % 2 == 1)]
+          ("B is odd", lambda s: s.B % 2 == 1),
+          ("B = 1", lambda s: s.B == 1)]  # B = 1: a half of the batches, or a chunk, of 0
 
 
 def listing_of(values) -> str:

@@ -210,6 +210,7 @@ def tile_gathered(weights: np.ndarray, P: np.ndarray) -> str | None:
 
 
 LOG_ATOL = 1e-3  # log W less the row's factor against log P: one weight of P (a float32 program's exp)
+FLAT_ROW = 1e-4  # a row's weights this close to their mean, relatively: every key weighed alike
 
 
 def rows_weighed(W: np.ndarray, P: np.ndarray, lead: str = "one set of weights for every column") -> str | None:
@@ -220,6 +221,10 @@ def rows_weighed(W: np.ndarray, P: np.ndarray, lead: str = "one set of weights f
     read within its own segment of a shuffle's width), else examples. The row factor is 1 (the
     right sum), or else key 0's (its lane right)."""
     N = P.shape[1]
+    if (np.ptp(W, axis=1) <= FLAT_ROW * np.abs(W).mean(axis=1)).all() and not (np.ptp(P, axis=1) <= FLAT_ROW).all():
+        return (f"{lead}: every key weighed alike in every row (each weight {fmt(W.mean())}, 1/{N} is "
+                f"{fmt(1 / N)}): every score of a row equal (all 0: a scale or a Q that reads as 0 where the kernel "
+                "reads it, or scores never computed)")  # key f(k) would be any key: no map to read
     with np.errstate(divide="ignore", invalid="ignore"):
         lw, lp = np.log(W), np.log(P)
     if not (np.isfinite(lw).all() and np.isfinite(lp).all()):
