@@ -7,7 +7,6 @@ was bad, not that it was freed. Said as an observation beside the tools, never i
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from .findings import Finding, Kind
 from .leaving_early import SHOWN, code_lines
@@ -83,7 +82,7 @@ class FreedBeforeUse(Step):
     def run(self, ctx: Context) -> list[Finding]:
         number, error = failed_line(ctx)
         try:
-            lines = code_lines(Path(ctx.source))
+            lines = code_lines(ctx.source)
         except OSError:
             return []
         if not 0 < number <= len(lines) or (found := freed_before(lines, number)) is None:

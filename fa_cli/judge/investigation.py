@@ -95,8 +95,8 @@ class AcrossCases(Step):
 class LargerLookedInto(Step):
     """A program that passed every case run and was wrong on LargerInput's drawn input, or failed
     on it (every value to be checked; a crash however checked: the debugger needs no reference):
-    that input looked into as a failing case (CASE_STEPS),
-    with what the budget has left; what they found said as the larger input's."""
+    that input looked into as a failing case (CASE_STEPS), with what the budget has left; what
+    they found said as the larger input's."""
 
     name = "the larger input, looked into as a failing case"
 

@@ -112,9 +112,10 @@ def read_in_place_of(W: np.ndarray, P: np.ndarray, dead: np.ndarray | None) -> t
     said = f"keys {spans(twice)} are weighed twice and keys {spans(dead)} not at all, the others once ({l_too})"
     one_range = lambda keys: keys[-1] - keys[0] + 1 == len(keys)  # noqa: E731
     if len(twice) == len(dead) and one_range(twice) and one_range(dead):
-        order = "an earlier" if twice[0] < dead[0] else "a later"
+        earlier = twice[0] < dead[0]
+        order = "an earlier" if earlier else "a later"
         why = ("a tile taken from a buffer that still held an earlier tile: a double buffer's index off by one, "
-               "or a tile's offset that did not move; or a key loop's range shifted by a tile" if twice[0] < dead[0]
+               "or a tile's offset that did not move; or a key loop's range shifted by a tile" if earlier
                else "a key loop's range shifted by a tile, or a tile's offset taken from another tile")
         said += (f": the {len(dead)} keys from {dead[0]} were never read, and {order} tile of as many keys, from "
                  f"{twice[0]}, counts in their place ({why}); look at where the tile from key {dead[0]} is read from "
