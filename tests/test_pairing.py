@@ -36,6 +36,20 @@ def test_weights_exchanged_between_lanes_by_an_xor_are_named_with_the_formula_an
 
 
 @pytest.mark.parametrize("d", [32, 64])
+def test_a_v_tile_stored_with_an_xor_swizzle_and_read_plain_is_named_with_the_tiles_lines(d, tmp_path):
+    """Key j's weight meets V[j, c xor (j mod 32)]: a tile stored at (r, c xor r), read at (r, c)."""
+    q, k, P = weights(64, d)
+    T = paired_map(P, d, lambda c, j: j, lambda c, j: c ^ (j % 32))
+    said = linear_map.read_map(T, P, q, k)
+    assert said[0].startswith(pairing.LEAD + "V[j, c xor (j mod 32)]: the V tile of 32 keys stored with an XOR "
+                              "swizzle"), said
+    assert "column 0, key 1: V[1, 1]" in said[0]
+    source = tmp_path / "hw4.cu"
+    source.write_text("__shared__ float Ks[32 * 64];\n__shared__ float Vs[32 * 64];\nVs[r * D + (c ^ r)] = v[i];\n")
+    assert pairing.look(said[0], source)[0] == "the shared tile's index"  # not the shuffles
+
+
+@pytest.mark.parametrize("d", [32, 64])
 def test_a_v_tile_stored_transposed_and_read_row_by_row_is_named_for_either_d(d):
     """Key j0 + jj meets the tile's element jj*d + c of a tile stored d x 32: for d = 64, V[j0 + c mod
     32, 2*jj + c div 32]."""

@@ -220,3 +220,28 @@ def test_scores_stored_in_half_precision_are_named():
     said, named = precision.read(out, inp.output(), inp)
     assert named and "with each score q . k / sqrt(d) (a scores buffer or register kept in it" in said \
         and "rounded to fp16" in said, said
+
+
+@pytest.mark.parametrize("B, N, d", [(2, 128, 32), (1, 256, 64)])
+def test_a_split_whose_low_part_has_its_sign_reversed_is_named_by_its_factors(B, N, d):
+    """3xTF32 with lo = tf32(hi - x) on every operand (Q after log2(e)/sqrt(d), K, P before its
+    division, V): each operand 2 hi - x, twice plain TF32's error, which no single rounding gives."""
+    rng = np.random.default_rng(B + N + d)
+    q, k, v = (rng.uniform(-3, 3, size=(B, N, d)).astype(np.float32) for _ in range(3))
+    inp = ProbeInput(q, k, v)
+
+    def reversed_split(x):
+        return 2 * precision.rounded(x, "tf32") - x
+    c = np.log2(np.e) / np.sqrt(d)
+    s = precision.logits(reversed_split(q.astype(np.float64) * c) / c, reversed_split(k.astype(np.float64)))
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    out = (np.matmul(reversed_split(p), reversed_split(v.astype(np.float64))) / p.sum(axis=-1, keepdims=True))
+    said, named = precision.read(out.astype(np.float32).astype(np.float64), inp.output(), inp)
+    assert named and said.startswith("the output's error is each operand's own tf32 rounding error times a whole "
+                                     "factor (Q log2(e) / sqrt(d) x 2, K x 2, P x 2, V x 2;"), said
+    assert said.endswith(precision.SPLIT_REVERSED)
+
+
+def test_a_wrong_formula_near_the_right_one_is_no_sum_of_roundings():
+    inp = probe()
+    assert precision.operand_fit(ProbeInput(inp.q * 1.001, inp.k, inp.v).output(), inp.output(), inp) is None

@@ -1435,6 +1435,29 @@ def test_a_partial_tile_left_out_shows_the_line_that_counts_the_tiles(tmp_path):
     assert found.lines[-1] == "lines with a count of tiles in hw4.cu: 3 `const int ntiles = N / BC;`", found.lines
 
 
+def test_every_tile_after_the_first_skipped_shows_the_skips_test_first(tmp_path):
+    """Keys 64..127 left out of everything at N = 128 (a vote that lets no tile past the first
+    through): said with both readings, a whole last tile and every tile after the first skipped,
+    and the vote's line before the tile count's."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=1, N=128, d=32)
+    s = logits(inp.q, inp.k)
+    s[..., 64:] = -np.inf
+    source = tmp_path / "hw4.hip"
+    source.write_text("int main() {\n  const int ntiles = N / BC;\n  for (int t = 0; t < ntiles; ++t) {\n"
+                      "    if (__any(tmax > m + 24.f)) {\n    }\n  }\n}\n")
+    ctx = Context(Program("p", "p", source=source), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = softmax_rows(s), softmax_rows(logits(inp.q, inp.k))
+    [found] = readings.KeysWithoutWeight().run(ctx)
+    assert "a whole last tile of 64" in found.lines[0] and readings.SKIPPED in found.lines[0]
+    assert found.lines[-1] == ("lines with a tile skipped or counted in hw4.hip: 4 `if (__any(tmax > m + 24.f)) {`, "
+                               "2 `const int ntiles = N / BC;`"), found.lines
+    _, code = readings.describe_keys(np.arange(64, 512), 512)  # a larger N: the first tile alone
+    assert readings.SKIPPED in code
+
+
 def test_acc_rescaled_twice_a_tile_is_found_with_its_tile():
     """`acc *= alpha` left in place before `acc = acc * alpha + p V` (l rescaled once): a tile of 64,
     from a program's own loops, not fa's simulation."""

@@ -28,6 +28,7 @@ from .launch_errors import KernelFault
 from .leaving_early import LeftBeforeBarrier
 from .refused_input import RefusedInput
 from .freed_early import FreedBeforeUse
+from .launch_source import LaunchAsWritten
 from .shared_poison import UnwrittenShared
 from .copied_back import CopiedBack
 from .across_cases import across_cases
@@ -130,8 +131,8 @@ LARGER_LABEL = "larger.in"  # as the larger input's warning names it (its fa gen
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
-    Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), FreedBeforeUse(), HostCrash(), KernelFault(), Rerun(),
-    SlowerThanHost(), ChangingBatchAlone(), LaunchesWaited(),
+    Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), FreedBeforeUse(), LaunchAsWritten(), HostCrash(),
+    KernelFault(), Rerun(), SlowerThanHost(), ChangingBatchAlone(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     LeftBeforeBarrier(), CopiedBack(), UnwrittenShared(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip

@@ -8,6 +8,7 @@ and the pairs, and then said by formula:
 
   xor       V's row j xor (c mod W): the weights of a warp's lanes paired by an xor of the lane
             (a shuffle's source lane an xor where the key's own lane was meant)
+  swizzle   V[j, c xor (j mod T)]: a V tile stored with an XOR swizzle and read plain (or the reverse)
   rotated   V's row j0 + ((j - j0 + c) mod T) within its tile of T keys
   tile      the V tile of T keys stored transposed (d x T) and read as T x d, or the reverse: key
             j0 + jj meets the tile's element jj*d + c counted in the other layout
@@ -95,6 +96,9 @@ def rebuilt(P: np.ndarray, K: np.ndarray, C: np.ndarray, d: int) -> np.ndarray:
     return T
 
 
+SWIZZLED = "stored with an XOR swizzle"  # its lines are the shared tile's, not the shuffles'
+
+
 def formulas(N: int, d: int):
     """(words, K(c, j), C(c, j)) of the pairings a GPU program's mechanics make."""
     c, j = np.meshgrid(np.arange(d), np.arange(N), indexing="ij")
@@ -103,6 +107,10 @@ def formulas(N: int, d: int):
             yield (f"V's row j xor (c mod {W}), column c: each lane of {W} takes the weights of the key whose place "
                    "in its tile is its own place xor the lane (the weights exchanged between lanes by an xor, where "
                    "each key's own weight was meant)"), j ^ (c % W), c
+    if d & (d - 1) == 0:  # c xor x stays below d for x < d
+        for T in (t for t in (8, 16, 32, 64) if t <= d and N % t == 0):
+            yield (f"V[j, c xor (j mod {T})]: the V tile of {T} keys {SWIZZLED} (element (r, c) at column c xor r, r "
+                   "the key's place in its tile) and read without it, or read with it and stored plain"), j, c ^ (j % T)
     for T in (8, 16, 32, 64, 128):
         if N % T == 0:
             j0, jj = j - j % T, j % T
@@ -166,7 +174,7 @@ def look(words: str, source: Path | None) -> tuple[str, str]:
     """The source lines to show under a pairing: the shuffles where lanes exchange weights, else the
     lines that index a shared tile of V (a shared array named for V where one is, else every one;
     every one where the keys' order may be K's as well)."""
-    if "xor" in words or "lane" in words:
+    if ("xor" in words and SWIZZLED not in words) or "lane" in words:
         return SHUFFLES
     try:
         text = source.read_text(errors="replace") if source else ""

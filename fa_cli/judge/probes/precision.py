@@ -217,6 +217,8 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
                 "same output at this d)"
         return (f"the output is float64 attention with {words} {how} {forms[0]}{closing}{also}: it misses that "
                 f"by at most {fmt(misses[(forms[0], part)][0])}, float64's by {fmt(against)}{on}"), True
+    if made := operand_fit(out, true, inp):
+        return made, True
     scale = np.maximum(np.abs(true), np.abs(true).mean())
     relative = np.abs(out - true) / scale
     typical, worst = float(np.median(relative)), float(np.quantile(relative, WORST_SHARE))
@@ -230,3 +232,77 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
             "output, the row max, the running sum, the accumulator, "
             "the scores' dot product summed in the format) "
             "gives the output"), False
+
+
+# The operands of the two products, each rounded alone: Q as read, after 1/sqrt(d), after log2(e)/sqrt(d)
+# (a base-2 softmax folds it into q), K, P before its division by l (as the product P V meets it), V.
+QUERY_SCALES = {"Q": 1.0, "Q / sqrt(d)": None, "Q log2(e) / sqrt(d)": np.log2(np.e)}
+FIT_SHARE = 0.2  # the fit's largest miss against the largest error: what MATCH asks of one rounding
+WHOLE_FACTOR = 0.15  # a factor this close to a whole number is said as that number
+SPLIT_REVERSED = ("a hi/lo split (3xTF32 or 2xBF16) whose low part carries the rounding error with its sign "
+                  "reversed: hi + lo = 2 hi - x, twice the error of plain rounding where none was meant (lo = x - hi, "
+                  "written hi - x)")
+
+
+def operand_errors(q, k, v, form: str, moved: tuple[str, float, float] | None = None) -> dict[str, np.ndarray]:
+    """Each operand rounded to the format alone: the output's change against float64 attention.
+    moved (Q's scaling, Q's factor, K's): P's rounding taken at the scores Q and K give with their
+    rounding errors times those factors (P's rounding error depends on the very scores it rounds)."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    d = q.shape[-1]
+    scaled = {name: (factor or 1.0) / (np.sqrt(d) if factor != 1.0 else 1.0) for name, factor in QUERY_SCALES.items()}
+    changes, qk = {}, (q, k)
+    s = logits(q, k)
+    true = np.matmul(softmax_rows(s), v)
+    for name, c in scaled.items():
+        changes[name] = np.matmul(softmax_rows(logits(rounded(q * c, form) / c, k)), v) - true
+    changes["K"] = np.matmul(softmax_rows(logits(q, rounded(k, form))), v) - true
+    if moved:
+        name, a_q, a_k = moved
+        c = scaled[name]
+        qk = (q + a_q * (rounded(q * c, form) / c - q), k + a_k * (rounded(k, form) - k))
+    s = logits(*qk)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    l = p.sum(axis=-1, keepdims=True)
+    changes["P"] = np.matmul(rounded(p, form) - p, v) / l
+    changes["V"] = np.matmul(softmax_rows(logits(q, k)), rounded(v, form) - v)
+    return changes
+
+
+def fitted(error: np.ndarray, changes: dict, names: list[str]) -> tuple[float, float, np.ndarray]:
+    """(largest miss, median miss, factors) of the error fitted as the named changes times factors."""
+    X = np.stack([changes[n].ravel() for n in names], axis=1)
+    factors = np.linalg.lstsq(X, error, rcond=None)[0]
+    miss = np.abs(error - X @ factors)
+    return float(miss.max()), float(np.median(miss)), factors
+
+
+def operand_fit(out: np.ndarray, true: np.ndarray, inp) -> str | None:
+    """Where no one rounding gives the output: its error as a sum of each operand's own rounding
+    error times a factor, fitted (least squares) for each format and each way Q is scaled, then
+    again with P's rounding taken at the scores the first fit gives; said where the fit leaves at
+    most FIT_SHARE of the error and a median miss of at most FIT_SHARE of the median error, the
+    factors whole numbers (a factor of 2 on every operand: a split's low part reversed)."""
+    error = (out - true).ravel()
+    if not np.isfinite(error).all() or np.abs(error).max() == 0:
+        return None
+    best = None
+    for form in ("tf32", "bf16", "fp16"):  # fp16 keeps tf32's bits in range: named only where it fits better
+        changes = operand_errors(inp.q, inp.k, inp.v, form)
+        for query in QUERY_SCALES:
+            miss, typical, factors = fitted(error, changes, names := [query, "K", "P", "V"])
+            if best is None or miss < 0.9 * best[0]:
+                best = (miss, typical, form, names, factors)
+    _, _, form, names, factors = best
+    moved = (names[0], *np.round(factors[:2]))  # the scores with whole factors: P rounded where the program has it
+    miss, typical, factors = fitted(error, operand_errors(inp.q, inp.k, inp.v, form, moved), names)
+    if miss > FIT_SHARE * np.abs(error).max() or typical > FIT_SHARE * np.median(np.abs(error)):
+        return None
+    whole = np.round(factors)
+    if (np.abs(factors - whole) > WHOLE_FACTOR).any() or (whole == 1).all() or (whole == 0).all():
+        return None  # no whole factors, plain rounding (a single model's), or no rounding at all
+    terms = ", ".join(f"{n} x {fmt(f)}" for n, f in zip(names, factors) if round(f) != 0)
+    why = f": {SPLIT_REVERSED}" if set(whole[whole != 0]) == {2} else ""
+    return (f"the output's error is each operand's own {form} rounding error times a whole factor ({terms}; the "
+            f"operands rounded alone, the factors fitted: the fit misses the error by at most {fmt(miss)} of "
+            f"{fmt(np.abs(error).max())}){why}")

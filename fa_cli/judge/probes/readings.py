@@ -210,7 +210,12 @@ def plural_batches(batches: np.ndarray) -> str:
 TILE_COUNT = ("the key-tile count and the last tile's width: a count N / T that rounds down, or a last tile given 0 "
               "keys (use (N + T - 1) / T tiles, the last min(T, N - start) wide)")
 # the lines shown with it: a count made by dividing N (or a length) by a tile, with no rounding up
-TILE_COUNT_LOOK = ("a count of tiles", r"=\s*\(?\s*(?:N|n|seq_?len\w*|len\w*)\s*/\s*\(?\w+\)?\s*\)?\s*;")
+COUNT_PATTERN = r"=\s*\(?\s*(?:N|n|seq_?len\w*|len\w*)\s*/\s*\(?\w+\)?\s*\)?\s*;"
+TILE_COUNT_LOOK = ("a count of tiles", COUNT_PATTERN)
+SKIPPED = ("or every tile after the first skipped: a test that lets a tile through only on a condition the first "
+           "tile's running max makes false (a vote, __any or __all, or a `continue` on the max)")
+# where only the first tile's keys count: a skip's test first, then the count
+SKIP_LOOK = ("a tile skipped or counted", (r"\b__(?:any|all)(?:_sync)?\s*\(|\bcontinue\s*;", COUNT_PATTERN))
 
 
 def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
@@ -223,16 +228,17 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
         if n == 1:
             return "the last key (N - 1)", "the key loop's bound: it stops one key short (j < N - 1)"
         whole = f"a whole last tile of {n}" if N % n == 0 else ""
+        first_alone = N - n in KEY_TILES  # every key past the first tile: a tile count, or tiles skipped
         if tiles or whole:
             shown = ", ".join(map(str, tiles[:6])) + (" ..." if len(tiles) > 6 else "")
             partial = f"the partial last tile of tiles T with N % T = {n} (T = {shown})" if tiles else ""
             return (f"the last {n} keys ({keys[0]}..{N - 1}), as many as "
                     + " or ".join(w for w in (partial, whole) if w),
-                    TILE_COUNT)
-        if N - n in KEY_TILES:  # the first tile alone kept: a loop that stops, or one that reads tile 0 again
+                    f"{TILE_COUNT}, {SKIPPED}" if first_alone else TILE_COUNT)
+        if first_alone:  # the first tile alone kept: a loop that stops, one that reads tile 0 again, or skips
             return (f"the last {n} keys ({keys[0]}..{N - 1}), every key past the first tile of {N - n}",
                     f"the key loop's bound, or where each tile's keys are read: a K and V tile pointer or offset "
-                    f"that never advances reads the first {N - n} keys at every tile (the same weights)")
+                    f"that never advances reads the first {N - n} keys at every tile (the same weights), {SKIPPED}")
         return f"the last {n} keys ({keys[0]}..{N - 1})", "the key loop's bound"
     if contiguous and keys[0] == 0:
         last = [T for T in KEY_TILES if N - n == T or (N % T and N - n == N % T)]  # only the last tile kept
@@ -301,7 +307,8 @@ class KeysWithoutWeight(WeightReading):
                                             "any row; the other weights are neither P's nor the softmax over the "
                                             "other keys"], dict(keys_without_weight=[int(k) for k in dead]))]
         return measured(ctx, [f"measured: {which} {'gets' if len(dead) == 1 else 'get'} no weight in any row ({rest}); "
-                              f"look at {code}"], look=TILE_COUNT_LOOK if code == TILE_COUNT else None,
+                              f"look at {code}"],
+                        look=TILE_COUNT_LOOK if code == TILE_COUNT else SKIP_LOOK if SKIPPED in code else None,
                         keys_without_weight=[int(k) for k in dead])
 
 

@@ -1,0 +1,194 @@
+"""What the host code says about a launch, read from the source without a run: a kernel given its
+arguments in another order than its parameters (two swapped, by name: `n` for B and `b` for N),
+and a copy to the device issued after the launch of a kernel that reads what it copies, with no
+later launch of it (on one stream the copy runs after the kernel, which reads the earlier value).
+Each is said as what the source shows, beside the measurements, never a cause by itself.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .findings import Finding, Kind
+from .leaving_early import SHOWN, code_lines
+from .steps import Context, Step
+
+KERNEL = re.compile(r"__global__\s")
+BOUNDS = re.compile(r"__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)")
+CHEVRONS = re.compile(r"\b(\w+)\s*(?:<[^<>;()]*>)?\s*<<<(?:[^;]|;(?!\s*$))*?>>>\s*\(([^;]*)\)\s*;")
+GGL = re.compile(r"\bhipLaunchKernelGGL\s*\(\s*(?:HIP_KERNEL_NAME\s*\(\s*)?(\w+)[^,]*,([^;]*)\)\s*;")
+BY_ARRAY = re.compile(r"\b(?:cuda|hip)LaunchKernel\s*\(\s*(?:\([^()]*\)\s*)?&?\s*(\w+)(?:<[^<>]*>)?\s*,"
+                      r"[^,]*,[^,]*,\s*(\w+)\s*[,)]")
+SYMBOL_COPY = re.compile(r"\b(?:cuda|hip)MemcpyToSymbol(?:Async)?\s*\(\s*(?:HIP_SYMBOL\s*\(\s*)?(\w+)")
+BUFFER_COPY = re.compile(r"\b(?:cuda|hip)Memcpy(?:Async)?\s*\(\s*(\w+)\s*,[^;]*HostToDevice")
+BUFFER_SET = re.compile(r"\b(?:cuda|hip)Memset(?:Async)?\s*\(\s*(\w+)\s*,")
+LOOPING = re.compile(r"\b(for|while|do)\b")
+
+
+@dataclass
+class Launch:
+    kernel: str
+    line: int  # where its arguments are written (the argument array's line for cudaLaunchKernel)
+    at: int  # the launch's offset in the text
+    end: int  # the offset past its statement
+    args: list[str | None]  # each argument's plain name, None where it is an expression
+
+
+def top_level_split(text: str) -> list[str]:
+    """A list of arguments split at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [*parts, text[start:]] if text.strip() else parts
+
+
+def plain_name(arg: str) -> str | None:
+    """`&n`, `(void*)&b`, `in.N`, `p->B` -> n, b, N, B; None for anything else (a sum, a call)."""
+    arg = re.sub(r"^\s*(?:\((?:const\s+)?\w+\s*\**\s*\)\s*)*&?\s*", "", arg).strip()
+    m = re.fullmatch(r"(?:\w+\s*(?:\.|->)\s*)*(\w+)", arg)
+    return m.group(1) if m and not m.group(1)[0].isdigit() else None
+
+
+def block_end(text: str, brace: int) -> int:
+    """The offset past the `}` that closes the `{` at brace."""
+    depth = 0
+    for i in range(brace, len(text)):
+        depth += (text[i] == "{") - (text[i] == "}")
+        if depth == 0:
+            return i + 1
+    return len(text)
+
+
+def kernels(text: str) -> dict[str, tuple[list[str | None], str]]:
+    """Each kernel's parameter names and its body's text."""
+    found = {}
+    for m in KERNEL.finditer(text):
+        brace = text.find("{", m.end())
+        head = BOUNDS.sub("", text[m.end():brace]) if brace > 0 else ""
+        sig = re.search(r"(\w+)\s*\(((?:[^()]|\([^()]*\))*)\)\s*$", head)
+        if sig:
+            params = [re.sub(r"\s*=.*$|\[.*\]", "", p).strip() for p in top_level_split(sig.group(2))]
+            found[sig.group(1)] = ([(re.findall(r"\w+", p) or [None])[-1] for p in params],
+                                   text[brace:block_end(text, brace)])
+    return found
+
+
+def line_of(text: str, at: int) -> int:
+    return text.count("\n", 0, at) + 1
+
+
+def launches(text: str, names: set[str]) -> list[Launch]:
+    """Every launch of a kernel of the source: <<<>>>, hipLaunchKernelGGL, cudaLaunchKernel with an
+    argument array written in the source before it."""
+    found = []
+    for m in CHEVRONS.finditer(text):
+        if m.group(1) in names:
+            found.append(Launch(m.group(1), line_of(text, m.start(2)), m.start(), m.end(),
+                                [plain_name(a) for a in top_level_split(m.group(2))]))
+    for m in GGL.finditer(text):
+        if m.group(1) in names:  # grid, block, shared bytes and stream come before the kernel's own
+            found.append(Launch(m.group(1), line_of(text, m.start()), m.start(), m.end(),
+                                [plain_name(a) for a in top_level_split(m.group(2))[4:]]))
+    for m in BY_ARRAY.finditer(text):
+        array = list(re.finditer(rf"\b{re.escape(m.group(2))}\s*\[\s*\w*\s*\]\s*=\s*\{{([^}}]*)\}}",
+                                 text[:m.start()]))
+        if m.group(1) in names and array:
+            found.append(Launch(m.group(1), line_of(text, array[-1].start()), m.start(), m.end(),
+                                [plain_name(a) for a in top_level_split(array[-1].group(1))]))
+    return found
+
+
+def swapped(launch: Launch, params: list[str | None]) -> tuple[int, int] | None:
+    """Two positions whose arguments carry each other's parameter names (case aside)."""
+    low = [p.lower() if p else None for p in params]
+    got = [a.lower() if a else None for a in launch.args]
+    if len(got) != len(low):
+        return None
+    for i in range(len(low)):
+        for j in range(i + 1, len(low)):
+            if got[i] and got[j] and low[i] != low[j] and got[i] == low[j] and got[j] == low[i]:
+                return i, j
+    return None
+
+
+def statement_head(text: str, at: int) -> str:
+    """The start of the statement that `at` lies in (or the head of the block that opens at `at`):
+    from the last `;`, `{` or `}` outside parentheses, with parenthesised parts emptied."""
+    seg = text[max(text.rfind("{", 0, at), text.rfind("}", 0, at)) + 1:at]
+    while (flat := re.sub(r"\([^()]*\)", "()", seg)) != seg:
+        seg = flat
+    return seg.rsplit(";", 1)[-1]
+
+
+def enclosing(text: str, at: int) -> tuple[int, bool]:
+    """(the offset past the end of the function around `at`, whether `at` is inside a for, while
+    or do block or right under an unbraced one)."""
+    heads, opened = [], []
+    for m in re.finditer(r"[{}]", text[:at]):
+        if m.group() == "{":
+            heads.append(statement_head(text, m.start()))
+            opened.append(m.start())
+        elif heads:
+            heads.pop()
+            opened.pop()
+    looping = any(LOOPING.search(h) for h in [*heads[1:], statement_head(text, at)])  # heads[0]: the function's
+    return (block_end(text, opened[0]) if opened else len(text)), looping
+
+
+def copied_after(text: str, launch: Launch, body: str, every: list[Launch]) -> tuple[int, str, str] | None:
+    """(line, what, name) of a copy to the device after the launch, in the same function, of a
+    symbol the kernel reads or a buffer it is given, with no launch of the kernel after it; None
+    where the launch is in a loop (the copy may come before the next time round)."""
+    end, looping = enclosing(text, launch.at)
+    if looping:
+        return None
+    given = {a for a in launch.args if a}
+    checks = ((SYMBOL_COPY, "copies to the symbol", lambda n: re.search(rf"\b{re.escape(n)}\b", body)),
+              (BUFFER_COPY, "copies to", lambda n: n in given), (BUFFER_SET, "sets", lambda n: n in given))
+    for pattern, what, wanted in checks:
+        for m in pattern.finditer(text, launch.end, end):
+            if wanted(m.group(1)) and not any(o.kernel == launch.kernel and o.at > m.start() for o in every):
+                return line_of(text, m.start()), what, m.group(1)
+    return None
+
+
+def read(text: str) -> list[str]:
+    """What the launches' host code shows, one sentence each."""
+    ks = kernels(text)
+    every = launches(text, set(ks))
+    shown = text.splitlines()
+    said, copies = [], set()
+    for launch in every:
+        params, body = ks[launch.kernel]
+        if pair := swapped(launch, params):
+            i, j = pair
+            said.append(f"line {launch.line} (`{shown[launch.line - 1].strip()[:SHOWN]}`) gives {launch.kernel} "
+                        f"{launch.args[i]} for its parameter {params[i]} and {launch.args[j]} for {params[j]}: two "
+                        "arguments in each other's places by their names (the kernel computes with those two values exchanged)")
+        if (copy := copied_after(text, launch, body, every)) and copy not in copies:
+            copies.add(copy)  # one copy after a launch in each branch of an if: said once
+            line, what, name = copy
+            said.append(f"line {line} (`{shown[line - 1].strip()[:SHOWN]}`) {what} {name} after line "
+                        f"{line_of(text, launch.at)} launches {launch.kernel}, which reads it, and no launch of it "
+                        "follows: on one stream the copy runs after the kernel, which reads what was there before")
+    return list(dict.fromkeys(said))
+
+
+class LaunchAsWritten(Step):
+    """A failing GPU program's launches as its source writes them."""
+
+    name = "the launches as the source writes them"
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.verdict in ("WRONG", "ERROR") and ctx.kind != "cpu" and ctx.source is not None
+
+    def run(self, ctx: Context) -> list[Finding]:
+        try:
+            text = "\n".join(code_lines(ctx.source))
+        except OSError:
+            return []
+        said = read(text)
+        return [Finding(Kind.OBSERVED, [f"read in {ctx.source.name}: {s}" for s in said])] if said else []
