@@ -227,6 +227,9 @@ def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing
     step.run(ctx)
     assert (seen["verdict"], seen["correct"]) == ("ERROR", None) and (seen["signal"], seen["stderr"]) == \
         ("SIGSEGV", "hw4: reading the input\n")
+    warned.fields.update(larger_failed=1, larger_stderr="hw4: hw4.cu:235: an illegal memory access\n")
+    step.run(ctx)  # an error exit: no output to check, so no reference (a drawn input's may be too large to make)
+    assert (seen["verdict"], seen["correct"], seen["signal"]) == ("ERROR", None, None)
     ctx.results = [SimpleNamespace(verdict="PASS"), SimpleNamespace(verdict="WRONG")]
     assert not step.applies(ctx)
     ctx.results = [SimpleNamespace(verdict="PASS")]

@@ -95,6 +95,12 @@ def test_a_larger_input_that_crashes_names_its_input_however_it_was_checked(tmp_
     assert found.kind == Kind.WARNING and "it fails: killed by SIGSEGV" in found.lines[0], found.lines
     assert found.fields["larger_failed"] == -11 and found.fields["larger_shape"] == [4, 64, 32]
     assert Path(found.fields["larger_input"]).exists()
+    fails = "sys.exit('hw4: hw4.cu:235: an illegal memory access was encountered')"
+    program.write_text(CRASHES_PAST_TWO_BATCHES.format(python=sys.executable).replace(
+        "os.kill(os.getpid(), signal.SIGSEGV)", fails))
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(4, 64, 32), None, tmp_path, lambda line: None,
+                                 Budget(60), rows=8)  # an error exit, no signal: looked into all the same
+    assert found.fields["larger_failed"] == 1 and Path(found.fields["larger_input"]).exists(), found.lines
 
 
 def test_no_larger_run_where_a_case_passed_was_as_large():

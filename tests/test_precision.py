@@ -245,3 +245,27 @@ def test_a_split_whose_low_part_has_its_sign_reversed_is_named_by_its_factors(B,
 def test_a_wrong_formula_near_the_right_one_is_no_sum_of_roundings():
     inp = probe()
     assert precision.operand_fit(ProbeInput(inp.q * 1.001, inp.k, inp.v).output(), inp.output(), inp) is None
+
+
+def test_the_split_in_an_online_softmax_is_named_without_ps_rounding():
+    """The same split in a tiled online softmax (tiles of 32, p against the running max): P's
+    rounding moves with the max, so it is left out of the fit and said so; Q, K and V at 2."""
+    rng = np.random.default_rng(3)
+    B, N, d = 2, 512, 64
+    q, k, v = (rng.uniform(-3, 3, size=(B, N, d)).astype(np.float32) for _ in range(3))
+    inp = ProbeInput(q, k, v)
+
+    def reversed_split(x):
+        return 2 * precision.rounded(x, "tf32") - x
+    s = np.einsum("bid,bjd->bij", reversed_split((q * np.float32(np.log2(np.e) / np.sqrt(d))).astype(np.float64)),
+                  reversed_split(k.astype(np.float64)))  # base 2
+    o, m, l = np.zeros((B, N, d)), np.full((B, N, 1), -np.inf), np.zeros((B, N, 1))
+    for t in range(0, N, 32):
+        m_new = np.maximum(m, s[:, :, t:t + 32].max(axis=-1, keepdims=True))
+        p, alpha = np.exp2(s[:, :, t:t + 32] - m_new), np.exp2(m - m_new)
+        l = l * alpha + p.sum(axis=-1, keepdims=True)
+        o = o * alpha + np.matmul(reversed_split(p), reversed_split(v[:, t:t + 32].astype(np.float64)))
+        m = m_new
+    said, named = precision.read((o / l).astype(np.float32).astype(np.float64), inp.output(), inp)
+    assert named and "(Q log2(e) / sqrt(d) x 2, K x 2, V x 2;" in said and "P's own rounding not read" in said, said
+    assert said.endswith(precision.SPLIT_REVERSED)

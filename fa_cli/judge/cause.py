@@ -94,7 +94,7 @@ class Rerun(Step):
     name = "runs again"
 
     def applies(self, ctx: Context) -> bool:
-        return not crashed(ctx)
+        return not crashed(ctx) and ctx.correct is not None  # none: a failed run on a drawn input, unchecked
 
     def run(self, ctx: Context) -> list[Finding]:
         whole = ctx.whole

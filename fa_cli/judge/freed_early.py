@@ -31,6 +31,17 @@ def failed_line(ctx: Context) -> tuple[int, str] | None:
     return None
 
 
+def failed_call(ctx: Context) -> tuple[int, str, list[str]] | None:
+    """(its line, the runtime's words, the source's lines) of the call the program's own check named,
+    where that line is in the source."""
+    number, error = failed_line(ctx)
+    try:
+        lines = code_lines(ctx.source)
+    except OSError:
+        return None
+    return (number, error, lines) if 0 < number <= len(lines) else None
+
+
 def uses(text: str, name: str) -> bool:
     """The pointer itself on a line, not a member, an element or a name that holds it."""
     return re.search(rf"(?<![\w.>]){re.escape(name)}\b(?!\s*(?:\.|->|\[))", text) is not None
@@ -80,13 +91,9 @@ class FreedBeforeUse(Step):
         return ctx.verdict == "ERROR" and ctx.signal is None and failed_line(ctx) is not None
 
     def run(self, ctx: Context) -> list[Finding]:
-        number, error = failed_line(ctx)
-        try:
-            lines = code_lines(ctx.source)
-        except OSError:
+        if (call := failed_call(ctx)) is None or (found := freed_before(call[2], call[0])) is None:
             return []
-        if not 0 < number <= len(lines) or (found := freed_before(lines, number)) is None:
-            return []
+        number, error, lines = call
         name, freed = found
         return [Finding(Kind.OBSERVED, [
             f"the call that failed, {ctx.source.name} line {number} (`{lines[number - 1].strip()[:SHOWN]}`"

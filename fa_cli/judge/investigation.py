@@ -27,6 +27,7 @@ from .error_size import ErrorOfAPass
 from .launch_errors import KernelFault
 from .leaving_early import LeftBeforeBarrier
 from .refused_input import RefusedInput
+from .event_wait import TimeReadEarly
 from .freed_early import FreedBeforeUse
 from .launch_source import LaunchAsWritten
 from .shared_poison import UnwrittenShared
@@ -120,8 +121,8 @@ class LargerLookedInto(Step):
                        case_path=path, case_shape=shape, kind=ctx.kind, target=target,
                        verdict="ERROR" if failed else "WRONG", signal=signal, judged_run=False,
                        launcher_says=warned.fields.get("larger_launcher_says"),
-                       run_stderr=warned.fields.get("larger_stderr", ""),  # a crash ends at the debugger: no
-                       correct=None if signal in CRASH_SIGNALS else correct_output(path, shape, None))  # reference
+                       run_stderr=warned.fields.get("larger_stderr", ""),
+                       correct=None if failed else correct_output(path, shape, None))  # a failed run: no reference
         return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {' '.join(f.lines)}"],
                         f.fields) for f in case_steps(case) if f.lines]
 
@@ -131,8 +132,8 @@ LARGER_LABEL = "larger.in"  # as the larger input's warning names it (its fa gen
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
-    Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), FreedBeforeUse(), LaunchAsWritten(), HostCrash(),
-    KernelFault(), Rerun(), SlowerThanHost(), ChangingBatchAlone(), LaunchesWaited(),
+    Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), FreedBeforeUse(), TimeReadEarly(), LaunchAsWritten(),
+    HostCrash(), KernelFault(), Rerun(), SlowerThanHost(), ChangingBatchAlone(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     LeftBeforeBarrier(), CopiedBack(), UnwrittenShared(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip

@@ -43,6 +43,7 @@ class Facts:
     named: bool = False  # a mechanism is named: the later readings stand aside
     stop: bool = False  # nothing more to measure on probe inputs (no output, or one that changes)
     no_output: bool = False  # the probe input's runs wrote no output of the right size
+    changes: bool = False  # two runs on the probe input differ: only hw4.hip's 32-lane build still tells
 
 
 @dataclass

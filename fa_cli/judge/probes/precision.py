@@ -280,7 +280,8 @@ def fitted(error: np.ndarray, changes: dict, names: list[str]) -> tuple[float, f
 def operand_fit(out: np.ndarray, true: np.ndarray, inp) -> str | None:
     """Where no one rounding gives the output: its error as a sum of each operand's own rounding
     error times a factor, fitted (least squares) for each format and each way Q is scaled, then
-    again with P's rounding taken at the scores the first fit gives; said where the fit leaves at
+    again with P's rounding taken at the scores the first fit gives, or without P (an online
+    softmax rounds p against a running max, which moves its rounding); said where a fit leaves at
     most FIT_SHARE of the error and a median miss of at most FIT_SHARE of the median error, the
     factors whole numbers (a factor of 2 on every operand: a split's low part reversed)."""
     error = (out - true).ravel()
@@ -292,17 +293,22 @@ def operand_fit(out: np.ndarray, true: np.ndarray, inp) -> str | None:
         for query in QUERY_SCALES:
             miss, typical, factors = fitted(error, changes, names := [query, "K", "P", "V"])
             if best is None or miss < 0.9 * best[0]:
-                best = (miss, typical, form, names, factors)
-    _, _, form, names, factors = best
+                best = (miss, typical, form, names, factors, changes)
+    _, _, form, names, factors, changes = best
     moved = (names[0], *np.round(factors[:2]))  # the scores with whole factors: P rounded where the program has it
-    miss, typical, factors = fitted(error, operand_errors(inp.q, inp.k, inp.v, form, moved), names)
-    if miss > FIT_SHARE * np.abs(error).max() or typical > FIT_SHARE * np.median(np.abs(error)):
-        return None
+    with_p = fitted(error, operand_errors(inp.q, inp.k, inp.v, form, moved), names)
+    without_p = fitted(error, changes, names := [names[0], "K", "V"])
+    if with_p[0] < 0.5 * without_p[0]:  # P's rounding read: the fit far better with it
+        names, without_p = [names[0], "K", "P", "V"], with_p
+    miss, typical, factors = without_p
     whole = np.round(factors)
-    if (np.abs(factors - whole) > WHOLE_FACTOR).any() or (whole == 1).all() or (whole == 0).all():
-        return None  # no whole factors, plain rounding (a single model's), or no rounding at all
+    if miss > FIT_SHARE * np.abs(error).max() or typical > FIT_SHARE * np.median(np.abs(error)) or \
+            (np.abs(factors - whole) > WHOLE_FACTOR).any() or (whole == 1).all() or (whole == 0).all():
+        return None  # no fit, no whole factors, plain rounding (a single model's), or no rounding at all
     terms = ", ".join(f"{n} x {fmt(f)}" for n, f in zip(names, factors) if round(f) != 0)
+    unread = "" if "P" in names else "; P's own rounding not read: an online softmax rounds p against a running max, " \
+        "which moves what it rounds"
     why = f": {SPLIT_REVERSED}" if set(whole[whole != 0]) == {2} else ""
     return (f"the output's error is each operand's own {form} rounding error times a whole factor ({terms}; the "
             f"operands rounded alone, the factors fitted: the fit misses the error by at most {fmt(miss)} of "
-            f"{fmt(np.abs(error).max())}){why}")
+            f"{fmt(np.abs(error).max())}{unread}){why}")

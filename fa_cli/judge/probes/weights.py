@@ -72,7 +72,8 @@ class ProbeRuns(Probe):
                     f"probe: two runs on {inp.label} differ only in its last batch ({int(changed.sum())} values, up "
                     f"to {fmt(diff)}); run again with a batch of drawn values after the last (what a program that "
                     f"reads past its input would then read), its output left out{held}"])] + again
-            ctx.facts.stop = True
+            ctx.facts.out, ctx.facts.changes = None, True
+            ctx.facts.stop = not wave64.emulates(ctx.source)  # a hw4.hip still gets its 32-lane build
             return [Finding(Kind.OBSERVED, [f"probe: two runs on {inp.label} differ in {int(changed.sum())} values "
                                             f"(up to {fmt(diff)}): an output that changes cannot be read as weights"
                                             + (" (with a batch of drawn values after the last too)" if ctx.guard

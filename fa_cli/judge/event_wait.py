@@ -1,0 +1,51 @@
+"""An ERROR at the program's own check of an event's elapsed time with "device not ready": the
+runtime says that while the event has not completed, that is, while the work recorded before it
+still runs. Whether a wait for that event (cudaEventSynchronize) comes before the call in the
+source is read and said with the line; an observation beside the tools, never in their place.
+"""
+from __future__ import annotations
+
+import re
+
+from .findings import Finding, Kind
+from .freed_early import FUNCTION_START, failed_call, failed_line
+from .leaving_early import SHOWN
+from .steps import Context, Step
+
+ELAPSED = re.compile(r"\b(?:cuda|hip)EventElapsedTime\s*\([^,]*,\s*(\w+)\s*,\s*(\w+)\s*\)")
+NOT_READY = re.compile(r"not ready", re.I)
+
+
+def waited_for(lines: list[str], number: int, event: str) -> int | None:
+    """The line of a wait for the event (or for the whole device) before `number`, in its function."""
+    wait = re.compile(rf"\b(?:cuda|hip)(?:EventSynchronize\s*\(\s*{re.escape(event)}\b|DeviceSynchronize\s*\()")
+    for at in range(number - 1, 0, -1):
+        if wait.search(lines[at - 1]):
+            return at
+        if FUNCTION_START.match(lines[at - 1]):
+            return None
+    return None
+
+
+class TimeReadEarly(Step):
+    """An ERROR "device not ready" at the program's own check of cudaEventElapsedTime."""
+
+    name = "an event's time read before the event completed"
+
+    def applies(self, ctx: Context) -> bool:
+        found = failed_line(ctx) if ctx.verdict == "ERROR" and ctx.signal is None else None
+        return found is not None and NOT_READY.search(found[1]) is not None
+
+    def run(self, ctx: Context) -> list[Finding]:
+        if (call := failed_call(ctx)) is None or (m := ELAPSED.search(call[2][call[0] - 1])) is None:
+            return []
+        number, error, lines = call
+        stop = m.group(2)
+        wait = waited_for(lines, number, stop)
+        before = f"line {wait} waits before it (`{lines[wait - 1].strip()[:SHOWN]}`), yet the event had not completed" \
+            if wait else f"no cudaEventSynchronize({stop}) (nor a wait for the device) comes before it in its function"
+        return [Finding(Kind.OBSERVED, [
+            f"the call that failed, {ctx.source.name} line {number} (`{lines[number - 1].strip()[:SHOWN]}`: {error}), "
+            f"reads the time to event {stop}, which the runtime refuses with \"not ready\" while {stop} has not "
+            f"completed (the work recorded before it still running): {before} (wait for {stop} first)"],
+            dict(line=number, waited_at=wait))]
