@@ -551,6 +551,27 @@ def test_a_probe_whose_last_batch_alone_changes_is_measured_with_a_batch_after_i
     assert ctx.facts.stop and ctx.guard == 0 and "cannot be read as weights" in found[0].lines[0]
 
 
+def test_a_hip_output_that_changes_still_gets_its_32_lane_build_and_nothing_else(tmp_path, monkeypatch):
+    """ProbeRuns on a hw4.hip under the emulation whose two runs differ: no output to read, but
+    Wavefronts still applies (a 32-lane build may be right and steady); after it, the probes stop."""
+    from fa_cli.judge.probes import experiments
+    from fa_cli.judge.probes.weights import ProbeRuns
+    from fa_cli.programs import wave64
+    monkeypatch.setattr(wave64, "emulated", lambda: True)
+    ctx = stand_in_context(tmp_path, LAST_BATCH_DRAWN.replace("out[-1] =", "out[:] ="), "int main() {}\n",
+                           probe(B=2, N=32, d=32))
+    import dataclasses
+    ctx.program = dataclasses.replace(ctx.program, source=ctx.program.source.rename(tmp_path / "hw4.hip"))
+    found = ProbeRuns().measure(ctx)
+    assert "cannot be read as weights" in found[0].lines[0]
+    assert ctx.facts.changes and ctx.facts.out is None and not ctx.facts.stop
+    step = experiments.Wavefronts()
+    assert step.applies(ctx)
+    monkeypatch.setattr(step, "measure", lambda ctx: [])
+    step.run(ctx)
+    assert ctx.facts.stop
+
+
 BATCH_STRIDE_32 = """#!{python}
 import sys
 import numpy as np

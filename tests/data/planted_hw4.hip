@@ -17,9 +17,6 @@
 //   CUDA_CALL     a cudaDeviceSynchronize() left in the port: hipcc does not know it
 //   HALF_BRANCH   p broadcast at the default width inside `if (__lane_id() < G)`: every lane of a
 //                 32-lane warp, but only the lower half of a 64-lane wavefront calls the shuffle
-//   WAVE_SLOTS    p staged in LDS at the row's slot plus __lane_id(): a row's own lane in a 32-lane
-//                 warp, but the upper half of a wavefront writes 32 slots on, into the next row's
-//                 (a race with that row's own writes) and leaves its own row's unwritten
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -31,7 +28,6 @@
 #define BLOCK32 4
 #define CUDA_CALL 5
 #define HALF_BRANCH 6
-#define WAVE_SLOTS 7
 #ifndef PLANT
 #define PLANT 0
 #endif
@@ -99,16 +95,8 @@ __global__ void attention(const float* qkv, float* out, int N) {
       for (int off = G / 2; off > 0; off /= 2) sum += __shfl_xor(sum, off);
       l = l * alpha + sum;
       for (int c = 0; c < D / G; ++c) o[c] *= alpha;
-#if PLANT == WAVE_SLOTS
-      __shared__ float Ps[(ROWS + 2) * (G + 1)];  // each row's weights, G + 1 floats apart
-      __syncthreads();
-      Ps[r * (G + 1) + __lane_id()] = p;  // the lane in the wavefront taken for the lane in the row
-      __syncthreads();
-#endif
       for (int j = 0; j < G; ++j) {
-#if PLANT == WAVE_SLOTS
-        const float pj = Ps[r * (G + 1) + j];
-#elif PLANT == HALF_BRANCH
+#if PLANT == HALF_BRANCH
         float pj = 0.f;
         if (__lane_id() < G) pj = __shfl(p, j);  // the lanes of one row, as the writer thought of them
 #elif PLANT == LANE32 || defined(FA_AS_CUDA)
