@@ -635,6 +635,52 @@ def test_one_step_of_the_online_softmax_written_otherwise_is_found_with_its_tile
     assert softmax_steps.search(softmax_rows(s), s) is None  # the right weights fit no other form
 
 
+def test_statistics_kept_once_a_warp_where_once_a_row_belongs_are_read_from_the_factors():
+    """Four warps over the same 32 rows, warp w taking keys 16w .. 16w + 15 of every 64-key tile,
+    their partial (m, l) stored once a warp: every row merged with its block's first row's maxima
+    and sums (the program's loops here, not fa's model)."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    groups = [np.flatnonzero(np.arange(128) % 64 // 16 == w) for w in range(4)]
+    W = np.zeros_like(s)
+    for b in range(s.shape[0]):
+        for r in range(128):
+            r0 = r - r % 32
+            m0 = [s[b, r0, keys].max() for keys in groups]  # what Ms[w] holds: row r0's
+            M = max(m0)
+            L = sum(np.exp(s[b, r0, keys] - m).sum() * np.exp(m - M) for keys, m in zip(groups, m0))
+            for keys, m_w in zip(groups, m0):
+                W[b, r, keys] = np.exp(s[b, r, keys] - s[b, r, keys].max()) * np.exp(m_w - M) / L
+    said, fields = factors.per_tile_factor(W, P, s)
+    assert fields == dict(tile=16, first_rows_statistics=True), said
+    assert "the keys in 4 groups (every 4th tile of 16 keys" in said and "first row of r's block of 32 rows" in said
+    assert factors.per_tile_factor(P, P, s) is None
+
+
+def test_scores_summed_across_tiles_are_found_from_a_programs_own_loops():
+    """A score accumulator zeroed once before the tile loop (tiles of 32, N = 150: a partial last
+    tile): each tile's scores are its own plus every earlier tile's at the same places. The
+    program's loops here, not fa's simulation."""
+    inp = probe(N=150)
+    s = logits(inp.q, inp.k)[0]
+    N, T = s.shape[1], 32
+    W = np.zeros_like(s)
+    for r in range(N):
+        carried, m, l = np.zeros(T), -np.inf, 0.0
+        for j0 in range(0, N, T):
+            w = min(T, N - j0)
+            carried[:w] += s[r, j0:j0 + w]  # never set back to 0
+            m_new = max(m, carried[:w].max())
+            alpha = np.exp(m - m_new)
+            W[r] *= alpha
+            W[r, j0:j0 + w] = np.exp(carried[:w] - m_new)
+            l, m = l * alpha + W[r, j0:j0 + w].sum(), m_new
+        W[r] /= l
+    step, words, tiles = softmax_steps.search(W[None], s[None])
+    assert step == "scores" and words.startswith("s = the tile's scores plus every earlier tile's") and tiles == [32]
+
+
 def test_a_tiles_factor_applied_at_every_key_is_found_from_a_program_written_key_by_key():
     """A tile-by-tile program (its own loops here, not fa's simulation) whose output update sits in
     the loop over the tile's keys: acc *= alpha once a key, with the tile's alpha."""

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .partial_sums import base_mixed, half_sums, keys_counted, parts_unmerged, read_in_place_of, tile_maxima
+from .partial_sums import (base_mixed, first_rows_statistics, half_sums, keys_counted, parts_unmerged, read_in_place_of,
+                           tile_maxima)
 from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAINS_WORDS, FIRST_BATCH_WORDS,
                            SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
                            first_batchs, sum_variants, tiles_named)
@@ -242,6 +243,8 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
                     "l_tile * exp(m_tile - m_final): look at the merge of the splits"), dict(fields, own_sums=True)
         if mixed := base_mixed(g, s, T, valid, rows_ok):
             return f"{said}; {mixed}", dict(fields, base_mixed=True)
+        if first := first_rows_statistics(g, s, T, valid, rows_ok):
+            return f"{said}; {first}", dict(fields, first_rows_statistics=True)
         return said + "; not a power of the running maxima fa tried", fields
     return None
 

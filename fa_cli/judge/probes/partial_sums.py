@@ -145,3 +145,38 @@ def base_mixed(g: np.ndarray, s: np.ndarray, T: int, valid: np.ndarray, rows_ok:
             return (f"each tile's factor is exp({fmt(c)} (m_tile - m_final)): the parts (tiles, splits) brought to one "
                     f"max with {words}; look at the merge's factors")
     return None
+
+
+ROW_BLOCKS = (16, 32, 64, 128)  # a block's rows: the first one's statistics taken for all of them
+KEY_GROUPS = (2, 4, 8)  # warps that split the keys: each takes every S-th tile, or a run of tiles
+
+
+def first_rows_statistics(g: np.ndarray, s: np.ndarray, T: int, valid: np.ndarray, rows_ok: np.ndarray) -> str | None:
+    """Each tile's factor exp(m_G(r0) - m_G(r)) and a constant per row: G the group of tiles the
+    tile is in (every S-th tile, or a run of tiles: a warp's share of the keys), m_G(r) row r's max
+    over the group's keys, r0 the first row of r's block of R rows. Each group's partial merged
+    with the block's first row's maxima and sums: statistics kept once a group where once a row
+    belongs."""
+    own = tile_maxima(s, T)[0]
+    B, N, tiles = own.shape
+    t = np.arange(tiles)
+    for S in (S for S in KEY_GROUPS if tiles % S == 0 and tiles >= S):
+        ways = (("every {S}th tile of {T} keys", t % S), ("runs of {n} tiles of {T} keys", t // (tiles // S)))
+        for kind, group in ways:
+            best = np.stack([own[..., group == G].max(axis=-1) for G in range(S)], axis=-1)[..., group]  # B, N, tiles
+            for R in (R for R in ROW_BLOCKS if R < N):
+                first = np.arange(N) - np.arange(N) % R
+                model = best[:, first] - best
+                if np.nanstd(model[valid]) <= FLAT:
+                    continue  # every row alike its block's first: the model says nothing
+                gap = np.where(valid, g - model, np.nan)[rows_ok]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    gap = gap - np.nanmean(gap, axis=1, keepdims=True)
+                if np.mean(np.abs(gap[valid[rows_ok]]) <= 10 * FLAT) >= FIT_SHARE:
+                    groups = kind.format(S=S, T=T, n=tiles // S)
+                    return (f"each tile's factor is exp(m_G(r0) - m_G(r)), the keys in {S} groups ({groups}: a warp's "
+                            f"share of the keys), m_G(r) row r's max over group G's keys and r0 the first row of r's "
+                            f"block of {R} rows: every row's partials merged with its block's first row's maxima and "
+                            "sums (statistics kept once a group, as Ms[warp], where once a row belongs, Ms[warp][row])")
+    return None

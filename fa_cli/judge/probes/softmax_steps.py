@@ -3,6 +3,7 @@ weights W the program applied.
 
 The tiled online softmax of one query row, over key tiles of T, is these steps:
 
+  scores  s = the tile's scores                   (an accumulator set to 0 for each tile)
   max     m_new = max(m, max of the tile's scores)
   factor  alpha = exp(m - m_new)                  (m before the update)
   p       p = exp(s - m_new)                      (the tile's scores s)
@@ -35,6 +36,9 @@ ATOL, RTOL = 2e-4, 2e-3  # simulated against measured weights (float32 programs)
 # Arguments: m (before), m_new, tmax (the tile's own max), s (the tile's scores), l, acc, alpha,
 # p (the tile's exponentials), psum; the max form also gets the tile's max only.
 STEP_FORMS = {
+    "scores": (("s = the tile's scores", lambda tile, carried: tile),
+               ("s = the tile's scores plus every earlier tile's at the same places (a score accumulator set to 0 "
+                "once, before the tile loop, where each tile needs its own zero)", lambda tile, carried: tile + carried)),
     # (m_new = the tile's max alone is no mistake: alpha and p then share another reference, which
     # cancels in acc / l; the update below, which carries it to the next tile, is one)
     "max": (("m_new = max(m, tile max)", lambda m, tmax: np.maximum(m, tmax)),),
@@ -104,10 +108,11 @@ def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
     N = s.shape[-1]
     m = np.full(shape, -np.inf)
     l, so_far = np.zeros(shape), np.zeros(shape)
-    acc = np.zeros(s.shape)
+    acc, carried = np.zeros(s.shape), np.zeros(shape + (min(T, N),))
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for j0 in range(0, N, T):
-            tile = s[..., j0:j0 + T]
+            tile = forms["scores"](s[..., j0:j0 + T], carried[..., :min(T, N - j0)])
+            carried[..., :tile.shape[-1]] = tile
             tmax = tile.max(axis=-1)
             m_new = forms["max"](m, tmax)
             alpha = forms["factor"](m, m_new, tmax)  # the first tile's m is -inf, as a program's is
