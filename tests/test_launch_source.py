@@ -68,6 +68,19 @@ def test_a_copy_to_the_device_after_the_launch_that_reads_it_is_said_once(copy, 
     assert said.startswith(f"line 11 (`{copy}`) {words} attend, which reads it, and no launch of it follows"), said
 
 
+def test_a_limit_raised_for_another_instance_of_the_template_is_said_with_both_lines():
+    host = ("  cudaFuncSetAttribute(attend<32>, cudaFuncAttributeMaxDynamicSharedMemorySize, 66048);\n"
+            "  if (b) attend<32><<<1, 128, 33280>>>(d_qkv, d_out, b, n);\n"
+            "  else attend<64><<<1, 128, 66048>>>(d_qkv, d_out, b, n);\n")
+    [said] = read(program(host))
+    assert said.startswith("line 9 (`cudaFuncSetAttribute(attend<32>, ") and \
+        "limit of attend<32> only, and line 11 launches attend<64> with dynamic shared memory" in said, said
+    both = host.replace("  if (b)", "  cudaFuncSetAttribute(attend<64>, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                                    "66048);\n  if (b)")
+    assert read(program(both)) == []
+    assert read(program(host.replace(", 66048>>>", ">>>"))) == []  # no dynamic shared memory: no limit to raise
+
+
 def test_the_step_says_it_as_an_observation_of_a_failing_gpu_case(tmp_path):
     source = tmp_path / "hw4.cu"
     source.write_text(program("  attend<32><<<1, 128>>>(d_qkv, d_out, n, b);  // swapped\n"))

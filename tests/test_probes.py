@@ -658,6 +658,33 @@ def test_statistics_kept_once_a_warp_where_once_a_row_belongs_are_read_from_the_
     assert factors.per_tile_factor(P, P, s) is None
 
 
+def test_lanes_merged_by_a_butterfly_that_rescales_o_before_the_shuffle_are_found():
+    """32 lanes, each an online softmax over the keys j mod 32, merged by a xor butterfly in which
+    each lane rescales its o before the shuffle fetches the partner's (already rescaled by the
+    partner's own factor): the program's loops here. The right merge names nothing."""
+    inp = probe(B=1, N=128)
+    s = logits(inp.q, inp.k)
+    G, N = 32, 128
+    W = np.zeros_like(s)
+    for r in range(N):
+        m = np.array([s[0, r, g::G].max() for g in range(G)])
+        o = np.zeros((G, N))
+        for g in range(G):
+            o[g, g::G] = np.exp(s[0, r, g::G] - m[g])
+        l, off = o.sum(axis=1), G // 2
+        while off:
+            partner = np.arange(G) ^ off
+            m_new = np.maximum(m, m[partner])
+            a, c = np.exp(m - m_new), np.exp(m[partner] - m_new)
+            o = o * a[:, None]  # before the shuffle: the partner's arrives rescaled by its own factor too
+            o, l = o + o[partner] * c[:, None], l * a + l[partner] * c
+            m, off = m_new, off // 2
+        W[0, r] = o[0] / l[0]
+    step, words, lanes = softmax_steps.search(W, s)
+    assert (step, lanes) == ("merge", [32]) and "the partner's terms weighed c * c" in words, words
+    assert softmax_steps.merge_search(softmax_rows(s), s) is None
+
+
 def test_scores_summed_across_tiles_are_found_from_a_programs_own_loops():
     """A score accumulator zeroed once before the tile loop (tiles of 32, N = 150: a partial last
     tile): each tile's scores are its own plus every earlier tile's at the same places. The

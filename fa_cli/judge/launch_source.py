@@ -1,6 +1,7 @@
 """What the host code says about a launch, read from the source without a run: a kernel given its
-arguments in another order than its parameters (two swapped, by name: `n` for B and `b` for N),
-and a copy to the device issued after the launch of a kernel that reads what it copies, with no
+arguments in another order than its parameters (two swapped, by name: `n` for B and `b` for N), a
+template instance launched with dynamic shared memory whose limit was raised for another instance
+only, and a copy to the device issued after the launch of a kernel that reads what it copies, with no
 later launch of it (on one stream the copy runs after the kernel, which reads the earlier value).
 Each is said as what the source shows, beside the measurements, never a cause by itself.
 """
@@ -15,8 +16,11 @@ from .steps import Context, Step
 
 KERNEL = re.compile(r"__global__\s")
 BOUNDS = re.compile(r"__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)")
-CHEVRONS = re.compile(r"\b(\w+)\s*(?:<[^<>;()]*>)?\s*<<<(?:[^;]|;(?!\s*$))*?>>>\s*\(([^;]*)\)\s*;")
-GGL = re.compile(r"\bhipLaunchKernelGGL\s*\(\s*(?:HIP_KERNEL_NAME\s*\(\s*)?(\w+)[^,]*,([^;]*)\)\s*;")
+CHEVRONS = re.compile(r"\b(\w+)\s*(<[^<>;()]*>)?\s*<<<((?:[^;]|;(?!\s*$))*?)>>>\s*\(([^;]*)\)\s*;")
+GGL = re.compile(r"\bhipLaunchKernelGGL\s*\(\s*(?:HIP_KERNEL_NAME\s*\(\s*)?(\w+)\s*(<[^<>;]*>)?[^,]*,([^;]*)\)\s*;")
+# the dynamic shared memory limit raised for one kernel (a template's instance is a kernel of its own)
+RAISED = re.compile(r"\b(?:cuda|hip)FuncSetAttribute\s*\(\s*(?:\([^()]*\)\s*)?&?\s*(\w+)\s*(<[^<>;]*>)?\s*,"
+                    r"[^;]*MaxDynamicSharedMemorySize")
 BY_ARRAY = re.compile(r"\b(?:cuda|hip)LaunchKernel\s*\(\s*(?:\([^()]*\)\s*)?&?\s*(\w+)(?:<[^<>]*>)?\s*,"
                       r"[^,]*,[^,]*,\s*(\w+)\s*[,)]")
 SYMBOL_COPY = re.compile(r"\b(?:cuda|hip)MemcpyToSymbol(?:Async)?\s*\(\s*(?:HIP_SYMBOL\s*\(\s*)?(\w+)")
@@ -32,6 +36,8 @@ class Launch:
     at: int  # the launch's offset in the text
     end: int  # the offset past its statement
     args: list[str | None]  # each argument's plain name, None where it is an expression
+    template: str = ""  # the instance launched: `<64>`, spaces left out
+    shared: bool = False  # with dynamic shared memory (a third launch parameter that is not 0)
 
 
 def top_level_split(text: str) -> list[str]:
@@ -86,12 +92,16 @@ def launches(text: str, names: set[str]) -> list[Launch]:
     found = []
     for m in CHEVRONS.finditer(text):
         if m.group(1) in names:
-            found.append(Launch(m.group(1), line_of(text, m.start(2)), m.start(), m.end(),
-                                [plain_name(a) for a in top_level_split(m.group(2))]))
+            config = top_level_split(m.group(3))
+            found.append(Launch(m.group(1), line_of(text, m.start(4)), m.start(), m.end(),
+                                [plain_name(a) for a in top_level_split(m.group(4))], instance(m.group(2)),
+                                len(config) > 2 and config[2].strip() != "0"))
     for m in GGL.finditer(text):
         if m.group(1) in names:  # grid, block, shared bytes and stream come before the kernel's own
+            parts = top_level_split(m.group(3))
             found.append(Launch(m.group(1), line_of(text, m.start()), m.start(), m.end(),
-                                [plain_name(a) for a in top_level_split(m.group(2))[4:]]))
+                                [plain_name(a) for a in parts[4:]], instance(m.group(2)),
+                                len(parts) > 2 and parts[2].strip() != "0"))
     for m in BY_ARRAY.finditer(text):
         array = list(re.finditer(rf"\b{re.escape(m.group(2))}\s*\[\s*\w*\s*\]\s*=\s*\{{([^}}]*)\}}",
                                  text[:m.start()]))
@@ -99,6 +109,19 @@ def launches(text: str, names: set[str]) -> list[Launch]:
             found.append(Launch(m.group(1), line_of(text, array[-1].start()), m.start(), m.end(),
                                 [plain_name(a) for a in top_level_split(array[-1].group(1))]))
     return found
+
+
+def instance(template: str | None) -> str:
+    return re.sub(r"\s+", "", template or "")
+
+
+def limit_not_raised(text: str, launch: Launch) -> tuple[int, str] | None:
+    """(line, the instance it raises) of a dynamic shared memory limit raised for another instance of
+    the launched kernel and never for the one launched with dynamic shared memory."""
+    raised = [(m, instance(m.group(2))) for m in RAISED.finditer(text) if m.group(1) == launch.kernel]
+    if not launch.shared or not raised or any(t == launch.template for _, t in raised):
+        return None
+    return line_of(text, raised[0][0].start()), raised[0][1]
 
 
 def swapped(launch: Launch, params: list[str | None]) -> tuple[int, int] | None:
@@ -168,6 +191,12 @@ def read(text: str) -> list[str]:
             said.append(f"line {launch.line} (`{shown[launch.line - 1].strip()[:SHOWN]}`) gives {launch.kernel} "
                         f"{launch.args[i]} for its parameter {params[i]} and {launch.args[j]} for {params[j]}: two "
                         "arguments in each other's places by their names (the kernel computes with those two values exchanged)")
+        if other := limit_not_raised(text, launch):
+            line, raised = other
+            said.append(f"line {line} (`{shown[line - 1].strip()[:SHOWN]}`) raises the dynamic shared memory limit of "
+                        f"{launch.kernel}{raised} only, and line {line_of(text, launch.at)} launches "
+                        f"{launch.kernel}{launch.template} with dynamic shared memory, whose own limit nothing raises "
+                        "(each instance of a template is a kernel of its own: past 48 KB its launch is refused)")
         if (copy := copied_after(text, launch, body, every)) and copy not in copies:
             copies.add(copy)  # one copy after a launch in each branch of an if: said once
             line, what, name = copy

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..findings import Finding
 from .readings import LOOK, WeightReading, measured
-from .step import Context, logits
+from .step import Context, logits, softmax_rows
 
 LOG2E = float(np.log2(np.e))
 LN2 = float(np.log(2))
@@ -173,6 +173,56 @@ def search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int] | None] | 
         fit = [T for T in sizes if close(simulate(s[rows], T, forms), W[rows]) and fits(s, T, forms, W)]
         if fit:
             return step, words, (None if fits(s, N, forms, W) else fit)
+    return merge_search(W, s)
+
+
+# Lanes that each run the online softmax over their own keys (key j on lane j mod G) and merge the
+# partials by an xor butterfly: at each step m_new = max(m, m_partner), a = exp(m - m_new), c =
+# exp(m_partner - m_new), l = l * a + l_partner * c (l right), and the output's merge in one of these
+# forms (the first the right one); lane 0's result is the row's.
+MERGE_FORMS = (
+    ("o = o * a + o_partner * c", lambda o, o_p, a, c: o * a + o_p * c),
+    ("o = o * a + o_partner * c with o_partner already multiplied by its own factor (each lane rescales its o "
+     "before the shuffle sends it: the partner's terms weighed c * c)", lambda o, o_p, a, c: o * a + o_p * c * c),
+    ("o = o + o_partner * c (its own o not rescaled)", lambda o, o_p, a, c: o + o_p * c),
+    ("o = o * a + o_partner (the partner's o not rescaled)", lambda o, o_p, a, c: o * a + o_p))
+MERGE_LANES = (8, 16, 32, 64)
+ROWS_AT_ONCE = 32  # rows of every batch simulated together: G partials of N weights each
+
+
+def merged_lanes(s: np.ndarray, G: int, merge) -> np.ndarray:
+    """W of G lanes' partial softmaxes (key j on lane j mod G) merged by an xor butterfly whose
+    output step is `merge`; lane 0's weights."""
+    N = s.shape[-1]
+    lane = np.arange(N) % G
+    own = lane[None, :] == np.arange(G)[:, None]  # (G, N): lane g's keys
+    sl = np.where(own, s[..., None, :], -np.inf)  # (..., G, N)
+    m = sl.max(axis=-1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        o = np.exp(sl - m[..., None])
+        l = o.sum(axis=-1)
+        off = G // 2
+        while off:
+            partner = np.arange(G) ^ off
+            new = np.maximum(m, m[..., partner])
+            a, c = np.exp(m - new), np.exp(m[..., partner] - new)
+            o, l = merge(o, o[..., partner, :], a[..., None], c[..., None]), l * a + l[..., partner] * c
+            m, off = new, off // 2
+        return o[..., 0, :] / l[..., 0, None]
+
+
+def merge_search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int]] | None:
+    """("merge", the form, [G]) of lanes merged by a butterfly whose output step gives W: tried on a
+    few rows, then on every row a block of rows at a time (the lanes' partials are G times W)."""
+    screen = (slice(0, 1), slice(0, min(SCREEN_ROWS, s.shape[1])))
+    for G in (G for G in MERGE_LANES if G < s.shape[-1]):
+        if not close(merged_lanes(s[screen], G, MERGE_FORMS[0][1]), softmax_rows(s[screen])):
+            continue  # the right merge is not exact here: no reading of the others
+        for words, merge in MERGE_FORMS[1:]:
+            if close(merged_lanes(s[screen], G, merge), W[screen]) and all(
+                    close(merged_lanes(s[:, r:r + ROWS_AT_ONCE], G, merge), W[:, r:r + ROWS_AT_ONCE])
+                    for r in range(0, s.shape[1], ROWS_AT_ONCE)):
+                return "merge", words, [G]
     return None
 
 
@@ -194,6 +244,12 @@ class SoftmaxSteps(WeightReading):
         if not found:
             return []
         step, words, T = found
+        if step == "merge":
+            return measured(ctx, [
+                f"measured: the weights are {T[0]} lanes' online softmaxes (key j on lane j mod {T[0]}) merged by an "
+                f"xor butterfly whose output step is written as `{words}` where it is `{MERGE_FORMS[0][0]}` (l merged "
+                f"right): simulated so, it gives W on {ctx.probe.label} to within {ATOL:g}; look at the merge's "
+                "shuffles"], look=("the merge's shuffles", r"__shfl_xor\w*"), softmax_step=step, form=words, lanes=T[0])
         right = "o = (l * alpha * o + p V) / l_new, o kept divided by l" if words.startswith("o = ") else \
             STEP_FORMS[step][0][0]
         tiles = "any tile size: this step does not depend on it" if T is None else \
