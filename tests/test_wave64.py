@@ -203,6 +203,17 @@ def test_a_ballot_counted_in_32_bits_is_named_and_comes_first_among_the_lane_lin
     assert wave64.source_hints(source) == []
 
 
+def test_a_row_of_33_for_a_wavefronts_lanes_is_among_the_lane_lines(tmp_path):
+    """A wavefront's weights staged in LDS rows of 33 floats (a warp's 32 lanes and a pad): on 64
+    lanes the upper lanes write into the next row, so the pitch is a lane line."""
+    source = tmp_path / "ps.hip"
+    source.write_text("__global__ void k(float* o) {\n  __shared__ float Ps[4 * 33];\n"
+                      "  const int w = threadIdx.x / warpSize, lane = threadIdx.x % warpSize;\n"
+                      "  Ps[w * 33 + lane] = o[lane];\n}\n")
+    lines, _ = wave64.lane_lines(source)
+    assert [n for _, n, _ in lines[:2]] == [2, 4], lines
+
+
 def test_a_warpsize_test_beside_threads_grouped_by_32_comes_early_among_the_lane_lines(tmp_path):
     """Rows of 32 threads (tid >> 5, tid & 31) whose statistics are stored by tid % warpSize == 0:
     on 64 lanes the warpSize test is where the two disagree, so it comes right after the shuffle
