@@ -34,16 +34,25 @@ def test_a_time_read_before_its_event_completed_is_said_with_its_line(tmp_path):
     assert step.applies(ctx)
     [found] = step.run(ctx)
     assert found.kind == Kind.OBSERVED and found.fields == dict(line=7, waited_at=None)
-    assert found.lines[0].startswith("the call that failed, hw4.cu line 7 (`CHECK(cudaEventElapsedTime(&ms, start, "
-                                     "stop));`: device not ready), reads the time to event stop"), found.lines
-    assert "no cudaEventSynchronize(stop) (nor a wait for the device) comes before it" in found.lines[0]
+    assert found.lines[0].startswith("the call that failed, hw4.cu line 7 (`CHECK(cudaEventElapsedTime(&ms, "
+                                     "start, stop));`: device not ready), reads the time from event start to stop")
+    assert "no cudaEventSynchronize(stop) (nor a wait for the device) comes between its record and the call" in \
+        found.lines[0]
 
 
 def test_a_wait_before_the_call_is_said_as_found(tmp_path):
     waited = HOST.replace("  CHECK(cudaEventRecord(stop));\n",
                           "  CHECK(cudaEventRecord(stop));\n  CHECK(cudaEventSynchronize(stop));\n")
     [found] = TimeReadEarly().run(context(tmp_path, waited, "hw4: hw4.cu:8: device not ready\n"))
-    assert found.fields == dict(line=8, waited_at=7)
+    assert found.fields == dict(line=8, waited_at=7) and "the event not ready may be start" in found.lines[0]
+    same_line = HOST.replace("  CHECK(cudaEventElapsedTime(",
+                             "  cudaEventSynchronize(stop); CHECK(cudaEventElapsedTime(")
+    assert TimeReadEarly().run(context(tmp_path, same_line, "hw4: hw4.cu:7: device not ready\n"))[0].fields == \
+        dict(line=7, waited_at=7)
+    early = HOST.replace("  CHECK(cudaEventRecord(stop));\n",
+                         "  cudaDeviceSynchronize();\n  CHECK(cudaEventRecord(stop));\n")
+    [found] = TimeReadEarly().run(context(tmp_path, early, "hw4: hw4.cu:8: device not ready\n"))
+    assert found.fields == dict(line=8, waited_at=None)  # the wait came before stop was recorded: none of it
 
 
 def test_another_error_or_another_call_is_not_said(tmp_path):

@@ -51,6 +51,19 @@ def test_members_and_hip_launches_are_read_by_their_names():
     "  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n  cudaMemcpyToSymbol(c_other, &scale, 4);\n",  # not read by it
     "  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n  cudaMemcpyToSymbol(c_scale, &scale, 4);\n"
     "  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n",  # launched again after the copy
+    "  if (b) { attend<32><<<1, 128>>>(d_qkv, d_out, b, n); }\n"
+    "  else { cudaMemcpy(d_qkv, h, 4, cudaMemcpyHostToDevice); attend<64><<<1, 64>>>(d_qkv, d_out, b, n); }\n",
+    "  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n  if (b) cudaMemcpy(d_qkv, h, 4, cudaMemcpyHostToDevice);\n",
+    "  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n  cudaMemcpy(d_qkv, h, 4, cudaMemcpyHostToDevice);\n"
+    "  other<<<1, 128>>>(d_qkv, d_out, b, n);\n",  # another kernel reads the new values
+    "  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n  cudaFree(d_qkv);\n  cudaMalloc(&d_qkv, 8);\n"
+    "  cudaMemcpy(d_qkv, h, 8, cudaMemcpyHostToDevice);\n",  # a buffer of its own since
+    "  auto go = [&]() {\n    attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n"
+    "    cudaMemcpy(d_qkv, h, 4, cudaMemcpyHostToDevice);\n  };\n  go();\n  go();\n",  # a lambda called again
+    "  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n  cudaMemcpy(h, d_out, 4, cudaMemcpyDeviceToHost);\n"
+    "  cudaMemset(d_out, 0, 4);\n",  # the output cleared after it was copied back
+    '  printf("attend<<<1, 1>>>(d_qkv, d_out, n, b);\\n");\n  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n',
+    "  attend<32><<<1, 128>>>(d_out, d_qkv, b, n);\n",  # two pointers given the other way: a ping-pong
 ])
 def test_what_is_not_a_mistake_of_the_launch_is_not_said(host):
     assert read(program(host)) == []
@@ -59,11 +72,10 @@ def test_what_is_not_a_mistake_of_the_launch_is_not_said(host):
 @pytest.mark.parametrize("copy, words", [
     ("cudaMemcpyToSymbol(c_scale, &scale, sizeof(float));", "copies to the symbol c_scale after line 9 launches"),
     ("cudaMemcpy(d_qkv, h, 4, cudaMemcpyHostToDevice);", "copies to d_qkv after line 9 launches"),
-    ("cudaMemset(d_out, 0, 4);", "sets d_out after line 9 launches"),
 ])
 def test_a_copy_to_the_device_after_the_launch_that_reads_it_is_said_once(copy, words):
-    host = f"  if (b) attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n  else attend<64><<<1, 64>>>(d_qkv, d_out, b, n);\n" \
-           f"  {copy}\n"
+    host = "  if (b) attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n" \
+           f"  else attend<64><<<1, 64>>>(d_qkv, d_out, b, n);\n  {copy}\n"
     [said] = read(program(host))
     assert said.startswith(f"line 11 (`{copy}`) {words} attend, which reads it, and no launch of it follows"), said
 
@@ -79,6 +91,16 @@ def test_a_limit_raised_for_another_instance_of_the_template_is_said_with_both_l
                                     "66048);\n  if (b)")
     assert read(program(both)) == []
     assert read(program(host.replace(", 66048>>>", ">>>"))) == []  # no dynamic shared memory: no limit to raise
+    assert read(program(host.replace(", 66048>>>", ", 1024>>>"))) == []  # under 48 KB: nothing to raise
+    assert read(program(host.replace("(attend<32>, ", "(attend<D_HEAD>, "))) == []  # which instance: not known
+
+
+def test_a_copy_after_the_launch_in_a_helper_is_not_said():
+    """A helper may be called in a loop: only main's own order is read."""
+    text = KERNEL + "void go(float* d_qkv, float* d_out, int b, int n) {\n" \
+        "  attend<32><<<1, 128>>>(d_qkv, d_out, b, n);\n  cudaMemcpyToSymbol(c_scale, &b, 4);\n}\n" \
+        "int main() {\n  for (int i = 0; i < 2; ++i) go(0, 0, 1, 2);\n}\n"
+    assert read(text) == []
 
 
 def test_the_step_says_it_as_an_observation_of_a_failing_gpu_case(tmp_path):

@@ -237,7 +237,8 @@ def test_a_split_whose_low_part_has_its_sign_reversed_is_named_by_its_factors(B,
     p = np.exp(s - s.max(axis=-1, keepdims=True))
     out = (np.matmul(reversed_split(p), reversed_split(v.astype(np.float64))) / p.sum(axis=-1, keepdims=True))
     said, named = precision.read(out.astype(np.float32).astype(np.float64), inp.output(), inp)
-    assert named and said.startswith("the output's error is each operand's own tf32 rounding error times a whole "
+    assert named and said.startswith("the output's error is each operand's own tf32 rounding error (or fp16's: the same "
+                                     "bits in this range) times a whole "
                                      "factor (Q log2(e) / sqrt(d) x 2, K x 2, P x 2, V x 2;"), said
     assert said.endswith(precision.SPLIT_REVERSED)
 
@@ -269,3 +270,12 @@ def test_the_split_in_an_online_softmax_is_named_without_ps_rounding():
     said, named = precision.read((o / l).astype(np.float32).astype(np.float64), inp.output(), inp)
     assert named and "(Q log2(e) / sqrt(d) x 2, K x 2, V x 2;" in said and "P's own rounding not read" in said, said
     assert said.endswith(precision.SPLIT_REVERSED)
+
+
+def test_two_operands_in_two_formats_are_no_whole_factors():
+    """K rounded to bf16 and V to fp16: each a plain rounding (factors 0 and 1 of one format): the
+    fit names no factor, rather than one format's with the other left out."""
+    inp = probe()
+    k, v = precision.rounded(inp.k.astype(np.float64), "bf16"), precision.rounded(inp.v.astype(np.float64), "fp16")
+    out = np.matmul(precision.softmax_rows(precision.logits(inp.q.astype(np.float64), k)), v)
+    assert precision.operand_fit(out, inp.output(), inp) is None

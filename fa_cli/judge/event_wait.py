@@ -16,14 +16,18 @@ ELAPSED = re.compile(r"\b(?:cuda|hip)EventElapsedTime\s*\([^,]*,\s*(\w+)\s*,\s*(
 NOT_READY = re.compile(r"not ready", re.I)
 
 
-def waited_for(lines: list[str], number: int, event: str) -> int | None:
-    """The line of a wait for the event (or for the whole device) before `number`, in its function."""
+def waited_for(lines: list[str], number: int, before: str, event: str) -> int | None:
+    """The line of a wait for the event (or for the whole device) after the event was recorded and
+    before the call (`before`: the failing line's text before the call), in its function."""
     wait = re.compile(rf"\b(?:cuda|hip)(?:EventSynchronize\s*\(\s*{re.escape(event)}\b|DeviceSynchronize\s*\()")
+    record = re.compile(rf"\b(?:cuda|hip)EventRecord(?:WithFlags)?\s*\(\s*{re.escape(event)}\b")
+    if wait.search(before):
+        return number
     for at in range(number - 1, 0, -1):
-        if wait.search(lines[at - 1]):
+        if wait.search(lines[at - 1].split("EventRecord")[-1] if record.search(lines[at - 1]) else lines[at - 1]):
             return at
-        if FUNCTION_START.match(lines[at - 1]):
-            return None
+        if record.search(lines[at - 1]) or FUNCTION_START.match(lines[at - 1]):
+            return None  # a wait before the record waits for nothing of it
     return None
 
 
@@ -40,12 +44,14 @@ class TimeReadEarly(Step):
         if (call := failed_call(ctx)) is None or (m := ELAPSED.search(call[2][call[0] - 1])) is None:
             return []
         number, error, lines = call
-        stop = m.group(2)
-        wait = waited_for(lines, number, stop)
-        before = f"line {wait} waits before it (`{lines[wait - 1].strip()[:SHOWN]}`), yet the event had not completed" \
-            if wait else f"no cudaEventSynchronize({stop}) (nor a wait for the device) comes before it in its function"
+        start, stop = m.group(1), m.group(2)
+        wait = waited_for(lines, number, lines[number - 1][:m.start()], stop)
+        said = f"line {wait} waits for {stop} after it was recorded (`{lines[wait - 1].strip()[:SHOWN]}`): the event " \
+            f"not ready may be {start}, the other one (recorded on a stream nothing waited for?)" if wait else \
+            f"no cudaEventSynchronize({stop}) (nor a wait for the device) comes between its record and the call in " \
+            f"its function: wait for {stop} first"
         return [Finding(Kind.OBSERVED, [
             f"the call that failed, {ctx.source.name} line {number} (`{lines[number - 1].strip()[:SHOWN]}`: {error}), "
-            f"reads the time to event {stop}, which the runtime refuses with \"not ready\" while {stop} has not "
-            f"completed (the work recorded before it still running): {before} (wait for {stop} first)"],
+            f"reads the time from event {start} to {stop}, which the runtime refuses with \"not ready\" while either "
+            f"has not completed (the work recorded before it still running): {said}"],
             dict(line=number, waited_at=wait))]

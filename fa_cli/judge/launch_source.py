@@ -25,8 +25,13 @@ BY_ARRAY = re.compile(r"\b(?:cuda|hip)LaunchKernel\s*\(\s*(?:\([^()]*\)\s*)?&?\s
                       r"[^,]*,[^,]*,\s*(\w+)\s*[,)]")
 SYMBOL_COPY = re.compile(r"\b(?:cuda|hip)MemcpyToSymbol(?:Async)?\s*\(\s*(?:HIP_SYMBOL\s*\(\s*)?(\w+)")
 BUFFER_COPY = re.compile(r"\b(?:cuda|hip)Memcpy(?:Async)?\s*\(\s*(\w+)\s*,[^;]*HostToDevice")
-BUFFER_SET = re.compile(r"\b(?:cuda|hip)Memset(?:Async)?\s*\(\s*(\w+)\s*,")
 LOOPING = re.compile(r"\b(for|while|do)\b")
+CONDITIONAL = re.compile(r"\b(if|else|switch|case)\b")
+LAMBDA = re.compile(r"\]\s*(?:\([^()]*\))?\s*(?:mutable\s*)?(?:->\s*[\w:<>]+\s*)?$")  # a lambda's body opens here
+INTEGER = re.compile(r"^(?:const\s+)?(?:unsigned\s+|signed\s+)?(?:int|long|short|size_t|u?int(?:32|64)_t|unsigned)"
+                     r"\b[^*&\[]*$")  # a size's parameter, not a pointer
+STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
+DEFAULT_SHARED = 48 * 1024  # bytes of dynamic shared memory a block gets without raising its limit
 
 
 @dataclass
@@ -37,7 +42,7 @@ class Launch:
     end: int  # the offset past its statement
     args: list[str | None]  # each argument's plain name, None where it is an expression
     template: str = ""  # the instance launched: `<64>`, spaces left out
-    shared: bool = False  # with dynamic shared memory (a third launch parameter that is not 0)
+    shared: str = ""  # its bytes of dynamic shared memory as written (a third launch parameter)
 
 
 def top_level_split(text: str) -> list[str]:
@@ -68,8 +73,8 @@ def block_end(text: str, brace: int) -> int:
     return len(text)
 
 
-def kernels(text: str) -> dict[str, tuple[list[str | None], str]]:
-    """Each kernel's parameter names and its body's text."""
+def kernels(text: str) -> dict[str, tuple[list[str | None], list[str], str]]:
+    """Each kernel's parameter names, their declarations and its body's text."""
     found = {}
     for m in KERNEL.finditer(text):
         brace = text.find("{", m.end())
@@ -77,7 +82,7 @@ def kernels(text: str) -> dict[str, tuple[list[str | None], str]]:
         sig = re.search(r"(\w+)\s*\(((?:[^()]|\([^()]*\))*)\)\s*$", head)
         if sig:
             params = [re.sub(r"\s*=.*$|\[.*\]", "", p).strip() for p in top_level_split(sig.group(2))]
-            found[sig.group(1)] = ([(re.findall(r"\w+", p) or [None])[-1] for p in params],
+            found[sig.group(1)] = ([(re.findall(r"\w+", p) or [None])[-1] for p in params], params,
                                    text[brace:block_end(text, brace)])
     return found
 
@@ -86,26 +91,26 @@ def line_of(text: str, at: int) -> int:
     return text.count("\n", 0, at) + 1
 
 
-def launches(text: str, names: set[str]) -> list[Launch]:
+def launches(text: str, names: set[str] | None) -> list[Launch]:
     """Every launch of a kernel of the source: <<<>>>, hipLaunchKernelGGL, cudaLaunchKernel with an
     argument array written in the source before it."""
     found = []
     for m in CHEVRONS.finditer(text):
-        if m.group(1) in names:
+        if names is None or m.group(1) in names:
             config = top_level_split(m.group(3))
             found.append(Launch(m.group(1), line_of(text, m.start(4)), m.start(), m.end(),
                                 [plain_name(a) for a in top_level_split(m.group(4))], instance(m.group(2)),
-                                len(config) > 2 and config[2].strip() != "0"))
+                                config[2].strip() if len(config) > 2 else ""))
     for m in GGL.finditer(text):
-        if m.group(1) in names:  # grid, block, shared bytes and stream come before the kernel's own
+        if names is None or m.group(1) in names:  # grid, block, shared bytes and stream come before the kernel's own
             parts = top_level_split(m.group(3))
             found.append(Launch(m.group(1), line_of(text, m.start()), m.start(), m.end(),
                                 [plain_name(a) for a in parts[4:]], instance(m.group(2)),
-                                len(parts) > 2 and parts[2].strip() != "0"))
+                                parts[2].strip() if len(parts) > 2 else ""))
     for m in BY_ARRAY.finditer(text):
         array = list(re.finditer(rf"\b{re.escape(m.group(2))}\s*\[\s*\w*\s*\]\s*=\s*\{{([^}}]*)\}}",
                                  text[:m.start()]))
-        if m.group(1) in names and array:
+        if (names is None or m.group(1) in names) and array:
             found.append(Launch(m.group(1), line_of(text, array[-1].start()), m.start(), m.end(),
                                 [plain_name(a) for a in top_level_split(array[-1].group(1))]))
     return found
@@ -119,14 +124,18 @@ def limit_not_raised(text: str, launch: Launch) -> tuple[int, str] | None:
     """(line, the instance it raises) of a dynamic shared memory limit raised for another instance of
     the launched kernel and never for the one launched with dynamic shared memory."""
     raised = [(m, instance(m.group(2))) for m in RAISED.finditer(text) if m.group(1) == launch.kernel]
-    if not launch.shared or not raised or any(t == launch.template for _, t in raised):
+    literal = re.compile(r"<\d+(?:,\d+)*>")  # an instance named by a parameter or a macro may be any of them
+    small = launch.shared.isdigit() and int(launch.shared) <= DEFAULT_SHARED
+    if launch.shared in ("", "0") or small or not raised or not literal.fullmatch(launch.template) or \
+            any(not literal.fullmatch(t) or t == launch.template for _, t in raised):
         return None
     return line_of(text, raised[0][0].start()), raised[0][1]
 
 
-def swapped(launch: Launch, params: list[str | None]) -> tuple[int, int] | None:
-    """Two positions whose arguments carry each other's parameter names (case aside)."""
-    low = [p.lower() if p else None for p in params]
+def swapped(launch: Launch, params: list[str | None], decls: list[str]) -> tuple[int, int] | None:
+    """Two integer parameters whose arguments carry each other's names (case aside): sizes swapped,
+    not buffers (a ping-pong of two pointers is given in either order on purpose)."""
+    low = [p.lower() if p and INTEGER.match(decl) else None for p, decl in zip(params, decls)]
     got = [a.lower() if a else None for a in launch.args]
     if len(got) != len(low):
         return None
@@ -146,9 +155,8 @@ def statement_head(text: str, at: int) -> str:
     return seg.rsplit(";", 1)[-1]
 
 
-def enclosing(text: str, at: int) -> tuple[int, bool]:
-    """(the offset past the end of the function around `at`, whether `at` is inside a for, while
-    or do block or right under an unbraced one)."""
+def blocks_at(text: str, at: int) -> tuple[list[int], list[str]]:
+    """The offsets of the `{` of every block around `at`, outermost first, and their heads."""
     heads, opened = [], []
     for m in re.finditer(r"[{}]", text[:at]):
         if m.group() == "{":
@@ -157,47 +165,58 @@ def enclosing(text: str, at: int) -> tuple[int, bool]:
         elif heads:
             heads.pop()
             opened.pop()
-    looping = any(LOOPING.search(h) for h in [*heads[1:], statement_head(text, at)])  # heads[0]: the function's
-    return (block_end(text, opened[0]) if opened else len(text)), looping
+    return opened, heads
 
 
-def copied_after(text: str, launch: Launch, body: str, every: list[Launch]) -> tuple[int, str, str] | None:
-    """(line, what, name) of a copy to the device after the launch, in the same function, of a
-    symbol the kernel reads or a buffer it is given, with no launch of the kernel after it; None
-    where the launch is in a loop (the copy may come before the next time round)."""
-    end, looping = enclosing(text, launch.at)
-    if looping:
+def copied_after(text: str, launch: Launch, ks: dict, every: list[Launch]) -> tuple[int, str, str] | None:
+    """(line, what, name) of a copy to the device after a launch in main, on the launch's own path
+    (in its block or one around it, not on a branch), of a symbol the kernel reads or a buffer it is
+    given, with no later launch that reads it and nothing freeing or allocating it between; None
+    where the launch is in a loop or a lambda (the copy may come before the next time round)."""
+    opened, heads = blocks_at(text, launch.at)
+    if not opened or not re.search(r"\bmain\s*\(", heads[0]) or LOOPING.search(statement_head(text, launch.at)) or \
+            any(LOOPING.search(h) or LAMBDA.search(h) for h in heads[1:]):
         return None
-    given = {a for a in launch.args if a}
-    checks = ((SYMBOL_COPY, "copies to the symbol", lambda n: re.search(rf"\b{re.escape(n)}\b", body)),
-              (BUFFER_COPY, "copies to", lambda n: n in given), (BUFFER_SET, "sets", lambda n: n in given))
-    for pattern, what, wanted in checks:
-        for m in pattern.finditer(text, launch.end, end):
-            if wanted(m.group(1)) and not any(o.kernel == launch.kernel and o.at > m.start() for o in every):
-                return line_of(text, m.start()), what, m.group(1)
+    given, body = {a for a in launch.args if a}, ks[launch.kernel][2]
+    for pattern, what in ((SYMBOL_COPY, "copies to the symbol"), (BUFFER_COPY, "copies to")):
+        for m in pattern.finditer(text, launch.end, block_end(text, opened[0])):
+            name, later = m.group(1), [o for o in launches(text, None) if o.at > m.start()]
+            around = blocks_at(text, m.start())[0]
+            if around != opened[:len(around)] or CONDITIONAL.search(statement_head(text, m.start())) or \
+                    re.search(rf"\b(?:cuda|hip)(?:Malloc|Free)\w*\s*\([^;]*\b{re.escape(name)}\b",
+                              text[launch.end:m.start()]):
+                continue
+            symbol = pattern is SYMBOL_COPY
+            reads = (lambda o: o.kernel not in ks or re.search(rf"\b{re.escape(name)}\b", ks[o.kernel][2])) \
+                if symbol else (lambda o: name in o.args)  # a kernel whose body fa has not: it may
+            if (re.search(rf"\b{re.escape(name)}\b", body) if symbol else name in given) and \
+                    not any(reads(o) for o in later):
+                return line_of(text, m.start()), what, name
     return None
 
 
 def read(text: str) -> list[str]:
     """What the launches' host code shows, one sentence each."""
+    text = STRING.sub('""', text)  # a launch written in a message is no launch
     ks = kernels(text)
     every = launches(text, set(ks))
     shown = text.splitlines()
     said, copies = [], set()
     for launch in every:
-        params, body = ks[launch.kernel]
-        if pair := swapped(launch, params):
+        params, decls, _ = ks[launch.kernel]
+        if pair := swapped(launch, params, decls):
             i, j = pair
             said.append(f"line {launch.line} (`{shown[launch.line - 1].strip()[:SHOWN]}`) gives {launch.kernel} "
                         f"{launch.args[i]} for its parameter {params[i]} and {launch.args[j]} for {params[j]}: two "
-                        "arguments in each other's places by their names (the kernel computes with those two values exchanged)")
+                        "arguments in each other's places by their names (the kernel computes with those two values "
+                        "exchanged)")
         if other := limit_not_raised(text, launch):
             line, raised = other
             said.append(f"line {line} (`{shown[line - 1].strip()[:SHOWN]}`) raises the dynamic shared memory limit of "
                         f"{launch.kernel}{raised} only, and line {line_of(text, launch.at)} launches "
                         f"{launch.kernel}{launch.template} with dynamic shared memory, whose own limit nothing raises "
                         "(each instance of a template is a kernel of its own: past 48 KB its launch is refused)")
-        if (copy := copied_after(text, launch, body, every)) and copy not in copies:
+        if (copy := copied_after(text, launch, ks, every)) and copy not in copies:
             copies.add(copy)  # one copy after a launch in each branch of an if: said once
             line, what, name = copy
             said.append(f"line {line} (`{shown[line - 1].strip()[:SHOWN]}`) {what} {name} after line "

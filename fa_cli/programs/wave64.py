@@ -161,7 +161,7 @@ LANE_CODE = re.compile(r"(?:__|fa_wave64_)shfl|warpSize|fa_wave64_warp_size|(?:_
 # lane count of 32 in arithmetic (a mask by 31, a division or a step by 32).
 SHUFFLE_32 = re.compile(r"shfl\w*\s*\([^;]*,\s*(16|32)\s*\)|\boff\w*\s*=\s*16\b")
 # (a row of 33: a warp's 32 lanes and a pad, which 64 lanes write past)
-LANES_32 = re.compile(r"&\s*31\b|%\s*32\b|/\s*32\b|[+-]=\s*32\b|=\s*32\s*;|\*\s*33\b|\b33\s*\*")
+LANES_32 = re.compile(r"&\s*31\b|%\s*32\b|/\s*32\b|[+-]=\s*32\b|=\s*32\s*;|\*\s*33\b(?!\.)|(?<![.\w])33\s*\*")
 
 
 WARP_SIZE_TEST = re.compile(r"[%/]\s*(?:warpSize|fa_wave64_warp_size)\b|(?:warpSize|fa_wave64_warp_size)\s*-\s*1\b")
