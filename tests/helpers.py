@@ -2,6 +2,9 @@
 program against float64. (Fixtures live in conftest.py.)"""
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -68,6 +71,33 @@ def run_and_check(program: Path, tmp_path: Path, shape: Shape, dist: str = "unif
     return worst
 
 
+# Builds of tests/data/student_hw4.cpp kept between runs of the tests, by what makes them: the
+# source, the compiler's line and its version (a planted program is the same binary every run).
+TEST_BUILDS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fa-test-builds"
+
+
+@functools.lru_cache(maxsize=1)
+def gpp_version() -> str:
+    return subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout
+
+
+def student_program(folder: Path, mistake: str, *defines: str, name: str | None = None) -> Path:
+    """tests/data/student_hw4.cpp built with -DMISTAKE=mistake and the defines (-DBC=1), as
+    folder/name (hw4_<mistake> unless said): a copy of the build kept by content, made once."""
+    source = DATA / "student_hw4.cpp"
+    argv = ["g++", "-O2", f"-DMISTAKE={mistake}", *defines]
+    key = hashlib.sha256("\0".join([*argv, source.read_text(), gpp_version()]).encode()).hexdigest()[:24]
+    kept = TEST_BUILDS / key
+    if not kept.exists():
+        TEST_BUILDS.mkdir(parents=True, exist_ok=True)
+        part = TEST_BUILDS / f"{key}.{os.getpid()}.part"  # side by side workers: each writes its own, then renames
+        subprocess.run([*argv, "-o", str(part), str(source)], check=True)
+        os.replace(part, kept)
+    path = folder / (name or f"hw4_{mistake.lower()}")
+    shutil.copy2(kept, path)
+    return path
+
+
 class PlantedPrograms(dict):
     """tests/data/student_hw4.cpp built per -DMISTAKE=NAME, each when a test first asks for it
     (NAME -> program): a run of a few tests builds only theirs."""
@@ -78,11 +108,8 @@ class PlantedPrograms(dict):
 
     def __missing__(self, mistake: str) -> Path:
         assert mistake in self.known, mistake
-        path = self.folder / f"hw4_{mistake.lower()}"
-        subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", str(path), str(DATA / "student_hw4.cpp")],
-                       check=True)
-        self[mistake] = path
-        return path
+        self[mistake] = student_program(self.folder, mistake)
+        return self[mistake]
 
 
 def build_students(folder: Path, mistakes) -> PlantedPrograms:

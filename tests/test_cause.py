@@ -7,12 +7,11 @@ tests/data/planted_hw4.cu) are in test_cause_gpu.py."""
 import json
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
-from helpers import DATA, build_students, fa, have_nvidia_gpu
+from helpers import DATA, build_students, fa, have_nvidia_gpu, student_program
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge import cause, reruns
@@ -171,8 +170,7 @@ CLEARED = ("no sign of a race", "nothing more found", "did not crash")
 def test_a_failure_that_comes_and_goes_is_never_cleared(tmp_path, inputs):
     """A program that fails one run in four (at random, as a race whose timing varies): judged again
     and again, every failing judgement names it intermittent or a race, never clears it."""
-    program = tmp_path / "hw4_quarter"
-    subprocess.run(["g++", "-O2", "-DMISTAKE=FLAKY_QUARTER", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    program = student_program(tmp_path, "FLAKY_QUARTER", name="hw4_quarter")
     failing, judged = [], 0
     while len(failing) < 5 and judged < 60:  # 5 failures expected in 20 judgements; 60 leave no doubt
         proc = fa("run", inputs["many"], "--program", program)
@@ -284,8 +282,7 @@ def test_what_a_source_asks_of_its_build(tmp_path, text, flags):
 def test_a_crash_in_a_threaded_program_gives_its_frame(tmp_path, inputs, mistake, where):
     """A SIGSEGV in a worker thread (std::thread) and one in the main thread while a worker runs:
     the debugger's frame for each, with the thread; from the source, the line."""
-    program = tmp_path / f"hw4_{mistake.lower()}"
-    subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    program = student_program(tmp_path, mistake)
     proc = fa("run", inputs["many"], "--program", program)
     assert proc.returncode == 1 and "killed by SIGSEGV" in proc.stdout
     assert f"gdb: SIGSEGV in {where}" in proc.stdout, proc.stdout
@@ -301,8 +298,7 @@ def test_a_crash_in_a_threaded_program_gives_its_frame(tmp_path, inputs, mistake
 @pytest.mark.parametrize("mistake", ["NO_SCALE", *(pytest.param(m, marks=pytest.mark.slow)  # the same reruns again
                                                    for m in ("BATCH_ZERO", "SKIP_LAST_KEY", "SCATTERED"))])
 def test_a_deterministic_mistake_is_never_called_a_race(tmp_path, inputs, mistake):
-    program = tmp_path / f"hw4_{mistake.lower()}"
-    subprocess.run(["g++", "-O2", f"-DMISTAKE={mistake}", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    program = student_program(tmp_path, mistake)
     proc = fa("run", inputs["many"], "--program", program, "--why-budget", "8")  # the runs again; the probes cut
     assert proc.returncode == 1 and "WRONG" in proc.stdout
     assert "race:" not in proc.stdout and "intermittent:" not in proc.stdout, proc.stdout

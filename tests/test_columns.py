@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from helpers import DATA, fa
+from helpers import fa, student_program
 
 WIDTH = 80
 
@@ -66,8 +66,7 @@ def test_what_a_student_runs_fits(tmp_path, cpu_program):
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 def test_a_diagnosis_fits(tmp_path):
     """A wrong program's diagnosis (its paragraphs, 'looks like' lines, source lines)."""
-    program = tmp_path / "hw4"
-    subprocess.run(["g++", "-O2", "-DMISTAKE=NO_SCALE", "-o", program, DATA / "student_hw4.cpp"], check=True)
+    program = student_program(tmp_path, "NO_SCALE", name="hw4")
     proc = fa("run", "t01", "--program", program, env=env_80(tmp_path), cwd=tmp_path)
     assert proc.returncode == 1 and "WRONG" in proc.stdout and "looks like" in proc.stdout
     assert over(proc.stdout + proc.stderr) == []

@@ -9,8 +9,6 @@ import io
 import itertools
 from importlib import resources
 
-from copydetect import CodeFingerprint, compare_files
-
 from .submissions import SOURCES, Submission
 
 NOISE_TOKENS = 25      # a run shorter than this is never counted (copydetect's noise threshold)
@@ -20,7 +18,8 @@ LANGUAGE = {"hw4.cu": "cuda", "hw4.hip": "cuda", "hw4.cpp": "cpp"}  # HIP reads 
 SHOWN = 10  # pairs kept, most shared first
 
 
-def _fingerprint(name: str, text: str, boilerplate=()) -> CodeFingerprint:
+def _fingerprint(name: str, text: str, boilerplate=()):
+    from copydetect import CodeFingerprint  # copydetect imports matplotlib: not at every start of fa
     return CodeFingerprint(name, NOISE_TOKENS, WINDOW, boilerplate=list(boilerplate), language=LANGUAGE[name],
                            fp=io.StringIO(text))
 
@@ -34,6 +33,7 @@ def _starter(name: str) -> list[int]:
 def pairs(submissions: list[Submission]) -> list[dict]:
     """The SHOWN most similar pairs, each: the two students, the source, the share of each one's
     code found in the other (0 to 1), the tokens they share and where (character spans)."""
+    from copydetect import compare_files
     found = []
     for name in SOURCES:
         boilerplate = _starter(name)

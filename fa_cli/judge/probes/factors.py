@@ -235,17 +235,27 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
         fields = dict(tile=T)
         if np.mean(fit <= 10 * FLAT) >= FIT_SHARE and np.abs(rounded).sum() > 0:
             return tile_words(said, tuple(float(v) for v in rounded), W, fields)
-        if counted := tiles_counted(g[rows_ok], W):
-            return f"{said}; {counted}", dict(fields, tile_counts=counted)
-        if own_sums(g, s, T, valid, rows_ok):
-            return (f"{said}; each tile's factor is 1 / (the tile's own sum of exp(s - m_tile)): each tile of keys "
-                    "(a split) normalised by its own sum, then merged with weights exp(m_tile - m_final) alone, not "
-                    "l_tile * exp(m_tile - m_final): look at the merge of the splits"), dict(fields, own_sums=True)
-        if mixed := base_mixed(g, s, T, valid, rows_ok):
-            return f"{said}; {mixed}", dict(fields, base_mixed=True)
-        if first := first_rows_statistics(g, s, T, valid, rows_ok):
-            return f"{said}; {first}", dict(fields, first_rows_statistics=True)
+        if found := merged_parts(g, s, T, valid, rows_ok, W):
+            return f"{said}; {found[0]}", dict(fields, **found[1])
         return said + "; not a power of the running maxima fa tried", fields
+    return None
+
+
+def merged_parts(g: np.ndarray, s: np.ndarray, T: int, valid: np.ndarray, rows_ok: np.ndarray,
+                 W: np.ndarray) -> tuple[str, dict] | None:
+    """Per-tile factors that no power of the running maxima gives, read as parts (tiles, splits,
+    warps) merged otherwise: counted whole times, normalised apart, in the wrong base, with
+    another row's statistics."""
+    if counted := tiles_counted(g[rows_ok], W):
+        return counted, dict(tile_counts=counted)
+    if own_sums(g, s, T, valid, rows_ok):
+        return ("each tile's factor is 1 / (the tile's own sum of exp(s - m_tile)): each tile of keys (a split) "
+                "normalised by its own sum, then merged with weights exp(m_tile - m_final) alone, not l_tile * "
+                "exp(m_tile - m_final): look at the merge of the splits"), dict(own_sums=True)
+    if mixed := base_mixed(g, s, T, valid, rows_ok):
+        return mixed, dict(base_mixed=True)
+    if first := first_rows_statistics(g, s, T, valid, rows_ok):
+        return first, dict(first_rows_statistics=True)
     return None
 
 

@@ -43,7 +43,8 @@ def draw(W: np.ndarray, P: np.ndarray, batch: int, label: str, path: Path) -> Pa
     w, p = W[batch, :rows], P[batch, :rows]
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(p > 1e-6, w / p, np.nan)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), constrained_layout=True)
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    fig.subplots_adjust(left=0.05, right=0.98, bottom=0.12, top=0.86, wspace=0.25)  # fixed: no layout solver to wait on
     top = max(float(p.max()), float(np.nanmax(w)) if np.isfinite(w).any() else 0.0)
     for ax, data, title in ((axes[0], p, "P = softmax(Q K^T / sqrt(d))"), (axes[1], w, "W, measured"),):
         shown = ax.imshow(data, aspect="auto", cmap="viridis", vmin=0, vmax=top or 1, interpolation="nearest")
