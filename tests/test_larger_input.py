@@ -258,3 +258,33 @@ def test_a_failure_where_a_32_bit_size_first_reaches_2_31_says_which_products_do
     assert line.endswith("out of memory; there N*N*4 bytes = 4 GiB, B*N*N*4 bytes = 8 GiB, B*N*N = 2,147,483,648: "
                          "2^31 or more, on no input passed: a 32-bit size? (an int holding a size or an index: "
                          "compute it in size_t)"), line
+
+
+def memcheck_past(size: int, shape: Shape):
+    """A memcheck finding as Sanitizer.told keeps one whose fault lies just past an allocation."""
+    from fa_cli.judge.findings import Finding
+    return Finding(Kind.MEMCHECK, ["memcheck on larger.in:", "Invalid __global__ write of size 4 bytes"],
+                   dict(past_allocation=size, shape=[shape.B, shape.N, shape.d]))
+
+
+def test_a_32_bit_size_hint_is_withdrawn_where_memcheck_faults_past_an_allocation_no_wrap_gives():
+    """set34's s04: partial buffers for 4 key splits where 8 are made; the drawn 2 x 32768 x 32 input
+    fails (B*N*N = 2^31 there) and memcheck writes just past 4 x B*N*d floats, a size no 32-bit wrap of
+    the usual products gives: the hint gives way to what memcheck placed. Past an allocation of a
+    wrapped size (3 x 30000 x 30000 x 4 bytes modulo 2^32), the hint stands."""
+    from fa_cli.judge.findings import Finding
+    failed = Shape(2, 32768, 32)
+    warned, = larger_input.with_sizes([Finding(Kind.WARNING, ["passes the cases run, but ... it fails: crashed"])],
+                                      [Shape(4, 2048, 32)], failed)
+    assert warned.lines[0].endswith("a 32-bit size? (an int holding a size or an index: compute it in size_t)")
+    weighed = larger_input.sizes_weighed(warned, [memcheck_past(4 * failed.B * failed.N * failed.d * 4, failed)])
+    assert weighed.lines[0] == (
+        "passes the cases run, but ... it fails: crashed; there N*N*4 bytes = 4 GiB, B*N*N*4 bytes = 8 GiB, B*N*N = "
+        "2,147,483,648 (2^31 or more, on no input passed), but memcheck places the fault just past an allocation of "
+        "33,554,432 bytes, a size no 32-bit wrap of those products gives: a buffer too small for what the kernel "
+        "writes, not a 32-bit size"), weighed.lines[0]
+    assert larger_input.sizes_weighed(warned, []) is None  # nothing placed: the hint stands
+    wrapping = Shape(3, 30000, 32)
+    assert larger_input.sizes_weighed(warned, [memcheck_past(3 * 30000 * 30000 * 4 % 2**32, wrapping)]) is None
+    plain, = larger_input.with_sizes([Finding(Kind.WARNING, ["wrong"])], [Shape(2, 32768, 32)], failed)
+    assert larger_input.sizes_weighed(plain, [memcheck_past(1024, failed)]) is None  # no hint to weigh

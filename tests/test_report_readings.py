@@ -1,4 +1,7 @@
-"""launch_errors: what the judges' launch log tells of a kernel's fault."""
+"""report_readings: what a sanitizer's report tells beyond its lines, read against the run."""
+import os
+
+from fa_cli.judge import report_readings, tool_logs
 
 
 def test_a_shared_access_past_what_the_launch_gave_is_said_with_both_sizes():
@@ -6,7 +9,7 @@ def test_a_shared_access_past_what_the_launch_gave_is_said_with_both_sizes():
     memcheck's out-of-bounds __shared__ write at 0x2500 (byte 9,472) against the 8,320 bytes the
     launch log says each block had. An access inside that size, or a kernel the log has at two
     sizes, is not said so."""
-    from fa_cli.judge.launch_errors import shared_past_end
+    from fa_cli.judge.report_readings import shared_past_end
     first = ["Invalid __shared__ write of size 4 bytes",
              "at void attention_tiled<(int)32, (int)64>(const float *, float *, int)+0x1450 in /s/s09.cu:126",
              "by thread (0,0,0) in block (0,1,0)", "Access to 0x2500 is out of bounds"]
@@ -20,3 +23,84 @@ def test_a_shared_access_past_what_the_launch_gave_is_said_with_both_sizes():
     assert shared_past_end([first[0], first[1].replace("void attention_tiled<(int)32, (int)64>", "attention_tiled")]
                            + first[2:], two) is None
     assert shared_past_end(first, "") is None
+
+
+def test_a_global_access_just_past_an_allocation_is_said_with_its_size_as_floats_of_the_input():
+    """memcheck's out-of-bounds __global__ write 4 bytes after an allocation of 4 x B*N*d floats on a
+    2 x 32768 x 32 input (partials for 4 key splits, written by 8): said with both figures. Before an
+    allocation, as far past it as its own size, or a __shared__ access: not said so."""
+    from fa_cli.cases.format import Shape
+    from fa_cli.judge.report_readings import global_past_end
+    shape = Shape(2, 32768, 32)
+    first = ["Invalid __global__ write of size 4 bytes",
+             "at void attention_part<(int)32>(const float *, float *, int)+0x450 in /s/s04.cu:157",
+             "by thread (0,0,0) in block (2048,0,0)", "Access at 0x7f0002000000 is out of bounds",
+             "and is 4 bytes after the nearest allocation at 0x7f0000000000 of size 33,554,432 bytes"]
+    said, size = global_past_end(first, shape)
+    assert size == 33554432
+    assert said.startswith("the write lies 4 bytes past the end of the allocation nearest it, one of 33,554,432 "
+                           "bytes (4 x B*N*d floats on this B=2, N=32768, d=32 input)"), said
+    assert global_past_end(first[:4] + [first[4].replace("after", "before")], shape) is None
+    assert global_past_end(first[:4] + [first[4].replace("4 bytes after", "40,000,000 bytes after")], shape) is None
+    assert global_past_end([first[0].replace("__global__", "__shared__"), *first[1:]], shape) is None
+    assert global_past_end(first[:4], shape) is None
+    odd = global_past_end(first[:4] + [first[4].replace("33,554,432", "1,000")], shape)[0]
+    assert "one of 1,000 bytes:" in odd  # no count of floats fits: the size alone
+
+
+def test_an_unwritten_part_of_the_output_is_placed_by_initchecks_copy_report():
+    """The copy back of a 2 x 128 x 32 output read unwritten from byte 16384: batch 1, row 0 (every
+    batch's launch wrote batch 0's place); a copy of another size is not placed."""
+    first = ["Host API memory access error at host access to 0x7f23ec818000 of size 32,768 bytes",
+             "Uninitialized access to 0x7f23ec81c000 on access by cudaMemcpy source"]
+    said = report_readings.unwritten_output(first, 2, 128, 32)
+    assert said == ("the copy back is the whole output (32,768 bytes); the first value initcheck found unwritten in it "
+                    "is at byte 16,384: the output's batch 1, row 0, column 0")
+    assert report_readings.unwritten_output(first, 2, 128, 64) is None
+    assert report_readings.unwritten_output(first[:1], 2, 128, 32) is None
+
+
+def test_an_atomic_add_onto_memory_never_written_is_said_as_an_accumulator_not_zeroed(tmp_path, monkeypatch):
+    """initcheck's first report read by an atomicAdd (a split's part added into an accumulator a
+    cudaMemset of too few bytes left unwritten): said as such; a kernel's own read is not."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    report = ("========= Uninitialized __global__ memory read of size 4 bytes\n"
+              "=========     at atomicAdd(float *, float)+0x2580 in /usr/local/cuda/include/sm_20_atomic_functions.hpp:84\n"
+              "=========     by thread (0,0,0) in block (3,2,0)\n"
+              "========= ERROR SUMMARY: 1 error\n")
+    (tools / "compute-sanitizer").write_text(
+        "#!/bin/sh\nwhile [ \"$1\" != --log-file ]; do shift; done\n"
+        f"cat > \"$2\" <<'LOG'\n{report}LOG\n")
+    (tools / "compute-sanitizer").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    [init] = tool_logs.sanitize_side_by_side(("initcheck",), ["./hw4"], tmp_path / "in.bin", tmp_path, 10.0)
+    assert report_readings.unwritten_output(init.first, 2, 128, 32) == report_readings.ATOMIC_UNWRITTEN, init.first
+    assert report_readings.ATOMIC_UNWRITTEN.startswith("an atomic add onto memory nothing wrote first")
+    for other in ("attention", "atomicMax(int *, int)", "atomic_attention_kernel"):  # not an atomic add
+        own = [line.replace("atomicAdd(float *, float)", other) for line in init.first]
+        assert report_readings.unwritten_output(own, 2, 128, 32) is None, other
+
+
+def test_memchecks_global_write_past_an_allocation_reaches_the_finding_with_its_size():
+    """A memcheck log as compute-sanitizer writes it (the allocation's line after three placing
+    lines): Sanitizer.told adds the reading and keeps the allocation's size and the shape it ran on,
+    which LargerLookedInto weighs a 32-bit size hint against."""
+    from types import SimpleNamespace
+    from fa_cli.cases.format import Shape
+    from fa_cli.judge.cause import Sanitizer
+    log = ("========= COMPUTE-SANITIZER\n========= Invalid __global__ write of size 4 bytes\n"
+           "=========     at void attention_part<(int)32>(const float *, float *, int)+0x450 in /s/s04.cu:157\n"
+           "=========     by thread (0,0,0) in block (2048,0,0)\n"
+           "=========     Access at 0x7f0002000000 is out of bounds\n"
+           "=========     and is 4 bytes after the nearest allocation at 0x7f0000000000 of size 33,554,432 bytes\n"
+           "=========     Saved host backtrace up to driver entry point at kernel launch time\n"
+           "========= ERROR SUMMARY: 1 error\n")
+    first = tool_logs.first_sanitizer_error(log)
+    ctx = SimpleNamespace(done=[], findings=[], run_stderr="")
+    case = SimpleNamespace(label="larger.in", shape=Shape(2, 32768, 32))
+    assert Sanitizer.told(ctx, case, tool_logs.SanitizerReport("memcheck", first, 1, finished=True)) is False
+    found, = ctx.findings
+    assert found.lines[-1].startswith("the write lies 4 bytes past the end of the allocation nearest it, one of "
+                                      "33,554,432 bytes (4 x B*N*d floats"), found.lines
+    assert found.fields["past_allocation"] == 33554432 and found.fields["shape"] == [2, 32768, 32]

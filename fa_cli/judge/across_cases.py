@@ -52,17 +52,29 @@ def size_finding(shapes_passed: list[Shape], shapes_failed: list[Shape]) -> Find
     return None
 
 
+def products_crossing(passed: list[Shape], failed: Shape) -> list[str]:
+    """The usual products that reach 2^31 on one failing shape and on no passing one ("B*N*N =
+    2,147,483,648")."""
+    limit = LIMITS[0][0]
+    return [f"{name} = {binary_size(product(failed)) if 'bytes' in name else f'{product(failed):,}'}"
+            for name, product, _ in SIZE_PRODUCTS
+            if product(failed) >= limit and all(product(s) < limit for s in passed)]
+
+
 def sizes_crossing(passed: list[Shape], failed: Shape) -> str | None:
-    """The usual products that reach 2^31 on one failing shape and on no passing one, in words; None
-    where none does."""
-    limit, limit_name = LIMITS[0]
-    crossing = [f"{name} = {binary_size(product(failed)) if 'bytes' in name else f'{product(failed):,}'}"
-                for name, product, _ in SIZE_PRODUCTS
-                if product(failed) >= limit and all(product(s) < limit for s in passed)]
+    """products_crossing in words; None where none does."""
+    crossing = products_crossing(passed, failed)
     if not crossing:
         return None
-    return (f"there {', '.join(crossing)}: {limit_name} or more, on no input passed: a 32-bit size? (an int "
+    return (f"there {', '.join(crossing)}: {LIMITS[0][1]} or more, on no input passed: a 32-bit size? (an int "
             "holding a size or an index: compute it in size_t)")
+
+
+def wrapped_sizes(shape: Shape) -> set[int]:
+    """The byte sizes a 32-bit size would allocate on `shape`: each usual product in bytes that
+    reaches 2^31, modulo 2^32 (one below is allocated as it is)."""
+    sizes = (product(shape) * (1 if "bytes" in name else 4) for name, product, _ in SIZE_PRODUCTS)
+    return {size % 2**32 for size in sizes if size >= LIMITS[0][0]}
 
 
 # ---------------------------------------------------------------- across cases: a split

@@ -37,14 +37,13 @@ from ..programs import programs, sandbox, wave64
 from ..programs.devices import list_devices
 from ..programs.programs import Program
 from .findings import Finding, Kind
-from .launch_errors import shared_past_end
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
+from .report_readings import global_past_end, shared_past_end, unwritten_output
 from .steps import Context, Step
 from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, LAYER_ONLY_SHOWN, NO_CUDA_CALL_SAID,
                         TOOL_WORDS, SanitizerReport, asan_report, backtrace, caught_in, debugger_exit, find_tool,
-                        frame_text, is_own_frame, is_system_frame, run_captured, sanitize_side_by_side, sanitizer_lines,
-                        unwritten_output)
+                        frame_text, is_own_frame, is_system_frame, run_captured, sanitize_side_by_side, sanitizer_lines)
 
 
 def crashed(ctx: Context) -> bool:
@@ -224,9 +223,13 @@ class Sanitizer(Step):
         lines = [f"{tool} on {case.label}{total}:{words}", *sanitizer_lines(said.first)]
         if tool == "initcheck" and (where := unwritten_output(said.first, case.shape.B, case.shape.N, case.shape.d)):
             lines.append(where)
+        fields = dict(report=said.first, count=said.count, on=case.label)
         if tool == "memcheck" and (past := shared_past_end(said.first, ctx.run_stderr)):
             lines.append(past)
-        ctx.findings.append(Finding(Kind(tool), lines, dict(report=said.first, count=said.count, on=case.label)))
+        elif tool == "memcheck" and (beyond := global_past_end(said.first, case.shape)):
+            lines.append(beyond[0])
+            fields.update(past_allocation=beyond[1], shape=[case.shape.B, case.shape.N, case.shape.d])
+        ctx.findings.append(Finding(Kind(tool), lines, fields))
         return False
 
 

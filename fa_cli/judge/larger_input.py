@@ -27,7 +27,7 @@ from ..programs import programs
 from ..programs.programs import Launcher, Program
 from ..programs.timing import launches
 from . import race_check, reference
-from .across_cases import sizes_crossing
+from .across_cases import products_crossing, sizes_crossing, wrapped_sizes
 from .findings import Finding, Kind
 from .launch_errors import base_name
 from .probes.step import read_payload
@@ -284,4 +284,21 @@ def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape) -> list
     if not said or not found or found[0].kind != Kind.WARNING:
         return found
     first = found[0]
-    return [Finding(first.kind, [f"{first.lines[0]}; {said}", *first.lines[1:]], first.fields), *found[1:]]
+    fields = dict(first.fields, sizes_said=said, crossing=products_crossing(passed, failed))
+    return [Finding(first.kind, [f"{first.lines[0]}; {said}", *first.lines[1:]], fields), *found[1:]]
+
+
+def sizes_weighed(warned: Finding, found: list[Finding]) -> Finding | None:
+    """The warning with its "a 32-bit size?" withdrawn, where memcheck on the input looked into
+    placed the fault just past an allocation whose size no 32-bit wrap of the usual products gives
+    (a buffer too small, as it is, for what the kernel writes); None where the hint stands."""
+    said = warned.fields.get("sizes_said")
+    fault = next((f for f in found if f.fields.get("past_allocation")), None)
+    if not said or fault is None or fault.fields["past_allocation"] in wrapped_sizes(Shape(*fault.fields["shape"])):
+        return None
+    size = fault.fields["past_allocation"]
+    weighed = (f"there {', '.join(warned.fields['crossing'])} (2^31 or more, on no input passed), but memcheck places "
+               f"the fault just past an allocation of {size:,} bytes, a size no 32-bit wrap of those products gives: "
+               "a buffer too small for what the kernel writes, not a 32-bit size")
+    return Finding(warned.kind, [warned.lines[0].replace(said, weighed), *warned.lines[1:]],
+                   dict(warned.fields, sizes_said=None))

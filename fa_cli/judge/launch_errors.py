@@ -56,25 +56,3 @@ def faulted(stderr: str) -> list:
 def base_name(kernel: str) -> str:
     """A kernel's name without its return type, template arguments or parameters."""
     return re.sub(r"^void\s+", "", kernel).split("<")[0].split("(")[0].strip()
-
-
-def shared_past_end(first: list[str], stderr: str) -> str | None:
-    """memcheck's first report, an out-of-bounds __shared__ access, against the shared memory a
-    block of that kernel had at its launches (the launch log's smem: static and dynamic): where the
-    access lies past it, in words; None where it does not, or the log cannot tell."""
-    text = " ".join(first)
-    hit = re.search(r"Invalid __shared__ (read|write) of size \d+ bytes.*?\bat (.+?)\+0x[0-9a-f]+\b.*?"
-                    r"(?:Access to|Address) (0x[0-9a-f]+) is out of bounds", text)
-    if not hit:
-        return None
-    kernel, at = hit.group(2).strip(), int(hit.group(3), 16)
-    logged = launches(stderr)
-    same = [launch for launch in logged if launch.kernel == kernel] or \
-        [launch for launch in logged if base_name(launch.kernel) == base_name(kernel)]
-    sizes = sorted({launch.smem for launch in same})
-    if len(sizes) != 1 or at < sizes[0]:
-        return None
-    return (f"the {hit.group(1)} is at byte {at:,} of its block's shared memory, and {base_name(kernel)}'s launches "
-            f"gave a block {sizes[0]:,} bytes (static and dynamic, fa's launch log of the judged run): an access past "
-            "the shared memory a block has (a dynamic size given at the launch, its third argument, smaller than "
-            "what the kernel's tiles use, or an index past the end of its shared array)")

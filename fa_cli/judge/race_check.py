@@ -24,10 +24,11 @@ from . import reference
 from .cause import NOT_THE_PROGRAMS, emulations_own, with_lines
 from .findings import Finding, Kind
 from .probes.step import read_payload
+from .report_readings import unwritten_output
 from .reruns import TrialCase
 from .steps import Context, Step
 from .tool_logs import (LAYER_ONLY_SHOWN, NO_CUDA_CALL_SAID, TOOL_WORDS, Budget, SanitizerReport, find_tool,
-                        gpu_kind, unwritten_output, sanitize_side_by_side, sanitizer_lines)
+                        gpu_kind, sanitize_side_by_side, sanitizer_lines)
 
 RACE_N = 256  # keys and query rows: two whole tiles of 128 and more of 16, 32, 64; a size the course uses
 # (a program written for the course's N, powers of 2 from 128, is checked where it is meant to run)

@@ -249,20 +249,21 @@ TOOLS_OWN = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "Target 
 
 
 def first_sanitizer_error(log: str) -> list[str]:
-    """compute-sanitizer's first error: its headline and the lines that place it."""
+    """compute-sanitizer's first error: its headline, the lines that place it, where an address outside
+    every allocation lies (report_readings.global_past_end reads it)."""
     lines = [l.removeprefix("=========").rstrip() for l in log.splitlines() if l.startswith("=========")]
     for i, line in enumerate(lines):
         text = line.strip()
-        if not text or line.startswith("     ") or text.removeprefix("Error: ").startswith(TOOLS_OWN):
-            continue
-        if "Maximum number of" in text or "Environment variable" in text:  # a note on the tool's limits
+        if not text or line.startswith("     ") or text.removeprefix("Error: ").startswith(TOOLS_OWN) or \
+                "Maximum number of" in text or "Environment variable" in text:  # a note on the tool's limits
             continue
         detail = []
         for follow in lines[i + 1:]:
             if not follow.startswith("     ") or "Saved host backtrace" in follow:
                 break
             detail.append(follow.strip())
-        return [text, *detail[:SANITIZER_LINES]]
+        placed = [l for l in detail[SANITIZER_LINES:] if re.match(r"and is [\d,]+ bytes (before|after) the ", l)][:1]
+        return [text, *detail[:SANITIZER_LINES], *placed]
     return []
 
 
@@ -321,29 +322,6 @@ def sanitizer_lines(first: list[str]) -> list[str]:
         return [text]
     detail = [short_place(l) if l.startswith("at ") else l for l in first[1:]]
     return [first[0].removeprefix("Error: ")] + (["; ".join(detail)] if detail else [])
-
-
-ATOMIC_UNWRITTEN = ("an atomic add onto memory nothing wrote first: an accumulator not zeroed there (no memset over "
-                    "it, or one of too few bytes: a count of floats where bytes belong)")
-
-
-def unwritten_output(first: list[str], B: int, N: int, d: int) -> str | None:
-    """What initcheck's first report tells: a read by an atomic add (an accumulator never zeroed), or
-    where a copy back of the whole output (B*N*d floats) whose source was never written falls in it:
-    its batch, row and column; None else."""
-    text = " ".join(first)
-    if re.search(r"Uninitialized __global__ memory read.*?\bat (?:void )?(?:unsafeA|a)tomicAdd\b", text):
-        return ATOMIC_UNWRITTEN
-    copy = re.search(r"host access to (0x[0-9a-f]+) of size ([\d,]+) bytes", text)
-    read = re.search(r"Uninitialized access to (0x[0-9a-f]+) on access by cudaMemcpy\w* source", text)
-    if not copy or not read:
-        return None
-    base, size, at = int(copy.group(1), 16), int(copy.group(2).replace(",", "")), int(read.group(1), 16)
-    if size != B * N * d * 4 or not base <= at < base + size:
-        return None
-    b, rest = divmod((at - base) // 4, N * d)
-    return (f"the copy back is the whole output ({size:,} bytes); the first value initcheck found unwritten in it "
-            f"is at byte {at - base:,}: the output's batch {b}, row {rest // d}, column {rest % d}")
 
 
 def sanitizer_count(log: str) -> int | None:

@@ -1,0 +1,95 @@
+"""What a compute-sanitizer report tells beyond its own lines, read against the run it came from:
+a shared-memory access past what the launches gave a block, a global access just past an
+allocation (its size as floats of the input), an output initcheck found unwritten (its batch, row
+and column) or an atomic add onto memory nothing wrote first."""
+from __future__ import annotations
+
+import re
+
+from ..cases.format import Shape
+from ..programs.timing import launches
+from .launch_errors import base_name
+
+
+def shared_past_end(first: list[str], stderr: str) -> str | None:
+    """memcheck's first report, an out-of-bounds __shared__ access, against the shared memory a
+    block of that kernel had at its launches (the launch log's smem: static and dynamic): where the
+    access lies past it, in words; None where it does not, or the log cannot tell."""
+    text = " ".join(first)
+    hit = re.search(r"Invalid __shared__ (read|write) of size \d+ bytes.*?\bat (.+?)\+0x[0-9a-f]+\b.*?"
+                    r"(?:Access to|Address) (0x[0-9a-f]+) is out of bounds", text)
+    if not hit:
+        return None
+    kernel, at = hit.group(2).strip(), int(hit.group(3), 16)
+    logged = launches(stderr)
+    same = [launch for launch in logged if launch.kernel == kernel] or \
+        [launch for launch in logged if base_name(launch.kernel) == base_name(kernel)]
+    sizes = sorted({launch.smem for launch in same})
+    if len(sizes) != 1 or at < sizes[0]:
+        return None
+    return (f"the {hit.group(1)} is at byte {at:,} of its block's shared memory, and {base_name(kernel)}'s launches "
+            f"gave a block {sizes[0]:,} bytes (static and dynamic, fa's launch log of the judged run): an access past "
+            "the shared memory a block has (a dynamic size given at the launch, its third argument, smaller than "
+            "what the kernel's tiles use, or an index past the end of its shared array)")
+
+
+# memcheck's line on where an out-of-bounds address lies (tool_logs.first_sanitizer_error keeps it)
+NEAREST_ALLOCATION = re.compile(r"and is (?:inside|([\d,]+) bytes (before|after)) the nearest allocation "
+                                r"at 0x[0-9a-f]+ of size ([\d,]+) bytes")
+# Counts of floats a kernel's buffers hold, on a case's shape, largest first (a size is read as the first that fits).
+BUFFER_COUNTS = (("B*N*N", lambda s: s.B * s.N * s.N), ("B*N*d", lambda s: s.B * s.N * s.d),
+                 ("N*N", lambda s: s.N * s.N), ("B*N", lambda s: s.B * s.N), ("N*d", lambda s: s.N * s.d),
+                 ("N", lambda s: s.N))
+MOST_COPIES = 64  # a size read as c x a count, c up to this (splits, tiles, warps a row)
+
+
+def as_floats(size: int, shape: Shape) -> str | None:
+    """A size in bytes as c x one of BUFFER_COUNTS floats on `shape` ("4 x B*N*d floats"); None
+    where none fits."""
+    for name, count in BUFFER_COUNTS:
+        floats, n = size // 4, count(shape)
+        if size % 4 == 0 and n and floats % n == 0 and 1 <= floats // n <= MOST_COPIES:
+            return f"{name} floats" if floats == n else f"{floats // n} x {name} floats"
+    return None
+
+
+def global_past_end(first: list[str], shape: Shape) -> tuple[str, int] | None:
+    """memcheck's first report, a __global__ access out of bounds that lies after its nearest
+    allocation by less than that allocation's own size (an index just past a buffer's end, not a
+    wrapped or stray address): in words, with the allocation's size as floats of the case's B, N
+    and d where that fits; and the allocation's size. None otherwise."""
+    access = re.match(r"Invalid __global__ (read|write)", first[0]) if first else None
+    placed = next((m for line in first[1:] if (m := NEAREST_ALLOCATION.match(line))), None)
+    if not access or not placed or placed.group(2) != "after":
+        return None
+    past, size = (int(placed.group(g).replace(",", "")) for g in (1, 3))
+    if past >= size:
+        return None
+    floats = as_floats(size, shape)
+    of = f" ({floats} on this {shape} input)" if floats else ""
+    return (f"the {access.group(1)} lies {past:,} bytes past the end of the allocation nearest it, one of {size:,} "
+            f"bytes{of}: a buffer smaller than the kernel indexes it (allocated for fewer splits, tiles or rows than "
+            "the kernel writes), or an index that runs just past its end", size)
+
+
+ATOMIC_UNWRITTEN = ("an atomic add onto memory nothing wrote first: an accumulator not zeroed there (no memset over "
+                    "it, or one of too few bytes: a count of floats where bytes belong)")
+
+
+def unwritten_output(first: list[str], B: int, N: int, d: int) -> str | None:
+    """What initcheck's first report tells: a read by an atomic add (an accumulator never zeroed), or
+    where a copy back of the whole output (B*N*d floats) whose source was never written falls in it:
+    its batch, row and column; None else."""
+    text = " ".join(first)
+    if re.search(r"Uninitialized __global__ memory read.*?\bat (?:void )?(?:unsafeA|a)tomicAdd\b", text):
+        return ATOMIC_UNWRITTEN
+    copy = re.search(r"host access to (0x[0-9a-f]+) of size ([\d,]+) bytes", text)
+    read = re.search(r"Uninitialized access to (0x[0-9a-f]+) on access by cudaMemcpy\w* source", text)
+    if not copy or not read:
+        return None
+    base, size, at = int(copy.group(1), 16), int(copy.group(2).replace(",", "")), int(read.group(1), 16)
+    if size != B * N * d * 4 or not base <= at < base + size:
+        return None
+    b, rest = divmod((at - base) // 4, N * d)
+    return (f"the copy back is the whole output ({size:,} bytes); the first value initcheck found unwritten in it "
+            f"is at byte {at - base:,}: the output's batch {b}, row {rest // d}, column {rest % d}")
