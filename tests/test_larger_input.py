@@ -148,10 +148,12 @@ def test_the_most_batches_come_last_at_the_course_shape_of_the_d_passed():
 @pytest.mark.parametrize("wrong_at, checked", [(None, 3), ("longest", 2), ("larger", 1)])
 def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, monkeypatch, wrong_at, checked):
     """4 x 2048, then 2 x 32768 on sampled rows, then the most batches on fewer rows: the first that
-    is wrong is the warning, and nothing after it runs."""
+    is wrong is the warning, and nothing after it runs (but the run that weighs a 32-bit size where
+    2 x 32768 is wrong: 1 x 23168, sampled)."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.findings import Finding
-    names = {Shape(4, 2048, 32): "larger", Shape(2, 32768, 32): "longest", Shape(13600, 128, 32): "most"}
+    names = {Shape(4, 2048, 32): "larger", Shape(2, 32768, 32): "longest", Shape(13600, 128, 32): "most",
+             Shape(1, 23168, 32): "under 2^31"}
     ran = []
 
     def check(program, shape, launcher, work, say, budget, rows=None):
@@ -164,7 +166,9 @@ def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, 
     ctx.results = [result]
     assert larger_input.LargerInput().applies(ctx)
     found = larger_input.LargerInput().run(ctx)
-    assert ran == [("larger", None), ("longest", larger_input.SAMPLED_ROWS), ("most", larger_input.MOST_ROWS)][:checked]
+    assert ran[:checked] == [("larger", None), ("longest", larger_input.SAMPLED_ROWS),
+                             ("most", larger_input.MOST_ROWS)][:checked]
+    assert ran[checked:] == ([("under 2^31", larger_input.SAMPLED_ROWS)] if wrong_at == "longest" else [])
     assert bool(found) == (wrong_at is not None)
 
 
@@ -240,51 +244,58 @@ def test_rows_that_are_the_right_rows_scaled_are_read_with_their_factors():
     assert larger_input.rows_scaled(zeros, correct, np.abs(zeros - correct) > 5e-3) is None
 
 
-def test_a_failure_where_a_32_bit_size_first_reaches_2_31_says_which_products_do(tmp_path, monkeypatch):
-    """4 x 2048 right, 2 x 32768 failing (B*N*N = 2^31 there, its int wrapped): the warning names the
-    products that reach 2^31 there and on no input passed, the larger one that passed counted too."""
+def larger_run_failing(tmp_path, monkeypatch, failing: set[Shape]) -> tuple[str, list[Shape]]:
+    """LargerInput's warning for a build that passed 2 x 128 x 32 and fails on each shape of
+    `failing` (check stubbed), and the shapes it was run on."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.findings import Finding
+    ran = []
 
     def check(program, shape, launcher, work, say, budget, rows=None):
-        return [Finding(Kind.WARNING, ["passes the cases run, but ... it fails: out of memory"])] \
-            if shape == Shape(2, 32768, 32) else []
+        ran.append(shape)
+        return [Finding(Kind.WARNING, ["passes the cases run, but ... it fails: out of memory"],
+                        dict(larger_failed=1))] if shape in failing else []
     monkeypatch.setattr(larger_input, "check", check)
     monkeypatch.setattr(larger_input.race_check, "applies", lambda program: True)
     result = type("Result", (), dict(verdict="PASS", target=type("Target", (), dict(shape=Shape(2, 128, 32)))))
     ctx = Context(Program("hw4", tmp_path / "hw4"), None, tmp_path, Budget(60), lambda l: None, 5e-3, None, "t01")
     ctx.results = [result]
     line, = larger_input.LargerInput().run(ctx)[0].lines
-    assert line.endswith("out of memory; there N*N*4 bytes = 4 GiB, B*N*N*4 bytes = 8 GiB, B*N*N = 2,147,483,648: "
-                         "2^31 or more, on no input passed: a 32-bit size? (an int holding a size or an index: "
-                         "compute it in size_t)"), line
+    return line, ran
 
 
-def memcheck_past(size: int, shape: Shape):
-    """A memcheck finding as Sanitizer.told keeps one whose fault lies just past an allocation."""
-    from fa_cli.judge.findings import Finding
-    return Finding(Kind.MEMCHECK, ["memcheck on larger.in:", "Invalid __global__ write of size 4 bytes"],
-                   dict(past_allocation=size, shape=[shape.B, shape.N, shape.d]))
+PRODUCTS_SAID = "; there N*N*4 bytes = 4 GiB, B*N*N*4 bytes = 8 GiB, B*N*N = 2,147,483,648: 2^31 or more, on no " \
+    "input passed"
 
 
-def test_a_32_bit_size_hint_is_withdrawn_where_memcheck_faults_past_an_allocation_no_wrap_gives():
-    """set34's s04: partial buffers for 4 key splits where 8 are made; the drawn 2 x 32768 x 32 input
-    fails (B*N*N = 2^31 there) and memcheck writes just past 4 x B*N*d floats, a size no 32-bit wrap of
-    the usual products gives: the hint gives way to what memcheck placed. Past an allocation of a
-    wrapped size (3 x 30000 x 30000 x 4 bytes modulo 2^32), the hint stands."""
-    from fa_cli.judge.findings import Finding
-    failed = Shape(2, 32768, 32)
-    warned, = larger_input.with_sizes([Finding(Kind.WARNING, ["passes the cases run, but ... it fails: crashed"])],
-                                      [Shape(4, 2048, 32)], failed)
-    assert warned.lines[0].endswith("a 32-bit size? (an int holding a size or an index: compute it in size_t)")
-    weighed = larger_input.sizes_weighed(warned, [memcheck_past(4 * failed.B * failed.N * failed.d * 4, failed)])
-    assert weighed.lines[0] == (
-        "passes the cases run, but ... it fails: crashed; there N*N*4 bytes = 4 GiB, B*N*N*4 bytes = 8 GiB, B*N*N = "
-        "2,147,483,648 (2^31 or more, on no input passed), but memcheck places the fault just past an allocation of "
-        "33,554,432 bytes, a size no 32-bit wrap of those products gives: a buffer too small for what the kernel "
-        "writes, not a 32-bit size"), weighed.lines[0]
-    assert larger_input.sizes_weighed(warned, []) is None  # nothing placed: the hint stands
-    wrapping = Shape(3, 30000, 32)
-    assert larger_input.sizes_weighed(warned, [memcheck_past(3 * 30000 * 30000 * 4 % 2**32, wrapping)]) is None
-    plain, = larger_input.with_sizes([Finding(Kind.WARNING, ["wrong"])], [Shape(2, 32768, 32)], failed)
-    assert larger_input.sizes_weighed(plain, [memcheck_past(1024, failed)]) is None  # no hint to weigh
+def test_a_failure_where_a_32_bit_size_first_reaches_2_31_is_weighed_by_a_run_where_none_does(tmp_path, monkeypatch):
+    """4 x 2048 right, 2 x 32768 failing (B*N*N = 2^31 there, its int wrapped): the warning names the
+    products that reach 2^31 there and on no input passed, the larger one that passed counted too,
+    and one run more at 1 x 23168 (the longest N, a multiple of 128, where none does: N*N*4 bytes =
+    2,147,024,896) that is right: the 32-bit size is the question to ask."""
+    line, ran = larger_run_failing(tmp_path, monkeypatch, {Shape(2, 32768, 32)})
+    assert ran == [Shape(4, 2048, 32), Shape(2, 32768, 32), Shape(1, 23168, 32)], ran
+    assert line.endswith("out of memory" + PRODUCTS_SAID + ", and a drawn B=1, N=23168, d=32 input, where none does, "
+                         "is right: a 32-bit size? (an int holding a size or an index: compute it in size_t)"), line
+
+
+def test_a_failure_at_the_longest_rows_that_shows_where_no_product_reaches_2_31_asks_no_32_bit_size(
+        tmp_path, monkeypatch):
+    """set34's s04: partial buffers sized for 4 key splits where 8 are made fail at 2 x 32768 x 32, where
+    B*N*N reaches 2^31, and at 1 x 23168 x 32, where nothing does: the warning says so, and asks no
+    32-bit size."""
+    line, ran = larger_run_failing(tmp_path, monkeypatch, {Shape(2, 32768, 32), Shape(1, 23168, 32)})
+    assert ran[-1] == Shape(1, 23168, 32)
+    assert line.endswith("out of memory" + PRODUCTS_SAID + "; but a drawn B=1, N=23168, d=32 input, where none reaches "
+                         "2^31, fails too: a mistake that needs no 32-bit size shows there already (a buffer sized, or "
+                         "an index bounded, for shorter rows?)"), line
+    assert "a 32-bit size?" not in line
+
+
+def test_the_run_where_no_product_reaches_2_31_is_the_longest_whole_tile_n():
+    from fa_cli.judge.across_cases import SIZE_PRODUCTS, under_limit
+    under = under_limit(Shape(2, 32768, 64))
+    assert under == Shape(1, 23168, 64)
+    assert all(product(under) < 2**31 for _, product, _ in SIZE_PRODUCTS)
+    assert any(product(Shape(1, under.N + 128, 64)) >= 2**31 for _, product, _ in SIZE_PRODUCTS)
+    assert under_limit(Shape(1, 100, 32)) is None  # no multiple of 128 at or under N

@@ -27,25 +27,40 @@ def test_a_shared_access_past_what_the_launch_gave_is_said_with_both_sizes():
 
 def test_a_global_access_just_past_an_allocation_is_said_with_its_size_as_floats_of_the_input():
     """memcheck's out-of-bounds __global__ write 4 bytes after an allocation of 4 x B*N*d floats on a
-    2 x 32768 x 32 input (partials for 4 key splits, written by 8): said with both figures. Before an
-    allocation, as far past it as its own size, or a __shared__ access: not said so."""
+    2 x 32768 x 32 input (partials for 4 key splits, written by 8): said with both figures, as what
+    follows where that allocation is the buffer the line indexes (memcheck names the nearest one).
+    Before an allocation, as far past it as its own size, or a __shared__ access: not said so."""
     from fa_cli.cases.format import Shape
     from fa_cli.judge.report_readings import global_past_end
     shape = Shape(2, 32768, 32)
     first = ["Invalid __global__ write of size 4 bytes",
              "at void attention_part<(int)32>(const float *, float *, int)+0x450 in /s/s04.cu:157",
-             "by thread (0,0,0) in block (2048,0,0)", "Access at 0x7f0002000000 is out of bounds",
+             "by thread (0,0,0) in block (2048,0,0)", "Access to 0x7f0002000000 is out of bounds",
              "and is 4 bytes after the nearest allocation at 0x7f0000000000 of size 33,554,432 bytes"]
-    said, size = global_past_end(first, shape)
-    assert size == 33554432
-    assert said.startswith("the write lies 4 bytes past the end of the allocation nearest it, one of 33,554,432 "
-                           "bytes (4 x B*N*d floats on this B=2, N=32768, d=32 input)"), said
+    said = global_past_end(first, shape)
+    assert said == ("the write lies 4 bytes past the end of the allocation nearest it (33,554,432 bytes, 4 x B*N*d "
+                    "floats = 8 x N*d floats on this B=2, N=32768, d=32 input); where that is the buffer the line indexes, the index "
+                    "reaches past its end: a buffer allocated smaller than the kernel indexes it (for fewer splits, "
+                    "tiles or rows than it writes), or an index one step too far"), said
     assert global_past_end(first[:4] + [first[4].replace("after", "before")], shape) is None
     assert global_past_end(first[:4] + [first[4].replace("4 bytes after", "40,000,000 bytes after")], shape) is None
     assert global_past_end([first[0].replace("__global__", "__shared__"), *first[1:]], shape) is None
     assert global_past_end(first[:4], shape) is None
-    odd = global_past_end(first[:4] + [first[4].replace("33,554,432", "1,000")], shape)[0]
-    assert "one of 1,000 bytes:" in odd  # no count of floats fits: the size alone
+    odd = global_past_end(first[:4] + [first[4].replace("33,554,432", "1,000")], shape)
+    assert "nearest it (1,000 bytes);" in odd  # no count of floats fits: the size alone
+    one = global_past_end(["Error: Invalid __global__ read of size 4 bytes", *first[1:4],
+                           first[4].replace("4 bytes", "1 byte")], shape)
+    assert one.startswith("the read lies 1 byte past the end"), one
+
+
+def test_an_allocations_size_is_read_as_floats_of_the_input_every_way_that_fits():
+    """8 MiB on 2 x 32768 x 32 is B*N*d floats and 2 x N*d; on 1 x 64 x 64, 64 x 64 floats are N*N,
+    B*N*d and N*d alike; a size of no whole float, none."""
+    from fa_cli.cases.format import Shape
+    from fa_cli.judge.report_readings import as_floats
+    assert as_floats(2 * 32768 * 32 * 4, Shape(2, 32768, 32)) == "B*N*d floats = 2 x N*d floats"
+    assert as_floats(64 * 64 * 4, Shape(1, 64, 64)) == "B*N*N floats = B*N*d floats = N*N floats = N*d floats"
+    assert as_floats(1001, Shape(2, 32768, 32)) is None
 
 
 def test_an_unwritten_part_of_the_output_is_placed_by_initchecks_copy_report():
@@ -82,17 +97,16 @@ def test_an_atomic_add_onto_memory_never_written_is_said_as_an_accumulator_not_z
         assert report_readings.unwritten_output(own, 2, 128, 32) is None, other
 
 
-def test_memchecks_global_write_past_an_allocation_reaches_the_finding_with_its_size():
+def test_memchecks_global_write_past_an_allocation_reaches_the_finding():
     """A memcheck log as compute-sanitizer writes it (the allocation's line after three placing
-    lines): Sanitizer.told adds the reading and keeps the allocation's size and the shape it ran on,
-    which LargerLookedInto weighs a 32-bit size hint against."""
+    lines): Sanitizer.told adds the reading to the report's lines."""
     from types import SimpleNamespace
     from fa_cli.cases.format import Shape
     from fa_cli.judge.cause import Sanitizer
     log = ("========= COMPUTE-SANITIZER\n========= Invalid __global__ write of size 4 bytes\n"
            "=========     at void attention_part<(int)32>(const float *, float *, int)+0x450 in /s/s04.cu:157\n"
            "=========     by thread (0,0,0) in block (2048,0,0)\n"
-           "=========     Access at 0x7f0002000000 is out of bounds\n"
+           "=========     Access to 0x7f0002000000 is out of bounds\n"
            "=========     and is 4 bytes after the nearest allocation at 0x7f0000000000 of size 33,554,432 bytes\n"
            "=========     Saved host backtrace up to driver entry point at kernel launch time\n"
            "========= ERROR SUMMARY: 1 error\n")
@@ -101,6 +115,5 @@ def test_memchecks_global_write_past_an_allocation_reaches_the_finding_with_its_
     case = SimpleNamespace(label="larger.in", shape=Shape(2, 32768, 32))
     assert Sanitizer.told(ctx, case, tool_logs.SanitizerReport("memcheck", first, 1, finished=True)) is False
     found, = ctx.findings
-    assert found.lines[-1].startswith("the write lies 4 bytes past the end of the allocation nearest it, one of "
-                                      "33,554,432 bytes (4 x B*N*d floats"), found.lines
-    assert found.fields["past_allocation"] == 33554432 and found.fields["shape"] == [2, 32768, 32]
+    assert found.lines[-1].startswith("the write lies 4 bytes past the end of the allocation nearest it (33,554,432 "
+                                      "bytes, 4 x B*N*d floats"), found.lines

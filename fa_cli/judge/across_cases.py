@@ -52,29 +52,24 @@ def size_finding(shapes_passed: list[Shape], shapes_failed: list[Shape]) -> Find
     return None
 
 
-def products_crossing(passed: list[Shape], failed: Shape) -> list[str]:
-    """The usual products that reach 2^31 on one failing shape and on no passing one ("B*N*N =
-    2,147,483,648")."""
-    limit = LIMITS[0][0]
-    return [f"{name} = {binary_size(product(failed)) if 'bytes' in name else f'{product(failed):,}'}"
-            for name, product, _ in SIZE_PRODUCTS
-            if product(failed) >= limit and all(product(s) < limit for s in passed)]
-
-
 def sizes_crossing(passed: list[Shape], failed: Shape) -> str | None:
-    """products_crossing in words; None where none does."""
-    crossing = products_crossing(passed, failed)
-    if not crossing:
-        return None
-    return (f"there {', '.join(crossing)}: {LIMITS[0][1]} or more, on no input passed: a 32-bit size? (an int "
-            "holding a size or an index: compute it in size_t)")
+    """The usual products that reach 2^31 on one failing shape and on no passing one, in words
+    ("there B*N*N = 2,147,483,648: 2^31 or more, on no input passed"); None where none does."""
+    limit, limit_name = LIMITS[0]
+    crossing = [f"{name} = {binary_size(product(failed)) if 'bytes' in name else f'{product(failed):,}'}"
+                for name, product, _ in SIZE_PRODUCTS
+                if product(failed) >= limit and all(product(s) < limit for s in passed)]
+    return f"there {', '.join(crossing)}: {limit_name} or more, on no input passed" if crossing else None
 
 
-def wrapped_sizes(shape: Shape) -> set[int]:
-    """The byte sizes a 32-bit size would allocate on `shape`: each usual product in bytes that
-    reaches 2^31, modulo 2^32 (one below is allocated as it is)."""
-    sizes = (product(shape) * (1 if "bytes" in name else 4) for name, product, _ in SIZE_PRODUCTS)
-    return {size % 2**32 for size in sizes if size >= LIMITS[0][0]}
+def under_limit(failed: Shape, step: int = 128) -> Shape | None:
+    """One batch at the longest N (a multiple of `step`, at most the failed input's) whose usual
+    products all stay under 2^31, at its d: where a mistake that needs a 32-bit size cannot show."""
+    limit = LIMITS[0][0]
+    for N in range(failed.N - failed.N % step, 0, -step):
+        if all(product(Shape(1, N, failed.d)) < limit for _, product, _ in SIZE_PRODUCTS):
+            return Shape(1, N, failed.d)
+    return None
 
 
 # ---------------------------------------------------------------- across cases: a split

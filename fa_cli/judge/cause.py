@@ -223,13 +223,11 @@ class Sanitizer(Step):
         lines = [f"{tool} on {case.label}{total}:{words}", *sanitizer_lines(said.first)]
         if tool == "initcheck" and (where := unwritten_output(said.first, case.shape.B, case.shape.N, case.shape.d)):
             lines.append(where)
-        fields = dict(report=said.first, count=said.count, on=case.label)
         if tool == "memcheck" and (past := shared_past_end(said.first, ctx.run_stderr)):
             lines.append(past)
         elif tool == "memcheck" and (beyond := global_past_end(said.first, case.shape)):
-            lines.append(beyond[0])
-            fields.update(past_allocation=beyond[1], shape=[case.shape.B, case.shape.N, case.shape.d])
-        ctx.findings.append(Finding(Kind(tool), lines, fields))
+            lines.append(beyond)
+        ctx.findings.append(Finding(Kind(tool), lines, dict(report=said.first, count=said.count, on=case.label)))
         return False
 
 

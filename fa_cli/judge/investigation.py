@@ -34,7 +34,7 @@ from .shared_poison import UnwrittenShared
 from .copied_back import CopiedBack
 from .across_cases import across_cases
 from .batch_coverage import BatchesCovered
-from .larger_input import LargerInput, correct_output, sizes_weighed
+from .larger_input import LargerInput, correct_output
 from .batch_apart import ChangingBatchAlone
 from .cause import (AmdTools, HostCrash, Memcheck, NoGpuHere, NothingMore, Racecheck, Rerun, SandboxLimit,
                     SyncInitcheck)
@@ -123,11 +123,8 @@ class LargerLookedInto(Step):
                        launcher_says=warned.fields.get("larger_launcher_says"),
                        run_stderr=warned.fields.get("larger_stderr", ""),
                        correct=None if failed else correct_output(path, shape, None))  # a failed run: no reference
-        found = [f for f in case_steps(case) if f.lines]
-        if weighed := sizes_weighed(warned, found):  # the warning's "a 32-bit size?" against memcheck's fault
-            ctx.findings[ctx.findings.index(warned)] = weighed
         return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {' '.join(f.lines)}"],
-                        f.fields) for f in found]
+                        f.fields) for f in case_steps(case) if f.lines]
 
 
 LARGER_LABEL = "larger.in"  # as the larger input's warning names it (its fa gen command writes that file)

@@ -27,7 +27,7 @@ from ..programs import programs
 from ..programs.programs import Launcher, Program
 from ..programs.timing import launches
 from . import race_check, reference
-from .across_cases import products_crossing, sizes_crossing, wrapped_sizes
+from .across_cases import sizes_crossing, under_limit
 from .findings import Finding, Kind
 from .launch_errors import base_name
 from .probes.step import read_payload
@@ -272,33 +272,34 @@ class LargerInput(Step):
             if shape is None:
                 continue
             if found := check(ctx.program, shape, ctx.launcher, ctx.work, ctx.say, ctx.budget, rows):
-                return with_sizes(found, passed, shape)
+                return with_sizes(found, passed, shape, lambda under: check(
+                    ctx.program, under, ctx.launcher, ctx.work, ctx.say, ctx.budget, SAMPLED_ROWS))
             passed = passed + [shape]  # right there too
         return []
 
 
-def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape) -> list[Finding]:
+def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape,
+               tried: Callable[[Shape], list[Finding]]) -> list[Finding]:
     """The warning with the usual size products that reach 2^31 on the input it fails and on none
-    that passed (a 32-bit size is a mistake only larger inputs show)."""
+    that passed, weighed by one run more (`tried`, check on a shape) at one batch of the longest N
+    where none does: right there, a 32-bit size is the question to ask; wrong there too, a mistake
+    that needs none shows already."""
     said = sizes_crossing(passed, failed)
     if not said or not found or found[0].kind != Kind.WARNING:
         return found
+    hint = "a 32-bit size? (an int holding a size or an index: compute it in size_t)"
+    under = under_limit(failed)
+    there = tried(under) if under is not None and under.N > max(s.N for s in passed) else None
+    if there and there[0].kind == Kind.WARNING:  # wrong or failed there too
+        fields = there[0].fields
+        how = "gives no output to judge"
+        if fields.get("larger_failed") or fields.get("larger_wrong"):
+            how = "fails" if fields.get("larger_failed") else f"writes {fields['larger_wrong']} checked values wrong"
+        said += (f"; but a drawn {under} input, where none reaches 2^31, {how} too: a mistake that needs no 32-bit "
+                 "size shows there already (a buffer sized, or an index bounded, for shorter rows?)")
+    elif there == []:
+        said += f", and a drawn {under} input, where none does, is right: {hint}"
+    else:  # not run (no such N, a budget spent, a run stopped at its limit): the question as it stands
+        said += f": {hint}"
     first = found[0]
-    fields = dict(first.fields, sizes_said=said, crossing=products_crossing(passed, failed))
-    return [Finding(first.kind, [f"{first.lines[0]}; {said}", *first.lines[1:]], fields), *found[1:]]
-
-
-def sizes_weighed(warned: Finding, found: list[Finding]) -> Finding | None:
-    """The warning with its "a 32-bit size?" withdrawn, where memcheck on the input looked into
-    placed the fault just past an allocation whose size no 32-bit wrap of the usual products gives
-    (a buffer too small, as it is, for what the kernel writes); None where the hint stands."""
-    said = warned.fields.get("sizes_said")
-    fault = next((f for f in found if f.fields.get("past_allocation")), None)
-    if not said or fault is None or fault.fields["past_allocation"] in wrapped_sizes(Shape(*fault.fields["shape"])):
-        return None
-    size = fault.fields["past_allocation"]
-    weighed = (f"there {', '.join(warned.fields['crossing'])} (2^31 or more, on no input passed), but memcheck places "
-               f"the fault just past an allocation of {size:,} bytes, a size no 32-bit wrap of those products gives: "
-               "a buffer too small for what the kernel writes, not a 32-bit size")
-    return Finding(warned.kind, [warned.lines[0].replace(said, weighed), *warned.lines[1:]],
-                   dict(warned.fields, sizes_said=None))
+    return [Finding(first.kind, [f"{first.lines[0]}; {said}", *first.lines[1:]], first.fields), *found[1:]]

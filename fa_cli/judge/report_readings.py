@@ -34,31 +34,32 @@ def shared_past_end(first: list[str], stderr: str) -> str | None:
 
 
 # memcheck's line on where an out-of-bounds address lies (tool_logs.first_sanitizer_error keeps it)
-NEAREST_ALLOCATION = re.compile(r"and is (?:inside|([\d,]+) bytes (before|after)) the nearest allocation "
-                                r"at 0x[0-9a-f]+ of size ([\d,]+) bytes")
-# Counts of floats a kernel's buffers hold, on a case's shape, largest first (a size is read as the first that fits).
+NEAREST_ALLOCATION = re.compile(r"and is (?:inside|([\d,]+) bytes? (before|after)) the nearest allocation "
+                                r"at 0x[0-9a-f]+ of size ([\d,]+) bytes?")
+# Counts of floats a kernel's buffers hold, on a case's shape.
 BUFFER_COUNTS = (("B*N*N", lambda s: s.B * s.N * s.N), ("B*N*d", lambda s: s.B * s.N * s.d),
                  ("N*N", lambda s: s.N * s.N), ("B*N", lambda s: s.B * s.N), ("N*d", lambda s: s.N * s.d),
                  ("N", lambda s: s.N))
-MOST_COPIES = 64  # a size read as c x a count, c up to this (splits, tiles, warps a row)
+MOST_COPIES = 16  # a size read as c x a count, c up to this (splits, tiles, warps a row)
 
 
 def as_floats(size: int, shape: Shape) -> str | None:
-    """A size in bytes as c x one of BUFFER_COUNTS floats on `shape` ("4 x B*N*d floats"); None
-    where none fits."""
+    """A size in bytes as c x BUFFER_COUNTS floats on `shape`, every reading that fits ("4 x B*N*d
+    floats = 8 x N*d floats": B = 2, N = d or B = 1 make some alike); None where none does."""
+    fits = []
     for name, count in BUFFER_COUNTS:
         floats, n = size // 4, count(shape)
         if size % 4 == 0 and n and floats % n == 0 and 1 <= floats // n <= MOST_COPIES:
-            return f"{name} floats" if floats == n else f"{floats // n} x {name} floats"
-    return None
+            fits.append(f"{name} floats" if floats == n else f"{floats // n} x {name} floats")
+    return " = ".join(fits) or None
 
 
-def global_past_end(first: list[str], shape: Shape) -> tuple[str, int] | None:
+def global_past_end(first: list[str], shape: Shape) -> str | None:
     """memcheck's first report, a __global__ access out of bounds that lies after its nearest
-    allocation by less than that allocation's own size (an index just past a buffer's end, not a
-    wrapped or stray address): in words, with the allocation's size as floats of the case's B, N
-    and d where that fits; and the allocation's size. None otherwise."""
-    access = re.match(r"Invalid __global__ (read|write)", first[0]) if first else None
+    allocation by less than that allocation's own size: in words, with the allocation's size as
+    floats of the case's B, N and d where one reading fits. memcheck names the nearest allocation,
+    not the buffer the line indexes: the words say what follows where the two are one. None otherwise."""
+    access = re.search(r"Invalid __global__ (read|write|atomic)", first[0]) if first else None
     placed = next((m for line in first[1:] if (m := NEAREST_ALLOCATION.match(line))), None)
     if not access or not placed or placed.group(2) != "after":
         return None
@@ -66,10 +67,11 @@ def global_past_end(first: list[str], shape: Shape) -> tuple[str, int] | None:
     if past >= size:
         return None
     floats = as_floats(size, shape)
-    of = f" ({floats} on this {shape} input)" if floats else ""
-    return (f"the {access.group(1)} lies {past:,} bytes past the end of the allocation nearest it, one of {size:,} "
-            f"bytes{of}: a buffer smaller than the kernel indexes it (allocated for fewer splits, tiles or rows than "
-            "the kernel writes), or an index that runs just past its end", size)
+    of = f", {floats} on this {shape} input" if floats else ""
+    return (f"the {access.group(1)} lies {past:,} byte{'s' if past > 1 else ''} past the end of the allocation "
+            f"nearest it ({size:,} bytes{of}); where that is the buffer the line indexes, the index reaches past "
+            "its end: a buffer allocated smaller than the kernel indexes it (for fewer splits, tiles or rows than "
+            "it writes), or an index one step too far")
 
 
 ATOMIC_UNWRITTEN = ("an atomic add onto memory nothing wrote first: an accumulator not zeroed there (no memset over "
