@@ -276,7 +276,8 @@ def test_a_failure_where_a_32_bit_size_first_reaches_2_31_is_weighed_by_a_run_wh
     line, ran = larger_run_failing(tmp_path, monkeypatch, {Shape(2, 32768, 32)})
     assert ran == [Shape(4, 2048, 32), Shape(2, 32768, 32), Shape(1, 23168, 32)], ran
     assert line.endswith("out of memory" + PRODUCTS_SAID + ", and a drawn B=1, N=23168, d=32 input, where none does, "
-                         "is right: a 32-bit size? (an int holding a size or an index: compute it in size_t)"), line
+                         "is right on the 64 rows checked: a 32-bit size? (an int holding a size or an index: "
+                         "compute it in size_t)"), line
 
 
 def test_a_failure_at_the_longest_rows_that_shows_where_no_product_reaches_2_31_asks_no_32_bit_size(

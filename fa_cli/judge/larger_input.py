@@ -298,7 +298,7 @@ def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape,
         said += (f"; but a drawn {under} input, where none reaches 2^31, {how} too: a mistake that needs no 32-bit "
                  "size shows there already (a buffer sized, or an index bounded, for shorter rows?)")
     elif there == []:
-        said += f", and a drawn {under} input, where none does, is right: {hint}"
+        said += f", and a drawn {under} input, where none does, is right on the {SAMPLED_ROWS} rows checked: {hint}"
     else:  # not run (no such N, a budget spent, a run stopped at its limit): the question as it stands
         said += f": {hint}"
     first = found[0]
