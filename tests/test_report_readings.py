@@ -41,7 +41,7 @@ def test_a_global_access_just_past_an_allocation_is_said_with_its_size_as_floats
     assert said == ("the write lies 4 bytes past the end of the allocation nearest it (33,554,432 bytes, 4 x B*N*d "
                     "floats = 8 x N*d floats on this B=2, N=32768, d=32 input); where that is the buffer the line indexes, the index "
                     "reaches past its end: a buffer allocated smaller than the kernel indexes it (for fewer splits, "
-                    "tiles or rows than it writes), or an index one step too far"), said
+                    "tiles or rows than it writes), or an index bounded past the buffer's size"), said
     assert global_past_end(first[:4] + [first[4].replace("after", "before")], shape) is None
     assert global_past_end(first[:4] + [first[4].replace("4 bytes after", "40,000,000 bytes after")], shape) is None
     assert global_past_end([first[0].replace("__global__", "__shared__"), *first[1:]], shape) is None

@@ -57,7 +57,7 @@ def as_floats(size: int, shape: Shape) -> str | None:
 def global_past_end(first: list[str], shape: Shape) -> str | None:
     """memcheck's first report, a __global__ access out of bounds that lies after its nearest
     allocation by less than that allocation's own size: in words, with the allocation's size as
-    floats of the case's B, N and d where one reading fits. memcheck names the nearest allocation,
+    floats of the case's B, N and d (every reading that fits). memcheck names the nearest allocation,
     not the buffer the line indexes: the words say what follows where the two are one. None otherwise."""
     access = re.search(r"Invalid __global__ (read|write|atomic)", first[0]) if first else None
     placed = next((m for line in first[1:] if (m := NEAREST_ALLOCATION.match(line))), None)
@@ -71,7 +71,7 @@ def global_past_end(first: list[str], shape: Shape) -> str | None:
     return (f"the {access.group(1)} lies {past:,} byte{'s' if past > 1 else ''} past the end of the allocation "
             f"nearest it ({size:,} bytes{of}); where that is the buffer the line indexes, the index reaches past "
             "its end: a buffer allocated smaller than the kernel indexes it (for fewer splits, tiles or rows than "
-            "it writes), or an index one step too far")
+            "it writes), or an index bounded past the buffer's size")
 
 
 ATOMIC_UNWRITTEN = ("an atomic add onto memory nothing wrote first: an accumulator not zeroed there (no memset over "
