@@ -43,6 +43,8 @@ def test_memchecks_first_error_and_where():
     past = MEMCHECK_LOG.replace("is misaligned", "is out of bounds").replace("inside", "4 bytes after")
     assert tool_logs.first_sanitizer_error(past)[4] == "and is 4 bytes after the nearest allocation at 0x0 of size " \
         "34,816 bytes"
+    one = past.replace("4 bytes after", "1 byte after")
+    assert tool_logs.first_sanitizer_error(one)[4].startswith("and is 1 byte after the nearest allocation")
 
 
 def test_racechecks_first_hazard():

@@ -9,6 +9,7 @@ import re
 from ..cases.format import Shape
 from ..programs.timing import launches
 from .launch_errors import base_name
+from .tool_logs import NEAREST_ALLOCATION
 
 
 def shared_past_end(first: list[str], stderr: str) -> str | None:
@@ -33,9 +34,6 @@ def shared_past_end(first: list[str], stderr: str) -> str | None:
             "what the kernel's tiles use, or an index past the end of its shared array)")
 
 
-# memcheck's line on where an out-of-bounds address lies (tool_logs.first_sanitizer_error keeps it)
-NEAREST_ALLOCATION = re.compile(r"and is (?:inside|([\d,]+) bytes? (before|after)) the nearest allocation "
-                                r"at 0x[0-9a-f]+ of size ([\d,]+) bytes?")
 # Counts of floats a kernel's buffers hold, on a case's shape.
 BUFFER_COUNTS = (("B*N*N", lambda s: s.B * s.N * s.N), ("B*N*d", lambda s: s.B * s.N * s.d),
                  ("N*N", lambda s: s.N * s.N), ("B*N", lambda s: s.B * s.N), ("N*d", lambda s: s.N * s.d),

@@ -20,6 +20,9 @@ from . import step_times
 
 CRASH_SIGNALS = ("SIGSEGV", "SIGABRT", "SIGBUS", "SIGFPE", "SIGILL")
 SANITIZER_LINES = 3  # of a sanitizer's report, quoted after its first line
+# memcheck's line on where an out-of-bounds address lies: inside, or bytes before or after, its nearest allocation
+NEAREST_ALLOCATION = re.compile(r"and is (?:inside|([\d,]+) bytes? (before|after)) the nearest allocation "
+                                r"at 0x[0-9a-f]+ of size ([\d,]+) bytes?")
 BACKTRACE_FRAMES = 4
 SANITIZER_POLL_S = 0.05  # how often the tools side by side are looked at against their timeout
 PRINT_LIMIT = 100  # reports a tool prints (--print-limit); stopped there: past it a report only counts, and
@@ -262,7 +265,7 @@ def first_sanitizer_error(log: str) -> list[str]:
             if not follow.startswith("     ") or "Saved host backtrace" in follow:
                 break
             detail.append(follow.strip())
-        placed = [l for l in detail[SANITIZER_LINES:] if re.match(r"and is [\d,]+ bytes (before|after) the ", l)][:1]
+        placed = [l for l in detail[SANITIZER_LINES:] if (m := NEAREST_ALLOCATION.match(l)) and m.group(2)][:1]
         return [text, *detail[:SANITIZER_LINES], *placed]
     return []
 
