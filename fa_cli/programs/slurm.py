@@ -16,6 +16,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
@@ -170,12 +171,24 @@ def submit_and_wait(argv: list[str]) -> tuple[str, int, str]:
         _, stderr = proc.communicate()
     except BaseException:
         if job:
-            subprocess.run(["scancel", job], capture_output=True)
+            cancel(job)
         proc.kill()
         proc.communicate()
         raise
     return job, proc.returncode, stderr
 
+
+CANCEL_WAIT_S = 10.0  # how long a cancelled job is given to leave the queue (its tasks killed, COMPLETING over)
+
+
+def cancel(job: str) -> None:
+    """scancel, then wait (up to CANCEL_WAIT_S) until squeue no longer lists the job: a task that
+    was starting as fa was stopped would otherwise still write into the work directory (its own
+    task-N folder) while fa removes it, and leave it behind."""
+    subprocess.run(["scancel", job], capture_output=True)
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while time.monotonic() < deadline and _answer(["squeue", "-h", "-j", job]):
+        time.sleep(0.2)
 
 
 def task_states(job: str) -> dict[int, str]:
