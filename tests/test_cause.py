@@ -420,6 +420,23 @@ def test_a_race_the_emulation_made_is_no_finding_of_a_failing_hip_program():
     assert Sanitizer.told(SimpleNamespace(done=[], findings=[]), case, said) is False  # hw4.cu: no such filter
 
 
+def test_a_hazard_at_racechecks_warning_level_is_a_finding_marked_so():
+    """racecheck's warning level (lanes in step) is said as the program's, marked warning_level for
+    the probes to measure past it; its error level is not marked."""
+    from types import SimpleNamespace
+    from fa_cli.judge.cause import Sanitizer
+    from fa_cli.judge.tool_logs import SanitizerReport
+    case = SimpleNamespace(label="1x200x64.in", shape=None)
+    for level, marked in (("Warning", True), ("Error", False)):
+        ctx = SimpleNamespace(done=[], findings=[])
+        report = [f"{level}: Race reported between Read access at k<64>+0x25e0 in /s/s05.cu:177",
+                  "    and Write access at k<64>+0x2b10 in /s/s05.cu:188 [7168 hazards]"]
+        assert Sanitizer.told(ctx, case, SanitizerReport("racecheck", report, 1, finished=True)) is False
+        [found] = ctx.findings
+        assert found.kind.value == "racecheck" and found.fields.get("warning_level", False) is marked
+        assert "s05.cu:177" in found.lines[1]
+
+
 def test_a_drawn_input_no_judged_run_ran_on_counts_no_judged_run():
     """LargerLookedInto's case is an input fa drew, run by a run step, never judged: the reruns
     count no judged run of it (cause.judged_failed_on: None), where a judged case counts its verdict."""

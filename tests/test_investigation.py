@@ -76,6 +76,15 @@ def test_runs_that_only_showed_timing_leave_the_probes_in(tmp_path):
     assert ctx.done == ["rerun", "probe", "after"]
 
 
+def test_racechecks_warning_level_leaves_the_probes_in(tmp_path):
+    """Lanes of a warp that rely on running in step (racecheck's warning level) are said, and the
+    probes still measure the wrong answer: a scale off by 0.2 % hides behind no such hazard."""
+    ctx = context(tmp_path)
+    hazard = Finding(Kind.RACECHECK, ["racecheck: a hazard at its warning level"], dict(warning_level=True))
+    investigation.take((Stub("racecheck", [hazard]), ProbeStub("probe"), Stub("after")), ctx)
+    assert ctx.done == ["racecheck", "probe", "after"]
+
+
 def test_after_a_probe_names_a_mechanism_the_later_probes_decide_for_themselves(tmp_path):
     ctx = context(tmp_path)
     named = ProbeStub("names", [Finding(Kind.MEASURED, ["measured: x"])], named=True)
@@ -188,6 +197,11 @@ def test_a_pass_with_an_error_no_float32_program_makes_is_warned_with_its_lines(
     [found] = ErrorOfAPass().run(ctx)
     assert found.kind == Kind.WARNING and found.lines[0].startswith("passes n256, but its largest error there, 0.0031")
     assert "lines with a lower precision in hw4.cu: 2 `__half* h = 0;`" in found.lines[0], found.lines[0]
+    ctx.findings = [Finding(Kind.MEASURED, ["measured: the scores scaled"], dict(logit_factor=0.998307))]
+    [found] = ErrorOfAPass().run(ctx)  # a scale measured on a failing case: said beside it, no source lines
+    assert found.lines[0].endswith("or a formula a little off; such an error grows with the rows, and a larger case "
+                                   "may pass the limit; the scores of a failing case were measured scaled by 0.998307 "
+                                   "times the right scale (above)"), found.lines[0]
 
 
 def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing_case(tmp_path, monkeypatch):

@@ -73,6 +73,39 @@ def test_a_larger_input_wrong_as_built_and_right_with_every_launch_waited_for_sa
     assert said[-1] == "the drawn B=4, N=256, d=32 input again, every launch waited for"
 
 
+LAST_ROW_OF_ODD_N_LEFT = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True))
+o = (p / p.sum(axis=2, keepdims=True)) @ x[:, 2]
+o[:, 2 * (N // 2):] = 0  # two halves of N // 2 rows: an odd N's last row is in neither
+o.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_one_batch_of_an_odd_n_comes_last_and_is_said_as_no_course_size(tmp_path, monkeypatch):
+    """set35's s06: rows split into two halves of N / 2, rounded down, pass every course shape; one
+    batch of 129 rows shows the last row never written, said as a size no course case has."""
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    assert larger_input.edge_shape([Shape(2, 128, 64), Shape(1, 200, 64)]) == Shape(1, 129, 64)
+    assert larger_input.edge_shape([Shape(1, 129, 32)]) is None and larger_input.edge_shape([]) is None
+    program = tmp_path / "stand-in"
+    program.write_text(LAST_ROW_OF_ODD_N_LEFT.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(1, 129, 32), None, tmp_path, lambda line: None,
+                                 Budget(60))
+    assert found.lines[0].startswith("passes the cases run, but on a drawn B=1, N=129, d=32 input (one batch of an odd "
+                                     "N: no course case has either) it writes "), found.lines
+    assert "every row checked is right before batch 0, row 128 and wrong from there on, every wrong value 0" in \
+        found.lines[0] and "a mistake that shows only at such a size (the cases run have B > 1 or an even N)" in \
+        found.lines[0], found.lines
+    assert found.fields["larger_shape"] == [1, 129, 32]  # every row checked: looked into as a failing case
+
+
 CRASHES_PAST_TWO_BATCHES = """#!{python}
 import os, signal, sys
 import numpy as np
@@ -145,15 +178,17 @@ def test_the_most_batches_come_last_at_the_course_shape_of_the_d_passed():
     assert larger_input.most_batches_shape([]) is None
 
 
-@pytest.mark.parametrize("wrong_at, checked", [(None, 3), ("longest", 2), ("larger", 1)])
+@pytest.mark.parametrize("wrong_at, checked", [(None, 5), ("edge", 5), ("most", 4), ("longest", 3), ("middle", 2),
+                                               ("larger", 1)])
 def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, monkeypatch, wrong_at, checked):
-    """4 x 2048, then 2 x 32768 on sampled rows, then the most batches on fewer rows: the first that
-    is wrong is the warning, and nothing after it runs (but the run that weighs a 32-bit size where
-    2 x 32768 is wrong: 1 x 23168, sampled)."""
+    """4 x 2048, 2 x 4096, then 2 x 32768 on sampled rows, the most batches on fewer rows, one batch
+    of 129 rows: the first that is wrong is the warning, and nothing after it runs (but the run that
+    weighs a 32-bit size where 2 x 32768 is wrong: 1 x 23168, sampled; and 2 x 32768 where 2 x 4096
+    is wrong, to bracket it)."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.findings import Finding
-    names = {Shape(4, 2048, 32): "larger", Shape(2, 32768, 32): "longest", Shape(13600, 128, 32): "most",
-             Shape(1, 23168, 32): "under 2^31"}
+    names = {Shape(4, 2048, 32): "larger", Shape(2, 4096, 32): "middle", Shape(2, 32768, 32): "longest",
+             Shape(13600, 128, 32): "most", Shape(1, 129, 32): "edge", Shape(1, 23168, 32): "under 2^31"}
     ran = []
 
     def check(program, shape, launcher, work, say, budget, rows=None):
@@ -166,10 +201,16 @@ def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, 
     ctx.results = [result]
     assert larger_input.LargerInput().applies(ctx)
     found = larger_input.LargerInput().run(ctx)
-    assert ran[:checked] == [("larger", None), ("longest", larger_input.SAMPLED_ROWS),
-                             ("most", larger_input.MOST_ROWS)][:checked]
-    assert ran[checked:] == ([("under 2^31", larger_input.SAMPLED_ROWS)] if wrong_at == "longest" else [])
+    assert ran[:checked] == [("larger", None), ("middle", None), ("longest", larger_input.SAMPLED_ROWS),
+                             ("most", larger_input.MOST_ROWS), ("edge", None)][:checked]
+    after = {"longest": [("under 2^31", larger_input.SAMPLED_ROWS)], "middle": [("longest", larger_input.SAMPLED_ROWS)]}
+    assert ran[checked:] == after.get(wrong_at, [])
     assert bool(found) == (wrong_at is not None)
+    if wrong_at == "middle":  # right at the longest rows too: a band of lengths
+        assert found[0].lines[0].endswith("; right on a drawn B=2, N=32768, d=32 input (64 rows of each batch "
+                                          "checked), as at the shorter rows passed: wrong at N = 4096 only, between "
+                                          "them (a path taken for rows up to some length, with a buffer or a "
+                                          "shared-memory row sized for fewer keys than that path lets in?)"), found
 
 
 def test_rows_left_unwritten_past_a_grid_of_65535_blocks_are_read_as_its_end():
@@ -274,7 +315,7 @@ def test_a_failure_where_a_32_bit_size_first_reaches_2_31_is_weighed_by_a_run_wh
     and one run more at 1 x 23168 (the longest N, a multiple of 128, where none does: N*N*4 bytes =
     2,147,024,896) that is right: the 32-bit size is the question to ask."""
     line, ran = larger_run_failing(tmp_path, monkeypatch, {Shape(2, 32768, 32)})
-    assert ran == [Shape(4, 2048, 32), Shape(2, 32768, 32), Shape(1, 23168, 32)], ran
+    assert ran == [Shape(4, 2048, 32), Shape(2, 4096, 32), Shape(2, 32768, 32), Shape(1, 23168, 32)], ran
     assert line.endswith("out of memory" + PRODUCTS_SAID + ", and a drawn B=1, N=23168, d=32 input, where none does, "
                          "is right on the 64 rows checked: a 32-bit size? (an int holding a size or an index: "
                          "compute it in size_t)"), line

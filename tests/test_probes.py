@@ -11,7 +11,7 @@ from helpers import DATA, fa, stand_in_context
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge.findings import Kind
-from fa_cli.judge.probes import design, factors, indexing, layout, partial_sums, readings, softmax_steps
+from fa_cli.judge.probes import design, factors, indexing, layout, logit_scale, partial_sums, readings, softmax_steps
 from fa_cli.judge.probes.step import ProbeInput, guard_payload, logits, softmax_rows
 
 RNG = np.random.default_rng(3)
@@ -242,9 +242,22 @@ def test_a_sum_counted_twice_halves_every_output_and_is_said_so():
     P = softmax_rows(s)
     said, _ = factors.per_row_factor(P / 2, P, s)
     assert said.endswith("a constant factor on the output: 1 / 2: the running sum l is 2 times the right one (a "
-                         "reduction that adds each value more than once, e.g. a butterfly over lanes that starts at "
-                         "the full width, not half)")
+                         "reduction that adds each value more than once: a sum already whole reduced over the lanes "
+                         "again, or a butterfly that starts at the full width, not half)")
     said, _ = factors.per_row_factor(P * 0.7, P, s)
+    assert said.endswith("a constant factor on the output")
+
+
+def test_an_output_added_into_twice_is_said_as_whole_times_the_right_one():
+    """An atomicAdd output zeroed once and run twice: every weight doubled, not a sum's mistake."""
+    inp = probe()
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    said, _ = factors.per_row_factor(2 * P, P, s)
+    assert said.endswith("a constant factor on the output: 2: every value of the output is 2 times the right one "
+                         "(the output added into 2 times: an accumulation, atomicAdd or +=, into a buffer not zeroed "
+                         "between runs of the kernel, or one part of it added again)")
+    said, _ = factors.per_row_factor(2.5 * P, P, s)
     assert said.endswith("a constant factor on the output")
 
 
@@ -291,26 +304,6 @@ def test_key_tiles_counted_a_whole_number_of_times_are_said_with_their_counts(co
     assert f"({', '.join(map(str, counts))} for tiles 0..3): the keys of tile t added c_t times, the sum l alike" \
         in said, said
     assert said.endswith(words), said
-
-
-def test_a_factor_on_the_logits_is_named_by_its_value():
-    inp = probe(d=64)
-    s = logits(inp.q, inp.k)
-    W = softmax_rows(s * np.sqrt(64))
-    said, fields = factors.logit_slope(W, s, 64)
-    assert fields["named"] == "sqrt(d)" and "not divided by sqrt(d)" in said
-    assert factors.logit_slope(softmax_rows(s), s, 64) is None
-
-
-def test_a_scale_kept_in_whole_numbers_is_named_by_its_value():
-    """1 / floor(sqrt(32)) = 1/5 in place of 1/sqrt(32) (an int holding sqrt(d)); 1 / sqrt(d) in
-    integers, 0: every key weighs the same."""
-    inp = probe(d=32)
-    s = logits(inp.q, inp.k)
-    said, fields = factors.logit_slope(softmax_rows(s * np.sqrt(32) / 5), s, 32)
-    assert fields["named"] == "sqrt(d) / floor(sqrt(d))" and "sqrt(d) kept as a whole number" in said, said
-    said, fields = factors.logit_slope(softmax_rows(s * 0.0), s, 32)
-    assert fields["named"] == "0" and "every key weighs the same" in said, said
 
 
 def test_rows_holding_other_rows_are_found_as_a_formula():
@@ -549,6 +542,38 @@ def test_a_probe_whose_last_batch_alone_changes_is_measured_with_a_batch_after_i
     ctx = stand_in_context(tmp_path, every_batch_drawn, "int main() {}\n", inp)
     found = ProbeRuns().measure(ctx)
     assert ctx.facts.stop and ctx.guard == 0 and "cannot be read as weights" in found[0].lines[0]
+
+
+ADDED_TWICE = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True))
+out = 2 * (p / p.sum(axis=2, keepdims=True)) @ x[:, 2]  # added into twice
+out *= 1 + np.random.default_rng().normal(0, 2e-7, out.shape)  # the atomics' order, run to run
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_runs_that_differ_by_the_atomics_order_are_read_and_an_output_added_twice_is_named(tmp_path):
+    """ProbeRuns: two runs that differ in their last bits only are one output, read; the weights
+    then show every value twice the right one, said as an output added into twice."""
+    from fa_cli.judge.probes.factors import Factors
+    from fa_cli.judge.probes.weights import ProbeRuns, ReadWeights
+    ctx = stand_in_context(tmp_path, ADDED_TWICE, "int main() {}\n", probe(B=2, N=32, d=32))
+    found = ProbeRuns().measure(ctx)
+    assert not ctx.facts.stop and ctx.facts.out is not None and ctx.facts.probe_fails, [f.lines for f in found]
+    assert "(the order of floating-point atomics or reductions, far under the weights' check of 0.0001): the first " \
+        "run's output is read" in found[0].lines[0]
+    assert ReadWeights().run(ctx) == [] and ctx.facts.linear
+    said = " ".join(line for f in Factors().run(ctx) for line in f.lines)
+    assert "every value of the output is 2 times the right one (the output added into 2 times" in said, said
+    jumpy = ADDED_TWICE.replace("2e-7", "1e-3")  # more than an order's rounding: still a change that stops them
+    ctx = stand_in_context(tmp_path, jumpy, "int main() {}\n", probe(B=2, N=32, d=32))
+    found = ProbeRuns().measure(ctx)
+    assert ctx.facts.stop and "cannot be read as weights" in found[0].lines[0]
 
 
 def test_a_hip_output_that_changes_still_gets_its_32_lane_build_and_nothing_else(tmp_path, monkeypatch):
@@ -894,12 +919,6 @@ def test_every_key_past_the_first_tile_dropped_is_said_with_both_ways_a_program_
 def test_keys_dropped_at_the_end_name_every_tile_they_fit():
     which, code = readings.describe_keys(np.arange(216, 240), 240)
     assert "T = 27, 36, 54, 72, 108" in which and "a whole last tile of 24" in which
-
-
-def test_a_factor_on_the_logits_is_read_as_the_constants_it_is_made_of():
-    assert factors.constant_name(np.log(2) ** 2, 32) == "(ln 2)^2"
-    assert factors.constant_name(np.sqrt(64) / np.log(2), 64) == "sqrt(d) * (ln 2)^-1"
-    assert factors.constant_name(1.3, 64) is None
 
 
 # ---------------------------------------------------------------- the planted sets, through fa run
@@ -1584,7 +1603,7 @@ def test_weights_of_either_sign_fit_no_factor_model_and_warn_nothing():
     W, s = P * rng.normal(size=P.shape) * 3, rng.normal(size=P.shape)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert factors.per_row_factor(W, P, s) is None and factors.logit_slope(W, s, 32) is None
+        assert factors.per_row_factor(W, P, s) is None and logit_scale.logit_slope(W, s, 32) is None
         assert factors.weights_as_scores(W, P) is None
 
 

@@ -111,9 +111,37 @@ def test_memchecks_global_write_past_an_allocation_reaches_the_finding():
            "=========     Saved host backtrace up to driver entry point at kernel launch time\n"
            "========= ERROR SUMMARY: 1 error\n")
     first = tool_logs.first_sanitizer_error(log)
-    ctx = SimpleNamespace(done=[], findings=[], run_stderr="")
+    ctx = SimpleNamespace(done=[], findings=[], run_stderr="", source=None)
     case = SimpleNamespace(label="larger.in", shape=Shape(2, 32768, 32))
     assert Sanitizer.told(ctx, case, tool_logs.SanitizerReport("memcheck", first, 1, finished=True)) is False
     found, = ctx.findings
     assert found.lines[-1].startswith("the write lies 4 bytes past the end of the allocation nearest it (33,554,432 "
                                       "bytes, 4 x B*N*d floats"), found.lines
+
+
+NULL_READ = ["Invalid __global__ read of size 4 bytes",
+             "at attention_batched<(int)32>+0x250 in /s/s08.cu:120",
+             "by thread (0,0,0) in block (0,1,0)",
+             "Access to 0x0 is out of bounds",
+             "and is 140,658,878,709,760 bytes before the nearest allocation at 0x7fedb2800000 of size 98,304 bytes"]
+
+
+def test_an_access_at_a_null_pointer_is_said_with_the_short_copy_of_a_pointer_table(tmp_path):
+    """set35's s08: a device table of 4 B pointers copied with tab.size() * sizeof(float) bytes;
+    blocks of the later batches read a null pointer. A copy counted in sizeof(float*) is not said."""
+    source = tmp_path / "hw4.cu"
+    source.write_text("int main() {\n  std::vector<float*> tab(4 * B);\n  float** d_tab = NULL;\n"
+                      "  cudaMalloc(&d_tab, tab.size() * sizeof(float*));\n"
+                      "  cudaMemcpy(d_tab, tab.data(), tab.size() * sizeof(float), cudaMemcpyHostToDevice);\n"
+                      "  cudaMemcpy(d_q, q.data(), q.size() * sizeof(float), cudaMemcpyHostToDevice);\n}\n")
+    said = report_readings.null_pointer(NULL_READ, source)
+    assert said[0].startswith("the read is at address 0x0, 0 bytes past 0: a null pointer dereferenced"), said
+    assert said[1:] == ["line 5 copies d_tab, a table of pointers (8 bytes an entry), with a byte count in "
+                        "sizeof(float) (4 bytes an entry): only the first half of the table reaches the device, the "
+                        "rest of it is never set: `cudaMemcpy(d_tab, tab.data(), tab.size() * sizeof(float), "
+                        "cudaMemcpyHostToDevice);`"], said
+    source.write_text(source.read_text().replace("tab.size() * sizeof(float), cudaMemcpyHostToDevice",
+                                                 "tab.size() * sizeof(float*), cudaMemcpyHostToDevice"))
+    assert len(report_readings.null_pointer(NULL_READ, source)) == 1
+    far = [line.replace("Access to 0x0", "Access to 0x7fedb2818000") for line in NULL_READ]
+    assert report_readings.null_pointer(far, source) == []

@@ -30,8 +30,13 @@ class ErrorOfAPass(Step):
         err, case = worst_pass(ctx.results)
         said = (f"passes {case}, but its largest error there, {err:.2g}, is {err / FLOAT32_AT_MOST:.0f} times the most "
                 f"a float32 program makes at N <= {MOST_N} ({FLOAT32_AT_MOST:g}, measured on the course's cases): "
-                "the size of a lower precision's rounding (fp16 or tf32: up to 1.5e-3 on values near 3) somewhere in "
-                "the program; such an error grows with the rows, and a larger case may pass the limit")
+                "as large as a lower precision's rounding (fp16 or tf32: up to 1.5e-3 on values near 3), or a formula "
+                "a little off; such an error grows with the rows, and a larger case may pass the limit")
+        scaled = [f.fields["logit_factor"] for f in ctx.findings if "logit_factor" in f.fields]
+        if scaled:  # measured on a failing case: the scale alone gives errors of this order
+            said += (f"; the scores of a failing case were measured scaled by {scaled[0]:.6f} times the right scale "
+                     "(above)")
+            return [Finding(Kind.WARNING, [said], dict(error=err, case=case))]
         shown = source_lines(ctx.source, LOOK) if ctx.source else []
         if shown:
             said += f"; lines with a lower precision in {ctx.source.name}: {quoted(shown)}"

@@ -147,8 +147,10 @@ def probing(ctx: Context) -> bool:
     """The probes measure a wrong answer or an output of the wrong size that no rerun, sanitizer or
     crash explains, until one names a mechanism or nothing is left to measure. Runs that only showed
     a result that depends on timing explain nothing by themselves (a program that reads past its
-    input reads what its own blocks are writing): the probes still measure."""
-    timing_only = all(f.kind in (Kind.RACE, Kind.INTERMITTENT) for f in ctx.findings if f.is_cause)
+    input reads what its own blocks are writing), nor does racecheck's warning level (lanes of a
+    warp that rely on running in step, often harmless): the probes still measure."""
+    timing_only = all(f.kind in (Kind.RACE, Kind.INTERMITTENT) or f.fields.get("warning_level")
+                      for f in ctx.findings if f.is_cause)
     return ctx.verdict in ("WRONG", "ERROR") and ctx.signal not in CRASH_SIGNALS and not ctx.facts.stop and \
         (ctx.facts.named or timing_only)
 

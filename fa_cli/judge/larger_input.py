@@ -2,12 +2,15 @@
 loop capped, keys skipped under a threshold only long rows pass, a persistent loop over too few
 blocks. So a student's GPU program that passed every case gets one run more, once per build (kept
 in fa's cache by the binary's bytes, as the race check is), on a drawn input larger than the cases
-it passed (LARGER_B x LARGER_N x d, inside the course's ranges); where that is right, one run more
+it passed (LARGER_B x LARGER_N x d, inside the course's ranges); where that is right, one at rows
+of 4096 (MIDDLE_B x MIDDLE_N x d: a path for rows up to some length, a buffer sized for 2048, shows
+there; where it is wrong, the longest rows are run too, to bracket it); then one run more
 at the course's longest rows (LONGEST_B x LONGEST_N x d, B * N past what a grid of small blocks or a
 16-bit size holds), checked on SAMPLED_ROWS rows of each batch; where that is right too, one at the
 course's most batches (MOST_B[d] x MOST_N x d, its t11 and t12: an input of 0.6 to 0.9 GB, past
-what one chunk of a chunked copy, or one stream's share, holds). Wrong there is a warning with its
-numbers and the command that looks into it, never the verdict:
+what one chunk of a chunked copy, or one stream's share, holds); last, one batch of an odd N
+(EDGE_B x EDGE_N x d: no course case, but an input a program must take). Wrong there is a warning
+with its numbers and the command that looks into it, never the verdict:
 
   passes the cases run, but on a drawn 4x2048x64 input (larger than them; not one of the course's
   cases) it writes 8120 of 524288 values wrong (max error 0.0127): ...
@@ -37,7 +40,9 @@ from .tool_logs import Budget
 
 LARGER_B, LARGER_N = 4, 2048  # a course shape (N in its list, B * N * d far under its bound)
 LARGER_SEED = 29
+MIDDLE_B, MIDDLE_N = 2, 4096  # rows past 2048 and under 8192 (its t23, t24): a path for "short" rows taken there
 LONGEST_B, LONGEST_N = 2, 32768  # the course's longest rows (its t30 is 2 x 32768 x 64)
+EDGE_B, EDGE_N = 1, 129  # beyond the course, inside what a program must take: one batch, N odd, one past a tile
 MOST_B, MOST_N = {32: 13600, 64: 9600}, 128  # the course's most batches (its t11 and t12)
 SAMPLED_ROWS = 64  # rows of each batch the longest input is checked on: its float64 output is N^2 d a batch
 MOST_ROWS = 8  # rows of each batch the input of most batches is checked on (thousands of batches)
@@ -50,6 +55,20 @@ def larger_shape(passed: list[Shape]) -> Shape | None:
     if not passed or any(s.N >= LARGER_N and s.B >= LARGER_B for s in passed):
         return None
     return Shape(LARGER_B, LARGER_N, passed[0].d)
+
+
+def middle_shape(passed: list[Shape]) -> Shape | None:
+    """The second drawn input, at rows of 4096; None where a case passed had rows as long."""
+    if not passed or any(s.N >= MIDDLE_N for s in passed):
+        return None
+    return Shape(MIDDLE_B, MIDDLE_N, passed[0].d)
+
+
+def edge_shape(passed: list[Shape]) -> Shape | None:
+    """The last drawn input: one batch of an odd N; None where a case passed was one already."""
+    if not passed or any(s.B == 1 and s.N % 2 for s in passed):
+        return None
+    return Shape(EDGE_B, EDGE_N, passed[0].d)
 
 
 def longest_shape(passed: list[Shape]) -> Shape | None:
@@ -153,7 +172,9 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
          tol: float = 5e-3) -> list[Finding]:
     """What the run on the larger input showed, in a warning's words (checked on `rows` of each
     batch, None: all)."""
-    where = f"on a drawn {shape} input (larger than the cases passed; not one of the course's cases)"
+    kind = "one batch of an odd N: no course case has either" if shape.N % 2 else \
+        "larger than the cases passed; not one of the course's cases"
+    where = f"on a drawn {shape} input ({kind})"
     look = (f"`fa gen --shape {shape.B},{shape.N},{shape.d} --seed {LARGER_SEED} -o larger.in && fa run larger.in "
             f"--program {program.name}` looks into it")
     if result.returncode != 0 or not out.exists():  # a crash or an error: a case to look into, however checked
@@ -177,7 +198,8 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
-        f"error {worst:.3g}){seen}: a mistake that shows only at larger sizes; {look}"],
+        f"error {worst:.3g}){seen}: a mistake that shows only at "
+        f"{'such a size (the cases run have B > 1 or an even N)' if shape.N % 2 else 'larger sizes'}; {look}"],
         dict(larger_wrong=int(wrong.sum())))]
 
 
@@ -262,20 +284,40 @@ class LargerInput(Step):
         results = ctx.results
         passed = [r.target.shape for r in results]
         return race_check.applies(ctx.program) and bool(results) and all(r.verdict == "PASS" for r in results) \
-            and any(shape(passed) is not None for shape in (larger_shape, longest_shape, most_batches_shape))
+            and any(shape(passed) is not None for shape in SHAPES)
 
     def run(self, ctx: Context) -> list[Finding]:
         passed = [r.target.shape for r in ctx.results]
-        tried = [(larger_shape(passed), None), (longest_shape(passed), SAMPLED_ROWS),  # the course's longest rows
-                 (most_batches_shape(passed), MOST_ROWS)]  # and its most batches
-        for shape, rows in tried:
+        tried = [(shape(passed), rows) for shape, rows in zip(SHAPES, ROWS_CHECKED)]
+        for at, (shape, rows) in enumerate(tried):
             if shape is None:
                 continue
             if found := check(ctx.program, shape, ctx.launcher, ctx.work, ctx.say, ctx.budget, rows):
+                if shape.N == MIDDLE_N and (longer := tried[at + 1][0]) is not None:
+                    found = bracketed(found, shape, longer, check(ctx.program, longer, ctx.launcher, ctx.work,
+                                                                  ctx.say, ctx.budget, SAMPLED_ROWS))
                 return with_sizes(found, passed, shape, lambda under: check(
                     ctx.program, under, ctx.launcher, ctx.work, ctx.say, ctx.budget, SAMPLED_ROWS))
             passed = passed + [shape]  # right there too
         return []
+
+
+# The drawn inputs, in order (each run only where the ones before were right), and the rows of
+# each batch checked on each (None: all, and a wrong one is looked into as a failing case).
+SHAPES = (larger_shape, middle_shape, longest_shape, most_batches_shape, edge_shape)
+ROWS_CHECKED = (None, None, SAMPLED_ROWS, MOST_ROWS, None)
+
+
+def bracketed(found: list[Finding], failed: Shape, longer: Shape, there: list[Finding]) -> list[Finding]:
+    """The warning at rows of MIDDLE_N, with what the run at the longest rows showed: right there
+    (as at the shorter rows passed), a mistake of a band of lengths."""
+    if there or not found or found[0].kind != Kind.WARNING:
+        return found
+    said = (f"; right on a drawn {longer} input ({SAMPLED_ROWS} rows of each batch checked), as at the shorter rows "
+            f"passed: wrong at N = {failed.N} only, between them (a path taken for rows up to some length, with a "
+            "buffer or a shared-memory row sized for fewer keys than that path lets in?)")
+    first = found[0]
+    return [Finding(first.kind, [first.lines[0] + said, *first.lines[1:]], first.fields), *found[1:]]
 
 
 def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape,

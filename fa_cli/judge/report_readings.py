@@ -1,10 +1,12 @@
 """What a compute-sanitizer report tells beyond its own lines, read against the run it came from:
 a shared-memory access past what the launches gave a block, a global access just past an
-allocation (its size as floats of the input), an output initcheck found unwritten (its batch, row
-and column) or an atomic add onto memory nothing wrote first."""
+allocation (its size as floats of the input), an access at a null pointer (with the copy of a
+table of pointers that counts its entries in another type's bytes), an output initcheck found
+unwritten (its batch, row and column) or an atomic add onto memory nothing wrote first."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from ..cases.format import Shape
 from ..programs.timing import launches
@@ -70,6 +72,53 @@ def global_past_end(first: list[str], shape: Shape) -> str | None:
             f"nearest it ({size:,} bytes{of}); where that is the buffer the line indexes, the index reaches past "
             "its end: a buffer allocated smaller than the kernel indexes it (for fewer splits, tiles or rows than "
             "it writes), or an index bounded past the buffer's size")
+
+
+NULL_PAGE = 1 << 20  # an address under this is a null pointer plus an index, not a buffer's neighbour
+FOUR_BYTES = ("float", "int", "unsigned", "unsigned int", "int32_t", "uint32_t")
+COPY_CALL = re.compile(r"\b(?:cuda|hip)Memcpy\w*\s*\((.*)")
+POINTER_TABLE = (r"vector\s*<\s*(?:const\s+)?\w+\s*(?:const\s*)?\*\s*>\s*{}\b",  # std::vector<float*> NAME
+                 r"\w+\s*(?:const\s*)?\*\s*(?:const\s*)?\*\s*{}\b",  # float** NAME
+                 r"\w+\s*\*\s*{}\s*\[")  # float* NAME[...]
+
+
+def null_pointer(first: list[str], source: Path | None) -> list[str]:
+    """memcheck's first report, a __global__ access at an address under NULL_PAGE: a null pointer
+    dereferenced, in words; with the source's copies of a table of pointers whose byte count is
+    in sizeof of a 4-byte type (half of a table of 8-byte pointers reaches the device). [] where
+    the address is not near 0."""
+    text = " ".join(first)
+    hit = re.search(r"Invalid __global__ (read|write|atomic).*?(?:Access to|Address) (0x[0-9a-f]+) is out of bounds",
+                    text)
+    if not hit or int(hit.group(2), 16) >= NULL_PAGE:
+        return []
+    at = int(hit.group(2), 16)
+    said = [f"the {hit.group(1)} is at address {hit.group(2)}, {at:,} bytes past 0: a null pointer dereferenced (an "
+            "index added to it): a pointer the kernel was given, or read from device memory, that was never set (a "
+            "table of pointers copied short, a pointer left NULL on the host, an allocation never made)"]
+    return said + short_pointer_copies(source)
+
+
+def short_pointer_copies(source: Path | None) -> list[str]:
+    """Copies (cudaMemcpy, hipMemcpy) of a table of pointers counted in sizeof of a 4-byte type,
+    each in words with its line."""
+    try:
+        text = source.read_text(errors="replace") if source else ""
+    except OSError:
+        return []
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        call = COPY_CALL.search(line.split("//")[0])
+        sizes = re.findall(r"sizeof\s*\(\s*([\w:\s]+?)\s*\)", call.group(1)) if call else []
+        if not sizes or sizes[0] not in FOUR_BYTES:
+            continue
+        for name in dict.fromkeys(re.findall(r"\b([A-Za-z_]\w*)\b", call.group(1))):
+            if any(re.search(p.format(re.escape(name)), text) for p in POINTER_TABLE):
+                found.append(f"line {n} copies {name}, a table of pointers (8 bytes an entry), with a byte count in "
+                             f"sizeof({sizes[0]}) (4 bytes an entry): only the first half of the table reaches the "
+                             f"device, the rest of it is never set: `{line.strip()}`")
+                break
+    return found
 
 
 ATOMIC_UNWRITTEN = ("an atomic add onto memory nothing wrote first: an accumulator not zeroed there (no memset over "

@@ -16,8 +16,9 @@ from .partial_sums import (base_mixed, first_rows_statistics, half_sums, keys_co
                            tile_maxima)
 from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAINS_WORDS, FIRST_BATCH_WORDS,
                            SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
-                           first_batchs, sum_variants, tiles_named)
-from .readings import FIT_SHARE, FLAT, LOOK, TINY_WEIGHT, WeightReading, measured, span
+                           first_batchs, sum_variants, tiles_named, whole_times)
+from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
+from .logit_scale import logit_slope
 from .step import Context, fmt, logits, softmax_rows
 
 def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
@@ -59,11 +60,7 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
         return f"{said}, f = (the right l) / (l the program divided by): {which}", fields
     if np.ptp(np.log(fitted)) <= FLAT:
         f0 = float(np.mean(fitted))
-        times = round(1 / f0)
-        counted = f": 1 / {times}: the running sum l is {times} times the right one (a reduction that adds each " \
-            "value more than once, e.g. a butterfly over lanes that starts at the full width, not half)" \
-            if times >= 2 and abs(np.log(f0 * times)) <= FLAT else ""
-        return f"{said}: the same f = {fmt(f0)} in every row: a constant factor on the output{counted}", fields
+        return f"{said}: the same f = {fmt(f0)} in every row: a constant factor on the output{whole_times(f0)}", fields
     tiles = ", ".join(str(T) for T in KEY_TILES if T < s.shape[2])
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
             f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'} and one key at a time: "
@@ -333,72 +330,6 @@ def power(term: str, p: float) -> str:
     if p == 0:
         return ""
     return term if p == 1 else f"{term}^{p:g}"
-
-
-# Factors on the logits, by name: a slope of log W against the true logits.
-SLOPES = {
-    "sqrt(d)": lambda d: np.sqrt(d), "1/sqrt(d)": lambda d: 1 / np.sqrt(d), "d": lambda d: d, "1/d": lambda d: 1 / d,
-    "ln 2": lambda d: np.log(2), "log2(e)": lambda d: np.log2(np.e), "2": lambda d: 2.0, "1/2": lambda d: 0.5,
-    "sqrt(d) * log2(e)": lambda d: np.sqrt(d) * np.log2(np.e), "ln 2 / sqrt(d)": lambda d: np.log(2) / np.sqrt(d),
-    "sqrt(d) * ln 2": lambda d: np.sqrt(d) * np.log(2), "log2(e) / sqrt(d)": lambda d: np.log2(np.e) / np.sqrt(d),
-    "sqrt(d / 32)": lambda d: np.sqrt(d / 32), "sqrt(d / 64)": lambda d: np.sqrt(d / 64),
-    "sqrt(d) / floor(sqrt(d))": lambda d: np.sqrt(d) / np.floor(np.sqrt(d)),
-    "sqrt(d) / round(sqrt(d))": lambda d: np.sqrt(d) / np.round(np.sqrt(d)),
-}
-SLOPE_WORDS = {
-    "sqrt(d)": "the scores are not divided by sqrt(d)", "1/sqrt(d)": "the scores are divided by sqrt(d) twice (by d)",
-    "ln 2": "exp2 is given the logits without the factor log2(e)",
-    "log2(e)": "the logits are multiplied by log2(e) and then given to exp, not exp2",
-    "(ln 2)^2": "a softmax kept in base 2 (exp2 of the scores times a constant c) whose c holds ln 2 where "
-                "log2(e) belongs",
-    "sqrt(d / 32)": "the scale is 1/sqrt(32) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
-    "sqrt(d / 64)": "the scale is 1/sqrt(64) where this input's d needs 1/sqrt(d) (a head dimension hard-coded)",
-    "sqrt(d) / floor(sqrt(d))": "the scale is 1 / floor(sqrt(d)): sqrt(d) kept as a whole number (an int variable, "
-                                "or (int)sqrtf(d)), right only where d is a square",
-    "sqrt(d) / round(sqrt(d))": "the scale is 1 / round(sqrt(d)): sqrt(d) rounded to a whole number (lroundf, or "
-                                "an int given sqrtf(d) + 0.5), right only where d is a square",
-    "0": "the scores are multiplied by 0, so every key weighs the same (1 / sqrt(d) computed in whole numbers is 0: "
-         "1 / (int)sqrtf(d), or an int scale)",
-}
-
-
-def constant_name(a: float, d: int) -> str | None:
-    """a as sqrt(d)^p * (ln 2)^q for small whole p and q (the constants of a softmax's scale and
-    of exp against exp2), where one fits within 1%."""
-    for p in range(-2, 3):
-        for q in range(-2, 3):
-            if (p, q) != (0, 0) and abs(a / (np.sqrt(d) ** p * np.log(2) ** q) - 1) <= 1e-2:
-                return " * ".join(t for t in (power_of("sqrt(d)", p), power_of("(ln 2)", q)) if t)
-    return None
-
-
-def power_of(name: str, p: int) -> str:
-    return "" if p == 0 else name if p == 1 else f"{name}^{p}"
-
-
-def logit_slope(W: np.ndarray, s: np.ndarray, d: int) -> tuple[str, dict] | None:
-    """log W_ij = a s_ij + c_i: the factor a on the logits, where it fits."""
-    with np.errstate(divide="ignore", invalid="ignore"):  # W of 0 or negative: no logit, unused
-        y = np.log(W)
-    use = np.isfinite(y) & (W > TINY_WEIGHT)
-    if use.mean() < 0.5:
-        return None
-    yc = np.where(use, y, 0.0)
-    n = use.sum(axis=2, keepdims=True)
-    xm = (np.where(use, s, 0).sum(axis=2, keepdims=True) / np.maximum(n, 1))
-    ym = yc.sum(axis=2, keepdims=True) / np.maximum(n, 1)
-    dx, dy = np.where(use, s - xm, 0), np.where(use, yc - ym, 0)
-    a = (dx * dy).sum() / (dx * dx).sum()
-    resid = np.abs(dy - a * dx)[use]
-    if np.quantile(resid, 0.99) > 1e-2 or abs(a - 1) <= 1e-2:
-        return None
-    name = "0" if abs(a) <= 1e-3 else \
-        next((k for k, f in SLOPES.items() if abs(a / f(d) - 1) <= 1e-2), None) or constant_name(a, d)
-    said = f"log W = a * (the true logits) + a constant per row, with a = {a:.4g}"
-    if name:
-        said += f" = {name}" + (f": {SLOPE_WORDS[name]}" if name in SLOPE_WORDS else "")
-    return said + "; look at the scale of the scores and the exponential", dict(logit_factor=float(a), named=name,
-                                                                                 look="scale")
 
 
 def weights_as_scores(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..mistakes import KEY_TILES
 from .partial_sums import tile_maxima
+from .readings import FLAT
 
 # The key tiles a running sum l is looked for over: the usual tiles, then one key at a time (an
 # online softmax that updates its max, its sum and its output key by key). Not a per-tile factor's:
@@ -140,3 +141,17 @@ def carried_over(s: np.ndarray) -> np.ndarray:
     batches: the sums of exp(s) over the keys of this batch and every batch before, for the same row."""
     top, own = log_sums(s)
     return np.exp(np.logaddexp.accumulate(own, axis=0) - top)
+
+
+def whole_times(f0: float) -> str:
+    """A constant factor that is a whole number or its inverse, said as what counts something that many times."""
+    times = round(1 / f0) if f0 < 1 else round(f0)
+    if times < 2 or abs(np.log(f0 * times if f0 < 1 else f0 / times)) > FLAT:
+        return ""
+    if f0 < 1:
+        return (f": 1 / {times}: the running sum l is {times} times the right one (a reduction that adds each value "
+                "more than once: a sum already whole reduced over the lanes again, or a butterfly that starts at the "
+                "full width, not half)")
+    return (f": {times}: every value of the output is {times} times the right one (the output "
+            f"added into {times} times: an accumulation, atomicAdd or +=, into a buffer not zeroed between runs of "
+            "the kernel, or one part of it added again)")

@@ -18,7 +18,7 @@ import numpy as np
 from ..diagnose import periodic_rows
 from ..findings import Finding
 from ..mistakes import KEY_TILES
-from .factors import SLOPE_WORDS, SLOPES, constant_name
+from .logit_scale import SLOPE_WORDS, SLOPES, constant_name
 from .readings import LOOK, TINY_WEIGHT, WeightReading, measured
 from .step import Context, fmt, logits
 
