@@ -25,8 +25,9 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   OneKeyRangeARow    W against P                                          readings.py
   TransposedTiles    each tile's weights met with V by the other index    tile_transposed.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
-  Factors            W / P per row, per key tile, per key (keys counted twice); log W against
-                     the logits                 factors.py, partial_sums.py, logit_scale.py
+  Factors            W / P per row, per key tile, per key (keys counted twice), by the places
+                     of row and key in a group of lanes; log W against the logits
+                                     factors.py, partial_sums.py, key_places.py, logit_scale.py
   LogitsByTile,
   LogitsByRow        the logits at a factor of their key tile's, or their row's, own  tile_logits.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py

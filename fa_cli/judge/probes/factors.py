@@ -18,6 +18,7 @@ from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAI
                            SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
                            first_batchs, sum_variants, tiles_named, whole_times)
 from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
+from .key_places import counted_by_place
 from .logit_scale import logit_slope
 from .step import Context, fmt, logits, softmax_rows
 
@@ -371,7 +372,8 @@ class Factors(WeightReading):
         s = logits(ctx.probe.q, ctx.probe.k)
         for reading in (read_in_place_of(W, P, ctx.facts.dead_keys), all_on_the_largest(W, s),
                         per_row_factor(W, P, s), signed_row_factor(W, P, s),
-                        per_tile_factor(W, P, s), keys_counted(W, P), logit_slope(W, s, ctx.probe.shape.d),
+                        per_tile_factor(W, P, s), keys_counted(W, P), counted_by_place(W, P),
+                        logit_slope(W, s, ctx.probe.shape.d),
                         weights_as_scores(W, P)):
             if reading:
                 said, fields = reading

@@ -1,0 +1,94 @@
+"""Keys weighed a whole number of times that depends on the row's and the key's place in a group
+of T lanes (W / P = n(r mod T, k mod T) times a factor a row): lanes that pass K and V rows round
+a warp and meet some keys again in place of others, as a shuffle that does not wrap gives a lane
+its own value back. Read from W against P; the table of counts said by its pattern where one of
+the shuffles' fits, else by its first rows.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from .step import spans
+
+PLACE_GROUPS = (8, 16, 32, 64, 128)  # lanes of a group whose rows meet in turn: a warp, a wavefront, a part
+KNOWN_P = 1e-4  # a key whose true weight is under this is left out of the reading: W's rounding hides its count
+WHOLE = 0.05  # a count within this of a whole number is that number
+MOST_COUNT = 128
+AGREE = 0.99  # the share of (row, key) counts the table by places must give
+
+
+def row_counts(W: np.ndarray, P: np.ndarray) -> np.ndarray | None:
+    """n[b, r, k]: how many times each row weighs each key, relative to its least-counted weighed key
+    (W / P = n c_r), -1 where P is too small to tell (a row with no such key weighed: all -1); None
+    where rows are not whole counts."""
+    known = P > KNOWN_P
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row with no known key weighed: no unit, left unknown
+        ratio = np.where(known, W / np.where(known, P, 1.0), np.nan)
+        top = np.nanmax(np.abs(ratio), axis=2, keepdims=True)
+        weighed = ratio > 1e-3 * top
+        unit = np.nanmin(np.where(weighed, ratio, np.nan), axis=2, keepdims=True)
+        n = np.where(weighed, ratio / unit, 0.0)
+        unit = np.nanmedian(np.where(weighed & (np.round(n) >= 1), ratio / np.round(n), np.nan), axis=2, keepdims=True)
+        n = np.where(weighed, ratio / unit, 0.0)
+    known &= np.isfinite(unit)
+    whole = np.abs(n - np.round(n)) <= WHOLE
+    if known.any(axis=2).mean() < 0.9 or not (whole | ~known).all() or n[known].max(initial=0) > MOST_COUNT:
+        return None
+    return np.where(known, np.round(np.where(known, n, 0)), -1).astype(int)
+
+
+def place_table(n: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """(T, C) with n[b, r, k] = C[r mod T, k mod T] for AGREE of the known counts, the smallest T
+    of PLACE_GROUPS that fits; None where none does."""
+    B, N, _ = n.shape
+    for T in (T for T in PLACE_GROUPS if 2 * T <= N):
+        full = N - N % T
+        cut = n[:, :full, :full].reshape(B, full // T, T, full // T, T)
+        known = cut >= 0
+        place = (np.arange(T)[:, None, None] * T + np.arange(T)[None, None, :])  # (a, 1, b): a * T + b
+        slot = np.broadcast_to(place[None, None], cut.shape)[known]
+        tally = np.bincount(slot * (MOST_COUNT + 1) + cut[known], minlength=T * T * (MOST_COUNT + 1))
+        tally = tally.reshape(T, T, MOST_COUNT + 1)  # each place's counts, the most seen taken
+        C = np.where(tally.sum(axis=2) > 0, tally.argmax(axis=2), -1)
+        agree = (cut == C[None, None, :, None, :]) | ~known
+        if known.any() and agree[known].mean() >= AGREE and (C >= 0).all():
+            return T, C
+    return None
+
+
+def counted_by_place(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
+    """The reading, in words: the table's pattern (a shuffle down or up that does not wrap) or its
+    first rows that are not all ones."""
+    if (n := row_counts(W, P)) is None or n.max() < 2 or (table := place_table(n)) is None:
+        return None
+    T, C = table
+    a, b = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    down = np.where(b < a, 0, np.where(b > a, 1, a + 1))
+    up = np.where(b > a, 0, np.where(b < a, 1, T - a))
+    down[T - 1, T - 1] = up[0, 0] = 1  # the one key a row weighs: its count relative to itself
+    head = (f"row r weighs key k of each {T}-key group a whole number of times n that depends only on their places, a = "
+            f"r mod {T} and b = k mod {T} (W / P = n times a factor a row)")
+    if (C == down).all():
+        return (f"{head}: n = 0 where b < a, a + 1 where b = a, 1 where b > a: each row meets its own place's key again "
+                f"in place of the keys at lower places: K and V rows passed round a group of {T} lanes by a shuffle "
+                f"that does not wrap (__shfl_down_sync(mask, v, step) gives a lane past {T - 1} - step its own value "
+                f"back; a rotation takes lane (lane + step) % {T}: __shfl_sync(mask, v, (lane + step) % {T}))",
+                dict(place_counts=T, place_shuffle="down"))
+    if (C == up).all():
+        return (f"{head}: n = 0 where b > a, {T} - a where b = a, 1 where b < a: each row meets its own place's key "
+                f"again in place of the keys at higher places: K and V rows passed round a group of {T} lanes by a "
+                f"shuffle that does not wrap (__shfl_up_sync(mask, v, step) gives a lane under step its own value "
+                f"back; a rotation takes lane (lane - step) mod {T})", dict(place_counts=T, place_shuffle="up"))
+    rows = [r for r in range(T) if (C[r] != 1).any()][:3]
+    said = "; ".join(f"rows at place {r}: " + ", ".join(f"keys at {spans(np.flatnonzero(C[r] == c))} {times(c)}"
+                                                       for c in np.unique(C[r])) for r in rows)
+    return (f"{head}: {said}: some keys met several times and others never, by place: lanes that take K and V rows "
+            "from the wrong partners (a shuffle's source lane, or a shared-memory exchange's index)",
+            dict(place_counts=T))
+
+
+def times(c: int) -> str:
+    return {0: "never", 1: "once", 2: "twice"}.get(int(c), f"{c} times")
