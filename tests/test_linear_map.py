@@ -346,6 +346,31 @@ def test_a_sum_by_column_shows_the_sums_reduction_across_lanes_before_other_sum_
 NAN_LAST_ROWS = HALF_LANES.replace("out.astype", "out[:, -2:] = np.nan  # two rows whose sums overflow\nout.astype")
 
 
+RIGHT_PLUS_K_ROW = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+q, k, v = x[:, 0], x[:, 1], x[:, 2]
+s = q @ k.transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True)); p /= p.sum(axis=2, keepdims=True)
+out = p @ v + p[..., :1] * k[:, :1]  # key 0's weight also meets K's row 0, whatever V is
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_values_made_of_no_v_beside_the_right_map_are_said_alone(tmp_path):
+    """set36's s01: key 0's weight times a row of K added to the right P V: the part V does not make
+    is said, with no reading of the map (which is P's), and no error of fa's own."""
+    q, k = qk()
+    v = RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32)
+    inp = ProbeInput(np.stack([q, q]), np.stack([k, k]), v)
+    ctx = stand_in_context(tmp_path, RIGHT_PLUS_K_ROW, "int main() {}\n", inp)
+    [finding] = linear_map.LinearMap().run(ctx)
+    assert finding.lines[0].startswith("probe: the output read as a linear map of V (") and \
+        "with V all zero the output is not: up to " in finding.lines[0], finding.lines
+
+
 def test_an_output_with_nan_is_not_read_as_a_map_and_says_so(tmp_path):
     q, k = qk()
     v = RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32)

@@ -114,7 +114,7 @@ class LinearMap(Probe):
         said = without_v(constant) + mapped
         if not said:
             return []
-        paired = mapped[0].startswith(pairing.LEAD)
+        paired = bool(mapped) and mapped[0].startswith(pairing.LEAD)  # values made of no V may be all there is
         look = pairing.look(mapped[0], ctx.source) if paired else first_found(ctx, LOOK[look_for(mapped)])
         return measured(ctx, [f"probe: the output read as a linear map of V ({where}): {said[0]}", *said[1:]],
                         look=look, map_rows=N)
