@@ -272,6 +272,23 @@ def test_rows_wrong_from_the_end_of_a_logged_grids_first_pass_over_its_items_say
     assert sampled.startswith("every row checked is right before batch 2, row 1024") and "first pass" not in sampled
 
 
+def test_whole_batches_wrong_and_zero_are_read_as_a_part_of_the_batches_left_out():
+    """set36's s09: a two-stream pipeline whose last-but-one chunk is never collected: on 2 x 32768,
+    batch 0 holds 0 in every row checked and batch 1 is right."""
+    correct = RNG.uniform(-1, 1, (3, 8, 4))
+    got = correct.copy()
+    got[0] = 0
+    said = larger_input.whole_batches(got, np.abs(got - correct) > 5e-3)
+    assert said == ("batch 0 wrong in every value checked, every one 0 (as where nothing was written or copied back), "
+                    "the other batches right: a part of the input's batches (a chunk, a stream's share) whose output "
+                    "was not computed or not collected"), said
+    got[2] = 0  # to the last batch: wrong_from's reading, not this one
+    assert larger_input.whole_batches(got, np.abs(got - correct) > 5e-3) is None
+    got = correct.copy()
+    got[1, 3] += 1  # one row of a batch: no whole batch
+    assert larger_input.whole_batches(got, np.abs(got - correct) > 5e-3) is None
+
+
 def test_rows_that_are_the_right_rows_scaled_are_read_with_their_factors():
     correct = RNG.uniform(-1, 1, (2, 16, 8))
     factor = RNG.uniform(0.02, 0.2, (2, 16, 1))
@@ -313,12 +330,16 @@ def test_a_failure_where_a_32_bit_size_first_reaches_2_31_is_weighed_by_a_run_wh
     """4 x 2048 right, 2 x 32768 failing (B*N*N = 2^31 there, its int wrapped): the warning names the
     products that reach 2^31 there and on no input passed, the larger one that passed counted too,
     and one run more at 1 x 23168 (the longest N, a multiple of 128, where none does: N*N*4 bytes =
-    2,147,024,896) that is right: the 32-bit size is the question to ask."""
+    2,147,024,896) that is right. That run holds a third of the floats (set36's s09: a two-stream
+    pipeline that leaves a chunk uncollected, one chunk there), so a 32-bit size is said as one
+    question beside what grows with the input."""
     line, ran = larger_run_failing(tmp_path, monkeypatch, {Shape(2, 32768, 32)})
     assert ran == [Shape(4, 2048, 32), Shape(2, 4096, 32), Shape(2, 32768, 32), Shape(1, 23168, 32)], ran
     assert line.endswith("out of memory" + PRODUCTS_SAID + ", and a drawn B=1, N=23168, d=32 input, where none does, "
-                         "is right on the 64 rows checked: a 32-bit size? (an int holding a size or an index: "
-                         "compute it in size_t)"), line
+                         "is right on the 64 rows checked; it holds 2,224,128 floats against 6,291,456: a 32-bit "
+                         "size? (an int holding a size or an index: compute it in size_t), or anything sized by the "
+                         "input's length (a chunk or stream count, a buffer sized for less, a race with more tiles to "
+                         "meet in)"), line
 
 
 def test_a_failure_at_the_longest_rows_that_shows_where_no_product_reaches_2_31_asks_no_32_bit_size(
@@ -341,3 +362,28 @@ def test_the_run_where_no_product_reaches_2_31_is_the_longest_whole_tile_n():
     assert all(product(under) < 2**31 for _, product, _ in SIZE_PRODUCTS)
     assert any(product(Shape(1, under.N + 128, 64)) >= 2**31 for _, product, _ in SIZE_PRODUCTS)
     assert under_limit(Shape(1, 100, 32)) is None  # no multiple of 128 at or under N
+
+
+def test_a_run_stopped_far_past_the_kernels_pace_is_warned_as_one_that_may_never_end(tmp_path, monkeypatch):
+    """set36's s04: split-K blocks whose merge spins on blocks that are not resident hang on 2 x 32768:
+    stopped at 30 s where t04's kernels (0.2 ms, 3 x 256 x 64) give about 2.2 s at that pace: a warning.
+    At a pace that needs most of the limit, the stop is said as it was."""
+    from types import SimpleNamespace
+    from fa_cli.judge.findings import Finding
+    from fa_cli.judge.steps import Context
+    stopped = [Finding(Kind.MISSING_TOOL, ["larger input: ... was stopped at 30 s"], dict(larger_stopped=30.0))]
+    monkeypatch.setattr(larger_input, "check", lambda *a, **k: stopped if a[1] == Shape(2, 32768, 64) else [])
+    monkeypatch.setattr(larger_input.race_check, "applies", lambda program: True)
+
+    def passed(ms):
+        log = f"fa-launch: launches=1 untimed=0 ms={ms} grid=4x3x1 block=64x1x1 smem=0 regs=40 kernel=k\n"
+        return SimpleNamespace(verdict="PASS", target=SimpleNamespace(name="t04", shape=Shape(3, 256, 64)),
+                               run=SimpleNamespace(stderr=log, timing={}))
+    ctx = Context(Program("hw4", tmp_path / "hw4"), None, tmp_path, Budget(60), lambda l: None, 5e-3, None, "t01")
+    ctx.results = [passed(0.2)]
+    [found] = larger_input.LargerInput().run(ctx)
+    assert found.kind == Kind.WARNING and "it was still running when stopped at 30 s: its work is 10923 times t04's, " \
+        "whose kernels took 0.2 ms, so about 2.2 s of kernels at that pace: a run that may never end" in \
+        found.lines[0], found.lines
+    ctx.results = [passed(5.0)]  # 55 s at that pace: a slow program, not said to hang
+    assert larger_input.LargerInput().run(ctx) == stopped

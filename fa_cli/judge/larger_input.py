@@ -33,7 +33,7 @@ from . import race_check, reference
 from .across_cases import sizes_crossing, under_limit
 from .findings import Finding, Kind
 from .launch_errors import base_name
-from .probes.step import read_payload
+from .probes.step import read_payload, spans
 from .slow_device import waiting
 from .steps import Context, Step
 from .tool_logs import Budget
@@ -117,7 +117,8 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
     result = programs.run(program, path, out, launcher, timeout=limit, timed=False)
     if result.timed_out:  # no verdict of its own: a slow program or a short budget, not a wrong one
         return [Finding(Kind.MISSING_TOOL, [f"larger input: the run on a drawn {shape} input was stopped at "
-                                            f"{limit:g} s (the search's budget or the run's limit): not judged"])]
+                                            f"{limit:g} s (the search's budget or the run's limit): not judged"],
+                        dict(larger_stopped=limit))]
     correct, sampled = correct_output(path, shape, sampled_rows(shape.N, rows)), sampled_rows(shape.N, rows)
     found = told(result, out, shape, correct, program, sampled)
     if found and found[0].fields.get("larger_wrong") and budget.left >= 2:
@@ -194,7 +195,8 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
         return []
     worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
     checked = "" if rows is None else f" (of {rows.size} rows of each batch checked)"
-    readings = (wrong_from(got, wrong, shape, rows, launches(result.stderr or "")), rows_scaled(got, correct, wrong))
+    readings = (wrong_from(got, wrong, shape, rows, launches(result.stderr or "")), whole_batches(got, wrong),
+                rows_scaled(got, correct, wrong))
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
@@ -256,6 +258,21 @@ def one_pass(at: int, shape: Shape, logged: list) -> str | None:
     return None
 
 
+def whole_batches(got: np.ndarray, wrong: np.ndarray) -> str | None:
+    """Where the wrong values are whole batches (every value checked of some batches, none of the
+    others) and not one run of them to the last: which, and whether they hold 0; None otherwise."""
+    batch_wrong = wrong.reshape(wrong.shape[0], -1)
+    every, some = batch_wrong.all(axis=1), batch_wrong.any(axis=1)
+    if not every.any() or (some & ~every).any() or every[-1]:  # to the last batch: wrong_from's reading
+        return None
+    which = np.flatnonzero(every)
+    zeros = bool((got[which] == 0).all())
+    return (f"batch{'es' if which.size > 1 else ''} {spans(which)} wrong in every value checked"
+            + (", every one 0 (as where nothing was written or copied back)" if zeros else "")
+            + ", the other batches right: a part of the input's batches (a chunk, a stream's share) whose output was "
+            "not computed or not collected")
+
+
 SCALED_FIT = 1e-3  # a wrong row is the right one times a factor where the rest misses by under this (relative)
 
 
@@ -293,6 +310,8 @@ class LargerInput(Step):
             if shape is None:
                 continue
             if found := check(ctx.program, shape, ctx.launcher, ctx.work, ctx.say, ctx.budget, rows):
+                if found[0].fields.get("larger_stopped"):
+                    return [paced(found[0], shape, ctx.results)]
                 if shape.N == MIDDLE_N and (longer := tried[at + 1][0]) is not None:
                     found = bracketed(found, shape, longer, check(ctx.program, longer, ctx.launcher, ctx.work,
                                                                   ctx.say, ctx.budget, SAMPLED_ROWS))
@@ -306,6 +325,39 @@ class LargerInput(Step):
 # each batch checked on each (None: all, and a wrong one is looked into as a failing case).
 SHAPES = (larger_shape, middle_shape, longest_shape, most_batches_shape, edge_shape)
 ROWS_CHECKED = (None, None, SAMPLED_ROWS, MOST_ROWS, None)
+
+
+HANG_FACTOR = 10  # a run stopped this many times past the pace of the largest case passed: one that does not end?
+
+
+def kernel_seconds(run) -> float | None:
+    """A run's GPU time in its kernels: the launch log's, else the timing line's kernel stage."""
+    logged = launches(run.stderr or "")
+    if logged:
+        return sum(launch.ms for launch in logged) / 1000
+    return run.timing.get("kernel")
+
+
+def paced(stopped: Finding, shape: Shape, results: list) -> Finding:
+    """A drawn input's run stopped at its limit, against the kernels' pace on the case passed with
+    the most work (seconds per flop): far past it, a warning that the run may never end; else the
+    stop as it was."""
+    timed = [(r.target.shape.flops, seconds, r.target.name) for r in results
+             if r.run is not None and (seconds := kernel_seconds(r.run))]
+    if not timed:
+        return stopped
+    flops, seconds, name = max(timed)
+    needed = seconds * shape.flops / flops
+    limit = stopped.fields["larger_stopped"]
+    if limit < HANG_FACTOR * needed:
+        return stopped
+    return Finding(Kind.WARNING, [
+        f"passes the cases run, but on a drawn {shape} input (larger than the cases passed; not one of the course's "
+        f"cases) it was still running when stopped at {limit:g} s: its work is {shape.flops / flops:.0f} times "
+        f"{name}'s, whose kernels took {seconds * 1000:.3g} ms, so about {needed:.2g} s of kernels at that pace: a "
+        "run that may never end (blocks that wait for blocks that are not running, as a merge that spins on other "
+        "blocks once the grid is larger than what the GPU holds at once; a loop whose bound never comes)"],
+        stopped.fields)
 
 
 def bracketed(found: list[Finding], failed: Shape, longer: Shape, there: list[Finding]) -> list[Finding]:
@@ -339,8 +391,11 @@ def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape,
             how = "fails" if fields.get("larger_failed") else f"writes {fields['larger_wrong']} checked values wrong"
         said += (f"; but a drawn {under} input, where none reaches 2^31, {how} too: a mistake that needs no 32-bit "
                  "size shows there already (a buffer sized, or an index bounded, for shorter rows?)")
-    elif there == []:
-        said += f", and a drawn {under} input, where none does, is right on the {SAMPLED_ROWS} rows checked: {hint}"
+    elif there == []:  # with fewer values too: what grows with the input is a question beside the 32-bit size
+        held, failing = (3 * s.B * s.N * s.d for s in (under, failed))
+        said += (f", and a drawn {under} input, where none does, is right on the {SAMPLED_ROWS} rows checked; it holds "
+                 f"{held:,} floats against {failing:,}: {hint}, or anything sized by the input's length (a chunk or "
+                 "stream count, a buffer sized for less, a race with more tiles to meet in)")
     else:  # not run (no such N, a budget spent, a run stopped at its limit): the question as it stands
         said += f": {hint}"
     first = found[0]
