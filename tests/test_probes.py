@@ -576,6 +576,39 @@ def test_runs_that_differ_by_the_atomics_order_are_read_and_an_output_added_twic
     assert ctx.facts.stop and "cannot be read as weights" in found[0].lines[0]
 
 
+PADDED_WITH_MINUS_INF = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+q, k, v = x[:, 0], x[:, 1], x[:, 2]
+pad = -N % 64  # the last 64-key tile's slots past N hold K = -inf, V = 0
+k = np.concatenate([k, np.full((B, pad, d), -np.inf)], axis=1)
+v = np.concatenate([v, np.zeros((B, pad, d))], axis=1)
+with np.errstate(invalid="ignore", over="ignore"):
+    s = np.einsum("bnd,bmd->bnm", q, k) / np.sqrt(d)  # q . (-inf, ...): inf - inf
+    p = np.exp(s - np.nanmax(s, axis=2, keepdims=True))
+    out = (p @ v) / p.sum(axis=2, keepdims=True)
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_nan_only_where_a_partial_tile_is_padded_is_said_as_its_slots_past_n(tmp_path):
+    """set36's s07: K padded with -inf past N in a short last tile of 64: NaN at N = 200 and at
+    1, 16, 32, finite at 64: the slots past N named; NaN at every N keeps the single key's words."""
+    from fa_cli.judge.probes.experiments import NotFinite
+    ctx = stand_in_context(tmp_path, PADDED_WITH_MINUS_INF, "int main() {}\n", probe(B=2, N=200, d=32))
+    assert NotFinite().applies(ctx)
+    [found] = NotFinite().run(ctx)
+    assert found.lines[0].endswith("N = 1: NaN or inf, N = 16: NaN or inf, N = 32: NaN or inf, N = 64: finite")
+    assert found.lines[1].startswith("NaN where N is no multiple of 64 (N = 200 and the cuts under it), finite at "
+                                     "N = 64: the slots past N of a partial last tile make them"), found.lines
+    every = PADDED_WITH_MINUS_INF.replace("pad = -N % 64", "pad = 64")  # a tile of pad after every N
+    ctx = stand_in_context(tmp_path, every, "int main() {}\n", probe(B=2, N=200, d=32))
+    [found] = NotFinite().run(ctx)
+    assert found.lines[1].startswith("NaN with a single key already"), found.lines
+
+
 def test_a_hip_output_that_changes_still_gets_its_32_lane_build_and_nothing_else(tmp_path, monkeypatch):
     """ProbeRuns on a hw4.hip under the emulation whose two runs differ: no output to read, but
     Wavefronts still applies (a 32-lane build may be right and steady); after it, the probes stop."""

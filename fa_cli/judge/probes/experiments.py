@@ -311,8 +311,16 @@ class NotFinite(Probe):
                          for n, ok in tried)
         lines = [f"measured: {share:.1%} of the output on {ctx.probe.label} is NaN or infinite; the probe cut to "
                  f"fewer keys: {said}"]
-        if tried and tried[0][1] is False:  # no mechanism yet: the tools after the probes still look
+        whole = [n for n, ok in tried if ok]
+        if tried and tried[0][1] is False and whole and all(ok is False for n, ok in tried if n < whole[0]) and \
+                all(ctx.probe.shape.N % n for n in whole):  # NaN below a tile, finite at it, NaN past it again
+            lines.append(f"NaN where N is no multiple of {whole[0]} (N = {ctx.probe.shape.N} and the cuts under it), "
+                         f"finite at N = {whole[0]}: the slots past N of a partial last tile make them (a pad that is "
+                         "no number once it meets q: K padded with -inf gives q . k = inf - inf; exp(-inf - -inf); "
+                         "or slots read past the input); look at what the tile holds past N and how it is masked")
+        elif tried and tried[0][1] is False:  # no mechanism yet: the tools after the probes still look
             lines.append("NaN with a single key already: made by the first tile's work or the row's division, not "
                          "by keys meeting (as where the running max starts at -inf and exp(m_new - m_old) is inf, "
-                         "inf * 0 NaN; or 0 / 0; or a row's max or sum read before anything wrote it)")
+                         "inf * 0 NaN; or 0 / 0, as a part of the work with no keys, a key split past N, divided by "
+                         "its empty sum; or a row's max or sum read before anything wrote it)")
         return [Finding(Kind.OBSERVED, lines)]
