@@ -369,6 +369,24 @@ def test_values_made_of_no_v_beside_the_right_map_are_said_alone(tmp_path):
     [finding] = linear_map.LinearMap().run(ctx)
     assert finding.lines[0].startswith("probe: the output read as a linear map of V (") and \
         "with V all zero the output is not: up to " in finding.lines[0], finding.lines
+    assert "it is the sum over keys 0 of P[r, j] times K's row j: those keys' weights meet K's rows where V's " \
+        "belong" in finding.lines[0], finding.lines
+
+
+def test_values_made_of_no_v_are_read_as_rows_of_k_or_q_met_by_some_keys_weights():
+    """set36's s01 (a walk of a ballot's bits off by one): key 32t's weight meets K's row 32t; Q's rows
+    met by every key's weight at a factor are said with it; values of no buffer keep the plain words."""
+    q, k = qk()
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    tiles = np.arange(0, N, 32)
+    constant = P[:, tiles] @ k[tiles].astype(np.float64)
+    said = linear_map.without_v(constant, P, q, k)[0]
+    assert f"it is the sum over keys {linear_map.spans(tiles)} of P[r, j] times K's row j:" in said, said
+    said = linear_map.without_v(0.5 * P @ q.astype(np.float64), P, q, k)[0]
+    assert f"it is the sum over keys 0-{N - 1} of P[r, j] times Q's row j times 0.5:" in said, said
+    drawn = RNG.uniform(-1, 1, (N, D))
+    assert linear_map.without_v(drawn, P, q, k)[0].endswith("values made of no V (memory never written, or another "
+                                                             "buffer's)")
 
 
 def test_an_output_with_nan_is_not_read_as_a_map_and_says_so(tmp_path):

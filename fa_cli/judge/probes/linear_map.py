@@ -110,8 +110,9 @@ class LinearMap(Probe):
                 "(more than a lower precision's rounding: V's values change what it does, or its batches meet)"])]
         if np.abs(got[-2] - ProbeInput(q[None], k[None], v[None]).output()[0]).max() <= ctx.tol:
             return []  # right at this size: what fails needs more rows; the later steps read them
-        mapped = read_map(T, softmax_rows(logits(q[None], k[None]))[0], q, k)
-        said = without_v(constant) + mapped
+        P = softmax_rows(logits(q[None], k[None]))[0]
+        mapped = read_map(T, P, q, k)
+        said = without_v(constant, P, q, k) + mapped
         if not said:
             return []
         paired = bool(mapped) and mapped[0].startswith(pairing.LEAD)  # values made of no V may be all there is
@@ -163,14 +164,36 @@ def as_map(out: np.ndarray, N: int, d: int) -> np.ndarray:
     return out[:N * d].astype(np.float64).reshape(N, d, N, d).transpose(2, 3, 0, 1)
 
 
-def without_v(constant: np.ndarray) -> list[str]:
-    """The part of the output that V does not make (the output where V is all zero), where it is not 0."""
+def without_v(constant: np.ndarray, P: np.ndarray | None = None, q: np.ndarray | None = None,
+              k: np.ndarray | None = None) -> list[str]:
+    """The part of the output that V does not make (the output where V is all zero), where it is not
+    0; with the rows of K or Q some keys' weights meet in its place, where that fits (rows_met)."""
     rows, cols = np.nonzero(np.abs(constant) > MAP_ATOL)
     if rows.size == 0:
         return []
+    met = rows_met(constant, P, {"K": k, "Q": q}) if P is not None else None
     return [f"with V all zero the output is not: up to {fmt(np.abs(constant).max())} in {np.unique(rows).size} of "
-            f"{constant.shape[0]} rows ({spans(np.unique(rows))}), columns {spans(np.unique(cols))}: values made of "
-            "no V (memory never written, or another buffer's)"]
+            f"{constant.shape[0]} rows ({spans(np.unique(rows))}), columns {spans(np.unique(cols))}: "
+            + (met or "values made of no V (memory never written, or another buffer's)")]
+
+
+def rows_met(constant: np.ndarray, P: np.ndarray, buffers: dict[str, np.ndarray]) -> str | None:
+    """constant = sum over keys j of c_j P[r, j] X[j] for X = K or Q, every c_j 0 or one factor a:
+    those keys' weights meet X's rows where V's belong, in words; None where no such sum fits."""
+    for name, X in buffers.items():
+        X = X.astype(np.float64)
+        A = (P[:, :, None] * X[None, :, :]).transpose(0, 2, 1).reshape(-1, P.shape[1])  # (r, x) by key j
+        c = np.linalg.lstsq(A, constant.ravel(), rcond=None)[0]
+        keys = np.flatnonzero(np.abs(c) > 0.5 * np.abs(c).max())
+        a = float(np.median(c[keys]))
+        alike = (np.abs(c[keys] - a) <= 1e-2 * abs(a)).all() and (np.abs(np.delete(c, keys)) <= 1e-2 * abs(a)).all()
+        if not alike or np.abs(A @ c - constant.ravel()).max() > 1e-3 * np.abs(constant).max():
+            continue
+        factor = "" if abs(a - 1) <= 1e-2 else f" times {a:.4g}"
+        return (f"it is the sum over keys {spans(keys)} of P[r, j] times {name}'s row j{factor}: those keys' weights "
+                f"meet {name}'s rows where V's belong (a V tile's pointer or index that runs past its rows into "
+                f"{name}'s, as an index one past the tile's last row)")
+    return None
 
 
 def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list[str]:
