@@ -683,6 +683,35 @@ def test_k_read_transposed_is_found_among_the_index_formulas():
     assert indexing.search(inp.output().astype(np.float32), flat, 2, 96, 32, 5e-3) is None
 
 
+def pairs_against_the_first_keys_max(s: np.ndarray) -> np.ndarray:
+    """set36's s08: keys two at a time, the first key's weight against the max after it alone
+    (m1 = max(m, s0)), l and acc rescaled to m2 = max(m1, s1) once for the pair: W row by row."""
+    B, N, _ = s.shape
+    W = np.zeros_like(s)
+    for b in range(B):
+        for r in range(N):
+            m, l, acc = -np.inf, 0.0, np.zeros(N)
+            for j in range(0, N, 2):
+                s0, s1 = s[b, r, j], s[b, r, j + 1]
+                m1, m2 = max(m, s0), max(m, s0, s1)
+                alpha = np.exp(m - m2)
+                p0, p1 = np.exp(s0 - m1), np.exp(s1 - m2)
+                l = l * alpha + p0 + p1
+                acc *= alpha
+                acc[j], acc[j + 1] = p0, p1
+                m = m2
+            W[b, r] = acc / l
+    return W
+
+
+def test_keys_taken_two_at_a_time_each_against_the_max_as_far_as_it_is_named_over_pairs():
+    inp = probe(B=1, N=64)
+    s = logits(inp.q, inp.k)
+    step, words, tiles = softmax_steps.search(pairs_against_the_first_keys_max(s), s)
+    assert step == "p" and words.startswith("p = exp(s - the running max as far as that key)") and tiles == [2], \
+        (step, words, tiles)
+
+
 def test_one_step_of_the_online_softmax_written_otherwise_is_found_with_its_tile():
     inp = probe(N=150)
     s = logits(inp.q, inp.k)

@@ -59,7 +59,10 @@ STEP_FORMS = {
            lambda s, m, m_new, tmax: np.exp(s - tmax[..., None])),
           ("p = exp(tile max - m_new) for every key of the tile (each score overwritten by the tile's max, the "
            "max reduced in place)",
-           lambda s, m, m_new, tmax: np.broadcast_to(np.exp(tmax - m_new)[..., None], s.shape))),
+           lambda s, m, m_new, tmax: np.broadcast_to(np.exp(tmax - m_new)[..., None], s.shape)),
+          ("p = exp(s - the running max as far as that key) (each key's weight taken against the max after it, not "
+           "the tile's new max, while l and acc are rescaled once for the tile: keys taken a few at a time)",
+           lambda s, m, m_new, tmax: np.exp(s - np.maximum(np.maximum.accumulate(s, axis=-1), m[..., None])))),
     # (each also gets the tiles' sums so far, each relative to its own tile's max: a sum never reset)
     "sum": (("l = l * alpha + sum(p)", lambda l, alpha, psum, so_far: l * alpha + psum),
             ("l = l + sum(p) (l not rescaled)", lambda l, alpha, psum, so_far: l + psum),
