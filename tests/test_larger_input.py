@@ -276,12 +276,13 @@ def test_whole_batches_wrong_and_zero_are_read_as_a_part_of_the_batches_left_out
     """set36's s09: a two-stream pipeline whose last-but-one chunk is never collected: on 2 x 32768,
     batch 0 holds 0 in every row checked and batch 1 is right."""
     correct = RNG.uniform(-1, 1, (3, 8, 4))
+    correct[0, 0, 0] = 0.001  # a right value near 0: a batch of zeros is right there
     got = correct.copy()
     got[0] = 0
     said = larger_input.whole_batches(got, np.abs(got - correct) > 5e-3)
-    assert said == ("batch 0 wrong in every value checked, every one 0 (as where nothing was written or copied back), "
-                    "the other batches right: a part of the input's batches (a chunk, a stream's share) whose output "
-                    "was not computed or not collected"), said
+    assert said == ("batch 0 wrong in 97% or more of the values checked, every value there 0 (as where nothing was "
+                    "written or copied back), the other batches right: a part of the input's batches (a chunk, a "
+                    "stream's share) whose output was not computed or not collected"), said
     got[2] = 0  # to the last batch: wrong_from's reading, not this one
     assert larger_input.whole_batches(got, np.abs(got - correct) > 5e-3) is None
     got = correct.copy()

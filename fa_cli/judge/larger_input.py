@@ -258,17 +258,21 @@ def one_pass(at: int, shape: Shape, logged: list) -> str | None:
     return None
 
 
+WHOLE_BATCH = 0.9  # a batch wrong in this share of its values checked is wrong as a whole (a 0 may be right)
+
+
 def whole_batches(got: np.ndarray, wrong: np.ndarray) -> str | None:
-    """Where the wrong values are whole batches (every value checked of some batches, none of the
-    others) and not one run of them to the last: which, and whether they hold 0; None otherwise."""
-    batch_wrong = wrong.reshape(wrong.shape[0], -1)
-    every, some = batch_wrong.all(axis=1), batch_wrong.any(axis=1)
-    if not every.any() or (some & ~every).any() or every[-1]:  # to the last batch: wrong_from's reading
+    """Where the wrong values are whole batches (WHOLE_BATCH of the values checked of some batches,
+    none of the others) and not one run of them to the last: which, and whether they hold 0;
+    None otherwise."""
+    share = wrong.reshape(wrong.shape[0], -1).mean(axis=1)
+    every = share >= WHOLE_BATCH
+    if not every.any() or ((share > 0) & ~every).any() or every[-1]:  # to the last batch: wrong_from's reading
         return None
     which = np.flatnonzero(every)
     zeros = bool((got[which] == 0).all())
-    return (f"batch{'es' if which.size > 1 else ''} {spans(which)} wrong in every value checked"
-            + (", every one 0 (as where nothing was written or copied back)" if zeros else "")
+    return (f"batch{'es' if which.size > 1 else ''} {spans(which)} wrong in {share[which].min():.0%} or more of the "
+            "values checked" + (", every value there 0 (as where nothing was written or copied back)" if zeros else "")
             + ", the other batches right: a part of the input's batches (a chunk, a stream's share) whose output was "
             "not computed or not collected")
 
