@@ -9,7 +9,7 @@ at the course's longest rows (LONGEST_B x LONGEST_N x d, B * N past what a grid 
 16-bit size holds), checked on SAMPLED_ROWS rows of each batch; where that is right too, one at the
 course's most batches (MOST_B[d] x MOST_N x d, its t11 and t12: an input of 0.6 to 0.9 GB, past
 what one chunk of a chunked copy, or one stream's share, holds); last, one batch of an odd N
-(EDGE_B x EDGE_N x d: no course case, but an input a program must take). Wrong there is a warning
+(EDGE_B x EDGE_N x d: no course case has either, said so). Wrong there is a warning
 with its numbers and the command that looks into it, never the verdict:
 
   passes the cases run, but on a drawn 4x2048x64 input (larger than them; not one of the course's
@@ -42,7 +42,7 @@ LARGER_B, LARGER_N = 4, 2048  # a course shape (N in its list, B * N * d far und
 LARGER_SEED = 29
 MIDDLE_B, MIDDLE_N = 2, 4096  # rows past 2048 and under 8192 (its t23, t24): a path for "short" rows taken there
 LONGEST_B, LONGEST_N = 2, 32768  # the course's longest rows (its t30 is 2 x 32768 x 64)
-EDGE_B, EDGE_N = 1, 129  # beyond the course, inside what a program must take: one batch, N odd, one past a tile
+EDGE_B, EDGE_N = 1, 129  # beyond the course's shapes: one batch, N odd, one past a tile
 MOST_B, MOST_N = {32: 13600, 64: 9600}, 128  # the course's most batches (its t11 and t12)
 SAMPLED_ROWS = 64  # rows of each batch the longest input is checked on: its float64 output is N^2 d a batch
 MOST_ROWS = 8  # rows of each batch the input of most batches is checked on (thousands of batches)
@@ -72,7 +72,7 @@ def edge_shape(passed: list[Shape]) -> Shape | None:
 
 
 def longest_shape(passed: list[Shape]) -> Shape | None:
-    """The second drawn input, at the course's longest rows; None where a case passed reached them."""
+    """The third drawn input, at the course's longest rows; None where a case passed reached them."""
     if not passed or any(s.N >= LONGEST_N for s in passed):
         return None
     return Shape(LONGEST_B, LONGEST_N, passed[0].d)
