@@ -574,6 +574,12 @@ def test_runs_that_differ_by_the_atomics_order_are_read_and_an_output_added_twic
     ctx = stand_in_context(tmp_path, jumpy, "int main() {}\n", probe(B=2, N=32, d=32))
     found = ProbeRuns().measure(ctx)
     assert ctx.facts.stop and "cannot be read as weights" in found[0].lines[0]
+    flips = ADDED_TWICE.replace("out.astype", "import os\nn = sys.argv[2] + '.n'\nodd = os.path.exists(n)\n"
+                                "os.remove(n) if odd else open(n, 'w').close()\n"
+                                "out[0, 0, 0] = np.nan if odd else out[0, 0, 0]  # NaN every other run\nout.astype")
+    ctx = stand_in_context(tmp_path, flips, "int main() {}\n", probe(B=2, N=32, d=32))
+    found = ProbeRuns().measure(ctx)  # a NaN against a number is no rounding, however small the rest
+    assert ctx.facts.stop and "cannot be read as weights" in found[0].lines[0], [f.lines for f in found]
 
 
 PADDED_WITH_MINUS_INF = """#!{python}

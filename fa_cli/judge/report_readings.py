@@ -14,13 +14,16 @@ from .launch_errors import base_name
 from .tool_logs import NEAREST_ALLOCATION
 
 
+OUT_OF_BOUNDS = r"(?:Access to|Address) (0x[0-9a-f]+) is out of bounds"  # memcheck's address line, both spellings
+
+
 def shared_past_end(first: list[str], stderr: str) -> str | None:
     """memcheck's first report, an out-of-bounds __shared__ access, against the shared memory a
     block of that kernel had at its launches (the launch log's smem: static and dynamic): where the
     access lies past it, in words; None where it does not, or the log cannot tell."""
     text = " ".join(first)
-    hit = re.search(r"Invalid __shared__ (read|write) of size \d+ bytes.*?\bat (.+?)\+0x[0-9a-f]+\b.*?"
-                    r"(?:Access to|Address) (0x[0-9a-f]+) is out of bounds", text)
+    hit = re.search(r"Invalid __shared__ (read|write) of size \d+ bytes.*?\bat (.+?)\+0x[0-9a-f]+\b.*?" + OUT_OF_BOUNDS,
+                    text)
     if not hit:
         return None
     kernel, at = hit.group(2).strip(), int(hit.group(3), 16)
@@ -88,8 +91,7 @@ def null_pointer(first: list[str], source: Path | None) -> list[str]:
     in sizeof of a 4-byte type (half of a table of 8-byte pointers reaches the device). [] where
     the address is not near 0."""
     text = " ".join(first)
-    hit = re.search(r"Invalid __global__ (read|write|atomic).*?(?:Access to|Address) (0x[0-9a-f]+) is out of bounds",
-                    text)
+    hit = re.search(r"Invalid __global__ (read|write|atomic).*?" + OUT_OF_BOUNDS, text)
     if not hit or int(hit.group(2), 16) >= NULL_PAGE:
         return []
     at = int(hit.group(2), 16)
