@@ -2,7 +2,6 @@
 the wrong batches a host-side mistake leaves (computed here from its own model of the program:
 which blocks a grid launches, which batches two halves copy, how many floats a copy moves) are
 named as that mistake; a run that no model fits, or whose failing cases are wrong everywhere, is not."""
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np

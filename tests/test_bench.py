@@ -138,7 +138,7 @@ def test_a_program_given_twice_is_an_a_a_control_row(cpu_program, tmp_path):
     ratio = control["wall_s"]["median"] / first["wall_s"]["median"]
     assert f"A/A control cpu on t01: whole process {control['wall_s']['median']:.3f} s" in proc.stdout
     assert f"ratio {ratio:.3f} (2 runs each; medians known within" in proc.stdout
-    same = fa("bench", "--program", "cpu", "--program", "cpu", "--suite", "t01", "--repeat", 1, "-o",
+    fa("bench", "--program", "cpu", "--program", "cpu", "--suite", "t01", "--repeat", 1, "-o",
               tmp_path / "s.json", cwd=tmp_path)
     assert [r.get("control", False) for r in json.loads((tmp_path / "s.json").read_text())["records"]] == [False, True]
 

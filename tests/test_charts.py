@@ -5,8 +5,6 @@ axis that has units."""
 from __future__ import annotations
 
 import itertools
-import json
-from pathlib import Path
 
 import pytest
 

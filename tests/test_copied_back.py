@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from helpers import DATA, fa
-from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge import copied_back, slow_device
 from fa_cli.judge.findings import Finding, Kind

@@ -6,7 +6,6 @@ sanitizer report. The counts show in pytest's summary (conftest.py)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile

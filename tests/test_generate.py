@@ -189,7 +189,6 @@ def test_a_case_proven_once_is_generated_without_hashing_and_an_edit_is_hashed_a
     """Suite c's re-run: the sha256 of each input is checked the first time this numpy and this
     generator make it; later runs trust that proof (generation is deterministic). A different
     generator (here: a forged seed under the same name) is hashed and refused."""
-    import hashlib
 
     monkeypatch.setenv("FA_CACHE", str(tmp_path))
     c = suite.case("t13")

@@ -134,6 +134,15 @@ def test_a_larger_input_that_crashes_names_its_input_however_it_was_checked(tmp_
     [found] = larger_input.check(Program("hw4.cu", program), Shape(4, 64, 32), None, tmp_path, lambda line: None,
                                  Budget(60), rows=8)  # an error exit, no signal: looked into all the same
     assert found.fields["larger_failed"] == 1 and Path(found.fields["larger_input"]).exists(), found.lines
+    empty = ("sys.stderr.write('fa-gtx1080: k: a launch of a grid of 512 x 0 x 1 blocks of 64 x 1 x 1 threads: a "
+             "dimension of 0, so no thread runs (refused)\\n'); sys.exit(1)")
+    program.write_text(CRASHES_PAST_TWO_BATCHES.format(python=sys.executable).replace(
+        "os.kill(os.getpid(), signal.SIGSEGV)", empty))
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(3, 64, 32), None, tmp_path, lambda line: None,
+                                 Budget(60), rows=8)  # a grid of 0 blocks in y: a count rounded down to 0
+    assert "threads: a dimension of 0, so no thread runs (refused) (a grid with a dimension of 0 at this size only: " \
+        "a count that rounds down to 0 here, as whole batches in a buffer or chunk of a fixed size, where one " \
+        "batch's Q, K and V are 24,576 bytes);" in found.lines[0], found.lines
 
 
 def test_no_larger_run_where_a_case_passed_was_as_large():
@@ -176,6 +185,15 @@ def test_the_most_batches_come_last_at_the_course_shape_of_the_d_passed():
     assert larger_input.most_batches_shape([Shape(2, 256, 64)]) == Shape(9600, 128, 64)
     assert larger_input.most_batches_shape([Shape(2, 128, 64), Shape(4800, 128, 64)]) is None  # half as many values
     assert larger_input.most_batches_shape([]) is None
+
+
+def test_the_longest_rows_and_most_batches_are_drawn_at_the_largest_d_passed():
+    """The course's largest inputs are at d = 64 (t30 2 x 32768 x 64, a batch of 25 MB): a program
+    that passed d = 32 and d = 64 is drawn there, the shorter inputs at the first case's d."""
+    passed = [Shape(2, 128, 32), Shape(2, 128, 64)]
+    assert larger_input.longest_shape(passed) == Shape(2, 32768, 64)
+    assert larger_input.most_batches_shape(passed) == Shape(9600, 128, 64)
+    assert larger_input.larger_shape(passed) == Shape(4, 2048, 32)
 
 
 @pytest.mark.parametrize("wrong_at, checked", [(None, 5), ("edge", 5), ("most", 4), ("longest", 3), ("middle", 2),

@@ -279,3 +279,41 @@ def test_two_operands_in_two_formats_are_no_whole_factors():
     k, v = precision.rounded(inp.k.astype(np.float64), "bf16"), precision.rounded(inp.v.astype(np.float64), "fp16")
     out = np.matmul(precision.softmax_rows(precision.logits(inp.q.astype(np.float64), k)), v)
     assert precision.operand_fit(out, inp.output(), inp) is None
+
+
+def card_with_cut_weights(inp: ProbeInput, tile: int = 32) -> np.ndarray:
+    """The course card in float32, tile by tile: each tile's weights exp(s - m) against the running
+    max cut to bf16 (the high 16 bits kept) for P V, l summed from the float weights."""
+    s = (inp.q @ inp.k.transpose(0, 2, 1)) * np.float32(1 / np.sqrt(inp.q.shape[-1]))
+    B, N, keys = s.shape
+    m = np.full((B, N, 1), -np.inf, np.float32)
+    l = np.zeros((B, N, 1), np.float32)
+    o = np.zeros(inp.q.shape, np.float32)
+    for j0 in range(0, keys, tile):
+        st = s[:, :, j0:j0 + tile]
+        m_new = np.maximum(m, st.max(axis=2, keepdims=True))
+        alpha, p = np.exp(m - m_new), np.exp(st - m_new)
+        kept = (p.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)
+        l = l * alpha + p.sum(axis=2, keepdims=True)
+        o = o * alpha + kept @ inp.v[:, j0:j0 + tile]
+        m = m_new
+    return o / l
+
+
+def test_weights_cut_to_bf16_against_the_running_max_with_l_from_floats_are_named():
+    """A truncation's bias (every weight a little low, l not) is no rounding to nearest: named with
+    the tile, the cut and where l came from."""
+    inp = probe(N=128)
+    said, named = precision.read(card_with_cut_weights(inp).astype(np.float64), inp.output(), inp)
+    assert named and said.startswith(
+        "the output is float64 attention with the weights p = exp(s - m), m the running max as far as each key "
+        "tile of 32, cut toward zero to bf16 (the low bits dropped) for P V, V in float32, and l summed from the "
+        "float weights before"), said
+
+
+def test_cut_toward_zero_keeps_the_formats_bits_below_the_value():
+    x = np.array([1 + 2 ** -9, 1 + 3 * 2 ** -11, -(1 + 2 ** -9), 0.1])
+    assert list(precision.cut(x, "bf16")[:3]) == [1.0, 1.0, -1.0]
+    assert list(precision.cut(x, "fp16")[:3]) == [1 + 2 ** -9, 1 + 2 ** -10, -(1 + 2 ** -9)]
+    for form in ("bf16", "fp16"):
+        assert (np.abs(precision.cut(x, form)) <= np.abs(x)).all()

@@ -1345,7 +1345,7 @@ def test_a_split_over_the_keys_merged_from_other_rows_is_said_by_the_range_each_
     """A split-K combine that reads row g's partials at s * rows + g where they were written at
     g * 4 + s: row g merges the partials of four other rows, each over key range g mod 4. Said with
     r mod 4; rows that weigh their own range only said as such; a right W: nothing."""
-    from fa_cli.judge.probes import readings as r
+    from fa_cli.judge.probes import key_ranges as r
     from fa_cli.judge.steps import Context
     from fa_cli.judge.tool_logs import Budget
     from fa_cli.programs.programs import Program
@@ -1451,6 +1451,32 @@ def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():
                                        "tile of 32; the rows besides them leave out no key P weighs"), finding.lines
     ctx.facts.W = softmax_rows(s)
     assert readings.KeysLeftOutByRow().run(ctx) == []
+
+
+def test_rows_that_keep_one_whole_tile_alone_are_also_read_as_a_state_restarted_there():
+    """A snake order whose "first tile" test is j0 == 0: the odd blocks (rows 64-127) visit key tile
+    0 last and start again from it: their rows the softmax over keys 0..31. Said as the mask and as
+    the state set from that tile; a mask of 24 keys (no tile size) gets no such words."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=128, d=32)
+    s = logits(inp.q, inp.k)
+    restarted = s.copy()
+    restarted[:, 64:, 32:] = -np.inf
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = softmax_rows(restarted), softmax_rows(s)
+    [finding] = readings.KeysLeftOutByRow().run(ctx)
+    assert finding.lines[0].startswith("measured: rows 64-127 give no weight to the last 96 keys"), finding.lines
+    assert finding.lines[0].endswith("or those rows' running state set from the tile of keys 0..31 alone, the tiles "
+                                     "before it thrown away: m, l and o started again there (a \"first tile\" test on "
+                                     "the key index, as j0 == 0, where the first tile the rows visit belongs: their "
+                                     "blocks visit this one last)"), finding.lines
+    half = s.copy()
+    half[:, 64:, 24:] = -np.inf  # 24 keys: no tile size
+    ctx.facts.W, ctx.facts.named = softmax_rows(half), False
+    [finding] = readings.KeysLeftOutByRow().run(ctx)
+    assert "started again" not in finding.lines[0], finding.lines
 
 
 def layout_said(inp: ProbeInput, out: np.ndarray) -> list[str]:

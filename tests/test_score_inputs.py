@@ -134,6 +134,26 @@ def test_two_sets_of_keys_merged_without_one_max_are_named_and_not_called_rows_n
     assert said.endswith("each part's l and o times exp(m_part - m) before the sum)"), said
 
 
+def first_keys_of_parts_counted_twice(inp: ProbeInput, parts: int = 4) -> np.ndarray:
+    """A key split into 4 ranges whose running state starts from the range's first key (m = s, l = 1,
+    o = v) and whose loop then starts at that key again: keys 0, N/4, N/2, 3N/4 counted twice."""
+    q, k, v = (a.astype(np.float64) for a in (inp.q, inp.k, inp.v))
+    n = k.shape[1]
+    slots = np.sort(np.concatenate([np.arange(n), np.arange(0, n, -(-n // parts))]))
+    s = q @ k[:, slots].transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    return ((p @ v[:, slots]) / p.sum(axis=2, keepdims=True)).astype(np.float32)
+
+
+def test_first_keys_of_a_split_counted_twice_are_said_counted_and_not_merged_without_one_max():
+    k = score_inputs.coded_keys(N, D)
+    terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
+        first_keys_of_parts_counted_twice(score_inputs.design(N, D, k)).astype(np.float64), N, D))
+    said = key_patterns.keys_apart(terms, k)
+    assert said is not None and "keys 0, 32, 64, 96 weigh 2 times what their scores give" in said, said
+    assert "counted 2 times" in said and "one max" not in said, said
+
+
 def clamped_last_tile(inp: ProbeInput, tile: int = 48) -> np.ndarray:
     """Tiles of 48 keys whose slots past N hold key N - 1 (min(j, N - 1)), every slot added."""
     q, k, v = (a.astype(np.float64) for a in (inp.q, inp.k, inp.v))

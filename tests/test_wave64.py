@@ -9,6 +9,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from helpers import DATA, ROOT, fa
@@ -201,6 +202,48 @@ def test_a_ballot_counted_in_32_bits_is_named_and_comes_first_among_the_lane_lin
     assert wave64.lane_lines(source)[0][0][1] == 4
     source.write_text(source.read_text().replace("__popc(", "__popcll("))
     assert wave64.source_hints(source) == []
+
+
+def test_a_reduction_from_16_is_named_unless_the_lanes_are_counted_in_32_lane_halves(tmp_path):
+    """Offsets 16..1 miss offset 32 where a row spans the wavefront, and are right where each 32-lane
+    half is a row of its own (threadIdx.x % 32): named in the first, not in the second."""
+    source = tmp_path / "rows.hip"
+    body = ("__global__ void k(float* m) {\n"
+            "  const int lane = threadIdx.x%s;\n"
+            "  float v = m[threadIdx.x];\n"
+            "  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor(v, off);\n"
+            "  m[threadIdx.x] = v + lane;\n"
+            "}\n")
+    source.write_text(body % "")
+    hints = wave64.source_hints(source)
+    assert len(hints) == 1 and hints[0].startswith("rows.hip line 4: a reduction that starts at offset 16"), hints
+    source.write_text(body % " % 32")
+    assert wave64.source_hints(source) == []
+
+
+def test_head_dims_shared_over_the_lanes_are_read_as_none_a_lane_where_the_output_is_all_0(tmp_path):
+    """DPL = D / W (W = warpSize) is 0 at d = 32 on 64 lanes: where the 64-lane output is all 0 at
+    d = 32 that line is named; not where the output holds values, nor at d = 64."""
+    from types import SimpleNamespace
+
+    from fa_cli.judge.probes import experiments
+    source = tmp_path / "dims.hip"
+    source.write_text("template <int D> __global__ void k(float* o) {\n"
+                      "  const int W = warpSize;\n"
+                      "  const int DPL = D / W;  // dims a lane\n"
+                      "  for (int u = 0; u < DPL; ++u) o[threadIdx.x % W + u * W] = 1.f;\n"
+                      "}\n")
+    assert [n for _, n, _ in wave64.dims_per_lane_lines(source)] == [3]
+    ctx = SimpleNamespace(source=source, probe=SimpleNamespace(shape=SimpleNamespace(d=32)),
+                          facts=SimpleNamespace(out=np.zeros((2, 128, 32), np.float32)))
+    own = source.read_text().splitlines()
+    said = experiments.dims_per_lane(ctx, own)
+    assert said.startswith("; every value 0 at d = 32, and dims.hip line 3 divides the head dim by a name (`const "
+                           "int DPL = D / W;  // dims a lane`): as a lane's share of the dims, d / 64 = 0"), said
+    ctx.facts.out = np.ones((2, 128, 32), np.float32)
+    assert experiments.dims_per_lane(ctx, own) == ""
+    ctx.facts.out, ctx.probe.shape.d = np.zeros((2, 128, 64), np.float32), 64
+    assert experiments.dims_per_lane(ctx, own) == ""
 
 
 def test_a_row_of_33_for_a_wavefronts_lanes_is_among_the_lane_lines(tmp_path):

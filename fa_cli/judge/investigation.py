@@ -30,6 +30,7 @@ from .refused_input import RefusedInput
 from .event_wait import TimeReadEarly
 from .freed_early import FreedBeforeUse
 from .launch_source import LaunchAsWritten
+from .warp_lanes import WarpLanes
 from .shared_poison import UnwrittenShared
 from .copied_back import CopiedBack
 from .across_cases import across_cases
@@ -133,7 +134,7 @@ LARGER_LABEL = "larger.in"  # as the larger input's warning names it (its fa gen
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
     Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), FreedBeforeUse(), TimeReadEarly(), LaunchAsWritten(),
-    HostCrash(), KernelFault(), Rerun(), SlowerThanHost(), ChangingBatchAlone(), LaunchesWaited(),
+    WarpLanes(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(), ChangingBatchAlone(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     LeftBeforeBarrier(), CopiedBack(), UnwrittenShared(), *probes.PROBES, SyncInitcheck(),
     Racecheck(first=True, emulated=True), Memcheck(emulated=True), Racecheck(first=False, emulated=True),  # hw4.hip

@@ -72,18 +72,20 @@ def edge_shape(passed: list[Shape]) -> Shape | None:
 
 
 def longest_shape(passed: list[Shape]) -> Shape | None:
-    """The third drawn input, at the course's longest rows; None where a case passed reached them."""
+    """The third drawn input, at the course's longest rows and the largest d passed (its largest
+    input, t30, is 2 x 32768 x 64: a batch of 25 MB, past what a buffer or chunk sized in MB holds);
+    None where a case passed reached them."""
     if not passed or any(s.N >= LONGEST_N for s in passed):
         return None
-    return Shape(LONGEST_B, LONGEST_N, passed[0].d)
+    return Shape(LONGEST_B, LONGEST_N, max(s.d for s in passed))
 
 
 def most_batches_shape(passed: list[Shape]) -> Shape | None:
-    """The third drawn input, at the course's most batches; None where a case passed held half as
-    many values or more."""
+    """The fourth drawn input, at the course's most batches at the largest d passed; None where a
+    case passed held half as many values or more."""
     if not passed:
         return None
-    d = passed[0].d
+    d = max(s.d for s in passed)
     shape = Shape(MOST_B.get(d, MOST_B[32]), MOST_N, d)
     return None if any(s.B * s.N * s.d * 2 >= shape.B * shape.N * shape.d for s in passed) else shape
 
@@ -179,7 +181,10 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     look = (f"`fa gen --shape {shape.B},{shape.N},{shape.d} --seed {LARGER_SEED} -o larger.in && fa run larger.in "
             f"--program {program.name}` looks into it")
     if result.returncode != 0 or not out.exists():  # a crash or an error: a case to look into, however checked
-        return [Finding(Kind.WARNING, [f"passes the cases run, but {where} it fails: {result.error}; {look}"],
+        empty = (f" (a grid with a dimension of 0 at this size only: a count that rounds down to 0 here, as whole "
+                 f"batches in a buffer or chunk of a fixed size, where one batch's Q, K and V are "
+                 f"{3 * shape.N * shape.d * 4:,} bytes)") if programs.EMPTY_LAUNCH in (result.error or "") else ""
+        return [Finding(Kind.WARNING, [f"passes the cases run, but {where} it fails: {result.error}{empty}; {look}"],
                         dict(larger_failed=result.returncode or 1, larger_stderr=result.stderr or "",
                              larger_launcher_says=result.launcher_says))]
     try:

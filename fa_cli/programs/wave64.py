@@ -138,6 +138,9 @@ HINTS += (
     (re.compile(r"for\s*\([^;]*=\s*16\s*;[^;]*>\s*0\s*;[^)]*\)[^\n]*(?:__|fa_wave64_)shfl"),
      "a reduction that starts at offset 16: over a 64-lane wavefront it misses offset 32", None),
 )
+# A reduction from offset 16 is right where the code counts lanes modulo 32: a row per 32-lane half of
+# the wavefront, which offsets 16..1 never leave.
+UNLESS = {HINTS[-1][1]: THIRTY_TWO}
 
 
 def source_hints(source: Path) -> list[str]:
@@ -146,6 +149,8 @@ def source_hints(source: Path) -> list[str]:
     found = []
     for pattern, meaning, needs in HINTS:
         if needs is not None and not any(needs.search(text) for _, _, text in lines):
+            continue
+        if meaning in UNLESS and any(UNLESS[meaning].search(text) for _, _, text in lines):
             continue
         hit = next(((name, n) for name, n, text in lines if pattern.search(text)), None)
         if hit:
@@ -166,6 +171,16 @@ LANES_32 = re.compile(r"&\s*31\b|%\s*32\b|/\s*32\b|[+-]=\s*32\b|=\s*32\s*;|\*\s*
 
 WARP_SIZE_TEST = re.compile(r"[%/]\s*(?:warpSize|fa_wave64_warp_size)\b|(?:warpSize|fa_wave64_warp_size)\s*-\s*1\b")
 GROUPED_BY_32 = re.compile(r"&\s*31\b|%\s*32\b|>>\s*5\b|/\s*32\b")  # threads grouped in 32s
+
+
+# The head dims shared out over a wavefront's lanes: d divided by a lane count, 0 in integer division
+# where d = 32 meets 64 lanes (nothing accumulated or written).
+DIMS_PER_LANE = re.compile(r"\b(?:D|d|dim|DIM|head_dim|HEAD_DIM|32)\s*/\s*(?:[A-Za-z_]\w*)\b(?!\s*[(.\[])")
+
+
+def dims_per_lane_lines(source: Path) -> list[tuple[str, int, str]]:
+    """The student's lines that divide the head dim by a name (a lane count, as warpSize)."""
+    return [line for line in student_lines(source) if DIMS_PER_LANE.search(line[2])]
 
 
 def lane_lines(source: Path) -> tuple[list[tuple[str, int, str]], bool]:

@@ -21,8 +21,9 @@ Where none names one, Summary says what was measured; Picture draws W against P.
                      of Q each term took, by formula or batch             query_inputs.py
   ReadWeights        W from runs with one-hot V; is the output W V?       weights.py
   RowsNotWritten, OtherRows, TilesAlike,
-  KeysWithoutWeight, KeysLeftOutByRow,
-  OneKeyRangeARow    W against P                                          readings.py
+  KeysWithoutWeight,
+  KeysLeftOutByRow   W against P                                          readings.py
+  OneKeyRangeARow    each row's keys one range of N/S, by a formula of the row  key_ranges.py
   TransposedTiles    each tile's weights met with V by the other index    tile_transposed.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
   Factors            W / P per row, per key tile, per key (keys counted twice), by the places
@@ -44,8 +45,8 @@ from .layout import OutputLayout
 from .linear_map import LinearMap
 from .picture import Picture
 from .precision import Precision
-from .readings import (KeysLeftOutByRow, KeysWithoutWeight, OneKeyRangeARow, OtherRows, RowsNotWritten, Summary,
-                       TilesAlike)
+from .key_ranges import OneKeyRangeARow
+from .readings import KeysLeftOutByRow, KeysWithoutWeight, OtherRows, RowsNotWritten, Summary, TilesAlike
 from .query_inputs import QueryInputs
 from .score_inputs import ScoreInputs
 from .softmax_steps import SoftmaxSteps

@@ -19,7 +19,7 @@ import numpy as np
 from ...programs import programs, wave64
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from . import design
+from . import design, underflow
 from .readings import measured
 from .step import Context, Probe, guard_payload, logits, softmax_rows
 
@@ -281,7 +281,7 @@ class Wavefronts(Probe):
             return measured(ctx, [
                 f"measured: right with 32-lane wavefronts, {wrong} with the MI210's 64 (the same input, "
                 f"{ctx.probe.label}, built both ways): a 32-lane assumption (a shuffle at the default width, "
-                f"warpSize, or lanes counted modulo 32)"
+                f"warpSize, or lanes counted modulo 32)" + dims_per_lane(ctx, own)
                 + (f"; the lane lines, {order}: {shown}" if shown else "")],
                 wave32=True)
         if got is None:
@@ -289,6 +289,20 @@ class Wavefronts(Probe):
                                             f"({ctx.probe.label}: {ctx.error or 'no complaint of its own'})"])]
         return [Finding(Kind.OBSERVED, [f"measured: wrong with 32-lane wavefronts too ({ctx.probe.label}): not only "
                                         "a matter of the wavefront's width"])]
+
+
+def dims_per_lane(ctx: Context, own: list[str]) -> str:
+    """Where the 64-lane output is all 0 at a d under 64 and the code divides the head dim by a
+    name: that line, read as d / 64 = 0 dims a lane (in words, after a ';'); else ''."""
+    d = ctx.probe.shape.d
+    lines = wave64.dims_per_lane_lines(ctx.source)
+    if d >= 64 or not lines or ctx.facts.out is None or (ctx.facts.out != 0).any():
+        return ""
+    name, n, text = lines[0]
+    text = own[n - 1] if name == ctx.source.name and n <= len(own) else text
+    return (f"; every value 0 at d = {d}, and {name} line {n} divides the head dim by a name "
+            f"(`{text.strip().rstrip(';')[:60]}`): as a lane's share of the dims, d / 64 = 0 in integer division at "
+            f"d = {d} on 64 lanes, so no lane accumulates or writes any dim (round up and test the dim against d)")
 
 
 class NotFinite(Probe):
@@ -318,6 +332,9 @@ class NotFinite(Probe):
                          f"finite at N = {whole[0]}: the slots past N of a partial last tile make them (a pad that is "
                          "no number once it meets q: K padded with -inf gives q . k = inf - inf; exp(-inf - -inf); "
                          "or slots read past the input); look at what the tile holds past N and how it is masked")
+        elif tried and tried[0][1] is False and (under := underflow.reading(ctx)):  # scores' size: a mechanism
+            return measured(ctx, [*lines, under], look=("the exponential", r"\bexpf?\s*\(|__expf|exp2"),
+                            weights_underflow=True)
         elif tried and tried[0][1] is False:  # no mechanism yet: the tools after the probes still look
             lines.append("NaN with a single key already: made by the first tile's work or the row's division, not "
                          "by keys meeting (as where the running max starts at -inf and exp(m_new - m_old) is inf, "

@@ -107,11 +107,36 @@ def keys_apart(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str 
     shift = np.nanmedian(off[~ok], axis=0)  # (d,) the constant of each dim
     if not (np.abs(off[~ok] - shift) <= 4 * tol).all() or not (np.abs(shift) > 4 * tol).any():
         return None
-    return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} take their "
-            f"terms right, and the other {int((~ok).sum())} keys theirs too but for one constant a row, the same for "
-            f"all of them (from {shift.min():.3g} to {shift.max():.3g} as the rows' q change): their weights are "
-            "off by one factor a row: the two sets of keys summed apart, each against a running max of its own, and "
-            "added without bringing both to one max (each part's l and o times exp(m_part - m) before the sum)")
+    head = (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} take their "
+            f"terms right, and the other {int((~ok).sum())} keys theirs too but for one constant")
+    if counted := _times_counted(shift, np.flatnonzero(ok), tol):
+        return f"{head} {counted}"
+    return (f"{head} a row, the same for all of them (from {shift.min():.3g} to {shift.max():.3g} as the rows' q "
+            "change): their weights are off by one factor a row: the two sets of keys summed apart, each against a "
+            "running max of its own, and added without bringing both to one max (each part's l and o times "
+            "exp(m_part - m) before the sum)")
+
+
+def _times_counted(shift: np.ndarray, kept: np.ndarray, tol: float) -> str | None:
+    """The words where one set's weights are a whole number c of times the other's in every row
+    alike (a constant log c in every dim, not one that changes with the rows' q, as a merge without
+    one max gives): one set of keys counted c times."""
+    if np.ptp(shift) > 4 * tol:
+        return None
+    c = float(np.exp(-np.mean(shift)))
+    more = c >= 1  # the keys read right weigh more: they are the ones counted again
+    times = c if more else 1 / c
+    whole = round(times)
+    if whole < 2 or abs(times - whole) > 1e-3 * whole:
+        return None
+    keys = spans(kept[:12]) + (", ..." if kept.size > 12 else "")
+    if more:
+        return (f"in every row, {shift.mean():.4g} = -log {whole} (within {np.ptp(shift) / 2 + 1e-9:.1g}): keys {keys} "
+                f"weigh {whole} times what their scores give, every other key once: those keys counted {whole} times "
+                "(as a part's first key taken into its start state, m = s, l = 1, o = v, and again by the loop that "
+                "starts at that key; or a tile's row added twice)")
+    return (f"in every row, {shift.mean():.4g} = log {whole}: every key but {keys} weighs {whole} times what its "
+            f"score gives: those keys counted {whole} times, the others once")
 
 
 def keys_counted(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:

@@ -11,6 +11,8 @@ within a factor of 4 of the unit roundoff, and all but a few values within 64 of
 said as measured."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..findings import Finding, Kind
@@ -122,6 +124,50 @@ def whole_scores(q, k, v, part: str) -> np.ndarray:
     return np.matmul(softmax_rows(s * (1.0 if before else scale)), v.astype(np.float64))
 
 
+def cut(x: np.ndarray, form: str) -> np.ndarray:
+    """x (float64) taken to float32, then to the format toward zero (the low bits dropped, as a
+    program that keeps a float's high 16 bits for bf16 does), back in float64."""
+    x32 = x.astype(np.float32)
+    if form == "fp16":
+        near = x32.astype(np.float16)
+        over = np.abs(near.astype(np.float32)) > np.abs(x32)
+        return np.where(over, np.nextafter(near, np.float16(0)), near).astype(np.float64)
+    drop = {"bf16": 16, "tf32": 13}[form]
+    bits = x32.view(np.uint32) & np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
+    return bits.view(np.float32).astype(np.float64)
+
+
+# The weights p = exp(s - m) kept in a format for P V: m the running max as far as each key's tile
+# (key tiles of 1, 16, 32, 64 or the whole row), rounded to nearest or cut toward zero, and l summed
+# from the weights so kept or from the floats before.
+KEPT_TILES = (1, 16, 32, 64, None)
+
+
+def kept_weights(q, k, v, form: str, how: tuple) -> np.ndarray:
+    """float64 attention whose weights are kept in the format as `how` = (tile, cut, l from the
+    kept weights) says; each tile's weights brought to the row's last max exactly (a rescale)."""
+    tile, toward_zero, l_kept = how
+    s = logits(q.astype(np.float64), k.astype(np.float64))
+    keys = s.shape[-1]
+    size = tile or keys
+    run = np.maximum.accumulate(np.maximum.reduceat(s, np.arange(0, keys, size), axis=2), axis=2)
+    m = run[:, :, np.arange(keys) // size]  # the running max each key's weight is taken against
+    p = np.exp(s - m)
+    kept = (cut if toward_zero else rounded)(p, form)
+    to_last = np.exp(m - run[:, :, -1:])
+    l = ((kept if l_kept else p) * to_last).sum(axis=-1, keepdims=True)
+    return np.matmul(kept * to_last, v.astype(np.float64)) / l
+
+
+def kept_words(form: str, how: tuple) -> str:
+    tile, toward_zero, l_kept = how
+    against = ("the running max as far as each key" if tile == 1 else
+               f"the running max as far as each key tile of {tile}" if tile else "the row's max")
+    return (f"the weights p = exp(s - m), m {against}, {'cut toward zero' if toward_zero else 'rounded'} to {form} "
+            f"{'(the low bits dropped) ' if toward_zero else ''}for P V, V in float32, and l summed from "
+            f"{'those kept weights' if l_kept else 'the float weights before'}")
+
+
 WHOLE = {"scores": "the scores truncated to whole numbers (an int)",
          "int sum before": "the scores' dot product summed in an int, each partial sum truncated (q scaled first)",
          "int sum after": "the scores' dot product summed in an int, each partial sum truncated (scaled after)"}
@@ -195,12 +241,20 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
     for part in WHOLE:
         q, o, t = (inp.q[:, rows], out[:, rows], true[:, rows]) if part != "scores" else (inp.q, out, true)
         misses[("int", part)] = (miss_of(o, t, simulated(q, inp.k, inp.v, "int", part)), np.abs(o - t).max())
+    for form in ("bf16", "fp16"):
+        for how in itertools.product(KEPT_TILES, (False, True), (False, True)):
+            with np.errstate(over="ignore", invalid="ignore"):
+                misses[(form, how)] = (miss_of(out, true, kept_weights(inp.q, inp.k, inp.v, form, how)),
+                                       np.abs(out - true).max())
     (form, part), (miss, against) = min(misses.items(), key=lambda item: item[1][0] / max(item[1][1], 1e-30))
     if miss <= MATCH * against and form == "int":
         some = part != "scores" and out.shape[1] > ONLINE_ROWS
         on = f" (on the first {ONLINE_ROWS} rows of each batch)" if some else ""
         return (f"the output is float64 attention with {WHOLE[part]}: it misses that by at most {fmt(miss)}, "
                 f"float64's by {fmt(against)}{on}"), True
+    if miss <= MATCH * against and isinstance(part, tuple):
+        return (f"the output is float64 attention with {kept_words(form, part)}: it misses that by at most "
+                f"{fmt(miss)}, float64's by {fmt(against)}"), True
     if miss <= MATCH * against:
         # formats that give the output as closely (fp16 and tf32 keep the same bits in range): the
         # first of them in the table's order is named, the others said as the same here
@@ -230,7 +284,8 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
             f"{fmt(typical)}; unit roundoff {', '.join(f'{f} {fmt(UNIT_ROUNDOFF[f])}' for f in sorted(set(sizes)))}), "
             "but no rounding fa simulated (inputs, Q and K, K and V, Q alone or scaled, the scores, P and V, the "
             "output, the row max, the running sum, the accumulator, "
-            "the scores' dot product summed in the format) "
+            "the scores' dot product summed in the format, the weights kept for P V rounded or cut against a running "
+            "max, l from them or from the floats) "
             "gives the output"), False
 
 

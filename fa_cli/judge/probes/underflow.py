@@ -1,0 +1,92 @@
+"""NaN with a single key, read as weights that underflow: the probe's first batch again with Q,
+then K, scaled down step by step, every scale a batch of one run. Where each row is NaN above a
+scale and finite below it, every exp(s - m) of that row underflows to 0 at the larger scales
+(l = 0, o / l = 0 / 0): what the program subtracts from the scores is far above their max. That
+value, per row, is bracketed by the scales around its threshold and set against a few bounds a
+program may subtract in place of the running max (each linear in q; K's own scaling tells a norm
+of K from its square)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .step import Context, ProbeInput, fmt, logits
+
+SCALES = 2.0 ** (-np.arange(32) / 4)  # 1 down to 1/215, a quarter of an octave apart
+# exp(x) is 0 in float below these: __expf (2^x, flushed to zero under 2^-126) and expf (denormals to 2^-149)
+UNDER_FAST, UNDER_FULL = 126 * np.log(2), 150 * np.log(2)
+FIT_SHARE = 0.95  # of the rows a bound is said to fit
+
+
+def scaled_batches(inp: ProbeInput) -> ProbeInput:
+    """Batch 0 of the probe at every scale of SCALES: Q scaled (the first half), then K."""
+    q, k, v = inp.q[0], inp.k[0], inp.v[0]
+    n = SCALES.size
+    qs = np.concatenate([SCALES[:, None, None] * q[None], np.broadcast_to(q, (n, *q.shape))]).astype(np.float32)
+    ks = np.concatenate([np.broadcast_to(k, (n, *k.shape)), SCALES[:, None, None] * k[None]]).astype(np.float32)
+    return ProbeInput(qs, ks, np.broadcast_to(v, qs.shape).astype(np.float32),
+                      f"batch 0 of {inp.label}, Q then K scaled by 1 to 1/{1 / SCALES[-1]:.0f}")
+
+
+def thresholds(finite: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """finite (scales, rows), scales falling: each row's last NaN scale and first finite one below
+    it (NaN above, finite below, for every row); None where a row is finite at scale 1, NaN at the
+    smallest, or turns back."""
+    if finite[0].any() or not finite[-1].all():
+        return None
+    first = finite.argmax(axis=0)  # the first finite scale of each row
+    if not all(finite[f:, r].all() for r, f in enumerate(first)):
+        return None
+    return SCALES[first - 1], SCALES[first]
+
+
+def bounds(q: np.ndarray, k: np.ndarray) -> dict[str, tuple[np.ndarray, int]]:
+    """Values a program may subtract from each row's scores, at scale 1, with K's power in them."""
+    d = q.shape[-1]
+    qn = np.linalg.norm(q.astype(np.float64), axis=1) / np.sqrt(d)  # the scaled q's norm
+    kn = np.linalg.norm(k.astype(np.float64), axis=1)
+    s = np.abs(logits(q[None], k[None])[0])
+    return {
+        "|q| max_j |k_j|^2: a squared norm of K where its norm belongs (a square root left out)":
+            (qn * (kn ** 2).max(), 2),
+        "|q| max_j |k_j| with q not scaled by 1/sqrt(d): the bound's scale left out": (qn * np.sqrt(d) * kn.max(), 1),
+        "|q| sum_j |k_j|: a sum of K's norms where their max belongs": (qn * kn.sum(), 1),
+        "sum_j |s_j|: the sum of the scores' sizes where their max belongs": (s.sum(axis=1), 1),
+    }
+
+
+def fits(value: np.ndarray, power: int, s_max: np.ndarray, k_finite: np.ndarray) -> bool:
+    """Whether subtracting `value` (at scale 1) gives the thresholds K's scaling showed: at each
+    scale b the row is surely finite where b^power value - b s_max < UNDER_FAST, surely NaN past
+    UNDER_FULL; FIT_SHARE of the sure ones as seen."""
+    b = SCALES[:, None]
+    gap = b ** power * value[None] - b * s_max[None]
+    sure = (gap < UNDER_FAST) | (gap > UNDER_FULL)
+    return bool(sure.any() and ((gap < UNDER_FAST) == k_finite)[sure].mean() >= FIT_SHARE)
+
+
+def reading(ctx: Context) -> str | None:
+    """The words where the rows' NaN comes and goes with the scores' size; None where it does not
+    (or the program gave no output on the scaled batches)."""
+    inp = scaled_batches(ctx.probe)
+    got = ctx.run(inp)
+    if got is None:
+        return None
+    n = SCALES.size
+    finite = np.isfinite(got).all(axis=2)  # (2 n, rows)
+    q_side = thresholds(finite[:n])
+    if q_side is None:
+        return None
+    nan_at, finite_at = q_side
+    s_max = logits(ctx.probe.q[:1], ctx.probe.k[:1])[0].max(axis=1)
+    low, high = s_max + UNDER_FAST / nan_at, s_max + UNDER_FULL / finite_at  # what is subtracted, at scale 1
+    said = (f"measured: with Q scaled down ({inp.label}: {n} scales, a batch each), every row is NaN above a scale "
+            f"and finite below it (from {fmt(finite_at.min())} to {fmt(nan_at.max())} over the rows): each weight "
+            "exp(s - m) underflows to 0 (under -87 in float) while the scores are large, l = 0 and o / l = 0 / 0: "
+            f"what is subtracted from the scores is far above their max (by {fmt(np.median(low - s_max))} to "
+            f"{fmt(np.median(high - s_max))} at scale 1, the median row), not the row's running max")
+    for name, (value, power) in bounds(ctx.probe.q[0], ctx.probe.k[0]).items():
+        inside = ((value >= low * 0.98) & (value <= high * 1.02)).mean()
+        if inside >= FIT_SHARE and fits(value, power, s_max, finite[n:]):
+            return (f"{said}; it is {name} (inside each row's bracket in {inside:.0%} of the rows, and the thresholds "
+                    "of K's own scaling follow it)")
+    return said + "; none of the bounds fa tried fits it (|q| max |k|^2, |q| max |k| unscaled, |q| sum |k|, sum |s|)"

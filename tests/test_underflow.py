@@ -1,0 +1,58 @@
+"""fa_cli/judge/probes/underflow.py: NaN with a single key read as weights that underflow. Stand-in
+programs in the course's format subtract a bound from the scores in place of their max: a squared
+norm of K is named by its bound; a program NaN at every scale, or one with no bound, is not."""
+import numpy as np
+from helpers import stand_in_context
+
+from fa_cli.judge.probes import underflow
+from fa_cli.judge.probes.experiments import NotFinite
+from fa_cli.judge.probes.step import ProbeInput
+
+BOUNDED = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d)
+out = np.empty((B, N, d), np.float32)
+with np.errstate(all="ignore"):
+    for b in range(B):
+        q, k, v = x[b]
+        q = q / np.float32(np.sqrt(d))
+        ref = np.linalg.norm(q, axis=1, keepdims=True) * {bound}  # subtracted in place of the running max
+        p = np.exp(q @ k.T - ref)  # float32: 0 under about -104
+        out[b] = (p @ v) / p.sum(axis=1, keepdims=True)
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def context(tmp_path, bound: str):
+    rng = np.random.default_rng(4)
+    inp = ProbeInput(*(rng.uniform(-3, 3, size=(2, 64, 32)).astype(np.float32) for _ in range(3)))
+    return stand_in_context(tmp_path, BOUNDED.replace("{bound}", bound), "p = __expf(s - ref);\n", inp)
+
+
+def test_a_squared_norm_of_k_subtracted_from_the_scores_is_named_as_an_underflow(tmp_path):
+    ctx = context(tmp_path, "(np.linalg.norm(k, axis=1) ** 2).max()")
+    said = underflow.reading(ctx)
+    assert said is not None and "every row is NaN above a scale and finite below it" in said, said
+    assert "each weight exp(s - m) underflows to 0" in said, said
+    assert said.endswith("it is |q| max_j |k_j|^2: a squared norm of K where its norm belongs (a square root left "
+                         "out) (inside each row's bracket in 100% of the rows, and the thresholds of K's own scaling "
+                         "follow it)"), said
+
+
+def test_the_step_names_it_after_nan_with_one_key(tmp_path):
+    ctx = context(tmp_path, "(np.linalg.norm(k, axis=1) ** 2).max()")
+    found = NotFinite().run(ctx)
+    assert ctx.facts.named and found[0].kind == "measured", found
+    assert any("a squared norm of K" in line for line in found[0].lines), found
+    assert found[0].lines[-1].startswith("lines with the exponential in hw4.cu: 1 `p = __expf(s - ref);`"), found
+
+
+def test_a_bound_fa_has_not_is_said_by_its_size_and_no_nan_at_every_scale_is_no_underflow(tmp_path):
+    ctx = context(tmp_path, "400.0")
+    said = underflow.reading(ctx)
+    assert said is not None and said.endswith("none of the bounds fa tried fits it (|q| max |k|^2, |q| max |k| "
+                                              "unscaled, |q| sum |k|, sum |s|)"), said
+    ctx = context(tmp_path, "np.float32('nan')")
+    assert underflow.reading(ctx) is None
