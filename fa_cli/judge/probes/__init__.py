@@ -32,12 +32,14 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   LogitsByTile,
   LogitsByRow        the logits at a factor of their key tile's, or their row's, own  tile_logits.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
+  InputsAcrossBatches  one batch's Q, K or V drawn anew: which other batches move  cross_batch.py
   Summary            W against P in numbers, where nothing was pinned down  readings.py
   Picture            P, W and W / P as a PNG                              picture.py
 """
 from __future__ import annotations
 
 from . import design
+from .cross_batch import InputsAcrossBatches
 from .experiments import BatchAlone, NotFinite, Wavefronts, WholeTiles
 from .factors import Factors
 from .indexing import InputReading
@@ -59,6 +61,6 @@ PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(),
                              LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
                              TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
                              TransposedTiles(), SoftmaxSteps(), Factors(), LogitsByTile(), LogitsByRow(), BatchAlone(),
-                             WholeTiles(), Summary(), Picture())
+                             InputsAcrossBatches(), WholeTiles(), Summary(), Picture())
 
 __all__ = ["PROBES", "design"]
