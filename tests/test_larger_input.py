@@ -115,6 +115,35 @@ if B > 2:
 """
 
 
+CAPPED_KEYS = """#!{python}
+import sys
+import numpy as np
+B, N, d = (int(x) for x in np.fromfile(sys.argv[1], dtype="<i4", count=3))
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+q, k, v = x[:, 0], x[:, 1, :256], x[:, 2, :256]  # tiles of a fixed array: 256 keys at most
+s = q @ k.transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True))
+((p / p.sum(axis=2, keepdims=True)) @ v).astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_a_key_count_capped_below_n_is_read_as_attention_over_the_first_keys(tmp_path, monkeypatch):
+    """Keys past 256 never looked at: on a drawn 2 x 512 input the warning says so, with the cap; a
+    program right there says nothing."""
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    program = tmp_path / "stand-in"
+    program.write_text(CAPPED_KEYS.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(2, 512, 32), None, tmp_path, lambda line: None,
+                                 Budget(60), rows=16)
+    assert "; every value checked is attention over the row's first 256 keys only: keys 256..511 never looked at " \
+        "(a key or tile count capped at 256" in found.lines[0], found.lines
+    program.write_text(CAPPED_KEYS.format(python=sys.executable).replace(":256]", "]"))
+    assert larger_input.check(Program("hw4.cu", program), Shape(2, 256, 32), None, tmp_path, lambda line: None,
+                              Budget(60)) == []
+
+
 def test_a_larger_input_that_crashes_names_its_input_however_it_was_checked(tmp_path, monkeypatch):
     """A crash on a larger input sampled by rows (the most batches) is still a case to look into:
     no output is judged, so the rows sampled do not matter; its input, shape, exit and stderr kept."""

@@ -47,7 +47,9 @@ def test_lanes_that_sum_half_the_dims_are_two_sets_of_columns_each_with_its_dims
     q, k = qk()
     low, high = weights(q, k, dims=np.arange(16)), weights(q, k, dims=np.arange(16, 32))
     said = linear_map.read_map(diagonal_map([low] * 16 + [high] * 16), weights(q, k), q, k)
-    assert said[0] == "the weights differ by output column: 2 sets"
+    assert said[0] == ("the weights differ by output column: 2 sets (blocks of 16 consecutive columns, none right: the "
+                       "threads that write a row's columns did not agree on its weights: each block's threads combined "
+                       "their partial scores, max or sum with threads of another row, or with none)"), said
     assert said[1].startswith("columns 0-15: max |W - P|")
     assert said[1].endswith("its scores take q[r, x] k[j, x] of dims 0-15 at 1/sqrt(d); dims 16-31 not at all")
     assert said[2].endswith("dims 0-15 not at all") and "dims 16-31 at 1/sqrt(d)" in said[2]

@@ -65,6 +65,21 @@ def test_a_running_sum_updated_key_by_key_without_its_rescale_is_named_one_key_a
     assert fields["sum_tile"] == 1 and "its running sum l holds every tile (one key at a time), not rescaled" in said
 
 
+def test_a_last_tile_that_never_updates_l_is_named_as_the_update_skipped():
+    """A pipelined program whose last tile, handled apart, rescales and adds to o but leaves l as it
+    stood (its sum and its max not taken in): l over every tile but the last, against the max
+    before it."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    right = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)
+    W = P * (right / tiled_l(s[..., :96], 32, rescaled=True))[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert fields["sum_tile"] == 32 and (
+        ": its running sum l holds every tile but the last (key tiles of 32), left as it stood before the last tile: "
+        "neither given that tile's sum nor rescaled to its max") in said, said
+
+
 def test_alpha_from_the_max_already_updated_key_by_key_is_named_as_the_step_one_key_at_a_time():
     """m = m_new before alpha = exp(m - m_new): alpha is 1 at every key, acc and l alike never
     rescaled: the softmax steps' search names the factor step over tiles of one key. A wrong scale
@@ -1516,6 +1531,19 @@ def test_a_move_seen_in_one_batch_keeps_no_batch_coefficient_from_chance_matches
     out[1].flat[::97] = true[0].flat[::97]  # chance matches, as many as a 2e-6 window catches and more
     [said] = layout_said(inp, out)
     assert "was written at offset 32*r + c of the output (in batch 0 whatever b" in said and "all in batch 0" in said, said
+
+
+def test_every_later_batch_holding_batch_0s_output_also_names_batch_0s_input_read_for_each():
+    """Batch 1 holds batch 0's output (its launch given the first batch's input pointer, or batch 0
+    copied back twice): both said; a copy of batch 1 into batch 2 names no batch 0 input."""
+    inp = probe(B=2, N=128, d=32)
+    true = inp.output().astype(np.float32)
+    [said] = layout_said(inp, np.stack([true[0], true[0]]))
+    assert "whole batches repeated" in said and "or every later batch computed from batch 0's own input" in said, said
+    inp = probe(B=3, N=64, d=32)
+    true = inp.output().astype(np.float32)
+    [said] = layout_said(inp, np.stack([true[0], true[1], true[1]]))
+    assert "whole batches repeated" in said and "batch 0's own input" not in said, said
 
 
 def test_a_batch_offset_missing_its_times_d_is_found_over_rows_nothing_wrote():

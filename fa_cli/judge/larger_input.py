@@ -122,7 +122,7 @@ def check(program: Program, shape: Shape, launcher: Launcher | None, work: Path,
                                             f"{limit:g} s (the search's budget or the run's limit): not judged"],
                         dict(larger_stopped=limit))]
     correct, sampled = correct_output(path, shape, sampled_rows(shape.N, rows)), sampled_rows(shape.N, rows)
-    found = told(result, out, shape, correct, program, sampled)
+    found = told(result, out, shape, correct, program, sampled, path=path)
     if found and found[0].fields.get("larger_wrong") and budget.left >= 2:
         found = waited_again(found[0], program, path, out, shape, correct, sampled, launcher, budget, say)
     fields = found[0].fields if found else {}
@@ -172,9 +172,9 @@ def correct_output(path: Path, shape: Shape, rows: np.ndarray | None = None) -> 
 
 
 def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program, rows: np.ndarray | None = None,
-         tol: float = 5e-3) -> list[Finding]:
+         tol: float = 5e-3, path: Path | None = None) -> list[Finding]:
     """What the run on the larger input showed, in a warning's words (checked on `rows` of each
-    batch, None: all)."""
+    batch, None: all; path: the input, for the readings that need its values)."""
     kind = "one batch of an odd N: no course case has either" if shape.N % 2 else \
         "larger than the cases passed; not one of the course's cases"
     where = f"on a drawn {shape} input ({kind})"
@@ -201,7 +201,7 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
     checked = "" if rows is None else f" (of {rows.size} rows of each batch checked)"
     readings = (wrong_from(got, wrong, shape, rows, launches(result.stderr or "")), whole_batches(got, wrong),
-                rows_scaled(got, correct, wrong))
+                rows_scaled(got, correct, wrong), path and keys_capped(path, shape, rows, got, tol))
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
@@ -280,6 +280,21 @@ def whole_batches(got: np.ndarray, wrong: np.ndarray) -> str | None:
             "values checked" + (", every value there 0 (as where nothing was written or copied back)" if zeros else "")
             + ", the other batches right: a part of the input's batches (a chunk, a stream's share) whose output was "
             "not computed or not collected")
+
+
+def keys_capped(path: Path, shape: Shape, rows: np.ndarray | None, got: np.ndarray, tol: float) -> str | None:
+    """Where every value checked is attention over the first M keys only (M a power of 2 under N):
+    that M, in words; None otherwise."""
+    q, k, v = read_payload(path, shape, shape.B, shape.N)
+    taken = np.arange(shape.N) if rows is None else rows
+    index = np.broadcast_to(taken, (shape.B, taken.size))
+    for M in (2 ** e for e in range(8, shape.N.bit_length()) if 2 ** e < shape.N):
+        capped = reference.attention(q, k[:, :M], v[:, :M], index)
+        with np.errstate(invalid="ignore"):
+            if (np.abs(got - capped) <= tol).all():
+                return (f"every value checked is attention over the row's first {M} keys only: keys {M}..{shape.N - 1} "
+                        f"never looked at (a key or tile count capped at {M}, or an array of tiles sized for {M} keys)")
+    return None
 
 
 SCALED_FIT = 1e-3  # a wrong row is the right one times a factor where the rest misses by under this (relative)

@@ -151,10 +151,14 @@ class OutputLayout(Probe):
         whole_batches = (beta, gamma) == (shape[2], 1) and delta % (shape[1] * shape[2]) == 0
         copies = copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape)
         if copies and whole_batches:
+            placed_pairs = placed_by(dest, src, (alpha, beta, gamma, delta), shape)
+            first = list(np.unique(src[placed_pairs] // (shape[1] * shape[2]))) == [0]  # copies of batch 0 alone
+            also = (", or every later batch computed from batch 0's own input: its input's batch offset missing, "
+                    "as a launch or index given the first batch's pointer for every batch") if first else ""
             said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
                     f"and still in its own place, {share}: whole batches repeated (a copy back, or its offset, that "
-                    "takes a batch twice, or a batch index two blocks share); look at the copy back and the batch "
-                    "index")
+                    f"takes a batch twice, or a batch index two blocks share{also}); look at the copy back and the "
+                    "batch index")
         elif copies:
             said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
                     f"and still in its own place, {share}: two threads computed the same row (a write to a wrong place "

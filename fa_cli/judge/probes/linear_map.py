@@ -196,6 +196,18 @@ def rows_met(constant: np.ndarray, P: np.ndarray, buffers: dict[str, np.ndarray]
     return None
 
 
+def column_blocks(groups: list, weights: np.ndarray, P: np.ndarray) -> str:
+    """Where the sets are blocks of C consecutive columns, none of them right: what that says of
+    the threads that write a row (in words, led by ' '); else ''."""
+    C = len(groups[0])
+    blocks = all(list(cols) == list(range(cols[0], cols[0] + C)) and cols[0] % C == 0 for cols in groups)
+    if not blocks or any(np.abs(weights[cols[0]] - P).max() <= MAP_ATOL for cols in groups):
+        return ""
+    return (f" (blocks of {C} consecutive columns, none right: the threads that write a row's columns did not agree "
+            "on its weights: each block's threads combined their partial scores, max or sum with threads of another "
+            "row, or with none)")
+
+
 def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list[str]:
     """What T is, in sentences of measured figures; empty where it is one set of weights from the
     right scores (the softmax steps' to read) or nothing fits."""
@@ -226,7 +238,7 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
     weighed = [pairing.rows_weighed(weights[cols[0]], P, f"columns {spans(cols)}") for cols in groups]
     if all(weighed) and len(groups) <= MAPPED_SETS:
         return [f"the weights differ by output column: {len(groups)} sets", *weighed]
-    lines = [f"the weights differ by output column: {len(groups)} sets"]
+    lines = [f"the weights differ by output column: {len(groups)} sets{column_blocks(groups, weights, P)}"]
     for cols in groups[:SETS_SAID]:
         W = weights[cols[0]]
         error = np.abs(W - P).max()

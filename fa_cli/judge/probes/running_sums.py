@@ -1,9 +1,9 @@
 """The running sums l a program may divide by where the right l belongs, for factors.per_row_factor
 to compare with W = f P: the online softmax's variants over key tiles (a tile's sum left out, not
-rescaled, rescaled twice, against its own max; its largest term for its sum; the partial last
-tile's empty slots counted); lanes' sums of the keys j mod G not rescaled as their max grows, or
-merged by a butterfly that rescales one side; a sum carried from one batch to the next, or batch
-0's for every batch."""
+rescaled, rescaled twice, against its own max; the last tile's update skipped; its largest term for
+its sum; the partial last tile's empty slots counted); lanes' sums of the keys j mod G not rescaled
+as their max grows, or merged by a butterfly that rescales one side; a sum carried from one batch
+to the next, or batch 0's for every batch."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,6 +33,8 @@ SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where
              (0, 0): ""}
 
 
+SKIPPED_LAST_WORDS = ("left as it stood before the last tile: neither given that tile's sum nor rescaled to its max "
+                      "(the last tile's update of l skipped, as where the last tile is handled apart)")
 TILE_MAX_WORDS = "each tile's largest weight where the tile's sum belongs (a max reduction where a sum belongs)"
 CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty slots of the partial last tile of {T} "
                  "read key N - 1 (a clamped index) and are masked after the sum's reduction, not before it")
@@ -52,6 +54,9 @@ def sum_variants(s: np.ndarray):
             term = sums * np.exp(a * (final - running) + b * (final - own))
             yield from ((T, words, (a, b), SUM_WORDS[(a, b)], term[..., part].sum(axis=2))
                         for words, part in SUM_TILES.items() if (a, b) != (0, 0) or words != "every tile")  # not l
+        if sums.shape[2] > 1:  # l as it stood before the last tile: its max then, not the last tile's
+            yield T, "every tile but the last", (0, 0), SKIPPED_LAST_WORDS, \
+                sums[..., :-1].sum(axis=2) * np.exp(final[..., 0] - running[..., -2])
         if T > 1:  # a key's largest term is the key's own: the right l
             yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
         if extra := -s.shape[2] % T:  # the partial last tile's empty slots: counted in l with some score
