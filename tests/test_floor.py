@@ -38,8 +38,9 @@ def test_a_students_program_takes_no_less_than_the_floor(tmp_path):
         floors.append(programs.run(context_only, Path(os.devnull), Path(os.devnull)).wall_s)
         walls.append(programs.run(program, inp, tmp_path / "o.out", timeout=60).wall_s)
     # Each side's least: what a process takes with the load out of it (medians of 7 under four
-    # tests at a time swung by x2 from one run to the next: 0.17 to 0.35 s on the H200).
-    assert min(walls) > 0.9 * min(floors), (walls, floors)
+    # tests at a time swung by x2 from one run to the next: 0.17 to 0.35 s on the H200; the least
+    # of 7 still by 11%: 0.194 s for the program against 0.217 s for the floor in one run).
+    assert min(walls) > 0.8 * min(floors), (walls, floors)
 
 
 def test_a_floor_measured_here_is_kept_for_an_hour_of_this_boot(tmp_path, monkeypatch):

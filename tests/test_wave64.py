@@ -247,19 +247,20 @@ def test_head_dims_shared_over_the_lanes_are_read_as_none_a_lane_where_the_outpu
 
 
 def test_a_tile_bound_of_32_and_a_lanes_second_key_at_32_are_among_the_lane_lines(tmp_path):
-    """min(32, N - j0) (a warp's tile where warpSize keys were loaded) and lane + 32 (a lane's second
-    key in a 64-key tile) are 32-lane assumptions written out: listed before lines that only name
-    warpSize."""
+    """min(32, N - j0) or its ternary (a warp's tile where warpSize keys were loaded) and lane + 32 (a
+    lane's second key in a 64-key tile) are 32-lane assumptions written out: listed before lines that
+    only name warpSize."""
     source = tmp_path / "tile.hip"
     source.write_text("__global__ void k(float* m, int N) {\n"
                       "  const int W = warpSize, lane = threadIdx.x % W;\n"
                       "  for (int off = W / 2; off > 0; off >>= 1) m[lane] += __shfl_xor(m[lane], off);\n"
                       "  const int kn = min(32, N);\n"
                       "  const int k1 = lane + 32;\n"
-                      "  m[lane] += kn + k1;\n"
+                      "  const int kt = N < 32 ? N : 32;\n"
+                      "  m[lane] += kn + k1 + kt;\n"
                       "}\n")
     lines, _ = wave64.lane_lines(source)
-    assert [n for _, n, _ in lines[:2]] == [4, 5], lines
+    assert [n for _, n, _ in lines[:3]] == [4, 5, 6], lines
 
 
 def test_a_row_of_33_for_a_wavefronts_lanes_is_among_the_lane_lines(tmp_path):

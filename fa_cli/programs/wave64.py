@@ -165,10 +165,10 @@ LANE_CODE = re.compile(r"(?:__|fa_wave64_)shfl|warpSize|fa_wave64_warp_size|(?:_
 # Where a 32-lane assumption is written out: a shuffle started at 16 or given a width of 32, then a
 # lane count of 32 in arithmetic (a mask by 31, a division or a step by 32).
 SHUFFLE_32 = re.compile(r"shfl\w*\s*\([^;]*,\s*(16|32)\s*\)|\boff\w*\s*=\s*16\b")
-# (a row of 33: a warp's 32 lanes and a pad, which 64 lanes write past; a tile bound min(32, ...); a lane's
-# second key or dim at lane + 32)
+# (a row of 33: a warp's 32 lanes and a pad, which 64 lanes write past; a tile bound min(32, ...) or its
+# ternary, n < 32 ? n : 32; a lane's second key or dim at lane + 32)
 LANES_32 = re.compile(r"&\s*31\b|%\s*32\b|/\s*32\b|[+-]=\s*32\b|=\s*32\s*;|\*\s*33\b(?!\.)|(?<![.\w])33\s*\*"
-                      r"|\bmin\s*\(\s*32\s*,|\blane\w*\s*\+\s*32\b")
+                      r"|\bmin\s*\(\s*32\s*,|\?[^:;]*:\s*32\b|\blane\w*\s*\+\s*32\b")
 
 
 WARP_SIZE_TEST = re.compile(r"[%/]\s*(?:warpSize|fa_wave64_warp_size)\b|(?:warpSize|fa_wave64_warp_size)\s*-\s*1\b")
