@@ -389,6 +389,13 @@ def test_values_made_of_no_v_are_read_as_rows_of_k_or_q_met_by_some_keys_weights
     drawn = RNG.uniform(-1, 1, (N, D))
     assert linear_map.without_v(drawn, P, q, k)[0].endswith("values made of no V (memory never written, or another "
                                                              "buffer's)")
+    # set38's s02: the upper half of the dims takes keys 0..7 of every 16 from the K tile: fitted on those columns
+    keys = np.flatnonzero(np.arange(N) % 16 < 8)
+    half = np.zeros((N, D))
+    half[:, D // 2:] = P[:, keys] @ k[keys, D // 2:].astype(np.float64)
+    said = linear_map.without_v(half, P, q, k)[0]
+    assert f"it is the sum over keys {linear_map.spans(keys)} of P[r, j] times K's row j in columns {D // 2}-{D - 1}:" \
+        in said, said
 
 
 def test_an_output_with_nan_is_not_read_as_a_map_and_says_so(tmp_path):

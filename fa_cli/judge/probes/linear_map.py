@@ -171,25 +171,31 @@ def without_v(constant: np.ndarray, P: np.ndarray | None = None, q: np.ndarray |
     rows, cols = np.nonzero(np.abs(constant) > MAP_ATOL)
     if rows.size == 0:
         return []
-    met = rows_met(constant, P, {"K": k, "Q": q}) if P is not None else None
+    met = rows_met(constant, P, {"K": k, "Q": q}, np.unique(cols)) if P is not None else None
     return [f"with V all zero the output is not: up to {fmt(np.abs(constant).max())} in {np.unique(rows).size} of "
             f"{constant.shape[0]} rows ({spans(np.unique(rows))}), columns {spans(np.unique(cols))}: "
             + (met or "values made of no V (memory never written, or another buffer's)")]
 
 
-def rows_met(constant: np.ndarray, P: np.ndarray, buffers: dict[str, np.ndarray]) -> str | None:
-    """constant = sum over keys j of c_j P[r, j] X[j] for X = K or Q, every c_j 0 or one factor a:
-    those keys' weights meet X's rows where V's belong, in words; None where no such sum fits."""
+def rows_met(constant: np.ndarray, P: np.ndarray, buffers: dict[str, np.ndarray],
+             cols: np.ndarray | None = None) -> str | None:
+    """constant = sum over keys j of c_j P[r, j] X[j] for X = K or Q, every c_j 0 or one factor a,
+    fitted on `cols` (the columns V does not make; None: all): those keys' weights meet X's rows
+    where V's belong, in words; None where no such sum fits."""
+    cols = np.arange(constant.shape[1]) if cols is None else cols
+    target = constant[:, cols]
     for name, X in buffers.items():
-        X = X.astype(np.float64)
+        X = X.astype(np.float64)[:, cols]
         A = (P[:, :, None] * X[None, :, :]).transpose(0, 2, 1).reshape(-1, P.shape[1])  # (r, x) by key j
-        c = np.linalg.lstsq(A, constant.ravel(), rcond=None)[0]
+        c = np.linalg.lstsq(A, target.ravel(), rcond=None)[0]
         keys = np.flatnonzero(np.abs(c) > 0.5 * np.abs(c).max())
         a = float(np.median(c[keys]))
         alike = (np.abs(c[keys] - a) <= 1e-2 * abs(a)).all() and (np.abs(np.delete(c, keys)) <= 1e-2 * abs(a)).all()
-        if not alike or np.abs(A @ c - constant.ravel()).max() > 1e-3 * np.abs(constant).max():
+        if not alike or np.abs(A @ c - target.ravel()).max() > 1e-3 * np.abs(target).max():
             continue
         factor = "" if abs(a - 1) <= 1e-2 else f" times {a:.4g}"
+        if cols.size < constant.shape[1]:
+            factor += f" in columns {spans(cols)}"
         return (f"it is the sum over keys {spans(keys)} of P[r, j] times {name}'s row j{factor}: those keys' weights "
                 f"meet {name}'s rows where V's belong (a V tile's pointer or index that runs past its rows into "
                 f"{name}'s, as an index one past the tile's last row)")
