@@ -122,6 +122,31 @@ def halves_merged_unscaled(inp: ProbeInput) -> np.ndarray:
     return (o / l).astype(np.float32)
 
 
+def float4_tile_scrambled(k: np.ndarray, T: int = 32, w: int = 4, reverse: bool = False) -> np.ndarray:
+    """A tile of T keys copied in float4s into a [T][d/4] array and read as [key][vector]: vector u of
+    the tile (file order) stored at [u mod T][u div T] (set38's s03), or, reversed, vector (r, c)
+    stored at flat c*T + r."""
+    n, d = k.shape
+    per = d // w
+    read = np.empty_like(k)
+    u = np.arange(T * per)
+    for j0 in range(0, n, T):
+        vectors = k[j0:j0 + T].reshape(T * per, w)
+        memory = np.empty_like(vectors)
+        where = (u // per) + (u % per) * T if reverse else (u % T) * per + u // T
+        memory[where] = vectors[u]
+        read[j0:j0 + T] = memory.reshape(T, d)
+    return read
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_float4_tile_stored_by_one_decomposition_and_read_by_the_other_is_named(reverse):
+    found, _ = read_back(lambda k: float4_tile_scrambled(k, reverse=reverse))
+    said = score_inputs.fitting(found, N, D)
+    assert said is not None and said.startswith("a tile of 32 keys moved in vectors of 4 floats, stored by one "
+                                                 "decomposition of a vector's index and read by the other"), said
+
+
 def test_two_sets_of_keys_merged_without_one_max_are_named_and_not_called_rows_never_loaded():
     k = score_inputs.coded_keys(N, D)
     terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(

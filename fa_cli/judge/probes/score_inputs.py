@@ -234,6 +234,7 @@ def formulas(N: int, d: int, names: Names = KEYS):
             yield (f"dims in another order: {o}[{i}, x] taken from {W}[{i}, (x mod {lanes})*{per} + x div {lanes}]: "
                    f"the other operand's dims dealt to {lanes} lanes every {lanes}th where these are {per} in a "
                    "row"), past, j * d + (x % lanes) * per + x // lanes
+    yield from vectors_transposed(j, x, N, d, names)
     for p in PITCHES:
         flat = j * (d + p) + x
         yield (f"rows read at a pitch of {d + p} floats (d {p:+d}): {o}[{i}, x] taken from {W}'s flat element "
@@ -251,6 +252,30 @@ def formulas(N: int, d: int, names: Names = KEYS):
                            f"which holds {names.item} ({i}{i}*{read} + x) // {wrote}, dim ({i}{i}*{read} + x) % "
                            f"{wrote} of the tile"), \
                         "on the tile's pad slots, never written", tile_at_pitches(j, x, tile, wrote, read, N, d)
+
+
+def vectors_transposed(j: np.ndarray, x: np.ndarray, N: int, d: int, names: Names):
+    """A tile of T rows moved in vectors of w floats (float4, float2, float), its vectors stored by one
+    decomposition of their index and read by the other: slot (r, x div w) holding the tile's vector
+    (x div w)*T + r in file order (stored transposed, read plain), or the reverse."""
+    o, W, i, it = names.one, names.whole, names.index, names.items
+    for T in KEY_TILES:
+        for w in (4, 2, 1):
+            if T > N or d % w:
+                continue
+            j0, r, c, per = j - j % T, j % T, x // w, d // w
+            inside = j0 + T <= N
+            ahead = c * T + r  # the file-order vector a slot holds, stored transposed
+            back = (r * per + c) % T * per + (r * per + c) // T  # and the reverse
+            what = f"vectors of {w} floats" if w > 1 else "single floats"
+            for formula, vector in ((f"(x div {w})*{T} + {i}{i}", ahead),
+                                    (f"(({i}{i}*{per} + x div {w}) mod {T})*{per} + ({i}{i}*{per} + x div {w}) div {T}",
+                                     back)):
+                yield (f"a tile of {T} {it} moved in {what}, stored by one decomposition of a vector's index and read "
+                       f"by the other: {o}[{i}, x] ({i} = {i}0 + {i}{i}) taken from the tile's vector {formula} in file "
+                       f"order, {W}'s flat element {i}0*{d} + that*{w} + x mod {w} (a float{w if w > 1 else ''} index "
+                       "split as row, vector where the store or the read splits it as vector, row)"), \
+                    "past the last whole tile", np.where(inside, j0 * d + vector * w + x % w, -1)
 
 
 def fitting(found: np.ndarray, N: int, d: int, names: Names = KEYS) -> str | None:
