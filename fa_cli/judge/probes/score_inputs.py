@@ -272,9 +272,10 @@ def vectors_transposed(j: np.ndarray, x: np.ndarray, N: int, d: int, names: Name
                                     (f"(({i}{i}*{per} + x div {w}) mod {T})*{per} + ({i}{i}*{per} + x div {w}) div {T}",
                                      back)):
                 yield (f"a tile of {T} {it} moved in {what}, stored by one decomposition of a vector's index and read "
-                       f"by the other: {o}[{i}, x] ({i} = {i}0 + {i}{i}) taken from the tile's vector {formula} in file "
-                       f"order, {W}'s flat element {i}0*{d} + that*{w} + x mod {w} (a float{w if w > 1 else ''} index "
-                       "split as row, vector where the store or the read splits it as vector, row)"), \
+                       f"by the other: {o}[{i}, x] ({i} = {i}0 + {i}{i}) taken from the tile's vector {formula} in "
+                       f"file order, {W}'s flat element {i}0*{d} + that*{w} + x mod {w} (a float"
+                       f"{w if w > 1 else ''} index split as row, vector where the store or the read splits it as "
+                       "vector, row)"), \
                     "past the last whole tile", np.where(inside, j0 * d + vector * w + x % w, -1)
 
 
