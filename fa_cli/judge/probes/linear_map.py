@@ -35,15 +35,14 @@ from ..findings import Finding, Kind
 from . import map_formulas, pairing, row_weights
 from .map_formulas import map_formula
 from .readings import measured
+from .score_fit import FIT_RESIDUAL, TINY_WEIGHT, distinct, score_fit, score_terms, score_words
 from .step import Context, Probe, ProbeInput, fmt, logits, run_many, softmax_rows, spans
 
 MAX_BATCHES = 4096  # N*d batches in the run at most: 200 MB of input (N = 128 at d = 32, 64 at d = 64)
 MAX_BATCHES_CPU = 2048  # a CPU program's: its run costs N^3 d^2, a GPU's seconds a CPU's minute (N = 64 at d = 32)
 SETS_SAID = 4  # sets of columns said one by one
 MAP_ATOL = 2e-5  # a float32 program's T against the right one (values of P, at most 1)
-FIT_RESIDUAL = 1e-3  # log W read back as a . (q * k) + row constant: the largest residual that fits
 ROUNDING = 4 * 2.0 ** -8  # the check's slack, of the output's largest value: four of bf16's unit roundoffs
-TINY_WEIGHT = 1e-20  # weights below this carry no readable log
 # The source lines shown under what was named, the first kind of them the source has: where lanes
 # split a row's dims (weights by column: the reduction across lanes; where a set of columns is made
 # of no V, the lanes' width), where the output is written (values moved, a part made of no V), where
@@ -350,59 +349,6 @@ def column_groups(weights: np.ndarray) -> list[list[int]]:
         else:
             home.append(c)
     return groups
-
-
-def score_terms(W: np.ndarray, q: np.ndarray, k: np.ndarray) -> str:
-    fit = score_fit(W, q, k)
-    return score_words(*fit) if fit else ""
-
-
-def score_fit(W: np.ndarray, q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, float] | None:
-    """The scores behind W read back: log W[r, j] = sum_x a_x q[r, x] k[j, x] + b_r, fitted where
-    W is readable: a, and the largest residual; None where too few weights are readable."""
-    N, d = q.shape
-    rows, keys = np.nonzero(W > TINY_WEIGHT)
-    if rows.size < d + N or np.bincount(rows, minlength=N).min() < 2:
-        return None
-    terms = q[rows].astype(np.float64) * k[keys]  # (entries, d)
-    design = np.concatenate([terms, np.eye(N)[rows]], axis=1)
-    fit, *_ = np.linalg.lstsq(design, np.log(W[rows, keys]), rcond=None)
-    return fit[:d], float(np.abs(design @ fit - np.log(W[rows, keys])).max())
-
-
-def score_words(a: np.ndarray, residual: float) -> str:
-    """a said as the dims it takes at 1/sqrt(d), at 0, and at other factors."""
-    d = a.size
-    if residual > FIT_RESIDUAL:
-        return ("its scores are no weighted sum of q[r, x] k[j, x] over the row's and the key's dims "
-                f"(residual {fmt(residual)})")
-    scale = 1 / np.sqrt(d)
-    full = np.isclose(a, scale, rtol=1e-2, atol=1e-4)
-    none = np.isclose(a, 0, atol=1e-3 * scale)
-    if full.all():
-        return "its scores are q . k / sqrt(d)"
-    parts = []
-    if full.any():
-        parts.append(f"dims {spans(np.flatnonzero(full))} at 1/sqrt(d)")
-    if none.any():
-        parts.append(f"dims {spans(np.flatnonzero(none))} not at all")
-    other = ~(full | none)
-    if other.any():
-        values = distinct(a[other])
-        parts.append(f"dims {spans(np.flatnonzero(other))} at {', '.join(map(fmt, values[:4]))}"
-                     f"{' ...' if len(values) > 4 else ''} (1/sqrt(d) = {fmt(scale)})")
-    return "its scores take q[r, x] k[j, x] of " + "; ".join(parts)
-
-
-def distinct(values: np.ndarray, rtol: float = 1e-2) -> list[float]:
-    """The values, those within rtol of a smaller one said once (by their median)."""
-    groups: list[list[float]] = []
-    for x in sorted(float(v) for v in values):
-        if groups and abs(x - groups[-1][0]) <= rtol * abs(groups[-1][0]):
-            groups[-1].append(x)
-        else:
-            groups.append([x])
-    return [float(np.median(g)) for g in groups]
 
 
 def moved(T: np.ndarray, P: np.ndarray) -> list[str]:
