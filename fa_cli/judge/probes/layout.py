@@ -145,13 +145,13 @@ class OutputLayout(Probe):
             return input_held(ctx, out, shape)
         (alpha, beta, gamma, delta), placed, wrong, where, (dest, src) = found
         rest = rest_of_wrong(out, true, ctx.tol, placed, wrong)
-        moved_from = np.unique(dest[placed_by(dest, src, (alpha, beta, gamma, delta), shape)] // (shape[1] * shape[2]))
+        placed_pairs = placed_by(dest, src, (alpha, beta, gamma, delta), shape)
+        moved_from = np.unique(dest[placed_pairs] // (shape[1] * shape[2]))
         only = f", all in batch {moved_from[0]}" if len(moved_from) == 1 and shape[0] > 1 else ""
         share = f"for {placed} of the {wrong} wrong values on {ctx.probe.label}{only}{rest}"
         whole_batches = (beta, gamma) == (shape[2], 1) and delta % (shape[1] * shape[2]) == 0
         copies = copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape)
         if copies and whole_batches:
-            placed_pairs = placed_by(dest, src, (alpha, beta, gamma, delta), shape)
             first = list(np.unique(src[placed_pairs] // (shape[1] * shape[2]))) == [0]  # copies of batch 0 alone
             also = (", or every later batch computed from batch 0's own input: its input's batch offset missing, "
                     "as a launch or index given the first batch's pointer for every batch") if first else ""
