@@ -16,6 +16,7 @@ import itertools
 import numpy as np
 
 from ..findings import Finding, Kind
+from .partial_sums import tile_maxima
 from .readings import measured
 from .step import Context, Probe, fmt, logits, softmax_rows
 
@@ -143,20 +144,24 @@ def cut(x: np.ndarray, form: str) -> np.ndarray:
 KEPT_TILES = (1, 16, 32, 64, None)
 
 
-def kept_weights(q, k, v, form: str, how: tuple) -> np.ndarray:
-    """float64 attention whose weights are kept in the format as `how` = (tile, cut, l from the
-    kept weights) says; each tile's weights brought to the row's last max exactly (a rescale)."""
-    tile, toward_zero, l_kept = how
+def kept_weights(q, k, v):
+    """((format, how), float64 attention whose weights are kept in the format) for each way of
+    keeping them, how = (tile, cut, l from the kept weights); each tile's weights brought to the
+    row's last max exactly (a rescale). The scores and the running max are taken once a tile."""
     s = logits(q.astype(np.float64), k.astype(np.float64))
+    v = v.astype(np.float64)
     keys = s.shape[-1]
-    size = tile or keys
-    run = np.maximum.accumulate(np.maximum.reduceat(s, np.arange(0, keys, size), axis=2), axis=2)
-    m = run[:, :, np.arange(keys) // size]  # the running max each key's weight is taken against
-    p = np.exp(s - m)
-    kept = (cut if toward_zero else rounded)(p, form)
-    to_last = np.exp(m - run[:, :, -1:])
-    l = ((kept if l_kept else p) * to_last).sum(axis=-1, keepdims=True)
-    return np.matmul(kept * to_last, v.astype(np.float64)) / l
+    for tile in KEPT_TILES:
+        size = tile or keys
+        _, running, final, _ = tile_maxima(s, size)
+        m = running[:, :, np.arange(keys) // size]  # the running max each key's weight is taken against
+        p, to_last = np.exp(s - m), np.exp(m - final)
+        for form, toward_zero in itertools.product(("bf16", "fp16"), (False, True)):
+            kept = (cut if toward_zero else rounded)(p, form)
+            out = np.matmul(kept * to_last, v)
+            for l_kept in (False, True):
+                l = ((kept if l_kept else p) * to_last).sum(axis=-1, keepdims=True)
+                yield (form, (tile, toward_zero, l_kept)), out / l
 
 
 def kept_words(form: str, how: tuple) -> str:
@@ -241,11 +246,9 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
     for part in WHOLE:
         q, o, t = (inp.q[:, rows], out[:, rows], true[:, rows]) if part != "scores" else (inp.q, out, true)
         misses[("int", part)] = (miss_of(o, t, simulated(q, inp.k, inp.v, "int", part)), np.abs(o - t).max())
-    for form in ("bf16", "fp16"):
-        for how in itertools.product(KEPT_TILES, (False, True), (False, True)):
-            with np.errstate(over="ignore", invalid="ignore"):
-                misses[(form, how)] = (miss_of(out, true, kept_weights(inp.q, inp.k, inp.v, form, how)),
-                                       np.abs(out - true).max())
+    with np.errstate(over="ignore", invalid="ignore"):
+        for key, model in kept_weights(inp.q, inp.k, inp.v):
+            misses[key] = (miss_of(out, true, model), np.abs(out - true).max())
     (form, part), (miss, against) = min(misses.items(), key=lambda item: item[1][0] / max(item[1][1], 1e-30))
     if miss <= MATCH * against and form == "int":
         some = part != "scores" and out.shape[1] > ONLINE_ROWS
