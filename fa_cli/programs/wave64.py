@@ -79,15 +79,22 @@ MARKER = re.compile(r'^# (\d+) "([^"]+)"')
 CALLER_LINE = re.compile(r"\b(fa_wave64_\w+)\(\s*\d+\s*(?:,\s*|(?=\)))")
 
 
-def student_lines(source: Path) -> list[tuple[str, int, str]]:
+def student_lines(source: Path) -> tuple[tuple[str, int, str], ...]:
     """(file, line, text) of the code the compiler sees from the student's own files, #if's
     decided as nvcc decides them for the emulation (nvcc -E; headers of the system, CUDA and
-    ours left out); the source's lines, comments blanked, where nvcc cannot preprocess it."""
-    nvcc = shutil.which(compiler_command("nvcc"))
+    ours left out); the source's lines, comments blanked, where nvcc cannot preprocess it. Kept
+    for the text it holds and the nvcc found (its hints, lane lines and dims per lane each read it)."""
+    source = Path(source)
+    return _student_lines(source, source.read_bytes(), shutil.which(compiler_command("nvcc")))
+
+
+@functools.lru_cache(maxsize=16)
+def _student_lines(source: Path, text: bytes, nvcc: str | None) -> tuple[tuple[str, int, str], ...]:
     proc = subprocess.run([nvcc, "-E", "-x", "cu", "-I", str(layer_dir()), str(source)], capture_output=True,
                           text=True) if nvcc else None
     if proc is None or proc.returncode != 0:
-        return [(source.name, n, line) for n, line in enumerate(_code_lines(source.read_text(errors="replace")), 1)]
+        code = _code_lines(text.decode(errors="replace"))
+        return tuple((source.name, n, line) for n, line in enumerate(code, 1))
     theirs = (str(layer_dir()), "/usr/", str(Path(nvcc).resolve().parent.parent))
     found, name, number, keep = [], source.name, 0, True
     for line in proc.stdout.splitlines():
@@ -99,7 +106,7 @@ def student_lines(source: Path) -> list[tuple[str, int, str]]:
         if keep and line.strip():
             found.append((name, number, CALLER_LINE.sub(r"\1(", line)))
         number += 1
-    return found
+    return tuple(found)
 
 
 def cuda_leftover(source: Path) -> str | None:
