@@ -1,9 +1,14 @@
 """fa_cli/judge/across_cases.py: what the cases of one run say together: a verdict that changes
 where a size product passes 2^31, or with N or d a multiple of a tile or not; the cases to run next."""
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 
-from fa_cli.cases.format import Shape
-from fa_cli.judge import across_cases
+from fa_cli.cases import generate
+from fa_cli.cases.format import AttentionInput, Shape
+from fa_cli.judge import across_cases, diagnose, reference
+from fa_cli.judge.diagnose import Diagnosis
 
 
 # ---------------------------------------------------------------- across cases: a size
@@ -113,3 +118,45 @@ def test_two_features_that_split_together_are_named_beside_an_n_that_fits_too():
     # a feature alone that splits leaves pairs unsaid
     alone = across_cases.split_findings([Shape(2, 128, 64), Shape(1, 200, 64)], [Shape(2, 128, 32), Shape(3, 256, 32)])
     assert [f.fields for f in alone] == [{"only_where": "d = 32"}]
+
+
+# ---------------------------------------------------------------- across cases: the catalogue's leads
+def every_batch_from_batch_0(path, B, N, d, seed):
+    """An input, the right output and the output of a program that computes every batch from
+    batch 0's Q, K and V (set38's s07: each stream's launch given the first batch's pointer)."""
+    generate.write_input(path, Shape(B, N, d), seed)
+    inp = AttentionInput(path)
+    right = np.concatenate([reference.attention(*inp.qkv(b)) for b in range(B)]).astype(np.float32)
+    return inp, right, np.repeat(right[:1], B, axis=0)
+
+
+def test_leads_that_fit_only_the_two_batch_case_are_taken_out_where_another_lead_fits_every_case(tmp_path):
+    """At B = 2 "batch b holds b-1's output" and "every batch from batch 0's input" write the same
+    output; at B = 3 only the second fits: it is the lead kept for both cases, and the first is said
+    as fitting t01 alone."""
+    results = []
+    for name, B in (("t01", 2), ("t04", 3)):
+        inp, right, out = every_batch_from_batch_0(tmp_path / f"{name}.in", B, 64, 32, B)
+        found = diagnose.looks_like(inp, out, 5e-3)
+        names = [m.name for m, _ in found]
+        lines = [f"looks like: {n}; check: ..." for n in names]
+        results.append(SimpleNamespace(verdict="WRONG", target=SimpleNamespace(name=name),
+                                       diagnosis=Diagnosis(lines, dict(mistakes=names, looks_like=list(names)))))
+    first, second = results
+    kept = second.diagnosis.fields["mistakes"]
+    assert "every batch computed from batch 0's Q/K/V" in kept and "batch b holds batch b-1's output" not in kept
+    assert {"batch b holds batch b-1's output", *kept} <= set(first.diagnosis.fields["mistakes"])
+    across_cases.narrow_leads(results)
+    assert first.diagnosis.fields["mistakes"] == kept and second.diagnosis.fields["mistakes"] == kept
+    assert first.diagnosis.lines[-1].startswith("also fits this case, not t04 (which the leads above fit too): ")
+    assert [line.startswith("looks like: ") for line in first.diagnosis.lines].count(True) == len(kept)
+
+
+def test_leads_are_left_as_they_are_where_no_lead_fits_every_failing_case():
+    def case(name, leads):
+        return SimpleNamespace(verdict="WRONG", target=SimpleNamespace(name=name), diagnosis=Diagnosis(
+            [f"looks like: {n}; check: x" for n in leads], dict(mistakes=list(leads), looks_like=list(leads))))
+    results = [case("t01", ["a", "b"]), case("t02", ["c"]), case("t03", [])]
+    across_cases.narrow_leads(results)
+    assert [r.diagnosis.fields["mistakes"] for r in results] == [["a", "b"], ["c"], []]
+    assert len(results[0].diagnosis.lines) == 2

@@ -446,3 +446,24 @@ def test_a_drawn_input_no_judged_run_ran_on_counts_no_judged_run():
     assert cause.judged_failed_on(judged, whole) is True
     drawn = SimpleNamespace(whole=whole, verdict="WRONG", judged=None, judged_run=False)
     assert cause.judged_failed_on(drawn, whole) is None
+
+
+def test_a_race_whose_wrong_rows_are_each_the_right_row_scaled_says_so_with_the_sum_that_lost_parts(tmp_path):
+    """set38's s05: key ranges of a row add into O with atomicAdd and into L with a plain +=: in every
+    run each wrong row is the right row over a sum that lost some parts, by a factor that changes
+    from run to run. Rows that change in other ways keep the plain race."""
+    from fa_cli.judge.verdict import judged_output
+    rng = np.random.default_rng(3)
+    right = rng.uniform(-1, 1, (2, 16, 8)).astype(np.float32)
+    case = reruns.TrialCase("x", tmp_path / "x.in", Shape(2, 16, 8), right)
+    scaled = [right * rng.uniform(1.5, 3, (2, 16, 1)).astype(np.float32) for _ in range(3)]
+    runs = reruns.Reruns(case, 5e-3, judged_output(scaled[0], None), True)
+    for out in scaled[1:]:
+        runs.add(out)
+    [found] = runs.findings("cuda")
+    assert found.kind == "race" and found.lines[0].endswith(reruns.SCALED_RACE), found.lines
+    noisy = reruns.Reruns(case, 5e-3, judged_output(scaled[0], None), True)
+    for _ in range(2):
+        noisy.add(right + rng.uniform(-1, 1, right.shape).astype(np.float32))
+    [found] = noisy.findings("cuda")
+    assert found.kind == "race" and reruns.SCALED_RACE not in found.lines[0]

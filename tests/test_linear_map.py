@@ -488,3 +488,70 @@ def test_a_sum_over_part_of_the_lanes_is_said_by_the_lanes_each_column_adds(M):
                          f"threads whose index is c mod {M} (a xor butterfly over a warp's 32 lanes missing its "
                          f"offsets below {M}, or {M} threads a row whose sums are never added); look at the sum's "
                          "shuffle loop (its start and bound) or the threads that share a row"), said
+
+
+def test_keys_whose_weights_meet_the_k_tile_past_v_are_said_with_the_pitches():
+    """set38's s02: in columns 16-31, the partner lane's keys 0..7 of each 16-key tile meet rows 16..23
+    of a 16-row V tile, which are the K tile stored after it at a pitch of 33: their weights, right,
+    meet K's elements read at V's pitch of 32 (the pad column holds whatever the memory held)."""
+    rng = np.random.default_rng(5)
+    n = 64
+    q, k = (rng.uniform(-3, 3, size=(n, D)).astype(np.float32) for _ in range(2))
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    gone = np.arange(n) % 16 < 8
+    T = np.zeros((n, D, n, D))
+    for c in range(D):
+        T[:, c, :, c] = np.where(gone[None] & (c >= 16), 0.0, P)
+    j, c = np.meshgrid(np.flatnonzero(gone), np.arange(16, D), indexing="ij")
+    element = pairing_free_element(j, c, k, rng)
+    constant = np.zeros((n, D))
+    constant[:, 16:] = P[:, gone] @ element
+    said = linear_map.read_map(T, P, q, k, constant)
+    assert said[:2] == ["the weights differ by output column: 2 sets", "columns 0-15: right"], said
+    assert said[2].startswith("columns 16-31: keys whose weights meet no row of V: the keys j with j mod 16 in "
+                              "{0-7} (32 of 64) have 0 weight on every row of V"), said[2]
+    assert "they fit K's tile of 16 keys stored at a pitch of 33 floats a row and read at 32" in said[2], said[2]
+    assert linear_map.look_for(said) == "rows of V"
+    # values of no input: the keys still said, and the values said to be no element of K or Q
+    constant[:, 16:] = P[:, gone] @ rng.uniform(-3, 3, size=element.shape)
+    said = linear_map.read_map(T, P, q, k, constant)
+    assert said[2].endswith("that are no element of K or Q"), said[2]
+
+
+def pairing_free_element(j, c, k, rng):
+    """K's element that key j's weight meets in column c where the 16-key K tile, stored at a pitch
+    of 33, is read at 32; the pad column's slots hold drawn values."""
+    place = (j % 16) * 32 + c
+    key, dim = j - j % 16 + place // 33, place % 33
+    return np.where(dim < D, k[np.minimum(key, k.shape[0] - 1), np.minimum(dim, D - 1)], rng.uniform(-3, 3, j.shape))
+
+
+def test_keys_scored_but_left_out_of_p_v_are_said_as_a_loop_that_stops_short():
+    """set38's s11 on 64 lanes: the P V loop runs over 32 keys of each 64-key tile while l holds all
+    64: keys 32..63 of each tile have 0 weight, the others P's exactly, and V all zero gives 0."""
+    rng = np.random.default_rng(6)
+    n = 128
+    q, k = (rng.uniform(-3, 3, size=(n, D)).astype(np.float32) for _ in range(2))
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    W = np.where(np.arange(n)[None] % 64 >= 32, 0.0, P)
+    T = np.zeros((n, D, n, D))
+    T[:, np.arange(D), :, np.arange(D)] = W
+    said = linear_map.read_map(T, P, q, k, np.zeros((n, D)))
+    assert said == ["keys whose weights meet no row of V: the keys j with j mod 64 in {32-63} (64 of 128) have 0 "
+                    "weight on every row of V, the other keys P's weights exactly (so theirs are in l)"
+                    + linear_map.unmet_keys.NOTHING_MET], said
+    assert linear_map.look_for(said) == "weights met"
+    # a mask that renormalises the keys kept is not this reading (their weights are no longer P's)
+    assert linear_map.unmet_keys.unmet(W / W.sum(axis=1, keepdims=True), P, None, np.arange(D), {}) is None
+
+
+def test_the_map_is_read_after_a_32_lane_build_named_the_wavefront_width():
+    """The 32-lane build names the class (a 32-lane assumption); the map still reads what the 64-lane
+    build computes, to say which mechanism; any other name stops it."""
+    ctx = Context(program=None, launcher=None, work=None, budget=None, say=print, tol=5e-3,
+                  probe=ProbeInput(*(np.zeros((1, 8, 32), np.float32) for _ in range(3)), "p"), case_label="t01")
+    ctx.facts.out = np.ones((1, 8, 32), np.float32)
+    ctx.facts.named, ctx.facts.lanes_named = True, True
+    assert linear_map.LinearMap().applies(ctx)
+    ctx.facts.lanes_named = False
+    assert not linear_map.LinearMap().applies(ctx)

@@ -279,3 +279,17 @@ def test_a_tool_whose_every_report_is_in_fas_layers_is_not_said_clean(tmp_path, 
     ctx.done.clear()
     Sanitizer.told(ctx, case, tool_logs.SanitizerReport("racecheck", [], None, finished=True))
     assert ctx.done == ["racecheck clean on t01"]
+
+
+def test_two_writes_of_one_line_against_each_other_are_said_as_an_index_that_gives_two_threads_one_place():
+    """set38's s10: a tile's load splitting its flat index by 64 where d = 32: two threads store one
+    element from the same line. A write against a read, or writes of two lines, keep the plain words."""
+    log = RACECHECK_LOG.replace("Read access", "Write access").replace("hw4.cu:80", "hw4.cu:70")
+    [said] = tool_logs.sanitizer_lines(tool_logs.first_sanitizer_error(log))
+    assert said.startswith("a shared-memory race: a write at attention<(int)32>+0x1a0, hw4.cu:70 against a write at "
+                           "attention<(int)32>+0x2b0, hw4.cu:70 [4096 hazards]: threads of a block store to one shared "
+                           "place from the same line"), said
+    [plain] = tool_logs.sanitizer_lines(tool_logs.first_sanitizer_error(RACECHECK_LOG))
+    assert "same line" not in plain
+    two_lines = RACECHECK_LOG.replace("Read access", "Write access")
+    assert "same line" not in tool_logs.sanitizer_lines(tool_logs.first_sanitizer_error(two_lines))[0]

@@ -181,3 +181,30 @@ def across_cases(passed: list[Shape], failed: list[Shape], suite_cases: dict, su
     found = ([size] if size else []) + splits
     hint = suggestions(passed, failed, suite_cases) if suggest and not found else None
     return found + ([hint] if hint else [])
+
+
+# ---------------------------------------------------------------- across cases: the catalogue's leads
+def narrow_leads(results: list) -> None:
+    """A program has one mistake: where the catalogue's leads of some failing cases fit every
+    failing case it named any lead for, the leads that fit only some of them are taken out of
+    those cases' "looks like" (and their fields), with one line naming the cases they did not fit.
+    (Two leads at B = 2, "batch b holds b-1's output" and "every batch from batch 0's input", are
+    one output there; B = 3 tells them apart.)"""
+    led = [r for r in results if r.verdict == "WRONG" and r.diagnosis and r.diagnosis.fields.get("mistakes")]
+    common = set.intersection(*(set(r.diagnosis.fields["mistakes"]) for r in led)) if len(led) >= 2 else set()
+    if not common:
+        return
+    for r in led:
+        fields = r.diagnosis.fields
+        alone = [i for i, name in enumerate(fields["mistakes"]) if name not in common]
+        if not alone:
+            continue
+        names = [fields["looks_like"][i] for i in alone]
+        others = [o.target.name for o in led if not set(fields["mistakes"][i] for i in alone) <= set(
+            o.diagnosis.fields["mistakes"])]
+        r.diagnosis.lines = [line for line in r.diagnosis.lines
+                             if not any(line.startswith(f"looks like: {name}; ") for name in names)]
+        r.diagnosis.lines.append(f"also fits this case, not {', '.join(others)} (which the leads above fit too): "
+                                 + "; ".join(names))
+        fields["looks_like"] = [n for i, n in enumerate(fields["looks_like"]) if i not in alone]
+        fields["mistakes"] = [n for i, n in enumerate(fields["mistakes"]) if i not in alone]

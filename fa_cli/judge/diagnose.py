@@ -307,6 +307,7 @@ def of_wrong(result: VerifyResult, shape: Shape, inp: AttentionInput | None = No
     if inp is not None and out is not None:
         found = looks_like(inp, out, result.tol, first_wrong_rows(result, shape))
         fields["looks_like"] = [m.name + (f", {variants(labels)}" if any(labels) else "") for m, labels in found]
+        fields["mistakes"] = [m.name for m, _ in found]  # without the variants: the same mistake in every case
         if found:
             lines += [f"looks like: {name}; check: {m.hint}{where_to_look(m, source)}"
                       for name, (m, _) in zip(fields["looks_like"], found)]

@@ -33,7 +33,7 @@ from .launch_source import LaunchAsWritten
 from .warp_lanes import WarpLanes
 from .shared_poison import UnwrittenShared
 from .copied_back import CopiedBack
-from .across_cases import across_cases
+from .across_cases import across_cases, narrow_leads
 from .batch_coverage import BatchesCovered
 from .larger_input import LargerInput, correct_output
 from .batch_apart import ChangingBatchAlone
@@ -223,6 +223,7 @@ def explain(results: list, options, say: Callable[[str], None], budget_s: float 
     Returns what the run's steps found."""
     budget = Budget(budget_s)
     all_found: list[Finding] = []
+    narrow_leads(results)  # the catalogue's leads that fit every failing case, before any case is looked into
     with locations.scratch("why", options.output_dir) as tmp:
         looked = []
         for case in [chosen] if chosen else [smallest_failure([r for r in results if r.verdict == v]) for v in FIRST]:

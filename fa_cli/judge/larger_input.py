@@ -34,6 +34,7 @@ from .across_cases import sizes_crossing, under_limit
 from .findings import Finding, Kind
 from .launch_errors import base_name
 from .probes.step import read_payload, spans
+from .reruns import row_factors
 from .slow_device import waiting
 from .steps import Context, Step
 from .tool_logs import Budget
@@ -297,19 +298,11 @@ def keys_capped(path: Path, shape: Shape, rows: np.ndarray | None, got: np.ndarr
     return None
 
 
-SCALED_FIT = 1e-3  # a wrong row is the right one times a factor where the rest misses by under this (relative)
-
-
 def rows_scaled(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray) -> str | None:
     """Where every wrong row is the right row times a factor of its own (not 1): their range; None
     otherwise (a row of zeros is not one: nothing was written there)."""
-    rows = wrong.any(axis=2)
-    g, c = got[rows], correct[rows]
-    if not g.size or not np.isfinite(g).all():
-        return None
-    factor = (g * c).sum(axis=1) / np.maximum((c * c).sum(axis=1), 1e-300)
-    miss = np.abs(g - factor[:, None] * c).max(axis=1) / np.maximum(np.abs(c).max(axis=1), 1e-30)
-    if (miss > SCALED_FIT).any() or (np.abs(factor - 1) < SCALED_FIT).any() or (np.abs(factor) < SCALED_FIT).any():
+    factor = row_factors(got, correct, wrong)
+    if factor is None:
         return None
     return (f"every wrong row is the right row times a factor of its own (from {factor.min():.3g} to "
             f"{factor.max():.3g}): the right weights, divided by another sum, or the output scaled once more")

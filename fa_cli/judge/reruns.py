@@ -82,6 +82,23 @@ def run_once(program: Program, case: TrialCase, out: Path, launcher: Launcher | 
     return result, np.array(open_output(out, case.shape))
 
 
+SCALED_FIT = 1e-3  # a wrong row is the right one times a factor where the rest misses by under this (relative)
+
+
+def row_factors(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray) -> np.ndarray | None:
+    """Where every wrong row is the right row times a factor of its own (not 1, not 0): the factors;
+    None otherwise (a row of zeros is not one: nothing was written there)."""
+    rows = wrong.any(axis=2)
+    g, c = got[rows].astype(np.float64), correct[rows].astype(np.float64)
+    if not g.size or not np.isfinite(g).all():
+        return None
+    factor = (g * c).sum(axis=1) / np.maximum((c * c).sum(axis=1), 1e-300)
+    miss = np.abs(g - factor[:, None] * c).max(axis=1) / np.maximum(np.abs(c).max(axis=1), 1e-30)
+    if (miss > SCALED_FIT).any() or (np.abs(factor - 1) < SCALED_FIT).any() or (np.abs(factor) < SCALED_FIT).any():
+        return None
+    return factor
+
+
 def over(a: np.ndarray, b: np.ndarray, tol: float) -> np.ndarray:
     """Where a and b differ by more than tol (NaN counts, a signalling one without numpy's warning)."""
     with np.errstate(invalid="ignore"):
@@ -106,6 +123,8 @@ class Reruns:
         self.compared_with_judged = 0
         self.no_output = 0  # reruns that crashed, stopped or wrote an output of the wrong size
         self.batches_differ = np.zeros(case.shape.B, dtype=bool)  # batches with a value over tol between runs
+        self.wrong_outputs = 0  # reruns with an output that fails
+        self.rows_scaled = 0  # of them, those whose every wrong row is the right row times a factor of its own
 
     @property
     def count(self) -> int:
@@ -120,6 +139,9 @@ class Reruns:
         if got is None:
             self.no_output += 1
             return
+        if self.failed[-1]:
+            self.wrong_outputs += 1
+            self.rows_scaled += row_factors(got, self.case.expected, over(got, self.case.expected, self.tol)) is not None
         if self.judged is not None and self.judged_counted:
             self.compared_with_judged += 1
             self.unlike_judged += not self.judged.same_batches(got)
@@ -176,6 +198,8 @@ class Reruns:
                 "whose contents change from run to run"], fields))
         elif self.over:
             why = "" if found else f"; a result that depends on timing is a race ({words})"
+            if self.rows_scaled == self.wrong_outputs >= 2:
+                why += SCALED_RACE
             found.append(Finding(Kind.RACE, [
                 f"race: the output changes between runs: {self.over} of {self.case.expected.size} values differ by "
                 f"more than {self.tol:g} (up to {self.worst:.3g}) on {on}, failed {k} of {n} runs{why}"], fields))
@@ -205,6 +229,12 @@ class Reruns:
             return f"{verdict} on {self.case.label}, none with an output of the right size"
         return f"{verdict} on {self.case.label}: the same output in every run, bit for bit{judged} (no sign of a " \
                "race in them)"
+
+
+SCALED_RACE = ("; in every failing rerun each wrong row is the right row times a factor of its own, the factors "
+               "changing from run to run: the right weights over a sum that lost some of its parts, or the reverse (a "
+               "row's sum l, or its output, added to by several blocks or threads with a plain += where an atomicAdd "
+               "belongs, or read before every part was added)")
 
 
 def plural_runs(n: int, word: str) -> str:

@@ -41,6 +41,7 @@ class Facts:
     dead_keys: np.ndarray | None = None
     query_side: bool = False  # ScoreInputs read K right, or rows whose scores differ where their Q was alike
     named: bool = False  # a mechanism is named: the later readings stand aside
+    lanes_named: bool = False  # named by the 32-lane build alone: the linear map still reads the 64-lane one
     stop: bool = False  # nothing more to measure on probe inputs (no output, or one that changes)
     no_output: bool = False  # the probe input's runs wrote no output of the right size
     changes: bool = False  # two runs on the probe input differ: only hw4.hip's 32-lane build still tells

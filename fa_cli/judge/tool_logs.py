@@ -322,9 +322,22 @@ def sanitizer_lines(first: list[str]) -> list[str]:
         text = f"{what}: a {race.group(2).lower()} at {short_place(race.group(3))}"
         if other:
             text += f" against a {other.group(1).lower()} at {short_place(other.group(2))}"
+            text += one_line_stores(race.group(2), other.group(1), race.group(3), other.group(2))
         return [text]
     detail = [short_place(l) if l.startswith("at ") else l for l in first[1:]]
     return [first[0].removeprefix("Error: ")] + (["; ".join(detail)] if detail else [])
+
+
+def one_line_stores(kind: str, other_kind: str, place: str, other_place: str) -> str:
+    """Two writes of one source line against each other: what that says of the store's index (in
+    words, after a ':'); else ''."""
+    line, other_line = (re.search(r"[\w.+-]+:\d+", short_place(p).rpartition(", ")[2]) for p in (place, other_place))
+    if kind.lower() != "write" or other_kind.lower() != "write" or not line or not other_line or \
+            line.group(0) != other_line.group(0):
+        return ""
+    return (": threads of a block store to one shared place from the same line: its index gives two threads one "
+            "place (a flat index split into row and column by a width other than the tile's row, or a thread's "
+            "share of a loop that overlaps another's), unless each writes the same value")
 
 
 def sanitizer_count(log: str) -> int | None:

@@ -261,6 +261,7 @@ class Wavefronts(Probe):
             return [Finding(Kind.MISSING_TOOL, [f"the 32-lane build of {ctx.source.name} failed: {e}"])]
         got = ctx.run(ctx.probe, program=narrow)
         if right(ctx, got, ctx.probe):
+            ctx.facts.lanes_named = True  # which 32-lane line: what the 64-lane build computes says (LinearMap)
             own = ctx.source.read_text(errors="replace").splitlines()
             found, mixed = wave64.lane_lines(ctx.source)
             lines = [(name, n, own[n - 1] if name == ctx.source.name and n <= len(own) else text)

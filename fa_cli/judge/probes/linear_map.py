@@ -32,7 +32,7 @@ import numpy as np
 from ..diagnose import source_lines
 from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
-from . import map_formulas, pairing, row_weights
+from . import map_formulas, pairing, row_weights, unmet_keys
 from .map_formulas import map_formula
 from .readings import measured
 from .score_fit import FIT_RESIDUAL, TINY_WEIGHT, distinct, score_fit, score_terms, score_words
@@ -80,7 +80,8 @@ class LinearMap(Probe):
 
     def applies(self, ctx: Context) -> bool:
         shape = ctx.probe.shape
-        return not ctx.facts.named and ctx.facts.out is not None and map_rows(shape.N, shape.d, ctx.kind) >= 2 \
+        return (not ctx.facts.named or ctx.facts.lanes_named) and ctx.facts.out is not None \
+            and map_rows(shape.N, shape.d, ctx.kind) >= 2 \
             and ctx.facts.out.any()  # an output of zeros everywhere reads as a map of nothing: W's readings say it
 
     def run(self, ctx: Context) -> list[Finding]:
@@ -88,7 +89,8 @@ class LinearMap(Probe):
         N, d = map_rows(inp.shape.N, inp.shape.d, ctx.kind), inp.shape.d
         q, k, v = inp.q[batch, :N], inp.k[batch, :N], inp.v[batch, :N]
         got, apart = run_many(ctx, basis_input(q, k, v))
-        where = f"{N * d + 2} batches of {N} rows, batch {batch}'s Q and K"
+        where = f"{N * d + 2} batches of {N} rows, batch {batch}'s Q and K" + \
+            (", on the MI210's 64 lanes" if ctx.facts.lanes_named else "")
         if apart:
             return [Finding(Kind.OBSERVED, [f"probe: on the {where}: {apart}"])]
         if got is None:
@@ -110,7 +112,7 @@ class LinearMap(Probe):
         if np.abs(got[-2] - ProbeInput(q[None], k[None], v[None]).output()[0]).max() <= ctx.tol:
             return []  # right at this size: what fails needs more rows; the later steps read them
         P = softmax_rows(logits(q[None], k[None]))[0]
-        mapped = read_map(T, P, q, k)
+        mapped = read_map(T, P, q, k, constant)
         said = without_v(constant, P, q, k) + mapped
         if not said:
             return []
@@ -123,6 +125,8 @@ class LinearMap(Probe):
 def look_for(mapped: list[str]) -> str:
     """Which lines of the source to show under what the map says."""
     first = mapped[0] if mapped else ""
+    if any(unmet_keys.LEAD in line for line in mapped):
+        return "weights met" if any(line.endswith(unmet_keys.NOTHING_MET) for line in mapped) else "rows of V"
     if first.startswith(pairing.LEAD_TILES + "each tile"):
         return "rows of V"
     if first.startswith("each row weighs"):
@@ -213,9 +217,11 @@ def column_blocks(groups: list, weights: np.ndarray, P: np.ndarray) -> str:
             "row, or with none)")
 
 
-def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list[str]:
+def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constant: np.ndarray | None = None
+             ) -> list[str]:
     """What T is, in sentences of measured figures; empty where it is one set of weights from the
-    right scores (the softmax steps' to read) or nothing fits."""
+    right scores (the softmax steps' to read) or nothing fits. constant: the output where V is all
+    zero (what the keys that meet no row of V met instead is read from it)."""
     N, d = T.shape[:2]
     across = T.copy()
     across[:, np.arange(d), :, np.arange(d)] = 0.0
@@ -230,7 +236,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
     if len(groups) == 1 and (found := band(weights[0], P)):
         return found
     if len(groups) == 1 and (found := pairing.rows_weighed(weights[0], P) or row_weights.another_rows(
-            weights[0], P, MAP_ATOL) or pairing.tiles_moved(weights[0], P)):
+            weights[0], P, MAP_ATOL) or pairing.tiles_moved(weights[0], P)
+            or unmet_keys.unmet(weights[0], P, constant, np.arange(d), {"K": k, "Q": q})):
         return [found]
     if len(groups) == 1:  # scores of some dims only are said here; one factor on them all is the Factors step's
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it
@@ -248,7 +255,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray) -> list
         W = weights[cols[0]]
         error = np.abs(W - P).max()
         state = "right" if error <= MAP_ATOL else "every weight 0: made of no row of V" if np.abs(W).max() <= MAP_ATOL \
-            else one_key(W) or f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
+            else one_key(W) or unmet_keys.unmet(W, P, constant, np.array(cols), {"K": k, "Q": q}) \
+            or f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
         lines.append(f"columns {spans(cols)}: {state}")
     if rest := groups[SETS_SAID:]:  # a set for nearly every column: the first said, the others in numbers
         errors = [np.abs(weights[cols[0]] - P).max() for cols in rest]
