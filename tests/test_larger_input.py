@@ -225,17 +225,18 @@ def test_the_longest_rows_and_most_batches_are_drawn_at_the_largest_d_passed():
     assert larger_input.larger_shape(passed) == Shape(4, 2048, 32)
 
 
-@pytest.mark.parametrize("wrong_at, checked", [(None, 5), ("edge", 5), ("most", 4), ("longest", 3), ("middle", 2),
-                                               ("larger", 1)])
+@pytest.mark.parametrize("wrong_at, checked", [(None, 6), ("half tile", 6), ("edge", 5), ("most", 4), ("longest", 3),
+                                               ("middle", 2), ("larger", 1)])
 def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, monkeypatch, wrong_at, checked):
     """4 x 2048, 2 x 4096, then 2 x 32768 on sampled rows, the most batches on fewer rows, one batch
-    of 129 rows: the first that is wrong is the warning, and nothing after it runs (but the run that
+    of 129 rows, one of 97: the first that is wrong is the warning, and nothing after it runs (but the run that
     weighs a 32-bit size where 2 x 32768 is wrong: 1 x 23168, sampled; and 2 x 32768 where 2 x 4096
     is wrong, to bracket it)."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.findings import Finding
     names = {Shape(4, 2048, 32): "larger", Shape(2, 4096, 32): "middle", Shape(2, 32768, 32): "longest",
-             Shape(13600, 128, 32): "most", Shape(1, 129, 32): "edge", Shape(1, 23168, 32): "under 2^31"}
+             Shape(13600, 128, 32): "most", Shape(1, 129, 32): "edge", Shape(1, 97, 32): "half tile",
+             Shape(1, 23168, 32): "under 2^31"}
     ran = []
 
     def check(program, shape, launcher, work, say, budget, rows=None):
@@ -249,7 +250,7 @@ def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, 
     assert larger_input.LargerInput().applies(ctx)
     found = larger_input.LargerInput().run(ctx)
     assert ran[:checked] == [("larger", None), ("middle", None), ("longest", larger_input.SAMPLED_ROWS),
-                             ("most", larger_input.MOST_ROWS), ("edge", None)][:checked]
+                             ("most", larger_input.MOST_ROWS), ("edge", None), ("half tile", None)][:checked]
     after = {"longest": [("under 2^31", larger_input.SAMPLED_ROWS)], "middle": [("longest", larger_input.SAMPLED_ROWS)]}
     assert ran[checked:] == after.get(wrong_at, [])
     assert bool(found) == (wrong_at is not None)
@@ -435,3 +436,39 @@ def test_a_run_stopped_far_past_the_kernels_pace_is_warned_as_one_that_may_never
         found.lines[0], found.lines
     ctx.results = [passed(5.0)]  # 55 s at that pace: a slow program, not said to hang
     assert larger_input.LargerInput().run(ctx) == stopped
+
+
+def test_a_last_tile_of_64_keys_past_half_full_comes_after_the_odd_n_and_is_said_so(tmp_path, monkeypatch):
+    """set39's s10: a last tile of `N % 32` keys on 64 lanes drops 32 keys where N mod 64 >= 32; the
+    course's N (0 or 8 mod 64) and 129 pass, one batch of 97 rows does not."""
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    assert larger_input.SHAPES[-1] is larger_input.half_tile_shape
+    assert larger_input.half_tile_shape([Shape(2, 128, 64), Shape(3, 200, 32)]) == Shape(1, 97, 64)
+    assert larger_input.half_tile_shape([Shape(1, 100, 32)]) is None and larger_input.half_tile_shape([]) is None
+    program = tmp_path / "stand-in"
+    program.write_text(HALF_TILE_CUT.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.hip", program), Shape(1, 97, 32), None, tmp_path, lambda line: None,
+                                 Budget(60))
+    assert found.lines[0].startswith("passes the cases run, but on a drawn B=1, N=97, d=32 input (one batch whose "
+                                     "last tile of 64 keys holds 33, past half: no course case has such an N) it "
+                                     "writes"), found
+    assert larger_input.check(Program("hw4.hip", program), Shape(1, 129, 32), None, tmp_path, lambda line: None,
+                              Budget(60)) == []
+
+
+HALF_TILE_CUT = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+keys = N if N % 64 < 32 else N - 32  # the last tile's count taken as N % 32 on 64 lanes: 32 keys lost
+o = np.empty((B, N, d))
+for b in range(B):
+    q, k, v = x[b]
+    s = q @ k[:keys].T / np.sqrt(d)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    o[b] = p @ v[:keys] / p.sum(axis=1, keepdims=True)
+o.astype("<f4").tofile(sys.argv[2])
+"""

@@ -416,6 +416,26 @@ def test_rows_that_repeat_another_row_are_copies_and_rows_shifted_are_moves():
         assert layout.copied(out, true, 5e-3, dest, src, coef, shape) is copies
 
 
+def test_upper_columns_that_repeat_the_first_ones_are_said_as_v_read_from_column_0():
+    """set39's s07: two passes of 32 dims, each reading V's dims 0..31: columns 32..63 of every row
+    hold the right values of columns 0..31 (copies within the row, not another row's)."""
+    inp = probe(B=2, N=64, d=64)
+    true = inp.output()
+    out = true.copy()
+    out[:, :, 32:] = true[:, :, :32]
+    out = out.astype(np.float32)
+    dest, src = layout.pairs(out, true, 5e-3)
+    coef, _ = layout.fit(dest, src, (2, 64, 64), int(np.count_nonzero(np.abs(out - true) > 5e-3)))
+    assert list(coef) == [4096, 64, 1, 32], coef
+    placed = layout.placed_by(dest, src, coef, (2, 64, 64))
+    said = layout.within_rows(dest[placed], src[placed], 32, (2, 64, 64))
+    assert said.startswith("columns 32-63 of each row hold the right values of columns 0-31: the upper columns "
+                           "computed with V's first ones"), said
+    rows_copied = np.repeat(true[:, ::2], 2, axis=1).astype(np.float32)  # another row's copies: not this reading
+    dest, src = layout.pairs(rows_copied, true, 5e-3)
+    assert layout.within_rows(dest, src, 32, (2, 64, 64)) == ""
+
+
 def test_b_and_n_swapped_at_the_call_are_found_among_the_index_formulas():
     """A C function given (N, B) for (B, N) (its own loops, not fa's reshape): the input cut as N
     batches of B rows."""
@@ -741,6 +761,19 @@ def test_one_step_of_the_online_softmax_written_otherwise_is_found_with_its_tile
     step, words, tiles = softmax_steps.search(W, s)
     assert (step, words, tiles) == ("sum", "l = l + sum(p) (l not rescaled)", [20])
     assert softmax_steps.search(softmax_rows(s), s) is None  # the right weights fit no other form
+
+
+def test_a_step_written_otherwise_at_the_last_tile_alone_is_found_as_a_path_of_its_own():
+    """set39's s12: the short last tile's path rescales l and not o (the whole tiles' path does both):
+    N = 200 in tiles of 64, the last 8 keys; every tile size whose last tile is those 8 keys fits."""
+    inp = probe(N=200)
+    s = logits(inp.q, inp.k)
+    forms = {**softmax_steps.RIGHT, "output": dict(softmax_steps.STEP_FORMS["output"])["acc = acc + p V (acc not "
+                                                                                          "rescaled)"]}
+    W = softmax_steps.simulate(s, 64, forms, last_only=True)
+    step, words, tiles = softmax_steps.search(W, s)
+    assert (step, words) == ("output", "acc = acc + p V (acc not rescaled)" + softmax_steps.LAST_ONLY)
+    assert 64 in tiles and all((199 // T) * T == 192 for T in tiles), tiles  # the last tile: keys 192-199
 
 
 def test_statistics_kept_once_a_warp_where_once_a_row_belongs_are_read_from_the_factors():

@@ -71,6 +71,21 @@ def test_nan_as_built_too_is_not_counted(ctx, monkeypatch):
     assert shared_poison.UnwrittenShared().run(ctx) == []
 
 
+def test_values_not_finite_as_built_that_the_fill_turns_another_non_number_are_not_counted(ctx, monkeypatch):
+    """set39's s06: rows of inf (a weight that overflowed a half) become NaN or -inf with 1000 in
+    shared memory: no evidence of a read of unwritten memory. A finite value turned inf is."""
+    built = BUILT.copy()
+    built[0, 1] = np.inf
+    turned = built.copy()
+    turned[0, 1] = [np.nan, -np.inf]
+    runs_giving(monkeypatch, ctx, built.copy(), turned, built=built)
+    assert shared_poison.UnwrittenShared().run(ctx) == []
+    turned[0, 2] = np.inf
+    runs_giving(monkeypatch, ctx, built.copy(), turned, built=built)
+    [found] = shared_poison.UnwrittenShared().run(ctx)
+    assert "with 1000 there 2 of 8 values change" in found.lines[0], found.lines
+
+
 def test_noise_under_the_tolerance_is_no_change_and_a_fill_not_whole_is_said(ctx, monkeypatch):
     """A program whose last bits change from run to run (float atomics' order): not a read of
     unwritten shared memory; where the layer could not fill it all, the unchanged output says so."""

@@ -56,3 +56,36 @@ def test_a_bound_fa_has_not_is_said_by_its_size_and_no_nan_at_every_scale_is_no_
                                               "unscaled, |q| sum |k|, sum |s|)"), said
     ctx = context(tmp_path, "np.float32('nan')")
     assert underflow.reading(ctx) is None
+
+
+UNSHIFTED = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d)
+out = np.empty((B, N, d), np.float32)
+with np.errstate(all="ignore"):
+    for b in range(B):
+        q, k, v = x[b]
+        p = np.exp((q / np.float32(np.sqrt(d))) @ k.T).astype({dtype}).astype(np.float32)  # no max subtracted
+        out[b] = (p @ v) / p.sum(axis=1, keepdims=True)
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_rows_of_inf_where_the_largest_score_passes_a_halfs_exp_overflow_are_named_as_unshifted_weights(tmp_path):
+    """set39's s06: weights exp(s) of the unshifted scores staged as __half: the rows whose largest
+    score passes ln 65504 = 11.09 are inf or NaN, the others right (to a half's rounding of p)."""
+    rng = np.random.default_rng(8)
+    inp = ProbeInput(*(rng.uniform(-3, 3, size=(2, 128, 32)).astype(np.float32) for _ in range(3)))
+    ctx = stand_in_context(tmp_path, UNSHIFTED.replace("{dtype}", "np.float16"), "w = __float2half(__expf(s));\n", inp)
+    found = NotFinite().run(ctx)
+    assert ctx.facts.named and found[0].kind == "measured", found
+    said = found[0].lines[1]
+    assert "rows with NaN or inf on " in said and "are exactly those whose largest score q . k / sqrt(d) is over ln " \
+        "of a half (fp16, largest finite 65504) = 11.09" in said, said
+    assert said.endswith("its weights are exp of the scores not shifted by the row's max, overflowing a half (exp(s "
+                         "- m) is at most 1)"), said
+    assert found[0].lines[-1].startswith("lines with the exponential in hw4.cu: 1 `w = __float2half(__expf(s));`")
+    # in float, the same scores stay finite: nothing to read; NaN in every row is no split by the scores
+    assert underflow.overflow(np.full((2, 128, 32), np.nan), inp, inp.output(), 5e-3) is None

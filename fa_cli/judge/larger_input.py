@@ -9,7 +9,9 @@ at the course's longest rows (LONGEST_B x LONGEST_N x d, B * N past what a grid 
 16-bit size holds), checked on SAMPLED_ROWS rows of each batch; where that is right too, one at the
 course's most batches (MOST_B[d] x MOST_N x d, its t11 and t12: an input of 0.6 to 0.9 GB, past
 what one chunk of a chunked copy, or one stream's share, holds); last, one batch of an odd N
-(EDGE_B x EDGE_N x d: no course case has either, said so). Wrong there is a warning
+(EDGE_B x EDGE_N x d: no course case has either, said so), and one whose last tile of 64 keys is over
+half full (EDGE_B x HALF_TILE_N x d: 33 keys past 64, a wavefront's tile that a 32-key count cuts short).
+Wrong there is a warning
 with its numbers and the command that looks into it, never the verdict:
 
   passes the cases run, but on a drawn 4x2048x64 input (larger than them; not one of the course's
@@ -44,6 +46,7 @@ LARGER_SEED = 29
 MIDDLE_B, MIDDLE_N = 2, 4096  # rows past 2048 and under 8192 (its t23, t24): a path for "short" rows taken there
 LONGEST_B, LONGEST_N = 2, 32768  # the course's longest rows (its t30 is 2 x 32768 x 64)
 EDGE_B, EDGE_N = 1, 129  # beyond the course's shapes: one batch, N odd, one past a tile
+HALF_TILE_N = 97  # 64 + 33: a 64-key tile's upper half reached, one past a tile of 32 (course N are 0 or 8 mod 64)
 MOST_B, MOST_N = {32: 13600, 64: 9600}, 128  # the course's most batches (its t11 and t12)
 SAMPLED_ROWS = 64  # rows of each batch the longest input is checked on: its float64 output is N^2 d a batch
 MOST_ROWS = 8  # rows of each batch the input of most batches is checked on (thousands of batches)
@@ -70,6 +73,14 @@ def edge_shape(passed: list[Shape]) -> Shape | None:
     if not passed or any(s.B == 1 and s.N % 2 for s in passed):
         return None
     return Shape(EDGE_B, EDGE_N, passed[0].d)
+
+
+def half_tile_shape(passed: list[Shape]) -> Shape | None:
+    """The very last: one batch whose last 64-key tile holds 33 keys; None where a case passed had
+    such a tile (N mod 64 past 32) already."""
+    if not passed or any(s.N % 64 > 32 for s in passed):
+        return None
+    return Shape(EDGE_B, HALF_TILE_N, passed[0].d)
 
 
 def longest_shape(passed: list[Shape]) -> Shape | None:
@@ -178,6 +189,8 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     batch, None: all; path: the input, for the readings that need its values)."""
     kind = "one batch of an odd N: no course case has either" if shape.N % 2 else \
         "larger than the cases passed; not one of the course's cases"
+    if shape.N == HALF_TILE_N:
+        kind = f"one batch whose last tile of 64 keys holds {shape.N % 64}, past half: no course case has such an N"
     where = f"on a drawn {shape} input ({kind})"
     look = (f"`fa gen --shape {shape.B},{shape.N},{shape.d} --seed {LARGER_SEED} -o larger.in && fa run larger.in "
             f"--program {program.name}` looks into it")
@@ -340,8 +353,8 @@ class LargerInput(Step):
 
 # The drawn inputs, in order (each run only where the ones before were right), and the rows of
 # each batch checked on each (None: all, and a wrong one is looked into as a failing case).
-SHAPES = (larger_shape, middle_shape, longest_shape, most_batches_shape, edge_shape)
-ROWS_CHECKED = (None, None, SAMPLED_ROWS, MOST_ROWS, None)
+SHAPES = (larger_shape, middle_shape, longest_shape, most_batches_shape, edge_shape, half_tile_shape)
+ROWS_CHECKED = (None, None, SAMPLED_ROWS, MOST_ROWS, None, None)
 
 
 HANG_FACTOR = 10  # a run stopped this many times past the pace of the largest case passed: one that does not end?

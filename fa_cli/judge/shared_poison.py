@@ -78,8 +78,10 @@ class UnwrittenShared(Step):
             return [Finding(Kind.OBSERVED, ["shared memory filled before each launch: a run wrote no output of the "
                                             "right size; no claim from it"])]
         nans = int(np.count_nonzero(np.isnan(with_nan) & ~np.isnan(built)))
-        both_nan = np.isnan(with_value) & np.isnan(built)
-        changed = int((over(with_value, built, ctx.tol) & ~both_nan).sum())  # past the tolerance: no last-bit noise
+        # past the tolerance (no last-bit noise), and a number on one side at least: inf turned NaN is no evidence
+        # (a weight that overflowed, times a value read, says nothing of where the value came from)
+        either_finite = np.isfinite(with_value) | np.isfinite(built)
+        changed = int((over(with_value, built, ctx.tol) & either_finite).sum())
         size, case = built.size, ctx.trial.label
         if not nans and not changed:
             ctx.done.append(f"the same output with shared memory filled with NaN and with {POISON_VALUE:g} before "

@@ -56,6 +56,13 @@ COPY_BACK = r"Memcpy\w*Async\b.*DeviceToHost"
 ORDERING_LINES = (COPY_BACK, COPY_BACK, r"[Ss]ynchronize", r"Memcpy\w*Async",
                   r"Stream\w*Create|MallocHost|HostAlloc|MallocManaged")
 ORDERING_SHOWN = 3
+# Where launches overlap: the first two launches given a stream (a fourth launch parameter), then
+# what orders streams (an event recorded or waited on, a synchronization).
+STREAM_LAUNCH = r"<<<(?:[^,>]*,){3}\s*\w[^>]*>>>"
+OVERLAP_LINES = (STREAM_LAUNCH, STREAM_LAUNCH, r"StreamWaitEvent|EventRecord|[Ss]ynchronize")
+OVERLAP = ("launches or copies that overlap where one needs another's result (kernels on streams with no event or "
+           "wait between them, a copy on another stream than the kernel that writes its data, the output read "
+           "before the device finished); a race inside a kernel does not go away when its launch is waited for")
 
 
 def with_setting(program: Program, *assignments: str) -> Program:
@@ -94,8 +101,8 @@ def layered_wrong_trial(ctx: Context, *not_after: Kind) -> bool:
         ctx.trial is not None and not ctx.found_cause and not ctx.has(*not_after)
 
 
-def ordering_lines(ctx: Context) -> str:
-    shown = source_lines(ctx.source, ORDERING_LINES, ORDERING_SHOWN) if ctx.source else []
+def ordering_lines(ctx: Context, patterns: tuple[str, ...] = ORDERING_LINES) -> str:
+    shown = source_lines(ctx.source, patterns, ORDERING_SHOWN) if ctx.source else []
     return f"; lines that order host and device in {ctx.source.name}: {quoted(shown)}" if shown else ""
 
 
@@ -123,6 +130,37 @@ def alike(outputs: list) -> bool:
     return all(o is not None and np.array_equal(o, outputs[0], equal_nan=True) for o in outputs)
 
 
+def waited_by_turns(ctx: Context, case) -> list[Finding]:
+    """A result that depends on timing, run with every launch and copy waited for and as built by
+    turns (WAITED_RUNS each): right every time waited and wrong in most runs as built between them,
+    launches that overlap; still wrong waited, a race inside a kernel (or memory read unwritten)."""
+    waited_for, short, words = waiting(ctx.program)
+    outputs = {"as built": [], short: []}
+    for k in range(WAITED_RUNS):
+        for what, program in (("as built", ctx.program), (short, waited_for)):
+            got = outputs_of(ctx, program, case, 1, f"{what}, by turns, run {k + 1} of {WAITED_RUNS}", counted=False)
+            if got is None:
+                return []
+            outputs[what] += got
+    built, waited = wrong_in(outputs["as built"], case, ctx.tol), wrong_in(outputs[short], case, ctx.tol)
+    if None in built or None in waited:
+        return []
+    failed = sum(w > 0 for w in built)
+    if any(waited):
+        return [Finding(Kind.OBSERVED, [
+            f"with {words} it still fails {sum(w > 0 for w in waited)} of {WAITED_RUNS} runs on {case.label}: the "
+            "timing is inside the kernels (a race between threads or blocks, or memory read before it is written), "
+            "not launches that overlap"])]
+    if failed < 2:
+        return [Finding(Kind.OBSERVED, [
+            f"with {words} it is right in {WAITED_RUNS} of {WAITED_RUNS} runs on {case.label}, but as built it "
+            f"failed only {failed} of the {WAITED_RUNS} runs between them: no claim"])]
+    return [Finding(Kind.MEASURED, [
+        f"measured: with {words} it is right in {WAITED_RUNS} of {WAITED_RUNS} runs on {case.label}, and as built, "
+        f"run by turns with them, it fails {failed} of {WAITED_RUNS} (wrong values: {', '.join(map(str, built))}): "
+        + OVERLAP + ordering_lines(ctx, OVERLAP_LINES)], dict(waited_right=WAITED_RUNS, case=case.label))]
+
+
 class SlowerThanHost(Step):
     """A failing case whose result depends on timing, run slowed: does it then fail every time,
     the same way, and is it right with every launch and copy waited for?"""
@@ -144,8 +182,9 @@ class SlowerThanHost(Step):
         same = alike(outputs)
         said = f"{SLOWED} it fails {sum(w > 0 for w in wrong)} of {SLOWED_RUNS} runs on {case.label}" + \
             (", the same output bit for bit" if same else ", outputs that differ")
-        if not (same and all(wrong)):  # said as measured: no mechanism from it
-            return [Finding(Kind.OBSERVED, [f"{said} (wrong values: {', '.join(map(str, wrong))})"])]
+        if not (same and all(wrong)):  # said as measured; whether waiting for each launch settles it, by turns
+            return [Finding(Kind.OBSERVED, [f"{said} (wrong values: {', '.join(map(str, wrong))})"]),
+                    *waited_by_turns(ctx, case)]
         # Slowed and wrong alike is the host's order only where waiting for the device makes it right: a
         # kernel that reads memory another block is writing can settle into one wrong output slowed, too.
         waited_for, short, words = waiting(ctx.program)

@@ -16,8 +16,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..findings import Finding
+from ..mistakes import V_LINES
 from .readings import measured
-from .step import Context, Probe
+from .step import Context, Probe, spans
 
 MATCH_ATOL = 2e-6  # a written value "is" a true value within this (float32 against float64)
 CANDIDATES = 3  # true values tried per written value
@@ -159,6 +160,10 @@ class OutputLayout(Probe):
                     f"and still in its own place, {share}: whole batches repeated (a copy back, or its offset, that "
                     f"takes a batch twice, or a batch index two blocks share{also}); look at the copy back and the "
                     "batch index")
+        elif copies and (columns := within_rows(dest[placed_pairs], src[placed_pairs], delta, shape)):
+            return measured(ctx, [f"measured: copies, not moves: the right value of batch b, row r, column c is also "
+                                  f"at {where}, and still in its own place, {share}: {columns}"],
+                            look=("V's index", V_LINES), layout=[alpha, beta, gamma, delta])
         elif copies:
             said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
                     f"and still in its own place, {share}: two threads computed the same row (a write to a wrong place "
@@ -195,6 +200,18 @@ def moved(out: np.ndarray, true: np.ndarray, tol: float, shape, extra: np.ndarra
     formula += f" {'+' if delta >= 0 else '-'} {abs(delta)}" if delta else ""
     where = f"offset {formula} of the output ({meaning((alpha, beta, gamma, delta), shape)})"
     return Move((alpha, beta, gamma, delta), placed, wrong, where, (dest, src))
+
+
+def within_rows(dest: np.ndarray, src: np.ndarray, delta: int, shape) -> str:
+    """Where every copy stays in its own row, delta columns on (0 < delta < d): columns delta.. of
+    each row computed again from V's first columns, in words; else ''."""
+    d = shape[2]
+    if not 0 < delta < d or not (dest // d == src // d).all():
+        return ""
+    cols = np.unique(dest % d)
+    return (f"columns {spans(cols)} of each row hold the right values of columns {spans(cols - delta)}: the upper "
+            f"columns computed with V's first ones (a pass, lane or thread over columns {delta}.. that reads V from "
+            "column 0: V's column offset left out), or the first columns' values stored twice; look at V's index")
 
 
 COPIED = 0.9  # of the values placed, still right in their own place: copies, not moves

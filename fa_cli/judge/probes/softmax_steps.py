@@ -105,15 +105,18 @@ def rescaled_each_key(acc: np.ndarray, alpha: np.ndarray, p_full: np.ndarray) ->
         return acc * alpha[..., None] ** len(keys) + p_full * alpha[..., None] ** powers
 
 
-def simulate(s: np.ndarray, T: int, forms: dict) -> np.ndarray:
-    """W of the tiled online softmax over key tiles of T, with the given step functions."""
+def simulate(s: np.ndarray, T: int, forms: dict, last_only: bool = False) -> np.ndarray:
+    """W of the tiled online softmax over key tiles of T, with the given step functions (last_only:
+    at the last tile alone, the right ones before it: a separate path for the last tile)."""
     shape = s.shape[:-1]
+    given = forms
     N = s.shape[-1]
     m = np.full(shape, -np.inf)
     l, so_far = np.zeros(shape), np.zeros(shape)
     acc, carried = np.zeros(s.shape), np.zeros(shape + (min(T, N),))
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for j0 in range(0, N, T):
+            forms = given if not last_only or j0 + T >= N else RIGHT
             tile = forms["scores"](s[..., j0:j0 + T], carried[..., :min(T, N - j0)])
             carried[..., :tile.shape[-1]] = tile
             tmax = tile.max(axis=-1)
@@ -176,7 +179,14 @@ def search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int] | None] | 
         fit = [T for T in sizes if close(simulate(s[rows], T, forms), W[rows]) and fits(s, T, forms, W)]
         if fit:
             return step, words, (None if fits(s, N, forms, W) else fit)
+    for step, words, forms in variants():  # then at the last tile alone (tiles of 2 or more: one key is no path)
+        fit = [T for T in sizes[1:] if close(simulate(s[rows], T, forms, True), W[rows]) and fits(s, T, forms, W, True)]
+        if fit:
+            return step, words + LAST_ONLY, fit
     return merge_search(W, s)
+
+
+LAST_ONLY = " at the last tile alone (the tiles before it right: a separate path for the last tile)"
 
 
 # Lanes that each run the online softmax over their own keys (key j on lane j mod G) and merge the
@@ -229,10 +239,10 @@ def merge_search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int]] | N
     return None
 
 
-def fits(s: np.ndarray, T: int, forms: dict, W: np.ndarray) -> bool:
+def fits(s: np.ndarray, T: int, forms: dict, W: np.ndarray, last_only: bool = False) -> bool:
     """The form gives W over tiles of T, and there it is not the right algorithm's result (a form
     that changes nothing at this T, as a wrong update of the max with two tiles, says nothing)."""
-    simulated = simulate(s, T, forms)
+    simulated = simulate(s, T, forms, last_only)
     return close(simulated, W) and not close(simulated, simulate(s, T, RIGHT))
 
 
@@ -253,6 +263,7 @@ class SoftmaxSteps(WeightReading):
                 f"xor butterfly whose output step is written as `{words}` where it is `{MERGE_FORMS[0][0]}` (l merged "
                 f"right): simulated so, it gives W on {ctx.probe.label} to within {ATOL:g}; look at the merge's "
                 "shuffles"], look=("the merge's shuffles", r"__shfl_xor\w*"), softmax_step=step, form=words, lanes=T[0])
+        words, at = (words[:-len(LAST_ONLY)], LAST_ONLY) if words.endswith(LAST_ONLY) else (words, "")
         right = "o = (l * alpha * o + p V) / l_new, o kept divided by l" if words.startswith("o = ") else \
             STEP_FORMS[step][0][0]
         tiles = "any tile size: this step does not depend on it" if T is None else \
@@ -261,6 +272,6 @@ class SoftmaxSteps(WeightReading):
             "tell them apart"
         return measured(ctx, [
             f"measured: the weights are the tiled online softmax's ({tiles}) with its {step} step "
-            f"written as `{words}` where it is `{right}`: simulated so, it gives W on {ctx.probe.label} to within "
+            f"written as `{words}` where it is `{right}`{at}: simulated so, it gives W on {ctx.probe.label} to within "
             f"{ATOL:g}; look at that line"], look=LOOK.get("exp") if step in ("factor", "p") else None,
             softmax_step=step, form=words, tiles=T)

@@ -90,3 +90,30 @@ def reading(ctx: Context) -> str | None:
             return (f"{said}; it is {name} (inside each row's bracket in {inside:.0%} of the rows, and the thresholds "
                     "of K's own scaling follow it)")
     return said + "; none of the bounds fa tried fits it (|q| max |k|^2, |q| max |k| unscaled, |q| sum |k|, sum |s|)"
+
+
+# exp(x) overflows past these: a half's largest finite value 65504, a float's 3.4e38 (__expf and expf alike)
+OVERFLOWS = (("a half (fp16, largest finite 65504)", float(np.log(65504.0))),
+             ("a float (largest finite 3.4e38)", float(np.log(np.finfo(np.float32).max))))
+
+
+def overflow(out: np.ndarray, inp: ProbeInput, true: np.ndarray, tol: float) -> str | None:
+    """Where the rows with NaN or inf are exactly those whose largest score passes one format's
+    exp overflow (ln of its largest finite value), scaled or not, and the others are finite: the
+    weights are exp of scores not shifted by the row's max, in that format; in words, else None."""
+    bad = ~np.isfinite(out).all(axis=2)
+    if not bad.any() or bad.all():
+        return None
+    s_max = logits(inp.q, inp.k).max(axis=2)  # (B, N), at 1/sqrt(d)
+    right = (np.abs(out - true) <= tol).all(axis=2)[~bad].mean()
+    for what, factor in (("q . k / sqrt(d)", 1.0), ("q . k, not scaled", np.sqrt(inp.q.shape[-1]))):
+        lo, hi = (factor * s_max)[~bad].max(), (factor * s_max)[bad].min()
+        hits = [(name, t) for name, t in OVERFLOWS if lo < t <= hi]
+        if lo >= hi or len(hits) != 1:
+            continue
+        name, t = hits[0]
+        return (f"measured: the {int(bad.sum())} rows with NaN or inf on {inp.label} are exactly those whose largest "
+                f"score {what} is over ln of {name} = {t:.2f} (theirs from {fmt(hi)}, the other rows' at most "
+                f"{fmt(lo)}), and {right:.0%} of the other rows are right: its weights are exp of the scores not "
+                f"shifted by the row's max, overflowing {name.split(' (')[0]} (exp(s - m) is at most 1)")
+    return None
