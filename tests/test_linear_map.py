@@ -555,3 +555,46 @@ def test_the_map_is_read_after_a_32_lane_build_named_the_wavefront_width():
     assert linear_map.LinearMap().applies(ctx)
     ctx.facts.lanes_named = False
     assert not linear_map.LinearMap().applies(ctx)
+
+
+def test_keys_never_scored_are_said_with_the_softmax_over_the_others_and_the_key_count_lines(tmp_path):
+    """set39's s10 on 64 lanes at N = 97: the last tile's keys counted as N % 32 = 1 of its 33: keys
+    65-96 left out of the max, the sum and the output; the others the softmax over them alone."""
+    rng = np.random.default_rng(9)
+    n = 97
+    q, k = (rng.uniform(-3, 3, size=(n, D)).astype(np.float32) for _ in range(2))
+    P = softmax_rows(logits(q[None], k[None]))[0]
+    W = masked_weights(q, k, np.broadcast_to(np.arange(n) < 65, (n, n)))
+    T = np.zeros((n, D, n, D))
+    T[:, np.arange(D), :, np.arange(D)] = W
+    said = linear_map.read_map(T, P, q, k, np.zeros((n, D)))
+    assert said == ["keys left out of the softmax: keys 65-96 (32 of 97) have 0 weight in every row, the others the "
+                    "right scores' softmax over them alone: those keys were never scored (left out of the max, the "
+                    "sum and the output alike: a loop's bound or a tile's count of keys that stops short of them)"]
+    assert linear_map.look_for(said) == "key count"
+    source = tmp_path / "hw4.hip"
+    source.write_text("const int tail = N % BC;  // keys in a short last tile\nfor (int j = 0; j < kn; ++j) {}\n")
+    assert linear_map.source_lines(source, linear_map.LOOK["key count"][0][1]) == [
+        (1, "const int tail = N % BC;")]  # comments left out
+
+
+def test_lanes_merged_by_a_butterfly_that_never_updates_the_max_are_said_by_the_column_each_lane_writes():
+    """set39's s02: a warp a row, key j on lane j mod 32, the (m, l, o) partials merged by an xor
+    butterfly that never sets m to the merged max: the lanes end with weights of their own, and
+    lane c writes columns 2c and 2c + 1 (d = 64 over 32 lanes; the last step leaves lanes g and g xor 1
+    alike, so columns 0-3 are lanes 0 and 1's)."""
+    from fa_cli.judge.probes import softmax_steps
+    rng = np.random.default_rng(12)
+    n, d = 64, 64
+    q, k = (rng.uniform(-3, 3, size=(n, d)).astype(np.float32) for _ in range(2))
+    s = logits(q[None], k[None])[0]
+    lanes = softmax_steps.lane_weights(s, 32, softmax_steps.MERGE_FORMS[0][1], stale=True)  # (N, 32, N)
+    weights = np.stack([lanes[:, c // 2] for c in range(d)])
+    said = softmax_steps.lanes_by_column(weights, s)
+    assert said is not None and said.startswith("each output column's weights are one lane's own: 32 lanes' online "
+                                                "softmaxes (key j on lane j mod 32) merged by an xor butterfly "
+                                                + softmax_steps.STALE_MAX), said
+    assert "(columns 0-3: lanes 0-1's; columns 4-7: lanes 2-3's; columns 8-11: lanes 4-5's ...)" in said, said
+    right = np.stack([lanes[:, 0]] * d)  # one lane's weights in every column: no split by lane to say
+    assert softmax_steps.lanes_by_column(right, s) is None
+    assert softmax_steps.lanes_by_column(np.stack([softmax_rows(s[None])[0]] * d), s) is None

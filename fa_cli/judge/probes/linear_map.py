@@ -32,7 +32,7 @@ import numpy as np
 from ..diagnose import source_lines
 from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
-from . import map_formulas, pairing, row_weights, unmet_keys
+from . import map_formulas, pairing, row_weights, softmax_steps, unmet_keys
 from .map_formulas import map_formula
 from .readings import measured
 from .score_fit import FIT_RESIDUAL, TINY_WEIGHT, distinct, score_fit, score_terms, score_words
@@ -63,6 +63,7 @@ LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
                  ("the row's sum", SUM_LINES)),
         "rows of V": (("V's index", V_LINES),),
         "weights met": (("where a weight meets V", WEIGHT_MEETS_V),),
+        "key count": (unmet_keys.KEY_COUNT_LOOK,),
         "band": (("a loop bound by the row's index", r"for\s*\([^;]*;[^;]*[<>]=?\s*\(?\s*(i|row|r|qi|q_row|gi|global_row)\b"),)}
 TELLING = 1e-4  # a key with this much of P that the program gives no weight is a key left out
 
@@ -125,6 +126,8 @@ class LinearMap(Probe):
 def look_for(mapped: list[str]) -> str:
     """Which lines of the source to show under what the map says."""
     first = mapped[0] if mapped else ""
+    if first.startswith(unmet_keys.LEFT_OUT):
+        return "key count"
     if any(unmet_keys.LEAD in line for line in mapped):
         return "weights met" if any(line.endswith(unmet_keys.NOTHING_MET) for line in mapped) else "rows of V"
     if first.startswith(pairing.LEAD_TILES + "each tile"):
@@ -135,6 +138,8 @@ def look_for(mapped: list[str]) -> str:
         return "weights met"
     if first.startswith("every column's weights are P's"):
         return "sums"
+    if first.startswith(softmax_steps.LANES_OWN):
+        return "columns"
     if first.startswith("the weights differ"):
         return "width" if any(line.endswith("made of no row of V") for line in mapped) else "columns"
     if map_formulas.PACKED in first:
@@ -237,7 +242,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constan
         return found
     if len(groups) == 1 and (found := pairing.rows_weighed(weights[0], P) or row_weights.another_rows(
             weights[0], P, MAP_ATOL) or pairing.tiles_moved(weights[0], P)
-            or unmet_keys.unmet(weights[0], P, constant, np.arange(d), {"K": k, "Q": q})):
+            or unmet_keys.unmet(weights[0], P, constant, np.arange(d), {"K": k, "Q": q})
+            or unmet_keys.left_out(weights[0], P)):
         return [found]
     if len(groups) == 1:  # scores of some dims only are said here; one factor on them all is the Factors step's
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it
@@ -245,6 +251,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constan
         return [f"one set of weights for every column; {score_words(*fit)}"] if named else []
     if found := lane_sums(weights, P):
         return found
+    if found := softmax_steps.lanes_by_column(weights, logits(q[None], k[None])[0]):
+        return [found]
     if gathered := pairing.tile_gathered(weights, P):
         return [pairing.LEAD_TILES + gathered]
     weighed = [pairing.rows_weighed(weights[cols[0]], P, f"columns {spans(cols)}") for cols in groups]
@@ -256,6 +264,7 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constan
         error = np.abs(W - P).max()
         state = "right" if error <= MAP_ATOL else "every weight 0: made of no row of V" if np.abs(W).max() <= MAP_ATOL \
             else one_key(W) or unmet_keys.unmet(W, P, constant, np.array(cols), {"K": k, "Q": q}) \
+            or unmet_keys.left_out(W, P) \
             or f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
         lines.append(f"columns {spans(cols)}: {state}")
     if rest := groups[SETS_SAID:]:  # a set for nearly every column: the first said, the others in numbers

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..findings import Finding
 from .readings import LOOK, WeightReading, measured
-from .step import Context, logits, softmax_rows
+from .step import Context, logits, softmax_rows, spans
 
 LOG2E = float(np.log2(np.e))
 LN2 = float(np.log(2))
@@ -206,6 +206,12 @@ ROWS_AT_ONCE = 32  # rows of every batch simulated together: G partials of N wei
 def merged_lanes(s: np.ndarray, G: int, merge) -> np.ndarray:
     """W of G lanes' partial softmaxes (key j on lane j mod G) merged by an xor butterfly whose
     output step is `merge`; lane 0's weights."""
+    return lane_weights(s, G, merge)[..., 0, :]
+
+
+def lane_weights(s: np.ndarray, G: int, merge, stale: bool = False) -> np.ndarray:
+    """(..., G, N): every lane's weights after the butterfly (stale: a merge that never sets m to the
+    merged max, each later step rescaling with the lane's own)."""
     N = s.shape[-1]
     lane = np.arange(N) % G
     own = lane[None, :] == np.arange(G)[:, None]  # (G, N): lane g's keys
@@ -220,8 +226,35 @@ def merged_lanes(s: np.ndarray, G: int, merge) -> np.ndarray:
             new = np.maximum(m, m[..., partner])
             a, c = np.exp(m - new), np.exp(m[..., partner] - new)
             o, l = merge(o, o[..., partner, :], a[..., None], c[..., None]), l * a + l[..., partner] * c
-            m, off = new, off // 2
-        return o[..., 0, :] / l[..., 0, None]
+            m, off = (m if stale else new), off // 2
+        return o / l[..., None]
+
+
+LANES_OWN = "each output column's weights are one lane's own: "
+STALE_MAX = ("whose merge never sets the lane's max to the merged one (each later step rescales l and o, already "
+             "relative to the merged max, by exp(m_own - M))")
+
+
+def lanes_by_column(weights: np.ndarray, s: np.ndarray) -> str | None:
+    """Where each output column's weights (weights: (d, N, N), s: (N, N)) are one lane's of G lanes
+    merged by a butterfly written otherwise (STALE_MAX, or a MERGE_FORMS output step), each lane
+    ending with its own: in words, else None."""
+    forms = [(STALE_MAX, MERGE_FORMS[0][1], True), *((f"whose output step is written as `{w}`", f, False)
+                                                     for w, f in MERGE_FORMS[1:])]
+    for G in (G for G in MERGE_LANES if G < s.shape[-1]):
+        for words, merge, stale in forms:
+            lanes = np.moveaxis(lane_weights(s, G, merge, stale), -2, 0)  # (G, N, N)
+            owner = [next((g for g in range(G) if close(lanes[g], W)), None) for W in weights]
+            if None in owner or len(set(owner)) < 2:
+                continue
+            alike = {g: [h for h in range(G) if close(lanes[h], lanes[g])] for g in set(owner)}  # the last step's
+            shown = "; ".join(f"columns {spans(np.flatnonzero(np.array(owner) == g))}: "  # two lanes end alike
+                              f"lane{'s' if len(alike[g]) > 1 else ''} {spans(np.array(alike[g]))}'s"
+                              for g in sorted(set(owner))[:3])
+            return (f"{LANES_OWN}{G} lanes' online softmaxes (key j on lane "
+                    f"j mod {G}) merged by an xor butterfly {words}, so the lanes end with different weights and each "
+                    f"writes its own to its columns ({shown}{' ...' if len(set(owner)) > 3 else ''})")
+    return None
 
 
 def merge_search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int]] | None:

@@ -21,6 +21,9 @@ VALUE_TOL = 2e-5  # a fitted value is an element of K or Q within this (random e
 FOUND = 0.9  # of the fitted values found in one buffer
 PITCH_AGREE = 0.95  # of the values found, those a pitch formula places
 LEAD = "keys whose weights meet no row of V: "
+LEFT_OUT = "keys left out of the softmax: "
+# where keys are left out: the count of a tile's keys (N % T, N - j0 < T ? ... : T, min(T, N - j0)), a loop's bound
+KEY_COUNT_LOOK = ("a count of a tile's keys", r"\b[Nn]\s*%\s*\w+|\b[Nn]\s*-\s*\w+\s*<|\bmin\s*\(\s*\w+\s*,\s*[Nn]\s*-")
 NOTHING_MET = (": their weights were summed into l and never multiplied any value: the P V loop runs over fewer of a "
                "tile's keys than were scored (its bound, or its start)")
 
@@ -34,6 +37,24 @@ def keys_gone(W: np.ndarray, P: np.ndarray) -> np.ndarray | None:
     if not (right | zero).all() or not gone.any() or not (right & ~zero).any():
         return None
     return gone
+
+
+def left_out(W: np.ndarray, P: np.ndarray) -> str | None:
+    """Keys with 0 weight in every row where the other keys' weights are the right scores' softmax
+    over them alone: those keys never scored (left out of the max, the sum and the output alike);
+    in words, else None."""
+    gone = (np.abs(W) <= RIGHT_ATOL).all(axis=0) & (P.max(axis=0) > TELLING)
+    if not gone.any() or gone.all():
+        return None
+    kept = np.where(gone[None], 0.0, P)
+    if np.abs(W - kept / kept.sum(axis=1, keepdims=True)).max() > RIGHT_ATOL:
+        return None
+    m = period(gone, P.max(axis=0) > TELLING)
+    which = f"keys {spans(np.flatnonzero(gone))}" if m is None else \
+        f"the keys j with j mod {m} in {{{spans(np.flatnonzero(gone[:m]))}}}"
+    return (f"{LEFT_OUT}{which} ({int(gone.sum())} of {gone.size}) have 0 weight in every row, the others the right "
+            "scores' softmax over them alone: those keys were never scored (left out of the max, the sum and the "
+            "output alike: a loop's bound or a tile's count of keys that stops short of them)")
 
 
 def period(gone: np.ndarray, telling: np.ndarray) -> int | None:
