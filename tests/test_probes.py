@@ -579,6 +579,34 @@ def test_a_probe_whose_last_batch_alone_changes_is_measured_with_a_batch_after_i
     assert ctx.facts.stop and ctx.guard == 0 and "cannot be read as weights" in found[0].lines[0]
 
 
+GATHERED_AT_THE_WRONG_PITCH = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True))
+x[:, 0] = (p / p.sum(axis=2, keepdims=True)) @ x[:, 2]  # each O written over its batch's Q
+out = x.reshape(-1)[np.arange(B)[:, None] * N * d + np.arange(N * d)]  # gathered at a pitch of N*d, not 3*N*d
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_a_later_batch_right_alone_is_said_as_a_batch_offset_with_the_strided_copy_and_the_offsets_lines(tmp_path):
+    """set39's s04: the outputs written over Q in place and gathered by a 2-D copy whose source pitch
+    is N*d where 3*N*d belongs: batch 0 right, batch 1 wrong, right alone; the copy's line first."""
+    from fa_cli.judge.probes.experiments import BatchAlone
+    source = ("const float* q = qkv + (size_t)blockIdx.y * 3 * N * D;\n"
+              "cudaMemcpy2D(h_out, o_bytes, d_qkv, o_bytes, o_bytes, B, cudaMemcpyDeviceToHost);\n")
+    ctx = stand_in_context(tmp_path, GATHERED_AT_THE_WRONG_PITCH, source, probe(B=2, N=32, d=32))
+    assert BatchAlone().applies(ctx)
+    [found] = BatchAlone().run(ctx)
+    assert found.kind == Kind.MEASURED and "the batch offset (where batch b's Q, K, V are read" in found.lines[0]
+    assert found.lines[-1] == ("lines with a strided copy or a batch's offset in hw4.cu: 2 `cudaMemcpy2D(h_out, "
+                               "o_bytes, d_qkv, o_bytes, o_bytes, B, cudaMemcpy...`, 1 `const float* q = qkv + "
+                               "(size_t)blockIdx.y * 3 * N * D;`"), found.lines
+
+
 ADDED_TWICE = """#!{python}
 import sys
 import numpy as np

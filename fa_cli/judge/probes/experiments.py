@@ -18,7 +18,7 @@ import numpy as np
 
 from ...programs import programs, wave64
 from ..findings import Finding, Kind
-from ..mistakes import KEY_TILES
+from ..mistakes import BATCH_LINES, KEY_TILES
 from . import design, underflow
 from .readings import measured
 from .step import Context, Probe, guard_payload, logits, softmax_rows
@@ -28,6 +28,9 @@ def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
     if got is None:
         return None
     return bool(np.all(np.abs(got - inp.output()) <= ctx.tol))
+
+
+STRIDED_COPY = r"\b(?:cuda|hip)Memcpy2D\w*"  # a copy whose pitches place each batch (or row) apart
 
 
 class BatchAlone(Probe):
@@ -51,7 +54,9 @@ class BatchAlone(Probe):
             return measured(ctx, [
                 f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; batch {b}'s Q, K and V as the "
                 f"only batch ({alone.label}) give the right output: the batch offset (where batch b's Q, K, V are read "
-                "or its O written: b * 3*N*d for the input, b * N*d for the output) is wrong"], batch_alone=b)
+                "or its O written: b * 3*N*d for the input, b * N*d for the output) is wrong"],
+                look=("a strided copy or a batch's offset", (STRIDED_COPY, BATCH_LINES)),
+                batch_alone=b)
         return [Finding(Kind.OBSERVED, [f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; "
                                         f"batch {b} alone ({alone.label}) is wrong too"])]
 
