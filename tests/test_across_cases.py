@@ -148,7 +148,9 @@ def test_leads_that_fit_only_the_two_batch_case_are_taken_out_where_another_lead
     assert {"batch b holds batch b-1's output", *kept} <= set(first.diagnosis.fields["mistakes"])
     across_cases.narrow_leads(results)
     assert first.diagnosis.fields["mistakes"] == kept and second.diagnosis.fields["mistakes"] == kept
-    assert first.diagnosis.lines[-1].startswith("also fits this case, not t04 (which the leads above fit too): ")
+    assert first.diagnosis.lines[-1] == "also fits this case, not t04 (which the leads above fit too): batch b holds " \
+        "batch b-1's output"
+    assert first.diagnosis.fields["leads_of_this_case_alone"] == ["batch b holds batch b-1's output"]
     assert [line.startswith("looks like: ") for line in first.diagnosis.lines].count(True) == len(kept)
 
 

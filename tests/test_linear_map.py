@@ -511,6 +511,8 @@ def test_keys_whose_weights_meet_the_k_tile_past_v_are_said_with_the_pitches():
     assert said[2].startswith("columns 16-31: keys whose weights meet no row of V: the keys j with j mod 16 in "
                               "{0-7} (32 of 64) have 0 weight on every row of V"), said[2]
     assert "they fit K's tile of 16 keys stored at a pitch of 33 floats a row and read at 32" in said[2], said[2]
+    assert "(512 of the 512 values fitted, key by key and column by column): key 0's weight meets K[0, 16] in column " \
+        "16" in said[2], said[2]
     assert linear_map.look_for(said) == "rows of V"
     # values of no input: the keys still said, and the values said to be no element of K or Q
     constant[:, 16:] = P[:, gone] @ rng.uniform(-3, 3, size=element.shape)
@@ -567,10 +569,11 @@ def test_keys_never_scored_are_said_with_the_softmax_over_the_others_and_the_key
     W = masked_weights(q, k, np.broadcast_to(np.arange(n) < 65, (n, n)))
     T = np.zeros((n, D, n, D))
     T[:, np.arange(D), :, np.arange(D)] = W
-    said = linear_map.read_map(T, P, q, k, np.zeros((n, D)))
+    assert linear_map.read_map(T, P, q, k, np.zeros((n, D))) == []  # KeysWithoutWeight's, at the probe's whole N
+    said = linear_map.read_map(T, P, q, k, np.zeros((n, D)), keys_said_here=True)
     assert said == ["keys left out of the softmax: keys 65-96 (32 of 97) have 0 weight in every row, the others the "
-                    "right scores' softmax over them alone: those keys were never scored (left out of the max, the "
-                    "sum and the output alike: a loop's bound or a tile's count of keys that stops short of them)"]
+                    "right scores' softmax over them alone: those keys were left out of the sum and the output alike "
+                    "(a loop's bound or a tile's count of keys that stops short of them)"]
     assert linear_map.look_for(said) == "key count"
     source = tmp_path / "hw4.hip"
     source.write_text("const int tail = N % BC;  // keys in a short last tile\nfor (int j = 0; j < kn; ++j) {}\n")
@@ -588,7 +591,7 @@ def test_lanes_merged_by_a_butterfly_that_never_updates_the_max_are_said_by_the_
     n, d = 64, 64
     q, k = (rng.uniform(-3, 3, size=(n, d)).astype(np.float32) for _ in range(2))
     s = logits(q[None], k[None])[0]
-    lanes = softmax_steps.lane_weights(s, 32, softmax_steps.MERGE_FORMS[0][1], stale=True)  # (N, 32, N)
+    lanes = stale_butterfly(s, 32)  # (N, 32, N), the program's loops written here
     weights = np.stack([lanes[:, c // 2] for c in range(d)])
     said = softmax_steps.lanes_by_column(weights, s)
     assert said is not None and said.startswith("each output column's weights are one lane's own: 32 lanes' online "
@@ -598,3 +601,24 @@ def test_lanes_merged_by_a_butterfly_that_never_updates_the_max_are_said_by_the_
     right = np.stack([lanes[:, 0]] * d)  # one lane's weights in every column: no split by lane to say
     assert softmax_steps.lanes_by_column(right, s) is None
     assert softmax_steps.lanes_by_column(np.stack([softmax_rows(s[None])[0]] * d), s) is None
+
+
+def stale_butterfly(s, G):
+    """Each lane's weights, row by row: lane g's online softmax over keys g, g + G, ..., then an xor
+    butterfly whose merge rescales l and o to M = max(m, m') and keeps m as it was."""
+    N = s.shape[1]
+    out = np.zeros((s.shape[0], G, N))
+    for r in range(s.shape[0]):
+        m = np.array([s[r, g::G].max() for g in range(G)])
+        o = np.zeros((G, N))
+        for g in range(G):
+            o[g, g::G] = np.exp(s[r, g::G] - m[g])
+        l, off = o.sum(axis=1), G // 2
+        while off:
+            partner = np.arange(G) ^ off
+            M = np.maximum(m, m[partner])
+            a, c = np.exp(m - M), np.exp(m[partner] - M)
+            o, l = o * a[:, None] + o[partner] * c[:, None], l * a + l[partner] * c  # m never set to M
+            off //= 2
+        out[r] = o / l[:, None]
+    return out

@@ -80,6 +80,8 @@ def test_values_not_finite_as_built_that_the_fill_turns_another_non_number_are_n
     turned[0, 1] = [np.nan, -np.inf]
     runs_giving(monkeypatch, ctx, built.copy(), turned, built=built)
     assert shared_poison.UnwrittenShared().run(ctx) == []
+    assert ctx.done[-1].endswith("but 2 of the values not finite as built became other non-numbers (no claim from "
+                                 "it)"), ctx.done  # never "the same output": it was not
     turned[0, 2] = np.inf
     runs_giving(monkeypatch, ctx, built.copy(), turned, built=built)
     [found] = shared_poison.UnwrittenShared().run(ctx)

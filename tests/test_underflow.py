@@ -84,8 +84,25 @@ def test_rows_of_inf_where_the_largest_score_passes_a_halfs_exp_overflow_are_nam
     said = found[0].lines[1]
     assert "rows with NaN or inf on " in said and "are exactly those whose largest score q . k / sqrt(d) is over ln " \
         "of a half (fp16, largest finite 65504) = 11.09" in said, said
+    assert "; with Q times 1.1 the rows with NaN or inf are again exactly those over it" in said, said
     assert said.endswith("its weights are exp of the scores not shifted by the row's max, overflowing a half (exp(s "
                          "- m) is at most 1)"), said
     assert found[0].lines[-1].startswith("lines with the exponential in hw4.cu: 1 `w = __float2half(__expf(s));`")
-    # in float, the same scores stay finite: nothing to read; NaN in every row is no split by the scores
-    assert underflow.overflow(np.full((2, 128, 32), np.nan), inp, inp.output(), 5e-3) is None
+    # NaN in every row is no split by the scores
+    assert underflow.overflow_cut(np.full((2, 128, 32), np.nan), inp) is None
+
+
+def test_nan_rows_fixed_by_their_index_are_not_read_as_an_overflow_when_scaling_q_does_not_move_them(tmp_path):
+    """A program whose NaN rows are fixed by their index (a race in those rows, say) that happen to be
+    exactly the rows whose largest score passes 11.09: the split by scores fits, but with Q scaled
+    up the rows it predicts over the threshold are not the NaN ones."""
+    rng = np.random.default_rng(8)
+    inp = ProbeInput(*(rng.uniform(-3, 3, size=(2, 128, 32)).astype(np.float32) for _ in range(3)))
+    s_max = (inp.q.astype(np.float64) @ inp.k.astype(np.float64).transpose(0, 2, 1)).max(axis=2) / np.sqrt(32)
+    rows = [tuple(map(int, br)) for br in np.argwhere(s_max > np.log(65504.0))]
+    script = UNSHIFTED.replace("p = np.exp((q / np.float32(np.sqrt(d))) @ k.T).astype({dtype}).astype(np.float32)",
+                               "s = (q / np.float32(np.sqrt(d))) @ k.T; p = np.exp(s - s.max(axis=1, keepdims=True))")
+    script = script.replace("out.astype(", "".join(f"out[{b}, {r}] = np.nan\n" for b, r in rows) + "out.astype(")
+    ctx = stand_in_context(tmp_path, script, "p = __expf(s - m);\n", inp)
+    assert underflow.overflow_cut(ctx.facts.out, inp) is not None  # the split alone fits
+    assert underflow.overflow(ctx) is None

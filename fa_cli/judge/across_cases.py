@@ -185,9 +185,10 @@ def across_cases(passed: list[Shape], failed: list[Shape], suite_cases: dict, su
 
 # ---------------------------------------------------------------- across cases: the catalogue's leads
 def narrow_leads(results: list) -> None:
-    """A program has one mistake: where the catalogue's leads of some failing cases fit every
-    failing case it named any lead for, the leads that fit only some of them are taken out of
-    those cases' "looks like" (and their fields), with one line naming the cases they did not fit.
+    """Where the catalogue's leads of some failing cases fit every failing case it named any lead
+    for, the leads that fit only some of them are taken out of those cases' "looks like" (kept in
+    the fields apart), each said on a line of its own with the cases it does not fit (one mistake
+    that explains every case is the likelier reading; a program with two keeps both said).
     (Two leads at B = 2, "batch b holds b-1's output" and "every batch from batch 0's input", are
     one output there; B = 3 tells them apart.)"""
     led = [r for r in results if r.verdict == "WRONG" and r.diagnosis and r.diagnosis.fields.get("mistakes")]
@@ -200,11 +201,12 @@ def narrow_leads(results: list) -> None:
         if not alone:
             continue
         names = [fields["looks_like"][i] for i in alone]
-        others = [o.target.name for o in led if not set(fields["mistakes"][i] for i in alone) <= set(
-            o.diagnosis.fields["mistakes"])]
         r.diagnosis.lines = [line for line in r.diagnosis.lines
                              if not any(line.startswith(f"looks like: {name}; ") for name in names)]
-        r.diagnosis.lines.append(f"also fits this case, not {', '.join(others)} (which the leads above fit too): "
-                                 + "; ".join(names))
+        for i, name in zip(alone, names):  # each with the failing cases it does not fit
+            others = [o.target.name for o in led if fields["mistakes"][i] not in o.diagnosis.fields["mistakes"]]
+            r.diagnosis.lines.append(f"also fits this case, not {', '.join(others)} (which the leads above fit too): "
+                                     + name)
+        fields["leads_of_this_case_alone"] = names  # kept: a program with two mistakes may need them
         fields["looks_like"] = [n for i, n in enumerate(fields["looks_like"]) if i not in alone]
         fields["mistakes"] = [n for i, n in enumerate(fields["mistakes"]) if i not in alone]

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from .. import locations
-from ..cases import generate
+from ..cases import generate, suite
 from ..cases.format import Shape, open_output
 from ..files import atomic_file
 from ..programs import programs
@@ -46,7 +46,7 @@ LARGER_SEED = 29
 MIDDLE_B, MIDDLE_N = 2, 4096  # rows past 2048 and under 8192 (its t23, t24): a path for "short" rows taken there
 LONGEST_B, LONGEST_N = 2, 32768  # the course's longest rows (its t30 is 2 x 32768 x 64)
 EDGE_B, EDGE_N = 1, 129  # beyond the course's shapes: one batch, N odd, one past a tile
-HALF_TILE_N = 97  # 64 + 33: a 64-key tile's upper half reached, one past a tile of 32 (course N are 0 or 8 mod 64)
+HALF_TILE_N = 97  # 64 + 33: a 64-key tile's upper half reached, one past a tile of 32 (course N: multiples of 64)
 MOST_B, MOST_N = {32: 13600, 64: 9600}, 128  # the course's most batches (its t11 and t12)
 SAMPLED_ROWS = 64  # rows of each batch the longest input is checked on: its float64 output is N^2 d a batch
 MOST_ROWS = 8  # rows of each batch the input of most batches is checked on (thousands of batches)
@@ -190,7 +190,9 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     kind = "one batch of an odd N: no course case has either" if shape.N % 2 else \
         "larger than the cases passed; not one of the course's cases"
     if shape.N == HALF_TILE_N:
-        kind = f"one batch whose last tile of 64 keys holds {shape.N % 64}, past half: no course case has such an N"
+        kind = f"one batch whose last tile of 64 keys holds {shape.N % 64}, past half: " + (
+            "some course cases have such an N" if any(c.shape.N % 64 > 32 for c in suite.cases("c").values())
+            else "no course case has such an N")
     where = f"on a drawn {shape} input ({kind})"
     look = (f"`fa gen --shape {shape.B},{shape.N},{shape.d} --seed {LARGER_SEED} -o larger.in && fa run larger.in "
             f"--program {program.name}` looks into it")

@@ -141,7 +141,8 @@ class Reruns:
             return
         if self.failed[-1]:
             self.wrong_outputs += 1
-            self.rows_scaled += row_factors(got, self.case.expected, over(got, self.case.expected, self.tol)) is not None
+            wrong = over(got, self.case.expected, self.tol)
+            self.rows_scaled += row_factors(got, self.case.expected, wrong) is not None
         if self.judged is not None and self.judged_counted:
             self.compared_with_judged += 1
             self.unlike_judged += not self.judged.same_batches(got)

@@ -53,6 +53,12 @@ def store_lines(ctx: Context) -> str:
         if stores else ""
 
 
+def non_numbers_changed(built: np.ndarray, *filled: np.ndarray) -> int:
+    """Values not finite as built that a fill turned into another non-number (inf into NaN or -inf)."""
+    odd = ~np.isfinite(built)
+    return int(max(np.count_nonzero(odd & ~((f == built) | (np.isnan(f) & np.isnan(built)))) for f in filled))
+
+
 class UnwrittenShared(Step):
     """A failing case whose runs again agreed bit for bit, run with each SM's shared memory filled
     first: does the output read what was there before the kernel?"""
@@ -77,12 +83,17 @@ class UnwrittenShared(Step):
         if built is None or with_nan is None or with_value is None:
             return [Finding(Kind.OBSERVED, ["shared memory filled before each launch: a run wrote no output of the "
                                             "right size; no claim from it"])]
-        nans = int(np.count_nonzero(np.isnan(with_nan) & ~np.isnan(built)))
+        nans = int(np.count_nonzero(np.isnan(with_nan) & np.isfinite(built)))
         # past the tolerance (no last-bit noise), and a number on one side at least: inf turned NaN is no evidence
         # (a weight that overflowed, times a value read, says nothing of where the value came from)
         either_finite = np.isfinite(with_value) | np.isfinite(built)
         changed = int((over(with_value, built, ctx.tol) & either_finite).sum())
         size, case = built.size, ctx.trial.label
+        if not nans and not changed and (odd := non_numbers_changed(built, with_nan, with_value)):
+            ctx.done.append(f"with shared memory filled with NaN and with {POISON_VALUE:g} before each launch on "
+                            f"{case} no finite value changed past {ctx.tol:g}, but {odd} of the values not finite as "
+                            "built became other non-numbers (no claim from it)")
+            return []
         if not nans and not changed:
             ctx.done.append(f"the same output with shared memory filled with NaN and with {POISON_VALUE:g} before "
                             f"each launch on {case}" + ("" if whole else " (fa's launch layer could not fill all of "

@@ -148,9 +148,9 @@ def waited_by_turns(ctx: Context, case) -> list[Finding]:
     failed = sum(w > 0 for w in built)
     if any(waited):
         return [Finding(Kind.OBSERVED, [
-            f"with {words} it still fails {sum(w > 0 for w in waited)} of {WAITED_RUNS} runs on {case.label}: the "
-            "timing is inside the kernels (a race between threads or blocks, or memory read before it is written), "
-            "not launches that overlap"])]
+            f"with {words} it still fails {sum(w > 0 for w in waited)} of {WAITED_RUNS} runs on {case.label}: at "
+            "least part of the timing is inside the kernels (a race between threads or blocks, or memory read before "
+            "it is written), not only launches that overlap"])]
     if failed < 2:
         return [Finding(Kind.OBSERVED, [
             f"with {words} it is right in {WAITED_RUNS} of {WAITED_RUNS} runs on {case.label}, but as built it "

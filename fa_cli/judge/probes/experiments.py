@@ -332,7 +332,7 @@ class NotFinite(Probe):
         lines = [f"measured: {share:.1%} of the output on {ctx.probe.label} is NaN or infinite; the probe cut to "
                  f"fewer keys: {said}"]
         whole = [n for n, ok in tried if ok]
-        if over := underflow.overflow(out, ctx.probe, ctx.facts.true, ctx.tol):  # the rows' scores tell it at once
+        if over := underflow.overflow(ctx):  # the rows' scores tell it, checked with Q scaled up
             return measured(ctx, [*lines, over], look=("the exponential", r"\bexpf?\s*\(|__expf|exp2"),
                             weights_overflow=True)
         if tried and tried[0][1] is False and whole and all(ok is False for n, ok in tried if n < whole[0]) and \

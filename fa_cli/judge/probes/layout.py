@@ -204,12 +204,13 @@ def moved(out: np.ndarray, true: np.ndarray, tol: float, shape, extra: np.ndarra
 
 def within_rows(dest: np.ndarray, src: np.ndarray, delta: int, shape) -> str:
     """Where every copy stays in its own row, delta columns on (0 < delta < d): columns delta.. of
-    each row computed again from V's first columns, in words; else ''."""
+    those rows (counted) computed again from V's first columns, in words; else ''."""
     d = shape[2]
     if not 0 < delta < d or not (dest // d == src // d).all():
         return ""
-    cols = np.unique(dest % d)
-    return (f"columns {spans(cols)} of each row hold the right values of columns {spans(cols - delta)}: the upper "
+    cols, rows = np.unique(dest % d), np.unique(dest // d).size
+    which = "each row" if rows == shape[0] * shape[1] else f"{rows} of the {shape[0] * shape[1]} rows"
+    return (f"columns {spans(cols)} of {which} hold the right values of columns {spans(cols - delta)}: the upper "
             f"columns computed with V's first ones (a pass, lane or thread over columns {delta}.. that reads V from "
             "column 0: V's column offset left out), or the first columns' values stored twice; look at V's index")
 

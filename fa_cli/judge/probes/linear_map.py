@@ -91,7 +91,7 @@ class LinearMap(Probe):
         q, k, v = inp.q[batch, :N], inp.k[batch, :N], inp.v[batch, :N]
         got, apart = run_many(ctx, basis_input(q, k, v))
         where = f"{N * d + 2} batches of {N} rows, batch {batch}'s Q and K" + \
-            (", on the MI210's 64 lanes" if ctx.facts.lanes_named else "")
+            (", on the emulation's 64-lane wavefronts" if ctx.facts.lanes_named else "")
         if apart:
             return [Finding(Kind.OBSERVED, [f"probe: on the {where}: {apart}"])]
         if got is None:
@@ -113,7 +113,7 @@ class LinearMap(Probe):
         if np.abs(got[-2] - ProbeInput(q[None], k[None], v[None]).output()[0]).max() <= ctx.tol:
             return []  # right at this size: what fails needs more rows; the later steps read them
         P = softmax_rows(logits(q[None], k[None]))[0]
-        mapped = read_map(T, P, q, k, constant)
+        mapped = read_map(T, P, q, k, constant, keys_said_here=ctx.facts.lanes_named)
         said = without_v(constant, P, q, k) + mapped
         if not said:
             return []
@@ -222,11 +222,13 @@ def column_blocks(groups: list, weights: np.ndarray, P: np.ndarray) -> str:
             "row, or with none)")
 
 
-def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constant: np.ndarray | None = None
-             ) -> list[str]:
+def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constant: np.ndarray | None = None,
+             keys_said_here: bool = False) -> list[str]:
     """What T is, in sentences of measured figures; empty where it is one set of weights from the
     right scores (the softmax steps' to read) or nothing fits. constant: the output where V is all
-    zero (what the keys that meet no row of V met instead is read from it)."""
+    zero (what the keys that meet no row of V met instead is read from it). keys_said_here: one set
+    of weights that leaves keys out is said here (where no later reading runs: after the 32-lane
+    build named the width); else KeysWithoutWeight says it, at the probe's whole N."""
     N, d = T.shape[:2]
     across = T.copy()
     across[:, np.arange(d), :, np.arange(d)] = 0.0
@@ -243,7 +245,7 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constan
     if len(groups) == 1 and (found := pairing.rows_weighed(weights[0], P) or row_weights.another_rows(
             weights[0], P, MAP_ATOL) or pairing.tiles_moved(weights[0], P)
             or unmet_keys.unmet(weights[0], P, constant, np.arange(d), {"K": k, "Q": q})
-            or unmet_keys.left_out(weights[0], P)):
+            or keys_said_here and unmet_keys.left_out(weights[0], P)):
         return [found]
     if len(groups) == 1:  # scores of some dims only are said here; one factor on them all is the Factors step's
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it

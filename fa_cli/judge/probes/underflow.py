@@ -95,25 +95,49 @@ def reading(ctx: Context) -> str | None:
 # exp(x) overflows past these: a half's largest finite value 65504, a float's 3.4e38 (__expf and expf alike)
 OVERFLOWS = (("a half (fp16, largest finite 65504)", float(np.log(65504.0))),
              ("a float (largest finite 3.4e38)", float(np.log(np.finfo(np.float32).max))))
+CHECK_SCALES = (1.1, 1.25, 1.5, 2.0)  # Q scaled by the first that moves rows over the threshold: the reading's check
 
 
-def overflow(out: np.ndarray, inp: ProbeInput, true: np.ndarray, tol: float) -> str | None:
-    """Where the rows with NaN or inf are exactly those whose largest score passes one format's
-    exp overflow (ln of its largest finite value), scaled or not, and the others are finite: the
-    weights are exp of scores not shifted by the row's max, in that format; in words, else None."""
+def overflow_cut(out: np.ndarray, inp: ProbeInput) -> tuple[str, float, str, float] | None:
+    """Where the rows with NaN or inf are exactly those whose largest score passes one format's exp
+    overflow (ln of its largest finite value), scaled or not, and the others finite: (what score,
+    its factor on the scaled logits, the format, its threshold); else None."""
     bad = ~np.isfinite(out).all(axis=2)
     if not bad.any() or bad.all():
         return None
     s_max = logits(inp.q, inp.k).max(axis=2)  # (B, N), at 1/sqrt(d)
-    right = (np.abs(out - true) <= tol).all(axis=2)[~bad].mean()
-    for what, factor in (("q . k / sqrt(d)", 1.0), ("q . k, not scaled", np.sqrt(inp.q.shape[-1]))):
+    for what, factor in (("q . k / sqrt(d)", 1.0), ("q . k, not scaled", float(np.sqrt(inp.q.shape[-1])))):
         lo, hi = (factor * s_max)[~bad].max(), (factor * s_max)[bad].min()
         hits = [(name, t) for name, t in OVERFLOWS if lo < t <= hi]
-        if lo >= hi or len(hits) != 1:
-            continue
-        name, t = hits[0]
-        return (f"measured: the {int(bad.sum())} rows with NaN or inf on {inp.label} are exactly those whose largest "
-                f"score {what} is over ln of {name} = {t:.2f} (theirs from {fmt(hi)}, the other rows' at most "
-                f"{fmt(lo)}), and {right:.0%} of the other rows are right: its weights are exp of the scores not "
-                f"shifted by the row's max, overflowing {name.split(' (')[0]} (exp(s - m) is at most 1)")
+        if lo < hi and len(hits) == 1:
+            return what, factor, *hits[0]
     return None
+
+
+def overflow(ctx: Context) -> str | None:
+    """The words where the rows with NaN or inf are those overflow_cut names, and a run with Q
+    scaled up (the first of CHECK_SCALES that moves rows over the threshold, some staying under)
+    has NaN or inf in exactly the rows it predicts: the weights are exp of scores not shifted by
+    the row's max, in that format; else None."""
+    out, inp = ctx.facts.out, ctx.probe
+    found = overflow_cut(out, inp)
+    if found is None:
+        return None
+    what, factor, name, t = found
+    bad = ~np.isfinite(out).all(axis=2)
+    for g in CHECK_SCALES:
+        scaled = ProbeInput(inp.q * np.float32(g), inp.k, inp.v, f"{inp.label} with Q times {g:g}")
+        predicted = factor * logits(scaled.q, scaled.k).max(axis=2) > t
+        if predicted.sum() > bad.sum() and not predicted.all():
+            break
+    else:
+        return None
+    got = ctx.run(scaled)
+    if got is None or not np.array_equal(~np.isfinite(got).all(axis=2), predicted):
+        return None
+    right = (np.abs(out - ctx.facts.true) <= ctx.tol).all(axis=2)[~bad].mean()
+    return (f"measured: the {int(bad.sum())} rows with NaN or inf on {inp.label} are exactly those whose largest "
+            f"score {what} is over ln of {name} = {t:.2f}, and {right:.0%} of the other rows are right; with Q "
+            f"times {g:g} the rows with NaN or inf are again exactly those over it ({int(predicted.sum())} rows): its "
+            f"weights are exp of the scores not shifted by the row's max, overflowing {name.split(' (')[0]} "
+            "(exp(s - m) is at most 1)")

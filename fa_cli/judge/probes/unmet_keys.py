@@ -24,8 +24,9 @@ LEAD = "keys whose weights meet no row of V: "
 LEFT_OUT = "keys left out of the softmax: "
 # where keys are left out: the count of a tile's keys (N % T, N - j0 < T ? ... : T, min(T, N - j0)), a loop's bound
 KEY_COUNT_LOOK = ("a count of a tile's keys", r"\b[Nn]\s*%\s*\w+|\b[Nn]\s*-\s*\w+\s*<|\bmin\s*\(\s*\w+\s*,\s*[Nn]\s*-")
-NOTHING_MET = (": their weights were summed into l and never multiplied any value: the P V loop runs over fewer of a "
-               "tile's keys than were scored (its bound, or its start)")
+NOTHING_MET = (": their weights were summed into l and never multiplied any row of V: the P V loop runs over fewer "
+               "of a tile's keys than were scored (its bound, or its start), or those rows of the V tile are never "
+               "loaded (left 0)")
 
 
 def keys_gone(W: np.ndarray, P: np.ndarray) -> np.ndarray | None:
@@ -41,8 +42,8 @@ def keys_gone(W: np.ndarray, P: np.ndarray) -> np.ndarray | None:
 
 def left_out(W: np.ndarray, P: np.ndarray) -> str | None:
     """Keys with 0 weight in every row where the other keys' weights are the right scores' softmax
-    over them alone: those keys never scored (left out of the max, the sum and the output alike);
-    in words, else None."""
+    over them alone: those keys left out of the sum and the output alike (whether the max saw them
+    the weights cannot show: it cancels); in words, else None."""
     gone = (np.abs(W) <= RIGHT_ATOL).all(axis=0) & (P.max(axis=0) > TELLING)
     if not gone.any() or gone.all():
         return None
@@ -53,8 +54,8 @@ def left_out(W: np.ndarray, P: np.ndarray) -> str | None:
     which = f"keys {spans(np.flatnonzero(gone))}" if m is None else \
         f"the keys j with j mod {m} in {{{spans(np.flatnonzero(gone[:m]))}}}"
     return (f"{LEFT_OUT}{which} ({int(gone.sum())} of {gone.size}) have 0 weight in every row, the others the right "
-            "scores' softmax over them alone: those keys were never scored (left out of the max, the sum and the "
-            "output alike: a loop's bound or a tile's count of keys that stops short of them)")
+            "scores' softmax over them alone: those keys were left out of the sum and the output alike (a loop's "
+            "bound or a tile's count of keys that stops short of them)")
 
 
 def period(gone: np.ndarray, telling: np.ndarray) -> int | None:
@@ -100,11 +101,11 @@ def met_instead(Pg: np.ndarray, target: np.ndarray, keys: np.ndarray, cols: np.n
         if hit.mean() < FOUND:
             continue
         source = np.where(hit, order[at], -1).reshape(Y.shape)  # (gone key, column)
-        key, c = keys[0], cols[0]
+        a, b = np.argwhere(source >= 0)[0]  # the first value found: its key, its column
         d = X.shape[1]
-        words = (f"; the output with V all zero is their weights times elements of {name} ({hit.mean():.0%} of "
-                 f"the values fitted, key by key and column by column): key {key}'s weight meets {name}"
-                 f"[{source[0, 0] // d}, {source[0, 0] % d}] in column {c}")
+        words = (f"; the output with V all zero is their weights times elements of {name} ({int(hit.sum())} of "
+                 f"the {hit.size} values fitted, key by key and column by column): key {keys[a]}'s weight meets "
+                 f"{name}[{source[a, b] // d}, {source[a, b] % d}] in column {cols[b]}")
         if m and (fits := pitches(source, keys, cols, m, X.shape[0], d)):
             words += f"; they fit {name}'s tile of {m} keys stored at a pitch of {fits[0]} floats a row " \
                      f"and read at {fits[1]}: key j0 + r's weight in column c meets " \
