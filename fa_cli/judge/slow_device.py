@@ -130,18 +130,27 @@ def alike(outputs: list) -> bool:
     return all(o is not None and np.array_equal(o, outputs[0], equal_nan=True) for o in outputs)
 
 
+def by_turns(ctx: Context, programs: dict[str, Program], case) -> dict[str, list] | None:
+    """WAITED_RUNS runs of each program, by turns (each pair under the same load): their outputs by
+    name; None where the budget ended first."""
+    outputs: dict[str, list] = {what: [] for what in programs}
+    for k in range(WAITED_RUNS):
+        for what, program in programs.items():
+            got = outputs_of(ctx, program, case, 1, f"{what}, run {k + 1} of {WAITED_RUNS}", counted=False)
+            if got is None:
+                return None
+            outputs[what] += got
+    return outputs
+
+
 def waited_by_turns(ctx: Context, case) -> list[Finding]:
     """A result that depends on timing, run with every launch and copy waited for and as built by
     turns (WAITED_RUNS each): right every time waited and wrong in most runs as built between them,
     launches that overlap; still wrong waited, a race inside a kernel (or memory read unwritten)."""
     waited_for, short, words = waiting(ctx.program)
-    outputs = {"as built": [], short: []}
-    for k in range(WAITED_RUNS):
-        for what, program in (("as built", ctx.program), (short, waited_for)):
-            got = outputs_of(ctx, program, case, 1, f"{what}, by turns, run {k + 1} of {WAITED_RUNS}", counted=False)
-            if got is None:
-                return []
-            outputs[what] += got
+    outputs = by_turns(ctx, {"as built": ctx.program, short: waited_for}, case)
+    if outputs is None:
+        return []
     built, waited = wrong_in(outputs["as built"], case, ctx.tol), wrong_in(outputs[short], case, ctx.tol)
     if None in built or None in waited:
         return []
@@ -223,14 +232,9 @@ class LaunchesWaited(Step):
         if any(w != 0 for w in wrong_in(first, case, ctx.tol)):
             ctx.done.append(f"wrong {waited} too")
             return []
-        programs = {"as built": ctx.program, short: waited_for}
-        outputs = {what: [] for what in programs}
-        for k in range(WAITED_RUNS):
-            for what, program in programs.items():
-                got = outputs_of(ctx, program, case, 1, f"{what}, run {k + 1} of {WAITED_RUNS}", counted=False)
-                if got is None:
-                    return []
-                outputs[what] += got
+        outputs = by_turns(ctx, {"as built": ctx.program, short: waited_for}, case)
+        if outputs is None:
+            return []
         built = wrong_in(outputs["as built"], case, ctx.tol)
         right = wrong_in(outputs[short], case, ctx.tol)
         if any(w != 0 for w in right):  # None (no output) or wrong: not a matter of waiting
