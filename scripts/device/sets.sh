@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the device: every program of planted sets judged through fa run on the sets' six shapes (t01
 # t02 t04 t09 and drawn 1x200x64, 3x200x32), AT_ONCE side by side (default 6), each set bounded by
-# BOUND seconds (default 240). Logs: $OUT/SETNAME.tgz. Usage: sets.sh SET_DIR [SET_DIR...]
+# BOUND seconds (default 280: two waves of six programs, the slowest near two minutes; a program the
+# bound stops says so in its log). Logs: $OUT/SETNAME.tgz. Usage: sets.sh SET_DIR [SET_DIR...]
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 start=$(date +%s)
@@ -19,7 +20,7 @@ judge() {
 export -f judge
 for set in "$@"; do
   name=$(basename "$set")
-  ls "$set"/*.cu "$set"/*.hip | timeout "${BOUND:-240}" xargs -P "${AT_ONCE:-6}" -I{} bash -c 'judge {}'
+  ls "$set"/*.cu "$set"/*.hip | timeout "${BOUND:-280}" xargs -P "${AT_ONCE:-6}" -I{} bash -c 'judge {}'
   tar -czf "$OUT/$name.tgz" -C /tmp/sets "$name"
   echo "== $name judged at $(( $(date +%s) - start )) s"; tail -qn1 /tmp/sets/$name/*.log
 done
