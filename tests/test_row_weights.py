@@ -141,3 +141,39 @@ def test_the_step_names_a_thread_s_second_row_weighed_with_the_first_s_on_a_stan
         found[0].lines[0] and "a factor of each key tile of 8" in found[0].lines[0]
     assert found[0].lines[-1] == "lines with where a weight meets V in hw4.cu: 3 `for (int x = 0; x < D; ++x) " \
         "oc[x] += pa * v_s[j][x];`"
+
+
+def half_warp_off_by_one(s: np.ndarray, tile: int = 16) -> np.ndarray:
+    """set39's s01, row by row: rows 2t and 2t + 1 share a warp, a half each, key jj of a tile on lane
+    jj of the half; the odd row fetches its weights from lane 1 + jj (its half's first lane taken as
+    1, not 16): the even row's weight of key jj + 1, and at jj = 15 its own lane 16's, its key 0."""
+    rows, N = s.shape
+    W = np.zeros_like(s)
+    for r in range(rows):
+        m, l, o = -np.inf, 0.0, np.zeros(N)
+        for j0 in range(0, N, tile):
+            new = max(m, s[r, j0:j0 + tile].max())
+            own = np.exp(s[r, j0:j0 + tile] - new)
+            met = own.copy()
+            if r % 2:
+                partner = np.exp(s[r - 1, j0:j0 + tile] - max(s[r - 1, :j0 + tile].max(), -np.inf))
+                met[:-1], met[-1] = partner[1:], own[0]
+            alpha = np.exp(m - new)
+            l, o = l * alpha + own.sum(), o * alpha
+            o[j0:j0 + tile] += met
+            m = new
+        W[r] = o / l
+    return W
+
+
+def test_rows_weighed_with_another_rows_weights_one_key_off_are_said_with_the_shift_and_the_tile():
+    q, k, s = scores(64)
+    W, P = half_warp_off_by_one(s), softmax_rows(s[None])[0]
+    said = row_weights.shifted_rows(W, P, 2e-5)
+    assert said is not None and said.startswith("one set of weights for every column; rows 1, 3, 5, ... 63 (every "
+                                                "2nd row)"), said
+    assert "each weigh V's row j with another row's weight of key j + 1 (key tiles of 16, the slot that leaves " \
+        "apart): row r's are row r - 1's of P shifted by one key" in said, said
+    assert row_weights.shifted_rows(online_weights(s, 16, second_of=32), P, 2e-5) is None  # no shift: not this
+    [read] = linear_map.read_map(as_T(W), P, q[:, :4], k[:, :4])
+    assert read == said and linear_map.look_for([read]) == "shuffles"

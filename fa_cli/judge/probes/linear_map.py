@@ -52,7 +52,8 @@ LANES = ("lanes", r"warpSize|\blane\b|threadIdx\.x\s*[%&]")
 # a loop of 8, 16 or 32 steps over something other than keys, warps or shuffle offsets: d = 32's count of columns
 COLUMN_LOOP_32 = r"for\s*\(\s*(?:int\s+|unsigned\s+)?(?!(?:j|jj|k|kk|t|w|s|off\w*|key\w*|tile\w*|warp\w*)\b)(\w+)" \
     r"\s*=[^;]*;\s*\1\s*<\s*(8|16|32)\s*;"
-LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
+LOOK_SHUFFLES = ("shuffles", r"__shfl\w*|__reduce\w*_sync")
+LOOK = {"columns": (LOOK_SHUFFLES, LANES),
         "width": (("a loop bound of 8, 16 or 32 (d = 32's values, float2s or float4s)", COLUMN_LOOP_32),
                   ("a lanes' width of 32", r"=\s*32\s*;|[%&/]\s*32\b|\b32\s*[*/%]"), LANES),
         "place": (("the output's index", r"\b(o|out|O|output)\s*\["),),
@@ -63,6 +64,7 @@ LOOK = {"columns": (("shuffles", r"__shfl\w*|__reduce\w*_sync"), LANES),
                  ("the row's sum", SUM_LINES)),
         "rows of V": (("V's index", V_LINES),),
         "weights met": (("where a weight meets V", WEIGHT_MEETS_V),),
+        "shuffles": (LOOK_SHUFFLES, ("where a weight meets V", WEIGHT_MEETS_V)),
         "key count": (unmet_keys.KEY_COUNT_LOOK,),
         "band": (("a loop bound by the row's index", r"for\s*\([^;]*;[^;]*[<>]=?\s*\(?\s*(i|row|r|qi|q_row|gi|global_row)\b"),)}
 TELLING = 1e-4  # a key with this much of P that the program gives no weight is a key left out
@@ -136,6 +138,8 @@ def look_for(mapped: list[str]) -> str:
         return "band"
     if row_weights.LEAD in first:
         return "weights met"
+    if row_weights.SHIFT_LEAD in first:
+        return "shuffles"
     if first.startswith("every column's weights are P's"):
         return "sums"
     if first.startswith(softmax_steps.LANES_OWN):
@@ -243,7 +247,8 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constan
     if len(groups) == 1 and (found := band(weights[0], P)):
         return found
     if len(groups) == 1 and (found := pairing.rows_weighed(weights[0], P) or row_weights.another_rows(
-            weights[0], P, MAP_ATOL) or pairing.tiles_moved(weights[0], P)
+            weights[0], P, MAP_ATOL) or row_weights.shifted_rows(weights[0], P, MAP_ATOL)
+            or pairing.tiles_moved(weights[0], P)
             or unmet_keys.unmet(weights[0], P, constant, np.arange(d), {"K": k, "Q": q})
             or keys_said_here and unmet_keys.left_out(weights[0], P)):
         return [found]

@@ -40,6 +40,44 @@ def another_rows(W: np.ndarray, P: np.ndarray, right_atol: float) -> str | None:
     return None
 
 
+SHIFT_TILES = (8, 16, 32, 64)  # the lanes a row's keys are dealt to, a key a lane
+SHIFT_LEAD = "each weigh V's row j with another row's weight of key j"
+
+
+def shifted_rows(W: np.ndarray, P: np.ndarray, right_atol: float) -> str | None:
+    """The words where every wrong row of W weighs V's row j with another row's weight of key j + s
+    (s = 1 or -1, within key tiles of T: the slot that key leaves is left apart), times a factor a
+    tile: weights fetched from another row's lanes one lane off; None where none fits."""
+    rows, N = P.shape
+    wrong = np.flatnonzero(np.abs(W - P).max(axis=1) > right_atol)
+    if wrong.size == 0 or (W[wrong] < TINY).any():
+        return None
+    for T in (T for T in reversed(SHIFT_TILES) if T < N):  # the widest tile that holds (a narrower one holds too)
+        for shift in (1, -1):
+            slot = np.arange(N) % T
+            keys = np.flatnonzero((slot + shift >= 0) & (slot + shift < T) & (np.arange(N) + shift < N))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.full((wrong.size, rows, N), np.nan)
+                ratio[:, :, keys] = np.log(W[wrong][:, None, keys]) - np.log(P[None, :, keys + shift])
+            fits = _constant_by_tile(ratio, T, keys)
+            if fits.any(axis=1).all():
+                source = _sources(wrong, fits)
+                return (f"one set of weights for every column; rows {rows_said(wrong)} {SHIFT_LEAD} "
+                        f"{'+' if shift > 0 else '-'} 1 (key tiles of {T}, the slot that leaves apart): row r's are "
+                        f"row {_formula(wrong, source)}'s of P shifted by one key, times a factor of each tile (e.g. "
+                        f"row {wrong[0]}: row {source[0]}'s): weights fetched from another row's lanes one lane off "
+                        "(a shuffle's source lane computed from the wrong base or shift, as a row's first lane)")
+    return None
+
+
+def rows_said(rows: np.ndarray) -> str:
+    """"1, 3, 5, ... (every 2nd row from 1)" for rows a step apart, else their spans."""
+    step = int(rows[1] - rows[0]) if rows.size > 3 else 0
+    if step > 1 and (np.diff(rows) == step).all():
+        return f"{rows[0]}, {rows[1]}, {rows[2]}, ... {rows[-1]} (every {step}{'nd' if step == 2 else 'th'} row)"
+    return spans(rows)
+
+
 def _sources(wrong: np.ndarray, fits: np.ndarray) -> np.ndarray:
     """Each wrong row's r' among those that fit: at the shift r' - r most rows share where that fits
     (rows whose P are alike fit more than one), else the first."""
@@ -58,13 +96,15 @@ def _said(wrong: np.ndarray, source: np.ndarray, width: int, N: int) -> str:
             "read from the wrong place)")
 
 
-def _constant_by_tile(ratio: np.ndarray, width: int) -> np.ndarray:
-    """(wrong row, r'): the log ratio constant within every key tile of `width` (the last partial)."""
+def _constant_by_tile(ratio: np.ndarray, width: int, keys: np.ndarray | None = None) -> np.ndarray:
+    """(wrong row, r'): the log ratio constant within every key tile of `width` (the last partial),
+    over `keys` only where given."""
     N = ratio.shape[2]
     spread = np.zeros(ratio.shape[:2])
     with np.errstate(invalid="ignore"):  # inf - inf where a P underflows: NaN, no fit
         for j0 in range(0, N, width):
-            part = ratio[:, :, j0:j0 + width]
+            inside = np.arange(j0, min(j0 + width, N)) if keys is None else keys[(keys >= j0) & (keys < j0 + width)]
+            part = ratio[:, :, inside]
             spread = np.maximum(spread, part.max(axis=2) - part.min(axis=2))
         return spread <= LOG_ATOL
 
