@@ -170,9 +170,9 @@ def test_rows_weighed_with_another_rows_weights_one_key_off_are_said_with_the_sh
     q, k, s = scores(64)
     W, P = half_warp_off_by_one(s), softmax_rows(s[None])[0]
     said = row_weights.shifted_rows(W, P, 2e-5)
-    assert said is not None and said.startswith("one set of weights for every column; rows 1, 3, 5, ... 63 (every "
-                                                "2nd row)"), said
-    assert "each weigh V's row j with another row's weight of key j + 1 (key tiles of 16, the slot that leaves " \
+    assert said is not None and said.startswith("one set of weights for every column; wrong in every 2nd row (rows "
+                                                "1, 3, 5, ...): each row weighs V's row j"), said
+    assert "weighs V's row j with another row's weight of key j + 1 (key tiles of 16, the slot that leaves " \
         "apart): row r's are row r - 1's of P shifted by one key" in said, said
     assert row_weights.shifted_rows(online_weights(s, 16, second_of=32), P, 2e-5) is None  # no shift: not this
     [read] = linear_map.read_map(as_T(W), P, q[:, :4], k[:, :4])

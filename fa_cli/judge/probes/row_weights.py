@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..diagnose import describe_rows
 from .step import spans
 
 LOG_ATOL = 1e-3  # log W[r] - log P[r'] within a key tile: one float32 program's exp and rescales
@@ -41,7 +42,7 @@ def another_rows(W: np.ndarray, P: np.ndarray, right_atol: float) -> str | None:
 
 
 SHIFT_TILES = (8, 16, 32, 64)  # the lanes a row's keys are dealt to, a key a lane
-SHIFT_LEAD = "each weigh V's row j with another row's weight of key j"
+SHIFT_LEAD = "weighs V's row j with another row's weight of key j"
 
 
 def shifted_rows(W: np.ndarray, P: np.ndarray, right_atol: float) -> str | None:
@@ -62,20 +63,13 @@ def shifted_rows(W: np.ndarray, P: np.ndarray, right_atol: float) -> str | None:
             fits = _constant_by_tile(ratio, T, keys)
             if fits.any(axis=1).all():
                 source = _sources(wrong, fits)
-                return (f"one set of weights for every column; rows {rows_said(wrong)} {SHIFT_LEAD} "
+                return (f"one set of weights for every column; wrong in {describe_rows(wrong, np.arange(rows), rows)}: "
+                        f"each row {SHIFT_LEAD} "
                         f"{'+' if shift > 0 else '-'} 1 (key tiles of {T}, the slot that leaves apart): row r's are "
                         f"row {_formula(wrong, source)}'s of P shifted by one key, times a factor of each tile (e.g. "
                         f"row {wrong[0]}: row {source[0]}'s): weights fetched from another row's lanes one lane off "
                         "(a shuffle's source lane computed from the wrong base or shift, as a row's first lane)")
     return None
-
-
-def rows_said(rows: np.ndarray) -> str:
-    """"1, 3, 5, ... (every 2nd row from 1)" for rows a step apart, else their spans."""
-    step = int(rows[1] - rows[0]) if rows.size > 3 else 0
-    if step > 1 and (np.diff(rows) == step).all():
-        return f"{rows[0]}, {rows[1]}, {rows[2]}, ... {rows[-1]} (every {step}{'nd' if step == 2 else 'th'} row)"
-    return spans(rows)
 
 
 def _sources(wrong: np.ndarray, fits: np.ndarray) -> np.ndarray:

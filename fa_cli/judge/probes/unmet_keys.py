@@ -50,12 +50,18 @@ def left_out(W: np.ndarray, P: np.ndarray) -> str | None:
     kept = np.where(gone[None], 0.0, P)
     if np.abs(W - kept / kept.sum(axis=1, keepdims=True)).max() > RIGHT_ATOL:
         return None
+    return (f"{LEFT_OUT}{keys_said(gone, P)[0]} have 0 weight in every row, the others the right "
+            "scores' softmax over them alone: those keys were left out of the sum and the output alike (a loop's "
+            "bound or a tile's count of keys that stops short of them)")
+
+
+def keys_said(gone: np.ndarray, P: np.ndarray) -> tuple[str, int | None]:
+    """The keys of the mask in words, by their slots where they repeat every m keys, with their
+    count; and m (None where they do not repeat)."""
     m = period(gone, P.max(axis=0) > TELLING)
     which = f"keys {spans(np.flatnonzero(gone))}" if m is None else \
         f"the keys j with j mod {m} in {{{spans(np.flatnonzero(gone[:m]))}}}"
-    return (f"{LEFT_OUT}{which} ({int(gone.sum())} of {gone.size}) have 0 weight in every row, the others the right "
-            "scores' softmax over them alone: those keys were left out of the sum and the output alike (a loop's "
-            "bound or a tile's count of keys that stops short of them)")
+    return f"{which} ({int(gone.sum())} of {gone.size})", m
 
 
 def period(gone: np.ndarray, telling: np.ndarray) -> int | None:
@@ -75,9 +81,7 @@ def unmet(W: np.ndarray, P: np.ndarray, constant: np.ndarray | None, cols: np.nd
     gone = keys_gone(W, P)
     if gone is None:
         return None
-    m = period(gone, P.max(axis=0) > TELLING)
-    which = f"keys {spans(np.flatnonzero(gone))}" if m is None else \
-        f"the keys j with j mod {m} in {{{spans(np.flatnonzero(gone[:m]))}}} ({int(gone.sum())} of {gone.size})"
+    which, m = keys_said(gone, P)
     said = f"{LEAD}{which} have 0 weight on every row of V, the other keys P's weights exactly (so theirs are in l)"
     if constant is None:
         return said
