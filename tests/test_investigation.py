@@ -3,11 +3,13 @@ run in order where they apply, the catalogue is a lead and not a gate, one budge
 import json
 import re
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from helpers import ROOT
 from fa_cli.judge import investigation, probes, step_times
+from fa_cli.judge.diagnose import Diagnosis
 from fa_cli.judge.findings import Finding, Kind
 from fa_cli.judge.probes.step import Probe
 from fa_cli.judge.steps import Context, Step
@@ -249,3 +251,17 @@ def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing
     ctx.results = [SimpleNamespace(verdict="PASS")]
     path.unlink()
     assert not step.applies(ctx)
+
+
+def judged(name: str, verdict: str, flops: int, nonfinite: int = 0):
+    shape = SimpleNamespace(flops=flops, input_bytes=flops)
+    return SimpleNamespace(verdict=verdict, target=SimpleNamespace(name=name, shape=shape),
+                           diagnosis=Diagnosis([], {"nonfinite": nonfinite}) if verdict == "WRONG" else None)
+
+
+def test_the_case_looked_into_is_a_wrong_output_with_nan_before_a_smaller_one_without():
+    cases = [judged("small", "WRONG", 10), judged("nan", "WRONG", 100, nonfinite=5),
+             judged("nan-larger", "WRONG", 1000, nonfinite=9), judged("passed", "PASS", 1)]
+    assert investigation.smallest_failure(cases).target.name == "nan"
+    assert investigation.smallest_failure(cases[:1] + cases[3:]).target.name == "small"
+    assert investigation.smallest_failure(cases[3:]) is None

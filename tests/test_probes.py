@@ -2,6 +2,7 @@
 weights built to hold one mechanism (and staying silent on the right ones), the layout and index
 searches, and the planted sets of tests/data/planted_sets/ judged through fa run against their
 answer keys (marked slow)."""
+import re
 import shutil
 
 import numpy as np
@@ -611,6 +612,21 @@ def test_a_later_batch_right_alone_is_said_as_a_batch_offset_with_the_strided_co
     assert found.lines[-1] == ("lines with a strided copy or a batch's offset in hw4.cu: 2 `cudaMemcpy2D(h_out, "
                                "o_bytes, d_qkv, o_bytes, o_bytes, B, cudaMemcpy...`, 1 `const float* q = qkv + "
                                "(size_t)blockIdx.y * 3 * N * D;`"), found.lines
+
+
+def test_a_batch_offset_shows_the_pointers_offset_by_a_batch_not_the_hosts_sizes(tmp_path):
+    """set39's s11: the offset at fault is the third of the kernels' (a packed buffer's); the host's
+    size of B * 3 * N * d floats is no offset."""
+    from fa_cli.judge.probes.experiments import BatchAlone
+    source = ("in.qkv.resize((size_t)in.B * 3 * in.N * in.d);\n"
+              "const float* src = qkv + (size_t)b * 3 * N * D + (size_t)j * D;\n"
+              "const float* q = qkv + (size_t)b * 3 * N * D + (size_t)i * D;\n"
+              "const float* kvb = kv + (size_t)b * N * D;  // batch b's rows [k | v]\n"
+              "float* dst = out + ((size_t)b * N + i) * D;\n")
+    ctx = stand_in_context(tmp_path, GATHERED_AT_THE_WRONG_PITCH, source, probe(B=2, N=32, d=32))
+    assert BatchAlone().applies(ctx)
+    [found] = BatchAlone().run(ctx)
+    assert [int(n) for n in re.findall(r"(\d+) `", found.lines[-1])] == [2, 3, 4], found.lines
 
 
 ADDED_TWICE = """#!{python}

@@ -129,6 +129,17 @@ def test_a_source_without_shared_arrays_shows_no_lines(ctx, tmp_path):
     assert shared_poison.store_lines(ctx) == ""
 
 
+def test_the_loop_that_makes_the_stores_is_shown_with_them(ctx, tmp_path):
+    tiled = tmp_path / "tiled.cu"
+    tiled.write_text("__global__ void k(const float* kt, int bc) {\n  __shared__ float Ks[32 * 33];\n"
+                     "  for (int e = threadIdx.x; e < bc * 32; e += 128) {  // the block copies the tile\n"
+                     "    const int r = e / 32, c = e % 32;\n    Ks[r * 33 + c] = kt[e];\n  }\n}\n")
+    ctx.program = Program("tiled", tmp_path / "tiled", source=tiled)
+    assert shared_poison.store_lines(ctx) == (
+        "; lines that store into its shared arrays (Ks) in tiled.cu: 5 `Ks[r * 33 + c] = kt[e];`; the loop that makes "
+        "those stores (its start, bound and stride): 3 `for (int e = threadIdx.x; e < bc * 32; e += 128) {`")
+
+
 UNWRITTEN = r'''
 #include <cstdio>
 #include <cuda_runtime.h>

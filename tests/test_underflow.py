@@ -18,22 +18,24 @@ with np.errstate(all="ignore"):
     for b in range(B):
         q, k, v = x[b]
         q = q / np.float32(np.sqrt(d))
-        ref = np.linalg.norm(q, axis=1, keepdims=True) * {bound}  # subtracted in place of the running max
+        ref = {ref}  # subtracted in place of the running max
         p = np.exp(q @ k.T - ref)  # float32: 0 under about -104
         out[b] = (p @ v) / p.sum(axis=1, keepdims=True)
 out.astype("<f4").tofile(sys.argv[2])
 """
 
 
-def context(tmp_path, bound: str):
+def context(tmp_path, bound: str = "", ref: str = "", size: float = 3.0, source: str = "p = __expf(s - ref);\n"):
+    """A stand-in subtracting `ref` (else |q| times `bound`) from its scaled scores."""
     rng = np.random.default_rng(4)
-    inp = ProbeInput(*(rng.uniform(-3, 3, size=(2, 64, 32)).astype(np.float32) for _ in range(3)))
-    return stand_in_context(tmp_path, BOUNDED.replace("{bound}", bound), "p = __expf(s - ref);\n", inp)
+    inp = ProbeInput(*(rng.uniform(-size, size, size=(2, 64, 32)).astype(np.float32) for _ in range(3)))
+    ref = ref or f"np.linalg.norm(q, axis=1, keepdims=True) * {bound}"
+    return stand_in_context(tmp_path, BOUNDED.replace("{ref}", ref), source, inp)
 
 
 def test_a_squared_norm_of_k_subtracted_from_the_scores_is_named_as_an_underflow(tmp_path):
     ctx = context(tmp_path, "(np.linalg.norm(k, axis=1) ** 2).max()")
-    said = underflow.reading(ctx)
+    said, _ = underflow.reading(ctx) or (None, None)
     assert said is not None and "every row is NaN above a scale and finite below it" in said, said
     assert "each weight exp(s - m) underflows to 0" in said, said
     assert said.endswith("it is |q| max_j |k_j|^2: a squared norm of K where its norm belongs (a square root left "
@@ -49,11 +51,21 @@ def test_the_step_names_it_after_nan_with_one_key(tmp_path):
     assert found[0].lines[-1].startswith("lines with the exponential in hw4.cu: 1 `p = __expf(s - ref);`"), found
 
 
+def test_a_max_taken_from_unscaled_scores_is_named_by_its_bound(tmp_path):
+    # a first pass's row max of q . k without 1/sqrt(d), the weights' pass scaled: large inputs underflow
+    ctx = context(tmp_path, ref="((q * np.float32(np.sqrt(d))) @ k.T).max(axis=1, keepdims=True)", size=10.0,
+                  source="qi[x] = q[x];\nmx = fmaxf(mx, s);\np = __expf(s - m);\n")
+    said, _ = underflow.reading(ctx) or (None, None)
+    assert said is not None and "it is sqrt(d) max_j s_j, the row's max of q . k not scaled by 1/sqrt(d)" in said, said
+    found = NotFinite().run(ctx)  # the lines shown: where that max is taken
+    assert found[0].lines[-1] == "lines with the row's max in hw4.cu: 2 `mx = fmaxf(mx, s);`", found
+
+
 def test_a_bound_fa_has_not_is_said_by_its_size_and_no_nan_at_every_scale_is_no_underflow(tmp_path):
     ctx = context(tmp_path, "400.0")
-    said = underflow.reading(ctx)
-    assert said is not None and said.endswith("none of the bounds fa tried fits it (|q| max |k|^2, |q| max |k| "
-                                              "unscaled, |q| sum |k|, sum |s|)"), said
+    said, _ = underflow.reading(ctx) or (None, None)
+    assert said is not None and said.endswith("none of the bounds fa tried fits it (max q . k unscaled, |q| max "
+                                              "|k|^2, |q| max |k| unscaled, |q| sum |k|, sum |s|)"), said
     ctx = context(tmp_path, "np.float32('nan')")
     assert underflow.reading(ctx) is None
 

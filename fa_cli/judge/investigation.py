@@ -209,9 +209,17 @@ def case_steps(ctx: Context) -> list[Finding]:
 
 
 def smallest_failure(results: list) -> object | None:
-    """The failing case (WRONG or ERROR) with the least work: where the tools are fastest."""
+    """The failing case (WRONG or ERROR) most telling and with the least work: a wrong output that holds
+    NaN or inf before one that does not (a division by zero or an overflow says more than a small error,
+    and the NaN probes read it), then the least work (where the tools are fastest)."""
     failed = [r for r in results if r.verdict in ("WRONG", "ERROR")]
-    return min(failed, key=lambda r: (r.target.shape.flops, r.target.shape.input_bytes), default=None)
+    return min(failed, key=lambda r: (not holds_nonfinite(r), r.target.shape.flops, r.target.shape.input_bytes),
+               default=None)
+
+
+def holds_nonfinite(result) -> bool:
+    """Whether a judged case's output held NaN or inf, as its where-and-how-much diagnosis counted."""
+    return bool(result.diagnosis is not None and result.diagnosis.fields.get("nonfinite"))
 
 
 def explain(results: list, options, say: Callable[[str], None], budget_s: float = BUDGET_S,

@@ -320,9 +320,11 @@ ROW_LINES = r"threadIdx\.(x|y)|\brow\w*\s*="
 # N alone, which a kernel's key-tile count is too
 GRID_LINES = r"dim3\s+\w*[Gg]rid\w*\s*[({]|\b[Gg]rid\w*\s*=\s*dim3|<<<|hipLaunchKernelGGL"
 ROWS_COVERED_LINES = (GRID_LINES, GRID_LINES, ROW_LINES)  # two grid or launch lines (one a d), then a thread's index
-K_LINES = r"\bK\w*\s*\[|\bk\w*\s*\["
-V_LINES = r"\bV\w*\s*\[|\bv\w*\s*\["
-OUT_LINES = r"\bO\w*\s*\[|\bout\w*\s*\[|\bo\s*\["
+# an array's use, not its declaration (`__shared__ float Vs[BC * D];`, `float v[4];`: no line does a mistake there)
+NOT_DECLARED = r"^(?!(?:extern\s+)?(?:static\s+)?__shared__\b|(?:const\s+)?(?:float|double|int|__half|half)\s+\w+\s*\[[^=]*$)"
+K_LINES = NOT_DECLARED + r".*(?:\bK\w*\s*\[|\bk\w*\s*\[|\b[Kk]\w*\s*\+\s*\w+\s*\*)"  # k[...], or Ks + jj * D
+V_LINES = NOT_DECLARED + r".*(?:\bV\w*\s*\[|\bv\w*\s*\[|\b[Vv]\w*\s*\+\s*\w+\s*\*)"
+OUT_LINES = NOT_DECLARED + r".*(?:\bO\w*\s*\[|\bout\w*\s*\[|\bo\s*\[)"
 
 
 MISTAKES = (

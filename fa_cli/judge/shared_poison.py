@@ -49,8 +49,21 @@ def store_lines(ctx: Context) -> str:
         return ""
     alternatives = "|".join(map(re.escape, names))
     stores = source_lines(ctx.source, rf"\b(?:{alternatives})\b\s*(?:\[[^;]*?\]\s*[-+*/]?=(?!=)|\+)", 3)
-    return f"; lines that store into its shared arrays ({', '.join(names)}) in {ctx.source.name}: {quoted(stores)}" \
-        if stores else ""
+    if not stores:
+        return ""
+    loop = filling_loop(ctx.source, stores[0][0])
+    return (f"; lines that store into its shared arrays ({', '.join(names)}) in {ctx.source.name}: {quoted(stores)}"
+            + (f"; the loop that makes those stores (its start, bound and stride): {quoted([loop])}" if loop else ""))
+
+
+def filling_loop(source, store: int, reach: int = 3) -> tuple[int, str] | None:
+    """The `for` line just above a store (within `reach` lines): where a tile load's bound and stride are."""
+    lines = source.read_text(errors="replace").splitlines()
+    for number in range(store - 1, max(store - 1 - reach, 0), -1):
+        code = lines[number - 1].split("//")[0].strip()
+        if re.match(r"for\s*\(", code):
+            return number, code if len(code) <= 70 else code[:67] + "..."
+    return None
 
 
 def non_numbers_changed(built: np.ndarray, *filled: np.ndarray) -> int:

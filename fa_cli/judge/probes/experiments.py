@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...programs import programs, wave64
+from ..diagnose import source_lines
 from ..findings import Finding, Kind
 from ..mistakes import BATCH_LINES, KEY_TILES
 from . import design, underflow
@@ -31,6 +32,11 @@ def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
 
 
 STRIDED_COPY = r"\b(?:cuda|hip)Memcpy2D\w*"  # a copy whose pitches place each batch (or row) apart
+# a batch's offset added to a pointer (`qkv + (size_t)b * 3 * N * D`, `out + ((size_t)b * N + i) * D`), not a size
+BATCH_OFFSET = r"\+\s*\(?\s*(?:\(size_t\)\s*)?(?:b|bb|batch\w*|blockIdx\.[yz])\s*\*"
+# the lines shown: the first strided copy, then the first three batch offsets (which operand's is wrong, the
+# probe does not tell: each is shown), else the lines that use a batch at all
+BATCH_PLACES = (STRIDED_COPY, BATCH_OFFSET, BATCH_OFFSET, BATCH_OFFSET)
 
 
 class BatchAlone(Probe):
@@ -55,10 +61,17 @@ class BatchAlone(Probe):
                 f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; batch {b}'s Q, K and V as the "
                 f"only batch ({alone.label}) give the right output: the batch offset (where batch b's Q, K, V are read "
                 "or its O written: b * 3*N*d for the input, b * N*d for the output) is wrong"],
-                look=("a strided copy or a batch's offset", (STRIDED_COPY, BATCH_LINES)),
+                look=("a strided copy or a batch's offset", batch_places(ctx)),
                 batch_alone=b)
         return [Finding(Kind.OBSERVED, [f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; "
                                         f"batch {b} alone ({alone.label}) is wrong too"])]
+
+
+def batch_places(ctx: Context) -> tuple[str, ...]:
+    """The patterns of the lines shown for a batch offset: BATCH_PLACES where the source has a
+    pointer offset by a batch, else the first strided copy and the first line that uses a batch."""
+    has_offset = ctx.source is not None and source_lines(ctx.source, BATCH_OFFSET, 1)
+    return BATCH_PLACES if has_offset else (STRIDED_COPY, BATCH_LINES)
 
 
 BATCH_STRIDES = (16, 32, 64, 128)  # a batch's stride written N*c with a constant c where N*d belongs
@@ -333,8 +346,7 @@ class NotFinite(Probe):
                  f"fewer keys: {said}"]
         whole = [n for n, ok in tried if ok]
         if over := underflow.overflow(ctx):  # the rows' scores tell it, checked with Q scaled up
-            return measured(ctx, [*lines, over], look=("the exponential", r"\bexpf?\s*\(|__expf|exp2"),
-                            weights_overflow=True)
+            return measured(ctx, [*lines, over], look=underflow.EXPONENTIAL, weights_overflow=True)
         if tried and tried[0][1] is False and whole and all(ok is False for n, ok in tried if n < whole[0]) and \
                 all(ctx.probe.shape.N % n for n in whole):  # NaN below a tile, finite at it, NaN past it again
             lines.append(f"NaN where N is no multiple of {whole[0]} (N = {ctx.probe.shape.N} and the cuts under it), "
@@ -342,8 +354,7 @@ class NotFinite(Probe):
                          "no number once it meets q: K padded with -inf gives q . k = inf - inf; exp(-inf - -inf); "
                          "or slots read past the input); look at what the tile holds past N and how it is masked")
         elif tried and tried[0][1] is False and (under := underflow.reading(ctx)):  # scores' size: a mechanism
-            return measured(ctx, [*lines, under], look=("the exponential", r"\bexpf?\s*\(|__expf|exp2"),
-                            weights_underflow=True)
+            return measured(ctx, [*lines, under[0]], look=under[1], weights_underflow=True)
         elif tried and tried[0][1] is False:  # no mechanism yet: the tools after the probes still look
             lines.append("NaN with a single key already: made by the first tile's work or the row's division, not "
                          "by keys meeting (as where the running max starts at -inf and exp(m_new - m_old) is inf, "

@@ -32,7 +32,7 @@ import numpy as np
 from ..diagnose import source_lines
 from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
-from . import map_formulas, pairing, row_weights, softmax_steps, unmet_keys
+from . import map_formulas, pairing, row_weights, softmax_steps, tile_sums, unmet_keys, warp_tiles
 from .map_formulas import map_formula
 from .readings import measured
 from .score_fit import FIT_RESIDUAL, TINY_WEIGHT, distinct, score_fit, score_terms, score_words
@@ -62,6 +62,8 @@ LOOK = {"columns": (LOOK_SHUFFLES, LANES),
         "sums": (("the row's sum summed across lanes", r"(\w*sum\w*|\bl\w*)\s*\+?=[^;\n]*(__shfl\w*|__reduce\w*)"),
                  ("the output's division", r"\b(o|out|O|output|dst)(_\w*)?\s*\[[^;]*\]\s*(=[^;]*/\s*[A-Za-z_(]|/=)"),
                  ("the row's sum", SUM_LINES)),
+        "max shuffle": (("the max's shuffle", r"max\w*\s*\([^;]*__shfl\w*"), LOOK_SHUFFLES),
+        "sum shuffle": (("the sum's shuffle", r"\+=?\s*__shfl\w*|__shfl\w*\([^;]*\)\s*\+"), LOOK_SHUFFLES),
         "rows of V": (("V's index", V_LINES),),
         "weights met": (("where a weight meets V", WEIGHT_MEETS_V),),
         "shuffles": (LOOK_SHUFFLES, ("where a weight meets V", WEIGHT_MEETS_V)),
@@ -143,7 +145,8 @@ def look_for(mapped: list[str]) -> str:
     if first.startswith("every column's weights are P's"):
         return "sums"
     if first.startswith(softmax_steps.LANES_OWN):
-        return "columns"
+        return "max shuffle" if warp_tiles.MAX_STEP in first else "sum shuffle" if warp_tiles.SUM_STEP in first \
+            else "columns"
     if first.startswith("the weights differ"):
         return "width" if any(line.endswith("made of no row of V") for line in mapped) else "columns"
     if map_formulas.PACKED in first:
@@ -256,9 +259,10 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constan
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it
         named = fit is not None and fit[1] <= FIT_RESIDUAL and len(distinct(fit[0])) > 1
         return [f"one set of weights for every column; {score_words(*fit)}"] if named else []
-    if found := lane_sums(weights, P):
+    if found := lane_sums(weights, P, logits(q[None], k[None])[0]):
         return found
-    if found := softmax_steps.lanes_by_column(weights, logits(q[None], k[None])[0]):
+    if found := softmax_steps.lanes_by_column(weights, logits(q[None], k[None])[0]) or \
+            warp_tiles.reading(weights, logits(q[None], k[None])[0]):
         return [found]
     if gathered := pairing.tile_gathered(weights, P):
         return [pairing.LEAD_TILES + gathered]
@@ -305,10 +309,11 @@ PART_SUMS = (2, 4, 8, 16)
 FACTOR_RTOL = 1e-3  # a column's weights are P times one factor a row: W / P the same over its keys, to this
 
 
-def lane_sums(weights: np.ndarray, P: np.ndarray) -> list[str]:
+def lane_sums(weights: np.ndarray, P: np.ndarray, s: np.ndarray | None = None) -> list[str]:
     """Every column's weights P times a factor per row, each column's its own: said, and where the
     factor is 1 / (P summed over the keys j = c mod L) for a lane width L, named: each lane divides
-    by the sum of its own keys' weights, never added across the lanes."""
+    by the sum of its own keys' weights, never added across the lanes; else, with the right scores
+    s, where a tile's sum merged by a butterfly written otherwise gives it (tile_sums.py)."""
     d = weights.shape[0]
     telling = P > 1e-6
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -339,6 +344,8 @@ def lane_sums(weights: np.ndarray, P: np.ndarray) -> list[str]:
         return [f"{said}: column c's is P summed over the keys j = c mod {L} alone, the share of the row's sum "
                 f"l that lane c of {L} keeps of its own keys, never added across the lanes (a sum reduced in no "
                 "shuffle or shared memory)"]
+    if s is not None and (modelled := tile_sums.reading(factor, s) or warp_tiles.reading(weights, s)):
+        return [f"{said}: {modelled}"]
     return [said]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..diagnose import quoted, source_lines
+from ..diagnose import SOURCE_LINES_SHOWN, quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES, QUERY_TILES
 from .step import Context, Probe, fmt, logits, softmax_rows, spans
@@ -33,9 +33,11 @@ def span(values) -> str:
 
 def measured(ctx: Context, lines: list[str], look: tuple[str, str] | None = None, **fields) -> list[Finding]:
     """A mechanism named from measurements; look: (what, a pattern) whose lines of the source, where
-    fa has it, are shown under it ("lines with exp in hw4.cu: 84 `...`")."""
+    fa has it, are shown under it ("lines with exp in hw4.cu: 84 `...`"); a tuple of patterns shows the
+    first line of each (as many as the tuple holds, two at least)."""
     ctx.facts.named = True
-    shown = source_lines(ctx.source, look[1]) if look and ctx.source else []
+    many = max(SOURCE_LINES_SHOWN, len(look[1])) if look and isinstance(look[1], tuple) else SOURCE_LINES_SHOWN
+    shown = source_lines(ctx.source, look[1], many) if look and ctx.source else []
     if shown:
         lines = [*lines, f"lines with {look[0]} in {ctx.source.name}: {quoted(shown)}"]
     return [Finding(Kind.MEASURED, lines, dict(measured_on=ctx.probe.label, runs=ctx.runs, **fields))]

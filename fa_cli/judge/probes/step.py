@@ -143,3 +143,11 @@ def spans(indices) -> str:
             out.append(str(start) if start == x else f"{start}-{x}")
             start = None
     return ", ".join(out)
+
+
+def columns_by_lane(owner: list[int], shown: int = 3) -> str:
+    """Each column's lane (owner[c]) in words, the first `shown` lanes: "columns 0, 32: lane 0's; ...",
+    with " ..." where there are more."""
+    lanes = np.array(owner)
+    said = "; ".join(f"columns {spans(np.flatnonzero(lanes == g))}: lane {g}'s" for g in sorted(set(owner))[:shown])
+    return said + (" ..." if len(set(owner)) > shown else "")

@@ -39,18 +39,25 @@ def thresholds(finite: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return SCALES[first - 1], SCALES[first]
 
 
-def bounds(q: np.ndarray, k: np.ndarray) -> dict[str, tuple[np.ndarray, int]]:
-    """Values a program may subtract from each row's scores, at scale 1, with K's power in them."""
+EXPONENTIAL = ("the exponential", r"\bexpf?\s*\(|__expf|exp2")  # the lines shown: where the weights are made
+ROW_MAX = ("the row's max", r"\bfmaxf?\s*\(|\bmax\s*\(")  # or where the max subtracted is taken
+
+
+def bounds(q: np.ndarray, k: np.ndarray) -> dict[str, tuple[np.ndarray, int, tuple[str, str]]]:
+    """Values a program may subtract from each row's scores, at scale 1, with K's power in them and
+    the lines to show for each."""
     d = q.shape[-1]
     qn = np.linalg.norm(q.astype(np.float64), axis=1) / np.sqrt(d)  # the scaled q's norm
     kn = np.linalg.norm(k.astype(np.float64), axis=1)
-    s = np.abs(logits(q[None], k[None])[0])
+    s = logits(q[None], k[None])[0]
     return {
+        "sqrt(d) max_j s_j, the row's max of q . k not scaled by 1/sqrt(d): the max taken from unscaled scores":
+            (np.sqrt(d) * s.max(axis=1), 1, ROW_MAX),
         "|q| max_j |k_j|^2: a squared norm of K where its norm belongs (a square root left out)":
-            (qn * (kn ** 2).max(), 2),
-        "|q| max_j |k_j| with q not scaled by 1/sqrt(d): the bound's scale left out": (qn * np.sqrt(d) * kn.max(), 1),
-        "|q| sum_j |k_j|: a sum of K's norms where their max belongs": (qn * kn.sum(), 1),
-        "sum_j |s_j|: the sum of the scores' sizes where their max belongs": (s.sum(axis=1), 1),
+            (qn * (kn ** 2).max(), 2, EXPONENTIAL),
+        "|q| max_j |k_j| with q not scaled by 1/sqrt(d): the bound's scale left out": (qn * np.sqrt(d) * kn.max(), 1, EXPONENTIAL),
+        "|q| sum_j |k_j|: a sum of K's norms where their max belongs": (qn * kn.sum(), 1, EXPONENTIAL),
+        "sum_j |s_j|: the sum of the scores' sizes where their max belongs": (np.abs(s).sum(axis=1), 1, EXPONENTIAL),
     }
 
 
@@ -64,9 +71,9 @@ def fits(value: np.ndarray, power: int, s_max: np.ndarray, k_finite: np.ndarray)
     return bool(sure.any() and ((gap < UNDER_FAST) == k_finite)[sure].mean() >= FIT_SHARE)
 
 
-def reading(ctx: Context) -> str | None:
-    """The words where the rows' NaN comes and goes with the scores' size; None where it does not
-    (or the program gave no output on the scaled batches)."""
+def reading(ctx: Context) -> tuple[str, tuple[str, str]] | None:
+    """The words where the rows' NaN comes and goes with the scores' size, with the lines to show;
+    None where it does not (or the program gave no output on the scaled batches)."""
     inp = scaled_batches(ctx.probe)
     got = ctx.run(inp)
     if got is None:
@@ -84,12 +91,13 @@ def reading(ctx: Context) -> str | None:
             "exp(s - m) underflows to 0 (under -87 in float) while the scores are large, l = 0 and o / l = 0 / 0: "
             f"what is subtracted from the scores is far above their max (by {fmt(np.median(low - s_max))} to "
             f"{fmt(np.median(high - s_max))} at scale 1, the median row), not the row's running max")
-    for name, (value, power) in bounds(ctx.probe.q[0], ctx.probe.k[0]).items():
+    for name, (value, power, look) in bounds(ctx.probe.q[0], ctx.probe.k[0]).items():
         inside = ((value >= low * 0.98) & (value <= high * 1.02)).mean()
         if inside >= FIT_SHARE and fits(value, power, s_max, finite[n:]):
             return (f"{said}; it is {name} (inside each row's bracket in {inside:.0%} of the rows, and the thresholds "
-                    "of K's own scaling follow it)")
-    return said + "; none of the bounds fa tried fits it (|q| max |k|^2, |q| max |k| unscaled, |q| sum |k|, sum |s|)"
+                    "of K's own scaling follow it)"), look
+    return said + ("; none of the bounds fa tried fits it (max q . k unscaled, |q| max |k|^2, |q| max |k| unscaled, "
+                   "|q| sum |k|, sum |s|)"), EXPONENTIAL
 
 
 # exp(x) overflows past these: a half's largest finite value 65504, a float's 3.4e38 (__expf and expf alike)

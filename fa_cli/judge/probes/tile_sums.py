@@ -1,0 +1,67 @@
+"""Each lane divided by a sum of its own, modelled: a row's keys dealt a tile at a time, key j0 + g
+to lane g of T (a warp's 32, a half-warp's 16, a wavefront's 64), each tile's (max, sum of
+exp(s - max)) reduced by an xor butterfly, and the running sum l = l * exp(m - m_new) + ts *
+exp(tm - m_new) kept by every lane. The max's butterfly right (so each weight's numerator is), the
+sum's merge written in one of a few forms: where one form gives, for every lane, a sum whose ratio
+to the row's true sum is the factor measured on the columns that lane writes, that form is named.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .step import columns_by_lane, fmt
+
+TILES = (32, 16, 64)  # lanes a row's keys are dealt to, a key a lane: a warp, a half-warp, a wavefront
+# the sum's butterfly step: ts from its own (ts, tm) and the partner's (os, om), nm = max(tm, om); the first is right
+SUM_FORMS = (
+    ("ts = ts * exp(tm - nm) + os * exp(om - nm)",
+     lambda ts, os, tm, om, nm: ts * np.exp(tm - nm) + os * np.exp(om - nm)),
+    ("ts = ts * exp(tm - nm) + os * exp(om - tm) (the partner's sum taken against the lane's own max, not the merged "
+     "one)", lambda ts, os, tm, om, nm: ts * np.exp(tm - nm) + os * np.exp(om - tm)),
+    ("ts = ts * exp(tm - nm) + os (the partner's sum not rescaled)",
+     lambda ts, os, tm, om, nm: ts * np.exp(tm - nm) + os),
+    ("ts = ts + os * exp(om - nm) (its own sum not rescaled)", lambda ts, os, tm, om, nm: ts + os * np.exp(om - nm)),
+    ("ts = ts + os (neither sum rescaled to the merged max)", lambda ts, os, tm, om, nm: ts + os),
+)
+FACTOR_RTOL = 2e-3  # a lane's modelled factor meets a column's measured one within this (float32 sums)
+
+
+def lane_sums(s: np.ndarray, T: int, merge) -> np.ndarray:
+    """(T, rows): the running sum l each lane of T ends with, relative to the row's max, for scores s
+    (rows, N) dealt a tile at a time and each tile's sum merged by `merge`."""
+    rows, N = s.shape
+    tiles = -(-N // T)
+    padded = np.full((rows, tiles * T), -np.inf)
+    padded[:, :N] = s
+    tm = padded.reshape(rows, tiles, T).transpose(2, 0, 1)  # (T, rows, tiles): lane g holds key t * T + g
+    with np.errstate(invalid="ignore", over="ignore"):
+        ts = np.where(np.isfinite(tm), 1.0, 0.0)
+        off = T // 2
+        while off:
+            partner = np.arange(T) ^ off
+            om, os = tm[partner], ts[partner]
+            nm = np.maximum(tm, om)
+            ts = merge(ts, os, tm, om, nm)
+            ts = np.where(np.isnan(ts), 0.0, ts)  # two slots past N met: -inf - -inf, a sum of 0 there
+            tm, off = nm, off // 2
+        top = s.max(axis=1)[None, :, None]
+        return (ts * np.exp(tm - top)).sum(axis=2)  # every tile's sum brought to the row's max: the l kept
+
+
+def reading(factor: np.ndarray, s: np.ndarray) -> str | None:
+    """factor (columns, rows): W / P measured in each column's weights, each column P times its own
+    factor a row; s (rows, N) the right scores. Where one SUM_FORMS step (not the right one) gives
+    every column's factor as true l / one lane's l, in words; else None."""
+    true_l = np.exp(s - s.max(axis=1, keepdims=True)).sum(axis=1)
+    for T in (T for T in TILES if T <= s.shape[1]):
+        for words, merge in SUM_FORMS[1:]:
+            modelled = true_l[None] / lane_sums(s, T, merge)  # (T, rows)
+            owner = [next((g for g in range(T) if np.allclose(modelled[g], f, rtol=FACTOR_RTOL)), None) for f in factor]
+            if None in owner or len(set(owner)) < 2:
+                continue
+            return (f"each column is divided by its lane's own sum l, modelled: keys dealt a tile of {T} at a time "
+                    f"(key j0 + g to lane g), each tile's max and sum reduced by an xor butterfly whose sum step is "
+                    f"written as `{words}` where it is `{SUM_FORMS[0][0]}`, so the lanes end with different sums "
+                    f"(factors {fmt(modelled.min())} to {fmt(modelled.max())}) and each divides its own columns by "
+                    f"its own ({columns_by_lane(owner)}); look at the sum's shuffle loop")
+    return None

@@ -1,0 +1,84 @@
+"""fa_cli/judge/probes/tile_sums.py: each lane divided by a sum of its own, modelled as a tile's
+sum merged by a butterfly written otherwise. The reference is the program's loops written out
+lane by lane here (a warp a row, key j0 + g on lane g, lane g storing dims g and g + 32)."""
+import math
+
+import numpy as np
+import pytest
+
+from fa_cli.judge.probes import linear_map, tile_sums
+from fa_cli.judge.probes.step import logits, softmax_rows
+
+
+def lanes_l(s_row, T, merge):
+    """Each lane's running sum l at the end of one row, the program's loops written out, float64."""
+    N = len(s_row)
+    m, l = [-math.inf] * T, [0.0] * T
+    for j0 in range(0, N, T):
+        tm = [np.float64(s_row[j0 + g] if j0 + g < N else -1e30) for g in range(T)]  # slots past N: a large negative
+        ts = [1.0 if j0 + g < N else 0.0 for g in range(T)]
+        off = T // 2
+        while off:
+            om, os = [tm[g ^ off] for g in range(T)], [ts[g ^ off] for g in range(T)]
+            for g in range(T):
+                nm = max(tm[g], om[g])
+                ts[g] = merge(ts[g], os[g], tm[g], om[g], nm)
+                tm[g] = nm
+            off //= 2
+        for g in range(T):
+            m_new = max(m[g], tm[g])
+            l[g] = l[g] * math.exp(m[g] - m_new) + ts[g] * math.exp(tm[g] - m_new)
+            m[g] = m_new
+    return [l[g] * math.exp(m[g] - max(s_row)) for g in range(T)]  # relative to the row's max
+
+
+OWN_MAX = lambda ts, os, tm, om, nm: ts * np.exp(tm - nm) + os * np.exp(om - tm)  # noqa: E731
+RIGHT = lambda ts, os, tm, om, nm: ts * np.exp(tm - nm) + os * np.exp(om - nm)  # noqa: E731
+
+
+def column_weights(s, T, merge, d=64):
+    P = softmax_rows(s[None])[0]
+    true_l = np.exp(s - s.max(axis=1, keepdims=True)).sum(axis=1)
+    per_lane = np.array([lanes_l(row, T, merge) for row in s])  # (rows, T)
+    return np.stack([P * (true_l / per_lane[:, c % T])[:, None] for c in range(d)]), P
+
+
+def scores(n=96, d=64, seed=3):
+    rng = np.random.default_rng(seed)
+    q, k = (rng.uniform(-3, 3, size=(n, d)).astype(np.float32) for _ in range(2))
+    return logits(q[None], k[None])[0].astype(np.float64)
+
+
+def test_a_partners_sum_taken_against_the_lanes_own_max_is_named_with_the_lanes():
+    """set38's s09: the butterfly's sum step `ts * exp(tm - nm) + os * exp(om - tm)`."""
+    s = scores()
+    weights, P = column_weights(s, 32, OWN_MAX)
+    [said] = linear_map.lane_sums(weights, P, s)
+    assert "every column's weights are P's times a factor of its own for each row" in said, said
+    assert ("each column is divided by its lane's own sum l, modelled: keys dealt a tile of 32 at a time" in said
+            and "`ts = ts * exp(tm - nm) + os * exp(om - tm) (the partner's sum taken against the lane's own max"
+            in said), said
+    assert "(columns 0, 32: lane 0's; columns 1, 33: lane 1's; columns 2, 34: lane 2's ...)" in said, said
+
+
+def test_the_right_butterfly_gives_one_sum_and_says_nothing():
+    s = scores()
+    weights, P = column_weights(s, 32, RIGHT)
+    assert np.allclose(weights, P[None])
+    assert linear_map.lane_sums(weights, P, s) == []
+
+
+@pytest.mark.parametrize("T", [16, 32])
+def test_the_model_matches_the_loops_written_out(T):
+    s = scores(n=40, seed=5)  # N = 40: a partial last tile
+    for form, merge in ((0, RIGHT), (1, OWN_MAX)):
+        with np.errstate(over="ignore"):
+            loops = np.array([lanes_l(row, T, merge) for row in s]).T
+        assert np.allclose(tile_sums.lane_sums(s, T, tile_sums.SUM_FORMS[form][1]), loops, rtol=1e-9), form
+
+
+def test_factors_no_form_gives_are_left_unnamed():
+    s = scores()
+    rng = np.random.default_rng(1)
+    factor = rng.uniform(0.5, 2.0, size=(64, s.shape[0]))
+    assert tile_sums.reading(factor, s) is None
