@@ -10,7 +10,7 @@ import pytest
 
 from helpers import build_students
 from fa_cli.cases.format import Shape
-from fa_cli.judge import larger_input
+from fa_cli.judge import drawn_shapes, larger_input
 from fa_cli.judge.findings import Kind
 from fa_cli.judge.tool_logs import Budget
 from fa_cli.programs.programs import Program
@@ -22,9 +22,9 @@ pytestmark = pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 
 def test_a_mistake_that_shows_only_past_the_cases_sizes_is_a_warning(tmp_path, monkeypatch):
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(larger_input, "LARGER_N", 512)
+    monkeypatch.setattr(drawn_shapes, "LARGER_N", 512)
     built = build_students(tmp_path, ["NONE", "KEYS_CAPPED"])
-    shape = larger_input.larger_shape([Shape(2, 128, 32), Shape(3, 200, 32)])
+    shape = drawn_shapes.larger_shape([Shape(2, 128, 32), Shape(3, 200, 32)])
     assert shape == Shape(4, 512, 32)
     said = []
     capped = Program("hw4.cpp", built["KEYS_CAPPED"])
@@ -91,8 +91,8 @@ def test_one_batch_of_an_odd_n_comes_last_and_is_said_as_no_course_size(tmp_path
     batch of 129 rows shows the last row never written, said as a size no course case has."""
     import sys
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
-    assert larger_input.edge_shape([Shape(2, 128, 64), Shape(1, 200, 64)]) == Shape(1, 129, 64)
-    assert larger_input.edge_shape([Shape(1, 129, 32)]) is None and larger_input.edge_shape([]) is None
+    assert drawn_shapes.edge_shape([Shape(2, 128, 64), Shape(1, 200, 64)]) == Shape(1, 129, 64)
+    assert drawn_shapes.edge_shape([Shape(1, 129, 32)]) is None and drawn_shapes.edge_shape([]) is None
     program = tmp_path / "stand-in"
     program.write_text(LAST_ROW_OF_ODD_N_LEFT.format(python=sys.executable))
     program.chmod(0o755)
@@ -175,8 +175,8 @@ def test_a_larger_input_that_crashes_names_its_input_however_it_was_checked(tmp_
 
 
 def test_no_larger_run_where_a_case_passed_was_as_large():
-    assert larger_input.larger_shape([Shape(2, 128, 64), Shape(4, 2048, 64)]) is None
-    assert larger_input.larger_shape([]) is None
+    assert drawn_shapes.larger_shape([Shape(2, 128, 64), Shape(4, 2048, 64)]) is None
+    assert drawn_shapes.larger_shape([]) is None
 
 
 def test_the_longest_rows_are_checked_on_sampled_rows_where_the_larger_input_passed(tmp_path, monkeypatch):
@@ -184,11 +184,11 @@ def test_the_longest_rows_are_checked_on_sampled_rows_where_the_larger_input_pas
     time), checked on a few rows of each batch: a cap of 512 keys passes 4 x 512 and is warned there,
     with the rows checked said."""
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(larger_input, "LONGEST_B", 1)
-    monkeypatch.setattr(larger_input, "LONGEST_N", 1024)
+    monkeypatch.setattr(drawn_shapes, "LONGEST_B", 1)
+    monkeypatch.setattr(drawn_shapes, "LONGEST_N", 1024)
     built = build_students(tmp_path, ["KEYS_CAPPED", "NONE"])
-    shape = larger_input.longest_shape([Shape(2, 128, 32)])
-    assert shape == Shape(1, 1024, 32) and larger_input.longest_shape([Shape(1, 1024, 32)]) is None
+    shape = drawn_shapes.longest_shape([Shape(2, 128, 32)])
+    assert shape == Shape(1, 1024, 32) and drawn_shapes.longest_shape([Shape(1, 1024, 32)]) is None
     rows = larger_input.sampled_rows(1024, 16)
     assert rows[0] == 0 and rows[-1] == 1023 and len(rows) <= 16
     [found] = larger_input.check(Program("hw4.cpp", built["KEYS_CAPPED"]), shape, None, tmp_path, lambda l: None,
@@ -210,33 +210,33 @@ def test_a_run_stopped_at_its_limit_is_not_judged_and_not_called_wrong(tmp_path,
 
 
 def test_the_most_batches_come_last_at_the_course_shape_of_the_d_passed():
-    assert larger_input.most_batches_shape([Shape(2, 128, 32)]) == Shape(13600, 128, 32)
-    assert larger_input.most_batches_shape([Shape(2, 256, 64)]) == Shape(9600, 128, 64)
-    assert larger_input.most_batches_shape([Shape(2, 128, 64), Shape(4800, 128, 64)]) is None  # half as many values
-    assert larger_input.most_batches_shape([]) is None
+    assert drawn_shapes.most_batches_shape([Shape(2, 128, 32)]) == Shape(13600, 128, 32)
+    assert drawn_shapes.most_batches_shape([Shape(2, 256, 64)]) == Shape(9600, 128, 64)
+    assert drawn_shapes.most_batches_shape([Shape(2, 128, 64), Shape(4800, 128, 64)]) is None  # half as many values
+    assert drawn_shapes.most_batches_shape([]) is None
 
 
 def test_the_longest_rows_and_most_batches_are_drawn_at_the_largest_d_passed():
     """The course's largest inputs are at d = 64 (t30 2 x 32768 x 64, a batch of 25 MB): a program
     that passed d = 32 and d = 64 is drawn there, the shorter inputs at the first case's d."""
     passed = [Shape(2, 128, 32), Shape(2, 128, 64)]
-    assert larger_input.longest_shape(passed) == Shape(2, 32768, 64)
-    assert larger_input.most_batches_shape(passed) == Shape(9600, 128, 64)
-    assert larger_input.larger_shape(passed) == Shape(4, 2048, 32)
+    assert drawn_shapes.longest_shape(passed) == Shape(2, 32768, 64)
+    assert drawn_shapes.most_batches_shape(passed) == Shape(9600, 128, 64)
+    assert drawn_shapes.larger_shape(passed) == Shape(4, 2048, 32)
 
 
-@pytest.mark.parametrize("wrong_at, checked", [(None, 6), ("half tile", 6), ("edge", 5), ("most", 4), ("longest", 3),
-                                               ("middle", 2), ("larger", 1)])
+@pytest.mark.parametrize("wrong_at, checked", [(None, 7), ("small", 7), ("half tile", 6), ("edge", 5), ("most", 4),
+                                               ("longest", 3), ("middle", 2), ("larger", 1)])
 def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, monkeypatch, wrong_at, checked):
     """4 x 2048, 2 x 4096, then 2 x 32768 on sampled rows, the most batches on fewer rows, one batch
-    of 129 rows, one of 97: the first that is wrong is the warning, and nothing after it runs (but the run that
-    weighs a 32-bit size where 2 x 32768 is wrong: 1 x 23168, sampled; and 2 x 32768 where 2 x 4096
-    is wrong, to bracket it)."""
+    of 129 rows, one of 97, three of 21: the first that is wrong is the warning, and nothing after it
+    runs (but the run that weighs a 32-bit size where 2 x 32768 is wrong: 1 x 23168, sampled; and
+    2 x 32768 where 2 x 4096 is wrong, to bracket it)."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.findings import Finding
     names = {Shape(4, 2048, 32): "larger", Shape(2, 4096, 32): "middle", Shape(2, 32768, 32): "longest",
              Shape(13600, 128, 32): "most", Shape(1, 129, 32): "edge", Shape(1, 97, 32): "half tile",
-             Shape(1, 23168, 32): "under 2^31"}
+             Shape(3, 21, 32): "small", Shape(1, 23168, 32): "under 2^31"}
     ran = []
 
     def check(program, shape, launcher, work, say, budget, rows=None):
@@ -249,9 +249,10 @@ def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, 
     ctx.results = [result]
     assert larger_input.LargerInput().applies(ctx)
     found = larger_input.LargerInput().run(ctx)
-    assert ran[:checked] == [("larger", None), ("middle", None), ("longest", larger_input.SAMPLED_ROWS),
-                             ("most", larger_input.MOST_ROWS), ("edge", None), ("half tile", None)][:checked]
-    after = {"longest": [("under 2^31", larger_input.SAMPLED_ROWS)], "middle": [("longest", larger_input.SAMPLED_ROWS)]}
+    assert ran[:checked] == [("larger", None), ("middle", None), ("longest", drawn_shapes.SAMPLED_ROWS),
+                             ("most", drawn_shapes.MOST_ROWS), ("edge", None), ("half tile", None),
+                             ("small", None)][:checked]
+    after = {"longest": [("under 2^31", drawn_shapes.SAMPLED_ROWS)], "middle": [("longest", drawn_shapes.SAMPLED_ROWS)]}
     assert ran[checked:] == after.get(wrong_at, [])
     assert bool(found) == (wrong_at is not None)
     if wrong_at == "middle":  # right at the longest rows too: a band of lengths
@@ -266,7 +267,7 @@ def test_rows_left_unwritten_past_a_grid_of_65535_blocks_are_read_as_its_end():
     on sampled rows, as the input of most batches is: the first wrong row checked and the cap's
     rows a block."""
     shape = Shape(4200, 128, 4)
-    rows = larger_input.sampled_rows(shape.N, larger_input.MOST_ROWS)
+    rows = larger_input.sampled_rows(shape.N, drawn_shapes.MOST_ROWS)
     correct = RNG.uniform(-1, 1, (shape.B, rows.size, shape.d))
     flat = np.arange(shape.B)[:, None] * shape.N + rows[None, :]
     got = np.where((flat >= 65535 * 8)[:, :, None], 0.0, correct)
@@ -443,9 +444,9 @@ def test_a_last_tile_of_64_keys_past_half_full_comes_after_the_odd_n_and_is_said
     course's N (0 or 8 mod 64) and 129 pass, one batch of 97 rows does not."""
     import sys
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
-    assert larger_input.SHAPES[-1] is larger_input.half_tile_shape
-    assert larger_input.half_tile_shape([Shape(2, 128, 64), Shape(3, 200, 32)]) == Shape(1, 97, 64)
-    assert larger_input.half_tile_shape([Shape(1, 100, 32)]) is None and larger_input.half_tile_shape([]) is None
+    assert drawn_shapes.SHAPES[-2] is drawn_shapes.half_tile_shape
+    assert drawn_shapes.half_tile_shape([Shape(2, 128, 64), Shape(3, 200, 32)]) == Shape(1, 97, 64)
+    assert drawn_shapes.half_tile_shape([Shape(1, 100, 32)]) is None and drawn_shapes.half_tile_shape([]) is None
     program = tmp_path / "stand-in"
     program.write_text(HALF_TILE_CUT.format(python=sys.executable))
     program.chmod(0o755)
@@ -456,6 +457,45 @@ def test_a_last_tile_of_64_keys_past_half_full_comes_after_the_odd_n_and_is_said
                                      "writes"), found
     assert larger_input.check(Program("hw4.hip", program), Shape(1, 129, 32), None, tmp_path, lambda line: None,
                               Budget(60)) == []
+
+
+def test_a_few_batches_of_rows_shorter_than_a_tile_come_last_and_are_said_so(tmp_path, monkeypatch):
+    """set40's s07: a kernel that takes a batch's row tiles as gridDim.x / B over a 1-D grid of
+    ceil(B N / 8) blocks leaves the last N % 8 rows of a batch unwritten where B N % 8 leaves too few
+    blocks: the course's N and one batch of 129 or 97 rows pass, 3 batches of 21 rows do not."""
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    assert drawn_shapes.SHAPES[-1] is drawn_shapes.small_shape
+    assert drawn_shapes.small_shape([Shape(2, 128, 64), Shape(1, 97, 32)]) == Shape(3, 21, 64)
+    assert drawn_shapes.small_shape([Shape(2, 16, 32)]) is None and drawn_shapes.small_shape([]) is None
+    program = tmp_path / "stand-in"
+    program.write_text(FLAT_TILES.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(3, 21, 32), None, tmp_path, lambda line: None,
+                                 Budget(60))
+    assert found.lines[0].startswith("passes the cases run, but on a drawn B=3, N=21, d=32 input (3 batches of 21 "
+                                     "rows, under one tile of 32: no course case has rows so short) it writes "), found
+    assert "a mistake that shows only at such a size (the cases run have rows of a tile or more)" in found.lines[0]
+    for shape in (Shape(1, 129, 32), Shape(1, 97, 32), Shape(2, 128, 32)):
+        assert larger_input.check(Program("hw4.cu", program), shape, None, tmp_path, lambda line: None,
+                                  Budget(60)) == []
+
+
+FLAT_TILES = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+tiles = (-(-B * N // 8)) // B  # row tiles a batch, from a 1-D grid over the flat rows
+o = np.zeros((B, N, d))
+for b in range(B):
+    q, k, v = x[b]
+    s = q @ k.T / np.sqrt(d)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    rows = min(N, 8 * tiles)
+    o[b, :rows] = (p @ v / p.sum(axis=1, keepdims=True))[:rows]
+o.astype("<f4").tofile(sys.argv[2])
+"""
 
 
 HALF_TILE_CUT = """#!{python}

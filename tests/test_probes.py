@@ -909,6 +909,53 @@ def test_scores_summed_across_tiles_are_found_from_a_programs_own_loops():
     assert step == "scores" and words.startswith("s = the tile's scores plus every earlier tile's") and tiles == [32]
 
 
+def tiled_loops(s, T, p_against_old_max=False, l_update=None):
+    """A tiled program's loops, row by row (not fa's simulation): the first tile sets the max; p
+    against the max before the tile where asked; l updated by l_update(l, alpha, psum) where given."""
+    N = s.shape[1]
+    W = np.zeros_like(s)
+    for r in range(s.shape[0]):
+        m, l, acc = -np.inf, 0.0, np.zeros(N)
+        for j0 in range(0, N, T):
+            tile = s[r, j0:j0 + T]
+            m_new = max(m, tile.max())
+            alpha = np.exp(m - m_new)
+            p = np.exp(tile - (m if p_against_old_max and np.isfinite(m) else m_new))
+            l = l_update(l, alpha, p.sum()) if l_update else l * alpha + p.sum()
+            acc *= alpha
+            acc[j0:j0 + T] += p
+            m = m_new
+        W[r] = acc / l
+    return W
+
+
+def test_weights_against_the_max_before_the_tile_and_a_factor_on_the_tiles_sum_are_found():
+    """set40's s11 (p = exp2(s - m) with m the max before the tile, l and o rescaled to m_new) and
+    s04 (l += alpha * psum), each the program's own loops over tiles of 64 and 32."""
+    inp = probe(B=1, N=200)
+    s = logits(inp.q, inp.k)[0]
+    step, words, tiles = softmax_steps.search(tiled_loops(s, 64, p_against_old_max=True)[None], s[None])
+    assert step == "p" and words.startswith("p = exp(s - m) against the running max before the tile") and \
+        64 in tiles, (step, words, tiles)
+    step, words, tiles = softmax_steps.search(tiled_loops(s, 32, l_update=lambda l, a, ps: l + a * ps)[None], s[None])
+    assert step == "sum" and words.startswith("l = l + alpha * sum(p)") and 32 in tiles, (step, words, tiles)
+
+
+def test_tile_factors_two_tiles_cannot_tell_apart_are_said_as_both_and_more_tiles_name_one():
+    """set40's s11 at N = 128 (two tiles of 64): W / P a factor per tile that `acc rescaled twice` and
+    `p against the max before the tile` both give there; at N = 256 (four tiles) only the second."""
+    inp = probe(B=1, N=256)
+    s = logits(inp.q, inp.k)[0]
+    two = s[:128, :128]
+    W, P = tiled_loops(two, 64, p_against_old_max=True), softmax_rows(two[None])[0]
+    said, fields = factors.per_tile_factor(W[None], P[None], two[None])
+    assert "with 2 key tiles a row, these give the same factors and cannot be told apart here" in said, said
+    assert fields["tile_models"] == [[-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]], fields
+    W, P = tiled_loops(s, 64, p_against_old_max=True), softmax_rows(s[None])[0]
+    said, fields = factors.per_tile_factor(W[None], P[None], s[None])
+    assert fields["tile_factor"] == [0.0, 0.0, -1.0] and "against the running max before the tile" in said, said
+
+
 def test_a_tiles_factor_applied_at_every_key_is_found_from_a_program_written_key_by_key():
     """A tile-by-tile program (its own loops here, not fa's simulation) whose output update sits in
     the loop over the tile's keys: acc *= alpha once a key, with the tile's alpha."""
@@ -1559,6 +1606,21 @@ def test_keys_left_out_in_the_last_query_tiles_rows_are_said_by_rows_and_keys():
                                        "tile of 32; the rows besides them leave out no key P weighs"), finding.lines
     ctx.facts.W = softmax_rows(s)
     assert readings.KeysLeftOutByRow().run(ctx) == []
+
+
+def test_keys_left_out_by_row_show_the_keys_bound(tmp_path):
+    """set40's s02: the half-warp's key tested as j0 + lane < N (the warp's lane where j0 + g belongs):
+    odd rows drop the last 16 keys; the line shown is that test, not the row's bound."""
+    inp = probe(B=1, N=64, d=32)
+    s = logits(inp.q, inp.k)
+    masked = s.copy()
+    masked[:, 1::2, 48:] = -np.inf
+    source = ("  const int i = blockIdx.x * 16 + r;\n  if (i >= N) return;\n"
+              "  float sc = -INFINITY;\n  if (j0 + lane < N) {\n    sc = dot(q, k);\n  }\n")
+    ctx = stand_in_context(tmp_path, "#!/bin/false\n", source, inp)
+    ctx.facts.W, ctx.facts.P = softmax_rows(masked), softmax_rows(s)
+    [finding] = readings.KeysLeftOutByRow().run(ctx)
+    assert finding.lines[-1] == "lines with a key's bound in hw4.cu: 4 `if (j0 + lane < N) {`", finding.lines
 
 
 def test_rows_that_keep_one_whole_tile_alone_are_also_read_as_a_state_restarted_there():

@@ -263,6 +263,21 @@ def test_a_tile_bound_of_32_and_a_lanes_second_key_at_32_are_among_the_lane_line
     assert [n for _, n, _ in lines[:3]] == [4, 5, 6], lines
 
 
+def test_a_size_multiplied_out_from_32_under_a_name_is_among_the_lane_lines(tmp_path):
+    """set40's s10: dynamic LDS sized `BC * (2 d + 1) * sizeof(float)` with a constant BC = 32 (a
+    warp's tile) where the kernel's tiles hold warpSize keys: the size is a lane line, before lines
+    that only name warpSize."""
+    source = tmp_path / "lds.hip"
+    source.write_text("constexpr int BC = 32;\nconstexpr int UNUSED = 32;\n"
+                      "__global__ void k(float* m) {\n"
+                      "  const int W = warpSize, lane = threadIdx.x % W;\n"
+                      "  m[lane] = __shfl(m[lane], 0);\n"
+                      "}\n"
+                      "size_t lds(int d) { return (size_t)BC * (2 * d + 1) * sizeof(float); }\n")
+    order = [n for _, n, _ in wave64.lane_lines(source)[0]]
+    assert 7 in order and order.index(7) < order.index(4) and order.index(7) < order.index(5), order
+
+
 def test_a_row_of_33_for_a_wavefronts_lanes_is_among_the_lane_lines(tmp_path):
     """A wavefront's weights staged in LDS rows of 33 floats (a warp's 32 lanes and a pad): on 64
     lanes the upper lanes write into the next row, so the pitch is a lane line."""

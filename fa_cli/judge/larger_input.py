@@ -9,8 +9,10 @@ at the course's longest rows (LONGEST_B x LONGEST_N x d, B * N past what a grid 
 16-bit size holds), checked on SAMPLED_ROWS rows of each batch; where that is right too, one at the
 course's most batches (MOST_B[d] x MOST_N x d, its t11 and t12: an input of 0.6 to 0.9 GB, past
 what one chunk of a chunked copy, or one stream's share, holds); last, one batch of an odd N
-(EDGE_B x EDGE_N x d: no course case has either, said so), and one whose last tile of 64 keys is over
-half full (EDGE_B x HALF_TILE_N x d: 33 keys past 64, a wavefront's tile that a 32-key count cuts short).
+(EDGE_B x EDGE_N x d: no course case has either, said so), one whose last tile of 64 keys is over
+half full (EDGE_B x HALF_TILE_N x d: 33 keys past 64, a wavefront's tile that a 32-key count cuts short),
+and a few short rows (SMALL_B x SMALL_N x d: under one tile of 32, N no multiple of 2, 4 or 8, B odd:
+a first tile that is also a partial one, a grid over B * N rows that rounds).
 Wrong there is a warning
 with its numbers and the command that looks into it, never the verdict:
 
@@ -25,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from .. import locations
-from ..cases import generate, suite
+from ..cases import generate
 from ..cases.format import Shape, open_output
 from ..files import atomic_file
 from ..programs import programs
@@ -33,6 +35,7 @@ from ..programs.programs import Launcher, Program
 from ..programs.timing import launches
 from . import race_check, reference
 from .across_cases import sizes_crossing, under_limit
+from .drawn_shapes import LARGER_SEED, MIDDLE_N, ROWS_CHECKED, SAMPLED_ROWS, SHAPES, drawn_kind, only_at
 from .findings import Finding, Kind
 from .launch_errors import base_name
 from .probes.step import read_payload, spans
@@ -41,65 +44,7 @@ from .slow_device import waiting
 from .steps import Context, Step
 from .tool_logs import Budget
 
-LARGER_B, LARGER_N = 4, 2048  # a course shape (N in its list, B * N * d far under its bound)
-LARGER_SEED = 29
-MIDDLE_B, MIDDLE_N = 2, 4096  # rows past 2048 and under 8192 (its t23, t24): a path for "short" rows taken there
-LONGEST_B, LONGEST_N = 2, 32768  # the course's longest rows (its t30 is 2 x 32768 x 64)
-EDGE_B, EDGE_N = 1, 129  # beyond the course's shapes: one batch, N odd, one past a tile
-HALF_TILE_N = 97  # 64 + 33: a 64-key tile's upper half reached, one past a tile of 32 (course N: multiples of 64)
-MOST_B, MOST_N = {32: 13600, 64: 9600}, 128  # the course's most batches (its t11 and t12)
-SAMPLED_ROWS = 64  # rows of each batch the longest input is checked on: its float64 output is N^2 d a batch
-MOST_ROWS = 8  # rows of each batch the input of most batches is checked on (thousands of batches)
 RUN_TIMEOUT_S = 30.0
-
-
-def larger_shape(passed: list[Shape]) -> Shape | None:
-    """The drawn input's shape, at the d of the first case passed; None where a case passed is as
-    large already."""
-    if not passed or any(s.N >= LARGER_N and s.B >= LARGER_B for s in passed):
-        return None
-    return Shape(LARGER_B, LARGER_N, passed[0].d)
-
-
-def middle_shape(passed: list[Shape]) -> Shape | None:
-    """The second drawn input, at rows of 4096; None where a case passed had rows as long."""
-    if not passed or any(s.N >= MIDDLE_N for s in passed):
-        return None
-    return Shape(MIDDLE_B, MIDDLE_N, passed[0].d)
-
-
-def edge_shape(passed: list[Shape]) -> Shape | None:
-    """The last drawn input: one batch of an odd N; None where a case passed was one already."""
-    if not passed or any(s.B == 1 and s.N % 2 for s in passed):
-        return None
-    return Shape(EDGE_B, EDGE_N, passed[0].d)
-
-
-def half_tile_shape(passed: list[Shape]) -> Shape | None:
-    """The very last: one batch whose last 64-key tile holds 33 keys; None where a case passed had
-    such a tile (N mod 64 past 32) already."""
-    if not passed or any(s.N % 64 > 32 for s in passed):
-        return None
-    return Shape(EDGE_B, HALF_TILE_N, passed[0].d)
-
-
-def longest_shape(passed: list[Shape]) -> Shape | None:
-    """The third drawn input, at the course's longest rows and the largest d passed (its largest
-    input, t30, is 2 x 32768 x 64: a batch of 25 MB, past what a buffer or chunk sized in MB holds);
-    None where a case passed reached them."""
-    if not passed or any(s.N >= LONGEST_N for s in passed):
-        return None
-    return Shape(LONGEST_B, LONGEST_N, max(s.d for s in passed))
-
-
-def most_batches_shape(passed: list[Shape]) -> Shape | None:
-    """The fourth drawn input, at the course's most batches at the largest d passed; None where a
-    case passed held half as many values or more."""
-    if not passed:
-        return None
-    d = max(s.d for s in passed)
-    shape = Shape(MOST_B.get(d, MOST_B[32]), MOST_N, d)
-    return None if any(s.B * s.N * s.d * 2 >= shape.B * shape.N * shape.d for s in passed) else shape
 
 
 def sampled_rows(N: int, count: int | None) -> np.ndarray | None:
@@ -187,13 +132,7 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
          tol: float = 5e-3, path: Path | None = None) -> list[Finding]:
     """What the run on the larger input showed, in a warning's words (checked on `rows` of each
     batch, None: all; path: the input, for the readings that need its values)."""
-    kind = "one batch of an odd N: no course case has either" if shape.N % 2 else \
-        "larger than the cases passed; not one of the course's cases"
-    if shape.N == HALF_TILE_N:
-        kind = f"one batch whose last tile of 64 keys holds {shape.N % 64}, past half: " + (
-            "some course cases have such an N" if any(c.shape.N % 64 > 32 for c in suite.cases("c").values())
-            else "no course case has such an N")
-    where = f"on a drawn {shape} input ({kind})"
+    where = f"on a drawn {shape} input ({drawn_kind(shape)})"
     look = (f"`fa gen --shape {shape.B},{shape.N},{shape.d} --seed {LARGER_SEED} -o larger.in && fa run larger.in "
             f"--program {program.name}` looks into it")
     if result.returncode != 0 or not out.exists():  # a crash or an error: a case to look into, however checked
@@ -221,8 +160,7 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
-        f"error {worst:.3g}){seen}: a mistake that shows only at "
-        f"{'such a size (the cases run have B > 1 or an even N)' if shape.N % 2 else 'larger sizes'}; {look}"],
+        f"error {worst:.3g}){seen}: a mistake that shows only at {only_at(shape)}; {look}"],
         dict(larger_wrong=int(wrong.sum())))]
 
 
@@ -353,10 +291,6 @@ class LargerInput(Step):
         return []
 
 
-# The drawn inputs, in order (each run only where the ones before were right), and the rows of
-# each batch checked on each (None: all, and a wrong one is looked into as a failing case).
-SHAPES = (larger_shape, middle_shape, longest_shape, most_batches_shape, edge_shape, half_tile_shape)
-ROWS_CHECKED = (None, None, SAMPLED_ROWS, MOST_ROWS, None, None)
 
 
 HANG_FACTOR = 10  # a run stopped this many times past the pace of the largest case passed: one that does not end?

@@ -174,8 +174,17 @@ LANE_CODE = re.compile(r"(?:__|fa_wave64_)shfl|warpSize|fa_wave64_warp_size|(?:_
 SHUFFLE_32 = re.compile(r"shfl\w*\s*\([^;]*,\s*(16|32)\s*\)|\boff\w*\s*=\s*16\b")
 # (a row of 33: a warp's 32 lanes and a pad, which 64 lanes write past; a tile bound min(32, ...) or its
 # ternary, n < 32 ? n : 32; a lane's second key or dim at lane + 32)
+# (a count of 32 multiplied out: a size in bytes or elements for a 32-lane warp's tile, a macro expanded)
 LANES_32 = re.compile(r"&\s*31\b|%\s*32\b|/\s*32\b|[+-]=\s*32\b|=\s*32\s*;|\*\s*33\b(?!\.)|(?<![.\w])33\s*\*"
-                      r"|\bmin\s*\(\s*32\s*,|\?[^:;]*:\s*32\b|\blane\w*\s*\+\s*32\b")
+                      r"|\bmin\s*\(\s*32\s*,|\?[^:;]*:\s*32\b|\blane\w*\s*\+\s*32\b|(?<![.\w])32\s*\*(?!\s*[*/])")
+NAMED_32 = re.compile(r"\b(?:constexpr|const)\s+(?:unsigned\s+)?(?:int|size_t|unsigned)\s+(\w+)\s*=\s*32\s*;")
+
+
+def uses_of_named_32(code) -> re.Pattern | None:
+    """A constant named for 32 (`constexpr int BC = 32;`) multiplied or divided by in a line: the 32
+    written out under a name; None where the source names none."""
+    names = sorted({m.group(1) for _, _, text in code for m in NAMED_32.finditer(text)})
+    return re.compile(r"\b(?:%s)\s*[*/%%]|[*/%%]\s*(?:%s)\b" % ("|".join(names), "|".join(names))) if names else None
 
 
 WARP_SIZE_TEST = re.compile(r"[%/]\s*(?:warpSize|fa_wave64_warp_size)\b|(?:warpSize|fa_wave64_warp_size)\s*-\s*1\b")
@@ -200,12 +209,14 @@ def lane_lines(source: Path) -> tuple[list[tuple[str, int, str]], bool]:
     on the MI210): then those tests come right after the shuffles written for 32 lanes."""
     code = student_lines(source)
     hinted = [line for line in code if any(p.search(line[2]) for p, _, _ in BALLOTS)]
-    lines = [line for line in code if line in hinted or LANE_CODE.search(line[2]) or LANES_32.search(line[2]) or
+    named = uses_of_named_32(code)
+    written = [line for line in code if LANES_32.search(line[2]) or named and named.search(line[2])]
+    lines = [line for line in code if line in hinted or LANE_CODE.search(line[2]) or line in written or
              SHUFFLE_32.search(line[2])]
     mixed = any(GROUPED_BY_32.search(line[2]) for line in lines) and \
         any(WARP_SIZE_TEST.search(line[2]) for line in lines)
     return sorted(lines, key=lambda line: -1 if line in hinted else 0 if SHUFFLE_32.search(line[2]) else
-                  1 if mixed and WARP_SIZE_TEST.search(line[2]) else 2 if LANES_32.search(line[2]) else 3), mixed
+                  1 if mixed and WARP_SIZE_TEST.search(line[2]) else 2 if line in written else 3), mixed
 
 
 # ---------------------------------------------------------------- what the run said

@@ -33,6 +33,7 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   LogitsByRow        the logits at a factor of their key tile's, or their row's, own  tile_logits.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
   InputsAcrossBatches  one batch's Q, K or V drawn anew: which other batches move  cross_batch.py
+  WeightFloor        every weight far under the row's max raised to one floor  floors.py
   Summary            W against P in numbers, where nothing was pinned down  readings.py
   Picture            P, W and W / P as a PNG                              picture.py
 """
@@ -42,6 +43,7 @@ from . import design
 from .cross_batch import InputsAcrossBatches
 from .experiments import BatchAlone, NotFinite, Wavefronts, WholeTiles
 from .factors import Factors
+from .floors import WeightFloor
 from .indexing import InputReading
 from .layout import OutputLayout
 from .linear_map import LinearMap
@@ -61,6 +63,6 @@ PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(),
                              LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
                              TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
                              TransposedTiles(), SoftmaxSteps(), Factors(), LogitsByTile(), LogitsByRow(), BatchAlone(),
-                             InputsAcrossBatches(), WholeTiles(), Summary(), Picture())
+                             InputsAcrossBatches(), WholeTiles(), WeightFloor(), Summary(), Picture())
 
 __all__ = ["PROBES", "design"]

@@ -225,18 +225,37 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
         coef, *_ = np.linalg.lstsq(xc[use], yc[use], rcond=None)
         rounded = np.round(coef * 2) / 2
         fit = np.abs(xc[use] @ rounded - yc[use])
+        if np.linalg.matrix_rank(xc[use], tol=1e-6 * max(1.0, float(np.abs(xc[use]).max()))) < x.shape[-1]:
+            rounded, fit = named_models(xc[use], yc[use], rounded, fit)  # the maxima cannot tell powers apart here
         first = g[rows_ok][0]
         shown = np.exp(first - first[~np.isnan(first)][0])
         example = ", ".join("none" if np.isnan(v) else fmt(v) for v in shown[:8]) + (", ..." if shown.size > 8 else "")
         said = (f"W / P is constant within each key tile of {T} and changes between tiles (one row's factors, tile "
                 f"by tile, relative to the first: {example})")
         fields = dict(tile=T)
+        if isinstance(rounded, list):  # several of the named models fit: none is chosen
+            return (f"{said}; with {tiles} key tiles a row, these give the same factors and cannot be told apart here: "
+                    + "; or ".join(TILE_WORDS[p] for p in rounded) + " (a case with more key tiles a row tells them "
+                    "apart)"), dict(fields, tile_models=[list(p) for p in rounded])
         if np.mean(fit <= 10 * FLAT) >= FIT_SHARE and np.abs(rounded).sum() > 0:
             return tile_words(said, tuple(float(v) for v in rounded), W, fields)
         if found := merged_parts(g, s, T, valid, rows_ok, W):
             return f"{said}; {found[0]}", dict(fields, **found[1])
         return said + "; not a power of the running maxima fa tried", fields
     return None
+
+
+def named_models(xc: np.ndarray, yc: np.ndarray, rounded: np.ndarray, fit: np.ndarray):
+    """Where the running maxima leave the powers undetermined (two tiles a row: m_final - m_after and
+    m_before - m_after are one difference), the least-squares powers are one of many: the named models
+    (TILE_WORDS) that fit instead, as a list where more than one does, the one that does, or the fit as
+    it was where none does."""
+    fitting = [p for p in TILE_WORDS if np.mean(np.abs(xc @ np.array(p) - yc) <= 10 * FLAT) >= FIT_SHARE]
+    if len(fitting) > 1:
+        return fitting, fit
+    if fitting:
+        return np.array(fitting[0]), np.abs(xc @ np.array(fitting[0]) - yc)
+    return rounded, fit
 
 
 def merged_parts(g: np.ndarray, s: np.ndarray, T: int, valid: np.ndarray, rows_ok: np.ndarray,
@@ -324,6 +343,8 @@ TILE_WORDS = {  # (a, b, c): the powers of the three factors
                      "weigh the most); look at the factor each part is merged with",
     (0.0, 0.0, 1.0): "each tile's own terms are multiplied by alpha = exp(m_old - m_new) too, where only acc's old "
                      "value should be (acc = (acc + p V) * alpha; for the first tile alpha = exp(-inf) = 0)",
+    (0.0, 0.0, -1.0): "each tile's p = exp(s - m_old) is taken against the running max before the tile, while acc "
+                      "and l are rescaled to the new max (p should be exp(s - m_new))",
 }
 
 

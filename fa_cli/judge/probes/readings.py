@@ -340,7 +340,12 @@ class KeysLeftOutByRow(WeightReading):
                               "out no key P weighs, and the weights kept are the softmax over the keys kept: a key "
                               "mask that depends on the row (a bound or a lane mask taken from the query tile's start "
                               f"or the row's index where the key's own place belongs){restarted(left_out, N)}"],
-                        keys_left_out_by_row=len(rows))
+                        look=KEY_BOUND_LOOK, keys_left_out_by_row=len(rows))
+
+
+# where a key is tested against N: `j0 + lane < N`, `key < n ? ... : ...`, `if (j >= N)`
+KEY_BOUND_LOOK = ("a key's bound", r"\b\w+\s*\+\s*\w+\s*<\s*(?:N|n|seq\w*|len\w*)\b|"
+                                   r"\b(?:j|jj|k|kk|key\w*|col\w*)\s*(?:<|>=)\s*(?:N|n|seq\w*|len\w*)\b")
 
 
 def restarted(left_out: np.ndarray, N: int) -> str:

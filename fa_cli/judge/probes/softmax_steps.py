@@ -62,7 +62,10 @@ STEP_FORMS = {
            lambda s, m, m_new, tmax: np.broadcast_to(np.exp(tmax - m_new)[..., None], s.shape)),
           ("p = exp(s - the running max as far as that key) (each key's weight taken against the max after it, not "
            "the tile's new max, while l and acc are rescaled once for the tile: keys taken a few at a time)",
-           lambda s, m, m_new, tmax: np.exp(s - np.maximum(np.maximum.accumulate(s, axis=-1), m[..., None])))),
+           lambda s, m, m_new, tmax: np.exp(s - np.maximum(np.maximum.accumulate(s, axis=-1), m[..., None]))),
+          ("p = exp(s - m) against the running max before the tile (the first tile's own max for the first), while l "
+           "and acc are rescaled to the new max m_new", lambda s, m, m_new, tmax: np.exp(
+               s - np.where(np.isfinite(m), m, tmax)[..., None]))),
     # (each also gets the tiles' sums so far, each relative to its own tile's max: a sum never reset)
     "sum": (("l = l * alpha + sum(p)", lambda l, alpha, psum, so_far: l * alpha + psum),
             ("l = l + sum(p) (l not rescaled)", lambda l, alpha, psum, so_far: l + psum),
@@ -72,6 +75,8 @@ STEP_FORMS = {
             ("l = l * alpha (the tile's sum never added)", lambda l, alpha, psum, so_far: l * alpha),
             ("l = l / alpha + sum(p) (divided by the factor)", lambda l, alpha, psum, so_far: l / alpha + psum),
             ("l = l * alpha * alpha + sum(p) (l rescaled twice)", lambda l, alpha, psum, so_far: l * alpha * alpha + psum),
+            ("l = l + alpha * sum(p) (the factor put on the tile's sum, not on the old l)",
+             lambda l, alpha, psum, so_far: l + alpha * psum),
             ("l = l * alpha + the sum of p over every tile so far (the tile's sum kept across tiles, never set back "
              "to 0)", lambda l, alpha, psum, so_far: l * alpha + so_far)),
     # (each also gets l before and after the tile's update: a program that keeps acc divided by l)
