@@ -491,6 +491,18 @@ def test_rows_packed_as_q_k_v_and_the_header_read_as_data_are_found_among_the_in
     assert words.startswith("the whole input read 3 floats early: the file's 12-byte header (B, N, d)"), words
 
 
+def test_a_query_read_at_the_flat_row_is_found_among_the_batch_bases():
+    """set40's s06: q = q_b + (b*N + i)*d (the output's flat row where the batch's row i belongs):
+    batch 1's queries are K_1's rows, written out row by row."""
+    B, N, d = 2, 48, 32
+    inp = probe(B=B, N=N, d=d)
+    flat = inp.flat().astype(np.float64)
+    out = row_by_row(flat, B, N, d, lambda b, i: b * 3 * N * d + (b * N + i) * d,
+                     lambda b, j: b * 3 * N * d + N * d + j * d, lambda b, j: b * 3 * N * d + 2 * N * d + j * d)
+    words, _ = indexing.search(out, inp.flat(), B, N, d, 5e-3)
+    assert words.startswith("Q_b read at its batch's place plus b*N rows (the flat row b*N + i"), words
+
+
 def kernel_for(d2: int, flat: np.ndarray, N: int, batches: int) -> np.ndarray:
     """A kernel built for head dimension d2, written out row by row: `batches` batches of 3*N*d2
     floats read from the start of flat, N*d2 values each written from the start of its output."""
@@ -1069,6 +1081,20 @@ def test_a_sum_over_lanes_merged_otherwise_or_another_batchs_is_named(mistake):
         words = "every batch divides by batch 0's sum l"
     said, _ = factors.per_row_factor(P * (right / l)[..., None], P, s)
     assert words in said, said
+
+
+def test_each_row_divided_by_its_pairs_sum_is_named_with_the_row():
+    """Two query rows a thread (a register block) whose second row divides by the first's l and the
+    first by the second's (the slots swapped): rows r and r xor 1 trade sums, each relative to its
+    own max; the right weights and a factor that is no row's sum say nothing of rows."""
+    inp = probe(B=2, N=64, d=32)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    own_l = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)  # (B, N), each row against its own max
+    W = P * (own_l / own_l[:, np.arange(64) ^ 1])[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert "each row r divided by row r xor 1's sum l" in said and fields["sum_other_row"] == "row r xor 1", said
+    assert "another row's sum" not in (factors.per_row_factor(P * 1.37, P, s) or ("",))[0]
 
 
 def test_a_state_carried_from_one_batch_to_the_next_is_named():

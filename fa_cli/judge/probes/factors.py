@@ -68,7 +68,7 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             "tiles left out, not rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group "
             "of 2 to 256 keys; 2 to 64 interleaved chains of keys, each against its own max, added without their "
             "factors, or not rescaled as their max grows, or merged by a butterfly that rescales one side; batch 0's "
-            "sum for every batch, or the batch before's carried on); look at how l is summed"), fields
+            "sum for every batch, or the batch before's carried on; another row's sum); look at how l is summed"), fields
 
 
 def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> str | None:
@@ -98,6 +98,12 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
     if s.shape[0] > 1 and fits(first_batchs(s)):
         fields.update(sum_first_batch=True)
         return FIRST_BATCH_WORDS
+    for words, rows in other_rows(s.shape[1]):
+        if fits(total[:, rows]):
+            fields.update(sum_other_row=words)
+            return (f"each row r divided by {words}'s sum l (each relative to its own max): the right scores and "
+                    "output, the sum taken from another row's slot (a register block's or a shared array's l indexed "
+                    "with another row); look at where l is kept for each row")
     for G, l_wrong in chains_not_rescaled(s):
         if fits(l_wrong):
             fields.update(sum_chains=G)
@@ -113,6 +119,20 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
                     "exp(m_part - m) that bring them to one max (the output's parts have them: W is P times one "
                     "factor a row); look at where the parts are merged")
     return None
+
+
+def other_rows(N: int):
+    """(words, each row's other row) of the rows whose sum a row may take: a neighbour in a pair or a
+    group of rows kept together (r xor k), the row before or after, the first row of its group."""
+    r = np.arange(N)
+    for k in (1, 2, 4, 8, 16):
+        if k < N:
+            yield f"row r xor {k}", np.minimum(r ^ k, N - 1)
+    yield "row r + 1", np.minimum(r + 1, N - 1)
+    yield "row r - 1", np.maximum(r - 1, 0)
+    for R in (2, 4, 8, 16, 32):
+        if R < N:
+            yield f"the first row of its group of {R}, r - r % {R}", r - r % R
 
 
 SIGNED_RTOL = 1e-2  # a row's W / P within 1% of its median: one factor, of either sign

@@ -10,7 +10,7 @@ gives the program's output on the probe input:
             (P, 1): rows of a pitch fixed at 16, 32, 64 or 128 (one matrix, or all three)
   bases     Q_b, K_b, V_b swapped with each other; batch 0 for every batch; a batch stride of N*d
             (not 3*N*d); the batch before or after; all Q first, then all K, then all V; the
-            matrix's start one row early or late
+            matrix's start one row early or late; b*N rows past it (the flat row b*N + i)
   rows      row j read as j +- 1, 2, 4, ..., 64, or within tiles of any T from 2 to 128: j % T (the
             tile's start left out), j // T + j % T (the tile's number for its start), j - j % T
             (the tile's first row), (j - j % T) * d + j % T floats (the place in the tile counted
@@ -72,6 +72,8 @@ def bases(B: int, N: int, d: int, role: int) -> dict[str, np.ndarray]:
              "from the batch after (b + 1)": (b + 1) * 3 * nd + role * nd,
              "from the batch before (b - 1)": (b - 1) * 3 * nd + role * nd,
              "from the planar layout (all Q, then all K, then all V)": role * B * nd + b * nd,
+             "at its batch's place plus b*N rows (the flat row b*N + i, the output's row index, used where the "
+             "batch's own row i belongs)": b * 3 * nd + role * nd + b * nd,
              "starting one row late (+d)": b * 3 * nd + role * nd + d,
              "starting one row early (-d)": b * 3 * nd + role * nd - d}
     for other in range(3):
@@ -292,8 +294,11 @@ def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: f
                     ("0" if not rest.any() else "other values")
             return words, B
     rows = np.unique(np.r_[np.arange(min(SCREEN_ROWS // 2, N)), np.arange(max(0, N - SCREEN_ROWS // 2), N)])
+    right = attend(flat.reshape(B, 3, N, d))
+    with np.errstate(invalid="ignore"):
+        wrong_batches = ~(np.abs(right - got) <= tol).all(axis=(1, 2))  # a reading must say one of these
     for words, q, k, v, inside in readings(flat, B, N, d):
-        if not inside.any():
+        if not (inside & wrong_batches).any():
             continue
         first = int(np.argmax(inside))  # a quick look on a few rows of one batch, then every value
         with np.errstate(over="ignore", invalid="ignore"):
