@@ -953,6 +953,17 @@ def test_weights_against_the_max_before_the_tile_and_a_factor_on_the_tiles_sum_a
     assert step == "sum" and words.startswith("l = l + alpha * sum(p)") and 32 in tiles, (step, words, tiles)
 
 
+def test_a_named_sum_step_shows_the_sums_update_not_its_declaration(tmp_path):
+    inp = probe(B=1, N=96)
+    s = logits(inp.q, inp.k)
+    source = "  float m = -INFINITY, l = 0.f;\n  const float psum = tile_sum(p);\n  l += alpha * psum;\n"
+    ctx = stand_in_context(tmp_path, "#!/bin/false\n", source, inp)
+    ctx.facts.W, ctx.facts.P, ctx.facts.linear = tiled_loops(s[0], 32, l_update=lambda l, a, ps: l + a * ps)[None], \
+        softmax_rows(s), True
+    [found] = softmax_steps.SoftmaxSteps().run(ctx)
+    assert found.lines[-1] == "lines with the running sum's update in hw4.cu: 3 `l += alpha * psum;`", found.lines
+
+
 def test_tile_factors_two_tiles_cannot_tell_apart_are_said_as_both_and_more_tiles_name_one():
     """set40's s11 at N = 128 (two tiles of 64): W / P a factor per tile that `acc rescaled twice` and
     `p against the max before the tile` both give there; at N = 256 (four tiles) only the second."""

@@ -311,5 +311,15 @@ class SoftmaxSteps(WeightReading):
         return measured(ctx, [
             f"measured: the weights are the tiled online softmax's ({tiles}) with its {step} step "
             f"written as `{words}` where it is `{right}`{at}: simulated so, it gives W on {ctx.probe.label} to within "
-            f"{ATOL:g}; look at that line"], look=LOOK.get("exp") if step in ("factor", "p") else None,
-            softmax_step=step, form=words, tiles=T)
+            f"{ATOL:g}; look at that line"], look=STEP_LOOK.get(step), softmax_step=step, form=words, tiles=T)
+
+
+# The lines shown for a step named: where that step is written (an update, not a declaration).
+SUM_NAME = r"(?:l|li|l_\w+|l\d+|row_sum\w*|sum\w*)"
+ACC_NAME = r"(?:o|acc\w*|out\w*|O)\w*\s*(?:\[[^\]]*\])?"
+STEP_LOOK = {"factor": LOOK["exp"], "p": LOOK["exp"],
+             "sum": ("the running sum's update", rf"\b{SUM_NAME}\s*(?:\+=|\*=|=[^;=]*\b{SUM_NAME}\b[^;]*[*+])"),
+             "output": ("the output's update", rf"\b{ACC_NAME}\s*(?:\+=|\*=|=[^;=]*\b{ACC_NAME}\s*\*)"),
+             "final": ("the output's division", rf"/=?\s*\(?\s*{SUM_NAME}\b"),
+             "update": ("the running max's update", r"\bm\w*\s*=\s*(?:m_new|mn|new_m|tmax|\w*max)\w*\s*;"),
+             "scores": ("the scores' accumulator", r"\b(?:s|sc|score\w*|dot)\s*(?:\[[^\]]*\])?\s*(?:\+=|=\s*0)")}
