@@ -170,10 +170,11 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     assert said.endswith("divided by another sum than theirs (f = the right l / the l it divided by), none of the "
                          "running sums fa tried (key tiles of 16, 32, 64 and one key at a time: tiles left out, not "
                          "rescaled, rescaled "
-                         "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys; 2 to "
-                         "64 interleaved chains of keys, each against its own max, added without their factors, or not "
-                         "rescaled as their max grows, or merged by a butterfly that rescales one side; batch 0's sum "
-                         "for every batch, or the batch before's carried on); look at how l is summed"), said
+                         "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys, alone "
+                         "or counted twice; 2 to 64 interleaved chains of keys, each against its own max, added without "
+                         "their factors, or not rescaled as their max grows, or merged by a butterfly that rescales one "
+                         "side; batch 0's sum for every batch, or the batch before's carried on; another row's sum); "
+                         "look at how l is summed"), said
     assert "the row right" not in said
     W[:, :6] = P[:, :6]  # six rows of each batch right: said with their count
     said, _ = factors.per_row_factor(W, P, s)
@@ -192,6 +193,23 @@ def test_a_sum_over_half_of_every_group_of_keys_is_named_with_the_group(N):
     said, fields = factors.per_row_factor(W, P, s)
     assert fields["sum_half_of"] == 64 and fields["sum_half_low"], said
     assert "its sum l holds only the keys with j mod 64 < 32 (the first 32 of every 64)" in said, said
+
+
+def test_a_sum_that_counts_half_of_every_group_twice_is_named_with_the_half():
+    """set38's s12 on 64 lanes: a 64-key tile dealt to 32 lanes two keys a lane, its sum reduced over
+    64 lanes, so lanes 32..63 hold keys 32..63 a second time: l counts keys j mod 64 >= 32 twice;
+    written out key by key here."""
+    inp = probe(N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    l_wrong = np.zeros(e.shape[:-1])
+    for j in range(128):
+        l_wrong += e[..., j] * (2 if j % 64 >= 32 else 1)
+    W = P * (e.sum(axis=-1) / l_wrong)[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert fields["sum_half_twice"] and not fields["sum_half_low"] and fields["sum_half_of"] == 64, said
+    assert "its sum l counts the keys with j mod 64 >= 32 (the second 32 of every 64) twice" in said, said
 
 
 def test_clamped_slots_masked_after_the_sum_are_named_with_their_count():

@@ -66,7 +66,7 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
             f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'} and one key at a time: "
             "tiles left out, not rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group "
-            "of 2 to 256 keys; 2 to 64 interleaved chains of keys, each against its own max, added without their "
+            "of 2 to 256 keys, alone or counted twice; 2 to 64 interleaved chains of keys, each against its own max, added without their "
             "factors, or not rescaled as their max grows, or merged by a butterfly that rescales one side; batch 0's "
             "sum for every batch, or the batch before's carried on; another row's sum); look at how l is summed"), fields
 
@@ -85,13 +85,18 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
             fields.update(sum_tile=T, sum_terms=tiles, sum_factor=list(ab), sum_tile_max=how == TILE_MAX_WORDS)
             return f"its running sum l holds {tiles} ({tiles_named(T)}){', ' + how if how else ''}; look at " + \
                 ("where the keys past N are masked" if slots else "the update of l")
-    for G, low, l_wrong in half_sums(s):
+    for G, low, twice, l_wrong in half_sums(s):
         if fits(l_wrong):
-            fields.update(sum_half_of=2 * G, sum_half_low=low)
-            return (f"its sum l holds only the keys with j mod {2 * G} {'<' if low else '>='} {G} (the "
-                    f"{'first' if low else 'second'} {G} of every {2 * G}): a reduction of l over {2 * G} threads or "
-                    f"lanes that folds in half of them (a tree that stops one step early, or leaves out the values {G} "
-                    "away); look at the reduction of l")
+            fields.update(sum_half_of=2 * G, sum_half_low=low, sum_half_twice=twice)
+            half = f"the keys with j mod {2 * G} {'<' if low else '>='} {G} (the {'first' if low else 'second'} {G} of " \
+                f"every {2 * G})"
+            if twice:
+                return (f"its sum l counts {half} twice, every other key once: a reduction of l over lanes that hold "
+                        f"those keys a second time (a tile's keys dealt to {G} lanes, two a lane, reduced over {2 * G} "
+                        "lanes: a wavefront's 64 over keys dealt as for a warp's 32); look at the reduction of l")
+            return (f"its sum l holds only {half}: a reduction of l over {2 * G} threads or lanes that folds in half of "
+                    f"them (a tree that stops one step early, or leaves out the values {G} away); look at the "
+                    "reduction of l")
     if s.shape[0] > 1 and fits(carried_over(s)):
         fields.update(sum_carried=True)
         return CARRIED_WORDS

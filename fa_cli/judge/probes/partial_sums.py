@@ -33,15 +33,19 @@ HALF_GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)  # G: a reduction over 2G values tha
 
 
 def half_sums(s: np.ndarray):
-    """(G, the half kept, l) of a sum over the keys of one half of every group of 2G (j mod 2G < G,
+    """(G, the half, twice, l) of a sum over the keys of one half of every group of 2G (j mod 2G < G,
     or >= G), relative to the final max: a reduction over 2G threads or lanes that folds in only
-    half of them (a tree that stops one step early, or leaves out red[tid + G])."""
+    half of them (a tree that stops one step early, or leaves out red[tid + G]); then (twice) the
+    whole sum with that half counted again (lanes that hold those keys a second time, as 64 lanes
+    reducing a tile whose keys 32 lanes were dealt)."""
     j = np.arange(s.shape[2])
     e = np.exp(s - s.max(axis=-1, keepdims=True))
-    for G in HALF_GROUPS:
-        if 2 * G <= s.shape[2]:
-            for low in (True, False):
-                yield G, low, e[..., (j % (2 * G) < G) == low].sum(axis=-1)
+    for twice in (False, True):
+        for G in HALF_GROUPS:
+            if 2 * G <= s.shape[2]:
+                for low in (True, False):
+                    half = e[..., (j % (2 * G) < G) == low].sum(axis=-1)
+                    yield G, low, twice, half + (e.sum(axis=-1) if twice else 0.0)
 
 
 CHAINS = (2, 4, 8, 32)  # G interleaved chains of keys (j mod G); contiguous ranges are key tiles (factors')
