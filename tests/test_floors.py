@@ -46,6 +46,17 @@ def test_the_right_weights_and_a_factor_per_row_have_no_floor():
     assert floors.floor_of(P * np.linspace(0.5, 1.5, 96)[None, :, None], s) is None
 
 
+def test_uniform_weights_and_a_floor_added_are_no_clamp():
+    """Every weight alike (scores all equal: a "floor" of 1) and p = exp(s - m) + 2^-16 (added, not
+    clamped: keys near the floor get t + f, not max(t, f)) are not read as a clamp."""
+    s, _, _ = scores()
+    assert floors.floor_of(np.full_like(s, 1 / s.shape[2]), np.zeros_like(s)) is None
+    s5 = 5 * s  # scores spread far enough that many keys fall near and under 2^-16 of the max
+    p = np.exp(s5 - s5.max(axis=2, keepdims=True)) + FLOOR
+    assert floors.floor_of(p / p.sum(axis=2, keepdims=True), s5) is None
+    assert floors.floor_of(clamped_loops(s5), s5) is not None  # the same scores, clamped: read
+
+
 def test_the_step_names_it_with_the_exponentials_line(tmp_path):
     s, q, k = scores()
     inp = ProbeInput(q, k, k, "the probe")

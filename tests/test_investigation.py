@@ -265,3 +265,5 @@ def test_the_case_looked_into_is_a_wrong_output_with_nan_before_a_smaller_one_wi
     assert investigation.smallest_failure(cases).target.name == "nan"
     assert investigation.smallest_failure(cases[:1] + cases[3:]).target.name == "small"
     assert investigation.smallest_failure(cases[3:]) is None
+    far = [judged("small", "WRONG", 10), judged("huge-nan", "WRONG", 10 * investigation.NAN_FIRST_WORK + 1, 3)]
+    assert investigation.smallest_failure(far).target.name == "small"  # NaN, but far more work: the small one

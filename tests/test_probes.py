@@ -170,11 +170,11 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
     assert said.endswith("divided by another sum than theirs (f = the right l / the l it divided by), none of the "
                          "running sums fa tried (key tiles of 16, 32, 64 and one key at a time: tiles left out, not "
                          "rescaled, rescaled "
-                         "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys, alone "
-                         "or counted twice; 2 to 64 interleaved chains of keys, each against its own max, added without "
-                         "their factors, or not rescaled as their max grows, or merged by a butterfly that rescales one "
-                         "side; batch 0's sum for every batch, or the batch before's carried on; another row's sum); "
-                         "look at how l is summed"), said
+                         "twice, a tile's largest weight for its sum; one half of every group of 2 to 256 keys, "
+                         "alone or counted twice; 2 to 64 interleaved chains of keys, each against its own max, added "
+                         "without their factors, or not rescaled as their max grows, or merged by a butterfly that "
+                         "rescales one side; batch 0's sum for every batch, or the batch before's carried on; another "
+                         "row's sum); look at how l is summed"), said
     assert "the row right" not in said
     W[:, :6] = P[:, :6]  # six rows of each batch right: said with their count
     said, _ = factors.per_row_factor(W, P, s)
@@ -990,7 +990,8 @@ def test_tile_factors_two_tiles_cannot_tell_apart_are_said_as_both_and_more_tile
     two = s[:128, :128]
     W, P = tiled_loops(two, 64, p_against_old_max=True), softmax_rows(two[None])[0]
     said, fields = factors.per_tile_factor(W[None], P[None], two[None])
-    assert "with 2 key tiles a row, these give the same factors and cannot be told apart here" in said, said
+    assert "the running maxima measured here (2 key tiles a row) give these the same factors, so they cannot be " \
+        "told apart" in said, said
     assert fields["tile_models"] == [[-1.0, 0.0, 0.0], [0.0, 0.0, -1.0]], fields
     W, P = tiled_loops(s, 64, p_against_old_max=True), softmax_rows(s[None])[0]
     said, fields = factors.per_tile_factor(W[None], P[None], s[None])
@@ -1119,8 +1120,19 @@ def test_each_row_divided_by_its_pairs_sum_is_named_with_the_row():
     inp = probe(B=2, N=64, d=32)
     s = logits(inp.q, inp.k)
     P = softmax_rows(s)
-    own_l = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)  # (B, N), each row against its own max
-    W = P * (own_l / own_l[:, np.arange(64) ^ 1])[..., None]
+    W = np.zeros_like(s)
+    for b, pair in np.ndindex(2, 32):  # a thread's two rows, key by key, each its own m, l and acc
+        rows = (2 * pair, 2 * pair + 1)
+        m, l, acc = [-np.inf, -np.inf], [0.0, 0.0], [np.zeros(64), np.zeros(64)]
+        for j in range(64):
+            for t, r in enumerate(rows):
+                m_new = max(m[t], s[b, r, j])
+                alpha = np.exp(m[t] - m_new)
+                p = np.exp(s[b, r, j] - m_new)
+                l[t], acc[t] = l[t] * alpha + p, acc[t] * alpha
+                acc[t][j] += p
+                m[t] = m_new
+        W[b, rows[0]], W[b, rows[1]] = acc[0] / l[1], acc[1] / l[0]  # the sums' slots swapped at the store
     said, fields = factors.per_row_factor(W, P, s)
     assert "each row r divided by row r xor 1's sum l" in said and fields["sum_other_row"] == "row r xor 1", said
     assert "another row's sum" not in (factors.per_row_factor(P * 1.37, P, s) or ("",))[0]

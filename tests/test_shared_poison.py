@@ -138,6 +138,12 @@ def test_the_loop_that_makes_the_stores_is_shown_with_them(ctx, tmp_path):
     assert shared_poison.store_lines(ctx) == (
         "; lines that store into its shared arrays (Ks) in tiled.cu: 5 `Ks[r * 33 + c] = kt[e];`; the loop that makes "
         "those stores (its start, bound and stride): 3 `for (int e = threadIdx.x; e < bc * 32; e += 128) {`")
+    tiled.write_text("__global__ void k(const float* kt, int n) {\n  __shared__ float Ks[1024];\n"
+                     "  for (int t = 0; t < n; t += 32) {\n    __syncthreads();\n"
+                     "    for (int e = threadIdx.x; e < 1024; e += 128) Ks[e] = kt[t * 32 + e];\n  }\n}\n")
+    assert shared_poison.store_lines(ctx) == (  # a one-line loop: its own line, not the tile loop above it
+        "; lines that store into its shared arrays (Ks) in tiled.cu: 5 `for (int e = threadIdx.x; e < 1024; e += "
+        "128) Ks[e] = kt[t * 32 + e];`")
 
 
 UNWRITTEN = r'''

@@ -69,6 +69,15 @@ def test_a_max_butterfly_that_starts_at_8_is_named_with_the_lane_of_each_column(
     assert "(columns 0, 32: lane 0's;" in said or "columns 0-15, 32-47: lane 0's" in said, said
 
 
+@pytest.mark.parametrize("max_steps, words", [
+    ([16, 8, 4, 2], "over offsets 16..2 where it is 16..1 (its last steps left out)"),  # a loop `off > 1`
+    ([], "never run (each lane keeps its own key's, where offsets 16..1 belong)")])
+def test_a_max_butterfly_that_stops_early_or_never_runs_is_named_as_such(max_steps, words):
+    s = scores()
+    said = warp_tiles.reading(column_weights(s, max_steps, [16, 8, 4, 2, 1]), s)
+    assert said is not None and f"{warp_tiles.MAX_STEP} by an xor butterfly {words}" in said, said
+
+
 def test_the_right_butterflies_and_weights_of_no_model_say_nothing():
     s = scores()
     right = column_weights(s, [16, 8, 4, 2, 1], [16, 8, 4, 2, 1])

@@ -276,6 +276,8 @@ def test_a_size_multiplied_out_from_32_under_a_name_is_among_the_lane_lines(tmp_
                       "size_t lds(int d) { return (size_t)BC * (2 * d + 1) * sizeof(float); }\n")
     order = [n for _, n, _ in wave64.lane_lines(source)[0]]
     assert 7 in order and order.index(7) < order.index(4) and order.index(7) < order.index(5), order
+    source.write_text("constexpr int D = 32;\n__global__ void k(float* q) {\n  q[threadIdx.x * D] = 0.f;\n}\n")
+    assert 3 not in [n for _, n, _ in wave64.lane_lines(source)[0]]  # a head dim of 32 is no lane count
 
 
 def test_a_row_of_33_for_a_wavefronts_lanes_is_among_the_lane_lines(tmp_path):

@@ -65,7 +65,9 @@ def drawn_kind(shape: Shape) -> str:
             "some course cases have such an N" if any(c.shape.N % 64 > 32 for c in suite.cases("c").values())
             else "no course case has such an N")
     if shape.N == SMALL_N:
-        return f"{shape.B} batches of {shape.N} rows, under one tile of 32: no course case has rows so short"
+        return f"{shape.B} batches of {shape.N} rows, under one tile of 32: " + (
+            "some course cases have rows so short" if any(c.shape.N < 32 for c in suite.cases("c").values())
+            else "no course case has rows so short")
     return "one batch of an odd N: no course case has either" if shape.N % 2 else \
         "larger than the cases passed; not one of the course's cases"
 

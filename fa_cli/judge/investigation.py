@@ -208,13 +208,20 @@ def case_steps(ctx: Context) -> list[Finding]:
     return take(CASE_STEPS, ctx)
 
 
+NAN_FIRST_WORK = 64  # a case with NaN is looked into first where its work is at most this many times the least
+
+
 def smallest_failure(results: list) -> object | None:
     """The failing case (WRONG or ERROR) most telling and with the least work: a wrong output that holds
     NaN or inf before one that does not (a division by zero or an overflow says more than a small error,
-    and the NaN probes read it), then the least work (where the tools are fastest)."""
+    and the NaN probes read it) where its work is within NAN_FIRST_WORK of the least, then the least work
+    (where the tools are fastest)."""
     failed = [r for r in results if r.verdict in ("WRONG", "ERROR")]
-    return min(failed, key=lambda r: (not holds_nonfinite(r), r.target.shape.flops, r.target.shape.input_bytes),
-               default=None)
+    if not failed:
+        return None
+    least = min(r.target.shape.flops for r in failed)
+    return min(failed, key=lambda r: (not (holds_nonfinite(r) and r.target.shape.flops <= NAN_FIRST_WORK * least),
+                                      r.target.shape.flops, r.target.shape.input_bytes))
 
 
 def holds_nonfinite(result) -> bool:

@@ -320,10 +320,12 @@ ROW_LINES = r"threadIdx\.(x|y)|\brow\w*\s*="
 # N alone, which a kernel's key-tile count is too
 GRID_LINES = r"dim3\s+\w*[Gg]rid\w*\s*[({]|\b[Gg]rid\w*\s*=\s*dim3|<<<|hipLaunchKernelGGL"
 ROWS_COVERED_LINES = (GRID_LINES, GRID_LINES, ROW_LINES)  # two grid or launch lines (one a d), then a thread's index
-# an array's use, not its declaration (`__shared__ float Vs[BC * D];`, `float v[4];`: no line does a mistake there)
-NOT_DECLARED = r"^(?!(?:extern\s+)?(?:static\s+)?__shared__\b|(?:const\s+)?(?:float|double|int|__half|half)\s+\w+\s*\[[^=]*$)"
-K_LINES = NOT_DECLARED + r".*(?:\bK\w*\s*\[|\bk\w*\s*\[|\b[Kk]\w*\s*\+\s*\w+\s*\*)"  # k[...], or Ks + jj * D
-V_LINES = NOT_DECLARED + r".*(?:\bV\w*\s*\[|\bv\w*\s*\[|\b[Vv]\w*\s*\+\s*\w+\s*\*)"
+# an array's use, not its declaration (`__shared__ float Vs[BC * D];`, `float4 kreg[4];`: no line does a mistake there)
+ARRAY_TYPE = r"(?:float[24]?|double|int|unsigned|size_t|__half2?|half2?|__nv_bfloat16)"
+NOT_DECLARED = r"^(?!(?:extern\s+)?(?:static\s+)?__shared__\b|(?:const\s+)?" + ARRAY_TYPE + r"\s+\w+\s*\[[^=]*$)"
+# a matrix's element (k[...]), or a pointer set to a place in it (`const float* vr = Vs + jj * D;`)
+K_LINES = NOT_DECLARED + r".*(?:\b[Kk]\w*\s*\[|\*\s*\w+\s*=\s*[Kk]\w*\s*\+)"
+V_LINES = NOT_DECLARED + r".*(?:\b[Vv]\w*\s*\[|\*\s*\w+\s*=\s*[Vv]\w*\s*\+)"
 OUT_LINES = NOT_DECLARED + r".*(?:\bO\w*\s*\[|\bout\w*\s*\[|\bo\s*\[)"
 
 

@@ -53,13 +53,15 @@ def store_lines(ctx: Context) -> str:
         return ""
     loop = filling_loop(ctx.source, stores[0][0])
     return (f"; lines that store into its shared arrays ({', '.join(names)}) in {ctx.source.name}: {quoted(stores)}"
-            + (f"; the loop that makes those stores (its start, bound and stride): {quoted([loop])}" if loop else ""))
+            + (f"; the loop that makes those stores (its start, bound and stride): {quoted([loop])}"
+               if loop and loop != stores[0] else ""))
 
 
 def filling_loop(source, store: int, reach: int = 3) -> tuple[int, str] | None:
-    """The `for` line just above a store (within `reach` lines): where a tile load's bound and stride are."""
+    """The `for` line of a store: its own line (a one-line loop), else the nearest just above it
+    (within `reach` lines): where a tile load's bound and stride are."""
     lines = source.read_text(errors="replace").splitlines()
-    for number in range(store - 1, max(store - 1 - reach, 0), -1):
+    for number in range(store, max(store - 1 - reach, 0), -1):
         code = lines[number - 1].split("//")[0].strip()
         if re.match(r"for\s*\(", code):
             return number, code if len(code) <= 70 else code[:67] + "..."

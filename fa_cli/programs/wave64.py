@@ -177,13 +177,14 @@ SHUFFLE_32 = re.compile(r"shfl\w*\s*\([^;]*,\s*(16|32)\s*\)|\boff\w*\s*=\s*16\b"
 # (a count of 32 multiplied out: a size in bytes or elements for a 32-lane warp's tile, a macro expanded)
 LANES_32 = re.compile(r"&\s*31\b|%\s*32\b|/\s*32\b|[+-]=\s*32\b|=\s*32\s*;|\*\s*33\b(?!\.)|(?<![.\w])33\s*\*"
                       r"|\bmin\s*\(\s*32\s*,|\?[^:;]*:\s*32\b|\blane\w*\s*\+\s*32\b|(?<![.\w])32\s*\*(?!\s*[*/])")
+HEAD_DIM_NAMES = {"D", "d", "DIM", "HEAD_DIM", "HEADDIM", "HD", "DHEAD", "D_HEAD", "HDIM", "DK"}  # d = 32, not lanes
 NAMED_32 = re.compile(r"\b(?:constexpr|const)\s+(?:unsigned\s+)?(?:int|size_t|unsigned)\s+(\w+)\s*=\s*32\s*;")
 
 
 def uses_of_named_32(code) -> re.Pattern | None:
     """A constant named for 32 (`constexpr int BC = 32;`) multiplied or divided by in a line: the 32
     written out under a name; None where the source names none."""
-    names = sorted({m.group(1) for _, _, text in code for m in NAMED_32.finditer(text)})
+    names = sorted({m.group(1) for _, _, text in code for m in NAMED_32.finditer(text)} - HEAD_DIM_NAMES)
     return re.compile(r"\b(?:%s)\s*[*/%%]|[*/%%]\s*(?:%s)\b" % ("|".join(names), "|".join(names))) if names else None
 
 

@@ -32,8 +32,9 @@ def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
 
 
 STRIDED_COPY = r"\b(?:cuda|hip)Memcpy2D\w*"  # a copy whose pitches place each batch (or row) apart
-# a batch's offset added to a pointer (`qkv + (size_t)b * 3 * N * D`, `out + ((size_t)b * N + i) * D`), not a size
-BATCH_OFFSET = r"\+\s*\(?\s*(?:\(size_t\)\s*)?(?:b|bb|batch\w*|blockIdx\.[yz])\s*\*"
+# a pointer set to a batch's place (`const float* q = qkv + (size_t)b * 3 * N * D`, `float* dst = out + ((size_t)b *
+# N + i) * D`), not a size or an index's arithmetic
+BATCH_OFFSET = r"\*\s*\w+\s*=[^;]*\+\s*\(?\s*(?:\(size_t\)\s*)?(?:b|bb|batch\w*|blockIdx\.[yz])\s*\*"
 # the lines shown: the first strided copy, then the first three batch offsets (which operand's is wrong, the
 # probe does not tell: each is shown), else the lines that use a batch at all
 BATCH_PLACES = (STRIDED_COPY, BATCH_OFFSET, BATCH_OFFSET, BATCH_OFFSET)

@@ -65,10 +65,11 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
     tiles = ", ".join(str(T) for T in KEY_TILES if T < s.shape[2])
     return (f"{said}: the right scores and softmax, divided by another sum than theirs (f = the right l / the l it "
             f"divided by), none of the running sums fa tried (key tiles of {tiles or 'none'} and one key at a time: "
-            "tiles left out, not rescaled, rescaled twice, a tile's largest weight for its sum; one half of every group "
-            "of 2 to 256 keys, alone or counted twice; 2 to 64 interleaved chains of keys, each against its own max, added without their "
-            "factors, or not rescaled as their max grows, or merged by a butterfly that rescales one side; batch 0's "
-            "sum for every batch, or the batch before's carried on; another row's sum); look at how l is summed"), fields
+            "tiles left out, not rescaled, rescaled twice, a tile's largest weight for its sum; one half of every "
+            "group of 2 to 256 keys, alone or counted twice; 2 to 64 interleaved chains of keys, each against its own "
+            "max, added without their factors, or not rescaled as their max grows, or merged by a butterfly that "
+            "rescales one side; batch 0's sum for every batch, or the batch before's carried on; another row's sum); "
+            "look at how l is summed"), fields
 
 
 def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> str | None:
@@ -88,14 +89,14 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
     for G, low, twice, l_wrong in half_sums(s):
         if fits(l_wrong):
             fields.update(sum_half_of=2 * G, sum_half_low=low, sum_half_twice=twice)
-            half = f"the keys with j mod {2 * G} {'<' if low else '>='} {G} (the {'first' if low else 'second'} {G} of " \
-                f"every {2 * G})"
+            which = "first" if low else "second"
+            half = f"the keys with j mod {2 * G} {'<' if low else '>='} {G} (the {which} {G} of every {2 * G})"
             if twice:
                 return (f"its sum l counts {half} twice, every other key once: a reduction of l over lanes that hold "
                         f"those keys a second time (a tile's keys dealt to {G} lanes, two a lane, reduced over {2 * G} "
                         "lanes: a wavefront's 64 over keys dealt as for a warp's 32); look at the reduction of l")
-            return (f"its sum l holds only {half}: a reduction of l over {2 * G} threads or lanes that folds in half of "
-                    f"them (a tree that stops one step early, or leaves out the values {G} away); look at the "
+            return (f"its sum l holds only {half}: a reduction of l over {2 * G} threads or lanes that folds in half "
+                    f"of them (a tree that stops one step early, or leaves out the values {G} away); look at the "
                     "reduction of l")
     if s.shape[0] > 1 and fits(carried_over(s)):
         fields.update(sum_carried=True)
@@ -259,15 +260,21 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
                 f"by tile, relative to the first: {example})")
         fields = dict(tile=T)
         if isinstance(rounded, list):  # several of the named models fit: none is chosen
-            return (f"{said}; with {tiles} key tiles a row, these give the same factors and cannot be told apart here: "
-                    + "; or ".join(TILE_WORDS[p] for p in rounded) + " (a case with more key tiles a row tells them "
-                    "apart)"), dict(fields, tile_models=[list(p) for p in rounded])
+            return undetermined(said, tiles, rounded, fields)
         if np.mean(fit <= 10 * FLAT) >= FIT_SHARE and np.abs(rounded).sum() > 0:
             return tile_words(said, tuple(float(v) for v in rounded), W, fields)
         if found := merged_parts(g, s, T, valid, rows_ok, W):
             return f"{said}; {found[0]}", dict(fields, **found[1])
         return said + "; not a power of the running maxima fa tried", fields
     return None
+
+
+def undetermined(said: str, tiles: int, models: list, fields: dict) -> tuple[str, dict]:
+    """Several named tile models that the maxima measured give the same factors, in words: none chosen."""
+    return (f"{said}; the running maxima measured here ({tiles} key tiles a row) give these the same factors, so "
+            "they cannot be told apart: " + "; or ".join(TILE_WORDS[p] for p in models) + " (a case with more key "
+            "tiles a row, or more rows whose max grows, tells them apart)"), \
+        dict(fields, tile_models=[list(p) for p in models])
 
 
 def named_models(xc: np.ndarray, yc: np.ndarray, rounded: np.ndarray, fit: np.ndarray):

@@ -17,6 +17,8 @@ SPREAD = 1e-3  # the floor read in every row within this, relative
 MIN_ROWS = 8  # rows that show the floor (a key after the max far under it) before it is named
 UNDER = 10  # a right ratio this many times under the weight read: that key is floored
 FIT_SHARE = 0.95  # of the keys after the max that the floor model gives within SPREAD
+MAX_FLOOR = 1e-2  # a floor is far under the largest weight (uniform weights are no floor)
+NEAR = 3.0  # keys whose right ratio is within this factor of the floor tell max(t, f) from t + f
 
 
 def floor_of(W: np.ndarray, s: np.ndarray) -> tuple[float, int] | None:
@@ -36,10 +38,14 @@ def floor_of(W: np.ndarray, s: np.ndarray) -> tuple[float, int] | None:
     if len(shown) < MIN_ROWS:
         return None
     f = float(np.median(shown))
-    if np.abs(np.array(shown) / f - 1).max() > SPREAD:
+    if f > MAX_FLOOR or np.abs(np.array(shown) / f - 1).max() > SPREAD:
         return None
-    model_fits = [np.abs(w - np.maximum(t, f)) <= SPREAD * np.maximum(t, f) for w, t in after_max]
-    if np.concatenate(model_fits).mean() < FIT_SHARE:
+    w, t = (np.concatenate(a) for a in zip(*after_max))
+    if np.mean(np.abs(w - np.maximum(t, f)) <= SPREAD * np.maximum(t, f)) < FIT_SHARE:
+        return None
+    near = (t > f / NEAR) & (t < f * NEAR)  # a clamp gives max(t, f) there, a floor added t + f
+    clamped = np.abs(w - np.maximum(t, f)) <= SPREAD * np.maximum(t, f)
+    if near.sum() < MIN_ROWS or clamped[near].mean() < FIT_SHARE:
         return None
     return f, len(shown)
 
@@ -67,7 +73,7 @@ class WeightFloor(WeightReading):
         return measured(ctx, [
             f"measured on {ctx.probe.label}: after each row's largest score, every key whose right weight is under "
             f"{fmt(f)}{named_power(f)} of the largest one's gets exactly that much ({rows} rows show it, the keys over "
-            "it their right weights): the exponential is clamped from below (a floor on exp(s - m) or on its "
-            "argument), "
-            "so each key far under the max adds the floor to l and to the output, and the output drifts as N grows; "
-            "look at the exponential's argument"], look=LOOK["exp"], weight_floor=f)
+            "it their right weights, those near it the larger of the two, not their sum): the exponential is clamped "
+            "from below (a floor on exp(s - m) or on its argument), so each key far under the max adds the floor to l "
+            "and to the output; look at the exponential's argument"],
+            look=LOOK["exp"], weight_floor=f)

@@ -300,7 +300,7 @@ def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: f
     for words, q, k, v, inside in readings(flat, B, N, d):
         if not (inside & wrong_batches).any():
             continue
-        first = int(np.argmax(inside))  # a quick look on a few rows of one batch, then every value
+        first = int(np.argmax(inside & wrong_batches))  # a quick look on a few rows of a wrong batch, then all
         with np.errstate(over="ignore", invalid="ignore"):
             o = np.matmul(softmax_rows(logits(q[first:first + 1, rows], k[first:first + 1])), v[first:first + 1])
         if np.mean(np.abs(o - got[first:first + 1, rows]) <= tol / 5 + 1e-3 * np.abs(o)) < MATCH_SHARE:
@@ -308,7 +308,7 @@ def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: f
         with np.errstate(over="ignore", invalid="ignore"):
             o = np.matmul(softmax_rows(logits(q[inside], k[inside])), v[inside])
         close = np.abs(o - got[inside]) <= tol / 5 + 1e-3 * np.abs(o)
-        if close.mean() >= MATCH_SHARE:
+        if close.mean() >= MATCH_SHARE and close[wrong_batches[inside]].mean() >= MATCH_SHARE:
             return words, int(inside.sum())
     return None
 

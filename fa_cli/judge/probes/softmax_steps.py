@@ -317,9 +317,10 @@ class SoftmaxSteps(WeightReading):
 # The lines shown for a step named: where that step is written (an update, not a declaration).
 SUM_NAME = r"(?:l|li|l_\w+|l\d+|row_sum\w*|sum\w*)"
 ACC_NAME = r"(?:o|acc\w*|out\w*|O)\w*\s*(?:\[[^\]]*\])?"
+FACTOR_NAME = r"(?:alpha\w*|corr\w*|rescale\w*|scale_old\w*)"  # the rescale of the output, by the names it takes
 STEP_LOOK = {"factor": LOOK["exp"], "p": LOOK["exp"],
              "sum": ("the running sum's update", rf"\b{SUM_NAME}\s*(?:\+=|\*=|=[^;=]*\b{SUM_NAME}\b[^;]*[*+])"),
-             "output": ("the output's update", rf"\b{ACC_NAME}\s*(?:\+=|\*=|=[^;=]*\b{ACC_NAME}\s*\*)"),
+             "output": ("the output's update", rf"\b{ACC_NAME}\s*(?:\*=\s*{FACTOR_NAME}|(?:\+=|=)[^;]*\b[vV]\w*\s*\[)"),
              "final": ("the output's division", rf"/=?\s*\(?\s*{SUM_NAME}\b"),
              "update": ("the running max's update", r"\bm\w*\s*=\s*(?:m_new|mn|new_m|tmax|\w*max)\w*\s*;"),
              "scores": ("the scores' accumulator", r"\b(?:s|sc|score\w*|dot)\s*(?:\[[^\]]*\])?\s*(?:\+=|=\s*0)")}

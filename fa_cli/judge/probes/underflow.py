@@ -55,7 +55,8 @@ def bounds(q: np.ndarray, k: np.ndarray) -> dict[str, tuple[np.ndarray, int, tup
             (np.sqrt(d) * s.max(axis=1), 1, ROW_MAX),
         "|q| max_j |k_j|^2: a squared norm of K where its norm belongs (a square root left out)":
             (qn * (kn ** 2).max(), 2, EXPONENTIAL),
-        "|q| max_j |k_j| with q not scaled by 1/sqrt(d): the bound's scale left out": (qn * np.sqrt(d) * kn.max(), 1, EXPONENTIAL),
+        "|q| max_j |k_j| with q not scaled by 1/sqrt(d): the bound's scale left out":
+            (qn * np.sqrt(d) * kn.max(), 1, EXPONENTIAL),
         "|q| sum_j |k_j|: a sum of K's norms where their max belongs": (qn * kn.sum(), 1, EXPONENTIAL),
         "sum_j |s_j|: the sum of the scores' sizes where their max belongs": (np.abs(s).sum(axis=1), 1, EXPONENTIAL),
     }

@@ -56,16 +56,20 @@ def lane_weights(s: np.ndarray, T: int, max_steps: list[int], sum_steps: list[in
         return acc / l[..., None]
 
 
+def over(start: int, stop: int) -> str:
+    return f"at offset {start} alone" if start == stop else f"over offsets {start}..{stop}"
+
+
 def variants(T: int):
-    """(words, max offsets, sum offsets): one butterfly that leaves out its first or last steps."""
+    """(which, words, offsets): one butterfly that leaves out its first or its last steps, or all."""
     whole = offsets(T // 2, 1)
     for which in ("max", "sum"):
         for start in whole[1:]:
-            steps = offsets(start, 1)
-            yield which, f"over offsets {start}..1 where it is {T // 2}..1 (its first steps left out)", steps
-        for stop in whole[:-1][::-1]:
-            steps = offsets(T // 2, stop * 2)
-            yield which, f"over offsets {T // 2}..{stop * 2} where it is {T // 2}..1 (its last steps left out)", steps
+            yield which, f"{over(start, 1)} where it is {T // 2}..1 (its first steps left out)", offsets(start, 1)
+        for stop in whole[:-1][::-1]:  # 2, 4, ..., T / 2: `off > 1` stops at 2
+            yield which, f"{over(T // 2, stop)} where it is {T // 2}..1 (its last steps left out)", \
+                offsets(T // 2, stop)
+        yield which, f"never run (each lane keeps its own key's, where offsets {T // 2}..1 belong)", []
 
 
 def owners(lanes: np.ndarray, weights: np.ndarray) -> list[int | None]:
@@ -81,7 +85,7 @@ def reading(weights: np.ndarray, s: np.ndarray) -> str | None:
     give every column one lane's weights (the lanes not all alike), in words; else None."""
     N = s.shape[1]
     screen = slice(0, min(SCREEN_ROWS, s.shape[0]))
-    for T in (T for T in TILES if T < N):
+    for T in (T for T in TILES if T <= N):
         whole = offsets(T // 2, 1)
         for which, words, steps in variants(T):
             max_steps, sum_steps = (steps, whole) if which == "max" else (whole, steps)
