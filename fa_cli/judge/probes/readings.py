@@ -213,7 +213,8 @@ TILE_COUNT = ("the key-tile count and the last tile's width: a count N / T that 
               "keys (use (N + T - 1) / T tiles, the last min(T, N - start) wide)")
 # the lines shown with it: a count made by dividing N (or a length) by a tile, with no rounding up
 COUNT_PATTERN = r"=\s*\(?\s*(?:N|n|seq_?len\w*|len\w*)\s*/\s*\(?\w+\)?\s*\)?\s*;"
-TILE_COUNT_LOOK = ("a count of tiles", COUNT_PATTERN)
+WIDTH_PATTERN = r"\bmin\s*\(\s*\w+\s*,\s*(?:N|n)\s*-|\b(?:N|n)\s*-\s*\w+\s*<\s*\w+\s*\?"  # min(T, N - j0)
+TILE_COUNT_LOOK = ("a count of tiles or a tile's width", (COUNT_PATTERN, WIDTH_PATTERN))
 SKIPPED = ("or every tile after the first skipped: a test that lets a tile through only on a condition the first "
            "tile's running max makes false (a vote, __any or __all, or a `continue` on the max)")
 # where only the first tile's keys count: a skip's test first, then the count
