@@ -1889,14 +1889,14 @@ def test_a_partial_tile_left_out_shows_the_line_that_counts_the_tiles(tmp_path):
     ctx.facts.W, ctx.facts.P = softmax_rows(s), softmax_rows(logits(inp.q, inp.k))
     [found] = readings.KeysWithoutWeight().run(ctx)
     assert "the last 8 keys (192..199), as many as the partial last tile" in found.lines[0]
-    assert found.lines[-1] == "lines with a count of tiles or a tile's width in hw4.cu: 3 `const int ntiles = N / BC;`", \
-        found.lines
+    assert found.lines[-1] == ("lines with a count of tiles or a tile's width in hw4.cu: 3 `const int ntiles = "
+                               "N / BC;`"), found.lines
     source.write_text("int main() {\n  const int ntiles = (N + BC - 1) / BC;\n  for (int t = 0; t < ntiles; ++t) {\n"
                       "    const int jn = (t + 1) * BC;\n    const int bc = min(BC, N - jn);\n  }\n}\n")
     ctx.facts.named = False  # set40's s09: the prefetched tile's width used for the tile scored
     [found] = readings.KeysWithoutWeight().run(ctx)
-    assert found.lines[-1] == "lines with a count of tiles or a tile's width in hw4.cu: 5 `const int bc = min(BC, N - " \
-        "jn);`", found.lines
+    assert found.lines[-1] == ("lines with a count of tiles or a tile's width in hw4.cu: 5 `const int bc = "
+                               "min(BC, N - jn);`"), found.lines
 
 
 def test_every_tile_after_the_first_skipped_shows_the_skips_test_first(tmp_path):
