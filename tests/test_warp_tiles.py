@@ -12,21 +12,22 @@ from fa_cli.judge.probes.step import logits, softmax_rows
 NEG = -1e30
 
 
-def butterfly(values, steps, op):
-    values = list(values)
+def butterfly(values, steps, op, down=False):
+    """An xor butterfly; or shuffles down (lane g reads lane g + off, its own value past the last lane)."""
+    values, T = list(values), len(values)
     for off in steps:
-        values = [op(values[g], values[g ^ off]) for g in range(len(values))]
+        values = [op(values[g], values[(g + off if g + off < T else g) if down else g ^ off]) for g in range(T)]
     return values
 
 
-def lanes_by_loops(s_row, T, max_steps, sum_steps):
+def lanes_by_loops(s_row, T, max_steps, sum_steps, max_down=False):
     """Each lane's weights for one row: the kernel's loops, lane by lane."""
     N = len(s_row)
     m, l, acc = [NEG] * T, [0.0] * T, [[0.0] * N for _ in range(T)]
     for j0 in range(0, N, T):
         n = min(T, N - j0)
         st = [s_row[j0 + g] if g < n else NEG for g in range(T)]
-        tm = butterfly(st, max_steps, max)
+        tm = butterfly(st, max_steps, max, max_down)
         m_new = [max(m[g], tm[g]) for g in range(T)]
         alpha = [math.exp(m[g] - m_new[g]) for g in range(T)]
         p = [math.exp(st[g] - m_new[g]) if g < n else 0.0 for g in range(T)]
@@ -54,8 +55,8 @@ def test_the_model_is_the_loops_written_out(max_steps, sum_steps):
     assert np.allclose(model, loops, atol=1e-12)
 
 
-def column_weights(s, max_steps, sum_steps, d=64):
-    lanes = np.stack([lanes_by_loops(row, 32, max_steps, sum_steps) for row in s])  # (rows, 32, N)
+def column_weights(s, max_steps, sum_steps, d=64, max_down=False):
+    lanes = np.stack([lanes_by_loops(row, 32, max_steps, sum_steps, max_down) for row in s])  # (rows, 32, N)
     return np.stack([lanes[:, c % 32] for c in range(d)])
 
 
@@ -76,6 +77,15 @@ def test_a_max_butterfly_that_stops_early_or_never_runs_is_named_as_such(max_ste
     s = scores()
     said = warp_tiles.reading(column_weights(s, max_steps, [16, 8, 4, 2, 1]), s)
     assert said is not None and f"{warp_tiles.MAX_STEP} by an xor butterfly {words}" in said, said
+
+
+def test_a_max_shuffled_down_and_never_sent_back_is_named_as_such():
+    """__shfl_down_sync over 16..1 for the tile's max with no broadcast of lane 0's: lane g keeps the
+    max over lanes g..31, the loops written out here."""
+    s = scores()
+    said = warp_tiles.reading(column_weights(s, [16, 8, 4, 2, 1], [16, 8, 4, 2, 1], max_down=True), s)
+    assert said is not None and f"{warp_tiles.MAX_STEP} by __shfl_down_sync over offsets 16..1 whose result, lane " \
+        "0's, is never sent back" in said, said
 
 
 def test_the_right_butterflies_and_weights_of_no_model_say_nothing():
