@@ -1304,12 +1304,12 @@ NAMED = {
     ("set29", "v12"): "the logits are multiplied by log2(e) and then given to exp, not exp2",
     ("set29", "v11"): "the V tile stored at a pitch of d and read at 64, an array's fixed width",
     ("set26", "s01"): "a tile of 32 keys stored at a pitch of 65 floats a row and read at 33",
+    ("set26", "s03"): "the tile's max reduced by __shfl_down_sync over offsets 16..1 whose result, lane 0's, is never",
     ("set27", "t04"): "wrong exactly where N is no multiple of 32; ",  # partly: the place
     ("set27", "t11"): "the right values in the wrong places",  # partly: the output's write, a third of its values
 }
 SAID = {("set29", "v07"): "columns 32-63: every weight 0: made of no row of V",
-        ("set29", "v10"): "key j's weight multiplies V's row p(j), the same in every column",
-        ("set26", "s03"): "the weights differ by output column: 32 sets"}
+        ("set29", "v10"): "key j's weight multiplies V's row p(j), the same in every column"}
 INPUTS = {"set1": Shape(3, 300, 32), "set2": Shape(3, 331, 32), "set3": Shape(3, 300, 32), "set26": Shape(3, 200, 32),
           "set27": Shape(3, 200, 32), "set28": Shape(3, 200, 32), "set29": Shape(3, 200, 32)}
 ON = {("set1", "p13"): Shape(2, 200, 64), ("set2", "q03"): Shape(3, 240, 32), ("set26", "s11"): Shape(2, 200, 64),
