@@ -36,15 +36,15 @@ def middle_shape(passed: list[Shape]) -> Shape | None:
 
 
 def edge_shape(passed: list[Shape]) -> Shape | None:
-    """The last drawn input: one batch of an odd N; None where a case passed was one already."""
+    """One batch of an odd N; None where a case passed was one already."""
     if not passed or any(s.B == 1 and s.N % 2 for s in passed):
         return None
     return Shape(EDGE_B, EDGE_N, passed[0].d)
 
 
 def half_tile_shape(passed: list[Shape]) -> Shape | None:
-    """The very last: one batch whose last 64-key tile holds 33 keys; None where a case passed had
-    such a tile (N mod 64 past 32) already."""
+    """One batch whose last 64-key tile holds 33 keys; None where a case passed had such a tile (N mod
+    64 past 32) already."""
     if not passed or any(s.N % 64 > 32 for s in passed):
         return None
     return Shape(EDGE_B, HALF_TILE_N, passed[0].d)

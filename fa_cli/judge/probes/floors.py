@@ -41,11 +41,9 @@ def floor_of(W: np.ndarray, s: np.ndarray) -> tuple[float, int] | None:
     if f > MAX_FLOOR or np.abs(np.array(shown) / f - 1).max() > SPREAD:
         return None
     w, t = (np.concatenate(a) for a in zip(*after_max))
-    if np.mean(np.abs(w - np.maximum(t, f)) <= SPREAD * np.maximum(t, f)) < FIT_SHARE:
-        return None
-    near = (t > f / NEAR) & (t < f * NEAR)  # a clamp gives max(t, f) there, a floor added t + f
     clamped = np.abs(w - np.maximum(t, f)) <= SPREAD * np.maximum(t, f)
-    if near.sum() < MIN_ROWS or clamped[near].mean() < FIT_SHARE:
+    near = (t > f / NEAR) & (t < f * NEAR)  # a clamp gives max(t, f) there, a floor added t + f
+    if clamped.mean() < FIT_SHARE or near.sum() < MIN_ROWS or clamped[near].mean() < FIT_SHARE:
         return None
     return f, len(shown)
 

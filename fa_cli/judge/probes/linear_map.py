@@ -259,10 +259,10 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constan
         fit = score_fit(weights[0], q, k)  # weights no scores fit come of the softmax: the later steps read it
         named = fit is not None and fit[1] <= FIT_RESIDUAL and len(distinct(fit[0])) > 1
         return [f"one set of weights for every column; {score_words(*fit)}"] if named else []
-    if found := lane_sums(weights, P, logits(q[None], k[None])[0]):
+    scores = logits(q[None], k[None])[0]
+    if found := lane_sums(weights, P, scores):
         return found
-    if found := softmax_steps.lanes_by_column(weights, logits(q[None], k[None])[0]) or \
-            warp_tiles.reading(weights, logits(q[None], k[None])[0]):
+    if found := softmax_steps.lanes_by_column(weights, scores) or warp_tiles.reading(weights, scores):
         return [found]
     if gathered := pairing.tile_gathered(weights, P):
         return [pairing.LEAD_TILES + gathered]
