@@ -60,12 +60,8 @@ def store_lines(ctx: Context) -> str:
 def filling_loop(source, store: int, reach: int = 3) -> tuple[int, str] | None:
     """The `for` line of a store: its own line (a one-line loop), else the nearest just above it
     (within `reach` lines): where a tile load's bound and stride are."""
-    lines = source.read_text(errors="replace").splitlines()
-    for number in range(store, max(store - 1 - reach, 0), -1):
-        code = lines[number - 1].split("//")[0].strip()
-        if re.match(r"for\s*\(", code):
-            return number, code if len(code) <= 70 else code[:67] + "..."
-    return None
+    loops = source_lines(source, r"^for\s*\(", limit=store)  # every loop up to the store's line at most
+    return next(((n, code) for n, code in reversed(loops) if store - reach <= n <= store), None)
 
 
 def non_numbers_changed(built: np.ndarray, *filled: np.ndarray) -> int:

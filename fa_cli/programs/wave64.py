@@ -211,7 +211,7 @@ def lane_lines(source: Path) -> tuple[list[tuple[str, int, str]], bool]:
     code = student_lines(source)
     hinted = [line for line in code if any(p.search(line[2]) for p, _, _ in BALLOTS)]
     named = uses_of_named_32(code)
-    written = [line for line in code if LANES_32.search(line[2]) or named and named.search(line[2])]
+    written = {line for line in code if LANES_32.search(line[2]) or named and named.search(line[2])}
     lines = [line for line in code if line in hinted or LANE_CODE.search(line[2]) or line in written or
              SHUFFLE_32.search(line[2])]
     mixed = any(GROUPED_BY_32.search(line[2]) for line in lines) and \
