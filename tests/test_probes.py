@@ -521,6 +521,17 @@ def test_a_query_read_at_the_flat_row_is_found_among_the_batch_bases():
     assert words.startswith("Q_b read at its batch's place plus b*N rows (the flat row b*N + i"), words
 
 
+def test_a_reading_that_is_the_right_one_where_it_can_be_checked_is_not_said():
+    """set40's s05 (weights floored at 2^-16): wrong by a little in batch 0, where a reading of V at
+    b*N rows past its place is the right reading, and batch 1's reading runs past the input: the
+    search says nothing, since that reading does not say the wrong values."""
+    B, N, d = 2, 200, 64
+    inp = probe(B=B, N=N, d=d)
+    out = inp.output().astype(np.float64)
+    out[0, 48, [22, 27, 54]] -= 0.006  # a few values over the limit, in batch 0 only
+    assert indexing.search(out.astype(np.float32), inp.flat(), B, N, d, 5e-3) is None
+
+
 def kernel_for(d2: int, flat: np.ndarray, N: int, batches: int) -> np.ndarray:
     """A kernel built for head dimension d2, written out row by row: `batches` batches of 3*N*d2
     floats read from the start of flat, N*d2 values each written from the start of its output."""
@@ -2016,6 +2027,25 @@ def test_keys_counted_twice_by_parts_whose_ranges_overlap_are_named_with_the_key
     assert partial_sums.keys_counted(P, P) is None and partial_sums.keys_counted(P * 1.7, P) is None
     noisy = P * rng.uniform(0.5, 2.5, size=P.shape)
     assert partial_sums.keys_counted(noisy, P) is None
+
+
+def test_keys_counted_twice_in_the_slots_past_a_partial_last_tile_are_said_with_its_count_rounded_up():
+    """set40's s08: tiles of 32 whose key count is rounded up to a multiple of 4, nk = (bc + 3) & ~3,
+    at N = 129: the last tile's 1 key and its slots 1..3 still holding keys 97..99, counted twice."""
+    rng = np.random.default_rng(5)
+    q, k = (rng.normal(size=(1, 129, 32)) for _ in range(2))
+    P = softmax_rows(logits(q, k))
+    c = np.ones(129)
+    c[97:100] = 2
+    said, fields = partial_sums.keys_counted(P * c / (P * c).sum(axis=-1, keepdims=True), P)
+    assert said.endswith("with key tiles of 32, the last tile holds 1 key (keys 128..128) and the keys counted again "
+                         "are slots 1..3 of the tile before (keys 97..99): the last tile's scores and P V went over 4 "
+                         "slots where it loaded 1, the slots past its keys still holding the tile before's, bc rounded "
+                         "up to a multiple of 4 (1 to 4); look at the last tile's key count"), said
+    assert fields["look"] == "rounded"
+    c[97:100], c[40:43] = 1, 2  # a run inside the keys, not past a last tile's: overlapping parts, as before
+    said, _ = partial_sums.keys_counted(P * c / (P * c).sum(axis=-1, keepdims=True), P)
+    assert "the tile before" not in said and "overlap" in said, said
 
 
 def test_a_last_tile_read_from_the_buffer_of_the_tile_before_is_named_with_both_ranges():

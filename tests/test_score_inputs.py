@@ -468,3 +468,32 @@ def test_a_tile_stored_at_one_pitch_and_read_at_another_is_named_with_both_not_a
         "K[1, 1]" in said, said
     assert "every one fits a tile of 32 keys stored at a pitch of 65 floats a row and read at 33" in said, said
     assert "rows of a tile of K that its load never wrote (a cooperative" not in said, said
+
+
+def stale_max_tiles(inp: ProbeInput, tile: int = 64) -> np.ndarray:
+    """set40's s11: a tiled online softmax whose weights are exp(s - m) against the max before the tile
+    (the first tile's own max for the first), while l and o are rescaled to the new max."""
+    q, k, v = (a.astype(np.float64) for a in (inp.q, inp.k, inp.v))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    m = s[..., :tile].max(axis=2, keepdims=True)
+    l, o = np.zeros(m.shape), np.zeros(q.shape)
+    for j0 in range(0, s.shape[2], tile):
+        m_new = np.maximum(m, s[..., j0:j0 + tile].max(axis=2, keepdims=True))
+        p = np.exp(s[..., j0:j0 + tile] - m)
+        alpha = np.exp(m - m_new)
+        l, o, m = l * alpha + p.sum(axis=2, keepdims=True), o * alpha + p @ v[:, j0:j0 + tile], m_new
+    return (o / l).astype(np.float32)
+
+
+def test_weights_off_by_a_factor_a_tile_are_said_as_right_scores_and_not_as_other_elements():
+    k = score_inputs.coded_keys(N, D)
+    terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
+        stale_max_tiles(score_inputs.design(N, D, k)).astype(np.float64), N, D))
+    said = key_patterns.keys_by_tile(terms, k)
+    assert said is not None and said.startswith(
+        "with key 0 read right, every term takes its own element of K but for one constant a dim and tile of 64 keys "
+        "(tiles 1 of 2;"), said
+    assert "the scores are right" in said, said
+    right = score_inputs.read_terms(score_inputs.weights_by_dim(
+        attention(score_inputs.design(N, D, k), lambda kb: kb).astype(np.float64), N, D))[0]
+    assert key_patterns.keys_by_tile(right, k) is None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...programs import programs, wave64
-from ..diagnose import source_lines
+from ..diagnose import quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import BATCH_LINES, KEY_TILES
 from . import design, underflow
@@ -75,6 +75,9 @@ def batch_places(ctx: Context) -> tuple[str, ...]:
     return BATCH_PLACES if has_offset else (STRIDED_COPY, BATCH_LINES)
 
 
+# where a single key's NaN starts: a vote over the lanes (a max or rescale taken only where all or any lane
+# passes: dead lanes' -inf pass no test), then the running max's start at -inf
+FIRST_MAX_LINES = (r"\b__(?:any|all)(?:_sync)?\s*\(", r"\b\w*m\w*\s*=\s*-\s*(?:INFINITY|FLT_MAX|HUGE_VALF|inf)")
 BATCH_STRIDES = (16, 32, 64, 128)  # a batch's stride written N*c with a constant c where N*d belongs
 
 
@@ -361,4 +364,7 @@ class NotFinite(Probe):
                          "by keys meeting (as where the running max starts at -inf and exp(m_new - m_old) is inf, "
                          "inf * 0 NaN; or 0 / 0, as a part of the work with no keys, a key split past N, divided by "
                          "its empty sum; or a row's max or sum read before anything wrote it)")
+            if ctx.source and (shown := source_lines(ctx.source, FIRST_MAX_LINES)):
+                lines.append(f"lines with the running max's start or a vote on it in {ctx.source.name}: "
+                             f"{quoted(shown)}")
         return [Finding(Kind.OBSERVED, lines)]

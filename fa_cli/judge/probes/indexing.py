@@ -274,29 +274,38 @@ def attend(qkv: np.ndarray) -> np.ndarray:
         return np.matmul(softmax_rows(logits(qkv[:, 0], qkv[:, 1])), qkv[:, 2])
 
 
+def says(close: np.ndarray, known: np.ndarray, wrong: np.ndarray) -> bool:
+    """Whether a reading close to the output on these values says it: on MATCH_SHARE of the values
+    it knows, and of the wrong values among them (at least one): a reading that is the right one
+    where it can be checked (a batch offset of b*N rows in batch 0 alone) says nothing."""
+    return (close[known].mean() >= MATCH_SHARE and (wrong & known).any()
+            and close[wrong & known].mean() >= MATCH_SHARE)
+
+
 def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: float, after: np.ndarray | None = None):
     """The first reading whose output agrees with the program's on MATCH_SHARE of the values of the
     batches it can say (at least one), and on the batches the right reading gets wrong. A whole
     reading may say part of the output (known): the rest is said as it is. after: what the input
     holds past the payload (its guard batches), for the readings that run past it."""
     got = ctx_out.astype(np.float64)
+    right = attend(flat.reshape(B, 3, N, d))
+    with np.errstate(invalid="ignore"):
+        wrong = ~(np.abs(right - got) <= tol)  # the values a reading must say: the right reading does not
     whole = [(words, o, np.ones(o.shape, dtype=bool), "") for words, o in whole_readings(flat, B, N, d)]
     placed = row_placed_readings(flat if after is None else np.concatenate([flat, after.ravel()]), B, N, d)
     for words, o, known, rest_is in (*whole, *other_d_readings(flat, B, N, d), *placed):
         if known.mean() < KNOWN_SHARE:
             continue
         with np.errstate(invalid="ignore"):
-            close = np.abs(o - got)[known] <= tol / 5 + 1e-3 * np.abs(o[known])
-        if np.mean(close) >= MATCH_SHARE:
+            close = np.abs(o - got) <= tol / 5 + 1e-3 * np.abs(o)
+        if says(close, known, wrong):
             rest = got[~known]
             if rest.size:
                 words += f"; the other {rest.size} values of the output, {rest_is}, hold " + \
                     ("0" if not rest.any() else "other values")
             return words, B
     rows = np.unique(np.r_[np.arange(min(SCREEN_ROWS // 2, N)), np.arange(max(0, N - SCREEN_ROWS // 2), N)])
-    right = attend(flat.reshape(B, 3, N, d))
-    with np.errstate(invalid="ignore"):
-        wrong_batches = ~(np.abs(right - got) <= tol).all(axis=(1, 2))  # a reading must say one of these
+    wrong_batches = wrong.any(axis=(1, 2))  # a reading must say one of these
     for words, q, k, v, inside in readings(flat, B, N, d):
         if not (inside & wrong_batches).any():
             continue
@@ -307,8 +316,9 @@ def search(ctx_out: np.ndarray, flat: np.ndarray, B: int, N: int, d: int, tol: f
             continue
         with np.errstate(over="ignore", invalid="ignore"):
             o = np.matmul(softmax_rows(logits(q[inside], k[inside])), v[inside])
-        close = np.abs(o - got[inside]) <= tol / 5 + 1e-3 * np.abs(o)
-        if close.mean() >= MATCH_SHARE and close[wrong_batches[inside]].mean() >= MATCH_SHARE:
+        close = np.zeros(got.shape, dtype=bool)
+        close[inside] = np.abs(o - got[inside]) <= tol / 5 + 1e-3 * np.abs(o)
+        if says(close, np.broadcast_to(inside[:, None, None], got.shape), wrong):
             return words, int(inside.sum())
     return None
 

@@ -117,6 +117,31 @@ def keys_apart(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str 
             "exp(m_part - m) before the sum)")
 
 
+def keys_by_tile(terms: np.ndarray, k: np.ndarray, tiles=(128, 64, 32, 16), tol: float = MATCH_TOL) -> str | None:
+    """Where, with key 0 read right, every key's term is its own element of K but for one constant a
+    dim and key tile (tiles of T keys from key 0, the largest T that holds), 0 in the first tile and
+    not in some other: the scores take the right elements, and each tile's weights are off by a
+    factor of their own (a tile's exponentials, sum or rescale against another max than the others')."""
+    d, N = terms.shape
+    if not np.isfinite(terms).all():
+        return None
+    off = _offsets(terms, k)
+    for T in (t for t in tiles if t < N):
+        parts = [off[j0:j0 + T] for j0 in range(0, N, T)]
+        if all(np.ptp(p, axis=0).max() <= 4 * tol for p in parts) and np.abs(parts[0]).max() <= 4 * tol:
+            moved = [t for t, p in enumerate(parts) if np.abs(p).max() > 4 * tol]
+            if not moved:
+                return None
+            shift = np.concatenate([p[0] for p in parts[1:]])
+            return (f"with key 0 read right, every term takes its own element of K but for one constant a dim and tile "
+                    f"of {T} keys (tiles {spans(np.array(moved))} of {len(parts)}; from {shift.min():.3g} to "
+                    f"{shift.max():.3g}, the first tile's 0): the scores are right, and the weights of a tile are off "
+                    "by one factor of their own in each row: a step of the online softmax (the weights, the sum or "
+                    "the rescale taken against another max than the one the other tiles are brought to: the later "
+                    "steps look)")
+    return None
+
+
 def _times_counted(shift: np.ndarray, kept: np.ndarray, tol: float) -> str | None:
     """The words where one set's weights are a whole number c of times the other's in every row
     alike (a constant log c in every dim, not one that changes with the rows' q, as a merge without

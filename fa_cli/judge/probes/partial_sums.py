@@ -99,9 +99,33 @@ def keys_counted(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
     sums = W.sum(axis=2)
     l_too = " (each row's weights sum to 1: l counts them as often)" if np.abs(sums - 1).max() <= 1e-3 else \
         f" (the rows' weights sum to {span(sums)}: l counts them otherwise)"
+    if stale := stale_slots(counts):
+        return f"keys weighed a whole number of times: {times}, the others once{l_too}: {stale}", \
+            dict(keys_counted=times, look="rounded")
     return (f"keys weighed a whole number of times: {times}, the others once{l_too}: parts of the work (warps, "
             "blocks, splits of the keys) whose key ranges overlap, each adding those keys; look at where each part's "
             "range of keys ends"), dict(keys_counted=times)
+
+
+def stale_slots(counts: np.ndarray, tiles=(16, 32, 64, 128), groups=(2, 4, 8, 16)) -> str | None:
+    """Where the keys counted twice are one run, the slots of the key tile before a partial last tile
+    (N % T = bc keys) from bc on: the last tile's work went over slots past its bc keys, which still
+    hold the tile before's keys; where that count is bc rounded up to a multiple of G, said so."""
+    N, extra = counts.size, np.flatnonzero(counts >= 2)
+    if extra.size == 0 or np.ptp(extra) != extra.size - 1 or counts.max() != 2:
+        return None
+    for T in tiles:
+        bc, last = N % T, N - N % T
+        if bc and last >= T and extra[0] == last - T + bc and extra[-1] < last:
+            width = bc + extra.size
+            rounded = next((f", bc rounded up to a multiple of {G} ({bc} to {width})" for G in groups
+                            if -(-bc // G) * G == width), "")
+            keys = "key" if bc == 1 else "keys"
+            return (f"with key tiles of {T}, the last tile holds {bc} {keys} (keys {last}..{N - 1}) and the keys "
+                    f"counted again are slots {bc}..{width - 1} of the tile before (keys {extra[0]}.."
+                    f"{extra[-1]}): the last tile's scores and P V went over {width} slots where it loaded {bc}, the "
+                    f"slots past its keys still holding the tile before's{rounded}; look at the last tile's key count")
+    return None
 
 
 def read_in_place_of(W: np.ndarray, P: np.ndarray, dead: np.ndarray | None) -> tuple[str, dict] | None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..diagnose import SOURCE_LINES_SHOWN, quoted, source_lines
 from ..findings import Finding, Kind
-from ..mistakes import KEY_TILES, QUERY_TILES
+from ..mistakes import GRID_LINES, KEY_TILES, QUERY_TILES
 from .step import Context, Probe, fmt, logits, softmax_rows, spans
 
 ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
@@ -180,7 +180,14 @@ class RowsNotWritten(WeightReading):
                 "times its rows, plus its own index: one block dimension used for another) or the loop over a "
                 "query tile's").replace(" keys (its bound", " rows (its bound")
             what = f"{which} hold {held} in every run, whatever V is: {never}; look at {code}"
+            return measured(ctx, [f"measured: {what}"], look=ROWS_COVER_LOOK, rows_not_written=int(still.sum()))
         return measured(ctx, [f"measured: {what}"], rows_not_written=int(still.sum()))
+
+
+# the lines that say which rows a batch's blocks cover: a count taken from the grid's size, a ceiling
+# division of the rows by a block's, the grid or the launch
+ROWS_COVER_LOOK = ("the rows' cover (a count of tiles, the grid)",
+                   (r"gridDim\.\w\s*[/%]", r"\+\s*\w+\s*-\s*1\s*\)\s*/\s*\w+", GRID_LINES))
 
 
 def signed_zeros(out: np.ndarray, true: np.ndarray | None) -> str:
@@ -391,7 +398,8 @@ class TilesAlike(WeightReading):
 # What to show of the source for a reading: (the words, a pattern of its lines).
 EXP = r"\bexp2?f?\s*\(|__expf|__exp2f|\bexp2f?\b"
 LOOK = {"scale": ("the scale or the exponential", r"sqrt|\bscale|log2|LOG2|1\.44|0\.69|" + EXP),
-        "exp": ("exp", EXP)}
+        "exp": ("exp", EXP),
+        "rounded": ("a count rounded up", r"&\s*~\s*\(?\d+|\+\s*\d+\s*\)\s*/\s*\d+\s*\)?\s*\*\s*\d+")}
 
 
 class Summary(Probe):

@@ -40,8 +40,8 @@ import numpy as np
 from ...programs import wave64
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_counted,
-                           keys_in_part, keys_unweighed, nearest, tile_at_pitches)
+from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_by_tile,
+                           keys_counted, keys_in_part, keys_unweighed, nearest, tile_at_pitches)
 from .linear_map import map_rows
 from .readings import TINY_WEIGHT, measured
 from .step import Context, Probe, ProbeInput, run_many, spans
@@ -346,6 +346,8 @@ class ScoreInputs(Probe):
             return measured(ctx, [f"probe: the scores read back ({where}): {apart}"], keys_apart=apart)
         if words is None and (counted := keys_counted(terms, k)):
             return measured(ctx, [f"probe: the scores read back ({where}): {counted}"], keys_counted=counted)
+        if words is None and (by_tile := keys_by_tile(terms, k)):  # a softmax step's factor, not the scores
+            return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {by_tile}"])]
         if words is None and (found >= 0).mean() < OF_K:  # the log ratios are no differences of K's values
             return [Finding(Kind.OBSERVED, [
                 f"probe: the scores read back ({where}): {(found >= 0).mean():.0%} of the terms land on an element "
