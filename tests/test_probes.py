@@ -1357,6 +1357,26 @@ def test_a_planted_program_gets_its_mechanism_or_no_claim(which, tmp_path):
 
 @pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+def test_an_exponential_clamped_from_below_is_named_by_its_floor_and_by_no_index_reading(tmp_path):
+    """set40's s05 on the CPU: the project's CPU program with its exponential clamped at 2^-16, on
+    1 x 200 x 64, where a few values are off by just over 5e-3: the floor is named with the exp lines,
+    and no index formula is said (a batch offset of b*N rows is the right one in batch 0)."""
+    source = (DATA.parent.parent / "src_cpu" / "fa_cpu.cpp").read_text()
+    floored = source.replace('#include "../', f'#include "{DATA.parent.parent}/').replace(
+        "return std::exp(x);", "return std::max(std::exp(x), 1.52587890625e-05f);").replace(
+        "(si[j] = std::exp(si[j] - m[i]))", "(si[j] = std::max(std::exp(si[j] - m[i]), 1.52587890625e-05f))")
+    assert floored.count("1.52587890625e-05f") == 2
+    (tmp_path / "floored.cpp").write_text(floored)
+    case = tmp_path / "case.in"
+    generate.write_input(case, Shape(1, 200, 64), 3)
+    proc = fa("run", case, "--program", tmp_path / "floored.cpp")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gets exactly that much" in proc.stdout and "= 2^-16 of the largest one's" in proc.stdout, proc.stdout
+    assert "lines with exp in floored.cpp" in proc.stdout and "index expression" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
 def test_the_report_shows_the_measured_weights(tmp_path):
     """fa run -o keeps the picture's path with what was measured; fa report puts both beside its table."""
     case = tmp_path / "case.in"
