@@ -14,7 +14,7 @@ import numpy as np
 
 from ..diagnose import SOURCE_LINES_SHOWN, quoted, source_lines
 from ..findings import Finding, Kind
-from ..mistakes import GRID_LINES, KEY_TILES, QUERY_TILES
+from ..mistakes import EXP_LINES, GRID_LINES, KEY_TILES, QUERY_TILES
 from .step import Context, Probe, fmt, logits, softmax_rows, spans
 
 ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
@@ -396,9 +396,8 @@ class TilesAlike(WeightReading):
 
 
 # What to show of the source for a reading: (the words, a pattern of its lines).
-EXP = r"\bexp2?f?\s*\(|__expf|__exp2f|\bexp2f?\b"
-LOOK = {"scale": ("the scale or the exponential", r"sqrt|\bscale|log2|LOG2|1\.44|0\.69|" + EXP),
-        "exp": ("exp", EXP),
+LOOK = {"scale": ("the scale or the exponential", r"sqrt|\bscale|log2|LOG2|1\.44|0\.69|" + EXP_LINES),
+        "exp": ("exp", EXP_LINES),
         "rounded": ("a count rounded up", r"&\s*~\s*\(?\d+|\+\s*\d+\s*\)\s*/\s*\d+\s*\)?\s*\*\s*\d+")}
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..mistakes import EXP_LINES
 from .step import Context, ProbeInput, fmt, logits
 
 SCALES = 2.0 ** (-np.arange(32) / 4)  # 1 down to 1/215, a quarter of an octave apart
@@ -39,7 +40,7 @@ def thresholds(finite: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return SCALES[first - 1], SCALES[first]
 
 
-EXPONENTIAL = ("the exponential", r"\bexpf?\s*\(|__expf|exp2")  # the lines shown: where the weights are made
+EXPONENTIAL = ("the exponential", EXP_LINES)  # the lines shown: where the weights are made
 ROW_MAX = ("the row's max", r"\bfmaxf?\s*\(|\bmax\s*\(")  # or where the max subtracted is taken
 
 
