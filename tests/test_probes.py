@@ -741,6 +741,49 @@ def test_nan_only_where_a_partial_tile_is_padded_is_said_as_its_slots_past_n(tmp
     assert found.lines[1].startswith("NaN with a single key already"), found.lines
 
 
+LAZY_VOTE = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+out = np.zeros((B, N, d))
+with np.errstate(invalid="ignore", over="ignore"):
+    for b in range(B):
+        s = x[b, 0] @ x[b, 1].T / np.sqrt(d)
+        m, l, o = np.full(N, -np.inf), np.zeros(N), np.zeros((N, d))
+        for j0 in range(0, N, 32):  # a warp's 32 lanes a tile, the lanes past N scoring -inf
+            t = np.full((N, 32), -np.inf)
+            t[:, :min(32, N - j0)] = s[:, j0:j0 + 32]
+            vote = (t > m[:, None]).all(axis=1)  # the max and the rescale only where every lane beats m
+            m_new = np.where(vote, np.maximum(m, t.max(axis=1)), m)
+            alpha = np.where(vote, np.exp(m - m_new), 1.0)
+            p = np.exp(t - m_new[:, None])
+            vt = np.zeros((32, d)); vt[:min(32, N - j0)] = x[b, 2, j0:j0 + 32]
+            l, o, m = l * alpha + p.sum(axis=1), o * alpha[:, None] + p @ vt, m_new
+        out[b] = o / l[:, None]
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_nan_only_where_the_first_tile_is_partial_is_said_with_the_vote_line(tmp_path):
+    """set40's s01: a lazy max taken only where all 32 lanes beat it; at N < 32 the lanes past N
+    (-inf) never do, m stays -inf and every weight is inf: NaN at N = 21 and its cuts, finite at 32,
+    64 and 53 (grown): said as the first tile partial, with the vote's line first."""
+    from fa_cli.judge.probes.experiments import NotFinite
+    source = "  float m = -INFINITY;\n  if (__all_sync(FULL_MASK, s > m)) {\n"
+    ctx = stand_in_context(tmp_path, LAZY_VOTE, source, probe(B=2, N=21, d=32))
+    assert NotFinite().applies(ctx)
+    [found] = NotFinite().run(ctx)
+    assert found.kind is Kind.MEASURED, found.lines
+    assert found.lines[1].startswith("finite at N = 32 and 64 (whole tiles of 32) and at N = 53"), found.lines
+    assert "NaN only where the first key tile of 32 is partial" in found.lines[1], found.lines
+    assert "2 `if (__all_sync(FULL_MASK, s > m)) {`, 1 `float m = -INFINITY;`" in found.lines[2], found.lines
+    ctx = stand_in_context(tmp_path, PADDED_WITH_MINUS_INF.replace("pad = -N % 64", "pad = 64"), source,
+                           probe(B=2, N=21, d=32))  # NaN at every N: not this
+    [found] = NotFinite().run(ctx)
+    assert found.kind is Kind.OBSERVED and found.lines[1].startswith("NaN with a single key already"), found.lines
+
+
 def test_a_hip_output_that_changes_still_gets_its_32_lane_build_and_nothing_else(tmp_path, monkeypatch):
     """ProbeRuns on a hw4.hip under the emulation whose two runs differ: no output to read, but
     Wavefronts still applies (a 32-lane build may be right and steady); after it, the probes stop."""

@@ -328,6 +328,23 @@ def dims_per_lane(ctx: Context, own: list[str]) -> str:
             f"d = {d} on 64 lanes, so no lane accumulates or writes any dim (round up and test the dim against d)")
 
 
+def first_tile_partial(ctx: Context) -> str | None:
+    """Where the probe's N is under a key tile T (16, 32 or 64) and every cut of it is NaN: the probe
+    grown to T, 2T and T + N keys (rows drawn after its own), all finite: NaN only where the first
+    tile holds every key, with slots past N (a tile's lanes or slots that the row's start state meets)."""
+    N = ctx.probe.shape.N
+    for T in (t for t in KEY_TILES[:3] if t > N):
+        runs = (ctx.run(design.grown(ctx.probe, n)) for n in (T, 2 * T, T + N))
+        if all(got is not None and np.isfinite(got).all() for got in runs):
+            return (f"finite at N = {T} and {2 * T} (whole tiles of {T}) and at N = {T + N} (a partial last tile after "
+                    f"a whole one; rows drawn uniform in [-3, 3] after the probe's), NaN at N = {N} and every cut "
+                    f"under it: NaN only where the first key tile of {T} is partial, every key in it: its slots past "
+                    "N meet the row's start state (m = -inf): a vote over the tile's lanes that the slots' -inf scores fail, "
+                    "leaving m at -inf so that exp(s - m) is inf; exp(-inf - -inf) = NaN; or a max or sum over the "
+                    "tile that takes the slots in")
+    return None
+
+
 class NotFinite(Probe):
     """An output with NaN or inf: does it come with one key, with one key tile?"""
 
@@ -359,6 +376,9 @@ class NotFinite(Probe):
                          "or slots read past the input); look at what the tile holds past N and how it is masked")
         elif tried and tried[0][1] is False and (under := underflow.reading(ctx)):  # scores' size: a mechanism
             return measured(ctx, [*lines, under[0]], look=under[1], weights_underflow=True)
+        elif all(ok is False for _, ok in tried) and tried and (first := first_tile_partial(ctx)):
+            return measured(ctx, [*lines, first], look=("the running max's start or a vote on it", FIRST_MAX_LINES),
+                            nan_first_tile=True)
         elif tried and tried[0][1] is False:  # no mechanism yet: the tools after the probes still look
             lines.append("NaN with a single key already: made by the first tile's work or the row's division, not "
                          "by keys meeting (as where the running max starts at -inf and exp(m_new - m_old) is inf, "
