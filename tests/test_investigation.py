@@ -94,6 +94,26 @@ def test_after_a_probe_names_a_mechanism_the_later_probes_decide_for_themselves(
     assert ctx.done == ["names", "reads on"]
 
 
+class WeightStub(ProbeStub):
+    from_right_scores = True
+
+
+def test_scores_read_as_other_elements_are_left_out_once_a_reading_of_w_against_p_names_a_mechanism(tmp_path):
+    """set40's s11: weights against a stale max read by the score probe as terms of no element of K;
+    the softmax step's reading (the right scores, another step) names it: the scores' words go."""
+    scores = Finding(Kind.OBSERVED, ["probe: the scores read back: 954 take no element of K"],
+                     dict(scores_read_otherwise=True))
+    other = Finding(Kind.OBSERVED, ["measured: wrong with 32-lane wavefronts too"])
+    ctx = context(tmp_path)
+    found = investigation.take((ProbeStub("before", [other, scores]), WeightStub("names", [
+        Finding(Kind.MEASURED, ["measured: the p step"])], named=True)), ctx)
+    assert [f.lines[0] for f in found] == ["measured: wrong with 32-lane wavefronts too", "measured: the p step"]
+    ctx = context(tmp_path)  # a reading of W that names nothing, or a step of another kind: the words stay
+    found = investigation.take((ProbeStub("before", [scores]), WeightStub("reads", [other]),
+                                ProbeStub("names", [Finding(Kind.MEASURED, ["measured: y"])], named=True)), ctx)
+    assert scores in found
+
+
 @pytest.mark.parametrize("verdict, signal", [("PASS", None), ("TLE", None), ("ERROR", "SIGSEGV")])
 def test_the_probes_measure_only_a_wrong_answer_or_an_error_without_a_crash(tmp_path, verdict, signal):
     ctx = context(tmp_path, verdict=verdict, signal=signal)

@@ -177,7 +177,10 @@ def take(steps: tuple[Step, ...], ctx: Context) -> list[Finding]:
         try:
             with step_times.timed(step.name, lambda: ctx.budget.used, case=ctx.case_label,
                                   left_s=round(ctx.budget.left, 1)):
-                ctx.findings += step.run(ctx)
+                found = step.run(ctx)
+            if getattr(step, "from_right_scores", False) and any(f.kind is Kind.MEASURED for f in found):
+                ctx.findings[:] = [f for f in ctx.findings if not f.fields.get("scores_read_otherwise")]
+            ctx.findings += found
         except Exception as e:  # fa's own fault: said as such, the verdict and the other steps stand
             if not step.measures:
                 raise

@@ -45,7 +45,11 @@ def measured(ctx: Context, lines: list[str], look: tuple[str, str] | None = None
 
 class WeightReading(Probe):
     """A reading of W: applies once W is read and is the program's (the output is W V), while no
-    reading has named a mechanism."""
+    reading has named a mechanism. A mechanism it names sets W against P, the right scores': the
+    scores read back as other elements (ScoreInputs' examples, read as if W were their softmax) are
+    then no reading, and are left out (investigation.take)."""
+
+    from_right_scores = True
 
     def applies(self, ctx: Context) -> bool:
         return ctx.facts.linear and not ctx.facts.named

@@ -360,7 +360,8 @@ class ScoreInputs(Probe):
         if mapped := dim_map(found, N, d) or dims_shifted(found, N, d):
             return measured(ctx, [f"{head}; {mapped}"], score_inputs=mapped)
         return [Finding(Kind.OBSERVED, [f"{head}; {examples(found, right, d)}; no formula of those tried fits "
-                                        "(transposed, shifted keys or dims, another pitch, a tile's two pitches)"])]
+                                        "(transposed, shifted keys or dims, another pitch, a tile's two pitches)"],
+                        dict(scores_read_otherwise=True))]
 
 
 def read_by_batch(W: np.ndarray, k: np.ndarray, N: int, d: int) -> np.ndarray:
