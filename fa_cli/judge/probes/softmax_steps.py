@@ -24,7 +24,7 @@ import numpy as np
 
 from ..findings import Finding
 from .readings import LOOK, WeightReading, measured
-from .step import Context, logits, softmax_rows, spans
+from .step import Context, column_owners, logits, softmax_rows, spans
 
 LOG2E = float(np.log2(np.e))
 LN2 = float(np.log(2))
@@ -249,8 +249,8 @@ def lanes_by_column(weights: np.ndarray, s: np.ndarray) -> str | None:
     for G in (G for G in MERGE_LANES if G < s.shape[-1]):
         for words, merge, stale in forms:
             lanes = np.moveaxis(lane_weights(s, G, merge, stale), -2, 0)  # (G, N, N)
-            owner = [next((g for g in range(G) if close(lanes[g], W)), None) for W in weights]
-            if None in owner or len(set(owner)) < 2:
+            owner = column_owners(lanes, weights, close)
+            if owner is None:
                 continue
             alike = {g: [h for h in range(G) if close(lanes[h], lanes[g])] for g in set(owner)}  # the last step's
             shown = "; ".join(f"columns {spans(np.flatnonzero(np.array(owner) == g))}: "  # two lanes end alike

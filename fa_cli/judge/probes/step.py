@@ -145,6 +145,15 @@ def spans(indices) -> str:
     return ", ".join(out)
 
 
+def column_owners(lanes, columns, close, tried: np.ndarray | None = None) -> list[int] | None:
+    """Each output column's lane: the first lane g (of tried[c] where given, a column's candidates,
+    else every lane) with close(lanes[g], column); None where some column is no lane's, or where
+    every column is one lane's (no lanes of their own)."""
+    owner = [next((int(g) for g in (range(len(lanes)) if tried is None else np.flatnonzero(tried[c]))
+                   if close(lanes[g], column)), None) for c, column in enumerate(columns)]
+    return None if None in owner or len(set(owner)) < 2 else owner
+
+
 def columns_by_lane(owner: list[int], shown: int = 3) -> str:
     """Each column's lane (owner[c]) in words, the first `shown` lanes: "columns 0, 32: lane 0's; ...",
     with " ..." where there are more."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .step import columns_by_lane, fmt
+from .step import column_owners, columns_by_lane, fmt
 
 TILES = (32, 16, 64)  # lanes a row's keys are dealt to, a key a lane: a warp, a half-warp, a wavefront
 # the sum's butterfly step: ts from its own (ts, tm) and the partner's (os, om), nm = max(tm, om); the first is right
@@ -56,8 +56,8 @@ def reading(factor: np.ndarray, s: np.ndarray) -> str | None:
     for T in (T for T in TILES if T <= s.shape[1]):
         for words, merge in SUM_FORMS[1:]:
             modelled = true_l[None] / lane_sums(s, T, merge)  # (T, rows)
-            owner = [next((g for g in range(T) if np.allclose(modelled[g], f, rtol=FACTOR_RTOL)), None) for f in factor]
-            if None in owner or len(set(owner)) < 2:
+            owner = column_owners(modelled, factor, lambda lane, f: np.allclose(lane, f, rtol=FACTOR_RTOL))
+            if owner is None:
                 continue
             return (f"each column is divided by its lane's own sum l, modelled: keys dealt a tile of {T} at a time "
                     f"(key j0 + g to lane g), each tile's max and sum reduced by an xor butterfly whose sum step is "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .step import columns_by_lane
+from .step import column_owners, columns_by_lane
 
 TILES = (32, 16, 64)
 MAX_STEP, SUM_STEP = "the tile's max reduced", "the tile's sum reduced"  # which butterfly, in the words said
@@ -93,12 +93,6 @@ def candidates(lanes: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return np.abs(weights[:, :, None, :] - lanes[None]).max(axis=(1, 3)) <= CLOSE
 
 
-def owners(lanes: np.ndarray, weights: np.ndarray, screened: np.ndarray) -> list[int | None]:
-    """Each column's lane on every row: the first of its screened candidates whose weights it holds."""
-    return [next((int(g) for g in np.flatnonzero(screened[c]) if np.allclose(lanes[:, g], W, atol=CLOSE, rtol=0)),
-                 None) for c, W in enumerate(weights)]
-
-
 def reading(weights: np.ndarray, s: np.ndarray) -> str | None:
     """weights (d, N, N): each column's weights; s (N, N) the right scores. Where one variant's lanes
     give every column one lane's weights (the lanes not all alike), in words; else None."""
@@ -112,8 +106,9 @@ def reading(weights: np.ndarray, s: np.ndarray) -> str | None:
             screened = candidates(lane_weights(s[screen], T, max_steps, sum_steps, **downs), weights[:, screen])
             if not screened.any(axis=1).all() or screened.all(axis=1).all():
                 continue  # a column no lane gives, or every lane alike on the screen
-            owner = owners(lane_weights(s, T, max_steps, sum_steps, **downs), weights, screened)  # every row
-            if None in owner or len(set(owner)) < 2:
+            lanes = np.moveaxis(lane_weights(s, T, max_steps, sum_steps, **downs), 1, 0)  # every row: (T, rows, N)
+            owner = column_owners(lanes, weights, lambda lane, W: np.allclose(lane, W, atol=CLOSE, rtol=0), screened)
+            if owner is None:
                 continue
             noun = "maxima" if which == "max" else "sums"
             return (f"each output column's weights are one lane's own: a key a lane in tiles of {T} (key j0 + g on "
