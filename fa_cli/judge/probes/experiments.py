@@ -77,7 +77,8 @@ def batch_places(ctx: Context) -> tuple[str, ...]:
 
 # where a single key's NaN starts: a vote over the lanes (a max or rescale taken only where all or any lane
 # passes: dead lanes' -inf pass no test), then the running max's start at -inf
-FIRST_MAX_LINES = (r"\b__(?:any|all)(?:_sync)?\s*\(", r"\b\w*m\w*\s*=\s*-\s*(?:INFINITY|FLT_MAX|HUGE_VALF|inf)")
+FIRST_MAX_LOOK = ("the running max's start or a vote on it",
+                  (r"\b__(?:any|all)(?:_sync)?\s*\(", r"\b\w*m\w*\s*=\s*-\s*(?:INFINITY|FLT_MAX|HUGE_VALF|inf)"))
 BATCH_STRIDES = (16, 32, 64, 128)  # a batch's stride written N*c with a constant c where N*d belongs
 
 
@@ -339,9 +340,9 @@ def first_tile_partial(ctx: Context) -> str | None:
             return (f"finite at N = {T} and {2 * T} (whole tiles of {T}) and at N = {T + N} (a partial last tile after "
                     f"a whole one; rows drawn uniform in [-3, 3] after the probe's), NaN at N = {N} and every cut "
                     f"under it: NaN only where the first key tile of {T} is partial, every key in it: its slots past "
-                    "N meet the row's start state (m = -inf): a vote over the tile's lanes that the slots' -inf scores fail, "
-                    "leaving m at -inf so that exp(s - m) is inf; exp(-inf - -inf) = NaN; or a max or sum over the "
-                    "tile that takes the slots in")
+                    "N meet the row's start state (m = -inf): a vote over the tile's lanes that the slots' -inf "
+                    "scores fail, leaving m at -inf so that exp(s - m) is inf; exp(-inf - -inf) = NaN; or a max or "
+                    "sum over the tile that takes the slots in")
     return None
 
 
@@ -377,14 +378,12 @@ class NotFinite(Probe):
         elif tried and tried[0][1] is False and (under := underflow.reading(ctx)):  # scores' size: a mechanism
             return measured(ctx, [*lines, under[0]], look=under[1], weights_underflow=True)
         elif all(ok is False for _, ok in tried) and tried and (first := first_tile_partial(ctx)):
-            return measured(ctx, [*lines, first], look=("the running max's start or a vote on it", FIRST_MAX_LINES),
-                            nan_first_tile=True)
+            return measured(ctx, [*lines, first], look=FIRST_MAX_LOOK, nan_first_tile=True)
         elif tried and tried[0][1] is False:  # no mechanism yet: the tools after the probes still look
             lines.append("NaN with a single key already: made by the first tile's work or the row's division, not "
                          "by keys meeting (as where the running max starts at -inf and exp(m_new - m_old) is inf, "
                          "inf * 0 NaN; or 0 / 0, as a part of the work with no keys, a key split past N, divided by "
                          "its empty sum; or a row's max or sum read before anything wrote it)")
-            if ctx.source and (shown := source_lines(ctx.source, FIRST_MAX_LINES)):
-                lines.append(f"lines with the running max's start or a vote on it in {ctx.source.name}: "
-                             f"{quoted(shown)}")
+            if ctx.source and (shown := source_lines(ctx.source, FIRST_MAX_LOOK[1])):
+                lines.append(f"lines with {FIRST_MAX_LOOK[0]} in {ctx.source.name}: {quoted(shown)}")
         return [Finding(Kind.OBSERVED, lines)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..mistakes import KEY_TILES
 from .step import spans
 
 MATCH_TOL = 4e-5  # a term read back names an element of K within this: under half the grid's step
@@ -117,7 +118,7 @@ def keys_apart(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str 
             "exp(m_part - m) before the sum)")
 
 
-def keys_by_tile(terms: np.ndarray, k: np.ndarray, tiles=(128, 64, 32, 16), tol: float = MATCH_TOL) -> str | None:
+def keys_by_tile(terms: np.ndarray, k: np.ndarray, tiles=KEY_TILES[::-1], tol: float = MATCH_TOL) -> str | None:
     """Where, with key 0 read right, every key's term is its own element of K but for one constant a
     dim and key tile (tiles of T keys from key 0, the largest T that holds), 0 in the first tile and
     not in some other: the scores take the right elements, and each tile's weights are off by a

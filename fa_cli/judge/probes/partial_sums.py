@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 
+from ..mistakes import KEY_TILES
 from .readings import FIT_SHARE, FLAT, span
 from .step import fmt, spans
 
@@ -107,7 +108,7 @@ def keys_counted(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
             "range of keys ends"), dict(keys_counted=times)
 
 
-def stale_slots(counts: np.ndarray, tiles=(16, 32, 64, 128), groups=(2, 4, 8, 16)) -> str | None:
+def stale_slots(counts: np.ndarray, tiles=KEY_TILES, groups=(2, 4, 8, 16)) -> str | None:
     """Where the keys counted twice are one run, the slots of the key tile before a partial last tile
     (N % T = bc keys) from bc on: the last tile's work went over slots past its bc keys, which still
     hold the tile before's keys; where that count is bc rounded up to a multiple of G, said so."""
