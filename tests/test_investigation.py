@@ -287,3 +287,12 @@ def test_the_case_looked_into_is_a_wrong_output_with_nan_before_a_smaller_one_wi
     assert investigation.smallest_failure(cases[3:]) is None
     far = [judged("small", "WRONG", 10), judged("huge-nan", "WRONG", 10 * investigation.NAN_FIRST_WORK + 1, 3)]
     assert investigation.smallest_failure(far).target.name == "small"  # NaN, but far more work: the small one
+
+
+def test_the_case_looked_into_is_one_of_values_before_a_smaller_one_of_zeros():
+    """set41's s06: zeros where N is whole tiles, values at N = 200; the values show its weights."""
+    zeros, values = judged("zeros", "WRONG", 10), judged("values", "WRONG", 30)
+    zeros.diagnosis.fields["looks_like"] = ["all zeros"]
+    assert investigation.smallest_failure([zeros, values]).target.name == "values"
+    far = judged("far", "WRONG", 10 * investigation.NAN_FIRST_WORK + 1)
+    assert investigation.smallest_failure([zeros, far]).target.name == "zeros"  # far more work: the zeros

@@ -225,17 +225,17 @@ def test_the_longest_rows_and_most_batches_are_drawn_at_the_largest_d_passed():
     assert drawn_shapes.larger_shape(passed) == Shape(4, 2048, 32)
 
 
-@pytest.mark.parametrize("wrong_at, checked", [(None, 7), ("small", 7), ("half tile", 6), ("edge", 5), ("most", 4),
-                                               ("longest", 3), ("middle", 2), ("larger", 1)])
+@pytest.mark.parametrize("wrong_at, checked", [(None, 8), ("small", 8), ("half tile", 7), ("edge", 6), ("shares", 5),
+                                               ("most", 4), ("longest", 3), ("middle", 2), ("larger", 1)])
 def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, monkeypatch, wrong_at, checked):
-    """4 x 2048, 2 x 4096, then 2 x 32768 on sampled rows, the most batches on fewer rows, one batch
-    of 129 rows, one of 97, three of 21: the first that is wrong is the warning, and nothing after it
+    """4 x 2048, 2 x 4096, then 2 x 32768 on sampled rows, the most batches on fewer rows, 10 x 128,
+    one batch of 129 rows, one of 97, three of 21: the first that is wrong is the warning, and nothing after it
     runs (but the run that weighs a 32-bit size where 2 x 32768 is wrong: 1 x 23168, sampled; and
     2 x 32768 where 2 x 4096 is wrong, to bracket it)."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.findings import Finding
     names = {Shape(4, 2048, 32): "larger", Shape(2, 4096, 32): "middle", Shape(2, 32768, 32): "longest",
-             Shape(13600, 128, 32): "most", Shape(1, 129, 32): "edge", Shape(1, 97, 32): "half tile",
+             Shape(13600, 128, 32): "most", Shape(10, 128, 32): "shares", Shape(1, 129, 32): "edge", Shape(1, 97, 32): "half tile",
              Shape(3, 21, 32): "small", Shape(1, 23168, 32): "under 2^31"}
     ran = []
 
@@ -250,7 +250,7 @@ def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, 
     assert larger_input.LargerInput().applies(ctx)
     found = larger_input.LargerInput().run(ctx)
     assert ran[:checked] == [("larger", None), ("middle", None), ("longest", drawn_shapes.SAMPLED_ROWS),
-                             ("most", drawn_shapes.MOST_ROWS), ("edge", None), ("half tile", None),
+                             ("most", drawn_shapes.MOST_ROWS), ("shares", None), ("edge", None), ("half tile", None),
                              ("small", None)][:checked]
     after = {"longest": [("under 2^31", drawn_shapes.SAMPLED_ROWS)], "middle": [("longest", drawn_shapes.SAMPLED_ROWS)]}
     assert ran[checked:] == after.get(wrong_at, [])
@@ -512,3 +512,38 @@ for b in range(B):
     o[b] = p @ v[:keys] / p.sum(axis=1, keepdims=True)
 o.astype("<f4").tofile(sys.argv[2])
 """
+
+
+LAST_SHARE_LEFT = """#!{python}
+import sys
+import numpy as np
+B, N, d = (int(x) for x in np.fromfile(sys.argv[1], dtype="<i4", count=3))
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True))
+o = (p / p.sum(axis=2, keepdims=True)) @ x[:, 2]
+S = min(4, B); per = -(-B // S)
+nb = B - (S - 1) * per  # the last stream's share, shorter: started at s * nb, its own batches never done
+if nb < per:
+    o[(S - 1) * per:] = 0
+o.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_ten_batches_come_before_the_odd_n_and_show_a_short_last_share(tmp_path, monkeypatch):
+    """set41's s04: batches dealt to min(4, B) streams in shares of ceil(B / 4), the last share's start
+    taken from its own count: right at B = 2, 3, 4 and 16, wrong at the course's B = 10."""
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    passed = [Shape(2, 128, 32), Shape(3, 200, 32), Shape(16, 128, 64)]
+    assert drawn_shapes.shares_shape(passed) == Shape(10, 128, 32)
+    assert drawn_shapes.shares_shape([Shape(10, 2048, 64)]) is None
+    assert drawn_shapes.SHAPES.index(drawn_shapes.shares_shape) < drawn_shapes.SHAPES.index(drawn_shapes.edge_shape)
+    program = tmp_path / "stand-in"
+    program.write_text(LAST_SHARE_LEFT.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(10, 128, 32), None, tmp_path, lambda line: None,
+                                 Budget(60))
+    assert found.lines[0].startswith("passes the cases run, but on a drawn B=10, N=128, d=32 input (10 batches, as the "
+                                     "course's c10, c26 and c27 have"), found.lines
+    assert "a mistake that shows only at 10 batches" in found.lines[0], found.lines

@@ -174,7 +174,8 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
                          "alone or counted twice; 2 to 64 interleaved chains of keys, each against its own max, added "
                          "without their factors, or not rescaled as their max grows, or merged by a butterfly that "
                          "rescales one side; batch 0's sum for every batch, or the batch before's carried on; another "
-                         "row's sum); look at how l is summed"), said
+                         "row's sum; the tile's sum given the old state's factor; one term more; weights in fixed "
+                         "point of 8 to 24 bits); look at how l is summed"), said
     assert "the row right" not in said
     W[:, :6] = P[:, :6]  # six rows of each batch right: said with their count
     said, _ = factors.per_row_factor(W, P, s)
@@ -895,6 +896,19 @@ def test_one_step_of_the_online_softmax_written_otherwise_is_found_with_its_tile
     step, words, tiles = softmax_steps.search(W, s)
     assert (step, words, tiles) == ("sum", "l = l + sum(p) (l not rescaled)", [20])
     assert softmax_steps.search(softmax_rows(s), s) is None  # the right weights fit no other form
+
+
+def test_one_set_of_columns_read_as_the_online_softmax_with_its_output_never_rescaled():
+    """set41's s01: keys in pairs, the rescale loop bounded at 32 dims where d = 64: columns 32..63's
+    weights are the pairs' online softmax with acc never rescaled; the right weights read as nothing."""
+    inp = probe(B=1, N=64)
+    s = logits(inp.q, inp.k)[0]
+    forms = {**softmax_steps.RIGHT, "output": dict(softmax_steps.STEP_FORMS["output"])["acc = acc + p V (acc not "
+                                                                                       "rescaled)"]}
+    said = softmax_steps.set_words(softmax_steps.simulate(s[None], 2, forms)[0], s)
+    assert said == ("the tiled online softmax's weights (key tiles of 2) with its output step written as "
+                    "`acc = acc + p V (acc not rescaled)`"), said
+    assert softmax_steps.set_words(softmax_rows(s[None])[0], s) is None
 
 
 def test_a_step_written_otherwise_at_the_last_tile_alone_is_found_as_a_path_of_its_own():
@@ -2228,3 +2242,76 @@ def test_a_designed_input_whose_last_batches_are_right_alone_and_wrong_within_it
         return out
     ctx.run = changing
     assert run_many(ctx, inp)[1] is None
+
+
+CPU_VARIANTS = {  # set41's and set42's mistakes planted in the project's CPU program: (what, its replacement)s, shape, said
+    "full-tiles-unmet": ((("      for (int j = 0; j < cols; ++j) {\n        const float p = si[j];",
+                           "      for (int j = 0; j < (cols == kBc ? -1 : cols); ++j) {\n        const float p = si[j];"),),
+                         (1, 200, 64), "also a P V loop that runs on the partial last tile alone"),
+    "sum-started-at-1": ((("m[i] = -INFINITY, l[i] = 0.f;", "m[i] = 0.f, l[i] = 1.f;"),), (3, 21, 32),
+                         "one term more than the keys' weights, exp(0 - m) in every row"),
+    "fixed-point-sum": ((("sum += (si[j] = std::exp(si[j] - m[i]));",
+                          "sum += (unsigned)((si[j] = std::exp(si[j] - m[i])) * 65536.0f) / 65536.0f;"),), (2, 512, 32),
+                        "in fixed point with 16 fraction bits, truncated"),
+    "bit-level-exp": ((("struct ExpE {", "static inline float fast_exp(float x) {\n  if (x < -87.f) return 0.f;\n"
+                        "  const int i = (int)(12102203.0f * x + 1065353216.0f);\n  float f;\n  std::memcpy(&f, &i, 4);\n"
+                        "  return f;\n}\nstruct ExpE {"),
+                       ("return std::exp(x); }", "return fast_exp(x); }"),
+                       ("(si[j] = std::exp(si[j] - m[i]))", "(si[j] = fast_exp(si[j] - m[i]))")), (2, 128, 32),
+                      "with its exp step written as `exp(x) as the bits of a float, x * 2^23 log2(e) + 127 * 2^23"),
+}
+
+
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+@pytest.mark.parametrize("name", list(CPU_VARIANTS))
+def test_set41s_and_set42s_mistakes_on_the_cpu_program_are_named(name, tmp_path):
+    """set41's s06 (a P V loop that skips full tiles: zeros at whole tiles, the last tile's keys alone
+    at N = 200), s12 (a log-sum-exp started at 0: one key of score 0 in l), s02 (weights summed in
+    16.16 fixed point) and set42's s09 (a bit-level exp), each on the project's CPU program."""
+    replaced, shape, said = CPU_VARIANTS[name]
+    planted = (DATA.parent.parent / "src_cpu" / "fa_cpu.cpp").read_text()
+    for old, new in replaced:
+        assert planted.count(old) == 1
+        planted = planted.replace(old, new)
+    planted = "#include <cstring>\n" + planted.replace('#include "../', f'#include "{DATA.parent.parent}/')
+    (tmp_path / f"{name}.cpp").write_text(planted)
+    case = tmp_path / "case.in"
+    generate.write_input(case, Shape(*shape), 3)
+    proc = fa("run", case, "--program", tmp_path / f"{name}.cpp")
+    assert proc.returncode == 1 and said in " ".join(proc.stdout.split()), proc.stdout + proc.stderr
+
+
+def two_rows_a_thread_second_against_first(s: np.ndarray, half: int) -> np.ndarray:
+    """set42's s03: a thread holds rows i and i + half and takes keys in pairs; the second row's
+    weight of each pair's first key is taken against the first row's running max. W (B, N, N)."""
+    B, N, _ = s.shape
+    W = softmax_rows(s)
+    for b in range(B):
+        for i1 in range(half, N):
+            i0 = i1 - half
+            m0 = m1 = -np.inf
+            l, o = 0.0, np.zeros(N)
+            for j in range(0, N, 2):
+                m0 = max(m0, s[b, i0, j:j + 2].max())
+                new = max(m1, s[b, i1, j:j + 2].max())
+                alpha = np.exp(m1 - new)
+                p = np.exp(s[b, i1, j:j + 2] - new)
+                p[0] = np.exp(s[b, i1, j] - m0)  # the copied line: row i0's max
+                l, o = l * alpha + p.sum(), o * alpha
+                o[j:j + 2] += p
+                m1 = new
+            W[b, i1] = o / l
+    return W
+
+
+def test_the_key_at_one_place_of_each_pair_weighed_against_another_rows_max_is_read_by_place():
+    inp = probe(B=2, N=200)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    said, fields = factors.weighed_otherwise_by_place(two_rows_a_thread_second_against_first(s, 128), P,
+                                                      readings.FLAT)
+    assert fields["places_apart"] == 2 and fields["places_right"] == [1], said
+    assert said.startswith("in 144 rows (rows 128-199 of the batches), the keys at place 1 of every 2 (k mod 2) weigh "
+                           "as P does up to one factor a row, and those at place 0 do not"), said
+    assert factors.weighed_otherwise_by_place(P, P, readings.FLAT) is None

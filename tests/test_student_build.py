@@ -139,3 +139,32 @@ def test_without_a_gpu_fa_run_builds_first_and_says_why_a_build_fails(tmp_path):
     error = proc.stderr.strip().splitlines()[-1]
     assert proc.returncode == 2 and error.startswith("fa: error: hw4.cu builds ("), proc.stderr
     assert "no NVIDIA GPU to run it" in error and "Traceback" not in proc.stderr
+
+
+TOOLKIT_ERROR = ("/usr/local/cuda-13.0/targets/x86_64-linux/include/cccl/cuda/std/__internal/cpp_dialect.h:40:6: "
+                 "error: #error libcu++ requires at least C++ 17. Define CCCL_IGNORE_DEPRECATED_CPP_DIALECT to suppress")
+
+
+def test_a_toolkit_header_that_refuses_the_asked_standard_is_told_from_the_sources_own_error():
+    course = student_build.Recipe(["nvcc -std=c++11 -O3 -o hw4 hw4.cu"], "hw4", "the course's line")
+    assert student_build.toolkit_standard(TOOLKIT_ERROR, course) == "c++17"
+    assert student_build.toolkit_standard(TOOLKIT_ERROR, student_build.with_standard(course, "c++17")) is None
+    own = "/home/s/hw4/hw4.cu:3:2: error: #error this needs at least C++ 17"
+    assert student_build.toolkit_standard(own, course) is None
+
+
+def toolkit_refuses_cxx11() -> bool:
+    """CUDA 13's headers: libcu++ stops any standard older than C++17 (CUDA 12's only warn)."""
+    import glob
+    heads = glob.glob("/usr/local/cuda*/targets/*/include/cccl/cuda/std/__internal/cpp_dialect.h")
+    return bool(shutil.which("nvcc")) and any("requires at least C++ 17." in open(h).read() for h in heads)
+
+
+@pytest.mark.skipif(not toolkit_refuses_cxx11(), reason="needs CUDA 13's nvcc")
+def test_a_source_whose_toolkit_headers_need_cxx17_is_built_as_the_judges_toolkit_would(tmp_path):
+    source = tmp_path / "hw4.cu"
+    source.write_text("#include <cooperative_groups.h>\nint main() { return 0; }\n")
+    said = []
+    assert student_build.build(source, tmp_path / "out" / "hw4", announce=said.append) is None
+    assert (tmp_path / "out" / "hw4").is_file()
+    assert any("stops in this toolkit's own headers" in s and "built here with -std=c++17" in s for s in said), said

@@ -1,8 +1,8 @@
 """The drawn inputs a passing program is run on, in order, and what each is against the course's
 cases (judge/larger_input.py runs them and says what they showed): larger than the cases passed,
-rows of 4096, the course's longest rows and most batches, then shapes no course case has: one
-batch of an odd N, one whose last tile of 64 keys is over half full, a few batches of rows shorter
-than a tile."""
+rows of 4096, the course's longest rows and most batches, ten batches (the course's count that no
+share of 3 or 4 divides), then shapes no course case has: one batch of an odd N, one whose last
+tile of 64 keys is over half full, a few batches of rows shorter than a tile."""
 from __future__ import annotations
 
 from ..cases import suite
@@ -18,6 +18,9 @@ SMALL_B, SMALL_N = 3, 21  # under a tile of 32 keys or rows, odd, and B * N no m
 MOST_B, MOST_N = {32: 13600, 64: 9600}, 128  # the course's most batches (its t11 and t12)
 SAMPLED_ROWS = 64  # rows of each batch the longest input is checked on: its float64 output is N^2 d a batch
 MOST_ROWS = 8  # rows of each batch the input of most batches is checked on (thousands of batches)
+# The course's c10, c26, c27 have 10 batches: no multiple of 4 or 3, so batches dealt to 3 or 4
+# streams or blocks in shares of ceil(B / S) leave a short last share (30, its c25, alike).
+SHARES_B, SHARES_N = 10, 128
 
 
 def larger_shape(passed: list[Shape]) -> Shape | None:
@@ -33,6 +36,13 @@ def middle_shape(passed: list[Shape]) -> Shape | None:
     if not passed or any(s.N >= MIDDLE_N for s in passed):
         return None
     return Shape(MIDDLE_B, MIDDLE_N, passed[0].d)
+
+
+def shares_shape(passed: list[Shape]) -> Shape | None:
+    """10 batches of 128 rows; None where a case passed had 10 batches already."""
+    if not passed or any(s.B == SHARES_B for s in passed):
+        return None
+    return Shape(SHARES_B, SHARES_N, passed[0].d)
 
 
 def edge_shape(passed: list[Shape]) -> Shape | None:
@@ -68,6 +78,9 @@ def drawn_kind(shape: Shape) -> str:
         return f"{shape.B} batches of {shape.N} rows, under one tile of 32: " + (
             "some course cases have rows so short" if any(c.shape.N < 32 for c in suite.cases("c").values())
             else "no course case has rows so short")
+    if shape.B == SHARES_B and shape.N == SHARES_N:
+        return (f"{SHARES_B} batches, as the course's c10, c26 and c27 have: no multiple of 3 or 4, so batches dealt "
+                "to 3 or 4 streams or blocks leave a short last share")
     return "one batch of an odd N: no course case has either" if shape.N % 2 else \
         "larger than the cases passed; not one of the course's cases"
 
@@ -95,10 +108,13 @@ def only_at(shape: Shape) -> str:
     """The sizes a mistake found on the drawn shape shows at, in words."""
     if shape.N == SMALL_N:
         return "such a size (the cases run have rows of a tile or more)"
+    if shape.B == SHARES_B and shape.N == SHARES_N:
+        return f"{SHARES_B} batches (the cases run have other counts)"
     return "such a size (the cases run have B > 1 or an even N)" if shape.N % 2 else "larger sizes"
 
 
 # The drawn inputs, in order (each run only where the ones before were right), and the rows of
 # each batch checked on each (None: all, and a wrong one is looked into as a failing case).
-SHAPES = (larger_shape, middle_shape, longest_shape, most_batches_shape, edge_shape, half_tile_shape, small_shape)
-ROWS_CHECKED = (None, None, SAMPLED_ROWS, MOST_ROWS, None, None, None)
+SHAPES = (larger_shape, middle_shape, longest_shape, most_batches_shape, shares_shape, edge_shape, half_tile_shape,
+          small_shape)
+ROWS_CHECKED = (None, None, SAMPLED_ROWS, MOST_ROWS, None, None, None, None)

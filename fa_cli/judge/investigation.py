@@ -217,14 +217,22 @@ NAN_FIRST_WORK = 64  # a case with NaN is looked into first where its work is at
 def smallest_failure(results: list) -> object | None:
     """The failing case (WRONG or ERROR) most telling and with the least work: a wrong output that holds
     NaN or inf before one that does not (a division by zero or an overflow says more than a small error,
-    and the NaN probes read it) where its work is within NAN_FIRST_WORK of the least, then the least work
-    (where the tools are fastest)."""
+    and the NaN probes read it), and one of values before one of zeros (zeros weigh nothing: a
+    program whose output is 0 at some N and not at another shows its weights at the other), each
+    where its work is within NAN_FIRST_WORK of the least, then the least work (where the tools are
+    fastest)."""
     failed = [r for r in results if r.verdict in ("WRONG", "ERROR")]
     if not failed:
         return None
     least = min(r.target.shape.flops for r in failed)
-    return min(failed, key=lambda r: (not (holds_nonfinite(r) and r.target.shape.flops <= NAN_FIRST_WORK * least),
+    near = lambda r: r.target.shape.flops <= NAN_FIRST_WORK * least
+    return min(failed, key=lambda r: (not (holds_nonfinite(r) and near(r)), all_zeros(r) or not near(r),
                                       r.target.shape.flops, r.target.shape.input_bytes))
+
+
+def all_zeros(result) -> bool:
+    """Whether a judged case's output read as all zeros (the catalogue's lead)."""
+    return bool(result.diagnosis is not None and "all zeros" in result.diagnosis.fields.get("looks_like", []))
 
 
 def holds_nonfinite(result) -> bool:

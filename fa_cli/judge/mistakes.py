@@ -309,7 +309,7 @@ class Mistake:
 # Source lines a mistake is written in, by what they do.
 SCALE_LINES = r"sqrt|rsqrt|scale"
 # an exponential: exp, expf, exp2f, their intrinsics, one passed by name, PTX's ex2
-EXP_LINES = r"\bexp2?f?\s*\(|__expf|__exp2f|\bexp2f?\b|\bex2\b"
+EXP_LINES = r"\bexp2?f?\s*\(|__expf|__exp2f|\bexp2f?\b|\bex2\b|\b\w+_exp2?\s*\("  # fast_exp(, approx_exp2(
 SUM_LINES = (r"(\b(?:l|li|l_\w+|l\d+)\b|\w*sum\w*|denom\w*)\s*(=|\+=|\*=)"  # l, l_i, psum, row_sum =; not lane =
              r"|/\s*(\b(?:l|li|l_\w+|l\d+)\b|\w*sum\w*|denom\w*)")
 KEY_LOOP_LINES = r"for\s*\(.*(<|<=)\s*[^;]*\b(N|n|seq\w*|Tc|num_tiles)\b"

@@ -10,6 +10,8 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   ProbeRuns          the case's Q, K, V at a small N (same remainders modulo the tiles), twice:
                      the same output each time? still wrong?             weights.py, design.py
   Wavefronts         hw4.hip: right with 32-lane wavefronts, wrong with 64?   experiments.py
+  RowFactors         each wrong row the right row times a factor: which sum l, from the
+                     output alone (no one-hot V)                          row_factors.py, sum_terms.py
   Precision          a lower precision's rounding (fp16, bf16, tf32) of a part   precision.py
   OutputLayout       the right values in other places: the mapping        layout.py
   InputReading       attention of other elements of the input: which index formula   indexing.py
@@ -50,6 +52,7 @@ from .linear_map import LinearMap
 from .picture import Picture
 from .precision import Precision
 from .key_ranges import OneKeyRangeARow
+from .row_factors import RowFactors
 from .readings import KeysLeftOutByRow, KeysWithoutWeight, OtherRows, RowsNotWritten, Summary, TilesAlike
 from .query_inputs import QueryInputs
 from .score_inputs import ScoreInputs
@@ -59,9 +62,9 @@ from .tile_transposed import TransposedTiles
 from .step import Step
 from .weights import ProbeRuns, ReadWeights
 
-PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(), InputReading(),
-                             LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(), OtherRows(),
-                             TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
+PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), RowFactors(), Precision(), OutputLayout(),
+                             InputReading(), LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(),
+                             OtherRows(), TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
                              TransposedTiles(), SoftmaxSteps(), Factors(), LogitsByTile(), LogitsByRow(), BatchAlone(),
                              InputsAcrossBatches(), WholeTiles(), WeightFloor(), Summary(), Picture())
 

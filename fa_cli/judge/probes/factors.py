@@ -18,7 +18,8 @@ from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAI
                            SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
                            first_batchs, sum_variants, tiles_named, whole_times)
 from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
-from .key_places import counted_by_place
+from .sum_terms import extra_term, extra_words, fixed_point
+from .key_places import counted_by_place, weighed_otherwise_by_place
 from .logit_scale import logit_slope
 from .step import Context, fmt, logits, softmax_rows
 
@@ -68,7 +69,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             "tiles left out, not rescaled, rescaled twice, a tile's largest weight for its sum; one half of every "
             "group of 2 to 256 keys, alone or counted twice; 2 to 64 interleaved chains of keys, each against its own "
             "max, added without their factors, or not rescaled as their max grows, or merged by a butterfly that "
-            "rescales one side; batch 0's sum for every batch, or the batch before's carried on; another row's sum); "
+            "rescales one side; batch 0's sum for every batch, or the batch before's carried on; another row's sum; "
+            "the tile's sum given the old state's factor; one term more; weights in fixed point of 8 to 24 bits); "
             "look at how l is summed"), fields
 
 
@@ -118,6 +120,12 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
         if fits(l_wrong):
             fields.update(sum_butterfly=G, sum_unrescaled=whose)
             return BUTTERFLY_WORDS.format(G=G, whose=whose, step=BUTTERFLY_STEPS[whose])
+    if (extra := extra_term(f, s, total)) and fits(extra[1]):
+        fields.update(sum_extra_score=extra[0], look="start")
+        return extra_words(extra[0])
+    if (fixed := fixed_point(f, s, total)) and fits(fixed[2]):
+        fields.update(fixed[1])
+        return fixed[0]
     for words, l_wrong in parts_unmerged(s):
         if fits(l_wrong):
             fields.update(sum_parts=words)
@@ -426,6 +434,7 @@ class Factors(WeightReading):
         for reading in (read_in_place_of(W, P, ctx.facts.dead_keys), all_on_the_largest(W, s),
                         per_row_factor(W, P, s), signed_row_factor(W, P, s),
                         per_tile_factor(W, P, s), keys_counted(W, P), counted_by_place(W, P),
+                        weighed_otherwise_by_place(W, P, FLAT),
                         logit_slope(W, s, ctx.probe.shape.d),
                         weights_as_scores(W, P)):
             if reading:

@@ -92,3 +92,41 @@ def counted_by_place(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
 
 def times(c: int) -> str:
     return {0: "never", 1: "once", 2: "twice"}.get(int(c), f"{c} times")
+
+
+PLACE_CLASSES = (2, 4, 8)  # keys a thread takes together (in pairs, fours, eights), each at its place in the group
+MIN_ROWS = 8  # rows whose W / P is not one factor, before their keys are read by place
+SHARE = 0.95  # of those rows that must show the same places right
+
+
+def weighed_otherwise_by_place(W: np.ndarray, P: np.ndarray, flat: float) -> tuple[str, dict] | None:
+    """Rows whose W / P is one factor over the keys at some places of every group of G (k mod G) and
+    not over the others: the keys at those other places weighed otherwise (a register block's line
+    for one key or one row copied from another's, its max or its score). None where no G shows it."""
+    known = (P > KNOWN_P) & (W > 0)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a class with no known key: NaN, read as no class
+        logr = np.where(known, np.log(W / np.where(known, P, 1.0)), np.nan)
+        off = (np.nanmax(logr, axis=2) - np.nanmin(logr, axis=2)) > flat
+        if off.sum() < MIN_ROWS:
+            return None
+        for G in (G for G in PLACE_CLASSES if 4 * G <= W.shape[2]):
+            places = [logr[..., c::G][off] for c in range(G)]  # (off rows, keys at place c)
+            right = np.stack([np.nanmax(x, axis=1) - np.nanmin(x, axis=1) <= flat for x in places], axis=1)
+            patterns, counts = np.unique(right, axis=0, return_counts=True)
+            best = patterns[counts.argmax()]
+            if counts.max() >= SHARE * off.sum() and best.any() and not best.all():
+                return said_by_place(G, best, off), dict(places_apart=G, places_right=np.flatnonzero(best).tolist(),
+                                                         look="exp")
+    return None
+
+
+def said_by_place(G: int, right: np.ndarray, off: np.ndarray) -> str:
+    rows = np.flatnonzero(off.any(axis=0))
+    good, bad = spans(np.flatnonzero(right)), spans(np.flatnonzero(~right))
+    return (f"in {int(off.sum())} rows (rows {spans(rows)} of the batches), the keys at place {good} of every {G} "
+            f"(k mod {G}) weigh as P does up to one factor a row, and those at place {bad} do not (W / P changes "
+            f"from key to key among them): the weight of the key at place {bad} of each group of {G} taken "
+            "otherwise, against another max or from another score (a line of a register block written for one row "
+            "or key and copied for another without its own index), the sum l taking it as taken; look at that "
+            "key's weight")

@@ -13,7 +13,8 @@ where fa has the source):
   columns     T is zero across columns but its weights differ by output column: P times a factor a
               row for each column (each lane's own share of l), a tile's whole weight on one row of
               V (pairing.py), else which columns share weights (lanes, halves, tiles), and for each
-              set the scores it used, read back as log W = a . (q * k) + row constant: which of
+              set the online softmax with one step written otherwise (softmax_steps.set_words), or
+              the scores it used, read back as log W = a . (q * k) + row constant: which of
               q . k's d terms each score took, and at what scale
   map         every output value is a right value of another place: the map, as a formula where
               one fits (columns or rows moved, a layout of the block: written or read column by
@@ -275,7 +276,7 @@ def read_map(T: np.ndarray, P: np.ndarray, q: np.ndarray, k: np.ndarray, constan
         error = np.abs(W - P).max()
         state = "right" if error <= MAP_ATOL else "every weight 0: made of no row of V" if np.abs(W).max() <= MAP_ATOL \
             else one_key(W) or unmet_keys.unmet(W, P, constant, np.array(cols), {"K": k, "Q": q}) \
-            or unmet_keys.left_out(W, P) \
+            or unmet_keys.left_out(W, P) or softmax_steps.set_words(W, scores) \
             or f"max |W - P| {fmt(error)}; {score_terms(W, q, k) or 'scores not read'}"
         lines.append(f"columns {spans(cols)}: {state}")
     if rest := groups[SETS_SAID:]:  # a set for nearly every column: the first said, the others in numbers

@@ -257,10 +257,14 @@ def describe_keys(keys: np.ndarray, N: int) -> tuple[str, str]:
     if contiguous and keys[0] == 0:
         last = [T for T in KEY_TILES if N - n == T or (N % T and N - n == N % T)]  # only the last tile kept
         if last:
-            return (f"the first {n} keys (0..{keys[-1]}), all but the last tile's (tiles of {last[0]})",
+            return (f"the first {n} keys (0..{keys[-1]}), all but the last tile's (tiles of "
+                    f"{' or '.join(map(str, last))})",
                     "the state carried from tile to tile: the running max, l and the output set back at every "
                     "tile (a running max declared again inside the tile loop, so the one carried stays -inf and "
-                    "alpha = 0, or l and acc reset there), or the key loop's start")
+                    "alpha = 0, or l and acc reset there), or the key loop's start; where the other weights are "
+                    "P's, also a P V loop that runs on the partial last tile alone: its key count 0 or less for a "
+                    "full tile (a count of live lanes from a vote or a mask, __ffs or __popc, wrong when every lane "
+                    "is live)")
         return f"the first {n} keys (0..{keys[-1]})", "the key loop's start"
     for T in (2, 4, 8, *KEY_TILES):  # the shortest period the keys repeat with
         offsets = np.unique(keys % T)
@@ -402,6 +406,8 @@ class TilesAlike(WeightReading):
 # What to show of the source for a reading: (the words, a pattern of its lines).
 LOOK = {"scale": ("the scale or the exponential", r"sqrt|\bscale|log2|LOG2|1\.44|0\.69|" + EXP_LINES),
         "exp": ("exp", EXP_LINES),
+        "start": ("the running sum's start", r"\b(?:l|li|l_\w+|l\d+|row_sum\w*|sum\w*|lse\w*|log_sum\w*)\s*"
+                  r"(?:\[[^\]]*\])?\s*=\s*(?:0|1)(?:\.0*)?f?\s*[;,)]"),
         "rounded": ("a count rounded up", r"&\s*~\s*\(?\d+|\+\s*\d+\s*\)\s*/\s*\d+\s*\)?\s*\*\s*\d+")}
 
 

@@ -35,6 +35,9 @@ SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where
 
 SKIPPED_LAST_WORDS = ("left as it stood before the last tile: neither given that tile's sum nor rescaled to its max "
                       "(the last tile's update of l skipped, as where the last tile is handled apart)")
+OLD_FACTOR_WORDS = ("each tile's sum (against {against}) multiplied by the old state's factor exp(m_old - m_new), the "
+                    "one l takes, where its own belongs (l = (l + sum) * exp(m_old - m_new)): the first tile's sum "
+                    "dropped (m_old = -inf)")
 TILE_MAX_WORDS = "each tile's largest weight where the tile's sum belongs (a max reduction where a sum belongs)"
 CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty slots of the partial last tile of {T} "
                  "read key N - 1 (a clamped index) and are masked after the sum's reduction, not before it")
@@ -57,6 +60,10 @@ def sum_variants(s: np.ndarray):
         if sums.shape[2] > 1:  # l as it stood before the last tile: its max then, not the last tile's
             yield T, "every tile but the last", (0, 0), SKIPPED_LAST_WORDS, \
                 sums[..., :-1].sum(axis=2) * np.exp(final[..., 0] - running[..., -2])
+        before = np.concatenate([np.full_like(running[..., :1], -np.inf), running[..., :-1]], axis=2)
+        for against, m in (("its own max", own), ("the running max", running)):  # exp(-inf): the first tile's, 0
+            yield T, "every tile", (0, 0), OLD_FACTOR_WORDS.format(against=against), \
+                (sums * np.exp(final - m + before - final)).sum(axis=2)
         if T > 1:  # a key's largest term is the key's own: the right l
             yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
         if extra := -s.shape[2] % T:  # the partial last tile's empty slots: counted in l with some score

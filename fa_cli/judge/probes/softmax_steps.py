@@ -155,14 +155,35 @@ NORMALISED = (
      lambda acc, alpha, p_full, l_old, l_new: acc + p_full / l_new[..., None]))  # (l * o + p V) / l_new: acc + p V
 
 
+def bit_exp(x: np.ndarray, shift: float) -> np.ndarray:
+    """exp(x) as a float's bits made from x * 2^23 log2(e) + (127 + shift) 2^23, truncated: 2^e (1 + f)
+    for y = x log2(e) + shift = e + f, the fraction's power taken linearly (0 past a float's least)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        y = x * LOG2E + shift
+        e = np.floor(y)
+        return np.where(y > -126, np.exp2(e) * (1 + (y - e)), 0.0)
+
+
+SPREAD_SHIFT = (1064866805 - 127 * 2 ** 23) / 2 ** 23  # the bias that halves the bit-level exp's largest error
+# An exponential computed approximately, for the rescale and the weights alike: (words, exp).
+APPROX_EXP = (("exp(x) as the bits of a float, x * 2^23 log2(e) + 127 * 2^23 made an integer (2^e (1 + f): the "
+               "fraction's power taken linearly, up to 6% over e^x)", lambda x: bit_exp(x, 0.0)),
+              ("exp(x) as the bits of a float, x * 2^23 log2(e) + 1064866805 made an integer (2^e (1 + f), shifted "
+               "to spread its error: up to 3% either side of e^x)", lambda x: bit_exp(x, SPREAD_SHIFT)))
+
+
 def variants():
     """(step, the form's words, the step functions) for every single step written otherwise, then
-    the output kept divided by l with its update written otherwise."""
+    the output kept divided by l with its update written otherwise, then the exponential of the
+    rescale and the weights computed approximately."""
     for step, forms in STEP_FORMS.items():
         for words, f in forms[1:]:
             yield step, words, {**RIGHT, step: f}
     for words, output in NORMALISED:
         yield "output", words, {**RIGHT, **kept_divided(output)}
+    for words, approx in APPROX_EXP:
+        yield "exp", words, {**RIGHT, "factor": lambda m, m_new, tmax, f=approx: f(m - m_new),
+                             "p": lambda s, m, m_new, tmax, f=approx: f(s - m_new[..., None])}
 
 
 def close(sim: np.ndarray, W: np.ndarray) -> bool:
@@ -189,6 +210,24 @@ def search(W: np.ndarray, s: np.ndarray) -> tuple[str, str, list[int] | None] | 
         if fit:
             return step, words + LAST_ONLY, fit
     return merge_search(W, s)
+
+
+def set_words(W: np.ndarray, s: np.ndarray) -> str | None:
+    """One set of columns' weights (N, N) read as the online softmax with one step written otherwise
+    (set41's s01: the upper dims' rescale left out, key pairs): in words, or None."""
+    found = search(W[None], s[None])
+    if not found or found[0] == "merge":
+        return None
+    step, words, T = found
+    return f"the tiled online softmax's weights ({tiles_words(T)}) with its {step} step written as `{words}`"
+
+
+def tiles_words(T: list[int] | None) -> str:
+    """The tile sizes a form fits at, in words."""
+    return "any tile size: this step does not depend on it" if T is None else "one key at a time" if T == [1] else \
+        f"key tiles of {T[0]}" if len(T) == 1 else \
+        f"key tiles of {', '.join(map(str, T[:6]))}{' ...' if len(T) > 6 else ''}: each fits, this probe cannot " \
+        "tell them apart"
 
 
 LAST_ONLY = " at the last tile alone (the tiles before it right: a separate path for the last tile)"
@@ -303,11 +342,8 @@ class SoftmaxSteps(WeightReading):
                 "shuffles"], look=("the merge's shuffles", r"__shfl_xor\w*"), softmax_step=step, form=words, lanes=T[0])
         words, at = (words[:-len(LAST_ONLY)], LAST_ONLY) if words.endswith(LAST_ONLY) else (words, "")
         right = "o = (l * alpha * o + p V) / l_new, o kept divided by l" if words.startswith("o = ") else \
-            STEP_FORMS[step][0][0]
-        tiles = "any tile size: this step does not depend on it" if T is None else \
-            "one key at a time" if T == [1] else f"key tiles of {T[0]}" if len(T) == 1 else \
-            f"key tiles of {', '.join(map(str, T[:6]))}{' ...' if len(T) > 6 else ''}: each fits, this probe cannot " \
-            "tell them apart"
+            "exp(x)" if step == "exp" else STEP_FORMS[step][0][0]
+        tiles = tiles_words(T)
         return measured(ctx, [
             f"measured: the weights are the tiled online softmax's ({tiles}) with its {step} step "
             f"written as `{words}` where it is `{right}`{at}: simulated so, it gives W on {ctx.probe.label} to within "
@@ -318,7 +354,7 @@ class SoftmaxSteps(WeightReading):
 SUM_NAME = r"(?:l|li|l_\w+|l\d+|row_sum\w*|sum\w*)"
 ACC_NAME = r"(?:o|acc\w*|out\w*|O)\w*\s*(?:\[[^\]]*\])?"
 FACTOR_NAME = r"(?:alpha\w*|corr\w*|rescale\w*|scale_old\w*)"  # the rescale of the output, by the names it takes
-STEP_LOOK = {"factor": LOOK["exp"], "p": LOOK["exp"],
+STEP_LOOK = {"factor": LOOK["exp"], "p": LOOK["exp"], "exp": LOOK["exp"],
              "sum": ("the running sum's update", rf"\b{SUM_NAME}\s*(?:\+=|\*=|=[^;=]*\b{SUM_NAME}\b[^;]*[*+])"),
              "output": ("the output's update", rf"\b{ACC_NAME}\s*(?:\*=\s*{FACTOR_NAME}|(?:\+=|=)[^;]*\b[vV]\w*\s*\[)"),
              "final": ("the output's division", rf"/=?\s*\(?\s*{SUM_NAME}\b"),

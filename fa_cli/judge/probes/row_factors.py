@@ -1,0 +1,58 @@
+"""Each wrong row the right row times a factor of its own, read from the probe's output alone (no
+one-hot V: a probe input too large to read W on within the budget is read so too): the weights
+are then the right ones, and the factor is the right l over the l the program divided by. Named
+only where one of factors.wrong_sum's running sums gives that factor; else left to the readings
+of W (Factors), which say what they tried.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..findings import Finding
+from .factors import wrong_sum
+from .readings import FIT_SHARE, FLAT, LOOK, measured
+from .softmax_steps import STEP_LOOK
+from .step import Context, Probe, logits
+
+FIT_ATOL = 1e-4  # a row is f times the right row where every value is within this (and FIT_RTOL of it)
+FIT_RTOL = 1e-3
+
+
+def row_factors(out: np.ndarray, true: np.ndarray) -> np.ndarray | None:
+    """f (B, N) with out = f true row by row, where FIT_SHARE of the rows fit and some row's f is
+    off 1 by more than FLAT; None otherwise."""
+    out, true = out.astype(np.float64), true.astype(np.float64)
+    norm = (true * true).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = (out * true).sum(axis=-1) / norm
+    miss = np.abs(out - f[..., None] * true).max(axis=-1)
+    fits = (norm > 0) & (f > 0) & (miss <= FIT_ATOL + FIT_RTOL * np.abs(out).max(axis=-1))
+    if np.mean(fits) < FIT_SHARE or not (np.abs(np.log(np.where(fits, f, 1.0))) > FLAT).any():
+        return None
+    return np.where(fits, f, np.nan)
+
+
+class RowFactors(Probe):
+    """The probe's output as the right rows times a factor a row: which running sum l gives it."""
+
+    name = "each wrong row the right row times a factor of its own"
+
+    def applies(self, ctx: Context) -> bool:
+        out = ctx.facts.out
+        return out is not None and ctx.facts.probe_fails and not ctx.facts.named and bool(np.isfinite(out).all())
+
+    def run(self, ctx: Context) -> list[Finding]:
+        f = row_factors(ctx.facts.out, ctx.facts.true)
+        if f is None:
+            return []
+        s = logits(ctx.probe.q, ctx.probe.k)
+        total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
+        fields = dict(row_factor=[float(np.nanmin(f)), float(np.nanmax(f))])
+        which = wrong_sum(np.where(np.isnan(f), 1.0, f), s, total, fields)
+        if which is None:
+            return []
+        look = LOOK.get(fields.pop("look", ""), STEP_LOOK["sum"])
+        return measured(ctx, [
+            f"measured on {ctx.probe.label}: every wrong row of the output is the right row times a factor of its own "
+            f"(from {np.nanmin(f):.4g} to {np.nanmax(f):.4g}): the right weights, divided by another sum (f = the "
+            f"right l / the l it divided by): {which}"], look=look, **fields)

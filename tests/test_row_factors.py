@@ -1,0 +1,84 @@
+"""Each wrong row the right row times a factor of its own, read from the output alone
+(fa_cli/judge/probes/row_factors.py), and the running sums it names (sum_terms.py, running_sums.py):
+NumPy online softmaxes, each with one way of summing l written otherwise, against a float64 reference;
+the right output and a factor no sum explains get no claim."""
+import numpy as np
+
+from fa_cli.judge.probes import factors, row_factors
+from fa_cli.judge.probes.step import logits
+
+RNG = np.random.default_rng(5)
+
+
+def drawn(B=2, N=256, d=32):
+    return (RNG.uniform(-3, 3, size=(B, N, d)) for _ in range(3))
+
+
+def online(q, k, v, T: int, l_of_tile, l0: float = 0.0, m0: float = -np.inf):
+    """A tiled online softmax whose output is right but for l: l_of_tile(l, p, alpha, m_before, m_new,
+    tile) gives the new l (p against the running max); l0 and m0 its start."""
+    s = logits(q, k)
+    B, N, _ = s.shape
+    m, l = np.full((B, N), m0), np.full((B, N), l0)
+    o = np.zeros(q.shape)
+    for j0 in range(0, N, T):
+        tile = s[..., j0:j0 + T]
+        new = np.maximum(m, tile.max(axis=2))
+        alpha, p = np.exp(m - new), np.exp(tile - new[..., None])
+        l = l_of_tile(l, p, alpha, m, new, tile)
+        o = o * alpha[..., None] + p @ v[:, j0:j0 + T] if B == 1 else o * alpha[..., None] + np.einsum(
+            "bij,bjx->bix", p, v[:, j0:j0 + T])
+        m = new
+    return o / l[..., None]
+
+
+def right(q, k, v):
+    s = logits(q, k)
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    return np.einsum("bij,bjx->bix", p / p.sum(axis=2, keepdims=True), v)
+
+
+def said(out, q, k, v):
+    f = row_factors.row_factors(out.astype(np.float32), right(q, k, v))
+    if f is None:
+        return None
+    s = logits(q, k)
+    total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
+    fields = {}
+    return factors.wrong_sum(np.where(np.isnan(f), 1.0, f), s, total, fields), fields
+
+
+def test_a_log_sum_exp_started_at_0_is_read_as_one_key_of_score_0():
+    q, k, v = drawn(N=24)  # under a tile: the extra term is a large share
+    out = online(q, k, v, 32, lambda l, p, a, m, new, tile: l * a + p.sum(axis=2), l0=1.0, m0=0.0)
+    words, fields = said(out, q, k, v)
+    assert "one term more than the keys' weights, exp(0 - m)" in words and "started at 1" in words
+    assert abs(fields["sum_extra_score"]) < 1e-2
+
+
+def test_weights_summed_in_16_16_fixed_point_are_named_with_their_bits_and_tile():
+    q, k, v = drawn(N=512)
+    cut = lambda l, p, a, m, new, tile: l * a + np.floor(p * 65536.0).sum(axis=2) / 65536.0
+    words, fields = said(online(q, k, v, 32, cut), q, k, v)
+    assert "fixed point with 16 fraction bits, truncated" in words and "key tiles of 32" in words
+    assert fields["sum_fixed_bits"] == 16 and fields["sum_tile"] == 32
+
+
+def test_a_tiles_own_sum_merged_with_the_old_factor_is_named():
+    """Tile-local state: the tile's sum against its own max, merged as l * f_old + sum * f_old where
+    sum * f_tile belongs (the first tile's sum dropped)."""
+    q, k, v = drawn(N=256)
+
+    def old_factor(l, p, a, m, new, tile):
+        own = tile.max(axis=2)
+        return l * a + np.exp(tile - own[..., None]).sum(axis=2) * a
+    words, _ = said(online(q, k, v, 32, old_factor), q, k, v)
+    assert "multiplied by the old state's factor" in words and "against its own max" in words
+
+
+def test_the_right_output_and_a_factor_no_sum_gives_are_no_claim():
+    q, k, v = drawn()
+    assert row_factors.row_factors(right(q, k, v).astype(np.float32), right(q, k, v)) is None
+    scaled = right(q, k, v) * RNG.uniform(0.5, 2.0, size=(2, 256, 1))
+    words, _ = said(scaled, q, k, v)
+    assert words is None
