@@ -547,3 +547,29 @@ def test_ten_batches_come_before_the_odd_n_and_show_a_short_last_share(tmp_path,
     assert found.lines[0].startswith("passes the cases run, but on a drawn B=10, N=128, d=32 input (10 batches, as the "
                                      "course's c10, c26 and c27 have"), found.lines
     assert "a mistake that shows only at 10 batches" in found.lines[0], found.lines
+
+
+FIRST_BATCHS_V = """#!{python}
+import sys
+import numpy as np
+B, N, d = (int(x) for x in np.fromfile(sys.argv[1], dtype="<i4", count=3))
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True))
+v = x[:, 2] if N < 64 else np.broadcast_to(x[:1, 2], x[:, 2].shape)  # a later chunk's P V given the first batch's V
+((p / p.sum(axis=2, keepdims=True)) @ v).astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_batches_that_read_the_first_batchs_v_are_said_so(tmp_path, monkeypatch):
+    """set42's s01: the P V pass of every chunk after the first given the first chunk's input: each
+    later batch is its own softmax times batch 0's V, said from the values checked."""
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    program = tmp_path / "stand-in"
+    program.write_text(FIRST_BATCHS_V.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(3, 128, 32), None, tmp_path, lambda line: None,
+                                 Budget(60))
+    assert "; batches 1-2's values checked are attention with batch 0's V (batch 0) and their own other parts: V " \
+        "read at another batch's place" in found.lines[0], found.lines

@@ -2253,6 +2253,10 @@ CPU_VARIANTS = {  # set41's and set42's mistakes planted in the project's CPU pr
     "fixed-point-sum": ((("sum += (si[j] = std::exp(si[j] - m[i]));",
                           "sum += (unsigned)((si[j] = std::exp(si[j] - m[i])) * 65536.0f) / 65536.0f;"),), (2, 512, 32),
                         "in fixed point with 16 fraction bits, truncated"),
+    "sum-once-a-dim": ((("      l[i] += sum;\n      float* ai = acc[i];\n      for (int x = 0; x < D; ++x) ai[x] *= alpha;",
+                         "      float* ai = acc[i];\n      for (int x = 0; x < D; ++x) {\n        ai[x] *= alpha;\n"
+                         "        l[i] = l[i] * (x ? alpha : 1.f) + sum;\n      }"),), (2, 128, 32),
+                       "`l = l * alpha + sum(p), run 32 times a tile (inside the loop over the 32 dims"),
     "bit-level-exp": ((("struct ExpE {", "static inline float fast_exp(float x) {\n  if (x < -87.f) return 0.f;\n"
                         "  const int i = (int)(12102203.0f * x + 1065353216.0f);\n  float f;\n  std::memcpy(&f, &i, 4);\n"
                         "  return f;\n}\nstruct ExpE {"),
@@ -2268,7 +2272,8 @@ CPU_VARIANTS = {  # set41's and set42's mistakes planted in the project's CPU pr
 def test_set41s_and_set42s_mistakes_on_the_cpu_program_are_named(name, tmp_path):
     """set41's s06 (a P V loop that skips full tiles: zeros at whole tiles, the last tile's keys alone
     at N = 200), s12 (a log-sum-exp started at 0: one key of score 0 in l), s02 (weights summed in
-    16.16 fixed point) and set42's s09 (a bit-level exp), each on the project's CPU program."""
+    16.16 fixed point), s07 (l updated inside the loop over the dims) and set42's s09 (a bit-level
+    exp), each on the project's CPU program."""
     replaced, shape, said = CPU_VARIANTS[name]
     planted = (DATA.parent.parent / "src_cpu" / "fa_cpu.cpp").read_text()
     for old, new in replaced:

@@ -156,7 +156,8 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
     checked = "" if rows is None else f" (of {rows.size} rows of each batch checked)"
     readings = (wrong_from(got, wrong, shape, rows, launches(result.stderr or "")), whole_batches(got, wrong),
-                rows_scaled(got, correct, wrong), path and keys_capped(path, shape, rows, got, tol))
+                rows_scaled(got, correct, wrong), path and keys_capped(path, shape, rows, got, tol),
+                path and another_batchs_part(path, shape, rows, got, wrong, tol))
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
@@ -248,6 +249,40 @@ def keys_capped(path: Path, shape: Shape, rows: np.ndarray | None, got: np.ndarr
             if (np.abs(got - capped) <= tol).all():
                 return (f"every value checked is attention over the row's first {M} keys only: keys {M}..{shape.N - 1} "
                         f"never looked at (a key or tile count capped at {M}, or an array of tiles sized for {M} keys)")
+    return None
+
+
+BATCHES_READ = 4  # wrong batches whose values are tried against another batch's Q, K or V
+
+
+def another_batchs_part(path: Path, shape: Shape, rows: np.ndarray | None, got: np.ndarray, wrong: np.ndarray,
+                        tol: float) -> str | None:
+    """Where each wrong batch's values checked (the first BATCHES_READ) are attention with one of Q, K
+    or V taken from one other batch (batch 0, the one before or the one after), the same part for
+    all: which, in words; None otherwise."""
+    bad = np.flatnonzero(wrong.any(axis=(1, 2)))[:BATCHES_READ]
+    if not bad.size or shape.B < 2:
+        return None
+    q, k, v = read_payload(path, shape, shape.B, shape.N)
+    index = np.arange(shape.N) if rows is None else rows
+    for name, part in (("Q", 0), ("K", 1), ("V", 2)):
+        sources = []
+        for b in bad:
+            own = [q[b:b + 1], k[b:b + 1], v[b:b + 1]]
+            for src in dict.fromkeys(x for x in (0, b - 1, b + 1) if 0 <= x < shape.B and x != b):
+                taken = [*own]
+                taken[part] = (q, k, v)[part][src:src + 1]
+                with np.errstate(invalid="ignore"):
+                    if (np.abs(reference.attention(*taken, index[None]) - got[b:b + 1]) <= tol).all():
+                        sources.append(int(src))
+                        break
+        if len(sources) == bad.size:
+            said = "batch 0's" if set(sources) == {0} else "the batch before's" if all(
+                s == b - 1 for s, b in zip(sources, bad)) else "another batch's"
+            return (f"batch{'es' if bad.size > 1 else ''} {spans(bad)}'s values checked are attention with {said} "
+                    f"{name} (batch{'es' if len(set(sources)) > 1 else ''} {spans(sorted(set(sources)))}) and "
+                    f"{'their' if bad.size > 1 else 'its'} own other parts: {name} read at another batch's place (a "
+                    "base pointer or an offset of the first batch or chunk where the batch's own belongs)")
     return None
 
 

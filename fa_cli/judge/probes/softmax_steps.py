@@ -78,7 +78,9 @@ STEP_FORMS = {
             ("l = l + alpha * sum(p) (the factor put on the tile's sum, not on the old l)",
              lambda l, alpha, psum, so_far: l + alpha * psum),
             ("l = l * alpha + the sum of p over every tile so far (the tile's sum kept across tiles, never set back "
-             "to 0)", lambda l, alpha, psum, so_far: l * alpha + so_far)),
+             "to 0)", lambda l, alpha, psum, so_far: l * alpha + so_far),
+            *((f"l = l * alpha + sum(p), run {k} times a tile (inside the loop over the {k} dims of the output's "
+               "update)", lambda l, alpha, psum, so_far, k=k: repeated(l, alpha, psum, k)) for k in (32, 64))),
     # (each also gets l before and after the tile's update: a program that keeps acc divided by l)
     "output": (("acc = acc * alpha + p V", lambda acc, alpha, p_full, *sums: acc * alpha[..., None] + p_full),
                ("acc = acc + p V (acc not rescaled)", lambda acc, alpha, p_full, *sums: acc + p_full),
@@ -97,6 +99,13 @@ STEP_FORMS = {
               ("O = acc / l^2 (divided twice)", lambda acc, l: acc / (l * l)[..., None])),
 }
 RIGHT = {step: forms[0][1] for step, forms in STEP_FORMS.items()}
+
+
+def repeated(l: np.ndarray, alpha: np.ndarray, psum: np.ndarray, k: int) -> np.ndarray:
+    """l after l = l * alpha + psum is run k times: l alpha^k + psum (1 + alpha + ... + alpha^(k-1))."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        series = np.where(alpha == 1.0, float(k), (1 - alpha ** k) / np.where(alpha == 1.0, 2.0, 1 - alpha))
+    return l * alpha ** k + psum * series
 
 
 def rescaled_each_key(acc: np.ndarray, alpha: np.ndarray, p_full: np.ndarray) -> np.ndarray:
