@@ -2253,7 +2253,8 @@ CPU_VARIANTS = {  # set41's and set42's mistakes planted in the project's CPU pr
     "fixed-point-sum": ((("sum += (si[j] = std::exp(si[j] - m[i]));",
                           "sum += (unsigned)((si[j] = std::exp(si[j] - m[i])) * 65536.0f) / 65536.0f;"),), (2, 512, 32),
                         "in fixed point with 16 fraction bits, truncated"),
-    "sum-once-a-dim": ((("      l[i] += sum;\n      float* ai = acc[i];\n      for (int x = 0; x < D; ++x) ai[x] *= alpha;",
+    "sum-once-a-dim": ((("      l[i] += sum;\n      float* ai = acc[i];\n"
+                          "      for (int x = 0; x < D; ++x) ai[x] *= alpha;",
                          "      float* ai = acc[i];\n      for (int x = 0; x < D; ++x) {\n        ai[x] *= alpha;\n"
                          "        l[i] = l[i] * (x ? alpha : 1.f) + sum;\n      }"),), (2, 128, 32),
                        "`l = l * alpha + sum(p), run 32 times a tile (inside the loop over the 32 dims"),
