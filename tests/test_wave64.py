@@ -221,6 +221,23 @@ def test_a_reduction_from_16_is_named_unless_the_lanes_are_counted_in_32_lane_ha
     assert wave64.source_hints(source) == []
 
 
+def test_a_mask_of_the_first_n_lanes_shifted_by_n_is_said_of_a_passing_program(tmp_path):
+    """set41's s10: (1ull << bc) - 1 for a tile's live lanes, bc = 64 on a full wavefront: undefined,
+    the MI210's 0 where NVIDIA's emulation gives all ones; a hint at its line; a mask of one lane
+    (1ull << lane) is no such shift, and is not named."""
+    source = tmp_path / "mask.hip"
+    source.write_text("__global__ void k(float* m, int n) {\n"
+                      "  const int bc = min(64, n);\n"
+                      "  const unsigned long long live = (1ull << bc) - 1;\n"
+                      "  m[threadIdx.x] = (live >> threadIdx.x) & 1;\n"
+                      "}\n")
+    hints = wave64.source_hints(source, (wave64.FULL_MASK,))
+    assert len(hints) == 1 and hints[0].startswith("mask.hip line 3: a mask of the first n lanes as (1ull << n) - 1"), \
+        hints
+    source.write_text(source.read_text().replace("(1ull << bc) - 1", "1ull << threadIdx.x"))
+    assert wave64.source_hints(source, (wave64.FULL_MASK,)) == []
+
+
 def test_head_dims_shared_over_the_lanes_are_read_as_none_a_lane_where_the_output_is_all_0(tmp_path):
     """DPL = D / W (W = warpSize) is 0 at d = 32 on 64 lanes: where the 64-lane output is all 0 at
     d = 32 that line is named; not where the output holds values, nor at d = 64."""

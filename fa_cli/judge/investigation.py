@@ -65,14 +65,18 @@ class Catalogue(Step):
 
 
 class MI210Hints(Step):
-    """A hw4.hip run through the MI210 emulation that failed: the AMD-only patterns of its source."""
+    """A hw4.hip run through the MI210 emulation: the AMD-only patterns of its source where it failed;
+    where it passed, those the emulation cannot show (a mask shifted by a full wavefront's 64)."""
 
     name = "the MI210's patterns in the source"
 
     def applies(self, ctx: Context) -> bool:
-        return wave64.emulates(ctx.source) and any(not r.ok for r in ctx.results)
+        return wave64.emulates(ctx.source) and bool(ctx.results)
 
     def run(self, ctx: Context) -> list[Finding]:
+        if all(r.ok for r in ctx.results):
+            return [Finding(Kind.WARNING, [f"passes here, but {hint}"], dict(source_hint=hint))
+                    for hint in wave64.source_hints(ctx.source, (wave64.FULL_MASK,))]
         return [Finding(Kind.HYPOTHESIS, [f"looks like (MI210 only): {hint}"], dict(source_hint=hint))
                 for hint in wave64.source_hints(ctx.source)]
 

@@ -145,16 +145,26 @@ HINTS += (
     (re.compile(r"for\s*\([^;]*=\s*16\s*;[^;]*>\s*0\s*;[^)]*\)[^\n]*(?:__|fa_wave64_)shfl"),
      "a reduction that starts at offset 16: over a 64-lane wavefront it misses offset 32", None),
 )
+# A mask of the first n lanes, (1ull << n) - 1: undefined in C++ at n = 64, a full wavefront's lanes,
+# and the two GPUs differ there (NVIDIA's shift saturates: all ones; the MI210's takes the count mod
+# 64: 0), so the emulation, right, cannot show it. Said of a passing program too.
+FULL_MASK = (re.compile(r"\(\s*(?:1ull|1ULL|1llu|1LLU|\(\s*(?:uint64_t|unsigned long long)\s*\)\s*1)"
+                        r"\s*<<\s*[A-Za-z_]\w*\s*\)\s*-\s*1\b"),
+             "a mask of the first n lanes as (1ull << n) - 1: at n = 64, a full wavefront, the shift is undefined in "
+             "C++; the MI210's shift takes the count mod 64 (the mask 0: no lane live), NVIDIA's gives 0 (the mask "
+             "all ones), so this emulation, which ran it the NVIDIA way, cannot show it (write n >= 64 ? ~0ull : "
+             "(1ull << n) - 1)", None)
 # A reduction from offset 16 is right where the code counts lanes modulo 32: a row per 32-lane half of
 # the wavefront, which offsets 16..1 never leave.
 UNLESS = {HINTS[-1][1]: THIRTY_TWO}
+HINTS += (FULL_MASK,)
 
 
-def source_hints(source: Path) -> list[str]:
-    """Each AMD-only pattern of HINTS in the student's code, at its first line: one line each."""
+def source_hints(source: Path, hints: tuple = HINTS) -> list[str]:
+    """Each AMD-only pattern of hints in the student's code, at its first line: one line each."""
     lines = student_lines(source)
     found = []
-    for pattern, meaning, needs in HINTS:
+    for pattern, meaning, needs in hints:
         if needs is not None and not any(needs.search(text) for _, _, text in lines):
             continue
         if meaning in UNLESS and any(UNLESS[meaning].search(text) for _, _, text in lines):
