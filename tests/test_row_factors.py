@@ -82,3 +82,30 @@ def test_the_right_output_and_a_factor_no_sum_gives_are_no_claim():
     scaled = right(q, k, v) * RNG.uniform(0.5, 2.0, size=(2, 256, 1))
     words, _ = said(scaled, q, k, v)
     assert words is None
+
+
+PHANTOM_KEY = """#!{python}
+import sys
+import numpy as np
+B, N, d = (int(x) for x in np.fromfile(sys.argv[1], dtype="<i4", count=3))
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+e = np.exp(x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d))
+((e @ x[:, 2]) / (e.sum(axis=2, keepdims=True) + 1.0)).astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_where_w_was_not_read_the_output_alone_names_the_sum(tmp_path):
+    """The step runs no program: on the probe's own output, with W never read (the budget ended), a
+    log-sum-exp started at 0 is named, with the lines of l's start; once W is read it stands aside."""
+    from helpers import stand_in_context
+    from fa_cli.judge.probes.step import ProbeInput
+    q, k, v = (x.astype(np.float32) for x in drawn(B=3, N=21))
+    ctx = stand_in_context(tmp_path, PHANTOM_KEY, "float lse = 0.f;\nl = l * alpha + sum;\n", ProbeInput(q, k, v))
+    ctx.facts.probe_fails = True
+    step = row_factors.RowFactors()
+    assert step.applies(ctx) and not step.measures
+    [found] = step.run(ctx)
+    assert "one term more than the keys' weights, exp(0 - m)" in found.lines[0], found.lines
+    assert found.lines[1] == "lines with the running sum's start in hw4.cu: 1 `float lse = 0.f;`", found.lines
+    ctx.facts.named, ctx.facts.W = False, np.zeros((3, 21, 21))
+    assert not step.applies(ctx)

@@ -10,8 +10,6 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   ProbeRuns          the case's Q, K, V at a small N (same remainders modulo the tiles), twice:
                      the same output each time? still wrong?             weights.py, design.py
   Wavefronts         hw4.hip: right with 32-lane wavefronts, wrong with 64?   experiments.py
-  RowFactors         each wrong row the right row times a factor: which sum l, from the
-                     output alone (no one-hot V)                          row_factors.py, sum_terms.py
   Precision          a lower precision's rounding (fp16, bf16, tf32) of a part   precision.py
   OutputLayout       the right values in other places: the mapping        layout.py
   InputReading       attention of other elements of the input: which index formula   indexing.py
@@ -31,6 +29,8 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   Factors            W / P per row, per key tile, per key (keys counted twice), by the places
                      of row and key in a group of lanes; log W against the logits
                                      factors.py, partial_sums.py, key_places.py, logit_scale.py
+  RowFactors         where W was not read (out of time): each wrong row the right row times a
+                     factor, from the output alone: which sum l           row_factors.py, sum_terms.py
   LogitsByTile,
   LogitsByRow        the logits at a factor of their key tile's, or their row's, own  tile_logits.py
   NotFinite, BatchAlone, WholeTiles   the probe again with one thing changed   experiments.py
@@ -62,10 +62,10 @@ from .tile_transposed import TransposedTiles
 from .step import Step
 from .weights import ProbeRuns, ReadWeights
 
-PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), RowFactors(), Precision(), OutputLayout(),
+PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(),
                              InputReading(), LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(),
                              OtherRows(), TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
-                             TransposedTiles(), SoftmaxSteps(), Factors(), LogitsByTile(), LogitsByRow(), BatchAlone(),
-                             InputsAcrossBatches(), WholeTiles(), WeightFloor(), Summary(), Picture())
+                             TransposedTiles(), SoftmaxSteps(), Factors(), RowFactors(), LogitsByTile(), LogitsByRow(),
+                             BatchAlone(), InputsAcrossBatches(), WholeTiles(), WeightFloor(), Summary(), Picture())
 
 __all__ = ["PROBES", "design"]

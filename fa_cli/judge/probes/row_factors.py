@@ -1,8 +1,8 @@
-"""Each wrong row the right row times a factor of its own, read from the probe's output alone (no
-one-hot V: a probe input too large to read W on within the budget is read so too): the weights
-are then the right ones, and the factor is the right l over the l the program divided by. Named
-only where one of factors.wrong_sum's running sums gives that factor; else left to the readings
-of W (Factors), which say what they tried.
+"""Where W was not read (the budget ended before or during the runs with one-hot V): each wrong row
+the right row times a factor of its own, read from the probe's output alone. The weights are then
+the right ones, and the factor is the right l over the l the program divided by. Named only where
+one of factors.wrong_sum's running sums gives that factor. It runs no program: it comes after the
+readings of W, which say more where W was read, and runs whatever time is left.
 """
 from __future__ import annotations
 
@@ -36,10 +36,12 @@ class RowFactors(Probe):
     """The probe's output as the right rows times a factor a row: which running sum l gives it."""
 
     name = "each wrong row the right row times a factor of its own"
+    measures = False  # no run: it reads the probe's output, whatever time is left
 
     def applies(self, ctx: Context) -> bool:
         out = ctx.facts.out
-        return out is not None and ctx.facts.probe_fails and not ctx.facts.named and bool(np.isfinite(out).all())
+        return out is not None and ctx.facts.W is None and ctx.facts.probe_fails and not ctx.facts.named \
+            and ctx.probe is not None and bool(np.isfinite(out).all())
 
     def run(self, ctx: Context) -> list[Finding]:
         f = row_factors(ctx.facts.out, ctx.facts.true)
