@@ -547,6 +547,9 @@ def test_ten_batches_come_before_the_odd_n_and_show_a_short_last_share(tmp_path,
     assert found.lines[0].startswith("passes the cases run, but on a drawn B=10, N=128, d=32 input (10 batches, as the "
                                      "course's c10, c26 and c27 have"), found.lines
     assert "a mistake that shows only at 10 batches" in found.lines[0], found.lines
+    assert "every row checked is right before batch 9, row 0 and wrong from there on, every wrong value 0 (as where " \
+        "nothing was written): where the last of 4 shares of ceil(10 / 4) = 3 batches starts, a short one of 1" in \
+        found.lines[0], found.lines
 
 
 FIRST_BATCHS_V = """#!{python}

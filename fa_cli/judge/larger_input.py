@@ -194,7 +194,25 @@ def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarra
                  "of y and z; x allows 2^31 - 1) and no loop over the blocks left")
     elif rows is None and (passed := one_pass(at, shape, logged or [])):  # every row checked: "exactly" holds
         said += passed
+    elif i == 0 and (share := last_share(b, shape.B)):
+        said += share
     return said
+
+
+SHARES = (2, 3, 4, 8)  # streams or blocks that batches may be dealt to, ceil(B / S) each
+
+
+def last_share(b: int, B: int) -> str | None:
+    """Where batch b, the first wrong one (all after it wrong too), is where the last of S shares of
+    ceil(B / S) batches starts and that share is short: in words; None otherwise."""
+    for S in SHARES:
+        per = -(-B // S)
+        if b == (S - 1) * per and B % per:
+            return (f": where the last of {S} shares of ceil({B} / {S}) = {per} batches starts, a short one of "
+                    f"{B - b} (batches dealt to {S} streams or blocks: the last share's batches not computed or not "
+                    "copied back, as where its first batch or its count is taken from its own size, s * nb, where "
+                    f"s * {per} belongs)")
+    return None
 
 
 def one_pass(at: int, shape: Shape, logged: list) -> str | None:
