@@ -203,3 +203,20 @@ def test_a_source_the_courses_standard_does_not_build_is_said_so(tmp_path):
     proc = fa("resources", "--program", str(source), "--arch", "sm_80", "--json", cwd=tmp_path)
     assert proc.returncode == 0 and "does not build" not in proc.stderr
     assert "-std=c++11" in json.loads(proc.stdout)["commands"][0]
+
+
+@pytest.mark.slow  # make test-all: nvcc builds (docs/testing.md)
+@pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+def test_a_source_whose_toolkit_headers_refuse_cxx11_is_not_said_to_need_cxx17(tmp_path):
+    """Cooperative groups under CUDA 13: its own headers stop -std=c++11, not the source; the report
+    (C++17's) says so, and not that the course's build will fail (the judge's CUDA 12 takes it)."""
+    from test_student_build import toolkit_refuses_cxx11
+    if not toolkit_refuses_cxx11():
+        pytest.skip("needs CUDA 13's nvcc")
+    source = tmp_path / "hw4.cu"
+    starter = Path(__file__).parent.parent / "fa_cli" / "starter" / "hw4.cu"
+    source.write_text("#include <cooperative_groups.h>\n" + starter.read_text())
+    proc = fa("resources", "--program", str(source), "--arch", "sm_80", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "-std=c++11 stops in this toolkit's own headers" in proc.stderr and "the course's build will fail" not in \
+        proc.stderr, proc.stderr

@@ -304,7 +304,7 @@ def build(source: Path, output: Path, extra: tuple[str, ...] = (), announce=None
         # and archives in the temporary directory on every build.
         env = {**os.environ, "TMPDIR": str(scratch), **platform}
         error = run_recipe(recipe, work, env)
-        if error is not None and toolkit_standard(error, recipe):
+        if error is not None and toolkit_standard(error, standard_of(recipe)):
             recipe, work, error = rebuilt_for_toolkit(recipe, error, scratch, env, announce, source.name)
         if error is None:
             output.parent.mkdir(parents=True, exist_ok=True)
@@ -319,25 +319,30 @@ def rebuilt_for_toolkit(recipe: Recipe, error: str, scratch: Path, env: dict, an
     libcu++ needs C++17 where the course's line asks C++11): the judge's older toolkit takes the
     asked one there, so the source is built as it would be. (recipe, folder, None) where that
     builds, else (the first recipe, its folder, its error)."""
-    newer = toolkit_standard(error, recipe)
+    newer = toolkit_standard(error, standard_of(recipe))
     trial = with_standard(recipe, newer)
     folder = scratch / f"toolkit-{newer}"
     shutil.copytree(scratch / "src", folder)
     if run_recipe(trial, folder, env) is not None:
         return recipe, scratch / "src", error
     if announce:
-        announce(f"-std={standard_of(recipe)} stops in this toolkit's own headers ({error[:160]}), not in {name}; the "
-                 f"judge's CUDA (12 or older, for sm_61) takes it there with a deprecation warning: built here with "
-                 f"-std={newer}, nothing else changed")
+        announce(f"{toolkit_words(standard_of(recipe), error, name)}: built here with -std={newer}, nothing else "
+                 "changed")
     return trial, folder, None
 
 
-def toolkit_standard(error: str, recipe: Recipe) -> str | None:
+def toolkit_words(asked: str, error: str, name: str) -> str:
+    """Why a source the toolkit's own headers refuse is built with a newer standard, in words."""
+    return (f"-std={asked} stops in this toolkit's own headers ({error[:160]}), not in {name}; the judge's CUDA (12 or "
+            "older, for sm_61) takes it there with a deprecation warning")
+
+
+def toolkit_standard(error: str, asked: str) -> str | None:
     """The standard a compiler error from the toolkit's own headers asks for (CUDA 13's
-    cpp_dialect.h: "libcu++ requires at least C++ 17"), where it is newer than the recipe's; None
-    for an error of the source's."""
+    cpp_dialect.h: "libcu++ requires at least C++ 17"), where it is newer than the `asked` one (a
+    -std value); None for an error of the source's."""
     match = re.search(r"/(?:cuda|rocm)[^/\s]*/\S*\.h:\d+:\d+: error: #error .*requires at least C\+\+ ?(\d\d)", error)
-    if not match or standard_year(standard_of(recipe)) >= int(match.group(1)):
+    if not match or standard_year(asked) >= int(match.group(1)):
         return None
     return f"c++{match.group(1)}"
 
