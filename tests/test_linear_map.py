@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from helpers import stand_in_context
 
+from fa_cli.judge.findings import Kind
 from fa_cli.judge.probes import linear_map, pairing, step
 from fa_cli.judge.probes.step import Context, ProbeInput, logits, softmax_rows
 from fa_cli.judge.tool_logs import Budget
@@ -622,3 +623,30 @@ def stale_butterfly(s, G):
             off //= 2
         out[r] = o / l[:, None]
     return out
+
+
+LAST_PARTIAL_TILE_ONLY = """#!{python}
+import sys
+import numpy as np
+B, N, d = (int(x) for x in np.fromfile(sys.argv[1], dtype="<i4", count=3))
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True)); p /= p.sum(axis=2, keepdims=True)
+p[..., :N - N % 32] = 0  # set41's s06: the P V loop runs on the partial last tile alone
+(p @ x[:, 2]).astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_a_map_of_zeros_at_whole_tiles_is_said_and_leaves_the_probes_own_n_to_the_readings(tmp_path, monkeypatch):
+    """At the map's N (whole tiles of 32) the output is 0 whatever V is, while the probe's own N
+    (a partial last tile) gives values: said as observed (no claim), so that the readings of W at the
+    probe's N name it; never as every key weighed alike."""
+    rows = 64 + 8
+    q, k, v = (RNG.uniform(-3, 3, size=(1, rows, 16)).astype(np.float32) for _ in range(3))
+    ctx = stand_in_context(tmp_path, LAST_PARTIAL_TILE_ONLY, "int main() {}\n", ProbeInput(q, k, v))
+    ctx.kind = "cuda"
+    monkeypatch.setattr(linear_map, "MAX_BATCHES", 64 * 16)  # the map cut to 64 rows: whole tiles
+    [finding] = linear_map.LinearMap().run(ctx)
+    assert finding.kind == Kind.OBSERVED and "the output is 0 whatever V is: no row of V reaches it at 64 keys, " \
+        "where the probe's 72 give values" in finding.lines[0], finding.lines
+    assert not ctx.facts.named

@@ -898,6 +898,17 @@ def test_one_step_of_the_online_softmax_written_otherwise_is_found_with_its_tile
     assert softmax_steps.search(softmax_rows(s), s) is None  # the right weights fit no other form
 
 
+def test_the_output_rescaled_with_the_tile_befores_factor_is_found():
+    """set43's s03: o *= alpha before alpha is computed for the tile: the factor one tile late (the
+    first tile's terms times a start value of 1, then times tile 0's alpha = 0 at tile 1)."""
+    inp = probe(N=150)
+    s = logits(inp.q, inp.k)
+    words = [w for w, _ in softmax_steps.STEP_FORMS["output"] if w.startswith("acc = acc * alpha_before")][0]
+    late = dict(softmax_steps.STEP_FORMS["output"])[words]
+    W = softmax_steps.simulate(s, 32, {**softmax_steps.RIGHT, "output": late})
+    assert softmax_steps.search(W, s) == ("output", words, [32])
+
+
 def test_one_set_of_columns_read_as_the_online_softmax_with_its_output_never_rescaled():
     """set41's s01: keys in pairs, the rescale loop bounded at 32 dims where d = 64: columns 32..63's
     weights are the pairs' online softmax with acc never rescaled; the right weights read as nothing."""

@@ -497,3 +497,29 @@ def test_weights_off_by_a_factor_a_tile_are_said_as_right_scores_and_not_as_othe
     right = score_inputs.read_terms(score_inputs.weights_by_dim(
         attention(score_inputs.design(N, D, k), lambda kb: kb).astype(np.float64), N, D))[0]
     assert key_patterns.keys_by_tile(right, k) is None
+
+
+def groups_merged_unscaled(inp: ProbeInput, m: int = 64, G: int = 16) -> np.ndarray:
+    """set43's s04: 4 warps split each 64-key tile, warp u the keys j mod 64 in [16u, 16u + 16), each
+    with its own max and sum, the partials merged without their factors exp(m_u - M)."""
+    q, k, v = (a.astype(np.float64) for a in (inp.q, inp.k, inp.v))
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
+    group = (np.arange(k.shape[1]) % m) // G
+    o, l = 0.0, 0.0
+    for u in range(m // G):
+        su = np.where(group == u, s, -np.inf)
+        p = np.exp(su - su.max(axis=2, keepdims=True))
+        o, l = o + p @ v, l + p.sum(axis=2, keepdims=True)
+    return (o / l).astype(np.float32)
+
+
+def test_groups_of_keys_merged_otherwise_are_said_by_group_and_not_called_rows_never_loaded():
+    k = score_inputs.coded_keys(N, D)
+    terms, _ = score_inputs.read_terms(score_inputs.weights_by_dim(
+        groups_merged_unscaled(score_inputs.design(N, D, k)).astype(np.float64), N, D))
+    said = key_patterns.keys_by_group(terms, k)
+    assert said is not None and said.startswith(
+        "with key 0 read right, the keys j with j mod 64 in {0-15} take their terms right, and each other group of "
+        "16 (j mod 64 in 16-31, 32-47, 48-63) theirs too but for one constant a dim and group"), said
+    assert key_patterns.keys_by_group(*score_inputs.read_terms(score_inputs.weights_by_dim(
+        halves_merged_unscaled(score_inputs.design(N, D, k)).astype(np.float64), N, D))[:1], k) is None

@@ -95,6 +95,37 @@ def keys_in_part(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> st
             f"start or stride reaches only those rows of every {m})")
 
 
+def keys_by_group(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:
+    """Where, with key 0 read right, the keys of a pattern that repeats every m keys are read right
+    and every other group of G of each m (j mod m in one run of G) is right too but for one constant
+    a dim of its own, the groups' constants not all one: each group's weights one factor off in
+    each row. Groups of keys (warps that split each tile's keys) each run against a max of their
+    own and merged otherwise; not rows a load left unwritten (keys_in_part's), which hold no row
+    of K at all."""
+    split = _periodic_split(terms, k, tol)
+    if split is None:
+        return None
+    m, first, ok, off = split
+    place = np.arange(ok.size) % m
+    for G in (G for G in (32, 16, 8, 4) if G < m and m % G == 0):
+        groups = [np.flatnonzero((place // G == g) & ~ok) for g in range(m // G)]
+        groups = [keys for keys in groups if keys.size]
+        if any(keys.size < 2 or not np.isfinite(off[keys]).all() or np.ptp(off[keys], axis=0).max() > 4 * tol
+               for keys in groups):
+            continue
+        shifts = np.array([off[keys[0]] for keys in groups])  # (groups, d)
+        if len(groups) < 2 or np.ptp(shifts, axis=0).max() <= 4 * tol:
+            return None  # one constant for every other key: keys_apart's two sets
+        said = ", ".join(spans(np.unique(place[keys])) for keys in groups)
+        return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} take their "
+                f"terms right, and each other group of {G} (j mod {m} in {said}) theirs too but for one constant a dim "
+                f"and group (from {shifts.min():.3g} to {shifts.max():.3g}): each group's weights are off by one "
+                "factor of their own in each row: the groups summed apart, each against a running max of its own "
+                "(warps or lanes that split each tile's keys), and merged with factors written otherwise (the merge "
+                "of m, l and o: the later steps look)")
+    return None
+
+
 def keys_apart(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> str | None:
     """Where, with key 0 read right, the keys of a pattern that repeats every m keys are read right
     and the others are right too but for one constant a dim, the same for all of them: their

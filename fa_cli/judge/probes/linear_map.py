@@ -117,6 +117,10 @@ class LinearMap(Probe):
                 "(more than a lower precision's rounding: V's values change what it does, or its batches meet)"])]
         if np.abs(got[-2] - ProbeInput(q[None], k[None], v[None]).output()[0]).max() <= ctx.tol:
             return []  # right at this size: what fails needs more rows; the later steps read them
+        if np.abs(T).max() <= pairing.NO_WEIGHT and np.abs(constant).max() <= pairing.NO_WEIGHT:
+            return [Finding(Kind.OBSERVED, [  # the probe's own N has values (applies): the readings of W look there
+                f"probe: on the {where} the output is 0 whatever V is: no row of V reaches it at {N} keys, where the "
+                f"probe's {inp.shape.N} give values"])]
         P = softmax_rows(logits(q[None], k[None]))[0]
         mapped = read_map(T, P, q, k, constant, keys_said_here=ctx.facts.lanes_named)
         said = without_v(constant, P, q, k) + mapped

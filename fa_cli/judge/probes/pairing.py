@@ -219,6 +219,7 @@ def tile_gathered(weights: np.ndarray, P: np.ndarray) -> str | None:
 
 LOG_ATOL = 1e-3  # log W less the row's factor against log P: one weight of P (a float32 program's exp)
 FLAT_ROW = 1e-4  # a row's weights this close to their mean, relatively: every key weighed alike
+NO_WEIGHT = 1e-7  # every weight under this: no row of V reaches the output
 
 
 def rows_weighed(W: np.ndarray, P: np.ndarray, lead: str = "one set of weights for every column") -> str | None:
@@ -229,6 +230,8 @@ def rows_weighed(W: np.ndarray, P: np.ndarray, lead: str = "one set of weights f
     read within its own segment of a shuffle's width), else examples. The row factor is 1 (the
     right sum), or else key 0's (its lane right)."""
     N = P.shape[1]
+    if np.abs(W).max() <= NO_WEIGHT:  # zeros weigh nothing alike: no score to read from them
+        return None
     if (np.ptp(W, axis=1) <= FLAT_ROW * np.abs(W).mean(axis=1)).all() and not (np.ptp(P, axis=1) <= FLAT_ROW).all():
         return (f"{lead}: every key weighed alike in every row (each weight {fmt(W.mean())}, 1/{N} is "
                 f"{fmt(1 / N)}): every score of a row equal (all 0: a scale or a Q that reads as 0 where the kernel "

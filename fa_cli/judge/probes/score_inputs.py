@@ -40,8 +40,8 @@ import numpy as np
 from ...programs import wave64
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_by_tile,
-                           keys_counted, keys_in_part, keys_unweighed, nearest, tile_at_pitches)
+from .key_patterns import (LOAD_LOOK, MASK_LOOK, MATCH_TOL, dim_map, dims_shifted, keys_apart, keys_by_group,
+                           keys_by_tile, keys_counted, keys_in_part, keys_unweighed, nearest, tile_at_pitches)
 from .linear_map import map_rows
 from .readings import TINY_WEIGHT, measured
 from .step import Context, Probe, ProbeInput, run_many, spans
@@ -340,6 +340,8 @@ class ScoreInputs(Probe):
         if words is None and (unweighed := keys_unweighed(W, terms, k, TINY_WEIGHT, hip)):
             return measured(ctx, [f"probe: the scores read back ({where}): {unweighed}"], look=MASK_LOOK,
                             keys_unweighed=unweighed)
+        if words is None and (grouped := keys_by_group(terms, k)):  # a merge's factors, not the scores
+            return [Finding(Kind.OBSERVED, [f"probe: the scores read back ({where}): {grouped}"])]
         if words is None and (part := keys_in_part(terms, k)):
             return measured(ctx, [f"probe: the scores read back ({where}): {part}"], look=LOAD_LOOK, keys_in_part=part)
         if words is None and (apart := keys_apart(terms, k)):

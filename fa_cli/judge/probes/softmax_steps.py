@@ -91,7 +91,10 @@ STEP_FORMS = {
                ("acc = acc * alpha * alpha + p V (acc rescaled twice: once on its own and again in the update)",
                 lambda acc, alpha, p_full, *sums: acc * (alpha * alpha)[..., None] + p_full),
                ("acc = acc * alpha + p_j V_j at every key j of the tile (the tile's factor applied once a key, "
-                "not once a tile)", lambda acc, alpha, p_full, *sums: rescaled_each_key(acc, alpha, p_full))),
+                "not once a tile)", lambda acc, alpha, p_full, *sums: rescaled_each_key(acc, alpha, p_full)),
+               ("acc = acc * alpha_before + p V, with the tile before's factor (acc rescaled before alpha is "
+                "computed for this tile, the first tile's alpha a start value of 1)",
+                lambda acc, alpha, p_full, l_old, l_new, alpha_before: acc * alpha_before[..., None] + p_full)),
     "update": (("m = m_new", lambda m_new, tmax: m_new),
                ("m = tile max (the max kept for the next tile is this tile's own)", lambda m_new, tmax: tmax)),
     "final": (("O = acc / l", lambda acc, l: acc / l[..., None]),
@@ -128,6 +131,7 @@ def simulate(s: np.ndarray, T: int, forms: dict, last_only: bool = False) -> np.
     m = np.full(shape, -np.inf)
     l, so_far = np.zeros(shape), np.zeros(shape)
     acc, carried = np.zeros(s.shape), np.zeros(shape + (min(T, N),))
+    alpha_before = np.ones(shape)  # the factor of the tile before (a program's alpha before its first update)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for j0 in range(0, N, T):
             forms = given if not last_only or j0 + T >= N else RIGHT
@@ -141,7 +145,8 @@ def simulate(s: np.ndarray, T: int, forms: dict, last_only: bool = False) -> np.
             l_before, l = l, forms["sum"](l, alpha, p.sum(axis=-1), so_far)
             p_full = np.zeros(s.shape)
             p_full[..., j0:j0 + T] = p
-            acc = forms["output"](acc, alpha, p_full, l_before, l)
+            acc = forms["output"](acc, alpha, p_full, l_before, l, alpha_before)
+            alpha_before = alpha
             m = forms["update"](m_new, tmax)
         return forms["final"](acc, l)
 
@@ -155,13 +160,13 @@ def kept_divided(output) -> dict:
 
 NORMALISED = (
     ("o = (o * alpha + p V) / l_new, o kept divided by l (o's old sum left out: it is (o * l * alpha + p V) / l_new)",
-     lambda acc, alpha, p_full, l_old, l_new: (acc * alpha[..., None] + p_full) / l_new[..., None]),
+     lambda acc, alpha, p_full, l_old, l_new, *_: (acc * alpha[..., None] + p_full) / l_new[..., None]),
     ("o = (l_new * alpha * o + p V) / l_new, o kept divided by l (the new sum where o's old one belongs: it is "
      "(l * alpha * o + p V) / l_new)",
-     lambda acc, alpha, p_full, l_old, l_new: acc * alpha[..., None] + p_full / l_new[..., None]),
+     lambda acc, alpha, p_full, l_old, l_new, *_: acc * alpha[..., None] + p_full / l_new[..., None]),
     ("o = (l_new * o + p V) / l_new, o kept divided by l (m and l set to their new values before o's update reads "
      "them: its old sum and its factor read as the new ones; it is (l * exp(m - m_new) * o + p V) / l_new)",
-     lambda acc, alpha, p_full, l_old, l_new: acc + p_full / l_new[..., None]))  # (l * o + p V) / l_new: acc + p V
+     lambda acc, alpha, p_full, l_old, l_new, *_: acc + p_full / l_new[..., None]))  # (l * o + p V) / l_new: acc + p V
 
 
 def bit_exp(x: np.ndarray, shift: float) -> np.ndarray:
