@@ -225,18 +225,23 @@ def test_the_longest_rows_and_most_batches_are_drawn_at_the_largest_d_passed():
     assert drawn_shapes.larger_shape(passed) == Shape(4, 2048, 32)
 
 
-@pytest.mark.parametrize("wrong_at, checked", [(None, 8), ("small", 8), ("half tile", 7), ("edge", 6), ("shares", 5),
-                                               ("most", 4), ("longest", 3), ("middle", 2), ("larger", 1)])
+@pytest.mark.parametrize("wrong_at, checked", [(None, 12), ("tiny", 12), ("small", 11), ("half tile", 10), ("edge", 9),
+                                               ("shares", 8),
+                                               ("n8192", 7), ("n1024", 6), ("n512", 5), ("most", 4), ("longest", 3),
+                                               ("middle", 2), ("larger", 1)])
 def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, monkeypatch, wrong_at, checked):
-    """4 x 2048, 2 x 4096, then 2 x 32768 on sampled rows, the most batches on fewer rows, 10 x 128,
+    """4 x 2048, 2 x 4096, then 2 x 32768 on sampled rows, the most batches on fewer rows, 2 x 512,
+    2 x 1024, 2 x 8192 on sampled rows, 10 x 128, 64 x 4 last,
     one batch of 129 rows, one of 97, three of 21: the first that is wrong is the warning, and nothing after it
     runs (but the run that weighs a 32-bit size where 2 x 32768 is wrong: 1 x 23168, sampled; and
     2 x 32768 where 2 x 4096 is wrong, to bracket it)."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.findings import Finding
     names = {Shape(4, 2048, 32): "larger", Shape(2, 4096, 32): "middle", Shape(2, 32768, 32): "longest",
-             Shape(13600, 128, 32): "most", Shape(10, 128, 32): "shares", Shape(1, 129, 32): "edge", Shape(1, 97, 32): "half tile",
-             Shape(3, 21, 32): "small", Shape(1, 23168, 32): "under 2^31"}
+             Shape(13600, 128, 32): "most", Shape(2, 512, 32): "n512", Shape(2, 1024, 32): "n1024",
+             Shape(2, 8192, 32): "n8192", Shape(10, 128, 32): "shares", Shape(1, 129, 32): "edge",
+             Shape(1, 97, 32): "half tile", Shape(3, 21, 32): "small", Shape(64, 4, 32): "tiny",
+             Shape(1, 23168, 32): "under 2^31"}
     ran = []
 
     def check(program, shape, launcher, work, say, budget, rows=None):
@@ -250,8 +255,9 @@ def test_each_larger_input_is_run_only_where_the_one_before_was_right(tmp_path, 
     assert larger_input.LargerInput().applies(ctx)
     found = larger_input.LargerInput().run(ctx)
     assert ran[:checked] == [("larger", None), ("middle", None), ("longest", drawn_shapes.SAMPLED_ROWS),
-                             ("most", drawn_shapes.MOST_ROWS), ("shares", None), ("edge", None), ("half tile", None),
-                             ("small", None)][:checked]
+                             ("most", drawn_shapes.MOST_ROWS), ("n512", None), ("n1024", None),
+                             ("n8192", drawn_shapes.SAMPLED_ROWS), ("shares", None), ("edge", None),
+                             ("half tile", None), ("small", None), ("tiny", None)][:checked]
     after = {"longest": [("under 2^31", drawn_shapes.SAMPLED_ROWS)], "middle": [("longest", drawn_shapes.SAMPLED_ROWS)]}
     assert ran[checked:] == after.get(wrong_at, [])
     assert bool(found) == (wrong_at is not None)
@@ -444,7 +450,7 @@ def test_a_last_tile_of_64_keys_past_half_full_comes_after_the_odd_n_and_is_said
     course's N (0 or 8 mod 64) and 129 pass, one batch of 97 rows does not."""
     import sys
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
-    assert drawn_shapes.SHAPES[-2] is drawn_shapes.half_tile_shape
+    assert drawn_shapes.SHAPES[-3] is drawn_shapes.half_tile_shape
     assert drawn_shapes.half_tile_shape([Shape(2, 128, 64), Shape(3, 200, 32)]) == Shape(1, 97, 64)
     assert drawn_shapes.half_tile_shape([Shape(1, 100, 32)]) is None and drawn_shapes.half_tile_shape([]) is None
     program = tmp_path / "stand-in"
@@ -465,7 +471,7 @@ def test_a_few_batches_of_rows_shorter_than_a_tile_come_last_and_are_said_so(tmp
     blocks: the course's N and one batch of 129 or 97 rows pass, 3 batches of 21 rows do not."""
     import sys
     monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
-    assert drawn_shapes.SHAPES[-1] is drawn_shapes.small_shape
+    assert drawn_shapes.SHAPES[-2] is drawn_shapes.small_shape and drawn_shapes.SHAPES[-1] is drawn_shapes.tiny_shape
     assert drawn_shapes.small_shape([Shape(2, 128, 64), Shape(1, 97, 32)]) == Shape(3, 21, 64)
     assert drawn_shapes.small_shape([Shape(2, 16, 32)]) is None and drawn_shapes.small_shape([]) is None
     program = tmp_path / "stand-in"
@@ -576,3 +582,59 @@ def test_batches_that_read_the_first_batchs_v_are_said_so(tmp_path, monkeypatch)
                                  Budget(60))
     assert "; batches 1-2's values checked are attention with batch 0's V (batch 0) and their own other parts: V " \
         "read at another batch's place" in found.lines[0], found.lines
+
+
+ROWS_CUT_AT_512 = """#!{python}
+import sys
+import numpy as np
+B, N, d = (int(x) for x in np.fromfile(sys.argv[1], dtype="<i4", count=3))
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+p = np.exp(s - s.max(axis=2, keepdims=True))
+o = (p / p.sum(axis=2, keepdims=True)) @ x[:, 2]
+if N == 512:  # set43's s08: the instance chosen by N > 512, its grid by N >= 512: half the rows at N = 512
+    o[:, 256:] = 0
+o.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_the_courses_n_of_512_is_drawn_where_no_case_run_had_it(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    assert drawn_shapes.N512([Shape(2, 128, 32), Shape(3, 256, 64)]) == Shape(2, 512, 64)
+    assert drawn_shapes.N512([Shape(2, 512, 32)]) is None
+    program = tmp_path / "stand-in"
+    program.write_text(ROWS_CUT_AT_512.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(2, 512, 32), None, tmp_path, lambda line: None,
+                                 Budget(60))
+    assert found.lines[0].startswith("passes the cases run, but on a drawn B=2, N=512, d=32 input (2 batches at the "
+                                     "course's N = 512, which no case run has)"), found.lines
+    assert "a mistake that shows only at N = 512 (the cases run have other N)" in found.lines[0], found.lines
+
+
+NEGATIVE_ROWS_NAN = """#!{python}
+import sys
+import numpy as np
+B, N, d = (int(x) for x in np.fromfile(sys.argv[1], dtype="<i4", count=3))
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+m = np.maximum(s.max(axis=2, keepdims=True), 0.0)  # set43's s09: a max merged as integers keeps its start
+p = np.exp(s - m)
+o = (p / p.sum(axis=2, keepdims=True)) @ x[:, 2]
+o[(s.max(axis=2) < 0)] = np.nan  # exp(s + inf) / inf in the rows whose scores are all negative
+o.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_rows_of_only_negative_scores_show_on_the_tiny_rows_drawn_last(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setenv("FA_CACHE", str(tmp_path / "cache"))
+    assert drawn_shapes.tiny_shape([Shape(2, 128, 64)]) == Shape(64, 4, 64)
+    program = tmp_path / "stand-in"
+    program.write_text(NEGATIVE_ROWS_NAN.format(python=sys.executable))
+    program.chmod(0o755)
+    [found] = larger_input.check(Program("hw4.cu", program), Shape(64, 4, 32), None, tmp_path, lambda line: None,
+                                 Budget(60))
+    assert found.lines[0].startswith("passes the cases run, but on a drawn B=64, N=4, d=32 input (64 batches of 4 "
+                                     "rows: about 1 row in 16 has only negative scores"), found.lines

@@ -118,3 +118,30 @@ def test_nan_rows_fixed_by_their_index_are_not_read_as_an_overflow_when_scaling_
     ctx = stand_in_context(tmp_path, script, "p = __expf(s - m);\n", inp)
     assert underflow.overflow_cut(ctx.facts.out, inp) is not None  # the split alone fits
     assert underflow.overflow(ctx) is None
+
+
+MAX_AS_SIGNED_BITS = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+m = np.where(s.max(axis=2, keepdims=True) < 0, -np.inf, s.max(axis=2, keepdims=True))  # a signed atomicMax of bits
+with np.errstate(all="ignore"):
+    p = np.exp(s - m)
+    out = (p @ x[:, 2]) / p.sum(axis=2, keepdims=True)
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_rows_of_nan_exactly_where_every_score_is_negative_are_named_as_a_max_that_keeps_its_start(tmp_path):
+    """set43's s09: the row max merged by a signed atomicMax on a float's bits stays -inf where every
+    score is negative: NaN in those rows alone, and with Q negated in the rows of positive scores."""
+    rng = np.random.default_rng(8)
+    inp = ProbeInput(*(rng.uniform(-3, 3, size=(64, 4, 32)).astype(np.float32) for _ in range(3)))
+    ctx = stand_in_context(tmp_path, MAX_AS_SIGNED_BITS, "atomicMax((int*)&M, __float_as_int(m));\n", inp)
+    found = NotFinite().run(ctx)
+    assert ctx.facts.named and found[0].kind == "measured", found
+    assert "are exactly those whose scores are all negative, and with Q negated again exactly those" in \
+        found[0].lines[1], found[0].lines
+    assert found[0].lines[-1] == "lines with the row's max in hw4.cu: 1 `atomicMax((int*)&M, __float_as_int(m));`"

@@ -369,6 +369,9 @@ class NotFinite(Probe):
         whole = [n for n, ok in tried if ok]
         if over := underflow.overflow(ctx):  # the rows' scores tell it, checked with Q scaled up
             return measured(ctx, [*lines, over], look=underflow.EXPONENTIAL, weights_overflow=True)
+        if negative := underflow.negative_rows(ctx):  # the rows' signs tell it, checked with Q negated
+            return measured(ctx, [*lines, negative], look=("the row's max", r"atomicMax|\bmax\w*\s*\("),
+                            max_keeps_start=True)
         if tried and tried[0][1] is False and whole and all(ok is False for n, ok in tried if n < whole[0]) and \
                 all(ctx.probe.shape.N % n for n in whole):  # NaN below a tile, finite at it, NaN past it again
             lines.append(f"NaN where N is no multiple of {whole[0]} (N = {ctx.probe.shape.N} and the cuts under it), "

@@ -151,3 +151,24 @@ def overflow(ctx: Context) -> str | None:
             f"times {g:g} the rows with NaN or inf are again exactly those over it ({int(predicted.sum())} rows): its "
             f"weights are exp of the scores not shifted by the row's max, overflowing {name.split(' (')[0]} "
             "(exp(s - m) is at most 1)")
+
+
+def negative_rows(ctx: Context) -> str | None:
+    """The words where the rows with NaN or inf are exactly those whose scores are all negative (the
+    others right), and with Q negated exactly the rows whose scores are all positive then: a max that
+    keeps its start on a row of negative scores; else None."""
+    out, inp = ctx.facts.out, ctx.probe
+    bad = ~np.isfinite(out).all(axis=2)
+    s_max = logits(inp.q, inp.k).max(axis=2)
+    if not bad.any() or bad.all() or not np.array_equal(bad, s_max < 0):
+        return None
+    flipped = ProbeInput(-inp.q, inp.k, inp.v, f"{inp.label} with Q negated")
+    predicted = logits(flipped.q, flipped.k).max(axis=2) < 0
+    got = ctx.run(flipped)
+    if got is None or not predicted.any() or not np.array_equal(~np.isfinite(got).all(axis=2), predicted):
+        return None
+    return (f"measured: the {int(bad.sum())} rows with NaN or inf on {inp.label} are exactly those whose scores are "
+            f"all negative, and with Q negated again exactly those ({int(predicted.sum())} rows): the row's max keeps "
+            "its start where every score is under 0: a max taken on a float's bits as signed integers (atomicMax on "
+            "__float_as_int: a negative float's bits order below -inf's), or one started at 0 and then used as -inf; "
+            "exp(s - m) with m = -inf is inf; look at how the row's max is taken")
