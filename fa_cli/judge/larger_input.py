@@ -192,8 +192,8 @@ def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarra
         said += (f": where a grid of {GRID_CAP} blocks of {k} rows ends ({GRID_CAP} x {k} = {GRID_CAP * k}, the rows "
                  f"b * N + i): blocks past {GRID_CAP} never ran, as with a grid's x capped at {GRID_CAP} (the limit "
                  "of y and z; x allows 2^31 - 1) and no loop over the blocks left")
-    elif rows is None and (passed := one_pass(at, shape, logged or [])):  # every row checked: "exactly" holds
-        said += passed
+    elif passed := one_pass(at, shape, logged or [], None if rows is None else after):  # "exactly" where every
+        said += passed  # row is checked, else between the last right row checked and the first wrong one
     elif i == 0 and (share := last_share(b, shape.B)):
         said += share
     return said
@@ -215,11 +215,12 @@ def last_share(b: int, B: int) -> str | None:
     return None
 
 
-def one_pass(at: int, shape: Shape, logged: list) -> str | None:
-    """Where flat row `at` is exactly G * k, G a logged launch's blocks and k (16 to 256) rows an
-    item: the end of the grid's first pass over the items, in words. Not at a batch's first row (a
-    batch's own mistake starts there too), nor for a grid whose blocks cover every row in one pass
-    (G = B * N / k' rounded up, for some k' rows a block: no second pass to speak of)."""
+def one_pass(at: int, shape: Shape, logged: list, after: int | None = None) -> str | None:
+    """Where flat row `at` is exactly G * k (every row checked; `after` None), or G * k lies past
+    `after`, the last right row checked, and at `at` at most (rows sampled): G a logged launch's
+    blocks and k (16 to 256) rows an item: the end of the grid's first pass over the items, in
+    words. Not at a batch's first row (a batch's own mistake starts there too), nor for a grid whose
+    blocks cover every row in one pass (G = B * N / k' rounded up: no second pass to speak of)."""
     rows = shape.B * shape.N
     if at % shape.N == 0:
         return None
@@ -227,9 +228,12 @@ def one_pass(at: int, shape: Shape, logged: list) -> str | None:
         if any(launch.blocks == -(-rows // k) for k in ROWS_A_BLOCK):
             continue
         for k in (k for k in ROWS_A_BLOCK if k >= 16):
-            if launch.blocks > 1 and launch.blocks * k == at:
-                return (f": exactly where the first pass of {base_name(launch.kernel)}'s grid of {launch.blocks} "
-                        f"blocks over items of {k} rows ends ({launch.blocks} x {k} = {at}, fa's launch log; the rows "
+            end = launch.blocks * k
+            if launch.blocks > 1 and (end == at if after is None else after < end <= at):
+                where = "exactly where" if after is None else f"between the last right row checked ({after}) and " \
+                    "the first wrong one, where"
+                return (f": {where} the first pass of {base_name(launch.kernel)}'s grid of {launch.blocks} "
+                        f"blocks over items of {k} rows ends ({launch.blocks} x {k} = {end}, fa's launch log; the rows "
                         "b * N + i): the items past the grid's first pass are not done right (a grid-stride or "
                         "persistent loop whose later items are skipped or computed with the first one's data, or a "
                         "grid sized to stop there with no loop)")
