@@ -109,3 +109,19 @@ def test_where_w_was_not_read_the_output_alone_names_the_sum(tmp_path):
     assert found.lines[1] == "lines with the running sum's start in hw4.cu: 1 `float lse = 0.f;`", found.lines
     ctx.facts.named, ctx.facts.W = False, np.zeros((3, 21, 21))
     assert not step.applies(ctx)
+
+
+def test_a_factor_set_by_the_rows_max_is_named_by_its_slope():
+    """set43's s07: the row max stored as m ln 2 and read as a base-2 reference: every row is the right
+    one times exp((1 - ln 2) M), M the row's largest score (f = W / P, read from W); a slope no unit
+    gives is no claim."""
+    q, k, _ = drawn(N=128)
+    s = logits(q, k)
+    P = np.exp(s - s.max(axis=2, keepdims=True))
+    P /= P.sum(axis=2, keepdims=True)
+    W = P * np.exp((1 - np.log(2)) * s.max(axis=2))[..., None]
+    said, fields = factors.per_row_factor(W, P, s)
+    assert "f = exp(a M) in every row, M the row's largest score and a = 0.307 = 1 - ln 2" in said, said
+    assert abs(fields["max_slope"] - (1 - np.log(2))) < 1e-3
+    said, _ = factors.per_row_factor(P * np.exp(0.2 * s.max(axis=2))[..., None], P, s)
+    assert "exp(a M)" not in said, said

@@ -18,7 +18,7 @@ from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAI
                            SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
                            first_batchs, sum_variants, tiles_named, whole_times)
 from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
-from .sum_terms import extra_term, extra_words, fixed_point
+from .sum_terms import extra_term, extra_words, fixed_point, max_scaled
 from .key_places import counted_by_place, weighed_otherwise_by_place
 from .logit_scale import logit_slope
 from .step import Context, fmt, logits, softmax_rows
@@ -60,6 +60,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
                "batch b's work, nothing after the loop)" if where.startswith("the last") else ""), fields
     if (which := wrong_sum(f, s, total, fields)) is not None:
         return f"{said}, f = (the right l) / (l the program divided by): {which}", fields
+    if scaled := max_scaled(f, s):
+        return f"{said}: {scaled[0]}", {**fields, **scaled[1]}
     if np.ptp(np.log(fitted)) <= FLAT:
         f0 = float(np.mean(fitted))
         return f"{said}: the same f = {fmt(f0)} in every row: a constant factor on the output{whole_times(f0)}", fields

@@ -83,3 +83,34 @@ def fixed_point_sums(s: np.ndarray):
                 l = (sums * np.exp(running - final)).sum(axis=2)
                 yield FIXED_WORDS.format(bits=bits, how=how, tiles=tiles_named(T)), \
                     dict(sum_fixed_bits=bits, sum_fixed_cut=how, sum_tile=T), l
+
+
+LN2 = float(np.log(2))
+MAX_SLOPES = {1 - LN2: "1 - ln 2: the max multiplied by ln 2 (a base-2 max turned natural-log) where the weights read "
+                       "it as base 2, or the reverse",
+              LN2 - 1: "ln 2 - 1: a base-2 max read as natural-log where the weights take it in base 2",
+              float(np.log2(np.e)) - 1: "log2(e) - 1: a natural-log max read as base 2",
+              1 - float(np.log2(np.e)): "1 - log2(e): a base-2 max read as natural-log",
+              1.0: "1: the max subtracted from the scores of the weights and not from the sum's, or the reverse",
+              -1.0: "-1: the max subtracted twice on one side"}
+SLOPE_ALIKE = 2e-3  # a fitted slope within this of a named one is that one
+
+
+def max_scaled(f: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
+    """Where log f = a M (M each row's largest score) in every row, a a named slope: the row's max
+    taken in one unit (or left out) on one side of the weights and in another on the other."""
+    top = s.max(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lf = np.log(f)
+    use = np.isfinite(lf) & (np.abs(lf) > FLAT)
+    if use.sum() < MIN_ROWS or np.ptp(top[use]) < 1.0:
+        return None
+    a = float(np.sum(lf[use] * top[use]) / np.sum(top[use] ** 2))
+    if np.abs(lf[use] - a * top[use]).max() > FLAT:
+        return None
+    named = next((words for slope, words in MAX_SLOPES.items() if abs(a - slope) <= SLOPE_ALIKE), None)
+    if named is None:
+        return None
+    return (f"f = exp(a M) in every row, M the row's largest score and a = {fmt(a)} = {named}: the output is the right "
+            "one times a power of e set by the row's max; look at the unit of the max where it is stored and where it "
+            "is read"), dict(max_slope=a)
