@@ -59,3 +59,18 @@ def test_another_error_or_another_call_is_not_said(tmp_path):
     assert not TimeReadEarly().applies(context(tmp_path, HOST, "hw4: hw4.cu:7: invalid argument\n"))
     assert not TimeReadEarly().applies(context(tmp_path, HOST, "hw4: hw4.cu:7: device not ready\n", "WRONG"))
     assert TimeReadEarly().run(context(tmp_path, HOST, "hw4: hw4.cu:5: device not ready\n")) == []
+
+
+def test_events_that_keep_no_time_are_said_with_the_line_that_makes_them(tmp_path):
+    """set43's s05: every event made by a helper with cudaEventDisableTiming, the timing pair too:
+    cudaEventElapsedTime refuses them with "invalid resource handle"."""
+    helper = "static cudaEvent_t make_event() {\n  cudaEvent_t e;\n  cudaEventCreateWithFlags(&e, " \
+        "cudaEventDisableTiming);\n  return e;\n}\n"
+    text = helper + HOST.replace("  cudaEvent_t start, stop;\n",
+                                 "  cudaEvent_t start = make_event(), stop = make_event();\n")
+    ctx = context(tmp_path, text, "hw4: hw4.cu:12: invalid resource handle\n")
+    assert TimeReadEarly().applies(ctx)
+    [found] = TimeReadEarly().run(ctx)
+    assert found.fields == dict(line=12, no_timing_at=3), found.fields
+    assert "which the runtime refuses with \"invalid resource handle\" for an event that keeps no time" in \
+        found.lines[0] and "line 3 creates an event with cudaEventDisableTiming" in found.lines[0], found.lines

@@ -2,6 +2,8 @@
 runtime says that while the event has not completed, that is, while the work recorded before it
 still runs. Whether a wait for that event (cudaEventSynchronize) comes before the call in the
 source is read and said with the line; an observation beside the tools, never in their place.
+With "invalid resource handle" there: an event created without timing (cudaEventDisableTiming),
+whose creating line is shown, or one destroyed or never created.
 """
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from .steps import Context, Step
 
 ELAPSED = re.compile(r"\b(?:cuda|hip)EventElapsedTime\s*\([^,]*,\s*(\w+)\s*,\s*(\w+)\s*\)")
 NOT_READY = re.compile(r"not ready", re.I)
+INVALID_HANDLE = re.compile(r"invalid resource handle", re.I)
+NO_TIMING = re.compile(r"\b(?:cuda|hip)EventDisableTiming\b")
 
 
 def waited_for(lines: list[str], number: int, before: str, event: str) -> int | None:
@@ -34,17 +38,19 @@ def waited_for(lines: list[str], number: int, before: str, event: str) -> int | 
 class TimeReadEarly(Step):
     """An ERROR "device not ready" at the program's own check of cudaEventElapsedTime."""
 
-    name = "an event's time read before the event completed"
+    name = "an event's time read before the event completed, or from an event that keeps no time"
 
     def applies(self, ctx: Context) -> bool:
         found = failed_line(ctx) if ctx.verdict == "ERROR" and ctx.signal is None else None
-        return found is not None and NOT_READY.search(found[1]) is not None
+        return found is not None and (NOT_READY.search(found[1]) or INVALID_HANDLE.search(found[1])) is not None
 
     def run(self, ctx: Context) -> list[Finding]:
         if (call := failed_call(ctx)) is None or (m := ELAPSED.search(call[2][call[0] - 1])) is None:
             return []
         number, error, lines = call
         start, stop = m.group(1), m.group(2)
+        if INVALID_HANDLE.search(error):
+            return [no_timing(ctx.source.name, number, error, lines, start, stop)]
         wait = waited_for(lines, number, lines[number - 1][:m.start()], stop)
         said = f"line {wait} waits for {stop} after it was recorded (`{lines[wait - 1].strip()[:SHOWN]}`): the event " \
             f"not ready may be {start}, the other one (recorded on a stream nothing waited for?)" if wait else \
@@ -55,3 +61,18 @@ class TimeReadEarly(Step):
             f"reads the time from event {start} to {stop}, which the runtime refuses with \"not ready\" while either "
             f"has not completed (the work recorded before it still running): {said}"],
             dict(line=number, waited_at=wait))]
+
+
+def no_timing(name: str, number: int, error: str, lines: list[str], start: str, stop: str) -> Finding:
+    """"invalid resource handle" from the elapsed time of start to stop: the line that creates an
+    event without timing, where the source has one."""
+    made = next((at for at, text in enumerate(lines, 1) if NO_TIMING.search(text.split("//")[0])), None)
+    said = f"line {made} creates an event with cudaEventDisableTiming (`{lines[made - 1].strip()[:SHOWN]}`): an " \
+        f"event made so, or by a function that makes it so, keeps no time; create {start} and {stop} with " \
+        "cudaEventCreate" if made else \
+        "no line creates an event with cudaEventDisableTiming: an event destroyed, or never created"
+    return Finding(Kind.OBSERVED, [
+        f"the call that failed, {name} line {number} (`{lines[number - 1].strip()[:SHOWN]}`: {error}), reads the time "
+        f"from event {start} to {stop}, which the runtime refuses with \"invalid resource handle\" for an event that "
+        f"keeps no time (created with cudaEventDisableTiming) or is not one: {said}"],
+        dict(line=number, no_timing_at=made))
