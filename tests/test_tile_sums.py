@@ -85,3 +85,36 @@ def test_factors_no_form_gives_are_left_unnamed():
     rng = np.random.default_rng(1)
     factor = rng.uniform(0.5, 2.0, size=(64, s.shape[0]))
     assert tile_sums.reading(factor, s) is None
+
+
+def lanes_l_narrow(s_row, T, width):
+    """lanes_l with the sum's shuffle given `width` under T (the max's right), the loops written out:
+    at an offset of width or more a lane whose partner is in a later segment reads its own sum."""
+    N = len(s_row)
+    m, l = [-math.inf] * T, [0.0] * T
+    for j0 in range(0, N, T):
+        tm = [np.float64(s_row[j0 + g] if j0 + g < N else -1e30) for g in range(T)]
+        ts = [1.0 if j0 + g < N else 0.0 for g in range(T)]
+        off = T // 2
+        while off:
+            src = [g if off >= width and g ^ off > g else g ^ off for g in range(T)]
+            new_m = [max(tm[g], tm[g ^ off]) for g in range(T)]
+            ts = [RIGHT(ts[g], ts[src[g]], tm[g], tm[src[g]], new_m[g]) for g in range(T)]
+            tm, off = new_m, off // 2
+        for g in range(T):
+            m_new = max(m[g], tm[g])
+            l[g] = l[g] * math.exp(m[g] - m_new) + ts[g] * math.exp(tm[g] - m_new)
+            m[g] = m_new
+    return [l[g] * math.exp(m[g] - max(s_row)) for g in range(T)]
+
+
+def test_a_sums_butterfly_given_too_narrow_a_width_is_named_with_the_width():
+    """set43's s12: a group of 16 lanes whose sum's __shfl_xor is given a width of 8: lanes 0..7 take
+    their own sum back at offset 8, so the columns they write are divided by twice their half's sum."""
+    s = scores(n=64, d=32)
+    loops = np.array([lanes_l_narrow(row, 16, 8) for row in s]).T
+    assert np.allclose(tile_sums.lane_sums(s, 16, RIGHT, 8), loops, rtol=1e-9)
+    true_l = np.exp(s - s.max(axis=1, keepdims=True)).sum(axis=1)
+    factor = np.stack([true_l / loops[c % 16] for c in range(32)])
+    said = tile_sums.reading(factor, s)
+    assert said is not None and "a width of 8 where its offsets span 16 lanes" in said, said

@@ -23,12 +23,17 @@ SUM_FORMS = (
     ("ts = ts + os * exp(om - nm) (its own sum not rescaled)", lambda ts, os, tm, om, nm: ts + os * np.exp(om - nm)),
     ("ts = ts + os (neither sum rescaled to the merged max)", lambda ts, os, tm, om, nm: ts + os),
 )
+WIDTH_WORDS = ("a width of {w} where its offsets span {T} lanes (__shfl_xor_sync(mask, v, off, {w})): at offsets "
+               "of {w} and more a lane whose partner lies in a later segment of {w} gets its own sum back, the others "
+               "their partner's")
 FACTOR_RTOL = 2e-3  # a lane's modelled factor meets a column's measured one within this (float32 sums)
 
 
-def lane_sums(s: np.ndarray, T: int, merge) -> np.ndarray:
+def lane_sums(s: np.ndarray, T: int, merge, width: int | None = None) -> np.ndarray:
     """(T, rows): the running sum l each lane of T ends with, relative to the row's max, for scores s
-    (rows, N) dealt a tile at a time and each tile's sum merged by `merge`."""
+    (rows, N) dealt a tile at a time and each tile's sum merged by `merge` (width: the sum's shuffle
+    given that width, under T: at an offset of width or more a lane whose partner lies in a later
+    segment gets its own sum back, as __shfl_xor_sync does; the max's butterfly right)."""
     rows, N = s.shape
     tiles = -(-N // T)
     padded = np.full((rows, tiles * T), -np.inf)
@@ -39,9 +44,9 @@ def lane_sums(s: np.ndarray, T: int, merge) -> np.ndarray:
         off = T // 2
         while off:
             partner = np.arange(T) ^ off
-            om, os = tm[partner], ts[partner]
-            nm = np.maximum(tm, om)
-            ts = merge(ts, os, tm, om, nm)
+            summed = partner if width is None or off < width else np.minimum(partner, np.arange(T))
+            nm = np.maximum(tm, tm[partner])
+            ts = merge(ts, ts[summed], tm, tm[summed], nm)
             ts = np.where(np.isnan(ts), 0.0, ts)  # two slots past N met: -inf - -inf, a sum of 0 there
             tm, off = nm, off // 2
         top = s.max(axis=1)[None, :, None]
@@ -50,18 +55,25 @@ def lane_sums(s: np.ndarray, T: int, merge) -> np.ndarray:
 
 def reading(factor: np.ndarray, s: np.ndarray) -> str | None:
     """factor (columns, rows): W / P measured in each column's weights, each column P times its own
-    factor a row; s (rows, N) the right scores. Where one SUM_FORMS step (not the right one) gives
-    every column's factor as true l / one lane's l, in words; else None."""
+    factor a row; s (rows, N) the right scores. Where one SUM_FORMS step (not the right one), or the
+    right one given too narrow a width, gives every column's factor as true l / one lane's l, in
+    words, a model whose lane g owns columns c = g mod T first (the usual layout); else None."""
     true_l = np.exp(s - s.max(axis=1, keepdims=True)).sum(axis=1)
+    found = []
     for T in (T for T in TILES if T <= s.shape[1]):
-        for words, merge in SUM_FORMS[1:]:
-            modelled = true_l[None] / lane_sums(s, T, merge)  # (T, rows)
-            owner = column_owners(modelled, factor, lambda lane, f: np.allclose(lane, f, rtol=FACTOR_RTOL))
-            if owner is None:
-                continue
-            return (f"each column is divided by its lane's own sum l, modelled: keys dealt a tile of {T} at a time "
-                    f"(key j0 + g to lane g), each tile's max and sum reduced by an xor butterfly whose sum step is "
-                    f"written as `{words}` where it is `{SUM_FORMS[0][0]}`, so the lanes end with different sums "
-                    f"(factors {fmt(modelled.min())} to {fmt(modelled.max())}) and each divides its own columns by "
-                    f"its own ({columns_by_lane(owner)}); look at the sum's shuffle loop")
-    return None
+        narrow = [(WIDTH_WORDS.format(w=T // k, T=T), SUM_FORMS[0][1], T // k) for k in (2, 4)]
+        for words, merge, width in [(w, m, None) for w, m in SUM_FORMS[1:]] + narrow:
+            modelled = true_l[None] / lane_sums(s, T, merge, width)  # (T, rows)
+            close = lambda lane, f: np.allclose(lane, f, rtol=FACTOR_RTOL)  # noqa: E731
+            owner = column_owners(modelled, factor, close)
+            if owner is not None:
+                usual = all(close(modelled[c % T], f) for c, f in enumerate(factor))  # lane c mod T's own columns
+                found.append((not usual, T, words, width, modelled, owner))
+    if not found:
+        return None
+    _, T, words, width, modelled, owner = min(found, key=lambda f: f[0])  # the usual layout first, else the first
+    step = f"given {words}" if width else f"written as `{words}` where it is `{SUM_FORMS[0][0]}`"
+    return (f"each column is divided by its lane's own sum l, modelled: keys dealt a tile of {T} at a time (key j0 + "
+            f"g to lane g), each tile's max and sum reduced by an xor butterfly whose sum step is {step}, so the lanes "
+            f"end with different sums (factors {fmt(modelled.min())} to {fmt(modelled.max())}) and each divides its "
+            f"own columns by its own ({columns_by_lane(owner)}); look at the sum's shuffle loop")
