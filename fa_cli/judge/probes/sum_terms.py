@@ -2,7 +2,8 @@
 l: one term more (a key of one score that the output never meets: l, or a log-sum-exp, started
 at its value against a max started at 0), or the weights summed in fixed point (a warp reduction of
 integers, __reduce_add_sync, over weights scaled by 2^k and truncated or rounded). For
-factors.wrong_sum to compare with W = f P; l relative to each row's final max, as there.
+factors.wrong_sum to compare with W = f P; l relative to each row's final max, as there. Then a
+factor a row that is no sum's: exp(a M), set by the row's max M (its unit changed on one side).
 """
 from __future__ import annotations
 
