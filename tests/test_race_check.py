@@ -209,3 +209,30 @@ def test_a_tool_stopped_after_its_first_report_says_it_stopped(tmp_path):
     stopped, = race_check.told(SanitizerReport("memcheck", first, None, finished=False), Shape(2, 256, 32), 59.8737)
     assert "(2 in all)" in whole.lines[0] and "stopped" not in whole.lines[0]
     assert "(the tool stopped at fa's 60 s limit after it) on B=2, N=256, d=32" in stopped.lines[0]  # whole seconds
+
+
+def test_a_grid_fixed_whatever_the_work_gets_racecheck_where_its_blocks_take_items_in_turn(tmp_path, sanitizer_saying):
+    """set41's s05: persistent blocks, a grid of SMs x blocks an SM (160 in every case), items of 8 rows
+    a block takes in turn: on racecheck's 1 x 256 every block has one item at most, and the race
+    between one item's reads and the next item's writes never runs. The launch logs show the grid
+    fixed while the work grows: racecheck runs again on 16 x 128 (256 items), kept apart."""
+    from types import SimpleNamespace
+    from fa_cli.cases.format import Shape
+    from fa_cli.judge.steps import Context
+    log = ("fa-launch: launches=1 untimed=0 ms=0.2 grid=160x1x1 block=256x1x1 smem=18560 regs=40 "
+           "kernel=void attention_persist<32>(const float *, float *, int, int)\n")
+    results = [SimpleNamespace(verdict="PASS", run=SimpleNamespace(stderr=log),
+                               target=SimpleNamespace(name=name, shape=shape))
+               for name, shape in (("t01", Shape(2, 128, 32)), ("t09", Shape(16, 128, 32)))]
+    assert race_check.fixed_grid(results) == ("attention_persist", 160)
+    binary = tmp_path / "persistent"
+    binary.write_bytes(b"persistent")
+    program = Program("persistent", binary)
+    ctx = Context(program, None, tmp_path, Budget(60), lambda line: None, 5e-3, None, "", results=results)
+    calls = sanitizer_saying("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n")
+    race_check.PassingBuild().run(ctx)
+    assert calls() == 5 and race_check.cache_file(program, 32, tools=("racecheck",), race=(16, 128)).exists()
+    grows = "fa-launch: launches=1 untimed=0 ms=0.2 grid={}x1x1 block=256x1x1 smem=0 regs=40 kernel=k\n"
+    for r, blocks in zip(results, (32, 256)):  # a grid that grows with the work: no second racecheck
+        r.run.stderr = grows.format(blocks)
+    assert race_check.fixed_grid(results) is None

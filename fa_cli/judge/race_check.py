@@ -21,8 +21,10 @@ from ..files import atomic_file
 from ..programs import wave64
 from ..programs.programs import Launcher, Program
 from . import reference
+from ..programs.timing import launches
 from .cause import NOT_THE_PROGRAMS, emulations_own, with_lines
 from .findings import Finding, Kind
+from .launch_errors import base_name
 from .probes.step import read_payload
 from .report_readings import unwritten_output
 from .reruns import TrialCase
@@ -59,13 +61,14 @@ def build_file(program: Program, folder: str, name: str) -> Path:
     return locations.cache_dir() / folder / f"{digest}-{name}.json"
 
 
-def cache_file(program: Program, d: int, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS)) -> Path:
-    """Named by the build, d, the tools and memcheck's N (a check of three tools, kept before memcheck
-    joined them, is not taken for one of four)."""
+def cache_file(program: Program, d: int, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS),
+               race: tuple[int, int] = (RACE_B, RACE_N)) -> Path:
+    """Named by the build, d, the tools, memcheck's N and racecheck's B and N where they are not the
+    usual (a check of three tools, kept before memcheck joined them, is not taken for one of four)."""
     batches = f"b{RACE_B}-{GLOBAL_B}"
     name = f"d{d}-{batches}-memcheck-n{memcheck_n}" if tools == tuple(TOOLS) else \
         "-".join([f"d{d}", batches, *tools] + ([f"n{memcheck_n}"] if "memcheck" in tools else []))
-    return build_file(program, "race-check", name)
+    return build_file(program, "race-check", name + ("" if race == (RACE_B, RACE_N) else f"-race{race[0]}x{race[1]}"))
 
 
 def kept_findings(path: Path) -> list[Finding] | None:
@@ -86,11 +89,12 @@ def check_case(work: Path, d: int, N: int = RACE_N, B: int = RACE_B) -> TrialCas
 
 
 def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: Callable[[str], None],
-          budget: Budget, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS)) -> list[Finding]:
-    """The tools, side by side: racecheck and synccheck on RACE_B x RACE_N x d, initcheck on GLOBAL_B x
-    RACE_N x d, memcheck on GLOBAL_B x memcheck_n x d; or what was kept of an earlier check of the
-    same build."""
-    kept = cache_file(program, d, memcheck_n, tools)
+          budget: Budget, memcheck_n: int = RACE_N, tools: tuple[str, ...] = tuple(TOOLS),
+          race: tuple[int, int] = (RACE_B, RACE_N)) -> list[Finding]:
+    """The tools, side by side: racecheck and synccheck on RACE_B x RACE_N x d (race: B and N of
+    their own), initcheck on GLOBAL_B x RACE_N x d, memcheck on GLOBAL_B x memcheck_n x d; or what
+    was kept of an earlier check of the same build."""
+    kept = cache_file(program, d, memcheck_n, tools, race)
     if (found := kept_findings(kept)) is not None:
         return found
     if find_tool("compute-sanitizer") is None:
@@ -100,8 +104,8 @@ def check(program: Program, d: int, launcher: Launcher | None, work: Path, say: 
     if budget.left < 1:
         return [Finding(Kind.MISSING_TOOL, [f"race check: {', '.join(tools)} not run: {budget.left:.0f} s left of "
                                             f"fa run --why-budget's {budget.seconds:g} s"])]
-    sizes = {tool: (memcheck_n if tool == "memcheck" else RACE_N, RACE_B if tool in ON_ONE_BATCH else GLOBAL_B)
-             for tool in tools}
+    sizes = {tool: (race[1], race[0]) if tool in ON_ONE_BATCH else (memcheck_n if tool == "memcheck" else RACE_N,
+                                                                       GLOBAL_B) for tool in tools}
     made = {size: check_case(work, d, *size) for size in set(sizes.values())}  # each input and output once
     cases = {tool: made[size] for tool, size in sizes.items()}
     where = on_shapes(cases)
@@ -179,7 +183,9 @@ class PassingBuild(Step):
     other d that passed, until one reports a hazard (a race may need d = 64's block or tile to
     show; the other tools' findings seldom depend on d, and each run of theirs costs a class's
     searches as much as a racecheck's); memcheck on a passing case's N where one is a multiple of no
-    tile (a partial last tile), else on RACE_N, and at a later d too where it has such an N.
+    tile (a partial last tile), else on RACE_N, and at a later d too where it has such an N. Where
+    nothing was reported and the launch logs show a grid fixed whatever the work (persistent blocks),
+    racecheck again on PERSISTENT's input, where each block takes more than one item.
     Each tool gets TOOL_TIMEOUT_S at most, and no more than the investigation's budget has left."""
 
     name = "the race check of a passing build"
@@ -203,4 +209,29 @@ class PassingBuild(Step):
             found += check(ctx.program, d, ctx.launcher, ctx.work, ctx.say, ctx.budget, n, tools)
             if any(f.kind in (Kind.WARNING, Kind.MISSING_TOOL) for f in found):
                 break  # a hazard said, or a tool that could not say: the other d adds nothing sure
+        else:
+            if (fixed := fixed_grid(ctx.results)) is not None:  # a block meets a second item only past its grid
+                ctx.say(f"race check: {fixed[0]}'s grid is {fixed[1]} blocks in every case, whatever its work: "
+                        f"racecheck on {PERSISTENT[0]} batches of {PERSISTENT[1]} rows too, where its blocks take "
+                        "items in turn")
+                found += check(ctx.program, passed[0].target.shape.d, ctx.launcher, ctx.work, ctx.say, ctx.budget,
+                               tools=("racecheck",), race=PERSISTENT)
         return [beside_failures(f) for f in found] if any(r.verdict != "PASS" for r in ctx.results) else found
+
+
+PERSISTENT = (16, 128)  # racecheck's B and N for a fixed grid: 2048 rows, 256 items of 8, past a grid of SMs x 8
+
+
+def fixed_grid(results: list) -> tuple[str, int] | None:
+    """(a kernel, its blocks) where the launch logs of cases of different work (B * N) show that
+    kernel with one grid every time, of fewer blocks than rows of the largest: a grid sized by the
+    device (persistent blocks that take items in turn); None otherwise."""
+    seen: dict[str, set] = {}
+    for r in results:
+        for launch in launches(getattr(getattr(r, "run", None), "stderr", "") or ""):
+            seen.setdefault(base_name(launch.kernel), set()).add((launch.blocks, r.target.shape.B * r.target.shape.N))
+    for kernel, pairs in seen.items():
+        blocks, works = {b for b, _ in pairs}, {w for _, w in pairs}
+        if len(blocks) == 1 and len(works) > 1 and next(iter(blocks)) < max(works) // 8:
+            return kernel, next(iter(blocks))
+    return None
