@@ -74,3 +74,13 @@ def test_events_that_keep_no_time_are_said_with_the_line_that_makes_them(tmp_pat
     assert found.fields == dict(line=12, no_timing_at=3), found.fields
     assert "which the runtime refuses with \"invalid resource handle\" for an event that keeps no time" in \
         found.lines[0] and "line 3 creates an event with cudaEventDisableTiming" in found.lines[0], found.lines
+
+
+def test_an_untimed_event_of_its_own_is_not_blamed_for_start_and_stop(tmp_path):
+    """A sync event made without timing beside start and stop made plainly: the line is shown, and
+    that start and stop are made so is not said."""
+    text = HOST.replace("  cudaEvent_t start, stop;\n", "  cudaEvent_t start, stop, sync;\n"
+                        "  cudaEventCreateWithFlags(&sync, cudaEventDisableTiming);\n")
+    [found] = TimeReadEarly().run(context(tmp_path, text, "hw4: hw4.cu:8: invalid resource handle\n"))
+    assert found.fields["no_timing_at"] is None and "whether start and stop are made so fa could not read" in \
+        found.lines[0], found.lines

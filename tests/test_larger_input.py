@@ -325,7 +325,8 @@ def test_rows_wrong_from_the_end_of_a_logged_grids_first_pass_over_its_items_say
     rows = np.arange(4, 2048, 8)  # sampled (set43's s06 on 2 x 32768): the end of the first pass between two rows
     sampled = larger_input.wrong_from(got[:, rows], wrong[:, rows], shape, rows, log)
     assert sampled.startswith("every row checked is right before batch 2, row 1028 and wrong from there on: between "
-                              "the last right row checked (5116) and the first wrong one, where the first pass of "
+                              "the last right row checked (5116) and the first wrong one (rows sampled: a product "
+                              "that falls there may be a coincidence), where the first pass of "
                               "attention_items's grid of 80 blocks over items of 64 rows ends (80 x 64 = 5120"), sampled
     assert "first pass" not in larger_input.wrong_from(got[:, rows], wrong[:, rows], shape, rows, whole)
 
@@ -557,8 +558,9 @@ def test_ten_batches_come_before_the_odd_n_and_show_a_short_last_share(tmp_path,
                                      "course's c10, c26 and c27 have"), found.lines
     assert "a mistake that shows only at 10 batches" in found.lines[0], found.lines
     assert "every row checked is right before batch 9, row 0 and wrong from there on, every wrong value 0 (as where " \
-        "nothing was written): where the last of 4 shares of ceil(10 / 4) = 3 batches starts, a short one of 1" in \
-        found.lines[0], found.lines
+        "nothing was written): batch 9 is where the last of 4 shares of ceil(10 / 4) = 3 batches would start, a " \
+        "short one of 1" in found.lines[0], found.lines
+    assert larger_input.last_share(9, 12) is None and larger_input.last_share(5, 10) is None  # shares that divide
 
 
 FIRST_BATCHS_V = """#!{python}
@@ -641,3 +643,4 @@ def test_rows_of_only_negative_scores_show_on_the_tiny_rows_drawn_last(tmp_path,
                                  Budget(60))
     assert found.lines[0].startswith("passes the cases run, but on a drawn B=64, N=4, d=32 input (64 batches of 4 "
                                      "rows: about 1 row in 16 has only negative scores"), found.lines
+    assert "(max error inf)" in found.lines[0] or "NaN" in found.lines[0], found.lines  # the rows' NaN seen

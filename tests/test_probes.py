@@ -2268,7 +2268,7 @@ CPU_VARIANTS = {  # set41's and set42's mistakes planted in the project's CPU pr
                           "      for (int x = 0; x < D; ++x) ai[x] *= alpha;",
                          "      float* ai = acc[i];\n      for (int x = 0; x < D; ++x) {\n        ai[x] *= alpha;\n"
                          "        l[i] = l[i] * (x ? alpha : 1.f) + sum;\n      }"),), (2, 128, 32),
-                       "`l = l * alpha + sum(p), run 32 times a tile (inside the loop over the 32 dims"),
+                       "`l = l * alpha + sum(p), run 32 times a tile (inside a loop of 32 steps"),
     "bit-level-exp": ((("struct ExpE {", "static inline float fast_exp(float x) {\n  if (x < -87.f) return 0.f;\n"
                         "  const int i = (int)(12102203.0f * x + 1065353216.0f);\n  float f;\n  std::memcpy(&f, &i, 4);\n"
                         "  return f;\n}\nstruct ExpE {"),
@@ -2332,3 +2332,15 @@ def test_the_key_at_one_place_of_each_pair_weighed_against_another_rows_max_is_r
     assert said.startswith("in 144 rows (rows 128-199 of the batches), the keys at place 1 of every 2 (k mod 2) weigh "
                            "as P does up to one factor a row, and those at place 0 do not"), said
     assert factors.weighed_otherwise_by_place(P, P, readings.FLAT) is None
+
+
+def test_places_right_each_on_its_own_but_with_factors_of_their_own_are_no_reading():
+    """Keys at places 0, 1 and 3 of every 4 each flat on their own but each with a factor of its own
+    (1.5, 0.7, 0.9), place 2 not: no one factor a row for the right places, so no reading."""
+    inp = probe(B=2, N=128)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    place = np.arange(128) % 4
+    noise = RNG.uniform(0.5, 2.0, size=P.shape)
+    W = P * np.where(place == 0, 1.5, np.where(place == 1, 0.7, np.where(place == 3, 0.9, noise)))
+    assert factors.weighed_otherwise_by_place(W, P, readings.FLAT) is None

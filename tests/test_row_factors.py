@@ -121,7 +121,11 @@ def test_a_factor_set_by_the_rows_max_is_named_by_its_slope():
     P /= P.sum(axis=2, keepdims=True)
     W = P * np.exp((1 - np.log(2)) * s.max(axis=2))[..., None]
     said, fields = factors.per_row_factor(W, P, s)
-    assert "f = exp(a M) in every row, M the row's largest score and a = 0.307 = 1 - ln 2" in said, said
+    assert "f = exp(a M) in every row read, M the row's largest score and a = 0.307: the weights' max a natural-log " \
+        "one taken by base-2 exponentials" in said, said
     assert abs(fields["max_slope"] - (1 - np.log(2))) < 1e-3
     said, _ = factors.per_row_factor(P * np.exp(0.2 * s.max(axis=2))[..., None], P, s)
     assert "exp(a M)" not in said, said
+    # weights exp(s - M) over a sum of exp(s) never shifted: f = exp(-M)
+    said, fields = factors.per_row_factor(P * np.exp(-s.max(axis=2))[..., None], P, s)
+    assert "a = -1: the max subtracted from the weights' scores and not from the sum's" in said, said

@@ -664,3 +664,25 @@ def test_a_port_that_resets_the_device_ends_well_and_logs_its_launches(tmp_path)
     proc = subprocess.run([str(exe)], capture_output=True, text=True, env={**os.environ, "FA_TIMING": "1"})
     assert proc.returncode == 0, proc.stderr
     assert "fa-launch: launches=5 untimed=0" in proc.stderr and "fa-launch: launches=1 untimed=0" in proc.stderr
+
+
+def test_a_passing_hip_programs_full_wavefront_mask_is_a_warning(monkeypatch, tmp_path):
+    """The investigation's MI210Hints on a hw4.hip that passed every case through the emulation: the
+    mask (1ull << n) - 1 is said as "passes here, but", with its line; a 32-lane hint, which the
+    emulation shows by itself, is not said of a passing program."""
+    from types import SimpleNamespace
+    with_devices(monkeypatch, "nvidia")
+    source = tmp_path / "hw4.hip"
+    source.write_text("__global__ void k(float* m, int n) {\n"
+                      "  const int bc = min(64, n);\n"
+                      "  const unsigned long long live = (1ull << bc) - 1;\n"
+                      "  m[threadIdx.x] = (live >> threadIdx.x) & 1;\n"
+                      "  for (int off = 16; off > 0; off >>= 1) m[0] += __shfl_xor(m[0], off);\n"
+                      "}\n")
+    program = programs.from_source(source)
+    results = [SimpleNamespace(run=SimpleNamespace(stderr=""), ok=True)]
+    ctx = Context(program, None, tmp_path, Budget(60.0), lambda line: None, 5e-3, None, "", results=results)
+    assert investigation.MI210Hints().applies(ctx)
+    [found] = investigation.take((investigation.MI210Hints(),), ctx)
+    assert found.kind == Kind.WARNING and found.lines[0].startswith(
+        "passes here, but hw4.hip line 3: a mask of the first n lanes as (1ull << n) - 1"), found.lines

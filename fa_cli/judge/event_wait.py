@@ -66,13 +66,29 @@ class TimeReadEarly(Step):
 def no_timing(name: str, number: int, error: str, lines: list[str], start: str, stop: str) -> Finding:
     """"invalid resource handle" from the elapsed time of start to stop: the line that creates an
     event without timing, where the source has one."""
-    made = next((at for at, text in enumerate(lines, 1) if NO_TIMING.search(text.split("//")[0])), None)
-    said = f"line {made} creates an event with cudaEventDisableTiming (`{lines[made - 1].strip()[:SHOWN]}`): an " \
-        f"event made so, or by a function that makes it so, keeps no time; create {start} and {stop} with " \
-        "cudaEventCreate" if made else \
+    made = [at for at, text in enumerate(lines, 1) if NO_TIMING.search(text.split("//")[0])]
+    named = re.compile(rf"\b(?:{re.escape(start)}|{re.escape(stop)})\b")
+    ours = next((at for at in made if named.search(lines[at - 1])), None)  # start's or stop's own creation
+    if ours is None and made:  # or a function that makes events so, called where start or stop is made
+        maker = function_of(lines, made[0])
+        ours = made[0] if maker and any(named.search(t) and re.search(rf"\b{maker}\s*\(", t) for t in lines) else None
+    said = f"line {ours} creates an event with cudaEventDisableTiming (`{lines[ours - 1].strip()[:SHOWN]}`), and " \
+        f"{start} or {stop} is made there or by it: an event made so keeps no time; create {start} and {stop} with " \
+        "cudaEventCreate" if ours else \
+        f"line {made[0]} creates an event with cudaEventDisableTiming, whether {start} and {stop} are made so fa " \
+        "could not read" if made else \
         "no line creates an event with cudaEventDisableTiming: an event destroyed, or never created"
     return Finding(Kind.OBSERVED, [
         f"the call that failed, {name} line {number} (`{lines[number - 1].strip()[:SHOWN]}`: {error}), reads the time "
         f"from event {start} to {stop}, which the runtime refuses with \"invalid resource handle\" for an event that "
         f"keeps no time (created with cudaEventDisableTiming) or is not one: {said}"],
-        dict(line=number, no_timing_at=made))
+        dict(line=number, no_timing_at=ours))
+
+
+def function_of(lines: list[str], at: int) -> str | None:
+    """The name of the function whose body holds line `at` (the nearest function start above it)."""
+    for text in reversed(lines[:at]):
+        if FUNCTION_START.match(text):
+            m = re.search(r"(\w+)\s*\([^()]*\)\s*\{?\s*$", text.strip())
+            return m.group(1) if m else None
+    return None

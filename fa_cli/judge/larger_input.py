@@ -208,10 +208,10 @@ def last_share(b: int, B: int) -> str | None:
     for S in SHARES:
         per = -(-B // S)
         if b == (S - 1) * per and B % per:
-            return (f": where the last of {S} shares of ceil({B} / {S}) = {per} batches starts, a short one of "
-                    f"{B - b} (batches dealt to {S} streams or blocks: the last share's batches not computed or not "
-                    "copied back, as where its first batch or its count is taken from its own size, s * nb, where "
-                    f"s * {per} belongs)")
+            return (f": batch {b} is where the last of {S} shares of ceil({B} / {S}) = {per} batches would start, a "
+                    f"short one of {B - b} (as in a program that deals batches to {S} streams or blocks and leaves "
+                    "the last, short share's batches not computed or not copied back: its first batch or its count "
+                    f"taken from its own size, s * nb, where s * {per} belongs?)")
     return None
 
 
@@ -231,7 +231,7 @@ def one_pass(at: int, shape: Shape, logged: list, after: int | None = None) -> s
             end = launch.blocks * k
             if launch.blocks > 1 and (end == at if after is None else after < end <= at):
                 where = "exactly where" if after is None else f"between the last right row checked ({after}) and " \
-                    "the first wrong one, where"
+                    "the first wrong one (rows sampled: a product that falls there may be a coincidence), where"
                 return (f": {where} the first pass of {base_name(launch.kernel)}'s grid of {launch.blocks} "
                         f"blocks over items of {k} rows ends ({launch.blocks} x {k} = {end}, fa's launch log; the rows "
                         "b * N + i): the items past the grid's first pass are not done right (a grid-stride or "

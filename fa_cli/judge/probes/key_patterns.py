@@ -120,9 +120,9 @@ def keys_by_group(terms: np.ndarray, k: np.ndarray, tol: float = MATCH_TOL) -> s
         return (f"with key 0 read right, the keys j with j mod {m} in {{{spans(np.flatnonzero(first))}}} take their "
                 f"terms right, and each other group of {G} (j mod {m} in {said}) theirs too but for one constant a dim "
                 f"and group (from {shifts.min():.3g} to {shifts.max():.3g}): each group's weights are off by one "
-                "factor of their own in each row: the groups summed apart, each against a running max of its own "
-                "(warps or lanes that split each tile's keys), and merged with factors written otherwise (the merge "
-                "of m, l and o: the later steps look)")
+                "factor of their own in each row, as where groups of keys (warps or lanes that split each tile's "
+                "keys) are summed apart, each against a max of its own, and merged with factors written otherwise: "
+                "the later steps look")
     return None
 
 

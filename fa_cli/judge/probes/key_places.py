@@ -112,10 +112,15 @@ def weighed_otherwise_by_place(W: np.ndarray, P: np.ndarray, flat: float) -> tup
             return None
         for G in (G for G in PLACE_CLASSES if 4 * G <= W.shape[2]):
             places = [logr[..., c::G][off] for c in range(G)]  # (off rows, keys at place c)
+            if any(np.isnan(x).all(axis=1).any() for x in places):
+                continue  # a place with no known key in some row: nothing to say of it there
             right = np.stack([np.nanmax(x, axis=1) - np.nanmin(x, axis=1) <= flat for x in places], axis=1)
             patterns, counts = np.unique(right, axis=0, return_counts=True)
             best = patterns[counts.argmax()]
-            if counts.max() >= SHARE * off.sum() and best.any() and not best.all():
+            if counts.max() < SHARE * off.sum() or not best.any() or best.all():
+                continue
+            kept = np.concatenate([places[c] for c in np.flatnonzero(best)], axis=1)  # the right places together
+            if (np.nanmax(kept, axis=1) - np.nanmin(kept, axis=1) <= flat).mean() >= SHARE:  # one factor a row
                 return said_by_place(G, best, off), dict(places_apart=G, places_right=np.flatnonzero(best).tolist(),
                                                          look="exp")
     return None

@@ -54,7 +54,10 @@ class RowFactors(Probe):
         if which is None:
             return []
         look = LOOK.get(fields.pop("look", ""), STEP_LOOK["sum"])
+        fit = int(np.isfinite(f).sum())
+        rows = "every row of the output is" if fit == f.size else \
+            f"{fit} of {f.size} rows of the output are (the other {f.size - fit} left out of the reading: f = 1 there)"
         return measured(ctx, [
-            f"measured on {ctx.probe.label}: every wrong row of the output is the right row times a factor of its own "
-            f"(from {np.nanmin(f):.4g} to {np.nanmax(f):.4g}): the right weights, divided by another sum (f = the "
-            f"right l / the l it divided by): {which}"], look=look, **fields)
+            f"measured on {ctx.probe.label}: {rows} the right row times a factor of its own (from {np.nanmin(f):.4g} "
+            f"to {np.nanmax(f):.4g}): the right weights, divided by another sum (f = the right l / the l it divided "
+            f"by): {which}"], look=look, **fields)

@@ -79,8 +79,8 @@ STEP_FORMS = {
              lambda l, alpha, psum, so_far: l + alpha * psum),
             ("l = l * alpha + the sum of p over every tile so far (the tile's sum kept across tiles, never set back "
              "to 0)", lambda l, alpha, psum, so_far: l * alpha + so_far),
-            *((f"l = l * alpha + sum(p), run {k} times a tile (inside the loop over the {k} dims of the output's "
-               "update)", lambda l, alpha, psum, so_far, k=k: repeated(l, alpha, psum, k)) for k in (32, 64))),
+            *((f"l = l * alpha + sum(p), run {k} times a tile (inside a loop of {k} steps, as one over the "
+               "output's dims)", lambda l, alpha, psum, so_far, k=k: repeated(l, alpha, psum, k)) for k in (32, 64))),
     # (each also gets l before and after the tile's update: a program that keeps acc divided by l)
     "output": (("acc = acc * alpha + p V", lambda acc, alpha, p_full, *sums: acc * alpha[..., None] + p_full),
                ("acc = acc + p V (acc not rescaled)", lambda acc, alpha, p_full, *sums: acc + p_full),
@@ -183,7 +183,7 @@ SPREAD_SHIFT = (1064866805 - 127 * 2 ** 23) / 2 ** 23  # the bias that halves th
 APPROX_EXP = (("exp(x) as the bits of a float, x * 2^23 log2(e) + 127 * 2^23 made an integer (2^e (1 + f): the "
                "fraction's power taken linearly, up to 6% over e^x)", lambda x: bit_exp(x, 0.0)),
               ("exp(x) as the bits of a float, x * 2^23 log2(e) + 1064866805 made an integer (2^e (1 + f), shifted "
-               "to spread its error: up to 3% either side of e^x)", lambda x: bit_exp(x, SPREAD_SHIFT)))
+               "to spread its error: from 4% under e^x to 2% over)", lambda x: bit_exp(x, SPREAD_SHIFT)))
 
 
 def variants():

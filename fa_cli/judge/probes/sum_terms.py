@@ -87,13 +87,15 @@ def fixed_point_sums(s: np.ndarray):
 
 
 LN2 = float(np.log(2))
-MAX_SLOPES = {1 - LN2: "1 - ln 2: the max multiplied by ln 2 (a base-2 max turned natural-log) where the weights read "
-                       "it as base 2, or the reverse",
-              LN2 - 1: "ln 2 - 1: a base-2 max read as natural-log where the weights take it in base 2",
-              float(np.log2(np.e)) - 1: "log2(e) - 1: a natural-log max read as base 2",
-              1 - float(np.log2(np.e)): "1 - log2(e): a base-2 max read as natural-log",
-              1.0: "1: the max subtracted from the scores of the weights and not from the sum's, or the reverse",
-              -1.0: "-1: the max subtracted twice on one side"}
+LOG2E = float(np.log2(np.e))
+# a = 1 - c where the weights subtract c M and the sum M (a = c - 1: the other way round), M natural
+MAX_SLOPES = {1 - LN2: "the weights' max a natural-log one taken by base-2 exponentials (M where M log2(e) belongs, "
+                       "as a max stored times ln 2 and read as base 2), the sum's right",
+              LN2 - 1: "the sum's max a natural-log one taken by base-2 exponentials, the weights' right",
+              1 - LOG2E: "the weights' max a base-2 one taken by natural exponentials, the sum's right",
+              LOG2E - 1: "the sum's max a base-2 one taken by natural exponentials, the weights' right",
+              -1.0: "the max subtracted from the weights' scores and not from the sum's",
+              1.0: "the max subtracted from the sum's scores and not from the weights'"}
 SLOPE_ALIKE = 2e-3  # a fitted slope within this of a named one is that one
 
 
@@ -107,11 +109,12 @@ def max_scaled(f: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
     if use.sum() < MIN_ROWS or np.ptp(top[use]) < 1.0:
         return None
     a = float(np.sum(lf[use] * top[use]) / np.sum(top[use] ** 2))
-    if np.abs(lf[use] - a * top[use]).max() > FLAT:
+    read = np.isfinite(lf)  # every row read, the right ones too: f = exp(a M) there as well
+    if np.abs(lf[read] - a * top[read]).max() > FLAT:
         return None
     named = next((words for slope, words in MAX_SLOPES.items() if abs(a - slope) <= SLOPE_ALIKE), None)
     if named is None:
         return None
-    return (f"f = exp(a M) in every row, M the row's largest score and a = {fmt(a)} = {named}: the output is the right "
-            "one times a power of e set by the row's max; look at the unit of the max where it is stored and where it "
-            "is read"), dict(max_slope=a)
+    return (f"f = exp(a M) in every row read, M the row's largest score and a = {fmt(a)}: {named}: the output is the "
+            "right one times a power of e set by the row's max; look at the unit of the max where it is stored and "
+            "where it is read"), dict(max_slope=a)
