@@ -166,4 +166,8 @@ def test_a_source_whose_toolkit_headers_need_cxx17_is_built_as_the_judges_toolki
     said = []
     assert student_build.build(source, tmp_path / "out" / "hw4", announce=said.append) is None
     assert (tmp_path / "out" / "hw4").is_file()
-    assert any("stops in this toolkit's own headers" in s and "built here with -std=c++17" in s for s in said), said
+    # CUDA 13's cooperative groups do not build at C++11 even with the headers' check silenced: built at
+    # C++17, and what that leaves unknown said
+    assert any("stops in this toolkit's own headers" in s and "where the judge's CUDA (12 or older, for sm_61) only "
+               "warns" in s and "built here with -std=c++17; whether hw4.cu itself needs C++17 or only this "
+               "toolkit's headers do, fa cannot tell here" in s for s in said), said

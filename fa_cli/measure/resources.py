@@ -338,7 +338,8 @@ def compile_as_the_course(source: Path, target: str, hip_source: bool, work: Pat
         raise refused from None
     why = str(refused).split(" failed: ", 1)[-1]
     if student_build.toolkit_standard(why, std):
-        return text, argv, f"{student_build.toolkit_words(std, why, source.name)}: this report is -std=c++17's"
+        return text, argv, (f"{student_build.toolkit_words(std, why)}: this report is -std=c++17's; whether "
+                            f"{source.name} itself needs C++17, this report does not tell")
     return text, argv, (f"{source.name} does not build as the course builds it (-std={std}): {why}; it builds with "
                         f"-std=c++17, whose report this is: the source needs C++17, and the course's build will fail "
                         f"unless a Makefile of yours sets -std=c++17")

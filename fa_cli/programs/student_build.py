@@ -314,34 +314,48 @@ def build(source: Path, output: Path, extra: tuple[str, ...] = (), announce=None
     return error + (standard_advice(std, recipe, source) if std else "")
 
 
+DIALECT_SILENCED = "-DCCCL_IGNORE_DEPRECATED_CPP_DIALECT"  # CUDA 13's own switch: its headers' check only warns
+
+
 def rebuilt_for_toolkit(recipe: Recipe, error: str, scratch: Path, env: dict, announce, name: str):
-    """The recipe run again under the standard the toolkit's own headers ask for (CUDA 13's
-    libcu++ needs C++17 where the course's line asks C++11): the judge's older toolkit takes the
-    asked one there, so the source is built as it would be. (recipe, folder, None) where that
-    builds, else (the first recipe, its folder, its error)."""
-    newer = toolkit_standard(error, standard_of(recipe))
-    trial = with_standard(recipe, newer)
-    folder = scratch / f"toolkit-{newer}"
-    shutil.copytree(scratch / "src", folder)
-    if run_recipe(trial, folder, env) is not None:
-        return recipe, scratch / "src", error
-    if announce:
-        announce(f"{toolkit_words(standard_of(recipe), error, name)}: built here with -std={newer}, nothing else "
-                 "changed")
-    return trial, folder, None
+    """The recipe run again where the toolkit's own headers refuse the asked standard (CUDA 13's
+    libcu++ needs C++17 where the course's line asks C++11; the judge's CUDA 12 only warns): first
+    at the asked standard with the headers' check silenced (DIALECT_SILENCED), as the judge's
+    toolkit builds it; else at the standard they ask for, said so, with what that leaves unknown.
+    (recipe, folder, None) where one builds, else (the first recipe, its folder, its error)."""
+    asked, newer = standard_of(recipe), toolkit_standard(error, standard_of(recipe))
+    silenced = with_flag(recipe, DIALECT_SILENCED)
+    for trial, label, said in ((silenced, "silenced", f"built here at -std={asked} with {DIALECT_SILENCED} (the "
+                                f"headers' check then only warns, as CUDA 12's does), nothing else changed"),
+                               (with_standard(recipe, newer), newer, f"it does not build at -std={asked} even with "
+                                f"that check silenced: built here with -std={newer}; whether {name} itself needs "
+                                f"C++{newer[3:]} or only this toolkit's headers do, fa cannot tell here")):
+        folder = scratch / f"toolkit-{label}"
+        shutil.copytree(scratch / "src", folder)
+        if run_recipe(trial, folder, env) is None:
+            if announce:
+                announce(f"{toolkit_words(asked, error)}: {said}")
+            return trial, folder, None
+    return recipe, scratch / "src", error
 
 
-def toolkit_words(asked: str, error: str, name: str) -> str:
-    """Why a source the toolkit's own headers refuse is built with a newer standard, in words."""
-    return (f"-std={asked} stops in this toolkit's own headers ({error[:160]}), not in {name}; the judge's CUDA (12 or "
-            "older, for sm_61) takes it there with a deprecation warning")
+def with_flag(recipe: Recipe, flag: str) -> Recipe:
+    """The recipe with a flag added to every compiler command."""
+    lines = [each_compiler_command(line, lambda words: [words[0], flag, *words[1:]]) for line in recipe.lines]
+    return Recipe(lines, recipe.product, recipe.how, recipe.changes, recipe.makefile)
+
+
+def toolkit_words(asked: str, error: str) -> str:
+    """That the toolkit's own headers refuse the asked standard, in words."""
+    return (f"-std={asked} stops in this toolkit's own headers ({error[:160]}), where the judge's CUDA (12 or older, "
+            "for sm_61) only warns")
 
 
 def toolkit_standard(error: str, asked: str) -> str | None:
     """The standard a compiler error from the toolkit's own headers asks for (CUDA 13's
     cpp_dialect.h: "libcu++ requires at least C++ 17"), where it is newer than the `asked` one (a
     -std value); None for an error of the source's."""
-    match = re.search(r"/(?:cuda|rocm)[^/\s]*/\S*\.h:\d+:\d+: error: #error .*requires at least C\+\+ ?(\d\d)", error)
+    match = re.search(r"/cuda[^/\s]*/\S*\.h:\d+:\d+: error: #error .*requires at least C\+\+ ?(\d\d)", error)
     if not match or standard_year(asked) >= int(match.group(1)):
         return None
     return f"c++{match.group(1)}"
