@@ -155,9 +155,10 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
         return []
     worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
     checked = "" if rows is None else f" (of {rows.size} rows of each batch checked)"
+    payload = read_payload(path, shape, shape.B, shape.N) if path else None  # read once, for both readings
     readings = (wrong_from(got, wrong, shape, rows, launches(result.stderr or "")), whole_batches(got, wrong),
-                rows_scaled(got, correct, wrong), path and keys_capped(path, shape, rows, got, tol),
-                path and another_batchs_part(path, shape, rows, got, wrong, tol))
+                rows_scaled(got, correct, wrong), payload and keys_capped(payload, shape, rows, got, tol),
+                payload and another_batchs_part(payload, shape, rows, got, wrong, tol))
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
@@ -259,10 +260,10 @@ def whole_batches(got: np.ndarray, wrong: np.ndarray) -> str | None:
             "not computed or not collected")
 
 
-def keys_capped(path: Path, shape: Shape, rows: np.ndarray | None, got: np.ndarray, tol: float) -> str | None:
-    """Where every value checked is attention over the first M keys only (M a power of 2 under N):
-    that M, in words; None otherwise."""
-    q, k, v = read_payload(path, shape, shape.B, shape.N)
+def keys_capped(payload: tuple, shape: Shape, rows: np.ndarray | None, got: np.ndarray, tol: float) -> str | None:
+    """Where every value checked is attention over the first M keys only (M a power of 2 under N),
+    payload the input's Q, K, V: that M, in words; None otherwise."""
+    q, k, v = payload
     taken = np.arange(shape.N) if rows is None else rows
     index = np.broadcast_to(taken, (shape.B, taken.size))
     for M in (2 ** e for e in range(8, shape.N.bit_length()) if 2 ** e < shape.N):
@@ -277,7 +278,7 @@ def keys_capped(path: Path, shape: Shape, rows: np.ndarray | None, got: np.ndarr
 BATCHES_READ = 4  # wrong batches whose values are tried against another batch's Q, K or V
 
 
-def another_batchs_part(path: Path, shape: Shape, rows: np.ndarray | None, got: np.ndarray, wrong: np.ndarray,
+def another_batchs_part(payload: tuple, shape: Shape, rows: np.ndarray | None, got: np.ndarray, wrong: np.ndarray,
                         tol: float) -> str | None:
     """Where each wrong batch's values checked (the first BATCHES_READ) are attention with one of Q, K
     or V taken from one other batch (batch 0, the one before or the one after), the same part for
@@ -285,7 +286,7 @@ def another_batchs_part(path: Path, shape: Shape, rows: np.ndarray | None, got: 
     bad = np.flatnonzero(wrong.any(axis=(1, 2)))[:BATCHES_READ]
     if not bad.size or shape.B < 2:
         return None
-    q, k, v = read_payload(path, shape, shape.B, shape.N)
+    q, k, v = payload
     index = np.arange(shape.N) if rows is None else rows
     for name, part in (("Q", 0), ("K", 1), ("V", 2)):
         sources = []
