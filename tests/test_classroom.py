@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import DATA, fa, path_without_bwrap
 from test_sandbox import bwrap_works
+from test_student_build import toolkit_refuses_cxx11
 
 import fa_cli
 from fa_cli.classroom import judging, similarity, submissions, table
@@ -136,16 +137,23 @@ def test_a_cuda_submission_on_a_machine_without_the_gpu_is_built_and_said_not_ru
     (tmp_path / "subs" / "erin").mkdir(parents=True)
     assert fa("init", tmp_path / "starter").returncode == 0
     shutil.copy(tmp_path / "starter" / "hw4.cu", tmp_path / "subs" / "erin" / "hw4.cu")
+    if toolkit_refuses_cxx11():  # a source whose build the toolkit's own headers stop at the course's C++11
+        (tmp_path / "subs" / "frank").mkdir()
+        starter = (tmp_path / "starter" / "hw4.cu").read_text()
+        (tmp_path / "subs" / "frank" / "hw4.cu").write_text("#include <cooperative_groups.h>\n" + starter)
     proc = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
-    assert proc.returncode == 1 and "1 not run" in proc.stdout, proc.stdout + proc.stderr  # no verdict: no all-clear
+    assert proc.returncode == 1 and "not run" in proc.stdout, proc.stdout + proc.stderr  # no verdict: no all-clear
     row = rows(tmp_path / "class")["erin"]
     assert row["build"] == "ok" and row["cause"].startswith("not run: hw4.cu is a CUDA program")
     assert "no NVIDIA GPU" in row["cause"]
     # built twice before any GPU time: as the course builds it, and with -g -lineinfo for the sanitizers
     builds = [p for p in (tmp_path / "class" / "cache" / "student").glob("hw4-*/hw4") if p.is_file()]
-    assert len(builds) == 2
+    assert len(builds) == 2 * len(rows(tmp_path / "class"))
+    if toolkit_refuses_cxx11():  # what fa changed to build it, in its row
+        assert rows(tmp_path / "class")["frank"]["build"].startswith(
+            "ok; -std=c++11 stops in this toolkit's own headers"), rows(tmp_path / "class")["frank"]
     again = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
-    assert "0 judged before and unchanged, 1 to judge" in again.stdout  # judged again: on a GPU node, it runs
+    assert "0 judged before and unchanged" in again.stdout  # judged again: on a GPU node, it runs
 
 
 def verdict_columns(folder):

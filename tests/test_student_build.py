@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from helpers import fa, verdicts
-from fa_cli.programs import student_build
+from fa_cli.programs import programs, student_build
 
 pytestmark = pytest.mark.skipif(not shutil.which("g++") or not shutil.which("make"), reason="needs g++ and make")
 
@@ -171,3 +171,13 @@ def test_a_source_whose_toolkit_headers_need_cxx17_is_built_as_the_judges_toolki
     assert any("stops in this toolkit's own headers" in s and "where the judge's CUDA (12 or older, for sm_61) only "
                "warns" in s and "built here with -std=c++17; whether hw4.cu itself needs C++17 or only this "
                "toolkit's headers do, fa cannot tell here" in s for s in said), said
+    # kept beside the program, and said again each time the kept program is used
+    assert "fa cannot tell here" in student_build.build_note(tmp_path / "out" / "hw4")
+    kept = programs.Program("hw4.cu", tmp_path / "out" / "hw4", None, source=source)
+    again = []
+    assert programs.ensure_built(kept, again.append) is kept
+    assert again and again[0].startswith("hw4.cu as built before: -std=c++11 stops in this toolkit's own headers")
+    plain = tmp_path / "plain.cu"
+    plain.write_text("int main() { return 0; }\n")
+    assert student_build.build(plain, tmp_path / "out" / "hw4") is None  # a build that changes nothing: no note
+    assert student_build.build_note(tmp_path / "out" / "hw4") == ""

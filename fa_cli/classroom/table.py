@@ -26,7 +26,8 @@ def row_of(record: dict) -> dict:
     """A record as the table's row: its fixed columns, then each case's verdict and time."""
     runs = record.get("runs") or []
     row = dict(student=record["student"], platform=record["platform"],
-               build="ok" if record.get("build_error") is None else f"error: {record['build_error']}",
+               build=f"error: {record['build_error']}" if record.get("build_error") is not None else
+               f"ok; {record['build_note']}" if record.get("build_note") else "ok",
                sandboxed="yes" if record.get("sandboxed") else "NO")
     row["passed"] = f"{sum(r.get('verdict') == 'PASS' for r in runs)}/{len(record['cases'])}" if runs else "-"
     row["time_s"] = round(sum(r.get("wall_s") or 0 for r in runs), 3) if runs else None

@@ -150,6 +150,8 @@ def ensure_built(program: Program, announce=None) -> Program:
         raise FaError("--program torch needs PyTorch (pip install torch), which is not installed for "
                       f"{sys.executable}")
     if program.path.exists():
+        if announce and (note := build_note(program)):
+            announce(f"{program.source.name} as built before: {note}")
         return program
     if program.source is not None:
         return build_source(program, announce)
@@ -184,6 +186,11 @@ def check_compiler(source: Path) -> None:
     tool = compiler_of(source)
     if not shutil.which(tool):
         raise FaError(f"{source}: building it needs {tool}, which is not installed here", exit_code=ExitStatus.FAILED)
+
+
+def build_note(program: Program) -> str:
+    """What fa changed to build a student's source, in a line ("" where nothing): student_build.keep_note."""
+    return student_build.build_note(program.path) if program.source is not None else ""
 
 
 def build_error(program: Program, announce=None) -> str | None:

@@ -304,14 +304,39 @@ def build(source: Path, output: Path, extra: tuple[str, ...] = (), announce=None
         # and archives in the temporary directory on every build.
         env = {**os.environ, "TMPDIR": str(scratch), **platform}
         error = run_recipe(recipe, work, env)
+        said: list[str] = []  # what fa changed to build it, kept beside the program (build_note)
         if error is not None and toolkit_standard(error, standard_of(recipe)):
-            recipe, work, error = rebuilt_for_toolkit(recipe, error, scratch, env, announce, source.name)
+            recipe, work, error = rebuilt_for_toolkit(recipe, error, scratch, env, said.append, source.name)
+            for line in said if announce else ():
+                announce(line)
         if error is None:
             output.parent.mkdir(parents=True, exist_ok=True)
+            keep_note(output, "".join(said))
             shutil.move(str(work / recipe.product), str(output))
             return None
         std = standard_needed(recipe, scratch, env)
     return error + (standard_advice(std, recipe, source) if std else "")
+
+
+def note_path(output: Path) -> Path:
+    return output.with_name(output.name + ".built-as")
+
+
+def keep_note(output: Path, note: str) -> None:
+    """What fa changed in a program's build, kept beside it: said again each time the kept
+    program is used (fa run a second time, a class's runs after its builds), none left where none."""
+    if note:
+        note_path(output).write_text(note + "\n")
+    else:
+        note_path(output).unlink(missing_ok=True)
+
+
+def build_note(output: Path) -> str:
+    """The line keep_note kept for a built program; "" where its build changed nothing."""
+    try:
+        return note_path(output).read_text().strip()
+    except OSError:
+        return ""
 
 
 DIALECT_SILENCED = "-DCCCL_IGNORE_DEPRECATED_CPP_DIALECT"  # CUDA 13's own switch: its headers' check only warns
