@@ -318,3 +318,24 @@ def test_rows_not_written_point_at_the_grid_first_then_the_rows_index():
                     "b = blockIdx.y;`"), said
     base = where_to_look(rows, DATA / "planted_sets" / "set1" / "base.cu")  # no dim3 grid: the launch, not a
     assert base.startswith("; lines to look at in base.cu: 136 `attention_kernel<<<")  # kernel's ceil(N / BC)
+
+
+def test_a_run_that_exits_with_a_status_of_its_own_after_a_right_output_is_said_so(tmp_path):
+    """fwrite's item count checked against the float count: every value written, then "write
+    failed" and exit status 2. The output is checked and said right; the reruns fail every time
+    (the status), so nothing is said to come and go."""
+    program = student_program(tmp_path, "WRITE_COUNT", name="hw4_write")
+    inp = tmp_path / "x.in"
+    generate.write_input(inp, Shape(2, 64, 32), 5)
+    proc, out = judged(program, inp)
+    said = " ".join(out.split())
+    assert proc.returncode == 1 and "ERROR" in said and "write failed" in said, said
+    assert ("its output file is whole and right (every value, max error" in said and "the program ended with exit "
+            "status 2 after writing it" in said), said
+    assert "intermittent" not in said and "probe" not in said, said
+    source = tmp_path / "hw4.cpp"  # the same program as a source: the line that says it, and its test above
+    planted = (DATA / "student_hw4.cpp").read_text()
+    source.write_text(planted.replace("#define MISTAKE NONE", "#define MISTAKE WRITE_COUNT"))
+    said = " ".join(judged(source, inp)[1].split())
+    assert "measured: the output right, the exit status not: the line that says it in hw4.cpp, and the one above it: " \
+        in said and "`if (std::fwrite(staged, sizeof(float) * d, (size_t)B * N, o) != values) {`" in said, said

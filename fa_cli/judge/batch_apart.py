@@ -24,7 +24,8 @@ class ChangingBatchAlone(Step):
         alone = one_batch(ctx.trial, ctx.work, batch=b)
         runs = Reruns(alone, ctx.tol, None, None)
         while runs.reruns < ALONE_RUNS and ctx.starting(f"batch {b} alone, run {runs.reruns + 1} of {ALONE_RUNS}"):
-            runs.add(run_once(ctx.program, alone, ctx.work / "alone.out", ctx.launcher, ctx.budget.left)[1])
+            result, got = run_once(ctx.program, alone, ctx.work / "alone.out", ctx.launcher, ctx.budget.left)
+            runs.add(got, result.returncode)
         where = (f"batch {b} of {ctx.trial.label}, whose values changed between runs there, run as the only batch "
                  f"({alone.label})")
         if runs.reruns < ALONE_RUNS:

@@ -26,7 +26,7 @@ from .slow_device import LaunchesWaited, SlowDevice, SlowerThanHost
 from .error_size import ErrorOfAPass
 from .launch_errors import KernelFault
 from .leaving_early import LeftBeforeBarrier
-from .refused_input import RefusedInput
+from .refused_input import RefusedInput, RightBeforeExit
 from .event_wait import TimeReadEarly
 from .freed_early import FreedBeforeUse
 from .launch_source import LaunchAsWritten
@@ -137,7 +137,8 @@ LARGER_LABEL = "larger.in"  # as the larger input's warning names it (its fa gen
 
 # The table: what is looked at, in order. The probes' own order is probes.PROBES.
 CASE_STEPS: tuple[Step, ...] = (
-    Catalogue(), NoGpuHere(), SandboxLimit(), RefusedInput(), FreedBeforeUse(), TimeReadEarly(), LaunchAsWritten(),
+    Catalogue(), NoGpuHere(), SandboxLimit(), RightBeforeExit(), RefusedInput(), FreedBeforeUse(), TimeReadEarly(),
+    LaunchAsWritten(),
     WarpLanes(), HostCrash(), KernelFault(), Rerun(), SlowerThanHost(), ChangingBatchAlone(), LaunchesWaited(),
     Racecheck(first=True), Memcheck(), Racecheck(first=False),  # hw4.cu
     LeftBeforeBarrier(), CopiedBack(), UnwrittenShared(), *probes.PROBES, SyncInitcheck(),
@@ -201,8 +202,8 @@ def investigate(case, tol: float, launcher: Launcher | None, say: Callable[[str]
     ctx = Context(program, launcher, work, budget, say, tol, None, target.name, case_path=target.input_path,
                   case_shape=target.shape, kind=gpu_kind(program), target=target, verdict=case.verdict,
                   signal=signal_name(case.run.returncode), launcher_says=case.run.launcher_says, judged=case.judged,
-                  run_stderr=case.run.stderr or "",
-                  correct=correct,
+                  run_stderr=case.run.stderr or "", correct=correct,
+                  right_before_exit=bool(case.diagnosis and case.diagnosis.fields.get("right_before_exit")),
                   hypothesis=list(case.diagnosis.fields.get("looks_like", [])) if case.diagnosis else [],
                   pattern=dict(case.diagnosis.fields.get("pattern") or {}) if case.diagnosis else {})
     return case_steps(ctx)

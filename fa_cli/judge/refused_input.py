@@ -1,7 +1,7 @@
-"""A program that refuses its input with its own words, where the input is well formed: its check
-of the file is what is wrong (an end-of-file test after reading exactly the data, a size
-computed in another unit, a header read in another order). fa checks the input as the course's
-format has it and says the two side by side.
+"""A program whose own check of its files is what fails: it refuses its input in its own words
+where the input is well formed (an end-of-file test after reading exactly the data, a size computed
+in another unit, a header read in another order: fa checks the input as the course's format has it
+and says the two side by side), or it ends with an error after writing a whole, right output.
 """
 from __future__ import annotations
 
@@ -70,3 +70,29 @@ def refusing_line(source, said: str, path) -> list[tuple[int, str]]:
     words = said.replace(str(path), "").replace(path.name, "")
     message = max(re.split(r":\s*", words), key=len).strip()
     return source_lines(source, re.escape(message[:40]), 1) if len(message) >= 6 else []
+
+
+class RightBeforeExit(Step):
+    """An ERROR whose output file fa found whole and right (verdict.written_before_exit says so under
+    the case): the attention is not what fails, so no probe runs; the exit status is the finding."""
+
+    name = "a right output, then an exit status of the program's own"
+
+    def applies(self, ctx: Context) -> bool:
+        return ctx.verdict == "ERROR" and ctx.signal is None and ctx.right_before_exit
+
+    def run(self, ctx: Context) -> list[Finding]:
+        ctx.ended = True
+        said = [l for l in ctx.run_stderr.splitlines() if l.strip() and not l.startswith("fa-")][-1:]
+        words = re.sub(r"\S*/\S*", "", said[0]) if said else ""  # paths (the output's, a scratch one) are no words
+        shown = refusing_line(ctx.source, words, ctx.case_path) if words and ctx.source and ctx.case_path else []
+        if shown:  # the line that prints it, and the one above it (its test, most often)
+            n = shown[0][0]
+            above = ctx.source.read_text(errors="replace").splitlines()[n - 2].strip() if n > 1 else ""
+            shown = ([(n - 1, above if len(above) <= 80 else above[:77] + "...")] if above else []) + shown
+            where = f"the line that says it in {ctx.source.name}, and the one above it: {quoted(shown)}"
+        else:
+            where = "no line of the source prints its last words on stderr as fa reads them" if ctx.source else \
+                "fa has no source here to show the line that says them"
+        return [Finding(Kind.MEASURED, [f"measured: the output right, the exit status not: {where}"],
+                        dict(right_before_exit=True))]

@@ -130,12 +130,15 @@ class Reruns:
     def count(self) -> int:
         return len(self.failed)
 
-    def passes(self, got: np.ndarray | None) -> bool:
-        return got is not None and not over(got, self.case.expected, self.tol).any()
+    def passes(self, got: np.ndarray | None, returncode: int = 0) -> bool:
+        """A run passes where its output does and it ends with status 0."""
+        return not returncode and got is not None and not over(got, self.case.expected, self.tol).any()
 
-    def add(self, got: np.ndarray | None) -> None:
+    def add(self, got: np.ndarray | None, returncode: int = 0) -> None:
+        """One run more: it fails where its output does, or where it ends with an exit status of its
+        own (a run whose output is right and whose status is not fails every time, not now and then)."""
         self.reruns += 1
-        self.failed.append(not self.passes(got))
+        self.failed.append(not self.passes(got, returncode))
         if got is None:
             self.no_output += 1
             return

@@ -76,6 +76,7 @@ class Context:
     launcher_says: str | None = None  # why the launcher ended the judged run (RunResult.launcher_says)
     run_stderr: str = ""  # what the judged run wrote on stderr (its launch log's lines among it)
     judged: object | None = None  # verdict.JudgedOutput of the judged run, where it failed
+    right_before_exit: bool = False  # the judged run's output was whole and right, its exit status its own
     judged_run: bool = True  # False: a drawn input a run step found wrong (no judged run of it to count)
     correct: np.ndarray | None = None  # its expected output
     trial: object | None = None  # reruns.TrialCase: what the tools run on (a copy of the first batches, or all)

@@ -172,16 +172,13 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
         if result.error is not None or size != shape.output_bytes:
             why = diagnose.of_error(result.returncode, result.stderr, shape, size, input_path=target.input_path,
                                     output_path=out_path if size else None)
+            if size == shape.output_bytes and result.returncode > 0:  # an exit status of its own, an output whole
+                check = checked(out_path, target, options)[2]
+                why.lines += written_before_exit(check, result.returncode)
+                why.fields["right_before_exit"] = check.passed
             problem = None if result.error else "no output file" if size is None else diagnose.short_output(size, shape)
             return CaseResult(target, program, result, None, limit, problem, why)
-        out = open_output(out_path, shape)
-        inp = AttentionInput(target.input_path)
-        if options.check.is_default or options.check.sample and expected.is_ready(expected.path_of(target), shape):
-            # A cached expected output is compared in full: at memory speed, it costs less than a
-            # sample's float64 rows (--sample is for inputs that have none yet).
-            check = verify.against_expected(out, expected.output_of(target), options.tol, shape)
-        else:
-            check = verify.against_reference(inp, out, options.tol, options.check)
+        out, inp, check = checked(out_path, target, options)
         why = judged = None
         if not check.passed:
             why = diagnose.of_wrong(check, shape, inp, out, program.source)
@@ -191,6 +188,32 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
     if case.verdict == "TLE":  # finished, correct, but past its limit
         case.diagnosis = diagnose.of_tle(limit, result.wall_s)
     return case
+
+
+def checked(out_path: Path, target: Target, options: JudgeOptions):
+    """A whole output file and its check: every value against the expected output (computed first
+    if missing), or the rows options.check asks for against float64. (output, input, check)."""
+    out = open_output(out_path, target.shape)
+    inp = AttentionInput(target.input_path)
+    if options.check.is_default or options.check.sample and expected.is_ready(expected.path_of(target), target.shape):
+        # A cached expected output is compared in full: at memory speed, it costs less than a
+        # sample's float64 rows (--sample is for inputs that have none yet).
+        check = verify.against_expected(out, expected.output_of(target), options.tol, target.shape)
+    else:
+        check = verify.against_reference(inp, out, options.tol, options.check)
+    return out, inp, check
+
+
+def written_before_exit(check: verify.VerifyResult, returncode: int) -> list[str]:
+    """What the output file of a run that ended with an exit status of its own holds, checked as a
+    passing one would be: right, its failure is that status alone (a check of the program's own
+    that fails after the work is done: a write's count against another unit, say), else its error."""
+    if not check.passed:
+        return [f"its output file is whole (of the right size) but wrong too: max error {check.max_err:.3g}"]
+    return [f"its output file is whole and right ({check.mode}, max error {check.max_err:.2g}): the "
+            f"attention is right, and the program ended with exit status {returncode} after writing it; what fails "
+            "is a check of its own after the work (its stderr line above names it: a write checked against a count "
+            "in another unit, fwrite's return being the items written, not the bytes, is one such)"]
 
 
 def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dict:

@@ -55,6 +55,7 @@
 #define STATE_CARRIED 38  // m, l and the accumulator carried from row i - BR into row i (not reset per query tile)
 #define ALPHA_AFTER_MAX 39  // alpha from the max already updated: exp(m_new - m_new) = 1, acc and l never rescaled
 #define SUM_NOT_RESCALED 40  // l = l + sum where l * alpha + sum belongs (acc rescaled right)
+#define WRITE_COUNT 41    // fwrite's item count checked against the float count: every value written, exit 2
 #ifndef MISTAKE
 #define MISTAKE NONE
 #endif
@@ -238,6 +239,11 @@ int main(int argc, char** argv) {
   if (MISTAKE == AS_DOUBLE) {
     std::vector<double> wide(staged, staged + values);
     std::fwrite(wide.data(), 8, values, o);
+  } else if (MISTAKE == WRITE_COUNT) {  // rows of d floats written: fwrite returns B*N, not B*N*d
+    if (std::fwrite(staged, sizeof(float) * d, (size_t)B * N, o) != values) {
+      std::fprintf(stderr, "hw4: %s: write failed\n", argv[2]);
+      std::exit(2);
+    }
   } else {
     std::fwrite(staged, 4, values, o);
   }
