@@ -644,3 +644,35 @@ def test_rows_of_only_negative_scores_show_on_the_tiny_rows_drawn_last(tmp_path,
     assert found.lines[0].startswith("passes the cases run, but on a drawn B=64, N=4, d=32 input (64 batches of 4 "
                                      "rows: about 1 row in 16 has only negative scores"), found.lines
     assert "(max error inf)" in found.lines[0] or "NaN" in found.lines[0], found.lines  # the rows' NaN seen
+
+
+def test_the_last_chunk_of_batches_left_out_is_said_where_its_size_divides_b():
+    """set45's s08: batches in chunks of 64, the last chunk's count B % 64 (0 at B = 9600): every row
+    right before batch 9536 and 0 from there on; said as the last 64 batches, 64 dividing B."""
+    shape = Shape(9600, 4, 2)
+    got = np.ones((9600, 4, 2), dtype=np.float32)
+    got[9536:] = 0
+    wrong = got == 0
+    said = larger_input.wrong_from(got, wrong, shape, None)
+    assert said == ("every row checked is right before batch 9536, row 0 and wrong from there on, every wrong value 0 "
+                    "(as where nothing was written): the last 64 batches exactly, and 64 divides B = 9600 (150 x 64): "
+                    "as in a program that computes the batches in chunks of 64 and takes the last chunk's count as "
+                    "B % 64, 0 where 64 divides B, where B - b0 belongs?"), said
+    assert larger_input.last_chunk(9550, 9600) is None and larger_input.last_chunk(9599, 9600) is None
+
+
+def test_a_short_rows_slots_past_n_weighed_in_l_are_read_from_the_rows_after_k():
+    """set44's s09: rows under one tile of 32, the lanes past N scored against the floats after K
+    (V's first rows) and counted in l, the output's loop stopping at N: every value of the drawn
+    3 x 21 input is that attention; the right output is not."""
+    from fa_cli.judge import keys_past_n, reference
+    shape = Shape(3, 21, 32)
+    rng = np.random.default_rng(29)
+    q, k, v = (rng.uniform(-3, 3, size=(3, 21, 32)).astype(np.float32) for _ in range(3))
+    keys = np.concatenate([k, v[:, :11]], axis=1)
+    values = np.concatenate([v, np.zeros((3, 11, 32), dtype=np.float32)], axis=1)
+    got = reference.attention(q, keys, values)
+    said = keys_past_n.unmasked_slots((q, k, v), shape, None, got, 5e-3)
+    assert said is not None and said.startswith("every value checked is attention whose sum l holds 11 keys more: the "
+                                                "slots 21..31 of a last tile of 16 or 32 keys"), said
+    assert keys_past_n.unmasked_slots((q, k, v), shape, None, reference.attention(q, k, v), 5e-3) is None

@@ -79,6 +79,24 @@ def test_a_row_max_stored_in_half_precision_for_the_weights_is_named():
                                      "kept in fp16"), said
 
 
+def test_k_alone_in_bf16_is_named_from_a_hi_lo_split_that_loses_a_cross_term():
+    """q and K split into bf16 hi and lo parts, the score summed as qh kh + ql kl + ql kh (qh kl
+    written ql kl): K's low part never meets q's high part, the score is q . bf16(K) but for a term
+    of 2^-16: K alone rounded, named apart from K and V."""
+    inp = probe()
+    bf = lambda x: precision.rounded(x, "bf16")
+    qh, kh = bf(inp.q), bf(inp.k)
+    ql, kl = inp.q - qh, inp.k - kh
+    d = inp.q.shape[-1]
+    s = (np.einsum("bix,bjx->bij", qh, kh) + np.einsum("bix,bjx->bij", ql, kl) +
+         np.einsum("bix,bjx->bij", ql, kh)) / np.sqrt(d)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    out = (np.einsum("bij,bjx->bix", p / p.sum(axis=-1, keepdims=True), inp.v)).astype(np.float32)
+    said, named = precision.read(out.astype(np.float64), inp.output(), inp)
+    assert named and "with K (the key tiles kept in it, Q and V not: the scores' other operand) rounded to bf16" \
+        in said, said
+
+
 def test_an_error_of_a_formats_size_that_no_rounding_gives_is_said_as_measured():
     inp = probe()
     true = inp.output()

@@ -174,8 +174,8 @@ def test_a_sum_reduced_with_max_is_named_and_another_wrong_sum_is_said_as_one():
                          "alone or counted twice; 2 to 64 interleaved chains of keys, each against its own max, added "
                          "without their factors, or not rescaled as their max grows, or merged by a butterfly that "
                          "rescales one side; batch 0's sum for every batch, or the batch before's carried on; another "
-                         "row's sum; the tile's sum given the old state's factor; one term more; weights in fixed "
-                         "point of 8 to 24 bits); look at how l is summed"), said
+                         "row's sum; the tile's sum given the old state's factor; one term more; weights as whole "
+                         "numbers or in fixed point of 8 to 24 bits); look at how l is summed"), said
     assert "the row right" not in said
     W[:, :6] = P[:, :6]  # six rows of each batch right: said with their count
     said, _ = factors.per_row_factor(W, P, s)
@@ -785,6 +785,41 @@ def test_nan_only_where_the_first_tile_is_partial_is_said_with_the_vote_line(tmp
     assert found.kind is Kind.OBSERVED and found.lines[1].startswith("NaN with a single key already"), found.lines
 
 
+BACKWARD_TILES = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+out = np.zeros((B, N, d))
+with np.errstate(invalid="ignore", over="ignore"):
+    for b in range(B):
+        s = x[b, 0] @ x[b, 1].T / np.sqrt(d)
+        m, l, o = np.full(N, -np.inf), np.zeros(N), np.zeros((N, d))
+        for t in range(N // 32, -1, -1):  # tiles of 32 from the last: N / 32 where (N - 1) / 32 belongs
+            tile = s[:, t * 32:t * 32 + 32]
+            m_new = np.maximum(m, tile.max(axis=1) if tile.shape[1] else -np.inf)
+            alpha, p = np.exp(m - m_new), np.exp(tile - m_new[:, None])
+            l, o, m = l * alpha + p.sum(axis=1), o * alpha[:, None] + p @ x[b, 2, t * 32:t * 32 + 32], m_new
+        out[b] = o / l[:, None]
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_nan_exactly_where_the_keys_fill_whole_tiles_is_said_as_an_empty_tile(tmp_path):
+    """set44's s03: tiles walked from N / 32, a tile of no keys where N is a multiple of 32: NaN at
+    N = 32, 64 and the probe's 128, finite at 1, 16, 33 and 48: said as a tile of no keys, with the
+    line that counts the tiles."""
+    from fa_cli.judge.probes.experiments import NotFinite
+    source = "  float m = -INFINITY;\n  for (int t = N / BC; t >= 0; --t) {\n"
+    ctx = stand_in_context(tmp_path, BACKWARD_TILES, source, probe(B=2, N=128, d=32))
+    [found] = NotFinite().run(ctx)
+    assert found.kind is Kind.MEASURED, found.lines
+    assert found.lines[1].startswith("finite at N = 33 and 48 too (no multiples of 32), NaN at every multiple "
+                                     "of 32 tried (32, 64): NaN exactly where the keys fill whole tiles of 32"), \
+        found.lines
+    assert "2 `for (int t = N / BC; t >= 0; --t) {`" in found.lines[2], found.lines
+
+
 def test_a_hip_output_that_changes_still_gets_its_32_lane_build_and_nothing_else(tmp_path, monkeypatch):
     """ProbeRuns on a hw4.hip under the emulation whose two runs differ: no output to read, but
     Wavefronts still applies (a 32-lane build may be right and steady); after it, the probes stop."""
@@ -1215,6 +1250,19 @@ def test_each_row_divided_by_its_pairs_sum_is_named_with_the_row():
     said, fields = factors.per_row_factor(W, P, s)
     assert "each row r divided by row r xor 1's sum l" in said and fields["sum_other_row"] == "row r xor 1", said
     assert "another row's sum" not in (factors.per_row_factor(P * 1.37, P, s) or ("",))[0]
+
+
+def test_the_second_of_a_threads_rows_divided_by_the_firsts_sum_is_named_with_their_distance():
+    """A thread that holds rows r0 and r0 + 64 (128 rows a block) and divides both by the first's
+    l: rows r mod 128 >= 64 take row r - 64's sum, the others are right."""
+    inp = probe(B=2, N=256, d=32)
+    s = logits(inp.q, inp.k)
+    P = softmax_rows(s)
+    total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
+    first = np.arange(256) & ~64
+    said, fields = factors.per_row_factor(P * (total / total[:, first])[..., None], P, s)
+    assert "each row r divided by row r - 64 where r mod 128 >= 64 (the first of rows r0, r0 + 64 held together)'s " \
+        "sum l" in said, said
 
 
 def test_a_state_carried_from_one_batch_to_the_next_is_named():

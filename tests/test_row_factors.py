@@ -64,6 +64,16 @@ def test_weights_summed_in_16_16_fixed_point_are_named_with_their_bits_and_tile(
     assert fields["sum_fixed_bits"] == 16 and fields["sum_tile"] == 32
 
 
+def test_weights_summed_as_whole_numbers_are_named_as_an_integer_reduction():
+    """A warp's sum reduced through an int (a functor copied from an integer reduction): every
+    weight truncated, only the key at the running max (a weight of exactly 1) counted."""
+    q, k, v = drawn(N=256)
+    cut = lambda l, p, a, m, new, tile: l * a + np.floor(p).sum(axis=2)
+    words, fields = said(online(q, k, v, 32, cut), q, k, v)
+    assert "adds each weight truncated to a whole number" in words and "only a weight of exactly 1" in words
+    assert fields["sum_fixed_bits"] == 0 and fields["sum_tile"] == 32
+
+
 def test_a_tiles_own_sum_merged_with_the_old_factor_is_named():
     """Tile-local state: the tile's sum against its own max, merged as l * f_old + sum * f_old where
     sum * f_tile belongs (the first tile's sum dropped)."""
@@ -129,3 +139,17 @@ def test_a_factor_set_by_the_rows_max_is_named_by_its_slope():
     # weights exp(s - M) over a sum of exp(s) never shifted: f = exp(-M)
     said, fields = factors.per_row_factor(P * np.exp(-s.max(axis=2))[..., None], P, s)
     assert "a = -1: the max subtracted from the weights' scores and not from the sum's" in said, said
+
+
+def test_a_tiles_sum_reduced_over_two_rows_is_named_with_the_partner():
+    """Two rows a warp, 16 lanes each, the tile's sum reduced at the warp's width: each row's l takes
+    the other's tile sum too (against that row's own running max), rescaled as its own."""
+    q, k, v = drawn(N=256)
+    s = logits(q, k)
+    partner = np.arange(256) ^ 1
+
+    def both(l, p, a, m, new, tile):
+        return l * a + p.sum(axis=2) + p[:, partner].sum(axis=2)
+    words, fields = said(online(q, k, v, 16, both), q, k, v)
+    assert "and each tile's sum of row r xor 1 too (against that row's own running max)" in words, words
+    assert fields["sum_tile"] == 16 and s.shape[1] == 256

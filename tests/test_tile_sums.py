@@ -118,3 +118,32 @@ def test_a_sums_butterfly_given_too_narrow_a_width_is_named_with_the_width():
     factor = np.stack([true_l / loops[c % 16] for c in range(32)])
     said = tile_sums.reading(factor, s)
     assert said is not None and "a width of 8 where its offsets span 16 lanes" in said, said
+
+
+def lanes_l_first_own(s_row, T):
+    """Each lane's l where the first tile sets l to the lane's own weight (psum belongs), every later
+    tile right, the loops written out: a wavefront a row, key j0 + g on lane g."""
+    N = len(s_row)
+    m, l = -math.inf, [0.0] * T
+    for j0 in range(0, N, T):
+        keys = [s_row[j] for j in range(j0, min(N, j0 + T))]
+        m_new = max(m, max(keys))
+        psum = sum(math.exp(x - m_new) for x in keys)
+        for g in range(T):
+            own = math.exp(s_row[j0 + g] - m_new) if j0 + g < N else 0.0
+            l[g] = own if j0 == 0 else l[g] * math.exp(m - m_new) + psum
+        m = m_new
+    return [x * math.exp(m - max(s_row)) for x in l]
+
+
+def test_a_first_tiles_sum_set_to_the_lanes_own_weight_is_named():
+    """set44's s11: `l = p` at the first tile where `l = psum` belongs, a key a lane of 64: each lane's
+    l holds its own first key's weight, the later tiles' sums right."""
+    s = scores(n=200, d=64)
+    loops = np.array([lanes_l_first_own(row, 64) for row in s]).T
+    assert np.allclose(tile_sums.first_tile_own(s, 64), loops, rtol=1e-9)
+    true_l = np.exp(s - s.max(axis=1, keepdims=True)).sum(axis=1)
+    factor = np.stack([true_l / loops[c % 64] for c in range(64)])
+    said = tile_sums.reading(factor, s)
+    assert said is not None and "keys dealt a tile of 64 at a time" in said and "the first tile's l set to the " \
+        "lane's own weight" in said and said.endswith("look at the first tile's update of l"), said

@@ -33,7 +33,7 @@ from ..files import atomic_file
 from ..programs import programs
 from ..programs.programs import Launcher, Program
 from ..programs.timing import launches
-from . import race_check, reference
+from . import keys_past_n, race_check, reference
 from .across_cases import sizes_crossing, under_limit
 from .drawn_shapes import LARGER_SEED, MIDDLE_N, ROWS_CHECKED, SAMPLED_ROWS, SHAPES, drawn_kind, only_at
 from .findings import Finding, Kind
@@ -158,7 +158,8 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     payload = read_payload(path, shape, shape.B, shape.N) if path else None  # read once, for both readings
     readings = (wrong_from(got, wrong, shape, rows, launches(result.stderr or "")), whole_batches(got, wrong),
                 rows_scaled(got, correct, wrong), payload and keys_capped(payload, shape, rows, got, tol),
-                payload and another_batchs_part(payload, shape, rows, got, wrong, tol))
+                payload and another_batchs_part(payload, shape, rows, got, wrong, tol),
+                payload and keys_past_n.unmasked_slots(payload, shape, rows, got, tol))
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
@@ -195,7 +196,7 @@ def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarra
                  "of y and z; x allows 2^31 - 1) and no loop over the blocks left")
     elif passed := one_pass(at, shape, logged or [], None if rows is None else after):  # "exactly" where every
         said += passed  # row is checked, else between the last right row checked and the first wrong one
-    elif i == 0 and (share := last_share(b, shape.B)):
+    elif i == 0 and (share := last_share(b, shape.B) or last_chunk(b, shape.B)):
         said += share
     return said
 
@@ -214,6 +215,18 @@ def last_share(b: int, B: int) -> str | None:
                     "the last, short share's batches not computed or not copied back: its first batch or its count "
                     f"taken from its own size, s * nb, where s * {per} belongs?)")
     return None
+
+
+def last_chunk(b: int, B: int) -> str | None:
+    """Where batch b, the first wrong one (all after it wrong too), leaves exactly C = B - b batches,
+    C a power of 2 that divides B: a last chunk of C batches not computed (its count taken as
+    B % C, 0 there), in words; None otherwise."""
+    C = B - b
+    if C < 2 or C & (C - 1) or B % C or B == C:
+        return None
+    return (f": the last {C} batches exactly, and {C} divides B = {B} ({B // C} x {C}): as in a program that "
+            f"computes the batches in chunks of {C} and takes the last chunk's count as B % {C}, 0 where {C} "
+            f"divides B, where B - b0 belongs?")
 
 
 def one_pass(at: int, shape: Shape, logged: list, after: int | None = None) -> str | None:

@@ -329,6 +329,26 @@ def dims_per_lane(ctx: Context, own: list[str]) -> str:
             f"d = {d} on 64 lanes, so no lane accumulates or writes any dim (round up and test the dim against d)")
 
 
+def empty_tile(ctx: Context, tried: list) -> str | None:
+    """Finite with fewer keys, NaN from a whole tile of T on (16, 32 or 64 keys): the probe cut to
+    T + 1 and 3T/2 keys as well, both finite: NaN exactly where N is a multiple of T, a tile of no
+    keys visited there (N / T taken as the last tile's index, or a tile count one too many)."""
+    N = ctx.probe.shape.N
+    nan = [n for n, ok in tried if ok is False]
+    if not nan or any(ok is not True for n, ok in tried if n < nan[0]) or N % nan[0]:
+        return None
+    T = nan[0]
+    cuts = [n for n in (T + 1, T + T // 2) if n < N]
+    runs = [ctx.run(design.shrunk(ctx.probe, N=n)) for n in cuts]
+    if len(cuts) < 2 or not all(got is not None and np.isfinite(got).all() for got in runs):
+        return None
+    return (f"finite at N = {' and '.join(str(n) for n in cuts)} too (no multiples of {T}), NaN at every multiple of "
+            f"{T} tried ({', '.join(str(n) for n in nan)}): NaN exactly where the keys fill whole tiles of {T}, as "
+            f"where a tile of no keys is visited then (N / {T} taken as the last tile's index where (N - 1) / {T} "
+            f"belongs, or a count of tiles one too many): its max over no keys is -inf, and exp(-inf - -inf) = NaN "
+            "reaches m, l and the output; look at the tile count and the loop's first or last tile")
+
+
 def first_tile_partial(ctx: Context) -> str | None:
     """Where the probe's N is under a key tile T (16, 32 or 64) and every cut of it is NaN: the probe
     grown to T, 2T and T + N keys (rows drawn after its own), all finite: NaN only where the first
@@ -378,6 +398,9 @@ class NotFinite(Probe):
                          f"finite at N = {whole[0]}: the slots past N of a partial last tile make them (a pad that is "
                          "no number once it meets q: K padded with -inf gives q . k = inf - inf; exp(-inf - -inf); "
                          "or slots read past the input); look at what the tile holds past N and how it is masked")
+        elif tried and tried[0][1] and (empty := empty_tile(ctx, tried)):  # finite with few keys, NaN at whole tiles
+            return measured(ctx, [*lines, empty], look=("the tile count", r"/\s*(BC|TILE|T|KT|BK|\d+)\b"),
+                            nan_empty_tile=True)
         elif tried and tried[0][1] is False and (under := underflow.reading(ctx)):  # scores' size: a mechanism
             return measured(ctx, [*lines, under[0]], look=under[1], weights_underflow=True)
         elif all(ok is False for _, ok in tried) and tried and (first := first_tile_partial(ctx)):

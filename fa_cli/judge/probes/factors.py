@@ -72,8 +72,8 @@ def per_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, di
             "group of 2 to 256 keys, alone or counted twice; 2 to 64 interleaved chains of keys, each against its own "
             "max, added without their factors, or not rescaled as their max grows, or merged by a butterfly that "
             "rescales one side; batch 0's sum for every batch, or the batch before's carried on; another row's sum; "
-            "the tile's sum given the old state's factor; one term more; weights in fixed point of 8 to 24 bits); "
-            "look at how l is summed"), fields
+            "the tile's sum given the old state's factor; one term more; weights as whole numbers or in fixed "
+            "point of 8 to 24 bits); look at how l is summed"), fields
 
 
 def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> str | None:
@@ -149,6 +149,9 @@ def other_rows(N: int):
     for R in (2, 4, 8, 16, 32):
         if R < N:
             yield f"the first row of its group of {R}, r - r % {R}", r - r % R
+    for R in (2, 4, 8, 16, 32, 64, 128):  # a thread that holds rows r0 and r0 + R: the second given the first's
+        if R < N:
+            yield f"row r - {R} where r mod {2 * R} >= {R} (the first of rows r0, r0 + {R} held together)", r & ~R
 
 
 SIGNED_RTOL = 1e-2  # a row's W / P within 1% of its median: one factor, of either sign

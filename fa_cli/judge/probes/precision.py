@@ -1,6 +1,7 @@
 """Whether a wrong output is a lower precision's rounding rather than a wrong formula: the probe's
 output against float64 attention with one part rounded to fp16, bf16 or tf32 (the inputs, Q and K
-of the scores' product, K and V (tiles kept in the format), Q alone, Q after its 1/sqrt(d) scale,
+of the scores' product, K and V (tiles kept in the format), Q alone, Q after its 1/sqrt(d) scale, K
+alone, V alone,
 each score once it is summed and scaled, P before P V, the output, the row max the weights use; an
 online softmax's running sum or accumulator, rounded key after key; the scores' dot product summed in the
 format dim after dim, by fused multiply-adds or by products rounded and added, q scaled before or
@@ -55,6 +56,10 @@ def attention(q, k, v, form: str, part: str) -> np.ndarray:
         k, v = rounded(k, form), rounded(v, form)
     if part == "query":
         q = rounded(q, form)
+    if part == "keys":
+        k = rounded(k, form)
+    if part == "values":
+        v = rounded(v, form)
     if part == "scaled query":  # q * (1/sqrt(d)) in float32, then kept in the format: the scale is in q
         scale = np.float32(1.0 / np.sqrt(q.shape[-1]))
         q = rounded((q.astype(np.float32) * scale).astype(np.float64), form) / np.float64(scale)
@@ -189,6 +194,8 @@ def simulated(q, k, v, form: str, part: str) -> np.ndarray:
 PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product",
          "keys and values": "K and V (tiles of keys and values kept in it, Q not)",
          "query": "Q (the query row kept in it, K and V not)",
+         "keys": "K (the key tiles kept in it, Q and V not: the scores' other operand)",
+         "values": "V (the value tiles kept in it, Q and K not)",
          "score values": "each score q . k / sqrt(d) (a scores buffer or register kept in it, the sum in float32)",
          "scaled query": "Q scaled by 1/sqrt(d) (the query row kept in it after its scale, K and V not)",
          "weights": "P and V of the product P V",
@@ -285,7 +292,8 @@ def read(out: np.ndarray, true: np.ndarray, inp) -> tuple[str | None, bool]:
         return None, False
     return (f"the error is the size of {' or '.join(sorted(set(sizes)))} rounding (median relative error "
             f"{fmt(typical)}; unit roundoff {', '.join(f'{f} {fmt(UNIT_ROUNDOFF[f])}' for f in sorted(set(sizes)))}), "
-            "but no rounding fa simulated (inputs, Q and K, K and V, Q alone or scaled, the scores, P and V, the "
+            "but no rounding fa simulated (inputs, Q and K, K and V, Q alone or scaled, K alone, V alone, the scores, "
+            "P and V, the "
             "output, the row max, the running sum, the accumulator, "
             "the scores' dot product summed in the format, the weights kept for P V rounded or cut against a running "
             "max, l from them or from the floats) "

@@ -38,6 +38,9 @@ SKIPPED_LAST_WORDS = ("left as it stood before the last tile: neither given that
 OLD_FACTOR_WORDS = ("each tile's sum (against {against}) multiplied by the old state's factor exp(m_old - m_new), the "
                     "one l takes, where its own belongs (l = (l + sum) * exp(m_old - m_new)): the first tile's sum "
                     "dropped (m_old = -inf)")
+PARTNER_WORDS = ("and each tile's sum of row r xor {k} too (against that row's own running max): the tile's weights "
+                 "reduced over the lanes or threads of two rows (a reduction as wide as a warp where a part of it "
+                 "holds a row, or a shared sum indexed without the row)")
 TILE_MAX_WORDS = "each tile's largest weight where the tile's sum belongs (a max reduction where a sum belongs)"
 CLAMPED_WORDS = ("and key N - 1's weight {extra} times more: the {extra} empty slots of the partial last tile of {T} "
                  "read key N - 1 (a clamped index) and are masked after the sum's reduction, not before it")
@@ -66,6 +69,14 @@ def sum_variants(s: np.ndarray):
                 (sums * np.exp(final - m + before - final)).sum(axis=2)
         if T > 1:  # a key's largest term is the key's own: the right l
             yield T, "every tile", (0, 0), TILE_MAX_WORDS, np.exp(own - final).sum(axis=2)
+        # another row's tile sum added (against its own running max), then rescaled as this row's l
+        theirs = sums * np.exp(final - running)
+        rows = np.arange(s.shape[1])
+        for k in (1, 2, 4, 8, 16):
+            if k < s.shape[1]:
+                other = theirs[:, np.minimum(rows ^ k, rows[-1])]
+                yield T, "every tile", (0, 0), PARTNER_WORDS.format(k=k), \
+                    sums.sum(axis=2) + (other * np.exp(running - final)).sum(axis=2)
         if extra := -s.shape[2] % T:  # the partial last tile's empty slots: counted in l with some score
             N, right = s.shape[2], sums.sum(axis=2)
             last = np.exp(s[..., -1] - final[..., 0])  # clamped to key N - 1, masked after the sum

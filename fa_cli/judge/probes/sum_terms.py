@@ -14,7 +14,7 @@ from .readings import FLAT
 from .running_sums import SUM_TILES_TRIED, tiles_named
 from .step import fmt
 
-FIXED_BITS = (8, 10, 12, 14, 16, 20, 24)  # fraction bits of a fixed-point weight
+FIXED_BITS = (0, 8, 10, 12, 14, 16, 20, 24)  # fraction bits of a fixed-point weight (0: whole numbers)
 MIN_ROWS = 8  # rows off by more than FLAT that an extra term is read from
 # Fixed-point sums of 8 to 24 bits differ by less than FLAT: the one named is the closest, within
 # CLOSE (float32 weights flip a last bit of a few keys: a few 2^-24 of l), and at least SEPARATE
@@ -30,6 +30,11 @@ ZERO_START = (" (l started at 1, or a log-sum-exp at 0, where 0 and -inf belong,
 FIXED_WORDS = ("its running sum l adds each weight in fixed point with {bits} fraction bits, {how} (a weight times "
                "2^{bits} made an integer: an integer reduction such as __reduce_add_sync), {tiles}: every weight "
                "loses up to 2^-{bits} in l alone, and the output does not; look at the sum's reduction")
+WHOLE_WORDS = ("its running sum l adds each weight {how} to a whole number (an int in the sum's reduction: a "
+               "functor, a shuffle or a variable of an integer type), {tiles}: {which} count, and the output's "
+               "weights do not change; look at the types in the sum's reduction")
+WHICH_COUNT = {"truncated": "only a weight of exactly 1 (the key at the running max) counts, the others add 0",
+               "rounded": "a weight of 0.5 or more counts 1, the others 0"}
 
 
 def extra_term(f: np.ndarray, s: np.ndarray, total: np.ndarray) -> tuple[float, np.ndarray] | None:
@@ -82,7 +87,9 @@ def fixed_point_sums(s: np.ndarray):
             for how, cut in (("truncated", np.floor), ("rounded", np.rint)):
                 sums = cut(p * scale).sum(axis=3) / scale
                 l = (sums * np.exp(running - final)).sum(axis=2)
-                yield FIXED_WORDS.format(bits=bits, how=how, tiles=tiles_named(T)), \
+                words = WHOLE_WORDS.format(how=how, tiles=tiles_named(T), which=WHICH_COUNT[how]) if not bits else \
+                    FIXED_WORDS.format(bits=bits, how=how, tiles=tiles_named(T))
+                yield words, \
                     dict(sum_fixed_bits=bits, sum_fixed_cut=how, sum_tile=T), l
 
 

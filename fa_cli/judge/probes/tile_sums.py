@@ -59,21 +59,37 @@ def reading(factor: np.ndarray, s: np.ndarray) -> str | None:
     right one given too narrow a width, gives every column's factor as true l / one lane's l, in
     words, a model whose lane g owns columns c = g mod T first (the usual layout); else None."""
     true_l = np.exp(s - s.max(axis=1, keepdims=True)).sum(axis=1)
+    close = lambda lane, f: np.allclose(lane, f, rtol=FACTOR_RTOL)  # noqa: E731
     found = []
     for T in (T for T in TILES if T <= s.shape[1]):
-        narrow = [(WIDTH_WORDS.format(w=T // k, T=T), SUM_FORMS[0][1], T // k) for k in (2, 4)]
-        for words, merge, width in [(w, m, None) for w, m in SUM_FORMS[1:]] + narrow:
-            modelled = true_l[None] / lane_sums(s, T, merge, width)  # (T, rows)
-            close = lambda lane, f: np.allclose(lane, f, rtol=FACTOR_RTOL)  # noqa: E731
+        narrow = [(f"given {WIDTH_WORDS.format(w=T // k, T=T)}", SUM_FORMS[0][1], T // k) for k in (2, 4)]
+        forms = [(f"written as `{w}` where it is `{SUM_FORMS[0][0]}`", m, None) for w, m in SUM_FORMS[1:]]
+        models = [(f"{STEP_WORDS}{step}", true_l[None] / lane_sums(s, T, merge, width)) for step, merge, width in
+                  forms + narrow] + [(FIRST_OWN_WORDS, true_l[None] / first_tile_own(s, T))]
+        for words, modelled in models:  # modelled: (T, rows)
             owner = column_owners(modelled, factor, close)
             if owner is not None:
                 usual = all(close(modelled[c % T], f) for c, f in enumerate(factor))  # lane c mod T's own columns
-                found.append((not usual, T, words, width, modelled, owner))
+                found.append((not usual, T, words, modelled, owner))
     if not found:
         return None
-    _, T, words, width, modelled, owner = min(found, key=lambda f: f[0])  # the usual layout first, else the first
-    step = f"given {words}" if width else f"written as `{words}` where it is `{SUM_FORMS[0][0]}`"
+    _, T, words, modelled, owner = min(found, key=lambda f: f[0])  # the usual layout first, else the first
     return (f"each column is divided by its lane's own sum l, modelled: keys dealt a tile of {T} at a time (key j0 + "
-            f"g to lane g), each tile's max and sum reduced by an xor butterfly whose sum step is {step}, so the lanes "
-            f"end with different sums (factors {fmt(modelled.min())} to {fmt(modelled.max())}) and each divides its "
-            f"own columns by its own ({columns_by_lane(owner)}); look at the sum's shuffle loop")
+            f"g to lane g), {words}, so the lanes end with different sums (factors {fmt(modelled.min())} to "
+            f"{fmt(modelled.max())}) and each divides its own columns by its own ({columns_by_lane(owner)}); "
+            "look at " + ("the first tile's update of l" if words == FIRST_OWN_WORDS else "the sum's shuffle loop"))
+
+
+STEP_WORDS = "each tile's max and sum reduced by an xor butterfly whose sum step is "
+FIRST_OWN_WORDS = ("the first tile's l set to the lane's own weight (l = p where l = the tile's reduced sum belongs), "
+                   "every later tile's sum added right")
+
+
+def first_tile_own(s: np.ndarray, T: int) -> np.ndarray:
+    """(T, rows): each lane's l, relative to the row's max, where the first tile's sum is the lane's
+    own weight (its key g's; 0 past N) and every later tile's sum is right."""
+    rows, N = s.shape
+    top = s.max(axis=1, keepdims=True)
+    own = np.zeros((T, rows))
+    own[:min(T, N)] = np.exp(s[:, :T] - top).T
+    return own + np.exp(s[:, T:] - top).sum(axis=1)[None]
