@@ -55,3 +55,42 @@ def test_right_weights_or_weights_off_by_a_rounding_are_no_count():
     assert counted_by_place(W, P) is None
     noisy = W * (1 + np.random.default_rng(0).normal(0, 5e-4, W.shape))  # fp16's rounding of each weight
     assert counted_by_place(noisy, P) is None
+
+
+def lanes_skipping_the_last_rescale(s, G=32):
+    """A warp a row, key j on lane j mod G, each lane's own (l, o) rescaled by exp(m_old - m_new)
+    inside `if (j < N)`: in the last, partial tile the lanes with no key skip it while m moves on;
+    the lanes' sums merged at the end. W per row, the loops written out."""
+    B, R, N = s.shape
+    W = np.zeros_like(s)
+    for b, r in np.ndindex(B, R):
+        m, l, o = -np.inf, np.zeros(G), np.zeros(N)
+        for j0 in range(0, N, G):
+            new = max(m, s[b, r, j0:j0 + G].max())
+            for g in range(G):
+                j = j0 + g
+                if j < N:
+                    a = np.exp(m - new)
+                    l[g] *= a
+                    o[g::G] *= a
+                    p = np.exp(s[b, r, j] - new)
+                    l[g] += p
+                    o[j] += p
+            m = new
+        W[b, r] = o / l.sum()
+    return W
+
+
+def test_lanes_with_no_key_in_the_last_tile_that_skip_its_rescale_are_read_by_lane():
+    """set44's s06: at N = 200, lanes 8..31 hold no key of the last tile; where that tile raises the
+    row's max, their keys weigh e^(m_new - m_old) too much: said by lane, with the key guard."""
+    from fa_cli.judge.probes import readings
+    from fa_cli.judge.probes.key_places import lanes_apart
+    rng = np.random.default_rng(3)
+    q, k = (rng.uniform(-3, 3, size=(2, 200, 32)) for _ in range(2))
+    s = logits(q, k)
+    said, fields = lanes_apart(lanes_skipping_the_last_rescale(s), softmax_rows(s), readings.FLAT, 200)
+    assert fields["lanes_apart"] == 32 and fields["lanes_off"] == list(range(8, 32)), said
+    assert "the keys j with j mod 32 in 8-31 weigh as P does up to one factor of their own a row" in said, said
+    assert "exactly the lanes with no key in the last, partial tile (N = 200, N mod 32 = 8)" in said, said
+    assert lanes_apart(softmax_rows(s), softmax_rows(s), readings.FLAT, 200) is None

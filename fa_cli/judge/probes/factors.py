@@ -19,7 +19,7 @@ from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAI
                            first_batchs, sum_variants, tiles_named, whole_times)
 from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
 from .sum_terms import extra_term, extra_words, fixed_point, max_scaled
-from .key_places import counted_by_place, weighed_otherwise_by_place
+from .key_places import counted_by_place, lanes_apart, weighed_otherwise_by_place
 from .logit_scale import logit_slope
 from .step import Context, fmt, logits, softmax_rows
 
@@ -436,15 +436,15 @@ class Factors(WeightReading):
     def run(self, ctx: Context) -> list[Finding]:
         W, P = ctx.facts.W, ctx.facts.P
         s = logits(ctx.probe.q, ctx.probe.k)
+        seen = None  # a reading that observes and names nothing: said where no later one names a mechanism
         for reading in (read_in_place_of(W, P, ctx.facts.dead_keys), all_on_the_largest(W, s),
                         per_row_factor(W, P, s), signed_row_factor(W, P, s),
                         per_tile_factor(W, P, s), keys_counted(W, P), counted_by_place(W, P),
-                        weighed_otherwise_by_place(W, P, FLAT),
-                        logit_slope(W, s, ctx.probe.shape.d),
-                        weights_as_scores(W, P)):
-            if reading:
+                        weighed_otherwise_by_place(W, P, FLAT), lanes_apart(W, P, FLAT, ctx.probe.shape.N),
+                        logit_slope(W, s, ctx.probe.shape.d), weights_as_scores(W, P)):
+            if reading and "not a power" in reading[0]:
+                seen = seen or [Finding(Kind.OBSERVED, [f"measured: {reading[0]}"], reading[1])]
+            elif reading:
                 said, fields = reading
-                if "not a power" in said:
-                    return [Finding(Kind.OBSERVED, [f"measured: {said}"], fields)]
                 return measured(ctx, [f"measured: {said}"], look=LOOK.get(fields.pop("look", "")), **fields)
-        return []
+        return seen or []

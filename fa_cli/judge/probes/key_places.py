@@ -135,3 +135,55 @@ def said_by_place(G: int, right: np.ndarray, off: np.ndarray) -> str:
             "otherwise, against another max or from another score (a line of a register block written for one row "
             "or key and copied for another without its own index), the sum l taking it as taken; look at that "
             "key's weight")
+
+
+LANE_GROUPS = (16, 32, 64)  # lanes a row's keys are dealt to, key j to lane j mod G, each keeping its own (l, o)
+
+
+def lanes_apart(W: np.ndarray, P: np.ndarray, flat: float, N: int) -> tuple[str, dict] | None:
+    """Rows whose keys at some places of every G (j mod G: the lanes that hold them) weigh as P does
+    up to one factor a row, and the keys at the other places up to another factor, one for all of
+    them: those lanes' sums brought to another max (a rescale skipped by them). Where the lanes
+    apart are exactly those with no key in the last, partial tile (N mod G on), said so."""
+    known = (P > KNOWN_P) & (W > 0)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a lane with no known key in a row: NaN, no class
+        logr = np.where(known, np.log(W / np.where(known, P, 1.0)), np.nan)
+        off = (np.nanmax(logr, axis=2) - np.nanmin(logr, axis=2)) > flat
+        if off.sum() < MIN_ROWS:
+            return None
+        for G in (G for G in LANE_GROUPS if 2 * G <= W.shape[2]):
+            padded = np.pad(logr, ((0, 0), (0, 0), (0, -W.shape[2] % G)), constant_values=np.nan)
+            lanes = padded.reshape(*W.shape[:2], -1, G)[off].transpose(0, 2, 1)  # (off rows, lane, its keys)
+            spread = np.nanmax(lanes, axis=2) - np.nanmin(lanes, axis=2)
+            level = np.nanmedian(lanes, axis=2)  # each lane's log-factor in each row
+            if not (np.nan_to_num(spread, nan=0.0) <= flat).all(axis=1).mean() >= SHARE:
+                continue  # a lane's keys not one factor a row: not this
+            seen = np.isfinite(level) & np.isfinite(level[:, :1])  # a lane none of whose keys is known: no vote
+            apart = np.abs(level - level[:, :1]) > flat  # lanes off lane 0's factor
+            whole = seen.all(axis=1)
+            if not whole.any():
+                continue
+            patterns, counts = np.unique(apart[whole], axis=0, return_counts=True)
+            best = patterns[counts.argmax()]
+            agree = ((apart == best[None]) | ~seen).all(axis=1)
+            if agree.mean() < SHARE or not best.any() or best.all():
+                continue
+            other = np.where(best[None], level, np.nan)
+            if not ((np.nanmax(other, axis=1) - np.nanmin(other, axis=1)) <= flat).mean() >= SHARE:
+                continue  # the lanes apart share one factor a row
+            return said_lanes(G, best, off, N), dict(lanes_apart=G, lanes_off=np.flatnonzero(best).tolist(), look="exp")
+    return None
+
+
+def said_lanes(G: int, apart: np.ndarray, off: np.ndarray, N: int) -> str:
+    rows = np.flatnonzero(off.any(axis=0))
+    lanes = np.flatnonzero(apart)
+    said = (f"in {int(off.sum())} rows (rows {spans(rows)} of the batches), the keys j with j mod {G} in "
+            f"{spans(lanes)} weigh as P does up to one factor of their own a row, the other keys up to another: "
+            f"the lanes that hold keys {spans(lanes)} of every {G} kept their sums against another max than the "
+            "others (a rescale of l and o by exp(m_old - m_new) skipped by those lanes, or taken against another max)")
+    if N % G and lanes.tolist() == list(range(N % G, G)):
+        said += (f"; they are exactly the lanes with no key in the last, partial tile (N = {N}, N mod {G} = {N % G}): "
+                 f"a rescale inside the key guard (`if (j < N)`), which those lanes skip while the max moves on")
+    return said
