@@ -54,7 +54,25 @@ def store_lines(ctx: Context) -> str:
     loop = filling_loop(ctx.source, stores[0][0])
     return (f"; lines that store into its shared arrays ({', '.join(names)}) in {ctx.source.name}: {quoted(stores)}"
             + (f"; the loop that makes those stores (its start, bound and stride): {quoted([loop])}"
-               if loop and loop != stores[0] else ""))
+               if loop and loop != stores[0] else "") + (whole_tile_loops(ctx.source, loop) if loop else ""))
+
+
+def whole_tile_loops(source, loop: tuple[int, str]) -> str:
+    """Loops bounded by a name that differs from one in the load loop's bound by its case alone (BC
+    where the load stops at bc): they read the tile's slots past what a short tile's load wrote."""
+    parts = loop[1].split(";")
+    bound = set(re.findall(r"\b[A-Za-z_]\w*\b", parts[1])) if len(parts) > 2 else set()
+    shown, names = [], []
+    for name in sorted(bound):
+        for twin in {name.upper(), name.lower()} - {name}:
+            found = [line for line in source_lines(source, rf"^for\s*\([^;]*;[^;]*<=?\s*{re.escape(twin)}\b", 3)
+                     if line not in shown]
+            shown, names = shown + found, names + ([name] if found else [])
+    if not shown:
+        return ""
+    return (f"; loops over the tile bounded by its whole size where the load stops at its count (a case apart: "
+            f"{', '.join(names)}): {quoted(shown)} (a short tile's slots past its count read there: what the tile "
+            "before left, or what nothing wrote)")
 
 
 def filling_loop(source, store: int, reach: int = 3) -> tuple[int, str] | None:
