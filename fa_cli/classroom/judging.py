@@ -186,7 +186,7 @@ def look_into(class_folder: Path, task: Task, cases: list[str], time_limits_s: f
     if build_error is not None:
         build_error = build_error.replace(f"{class_folder}/", "")
     record = new_record(task, cases, sandboxed, build_error)
-    if build_error is None:  # what fa changed to build it (a newer toolkit's headers), for the build column
+    if build_error is None and task.source.is_file():  # what fa changed to build it, for the build column
         record["build_note"] = programs.build_note(programs.from_source(task.source))
     timed, state = _halfway(class_folder, task, cases, sandboxed)
     if build_error is None:

@@ -25,7 +25,7 @@ class ChangingBatchAlone(Step):
         runs = Reruns(alone, ctx.tol, None, None)
         while runs.reruns < ALONE_RUNS and ctx.starting(f"batch {b} alone, run {runs.reruns + 1} of {ALONE_RUNS}"):
             result, got = run_once(ctx.program, alone, ctx.work / "alone.out", ctx.launcher, ctx.budget.left)
-            runs.add(got, result.returncode)
+            runs.add(got, result.returncode if result else 0)
         where = (f"batch {b} of {ctx.trial.label}, whose values changed between runs there, run as the only batch "
                  f"({alone.label})")
         if runs.reruns < ALONE_RUNS:

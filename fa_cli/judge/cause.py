@@ -112,13 +112,13 @@ class Rerun(Step):
             if not ctx.starting(f"rerun {runs.reruns + 1} (of up to {up_to}) on {case.label}"):
                 break
             result, got = run_once(ctx.program, case, ctx.work / "rerun.out", ctx.launcher, ctx.budget.left)
-            if not runs.reruns and judged_failed is None and case is not whole and runs.passes(got, result.returncode):
+            status = result.returncode if result else 0
+            if not runs.reruns and judged_failed is None and case is not whole and runs.passes(got, status):
                 # nothing known of where the judged run failed, and the copy passes: the whole case
                 ctx.say(f"why {ctx.case_label}: {case.label} passes; the runs use the whole case")
-                case = whole
-                runs = Reruns(case, ctx.tol, ctx.judged, judged_failed_on(ctx, whole))
+                case, runs = whole, Reruns(whole, ctx.tol, ctx.judged, judged_failed_on(ctx, whole))
                 continue
-            runs.add(got, result.returncode)
+            runs.add(got, status)
         ctx.trial = case
         found = runs.findings(ctx.kind)
         if not found:
