@@ -142,7 +142,8 @@ def test_a_cuda_submission_on_a_machine_without_the_gpu_is_built_and_said_not_ru
         starter = (tmp_path / "starter" / "hw4.cu").read_text()
         (tmp_path / "subs" / "frank" / "hw4.cu").write_text("#include <cooperative_groups.h>\n" + starter)
     proc = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
-    assert proc.returncode == 1 and "not run" in proc.stdout, proc.stdout + proc.stderr  # no verdict: no all-clear
+    students = len(list((tmp_path / "subs").iterdir()))
+    assert proc.returncode == 1 and f"{students} not run" in proc.stdout, proc.stdout + proc.stderr  # no all-clear
     row = rows(tmp_path / "class")["erin"]
     assert row["build"] == "ok" and row["cause"].startswith("not run: hw4.cu is a CUDA program")
     assert "no NVIDIA GPU" in row["cause"]
@@ -153,7 +154,7 @@ def test_a_cuda_submission_on_a_machine_without_the_gpu_is_built_and_said_not_ru
         assert rows(tmp_path / "class")["frank"]["build"].startswith(
             "ok; -std=c++11 stops in this toolkit's own headers"), rows(tmp_path / "class")["frank"]
     again = fa("class", tmp_path / "subs", "-o", tmp_path / "class", "t01", cwd=tmp_path)
-    assert "0 judged before and unchanged" in again.stdout  # judged again: on a GPU node, it runs
+    assert f"0 judged before and unchanged, {students} to judge" in again.stdout  # again: on a GPU node, it runs
 
 
 def verdict_columns(folder):

@@ -657,8 +657,12 @@ def test_the_last_chunk_of_batches_left_out_is_said_where_its_size_divides_b():
     assert said == ("every row checked is right before batch 9536, row 0 and wrong from there on, every wrong value 0 "
                     "(as where nothing was written): the last 64 batches exactly, and 64 divides B = 9600 (150 x 64): "
                     "as in a program that computes the batches in chunks of 64 and takes the last chunk's count as "
-                    "B % 64, 0 where 64 divides B, where B - b0 belongs?"), said
+                    "B % 64 (0 where 64 divides B) where B minus the chunk's first batch belongs, the chunk not "
+                    "computed or not copied back?"), said
     assert larger_input.last_chunk(9550, 9600) is None and larger_input.last_chunk(9599, 9600) is None
+    assert larger_input.last_chunk(2, 4) is None and larger_input.last_chunk(32, 64) is None  # halves: two shares'
+    got[9536:] = 2.0  # written, and wrong: no chunk left out said
+    assert "chunks of 64" not in larger_input.wrong_from(got, got == 2.0, shape, None)
 
 
 def test_a_short_rows_slots_past_n_weighed_in_l_are_read_from_the_rows_after_k():
@@ -668,10 +672,13 @@ def test_a_short_rows_slots_past_n_weighed_in_l_are_read_from_the_rows_after_k()
     from fa_cli.judge import keys_past_n, reference
     shape = Shape(3, 21, 32)
     rng = np.random.default_rng(29)
-    q, k, v = (rng.uniform(-3, 3, size=(3, 21, 32)).astype(np.float32) for _ in range(3))
-    keys = np.concatenate([k, v[:, :11]], axis=1)
-    values = np.concatenate([v, np.zeros((3, 11, 32), dtype=np.float32)], axis=1)
-    got = reference.attention(q, keys, values)
+    flat = rng.uniform(-3, 3, size=(3, 3 * 21, 32))  # the input's layout: each batch's Q, K, V rows in turn
+    q, k, v = flat[:, :21], flat[:, 21:42], flat[:, 42:]
+    got = np.zeros((3, 21, 32))
+    for b, i in np.ndindex(3, 21):  # one tile of 32 lanes, lane j reading K's row j past N as the buffer has it
+        s = np.array([q[b, i] @ flat[b, 21 + j] for j in range(32)]) / np.sqrt(32)
+        p = np.exp(s - s.max())
+        got[b, i] = (p[:21, None] * v[b]).sum(axis=0) / p.sum()  # the output's loop stops at N
     said = keys_past_n.unmasked_slots((q, k, v), shape, None, got, 5e-3)
     assert said is not None and said.startswith("every value checked is attention whose sum l holds 11 keys more: the "
                                                 "slots 21..31 of a last tile of 16 or 32 keys"), said

@@ -1259,7 +1259,7 @@ def test_the_second_of_a_threads_rows_divided_by_the_firsts_sum_is_named_with_th
     s = logits(inp.q, inp.k)
     P = softmax_rows(s)
     total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
-    first = np.arange(256) & ~64
+    first = [r - 64 if r % 128 >= 64 else r for r in range(256)]  # each thread's first row
     said, fields = factors.per_row_factor(P * (total / total[:, first])[..., None], P, s)
     assert "each row r divided by row r - 64 where r mod 128 >= 64 (the first of rows r0, r0 + 64 held together)'s " \
         "sum l" in said, said

@@ -146,7 +146,6 @@ def test_the_loop_that_makes_the_stores_is_shown_with_them(ctx, tmp_path):
         "128) Ks[e] = kt[t * 32 + e];`")
 
 
-
 def test_a_loop_over_the_whole_tile_where_the_load_stops_at_its_count_is_shown(ctx, tmp_path):
     """set45's s05: the tile loaded up to bc keys, its weights and P V taken over BC: the loop
     bounded by the load's bound in the other case is shown after the load's."""
@@ -158,7 +157,7 @@ def test_a_loop_over_the_whole_tile_where_the_load_stops_at_its_count_is_shown(c
     assert shared_poison.store_lines(ctx).endswith(
         "; loops over the tile bounded by its whole size where the load stops at its count (a case apart: bc): 7 `for "
         "(int jj = 0; jj < BC; ++jj) acc += Vs[jj * 32];` (a short tile's slots past its count read there: what the "
-        "tile before left, or what nothing wrote)"), shared_poison.store_lines(ctx)
+        "tile before left, or what nothing wrote?)"), shared_poison.store_lines(ctx)
 
 
 UNWRITTEN = r'''

@@ -29,7 +29,8 @@ def unmasked_slots(payload: tuple, shape: Shape, rows: np.ndarray | None, got: n
             if (np.abs(got - reference.attention(q, keys, values, index)) <= tol).all():
                 sizes = " or ".join(str(T) for T in tiles)
                 return (f"every value checked is attention whose sum l holds {pad} keys more: the slots "
-                        f"{N}..{N + pad - 1} of a last tile of {sizes} keys scored against the rows that follow K in the input (V's rows "
-                        f"0..{pad - 1}) and weighed in l and the max, never in the output: the tile's slots past N not "
-                        "masked where its scores and its sum are taken (only the output's loop stops at N)")
+                        f"{N}..{N + pad - 1} of a last tile of {sizes} keys scored against the rows that follow K in "
+                        f"the input (V's rows 0..{pad - 1}) and weighed in l, never in the output: as where the "
+                        "tile's slots past N are not masked where its scores and its sum are taken (only the "
+                        "output's loop stops at N)?")
     return None

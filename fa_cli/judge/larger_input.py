@@ -196,7 +196,7 @@ def wrong_from(got: np.ndarray, wrong: np.ndarray, shape: Shape, rows: np.ndarra
                  "of y and z; x allows 2^31 - 1) and no loop over the blocks left")
     elif passed := one_pass(at, shape, logged or [], None if rows is None else after):  # "exactly" where every
         said += passed  # row is checked, else between the last right row checked and the first wrong one
-    elif i == 0 and (share := last_share(b, shape.B) or last_chunk(b, shape.B)):
+    elif i == 0 and (share := last_share(b, shape.B) or zeros and last_chunk(b, shape.B)):
         said += share
     return said
 
@@ -222,11 +222,11 @@ def last_chunk(b: int, B: int) -> str | None:
     C a power of 2 that divides B: a last chunk of C batches not computed (its count taken as
     B % C, 0 there), in words; None otherwise."""
     C = B - b
-    if C < 2 or C & (C - 1) or B % C or B == C:
+    if C < 2 or C & (C - 1) or B % C or B // C < 3:  # a half or less: two streams' shares say as much
         return None
     return (f": the last {C} batches exactly, and {C} divides B = {B} ({B // C} x {C}): as in a program that "
-            f"computes the batches in chunks of {C} and takes the last chunk's count as B % {C}, 0 where {C} "
-            f"divides B, where B - b0 belongs?")
+            f"computes the batches in chunks of {C} and takes the last chunk's count as B % {C} (0 where {C} "
+            f"divides B) where B minus the chunk's first batch belongs, the chunk not computed or not copied back?")
 
 
 def one_pass(at: int, shape: Shape, logged: list, after: int | None = None) -> str | None:

@@ -61,7 +61,9 @@ def whole_tile_loops(source, loop: tuple[int, str]) -> str:
     """Loops bounded by a name that differs from one in the load loop's bound by its case alone (BC
     where the load stops at bc): they read the tile's slots past what a short tile's load wrote."""
     parts = loop[1].split(";")
-    bound = set(re.findall(r"\b[A-Za-z_]\w*\b", parts[1])) if len(parts) > 2 else set()
+    # a count of the tile's rows in the bound (bc in `e < bc * D`): two letters or more, not the sizes N, d
+    bound = {name for name in re.findall(r"\b[A-Za-z_]\w+\b", parts[1]) if not name.isupper()} if len(parts) > 2 \
+        else set()
     shown, names = [], []
     for name in sorted(bound):
         for twin in {name.upper(), name.lower()} - {name}:
@@ -72,7 +74,7 @@ def whole_tile_loops(source, loop: tuple[int, str]) -> str:
         return ""
     return (f"; loops over the tile bounded by its whole size where the load stops at its count (a case apart: "
             f"{', '.join(names)}): {quoted(shown)} (a short tile's slots past its count read there: what the tile "
-            "before left, or what nothing wrote)")
+            "before left, or what nothing wrote?)")
 
 
 def filling_loop(source, store: int, reach: int = 3) -> tuple[int, str] | None:

@@ -172,9 +172,10 @@ def judge(program: Program, target: Target, options: JudgeOptions = JudgeOptions
         if result.error is not None or size != shape.output_bytes:
             why = diagnose.of_error(result.returncode, result.stderr, shape, size, input_path=target.input_path,
                                     output_path=out_path if size else None)
-            if size == shape.output_bytes and result.returncode > 0:  # an exit status of its own, an output whole
+            own = result.returncode > 0 and diagnose.signal_name(result.returncode) is None and not result.launcher_says
+            if size == shape.output_bytes and own:  # an exit status of the program's own, an output whole
                 check = checked(out_path, target, options)[2]
-                why.lines += written_before_exit(check, result.returncode)
+                why.lines += written_before_exit(check, result.returncode, bool(why.fields.get("stderr_tail")))
                 why.fields["right_before_exit"] = check.passed
             problem = None if result.error else "no output file" if size is None else diagnose.short_output(size, shape)
             return CaseResult(target, program, result, None, limit, problem, why)
@@ -204,16 +205,19 @@ def checked(out_path: Path, target: Target, options: JudgeOptions):
     return out, inp, check
 
 
-def written_before_exit(check: verify.VerifyResult, returncode: int) -> list[str]:
+def written_before_exit(check: verify.VerifyResult, returncode: int, said: bool) -> list[str]:
     """What the output file of a run that ended with an exit status of its own holds, checked as a
-    passing one would be: right, its failure is that status alone (a check of the program's own
-    that fails after the work is done: a write's count against another unit, say), else its error."""
+    passing one would be: right, its failure is that status alone (as where a check of the
+    program's own fails after the work: a write's count against another unit, say), else its error.
+    said: the program wrote a line on stderr."""
     if not check.passed:
         return [f"its output file is whole (of the right size) but wrong too: max error {check.max_err:.3g}"]
-    return [f"its output file is whole and right ({check.mode}, max error {check.max_err:.2g}): the "
-            f"attention is right, and the program ended with exit status {returncode} after writing it; what fails "
-            "is a check of its own after the work (its stderr line above names it: a write checked against a count "
-            "in another unit, fwrite's return being the items written, not the bytes, is one such)"]
+    right = "the rows checked are right" if check.sampled else "the attention is right"
+    words = "its stderr line above says which" if said else "it wrote nothing on stderr"
+    return [f"its output file is whole and right ({check.mode}, max error {check.max_err:.2g}): {right}, and the "
+            f"program ended with exit status {returncode} after writing it; as where a check of its own fails after "
+            f"the work ({words}: a write checked against a count in another unit, fwrite's return being the items "
+            "written, not the bytes, is one such)?"]
 
 
 def as_record(result: CaseResult, options: JudgeOptions = JudgeOptions()) -> dict:

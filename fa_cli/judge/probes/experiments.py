@@ -338,15 +338,18 @@ def empty_tile(ctx: Context, tried: list) -> str | None:
     if not nan or any(ok is not True for n, ok in tried if n < nan[0]) or N % nan[0]:
         return None
     T = nan[0]
+    if any(ok is not False for n, ok in tried if n % T == 0):  # every multiple of T tried: NaN
+        return None
     cuts = [n for n in (T + 1, T + T // 2) if n < N]
     runs = [ctx.run(design.shrunk(ctx.probe, N=n)) for n in cuts]
     if len(cuts) < 2 or not all(got is not None and np.isfinite(got).all() for got in runs):
         return None
     return (f"finite at N = {' and '.join(str(n) for n in cuts)} too (no multiples of {T}), NaN at every multiple of "
             f"{T} tried ({', '.join(str(n) for n in nan)}): NaN exactly where the keys fill whole tiles of {T}, as "
-            f"where a tile of no keys is visited then (N / {T} taken as the last tile's index where (N - 1) / {T} "
-            f"belongs, or a count of tiles one too many): its max over no keys is -inf, and exp(-inf - -inf) = NaN "
-            "reaches m, l and the output; look at the tile count and the loop's first or last tile")
+            f"where a tile of no keys is met then: N / {T} taken as the last tile's index where (N - 1) / {T} belongs "
+            f"(a walk from the last tile meets it first: its max over no keys is -inf, exp(-inf - -inf) = NaN), or "
+            f"the last tile's key count taken as N % {T}, 0 at whole tiles (a division by that count, or a max "
+            "over none)?; look at the tile count and the loop's first or last tile")
 
 
 def first_tile_partial(ctx: Context) -> str | None:

@@ -172,7 +172,17 @@ def lanes_apart(W: np.ndarray, P: np.ndarray, flat: float, N: int) -> tuple[str,
             other = np.where(best[None], level, np.nan)
             if not ((np.nanmax(other, axis=1) - np.nanmin(other, axis=1)) <= flat).mean() >= SHARE:
                 continue  # the lanes apart share one factor a row
-            return said_lanes(G, best, off, N), dict(lanes_apart=G, lanes_off=np.flatnonzero(best).tolist(), look="exp")
+            higher = np.nanmedian(other, axis=1) > level[:, 0]  # the apart lanes' weights against the others'
+            if higher.mean() >= SHARE:
+                heavy = best
+            elif (~higher).mean() >= SHARE:
+                heavy = ~best
+            else:
+                continue
+            lanes = np.flatnonzero(heavy)
+            if lanes[-1] - lanes[0] + 1 != lanes.size:  # one run of lanes (an interleave is another reading's)
+                continue
+            return said_lanes(G, heavy, off, N), dict(lanes_apart=G, lanes_off=lanes.tolist(), look="exp")
     return None
 
 
@@ -180,10 +190,11 @@ def said_lanes(G: int, apart: np.ndarray, off: np.ndarray, N: int) -> str:
     rows = np.flatnonzero(off.any(axis=0))
     lanes = np.flatnonzero(apart)
     said = (f"in {int(off.sum())} rows (rows {spans(rows)} of the batches), the keys j with j mod {G} in "
-            f"{spans(lanes)} weigh as P does up to one factor of their own a row, the other keys up to another: "
-            f"the lanes that hold keys {spans(lanes)} of every {G} kept their sums against another max than the "
-            "others (a rescale of l and o by exp(m_old - m_new) skipped by those lanes, or taken against another max)")
+            f"{spans(lanes)} weigh as P does up to one factor of their own a row, larger than the other keys' "
+            f"(theirs up to another): as where the lanes that hold keys {spans(lanes)} of every {G} kept their sums "
+            "against an older, smaller max than the others (a rescale of l and o by exp(m_old - m_new) skipped by "
+            "those lanes)?")
     if N % G and lanes.tolist() == list(range(N % G, G)):
-        said += (f"; they are exactly the lanes with no key in the last, partial tile (N = {N}, N mod {G} = {N % G}): "
-                 f"a rescale inside the key guard (`if (j < N)`), which those lanes skip while the max moves on")
+        said += (f" They are exactly the lanes with no key in the last, partial tile (N = {N}, N mod {G} = {N % G}), "
+                 f"as where the rescale sits inside the key guard (`if (j < N)`) that those lanes fail there")
     return said
