@@ -683,3 +683,11 @@ def test_a_short_rows_slots_past_n_weighed_in_l_are_read_from_the_rows_after_k()
     assert said is not None and said.startswith("every value checked is attention whose sum l holds 11 keys more: the "
                                                 "slots 21..31 of a last tile of 16 or 32 keys"), said
     assert keys_past_n.unmasked_slots((q, k, v), shape, None, reference.attention(q, k, v), 5e-3) is None
+    apart = np.concatenate([k.reshape(-1, 32), np.zeros((11, 32))])  # K in a buffer of its own: the next batch's
+    for b, i in np.ndindex(2, 21):
+        s = np.array([q[b, i] @ apart[b * 21 + j] for j in range(32)]) / np.sqrt(32)
+        p = np.exp(s - s.max())
+        got[b, i] = (p[:21, None] * v[b]).sum(axis=0) / p.sum()
+    said = keys_past_n.unmasked_slots((q, k, v), shape, None, got, 5e-3)
+    assert said is not None and "against the rows that follow K_b in a buffer of K alone (the next batch's K rows " \
+        "0..10; the last batch not checked)" in said, said

@@ -152,3 +152,64 @@ def test_a_tiles_sum_reduced_over_two_rows_is_named_with_the_partner():
     words, fields = said(online(q, k, v, 16, both), q, k, v)
     assert "and each tile's sum of row r xor 1 too (against that row's own running max)" in words, words
     assert fields["sum_tile"] == 16
+
+
+def test_every_batch_divided_by_batch_0s_sum_against_its_own_max_is_named():
+    """set46's s05: a kernel that writes each row undivided (against its own max) and a host that
+    divides row i of every batch by batch 0's l of row i: batch b's rows off by l_b / l_0."""
+    q, k, v = drawn(B=3, N=128)
+    s = logits(q, k)
+    p = np.exp(s - s.max(axis=2, keepdims=True))
+    undivided = np.einsum("bij,bjx->bix", p, v)
+    words, fields = said(undivided / p.sum(axis=2)[:1, :, None], q, k, v)
+    assert words.startswith("every batch divides by batch 0's sum l, each row's sum against its own max"), words
+    assert fields["sum_first_batch"]
+
+
+def test_the_last_key_counted_again_by_unmasked_clamped_slots_is_named():
+    """set46's s09: two keys a lane in tiles of 64, the second key's mask copied from the first and
+    the loader clamping past N: at N = 200 key 199 counted 8 more times, in l and in the output."""
+    from fa_cli.judge.probes import partial_sums
+    q, k, v = drawn(B=2, N=200)
+    s = logits(q, k)
+    P = right_weights = np.exp(s - s.max(axis=2, keepdims=True))
+    counts = np.ones(200)
+    counts[199] = 9
+    W = right_weights * counts
+    W /= W.sum(axis=2, keepdims=True)
+    said, _ = partial_sums.keys_counted(W, P / P.sum(axis=2, keepdims=True))
+    assert "keys 199 9 times" in said, said
+    assert ("the last key, N - 1, counted 8 more times (8 = -N mod 16 = N mod 16 = N mod 32 = N mod 64: the slots "
+            "past N of a last tile or the second slots of a last tile's lanes that hold a key)") in said, said
+
+
+def test_a_tiles_sum_against_its_own_max_added_without_its_factor_is_named():
+    """set46's s07: each tile summarised against its own max, merged as l = l * alpha + tsum where
+    tsum * exp(m_tile - m_new) belongs (the output takes its factor)."""
+    q, k, v = drawn(N=256)
+
+    def own_sum(l, p, a, m, new, tile):
+        return l * a + np.exp(tile - tile.max(axis=2, keepdims=True)).sum(axis=2)
+    words, fields = said(online(q, k, v, 32, own_sum), q, k, v)
+    assert "each tile's sum taken against the tile's own max and added as it is" in words, words
+    assert fields["sum_factor"] == [-1, 1] and fields["sum_tile"] == 32
+
+
+def test_lanes_past_d_whose_part_of_l_is_never_rescaled_are_named():
+    """set46's s10: a wavefront of 64 lanes, key j0 + g on lane g, the max shared; each lane keeps
+    its part of l, rescaled only inside `if (lane < d)` with d = 32: lanes 32..63 never rescale."""
+    q, k, v = drawn(N=256)
+    s = logits(q, k)
+    B, N, _ = s.shape
+    l = np.zeros((B, N, 64))
+    m = np.full((B, N), -np.inf)
+    for j0 in range(0, N, 64):
+        new = np.maximum(m, s[..., j0:j0 + 64].max(axis=2))
+        l[..., :32] *= np.exp(m - new)[..., None]  # lanes < d: rescaled
+        l += np.exp(s[..., j0:j0 + 64] - new[..., None])
+        m = new
+    l_used = l.sum(axis=2) * np.exp(m - s.max(axis=2))  # relative to the row's max
+    total = np.exp(s - s.max(axis=2, keepdims=True)).sum(axis=2)
+    words, fields = said(right(q, k, v) * (total / l_used)[..., None], q, k, v)
+    assert "the parts of lanes 32..63 are never rescaled as the max grows" in words, words
+    assert fields["sum_lanes_unrescaled"] == [32, 64]

@@ -14,23 +14,29 @@ TILES = (16, 32, 64)  # the key tiles whose slots past N may be read
 
 def unmasked_slots(payload: tuple, shape: Shape, rows: np.ndarray | None, got: np.ndarray, tol: float) -> str | None:
     """Where every value checked is attention with the pad = -N % T slots past N of a tile of T
-    keys scored against V's first pad rows (the rows after K) and weighed in l alone: in words."""
+    keys scored against the rows that follow K (V's first pad rows as the input has them, or the next
+    batch's K rows where K is kept apart: every batch but the last checked) and weighed in l alone."""
     q, k, v = payload
     N = shape.N
     pads: dict[int, list[int]] = {}
     for T in TILES:
-        if 0 < -N % T <= N:  # the rows read past K are V's own (more: the next batch's Q, or past the input)
+        if 0 < -N % T <= N:  # the rows read past K are one part's own (more: further parts, or past the input)
             pads.setdefault(-N % T, []).append(T)
     index = np.broadcast_to(np.arange(N) if rows is None else rows, (shape.B, N if rows is None else rows.size))
     for pad, tiles in pads.items():
-        keys = np.concatenate([k, v[:, :pad]], axis=1)
-        values = np.concatenate([v, np.zeros_like(v[:, :pad])], axis=1)  # weighed in l, met by no V row
-        with np.errstate(invalid="ignore"):
-            if (np.abs(got - reference.attention(q, keys, values, index)) <= tol).all():
-                sizes = " or ".join(str(T) for T in tiles)
-                return (f"every value checked is attention whose sum l holds {pad} keys more: the slots "
-                        f"{N}..{N + pad - 1} of a last tile of {sizes} keys scored against the rows that follow K in "
-                        f"the input (V's rows 0..{pad - 1}) and weighed in l, never in the output: as where the "
-                        "tile's slots past N are not masked where its scores and its sum are taken (only the "
-                        "output's loop stops at N)?")
+        after = [(f"the rows that follow K in the input (V's rows 0..{pad - 1})", v[:, :pad], shape.B)]
+        if shape.B > 1:
+            after.append((f"the rows that follow K_b in a buffer of K alone (the next batch's K rows 0..{pad - 1}; the "
+                          "last batch not checked)", k[1:, :pad], shape.B - 1))
+        for where, extra, B in after:
+            keys = np.concatenate([k[:B], extra], axis=1)
+            values = np.concatenate([v[:B], np.zeros_like(extra)], axis=1)  # weighed in l, met by no V row
+            with np.errstate(invalid="ignore"):
+                if not (np.abs(got[:B] - reference.attention(q[:B], keys, values, index[:B])) <= tol).all():
+                    continue
+            sizes = " or ".join(str(T) for T in tiles)
+            return (f"every value checked is attention whose sum l holds {pad} keys more: the slots {N}..{N + pad - 1}"
+                    f" of a last tile of {sizes} keys scored against {where} and weighed in l, never in the output: "
+                    "as where the tile's slots past N are not masked where its scores and its sum are taken (only "
+                    "the output's loop stops at N)?")
     return None

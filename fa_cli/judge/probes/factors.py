@@ -14,7 +14,7 @@ from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
 from .partial_sums import (base_mixed, first_rows_statistics, half_sums, keys_counted, parts_unmerged, read_in_place_of,
                            tile_maxima)
-from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS, CHAINS_WORDS, FIRST_BATCH_WORDS,
+from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS,
                            SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
                            first_batchs, sum_variants, tiles_named, whole_times)
 from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
@@ -105,19 +105,20 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
     if s.shape[0] > 1 and fits(carried_over(s)):
         fields.update(sum_carried=True)
         return CARRIED_WORDS
-    if s.shape[0] > 1 and fits(first_batchs(s)):
-        fields.update(sum_first_batch=True)
-        return FIRST_BATCH_WORDS
+    for words, l_wrong in first_batchs(s) if s.shape[0] > 1 else ():
+        if fits(l_wrong):
+            fields.update(sum_first_batch=True)
+            return words
     for words, rows in other_rows(s.shape[1]):
         if fits(total[:, rows]):
             fields.update(sum_other_row=words)
             return (f"each row r divided by {words}'s sum l (each relative to its own max): the right scores and "
                     "output, the sum taken from another row's slot (a register block's or a shared array's l indexed "
                     "with another row); look at where l is kept for each row")
-    for G, l_wrong in chains_not_rescaled(s):
+    for words, found, l_wrong in chains_not_rescaled(s):
         if fits(l_wrong):
-            fields.update(sum_chains=G)
-            return CHAINS_WORDS.format(G=G)
+            fields.update(found)
+            return words
     for G, whose, l_wrong in butterflies_unrescaled(s):
         if fits(l_wrong):
             fields.update(sum_butterfly=G, sum_unrescaled=whose)
@@ -138,8 +139,7 @@ def wrong_sum(f: np.ndarray, s: np.ndarray, total: np.ndarray, fields: dict) -> 
 
 
 def other_rows(N: int):
-    """(words, each row's other row) of the rows whose sum a row may take: a neighbour in a pair or a
-    group of rows kept together (r xor k), the row before or after, the first row of its group."""
+    """(words, each row's other row) of the rows whose sum a row may take: r xor k, r +- 1, a group's first."""
     r = np.arange(N)
     for k in (1, 2, 4, 8, 16):
         if k < N:

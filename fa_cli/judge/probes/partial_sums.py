@@ -100,7 +100,7 @@ def keys_counted(W: np.ndarray, P: np.ndarray) -> tuple[str, dict] | None:
     sums = W.sum(axis=2)
     l_too = " (each row's weights sum to 1: l counts them as often)" if np.abs(sums - 1).max() <= 1e-3 else \
         f" (the rows' weights sum to {span(sums)}: l counts them otherwise)"
-    if stale := stale_slots(counts):
+    if stale := stale_slots(counts) or clamped_slots(counts):
         return f"keys weighed a whole number of times: {times}, the others once{l_too}: {stale}", \
             dict(keys_counted=times, look="rounded")
     return (f"keys weighed a whole number of times: {times}, the others once{l_too}: parts of the work (warps, "
@@ -127,6 +127,24 @@ def stale_slots(counts: np.ndarray, tiles=KEY_TILES, groups=(2, 4, 8, 16)) -> st
                     f"{extra[-1]}): the last tile's scores and P V went over {width} slots where it loaded {bc}, the "
                     f"slots past its keys still holding the tile before's{rounded}; look at the last tile's key count")
     return None
+
+
+def clamped_slots(counts: np.ndarray, tiles=KEY_TILES) -> str | None:
+    """Where the last key alone is counted more than once, c more times: slots that read a clamped
+    index (min(j, N - 1)) and are not masked, in words, with the tiles whose slots past N number c."""
+    N, extra = counts.size, np.flatnonzero(counts >= 2)
+    if extra.tolist() != [N - 1]:
+        return None
+    more = int(counts[-1]) - 1
+    past = [f"-N mod {T}" for T in tiles if -N % T == more]  # a last tile's slots past N
+    keyed = [f"N mod {T}" for T in tiles if N % T == more]  # its lanes with a key, each with a second slot past N
+    where = f" ({more} = {' = '.join(past + keyed)}: " + " or ".join(
+        (["the slots past N of a last tile"] if past else []) + (["the second slots of a last tile's lanes that "
+                                                                  "hold a key"] if keyed else [])) + ")" \
+        if past or keyed else ""
+    return (f"the last key, N - 1, counted {more} more times{where}: as where the slots past N read a clamped index "
+            "(min(j, N - 1)) and their mask is missing or tests another key's index?; look at the mask of each "
+            "slot a lane or thread takes")
 
 
 def read_in_place_of(W: np.ndarray, P: np.ndarray, dead: np.ndarray | None) -> tuple[str, dict] | None:

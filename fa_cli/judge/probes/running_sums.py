@@ -30,6 +30,8 @@ SUM_WORDS = {(1, 0): "not rescaled when the running max grows (l = l + sum where
              (2, 0): "multiplied by exp(m_new - m_old), the inverse of the rescale",
              (-1, 0): "rescaled twice by exp(m_old - m_new)",
              (0, 1): "summed with each tile's own max, not the running max",
+             (-1, 1): "each tile's sum taken against the tile's own max and added as it is (l = l * alpha + sum where "
+                      "sum * exp(m_tile - m_new) belongs), then rescaled as l is",
              (0, 0): ""}
 
 
@@ -93,6 +95,10 @@ CARRIED_WORDS = ("its running sum l (and max m) start each batch where the batch
                  "are initialised")
 FIRST_BATCH_WORDS = ("every batch divides by batch 0's sum l (and its max m): each row's statistics read without the "
                      "batch's offset (row where b*N + row belongs); look at where m and l are indexed")
+FIRST_BATCH_SUM_WORDS = ("every batch divides by batch 0's sum l, each row's sum against its own max: the division "
+                         "reads l without the batch's offset (row where b*N + row belongs), as where the output is "
+                         "divided apart from the kernel that made it (a second kernel, or the host); look at that "
+                         "division's index")
 CHAINS_WORDS = ("its l adds {G} interleaved chains of keys (key j in chain j mod {G}: a lane's or thread's own keys), "
                 "each chain's sum not rescaled as the chain's own max grows (l = l + p where l = l * exp(m_old - "
                 "m_new) + p belongs), the chains then merged with their factors; look at the update of each lane's l")
@@ -104,16 +110,19 @@ def log_sums(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return top, np.log(np.exp(s - top[..., None]).sum(axis=-1)) + top
 
 
-def first_batchs(s: np.ndarray) -> np.ndarray:
-    """l of each batch (B, N) relative to its row's max, where every batch takes batch 0's."""
+def first_batchs(s: np.ndarray):
+    """(words, l of each batch (B, N) relative to its row's max) where every batch takes batch 0's
+    statistics: its sum and its max together, or its sum alone (each against its own row's max, as
+    where a kernel leaves the output undivided, its max its own, and the host divides by l)."""
     top, own = log_sums(s)
-    return np.exp(own[:1] - top)
+    yield FIRST_BATCH_WORDS, np.exp(own[:1] - top)
+    yield FIRST_BATCH_SUM_WORDS, np.broadcast_to(np.exp(own[:1] - top[:1]), top.shape)
 
 
 def chains_not_rescaled(s: np.ndarray):
-    """(G, l) for G interleaved chains of keys (j mod G), each summed key by key against its own
-    running max without rescaling its sum, merged with the factors exp(m_chain - m): l relative to
-    the row's max."""
+    """(words, fields, l) for G interleaved chains of keys (j mod G), each summed key by key against
+    its own running max without rescaling its sum, merged with the factors exp(m_chain - m); then
+    lanes_not_rescaled's. l relative to the row's max."""
     top = s.max(axis=-1, keepdims=True)
     for G in (2, 4, 8, 16, 32, 64):
         if G >= s.shape[-1]:
@@ -123,7 +132,33 @@ def chains_not_rescaled(s: np.ndarray):
             chain = s[..., g::G]
             running = np.maximum.accumulate(chain, axis=-1)
             total += np.exp(chain - running).sum(axis=-1) * np.exp(running[..., -1] - top[..., 0])
-        yield G, total
+        yield CHAINS_WORDS.format(G=G), dict(sum_chains=G), total
+    yield from lanes_not_rescaled(s)
+
+
+LANES_WORDS = ("its l adds the lanes' own parts (tiles of {G} keys, key j0 + g on lane g, the row's max shared), and "
+               "the parts of lanes {cut}..{last} are never rescaled as the max grows (l_part = l_part + p where "
+               "l_part * exp(m_old - m_new) + p belongs), the other lanes' are: as where the rescale sits in a branch "
+               "that lanes {cut} and up skip (a test of the lane against d = {cut}, made for the output's dims)?; "
+               "look at the branch around the rescale of l")
+
+
+def lanes_not_rescaled(s: np.ndarray):
+    """(words, fields, l) where a row's keys are dealt G a tile (key j0 + g to lane g), the running
+    max shared, each lane's part of l rescaled as it grows but for the lanes from `cut` on (d = 32
+    of a wavefront's 64, or 16 of 32): l relative to the row's max."""
+    for G in (64, 32):
+        if G >= s.shape[-1]:
+            continue
+        own, running, final, sums = tile_maxima(s, G)
+        tiles = running.shape[2]
+        pad = np.full((*s.shape[:2], tiles * G), -np.inf)
+        pad[..., :s.shape[2]] = s
+        p = np.exp(pad.reshape(*s.shape[:2], tiles, G) - running[..., None])  # against the max after its tile
+        cut = G // 2
+        kept = (p[..., :cut].sum(axis=3) * np.exp(running - final)).sum(axis=2)  # rescaled: to the final max
+        left = p[..., cut:].sum(axis=(2, 3))  # never rescaled
+        yield LANES_WORDS.format(G=G, cut=cut, last=G - 1), dict(sum_lanes_unrescaled=[cut, G]), kept + left
 
 
 BUTTERFLY_WORDS = ("its l is {G} lanes' sums (lane g: the keys j mod {G} = g, each against the lane's own max) merged "
