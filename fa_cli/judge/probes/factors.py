@@ -12,8 +12,8 @@ import numpy as np
 
 from ..findings import Finding, Kind
 from ..mistakes import KEY_TILES
-from .partial_sums import (base_mixed, first_rows_statistics, half_sums, keys_counted, parts_unmerged, read_in_place_of,
-                           tile_maxima)
+from .partial_sums import (base_mixed, first_rows_statistics, half_sums, in_tiles, keys_counted, parts_unmerged,
+                           read_in_place_of, tile_maxima)
 from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS,
                            SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
                            first_batchs, sum_variants, tiles_named, whole_times)
@@ -180,9 +180,7 @@ def signed_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str,
         if T >= N:
             continue
         _, running, final, _ = tile_maxima(s, T)
-        pad = np.zeros((B, N, running.shape[2] * T))
-        pad[..., :N] = s
-        l_scores = (pad.reshape(B, N, -1, T).sum(axis=3) * np.exp(running - final)).sum(axis=2)
+        l_scores = (in_tiles(s, T, 0.0).sum(axis=3) * np.exp(running - final)).sum(axis=2)
         with np.errstate(divide="ignore", invalid="ignore"):
             if np.mean(np.abs(f * l_scores / total - 1) <= SIGNED_RTOL) >= FIT_SHARE:
                 fields.update(sum_tile=T, sum_of_scores=True)
@@ -235,9 +233,7 @@ def per_tile_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, d
         tiles = -(-N // T)
         if tiles < 2:
             continue
-        pad = np.full((B, N, tiles * T), np.nan)
-        pad[..., :N] = logr
-        blocks = pad.reshape(B, N, tiles, T)
+        blocks = in_tiles(logr, T, np.nan)
         with np.errstate(invalid="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # a tile with no key where P > 1e-6
             spread = np.nanmax(blocks, axis=3) - np.nanmin(blocks, axis=3)

@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 
+from .partial_sums import in_tiles
 from .step import spans
 
 PLACE_GROUPS = (8, 16, 32, 64, 128)  # lanes of a group whose rows meet in turn: a warp, a wavefront, a part
@@ -153,8 +154,7 @@ def lanes_apart(W: np.ndarray, P: np.ndarray, flat: float, N: int) -> tuple[str,
         if off.sum() < MIN_ROWS:
             return None
         for G in (G for G in LANE_GROUPS if 2 * G <= W.shape[2]):
-            padded = np.pad(logr, ((0, 0), (0, 0), (0, -W.shape[2] % G)), constant_values=np.nan)
-            lanes = padded.reshape(*W.shape[:2], -1, G)[off].transpose(0, 2, 1)  # (off rows, lane, its keys)
+            lanes = in_tiles(logr, G, np.nan)[off].transpose(0, 2, 1)  # (off rows, lane, its keys)
             spread = np.nanmax(lanes, axis=2) - np.nanmin(lanes, axis=2)
             level = np.nanmedian(lanes, axis=2)  # each lane's log-factor in each row
             if not (np.nan_to_num(spread, nan=0.0) <= flat).all(axis=1).mean() >= SHARE:

@@ -16,18 +16,31 @@ from .readings import FIT_SHARE, FLAT, span
 from .step import fmt, spans
 
 
+def in_tiles(x: np.ndarray, T: int, fill: float = -np.inf) -> np.ndarray:
+    """x (B, N, keys) as (B, N, tiles, T): the keys in tiles of T, the last one's slots past the
+    keys holding `fill` (-inf: no weight; NaN: nothing to read)."""
+    B, N, keys = x.shape
+    pad = np.full((B, N, -(-keys // T) * T), fill)
+    pad[..., :keys] = x
+    return pad.reshape(B, N, -1, T)
+
+
 def tile_maxima(s: np.ndarray, T: int):
     """Per key tile of T: the tile's own max, the running max after it, and the final max
     (B, N, tiles) each; and each tile's sum of exp(s - final max)."""
-    B, N, _ = s.shape
-    tiles = -(-N // T)
-    pad = np.full((B, N, tiles * T), -np.inf)
-    pad[..., :N] = s
-    own = pad.reshape(B, N, tiles, T).max(axis=3)
+    tiled = in_tiles(s, T)
+    own = tiled.max(axis=3)
     running = np.maximum.accumulate(own, axis=2)
     final = running[..., -1:]
-    sums = np.exp(pad - final[..., :1]).reshape(B, N, tiles, T).sum(axis=3)
+    sums = np.exp(tiled - final[..., None]).sum(axis=3)
     return own, running, final, sums
+
+
+def tile_weights(s: np.ndarray, T: int):
+    """(running, final, p): tile_maxima's running and final maxima, and each key's weight against
+    the running max after its tile, (B, N, tiles, T), as an online softmax takes them."""
+    _, running, final, _ = tile_maxima(s, T)
+    return running, final, np.exp(in_tiles(s, T) - running[..., None])
 
 
 HALF_GROUPS = (1, 2, 4, 8, 16, 32, 64, 128)  # G: a reduction over 2G values that folds in only G of them

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..mistakes import KEY_TILES
-from .partial_sums import tile_maxima
+from .partial_sums import tile_maxima, tile_weights
 from .readings import FLAT
 
 # The key tiles a running sum l is looked for over: the usual tiles, then one key at a time (an
@@ -150,11 +150,7 @@ def lanes_not_rescaled(s: np.ndarray):
     for G in (64, 32):
         if G >= s.shape[-1]:
             continue
-        own, running, final, sums = tile_maxima(s, G)
-        tiles = running.shape[2]
-        pad = np.full((*s.shape[:2], tiles * G), -np.inf)
-        pad[..., :s.shape[2]] = s
-        p = np.exp(pad.reshape(*s.shape[:2], tiles, G) - running[..., None])  # against the max after its tile
+        running, final, p = tile_weights(s, G)  # each weight against the max after its tile
         cut = G // 2
         kept = (p[..., :cut].sum(axis=3) * np.exp(running - final)).sum(axis=2)  # rescaled: to the final max
         left = p[..., cut:].sum(axis=(2, 3))  # never rescaled

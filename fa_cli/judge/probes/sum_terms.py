@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .partial_sums import tile_maxima
+from .partial_sums import tile_weights
 from .readings import FLAT
 from .running_sums import SUM_TILES_TRIED, tiles_named
 from .step import fmt
@@ -77,11 +77,7 @@ def fixed_point_sums(s: np.ndarray):
     for T in SUM_TILES_TRIED:
         if T >= N:
             continue
-        _, running, final, _ = tile_maxima(s, T)
-        tiles = running.shape[2]
-        pad = np.full((B, N, tiles * T), -np.inf)
-        pad[..., :N] = s
-        p = np.exp(pad.reshape(B, N, tiles, T) - running[..., None])
+        running, final, p = tile_weights(s, T)
         for bits in FIXED_BITS:
             scale = 2.0 ** bits
             for how, cut in (("truncated", np.floor), ("rounded", np.rint)):
