@@ -2392,3 +2392,17 @@ def test_places_right_each_on_its_own_but_with_factors_of_their_own_are_no_readi
     noise = RNG.uniform(0.5, 2.0, size=P.shape)
     W = P * np.where(place == 0, 1.5, np.where(place == 1, 0.7, np.where(place == 3, 0.9, noise)))
     assert factors.weighed_otherwise_by_place(W, P, readings.FLAT) is None
+
+
+def test_the_rows_cover_shows_a_kernels_count_of_n_that_rounds_down_beside_the_hosts(tmp_path):
+    """set46's s12: the host's grid rounds N / ROWS up, the kernel's count of tiles rounds it down:
+    both lines shown with the rows never written."""
+    from fa_cli.judge.diagnose import source_lines
+    from fa_cli.judge.probes.readings import ROWS_COVER_LOOK
+    source = tmp_path / "hw4.hip"
+    source.write_text("__global__ void k(int N) {\n  const int tiles = N / ROWS;\n"
+                      "  const int b = blockIdx.x / tiles;\n}\nint main() {\n  const long long tiles = (in.N + ROWS - 1) / ROWS;\n"
+                      "  hipLaunchKernelGGL(k, dim3(blocks), dim3(THREADS), 0, 0, N);\n}\n")
+    shown = source_lines(source, ROWS_COVER_LOOK[1], len(ROWS_COVER_LOOK[1]))
+    assert [n for n, _ in shown] == [6, 7, 2], shown
+    assert "a count of N that rounds down" in ROWS_COVER_LOOK[0]

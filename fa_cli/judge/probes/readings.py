@@ -189,9 +189,11 @@ class RowsNotWritten(WeightReading):
 
 
 # the lines that say which rows a batch's blocks cover: a count taken from the grid's size, a ceiling
-# division of the rows by a block's, the grid or the launch
-ROWS_COVER_LOOK = ("the rows' cover (a count of tiles, the grid)",
-                   (r"gridDim\.\w\s*[/%]", r"\+\s*\w+\s*-\s*1\s*\)\s*/\s*\w+", GRID_LINES))
+# division of the rows by a block's, the grid or the launch, and a division of N that rounds down (a
+# kernel's count of tiles against the host's rounded up: the two disagree where N is no multiple)
+ROWS_COVER_LOOK = ("the rows' cover (a count of tiles, the grid, a count of N that rounds down)",
+                   (r"gridDim\.\w\s*[/%]", r"\+\s*\w+\s*-\s*1\s*\)\s*/\s*\w+", GRID_LINES,
+                    r"\bN\s*/\s*[A-Z_][A-Z0-9_]*\b(?!\s*[-+*])"))
 
 
 def signed_zeros(out: np.ndarray, true: np.ndarray | None) -> str:
