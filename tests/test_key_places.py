@@ -89,12 +89,12 @@ def test_lanes_with_no_key_in_the_last_tile_that_skip_its_rescale_are_read_by_la
     rng = np.random.default_rng(3)
     q, k = (rng.uniform(-3, 3, size=(2, 200, 32)) for _ in range(2))
     s = logits(q, k)
-    said, fields = lanes_apart(lanes_skipping_the_last_rescale(s), softmax_rows(s), readings.FLAT, 200)
+    said, fields = lanes_apart(lanes_skipping_the_last_rescale(s), softmax_rows(s), readings.FLAT)
     assert fields["lanes_apart"] == 32 and fields["lanes_off"] == list(range(8, 32)), said
     assert "the keys j with j mod 32 in 8-31 weigh as P does up to one factor of their own a row, larger" in said, said
     assert "exactly the lanes with no key in the last, partial tile (N = 200, N mod 32 = 8)" in said, said
-    assert lanes_apart(softmax_rows(s), softmax_rows(s), readings.FLAT, 200) is None
+    assert lanes_apart(softmax_rows(s), softmax_rows(s), readings.FLAT) is None
     W = softmax_rows(s) * np.where(np.arange(200) % 32 < 8, rng.uniform(0.5, 2.0, size=(2, 200, 1)), 1.0)
-    assert lanes_apart(W / W.sum(axis=2, keepdims=True), softmax_rows(s), readings.FLAT, 200) is None  # either way
+    assert lanes_apart(W / W.sum(axis=2, keepdims=True), softmax_rows(s), readings.FLAT) is None  # either way
     odd = softmax_rows(s) * np.where(np.arange(200) % 2 == 1, 1.7, 1.0)  # an interleave: no one run of lanes
-    assert lanes_apart(odd / odd.sum(axis=2, keepdims=True), softmax_rows(s), readings.FLAT, 200) is None
+    assert lanes_apart(odd / odd.sum(axis=2, keepdims=True), softmax_rows(s), readings.FLAT) is None

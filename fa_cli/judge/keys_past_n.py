@@ -22,7 +22,8 @@ def unmasked_slots(payload: tuple, shape: Shape, rows: np.ndarray | None, got: n
     for T in TILES:
         if 0 < -N % T <= N:  # the rows read past K are one part's own (more: further parts, or past the input)
             pads.setdefault(-N % T, []).append(T)
-    index = np.broadcast_to(np.arange(N) if rows is None else rows, (shape.B, N if rows is None else rows.size))
+    taken = np.arange(N) if rows is None else rows
+    index = np.broadcast_to(taken, (shape.B, taken.size))
     for pad, tiles in pads.items():
         after = [(f"the rows that follow K in the input (V's rows 0..{pad - 1})", v[:, :pad], shape.B)]
         if shape.B > 1:

@@ -436,7 +436,7 @@ class Factors(WeightReading):
         for reading in (read_in_place_of(W, P, ctx.facts.dead_keys), all_on_the_largest(W, s),
                         per_row_factor(W, P, s), signed_row_factor(W, P, s),
                         per_tile_factor(W, P, s), keys_counted(W, P), counted_by_place(W, P),
-                        weighed_otherwise_by_place(W, P, FLAT), lanes_apart(W, P, FLAT, ctx.probe.shape.N),
+                        weighed_otherwise_by_place(W, P, FLAT), lanes_apart(W, P, FLAT),
                         logit_slope(W, s, ctx.probe.shape.d), weights_as_scores(W, P)):
             if reading and "not a power" in reading[0]:
                 seen = seen or [Finding(Kind.OBSERVED, [f"measured: {reading[0]}"], reading[1])]

@@ -100,17 +100,24 @@ MIN_ROWS = 8  # rows whose W / P is not one factor, before their keys are read b
 SHARE = 0.95  # of those rows that must show the same places right
 
 
+def rows_off(W: np.ndarray, P: np.ndarray, flat: float) -> tuple[np.ndarray, np.ndarray]:
+    """(log W / P where both are known, NaN elsewhere; the rows whose log W / P spans more than flat)."""
+    known = (P > KNOWN_P) & (W > 0)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row with no known key: NaN, not off
+        logr = np.where(known, np.log(W / np.where(known, P, 1.0)), np.nan)
+        return logr, (np.nanmax(logr, axis=2) - np.nanmin(logr, axis=2)) > flat
+
+
 def weighed_otherwise_by_place(W: np.ndarray, P: np.ndarray, flat: float) -> tuple[str, dict] | None:
     """Rows whose W / P is one factor over the keys at some places of every group of G (k mod G) and
     not over the others: the keys at those other places weighed otherwise (a register block's line
     for one key or one row copied from another's, its max or its score). None where no G shows it."""
-    known = (P > KNOWN_P) & (W > 0)
+    logr, off = rows_off(W, P, flat)
+    if off.sum() < MIN_ROWS:
+        return None
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a class with no known key: NaN, read as no class
-        logr = np.where(known, np.log(W / np.where(known, P, 1.0)), np.nan)
-        off = (np.nanmax(logr, axis=2) - np.nanmin(logr, axis=2)) > flat
-        if off.sum() < MIN_ROWS:
-            return None
         for G in (G for G in PLACE_CLASSES if 4 * G <= W.shape[2]):
             places = [logr[..., c::G][off] for c in range(G)]  # (off rows, keys at place c)
             if any(np.isnan(x).all(axis=1).any() for x in places):
@@ -141,18 +148,16 @@ def said_by_place(G: int, right: np.ndarray, off: np.ndarray) -> str:
 LANE_GROUPS = (16, 32, 64)  # lanes a row's keys are dealt to, key j to lane j mod G, each keeping its own (l, o)
 
 
-def lanes_apart(W: np.ndarray, P: np.ndarray, flat: float, N: int) -> tuple[str, dict] | None:
+def lanes_apart(W: np.ndarray, P: np.ndarray, flat: float) -> tuple[str, dict] | None:
     """Rows whose keys at some places of every G (j mod G: the lanes that hold them) weigh as P does
     up to one factor a row, and the keys at the other places up to another factor, one for all of
     them: those lanes' sums brought to another max (a rescale skipped by them). Where the lanes
     apart are exactly those with no key in the last, partial tile (N mod G on), said so."""
-    known = (P > KNOWN_P) & (W > 0)
+    logr, off = rows_off(W, P, flat)
+    if off.sum() < MIN_ROWS:
+        return None
     with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a lane with no known key in a row: NaN, no class
-        logr = np.where(known, np.log(W / np.where(known, P, 1.0)), np.nan)
-        off = (np.nanmax(logr, axis=2) - np.nanmin(logr, axis=2)) > flat
-        if off.sum() < MIN_ROWS:
-            return None
         for G in (G for G in LANE_GROUPS if 2 * G <= W.shape[2]):
             lanes = in_tiles(logr, G, np.nan)[off].transpose(0, 2, 1)  # (off rows, lane, its keys)
             spread = np.nanmax(lanes, axis=2) - np.nanmin(lanes, axis=2)
@@ -182,7 +187,7 @@ def lanes_apart(W: np.ndarray, P: np.ndarray, flat: float, N: int) -> tuple[str,
             lanes = np.flatnonzero(heavy)
             if lanes[-1] - lanes[0] + 1 != lanes.size:  # one run of lanes (an interleave is another reading's)
                 continue
-            return said_lanes(G, heavy, off, N), dict(lanes_apart=G, lanes_off=lanes.tolist(), look="exp")
+            return said_lanes(G, heavy, off, W.shape[2]), dict(lanes_apart=G, lanes_off=lanes.tolist(), look="exp")
     return None
 
 
