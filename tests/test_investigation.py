@@ -78,6 +78,15 @@ def test_runs_that_only_showed_timing_leave_the_probes_in(tmp_path):
     assert ctx.done == ["rerun", "probe", "after"]
 
 
+def test_a_racecheck_hazard_in_runs_alike_leaves_the_probes_in(tmp_path):
+    """A wrong answer the same on every run with a racecheck hazard: the hazard names two lines, the
+    probes still measure what the output is made of (which V rows a weight met)."""
+    ctx = context(tmp_path)
+    hazard = Finding(Kind.RACECHECK, ["racecheck: a write against a read"])
+    investigation.take((Stub("reruns", []), Stub("racecheck", [hazard]), ProbeStub("probe"), Stub("after")), ctx)
+    assert ctx.done == ["reruns", "racecheck", "probe", "after"]
+
+
 def test_racechecks_warning_level_leaves_the_probes_in(tmp_path):
     """Lanes of a warp that rely on running in step (racecheck's warning level) are said, and the
     probes still measure the wrong answer: a scale off by 0.2 % hides behind no such hazard."""

@@ -154,11 +154,14 @@ def probing(ctx: Context) -> bool:
     crash explains, until one names a mechanism or nothing is left to measure. Runs that only showed
     a result that depends on timing explain nothing by themselves (a program that reads past its
     input reads what its own blocks are writing), nor does racecheck's warning level (lanes of a
-    warp that rely on running in step, often harmless): the probes still measure."""
-    timing_only = all(f.kind in (Kind.RACE, Kind.INTERMITTENT) or f.fields.get("warning_level")
-                      for f in ctx.findings if f.is_cause)
+    warp that rely on running in step, often harmless), nor a racecheck hazard in a program whose
+    runs were the same every time: it names two lines, not what the output is made of (a double
+    buffer's other half read: set46's s01): the probes still measure."""
+    steady = not ctx.has(Kind.RACE, Kind.INTERMITTENT)
+    unexplained = all(f.kind in (Kind.RACE, Kind.INTERMITTENT) or f.fields.get("warning_level") or
+                      (f.kind is Kind.RACECHECK and steady) for f in ctx.findings if f.is_cause)
     return ctx.verdict in ("WRONG", "ERROR") and ctx.signal not in CRASH_SIGNALS and not ctx.facts.stop and \
-        (ctx.facts.named or timing_only)
+        (ctx.facts.named or unexplained)
 
 
 def take(steps: tuple[Step, ...], ctx: Context) -> list[Finding]:

@@ -15,6 +15,7 @@ import numpy as np
 from ..diagnose import SOURCE_LINES_SHOWN, quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import EXP_LINES, GRID_LINES, KEY_TILES, QUERY_TILES
+from .row_cover import TILE_MAP_LOOK, rows_skipped
 from .step import Context, Probe, fmt, logits, softmax_rows, spans
 
 ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
@@ -183,8 +184,11 @@ class RowsNotWritten(WeightReading):
                 "the loop over a key tile's", "the row each thread or warp computes (a block's first row, blockIdx "
                 "times its rows, plus its own index: one block dimension used for another) or the loop over a "
                 "query tile's").replace(" keys (its bound", " rows (its bound")
-            what = f"{which} hold {held} in every run, whatever V is: {never}; look at {code}"
-            return measured(ctx, [f"measured: {what}"], look=ROWS_COVER_LOOK, rows_not_written=int(still.sum()))
+            skipped = rows_skipped(ctx) if np.array_equal(rows, np.arange(rows[0], N)) else None  # a tail here
+            what = f"{which} hold {held} in every run, whatever V is: {never}; " + \
+                (f"but {skipped}" if skipped else f"look at {code}")
+            return measured(ctx, [f"measured: {what}"], look=TILE_MAP_LOOK if skipped else ROWS_COVER_LOOK,
+                            rows_not_written=int(still.sum()))
         return measured(ctx, [f"measured: {what}"], rows_not_written=int(still.sum()))
 
 

@@ -1,0 +1,51 @@
+"""Rows never written at the probe's N, looked at over other Ns: rows that are a batch's last ones
+at every N fit a count of row tiles that stops short; rows never written with rows after them
+written do not: the blocks' map onto the row tiles leaves some unvisited (an XOR swizzle of
+blockIdx over groups of tiles applied to a partial last group: set44's s04; a persistent loop's
+start or step)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import design
+from .step import Context, spans
+
+OTHER_NS = (1000, 1800)  # remainders of every kind modulo row tiles of 8 to 128; a second or so a run
+RUNS_S = 3.0  # the budget the runs need left: a few runs of a small probe
+TRIAL_BATCHES = 2
+
+# the lines that map a block onto its row tile: a swizzle (an XOR of an index with its own shifted
+# bits), blockIdx taken modulo or XOR something, a persistent loop stepping by the grid
+TILE_MAP_LOOK = ("the block's row tile (a remap of blockIdx, a persistent loop's step)",
+                 (r"\^\s*\(\s*\(?\s*\w+\s*>>", r"blockIdx\.\w\s*[\^%&]", r"\+=\s*gridDim\.\w"))
+
+
+def unwritten_rows(ctx: Context, N: int) -> np.ndarray | None:
+    """(B, N) rows that hold 0 in two runs with different V at N rows (the probe grown or cut to N,
+    its first TRIAL_BATCHES batches): None where a run wrote no output of the right size."""
+    first = design.shrunk(ctx.probe, B=min(TRIAL_BATCHES, ctx.probe.shape.B))
+    inp = design.grown(first, N) if N > first.shape.N else design.shrunk(first, N)
+    outs = [ctx.run(inp), ctx.run(inp.with_v(-inp.v - 1.0, f"{inp.label} with V -V - 1"))]
+    if any(out is None for out in outs):
+        return None
+    return np.logical_and.reduce([(out == 0).all(axis=2) for out in outs])
+
+
+def rows_skipped(ctx: Context) -> str | None:
+    """Words for rows never written with later rows written, at the first of OTHER_NS that shows
+    them (None where every N's unwritten rows are a batch's last ones, or the budget is short)."""
+    for N in OTHER_NS:
+        if ctx.budget.left < RUNS_S or N == ctx.probe.shape.N:
+            continue
+        still = unwritten_rows(ctx, N)
+        if still is None or not still.any():
+            continue
+        rows = np.flatnonzero(still.any(axis=0))
+        if rows[-1] == N - 1 and np.array_equal(rows, np.arange(rows[0], N)):
+            continue  # a tail: a count that stops short fits
+        written_after = N - 1 - int(rows[-1])
+        return (f"at N = {N} (2 runs, V and -V - 1) rows {spans(rows)} hold 0 in both while the "
+                f"{written_after} rows after them are written: not a count of row tiles that stops short; the "
+                "blocks' map onto the row tiles leaves some unvisited (a remap or swizzle of blockIdx that is no "
+                "permutation where the tiles do not fill its group, a persistent loop's start or step)")
+    return None

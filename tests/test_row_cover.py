@@ -1,0 +1,63 @@
+"""fa_cli/judge/probes/row_cover.py: rows never written that are a batch's last ones at the probe's
+N, looked at over other Ns: a map of blocks onto row tiles that leaves tiles unvisited (an XOR swizzle
+over groups of 8 tiles applied to a partial last group) is told from a count that stops short."""
+import numpy as np
+
+from fa_cli.judge.probes import readings
+from fa_cli.judge.probes.step import ProbeInput
+from fa_cli.judge.steps import Context
+from fa_cli.judge.tool_logs import Budget
+from fa_cli.programs.programs import Program
+
+ROWS = 8  # rows a block
+
+
+def swizzled_tiles(tiles: int) -> set[int]:
+    """The row tiles a grid of `tiles` blocks computes, block x taking tile x ^ ((x >> 3) & 7)."""
+    return {x ^ ((x >> 3) & 7) for x in range(tiles)} & set(range(tiles))
+
+
+def counted_short(tiles: int) -> set[int]:
+    """The row tiles a grid of N / ROWS blocks (rounded down) computes."""
+    return set(range(tiles - 1)) if tiles > 1 else set(range(tiles))
+
+
+def program(visits):
+    """A stand-in for the program's run: the right output on the row tiles `visits` gives, 0 elsewhere."""
+    def run(inp: ProbeInput, program=None):
+        N = inp.shape.N
+        out = inp.output().astype(np.float32)
+        tiles = -(-N // ROWS)
+        done = np.zeros(N, dtype=bool)
+        for t in visits(tiles):
+            done[t * ROWS:(t + 1) * ROWS] = True
+        out[:, ~done] = 0.0
+        return out
+    return run
+
+
+def said_by(tmp_path, visits, source=None) -> str:
+    rng = np.random.default_rng(7)
+    inp = ProbeInput(*(rng.uniform(-3, 3, size=(2, 200, 32)).astype(np.float32) for _ in range(3)))
+    ctx = Context(Program("p", tmp_path / "p", source=source), None, tmp_path, Budget(60.0), lambda line: None, 5e-3,
+                  inp, "t")
+    ctx.run = program(visits)
+    out = ctx.run(inp)
+    W = inp.weights()
+    W[:, (out == 0).all(axis=(0, 2))] = 0.0
+    ctx.facts.W, ctx.facts.out, ctx.facts.true = W, out, inp.output()
+    return " ".join(line for f in readings.RowsNotWritten().run(ctx) for line in f.lines)
+
+
+def test_a_swizzle_that_leaves_tiles_unvisited_is_told_from_a_count_that_stops_short(tmp_path):
+    source = tmp_path / "s.cu"
+    source.write_text("int x = blockIdx.x;\nconst int tile = x ^ ((x >> 3) & 7);\nconst dim3 grid(tiles, B);\n")
+    said = said_by(tmp_path, swizzled_tiles, source)
+    assert "the last 8 rows (192..199)" in said, said  # at the probe's N = 200 the last tile alone: a tail
+    # N = 1000: 125 tiles, the last group 120..124 sent to 127..123: tiles 120-122 (rows 960-983) unvisited
+    assert "at N = 1000 (2 runs, V and -V - 1) rows 960-983 hold 0 in both while the 16 rows after them" in said
+    assert "the blocks' map onto the row tiles leaves some unvisited" in said
+    assert "2 `const int tile = x ^ ((x >> 3) & 7);`" in said, said
+    short = said_by(tmp_path, counted_short, source)
+    assert "the last 8 rows (192..199)" in short and "map onto the row tiles" not in short, short
+    assert "the rows' cover" in short, short
