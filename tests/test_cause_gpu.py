@@ -78,8 +78,10 @@ def test_a_failure_that_comes_and_goes_as_the_host_writes_early_is_named_with_th
         [line] = [l.strip() for l in said.splitlines() if "measured: with every launch and copy waited for" in l]
         assert "(CUDA_LAUNCH_BLOCKING=1 FA_COPIES_WAITED=1) it is right in 3 of 3 runs on t01, and as built, run by " \
             "turns with them, wrong in every one" in line and "cudaMemcpyAsync" in line
-    else:  # every run won by the GPU: a pass, warned with the device made slower
-        assert not claims and "passes here, but with the device made slower" in said, said
+    else:  # every run won by the GPU: a pass, warned with the device made slower, or as wrong as built where
+        # the host won both runs on the slowed step's input
+        assert not claims and ("passes here, but with the device made slower" in said or
+                               "passes the cases run, but as built it is wrong in 2 of 2 runs" in said), said
 
 
 def test_a_missing_syncthreads_is_named_a_race(tmp_path, inputs):

@@ -47,3 +47,16 @@ def test_a_right_program_moves_no_other_batch_and_says_what_was_tried(tmp_path):
     [found] = InputsAcrossBatches().run(ctx)
     assert not ctx.facts.named and found.lines == ["measured: batch 0's and batch 2's Q, K and V drawn anew in turn "
                                                    "(6 runs on the probe input) move no other batch's output"]
+
+
+def test_an_infinity_that_stays_the_same_infinity_has_not_moved():
+    """Lanes that divide by a sum of 0 write inf in every run, whatever another batch holds: the
+    same infinity is no move (inf - inf is NaN), a finite value turned infinite is."""
+    from fa_cli.judge.probes.cross_batch import moved_batches
+    base = np.ones((2, 4, 3), np.float32)
+    base[:, :, 1:] = np.inf
+    base[:, 0, 2] = -np.inf
+    assert list(moved_batches(base.copy(), base)) == []
+    got = base.copy()
+    got[1, 2, 0] = np.inf
+    assert list(moved_batches(got, base)) == [1]

@@ -139,6 +139,7 @@ def test_a_key_count_capped_below_n_is_read_as_attention_over_the_first_keys(tmp
                                  Budget(60), rows=16)
     assert "; every value checked is attention over the row's first 256 keys only: keys 256..511 never looked at " \
         "(a key or tile count capped at 256" in found.lines[0], found.lines
+    assert "or, as 256 = N / 2, the first part of the keys' split only: a merge of key splits" in found.lines[0]
     program.write_text(CAPPED_KEYS.format(python=sys.executable).replace(":256]", "]"))
     assert larger_input.check(Program("hw4.cu", program), Shape(2, 256, 32), None, tmp_path, lambda line: None,
                               Budget(60)) == []

@@ -671,6 +671,41 @@ def test_a_batch_offset_shows_the_pointers_offset_by_a_batch_not_the_hosts_sizes
     assert [int(n) for n in re.findall(r"(\d+) `", found.lines[-1])] == [2, 3, 4], found.lines
 
 
+STATE_CARRIED = """#!{python}
+import sys
+import numpy as np
+raw = np.fromfile(sys.argv[1], dtype="<i4", count=3); B, N, d = (int(x) for x in raw)
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+out = np.zeros((B, N, d))
+GRID, ROWS = 10, 8  # a persistent kernel: 10 blocks take the items (b, tile of 8 rows) in turn
+items = [(b, t) for b in range(B) for t in range(-(-N // ROWS))]
+for blk in range(GRID):
+    m, l, o = np.full(ROWS, -np.inf), np.zeros(ROWS), np.zeros((ROWS, d))  # set once, before the item loop
+    for b, t in items[blk::GRID]:
+        rows = slice(t * ROWS, min(N, (t + 1) * ROWS)); n = rows.stop - rows.start
+        s = x[b, 0, rows] @ x[b, 1].T / np.sqrt(d)
+        new = np.maximum(m[:n], s.max(axis=1)); a = np.exp(m[:n] - new); p = np.exp(s - new[:, None])
+        l[:n] = a * l[:n] + p.sum(axis=1); o[:n] = a[:, None] * o[:n] + p @ x[b, 2]; m[:n] = new
+        out[b, rows] = o[:n] / l[:n, None]
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_a_batch_wrong_in_part_of_its_rows_and_right_alone_is_no_batch_offset(tmp_path):
+    """set47's s06: a persistent kernel whose row state is set before its item loop: each block's
+    first item right, the later ones carry the last item's state. With 2 batches of 64 rows (16
+    items, 10 blocks) batch 1 is wrong from row 16 on and right alone: its place among the work,
+    not an offset, is said, and nothing is named."""
+    from fa_cli.judge.probes.experiments import BatchAlone
+    ctx = stand_in_context(tmp_path, STATE_CARRIED, "const float* q = qkv + (size_t)b * 3 * N * D;\n",
+                           probe(B=2, N=64, d=32))
+    assert BatchAlone().applies(ctx) and list(ctx.facts.wrong_batches) == [1]
+    [found] = BatchAlone().run(ctx)
+    assert found.kind == Kind.OBSERVED and not ctx.facts.named, found
+    assert "batch 1 wrong on the probe input in rows 16-63 only (48 of 64)" in found.lines[0], found.lines
+    assert "not said as a batch offset" in found.lines[0]
+
+
 ADDED_TWICE = """#!{python}
 import sys
 import numpy as np

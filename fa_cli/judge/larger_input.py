@@ -33,7 +33,7 @@ from ..files import atomic_file
 from ..programs import programs
 from ..programs.programs import Launcher, Program
 from ..programs.timing import launches
-from . import keys_past_n, race_check, reference
+from . import batch_places, keys_past_n, race_check, reference
 from .across_cases import sizes_crossing, under_limit
 from .drawn_shapes import LARGER_SEED, MIDDLE_N, ROWS_CHECKED, SAMPLED_ROWS, SHAPES, drawn_kind, only_at
 from .findings import Finding, Kind
@@ -159,7 +159,8 @@ def told(result, out: Path, shape: Shape, correct: np.ndarray, program: Program,
     readings = (wrong_from(got, wrong, shape, rows, launches(result.stderr or "")), whole_batches(got, wrong),
                 rows_scaled(got, correct, wrong), payload and keys_capped(payload, shape, rows, got, tol),
                 payload and another_batchs_part(payload, shape, rows, got, wrong, tol),
-                payload and keys_past_n.unmasked_slots(payload, shape, rows, got, tol))
+                payload and keys_past_n.unmasked_slots(payload, shape, rows, got, tol),
+                batch_places.other_batchs_output(got, correct, wrong, tol))
     seen = "".join(f"; {said}" for said in readings if said)
     return [Finding(Kind.WARNING, [
         f"passes the cases run, but {where} it writes {int(wrong.sum())} of {wrong.size} values wrong{checked} (max "
@@ -283,8 +284,11 @@ def keys_capped(payload: tuple, shape: Shape, rows: np.ndarray | None, got: np.n
         capped = reference.attention(q, k[:, :M], v[:, :M], index)
         with np.errstate(invalid="ignore"):
             if (np.abs(got - capped) <= tol).all():
+                part = f", or, as {M} = N / {shape.N // M}, the first part of the keys' split only: a merge of key " \
+                    "splits that takes fewer of them than the work was split into" if shape.N % M == 0 else ""
                 return (f"every value checked is attention over the row's first {M} keys only: keys {M}..{shape.N - 1} "
-                        f"never looked at (a key or tile count capped at {M}, or an array of tiles sized for {M} keys)")
+                        f"never looked at (a key or tile count capped at {M}, an array of tiles sized for {M} "
+                        f"keys{part})")
     return None
 
 

@@ -202,6 +202,8 @@ def build_error(program: Program, announce=None) -> str | None:
 
 def build_source(program: Program, announce=None) -> Program:
     error = build_error(program, announce)
+    if error and wave64.emulates(program.source) and (lacking := wave64.missing_header(error)):
+        raise FaError(f"{program.source}: {lacking} ({error})", exit_code=ExitStatus.FAILED)
     if error:
         raise FaError(f"{program.source}: does not build: {error}", exit_code=ExitStatus.FAILED)
     return program

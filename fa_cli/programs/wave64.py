@@ -51,6 +51,16 @@ def build_line(nvcc: str, target: str) -> list[str]:
     return line + [f"-Xlinker=-rpath,{folder}" for folder in runtime_dirs(nvcc)]
 
 
+def missing_header(error: str) -> str | None:
+    """Where the emulation's build stopped on an AMD header this layer does not carry: one line
+    that says so (the program is not judged here, which says nothing of its build on the MI210)."""
+    m = re.search(r"fatal error: ((?:hip|rocm\w*|hipcub|rocprim)/[\w./]+): No such file", error or "")
+    if m is None:
+        return None
+    return (f"it includes <{m.group(1)}>, an AMD header fa's MI210 emulation (src_hip/wave64) does not carry: not "
+            "built here, so not judged; that says nothing of its build with hipcc on the MI210")
+
+
 @functools.cache
 def runtime_dirs(nvcc: str) -> list[str]:
     """The folder of nvcc's own libcudart.so (from its -dryrun's library path), for the program to

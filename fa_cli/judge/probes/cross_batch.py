@@ -26,9 +26,10 @@ def redrawn(inp: ProbeInput, tensor: str, b: int) -> ProbeInput:
 
 
 def moved_batches(got: np.ndarray, base: np.ndarray) -> np.ndarray:
-    """The batches whose output moved (NaN against a number counts, NaN against NaN does not)."""
+    """The batches whose output moved (NaN against a number counts; NaN against NaN, and an infinity
+    against the same infinity, do not: inf - inf is NaN)."""
     with np.errstate(invalid="ignore"):
-        same = (np.abs(got - base) <= MOVED) | (np.isnan(got) & np.isnan(base))
+        same = (got == base) | (np.abs(got - base) <= MOVED) | (np.isnan(got) & np.isnan(base))
     return np.flatnonzero(~same.all(axis=(1, 2)))
 
 

@@ -21,8 +21,9 @@ from ..diagnose import quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import BATCH_LINES, KEY_TILES
 from . import design, underflow
+from .lane_columns import REDUCTION_LOOK, one_lanes_columns
 from .readings import measured
-from .step import Context, Probe, guard_payload, logits, softmax_rows
+from .step import Context, Probe, guard_payload, logits, softmax_rows, spans
 
 
 def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
@@ -30,6 +31,8 @@ def right(ctx: Context, got: np.ndarray | None, inp) -> bool | None:
         return None
     return bool(np.all(np.abs(got - inp.output()) <= ctx.tol))
 
+
+PART_OF_A_BATCH = 0.9  # a wrong batch right alone, wrong in fewer of its rows than this: no offset is said
 
 STRIDED_COPY = r"\b(?:cuda|hip)Memcpy2D\w*"  # a copy whose pitches place each batch (or row) apart
 # a pointer set to a batch's place (`const float* q = qkv + (size_t)b * 3 * N * D`, `float* dst = out + ((size_t)b *
@@ -57,6 +60,14 @@ class BatchAlone(Probe):
         right_alone = right(ctx, ctx.run(alone), alone)
         if b == 0:
             return first_batch_alone(ctx, alone, right_alone)
+        rows = np.flatnonzero(~(np.abs(ctx.facts.out[b] - ctx.facts.true[b]) <= ctx.tol).all(axis=1))
+        if right_alone and len(rows) < PART_OF_A_BATCH * ctx.probe.shape.N:  # an offset moves every row of it
+            return [Finding(Kind.OBSERVED, [
+                f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label} in rows {spans(rows)} only "
+                f"({len(rows)} of {ctx.probe.shape.N}); batch {b}'s Q, K and V as the only batch ({alone.label}) give "
+                "the right output: what those rows compute depends on the batch's place among the work (rows a block "
+                "or a persistent loop takes after others: a state not set anew for each item, or items stopped short), "
+                "not said as a batch offset, which would reach every row of the batch"], dict(batch_alone=b))]
         if right_alone:
             return measured(ctx, [
                 f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label}; batch {b}'s Q, K and V as the "
@@ -390,6 +401,8 @@ class NotFinite(Probe):
         lines = [f"measured: {share:.1%} of the output on {ctx.probe.label} is NaN or infinite; the probe cut to "
                  f"fewer keys: {said}"]
         whole = [n for n, ok in tried if ok]
+        if ctx.facts.true is not None and (lane := one_lanes_columns(out, ctx.facts.true, ctx.tol)):
+            return measured(ctx, [*lines, lane], look=REDUCTION_LOOK, one_lanes_columns=True)
         if over := underflow.overflow(ctx):  # the rows' scores tell it, checked with Q scaled up
             return measured(ctx, [*lines, over], look=underflow.EXPONENTIAL, weights_overflow=True)
         if negative := underflow.negative_rows(ctx):  # the rows' signs tell it, checked with Q negated

@@ -1,0 +1,49 @@
+"""A larger input's wrong batches that hold another batch's right output, or 0: where each chunk of
+batches was written. Chunks launched with their input's offset and not their output's each write at
+the output's start, the last chunk's winning there, the batches past the first chunk never written
+(set47's s12)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .probes.step import spans
+
+SHOWN = 3  # runs of batches said, each with the batches whose output it holds
+
+
+def other_batchs_output(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray, tol: float) -> str | None:
+    """Where every wrong batch's values checked are either all 0 or another batch's right values,
+    and at least one holds another's: which batches hold whose, as runs of one offset each, and the
+    chunk of batches those offsets share; None otherwise."""
+    bad = np.flatnonzero(wrong.any(axis=(1, 2)))
+    if not bad.size:
+        return None
+    zeros = bad[(got[bad] == 0).all(axis=(1, 2))]
+    moved = np.setdiff1d(bad, zeros)
+    if not moved.size:
+        return None
+    key = correct[:, 0, 0]  # one value a batch, sorted, to find the candidates of each moved batch
+    order = np.argsort(key)
+    held = {}
+    for b in moved:
+        lo, hi = np.searchsorted(key[order], [got[b, 0, 0] - tol, got[b, 0, 0] + tol])
+        match = [int(c) for c in order[lo:hi] if c != b and (np.abs(got[b] - correct[c]) <= tol).all()]
+        if len(match) != 1:
+            return None
+        held[int(b)] = match[0]
+    runs = []  # (first, last, offset) of consecutive batches holding batch + offset
+    for b in sorted(held):
+        if runs and runs[-1][1] == b - 1 and runs[-1][2] == held[b] - b:
+            runs[-1][1] = b
+        else:
+            runs.append([b, b, held[b] - b])
+    said = "; ".join(f"batches {a}-{z} hold the right output of batches {a + o}-{z + o}" if z > a else
+                     f"batch {a} holds the right output of batch {a + o}" for a, z, o in runs[:SHOWN])
+    more = f"; {len(runs) - SHOWN} more runs" if len(runs) > SHOWN else ""
+    chunk = math.gcd(*(abs(o) for _, _, o in runs))
+    empty = f"; batches {spans(zeros)} hold 0 (never written)" if zeros.size else ""
+    return (f"{said}{more}{empty}: outputs written at other batches' places, every offset a multiple of {chunk} "
+            f"batches: a chunk of {chunk} batches writing its output at the output's start (or another chunk's place), "
+            "its output base without the chunk's offset where its input has it")

@@ -1,0 +1,32 @@
+"""fa_cli/judge/batch_places.py: chunks of batches that write their output at the output's start
+are said by whose output each wrong batch holds, the batches never written, and the chunk."""
+import numpy as np
+
+from fa_cli.judge.batch_places import other_batchs_output
+
+
+def chunked(B: int, C: int, correct: np.ndarray) -> np.ndarray:
+    """Each chunk of C batches written at batches 0..: the last chunk wins there, the rest 0."""
+    got = np.zeros_like(correct)
+    for b0 in range(0, B, C):
+        n = min(C, B - b0)
+        got[:n] = correct[b0:b0 + n]
+    return got
+
+
+def test_chunks_written_at_the_outputs_start_are_said_with_their_chunk():
+    correct = np.random.default_rng(2).uniform(-3, 3, size=(10, 8, 4))
+    got = chunked(10, 4, correct)
+    said = other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3)
+    assert said.startswith("batches 0-1 hold the right output of batches 8-9; batches 2-3 hold the right output of "
+                           "batches 6-7; batches 4-9 hold 0 (never written)"), said
+    assert "every offset a multiple of 4 batches: a chunk of 4 batches" in said  # offsets 8 and 4
+
+
+def test_wrong_batches_that_hold_no_other_batchs_output_are_not_said():
+    correct = np.random.default_rng(2).uniform(-3, 3, size=(6, 8, 4))
+    got = correct.copy()
+    got[3:] = 0
+    assert other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3) is None  # zeros alone: not this
+    got[3] = correct[3] * 1.5
+    assert other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3) is None
