@@ -138,11 +138,17 @@ def test_a_running_sum_kept_in_half_precision_is_named(tmp_path):
                                      "key, kept in fp16"), said
 
 
-@pytest.mark.parametrize("fused, words", [(1, "q, k and each fused multiply-add in fp16)"),
-                                          (0, "each product and each sum in fp16)")])
+FUSED = "q, k and each fused multiply-add in fp16)"
+PAIRS = " in pairs of dims, even and odd dims summed apart and added last, as __hfma2 does (q scaled first; "
+
+
+@pytest.mark.parametrize("fused, words", [(1, f", dim after dim (q scaled first; {FUSED}"),
+                                          (0, ", dim after dim (q scaled first; each product and each sum in fp16)"),
+                                          (2, PAIRS + FUSED)])
 def test_scores_summed_in_half_precision_are_named_with_how(tmp_path, fused, words):
     """A C program's _Float16 dot product (its own arithmetic) is read as the scores summed in fp16,
-    by fused multiply-adds or by products rounded and added, q scaled first."""
+    by fused multiply-adds or by products rounded and added, or in pairs of dims (__hfma2: set47's
+    s03), q scaled first."""
     attend = half_sum_program(tmp_path, "half_dot_attention.c")
     if attend is None:
         pytest.skip("needs gcc with _Float16")
@@ -152,8 +158,7 @@ def test_scores_summed_in_half_precision_are_named_with_how(tmp_path, fused, wor
     attend(*(np.ascontiguousarray(a).ctypes.data_as(pointer) for a in (inp.q, inp.k, inp.v, out)), *inp.q.shape, fused)
     assert np.abs(out - inp.output()).max() > 5e-3
     said, named = precision.read(out.astype(np.float64), inp.output(), inp)
-    assert named and said.startswith("the output is float64 attention with the scores' dot product, dim after dim "
-                                     f"(q scaled first; {words}"), said
+    assert named and said.startswith(f"the output is float64 attention with the scores' dot product{words}"), said
 
 
 def test_the_format_that_gives_the_output_is_named_before_one_that_misses_it():

@@ -350,6 +350,26 @@ def test_rows_holding_other_rows_are_found_as_a_formula():
     assert readings.row_formula(b, i, sb, si, 128) == "the first row of its tile of 16 rows, i - i % 16"
 
 
+def test_a_threads_rows_read_in_one_order_and_written_in_another_are_found_as_a_formula():
+    """set47's s01: thread t of 64 reads rows 4t + r of a 256-row block and writes row r*64 + t:
+    at N = 128, row i holds row (i mod 64)*4 + i div 64's weights where that row is under N (the
+    others read q as zeros: every key alike, left out of the formula)."""
+    from fa_cli.judge.steps import Context
+    from fa_cli.judge.tool_logs import Budget
+    from fa_cli.programs.programs import Program
+    inp = probe(B=2, N=128, d=32)
+    P = inp.weights()
+    i = np.arange(128)
+    src = (i % 64) * 4 + i // 64
+    W = np.full_like(P, 1.0 / 128)
+    W[:, i[src < 128]] = P[:, src[src < 128]]
+    ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
+    ctx.facts.W, ctx.facts.P = W, P
+    lines = [line for f in readings.OtherRows().run(ctx) for line in f.lines]
+    assert "row i holds the weights of row (i mod 64)*4 + i div 64 of its block of 256 rows: the result of row " \
+        "4*x + y written at row 64*y + x" in lines[0], lines
+
+
 def test_rows_that_weigh_every_key_alike_are_said_beside_rows_that_hold_another_rows():
     """Query rows read from the wrong slot of a Q tile: rows 4g + 1 and 4g + 3 read padding (q = 0:
     every key alike), rows 4g + 2 read row 4g + 1's q: both said, neither a rows-never-written."""

@@ -30,9 +30,10 @@ def map_formula(r, c, rr, cc, N: int, d: int) -> str:
 
 
 def two_indices_swapped(i: np.ndarray, src: np.ndarray, n: int) -> tuple[int, int, int] | None:
-    """(R, a, b) where index q0 + j holds q0 + (j mod a)*b + j div a in every block of R (a*b = R)."""
+    """(R, a, b) where index q0 + j holds q0 + (j mod a)*b + j div a in every block of R (a*b = R; a
+    block of R past n, its first n indices: a thread's rows of a 256-row block at N = 128)."""
     for R in (8, 16, 32, 64, 128, 256):
-        if n % R == 0:
+        if n % R == 0 or R > n:
             for a in (x for x in range(2, R) if R % x == 0):
                 if (src == i - i % R + (i % R % a) * (R // a) + i % R // a).all():
                     return R, a, R // a

@@ -105,12 +105,13 @@ def dot_in(q, k, v, form: str, part: str) -> np.ndarray:
     # q scaled and each product taken in float32, as the program does before it converts: a tie of the
     # format decided in float64 instead would move a score by a unit in one of every few thousand
     q, k = q.astype(np.float32) * np.float32(scale if before else 1.0), k.astype(np.float32)
-    s = np.zeros(q.shape[:2] + k.shape[1:2])
+    halves = 2 if part.startswith("fma2") else 1  # __hfma2: even and odd dims in a pair's two halves, added last
+    s = np.zeros((halves,) + q.shape[:2] + k.shape[1:2])
     for x in range(d):
         qx, kx = q[:, :, None, x], k[:, None, :, x]
         step = rounded(qx, form) * rounded(kx, form) if part.startswith("fma") else rounded(qx * kx, form)
-        s = rounded(s + step, form)
-    return np.matmul(softmax_rows(s * (1.0 if before else scale)), v.astype(np.float64))
+        s[x % halves] = rounded(s[x % halves] + step, form)
+    return np.matmul(softmax_rows(s.sum(axis=0) * (1.0 if before else scale)), v.astype(np.float64))
 
 
 def whole_scores(q, k, v, part: str) -> np.ndarray:
@@ -207,8 +208,13 @@ PARTS = {"inputs": "Q, K and V", "scores": "Q and K of the scores' product",
          "fma before": "the scores' dot product, dim after dim (q scaled first; q, k and each fused multiply-add",
          "sum before": "the scores' dot product, dim after dim (q scaled first; each product and each sum",
          "fma after": "the scores' dot product, dim after dim (scaled after; q, k and each fused multiply-add",
-         "sum after": "the scores' dot product, dim after dim (scaled after; each product and each sum"}
-DOT = ("fma before", "sum before", "fma after", "sum after")  # the scores summed in the format, one dim at a time
+         "sum after": "the scores' dot product, dim after dim (scaled after; each product and each sum",
+         "fma2 before": "the scores' dot product in pairs of dims, even and odd dims summed apart and added last, as "
+                        "__hfma2 does (q scaled first; q, k and each fused multiply-add",
+         "fma2 after": "the scores' dot product in pairs of dims, even and odd dims summed apart and added last, as "
+                       "__hfma2 does (scaled after; q, k and each fused multiply-add"}
+# the scores summed in the format, one dim at a time (or a pair of dims at a time)
+DOT = ("fma before", "sum before", "fma after", "sum after", "fma2 before", "fma2 after")
 RUNNING = ("sum", "accumulator")  # kept in the format as they run, not rounded once
 SOME_ROWS = RUNNING + DOT  # simulated step by step: on the first ONLINE_ROWS rows of each batch
 ONLINE_ROWS = 64  # rows of each batch a part kept key after key is simulated on
