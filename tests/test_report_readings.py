@@ -145,3 +145,25 @@ def test_an_access_at_a_null_pointer_is_said_with_the_short_copy_of_a_pointer_ta
     assert len(report_readings.null_pointer(NULL_READ, source)) == 1
     far = [line.replace("Access to 0x0", "Access to 0x7fedb2818000") for line in NULL_READ]
     assert report_readings.null_pointer(far, source) == []
+
+
+MISALIGNED_READ = ["Invalid __global__ read of size 16 bytes",
+                   "at attention_vec4<(int)32>+0x220 in s02.cu:151",
+                   "by thread (0,0,0) in block (8,0,0)",
+                   "Access to 0x7f1a7680200c is misaligned"]
+
+
+def test_a_vector_read_off_its_alignment_is_said_with_its_offset_in_floats_and_the_lines(tmp_path):
+    """set47's s02: float4 loads from a base 3 floats past a cudaMalloc'ed buffer (its header skipped):
+    12 bytes past a 16-byte boundary, the cast and the base's line shown; a null pointer is not it."""
+    source = tmp_path / "hw4.cu"
+    source.write_text("__global__ void k(const float* q) {\n"
+                      "  for (int j = 0; j < 4; ++j) x += j + 1;\n"
+                      "  float4 a = reinterpret_cast<const float4*>(q + i * D)[x4];\n}\n"
+                      "int main() {\n  const float* d_data = d_qkv + 3;  // after the header\n}\n")
+    said = report_readings.address_readings(MISALIGNED_READ, source)
+    assert said[0].startswith("the read of 16 bytes is at 0x7f1a7680200c, 12 bytes (3 floats) past a 16-byte "
+                              "boundary"), said
+    assert said[1] == ("lines with a vector cast or a constant offset in hw4.cu: 3 `float4 a = reinterpret_cast<const "
+                       "float4*>(q + i * D)[x4];`, 6 `const float* d_data = d_qkv + 3;`"), said
+    assert report_readings.address_readings(NULL_READ, source)[0].startswith("the read is at address 0x0")

@@ -39,7 +39,7 @@ from ..programs.programs import Program
 from .findings import Finding, Kind
 from .reruns import (MAX_RUNS, RACECHECK_ROWS, RERUNS_AFTER_EVIDENCE, RERUN_SHARE, Reruns, TrialCase, one_batch,
                      reduced_copy, run_once)
-from .report_readings import global_past_end, null_pointer, shared_past_end, unwritten_output
+from .report_readings import address_readings, global_past_end, shared_past_end, unwritten_output
 from .steps import Context, Step
 from .tool_logs import (BACKTRACE_FRAMES, CRASH_SIGNALS, DEBUGGER_TAIL, LAYER_ONLY_SHOWN, NO_CUDA_CALL_SAID,
                         TOOL_WORDS, SanitizerReport, asan_report, backtrace, caught_in, debugger_exit, find_tool,
@@ -228,7 +228,7 @@ class Sanitizer(Step):
         elif tool == "memcheck" and (beyond := global_past_end(said.first, case.shape)):
             lines.append(beyond)
         if tool == "memcheck":
-            lines += null_pointer(said.first, ctx.source)
+            lines += address_readings(said.first, ctx.source)
         fields = dict(report=said.first, count=said.count, on=case.label)
         if tool == "racecheck" and said.first[0].startswith("Warning: "):
             fields.update(warning_level=True)  # threads of a warp in step: a lead the probes still measure past

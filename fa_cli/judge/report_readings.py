@@ -1,7 +1,8 @@
 """What a compute-sanitizer report tells beyond its own lines, read against the run it came from:
 a shared-memory access past what the launches gave a block, a global access just past an
 allocation (its size as floats of the input), an access at a null pointer (with the copy of a
-table of pointers that counts its entries in another type's bytes), an output initcheck found
+table of pointers that counts its entries in another type's bytes), a vector access off its
+alignment, an output initcheck found
 unwritten (its batch, row and column) or an atomic add onto memory nothing wrote first."""
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from ..cases.format import Shape
 from ..programs.timing import launches
+from .diagnose import quoted, source_lines
 from .launch_errors import base_name
 from .tool_logs import NEAREST_ALLOCATION
 
@@ -99,6 +101,37 @@ def null_pointer(first: list[str], source: Path | None) -> list[str]:
             "index added to it): a pointer the kernel was given, or read from device memory, that was never set (a "
             "table of pointers copied short, a pointer left NULL on the host, an allocation never made)"]
     return said + short_pointer_copies(source)
+
+
+# the lines a misaligned vector access comes from: a vector cast of a float pointer, a pointer offset by a
+# constant number of floats (a base moved off its allocation's alignment)
+VECTOR_LINES = (r"reinterpret_cast\s*<\s*(?:const\s+)?(?:float|int)[234]\s*\*|\((?:const\s+)?float[234]\s*\*\)",
+                r"\*\s*\w+\s*=\s*\w+\s*\+\s*\d+\s*;", r"(?:<<<|GGL\s*\()[^;]*[(,]\s*\w+\s*\+\s*\d+\s*[,)]")
+
+
+def address_readings(first: list[str], source: Path | None) -> list[str]:
+    """What memcheck's first report's address tells: a null pointer, or a vector access off its
+    alignment."""
+    return null_pointer(first, source) or misaligned(first, source)
+
+
+def misaligned(first: list[str], source: Path | None) -> list[str]:
+    """memcheck's first report, a __global__ access of S bytes at an address that is no multiple of
+    S: how far past the boundary, in floats, with the source's vector casts and constant offsets
+    ([] where the report is of another kind)."""
+    hit = re.search(r"Invalid __global__ (read|write) of size (\d+) bytes.*?Access to (0x[0-9a-f]+) is misaligned",
+                    " ".join(first))
+    if not hit:
+        return []
+    size, at = int(hit.group(2)), int(hit.group(3), 16)
+    off = at % size
+    said = [f"the {hit.group(1)} of {size} bytes is at {hit.group(3)}, {off} bytes ({off / 4:g} floats) past a "
+            f"{size}-byte boundary: a {size}-byte vector access needs an address that is a multiple of {size}, and "
+            f"cudaMalloc's are 256-byte aligned: a pointer moved off it by a number of floats that is no multiple of "
+            f"{size // 4} (a base plus a constant, a row, tile or batch start at such a pitch)"]
+    if source and (shown := source_lines(source, VECTOR_LINES)):
+        said.append(f"lines with a vector cast or a constant offset in {source.name}: {quoted(shown)}")
+    return said
 
 
 def short_pointer_copies(source: Path | None) -> list[str]:
