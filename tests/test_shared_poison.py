@@ -160,6 +160,22 @@ def test_a_loop_over_the_whole_tile_where_the_load_stops_at_its_count_is_shown(c
         "tile before left, or what nothing wrote?)"), shared_poison.store_lines(ctx)
 
 
+def test_a_return_above_a_load_that_strides_over_the_blocks_threads_is_shown(ctx, tmp_path):
+    """set47's s04: a warp whose row is past N returns before the block's tile load, which strides
+    by blockDim.x: its share of every tile is never written. A return in another kernel is not it."""
+    tiled = tmp_path / "tiled.cu"
+    tiled.write_text("__global__ void other(float* o) { if (!o) return; }\n"
+                     "__global__ void k(const float* kt, int N) {\n  __shared__ float Ks[32 * 33];\n"
+                     "  const int i = blockIdx.x * 8 + threadIdx.x / 32;\n  if (i >= N) return;\n"
+                     "  for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {\n    Ks[e] = kt[e];\n  }\n}\n")
+    ctx.program = Program("tiled", tmp_path / "tiled", source=tiled)
+    assert shared_poison.store_lines(ctx).endswith(
+        "; a return above that loop in its kernel: 5 `if (i >= N) return;` (threads that leave there never make their "
+        "share of the loop's stores, which strides over all the block's threads)"), shared_poison.store_lines(ctx)
+    tiled.write_text(tiled.read_text().replace("e += blockDim.x", "e += 32"))  # a warp's own loop: not the block's
+    assert "a return above" not in shared_poison.store_lines(ctx)
+
+
 UNWRITTEN = r'''
 #include <cstdio>
 #include <cuda_runtime.h>

@@ -54,7 +54,23 @@ def store_lines(ctx: Context) -> str:
     loop = filling_loop(ctx.source, stores[0][0])
     return (f"; lines that store into its shared arrays ({', '.join(names)}) in {ctx.source.name}: {quoted(stores)}"
             + (f"; the loop that makes those stores (its start, bound and stride): {quoted([loop])}"
-               if loop and loop != stores[0] else "") + (whole_tile_loops(ctx.source, loop) if loop else ""))
+               if loop and loop != stores[0] else "") + (whole_tile_loops(ctx.source, loop) if loop else "")
+            + (returns_before(ctx.source, loop) if loop else ""))
+
+
+def returns_before(source, loop: tuple[int, str]) -> str:
+    """Where the load loop strides over the block's threads: the `return`s of its kernel above it
+    (threads past N that leave before the load leave their share of the tile unwritten: set47's s04)."""
+    if not re.search(r"\+=\s*(?:blockDim\.\w|[A-Z_]*THREADS?\b|NT\b)", loop[1]):
+        return ""
+    kernels = [n for n, _ in source_lines(source, r"__global__", limit=loop[0]) if n < loop[0]]
+    start = kernels[-1] if kernels else 0
+    exits = [(n, code) for n, code in source_lines(source, r"\breturn\s*;", limit=loop[0])
+             if start < n < loop[0]]
+    if not exits:
+        return ""
+    return (f"; a return above that loop in its kernel: {quoted(exits[:2])} (threads that leave there never make "
+            "their share of the loop's stores, which strides over all the block's threads)")
 
 
 def whole_tile_loops(source, loop: tuple[int, str]) -> str:
