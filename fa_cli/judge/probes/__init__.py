@@ -23,6 +23,7 @@ Where none names one, Summary says what was measured; Picture draws W against P.
   RowsNotWritten, OtherRows, TilesAlike,
   KeysWithoutWeight,
   KeysLeftOutByRow   W against P                                          readings.py
+  SkippedTiles       whole key tiles with no weight, under a threshold on the running max  skipped_tiles.py
   OneKeyRangeARow    each row's keys one range of N/S, by a formula of the row  key_ranges.py
   TransposedTiles    each tile's weights met with V by the other index    tile_transposed.py
   SoftmaxSteps       the online softmax with one step written otherwise, any tile  softmax_steps.py
@@ -56,6 +57,7 @@ from .row_factors import RowFactors
 from .readings import KeysLeftOutByRow, KeysWithoutWeight, OtherRows, RowsNotWritten, Summary, TilesAlike
 from .query_inputs import QueryInputs
 from .score_inputs import ScoreInputs
+from .skipped_tiles import SkippedTiles
 from .softmax_steps import SoftmaxSteps
 from .tile_logits import LogitsByRow, LogitsByTile
 from .tile_transposed import TransposedTiles
@@ -64,7 +66,7 @@ from .weights import ProbeRuns, ReadWeights
 
 PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(),
                              InputReading(), LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(),
-                             OtherRows(), TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), OneKeyRangeARow(),
+                             OtherRows(), TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), SkippedTiles(), OneKeyRangeARow(),
                              TransposedTiles(), SoftmaxSteps(), Factors(), RowFactors(), LogitsByTile(), LogitsByRow(),
                              BatchAlone(), InputsAcrossBatches(), WholeTiles(), WeightFloor(), Summary(), Picture())
 
