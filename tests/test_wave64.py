@@ -688,6 +688,7 @@ def test_a_passing_hip_programs_full_wavefront_mask_is_a_warning(monkeypatch, tm
         "passes here, but hw4.hip line 3: a mask of the first n lanes as (1ull << n) - 1"), found.lines
 
 
+@pytest.mark.slow  # an nvcc build of the layer: in CI's run, not make test's
 @needs_nvcc
 def test_half_precision_from_hip_fp16_builds_beside_the_wavefront_shuffles(tmp_path):
     """<hip/hip_fp16.h> gives HIP's half types by CUDA's names, and a __shfl_xor of a float still
