@@ -27,6 +27,20 @@ def test_wrong_batches_that_hold_no_other_batchs_output_are_not_said():
     correct = np.random.default_rng(2).uniform(-3, 3, size=(6, 8, 4))
     got = correct.copy()
     got[3:] = 0
-    assert other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3) is None  # zeros alone: not this
+    assert other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3) is None  # a tail: a count's
     got[3] = correct[3] * 1.5
     assert other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3) is None
+
+
+def test_batches_a_grids_map_never_reaches_are_said_as_such():
+    """set48's s07: a batch index blockIdx.z * gridDim.z + blockIdx.y where gridDim.y (64) belongs,
+    over B = 5000 (gz = 79 groups): batches z * 79 + y, y < 64, the other 15 of every 79 never written."""
+    B, gz = 5000, 79
+    correct = np.random.default_rng(3).uniform(-3, 3, size=(B, 2, 2))
+    reached = sorted({z * gz + y for z in range(gz) for y in range(64)} & set(range(B)))
+    got = np.zeros_like(correct)
+    got[reached] = correct[reached]
+    said = other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3)
+    lost = B - len(reached)
+    assert said.startswith(f"{lost} of the 5000 batches hold 0 in every value checked (never written)"), said
+    assert "batches 64-78, 143-157, " in said and "runs)" in said and "with the other axis's size" in said, said

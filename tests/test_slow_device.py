@@ -197,3 +197,14 @@ def test_the_copies_back_come_first_among_the_lines_that_order_host_and_device(c
     assert said.startswith("; lines that order host and device in hw4.cu: 3 `cudaMemcpyAsync(h_out + pb") and \
         "4 `cudaMemcpyAsync(h_out + lb" in said and "5 `cudaDeviceSynchronize();`" in said, said
     assert "HostToDevice" not in said and "StreamCreate" not in said, said
+
+
+def test_a_non_blocking_stream_comes_first_among_the_lines_that_order_host_and_device(ctx):
+    """set48's s06: copies on a stream made non-blocking, the kernel on the default stream: that
+    stream's line first, said as not waiting for the default stream's kernels."""
+    ctx.source.write_text("cudaStream_t s;\nCHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));\n"
+                          "cudaMemcpyAsync(h_out, d_out, n, cudaMemcpyDeviceToHost, s);\ncudaStreamSynchronize(s);\n")
+    said = slow_device.ordering_lines(ctx)
+    assert said.startswith("; lines that order host and device in hw4.cu (a stream made non-blocking does not "
+                           "wait for the default stream's kernels, nor they for its copies): 2 `CHECK(cudaStream"), said
+

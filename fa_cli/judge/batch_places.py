@@ -23,7 +23,7 @@ def other_batchs_output(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray,
     zeros = bad[(got[bad] == 0).all(axis=(1, 2))]
     moved = np.setdiff1d(bad, zeros)
     if not moved.size:
-        return None
+        return batches_skipped(zeros, bad, got.shape[0])
     key = correct[:, 0, 0]  # one value a batch, sorted, to find the candidates of each moved batch
     order = np.argsort(key)
     held = {}
@@ -47,3 +47,17 @@ def other_batchs_output(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray,
     return (f"{said}{more}{empty}: outputs written at other batches' places, every offset a multiple of {chunk} "
             f"batches: a chunk of {chunk} batches writing its output at the output's start (or another chunk's place), "
             "its output base without the chunk's offset where its input has it")
+
+
+def batches_skipped(zeros: np.ndarray, bad: np.ndarray, B: int) -> str | None:
+    """Where every wrong batch holds 0 and they are no one run to the last batch (a count that stops
+    short says that): batches the grid's map never reaches, in words; None otherwise."""
+    if zeros.size != bad.size or not zeros.size or np.array_equal(zeros, np.arange(zeros[0], B)):
+        return None
+    runs = spans(zeros).split(", ")
+    shown = ", ".join(runs[:SHOWN * 2]) + (f", ... ({len(runs)} runs)" if len(runs) > SHOWN * 2 else "")
+    return (f"{zeros.size} of the {B} batches hold 0 in every value checked (never written), the others right, and "
+            f"not one run to the last: batches {shown}: the blocks' map onto batches misses some while it computes "
+            "others twice or past B (a batch index made of two grid axes with the other axis's size: blockIdx.z * "
+            "gridDim.z + blockIdx.y where gridDim.y belongs; a stride over batches)")
+

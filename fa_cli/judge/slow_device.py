@@ -29,6 +29,7 @@ wrong index or a wrong formula stay wrong.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 
 import numpy as np
@@ -53,7 +54,8 @@ EARLY = ("it writes its output before the device finished (a copy back that is n
 # asynchronous copies back to the host (the output the host goes on with), a synchronization, then
 # the first line of each other kind: an asynchronous copy, a stream or host memory the device writes.
 COPY_BACK = r"Memcpy\w*Async\b.*DeviceToHost"
-ORDERING_LINES = (COPY_BACK, COPY_BACK, r"[Ss]ynchronize", r"Memcpy\w*Async",
+NON_BLOCKING = r"StreamNonBlocking"  # a stream that does not wait for the default stream's work (nor it for its)
+ORDERING_LINES = (NON_BLOCKING, COPY_BACK, COPY_BACK, r"[Ss]ynchronize", r"Memcpy\w*Async",
                   r"Stream\w*Create|MallocHost|HostAlloc|MallocManaged")
 ORDERING_SHOWN = 3
 # Where launches overlap: the first two launches given a stream (a fourth launch parameter), then
@@ -103,7 +105,9 @@ def layered_wrong_trial(ctx: Context, *not_after: Kind) -> bool:
 
 def ordering_lines(ctx: Context, patterns: tuple[str, ...] = ORDERING_LINES) -> str:
     shown = source_lines(ctx.source, patterns, ORDERING_SHOWN) if ctx.source else []
-    return f"; lines that order host and device in {ctx.source.name}: {quoted(shown)}" if shown else ""
+    apart = " (a stream made non-blocking does not wait for the default stream's kernels, nor they for its copies)" \
+        if any(re.search(NON_BLOCKING, code) for _, code in shown) else ""
+    return f"; lines that order host and device in {ctx.source.name}{apart}: {quoted(shown)}" if shown else ""
 
 
 def outputs_of(ctx: Context, program: Program, case, runs: int, what: str, counted: bool = True, first: int = 1,
