@@ -44,3 +44,17 @@ def test_batches_a_grids_map_never_reaches_are_said_as_such():
     lost = B - len(reached)
     assert said.startswith(f"{lost} of the 5000 batches hold 0 in every value checked (never written)"), said
     assert "batches 64-78, 143-157, " in said and "runs)" in said and "with the other axis's size" in said, said
+
+
+def test_a_chunks_input_base_and_two_swapped_batches_are_not_said_as_an_output_base():
+    """Each chunk computed from the first chunk's input (batches hold earlier batches' outputs, none
+    unwritten): the input base is said; two swapped batches: no chunk at all."""
+    correct = np.random.default_rng(2).uniform(-3, 3, size=(10, 8, 4))
+    got = correct[np.arange(10) % 4]
+    said = other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3)
+    assert "each batch holding an earlier batch's output" in said and "its input base without" in said, said
+    assert "output base" not in said.split("its input base")[0], said
+    got = correct[[0, 1, 2, 4, 3, 5, 6, 7, 8, 9]]
+    said = other_batchs_output(got, correct, np.abs(got - correct) > 5e-3, 5e-3)
+    assert said.endswith("(no chunk of batches fits the offsets)") and "chunk of 1" not in said, said
+

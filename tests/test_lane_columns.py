@@ -18,7 +18,8 @@ def test_lane_zeros_columns_right_and_the_rest_infinite_is_said_by_lane():
     with np.errstate(divide="ignore", invalid="ignore"):
         out[:, :, np.arange(64) % 32 != 0] = out[:, :, np.arange(64) % 32 != 0] / 0.0  # inf, -inf; NaN where 0
     said = one_lanes_columns(out, true, 5e-3)
-    assert said and said.startswith("only columns 0, 32 (the dims c with c mod 32 = 0: lane 0's"), said
+    assert said and said.startswith("only columns 0, 32 hold the right values (the dims c with c mod 32 = 0: lane "
+                                    "0's"), said
     assert "never broadcast back" in said
 
 
@@ -31,3 +32,10 @@ def test_other_patterns_are_not_said():
     out[:, :, 1:] = np.inf
     out[0, 5, 0] += 1.0  # lane 0's column wrong in one row
     assert one_lanes_columns(out, true, 5e-3) is None
+    out, true = outputs(32)
+    out[:, :, np.arange(32) != 7] = np.inf  # column 7 alone: any lane's or none's, not said
+    assert one_lanes_columns(out, true, 5e-3) is None
+    out, true = outputs(32)
+    out[:, :, 1:] = np.inf
+    assert one_lanes_columns(out, true, 5e-3).startswith("only column 0 holds the right values")
+

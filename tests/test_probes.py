@@ -368,6 +368,7 @@ def test_a_threads_rows_read_in_one_order_and_written_in_another_are_found_as_a_
     lines = [line for f in readings.OtherRows().run(ctx) for line in f.lines]
     assert "row i holds the weights of row (i mod 64)*4 + i div 64 of its block of 256 rows: the result of row " \
         "4*x + y written at row 64*y + x" in lines[0], lines
+    assert readings.row_formula(np.array([0, 0]), np.array([1, 4]), np.array([0, 0]), np.array([4, 1]), 256) is None
 
 
 def test_rows_that_weigh_every_key_alike_are_said_beside_rows_that_hold_another_rows():

@@ -162,8 +162,18 @@ def test_a_vector_read_off_its_alignment_is_said_with_its_offset_in_floats_and_t
                       "  float4 a = reinterpret_cast<const float4*>(q + i * D)[x4];\n}\n"
                       "int main() {\n  const float* d_data = d_qkv + 3;  // after the header\n}\n")
     said = report_readings.address_readings(MISALIGNED_READ, source)
-    assert said[0].startswith("the read of 16 bytes is at 0x7f1a7680200c, 12 bytes (3 floats) past a 16-byte "
-                              "boundary"), said
+    assert said[0].startswith("the read of 16 bytes is at 0x7f1a7680200c, 12 bytes past a 16-byte boundary"), said
+    assert said[0].endswith("a pointer moved off that alignment by 3 floats, no multiple of 4 (a base plus a "
+                            "constant, a row, tile or batch start at such a pitch)"), said
     assert said[1] == ("lines with a vector cast or a constant offset in hw4.cu: 3 `float4 a = reinterpret_cast<const "
                        "float4*>(q + i * D)[x4];`, 6 `const float* d_data = d_qkv + 3;`"), said
     assert report_readings.address_readings(NULL_READ, source)[0].startswith("the read is at address 0x0")
+
+
+def test_a_misaligned_scalar_is_said_in_bytes_and_either_spelling_of_the_address_is_read():
+    first = ["Invalid __global__ write of size 4 bytes", "at k+0x20 in a.cu:3", "Address 0x7f0000000002 is misaligned"]
+    said = report_readings.misaligned(first, None)
+    assert said == ["the write of 4 bytes is at 0x7f0000000002, 2 bytes past a 4-byte boundary: an access of 4 "
+                    "bytes needs an address that is a multiple of 4, and cudaMalloc's are 256-byte aligned: a pointer "
+                    "moved off that alignment"], said
+

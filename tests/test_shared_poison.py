@@ -170,8 +170,13 @@ def test_a_return_above_a_load_that_strides_over_the_blocks_threads_is_shown(ctx
                      "  for (int e = threadIdx.x; e < 32 * 32; e += blockDim.x) {\n    Ks[e] = kt[e];\n  }\n}\n")
     ctx.program = Program("tiled", tmp_path / "tiled", source=tiled)
     assert shared_poison.store_lines(ctx).endswith(
-        "; a return above that loop in its kernel: 5 `if (i >= N) return;` (threads that leave there never make their "
-        "share of the loop's stores, which strides over all the block's threads)"), shared_poison.store_lines(ctx)
+        "; a return above that loop in its function: 5 `if (i >= N) return;` (threads that leave there, where not the "
+        "whole block does, never make their share of the loop's stores, which strides over all the block's threads)"), \
+        shared_poison.store_lines(ctx)
+    helper = tiled.read_text().replace("__global__ void k(", "__global__ void k0(float* o) { if (!o) return; }\n"
+                                       "__device__ void load(").replace("  if (i >= N) return;\n", "")
+    tiled.write_text(helper)  # a return in the kernel before the helper that loads: not the helper's
+    assert "a return above" not in shared_poison.store_lines(ctx), shared_poison.store_lines(ctx)
     tiled.write_text(tiled.read_text().replace("e += blockDim.x", "e += 32"))  # a warp's own loop: not the block's
     assert "a return above" not in shared_poison.store_lines(ctx)
 

@@ -49,3 +49,19 @@ def test_keys_left_out_by_their_place_are_not_said_as_skipped_tiles(tmp_path):
     assert SkippedTiles().run(ctx) == []
     ctx = context(tmp_path, lambda s: skipping(s, 32, GAP) & (np.arange(256) % 32 < 16))  # half tiles
     assert SkippedTiles().run(ctx) == []
+
+
+def test_weights_flushed_key_by_key_are_no_tile_skip(tmp_path):
+    """Each key's weight against the running max set to 0 under 1e-5 (a flush key by key, Q scaled
+    3 times so that whole tiles fall under it): keys of kept tiles lose weight too, no skip test."""
+    def flushed(s):
+        s = 3 * s
+        running = np.maximum.accumulate(s, axis=-1)
+        return np.exp(s - running) < 1e-5
+    ctx = context(tmp_path, flushed)
+    ctx.probe.q *= 3
+    ctx.facts.P = ctx.probe.weights()
+    s = logits(ctx.probe.q, ctx.probe.k)
+    ctx.facts.W = softmax_rows(np.where(flushed(s / 3), -np.inf, s))
+    assert (ctx.facts.W == 0).any()
+    assert SkippedTiles().run(ctx) == []

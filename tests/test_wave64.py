@@ -688,11 +688,12 @@ def test_a_passing_hip_programs_full_wavefront_mask_is_a_warning(monkeypatch, tm
         "passes here, but hw4.hip line 3: a mask of the first n lanes as (1ull << n) - 1"), found.lines
 
 
-@pytest.mark.slow  # an nvcc build of the layer: in CI's run, not make test's
+@pytest.mark.slow  # nvcc builds of the layer: in CI's run, not make test's
 @needs_nvcc
 def test_half_precision_from_hip_fp16_builds_beside_the_wavefront_shuffles(tmp_path):
-    """<hip/hip_fp16.h> gives HIP's half types by CUDA's names, and a __shfl_xor of a float still
-    takes the layer's 64-lane form (cuda_fp16.h's own 32-lane overloads are declared first)."""
+    """<hip/hip_fp16.h> gives HIP's half types by CUDA's names, and a __shfl_xor after it still takes
+    the layer's 64-lane form (CUDA's header, with 32-lane overloads of its own, is read with the
+    layer's macros set aside); without that header a program may name `half` itself, as on the MI210."""
     source = tmp_path / "half.hip"
     source.write_text("#include <hip/hip_runtime.h>\n#include <hip/hip_fp16.h>\n"
                       "__global__ void k(float* x) {\n  __shared__ __half l[64];\n"
@@ -701,10 +702,18 @@ def test_half_precision_from_hip_fp16_builds_beside_the_wavefront_shuffles(tmp_p
                       "int main() { hipLaunchKernelGGL(k, dim3(1), dim3(64), 0, 0, (float*)nullptr); }\n")
     proc = emulation_build(source, tmp_path / "half")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    argv = [*wave64.build_line("nvcc", "sm_90"), "-E", str(source)]
+    expanded = subprocess.run(argv, capture_output=True, text=True).stdout
+    assert "fa_wave64_shfl_xor(6, x[threadIdx.x], 32)" in expanded.replace("\n", " ")
+    plain = tmp_path / "plain.hip"
+    plain.write_text("#include <hip/hip_runtime.h>\nconstexpr int half = 16;\n"
+                     "int main() { return half - 16; }\n")
+    proc = emulation_build(plain, tmp_path / "plain")
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_an_amd_header_the_emulation_lacks_is_said_as_the_layers_not_the_programs():
     said = wave64.missing_header("s.hip:95:10: fatal error: hip/hip_bfloat16.h: No such file or directory")
-    assert said.startswith("it includes <hip/hip_bfloat16.h>, an AMD header fa's MI210 emulation") and \
+    assert said.startswith("it includes <hip/hip_bfloat16.h>, a header fa's MI210 emulation") and \
         "says nothing of its build with hipcc on the MI210" in said
     assert wave64.missing_header("s.hip:3:1: error: expected ';'") is None

@@ -44,9 +44,24 @@ def other_batchs_output(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray,
     more = f"; {len(runs) - SHOWN} more runs" if len(runs) > SHOWN else ""
     chunk = math.gcd(*(abs(o) for _, _, o in runs))
     empty = f"; batches {spans(zeros)} hold 0 (never written)" if zeros.size else ""
-    return (f"{said}{more}{empty}: outputs written at other batches' places, every offset a multiple of {chunk} "
-            f"batches: a chunk of {chunk} batches writing its output at the output's start (or another chunk's place), "
-            "its output base without the chunk's offset where its input has it")
+    return f"{said}{more}{empty}" + chunk_words(runs, chunk, zeros.size > 0)
+
+
+def chunk_words(runs: list, chunk: int, zeros: bool) -> str:
+    """What the offsets say of chunks: later batches' outputs at the start and batches never written
+    (an output base without the chunk's offset); earlier batches' outputs where each batch's own
+    belongs, nothing unwritten (an input base without it); else no mechanism."""
+    if chunk < 2:
+        return ": outputs found at other batches' places (no chunk of batches fits the offsets)"
+    if all(o > 0 for _, _, o in runs) and zeros:
+        return (f": every offset a multiple of {chunk} batches: a chunk of {chunk} batches writing its output at the "
+                "output's start (or another chunk's place), its output base without the chunk's offset where its "
+                "input has it")
+    if all(o < 0 for _, _, o in runs) and not zeros:
+        return (f": every offset a multiple of {chunk} batches, each batch holding an earlier batch's output: a "
+                f"chunk of {chunk} batches computed from the first chunk's input (or another's), its input base "
+                "without the chunk's offset where its output has it")
+    return f": every offset a multiple of {chunk} batches (chunks of batches written or read at other chunks' places)"
 
 
 def batches_skipped(zeros: np.ndarray, bad: np.ndarray, B: int) -> str | None:
@@ -57,7 +72,7 @@ def batches_skipped(zeros: np.ndarray, bad: np.ndarray, B: int) -> str | None:
     runs = spans(zeros).split(", ")
     shown = ", ".join(runs[:SHOWN * 2]) + (f", ... ({len(runs)} runs)" if len(runs) > SHOWN * 2 else "")
     return (f"{zeros.size} of the {B} batches hold 0 in every value checked (never written), the others right, and "
-            f"not one run to the last: batches {shown}: the blocks' map onto batches misses some while it computes "
-            "others twice or past B (a batch index made of two grid axes with the other axis's size: blockIdx.z * "
-            "gridDim.z + blockIdx.y where gridDim.y belongs; a stride over batches)")
+            f"not one run to the last: batches {shown}: the blocks' map onto batches misses some (a batch index made "
+            "of two grid axes with the other axis's size: blockIdx.z * gridDim.z + blockIdx.y where gridDim.y "
+            "belongs; a stride over batches), or the launches or copies over batches skip them")
 

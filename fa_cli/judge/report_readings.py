@@ -119,16 +119,18 @@ def misaligned(first: list[str], source: Path | None) -> list[str]:
     """memcheck's first report, a __global__ access of S bytes at an address that is no multiple of
     S: how far past the boundary, in floats, with the source's vector casts and constant offsets
     ([] where the report is of another kind)."""
-    hit = re.search(r"Invalid __global__ (read|write) of size (\d+) bytes.*?Access to (0x[0-9a-f]+) is misaligned",
-                    " ".join(first))
+    hit = re.search(r"Invalid __global__ (read|write) of size (\d+) bytes.*?(?:Access to|Address) (0x[0-9a-f]+) is "
+                    r"misaligned", " ".join(first))
     if not hit:
         return []
     size, at = int(hit.group(2)), int(hit.group(3), 16)
     off = at % size
-    said = [f"the {hit.group(1)} of {size} bytes is at {hit.group(3)}, {off} bytes ({off / 4:g} floats) past a "
-            f"{size}-byte boundary: a {size}-byte vector access needs an address that is a multiple of {size}, and "
-            f"cudaMalloc's are 256-byte aligned: a pointer moved off it by a number of floats that is no multiple of "
-            f"{size // 4} (a base plus a constant, a row, tile or batch start at such a pitch)"]
+    said = [f"the {hit.group(1)} of {size} bytes is at {hit.group(3)}, {off} bytes past a {size}-byte boundary: an "
+            f"access of {size} bytes needs an address that is a multiple of {size}, and cudaMalloc's are 256-byte "
+            "aligned: a pointer moved off that alignment"]
+    if size >= 8 and off % 4 == 0:  # a vector of floats: the pitch said in floats
+        said[0] += (f" by {off // 4} floats, no multiple of {size // 4} (a base plus a constant, a row, tile or batch "
+                    "start at such a pitch)")
     if source and (shown := source_lines(source, VECTOR_LINES)):
         said.append(f"lines with a vector cast or a constant offset in {source.name}: {quoted(shown)}")
     return said

@@ -63,14 +63,15 @@ def returns_before(source, loop: tuple[int, str]) -> str:
     (threads past N that leave before the load leave their share of the tile unwritten: set47's s04)."""
     if not re.search(r"\+=\s*(?:blockDim\.\w|[A-Z_]*THREADS?\b|NT\b)", loop[1]):
         return ""
-    kernels = [n for n, _ in source_lines(source, r"__global__", limit=loop[0]) if n < loop[0]]
-    start = kernels[-1] if kernels else 0
+    functions = [n for n, _ in source_lines(source, r"__global__|__device__", limit=loop[0]) if n < loop[0]]
+    start = functions[-1] if functions else 0
     exits = [(n, code) for n, code in source_lines(source, r"\breturn\s*;", limit=loop[0])
              if start < n < loop[0]]
     if not exits:
         return ""
-    return (f"; a return above that loop in its kernel: {quoted(exits[:2])} (threads that leave there never make "
-            "their share of the loop's stores, which strides over all the block's threads)")
+    return (f"; a return above that loop in its function: {quoted(exits[:2])} (threads that leave there, where not "
+            "the whole block does, never make their share of the loop's stores, which strides over all the block's "
+            "threads)")
 
 
 def whole_tile_loops(source, loop: tuple[int, str]) -> str:

@@ -288,9 +288,10 @@ class SlowDevice(Step):
         slowed = slowed + more
         as_built = wrong_in(built, case, ctx.tol)
         right_built = sum(1 for w in as_built if w == 0)
+        values = ", ".join("no output" if w is None else str(w) for w in as_built)
         if not right_built:  # wrong as built on an input of the cases' kind: nothing to set slowed against
             wrong_built = (f"as built it is wrong in {self.runs} of {self.runs} runs on {case.label} (wrong values: "
-                           f"{', '.join(map(str, as_built))})")
+                           f"{values})")
             if not all(r.verdict == "PASS" for r in ctx.results):  # a failing case says more
                 return [Finding(Kind.OBSERVED, [f"the device made slower: not tried: {wrong_built}"])]
             return [Finding(Kind.WARNING, [f"passes the cases run, but {wrong_built}; the device made slower: not "
@@ -298,7 +299,6 @@ class SlowDevice(Step):
                             dict(built_wrong=as_built, case=case.label))]
         wrong = wrong_in(slowed, case, ctx.tol)
         runs = f"in {sum(1 for w in wrong if w)} of {self.runs} runs on {case.label}"
-        values = ", ".join(map(str, as_built))
         built_words = f"as built it is right in {right_built} of {self.runs}" + (
             "" if right_built == self.runs else f" (wrong values: {values}: it depends on timing)")
         if None in wrong or not (all(wrong) and alike(slowed)):

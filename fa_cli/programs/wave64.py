@@ -57,8 +57,9 @@ def missing_header(error: str) -> str | None:
     m = re.search(r"fatal error: ((?:hip|rocm\w*|hipcub|rocprim)/[\w./]+): No such file", error or "")
     if m is None:
         return None
-    return (f"it includes <{m.group(1)}>, an AMD header fa's MI210 emulation (src_hip/wave64) does not carry: not "
-            "built here, so not judged; that says nothing of its build with hipcc on the MI210")
+    return (f"it includes <{m.group(1)}>, a header fa's MI210 emulation (src_hip/wave64) does not carry (one of "
+            "AMD's, or none at all): not built here, so not judged; that says nothing of its build with hipcc on the "
+            "MI210")
 
 
 @functools.cache

@@ -66,8 +66,9 @@ from .weights import ProbeRuns, ReadWeights
 
 PROBES: tuple[Step, ...] = (ProbeRuns(), Wavefronts(), NotFinite(), Precision(), OutputLayout(),
                              InputReading(), LinearMap(), ScoreInputs(), QueryInputs(), ReadWeights(), RowsNotWritten(),
-                             OtherRows(), TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), SkippedTiles(), OneKeyRangeARow(),
-                             TransposedTiles(), SoftmaxSteps(), Factors(), RowFactors(), LogitsByTile(), LogitsByRow(),
+                             OtherRows(), TilesAlike(), KeysWithoutWeight(), KeysLeftOutByRow(), SkippedTiles(),
+                             OneKeyRangeARow(), TransposedTiles(), SoftmaxSteps(), Factors(), RowFactors(),
+                             LogitsByTile(), LogitsByRow(),
                              BatchAlone(), InputsAcrossBatches(), WholeTiles(), WeightFloor(), Summary(), Picture())
 
 __all__ = ["PROBES", "design"]

@@ -66,7 +66,8 @@ class BatchAlone(Probe):
                 f"measured: batch 0 is right and batch {b} wrong on {ctx.probe.label} in rows {spans(rows)} only "
                 f"({len(rows)} of {ctx.probe.shape.N}); batch {b}'s Q, K and V as the only batch ({alone.label}) give "
                 "the right output: what those rows compute depends on the batch's place among the work (rows a block "
-                "or a persistent loop takes after others: a state not set anew for each item, or items stopped short), "
+                "or a persistent loop takes after others: a state not set anew for each item, or items stopped short; "
+                "or another batch's stores landing on these rows: a store past N not guarded), "
                 "not said as a batch offset, which would reach every row of the batch"], dict(batch_alone=b))]
         if right_alone:
             return measured(ctx, [

@@ -21,14 +21,17 @@ def one_lanes_columns(out: np.ndarray, true: np.ndarray, tol: float) -> str | No
     if not right.any() or not (right | lost).all():
         return None
     columns = np.flatnonzero(right)
+    if len(columns) == 1 and columns[0] != 0:
+        return None  # one column alone fits any lane: only lane 0's, where a reduction leaves its result, is said
     for G in LANE_GROUPS:
         lane = int(columns[0]) % G
         if np.array_equal(columns, np.arange(lane, d, G)):
             shown = ", ".join(map(str, columns))
-            return (f"only column{'s' if len(columns) > 1 else ''} {shown} (the dims c with c mod {G} = {lane}: lane "
-                    f"{lane}'s, where a lane owns the dims c mod {G}) hold the right values, in every row; every other "
-                    f"column is infinite or NaN in every row: the other lanes divide by (or rescale with) a row's sum "
-                    f"or max that only lane {lane} holds, 0 or -inf in theirs (a reduction whose result stays in lane "
-                    f"{lane}, as a __shfl_down tree leaves it, never broadcast back: `x = __shfl_sync(mask, x, "
-                    f"{lane})`)")
+            which = f"columns {shown} hold" if len(columns) > 1 else f"column {shown} holds"
+            how = ("as a __shfl_down tree leaves it, never broadcast back: `x = __shfl_sync(mask, x, 0)`" if lane == 0
+                   else f"never broadcast back from lane {lane}")
+            return (f"only {which} the right values (the dims c with c mod {G} = {lane}: lane {lane}'s, where a lane "
+                    f"owns the dims c mod {G}), in every row; every other column is infinite or NaN in every row: the "
+                    f"other lanes divide by (or rescale with) a row's sum or max that only lane {lane} holds, 0 or "
+                    f"-inf in theirs (a reduction whose result stays in lane {lane}, {how})")
     return None

@@ -40,6 +40,21 @@ def two_indices_swapped(i: np.ndarray, src: np.ndarray, n: int) -> tuple[int, in
     return None
 
 
+def rows_written_in_another_order(i: np.ndarray, src: np.ndarray, N: int) -> str:
+    """Rows i of a batch that each hold row src's result, as a thread's rows read in one order and
+    written in the other ('' where none fits): the formula must move every row it moves under N,
+    not only the wrong ones (two swapped rows fit many a formula)."""
+    if (found := two_indices_swapped(i, src, N)) is None:
+        return ""
+    R, a, per = found
+    j = np.arange(N)
+    moves = j - j % R + (j % R % a) * per + j % R // a
+    if not set(j[(moves != j) & (moves < N)]) <= set(int(x) for x in i):
+        return ""
+    return (f"row (i mod {a})*{per} + i div {a} of its block of {R} rows: the result of row {per}*x + y written at "
+            f"row {a}*y + x (x < {a}, y < {per}: a thread x's rows y read in one order and written in another)")
+
+
 def rows_in_blocks(r: np.ndarray, rr: np.ndarray, N: int) -> str:
     """Rows moved within each block of R rows as two indices combined in the other order; '' where
     none fits."""

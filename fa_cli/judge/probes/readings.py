@@ -15,7 +15,7 @@ import numpy as np
 from ..diagnose import SOURCE_LINES_SHOWN, quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import EXP_LINES, GRID_LINES, KEY_TILES, QUERY_TILES
-from .map_formulas import two_indices_swapped
+from .map_formulas import rows_written_in_another_order
 from .row_cover import TILE_MAP_LOOK, rows_skipped
 from .step import Context, Probe, fmt, logits, softmax_rows, spans
 
@@ -93,10 +93,8 @@ def row_formula(b, i, sb, si, N: int) -> str | None:
             for k in sorted(set(ks)):
                 if np.mean(f(i, k, N) == si) >= FIT_SHARE:
                     return words.format(k=k)
-        if (swapped := two_indices_swapped(i, si, N)) is not None:  # the rows a thread reads, written in another order
-            R, a, per = swapped
-            return (f"row (i mod {a})*{per} + i div {a} of its block of {R} rows: the result of row {per}*x + y written "
-                    f"at row {a}*y + x (x < {a}, y < {per}: a thread x's rows y read in one order and written in another)")
+        if swapped := rows_written_in_another_order(i, si, N):
+            return swapped
     shifts = np.unique(sb - b, return_counts=True)
     k = int(shifts[0][shifts[1].argmax()])
     if k and np.mean((sb - b == k) & (si == i)) >= FIT_SHARE:

@@ -17,35 +17,44 @@ TRIAL_BATCHES = 2
 # the lines that map a block onto its row tile: a swizzle (an XOR of an index with its own shifted
 # bits), blockIdx taken modulo or XOR something, a persistent loop stepping by the grid
 TILE_MAP_LOOK = ("the block's row tile (a remap of blockIdx, a persistent loop's step)",
-                 (r"\^\s*\(\s*\(?\s*\w+\s*>>", r"blockIdx\.\w\s*[\^%&]", r"\+=\s*gridDim\.\w"))
+                 (r"\b(?:tile|blk|block|bx|x)\w*\s*\^\s*\(\s*\(?\s*(?:tile|blk|block|bx|x)\w*\s*>>",
+                  r"blockIdx\.\w\s*[\^%&]", r"\+=\s*gridDim\.\w"))
 
 
-def unwritten_rows(ctx: Context, N: int) -> np.ndarray | None:
-    """(B, N) rows that hold 0 in two runs with different V at N rows (the probe grown or cut to N,
-    its first TRIAL_BATCHES batches): None where a run wrote no output of the right size."""
+def unwritten_rows(ctx: Context, N: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """((B, N) rows that hold 0 in two runs with different V, (B, N) rows right in the first run) at
+    N rows (the probe grown or cut to N, its first TRIAL_BATCHES batches): None where a run wrote no
+    output of the right size."""
     first = design.shrunk(ctx.probe, B=min(TRIAL_BATCHES, ctx.probe.shape.B))
     inp = design.grown(first, N) if N > first.shape.N else design.shrunk(first, N)
     outs = [ctx.run(inp), ctx.run(inp.with_v(-inp.v - 1.0, f"{inp.label} with V -V - 1"))]
     if any(out is None for out in outs):
         return None
-    return np.logical_and.reduce([(out == 0).all(axis=2) for out in outs])
+    with np.errstate(invalid="ignore"):
+        right = (np.abs(outs[0] - inp.output()) <= ctx.tol).all(axis=2)
+    return np.logical_and.reduce([(out == 0).all(axis=2) for out in outs]), right
 
 
 def rows_skipped(ctx: Context) -> str | None:
-    """Words for rows never written with later rows written, at the first of OTHER_NS that shows
-    them (None where every N's unwritten rows are a batch's last ones, or the budget is short)."""
+    """Words for rows never written with later rows written and right, the same rows in every batch,
+    at the first of OTHER_NS that shows them (None where every N's unwritten rows are a batch's last
+    ones, or the budget is short)."""
     for N in OTHER_NS:
         if ctx.budget.left < RUNS_S or N == ctx.probe.shape.N:
             continue
-        still = unwritten_rows(ctx, N)
-        if still is None or not still.any():
+        found = unwritten_rows(ctx, N)
+        if found is None or not found[0].any():
             continue
-        rows = np.flatnonzero(still.any(axis=0))
-        if rows[-1] == N - 1 and np.array_equal(rows, np.arange(rows[0], N)):
-            continue  # a tail: a count that stops short fits
-        written_after = N - 1 - int(rows[-1])
-        return (f"at N = {N} (2 runs, V and -V - 1) rows {spans(rows)} hold 0 in both while the "
-                f"{written_after} rows after them are written: not a count of row tiles that stops short; the "
-                "blocks' map onto the row tiles leaves some unvisited (a remap or swizzle of blockIdx that is no "
-                "permutation where the tiles do not fill its group, a persistent loop's start or step)")
+        still, right = found
+        rows = np.flatnonzero(still[0])
+        if not (still == still[0]).all() or rows[-1] == N - 1:
+            continue  # batches apart, or rows to the last one: a count that stops short fits
+        after = np.arange(rows[-1] + 1, N)
+        if not right[:, after].all():
+            continue
+        return (f"at N = {N} (2 runs, V and -V - 1) rows {spans(rows)} of every batch hold 0 in both (never written, "
+                f"or computed from values of V that read 0) while the {after.size} rows after them are right: not a "
+                "count of row tiles that stops short; the blocks' map onto the row tiles leaves some unvisited (a "
+                "remap or swizzle of blockIdx that is no permutation where the tiles do not fill its group, a "
+                "persistent loop's start or step)")
     return None

@@ -11,7 +11,8 @@ from ..mistakes import KEY_TILES
 from .readings import ROW_ATOL, ZERO, WeightReading, measured
 from .step import Context, fmt, logits, softmax_rows
 
-SKIP_LOOK = ("a tile's skip test", r"\b(?:SKIP|THRESH|CUTOFF|EPS)\w*\b|(?:tmax|tile_max|mt|m_tile)\w*\s*[<>]=?")
+SKIP_LOOK = ("a tile's skip test", r"\b(?:SKIP|THRESH|CUTOFF)\w*\b|\bif\s*\(\s*(?:tmax|tile_max|mt|m_tile)\b[^)]*[<>]")
+MARGIN = 1e-3  # between the kept tiles' largest gap and the skipped ones' smallest: a threshold, not a tie
 
 
 def tile_gaps(s: np.ndarray, T: int) -> np.ndarray:
@@ -56,18 +57,19 @@ def threshold(s: np.ndarray, nil: np.ndarray, P: np.ndarray, T: int) -> str | No
     empty = np.stack([nil[..., t].all(axis=-1) for t in tiles], axis=-1)
     weighed = np.stack([(P[..., t] > ZERO).any(axis=-1) for t in tiles], axis=-1)
     skipped, kept = empty & weighed, ~empty
-    lost = nil & (P > 1e-5)
+    lost = nil & (P > 10 * ZERO)  # a weight the row should have, missing: key by key inside a kept tile is no skip
     partly = np.stack([lost[..., t].any(axis=-1) for t in tiles], axis=-1) & kept
-    if partly.any() or lost[..., :T].any() or not skipped.any():
+    if partly.any() or lost[..., :T].any() or not skipped.any() or not kept.any():
         return None
     gap = tile_gaps(s, T)
-    low, high = gap[kept].max(initial=-np.inf), gap[skipped].min()
-    if not low < high:
+    low, high = gap[kept].max(), gap[skipped].min()
+    if not (high > 0 and high - low > MARGIN):
         return None
     rows = int(skipped.any(axis=-1).sum())
+    dropped = float(np.where(nil, P, 0.0).sum(axis=-1).max())
     return (f"{int(skipped.sum())} key tiles of {T} (in {rows} rows) get no weight, whole, and the weights kept are "
             f"the softmax over the keys kept; every such tile's largest score is {fmt(high)} or more under the "
             f"running max of the tiles before it, every kept tile's at most {fmt(low)}: tiles skipped under a "
             f"threshold between the two ({fmt(low / np.log(2))} to {fmt(high / np.log(2))} in log2 units), their "
-            "weight dropped from l and the output: small a tile, but it adds up over many tiles (a skip test "
-            "whose threshold is too near the max)")
+            f"weight dropped from l and the output (at most {fmt(dropped)} of a row's here; more where many tiles "
+            "are skipped): a skip test whose threshold is too near the max")

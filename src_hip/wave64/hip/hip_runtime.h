@@ -15,11 +15,10 @@
 //           64, __ballot and __activemask as 64-bit masks, __any, __all, __lane_id; the AMD
 //           builtins a homework calls (ds_bpermute, readfirstlane, mbcnt, wave_barrier, s_barrier);
 //           __gfx90a__ defined in the device pass only, as hipcc does;
-//   half    <hip/hip_fp16.h>: HIP's fp16 types and functions, CUDA's by the same names.
+//   half    <hip/hip_fp16.h>, where included: HIP's fp16 types and functions, CUDA's by the same names.
 // Times measured through it are the NVIDIA GPU's, never an MI210's.
 #pragma once
 
-#include <cuda_fp16.h>  // before the wavefront macros below: it declares 32-lane __shfl overloads of its own
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
