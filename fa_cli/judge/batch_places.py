@@ -24,11 +24,11 @@ def other_batchs_output(got: np.ndarray, correct: np.ndarray, wrong: np.ndarray,
     moved = np.setdiff1d(bad, zeros)
     if not moved.size:
         return batches_skipped(zeros, bad, got.shape[0])
-    key = correct[:, 0, 0]  # one value a batch, sorted, to find the candidates of each moved batch
-    order = np.argsort(key)
+    order = np.argsort(correct[:, 0, 0])  # one value a batch, sorted, to find the candidates of each moved batch
+    key = correct[order, 0, 0]
     held = {}
     for b in moved:
-        lo, hi = np.searchsorted(key[order], [got[b, 0, 0] - tol, got[b, 0, 0] + tol])
+        lo, hi = np.searchsorted(key, [got[b, 0, 0] - tol, got[b, 0, 0] + tol])
         match = [int(c) for c in order[lo:hi] if c != b and (np.abs(got[b] - correct[c]) <= tol).all()]
         if len(match) != 1:
             return None

@@ -29,13 +29,18 @@ def map_formula(r, c, rr, cc, N: int, d: int) -> str:
     return f"flat position (r*d + c + {shifts[0]}) mod N*d" if shifts.size == 1 else ""
 
 
+def swapped_index(i: np.ndarray, R: int, a: int) -> np.ndarray:
+    """q0 + (j mod a)*(R/a) + j div a for each index i = q0 + j of a block of R from q0."""
+    return i - i % R + (i % R % a) * (R // a) + i % R // a
+
+
 def two_indices_swapped(i: np.ndarray, src: np.ndarray, n: int) -> tuple[int, int, int] | None:
     """(R, a, b) where index q0 + j holds q0 + (j mod a)*b + j div a in every block of R (a*b = R; a
     block of R past n, its first n indices: a thread's rows of a 256-row block at N = 128)."""
     for R in (8, 16, 32, 64, 128, 256):
         if n % R == 0 or R > n:
             for a in (x for x in range(2, R) if R % x == 0):
-                if (src == i - i % R + (i % R % a) * (R // a) + i % R // a).all():
+                if (src == swapped_index(i, R, a)).all():
                     return R, a, R // a
     return None
 
@@ -48,7 +53,7 @@ def rows_written_in_another_order(i: np.ndarray, src: np.ndarray, N: int) -> str
         return ""
     R, a, per = found
     j = np.arange(N)
-    moves = j - j % R + (j % R % a) * per + j % R // a
+    moves = swapped_index(j, R, a)
     if not set(j[(moves != j) & (moves < N)]) <= set(int(x) for x in i):
         return ""
     return (f"row (i mod {a})*{per} + i div {a} of its block of {R} rows: the result of row {per}*x + y written at "

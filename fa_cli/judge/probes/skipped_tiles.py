@@ -8,6 +8,7 @@ import numpy as np
 
 from ..findings import Finding
 from ..mistakes import KEY_TILES
+from .partial_sums import in_tiles, tile_maxima
 from .readings import ROW_ATOL, ZERO, WeightReading, measured
 from .step import Context, fmt, logits, softmax_rows
 
@@ -18,10 +19,8 @@ MARGIN = 1e-3  # between the kept tiles' largest gap and the skipped ones' small
 def tile_gaps(s: np.ndarray, T: int) -> np.ndarray:
     """Per row and key tile from the second on: how far the tile's largest score is under the
     running max of the tiles before it."""
-    N = s.shape[-1]
-    maxima = np.stack([s[..., j0:j0 + T].max(axis=-1) for j0 in range(0, N, T)], axis=-1)
-    running = np.maximum.accumulate(maxima, axis=-1)
-    return running[..., :-1] - maxima[..., 1:]
+    own, running, _, _ = tile_maxima(s, T)
+    return running[..., :-1] - own[..., 1:]
 
 
 class SkippedTiles(WeightReading):
@@ -31,16 +30,16 @@ class SkippedTiles(WeightReading):
 
     def run(self, ctx: Context) -> list[Finding]:
         W, P = ctx.facts.W, ctx.facts.P
-        dead = (np.abs(W) <= ZERO) & (P > 1e-7)
+        nil = np.abs(W) <= ZERO
+        dead = nil & (P > 1e-7)
         if not dead.any() or dead.all(axis=(0, 1)).any():
             return []  # none, or a key no row weighs (KeysWithoutWeight's)
         s = logits(ctx.probe.q, ctx.probe.k)
-        kept = np.where(np.abs(W) <= ZERO, -np.inf, s)
         with np.errstate(invalid="ignore"):
-            if not (np.abs(W - softmax_rows(kept)) <= ROW_ATOL).all():
+            if not (np.abs(W - softmax_rows(np.where(nil, -np.inf, s))) <= ROW_ATOL).all():
                 return []  # the weights kept are not the softmax over the keys kept
         for T in KEY_TILES:
-            said = threshold(s, np.abs(W) <= ZERO, P, T)
+            said = threshold(s, nil, P, T)
             if said:
                 return measured(ctx, [f"measured: {said}"], look=SKIP_LOOK, tiles_skipped=T)
         return []
@@ -53,12 +52,12 @@ def threshold(s: np.ndarray, nil: np.ndarray, P: np.ndarray, T: int) -> str | No
     N = s.shape[-1]
     if N <= T:
         return None
-    tiles = [slice(j0, j0 + T) for j0 in range(T, N, T)]
-    empty = np.stack([nil[..., t].all(axis=-1) for t in tiles], axis=-1)
-    weighed = np.stack([(P[..., t] > ZERO).any(axis=-1) for t in tiles], axis=-1)
+    # each key tile past the first, its slots past N taken as no weight of no key
+    empty = in_tiles(nil, T, True)[..., 1:, :].all(axis=-1)
+    weighed = (in_tiles(P, T, 0.0)[..., 1:, :] > ZERO).any(axis=-1)
     skipped, kept = empty & weighed, ~empty
     lost = nil & (P > 10 * ZERO)  # a weight the row should have, missing: key by key inside a kept tile is no skip
-    partly = np.stack([lost[..., t].any(axis=-1) for t in tiles], axis=-1) & kept
+    partly = in_tiles(lost, T, False)[..., 1:, :].any(axis=-1) & kept
     if partly.any() or lost[..., :T].any() or not skipped.any() or not kept.any():
         return None
     gap = tile_gaps(s, T)
