@@ -182,6 +182,25 @@ def test_keys_left_out_with_no_band_are_not_called_a_mask():
     assert not any("each row weighs only" in line for line in said)
 
 
+def test_a_float4s_components_crossed_are_named_with_the_lines_that_cross_them(tmp_path):
+    """set49's s09: o.z += p * v.w and o.w += p * v.z: columns 4k + 2 and 4k + 3 exchanged in every
+    row. Said as the components moved, with the lines that set one from the other; a move across
+    blocks of 4 is no component's."""
+    q, k = qk()
+    P = weights(q, k)
+    said = linear_map.read_map(moved_map(P, lambda r, c: (r, c ^ 1 if c % 4 >= 2 else c)), P, q, k)
+    assert "row r, the components of each float4 of columns moved: z<-w, w<-z" in said[0], said
+    source = tmp_path / "hw4.cu"
+    source.write_text("q[x] = make_float4(t.x, t.y, t.z, t.w);\no[x].x += p * vv.x;\no[x].z = o[x].z * a + p * vv.w;\n"
+                      "o[x].w = o[x].w * a + p * vv.z;\n")
+    ctx = Context(Program("p", source, source=source), None, tmp_path, Budget(1.0), lambda line: None, 5e-3, None, "t")
+    look = linear_map.first_found(ctx, linear_map.components_look(said))
+    assert [n for n, _ in linear_map.source_lines(source, look[1])] == [3, 4]
+    across = linear_map.read_map(moved_map(P, lambda r, c: (r, (c + 4) % D if c % 4 == 2 else
+                                                            (c - 4) % D if c % 4 == 3 else c)), P, q, k)
+    assert "components" not in " ".join(across), across
+
+
 def test_the_lines_shown_are_those_of_the_mechanism_measured(tmp_path):
     """Weights by column: the shuffle, not every line with a lane; a set of columns made of no V: the
     lanes' width; a band of keys: the loop bound by the row."""

@@ -12,7 +12,8 @@ from helpers import DATA, fa, stand_in_context
 from fa_cli.cases import generate
 from fa_cli.cases.format import Shape
 from fa_cli.judge.findings import Kind
-from fa_cli.judge.probes import design, factors, indexing, layout, logit_scale, partial_sums, readings, softmax_steps
+from fa_cli.judge.probes import (design, factors, indexing, layout, logit_scale, partial_sums, readings, score_sums,
+                                 softmax_steps)
 from fa_cli.judge.probes.step import ProbeInput, guard_payload, logits, softmax_rows
 
 RNG = np.random.default_rng(3)
@@ -1919,6 +1920,27 @@ def test_rows_that_keep_one_whole_tile_alone_are_also_read_as_a_state_restarted_
     assert "started again" not in finding.lines[0], finding.lines
 
 
+def test_rows_that_keep_the_last_key_alone_are_read_as_a_state_replaced_at_every_key(tmp_path):
+    """set49's s05: two rows a thread, the second row's running max never advanced (m1 left at -inf):
+    alpha 0 and p 1 at every key, so rows 64-127 of each block are V's last row. Said as the state
+    replaced at each key, with the lines where the max is set; where every row does it, too."""
+    inp = probe(B=2, N=128, d=32)
+    s = logits(inp.q, inp.k)
+    last = s.copy()
+    last[:, 64:, :-1] = -np.inf
+    source = "  float m0 = -INFINITY, m1 = -INFINITY;\n  const float mn0 = fmaxf(m0, s0);\n  m0 = mn0;\n"
+    ctx = stand_in_context(tmp_path, "#!/bin/false\n", source, inp)
+    ctx.facts.W, ctx.facts.P = softmax_rows(last), softmax_rows(s)
+    [finding] = readings.KeysLeftOutByRow().run(ctx)
+    assert finding.lines[0].startswith("measured: rows 64-127 give no weight to the first 127 keys (0..126): the "
+                                       "one key kept is the last, N - 1, weighed 1"), finding.lines
+    assert "key mask" not in finding.lines[0] and "m0 = mn0;" in finding.lines[-1], finding.lines
+    last[:, :64, :-1] = -np.inf
+    ctx.facts.W, ctx.facts.named = softmax_rows(last), False
+    [finding] = readings.KeysWithoutWeight().run(ctx)
+    assert "get no weight in any row: the one key kept is the last" in finding.lines[0], finding.lines
+
+
 def layout_said(inp: ProbeInput, out: np.ndarray) -> list[str]:
     """OutputLayout's words on the probe input for the program's output `out`."""
     from fa_cli.judge.steps import Context
@@ -1927,6 +1949,28 @@ def layout_said(inp: ProbeInput, out: np.ndarray) -> list[str]:
     ctx = Context(Program("p", "p"), None, None, Budget(1.0), lambda line: None, 5e-3, inp, "t")
     ctx.facts.out, ctx.facts.true = out, inp.output()
     return [line for f in layout.OutputLayout().run(ctx) for line in f.lines]
+
+
+@pytest.mark.parametrize("B", [2, 3])
+def test_rows_of_a_block_that_straddles_two_batches_computed_in_its_first_rows_batch_are_said_so(B):
+    """set49's s06: a warp a flat row b*N + i, 8 a block, the batch taken once from the block's first
+    row: where N = 21 is no multiple of 8, batch b + 1's first rows (up to the next multiple of 8)
+    are batch b's rows i. Said by the group size and the batch index, with copies or moves alike."""
+    inp = probe(B=B, N=21, d=32)
+    true = inp.output().astype(np.float32)
+    out = true.copy()
+    flat = out.reshape(B * 21, 32)
+    for row in range(B * 21):
+        first = row - row % 8
+        if first // 21 != row // 21:
+            flat[row] = true[first // 21, row % 21]
+    [said] = layout_said(inp, out)
+    assert said.startswith("measured: batch b + 1's first rows hold batch b's rows"), said
+    groups = "8" if B == 3 else "4 or 8"  # batch 1 alone: 21..23 is the same rows for groups of 4 and of 8
+    assert f"a group of {groups} flat rows" in said and f"N = 21 is no multiple of {groups}" in said, said
+    out = true.copy()
+    out[1:, :5] = true[:-1, :5]  # five rows each: no group size gives exactly those
+    assert "straddles" not in " ".join(layout_said(inp, out))
 
 
 def test_an_output_written_from_batch_1_on_is_found_on_two_batches_beside_the_garbage_after():
@@ -2172,15 +2216,15 @@ def test_a_sum_of_the_scores_where_the_weights_belong_is_named_with_its_tile():
     _, running, final, _ = partial_sums.tile_maxima(s, T)
     l_scores = (s.reshape(B, N, N // T, T).sum(axis=3) * np.exp(running - final)).sum(axis=2)
     W = np.exp(s - s.max(axis=-1, keepdims=True)) / l_scores[..., None]
-    said, fields = factors.signed_row_factor(W, P, s)
-    assert "negative in" in said and "the scores' sum, key tiles of 64, rescaled as l is" in said, said
+    said, fields = score_sums.signed_row_factor(W, P, s)
+    assert "negative in" in said and "the scores s summed, key tiles of 64, rescaled as l is" in said, said
     assert fields["sum_tile"] == 64
-    assert factors.signed_row_factor(P * 2.0, P, s) is None  # a positive factor: per_row_factor's
-    said, _ = factors.signed_row_factor(-P, P, s)  # the output negated: no l named
+    assert score_sums.signed_row_factor(P * 2.0, P, s) is None  # a positive factor: per_row_factor's
+    said, _ = score_sums.signed_row_factor(-P, P, s)  # the output negated: no l named
     assert "negative in every row): the same f = -1 in every row: a constant factor on the output, its sign " \
            "flipped" in said and "scores' sum" not in said, said
     mixed = P * np.where(np.arange(N) % 2, -1.0, 3.0)[None, :, None]
-    said, _ = factors.signed_row_factor(mixed, P, s)
+    said, _ = score_sums.signed_row_factor(mixed, P, s)
     assert "negative in 128 of 256 rows): as if divided by an l that is negative there" in said, said
 
 

@@ -3,8 +3,9 @@
 NumPy online softmaxes, each with one way of summing l written otherwise, against a float64 reference;
 the right output and a factor no sum explains get no claim."""
 import numpy as np
+import pytest
 
-from fa_cli.judge.probes import factors, row_factors
+from fa_cli.judge.probes import factors, row_factors, score_sums
 from fa_cli.judge.probes.step import logits
 
 RNG = np.random.default_rng(5)
@@ -92,6 +93,26 @@ def test_the_right_output_and_a_factor_no_sum_gives_are_no_claim():
     scaled = right(q, k, v) * RNG.uniform(0.5, 2.0, size=(2, 256, 1))
     words, _ = said(scaled, q, k, v)
     assert words is None
+    f = row_factors.row_factors(scaled.astype(np.float32), right(q, k, v))
+    assert score_sums.signed_factors(f, logits(q, k)) is None  # no factor negative
+    flipped, _ = score_sums.signed_factors(f * np.where(np.arange(256) % 2, -1.0, 1.0), logits(q, k))
+    assert "none of the scores' sums fa tried fits" in flipped, flipped
+
+
+@pytest.mark.parametrize("T, base2", [(64, False), (1, False), (32, True)])
+def test_scores_summed_where_their_weights_belong_are_named_from_the_output_with_rows_of_either_sign(T, base2):
+    """tsum += s[j] on the line before s[j] = exp(s[j] - m) (held-out set49's s11): l sums the scores,
+    rescaled as l is; the output's weights right. A row divided by an l of 0 is inf: left out."""
+    q, k, v = drawn(N=256, d=64)
+    c = np.log2(np.e) if base2 else 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = online(q, k, v, T, lambda l, p, a, m, new, tile: l * a + c * tile.sum(axis=2)).astype(np.float32)
+    out[0, :3] = np.inf
+    f = row_factors.row_factors(out, right(q, k, v))
+    assert f is not None and (f < 0).any() and np.isnan(f[0, :3]).all()
+    words, fields = score_sums.signed_factors(f, logits(q, k))
+    assert fields["sum_tile"] == T and fields["negative_rows"] > 0, words
+    assert ("base 2" in fields["sum_of_scores"]) == base2 and "before the exponential" in words
 
 
 PHANTOM_KEY = """#!{python}
@@ -106,7 +127,8 @@ e = np.exp(x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d))
 
 def test_where_w_was_not_read_the_output_alone_names_the_sum(tmp_path):
     """The step runs no program: on the probe's own output, with W never read (the budget ended), a
-    log-sum-exp started at 0 is named, with the lines of l's start; once W is read it stands aside."""
+    log-sum-exp started at 0 is named, with the lines of l's start; where W was read and no reading of
+    it named a mechanism it still reads the output; once a mechanism is named it stands aside."""
     from helpers import stand_in_context
     from fa_cli.judge.probes.step import ProbeInput
     q, k, v = (x.astype(np.float32) for x in drawn(B=3, N=21))
@@ -118,6 +140,8 @@ def test_where_w_was_not_read_the_output_alone_names_the_sum(tmp_path):
     assert "one term more than the keys' weights, exp(0 - m)" in found.lines[0], found.lines
     assert found.lines[1] == "lines with the running sum's start in hw4.cu: 1 `float lse = 0.f;`", found.lines
     ctx.facts.named, ctx.facts.W = False, np.zeros((3, 21, 21))
+    assert step.applies(ctx)
+    ctx.facts.named = True
     assert not step.applies(ctx)
 
 
@@ -213,3 +237,39 @@ def test_lanes_past_d_whose_part_of_l_is_never_rescaled_are_named():
     words, fields = said(right(q, k, v) * (total / l_used)[..., None], q, k, v)
     assert "the parts of lanes 32..63 are never rescaled as the max grows" in words, words
     assert fields["sum_lanes_unrescaled"] == [32, 64]
+
+
+SCORES_SUMMED = """#!{python}
+import sys
+import numpy as np
+B, N, d = (int(x) for x in np.fromfile(sys.argv[1], dtype="<i4", count=3))
+x = np.fromfile(sys.argv[1], dtype="<f4", offset=12).reshape(B, 3, N, d).astype(np.float64)
+s = x[:, 0] @ x[:, 1].transpose(0, 2, 1) / np.sqrt(d)
+m, l, o = np.full((B, N), -np.inf), np.zeros((B, N)), np.zeros((B, N, d))
+with np.errstate(all="ignore"):
+    for j0 in range(0, N, 64):
+        t = s[..., j0:j0 + 64]
+        new = np.maximum(m, t.max(axis=2))
+        a = np.exp(m - new)
+        l = l * a + t.sum(axis=2)
+        o = o * a[..., None] + np.exp(t - new[..., None]) @ x[:, 2, j0:j0 + 64]
+        m = new
+    out = o / l[..., None]
+out[0, :2] = np.inf
+out.astype("<f4").tofile(sys.argv[2])
+"""
+
+
+def test_an_output_with_inf_rows_and_scores_summed_is_read_from_its_other_rows(tmp_path):
+    """set49's s11 on the device: NaN and inf in a few rows kept W from being read; the other rows are
+    the right ones times factors of either sign, and the sum of the scores gives them."""
+    from helpers import stand_in_context
+    from fa_cli.judge.probes.step import ProbeInput
+    q, k, v = (x.astype(np.float32) for x in drawn(B=2, N=256, d=64))
+    ctx = stand_in_context(tmp_path, SCORES_SUMMED, "l = l * alpha + tsum;\n", ProbeInput(q, k, v))
+    ctx.facts.probe_fails = True
+    step = row_factors.RowFactors()
+    assert step.applies(ctx)
+    [found] = step.run(ctx)
+    assert "the scores s summed, key tiles of 64, rescaled as l is" in found.lines[0], found.lines
+    assert found.lines[1] == "lines with the running sum's update in hw4.cu: 1 `l = l * alpha + tsum;`", found.lines

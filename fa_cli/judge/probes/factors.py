@@ -15,9 +15,10 @@ from ..mistakes import KEY_TILES
 from .partial_sums import (base_mixed, first_rows_statistics, half_sums, in_tiles, keys_counted, parts_unmerged,
                            read_in_place_of, tile_maxima)
 from .running_sums import (BUTTERFLY_STEPS, BUTTERFLY_WORDS, CARRIED_WORDS,
-                           SUM_TILES_TRIED, TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
+                           TILE_MAX_WORDS, butterflies_unrescaled, carried_over, chains_not_rescaled,
                            first_batchs, sum_variants, tiles_named, whole_times)
 from .readings import FIT_SHARE, FLAT, LOOK, WeightReading, measured, span
+from .score_sums import signed_row_factor
 from .sum_terms import extra_term, extra_words, fixed_point, max_scaled
 from .key_places import counted_by_place, lanes_apart, weighed_otherwise_by_place
 from .logit_scale import logit_slope
@@ -152,46 +153,6 @@ def other_rows(N: int):
     for R in (2, 4, 8, 16, 32, 64, 128):  # a thread that holds rows r0 and r0 + R: the second given the first's
         if R < N:
             yield f"row r - {R} where r mod {2 * R} >= {R} (the first of rows r0, r0 + {R} held together)", r & ~R
-
-
-SIGNED_RTOL = 1e-2  # a row's W / P within 1% of its median: one factor, of either sign
-
-
-def signed_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
-    """W = f_i P with factors of either sign, some negative: named only where a model fits (l += a
-    tile's sum of the scores s, rescaled as l is; one factor for every row, a negated output)."""
-    if not (W < 0).any():
-        return None
-    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a row with no key where P > 1e-6: no factor
-        r = np.where(P > 1e-6, W / P, np.nan)
-        f = np.nanmedian(r, axis=2)
-        fits = np.nanmax(np.abs(r - f[..., None]), axis=2) <= SIGNED_RTOL * np.abs(f)
-    if np.mean(fits) < FIT_SHARE or not (f[fits] < 0).any():
-        return None
-    fitted = f[fits]
-    negative = int((fitted < 0).sum())
-    fields = dict(row_factor=[float(fitted.min()), float(fitted.max())], negative_rows=negative)
-    where = "every row" if negative == fitted.size else f"{negative} of {fitted.size} rows"
-    said = f"W = f P with one factor f per row, of either sign (f from {span(fitted)}, negative in {where})"
-    B, N, _ = s.shape
-    total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
-    for T in SUM_TILES_TRIED:
-        if T >= N:
-            continue
-        _, running, final, _ = tile_maxima(s, T)
-        l_scores = (in_tiles(s, T, 0.0).sum(axis=3) * np.exp(running - final)).sum(axis=2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            if np.mean(np.abs(f * l_scores / total - 1) <= SIGNED_RTOL) >= FIT_SHARE:
-                fields.update(sum_tile=T, sum_of_scores=True)
-                return (f"{said}; f = (the right l) / (the scores' sum, {tiles_named(T)}, rescaled as l is): l adds "
-                        "each tile's scores s where their weights p belong (a sum of weights is never negative); "
-                        "look at what the update of l sums"), fields
-    if np.ptp(fitted) <= SIGNED_RTOL * np.abs(fitted).max():
-        return f"{said}: the same f = {fmt(float(np.median(fitted)))} in every row: a constant factor on the output, " \
-            "its sign flipped", fields
-    return (f"{said}: as if divided by an l that is negative there (no sum of weights is), or the output negated "
-            "in those rows; none of the scores' sums fa tried fits; look at what l sums and at the output's sign"), fields
 
 
 def undivided_batches(undivided: np.ndarray, right: np.ndarray) -> str | None:

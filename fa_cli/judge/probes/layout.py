@@ -152,6 +152,10 @@ class OutputLayout(Probe):
         share = f"for {placed} of the {wrong} wrong values on {ctx.probe.label}{only}{rest}"
         whole_batches = (beta, gamma) == (shape[2], 1) and delta % (shape[1] * shape[2]) == 0
         copies = copied(out, true, ctx.tol, dest, src, (alpha, beta, gamma, delta), shape)
+        if whole_batches and delta == shape[1] * shape[2] and (groups := straddling(out, true, ctx.tol, shape)):
+            return measured(ctx, [f"measured: batch b + 1's first rows hold batch b's rows: the value of batch b, row "
+                                  f"r, column c is at {where}, {share}; {straddle_words(groups, shape)}"],
+                            look=STRADDLE_LOOK, layout=[alpha, beta, gamma, delta], straddling_groups=groups)
         if copies and whole_batches:
             first = list(np.unique(src[placed_pairs] // (shape[1] * shape[2]))) == [0]  # copies of batch 0 alone
             also = (", or every later batch computed from batch 0's own input: its input's batch offset missing, "
@@ -262,6 +266,37 @@ def copied(out, true, tol, dest, src, coef, shape) -> bool:
         return False
     home = src[hit]
     return bool(np.mean(np.abs(out.ravel()[home].astype(np.float64) - true.ravel()[home]) <= tol) >= COPIED)
+
+
+FLAT_GROUPS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # rows a block (or a warp) takes of the flat B*N rows
+# where the batch comes from a flat row: `first / N`, `row / N`, `blockIdx.x * ROWS / N`
+STRADDLE_LOOK = ("the batch taken from a flat row", r"(?:row|first|flat|idx|gid|base|blockIdx\.\w)\w*[^;=]*/\s*"
+                                                     r"(?:N|n|seq\w*|len\w*)\b")
+
+
+def straddling(out, true, tol, shape) -> list[int]:
+    """The group sizes R (of FLAT_GROUPS) for which the wrong rows are exactly, in every batch b >= 1,
+    the flat rows b*N up to the next multiple of R: a group of R flat rows that straddles two batches
+    computes all of its rows in its first row's batch. [] where none fits."""
+    B, N, _ = shape
+    wrong = (~(np.abs(out - true) <= tol)).any(axis=2).ravel()
+    fits = []
+    for R in (r for r in FLAT_GROUPS if N % r):
+        expect = np.zeros(B * N, dtype=bool)
+        for b in range(1, B):
+            expect[b * N:min(-(-b * N // R) * R, (b + 1) * N)] = True
+        if expect.any() and np.array_equal(wrong, expect):
+            fits.append(R)
+    return fits
+
+
+def straddle_words(groups: list[int], shape) -> str:
+    R = " or ".join(map(str, groups))
+    return (f"the wrong rows are, in each batch after the first, exactly its rows before the next multiple of {R} "
+            f"flat rows (b*N + i): a group of {R} flat rows (a block's, or a warp's) that straddles two batches takes "
+            "the batch of its first row for all of its rows, reading batch b's Q, K and V where batch b + 1's belong "
+            "(N = {N} is no multiple of {R}); look at where the batch index is taken: once for the group where each "
+            "row's own b = row / N belongs").replace("{N}", str(shape[1])).replace("{R}", R)
 
 
 def term(coef: int, name: str) -> str:

@@ -28,6 +28,8 @@ step says nothing and the later steps go on.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..diagnose import source_lines
@@ -127,7 +129,8 @@ class LinearMap(Probe):
         if not said:
             return []
         paired = bool(mapped) and mapped[0].startswith(pairing.LEAD)  # values made of no V may be all there is
-        look = pairing.look(mapped[0], ctx.source) if paired else first_found(ctx, LOOK[look_for(mapped)])
+        look = pairing.look(mapped[0], ctx.source) if paired else first_found(ctx, components_look(mapped) or
+                                                                              LOOK[look_for(mapped)])
         return measured(ctx, [f"probe: the output read as a linear map of V ({where}): {said[0]}", *said[1:]],
                         look=look, map_rows=N)
 
@@ -157,6 +160,16 @@ def look_for(mapped: list[str]) -> str:
     if map_formulas.PACKED in first:
         return "packed"
     return "columns" if first.startswith("one set of weights") else "place"
+
+
+def components_look(mapped: list[str]) -> tuple[tuple[str, str], ...] | None:
+    """For a vector's components moved (map_formulas.components_moved): the lines that set one moved
+    component from the other (`o.z += p * v.w`), else the vectors' constructors; None otherwise."""
+    moves = re.findall(r"\b([xyzw])<-([xyzw])\b", mapped[0]) if mapped and map_formulas.COMPONENTS in mapped[0] else []
+    if not moves:
+        return None
+    crossed = "|".join(rf"\.{x}\s*[-+*/]?=[^;\n]*\.{y}\b" for x, y in moves)
+    return ("a moved component set from the other", crossed), ("a vector's components", r"make_float[24]\s*\(")
 
 
 def first_found(ctx: Context, looks: tuple[tuple[str, str], ...]) -> tuple[str, str]:

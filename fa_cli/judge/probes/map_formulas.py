@@ -17,6 +17,7 @@ def map_formula(r, c, rr, cc, N: int, d: int) -> str:
         if (cc == (c ^ cc[0, 0])).all():
             return f"row r, column c xor {cc[0, 0]}"
         return columns_in_blocks(c, cc, d) or vectors_at_float_index(c, cc) or one_column_of_each_block(c, cc, d) or \
+            components_moved(c, cc, d) or \
             "row r, columns moved: " + ", ".join(f"{x}<-{y}" for x, y in zip(c[0][:6], cc[0][:6])) + " ..."
     if (cc == c).all():
         shifts = np.unique((rr - r) % N)
@@ -80,6 +81,26 @@ def columns_in_blocks(c: np.ndarray, cc: np.ndarray, d: int) -> str:
             f"columns numbered {b}*x + y when computed (x < {a}, y < {b}: say x a lane, y its column of {b}) are "
             f"stored at {a}*y + x (a thread's columns indexed lane*{b} + y where lane + {a}*y belongs, or the other "
             "way round)")
+
+
+COMPONENTS = "the components of each"  # components_moved's words: linear_map shows the moved components' lines
+NAMES = "xyzw"
+
+
+def components_moved(c: np.ndarray, cc: np.ndarray, d: int) -> str:
+    """Columns moved only within each aligned block of w = 2 or 4 (a float2's or float4's), the same
+    way in every block: the vector's components named (z<-w: component z holds w's value)."""
+    for w in (2, 4):
+        if d % w or (cc // w != c // w).any():
+            continue
+        own, took = c % w, cc % w
+        per = {int(x): np.unique(took[own == x]) for x in range(w)}
+        if all(v.size == 1 for v in per.values()) and any(per[x][0] != x for x in per):
+            moved = ", ".join(f"{NAMES[x]}<-{NAMES[int(v[0])]}" for x, v in per.items() if v[0] != x)
+            return (f"row r, {COMPONENTS} float{w} of columns moved: {moved} (component x holds the value of the one "
+                    f"after its arrow, in every block of {w} columns): a vector's components crossed where it is "
+                    "loaded, met with a weight or stored (o.z += p * v.w where p * v.z belongs)")
+    return ""
 
 
 PACKED = "a pack of"  # the words of one_column_of_each_block, which linear_map shows a pack's lines under

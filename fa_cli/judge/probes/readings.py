@@ -15,6 +15,7 @@ import numpy as np
 from ..diagnose import SOURCE_LINES_SHOWN, quoted, source_lines
 from ..findings import Finding, Kind
 from ..mistakes import EXP_LINES, GRID_LINES, KEY_TILES, QUERY_TILES
+from .kept_keys import LAST_KEY_LOOK, last_key_alone, restarted
 from .map_formulas import rows_written_in_another_order
 from .row_cover import TILE_MAP_LOOK, rows_skipped
 from .step import Context, Probe, fmt, logits, softmax_rows, spans
@@ -323,6 +324,9 @@ class KeysWithoutWeight(WeightReading):
         s = logits(ctx.probe.q, ctx.probe.k)
         s[..., ~kept] = -np.inf
         renorm = softmax_rows(s)
+        if np.abs(W - renorm).max() <= ROW_ATOL and (last := last_key_alone(dead, N)):
+            return measured(ctx, [f"measured: {which} get no weight in any row: {last}"], look=LAST_KEY_LOOK,
+                            keys_without_weight=[int(k) for k in dead], last_key_alone=True)
         if np.abs(W - renorm).max() <= ROW_ATOL:
             rest = "the other weights are the softmax over the other keys: those keys are left out of the scores, " \
                    "the max, the sum and the output alike"
@@ -361,6 +365,9 @@ class KeysLeftOutByRow(WeightReading):
         if (np.abs(W[:, rows][..., left_out]) > ZERO).any():
             return []  # rows that leave out different keys: no one set said
         which, _ = describe_keys(left_out, N)
+        if last := last_key_alone(left_out, N):
+            return measured(ctx, [f"measured: rows {spans(rows)} give no weight to {which}: {last}"],
+                            look=LAST_KEY_LOOK, keys_left_out_by_row=len(rows), last_key_alone=True)
         return measured(ctx, [f"measured: rows {spans(rows)} give no weight to {which}; the rows besides them leave "
                               "out no key P weighs, and the weights kept are the softmax over the keys kept: a key "
                               "mask that depends on the row (a bound or a lane mask taken from the query tile's start "
@@ -371,19 +378,6 @@ class KeysLeftOutByRow(WeightReading):
 # where a key is tested against N: `j0 + lane < N`, `key < n ? ... : ...`, `if (j >= N)`
 KEY_BOUND_LOOK = ("a key's bound", r"\b\w+\s*\+\s*\w+\s*<\s*(?:N|n|seq\w*|len\w*)\b|"
                                    r"\b(?:j|jj|k|kk|key\w*|col\w*)\s*(?:<|>=)\s*(?:N|n|seq\w*|len\w*)\b")
-
-
-def restarted(left_out: np.ndarray, N: int) -> str:
-    """Where the keys kept are one whole tile: the other reading of it (the running state set from
-    that tile alone, as the tile a "first tile" test picks, visited last), in words; else ''."""
-    kept = np.setdiff1d(np.arange(N), left_out)
-    T = kept.size
-    if T not in KEY_TILES or kept[0] % T or kept[-1] != kept[0] + T - 1:
-        return ""
-    how = ("a \"first tile\" test on the key index, as j0 == 0, where the first tile the rows visit belongs: their "
-           "blocks visit this one last" if kept[0] == 0 else "a reset of them where that tile is reached")
-    return (f", or those rows' running state set from the tile of keys {kept[0]}..{kept[-1]} alone, the tiles before "
-            f"it thrown away: m, l and o started again there ({how})")
 
 
 class TilesAlike(WeightReading):

@@ -62,9 +62,9 @@ class ProbeRuns(Probe):
                                             "its weights cannot be read"])]
         true = inp.output()
         ctx.facts.out, ctx.facts.true = first, true
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"):  # inf - inf, and NaN where one run wrote NaN and the other not
             changed = ~((first == second) | (np.isnan(first) & np.isnan(second)))
-        gap = np.abs(first.astype(np.float64) - second)[changed]  # NaN where one run wrote NaN and the other not
+            gap = np.abs(first.astype(np.float64) - second)[changed]
         diff = float(np.nanmax(gap, initial=0.0))
         # the order of atomics: what the weights are read against, within LINEAR_ATOL
         rounding = changed.any() and bool(np.isfinite(gap).all()) and diff <= ORDER_CHANGE
