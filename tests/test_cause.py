@@ -82,6 +82,7 @@ def test_tiny_differences_between_runs_pass_and_are_called_harmless(student, inp
 
 
 @pytest.mark.skipif(not shutil.which("gdb"), reason="needs gdb")
+@pytest.mark.slow
 def test_a_crash_is_investigated_first_and_the_wrong_answer_too(student):
     """All zeros on t01 (2x128x32), a SIGSEGV on t03 (4x256x32): the crash, on the larger case, is
     looked into first (its backtrace), and the wrong answer after it with the budget left."""
@@ -243,6 +244,7 @@ def test_values_that_change_in_the_last_batch_only_are_said_with_both_things_tha
     assert racy.findings("cuda")[0].lines[0].startswith("race: the output changes between runs: 2 of 24")
 
 
+@pytest.mark.slow
 def test_an_openmp_race_is_built_with_openmp_and_never_cleared(tmp_path, inputs):
     """Shared row max and sum among OpenMP threads: built with -fopenmp as its author meant (without
     it the pragma is ignored and the program passes), then named a race whenever it fails."""

@@ -617,6 +617,7 @@ def test_verify_of_an_input_shorter_than_its_header_says_names_it(tmp_path):
     assert proc.returncode == 2 and one_line(proc).startswith(f"fa: error: {inp}: file has ")
 
 
+@pytest.mark.slow
 def test_verify_of_a_file_cut_short_while_it_reads_is_one_line(tmp_path):
     """fa verify reads two 256 MB files; a thread truncates the output as soon as fa has it
     open. Whether the cut comes before the size check or during the read, the outcome is one

@@ -256,7 +256,8 @@ def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing
         seen.update(label=ctx.case_label, shape=ctx.case_shape, verdict=ctx.verdict, trial=ctx.trial.input_path,
                     correct=None if ctx.correct is None else ctx.correct.shape, steps=steps,
                     judged_run=ctx.judged_run, signal=ctx.signal, stderr=ctx.run_stderr)
-        return [Finding(Kind.OBSERVED, ["measured: something"]), Finding(Kind.HYPOTHESIS, [], {})]
+        return [Finding(Kind.OBSERVED, ["measured: something", "lines with it in hw4.cu: 3 `x`"]),
+                Finding(Kind.HYPOTHESIS, [], {})]
     monkeypatch.setattr(investigation, "take", take)
     monkeypatch.setattr(investigation, "correct_output", lambda p, s, rows: np.zeros((s.B, s.N, s.d)))
     ctx = Context(Program("p", "p"), None, tmp_path, Budget(60.0), lambda line: None, 5e-3, None, "", kind="cuda",
@@ -264,7 +265,8 @@ def test_a_larger_input_a_passing_program_gets_wrong_is_looked_into_as_a_failing
     step = investigation.LargerLookedInto()
     assert step.applies(ctx)
     [said] = step.run(ctx)
-    assert said.lines == ["larger.in (the drawn B=2, N=64, d=32 input), looked into: measured: something"], said.lines
+    assert said.lines == ["larger.in (the drawn B=2, N=64, d=32 input), looked into: measured: something; lines with it "
+                          "in hw4.cu: 3 `x`"], said.lines
     assert seen == dict(label="larger.in", shape=shape, verdict="WRONG", correct=(2, 64, 32), trial=path,
                         steps=investigation.CASE_STEPS, judged_run=False, signal=None, stderr=""), seen
     # judged_run False: a drawn input has no judged run to count

@@ -114,6 +114,7 @@ def test_the_next_input_is_drawn_beside_an_expected_output_never_beside_a_run(tm
     assert "at most" in proc.stderr and "the next case's drawn ahead" in proc.stderr
 
 
+@pytest.mark.slow
 def test_each_next_input_is_drawn_into_the_file_of_a_case_judged_before(tmp_path, cpu_program):
     """A suite run rewrites the files of judged cases instead of deleting them and making new
     ones (the pages are reused). A first run draws each next input beside the expected output
@@ -145,6 +146,7 @@ def test_each_next_input_is_drawn_into_the_file_of_a_case_judged_before(tmp_path
     assert [files for _, *files in again] == [["c01.in"], ["c03.in"], ["c05.in"], ["c07.in"]]
 
 
+@pytest.mark.slow
 def test_a_case_named_twice_keeps_its_failing_input_for_the_cause_search(tmp_path):
     """c01 judged twice, both WRONG: its kept input (the smallest failure's) is never handed to the
     next draw, so the reruns of the cause search run on it."""

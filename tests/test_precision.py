@@ -271,6 +271,7 @@ def test_a_wrong_formula_near_the_right_one_is_no_sum_of_roundings():
     assert precision.operand_fit(ProbeInput(inp.q * 1.001, inp.k, inp.v).output(), inp.output(), inp) is None
 
 
+@pytest.mark.slow
 def test_the_split_in_an_online_softmax_is_named_without_ps_rounding():
     """The same split in a tiled online softmax (tiles of 32, p against the running max): P's
     rounding moves with the max, so it is left out of the fit and said so; Q, K and V at 2."""

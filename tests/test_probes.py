@@ -980,6 +980,7 @@ def test_keys_taken_two_at_a_time_each_against_the_max_as_far_as_it_is_named_ove
         (step, words, tiles)
 
 
+@pytest.mark.slow
 def test_one_step_of_the_online_softmax_written_otherwise_is_found_with_its_tile():
     inp = probe(N=150)
     s = logits(inp.q, inp.k)
@@ -1014,6 +1015,7 @@ def test_one_set_of_columns_read_as_the_online_softmax_with_its_output_never_res
     assert softmax_steps.set_words(softmax_rows(s[None])[0], s) is None
 
 
+@pytest.mark.slow
 def test_a_step_written_otherwise_at_the_last_tile_alone_is_found_as_a_path_of_its_own():
     """set39's s12: the short last tile's path rescales l and not o (the whole tiles' path does both):
     N = 200 in tiles of 64, the last 8 keys; every tile size whose last tile is those 8 keys fits."""
@@ -1586,6 +1588,7 @@ def test_a_named_step_shows_the_lines_of_the_source_it_is_in(tmp_path):
 
 
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++")
+@pytest.mark.slow
 def test_keys_past_n_read_past_the_input_are_measured_with_a_batch_after_the_last(tmp_path):
     """tests/data/unmasked_tile.cpp scores the last tile of 32 keys to its end: past N it reads the
     floats after K and V, and past the last batch memory drawn anew at every run. Its runs differ, so

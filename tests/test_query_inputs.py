@@ -69,6 +69,7 @@ def test_rows_read_in_an_order_no_formula_gives_are_not_named_and_said_by_batch(
         f"batch 0, row {a}, dim 0 took Q[0][{order[a]}, 0]" in said, said
 
 
+@pytest.mark.slow
 def test_a_row_whose_dims_all_land_on_one_element_is_not_said_to_read_it():
     """A row of Q overwritten by values of another buffer (equal dims): its terms land on one coded
     element by chance; the example says so rather than naming that element."""
@@ -117,6 +118,7 @@ def test_the_step_names_q_read_at_a_pitch_where_rows_alike_in_q_scored_otherwise
     assert found.lines[-1] == "lines with Q's index in hw4.cu: 2 `float qi = q[row * (D + 1) + x];`"
 
 
+@pytest.mark.slow
 def test_a_threads_second_row_scored_with_its_first_rows_q_is_named():
     """Rows 64..127 of every 128 taking row r - 64's Q in every term: an index of Q that leaves out
     64, or a thread owning both rows that gives the second the first's scores (the reading cannot

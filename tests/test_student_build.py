@@ -160,6 +160,7 @@ def toolkit_refuses_cxx11() -> bool:
 
 
 @pytest.mark.skipif(not toolkit_refuses_cxx11(), reason="needs CUDA 13's nvcc")
+@pytest.mark.slow
 def test_a_source_whose_toolkit_headers_need_cxx17_is_built_as_the_judges_toolkit_would(tmp_path):
     source = tmp_path / "hw4.cu"
     source.write_text("#include <cooperative_groups.h>\nint main() { return 0; }\n")

@@ -65,7 +65,7 @@ def test_the_launch_log_is_read_as_the_header_prints_it():
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
-@pytest.mark.parametrize("layer", ["gtx1080", "wave64"])
+@pytest.mark.parametrize("layer", ["gtx1080", pytest.param("wave64", marks=pytest.mark.slow)])
 def test_the_judges_layers_build_with_the_courses_line_without_a_word(tmp_path, layer):
     """A student's program builds with -std=c++11 (the course's line) and the layer, the launch
     log with it: not a warning from fa's headers, with the host compiler's -Wall too."""

@@ -128,7 +128,7 @@ class LargerLookedInto(Step):
                        launcher_says=warned.fields.get("larger_launcher_says"),
                        run_stderr=warned.fields.get("larger_stderr", ""),
                        correct=None if failed else correct_output(path, shape, None))  # a failed run: no reference
-        return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {' '.join(f.lines)}"],
+        return [Finding(f.kind, [f"{LARGER_LABEL} (the drawn {shape} input), looked into: {'; '.join(f.lines)}"],
                         f.fields) for f in case_steps(case) if f.lines]
 
 
