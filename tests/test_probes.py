@@ -544,6 +544,21 @@ def test_a_query_read_at_the_flat_row_is_found_among_the_batch_bases():
     assert words.startswith("Q_b read at its batch's place plus b*N rows (the flat row b*N + i"), words
 
 
+def test_q_dims_read_again_past_32_are_found_with_the_lines_where_a_lane_reads_q(tmp_path):
+    """set49's s03: lanes own dims lane and lane + 32; the second product takes qr[0] where qr[1]
+    belongs: Q's dim x read as dim x mod 32. Said with the lines where a lane reads its q."""
+    B, N, d = 2, 48, 64
+    inp = probe(B=B, N=N, d=d)
+    q = inp.q.astype(np.float64)[..., np.arange(d) % 32]
+    out = (softmax_rows(logits(q, inp.k)) @ inp.v.astype(np.float64)).astype(np.float32)
+    source = "  float part = qr[0] * Ks[jj][lane];\n  if (D == 64) part += qr[0] * Ks[jj][lane + 32];\n"
+    ctx = stand_in_context(tmp_path, "#!/bin/false\n", source, inp)
+    ctx.facts.out = out
+    [found] = indexing.InputReading().run(ctx)
+    assert found.lines[0].startswith("measured: the output is attention with Q's dim x read as dim x mod 32"), found.lines
+    assert found.lines[1].startswith("lines with Q's elements a lane reads in hw4.cu: 1 `float part = qr[0]"), found.lines
+
+
 def test_a_reading_that_is_the_right_one_where_it_can_be_checked_is_not_said():
     """set40's s05 (weights floored at 2^-16): wrong by a little in batch 0, where a reading of V at
     b*N rows past its place is the right reading, and batch 1's reading runs past the input: the

@@ -184,7 +184,8 @@ def whole_readings(flat: np.ndarray, B: int, N: int, d: int):
                     o = np.matmul(softmax_rows(logits(read[:, 0], read[:, 1])), read[:, 2])
                     yield (f"{ROLES[role]}'s dim x read as dim x mod {lanes} (its first {lanes} dims again in dims "
                            f"{lanes} on: a lane or shuffle source that wraps at {lanes}, e.g. __shfl_sync(mask, v, x) "
-                           f"with x past the warp)"), o
+                           f"with x past the warp, or a lane's registers of dims lane, lane + {lanes}, ... read at "
+                           "the first where a later one belongs)"), o
         for G in ROW_GROUPS:
             if N % G == 0 and N > G:
                 q = np.repeat(qkv[:, 0].reshape(B, N // G, G, d).sum(axis=2), G, axis=1)
@@ -338,5 +339,11 @@ class InputReading(Probe):
             return []
         words, batches = found
         said = "" if batches == B else f" (in the {batches} of {B} batches whose reading stays inside the input)"
+        wraps = next((look for role, look in WRAP_LOOK.items() if words.startswith(f"{role}'s dim x read as")), None)
         return measured(ctx, [f"measured: the output is attention with {words}{said}: the output on {ctx.probe.label} "
-                              "is that, value for value; look at that index expression"], reading=words)
+                              "is that, value for value; look at that index expression"], look=wraps, reading=words)
+
+
+# where a lane reads its own dims of q or k: `qr[0]`, `q[lane]`, `Ks[jj][lane]`
+WRAP_LOOK = {"Q": ("Q's elements a lane reads", r"\b[qQ]\w*\s*\[\s*(?:\d+|lane)\s*\]"),
+             "K": ("K's elements a lane reads", r"\b[kK]\w*\s*(?:\[[^\]]*\]\s*)?\[\s*(?:\d+|lane)\s*[\]+]")}
