@@ -556,7 +556,8 @@ def test_q_dims_read_again_past_32_are_found_with_the_lines_where_a_lane_reads_q
     ctx.facts.out = out
     [found] = indexing.InputReading().run(ctx)
     assert found.lines[0].startswith("measured: the output is attention with Q's dim x read as dim x mod 32"), found.lines
-    assert found.lines[1].startswith("lines with Q's elements a lane reads in hw4.cu: 1 `float part = qr[0]"), found.lines
+    assert found.lines[1].startswith("lines with Q's elements a lane reads, or its shuffles in hw4.cu: 1 `float part = "
+                                     "qr[0]"), found.lines
 
 
 def test_a_reading_that_is_the_right_one_where_it_can_be_checked_is_not_said():
@@ -1969,11 +1970,12 @@ def layout_said(inp: ProbeInput, out: np.ndarray) -> list[str]:
     return [line for f in layout.OutputLayout().run(ctx) for line in f.lines]
 
 
-@pytest.mark.parametrize("B", [2, 3])
+@pytest.mark.parametrize("B", [2, 3, 4])
 def test_rows_of_a_block_that_straddles_two_batches_computed_in_its_first_rows_batch_are_said_so(B):
     """set49's s06: a warp a flat row b*N + i, 8 a block, the batch taken once from the block's first
     row: where N = 21 is no multiple of 8, batch b + 1's first rows (up to the next multiple of 8)
-    are batch b's rows i. Said by the group size and the batch index, with copies or moves alike."""
+    are batch b's rows i. Said by the group size and the batch index where two batches show it; with
+    two batches (one straddle) the rows are said as moved, no group named."""
     inp = probe(B=B, N=21, d=32)
     true = inp.output().astype(np.float32)
     out = true.copy()
@@ -1983,9 +1985,13 @@ def test_rows_of_a_block_that_straddles_two_batches_computed_in_its_first_rows_b
         if first // 21 != row // 21:
             flat[row] = true[first // 21, row % 21]
     [said] = layout_said(inp, out)
+    if B == 2:  # one batch's first rows alone: any prefix fits some group size, whatever made them wrong
+        assert "straddles" not in said and "whole batches" not in said, said
+        assert said.startswith("measured: copies, not moves"), said
+        assert "rows 0-2 of a batch repeated at the same rows of a later one" in said, said
+        return
     assert said.startswith("measured: batch b + 1's first rows hold batch b's rows"), said
-    groups = "8" if B == 3 else "4 or 8"  # batch 1 alone: 21..23 is the same rows for groups of 4 and of 8
-    assert f"a group of {groups} flat rows" in said and f"N = 21 is no multiple of {groups}" in said, said
+    assert "a group of 8 flat rows" in said and "N = 21 is no multiple of 8" in said, said
     out = true.copy()
     out[1:, :5] = true[:-1, :5]  # five rows each: no group size gives exactly those
     assert "straddles" not in " ".join(layout_said(inp, out))

@@ -344,6 +344,10 @@ class InputReading(Probe):
                               "is that, value for value; look at that index expression"], look=wraps, reading=words)
 
 
-# where a lane reads its own dims of q or k: `qr[0]`, `q[lane]`, `Ks[jj][lane]`
-WRAP_LOOK = {"Q": ("Q's elements a lane reads", r"\b[qQ]\w*\s*\[\s*(?:\d+|lane)\s*\]"),
-             "K": ("K's elements a lane reads", r"\b[kK]\w*\s*(?:\[[^\]]*\]\s*)?\[\s*(?:\d+|lane)\s*[\]+]")}
+# where a lane reads its own dims of q or k (`qr[0]`, `q[lane]`, `Ks[jj][lane]`; not a declaration such as
+# `float q[4];`), or a shuffle that may take them from another lane
+DECLARED = r"(?<!float )(?<!half )(?<!int )(?<!__shared__ float )"
+WRAP_LOOK = {"Q": ("Q's elements a lane reads, or its shuffles",
+                   DECLARED + r"\b[qQ]\w*\s*\[\s*(?:\d+|lane)\s*\]|__shfl\w*\s*\("),
+             "K": ("K's elements a lane reads, or its shuffles",
+                   DECLARED + r"\b[kK]\w*\s*(?:\[[^\]]*\]\s*)?\[\s*(?:\d+|lane)\s*[\]+]|__shfl\w*\s*\(")}

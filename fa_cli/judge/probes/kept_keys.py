@@ -8,9 +8,10 @@ import numpy as np
 
 from ..mistakes import KEY_TILES
 
-# where the running max is set: `m = mn;`, `m0 = fmaxf(m0, s)`, `row_max[i] = m_new`
-LAST_KEY_LOOK = ("the running max's update", r"\b(?:m|mi|m\d|m_\w+|mx\w*|row_max\w*|run\w*max\w*)\s*(?:\[[^\]]*\])?"
-                                             r"\s*=(?!=)")
+# where the running max takes a new value: `m = mn;`, `m0 = fmaxf(m0, s)`, `row_max[i] = m_new` (not its start
+# at -INFINITY, nor names that only begin with m_: `m_rows`)
+LAST_KEY_LOOK = ("the running max's update", r"\b(?:m|mi|m\d|m_(?:i|old|prev|run|cur|row)|mx|row_?max|run\w*max)\s*"
+                                             r"(?:\[[^\]]*\])?\s*=(?!=)(?!\s*-?\s*(?:INFINITY|FLT_MAX|HUGE|\d))")
 
 
 def restarted(left_out: np.ndarray, N: int) -> str:
@@ -32,7 +33,9 @@ def last_key_alone(left_out: np.ndarray, N: int) -> str | None:
     kept = np.setdiff1d(np.arange(N), left_out)
     if N < 2 or kept.size != 1 or kept[0] != N - 1:
         return None
-    return ("the one key kept is the last, N - 1, weighed 1: the output row is V's last row, as where each key "
-            "replaces the row's state instead of adding to it (the old state's factor exp(m - m_new) 0 at every key: "
-            "the running max never advanced, left at -inf, or o and l assigned where they accumulate); look at where "
-            "the running max takes its new value")
+    return ("the one key kept is the last, N - 1, weighed 1: the output row is V's last row, whatever the scores: as "
+            "where each key replaces the row's state instead of adding to it (the old state's factor exp(m - m_new) 0 "
+            "at every key: the running max never advanced, left at -inf, or o and l assigned where they accumulate), "
+            "or a key loop that runs only its last key (its start, or a `for (...);` with the body after it), or V "
+            "read at row N - 1 for every key; look at where the running max takes its new value, then at the key "
+            "loop")

@@ -160,8 +160,11 @@ class OutputLayout(Probe):
             first = list(np.unique(src[placed_pairs] // (shape[1] * shape[2]))) == [0]  # copies of batch 0 alone
             also = (", or every later batch computed from batch 0's own input: its input's batch offset missing, "
                     "as a launch or index given the first batch's pointer for every batch") if first else ""
+            rows = np.unique(dest[placed_pairs] // shape[2] % shape[1])
+            what = "whole batches repeated" if rows.size == shape[1] else \
+                f"rows {spans(rows)} of a batch repeated at the same rows of a later one"
             said = (f"measured: copies, not moves: the right value of batch b, row r, column c is also at {where}, "
-                    f"and still in its own place, {share}: whole batches repeated (a copy back, or its offset, that "
+                    f"and still in its own place, {share}: {what} (a copy back, or its offset, that "
                     f"takes a batch twice, or a batch index two blocks share{also}); look at the copy back and the "
                     "batch index")
         elif copies and (columns := within_rows(dest[placed_pairs], src[placed_pairs], delta, shape)):
@@ -277,15 +280,17 @@ STRADDLE_LOOK = ("the batch taken from a flat row", r"(?:row|first|flat|idx|gid|
 def straddling(out, true, tol, shape) -> list[int]:
     """The group sizes R (of FLAT_GROUPS) for which the wrong rows are exactly, in every batch b >= 1,
     the flat rows b*N up to the next multiple of R: a group of R flat rows that straddles two batches
-    computes all of its rows in its first row's batch. [] where none fits."""
+    computes all of its rows in its first row's batch. [] where none fits, or fewer than two batches
+    start inside a group: one batch's first rows alone fit some R whatever made them wrong."""
     B, N, _ = shape
     wrong = (~(np.abs(out - true) <= tol)).any(axis=2).ravel()
     fits = []
     for R in (r for r in FLAT_GROUPS if r < N and N % r):  # a group within a batch's rows: no whole batch wrong
         expect = np.zeros(B * N, dtype=bool)
-        for b in range(1, B):
+        inside = [b for b in range(1, B) if b * N % R]  # batches that start inside a group
+        for b in inside:
             expect[b * N:min(-(-b * N // R) * R, (b + 1) * N)] = True
-        if expect.any() and np.array_equal(wrong, expect):
+        if len(inside) >= 2 and np.array_equal(wrong, expect):
             fits.append(R)
     return fits
 

@@ -168,8 +168,8 @@ def components_look(mapped: list[str]) -> tuple[tuple[str, str], ...] | None:
     moves = re.findall(r"\b([xyzw])<-([xyzw])\b", mapped[0]) if mapped and map_formulas.COMPONENTS in mapped[0] else []
     if not moves:
         return None
-    crossed = "|".join(rf"\.{x}\s*[-+*/]?=[^;\n]*\.{y}\b" for x, y in moves)
-    return ("a moved component set from the other", crossed), ("a vector's components", r"make_float[24]\s*\(")
+    crossed = "|".join(rf"\.{x}\s*[-+*/]?=(?!=)[^;\n]*\.{y}\b" for x, y in moves)
+    return ("a moved component set from the other", crossed), ("a component set", r"\.[xyzw]\s*[-+*/]?=(?!=)")
 
 
 def first_found(ctx: Context, looks: tuple[tuple[str, str], ...]) -> tuple[str, str]:

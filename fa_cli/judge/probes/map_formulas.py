@@ -97,9 +97,10 @@ def components_moved(c: np.ndarray, cc: np.ndarray, d: int) -> str:
         per = {int(x): np.unique(took[own == x]) for x in range(w)}
         if all(v.size == 1 for v in per.values()) and any(per[x][0] != x for x in per):
             moved = ", ".join(f"{NAMES[x]}<-{NAMES[int(v[0])]}" for x, v in per.items() if v[0] != x)
-            return (f"row r, {COMPONENTS} float{w} of columns moved: {moved} (component x holds the value of the one "
-                    f"after its arrow, in every block of {w} columns): a vector's components crossed where it is "
-                    "loaded, met with a weight or stored (o.z += p * v.w where p * v.z belongs)")
+            return (f"row r, {COMPONENTS} block of {w} columns moved the same way: {moved} (the block's columns "
+                    f"named {NAMES[:w]}; each holds the value of the one after its arrow): as a float{w}'s components "
+                    "crossed where it is loaded, met with a weight or stored (o.z += p * v.w where p * v.z belongs), "
+                    f"or two indices of a thread's {w} columns exchanged")
     return ""
 
 

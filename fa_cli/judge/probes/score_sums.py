@@ -34,13 +34,17 @@ def signed_row_factor(W: np.ndarray, P: np.ndarray, s: np.ndarray) -> tuple[str,
         r = np.where(P > 1e-6, W / P, np.nan)
         f = np.nanmedian(r, axis=2)
         fits = np.nanmax(np.abs(r - f[..., None]), axis=2) <= SIGNED_RTOL * np.abs(f)
-    return signed_factors(np.where(fits, f, np.nan), s)
+    return signed_factors(np.where(fits, f, np.nan), s, "W = f P with one factor f per row")
 
 
-def signed_factors(f: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
-    """f (B, N): each row's factor, NaN where the row is no factor of the right one. Named where
-    FIT_SHARE of the rows have one and some is negative: a sum of scores that gives it, one factor
-    for every row (a negated output), or no sum fa tried."""
+OUTPUT_SUBJECT = "the right row times a factor f of its own"  # the factor read from the output alone
+
+
+def signed_factors(f: np.ndarray, s: np.ndarray, subject: str) -> tuple[str, dict] | None:
+    """f (B, N): each row's factor, NaN where the row is no factor of the right one (subject: what
+    the factor was read from, in words). Named where FIT_SHARE of the rows have one and some is
+    negative: a sum of scores that gives it, one factor for every row (a negated output), or no sum
+    fa tried."""
     fits = np.isfinite(f)
     if np.mean(fits) < FIT_SHARE or not (f[fits] < 0).any():
         return None
@@ -48,7 +52,7 @@ def signed_factors(f: np.ndarray, s: np.ndarray) -> tuple[str, dict] | None:
     negative = int((fitted < 0).sum())
     fields = dict(row_factor=[float(fitted.min()), float(fitted.max())], negative_rows=negative)
     where = "every row" if negative == fitted.size else f"{negative} of {fitted.size} rows"
-    said = f"W = f P with one factor f per row, of either sign (f from {span(fitted)}, negative in {where})"
+    said = f"{subject}, of either sign (f from {span(fitted)}, negative in {where})"
     total = np.exp(s - s.max(axis=-1, keepdims=True)).sum(axis=-1)
     for term, T, l_scores in score_sums(s):
         with np.errstate(divide="ignore", invalid="ignore"):
