@@ -28,8 +28,8 @@ def restarted(left_out: np.ndarray, N: int) -> str:
 
 
 def last_key_alone(left_out: np.ndarray, N: int) -> str | None:
-    """Where the one key kept is the last (N > 1), in words: the row's state replaced at every key,
-    so that the last key's V row is the output; None otherwise."""
+    """Where the one key kept is the last (N > 1): the output row is V's last row, and the three
+    ways a program gets there, in words; None otherwise."""
     kept = np.setdiff1d(np.arange(N), left_out)
     if N < 2 or kept.size != 1 or kept[0] != N - 1:
         return None

@@ -296,12 +296,12 @@ def straddling(out, true, tol, shape) -> list[int]:
 
 
 def straddle_words(groups: list[int], shape) -> str:
-    R = " or ".join(map(str, groups))
+    R, N = " or ".join(map(str, groups)), shape[1]
     return (f"the wrong rows are, in each batch after the first, exactly its rows before the next multiple of {R} "
             f"flat rows (b*N + i): a group of {R} flat rows (a block's, or a warp's) that straddles two batches takes "
-            "the batch of its first row for all of its rows, reading batch b's Q, K and V where batch b + 1's belong "
-            "(N = {N} is no multiple of {R}); look at where the batch index is taken: once for the group where each "
-            "row's own b = row / N belongs").replace("{N}", str(shape[1])).replace("{R}", R)
+            f"the batch of its first row for all of its rows, reading batch b's Q, K and V where batch b + 1's belong "
+            f"(N = {N} is no multiple of {R}); look at where the batch index is taken: once for the group where each "
+            "row's own b = row / N belongs")
 
 
 def term(coef: int, name: str) -> str:
