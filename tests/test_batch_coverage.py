@@ -44,11 +44,11 @@ def two_halves_program(shape: Shape) -> np.ndarray:
     return ~done
 
 
-def bytes_as_floats_program(shape: Shape) -> np.ndarray:
-    """The input copy moves 3*B*N*d bytes of a 3*B*N*d-float payload: a batch is right where its Q, K
-    and V are all inside it; the batch the copy ends in has part of its V, and its row 0 weighs
-    (here) only keys it has: right by chance."""
-    per_batch, copied = 3 * shape.N * shape.d, 3 * shape.B * shape.N * shape.d // 4
+def part_copied_program(shape: Shape, part: int = 4) -> np.ndarray:
+    """The input copy moves 1 / part of the 3*B*N*d-float payload (4: its float count as bytes; 3: the
+    output's count of floats): a batch is right where its Q, K and V are all inside it; the batch the
+    copy ends in has part of its data, and its row 0 weighs (here) only keys it has: right by chance."""
+    per_batch, copied = 3 * shape.N * shape.d, 3 * shape.B * shape.N * shape.d // part
     inside = (np.arange(shape.B) + 1) * per_batch <= copied
     wrong = np.broadcast_to(~inside[:, None], (shape.B, shape.N)).copy()
     cut = copied // per_batch
@@ -81,9 +81,18 @@ def test_the_last_batch_left_out_where_b_is_odd_is_named_and_not_taken_for_a_gri
 
 
 def test_a_copy_of_a_quarter_is_named(tmp_path):
-    found = said([case(s, bytes_as_floats_program(s)) for s in SHAPES], tmp_path, "cudaMemcpy(d, h, n, H2D);\n")
+    found = said([case(s, part_copied_program(s)) for s in SHAPES], tmp_path, "cudaMemcpy(d, h, n, H2D);\n")
     assert len(found) == 1 and "only the first quarter of the input" in found[0].lines[0]
     assert "16x128x64: batches 4..15 wrong" in found[0].lines[0] and "cudaMemcpy(d, h, n, H2D);" in found[0].lines[0]
+
+
+def test_an_input_copied_with_the_outputs_count_of_floats_is_named_as_a_third(tmp_path):
+    """set50's s11: the output vector a reference to the input's, resized to B*N*d before the input's
+    copy: a third of the input reaches the GPU, batches b < B / 3 right (t09: 0..4 of 16)."""
+    source = "d_o = alloc(n);\nCHECK(hipMemcpy(d_qkv, in.qkv.data(), in.qkv.size() * 4, hipMemcpyHostToDevice));\n"
+    found = said([case(s, part_copied_program(s, 3)) for s in SHAPES], tmp_path, source)
+    assert len(found) == 1 and "only the first third of the input reaching the GPU" in found[0].lines[0], found
+    assert "16x128x64: batches 5..15 wrong" in found[0].lines[0] and "2 `CHECK(hipMemcpy(d_qkv" in found[0].lines[0]
 
 
 def test_runs_no_model_fits_or_wrong_everywhere_name_nothing(tmp_path):

@@ -363,16 +363,17 @@ def test_rows_that_are_the_right_rows_scaled_are_read_with_their_factors():
     assert larger_input.rows_scaled(zeros, correct, np.abs(zeros - correct) > 5e-3) is None
 
 
-def larger_run_failing(tmp_path, monkeypatch, failing: set[Shape]) -> tuple[str, list[Shape]]:
+def larger_run_failing(tmp_path, monkeypatch, failing: set[Shape], message: str = "out of memory"
+                       ) -> tuple[str, list[Shape]]:
     """LargerInput's warning for a build that passed 2 x 128 x 32 and fails on each shape of
-    `failing` (check stubbed), and the shapes it was run on."""
+    `failing` with `message` (check stubbed), and the shapes it was run on."""
     from fa_cli.judge.steps import Context
     from fa_cli.judge.findings import Finding
     ran = []
 
     def check(program, shape, launcher, work, say, budget, rows=None):
         ran.append(shape)
-        return [Finding(Kind.WARNING, ["passes the cases run, but ... it fails: out of memory"],
+        return [Finding(Kind.WARNING, [f"passes the cases run, but ... it fails: {message}"],
                         dict(larger_failed=1))] if shape in failing else []
     monkeypatch.setattr(larger_input, "check", check)
     monkeypatch.setattr(larger_input.race_check, "applies", lambda program: True)
@@ -692,3 +693,17 @@ def test_a_short_rows_slots_past_n_weighed_in_l_are_read_from_the_rows_after_k()
     said = keys_past_n.unmasked_slots((q, k, v), shape, None, got, 5e-3)
     assert said is not None and "against the rows that follow K_b in a buffer of K alone (the next batch's K rows " \
         "0..10; the last batch not checked)" in said, said
+
+
+def test_a_cooperative_launch_refused_at_a_larger_size_is_said_as_what_it_ran_into(tmp_path, monkeypatch):
+    """set50's s06: a cooperative kernel whose grid is B x ceil(N / 64) blocks passes every case and stops
+    at 2 x 32768 with the runtime's "too many blocks in cooperative launch": the warning says what that
+    refusal means and asks neither a 32-bit size nor a run where none reaches 2^31."""
+    line, ran = larger_run_failing(tmp_path, monkeypatch, {Shape(2, 32768, 32)},
+                                   "hw4: s06.cu:198: too many blocks in cooperative launch")
+    assert ran[-1] == Shape(2, 32768, 32), ran
+    assert line.endswith("cooperative launch; the runtime refused the launch for the input's size: a cooperative "
+                         "launch may have no more blocks than the GPU holds at once"
+                         " (cudaOccupancyMaxActiveBlocksPerMultiprocessor times the SMs), and this grid grows with the "
+                         "input: launch that many blocks and let each loop over the work"), line
+    assert "32-bit" not in line

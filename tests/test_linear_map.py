@@ -259,6 +259,18 @@ def test_the_step_reads_a_program_whose_lanes_sum_half_the_dims(tmp_path):
                                   "__shfl_xor_sync(~0u, s, o);`")
 
 
+def test_lanes_measured_apart_are_said_beside_a_butterfly_line_that_reduces_another_values_shuffle(tmp_path):
+    """The same stand-in, its source with a second value's butterfly copied from the first's (set50's
+    s10): the crossed line is said after the sets the map measured."""
+    q, k = qk()
+    inp = ProbeInput(np.stack([q, q]), np.stack([k, k]), RNG.uniform(-3, 3, size=(2, N, D)).astype(np.float32))
+    ctx = stand_in_context(tmp_path, HALF_LANES, "s0 += __shfl_xor(s0, off);\ns1 += __shfl_xor(s0, off);\n", inp)
+    lines = linear_map.LinearMap().run(ctx)[0].lines
+    assert "the weights differ by output column: 2 sets" in lines[0]
+    assert lines[-2].startswith("the source's line 2 (`s1 += __shfl_xor(s0, off);`) reduces the shuffle of s0 into "
+                                "s1"), lines
+
+
 def test_a_v_tile_loaded_from_another_tiles_start_is_named_with_the_rows_no_key_meets():
     """Key k's weight meets V's row (k div 32)*16 + k mod 32 (a V tile of 32 keys loaded from row
     j*16): V rows meet the sums of the keys that land on them, rows past the last start none."""

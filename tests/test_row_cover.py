@@ -72,3 +72,19 @@ def test_an_unvisited_last_tile_beside_a_middle_one_is_no_map_said_of_rows_after
     said = said_by(tmp_path, ends_too)
     assert "map onto the row tiles" not in said and "the 0 rows after" not in said, said
 
+
+
+def test_rows_from_the_largest_power_of_two_under_n_at_two_ns_are_said_as_a_shift_by_log2_n(tmp_path):
+    """set50's s09: (b, i) decoded as row >> log2n and row & (2^log2n - 1), log2n = floor(log2 N): at N =
+    200 rows 128..199 stay 0, as a count of row tiles of 128 would leave them; at N = 1000 rows 512..999,
+    where tiles of 128 would stop at 896: said as a shift by log2 N rounded down, with its lines. Tiles of
+    128 counted short are not."""
+    source = tmp_path / "s.cu"
+    source.write_text("int log2n = 0;\nwhile ((2 << log2n) <= in.N) ++log2n;\n"
+                      "const int b = (int)(row >> log2n), i = (int)(row & ((1LL << log2n) - 1));\n")
+    said = said_by(tmp_path, lambda tiles: set(range((1 << ((tiles * ROWS).bit_length() - 1)) // ROWS)), source)
+    assert "rows from the largest power of two under it on (128 of 200, 512 of 1000), where row tiles of 128 " \
+        "would stop at 896: a row's place decoded by a shift or a mask of log2 N rounded down" in said, said
+    assert "3 `const int b = (int)(row >> log2n)" in said and "2 `while ((2 << log2n) <= in.N)" in said, said
+    tiles_of_128 = said_by(tmp_path, lambda tiles: set(range(tiles * ROWS // 128 * 128 // ROWS)), source)
+    assert "the last 72 rows (128..199)" in tiles_of_128 and "power of two" not in tiles_of_128, tiles_of_128

@@ -11,6 +11,8 @@ A mistake here predicts, from a case's B and N alone, each batch's first wrong r
             where B is odd
   quarter   a copy given a count of floats as its bytes: only the first quarter of the input
             reaches the GPU (or of the output comes back), batches b < B / 4 right
+  third     the input copied with the output's count of floats (B*N*d of its 3*B*N*d): batches
+            b < B / 3 right, those whose Q, K and V lie in the first third
 
 It is named where every case whose every value was checked agrees with it, passing cases
 included, at least two failing ones among them, and one failing case has wrong batches of its own
@@ -60,13 +62,21 @@ def quarter(s: Shape) -> np.ndarray:
     return np.where(np.arange(s.B) < s.B // 4, s.N, 0)
 
 
+def third(s: Shape) -> np.ndarray:
+    return np.where(np.arange(s.B) < s.B // 3, s.N, 0)
+
+
 COVERAGES = (*(grid_swapped(br) for br in GRID_TILES),
              Coverage("the last batch left out where B is odd: B / 2 rounded down where B - B / 2 belongs (the batches "
                       "split in two halves of B / 2 each, or blocks of two batches over B / 2 blocks)", halves,
                       (r"/\s*2\b|>>\s*1\b",)),
              Coverage("only the first quarter of the input reaching the GPU (or of the output coming back): batches "
                       "b < B / 4 right; a copy given a count of floats as its bytes (sizeof(float) left out)", quarter,
-                      (r"Memcpy\w*\s*\(",)))
+                      (r"Memcpy\w*\s*\(",)),
+             Coverage("only the first third of the input reaching the GPU: batches b < B / 3 right, those whose Q, K "
+                      "and V lie in the input's first B * N * d floats; the input copied (or read) with the output's "
+                      "count of floats, B * N * d where it holds 3 * B * N * d", third,
+                      (r"Memcpy\w*\s*\([^;]*HostToDevice", r"Memcpy\w*\s*\(")))
 
 
 def told(results: list) -> list[tuple[Shape, np.ndarray]]:

@@ -37,7 +37,7 @@ from . import batch_places, keys_past_n, race_check, reference
 from .across_cases import sizes_crossing, under_limit
 from .drawn_shapes import LARGER_SEED, MIDDLE_N, ROWS_CHECKED, SAMPLED_ROWS, SHAPES, drawn_kind, only_at
 from .findings import Finding, Kind
-from .launch_errors import base_name
+from .launch_errors import base_name, refused_for_size
 from .probes.step import read_payload, spans
 from .reruns import row_factors
 from .slow_device import waiting
@@ -420,10 +420,12 @@ def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape,
     where none does: right there, a 32-bit size is the question to ask; wrong there too, a mistake
     that needs none shows already."""
     said = sizes_crossing(passed, failed)
-    if not said or not found or found[0].kind != Kind.WARNING:
+    if found and found[0].kind == Kind.WARNING and (refused := refused_for_size(found[0].lines[0])):
+        said = f"the runtime refused the launch for the input's size: {refused}"  # its own words say what ran out
+    elif not said or not found or found[0].kind != Kind.WARNING:
         return found
     hint = "a 32-bit size? (an int holding a size or an index: compute it in size_t)"
-    under = under_limit(failed)
+    under = None if refused else under_limit(failed)
     there = tried(under) if under is not None and under.N > max(s.N for s in passed) else None
     if there and there[0].kind == Kind.WARNING:  # wrong or failed there too
         fields = there[0].fields
@@ -437,7 +439,7 @@ def with_sizes(found: list[Finding], passed: list[Shape], failed: Shape,
         said += (f", and a drawn {under} input, where none does, is right on the {SAMPLED_ROWS} rows checked; it holds "
                  f"{held:,} floats against {failing:,}: {hint}, or anything sized by the input's length (a chunk or "
                  "stream count, a buffer sized for less, a race with more tiles to meet in)")
-    else:  # not run (no such N, a budget spent, a run stopped at its limit): the question as it stands
+    elif not refused:  # not run (no such N, a budget spent, a run stopped at its limit): the question as it stands
         said += f": {hint}"
     first = found[0]
     return [Finding(first.kind, [f"{first.lines[0]}; {said}", *first.lines[1:]], first.fields), *found[1:]]

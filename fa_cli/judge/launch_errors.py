@@ -25,6 +25,23 @@ ERROR_WORDS = {
     "cudaErrorLaunchTimeout": "a kernel stopped for running too long",
 }
 
+# A launch the runtime refused for its size, by the runtime's message (which a program's own error
+# check prints) or its error's name: what the input's size ran into.
+REFUSED_FOR_SIZE = {
+    ("too many blocks in cooperative launch", "CooperativeLaunchTooLarge"):
+        "a cooperative launch may have no more blocks than the GPU holds at once "
+        "(cudaOccupancyMaxActiveBlocksPerMultiprocessor times the SMs), and this grid grows with the input: "
+        "launch that many blocks and let each loop over the work",
+    ("invalid configuration argument", "InvalidConfiguration"):
+        "a grid's y or z dimension past 65535, a block past 1024 threads or more shared memory than a block may "
+        "have, as this input's size makes them",
+}
+
+
+def refused_for_size(message: str) -> str | None:
+    """What a launch refused in `message` ran into (REFUSED_FOR_SIZE), or None."""
+    return next((words for names, words in REFUSED_FOR_SIZE.items() if any(n in message for n in names)), None)
+
 
 class KernelFault(Step):
     """The judged run's launch log: a launch whose end was read with an error."""

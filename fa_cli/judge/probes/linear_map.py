@@ -36,6 +36,7 @@ from ..diagnose import source_lines
 from ..mistakes import SUM_LINES, V_LINES
 from ..findings import Finding, Kind
 from . import map_formulas, pairing, row_weights, softmax_steps, tile_sums, unmet_keys, warp_tiles
+from .crossed_shuffles import crossed
 from .map_formulas import map_formula
 from .readings import measured
 from .score_fit import FIT_RESIDUAL, TINY_WEIGHT, distinct, score_fit, score_terms, score_words
@@ -131,6 +132,8 @@ class LinearMap(Probe):
         paired = bool(mapped) and mapped[0].startswith(pairing.LEAD)  # values made of no V may be all there is
         look = pairing.look(mapped[0], ctx.source) if paired else first_found(ctx, components_look(mapped) or
                                                                               LOOK[look_for(mapped)])
+        if not paired and look_for(mapped) == "columns" and (copied := crossed(ctx.source)):
+            said.append(copied)  # the lanes measured apart, and a line that would set them apart
         return measured(ctx, [f"probe: the output read as a linear map of V ({where}): {said[0]}", *said[1:]],
                         look=look, map_rows=N)
 

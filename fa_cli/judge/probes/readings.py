@@ -17,7 +17,7 @@ from ..findings import Finding, Kind
 from ..mistakes import EXP_LINES, GRID_LINES, KEY_TILES, QUERY_TILES
 from .kept_keys import LAST_KEY_LOOK, last_key_alone, restarted
 from .map_formulas import rows_written_in_another_order
-from .row_cover import TILE_MAP_LOOK, rows_skipped
+from .row_cover import SHIFT_DECODE_LOOK, TILE_MAP_LOOK, power_of_two_cut, rows_skipped
 from .step import Context, Probe, fmt, logits, softmax_rows, spans
 
 ROW_ATOL = 2e-4  # a row of W is "row i' of P" where every weight is within this
@@ -189,10 +189,11 @@ class RowsNotWritten(WeightReading):
                 "times its rows, plus its own index: one block dimension used for another) or the loop over a "
                 "query tile's").replace(" keys (its bound", " rows (its bound")
             skipped = rows_skipped(ctx) if np.array_equal(rows, np.arange(rows[0], N)) else None  # a tail here
+            cut = None if skipped else power_of_two_cut(ctx, rows, N)
             what = f"{which} hold {held} in every run, whatever V is: {never}; " + \
-                (f"but {skipped}" if skipped else f"look at {code}")
-            return measured(ctx, [f"measured: {what}"], look=TILE_MAP_LOOK if skipped else ROWS_COVER_LOOK,
-                            rows_not_written=int(still.sum()))
+                (f"but {skipped or cut}" if skipped or cut else f"look at {code}")
+            look = TILE_MAP_LOOK if skipped else SHIFT_DECODE_LOOK if cut else ROWS_COVER_LOOK
+            return measured(ctx, [f"measured: {what}"], look=look, rows_not_written=int(still.sum()))
         return measured(ctx, [f"measured: {what}"], rows_not_written=int(still.sum()))
 
 

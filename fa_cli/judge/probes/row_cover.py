@@ -58,3 +58,32 @@ def rows_skipped(ctx: Context) -> str | None:
                 "remap or swizzle of blockIdx that is no permutation where the tiles do not fill its group, a "
                 "persistent loop's start or step)")
     return None
+
+
+# the lines that decode a row's place by a power of two: a shift by a log, a mask built by a shift,
+# and where the log is taken (log2, __ffs / __clz, a loop doubling up to N)
+SHIFT_DECODE_LOOK = ("a row's place decoded by a power of two (a shift or mask, the log taken)",
+                     (r">>\s*\(?\s*\w*(?:log|lg|shift)\w*", r"&\s*\(\s*\(?\s*\w+\s*<<",
+                      r"\blog2f?\s*\(|__ffs|__clz|<<\s*\w+\s*\)\s*<=\s*[\w.]*N\b"))
+
+
+def power_of_two_cut(ctx: Context, rows: np.ndarray, N: int) -> str | None:
+    """Words for rows never written from the largest power of two under N on, where a run at another
+    N shows the same (rows from its largest power of two on) and a count of row tiles of that
+    power would stop elsewhere: a row's place decoded with log2 N rounded down. None otherwise."""
+    P = 1 << (N.bit_length() - 1)
+    if P == N or not np.array_equal(rows, np.arange(P, N)):
+        return None
+    for other in OTHER_NS:
+        Q = 1 << (other.bit_length() - 1)
+        if ctx.budget.left < RUNS_S or other // P * P == Q:  # tiles of P would stop at Q there too
+            continue
+        found = unwritten_rows(ctx, other)
+        if found is None or not (found[0] == found[0][0]).all() or \
+                not np.array_equal(np.flatnonzero(found[0][0]), np.arange(Q, other)):
+            return None
+        return (f"at N = {other} too (2 runs, V and -V - 1) rows {Q}..{other - 1} of every batch hold 0 in both: at "
+                f"each N the rows from the largest power of two under it on ({P} of {N}, {Q} of {other}), where row "
+                f"tiles of {P} would stop at {other // P * P}: a row's place decoded by a shift or a mask of log2 N "
+                "rounded down, right only where N is a power of two")
+    return None
