@@ -4,6 +4,8 @@ import os
 import stat
 import sys
 
+import pytest
+
 from helpers import fa
 from fa_cli.measure import bench, compare
 from fa_cli.report.records import load
@@ -203,6 +205,7 @@ def test_not_a_results_file(tmp_path):
     assert proc.returncode == 2 and "not a results file of fa" in proc.stderr
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_compare_markdown_and_charts(cpu_program, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     for path, label in ((a, "first"), (b, "second")):

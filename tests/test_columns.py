@@ -96,6 +96,7 @@ def test_errors_fit(tmp_path, argv):
 
 
 @pytest.mark.skipif(not shutil.which("nvcc"), reason="needs nvcc")
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_the_resources_table_fits(tmp_path):
     """fa resources' table (the starter on two targets, the wider table): its kernels, figures whole."""
     assert fa("init", tmp_path / "hw4").returncode == 0

@@ -82,6 +82,7 @@ def test_a_last_tile_that_never_updates_l_is_named_as_the_update_skipped():
         "neither given that tile's sum nor rescaled to its max") in said, said
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_alpha_from_the_max_already_updated_key_by_key_is_named_as_the_step_one_key_at_a_time():
     """m = m_new before alpha = exp(m - m_new): alpha is 1 at every key, acc and l alike never
     rescaled: the softmax steps' search names the factor step over tiles of one key. A wrong scale
@@ -799,6 +800,7 @@ out.astype("<f4").tofile(sys.argv[2])
 """
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_nan_only_where_a_partial_tile_is_padded_is_said_as_its_slots_past_n(tmp_path):
     """set36's s07: K padded with -inf past N in a short last tile of 64: NaN at N = 200 and at
     1, 16, 32, finite at 64: the slots past N named; NaN at every N keeps the single key's words."""
@@ -1078,6 +1080,7 @@ def test_statistics_kept_once_a_warp_where_once_a_row_belongs_are_read_from_the_
     assert factors.per_tile_factor(P, P, s) is None
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_lanes_merged_by_a_butterfly_that_rescales_o_before_the_shuffle_are_found():
     """32 lanes, each an online softmax over the keys j mod 32, merged by a xor butterfly in which
     each lane rescales its o before the shuffle fetches the partner's (already rescaled by the
@@ -1148,6 +1151,7 @@ def tiled_loops(s, T, p_against_old_max=False, l_update=None):
     return W
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_weights_against_the_max_before_the_tile_and_a_factor_on_the_tiles_sum_are_found():
     """set40's s11 (p = exp2(s - m) with m the max before the tile, l and o rescaled to m_new) and
     s04 (l += alpha * psum), each the program's own loops over tiles of 64 and 32."""

@@ -483,6 +483,7 @@ def test_a_runs_wall_time_is_when_it_exits(tmp_path):
     assert abs(statistics.median(fa_walls) - statistics.median(direct)) < 0.015, (fa_walls, direct)
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_a_program_killed_at_its_time_limit_is_said_killed(tmp_path, monkeypatch):
     """A program that ignores SIGTERM is SIGKILLed at its limit, and its exit code says so every
     time: while fa's stop waits for it too, the run's own waiter may reap it first (Popen's wait

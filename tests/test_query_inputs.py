@@ -58,6 +58,7 @@ def test_other_readings_of_q_are_named_by_their_formula_in_every_batch(read_q, w
     assert said_of(read_back(read_q)) == ("", {words})
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_rows_read_in_an_order_no_formula_gives_are_not_named_and_said_by_batch():
     order = np.random.default_rng(5).permutation(N)
     found = read_back(lambda b, q: q[b][order])

@@ -2,6 +2,7 @@
 k[j, x]; where the row's own terms do not fit, a partner row's beside them (set38's s08: a thread
 pair a row whose partner is the neighbouring row's thread)."""
 import numpy as np
+import pytest
 
 from fa_cli.judge.probes import score_fit
 from fa_cli.judge.probes.step import softmax_rows
@@ -10,6 +11,7 @@ RNG = np.random.default_rng(8)
 N, D = 64, 32
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_a_neighbour_rows_half_score_added_is_read_with_its_partner():
     """Columns 0-15 of a row, written by the thread of the row's first half of dims, weigh scores over
     dims 0-15 of the row's q plus row r xor 1's (its partner taken as tid ^ 1)."""

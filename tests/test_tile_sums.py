@@ -49,6 +49,7 @@ def scores(n=96, d=64, seed=3):
     return logits(q[None], k[None])[0].astype(np.float64)
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_a_partners_sum_taken_against_the_lanes_own_max_is_named_with_the_lanes():
     """set38's s09: the butterfly's sum step `ts * exp(tm - nm) + os * exp(om - tm)`."""
     s = scores()

@@ -2,6 +2,8 @@
 course's order with the machine's spec; and every bad input is one line."""
 import json
 
+import pytest
+
 from helpers import fa
 from fa_cli.report import writeup
 
@@ -42,6 +44,7 @@ def test_a_report_from_the_students_hw4_alone_is_theirs(cpu_program, tmp_path):
     assert len(set(places)) == len(places) and text.count(writeup.YOURS) >= 8
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_fa_programs_only_as_a_labelled_reference(cpu_program, tmp_path):
     student_program(cpu_program, tmp_path)
     assert fa("run", "t01", "--program", "./hw4", "-o", "run.json", cwd=tmp_path).returncode == 0
@@ -73,6 +76,7 @@ def test_fa_programs_only_as_a_labelled_reference(cpu_program, tmp_path):
         assert f"]({png})" in reference and (tmp_path / "rep" / png).read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow  # make test-all (docs/testing.md: what make test keeps of it)
 def test_bad_inputs_are_one_line(tmp_path):
     (tmp_path / "empty.json").write_text('{"records": []}')
     (tmp_path / "notes.txt").write_text("hello")
